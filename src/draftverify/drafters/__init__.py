@@ -1,0 +1,8 @@
+"""Drafters propose tokens cheaply; importing this package registers them all."""
+from .base import Drafter, NoDrafter
+from .early_exit import EarlyExitDrafter
+from .model import ModelDrafter
+from .ngram import NgramDrafter, NgramTable
+from .prompt_lookup import PromptLookupDrafter
+
+__all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable"]

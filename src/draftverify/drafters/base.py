@@ -1,0 +1,52 @@
+"""The drafter interface: propose up to gamma tokens, then hear which were kept."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+from ..cached_lm import CachedLM
+from ..registry import register_drafter
+from ..types import DecodingState, Draft, Verdict
+
+
+def empty_draft(state: DecodingState) -> Draft:
+    return Draft(tokens=state.tokens.new_empty((state.tokens.shape[0], 0)))
+
+
+class Drafter(ABC):
+    """Subclasses register with @register_drafter(name). `forward_calls` counts model forwards (0 if model-free)."""
+
+    name: str = "?"
+    needs_target_hidden: bool = False  # heads / BiTA read the target's hidden states
+
+    def __init__(self) -> None:
+        self.forward_calls = 0
+
+    def bind(self, target: CachedLM, max_positions: int) -> None:
+        """Check compatibility with the target before generation starts (vocabulary, context length)."""
+
+    def start(self, state: DecodingState) -> None:
+        """Called once after the target's prefill."""
+
+    @abstractmethod
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        """Return at most gamma tokens continuing state.tokens."""
+
+    def commit(self, state: DecodingState, verdict: Verdict) -> None:
+        """state.tokens now includes the verdict's emitted tokens; drop anything the drafter holds beyond them."""
+
+
+@register_drafter("none")
+class NoDrafter(Drafter):
+    """Plain autoregressive decoding with the target in our loop (the no-drafting baseline)."""
+
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        return empty_draft(state)
+
+
+def stack_draft(tokens: list[torch.Tensor], q: list[torch.Tensor] | None, state: DecodingState) -> Draft:
+    """tokens: N tensors [B]; q: N tensors [B, V] -> Draft(tokens [B, N], q_probs [B, N, V])."""
+    if not tokens:
+        return empty_draft(state)
+    return Draft(tokens=torch.stack(tokens, dim=1), q_probs=torch.stack(q, dim=1) if q is not None else None)

@@ -1,0 +1,66 @@
+"""A small Hugging Face LM drafts autoregressively with its own KV cache (Leviathan M_q; BiLD small model)."""
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from ..cached_lm import CachedLM
+from ..errors import DraftVerifyError
+from ..registry import register_drafter
+from ..sampling import probs_from_logits, sample
+from ..types import DecodingState, Draft, Verdict
+from .base import Drafter, stack_draft
+
+
+@register_drafter("model")
+class ModelDrafter(Drafter):
+    """Drafts gamma tokens and returns their probabilities q (filtered exactly like the target's p).
+
+    fallback_threshold is BiLD's alpha_FB: drafting stops before the first token whose max q < alpha_FB,
+    handing that position to the target. 0 disables it.
+    """
+
+    def __init__(self, model: PreTrainedModel | CachedLM, fallback_threshold: float = 0.0):
+        super().__init__()
+        if not (0.0 <= fallback_threshold <= 1.0):
+            raise DraftVerifyError(f"fallback threshold alpha_FB must be in [0, 1], got {fallback_threshold}")
+        self.lm = model if isinstance(model, CachedLM) else CachedLM(model, role="draft")
+        self.fallback_threshold = fallback_threshold
+
+    def bind(self, target: CachedLM, max_positions: int) -> None:
+        if self.lm.vocab_size != target.vocab_size:
+            raise DraftVerifyError(
+                f"draft and target have different vocabularies ({self.lm.vocab_size} vs {target.vocab_size} "
+                "output logits); speculative decoding needs a draft trained with the target's tokenizer"
+            )
+        if self.lm.is_encoder_decoder != target.is_encoder_decoder:
+            kinds = {True: "encoder-decoder", False: "decoder-only"}
+            raise DraftVerifyError(
+                f"the draft is {kinds[self.lm.is_encoder_decoder]} but the target is {kinds[target.is_encoder_decoder]}; "
+                "use a draft of the same kind"
+            )
+        self.lm.check_fits(max_positions)
+
+    def start(self, state: DecodingState) -> None:
+        self.lm.start(state.source_ids if self.lm.is_encoder_decoder else state.tokens)
+
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        params = state.params
+        pending = state.tokens[:, self.lm.cached_length :]  # [B, k>=1] committed tokens the draft has not seen
+        tokens: list[torch.Tensor] = []
+        q: list[torch.Tensor] = []
+        for _ in range(gamma):
+            logits = self.lm.forward(pending)[:, -1]  # [B, V]
+            self.forward_calls += 1
+            q_i = probs_from_logits(logits, params)  # [B, V]
+            if self.fallback_threshold > 0 and float(q_i.max()) < self.fallback_threshold:
+                break
+            x = logits.argmax(dim=-1) if params.greedy else sample(q_i, state.generator)  # [B]
+            tokens.append(x)
+            q.append(q_i)
+            pending = x[:, None]
+        return stack_draft(tokens, q, state)
+
+    def commit(self, state: DecodingState, verdict: Verdict) -> None:
+        # cached = committed + drafts fed; only the accepted drafts stay valid, and the last committed token is pending
+        self.lm.crop(min(self.lm.cached_length, state.tokens.shape[1] - 1))

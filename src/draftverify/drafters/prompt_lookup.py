@@ -1,0 +1,50 @@
+"""Copy drafter (Leviathan section 4; Hugging Face "prompt lookup"): continue the latest earlier match of the
+context's final n-gram. Model-free, so its cost c is ~0; its proposals are deterministic (q one-hot)."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import DraftVerifyError
+from ..registry import register_drafter
+from ..types import DecodingState, Draft
+from .base import Drafter, empty_draft
+
+
+def find_continuation(haystack: torch.Tensor, max_ngram: int, min_ngram: int, gamma: int) -> torch.Tensor:
+    """haystack: [L]; the pattern is its last n tokens. Returns up to gamma tokens following the latest
+    earlier occurrence, trying the longest n first; empty [0] if nothing matches."""
+    length = haystack.shape[0]
+    for n in range(max_ngram, min_ngram - 1, -1):
+        if length <= n:
+            continue
+        pattern = haystack[-n:]  # [n]
+        windows = haystack[:-1].unfold(0, n, 1)  # [L-n, n] every window that has a token after it
+        hits = (windows == pattern).all(dim=-1).nonzero()  # [H, 1]
+        if hits.numel():
+            start = int(hits[-1, 0]) + n
+            return haystack[start : start + gamma]
+    return haystack[:0]
+
+
+@register_drafter("prompt_lookup")
+class PromptLookupDrafter(Drafter):
+    """For encoder-decoder targets the source is searched too (copying from the input, as in summarization)."""
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        super().__init__()
+        if not (1 <= min_ngram <= max_ngram):
+            raise DraftVerifyError(f"prompt lookup needs 1 <= min_ngram <= max_ngram, got min={min_ngram}, max={max_ngram}")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        rows = []
+        for b in range(state.tokens.shape[0]):
+            haystack = state.tokens[b]
+            if state.source_ids is not None:
+                haystack = torch.cat([state.source_ids[b], haystack])
+            rows.append(find_continuation(haystack, self.max_ngram, self.min_ngram, gamma))
+        if len(rows) == 1:
+            return Draft(tokens=rows[0][None]) if rows[0].numel() else empty_draft(state)
+        n = min(r.numel() for r in rows)  # ragged drafts arrive with batched verification
+        return Draft(tokens=torch.stack([r[:n] for r in rows]))

@@ -1,0 +1,141 @@
+"""Dataclasses passed between the loop, drafters and verifiers. Shapes: B batch, N draft length, V vocabulary."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import DraftVerifyError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the target's distribution p is turned into tokens; the same transform is applied to q.
+
+    temperature 0 means greedy (argmax). top_k 0 and top_p 1.0 disable those filters.
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.temperature >= 0.0):
+            raise DraftVerifyError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise DraftVerifyError(f"top_k must be an integer >= 0 (0 = disabled), got {self.top_k!r}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise DraftVerifyError(f"top_p must be in (0, 1] (1 = disabled), got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class DecodingState:
+    """What a drafter may read when proposing: the committed sequence so far."""
+
+    tokens: torch.Tensor  # [B, L] committed decoder-side tokens (prompt + generated); last one not yet in the target cache
+    source_ids: torch.Tensor | None  # [B, S] encoder input for encoder-decoder targets, else None
+    prompt_length: int  # number of leading entries of `tokens` that came from the prompt
+    params: SamplingParams
+    generator: torch.Generator | None  # seeded RNG shared by drafter and verifier (None when greedy)
+
+
+@dataclass
+class Draft:
+    """Proposed continuation. q_probs None means a deterministic proposal (q is one-hot at each token)."""
+
+    tokens: torch.Tensor  # [B, N] long
+    q_probs: torch.Tensor | None = None  # [B, N, V] drafter probabilities the tokens were drawn from
+
+    @property
+    def length(self) -> int:
+        return self.tokens.shape[1]
+
+
+@dataclass
+class Verdict:
+    """Outcome of verification. tokens holds accepted drafts then one target token, padded with -1."""
+
+    tokens: torch.Tensor  # [B, N+1] long, -1 padded
+    num_accepted: torch.Tensor  # [B] long, draft tokens kept (0..N); emitted tokens = num_accepted + 1
+
+
+@dataclass
+class GenerationStats:
+    """Counters and timers the loop fills. Times are seconds of wall clock."""
+
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    target_calls: int = 0  # target forwards after prefill (one per loop step)
+    draft_calls: int = 0  # drafter model forwards (0 for model-free drafters)
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    rejections: int = 0  # steps that stopped at a rejected draft token
+    gammas: list[int] = field(default_factory=list)
+    time_prefill: float = 0.0
+    time_draft: float = 0.0
+    time_target: float = 0.0
+    time_verify: float = 0.0
+    time_total: float = 0.0
+
+    @property
+    def time_other(self) -> float:
+        return max(0.0, self.time_total - self.time_prefill - self.time_draft - self.time_target - self.time_verify)
+
+    @property
+    def tokens_per_call(self) -> float:
+        """Mean tokens emitted per target call (accepted drafts + the target's own token)."""
+        return self.new_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def alpha(self) -> float:
+        """Per-token acceptance rate: MLE of the capped-geometric success probability (Leviathan eq. 1).
+
+        Draft tokens after a rejection are never judged, so accepted / drafted would underestimate alpha;
+        accepted / (accepted + rejections) counts only the tokens the verifier actually judged.
+        """
+        judged = self.accepted_tokens + self.rejections
+        return self.accepted_tokens / judged if judged else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.time_total if self.time_total > 0 else 0.0
+
+    @property
+    def loop_overhead_fraction(self) -> float:
+        """Share of wall time spent outside model forwards (verification rule + bookkeeping)."""
+        if self.time_total <= 0:
+            return 0.0
+        return (self.time_verify + self.time_other) / self.time_total
+
+    def as_dict(self) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "new_tokens": self.new_tokens,
+            "target_calls": self.target_calls,
+            "draft_calls": self.draft_calls,
+            "drafted_tokens": self.drafted_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "tokens_per_call": self.tokens_per_call,
+            "alpha": self.alpha,
+            "time_prefill": self.time_prefill,
+            "time_draft": self.time_draft,
+            "time_target": self.time_target,
+            "time_verify": self.time_verify,
+            "time_other": self.time_other,
+            "time_total": self.time_total,
+            "tokens_per_second": self.tokens_per_second,
+            "loop_overhead_fraction": self.loop_overhead_fraction,
+            "mean_gamma": sum(self.gammas) / len(self.gammas) if self.gammas else 0.0,
+        }
+
+
+@dataclass
+class GenerationOutput:
+    sequences: torch.Tensor  # [B, L_prompt + new] prompt followed by generated tokens (decoder side)
+    new_tokens: torch.Tensor  # [B, new]
+    stats: GenerationStats

@@ -1,0 +1,42 @@
+"""The verifier interface and the one helper every rule shares: keep an accepted prefix, append one token."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+from ..types import Draft, SamplingParams, Verdict
+
+
+class Verifier(ABC):
+    name: str = "?"
+    lossless: bool = False  # True when the output provably equals (in distribution) the target's own decoding
+
+    def check_params(self, params: SamplingParams) -> None:
+        """Raise DraftVerifyError if this rule cannot serve these sampling settings."""
+
+    @abstractmethod
+    def verify(
+        self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+    ) -> Verdict:
+        """target_logits: [B, N+1, V]; position i scores the token after draft[:, :i]."""
+
+
+def accepted_prefix_length(accept: torch.Tensor) -> torch.Tensor:
+    """accept: [B, N] bool -> [B] length of the all-True prefix (no host sync)."""
+    return accept.long().cumprod(dim=-1).sum(dim=-1)
+
+
+def make_verdict(draft_tokens: torch.Tensor, num_accepted: torch.Tensor, next_token: torch.Tensor) -> Verdict:
+    """draft_tokens [B, N], num_accepted [B], next_token [B] -> tokens [B, N+1]: prefix, next token, then -1."""
+    batch, n = draft_tokens.shape
+    positions = torch.arange(n + 1, device=draft_tokens.device)[None]  # [1, N+1]
+    padded = torch.cat([draft_tokens, draft_tokens.new_full((batch, 1), -1)], dim=1)  # [B, N+1]
+    tokens = torch.where(positions < num_accepted[:, None], padded, torch.full_like(padded, -1))
+    tokens.scatter_(1, num_accepted[:, None], next_token[:, None])
+    return Verdict(tokens=tokens, num_accepted=num_accepted)
+
+
+def gather_at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """values [B, M, ...], index [B] -> values[b, index[b]] : [B, ...]."""
+    return values[torch.arange(values.shape[0], device=values.device), index]

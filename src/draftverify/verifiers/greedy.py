@@ -1,0 +1,26 @@
+"""Greedy verification: keep the longest prefix equal to the target's argmax, then the target's own token."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import DraftVerifyError
+from ..registry import register_verifier
+from ..types import Draft, SamplingParams, Verdict
+from .base import Verifier, accepted_prefix_length, gather_at, make_verdict
+
+
+@register_verifier("greedy")
+class GreedyVerifier(Verifier):
+    lossless = True
+
+    def check_params(self, params: SamplingParams) -> None:
+        if not params.greedy:
+            raise DraftVerifyError(
+                f"the greedy verifier needs temperature 0 (got {params.temperature}); "
+                "use speculative_sampling to sample exactly from the target"
+            )
+
+    def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
+        choice = target_logits.argmax(dim=-1)  # [B, N+1]
+        n = accepted_prefix_length(draft.tokens == choice[:, : draft.length])  # [B]
+        return make_verdict(draft.tokens, n, gather_at(choice, n))

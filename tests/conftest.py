@@ -1,0 +1,124 @@
+"""Tiny random Hugging Face models of several architectures, built from configs (no hub access).
+
+Models are float64 so a batched forward over N+1 positions and N+1 incremental forwards agree to ~1e-15:
+greedy equivalence is then a property of the algorithm, not of float rounding.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    T5Config,
+    T5ForConditionalGeneration,
+)
+
+VOCAB = 96
+EOS = 3
+
+
+def _causal(arch: str, layers: int, seed: int):
+    common = dict(vocab_size=VOCAB, eos_token_id=EOS, bos_token_id=1, pad_token_id=0)
+    if arch == "llama":
+        cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
+                          num_key_value_heads=2, max_position_embeddings=256, **common)
+        cls = LlamaForCausalLM
+    elif arch == "qwen2":
+        cfg = Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
+                          num_key_value_heads=2, max_position_embeddings=256, **common)
+        cls = Qwen2ForCausalLM
+    elif arch == "gpt2":
+        cfg = GPT2Config(n_embd=32, n_layer=layers, n_head=4, n_positions=256, **common)
+        cls = GPT2LMHeadModel
+    elif arch == "gpt_neox":
+        cfg = GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
+                            max_position_embeddings=256, **common)
+        cls = GPTNeoXForCausalLM
+    else:
+        raise ValueError(arch)
+    return cls, cfg
+
+
+def _seq2seq(arch: str, layers: int):
+    if arch == "t5":
+        cfg = T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=layers, num_decoder_layers=layers,
+                       num_heads=4, decoder_start_token_id=0, pad_token_id=0, eos_token_id=EOS)
+        return T5ForConditionalGeneration, cfg
+    if arch == "bart":
+        cfg = BartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=layers, decoder_layers=layers,
+                         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                         max_position_embeddings=256, decoder_start_token_id=2, pad_token_id=0, eos_token_id=EOS,
+                         bos_token_id=1, forced_eos_token_id=None)
+        return BartForConditionalGeneration, cfg
+    raise ValueError(arch)
+
+
+CAUSAL_ARCHS = ["llama", "qwen2", "gpt2", "gpt_neox"]
+SEQ2SEQ_ARCHS = ["t5", "bart"]
+ALL_ARCHS = CAUSAL_ARCHS + SEQ2SEQ_ARCHS
+
+
+def build_model(arch: str, layers: int = 2, seed: int = 0, scale: float = 1.0):
+    """A random model; `scale` multiplies every weight so the logits are peaked enough to give varied text."""
+    cls, cfg = _causal(arch, layers, seed) if arch in CAUSAL_ARCHS else _seq2seq(arch, layers)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = cls(cfg).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(scale)
+    return model
+
+
+def perturbed_copy(model, noise: float, seed: int):
+    """A draft that agrees with the target often but not always: target weights plus Gaussian noise."""
+    import copy
+
+    draft = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * noise * (p.std() if p.numel() > 1 else 1))
+    return draft
+
+
+@torch.no_grad()
+def reference_greedy(model, input_ids: torch.Tensor, max_new_tokens: int, eos: int | None = None) -> list[int]:
+    """The target's own greedy decoding, recomputed from scratch each step (no cache, no drafting)."""
+    if model.config.is_encoder_decoder:
+        seq = torch.tensor([[model.config.decoder_start_token_id]])
+        step = lambda s: model(input_ids=input_ids, decoder_input_ids=s).logits[0, -1]  # noqa: E731
+    else:
+        seq = input_ids
+        step = lambda s: model(input_ids=s).logits[0, -1]  # noqa: E731
+    out: list[int] = []
+    for _ in range(max_new_tokens):
+        token = int(step(seq).argmax())
+        out.append(token)
+        seq = torch.cat([seq, torch.tensor([[token]])], dim=1)
+        if eos is not None and token == eos:
+            break
+    return out
+
+
+@pytest.fixture(scope="session")
+def models():
+    """Cache of built models keyed by (arch, layers, seed, scale)."""
+    cache: dict = {}
+
+    def get(arch: str, layers: int = 2, seed: int = 0, scale: float = 1.0):
+        key = (arch, layers, seed, scale)
+        if key not in cache:
+            cache[key] = build_model(arch, layers, seed, scale)
+        return cache[key]
+
+    return get
