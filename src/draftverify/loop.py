@@ -95,7 +95,9 @@ def generate(
 
     while stats.new_tokens < max_new_tokens:
         remaining = max_new_tokens - stats.new_tokens
-        step_gamma = min(length_policy.next(), remaining - 1)  # the target always adds one token of its own
+        # drafting up to `remaining` (not remaining - 1) lets a drafter the target never overrules (BiLD with
+        # alpha_FB = 0, huge alpha_RB) write the whole text; the surplus target token is then cut below
+        step_gamma = min(length_policy.next(), remaining)
         t0 = perf_counter()
         draft = drafter.propose(state, step_gamma) if step_gamma > 0 else Draft(tokens=state.tokens[:, :0])
         t1 = perf_counter()
@@ -120,7 +122,7 @@ def generate(
         stats.target_calls += 1
         stats.new_tokens += emitted.shape[1]
         stats.drafted_tokens += draft.length
-        stats.accepted_tokens += n
+        stats.accepted_tokens += min(n, emitted.shape[1])
         stats.rejections += int(rejected)
         stats.gammas.append(draft.length)
         stats.time_draft += t1 - t0

@@ -48,4 +48,4 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(0, p - q)) over the last dim (Leviathan Algorithm 1). Falls back to p where p == q (mass 0)."""
     r = (p - q).clamp_min_(0.0)
     mass = r.sum(dim=-1, keepdim=True)
-    return torch.where(mass > 0, r / mass.clamp_min(1e-30), p)
+    return torch.where(mass > 0, r / torch.where(mass > 0, mass, 1.0), p)

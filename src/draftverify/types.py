@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import DraftVerifyError
+from .errors import DraftVerifyError, check_number
 
 
 @dataclass(frozen=True)
@@ -21,12 +21,10 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not (self.temperature >= 0.0):
-            raise DraftVerifyError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        check_number("temperature (0 = greedy)", self.temperature, 0.0)
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise DraftVerifyError(f"top_k must be an integer >= 0 (0 = disabled), got {self.top_k!r}")
-        if not (0.0 < self.top_p <= 1.0):
-            raise DraftVerifyError(f"top_p must be in (0, 1] (1 = disabled), got {self.top_p}")
+        check_number("top_p (1 = disabled)", self.top_p, 0.0, 1.0, low_open=True)
 
     @property
     def greedy(self) -> bool:

@@ -5,7 +5,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..cached_lm import CachedLM
-from ..errors import DraftVerifyError
+from ..errors import DraftVerifyError, check_number
 from ..registry import register_drafter
 from ..sampling import probs_from_logits, sample
 from ..types import DecodingState, Draft, Verdict
@@ -16,16 +16,14 @@ from .base import Drafter, stack_draft
 class ModelDrafter(Drafter):
     """Drafts gamma tokens and returns their probabilities q (filtered exactly like the target's p).
 
-    fallback_threshold is BiLD's alpha_FB: drafting stops before the first token whose max q < alpha_FB,
-    handing that position to the target. 0 disables it.
+    fallback_threshold is BiLD's alpha_FB: drafting stops before the first token whose max q is not above
+    alpha_FB (Algorithm 1, line 4), handing that position to the target. 0 never falls back, 1 always does.
     """
 
     def __init__(self, model: PreTrainedModel | CachedLM, fallback_threshold: float = 0.0):
         super().__init__()
-        if not (0.0 <= fallback_threshold <= 1.0):
-            raise DraftVerifyError(f"fallback threshold alpha_FB must be in [0, 1], got {fallback_threshold}")
+        self.fallback_threshold = check_number("fallback threshold alpha_FB", fallback_threshold, 0.0, 1.0)
         self.lm = model if isinstance(model, CachedLM) else CachedLM(model, role="draft")
-        self.fallback_threshold = fallback_threshold
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
         if self.lm.vocab_size != target.vocab_size:
@@ -53,7 +51,7 @@ class ModelDrafter(Drafter):
             logits = self.lm.forward(pending)[:, -1]  # [B, V]
             self.forward_calls += 1
             q_i = probs_from_logits(logits, params)  # [B, V]
-            if self.fallback_threshold > 0 and float(q_i.max()) < self.fallback_threshold:
+            if self.fallback_threshold > 0 and float(q_i.max()) <= self.fallback_threshold:
                 break
             x = logits.argmax(dim=-1) if params.greedy else sample(q_i, state.generator)  # [B]
             tokens.append(x)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import DraftVerifyError
+from ..errors import check_number
 from ..registry import register_verifier
 from ..sampling import choose
 from ..types import Draft, SamplingParams, Verdict
@@ -18,9 +18,7 @@ from .base import Verifier, accepted_prefix_length, gather_at, make_verdict
 @register_verifier("bild")
 class BildVerifier(Verifier):
     def __init__(self, rollback_threshold: float = 2.0):
-        if not (rollback_threshold >= 0.0):
-            raise DraftVerifyError(f"rollback threshold alpha_RB must be >= 0, got {rollback_threshold}")
-        self.rollback_threshold = rollback_threshold
+        self.rollback_threshold = check_number("rollback threshold alpha_RB", rollback_threshold, 0.0)
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
         x = draft.tokens  # [B, N]

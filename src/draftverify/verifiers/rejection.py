@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import DraftVerifyError
+from ..errors import check_number
 from ..registry import register_verifier
 from ..sampling import probs_from_logits, residual, sample
 from ..types import Draft, SamplingParams, Verdict
@@ -19,9 +19,7 @@ from .base import Verifier, accepted_prefix_length, gather_at, make_verdict
 @register_verifier("speculative_sampling")
 class SpeculativeSamplingVerifier(Verifier):
     def __init__(self, lenience: float = 1.0):
-        if not (0.0 < lenience <= 1.0):
-            raise DraftVerifyError(f"lenience l must be in (0, 1] (1 = exact), got {lenience}")
-        self.lenience = lenience
+        self.lenience = check_number("lenience l", lenience, 0.0, 1.0, low_open=True)
         self.lossless = lenience == 1.0
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import DraftVerifyError
+from ..errors import DraftVerifyError, check_number
 from ..registry import register_verifier
 from ..sampling import choose
 from ..types import Draft, SamplingParams, Verdict
@@ -20,10 +20,8 @@ class TopBetaVerifier(Verifier):
     def __init__(self, beta: int = 3, tau: float = 1.0):
         if isinstance(beta, bool) or not isinstance(beta, int) or beta < 1:
             raise DraftVerifyError(f"top-beta needs an integer beta >= 1, got {beta!r}")
-        if not (tau >= 0.0):
-            raise DraftVerifyError(f"tolerance tau must be >= 0, got {tau}")
         self.beta = beta
-        self.tau = tau
+        self.tau = check_number("tolerance tau", tau, 0.0)
         self.lossless = beta == 1 and tau == 0.0
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:

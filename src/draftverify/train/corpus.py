@@ -1,0 +1,183 @@
+"""Corpus of Python source: the ``.py`` files of this interpreter's standard library.
+
+The manifest records, for each file, its path relative to the stdlib root, its
+sha256, its size in bytes and its split.  The validation split is held out *by
+file*: a file is in ``val`` iff a hash of its relative path falls below
+``val_fraction``, so the split is deterministic, independent of file order and
+stable when files are added or removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Iterator
+
+MANIFEST_VERSION = 1
+EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
+SPLIT_SALT = "draftverify-split-v1:"
+DEFAULT_VAL_FRACTION = 0.02
+SPLITS = ("train", "val")
+
+
+class CorpusError(RuntimeError):
+    """Raised for missing/corrupt manifests or changed corpus files."""
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"]).resolve()
+
+
+def split_for(rel_path: str, val_fraction: float = DEFAULT_VAL_FRACTION) -> str:
+    """Deterministic split assignment from the relative path alone."""
+    h = hashlib.sha256((SPLIT_SALT + rel_path).encode("utf-8")).digest()
+    u = int.from_bytes(h[:8], "big") / 2.0**64  # uniform in [0, 1)
+    return "val" if u < val_fraction else "train"
+
+
+def iter_source_files(root: Path) -> Iterator[Path]:
+    """All ``*.py`` files below ``root`` (sorted), skipping site-/dist-packages."""
+    root = Path(root)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_DIRS)
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                yield Path(dirpath) / name
+
+
+def files_hash(files: list[dict]) -> str:
+    """Content hash of the manifest's file list (independent of the root path)."""
+    canon = json.dumps(
+        [[f["path"], f["sha256"], f["bytes"], f["split"]] for f in files],
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
+def build_manifest(
+    out_path: str | os.PathLike | None,
+    root: str | os.PathLike | None = None,
+    val_fraction: float = DEFAULT_VAL_FRACTION,
+) -> dict:
+    """Scan ``root`` (default: the stdlib) and write the manifest JSON to ``out_path``.
+
+    Files that are not valid UTF-8 (a few deliberately odd test files) or are
+    empty are skipped and counted under ``skipped``.
+    Returns the manifest dict.
+    """
+    if not 0.0 <= val_fraction < 1.0:
+        raise CorpusError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    root = Path(root).resolve() if root is not None else stdlib_root()
+    if not root.is_dir():
+        raise CorpusError(f"corpus root {root} is not a directory")
+    files: list[dict] = []
+    skipped: list[str] = []
+    for p in iter_source_files(root):
+        rel = p.relative_to(root).as_posix()
+        try:
+            data = p.read_bytes()
+            data.decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            skipped.append(rel)
+            continue
+        if not data.strip():
+            skipped.append(rel)
+            continue
+        files.append(
+            {
+                "path": rel,
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "bytes": len(data),
+                "split": split_for(rel, val_fraction),
+            }
+        )
+    if not files:
+        raise CorpusError(f"no usable .py files found under {root}")
+    counts = {s: sum(1 for f in files if f["split"] == s) for s in SPLITS}
+    nbytes = {s: sum(f["bytes"] for f in files if f["split"] == s) for s in SPLITS}
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "source": "python-stdlib" if root == stdlib_root() else "directory",
+        "description": "*.py files of the Python standard library "
+        "(excluding site-packages/dist-packages), split by file",
+        "python_version": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "root": str(root),
+        "val_fraction": val_fraction,
+        "split_rule": f"sha256('{SPLIT_SALT}' + path)[:8] / 2**64 < val_fraction -> val",
+        "counts": counts,
+        "bytes": nbytes,
+        "skipped": skipped,
+        "files_sha256": files_hash(files),
+        "files": files,
+    }
+    if out_path is not None:
+        out_path = Path(out_path)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out_path.with_suffix(out_path.suffix + ".tmp")
+        tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        tmp.replace(out_path)
+    return manifest
+
+
+def load_manifest(manifest: str | os.PathLike | dict) -> dict:
+    if isinstance(manifest, dict):
+        return manifest
+    p = Path(manifest)
+    if not p.is_file():
+        raise CorpusError(
+            f"manifest {p} not found (build it with `draftverify train tokenizer`)"
+        )
+    try:
+        m = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise CorpusError(f"manifest {p} is not valid JSON: {e}") from None
+    if not isinstance(m, dict) or "files" not in m or "root" not in m:
+        raise CorpusError(f"{p} does not look like a draftverify corpus manifest")
+    return m
+
+
+def manifest_hash(manifest: str | os.PathLike | dict) -> str:
+    m = load_manifest(manifest)
+    return m.get("files_sha256") or files_hash(m["files"])
+
+
+def iter_texts(
+    manifest: str | os.PathLike | dict,
+    split: str = "train",
+    root: str | os.PathLike | None = None,
+    verify: bool = True,
+) -> Iterator[str]:
+    """Yield the text of every file of ``split`` ("train", "val" or "all").
+
+    With ``verify`` the sha256 of each file is checked against the manifest, so
+    a different Python version cannot silently produce a different corpus.
+    """
+    if split not in (*SPLITS, "all"):
+        raise CorpusError(f"unknown split {split!r}; expected train, val or all")
+    m = load_manifest(manifest)
+    base = Path(root) if root is not None else Path(m["root"])
+    for f in m["files"]:
+        if split != "all" and f["split"] != split:
+            continue
+        p = base / f["path"]
+        try:
+            data = p.read_bytes()
+        except OSError as e:
+            raise CorpusError(f"corpus file missing: {p} ({e.strerror})") from None
+        if verify and hashlib.sha256(data).hexdigest() != f["sha256"]:
+            raise CorpusError(
+                f"corpus file {p} does not match the manifest sha256 "
+                "(different Python version?); rebuild the manifest"
+            )
+        yield data.decode("utf-8")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    m = build_manifest(sys.argv[1] if len(sys.argv) > 1 else None)
+    print(json.dumps({k: v for k, v in m.items() if k != "files"}, indent=1))

@@ -1,0 +1,274 @@
+"""The decoding loop: exactness of lossless methods on six architectures, limits of BiLD, stop conditions, errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import ALL_ARCHS, CAUSAL_ARCHS, EOS, VOCAB, perturbed_copy, reference_greedy, varied_model
+
+from draftverify import DraftVerifyError, SamplingParams, generate
+from draftverify.drafters import EarlyExitDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
+from draftverify.drafters.base import Drafter
+from draftverify.types import Draft
+from draftverify.verifiers import BildVerifier, GreedyVerifier, SpeculativeSamplingVerifier, TopBetaVerifier
+
+PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
+NEW = 40
+
+
+class RandomDrafter(Drafter):
+    """Proposes uniform random tokens: almost nothing is accepted, every step exercises rollback."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def propose(self, state, gamma):
+        return Draft(tokens=torch.randint(0, VOCAB, (1, gamma), generator=self.gen))
+
+
+_targets: dict = {}
+
+
+def target_and_reference(arch: str):
+    if arch not in _targets:
+        model = varied_model(arch)
+        ref = reference_greedy(model, PROMPT, NEW)
+        assert len(set(ref)) >= 4, f"{arch}: reference text too repetitive to test anything"
+        _targets[arch] = (model, ref)
+    return _targets[arch]
+
+
+def make_drafter(kind: str, model, arch: str):
+    if kind == "self":
+        return ModelDrafter(model)
+    if kind == "perturbed":
+        return ModelDrafter(perturbed_copy(model, 0.5, seed=1))
+    if kind == "random":
+        return RandomDrafter()
+    if kind == "prompt_lookup":
+        return PromptLookupDrafter(max_ngram=3)
+    if kind == "ngram":
+        _, ref = target_and_reference(arch)
+        corpus = [PROMPT[0].tolist() + ref[: NEW // 2], list(range(VOCAB))]  # half the answer: partial acceptance
+        return NgramDrafter(NgramTable.from_sequences(corpus, order=3, vocab_size=VOCAB))
+    if kind == "early_exit":
+        return EarlyExitDrafter(model, num_layers=1)
+    if kind == "none":
+        return NoDrafter()
+    raise ValueError(kind)
+
+
+LOSSLESS_VERIFIERS = {
+    "greedy": GreedyVerifier,
+    "speculative_sampling": SpeculativeSamplingVerifier,
+    "topbeta(1,0)": lambda: TopBetaVerifier(beta=1, tau=0.0),
+}
+DRAFTERS = ["none", "self", "perturbed", "random", "prompt_lookup", "ngram", "early_exit"]
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+@pytest.mark.parametrize("drafter_kind", DRAFTERS)
+@pytest.mark.parametrize("verifier_name", list(LOSSLESS_VERIFIERS))
+def test_lossless_pairs_equal_target_greedy(arch, drafter_kind, verifier_name):
+    if drafter_kind == "early_exit" and arch not in CAUSAL_ARCHS:
+        pytest.skip("early exit is defined for decoder-only targets")
+    model, ref = target_and_reference(arch)
+    drafter = make_drafter(drafter_kind, model, arch)
+    out = generate(model, drafter, LOSSLESS_VERIFIERS[verifier_name](), PROMPT, max_new_tokens=NEW, gamma=4)
+    assert out.new_tokens[0].tolist() == ref
+    stats = out.stats
+    assert stats.new_tokens == NEW
+    # each call adds one target token, except that the last call's bonus may fall past max_new_tokens
+    assert stats.accepted_tokens + stats.target_calls - 1 <= stats.new_tokens <= stats.accepted_tokens + stats.target_calls
+    if drafter_kind == "self":
+        assert stats.alpha == 1.0 and stats.rejections == 0
+        assert stats.target_calls == -(-NEW // 5)  # gamma 4 drafts + 1 bonus per call
+    if drafter_kind == "random":
+        assert stats.alpha < 0.2
+    if drafter_kind == "perturbed":
+        assert 0 < stats.accepted_tokens < stats.drafted_tokens  # the interesting regime: partial acceptance
+
+
+@pytest.mark.parametrize("arch", ["llama", "t5"])
+@pytest.mark.parametrize("gamma", [1, 3, "heuristic", "auto"])
+def test_draft_length_policies_stay_exact(arch, gamma):
+    model, ref = target_and_reference(arch)
+    out = generate(model, make_drafter("perturbed", model, arch), GreedyVerifier(), PROMPT, max_new_tokens=NEW, gamma=gamma)
+    assert out.new_tokens[0].tolist() == ref
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "bart"])
+def test_eos_inside_an_accepted_draft_stops_there(arch):
+    model, ref = target_and_reference(arch)
+    eos = ref[9]  # a token the target emits at step 10: inside a draft of the perfect drafter
+    expected = ref[: ref.index(eos) + 1]
+    out = generate(model, make_drafter("self", model, arch), GreedyVerifier(), PROMPT, max_new_tokens=NEW,
+                   gamma=6, eos_token_id=eos)
+    assert out.new_tokens[0].tolist() == expected
+    assert out.stats.new_tokens == len(expected)
+
+
+@pytest.mark.parametrize("max_new", [1, 2, 7, 11])
+def test_max_new_tokens_hit_mid_draft(max_new):
+    model, ref = target_and_reference("qwen2")
+    out = generate(model, make_drafter("self", model, "qwen2"), GreedyVerifier(), PROMPT, max_new_tokens=max_new, gamma=5)
+    assert out.new_tokens[0].tolist() == ref[:max_new]
+    assert out.stats.drafted_tokens <= max_new  # never drafts past the budget
+
+
+def test_streamed_tokens_are_the_output():
+    model, ref = target_and_reference("llama")
+    seen: list[int] = []
+    out = generate(model, make_drafter("perturbed", model, "llama"), GreedyVerifier(), PROMPT, max_new_tokens=NEW,
+                   on_tokens=lambda t: seen.extend(t[0].tolist()))
+    assert seen == out.new_tokens[0].tolist() == ref
+
+
+# ---- BiLD limits -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt_neox", "t5"])
+def test_bild_never_falling_back_gives_the_small_models_greedy_text(arch):
+    model, _ = target_and_reference(arch)
+    small = perturbed_copy(model, 0.5, seed=1)
+    small_text = reference_greedy(small, PROMPT, NEW)
+    # alpha_FB = 0 never falls back; no cap on consecutive small tokens; alpha_RB huge never rolls back
+    out = generate(model, ModelDrafter(small, fallback_threshold=0.0), BildVerifier(rollback_threshold=1e9), PROMPT,
+                   max_new_tokens=NEW, gamma=NEW)
+    assert out.new_tokens[0].tolist() == small_text
+    assert small_text != reference_greedy(model, PROMPT, NEW)  # the limit is distinguishable from the target's text
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt_neox", "t5"])
+def test_bild_always_falling_back_gives_the_targets_text(arch):
+    model, ref = target_and_reference(arch)
+    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1), fallback_threshold=1.0),
+                   BildVerifier(rollback_threshold=1e9), PROMPT, max_new_tokens=NEW, gamma=10)
+    assert out.new_tokens[0].tolist() == ref
+    assert out.stats.drafted_tokens == 0
+
+
+def test_bild_zero_rollback_threshold_only_keeps_tokens_the_target_is_sure_of():
+    model, ref = target_and_reference("llama")
+    out = generate(model, ModelDrafter(model), BildVerifier(rollback_threshold=0.0), PROMPT, max_new_tokens=NEW, gamma=4)
+    # -log p(x) > 0 for every token with p(x) < 1, so every draft is rolled back and the target decodes alone
+    assert out.new_tokens[0].tolist() == ref
+    assert out.stats.accepted_tokens == 0
+
+
+def test_bild_early_exit_variant_runs_and_uses_the_shallow_model():
+    model, ref = target_and_reference("gpt_neox")
+    out = generate(model, EarlyExitDrafter(model, num_layers=1, fallback_threshold=0.3), BildVerifier(2.0), PROMPT,
+                   max_new_tokens=NEW, gamma=10)
+    assert out.stats.new_tokens == NEW and out.stats.draft_calls > 0
+
+
+# ---- sampling through the loop ------------------------------------------------------------------------------
+
+
+def test_sampling_is_reproducible_with_a_seed_and_varies_without():
+    model, _ = target_and_reference("llama")
+    params = SamplingParams(temperature=1.0, seed=7)
+    runs = [generate(model, make_drafter("perturbed", model, "llama"), SpeculativeSamplingVerifier(), PROMPT, params,
+                     max_new_tokens=20).new_tokens for _ in range(2)]
+    assert torch.equal(runs[0], runs[1])
+    other = generate(model, make_drafter("perturbed", model, "llama"), SpeculativeSamplingVerifier(), PROMPT,
+                     SamplingParams(temperature=1.0, seed=8), max_new_tokens=20).new_tokens
+    assert not torch.equal(runs[0], other)
+
+
+def test_sampled_first_token_follows_target_distribution_through_the_loop():
+    """End to end: the first token's frequencies are as close to p as exact samples from p would be, and
+    clearly farther from the draft's q (so a rule that passed q's samples through would fail)."""
+    model, _ = target_and_reference("gpt2")
+    draft_model = perturbed_copy(model, 3.0, seed=3)
+    with torch.no_grad():
+        p = model(input_ids=PROMPT).logits[0, -1].softmax(-1)
+        q = draft_model(input_ids=PROMPT).logits[0, -1].softmax(-1)
+    draws = 800
+    counts = torch.zeros(VOCAB, dtype=torch.float64)
+    drafter = ModelDrafter(draft_model)
+    for seed in range(draws):
+        out = generate(model, drafter, SpeculativeSamplingVerifier(), PROMPT, SamplingParams(1.0, seed=seed),
+                       max_new_tokens=2, gamma=1)
+        counts[out.new_tokens[0, 0]] += 1
+    tv = lambda freq, dist: 0.5 * (freq - dist).abs().sum()  # noqa: E731
+    gen = torch.Generator().manual_seed(0)
+    null = torch.stack([tv(torch.bincount(torch.multinomial(p, draws, True, generator=gen), minlength=VOCAB) / draws, p)
+                        for _ in range(300)])
+    threshold = float(null.max())
+    assert float(tv(counts / draws, p)) <= threshold
+    assert float(tv(q, p)) > 2 * threshold
+
+
+# ---- bad input -----------------------------------------------------------------------------------------------
+
+
+def test_different_vocabularies_are_rejected():
+    from conftest import build_model
+
+    model, _ = target_and_reference("llama")
+    other = build_model("llama")
+    other.resize_token_embeddings(VOCAB + 8)
+    with pytest.raises(DraftVerifyError, match="different vocabularies"):
+        generate(model, ModelDrafter(other), GreedyVerifier(), PROMPT, max_new_tokens=4)
+
+
+def test_decoder_only_draft_for_encoder_decoder_target_is_rejected():
+    t5, _ = target_and_reference("t5")
+    llama, _ = target_and_reference("llama")
+    with pytest.raises(DraftVerifyError, match="encoder-decoder"):
+        generate(t5, ModelDrafter(llama), GreedyVerifier(), PROMPT, max_new_tokens=4)
+
+
+def test_empty_prompt_is_rejected():
+    model, _ = target_and_reference("llama")
+    with pytest.raises(DraftVerifyError, match="prompt is empty"):
+        generate(model, NoDrafter(), GreedyVerifier(), torch.zeros((1, 0), dtype=torch.long), max_new_tokens=4)
+
+
+@pytest.mark.parametrize("gamma", [0, -1, 2.5, "fast"])
+def test_bad_gamma_is_rejected(gamma):
+    model, _ = target_and_reference("llama")
+    with pytest.raises(DraftVerifyError, match="gamma"):
+        generate(model, NoDrafter(), GreedyVerifier(), PROMPT, max_new_tokens=4, gamma=gamma)
+
+
+def test_batch_larger_than_one_is_a_clear_error_for_now():
+    model, _ = target_and_reference("llama")
+    with pytest.raises(DraftVerifyError, match="batch size 2"):
+        generate(model, NoDrafter(), GreedyVerifier(), PROMPT.repeat(2, 1), max_new_tokens=4)
+
+
+def test_prompt_longer_than_context_is_rejected():
+    model, _ = target_and_reference("gpt2")  # n_positions = 256
+    long_prompt = torch.randint(0, VOCAB, (1, 250))
+    with pytest.raises(DraftVerifyError, match="at most 256 positions"):
+        generate(model, NoDrafter(), GreedyVerifier(), long_prompt, max_new_tokens=10)
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda m: ModelDrafter(m, fallback_threshold=1.5), "alpha_FB"),
+        (lambda m: ModelDrafter(m, fallback_threshold=-0.1), "alpha_FB"),
+        (lambda m: BildVerifier(rollback_threshold=-1.0), "alpha_RB"),
+        (lambda m: SpeculativeSamplingVerifier(lenience=0.0), "lenience"),
+        (lambda m: TopBetaVerifier(beta=0), "beta"),
+        (lambda m: TopBetaVerifier(tau=-0.5), "tau"),
+        (lambda m: EarlyExitDrafter(m, num_layers=2), "layer count"),
+        (lambda m: SamplingParams(temperature=-1.0), "temperature"),
+        (lambda m: SamplingParams(temperature=1.0, top_p=0.0), "top_p"),
+        (lambda m: SamplingParams(temperature=1.0, top_k=-3), "top_k"),
+    ],
+)
+def test_out_of_range_settings_name_the_problem(build, match):
+    model, _ = target_and_reference("llama")
+    with pytest.raises(DraftVerifyError, match=match):
+        build(model)
+
+
+def test_greedy_verifier_refuses_sampling():
+    model, _ = target_and_reference("llama")
+    with pytest.raises(DraftVerifyError, match="temperature 0"):
+        generate(model, NoDrafter(), GreedyVerifier(), PROMPT, SamplingParams(temperature=1.0), max_new_tokens=4)

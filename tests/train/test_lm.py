@@ -1,0 +1,229 @@
+import json
+from pathlib import Path
+
+import pytest
+
+# --- tiny corpus helper (src/ on sys.path so the tests run without an install) ---
+import sys
+from pathlib import Path
+
+# Make `draftverify` importable from the src layout without an install.
+_SRC = Path(__file__).resolve().parents[2] / "src"
+if str(_SRC) not in sys.path:
+    sys.path.insert(0, str(_SRC))
+
+SNIPPETS = [
+    'def add(a, b):\n    """Return a + b."""\n    return a + b\n',
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+    "    def __repr__(self):\n        return f'Point({self.x}, {self.y})'\n",
+    "import os\nimport sys\n\n\ndef main(argv=None):\n    if argv is None:\n        argv = sys.argv[1:]\n"
+    "    for name in argv:\n        print(os.path.basename(name))\n    return 0\n",
+    "for i in range(10):\n    if i % 2 == 0:\n        continue\n    else:\n        print(i)\n",
+]
+
+
+def write_tiny_corpus(root: Path, n_files: int = 24, repeat: int = 3) -> Path:
+    """A small repetitive corpus of .py files in nested directories."""
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n_files):
+        sub = root / ("pkg%d" % (i % 3))
+        sub.mkdir(exist_ok=True)
+        text = "".join(SNIPPETS[(i + k) % len(SNIPPETS)] + "\n" for k in range(len(SNIPPETS))) * repeat
+        (sub / f"mod_{i:02d}.py").write_text(f"# module {i}\n" + text, encoding="utf-8")
+    return root
+# ---
+
+from draftverify.train import lm
+from draftverify.train.tokenizer import build_tokenizer_from_corpus
+
+torch = pytest.importorskip("torch")
+
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+            intermediate_size=64, max_position_embeddings=128)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("lm")
+    root = write_tiny_corpus(tmp / "lib", n_files=24, repeat=4)
+    info = build_tokenizer_from_corpus(tmp / "tok", tmp / "manifest.json", vocab_size=300, root=root,
+                                       val_fraction=0.3)
+    assert info["counts"]["val"] > 0 and info["counts"]["train"] > 0
+    return tmp
+
+
+def _opts(assets, out, **kw):
+    base = dict(tokenizer=str(assets / "tok"), manifest=str(assets / "manifest.json"), out_dir=str(out),
+                cache_dir=str(assets / "cache"), preset="tiny", seq_len=32, batch_size=4, lr=3e-3,
+                warmup_steps=2, max_steps=6, threads=1, bf16=False, val_windows=8, log_every=1,
+                eval_every_steps=100, checkpoint_minutes=1000, progress=False, export=False,
+                config_overrides=dict(TINY))
+    base.update(kw)
+    return lm.TrainOptions(**base)
+
+
+def _quiet(msg):
+    pass
+
+
+def test_token_cache(assets):
+    from draftverify.train import corpus
+    from draftverify.train.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(assets / "tok")
+    m = corpus.load_manifest(assets / "manifest.json")
+    data = lm.load_token_cache(m, str(assets / "tok"), tok, str(assets / "cache"), log=_quiet)
+    assert data["train"].dtype.name == "uint16" and data["val"].dtype.name == "uint16"
+    n_docs = m["counts"]["train"]
+    assert int((data["train"] == tok.eos_token_id).sum()) == n_docs  # one eos per document
+    first = next(corpus.iter_texts(m, "train"))
+    end = list(data["train"]).index(tok.eos_token_id)
+    assert tok.decode(list(map(int, data["train"][:end]))) == first
+    # second call hits the cache (same files, same arrays)
+    again = lm.load_token_cache(m, str(assets / "tok"), tok, str(assets / "cache"), log=_quiet)
+    assert (again["val"] == data["val"]).all()
+
+
+def test_presets_param_counts():
+    from transformers import LlamaForCausalLM
+
+    n_target = lm.count_params(LlamaForCausalLM(lm.make_config("target", 8192, 0)))
+    n_draft = lm.count_params(LlamaForCausalLM(lm.make_config("draft", 8192, 0)))
+    assert 25e6 <= n_target <= 32e6
+    assert 2e6 <= n_draft <= 5e6
+    with pytest.raises(lm.TrainError, match="unknown preset"):
+        lm.make_config("huge", 8192, 0)
+
+
+def test_loss_decreases(assets, tmp_path):
+    opts = _opts(assets, tmp_path / "run", max_steps=60, eval_every_steps=30, warmup_steps=5)
+    summary = lm.train(opts, log=_quiet)
+    recs = [json.loads(l) for l in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    train_losses = [r["train_loss"] for r in recs if r.get("train_loss") is not None]
+    assert summary["step"] == 60
+    assert len(train_losses) == 60
+    import math
+
+    assert train_losses[0] > math.log(300) - 1.0  # starts near uniform
+    assert sum(train_losses[-5:]) / 5 < train_losses[0] - 1.5
+    vals = [r["val_loss"] for r in recs if r.get("val_loss") is not None]
+    assert len(vals) >= 2 and vals[-1] < train_losses[0] - 1.0
+    for r in recs:
+        assert {"step", "elapsed", "train_loss", "val_loss", "lr", "tokens_seen"} <= set(r)
+    assert recs[-1]["tokens_seen"] == 60 * 4 * 32
+
+
+def test_resume_matches_uninterrupted(assets, tmp_path):
+    ref = lm.train(_opts(assets, tmp_path / "ref"), log=_quiet)
+    assert ref["step"] == 6
+    ref_ckpt = lm.load_checkpoint(tmp_path / "ref")
+
+    out = tmp_path / "resumed"
+    part = lm.train(_opts(assets, out), log=_quiet, stop_after_steps=3)
+    assert part["stopped"] and part["step"] == 3
+    mid = lm.load_checkpoint(out)
+    assert mid["state"]["step"] == 3 and mid["state"]["tokens_seen"] == 3 * 4 * 32
+    assert not mid["state"]["finished"]
+    assert len(mid["optimizer"]["state"]) > 0
+
+    msgs = []
+    full = lm.train(_opts(assets, out), log=msgs.append)
+    assert any("resumed" in m and "step 3" in m for m in msgs)
+    assert full["step"] == 6
+    res_ckpt = lm.load_checkpoint(out)
+    assert res_ckpt["state"]["resumes"] == 1
+    for k, v in ref_ckpt["model"].items():
+        assert torch.equal(v, res_ckpt["model"][k]), k
+    # optimizer moments are identical too
+    for pid, st in ref_ckpt["optimizer"]["state"].items():
+        assert torch.equal(st["exp_avg"], res_ckpt["optimizer"]["state"][pid]["exp_avg"])
+    assert ref_ckpt["state"]["val_loss"] == pytest.approx(res_ckpt["state"]["val_loss"], abs=0)
+    # the log covers steps 1..6 exactly once
+    steps = [json.loads(l)["step"] for l in (out / "log.jsonl").read_text().splitlines()
+             if json.loads(l).get("train_loss") is not None]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_export_and_init_from(assets, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    exp = tmp_path / "export"
+    s = lm.train(_opts(assets, tmp_path / "run", max_steps=4, export=True, export_dir=str(exp),
+                       command="draftverify train lm --preset tiny"), log=_quiet)
+    assert (exp / "model.safetensors").is_file()
+    card = (exp / "README.md").read_text()
+    assert f"{s['params']:,}" in card
+    assert "draftverify train lm --preset tiny" in card
+    assert s["manifest_hash"] in card
+    assert "held-out loss" in card
+    tok = AutoTokenizer.from_pretrained(str(exp))
+    from safetensors import safe_open
+
+    with safe_open(str(exp / "model.safetensors"), "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float16}
+    model = AutoModelForCausalLM.from_pretrained(str(exp), dtype="auto")
+    assert model.dtype == torch.float16
+    assert json.loads((exp / "generation_config.json").read_text())["pad_token_id"] == tok.pad_token_id
+    assert model.config.tie_word_embeddings and model.config.eos_token_id == tok.eos_token_id
+    assert lm.count_params(model) == s["params"]
+    # the fp16 weights are the trained ones
+    ck = lm.load_checkpoint(tmp_path / "run")
+    w = ck["model"]["model.embed_tokens.weight"]
+    assert torch.allclose(model.model.embed_tokens.weight.float(), w, atol=1e-2)
+    ids = tok("def add(a, b):\n", return_tensors="pt")["input_ids"]
+    out = model.float().generate(ids, max_new_tokens=5, do_sample=False)
+    assert out.shape[1] == ids.shape[1] + 5 or tok.eos_token_id in out[0].tolist()
+
+    # continue from the export with a fresh optimizer
+    s2 = lm.train(_opts(assets, tmp_path / "cont", init_from=str(exp), max_steps=2), log=_quiet)
+    assert s2["step"] == 2 and s2["params"] == s["params"]
+    assert "init" in s2["preset"]
+
+
+def test_clear_errors(assets, tmp_path):
+    with pytest.raises(lm.TrainError, match="tokenizer"):
+        lm.train(_opts(assets, tmp_path / "a", tokenizer=str(tmp_path / "missing")), log=_quiet)
+    with pytest.raises(lm.TrainError, match="manifest"):
+        lm.train(_opts(assets, tmp_path / "a", manifest=str(tmp_path / "missing.json")), log=_quiet)
+    with pytest.raises(lm.TrainError, match="unknown preset"):
+        lm.train(_opts(assets, tmp_path / "a", preset="giant"), log=_quiet)
+    with pytest.raises(lm.TrainError, match="max-steps"):
+        lm.train(_opts(assets, tmp_path / "a", max_steps=None, max_minutes=None), log=_quiet)
+    with pytest.raises(lm.TrainError, match="seq-len"):
+        lm.train(_opts(assets, tmp_path / "a", seq_len=4096), log=_quiet)
+
+
+def test_cli_errors(assets, tmp_path):
+    from typer.testing import CliRunner
+
+    from draftverify.train.cli import train_app
+
+    r = CliRunner().invoke(train_app, ["lm", "--tokenizer", str(tmp_path / "nope"), "--manifest",
+                                       str(assets / "manifest.json"), "--out", str(tmp_path / "o"),
+                                       "--max-steps", "1"])
+    assert r.exit_code == 2
+    assert "tokenizer" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(train_app, ["lm", "--tokenizer", str(assets / "tok"), "--manifest",
+                                       str(assets / "manifest.json"), "--out", str(tmp_path / "o"),
+                                       "--preset", "giant", "--max-steps", "1"])
+    assert r.exit_code == 2 and "unknown preset" in r.output
+
+
+def test_cli_tokenizer_and_lm(tmp_path):
+    from typer.testing import CliRunner
+
+    from draftverify.train.cli import train_app
+
+    root = write_tiny_corpus(tmp_path / "lib", n_files=30, repeat=2)
+    r = CliRunner().invoke(train_app, ["tokenizer", "--out", str(tmp_path / "zoo" / "tokenizer"),
+                                       "--vocab-size", "300", "--root", str(root), "--val-fraction", "0.3"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "zoo" / "manifest.json").is_file()
+    r = CliRunner().invoke(train_app, [
+        "lm", "--tokenizer", str(tmp_path / "zoo" / "tokenizer"), "--manifest", str(tmp_path / "zoo" / "manifest.json"),
+        "--preset", "tiny", "--out", str(tmp_path / "run"), "--export", str(tmp_path / "zoo" / "tiny"),
+        "--max-steps", "3", "--seq-len", "32", "--batch-size", "2", "--threads", "1", "--no-bf16",
+        "--val-windows", "2", "--no-progress", "--log-every", "1"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "zoo" / "tiny" / "config.json").is_file()
+    assert "step      3" in r.output

@@ -1,0 +1,124 @@
+from pathlib import Path
+
+import pytest
+
+# --- tiny corpus helper (src/ on sys.path so the tests run without an install) ---
+import sys
+from pathlib import Path
+
+# Make `draftverify` importable from the src layout without an install.
+_SRC = Path(__file__).resolve().parents[2] / "src"
+if str(_SRC) not in sys.path:
+    sys.path.insert(0, str(_SRC))
+
+SNIPPETS = [
+    'def add(a, b):\n    """Return a + b."""\n    return a + b\n',
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+    "    def __repr__(self):\n        return f'Point({self.x}, {self.y})'\n",
+    "import os\nimport sys\n\n\ndef main(argv=None):\n    if argv is None:\n        argv = sys.argv[1:]\n"
+    "    for name in argv:\n        print(os.path.basename(name))\n    return 0\n",
+    "for i in range(10):\n    if i % 2 == 0:\n        continue\n    else:\n        print(i)\n",
+]
+
+
+def write_tiny_corpus(root: Path, n_files: int = 24, repeat: int = 3) -> Path:
+    """A small repetitive corpus of .py files in nested directories."""
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n_files):
+        sub = root / ("pkg%d" % (i % 3))
+        sub.mkdir(exist_ok=True)
+        text = "".join(SNIPPETS[(i + k) % len(SNIPPETS)] + "\n" for k in range(len(SNIPPETS))) * repeat
+        (sub / f"mod_{i:02d}.py").write_text(f"# module {i}\n" + text, encoding="utf-8")
+    return root
+# ---
+
+from draftverify.train import corpus
+from draftverify.train.tokenizer import (
+    EOS_TOKEN, TokenizerError, build_tokenizer_from_corpus, load_tokenizer, train_tokenizer,
+)
+
+TRICKY = [
+    "def f(x):\n    return x\n",
+    "class A:\n\tdef g(self):\n\t\tpass\n",                    # tabs
+    "if x:\r\n    y = 1\r\n",                                   # CRLF
+    "\n\n\nx = 1   \n\n    \n",                                 # blank lines, trailing spaces
+    "s = 'héllo wörld ✓ 中文 🐍'\n",                            # non-ASCII
+    "        deeply = [\n            1,\n            2,\n        ]\n",
+    "  leading spaces",
+    "",
+    "x = '<|endoftext|>'",
+]
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tok")
+    root = write_tiny_corpus(tmp / "lib", n_files=12)
+    info = build_tokenizer_from_corpus(tmp / "tokenizer", tmp / "manifest.json", vocab_size=400, root=root,
+                                       val_fraction=0.3)
+    assert info["vocab_size"] <= 400
+    return tmp / "tokenizer"
+
+
+def test_files_and_special_tokens(tok_dir):
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        assert (tok_dir / name).is_file()
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    assert tok.eos_token == tok.bos_token == tok.pad_token == EOS_TOKEN
+    assert tok.eos_token_id == tok.convert_tokens_to_ids(EOS_TOKEN) == 0
+    assert 256 < len(tok) <= 400
+    # the special token is a single id and is not split when written in text
+    assert tok(EOS_TOKEN, add_special_tokens=False)["input_ids"] == [tok.eos_token_id]
+    # no bos/eos silently added
+    ids = tok("x = 1")["input_ids"]
+    assert tok.eos_token_id not in ids
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_roundtrip(tok_dir, text):
+    tok = load_tokenizer(tok_dir)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == text
+
+
+def test_compresses_code(tok_dir):
+    tok = load_tokenizer(tok_dir)
+    text = "def add(a, b):\n    return a + b\n"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) < len(text.encode()) / 2  # merges learned from the corpus
+
+
+def test_roundtrip_stdlib_files(tok_dir):
+    tok = load_tokenizer(tok_dir)
+    import sysconfig
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for name in ("os.py", "textwrap.py", "json/decoder.py"):
+        text = (stdlib / name).read_text(encoding="utf-8")
+        assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(TokenizerError, match="not found"):
+        load_tokenizer(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TokenizerError, match="tokenizer.json"):
+        load_tokenizer(tmp_path / "empty")
+    with pytest.raises(TokenizerError):
+        train_tokenizer(["x"], tmp_path / "t", vocab_size=100)
+
+
+ZOO = Path(__file__).resolve().parents[2] / "zoo" / "code" / "tokenizer"
+
+
+@pytest.mark.skipif(not (ZOO / "tokenizer.json").is_file(), reason="zoo tokenizer not built")
+def test_zoo_tokenizer_roundtrips_val_split():
+    tok = load_tokenizer(ZOO)
+    assert len(tok) == 8192
+    m = corpus.load_manifest(ZOO.parent / "manifest.json")
+    for i, text in enumerate(corpus.iter_texts(m, "val")):
+        assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+        if i >= 5:
+            break
