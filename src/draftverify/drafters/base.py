@@ -23,6 +23,11 @@ class Drafter(ABC):
     def __init__(self) -> None:
         self.forward_calls = 0
 
+    @classmethod
+    def from_options(cls, target: CachedLM, options) -> "Drafter":
+        """Build from a methods.MethodOptions (the CLI / load() path); reads only this drafter's fields."""
+        return cls()
+
     def bind(self, target: CachedLM, max_positions: int) -> None:
         """Check compatibility with the target before generation starts (vocabulary, context length)."""
 

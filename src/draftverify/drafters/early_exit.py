@@ -86,3 +86,7 @@ class EarlyExitDrafter(ModelDrafter):
             target_model = target_model.model
         super().__init__(CachedLM(shallow_view(target_model, num_layers), role="early-exit draft"), fallback_threshold)
         self.num_layers = num_layers
+
+    @classmethod
+    def from_options(cls, target: CachedLM, options) -> "EarlyExitDrafter":
+        return cls(target.model, options.early_exit_layers, fallback_threshold=options.alpha_fb)

@@ -25,6 +25,12 @@ class ModelDrafter(Drafter):
         self.fallback_threshold = check_number("fallback threshold alpha_FB", fallback_threshold, 0.0, 1.0)
         self.lm = model if isinstance(model, CachedLM) else CachedLM(model, role="draft")
 
+    @classmethod
+    def from_options(cls, target: CachedLM, options) -> "ModelDrafter":
+        if options.draft_model is None:
+            raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
+        return cls(options.draft_model, fallback_threshold=options.alpha_fb)
+
     def bind(self, target: CachedLM, max_positions: int) -> None:
         if self.lm.vocab_size != target.vocab_size:
             raise DraftVerifyError(

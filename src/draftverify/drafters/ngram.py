@@ -97,6 +97,12 @@ class NgramDrafter(Drafter):
         super().__init__()
         self.table = table
 
+    @classmethod
+    def from_options(cls, target: CachedLM, options) -> "NgramDrafter":
+        if options.ngram_path is None:
+            raise DraftVerifyError("the 'ngram' drafter needs a table: pass ngram_path=... (CLI: --ngram PATH)")
+        return cls(NgramTable.load(options.ngram_path))
+
     def bind(self, target: CachedLM, max_positions: int) -> None:
         if self.table.vocab_size != target.vocab_size:
             raise DraftVerifyError(

@@ -37,6 +37,10 @@ class PromptLookupDrafter(Drafter):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
+    @classmethod
+    def from_options(cls, target, options) -> "PromptLookupDrafter":
+        return cls(options.prompt_lookup_max_ngram, options.prompt_lookup_min_ngram)
+
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         rows = []
         for b in range(state.tokens.shape[0]):

@@ -12,6 +12,11 @@ class Verifier(ABC):
     name: str = "?"
     lossless: bool = False  # True when the output provably equals (in distribution) the target's own decoding
 
+    @classmethod
+    def from_options(cls, options) -> "Verifier":
+        """Build from a methods.MethodOptions; reads only this verifier's fields."""
+        return cls()
+
     def check_params(self, params: SamplingParams) -> None:
         """Raise DraftVerifyError if this rule cannot serve these sampling settings."""
 

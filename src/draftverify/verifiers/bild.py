@@ -20,6 +20,10 @@ class BildVerifier(Verifier):
     def __init__(self, rollback_threshold: float = 2.0):
         self.rollback_threshold = check_number("rollback threshold alpha_RB", rollback_threshold, 0.0)
 
+    @classmethod
+    def from_options(cls, options) -> "BildVerifier":
+        return cls(rollback_threshold=options.alpha_rb)
+
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
         x = draft.tokens  # [B, N]
         log_p = target_logits[:, : draft.length].float().log_softmax(dim=-1)  # [B, N, V]

@@ -22,6 +22,10 @@ class SpeculativeSamplingVerifier(Verifier):
         self.lenience = check_number("lenience l", lenience, 0.0, 1.0, low_open=True)
         self.lossless = lenience == 1.0
 
+    @classmethod
+    def from_options(cls, options) -> "SpeculativeSamplingVerifier":
+        return cls(lenience=options.lenience)
+
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
         if params.greedy:
             return self._verify_argmax(draft, target_logits)

@@ -24,6 +24,10 @@ class TopBetaVerifier(Verifier):
         self.tau = check_number("tolerance tau", tau, 0.0)
         self.lossless = beta == 1 and tau == 0.0
 
+    @classmethod
+    def from_options(cls, options) -> "TopBetaVerifier":
+        return cls(beta=options.beta, tau=options.tau)
+
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
         x = draft.tokens  # [B, N]
         log_p = target_logits[:, : draft.length].float().log_softmax(dim=-1)  # [B, N, V]

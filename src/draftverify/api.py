@@ -1,0 +1,152 @@
+"""The convenience layer: load models by path, pick a method by name, generate from text.
+
+    pipe = draftverify.load(target="path/to/target", draft="path/to/draft", method="model")
+    result = pipe.generate("def quicksort(xs):", max_new_tokens=64)
+    print(result.text, result.stats.tokens_per_call)
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
+
+from .cached_lm import CachedLM
+from .draft_length import DraftLength, make_draft_length
+from .errors import DraftVerifyError
+from .loop import generate
+from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
+from .types import GenerationOutput, GenerationStats, SamplingParams
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def zoo_root() -> Path:
+    """Where shipped models live: $DRAFTVERIFY_ZOO, else the repository's zoo/ folder."""
+    return Path(os.environ.get("DRAFTVERIFY_ZOO", Path(__file__).resolve().parents[2] / "zoo"))
+
+
+def zoo_paths(name: str) -> dict[str, Path]:
+    folder = zoo_root() / name
+    if not folder.is_dir():
+        available = sorted(p.name for p in zoo_root().iterdir() if p.is_dir()) if zoo_root().is_dir() else []
+        raise DraftVerifyError(f"no zoo entry {name!r} under {zoo_root()}; available: {', '.join(available) or 'none'}")
+    return {"target": folder / "target", "draft": folder / "draft", "ngram": folder / "ngram.safetensors"}
+
+
+def load_model(path: str | Path, dtype: str = "float32", role: str = "target") -> PreTrainedModel:
+    """A causal LM or encoder-decoder from a local directory (or the hub, when it can be reached)."""
+    if dtype not in DTYPES:
+        raise DraftVerifyError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    path = str(path)
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        where = "the local directory does not exist and " if not Path(path).exists() else ""
+        raise DraftVerifyError(
+            f"could not load the {role} model {path!r}: {where}it is not a Hugging Face model "
+            f"(no usable config.json) or the hub cannot be reached ({type(err).__name__})"
+        ) from err
+    cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
+    try:
+        return cls.from_pretrained(path, dtype=DTYPES[dtype]).eval()
+    except (OSError, ValueError) as err:
+        raise DraftVerifyError(f"could not load the {role} model weights from {path!r}: {err}") from err
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    output: GenerationOutput
+
+    @property
+    def stats(self) -> GenerationStats:
+        return self.output.stats
+
+
+class Pipeline:
+    """A target, a method and its pieces, ready to turn text into text plus statistics."""
+
+    def __init__(self, target: PreTrainedModel, tokenizer, method: str = "model", verifier: str | None = None,
+                 options: MethodOptions | None = None, gamma: int | str = 5):
+        self.method = resolve_method(method)
+        self.verifier_name = verifier or self.method.verifier
+        self.target = CachedLM(target, role="target")
+        self.tokenizer = tokenizer
+        self.options = options or MethodOptions()
+        self.drafter = build_drafter(self.method.drafter, self.target, self.options)
+        self.gamma = gamma
+        make_draft_length(gamma)  # validate now, not at the first call
+
+    def encode(self, text: str) -> torch.Tensor:
+        if not text:
+            raise DraftVerifyError("the prompt is empty: give some text to continue")
+        ids = self.tokenizer(text, return_tensors="pt").input_ids  # [1, L]
+        if ids.shape[1] == 0:
+            raise DraftVerifyError(f"the prompt {text!r} tokenizes to no tokens")
+        return ids
+
+    def generate(self, text: str, max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int | None = None, gamma: int | str | DraftLength | None = None,
+                 on_text: Callable[[str], None] | None = None) -> GenerationResult:
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        verifier = build_verifier(self.verifier_name, params, self.options)
+        ids = self.encode(text)
+        streamer = _TextStreamer(self.tokenizer, on_text) if on_text else None
+        eos = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else self.target.config.eos_token_id
+        output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
+                          gamma=self.gamma if gamma is None else gamma, eos_token_id=eos,
+                          on_tokens=streamer.push if streamer else None)
+        return GenerationResult(text=self.tokenizer.decode(output.new_tokens[0], skip_special_tokens=True), output=output)
+
+
+class _TextStreamer:
+    """Decodes the growing output and forwards only new, complete characters (byte-level BPE can split them)."""
+
+    def __init__(self, tokenizer, on_text: Callable[[str], None]):
+        self.tokenizer = tokenizer
+        self.on_text = on_text
+        self.ids: list[int] = []
+        self.printed = 0
+
+    def push(self, tokens: torch.Tensor) -> None:
+        self.ids.extend(tokens[0].tolist())
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            return
+        self.on_text(text[self.printed :])
+        self.printed = len(text)
+
+
+def load(target: str | Path | None = None, draft: str | Path | None = None, method: str = "model",
+         verifier: str | None = None, zoo: str | None = None, dtype: str = "float32", gamma: int | str = 5,
+         **options) -> Pipeline:
+    """Load a target (and draft) by path or zoo name and return a Pipeline for `method`.
+
+    options are MethodOptions fields: alpha_fb, alpha_rb, lenience, beta, tau, early_exit_layers, ngram_path, ...
+    """
+    unknown = set(options) - set(MethodOptions.__dataclass_fields__) - {"draft_model"}
+    if unknown:
+        raise DraftVerifyError(f"unknown option(s) {', '.join(sorted(unknown))}; see draftverify.methods.MethodOptions")
+    if zoo is not None:
+        paths = zoo_paths(zoo)
+        target = target or paths["target"]
+        if draft is None and resolve_method(method).drafter == "model":
+            draft = paths["draft"]
+        if options.get("ngram_path") is None and paths["ngram"].exists():
+            options["ngram_path"] = paths["ngram"]
+    if target is None:
+        raise DraftVerifyError("no target model: pass target=PATH or zoo=NAME")
+    resolve_method(method)
+    target_model = load_model(target, dtype, role="target")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(target))
+    except (OSError, ValueError) as err:
+        raise DraftVerifyError(f"could not load a tokenizer from {str(target)!r}: {err}") from err
+    method_options = replace(MethodOptions(), **options)
+    if draft is not None:
+        method_options.draft_model = load_model(draft, dtype, role="draft")
+    return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma)

@@ -1,0 +1,122 @@
+"""The one command line: generate, methods, train (bench and serve arrive with their issues)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import DraftVerifyError
+from .methods import METHODS
+from .train.cli import train_app
+from .types import GenerationStats
+
+app = typer.Typer(name="draftverify", help="Draft cheaply, verify with the target in one forward pass.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app.add_typer(train_app, name="train")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def stats_table(stats: GenerationStats, title: str = "statistics") -> Table:
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    total = stats.time_total or 1.0
+    rows = [
+        ("new tokens", f"{stats.new_tokens}"),
+        ("target calls", f"{stats.target_calls}"),
+        ("draft model calls", f"{stats.draft_calls}"),
+        ("mean tokens per target call", f"{stats.tokens_per_call:.2f}"),
+        ("acceptance rate alpha", f"{stats.alpha:.3f}"),
+        ("drafted / accepted tokens", f"{stats.drafted_tokens} / {stats.accepted_tokens}"),
+        ("time: prefill", f"{stats.time_prefill:.3f} s ({100 * stats.time_prefill / total:.1f}%)"),
+        ("time: draft", f"{stats.time_draft:.3f} s ({100 * stats.time_draft / total:.1f}%)"),
+        ("time: target forward", f"{stats.time_target:.3f} s ({100 * stats.time_target / total:.1f}%)"),
+        ("time: verify rule", f"{stats.time_verify:.3f} s ({100 * stats.time_verify / total:.1f}%)"),
+        ("time: other (loop)", f"{stats.time_other:.3f} s ({100 * stats.time_other / total:.1f}%)"),
+        ("loop overhead (verify + other)", f"{100 * stats.loop_overhead_fraction:.1f}%"),
+        ("total time", f"{stats.time_total:.3f} s"),
+        ("tokens / s", f"{stats.tokens_per_second:.1f}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _gamma(value: str) -> int | str:
+    return int(value) if value.lstrip("-").isdigit() else value
+
+
+@app.command()
+def generate(
+    prompt: str = typer.Option(..., "--prompt", "-p", help="Text to continue (the source text for seq2seq models)."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
+    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, bild, specdec++)."),
+    zoo: Optional[str] = typer.Option(None, "--zoo", help="Use a shipped model set, e.g. 'code'."),
+    method: str = typer.Option("model", "--method", "-m", help=f"One of: {', '.join(METHODS)}."),
+    verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier: greedy, speculative_sampling, bild, topbeta."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", "-n"),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    top_k: int = typer.Option(0, "--top-k", help="0 = off."),
+    top_p: float = typer.Option(1.0, "--top-p", help="1 = off."),
+    seed: Optional[int] = typer.Option(None, "--seed"),
+    gamma: str = typer.Option("5", "--gamma", help="Draft length: an integer, 'heuristic' or 'auto' (Theorem 8)."),
+    alpha_fb: float = typer.Option(0.0, "--alpha-fb", help="BiLD fallback threshold in [0, 1] (0 = never)."),
+    alpha_rb: float = typer.Option(2.0, "--alpha-rb", help="BiLD rollback threshold on -log p_target(x), >= 0."),
+    lenience: float = typer.Option(1.0, "--lenience", help="Leviathan A.5 lenience l in (0, 1]; 1 = exact."),
+    beta: int = typer.Option(3, "--beta", help="SpecDec++ top-beta."),
+    tau: float = typer.Option(1.0, "--tau", help="SpecDec++ tolerance tau."),
+    early_exit_layers: int = typer.Option(1, "--early-exit-layers", help="Layers of the target used as the draft."),
+    ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram method."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
+) -> None:
+    """Generate text with a draft-then-verify method; stream it, then print the statistics table."""
+    from .api import load
+
+    if threads is not None:
+        if threads < 1:
+            err_console.print(f"[red]error:[/red] --threads must be >= 1, got {threads}")
+            raise typer.Exit(2)
+        import torch
+
+        torch.set_num_threads(threads)
+
+    try:
+        pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
+                    gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
+                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram)
+        on_text = None if as_json else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
+        if not as_json:
+            sys.stdout.write(prompt)
+        result = pipe.generate(prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                               top_p=top_p, seed=seed, on_text=on_text)
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2) from None
+    if as_json:
+        print(json.dumps({"text": result.text, "method": method, "stats": result.stats.as_dict()}))
+        return
+    sys.stdout.write("\n\n")
+    console.print(stats_table(result.stats, title=f"{method} (verifier: {pipe.verifier_name})"))
+
+
+@app.command()
+def methods() -> None:
+    """List the methods: which drafter and verifier each one plugs into the loop."""
+    table = Table(show_header=True, header_style="bold")
+    for column in ("method", "drafter", "verifier", "what it does"):
+        table.add_column(column)
+    for name, m in METHODS.items():
+        table.add_row(name, m.drafter, m.verifier, m.summary)
+    console.print(table)
+
+
+if __name__ == "__main__":
+    app()

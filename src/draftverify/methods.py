@@ -1,0 +1,71 @@
+"""Named methods: a drafter plus a verifier, each built from one MethodOptions bag.
+
+`exact` picks the lossless verifier for the sampling settings: greedy at temperature 0, speculative sampling
+otherwise. Adding a method is a new line here, never a branch in the loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import PreTrainedModel
+
+from .cached_lm import CachedLM
+from . import drafters as _drafters, verifiers as _verifiers  # noqa: F401  (fill the registries)
+from .drafters.base import Drafter
+from .errors import DraftVerifyError
+from .registry import DRAFTERS, VERIFIERS, lookup
+from .types import SamplingParams
+from .verifiers.base import Verifier
+
+
+@dataclass(frozen=True)
+class Method:
+    drafter: str
+    verifier: str  # a registered verifier name, or "exact"
+    summary: str
+
+
+METHODS: dict[str, Method] = {
+    "autoregressive": Method("none", "exact", "the target alone in our loop (no drafting): the baseline"),
+    "model": Method("model", "exact", "speculative decoding with a small draft model (Leviathan et al.)"),
+    "prompt_lookup": Method("prompt_lookup", "exact", "copy the continuation of the latest matching n-gram in the context"),
+    "ngram": Method("ngram", "exact", "a negligible-cost n-gram table drafts (works under sampling too)"),
+    "early_exit": Method("early_exit", "exact", "the target's first L layers + its LM head draft (shared weights)"),
+    "bild": Method("model", "bild", "Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB); not lossless"),
+    "bild_early_exit": Method("early_exit", "bild", "BiLD with the early-exit small model (BiLD section 4.4)"),
+    "specdec++": Method("model", "topbeta", "SpecDec++ top-beta / tolerance-tau verification; not lossless"),
+}
+
+
+@dataclass
+class MethodOptions:
+    """Everything any drafter or verifier may need; each reads only its own fields."""
+
+    draft_model: PreTrainedModel | None = None
+    ngram_path: str | Path | None = None
+    early_exit_layers: int = 1
+    prompt_lookup_max_ngram: int = 3
+    prompt_lookup_min_ngram: int = 1
+    alpha_fb: float = 0.0  # BiLD fallback threshold (0 = never fall back)
+    alpha_rb: float = 2.0  # BiLD rollback threshold on -log p_target(x)
+    lenience: float = 1.0
+    beta: int = 3
+    tau: float = 1.0
+
+
+def resolve_method(name: str) -> Method:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise DraftVerifyError(f"unknown method {name!r}; choose one of: {', '.join(METHODS)}") from None
+
+
+def build_drafter(name: str, target: CachedLM, options: MethodOptions) -> Drafter:
+    return lookup(DRAFTERS, "drafter", name).from_options(target, options)
+
+
+def build_verifier(name: str, params: SamplingParams, options: MethodOptions) -> Verifier:
+    if name == "exact":
+        name = "greedy" if params.greedy and options.lenience == 1.0 else "speculative_sampling"
+    return lookup(VERIFIERS, "verifier", name).from_options(options)

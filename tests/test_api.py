@@ -1,0 +1,110 @@
+"""load() / Pipeline: models from disk, methods by name, text in and text out, clear errors."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from draftverify import DraftVerifyError
+from draftverify.api import load, zoo_paths
+from draftverify.drafters import NgramTable
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENIZER = ROOT / "zoo" / "code" / "tokenizer"
+
+
+def _save_llama(path: Path, layers: int, seed: int, tokenizer) -> None:
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)  # peaked logits: varied, deterministic text
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+    root = tmp_path_factory.mktemp("models")
+    _save_llama(root / "target", layers=3, seed=0, tokenizer=tokenizer)
+    _save_llama(root / "draft", layers=1, seed=1, tokenizer=tokenizer)
+    ids = tokenizer("def f(x):\n    return x + 1\n" * 3).input_ids
+    NgramTable.from_sequences([ids], order=3, vocab_size=len(tokenizer)).save(root / "ngram.safetensors")
+    return root
+
+
+PROMPT = "def quicksort(xs):\n    "
+
+
+@pytest.mark.parametrize("method", ["model", "prompt_lookup", "ngram", "early_exit"])
+def test_lossless_methods_give_the_autoregressive_text(model_dirs, method):
+    baseline = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=24)
+    pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method=method,
+                ngram_path=model_dirs / "ngram.safetensors", early_exit_layers=1)
+    result = pipe.generate(PROMPT, max_new_tokens=24)
+    assert result.text == baseline.text
+    assert result.stats.new_tokens == baseline.stats.new_tokens
+    assert baseline.stats.drafted_tokens == 0 and result.stats.drafted_tokens > 0
+
+
+def test_streamed_text_equals_the_returned_text(model_dirs):
+    pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method="model")
+    pieces: list[str] = []
+    result = pipe.generate(PROMPT, max_new_tokens=24, on_text=pieces.append)
+    assert "".join(pieces) == result.text
+
+
+def test_sampling_through_the_pipeline_is_seeded(model_dirs):
+    pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method="model")
+    a = pipe.generate(PROMPT, max_new_tokens=16, temperature=1.0, top_p=0.9, seed=3)
+    b = pipe.generate(PROMPT, max_new_tokens=16, temperature=1.0, top_p=0.9, seed=3)
+    assert a.text == b.text
+    assert pipe.verifier_name == "exact"  # resolved per call: speculative sampling when temperature > 0
+
+
+def test_missing_model_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(DraftVerifyError, match="could not load the target model"):
+        load(target=tmp_path / "nope", method="autoregressive")
+
+
+def test_unknown_method_lists_the_choices(model_dirs):
+    with pytest.raises(DraftVerifyError, match="unknown method 'medusa'.*prompt_lookup"):
+        load(target=model_dirs / "target", method="medusa")
+
+
+def test_unknown_verifier_lists_the_choices(model_dirs):
+    pipe = load(target=model_dirs / "target", method="autoregressive", verifier="nucleus")
+    with pytest.raises(DraftVerifyError, match="unknown verifier 'nucleus'.*topbeta"):
+        pipe.generate(PROMPT, max_new_tokens=4)
+
+
+def test_model_method_without_draft_says_what_to_pass(model_dirs):
+    with pytest.raises(DraftVerifyError, match="needs a draft model"):
+        load(target=model_dirs / "target", method="model")
+
+
+def test_ngram_method_without_table_says_what_to_pass(model_dirs):
+    with pytest.raises(DraftVerifyError, match="needs a table"):
+        load(target=model_dirs / "target", method="ngram")
+
+
+def test_unknown_option_is_rejected(model_dirs):
+    with pytest.raises(DraftVerifyError, match="unknown option"):
+        load(target=model_dirs / "target", method="autoregressive", alpha_fallback=0.5)
+
+
+def test_empty_prompt_is_rejected(model_dirs):
+    pipe = load(target=model_dirs / "target", method="autoregressive")
+    with pytest.raises(DraftVerifyError, match="prompt is empty"):
+        pipe.generate("", max_new_tokens=4)
+
+
+def test_unknown_zoo_entry_lists_what_exists():
+    with pytest.raises(DraftVerifyError, match="no zoo entry 'nope'"):
+        zoo_paths("nope")

@@ -1,0 +1,180 @@
+"""Draft-length policies: fixed gamma, Hugging Face's heuristic schedule, and AutoGamma (Leviathan section 3.5)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from draftverify.draft_length import AutoGamma, DraftLength, FixedGamma, HeuristicGamma, make_draft_length
+from draftverify.errors import DraftVerifyError
+from draftverify.theory import optimal_gamma
+
+# ---------------------------------------------------------------- FixedGamma
+
+
+def test_fixed_gamma_ignores_feedback():
+    policy = FixedGamma(3)
+    assert policy.next() == 3
+    for drafted, accepted, rejected in [(3, 3, False), (3, 0, True), (0, 0, False), (3, 1, True)]:
+        policy.update(drafted, accepted, rejected, 0.01, 0.1)
+        assert policy.next() == 3
+
+
+# ---------------------------------------------------------------- HeuristicGamma
+
+
+def test_heuristic_plus_two_on_full_acceptance():
+    policy = HeuristicGamma(5)
+    assert policy.next() == 5
+    policy.update(5, 5, False, 0.0, 0.0)
+    assert policy.next() == 7
+    policy.update(7, 7, False, 0.0, 0.0)
+    assert policy.next() == 9
+
+
+def test_heuristic_minus_one_on_rejection_with_floor():
+    policy = HeuristicGamma(3)
+    policy.update(3, 1, True, 0.0, 0.0)
+    assert policy.next() == 2
+    policy.update(2, 0, True, 0.0, 0.0)
+    assert policy.next() == 1
+    policy.update(1, 0, True, 0.0, 0.0)
+    assert policy.next() == 1  # floor
+    policy.update(1, 1, False, 0.0, 0.0)
+    assert policy.next() == 3
+
+
+def test_heuristic_cap():
+    policy = HeuristicGamma(29, max_gamma=32)
+    policy.update(29, 29, False, 0.0, 0.0)
+    assert policy.next() == 31
+    policy.update(31, 31, False, 0.0, 0.0)
+    assert policy.next() == 32
+    policy.update(32, 32, False, 0.0, 0.0)
+    assert policy.next() == 32
+    policy.update(32, 3, True, 0.0, 0.0)
+    assert policy.next() == 31
+
+
+def test_heuristic_empty_draft_changes_nothing():
+    """A drafter that proposed nothing (fallback, no prompt-lookup match) says nothing about gamma."""
+    policy = HeuristicGamma(4)
+    policy.update(0, 0, False, 0.0, 0.0)
+    assert policy.next() == 4
+
+
+# ---------------------------------------------------------------- AutoGamma
+
+
+def simulate(policy: DraftLength, alpha: float, c: float, steps: int, seed: int = 0, target_seconds: float = 0.02):
+    """Feed `steps` steps where each drafted token is accepted with probability alpha (until the first rejection)
+    and drafting one token costs c target calls. Returns every gamma the policy chose."""
+    rng = random.Random(seed)
+    chosen = []
+    for _ in range(steps):
+        gamma = policy.next()
+        chosen.append(gamma)
+        accepted = 0
+        while accepted < gamma and rng.random() < alpha:
+            accepted += 1
+        policy.update(gamma, accepted, accepted < gamma, gamma * c * target_seconds, target_seconds)
+    return chosen
+
+
+# (alpha, c) whose optimal gamma is the same for every alpha within +-0.03, so estimation noise cannot flip it
+@pytest.mark.parametrize("alpha, c, expected", [(0.6, 0.03, 5), (0.5, 0.1, 2), (0.8, 0.3, 3), (0.7, 0.1, 4), (0.9, 0.02, 16)])
+def test_auto_gamma_converges_to_theory_optimum(alpha, c, expected):
+    assert optimal_gamma(alpha, c, max_gamma=16).gamma == expected  # the parameters mean what the test says
+    policy = AutoGamma()
+    chosen = simulate(policy, alpha, c, steps=1500)
+    assert min(chosen) >= 1
+    assert policy.alpha == pytest.approx(alpha, abs=0.03)
+    assert policy.c == pytest.approx(c, rel=1e-9)
+    assert policy.next() == expected
+    assert chosen[-200:] == [expected] * 200  # settled, not oscillating
+
+
+def test_auto_gamma_never_below_one_when_speculation_does_not_pay():
+    # alpha <= c: theory says do not speculate (gamma 0); the policy still drafts one token
+    assert optimal_gamma(0.2, 0.5).gamma == 0
+    policy = AutoGamma()
+    chosen = simulate(policy, alpha=0.2, c=0.5, steps=300)
+    assert min(chosen) >= 1
+    assert chosen[-100:] == [1] * 100
+
+
+def test_auto_gamma_never_below_one_with_no_acceptance():
+    policy = AutoGamma(gamma=3)
+    for _ in range(50):
+        gamma = policy.next()
+        assert gamma >= 1
+        policy.update(gamma, 0, True, gamma * 0.9, 1.0)
+    assert policy.next() == 1
+
+
+def test_auto_gamma_free_drafter_drafts_max_gamma():
+    """c = 0 (model-free drafter, zero drafting time): the factor grows with gamma, so gamma hits max_gamma."""
+    policy = AutoGamma(gamma=4, max_gamma=12)
+    policy.update(4, 2, True, 0.0, 0.05)
+    assert policy.c == 0.0
+    assert policy.next() == 12
+
+
+def test_auto_gamma_prior_and_empty_drafts():
+    policy = AutoGamma()
+    assert policy.next() == 4 and policy.alpha == 0.5 and policy.c == 0.0
+    policy.update(0, 0, False, 0.0, 0.05)  # fallback: nothing drafted, nothing judged
+    assert policy.alpha == 0.5 and policy.c == 0.0
+    assert policy.next() >= 1
+
+
+def test_auto_gamma_alpha_counts_only_judged_tokens():
+    """Drafts after a rejection are never judged: accepted / (accepted + rejections), not accepted / drafted."""
+    policy = AutoGamma()
+    policy.update(8, 2, True, 0.0, 1.0)  # 3 judged (2 accepted + the rejected one), 5 never judged
+    assert policy.alpha == pytest.approx((1 + 2) / (2 + 3))
+
+
+def test_auto_gamma_full_acceptance_is_finite():
+    policy = AutoGamma(max_gamma=10)
+    chosen = simulate(policy, alpha=1.0, c=0.05, steps=50)
+    assert min(chosen) >= 1 and max(chosen) <= 10
+    assert policy.next() == 10
+
+
+# ---------------------------------------------------------------- make_draft_length
+
+
+@pytest.mark.parametrize("value, gamma", [(1, 1), (5, 5), (64, 64), ("1", 1), ("7", 7), ("12", 12)])
+def test_make_fixed(value, gamma):
+    policy = make_draft_length(value)
+    assert isinstance(policy, FixedGamma)
+    assert policy.next() == gamma
+
+
+def test_make_heuristic_starts_at_five():
+    policy = make_draft_length("heuristic")
+    assert isinstance(policy, HeuristicGamma)
+    assert policy.next() == 5
+
+
+def test_make_auto():
+    policy = make_draft_length("auto")
+    assert isinstance(policy, AutoGamma)
+    assert policy.next() >= 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, False, "fast", "0", "-1", "2.5", "", " 3", "Auto", None, [3]])
+def test_make_rejects(bad):
+    with pytest.raises(DraftVerifyError, match="gamma"):
+        make_draft_length(bad)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: draft_length.py:88 uses str.isdigit(), true for '²', then int('²') raises a bare ValueError; "
+    "use str.isdecimal() (or try/except ValueError)",
+)
+def test_make_rejects_non_decimal_digit_strings():
+    with pytest.raises(DraftVerifyError):
+        make_draft_length("²")
