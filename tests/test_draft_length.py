@@ -172,7 +172,7 @@ def test_make_rejects(bad):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG: draft_length.py:88 uses str.isdigit(), true for '²', then int('²') raises a bare ValueError; "
+    reason="BUG: draft_length.py:91-92 uses str.isdigit(), true for '²', then int('²') raises a bare ValueError; "
     "use str.isdecimal() (or try/except ValueError)",
 )
 def test_make_rejects_non_decimal_digit_strings():

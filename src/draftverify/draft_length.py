@@ -88,7 +88,7 @@ def make_draft_length(gamma: int | str) -> DraftLength:
             return AutoGamma()
         if gamma == "heuristic":
             return HeuristicGamma(5)
-        if gamma.isdigit():
+        if gamma.isdecimal():
             gamma = int(gamma)
         else:
             raise DraftVerifyError(f"gamma must be an integer >= 1, 'heuristic' or 'auto', got {gamma!r}")

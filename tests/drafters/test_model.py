@@ -15,7 +15,7 @@ from draftverify.types import DecodingState, SamplingParams, Verdict
 torch.set_num_threads(1)
 
 PROMPT = [5, 17, 33, 8, 41]
-SOURCE = [7, 22, 9, 14, 3 + 60]
+SOURCE = [7, 22, 9, 14, 63]
 
 _models: dict = {}
 

@@ -17,7 +17,9 @@ class ModelDrafter(Drafter):
     """Drafts gamma tokens and returns their probabilities q (filtered exactly like the target's p).
 
     fallback_threshold is BiLD's alpha_FB: drafting stops before the first token whose max q is not above
-    alpha_FB (Algorithm 1, line 4), handing that position to the target. 0 never falls back, 1 always does.
+    alpha_FB (Algorithm 1, line 4: small model's token only if max p_S > alpha_FB; section 3.3's prose says
+    "< alpha_FB", the two differ only at equality), handing that position to the target. With the algorithm's
+    form 0 never falls back and 1 always does, even when a float softmax rounds to exactly 1.
     """
 
     def __init__(self, model: PreTrainedModel | CachedLM, fallback_threshold: float = 0.0):
