@@ -170,11 +170,6 @@ def test_make_rejects(bad):
         make_draft_length(bad)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: draft_length.py:91-92 uses str.isdigit(), true for '²', then int('²') raises a bare ValueError; "
-    "use str.isdecimal() (or try/except ValueError)",
-)
 def test_make_rejects_non_decimal_digit_strings():
     with pytest.raises(DraftVerifyError):
         make_draft_length("²")
