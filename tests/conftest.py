@@ -17,6 +17,8 @@ from transformers import (
     GPTNeoXForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
+    MarianConfig,
+    MarianMTModel,
     Qwen2Config,
     Qwen2ForCausalLM,
     T5Config,
@@ -60,11 +62,17 @@ def _seq2seq(arch: str, layers: int):
                          max_position_embeddings=256, decoder_start_token_id=2, pad_token_id=0, eos_token_id=EOS,
                          bos_token_id=1, forced_eos_token_id=None)
         return BartForConditionalGeneration, cfg
+    if arch == "marian":
+        cfg = MarianConfig(vocab_size=VOCAB, d_model=32, encoder_layers=layers, decoder_layers=layers,
+                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                           max_position_embeddings=256, decoder_start_token_id=0, pad_token_id=0, eos_token_id=EOS,
+                           forced_eos_token_id=None)
+        return MarianMTModel, cfg
     raise ValueError(arch)
 
 
 CAUSAL_ARCHS = ["llama", "qwen2", "gpt2", "gpt_neox"]
-SEQ2SEQ_ARCHS = ["t5", "bart"]
+SEQ2SEQ_ARCHS = ["t5", "bart", "marian"]
 ALL_ARCHS = CAUSAL_ARCHS + SEQ2SEQ_ARCHS
 
 
@@ -127,7 +135,7 @@ def models():
 
 # (scale, seed) per architecture chosen so greedy text has many distinct tokens (a collapsed model that repeats
 # one token would make equivalence tests vacuous); tests assert the variety before relying on it.
-VARIED = {"llama": (2.5, 1), "qwen2": (1.5, 1), "gpt2": (2.0, 0), "gpt_neox": (1.5, 0), "t5": (4.0, 0), "bart": (8.0, 0)}
+VARIED = {"llama": (2.5, 1), "qwen2": (1.5, 1), "gpt2": (2.0, 0), "gpt_neox": (1.5, 0), "t5": (4.0, 0), "bart": (8.0, 0), "marian": (1.0, 1)}
 
 
 def varied_model(arch: str, layers: int = 2):
