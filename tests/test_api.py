@@ -108,3 +108,9 @@ def test_empty_prompt_is_rejected(model_dirs):
 def test_unknown_zoo_entry_lists_what_exists():
     with pytest.raises(DraftVerifyError, match="no zoo entry 'nope'"):
         zoo_paths("nope")
+
+
+def test_top_level_load_is_the_api_load():
+    import draftverify
+
+    assert draftverify.load is load

@@ -3,6 +3,7 @@
     from draftverify import generate, load
 """
 from . import drafters, verifiers  # noqa: F401  (registers every drafter and verifier)
+from .api import Pipeline, load
 from .cached_lm import CachedLM
 from .errors import DraftVerifyError
 from .loop import generate
@@ -14,8 +15,10 @@ __all__ = [
     "DraftVerifyError",
     "GenerationOutput",
     "GenerationStats",
+    "Pipeline",
     "SamplingParams",
     "Verdict",
     "generate",
+    "load",
 ]
 __version__ = "0.1.0"
