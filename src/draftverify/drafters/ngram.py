@@ -3,11 +3,13 @@ so it drafts under sampling as well as greedy. Backs off to shorter contexts ("s
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
@@ -17,20 +19,69 @@ from ..types import DecodingState, Draft
 from .base import Drafter, stack_draft
 
 
-class NgramTable:
-    """Counts of next tokens for every context of length 0..order-1 seen in the data."""
+def key_bits(vocab_size: int) -> int:
+    """Bits per token when a context is packed into one int64 key."""
+    return max(1, int(vocab_size - 1).bit_length())
 
-    def __init__(self, order: int, vocab_size: int, tables: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]]):
+
+def pack_contexts(contexts: np.ndarray, bits: int) -> np.ndarray:
+    """contexts [M, k] -> [M] int64 keys, first token most significant (so keys sort like the tuples)."""
+    keys = np.zeros(contexts.shape[0], dtype=np.int64)
+    for j in range(contexts.shape[1]):
+        keys = (keys << bits) | contexts[:, j].astype(np.int64)
+    return keys
+
+
+@dataclass
+class NgramLevel:
+    """Every kept context of one length k, sorted by packed key; context m's next tokens are a contiguous run."""
+
+    contexts: np.ndarray  # [M, k] int32
+    offsets: np.ndarray  # [M+1] int64: next tokens of context m are tokens[offsets[m]:offsets[m+1]]
+    tokens: np.ndarray  # [E] int64
+    counts: np.ndarray  # [E] float32
+    bits: int  # per token in a packed key
+    keys: np.ndarray = None  # [M] int64 sorted packed contexts, derived from contexts
+
+    def __post_init__(self) -> None:
+        self.keys = pack_contexts(self.contexts, self.bits)
+
+
+class NgramTable:
+    """Counts of next tokens for every context of length 0..order-1 seen in the data.
+
+    Lookups are a binary search over sorted packed keys per context length, so a table with hundreds of
+    thousands of contexts loads in well under a second (no Python object per context).
+    """
+
+    def __init__(self, order: int, vocab_size: int, levels: dict[int, NgramLevel]):
         if order < 2:
             raise DraftVerifyError(f"n-gram order must be >= 2 (bigram and up), got {order}")
-        if () not in tables:
+        if 0 not in levels or levels[0].tokens.size == 0:
             raise DraftVerifyError("the n-gram table is empty: build it from at least one non-empty sequence")
         self.order = order
         self.vocab_size = vocab_size
-        self.tables = tables  # context tuple -> (next tokens [K] long, counts [K] float)
+        self.levels = levels
+
+    @classmethod
+    def from_arrays(cls, order: int, vocab_size: int, arrays: dict[int, tuple]) -> "NgramTable":
+        """arrays: k -> (contexts [M, k], offsets [M+1], tokens [E], counts [E]) with contexts sorted."""
+        bits = key_bits(vocab_size)
+        levels = {
+            k: NgramLevel(np.asarray(c, dtype=np.int32).reshape(len(o) - 1, k), np.asarray(o, dtype=np.int64),
+                          np.asarray(t, dtype=np.int64), np.asarray(n, dtype=np.float32), bits)
+            for k, (c, o, t, n) in arrays.items()
+        }
+        for k, level in levels.items():
+            if level.keys.size > 1 and not (np.diff(level.keys) > 0).all():
+                raise DraftVerifyError(f"n-gram contexts of length {k} are not sorted and unique; rebuild the table")
+        return cls(order, vocab_size, levels)
 
     @classmethod
     def from_sequences(cls, sequences: Iterable[Iterable[int]], order: int, vocab_size: int) -> "NgramTable":
+        """Plain counting for small data and tests; `draftverify train ngram` counts large corpora vectorised."""
+        if order < 2:
+            raise DraftVerifyError(f"n-gram order must be >= 2 (bigram and up), got {order}")
         counts: dict[tuple[int, ...], Counter] = defaultdict(Counter)
         for seq in sequences:
             seq = list(seq)
@@ -39,33 +90,59 @@ class NgramTable:
                     raise DraftVerifyError(f"token id {token} is outside the vocabulary of size {vocab_size}")
                 for k in range(0, min(order - 1, i) + 1):
                     counts[tuple(seq[i - k : i])][token] += 1
-        tables = {
-            ctx: (torch.tensor(list(c.keys()), dtype=torch.long), torch.tensor(list(c.values()), dtype=torch.float32))
-            for ctx, c in counts.items()
-        }
-        return cls(order, vocab_size, tables)
+        arrays = {}
+        for k in range(order):
+            ctxs = sorted(c for c in counts if len(c) == k)
+            if not ctxs:
+                continue
+            runs = [sorted(counts[c].items()) for c in ctxs]
+            offsets = np.cumsum([0] + [len(r) for r in runs])
+            arrays[k] = (np.array(ctxs, dtype=np.int32).reshape(len(ctxs), k), offsets,
+                         [t for r in runs for t, _ in r], [n for r in runs for _, n in r])
+        if 0 not in arrays:
+            raise DraftVerifyError("the n-gram table is empty: build it from at least one non-empty sequence")
+        return cls.from_arrays(order, vocab_size, arrays)
 
     def next_counts(self, context: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """(tokens [K], counts [K]) for the longest suffix of context that was seen."""
         for k in range(min(self.order - 1, len(context)), -1, -1):
-            hit = self.tables.get(tuple(context[len(context) - k :]))
-            if hit is not None:
-                return hit
+            level = self.levels.get(k)
+            if level is None:
+                continue
+            key = 0
+            for token in context[len(context) - k :]:
+                key = (key << level.bits) | token
+            m = int(np.searchsorted(level.keys, key))
+            if m < level.keys.size and level.keys[m] == key:
+                lo, hi = level.offsets[m], level.offsets[m + 1]
+                return torch.from_numpy(level.tokens[lo:hi]), torch.from_numpy(level.counts[lo:hi])
         raise AssertionError("unreachable: the empty context is always present")
 
-    def save(self, path: str | Path) -> None:
-        """safetensors with one (contexts, offsets, tokens, counts) group per context length."""
+    @property
+    def tables(self) -> dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]]:
+        """Every context as a dict (for inspection and tests; builds one entry per context)."""
+        out = {}
+        for level in self.levels.values():
+            for m, ctx in enumerate(level.contexts.tolist()):
+                lo, hi = level.offsets[m], level.offsets[m + 1]
+                out[tuple(ctx)] = (torch.from_numpy(level.tokens[lo:hi]), torch.from_numpy(level.counts[lo:hi]))
+        return out
+
+    def save(self, path: str | Path, metadata: dict[str, str] | None = None) -> int:
+        """safetensors with one (contexts, offsets, tokens, counts) group per context length; returns bytes."""
         tensors: dict[str, torch.Tensor] = {}
-        by_len: dict[int, list[tuple[int, ...]]] = defaultdict(list)
-        for ctx in self.tables:
-            by_len[len(ctx)].append(ctx)
-        for k, ctxs in by_len.items():
-            tokens = [self.tables[c][0] for c in ctxs]
-            tensors[f"ctx{k}"] = torch.tensor(ctxs, dtype=torch.int32).reshape(len(ctxs), k)
-            tensors[f"offsets{k}"] = torch.tensor([0] + [len(t) for t in tokens], dtype=torch.int64).cumsum(0)
-            tensors[f"tokens{k}"] = torch.cat(tokens).to(torch.int32)
-            tensors[f"counts{k}"] = torch.cat([self.tables[c][1] for c in ctxs])
-        save_file(tensors, str(path), metadata={"order": str(self.order), "vocab_size": str(self.vocab_size)})
+        for k, level in self.levels.items():
+            tensors[f"ctx{k}"] = torch.from_numpy(np.ascontiguousarray(level.contexts, dtype=np.int32))
+            tensors[f"offsets{k}"] = torch.from_numpy(np.ascontiguousarray(level.offsets, dtype=np.int64))
+            tensors[f"tokens{k}"] = torch.from_numpy(np.ascontiguousarray(level.tokens, dtype=np.int32))
+            tensors[f"counts{k}"] = torch.from_numpy(np.ascontiguousarray(level.counts, dtype=np.float32))
+        meta = {**(metadata or {}), "order": str(self.order), "vocab_size": str(self.vocab_size)}
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        save_file(tensors, str(tmp), metadata=meta)
+        tmp.replace(path)
+        return path.stat().st_size
 
     @classmethod
     def load(cls, path: str | Path) -> "NgramTable":
@@ -74,19 +151,15 @@ class NgramTable:
         path = Path(path)
         if not path.is_file():
             raise DraftVerifyError(f"n-gram table {path} not found; build one with `draftverify train ngram`")
-        with safe_open(str(path), "pt") as f:
+        with safe_open(str(path), "np") as f:
             meta = f.metadata()
-        tensors = load_file(str(path))
-        tables = {}
-        for key in tensors:
-            if not key.startswith("ctx"):
-                continue
-            k = int(key[3:])
-            ctxs, offsets = tensors[key].tolist(), tensors[f"offsets{k}"].tolist()
-            tokens, counts = tensors[f"tokens{k}"].long(), tensors[f"counts{k}"]
-            for i, ctx in enumerate(ctxs):
-                tables[tuple(ctx)] = (tokens[offsets[i] : offsets[i + 1]], counts[offsets[i] : offsets[i + 1]])
-        return cls(int(meta["order"]), int(meta["vocab_size"]), tables)
+            arrays = {
+                int(key[3:]): (f.get_tensor(key), f.get_tensor(f"offsets{key[3:]}"), f.get_tensor(f"tokens{key[3:]}"),
+                               f.get_tensor(f"counts{key[3:]}"))
+                for key in f.keys()
+                if key.startswith("ctx")
+            }
+        return cls.from_arrays(int(meta["order"]), int(meta["vocab_size"]), arrays)
 
 
 @register_drafter("ngram")
