@@ -34,7 +34,8 @@ def zoo_paths(name: str) -> dict[str, Path]:
     if not folder.is_dir():
         available = sorted(p.name for p in zoo_root().iterdir() if p.is_dir()) if zoo_root().is_dir() else []
         raise DraftVerifyError(f"no zoo entry {name!r} under {zoo_root()}; available: {', '.join(available) or 'none'}")
-    return {"target": folder / "target", "draft": folder / "draft", "ngram": folder / "ngram.safetensors"}
+    return {"target": folder / "target", "draft": folder / "draft", "draft_aligned": folder / "draft-aligned",
+            "ngram": folder / "ngram.safetensors"}
 
 
 def load_model(path: str | Path, dtype: str = "float32", role: str = "target") -> PreTrainedModel:

@@ -118,5 +118,45 @@ def methods() -> None:
     console.print(table)
 
 
+@app.command()
+def bench(
+    prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category> (e.g. spec_bench:translation, spec_bench:mt_bench)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else <repo>/../shared/data)."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts to run: the first N that fit the context (default 20; --quick 2)."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", "-n", help="New tokens per generation (default 128; --quick 8)."),
+    temperature: str = typer.Option("0,1.0", "--temperature", help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling."),
+    zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set, e.g. 'code' (target, draft, draft-aligned, ngram table)."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (overrides the zoo's)."),
+    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (hf_assisted, model, bild)."),
+    aligned_draft: Optional[str] = typer.Option(None, "--aligned-draft", help="Aligned draft model (model_aligned)."),
+    ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram runner."),
+    gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic' (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
+    early_exit_layers: Optional[str] = typer.Option(None, "--early-exit-layers", help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers)."),
+    bild_fb: Optional[str] = typer.Option(None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."),
+    bild_rb: Optional[str] = typer.Option(None, "--bild-rb", help="BiLD rollback thresholds alpha_RB (default 1,2,3,5)."),
+    bild_gamma: int = typer.Option(8, "--bild-gamma", help="Longest BiLD draft before the target is called anyway."),
+    runners: Optional[str] = typer.Option(None, "--runners", help="Comma list of runner families to run (the baselines hf_generate and ours_autoregressive always run): hf_assisted, hf_prompt_lookup, model, model_aligned, ngram, prompt_lookup, early_exit, bild."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed of prompt i is seed + i, the same for every runner."),
+    warmup_tokens: int = typer.Option(16, "--warmup-tokens", help="Tokens of the one warm-up generation per runner (0: none)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    out: Path = typer.Option(Path("benchmarks"), "--out", help="Output folder for <name>.json, <name>.md and <name>-*.png."),
+    name: Optional[str] = typer.Option(None, "--name", help="File stem (default bench-<prompts>[-quick])."),
+    quick: bool = typer.Option(False, "--quick", help="CI smoke test: 2 prompts, 8 tokens, one gamma, every runner type once."),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the PNG plots."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show the progress bar (prompt x runner)."),
+) -> None:
+    """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
+    from .bench.cli import main as bench_main
+
+    code = bench_main(prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
+                      temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
+                      ngram=ngram, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
+                      bild_gamma=bild_gamma, runners=runners, seed=seed, warmup_tokens=warmup_tokens, threads=threads,
+                      dtype=dtype, out=out, name=name, quick=quick, plots=plots, progress=progress)
+    if code:
+        raise typer.Exit(code)
+
+
 if __name__ == "__main__":
     app()

@@ -4,35 +4,7 @@ from pathlib import Path
 
 import pytest
 
-# --- tiny corpus helper (src/ on sys.path so the tests run without an install) ---
-import sys
-from pathlib import Path
-
-# Make `draftverify` importable from the src layout without an install.
-_SRC = Path(__file__).resolve().parents[2] / "src"
-if str(_SRC) not in sys.path:
-    sys.path.insert(0, str(_SRC))
-
-SNIPPETS = [
-    'def add(a, b):\n    """Return a + b."""\n    return a + b\n',
-    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
-    "    def __repr__(self):\n        return f'Point({self.x}, {self.y})'\n",
-    "import os\nimport sys\n\n\ndef main(argv=None):\n    if argv is None:\n        argv = sys.argv[1:]\n"
-    "    for name in argv:\n        print(os.path.basename(name))\n    return 0\n",
-    "for i in range(10):\n    if i % 2 == 0:\n        continue\n    else:\n        print(i)\n",
-]
-
-
-def write_tiny_corpus(root: Path, n_files: int = 24, repeat: int = 3) -> Path:
-    """A small repetitive corpus of .py files in nested directories."""
-    root.mkdir(parents=True, exist_ok=True)
-    for i in range(n_files):
-        sub = root / ("pkg%d" % (i % 3))
-        sub.mkdir(exist_ok=True)
-        text = "".join(SNIPPETS[(i + k) % len(SNIPPETS)] + "\n" for k in range(len(SNIPPETS))) * repeat
-        (sub / f"mod_{i:02d}.py").write_text(f"# module {i}\n" + text, encoding="utf-8")
-    return root
-# ---
+from tiny_corpus import write_tiny_corpus
 
 from draftverify.train import corpus
 

@@ -140,5 +140,111 @@ def bench_cmd(
     typer.echo(json.dumps(lm.bench_step_time(preset, batch_size, seq_len, threads, steps), indent=1))
 
 
+@train_app.command("ngram")
+def ngram_cmd(
+    out: Path = typer.Option(Path("zoo/code/ngram.safetensors"), "--out", help="Output table (safetensors)."),
+    tokenizer: Path = typer.Option(Path("zoo/code/tokenizer"), "--tokenizer", help="Tokenizer directory."),
+    manifest: Path = typer.Option(Path("zoo/code/manifest.json"), "--manifest", help="Corpus manifest JSON."),
+    from_generations: Optional[Path] = typer.Option(
+        None, "--from-generations",
+        help="Build from a JSONL of target generations (written by `train align`) instead of the corpus; "
+             "only continuation tokens are counted as next tokens."),
+    eval_generations: Optional[Path] = typer.Option(
+        None, "--eval-generations", help="Also report top-1 accuracy on the continuations of this generations JSONL "
+                                         "(e.g. runs/align/eval_before.jsonl: held-out target outputs)."),
+    order: int = typer.Option(3, "--order", help="n: contexts of up to n-1 tokens."),
+    min_count: int = typer.Option(2, "--min-count", help="Drop contexts seen fewer times (the unigram is kept)."),
+    top_k: int = typer.Option(8, "--top-k", help="Keep at most this many next tokens per context."),
+    cache_dir: Optional[Path] = typer.Option(
+        None, "--cache-dir", help="Reuse/write `train lm`'s token cache here (e.g. runs/token-cache); "
+                                  "default: tokenize in memory."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Use only the first N training tokens."),
+    vocab_size: Optional[int] = typer.Option(
+        None, "--vocab-size", help="Table vocabulary (default: the tokenizer's, or the generations file's)."),
+    evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Held-out top-1 accuracy on the val split."),
+) -> None:
+    """Build the n-gram drafter's table from the corpus training split (or target generations)."""
+    from . import lm
+    from .ngram import NgramOptions, build
+
+    opts = NgramOptions(
+        out=str(out), tokenizer=str(tokenizer), manifest=str(manifest),
+        from_generations=str(from_generations) if from_generations else None,
+        eval_generations=str(eval_generations) if eval_generations else None, order=order, min_count=min_count,
+        top_k=top_k, cache_dir=str(cache_dir) if cache_dir else None, max_tokens=max_tokens, vocab_size=vocab_size,
+        evaluate=evaluate, command=_command_line(),
+    )
+    try:
+        summary = build(opts, log=lambda m: typer.echo(m))
+    except lm.TrainError as e:
+        _fail(str(e))
+    typer.echo(json.dumps({k: summary[k] for k in ("contexts", "entries", "bytes", "tokens", "val_top1_accuracy",
+                                                   "generations_top1_accuracy", "seconds_total") if k in summary}))
+
+
+@train_app.command("align")
+def align_cmd(
+    target: Path = typer.Option(Path("zoo/code/target"), "--target", help="Exported target model directory."),
+    draft: Path = typer.Option(Path("zoo/code/draft"), "--draft", help="Exported draft model directory to align."),
+    manifest: Path = typer.Option(Path("zoo/code/manifest.json"), "--manifest", help="Corpus manifest JSON."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: the target's)."),
+    out: Path = typer.Option(Path("zoo/code/draft-aligned"), "--out", help="Where to export the aligned draft."),
+    work_dir: Path = typer.Option(
+        Path("runs/align"), "--work-dir", help="Generation caches, fine-tune checkpoint and logs (resumable)."),
+    generations: Optional[Path] = typer.Option(
+        None, "--generations", help="Calibration generations JSONL (default: <work-dir>/generations.jsonl)."),
+    num_prompts: int = typer.Option(1000, "--num-prompts", help="Calibration prompts from the train split."),
+    eval_prompts: int = typer.Option(
+        64, "--eval-prompts", help="Held-out prompts from the val split for alpha before/after (0 = skip)."),
+    min_prompt_tokens: int = typer.Option(64, "--min-prompt-tokens"),
+    max_prompt_tokens: int = typer.Option(256, "--max-prompt-tokens"),
+    new_tokens: int = typer.Option(128, "--new-tokens", help="Greedy target tokens per prompt."),
+    gamma: int = typer.Option(5, "--gamma", help="Draft length for generation and the alpha measurement."),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Fine-tune wall-clock budget."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Maximum fine-tune steps."),
+    lr: float = typer.Option(5e-4, "--lr", help="Peak fine-tune learning rate."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Sequences (prompt + continuation) per step."),
+    warmup_steps: int = typer.Option(20, "--warmup-steps"),
+    min_lr_ratio: float = typer.Option(0.1, "--min-lr-ratio"),
+    weight_decay: float = typer.Option(0.0, "--weight-decay"),
+    grad_clip: float = typer.Option(1.0, "--grad-clip"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads (default: torch's)."),
+    bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="bf16 autocast for the fine-tune."),
+    eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Held-out continuation loss every N steps."),
+    checkpoint_minutes: float = typer.Option(10.0, "--checkpoint-minutes"),
+    log_every: int = typer.Option(10, "--log-every"),
+    seed: int = typer.Option(1234, "--seed"),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bars (default: if a tty)."),
+) -> None:
+    """BiLD prediction alignment: fine-tune the draft on the target's greedy outputs; report alpha before/after."""
+    from .align import AlignOptions, align
+
+    from . import lm
+
+    opts = AlignOptions(
+        target=str(target), draft=str(draft), manifest=str(manifest), tokenizer=str(tokenizer) if tokenizer else None,
+        out_dir=str(out), work_dir=str(work_dir), generations=str(generations) if generations else None,
+        num_prompts=num_prompts, eval_prompts=eval_prompts, min_prompt_tokens=min_prompt_tokens,
+        max_prompt_tokens=max_prompt_tokens, new_tokens=new_tokens, gamma=gamma, seed=seed, max_steps=max_steps,
+        max_minutes=max_minutes, lr=lr, batch_size=batch_size, warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio,
+        weight_decay=weight_decay, grad_clip=grad_clip, threads=threads, bf16=bf16, eval_every_steps=eval_every,
+        checkpoint_minutes=checkpoint_minutes, log_every=log_every, progress=progress, command=_command_line(),
+    )
+    try:
+        info = align(opts, log=lambda m: typer.echo(m))
+    except lm.TrainError as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        typer.echo("interrupted; finished generations are cached: run the same command again to resume", err=True)
+        raise typer.Exit(130)
+    if info.get("stopped"):
+        raise typer.Exit(130)
+    typer.echo(json.dumps({
+        "alpha_before": (info["before"] or {}).get("alpha"), "alpha_after": (info["after"] or {}).get("alpha"),
+        "tokens_per_call_before": (info["before"] or {}).get("tokens_per_call"),
+        "tokens_per_call_after": (info["after"] or {}).get("tokens_per_call"),
+        "steps": info["finetune"]["step"], "out": info["out_dir"]}))
+
+
 if __name__ == "__main__":
     train_app()

@@ -1,0 +1,15 @@
+"""`draftverify bench`: our loop against Hugging Face generate / assisted generation / prompt lookup, same process,
+same prompts, same token ids; speed, calls, alpha, Theorem 8 prediction, BiLD quality/latency.
+
+    from draftverify.bench import BenchConfig, run_bench
+    result = run_bench(BenchConfig(zoo="code", num_prompts=20))      # writes benchmarks/bench-humaneval.{json,md,png}
+
+Modules: config (options), prompts (HumanEval / Spec-Bench), models (loading), counting (forward hooks),
+runners (HF and ours), summary (aggregation, Theorem 8), quality (chrF), report (JSON, markdown), plots (PNG),
+environment (machine, versions), run (orchestration).
+"""
+from .config import FAMILIES, BenchConfig
+from .prompts import Prompt, load_prompts
+from .run import run_bench
+
+__all__ = ["FAMILIES", "BenchConfig", "Prompt", "load_prompts", "run_bench"]

@@ -1,0 +1,84 @@
+"""What `draftverify bench` does with its options: parse the lists, run, print a summary table and the files."""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import DraftVerifyError
+from .config import BenchConfig, parse_floats, parse_gammas, parse_ints, parse_names
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def config_from_options(*, temperature: str, gamma: str | None, early_exit_layers: str | None, bild_fb: str | None,
+                        bild_rb: str | None, runners: str | None, **options) -> BenchConfig:
+    """Strings from the command line -> BenchConfig (comma lists parsed here; values validated by resolved())."""
+    return BenchConfig(
+        temperatures=parse_floats("--temperature", temperature),
+        gammas=parse_gammas(gamma) if gamma is not None else None,
+        early_exit_layers=parse_ints("--early-exit-layers", early_exit_layers) if early_exit_layers else None,
+        bild_fb=parse_floats("--bild-fb", bild_fb) if bild_fb is not None else None,
+        bild_rb=parse_floats("--bild-rb", bild_rb) if bild_rb is not None else None,
+        runners=parse_names("--runners", runners) if runners is not None else None,
+        **options,
+    )
+
+
+def summary_table(rows: list[dict]) -> Table:
+    table = Table(title="bench summary (speedup: tokens/s over hf_generate, same temperature)", header_style="bold")
+    table.add_column("runner", no_wrap=True, min_width=max((len(r["runner"]) for r in rows), default=6))
+    for column in ("T", "tok/s", "speedup", "tokens/call", "alpha", "= baseline"):
+        table.add_column(column, justify="right")
+    for r in rows:
+        eq = r["equal_to_baseline"]
+        eq_text = "-" if eq is None else f"{100 * eq:.0f}%"
+        if eq is not None and eq < 1 and r["lossless"]:
+            eq_text = f"[bold red]{eq_text}[/bold red]"
+        table.add_row(r["runner"], f"{r['temperature']:g}", f"{r['tokens_per_second'] or 0:.1f}",
+                      f"{r['speedup']:.2f}x" if r.get("speedup") else "-",
+                      f"{r['tokens_per_call']:.2f}" if r["tokens_per_call"] else "-",
+                      f"{r['alpha']:.3f}" if r["alpha"] is not None else "-", eq_text)
+    return table
+
+
+def rebuild_command(options: dict) -> str:
+    """`draftverify bench ...` from parsed options, for when sys.argv is not ours (e.g. called in-process)."""
+    argv = ["draftverify", "bench"]
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            if key in ("plots", "progress") and not value:
+                argv.append(f"--no-{key}")
+            elif value and key not in ("plots", "progress"):
+                argv.append(flag)
+            continue
+        argv += [flag, str(value)]
+    return shlex.join(argv)
+
+
+def main(**options) -> int:
+    """Run the benchmark from command-line strings; returns the process exit code (2 for bad input)."""
+    from .run import run_bench
+
+    ours = Path(sys.argv[0]).name in ("draftverify", "cli.py") and sys.argv[1:2] == ["bench"]
+    command = shlex.join(sys.argv) if ours else rebuild_command(options)
+    try:
+        result = run_bench(config_from_options(**options, command=command))
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {err}")
+        return 2
+    console.print(summary_table(result["runners"]))
+    for note in result["notes"]:
+        console.print(f"note: {note}")
+    for kind, path in result["files"].items():
+        console.print(f"wrote {kind}: {path}")
+    for warning in result["warnings"]:
+        err_console.print(f"[bold red]WARNING: {warning}[/bold red]")
+    return 0

@@ -1,0 +1,187 @@
+"""BenchConfig: every knob of `draftverify bench`, parsed from strings and validated before any model is loaded."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from ..errors import DraftVerifyError
+
+GammaSpec = int | str  # an integer >= 1, "auto" (Theorem 8 online) or "heuristic" (Hugging Face's +2/-1)
+
+# runner families: which rows a run has (the two baselines are always run)
+BASELINES = ("hf_generate", "ours_autoregressive")
+FAMILIES = BASELINES + ("hf_assisted", "hf_prompt_lookup", "model", "model_aligned", "ngram", "prompt_lookup",
+                        "early_exit", "bild")
+
+DEFAULT_GAMMAS: tuple[GammaSpec, ...] = (2, 3, 4, 5, 6, 8, "auto")
+DEFAULT_BILD_FB = (0.2, 0.4, 0.6, 0.8)
+DEFAULT_BILD_RB = (1.0, 2.0, 3.0, 5.0)
+FULL_PROMPTS, FULL_NEW_TOKENS = 20, 128
+QUICK_PROMPTS, QUICK_NEW_TOKENS, QUICK_GAMMA = 2, 8, 3
+
+
+@dataclass
+class BenchConfig:
+    """None means "the default for this mode" (full run or --quick); see resolved()."""
+
+    prompts: str = "humaneval"  # humaneval | spec_bench | spec_bench:<category>
+    data_dir: str | Path | None = None  # default $DRAFTVERIFY_DATA, else <repo>/../shared/data
+    num_prompts: int | None = None  # 20 (quick: 2)
+    max_new_tokens: int | None = None  # 128 (quick: 8)
+    temperatures: tuple[float, ...] = (0.0, 1.0)
+    zoo: str | None = None
+    target: str | Path | None = None
+    draft: str | Path | None = None
+    aligned_draft: str | Path | None = None
+    ngram: str | Path | None = None
+    dtype: str = "float32"
+    threads: int | None = None
+    gammas: tuple[GammaSpec, ...] | None = None  # (2,3,4,5,6,8,auto) (quick: (3, auto))
+    early_exit_layers: tuple[int, ...] | None = None  # default: about 1/4 and 1/2 of the target's layers
+    bild_fb: tuple[float, ...] | None = None  # alpha_FB grid (quick: 0.4)
+    bild_rb: tuple[float, ...] | None = None  # alpha_RB grid (quick: 2)
+    bild_gamma: int = 8  # longest BiLD draft before the target is called anyway
+    runners: tuple[str, ...] | None = None  # families to run (baselines always); None = all
+    seed: int = 0
+    warmup_tokens: int = 16  # one warm-up generation of this many tokens per runner row
+    out: str | Path = "benchmarks"
+    name: str | None = None  # file stem; default from the prompt set (+ "-quick")
+    quick: bool = False
+    plots: bool = True
+    progress: bool = True
+    command: str | None = None  # the command line to record; default: sys.argv
+    notes: list[str] = field(default_factory=list)
+
+    def resolved(self) -> "BenchConfig":
+        """Fill mode defaults and validate; raises DraftVerifyError naming the bad option."""
+        quick = self.quick
+        cfg = replace(self, notes=list(self.notes))
+        if cfg.num_prompts is None:
+            cfg.num_prompts = QUICK_PROMPTS if quick else FULL_PROMPTS
+        if cfg.max_new_tokens is None:
+            cfg.max_new_tokens = QUICK_NEW_TOKENS if quick else FULL_NEW_TOKENS
+        if cfg.gammas is None:
+            cfg.gammas = (QUICK_GAMMA, "auto") if quick else DEFAULT_GAMMAS
+        if cfg.bild_fb is None:
+            cfg.bild_fb = (0.4,) if quick else DEFAULT_BILD_FB
+        if cfg.bild_rb is None:
+            cfg.bild_rb = (2.0,) if quick else DEFAULT_BILD_RB
+        if quick:
+            cfg.bild_gamma = min(cfg.bild_gamma, QUICK_GAMMA + 1)
+            if cfg.early_exit_layers is not None:
+                cfg.early_exit_layers = cfg.early_exit_layers[:1]
+        if cfg.name is None:
+            cfg.name = "bench-" + cfg.prompts.replace(":", "-") + ("-quick" if quick else "")
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        _positive_int("--num-prompts", self.num_prompts)
+        _positive_int("--max-new-tokens", self.max_new_tokens)
+        _positive_int("--bild-gamma", self.bild_gamma)
+        if isinstance(self.warmup_tokens, bool) or not isinstance(self.warmup_tokens, int) or self.warmup_tokens < 0:
+            raise DraftVerifyError(f"warmup_tokens must be an integer >= 0, got {self.warmup_tokens!r}")
+        if self.threads is not None:
+            _positive_int("--threads", self.threads)
+        if not self.temperatures:
+            raise DraftVerifyError("--temperature needs at least one value (0 = greedy)")
+        for t in self.temperatures:
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0:
+                raise DraftVerifyError(f"--temperature values must be numbers >= 0 (0 = greedy), got {t!r}")
+        if len(set(self.temperatures)) != len(self.temperatures):
+            raise DraftVerifyError(f"--temperature lists a value twice: {list(self.temperatures)}")
+        if not self.gammas:
+            raise DraftVerifyError("--gamma needs at least one value")
+        for g in self.gammas:
+            _check_gamma(g)
+        for name, values, low, high in (("--bild-fb", self.bild_fb, 0.0, 1.0), ("--bild-rb", self.bild_rb, 0.0, None)):
+            for v in values:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or v < low or (high is not None and v > high):
+                    rng = f"[{low:g}, {high:g}]" if high is not None else f">= {low:g}"
+                    raise DraftVerifyError(f"{name} values must be numbers in {rng}, got {v!r}")
+        if self.early_exit_layers is not None:
+            for n in self.early_exit_layers:
+                _positive_int("--early-exit-layers", n)
+        if self.runners is not None:
+            unknown = [r for r in self.runners if r not in FAMILIES]
+            if unknown:
+                raise DraftVerifyError(f"--runners: unknown runner famil{'y' if len(unknown) == 1 else 'ies'} "
+                                       f"{', '.join(unknown)}; choose from {', '.join(FAMILIES)}")
+        if self.zoo is None and self.target is None:
+            raise DraftVerifyError("no models: pass --zoo NAME (e.g. --zoo code) or --target PATH "
+                                   "[--draft PATH --aligned-draft PATH --ngram PATH]")
+        if not self.name or "/" in self.name:
+            raise DraftVerifyError(f"--name must be a non-empty file stem without '/', got {self.name!r}")
+
+    def wants(self, family: str) -> bool:
+        return family in BASELINES or self.runners is None or family in self.runners
+
+    def as_dict(self) -> dict:
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = str(value) if isinstance(value, Path) else list(value) if isinstance(value, tuple) else value
+        return out
+
+
+def _positive_int(option: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise DraftVerifyError(f"{option} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _check_gamma(g: object) -> None:
+    if g in ("auto", "heuristic"):
+        return
+    if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+        raise DraftVerifyError(f"--gamma values must be integers >= 1, 'auto' or 'heuristic', got {g!r}")
+
+
+# ---------------------------------------------------------------- parsing comma lists from the command line
+
+
+def _items(option: str, text: str) -> list[str]:
+    items = [part.strip() for part in str(text).split(",")]
+    if not items or any(not part for part in items):
+        raise DraftVerifyError(f"{option} takes a comma-separated list without empty items, got {text!r}")
+    return items
+
+
+def parse_floats(option: str, text: str) -> tuple[float, ...]:
+    out = []
+    for part in _items(option, text):
+        if part.lower() == "greedy":
+            out.append(0.0)
+            continue
+        try:
+            out.append(float(part))
+        except ValueError:
+            raise DraftVerifyError(f"{option}: {part!r} is not a number (in {text!r})") from None
+    return tuple(out)
+
+
+def parse_ints(option: str, text: str) -> tuple[int, ...]:
+    out = []
+    for part in _items(option, text):
+        if not part.lstrip("-").isdigit():
+            raise DraftVerifyError(f"{option}: {part!r} is not an integer (in {text!r})")
+        out.append(int(part))
+    return tuple(out)
+
+
+def parse_gammas(text: str) -> tuple[GammaSpec, ...]:
+    out: list[GammaSpec] = []
+    for part in _items("--gamma", text):
+        if part in ("auto", "heuristic"):
+            out.append(part)
+        elif part.lstrip("-").isdigit():
+            out.append(int(part))
+        else:
+            raise DraftVerifyError(f"--gamma: {part!r} is not an integer, 'auto' or 'heuristic' (in {text!r})")
+    for g in out:
+        _check_gamma(g)
+    return tuple(dict.fromkeys(out))
+
+
+def parse_names(option: str, text: str) -> tuple[str, ...]:
+    return tuple(_items(option, text))

@@ -1,0 +1,87 @@
+"""Where and with what a benchmark ran: machine, library versions, git commit, date, command line."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict:
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_model": cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def versions() -> dict:
+    import torch
+    import transformers
+
+    from .. import __version__
+
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "draftverify": __version__,
+        "torch_threads": torch.get_num_threads(),
+        "git_commit": _git("rev-parse", "HEAD"),
+    }
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    info["git_dirty"] = bool(status) if status is not None else None
+    for name in ("sacrebleu", "matplotlib"):
+        try:
+            info[name] = __import__(name).__version__
+        except ImportError:
+            info[name] = None
+    return info
+
+
+def command_line() -> str:
+    """The exact command line of this process."""
+    return shlex.join(sys.argv)
+
+
+def reproduce_command(command: str) -> str:
+    """`command` with the entry point (a path to the script or to cli.py) shown as `draftverify`."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return command
+    if argv and (Path(argv[0]).name == "draftverify" or argv[0].endswith(os.path.join("draftverify", "cli.py"))):
+        argv[0] = "draftverify"
+    elif len(argv) > 2 and argv[1] == "-m" and argv[2] == "draftverify.cli":
+        argv = ["draftverify", *argv[3:]]
+    return shlex.join(argv)
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")

@@ -1,0 +1,107 @@
+"""Load the benchmark's models once: target, draft, aligned draft, n-gram table path, tokenizer."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import AutoTokenizer, PreTrainedModel
+
+from ..api import load_model, zoo_paths
+from ..cached_lm import context_limit
+from ..errors import DraftVerifyError
+from .config import BenchConfig
+
+
+@dataclass
+class BenchModels:
+    target: PreTrainedModel
+    tokenizer: object
+    draft: PreTrainedModel | None = None
+    aligned_draft: PreTrainedModel | None = None
+    ngram_path: Path | None = None
+    paths: dict[str, str | None] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        eos = self.tokenizer.eos_token_id
+        return eos if eos is not None else self.target.config.eos_token_id
+
+    @property
+    def pad_token_id(self) -> int | None:
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else self.eos_token_id
+
+    @property
+    def context_limit(self) -> int | None:
+        """Fewest positions any of the models attends to (prompt + new tokens must fit)."""
+        limits = [context_limit(m.config) for m in (self.target, self.draft, self.aligned_draft) if m is not None]
+        limits = [x for x in limits if x is not None]
+        return min(limits) if limits else None
+
+    def describe(self) -> dict:
+        out = {}
+        for role in ("target", "draft", "aligned_draft"):
+            model = getattr(self, role)
+            if model is None:
+                continue
+            cfg = model.config
+            out[role] = {
+                "path": self.paths.get(role),
+                "architecture": type(model).__name__,
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "layers": getattr(cfg, "num_hidden_layers", getattr(cfg, "n_layer", None)),
+                "hidden_size": getattr(cfg, "hidden_size", getattr(cfg, "n_embd", None)),
+                "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+            }
+        out["ngram"] = {"path": self.paths.get("ngram")} if self.ngram_path else None
+        return out
+
+
+def resolve_paths(config: BenchConfig) -> dict[str, Path | None]:
+    """Explicit paths win; --zoo fills the rest. Missing optional zoo files are None (their runners are skipped)."""
+    chosen: dict[str, Path | None] = {
+        "target": Path(config.target) if config.target else None,
+        "draft": Path(config.draft) if config.draft else None,
+        "aligned_draft": Path(config.aligned_draft) if config.aligned_draft else None,
+        "ngram": Path(config.ngram) if config.ngram else None,
+    }
+    if config.zoo is not None:
+        paths = zoo_paths(config.zoo)
+        zoo = {
+            "target": Path(paths["target"]),
+            "draft": Path(paths["draft"]),
+            "aligned_draft": Path(paths["draft_aligned"]),
+            "ngram": Path(paths["ngram"]),
+        }
+        for role, path in zoo.items():
+            if chosen[role] is None:
+                chosen[role] = path if path.exists() or role == "target" else None
+    for role in ("draft", "aligned_draft", "ngram"):  # an explicit path that is not there is a mistake
+        explicit = getattr(config, role)
+        if explicit and not Path(explicit).exists():
+            option = "--" + role.replace("_", "-")
+            raise DraftVerifyError(f"{option} {explicit}: no such file or directory")
+    return chosen
+
+
+def load_models(config: BenchConfig) -> BenchModels:
+    paths = resolve_paths(config)
+    target = load_model(paths["target"], config.dtype, role="target")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(paths["target"]))
+    except (OSError, ValueError) as err:
+        raise DraftVerifyError(f"could not load a tokenizer from {str(paths['target'])!r}: {err}") from err
+    models = BenchModels(target=target, tokenizer=tokenizer, paths={k: str(v) if v else None for k, v in paths.items()})
+    if paths["draft"] is not None:
+        models.draft = load_model(paths["draft"], config.dtype, role="draft")
+    if paths["aligned_draft"] is not None:
+        models.aligned_draft = load_model(paths["aligned_draft"], config.dtype, role="aligned draft")
+    models.ngram_path = paths["ngram"]
+    for role, families in (("draft", "hf_assisted, model, bild"), ("aligned_draft", "model_aligned"),
+                           ("ngram", "ngram")):
+        if paths[role] is None:
+            option = "--" + role.replace("_", "-")
+            models.notes.append(f"no {role.replace('_', ' ')} (pass {option} or a zoo that has one): "
+                                f"skipped {families}")
+    return models

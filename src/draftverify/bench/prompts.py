@@ -1,0 +1,104 @@
+"""Prompt sets: HumanEval (`prompt`, reference `canonical_solution`) and Spec-Bench (first turn, by category)."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import DraftVerifyError
+
+HUMANEVAL_FILE = Path("humaneval") / "HumanEval.jsonl.gz"
+SPEC_BENCH_FILE = Path("spec_bench") / "question.jsonl"
+# Spec-Bench's "mt_bench" subset is the 80 multi-turn MT-Bench questions, stored under their own 8 categories
+MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+# HumanEval's stop sequences (openai/human-eval, Codex paper): a completion ends where a new top-level block starts
+HUMANEVAL_STOPS = ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    text: str
+    reference: str | None = None  # what a good completion looks like (HumanEval canonical_solution), if known
+    stops: tuple[str, ...] = ()  # completion is cut at the first of these before scoring against the reference
+
+
+def default_data_dir() -> Path:
+    """$DRAFTVERIFY_DATA, else <repo>/../shared/data (the repository is a sibling of shared/)."""
+    env = os.environ.get("DRAFTVERIFY_DATA")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3].parent / "shared" / "data"
+
+
+def _require(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise DraftVerifyError(
+            f"{what} not found at {path}; pass the folder that holds {path.parent.name}/{path.name} with "
+            f"--data-dir DIR (or set $DRAFTVERIFY_DATA)"
+        )
+    return path
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows = []
+    with opener(path, "rt", encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise DraftVerifyError(f"{path}:{number} is not valid JSON: {err}") from None
+    return rows
+
+
+def load_humaneval(data_dir: Path) -> list[Prompt]:
+    path = _require(data_dir / HUMANEVAL_FILE, "HumanEval")
+    out = []
+    for i, row in enumerate(_read_jsonl(path)):
+        if "prompt" not in row:
+            raise DraftVerifyError(f"{path}: record {i} has no 'prompt' field")
+        out.append(Prompt(id=str(row.get("task_id", f"HumanEval/{i}")), text=row["prompt"],
+                          reference=row.get("canonical_solution"), stops=HUMANEVAL_STOPS))
+    return out
+
+
+def load_spec_bench(data_dir: Path, category: str | None) -> list[Prompt]:
+    path = _require(data_dir / SPEC_BENCH_FILE, "Spec-Bench")
+    rows = _read_jsonl(path)
+    available = sorted({str(r.get("category")) for r in rows})
+    wanted = None if category is None else set(MT_BENCH_CATEGORIES) if category == "mt_bench" else {category}
+    if wanted is not None and not wanted & set(available):
+        raise DraftVerifyError(f"Spec-Bench has no category {category!r}; choose one of: "
+                               f"{', '.join(['mt_bench'] + available)}")
+    out = []
+    for i, row in enumerate(rows):
+        if wanted is not None and row.get("category") not in wanted:
+            continue
+        turns = row.get("turns") or []
+        if not turns or not isinstance(turns[0], str):
+            raise DraftVerifyError(f"{path}: record {i} has no first turn")
+        reference = row.get("reference")
+        reference = reference[0] if isinstance(reference, list) and reference and isinstance(reference[0], str) else None
+        out.append(Prompt(id=f"spec_bench/{row.get('question_id', i)}/{row.get('category')}", text=turns[0],
+                          reference=reference))
+    return out
+
+
+def load_prompts(spec: str, data_dir: str | Path | None = None) -> list[Prompt]:
+    """spec: 'humaneval', 'spec_bench' (every category) or 'spec_bench:<category>' (or 'spec_bench:mt_bench')."""
+    folder = Path(data_dir) if data_dir is not None else default_data_dir()
+    name, _, category = spec.partition(":")
+    if name == "humaneval" and not category:
+        return load_humaneval(folder)
+    if name == "spec_bench":
+        return load_spec_bench(folder, category or None)
+    raise DraftVerifyError(f"unknown prompt set {spec!r}; use humaneval, spec_bench or spec_bench:<category>")
+
+
+def truncate_at_stops(text: str, stops: tuple[str, ...]) -> str:
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
+    return text[:cut]

@@ -1,0 +1,161 @@
+"""Write the benchmark's JSON (everything) and markdown (tables + how to reproduce)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .summary import BASELINE, OURS_BASELINE
+
+
+def write_json(result: dict, path: Path) -> None:
+    path.write_text(json.dumps(_finite(result), indent=1, default=_jsonable, allow_nan=False) + "\n")
+
+
+def _finite(value):
+    """NaN / inf (which strict JSON cannot hold) become null, recursively."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _jsonable(value):
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def _f(value, digits: int = 2, suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:.{digits}f}{suffix}"
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _temperature_title(t: float) -> str:
+    return "Temperature 0 (greedy)" if t == 0 else f"Temperature {t:g} (sampling; ours: speculative sampling)"
+
+
+MAIN_COLUMNS = ("runner", "gamma", "tok/s", "speedup", "tokens/call", "alpha", "target calls", "draft calls",
+                "= baseline", "c", "Thm 8 pred.", "achieved", "achieved/pred.", "chrF ref", "chrF greedy")
+
+
+def _main_row(r: dict) -> list[str]:
+    eq = r["equal_to_baseline"]
+    eq_text = "-" if eq is None else (_pct(eq) if eq == 1.0 or not r["lossless"] else f"**{_pct(eq)} (!)**")
+    speedup = _f(r.get("speedup"), 2, "x")
+    if r["runner"] == BASELINE:
+        speedup = "1.00x (baseline)"
+    return [
+        f"`{r['runner']}`", "-" if r["gamma"] is None else str(r["gamma"]), _f(r["tokens_per_second"], 1), speedup,
+        _f(r["tokens_per_call"]), _f(r["alpha"], 3), str(r["target_calls"]), str(r["draft_calls"]), eq_text,
+        _f(r["c"], 3), _f(r["predicted_speedup"], 2, "x"),
+        _f(r["speedup_vs_ours_autoregressive"], 2, "x") if r["predicted_speedup"] is not None else "-",
+        _f(r["achieved_over_predicted"]), _f(r["chrf_reference"], 1), _f(r["chrf_target_greedy"], 1),
+    ]
+
+
+def _table(columns, rows) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def render_markdown(result: dict) -> str:
+    cfg, env, ver = result["config"], result["machine"], result["versions"]
+    rows = result["runners"]
+    files = result["files"]
+    commit = (ver.get("git_commit") or "unknown")[:12] + (" (uncommitted changes)" if ver.get("git_dirty") else "")
+    temps = ", ".join("0 (greedy)" if t == 0 else f"{t:g}" for t in cfg["temperatures"])
+    lines = [
+        f"# draftverify bench: {cfg['prompts']}" + (" (--quick smoke run)" if cfg["quick"] else ""),
+        "",
+        f"{len(result['prompts'])} prompts, up to {cfg['max_new_tokens']} new tokens, batch 1, temperatures {temps}. "
+        f"{result['date']}; {env['cpu_model']} ({env['cores']} cores, torch threads {ver['torch_threads']}); "
+        f"python {ver['python']}, torch {ver['torch']}, transformers {ver['transformers']}, "
+        f"draftverify {ver['draftverify']}, commit {commit}.",
+        "",
+        "Reproduce (from the repository root; models and data as recorded in the JSON):",
+        "",
+        "```bash",
+        result["reproduce"],
+        "```",
+        "",
+        f"Recorded command line: `{result['command']}`",
+        "",
+    ]
+    for warning in result["warnings"]:
+        lines += [f"> **WARNING**: {warning}", ""]
+    lines += [
+        "How to read: every runner ran in this one process on the same token ids, prompt-major (each prompt through "
+        "every runner, the order rotated per prompt) after one warm-up generation each; wall time is perf_counter "
+        "around the whole generate call; all stop at the tokenizer's EOS. **tok/s** = total new tokens / total "
+        f"seconds; **speedup** = tok/s over `{BASELINE}` (the target alone, HF generate, KV cache) at the same "
+        "temperature. **tokens/call** = new tokens per target forward that emits tokens (ours: after the prefill). "
+        "**alpha** = accepted / judged draft tokens. **= baseline**: share of prompts whose greedy output equals "
+        f"the baseline's token for token. **c** = seconds per drafter run / seconds per target forward (our timers; "
+        "model-free drafters: per drafted position). **Thm 8 pred.** = `theory.walltime_factor(alpha, gamma, c)` "
+        f"(gamma: the fixed gamma, else the mean draft length); **achieved** = tok/s over `{OURS_BASELINE}`, the "
+        "same loop without drafting. **chrF ref**: completion (cut at HumanEval's stop sequences) against the "
+        "reference solution; **chrF greedy**: against the target's own greedy output.",
+        "",
+    ]
+    for t in cfg["temperatures"]:
+        t_rows = [r for r in rows if r["temperature"] == t]
+        if not t_rows:
+            continue
+        lines += [f"## {_temperature_title(t)}", ""]
+        lines += _table(MAIN_COLUMNS, [_main_row(r) for r in t_rows])
+        lines.append("")
+    bild = [r for r in rows if r["family"] == "bild"]
+    if bild:
+        lines += ["## BiLD: quality vs latency (greedy)", "",
+                  "Normalised latency = 1 / speedup (the target alone = 1). For comparison, per temperature: the "
+                  "baseline, our fastest draft-model runner (at temperature > 0: speculative sampling) and our fastest "
+                  "lossless runner.", ""]
+        cols = ("runner", "alpha_FB", "alpha_RB", "speedup", "norm. latency", "tokens/call", "chrF ref", "chrF greedy")
+        table_rows = []
+        for r in bild + comparison_rows(rows):
+            s = r["settings"]
+            table_rows.append([
+                f"`{r['runner']}`" + ("" if r["temperature"] == 0 else f" (T={r['temperature']:g})"),
+                f"{s['alpha_fb']:g}" if "alpha_fb" in s else "-", f"{s['alpha_rb']:g}" if "alpha_rb" in s else "-",
+                _f(r.get("speedup"), 2, "x"), _f(1 / r["speedup"] if r.get("speedup") else None, 3),
+                _f(r["tokens_per_call"]), _f(r["chrf_reference"], 1), _f(r["chrf_target_greedy"], 1)])
+        lines += _table(cols, table_rows) + [""]
+    plots = [(k, v) for k, v in files.items() if v.endswith(".png")]
+    if plots:
+        lines += ["## Plots", ""]
+        lines += [f"![{k}]({Path(v).name})" for k, v in plots]
+        lines.append("")
+    notes = result["notes"]
+    if notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    lines += [f"Every per-prompt measurement (texts, token ids, timings, our time split): `{Path(files['json']).name}`.", ""]
+    return "\n".join(lines)
+
+
+def comparison_rows(rows: list[dict]) -> list[dict]:
+    """Per temperature: the baseline, our fastest draft-model row (speculative sampling at temperature > 0) and
+    our fastest lossless drafting row if that is another one."""
+    out = []
+    for t in dict.fromkeys(r["temperature"] for r in rows):
+        t_rows = [r for r in rows if r["temperature"] == t]
+        out += [r for r in t_rows if r["runner"] == BASELINE]
+        ours = [r for r in t_rows if r["kind"] == "ours" and r["lossless"] and r["family"] != OURS_BASELINE
+                and r.get("speedup") is not None]
+        picks = [max(group, key=lambda r: r["speedup"]) for group in
+                 ([r for r in ours if r["family"] == "model"], ours) if group]
+        out += [r for i, r in enumerate(picks) if r not in picks[:i]]
+    return out

@@ -1,0 +1,179 @@
+"""run_bench(config) -> dict: load, warm up, measure prompt-major, summarise, write JSON / markdown / PNG."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from ..errors import DraftVerifyError
+from . import environment, plots
+from .config import BenchConfig
+from .models import BenchModels, load_models
+from .prompts import Prompt, load_prompts
+from .report import render_markdown, write_json
+from .runners import Runner, build_runners, install_hooks
+from .summary import equality_failures, summarize
+
+console = Console(stderr=True)
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """HF logs a notice each time the assistant's settings differ from its defaults; the bench sets them on purpose."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def select_prompts(prompts: list[Prompt], models: BenchModels, config: BenchConfig) -> tuple[list, list[str]]:
+    """The first num_prompts prompts that tokenize to >= 1 token and fit the models' context with the new tokens."""
+    chosen, notes, limit = [], [], models.context_limit
+    skipped = []
+    for prompt in prompts:
+        if len(chosen) == config.num_prompts:
+            break
+        ids = models.tokenizer(prompt.text, return_tensors="pt").input_ids  # [1, L]
+        if ids.shape[1] == 0 or (limit is not None and ids.shape[1] + config.max_new_tokens > limit):
+            skipped.append(f"{prompt.id} ({ids.shape[1]} tokens)")
+            continue
+        chosen.append((prompt, ids))
+    if skipped:
+        notes.append(f"skipped {len(skipped)} prompt(s) that are empty or do not fit the {limit}-position context "
+                     f"with {config.max_new_tokens} new tokens: {', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}")
+    if not chosen:
+        raise DraftVerifyError(f"no prompt of {config.prompts!r} fits the models' context of {limit} positions with "
+                               f"--max-new-tokens {config.max_new_tokens}; lower --max-new-tokens")
+    if len(chosen) < config.num_prompts:
+        notes.append(f"only {len(chosen)} usable prompt(s) for --num-prompts {config.num_prompts}")
+    return chosen, notes
+
+
+def _record(runner: Runner, temperature: float, index: int, prompt: Prompt, seed: int | None, m, tokenizer) -> dict:
+    return {
+        "runner": runner.name, "family": runner.family, "temperature": temperature, "prompt_index": index,
+        "prompt_id": prompt.id, "seed": seed, "new_tokens": m.new_tokens, "seconds": m.seconds,
+        "tokens_per_second": m.new_tokens / m.seconds if m.seconds > 0 else None,
+        "target_calls": m.target_calls, "draft_calls": m.draft_calls, "drafted": m.drafted, "accepted": m.accepted,
+        "rejections": m.rejections, "hook_target_forwards": m.hook_target_forwards,
+        "hook_draft_forwards": m.hook_draft_forwards, "stats": m.stats,
+        "text": tokenizer.decode(m.new_ids, skip_special_tokens=True), "new_ids": m.new_ids,
+    }
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn(), TextColumn("{task.fields[runner]}"), console=console, disable=not enabled,
+                    transient=False)
+
+
+def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer) -> list[dict]:
+    """One warm-up per (runner, temperature) row, then prompt-major: each prompt through every row.
+
+    The row order is rotated by one per prompt, so no runner always runs right after the same other runner.
+    Sampling rows share the seed of the prompt (config.seed + prompt index).
+    """
+    rows = [(r, t) for t in config.temperatures for r in runners if not (r.greedy_only and t > 0)]
+    records: list[dict] = []
+    warm_tokens = min(config.warmup_tokens, config.max_new_tokens)
+    with _progress(config.progress) as bar:
+        if warm_tokens > 0:
+            task = bar.add_task("warm-up", total=len(rows), runner="")
+            first = chosen[0][1]
+            for runner, t in rows:
+                bar.update(task, runner=runner.name)
+                runner.run(first, t, config.seed, warm_tokens)
+                bar.advance(task)
+        task = bar.add_task("prompt x runner", total=len(rows) * len(chosen), runner="")
+        for index, (prompt, ids) in enumerate(chosen):
+            shift = index % len(rows)
+            for runner, t in rows[shift:] + rows[:shift]:
+                bar.update(task, runner=f"prompt {index + 1}/{len(chosen)} {runner.name} T={t:g}")
+                seed = config.seed + index if t > 0 else None
+                m = runner.run(ids, t, seed if seed is not None else 0, config.max_new_tokens)
+                records.append(_record(runner, t, index, prompt, seed, m, tokenizer))
+                bar.advance(task)
+    order = {(r.name, t): i for i, (r, t) in enumerate(rows)}
+    records.sort(key=lambda rec: (rec["prompt_index"], order[(rec["runner"], rec["temperature"])]))
+    return records
+
+
+def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
+    """Run the benchmark described by config (BenchConfig fields as keyword overrides); return the result dict.
+
+    Writes <out>/<name>.json (everything), <name>.md (tables, how to reproduce) and <name>-*.png.
+    Raises DraftVerifyError for bad options, missing data files or models.
+    """
+    config = replace(config or BenchConfig(), **overrides).resolved()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    command = config.command or environment.command_line()
+    prompts = load_prompts(config.prompts, config.data_dir)  # before the models: a missing file fails fast
+    models = load_models(config)
+    if getattr(models.target.config, "is_encoder_decoder", False):
+        raise DraftVerifyError("draftverify bench runs decoder-only targets for now (HF generate's output layout and "
+                               "the early-exit runner assume one); use `draftverify generate` for encoder-decoder models")
+    chosen, prompt_notes = select_prompts(prompts, models, config)
+    hooks = install_hooks(models)
+    try:
+        with _quiet_transformers():
+            runners, runner_notes = build_runners(config, models, hooks)
+            records = measure(runners, config, chosen, models.tokenizer)
+    finally:
+        hooks.remove()
+    used = [p for p, _ in chosen]
+    rows = summarize(runners, config.temperatures, used, records)
+
+    warnings = [f"greedy output of lossless runner `{r['runner']}` equals the baseline on only "
+                f"{100 * r['equal_to_baseline']:.0f}% of prompts (must be 100%)" for r in equality_failures(rows)]
+    for warning in warnings:
+        console.print(f"[bold red]WARNING: {warning}[/bold red]")
+
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"json": str(out / f"{config.name}.json"), "markdown": str(out / f"{config.name}.md")}
+    result = {
+        "name": config.name,
+        "date": environment.now(),
+        "command": command,
+        "reproduce": environment.reproduce_command(command),
+        "config": config.as_dict(),
+        "machine": environment.machine(),
+        "versions": environment.versions(),
+        "models": models.describe(),
+        "prompts": [{"index": i, "id": p.id, "prompt_tokens": int(ids.shape[1]), "has_reference": p.reference is not None}
+                    for i, (p, ids) in enumerate(chosen)],
+        "runner_specs": [r.describe() for r in runners],
+        "runners": rows,
+        "measurements": records,
+        "warnings": warnings,
+        "notes": config.notes + models.notes + runner_notes + prompt_notes,
+        "files": files,
+    }
+    write_json(result, Path(files["json"]))  # the measurements are safe on disk before any plotting
+    if config.plots:
+        _plot_all(rows, out, config, result)
+    write_json(result, Path(files["json"]))
+    Path(files["markdown"]).write_text(render_markdown(result))
+    return result
+
+
+def _plot_all(rows: list[dict], out: Path, config: BenchConfig, result: dict) -> None:
+    jobs = [("speedup_png", plots.plot_speedup, "speedup"),
+            ("tokens_per_call_png", plots.plot_tokens_per_call, "tokens-per-call")]
+    if any(r["family"] == "bild" for r in rows):
+        jobs.append(("bild_png", plots.plot_bild, "bild"))
+    for key, plot, suffix in jobs:
+        try:
+            result["files"][key] = str(plot(rows, out / f"{config.name}-{suffix}.png", config.prompts))
+        except Exception as err:  # a plot must not cost the measurements: note it and go on
+            result["notes"].append(f"plot {suffix} failed: {type(err).__name__}: {err}")
+            console.print(f"[yellow]plot {suffix} failed: {err}[/yellow]")

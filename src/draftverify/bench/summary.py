@@ -1,0 +1,112 @@
+"""Per-runner summary rows from the per-prompt measurements: speed, calls, alpha, c, Theorem 8, quality."""
+from __future__ import annotations
+
+from ..theory import walltime_factor
+from .prompts import Prompt, truncate_at_stops
+from .quality import chrf
+from .runners import Runner
+
+BASELINE = "hf_generate"  # speedups are over the target alone with Hugging Face generate, same run, same temperature
+OURS_BASELINE = "ours_autoregressive"  # Theorem 8 compares with the same loop without drafting
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def theory_gamma(runner: Runner, drafted: int, steps: int) -> int:
+    """The gamma Theorem 8 is evaluated at: the runner's fixed gamma, else the mean draft length rounded."""
+    if isinstance(runner.gamma, int):
+        return runner.gamma
+    return max(1, round(drafted / steps)) if steps else 1
+
+
+def cost_ratio(time_draft: float, draft_calls: int, time_target: float, target_calls: int, steps_x_gamma: int) -> float | None:
+    """Measured c = seconds per drafter run / seconds per target forward (both from our loop's timers).
+
+    A drafter run is one draft-model forward; model-free drafters (n-gram, prompt lookup) have none, so their
+    time is spread over the steps x gamma runs Theorem 8 assumes.
+    """
+    units = draft_calls if draft_calls > 0 else steps_x_gamma
+    if units <= 0 or target_calls <= 0 or time_target <= 0:
+        return None
+    return (time_draft / units) / (time_target / target_calls)
+
+
+def summarize(runners: list[Runner], temperatures: tuple[float, ...], prompts: list[Prompt],
+              records: list[dict]) -> list[dict]:
+    """One row per (runner, temperature) that has measurements, in runner order, temperatures outermost."""
+    by_key: dict[tuple[str, float], list[dict]] = {}
+    for rec in records:
+        by_key.setdefault((rec["runner"], rec["temperature"]), []).append(rec)
+    references = {i: p for i, p in enumerate(prompts)}
+    rows: list[dict] = []
+    for temperature in temperatures:
+        greedy_texts = {r["prompt_index"]: r["text"] for r in by_key.get((BASELINE, 0.0), [])}
+        base_ids = {r["prompt_index"]: r["new_ids"] for r in by_key.get((BASELINE, temperature), [])}
+        for runner in runners:
+            recs = by_key.get((runner.name, temperature))
+            if not recs:
+                continue
+            rows.append(_row(runner, temperature, recs, references, greedy_texts, base_ids))
+        _add_ratios([r for r in rows if r["temperature"] == temperature])
+    return rows
+
+
+def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int, Prompt],
+         greedy_texts: dict[int, str], base_ids: dict[int, list[int]]) -> dict:
+    new = sum(r["new_tokens"] for r in recs)
+    seconds = sum(r["seconds"] for r in recs)
+    calls = sum(r["target_calls"] for r in recs)
+    drafted = sum(r["drafted"] for r in recs)
+    accepted = sum(r["accepted"] for r in recs)
+    judged = accepted + sum(r["rejections"] for r in recs)
+    row = {
+        "runner": runner.name, "family": runner.family, "kind": runner.kind, "temperature": temperature,
+        "gamma": runner.gamma, "lossless": runner.lossless, "settings": runner.settings, "prompts": len(recs),
+        "new_tokens": new, "seconds": seconds, "tokens_per_second": new / seconds if seconds > 0 else None,
+        "target_calls": calls, "draft_calls": sum(r["draft_calls"] for r in recs), "drafted": drafted,
+        "accepted": accepted, "tokens_per_call": new / calls if calls else None,
+        "accepted_per_call": accepted / calls if calls else None,
+        "alpha": accepted / judged if judged else None,
+        "mean_draft_length": drafted / calls if calls else None,
+    }
+    # greedy: identical token ids to the baseline's on every prompt (lossless runners must reach 100%)
+    if temperature == 0.0 and base_ids:
+        same = [r["new_ids"] == base_ids.get(r["prompt_index"]) for r in recs]
+        row["equal_to_baseline"] = sum(same) / len(same)
+    else:
+        row["equal_to_baseline"] = None
+    # Theorem 8 (ours, with a drafter): measured alpha and c -> predicted factor over the same loop without drafting
+    row.update({"c": None, "theory_gamma": None, "predicted_speedup": None})
+    if (runner.kind == "ours" and runner.family != OURS_BASELINE and runner.lossless and calls
+            and all(r.get("stats") for r in recs)):
+        time_draft = sum(r["stats"]["time_draft"] for r in recs)
+        time_target = sum(r["stats"]["time_target"] for r in recs)
+        gamma = theory_gamma(runner, drafted, calls)
+        c = cost_ratio(time_draft, row["draft_calls"], time_target, calls, calls * gamma)
+        if c is not None and row["alpha"] is not None:
+            row.update({"c": c, "theory_gamma": gamma, "predicted_speedup": walltime_factor(row["alpha"], gamma, c)})
+    # quality: chrF of the completion against the reference, and against the target's own greedy output
+    scored = [(r, prompts[r["prompt_index"]]) for r in recs]
+    with_ref = [(r, p) for r, p in scored if p.reference is not None]
+    row["chrf_reference"] = chrf([truncate_at_stops(r["text"], p.stops) for r, p in with_ref],
+                                 [p.reference for _, p in with_ref]) if with_ref else None
+    with_greedy = [r for r in recs if r["prompt_index"] in greedy_texts]
+    row["chrf_target_greedy"] = chrf([r["text"] for r in with_greedy],
+                                     [greedy_texts[r["prompt_index"]] for r in with_greedy]) if with_greedy else None
+    return row
+
+
+def _add_ratios(rows: list[dict]) -> None:
+    """Speedups are ratios of aggregate tokens/s (total new tokens / total wall seconds) within one temperature."""
+    tps = {r["runner"]: r["tokens_per_second"] for r in rows}
+    for row in rows:
+        row["speedup"] = _ratio(row["tokens_per_second"], tps.get(BASELINE))
+        row["speedup_vs_ours_autoregressive"] = _ratio(row["tokens_per_second"], tps.get(OURS_BASELINE))
+        row["achieved_over_predicted"] = _ratio(row["speedup_vs_ours_autoregressive"], row["predicted_speedup"])
+
+
+def equality_failures(rows: list[dict]) -> list[dict]:
+    """Greedy lossless rows whose output differs from the baseline on some prompt."""
+    return [r for r in rows if r["lossless"] and r["equal_to_baseline"] is not None and r["equal_to_baseline"] < 1.0]

@@ -1,0 +1,779 @@
+"""BiLD prediction alignment (Kim et al., section 3.5.1): fine-tune the draft on the target's own greedy outputs.
+
+1. **Calibration data.** Prompts are cut from the corpus *training* split (random windows of
+   ``min_prompt_tokens..max_prompt_tokens`` tokens starting at a line boundary, one independent RNG per prompt
+   index, so the first N prompts do not depend on how many are asked for). The target's greedy continuation
+   of each (``new_tokens`` tokens, or up to its eos) is generated with our own loop, ``draftverify.generate``
+   with the draft as drafter and the greedy verifier: that is exactly the target's greedy output, only faster.
+   Each finished prompt is appended to a JSONL (header line, then ``{"i", "source", "prompt", "continuation",
+   "stats"}`` records) that is reused on the next run: step 1 is resumable and cached.
+2. **Fine-tune.** The draft is trained on prompt + continuation sequences with the loss on the continuation
+   tokens only (the prompt is context). Optimizer, schedule, checkpoint (resumable, SIGINT/SIGTERM safe) and
+   fp16 export are ``train.lm``'s (AdamW groups as in ``lm.train``, ``WarmupCosine``, ``save_checkpoint``,
+   ``load_checkpoint``, ``export_model``).
+3. **Acceptance.** alpha (``GenerationStats.alpha``) and mean tokens per target call of the draft against the
+   target, greedy, on held-out prompts cut the same way from the *validation* split (files never trained on),
+   before (the original draft) and after (the exported aligned draft, loaded like ``draftverify.load`` does).
+   Written into the aligned model's card (README.md) and ``alignment.json`` next to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import shlex
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import corpus as corpus_mod
+from . import lm
+from .lm import TrainError
+from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
+
+CACHE_VERSION = 1
+IGNORE = -100
+# header fields that must agree for a cached generation file to be reused (paths may move; contents may not)
+_HEADER_KEYS = ("version", "kind", "split", "target_sha256", "tokenizer_sha256", "manifest_sha256", "seed",
+                "min_prompt_tokens", "max_prompt_tokens", "new_tokens", "vocab_size", "eos_token_id",
+                "draft_sha256", "gamma")
+_SPLIT_CODE = {"train": 0, "val": 1}
+
+
+class AlignError(TrainError):
+    """User-facing alignment error (missing inputs, incompatible models, stale caches)."""
+
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclass
+class AlignOptions:
+    target: str
+    draft: str
+    manifest: str = "zoo/code/manifest.json"
+    tokenizer: Optional[str] = None         # default: the target's directory
+    out_dir: str = "zoo/code/draft-aligned"  # exported aligned draft
+    work_dir: str = "runs/align"            # generations cache, eval caches, fine-tune checkpoint, logs
+    generations: Optional[str] = None       # default: <work_dir>/generations.jsonl
+    num_prompts: int = 1000
+    eval_prompts: int = 64
+    min_prompt_tokens: int = 64
+    max_prompt_tokens: int = 256
+    new_tokens: int = 128
+    gamma: int = 5
+    seed: int = 1234
+    # fine-tune
+    max_steps: Optional[int] = None
+    max_minutes: Optional[float] = None
+    lr: float = 5e-4
+    batch_size: int = 16
+    warmup_steps: int = 20
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    threads: Optional[int] = None
+    bf16: Optional[bool] = None             # None -> lm.DEFAULT_BF16
+    eval_every_steps: Optional[int] = None  # held-out continuation loss every N steps (always at start and end)
+    checkpoint_minutes: float = 10.0
+    log_every: int = 10
+    progress: Optional[bool] = None         # None -> tqdm bars iff stderr is a tty
+    command: Optional[str] = None
+
+    @property
+    def tokenizer_dir(self) -> str:
+        return self.tokenizer or self.target
+
+    @property
+    def generations_path(self) -> Path:
+        return Path(self.generations) if self.generations else Path(self.work_dir) / "generations.jsonl"
+
+    def validate(self) -> None:
+        for role, d in (("target", self.target), ("draft", self.draft)):
+            p = Path(d)
+            if not p.is_dir():
+                raise AlignError(f"--{role} {p}: directory not found (an exported model, as written by `train lm`)")
+            if not (p / "config.json").is_file():
+                raise AlignError(f"--{role} {p} has no config.json: expected an exported Hugging Face model dir")
+        tdir = Path(self.tokenizer_dir)
+        if not (tdir / "tokenizer.json").is_file():
+            where = "--tokenizer" if self.tokenizer else "the target directory (default --tokenizer)"
+            raise AlignError(f"no tokenizer.json in {tdir} ({where}); pass --tokenizer DIR")
+        if not Path(self.manifest).is_file():
+            raise AlignError(f"manifest {self.manifest} not found (run `draftverify train tokenizer` first)")
+        for name in ("num_prompts", "new_tokens", "gamma", "batch_size", "log_every", "min_prompt_tokens"):
+            if getattr(self, name) < 1:
+                raise AlignError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.eval_prompts < 0:
+            raise AlignError("--eval-prompts must be >= 0 (0 skips the acceptance measurement)")
+        if self.max_prompt_tokens < self.min_prompt_tokens:
+            raise AlignError(f"--max-prompt-tokens ({self.max_prompt_tokens}) must be >= --min-prompt-tokens "
+                             f"({self.min_prompt_tokens})")
+        if self.lr <= 0:
+            raise AlignError("--lr must be positive")
+        if self.max_steps is None and self.max_minutes is None:
+            raise AlignError("give --max-steps and/or --max-minutes for the fine-tune")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise AlignError("--max-steps must be >= 1")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise AlignError("--max-minutes must be positive")
+        if self.threads is not None and self.threads < 1:
+            raise AlignError("--threads must be >= 1")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def model_digest(model_dir: str | os.PathLike) -> str:
+    """sha256 over config.json and the weight files: identifies a model's contents, wherever it lives."""
+    d = Path(model_dir)
+    h = hashlib.sha256()
+    files = [d / "config.json"] + sorted(d.glob("*.safetensors")) + sorted(d.glob("*.bin"))
+    for f in files:
+        if f.is_file():
+            h.update(f.name.encode())
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+    return h.hexdigest()
+
+
+def _read_config(model_dir: str) -> dict:
+    try:
+        return json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise AlignError(f"cannot read {Path(model_dir) / 'config.json'}: {e}") from None
+
+
+def check_compatible(target_dir: str, draft_dir: str, tok) -> int:
+    """Config-level checks before any weights are loaded; returns the shared vocabulary size."""
+    tc, dc = _read_config(target_dir), _read_config(draft_dir)
+    tv, dv = tc.get("vocab_size"), dc.get("vocab_size")
+    if tv != dv:
+        raise AlignError(f"vocabulary mismatch: the target {target_dir} has vocab_size {tv} but the draft "
+                         f"{draft_dir} has {dv}; the draft must use the target's tokenizer")
+    if tc.get("is_encoder_decoder") or dc.get("is_encoder_decoder"):
+        raise AlignError("alignment supports decoder-only models (prompt + continuation fine-tuning)")
+    if tv is None or len(tok) > tv:
+        raise AlignError(f"the tokenizer has {len(tok)} tokens but the models' vocab_size is {tv}")
+    return int(tv)
+
+
+def _load(path: str, role: str):
+    from ..api import load_model
+    from ..errors import DraftVerifyError
+
+    try:
+        return load_model(path, "float32", role=role)
+    except DraftVerifyError as e:
+        raise AlignError(str(e)) from None
+
+
+def _bar(total: int, initial: int, desc: str, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit="prompt", dynamic_ncols=True)
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+def sample_prompts(manifest, tok, split: str, n: int, min_tokens: int, max_tokens: int, seed: int) -> list[dict]:
+    """n prompts of min_tokens..max_tokens tokens, each starting at a (non-blank) line of a file of the split.
+
+    Files are picked with probability proportional to their length; prompt i uses its own RNG seeded with
+    (seed, split, i), so asking for more prompts keeps the first ones. Returns [{"prompt": ids, "source": str}].
+    """
+    if n <= 0:
+        return []
+    m = corpus_mod.load_manifest(manifest)
+    files = [f["path"] for f in m["files"] if f["split"] == split]
+    try:
+        texts = list(corpus_mod.iter_texts(m, split))
+    except corpus_mod.CorpusError as e:
+        raise AlignError(str(e)) from None
+    if not texts:
+        raise AlignError(f"the {split} split of {manifest if not isinstance(manifest, dict) else 'the manifest'} "
+                         "has no files" + ("; use --eval-prompts 0 to skip the held-out measurement"
+                                           if split == "val" else ""))
+    lengths = np.array([len(t) for t in texts], dtype=np.float64)
+    p = lengths / lengths.sum()
+    backend = tok.backend_tokenizer
+    line_starts: dict[int, np.ndarray] = {}
+    out = []
+    for i in range(n):
+        rng = np.random.default_rng([seed, _SPLIT_CODE.get(split, 9), i])
+        for _attempt in range(200):
+            d = int(rng.choice(len(texts), p=p))
+            text = texts[d]
+            if d not in line_starts:
+                starts = np.concatenate([[0], np.cumsum([len(line) + 1 for line in text.split("\n")])[:-1]])
+                ok = [s for s in starts.tolist() if s < len(text) and not text[s].isspace()]
+                line_starts[d] = np.asarray(ok, dtype=np.int64)
+            if len(line_starts[d]) == 0:
+                continue
+            start = int(line_starts[d][rng.integers(len(line_starts[d]))])
+            want = int(rng.integers(min_tokens, max_tokens + 1))
+            ids = backend.encode(text[start : start + 16 * want + 64], add_special_tokens=False).ids
+            if len(ids) >= want and tok.eos_token_id not in ids[:want]:
+                line = text.count("\n", 0, start) + 1
+                out.append({"prompt": ids[:want], "source": f"{files[d]}:{line}"})
+                break
+        else:
+            raise AlignError(f"could not cut a prompt of >= {min_tokens} tokens from the {split} split after 200 "
+                             "tries: the files are too short; lower --min-prompt-tokens")
+    return out
+
+
+# --------------------------------------------------------------------------- generation cache
+
+
+def read_generations(path: str | os.PathLike, _with_size: bool = False):
+    """(header, records) of a generations JSONL; a truncated last line (interrupted write) is ignored."""
+    path = Path(path)
+    if not path.is_file():
+        raise AlignError(f"generations file {path} not found")
+    data = path.read_bytes()
+    header, records, good = None, [], 0
+    pos = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break  # unterminated last line: an interrupted write
+        line = data[pos:nl]
+        try:
+            obj = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:
+            break
+        pos = nl + 1
+        if obj is None:
+            good = pos
+            continue
+        if header is None:
+            if obj.get("type") != "header":
+                raise AlignError(f"{path} does not start with a draftverify generations header line")
+            header = obj
+        else:
+            if not {"prompt", "continuation"} <= set(obj):
+                raise AlignError(f"{path}: record {len(records)} lacks prompt/continuation")
+            records.append(obj)
+        good = pos
+    if header is None:
+        raise AlignError(f"{path} is empty or not a draftverify generations file")
+    return (header, records, good) if _with_size else (header, records)
+
+
+def greedy_continuations(path: Path, header: dict, prompts: list[dict], target_lm, draft_model, gamma: int,
+                         new_tokens: int, eos_id: int, *, desc: str, reset_on_mismatch: bool = False,
+                         progress: bool = False, log: Callable[[str], None] = print) -> list[dict]:
+    """The target's greedy continuation of every prompt, cached in (and resumed from) the JSONL at path.
+
+    Generated by draftverify.generate with ModelDrafter(draft_model) and the greedy verifier: identical to the
+    target's own greedy decoding; each record also keeps that run's GenerationStats (alpha of this draft).
+    """
+    import torch
+
+    from ..drafters.model import ModelDrafter
+    from ..loop import generate
+    from ..types import SamplingParams
+    from ..verifiers.greedy import GreedyVerifier
+
+    records: list[dict] = []
+    if path.is_file():
+        old, recs, good = read_generations(path, _with_size=True)
+        diff = [k for k in _HEADER_KEYS if old.get(k) != header.get(k)]
+        stale = any(r.get("i") != j for j, r in enumerate(recs)) or any(
+            r["prompt"] != p["prompt"] for r, p in zip(recs, prompts))
+        if diff or stale:
+            what = ", ".join(diff) if diff else "prompts"
+            if not reset_on_mismatch:
+                raise AlignError(f"the cached generations {path} were made with other settings ({what} differ); "
+                                 "delete the file or use another --work-dir / --generations")
+            log(f"{path}: cached results are for other settings ({what}); regenerating")
+            path.unlink()
+        else:
+            records = recs[: len(prompts)]
+            if good < path.stat().st_size:
+                with open(path, "r+b") as fh:  # drop the interrupted last line
+                    fh.truncate(good)
+            if records:
+                log(f"{desc}: reusing {len(records)} cached continuation(s) from {path}")
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as fh:
+            fh.write(json.dumps(header) + "\n")
+    if len(records) >= len(prompts):
+        return records
+
+    drafter = ModelDrafter(draft_model)
+    verifier = GreedyVerifier()
+    params = SamplingParams()
+    bar = _bar(len(prompts), len(records), desc, progress)
+    acc = rej = calls = new = 0
+    t0 = time.time()
+    try:
+        with open(path, "a") as fh:
+            for i in range(len(records), len(prompts)):
+                ids = torch.tensor([prompts[i]["prompt"]], dtype=torch.long)
+                out = generate(target_lm, drafter, verifier, ids, params, max_new_tokens=new_tokens, gamma=gamma,
+                               eos_token_id=eos_id)
+                st = out.stats
+                rec = {"i": i, "source": prompts[i]["source"], "prompt": prompts[i]["prompt"],
+                       "continuation": out.new_tokens[0].tolist(),
+                       "stats": {"new_tokens": st.new_tokens, "target_calls": st.target_calls,
+                                 "drafted_tokens": st.drafted_tokens, "accepted_tokens": st.accepted_tokens,
+                                 "rejections": st.rejections, "time_total": round(st.time_total, 4)}}
+                fh.write(json.dumps(rec) + "\n")
+                fh.flush()
+                records.append(rec)
+                acc, rej, calls, new = acc + st.accepted_tokens, rej + st.rejections, calls + st.target_calls, \
+                    new + st.new_tokens
+                alpha = acc / max(acc + rej, 1)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(alpha=f"{alpha:.3f}", tok_call=f"{new / max(calls, 1):.2f}")
+                elif (i + 1) % 25 == 0 or i + 1 == len(prompts):
+                    el = time.time() - t0
+                    log(f"{desc}: {i + 1}/{len(prompts)} prompts | alpha {alpha:.3f} | "
+                        f"{new / max(calls, 1):.2f} tok/call | {new / max(el, 1e-9):.1f} tok/s")
+    finally:
+        if bar is not None:
+            bar.close()
+    return records
+
+
+def summarize(records: list[dict]) -> dict:
+    """Aggregate GenerationStats over records: alpha = accepted / (accepted + rejections) over all steps."""
+    s = {k: sum(r["stats"][k] for r in records) for k in
+         ("new_tokens", "target_calls", "drafted_tokens", "accepted_tokens", "rejections", "time_total")}
+    judged = s["accepted_tokens"] + s["rejections"]
+    return {
+        "prompts": len(records),
+        "alpha": s["accepted_tokens"] / judged if judged else 0.0,
+        "tokens_per_call": s["new_tokens"] / s["target_calls"] if s["target_calls"] else 0.0,
+        "tokens_per_second": s["new_tokens"] / s["time_total"] if s["time_total"] > 0 else 0.0,
+        **{k: v for k, v in s.items() if k != "time_total"},
+        "seconds": round(s["time_total"], 2),
+    }
+
+
+# --------------------------------------------------------------------------- fine-tune
+
+
+def make_batch(records: list[dict], pad_id: int):
+    """(input ids [B, L], labels [B, L]) with labels IGNORE on prompt and padding positions (right padding)."""
+    import torch
+
+    seqs = [r["prompt"] + r["continuation"] for r in records]
+    width = max(len(s) for s in seqs)
+    x = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    y = torch.full((len(seqs), width), IGNORE, dtype=torch.long)
+    for b, (r, s) in enumerate(zip(records, seqs)):
+        x[b, : len(s)] = torch.tensor(s)
+        y[b, len(r["prompt"]) : len(s)] = torch.tensor(r["continuation"])
+    return x, y
+
+
+def continuation_loss(model, x, y, bf16: bool, reduction: str = "mean"):
+    """Cross-entropy of the continuation tokens only (position t predicts y[:, t+1])."""
+    import torch.nn.functional as F
+
+    with lm._autocast(bf16):
+        logits = model(input_ids=x[:, :-1], use_cache=False).logits
+    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y[:, 1:].reshape(-1),
+                           ignore_index=IGNORE, reduction=reduction)
+
+
+def evaluate_loss(model, records: list[dict], pad_id: int, bf16: bool, batch_size: int) -> Optional[float]:
+    """Mean per-token continuation loss over records (None if there are none)."""
+    import torch
+
+    if not records:
+        return None
+    was = model.training
+    model.eval()
+    tot, n = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(records), batch_size):
+            x, y = make_batch(records[i : i + batch_size], pad_id)
+            tot += float(continuation_loss(model, x, y, bf16, reduction="sum"))
+            n += int((y[:, 1:] != IGNORE).sum())
+    if was:
+        model.train()
+    return tot / max(n, 1)
+
+
+def finetune(opts: AlignOptions, records: list[dict], heldout: list[dict], pad_id: int,
+             log: Callable[[str], None] = print, stop_after_steps: Optional[int] = None) -> tuple:
+    """Fine-tune the draft on records (continuation loss). Returns (model, info); info["stopped"] if interrupted.
+
+    Checkpoints to <work_dir>/finetune/checkpoint (lm.save_checkpoint) and resumes from it automatically.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    bf16 = lm.DEFAULT_BF16 if opts.bf16 is None else bool(opts.bf16)
+    ft_dir = Path(opts.work_dir) / "finetune"
+    ft_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(opts.seed)
+    np_rng = np.random.default_rng(opts.seed)
+    model = AutoModelForCausalLM.from_pretrained(opts.draft, dtype=torch.float32)
+    model.config._attn_implementation = "sdpa"
+    model.train()
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        (decay if p.dim() >= 2 else no_decay).append(p)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": opts.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=opts.lr, betas=(opts.beta1, opts.beta2), eps=1e-8, fused=False,
+    )
+    sched = lm.WarmupCosine(opts.lr, opts.warmup_steps, opts.min_lr_ratio)
+    draft_sha = model_digest(opts.draft)
+    gen_sha = hashlib.sha256(json.dumps([r["continuation"] for r in records]).encode()).hexdigest()
+    state = {"step": 0, "tokens_seen": 0, "loss_tokens_seen": 0, "elapsed": 0.0, "resumes": 0, "finished": False,
+             "draft_sha256": draft_sha, "generations_sha256": gen_sha, "records": len(records),
+             "heldout_loss_before": None, "heldout_loss": None, "train_loss_before": None, "commands": []}
+    ckpt = lm.load_checkpoint(ft_dir)
+    if ckpt is not None:
+        saved = ckpt["state"]
+        if saved.get("draft_sha256") != draft_sha or saved.get("generations_sha256") != gen_sha:
+            raise AlignError(f"the fine-tune checkpoint in {ft_dir} belongs to another draft or calibration set; "
+                             "delete it or use another --work-dir")
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        sched.load_state_dict(ckpt["scheduler"])
+        sched.base_lr, sched.warmup_steps, sched.min_ratio = opts.lr, opts.warmup_steps, opts.min_lr_ratio
+        state.update(saved)
+        state["resumes"] += 1
+        lm._restore_rng(ckpt["rng"], np_rng)
+        log(f"fine-tune: resumed from {ft_dir / lm.CKPT_NAME} at step {state['step']}")
+        del ckpt
+    state["commands"] = list(state.get("commands", [])) + [opts.command or ""]
+    # a fixed slice of the calibration set, to show the fit on the training data itself
+    probe = records[: min(len(records), 64)]
+    if state["heldout_loss_before"] is None and state["step"] == 0:
+        state["heldout_loss_before"] = evaluate_loss(model, heldout, pad_id, bf16, opts.batch_size)
+        state["train_loss_before"] = evaluate_loss(model, probe, pad_id, bf16, opts.batch_size)
+        log(f"fine-tune: continuation loss before: calibration {state['train_loss_before']:.4f}"
+            + ("" if state["heldout_loss_before"] is None else f" | held-out {state['heldout_loss_before']:.4f}"))
+
+    budget = opts.max_minutes * 60.0 if opts.max_minutes else None
+
+    def progress() -> float:
+        ps = []
+        if opts.max_steps:
+            ps.append(state["step"] / opts.max_steps)
+        if budget:
+            ps.append(state["elapsed"] / budget)
+        return max(ps)
+
+    def done() -> bool:
+        return (opts.max_steps is not None and state["step"] >= opts.max_steps) or \
+            (budget is not None and state["elapsed"] >= budget)
+
+    stop = {"requested": False, "reason": ""}
+
+    def _on_signal(signum, frame):
+        stop["requested"], stop["reason"] = True, signal.Signals(signum).name
+
+    old_handlers = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(ValueError):
+            old_handlers[sig] = signal.signal(sig, _on_signal)
+    use_bar = opts.progress if opts.progress is not None else sys.stderr.isatty()
+    bar = None
+    if use_bar and not done():
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=opts.max_steps, initial=state["step"], unit="step", desc="fine-tune", dynamic_ncols=True)
+    log_path = Path(opts.work_dir) / "finetune" / "log.jsonl"
+    seg_start, base_elapsed = time.time(), state["elapsed"]
+    last_ckpt = state["elapsed"]
+    win_loss, win_n, steps_this_run = 0.0, 0, 0
+    log(f"fine-tune: {len(records)} sequences | batch {opts.batch_size} | lr {opts.lr} | "
+        f"{'bf16 autocast' if bf16 else 'fp32'} | threads {torch.get_num_threads()} | "
+        f"max steps {opts.max_steps} | max minutes {opts.max_minutes}")
+    try:
+        while not done() and not stop["requested"]:
+            lr = sched.lr(state["step"], progress())
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            idx = np_rng.integers(0, len(records), size=opts.batch_size)
+            x, y = make_batch([records[int(j)] for j in idx], pad_id)
+            loss = continuation_loss(model, x, y, bf16)
+            if not torch.isfinite(loss):
+                raise AlignError(f"loss became {loss.item()} at step {state['step']}; try a lower --lr")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), opts.grad_clip)
+            optimizer.step()
+            state["step"] += 1
+            steps_this_run += 1
+            state["tokens_seen"] += int(x.numel())
+            state["loss_tokens_seen"] += int((y[:, 1:] != IGNORE).sum())
+            state["elapsed"] = base_elapsed + (time.time() - seg_start)
+            win_loss, win_n = win_loss + loss.item(), win_n + 1
+            val = None
+            if opts.eval_every_steps and state["step"] % opts.eval_every_steps == 0 and heldout:
+                val = state["heldout_loss"] = evaluate_loss(model, heldout, pad_id, bf16, opts.batch_size)
+            if state["step"] % opts.log_every == 0 or val is not None:
+                rec = {"step": state["step"], "elapsed": round(state["elapsed"], 2),
+                       "train_loss": round(win_loss / max(win_n, 1), 5),
+                       "heldout_loss": None if val is None else round(val, 5), "lr": lr,
+                       "grad_norm": round(float(gnorm), 4)}
+                with open(log_path, "a") as fh:
+                    fh.write(json.dumps(rec) + "\n")
+                if bar is None:
+                    log(f"fine-tune step {state['step']:>5} | loss {rec['train_loss']:.4f} | held-out "
+                        f"{'-' if state['heldout_loss'] is None else format(state['heldout_loss'], '.4f')} | "
+                        f"lr {lr:.2e} | {state['elapsed'] / 60:.1f} min")
+                win_loss, win_n = 0.0, 0
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.3f}", min=f"{state['elapsed'] / 60:.1f}")
+            if state["elapsed"] - last_ckpt >= opts.checkpoint_minutes * 60:
+                lm.save_checkpoint(ft_dir, model, optimizer, sched, state, np_rng)
+                last_ckpt = state["elapsed"]
+            if stop_after_steps is not None and steps_this_run >= stop_after_steps:
+                stop["requested"], stop["reason"] = True, "stop_after_steps"
+    finally:
+        if bar is not None:
+            bar.close()
+        for sig, h in old_handlers.items():
+            with contextlib.suppress(Exception):
+                signal.signal(sig, h)
+
+    if stop["requested"] and not done():
+        lm.save_checkpoint(ft_dir, model, optimizer, sched, state, np_rng)
+        log(f"fine-tune stopped ({stop['reason']}) at step {state['step']}; checkpoint saved to "
+            f"{ft_dir / lm.CKPT_NAME}; run the same command again to resume")
+        return model, {**state, "stopped": True}
+    state["heldout_loss"] = evaluate_loss(model, heldout, pad_id, bf16, opts.batch_size)
+    state["train_loss_after"] = evaluate_loss(model, probe, pad_id, bf16, opts.batch_size)
+    state["finished"] = True
+    lm.save_checkpoint(ft_dir, model, optimizer, sched, state, np_rng)
+    log(f"fine-tune done: step {state['step']} | continuation loss: calibration {state['train_loss_before']:.4f} -> "
+        f"{state['train_loss_after']:.4f}" + ("" if state["heldout_loss"] is None else
+                                              f" | held-out {state['heldout_loss_before']:.4f} -> "
+                                              f"{state['heldout_loss']:.4f}") + f" | {state['elapsed'] / 60:.1f} min")
+    model.eval()
+    return model, {**state, "stopped": False, "bf16": bf16, "params": lm.count_params(model)}
+
+
+# --------------------------------------------------------------------------- model card
+
+
+def _fmt(x, spec=".4f"):
+    return "-" if x is None else format(x, spec)
+
+
+def align_card(info: dict) -> str:
+    b, a = info.get("before") or {}, info.get("after") or {}
+    ft = info["finetune"]
+    lines = [
+        "---",
+        "library_name: transformers",
+        "pipeline_tag: text-generation",
+        "license: apache-2.0",
+        "tags: [draftverify, code, python, speculative-decoding, draft-model, bild, prediction-alignment]",
+        "---",
+        "",
+        f"# draftverify code draft, aligned to its target ({ft['params'] / 1e6:.2f}M parameters)",
+        "",
+        "The project's small code draft model after BiLD *prediction alignment* (Kim et al., Big Little Decoder, "
+        "section 3.5.1): fine-tuned on the target model's own greedy outputs, so that it proposes what the target "
+        "would write and more of its drafted tokens are accepted. Produced by `draftverify train align`.",
+        "",
+        "## Acceptance (held-out)",
+        "",
+        f"Greedy speculative decoding (`draftverify.generate`, greedy verifier, gamma {info['gamma']}) of "
+        f"{b.get('prompts', 0)} prompts cut from the corpus *validation* split (files never used for training or "
+        f"calibration), up to {info['new_tokens']} new tokens each. alpha is `GenerationStats.alpha` "
+        "(accepted / (accepted + rejected) draft tokens, pooled over all prompts).",
+        "",
+        "| draft | alpha | mean tokens per target call | target calls | accepted / drafted |",
+        "|---|---|---|---|---|",
+    ]
+    for name, s in (("before (original draft)", b), ("after (this model)", a)):
+        if s:
+            lines.append(f"| {name} | {s['alpha']:.3f} | {s['tokens_per_call']:.2f} | {s['target_calls']} | "
+                         f"{s['accepted_tokens']} / {s['drafted_tokens']} |")
+    if info.get("exact_continuations") is not None:
+        lines += ["", f"Both runs produced the target's greedy text: {info['exact_continuations']} of "
+                  f"{b.get('prompts', 0)} continuations identical (the greedy verifier is lossless)."]
+    lines += [
+        "",
+        "## Alignment data",
+        "",
+        f"- Base draft: `{info['draft']}` (sha256 `{info['draft_sha256'][:16]}`); target: `{info['target']}` "
+        f"(sha256 `{info['target_sha256'][:16]}`).",
+        f"- Calibration set: {info['calibration']['prompts']} prompts cut from the corpus *training* split "
+        f"(manifest hash `{info['manifest_sha256'][:16]}`): random windows of {info['min_prompt_tokens']}-"
+        f"{info['max_prompt_tokens']} tokens starting at a line boundary (seed {info['seed']}), each continued by "
+        f"the target's greedy decoding for up to {info['new_tokens']} tokens "
+        f"({info['calibration']['new_tokens']:,} continuation tokens in total). Generated with draftverify's own "
+        "loop (the base draft drafts, the greedy verifier keeps exactly the target's argmax: alpha "
+        f"{info['calibration']['alpha']:.3f} on this set).",
+        "",
+        "## Fine-tuning",
+        "",
+        "```",
+        info["command"],
+        "```",
+        "",
+        "- Loss: cross-entropy on the continuation tokens only (the prompt is context).",
+        f"- {ft['step']:,} steps of {info['batch_size']} sequences (random with replacement), AdamW "
+        f"(betas {info['betas']}, weight decay {info['weight_decay']}), peak LR {info['lr']}, "
+        f"{info['warmup_steps']} warmup steps, cosine decay to {info['min_lr_ratio']}x, grad clip {info['grad_clip']}, "
+        + ("bf16 autocast" if ft.get("bf16") else "float32") + f"; {ft['loss_tokens_seen']:,} loss tokens "
+        f"({ft['loss_tokens_seen'] / max(info['calibration']['new_tokens'], 1):.2f} epochs of continuations).",
+        f"- Continuation loss (nats/token): calibration {_fmt(ft.get('train_loss_before'))} -> "
+        f"{_fmt(ft.get('train_loss_after'))}; held-out (the validation prompts' target continuations) "
+        f"{_fmt(ft.get('heldout_loss_before'))} -> {_fmt(ft.get('heldout_loss'))}.",
+        f"- Fine-tune time {ft['elapsed'] / 60:.1f} min on {info['threads']} CPU thread(s) ({info['cpu']}); "
+        f"resumed {ft['resumes']} time(s).",
+        "- Weights exported in float16 (safetensors) with the target's tokenizer.",
+        f"- Software: torch {info['torch']}, transformers {info['transformers']}, Python {platform.python_version()}.",
+        "",
+        "## Usage",
+        "",
+        "```bash",
+        f"draftverify generate --target {info['target']} --draft <this directory> --method model --prompt 'def f(x):'",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_steps: Optional[int] = None) -> dict:
+    """Run (or resume) the three steps. Returns the summary written to alignment.json."""
+    opts.validate()
+    if opts.threads == 1:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+    from transformers import __version__ as tf_version
+
+    from ..cached_lm import CachedLM
+
+    lm._set_threads(opts.threads)
+    command = opts.command or " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+    opts.command = command
+    progress = opts.progress if opts.progress is not None else sys.stderr.isatty()
+    try:
+        tok = load_tokenizer(opts.tokenizer_dir)
+    except TokenizerError as e:
+        raise AlignError(str(e)) from None
+    vocab = check_compatible(opts.target, opts.draft, tok)
+    try:
+        manifest = corpus_mod.load_manifest(opts.manifest)
+    except corpus_mod.CorpusError as e:
+        raise AlignError(str(e)) from None
+    eos = tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+    target_model = _load(opts.target, "target")
+    draft_model = _load(opts.draft, "draft")
+    target_lm = CachedLM(target_model, role="target")
+    for role, m in (("target", target_lm), ("draft", CachedLM(draft_model, role="draft"))):
+        if m.max_positions is not None and m.max_positions < opts.max_prompt_tokens + opts.new_tokens:
+            raise AlignError(f"the {role} attends to {m.max_positions} positions but prompts of up to "
+                             f"{opts.max_prompt_tokens} tokens + {opts.new_tokens} new tokens need more; lower "
+                             "--max-prompt-tokens / --new-tokens")
+    work = Path(opts.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    target_sha, draft_sha = model_digest(opts.target), model_digest(opts.draft)
+    base_header = {
+        "type": "header", "version": CACHE_VERSION, "target": str(opts.target), "target_sha256": target_sha,
+        "tokenizer_sha256": tokenizer_hash(opts.tokenizer_dir), "manifest_sha256": corpus_mod.manifest_hash(manifest),
+        "seed": opts.seed, "min_prompt_tokens": opts.min_prompt_tokens, "max_prompt_tokens": opts.max_prompt_tokens,
+        "new_tokens": opts.new_tokens, "vocab_size": vocab, "eos_token_id": eos,
+    }
+
+    # ---- step 1: the target's greedy continuations of the calibration prompts (cached)
+    t0 = time.time()
+    calib_prompts = sample_prompts(manifest, tok, "train", opts.num_prompts, opts.min_prompt_tokens,
+                                   opts.max_prompt_tokens, opts.seed)
+    log(f"step 1: {len(calib_prompts)} calibration prompts from the train split "
+        f"({sum(len(p['prompt']) for p in calib_prompts):,} prompt tokens) -> {opts.generations_path}")
+    calib = greedy_continuations(
+        opts.generations_path, {**base_header, "kind": "calibration", "split": "train", "draft": str(opts.draft)},
+        calib_prompts, target_lm, draft_model, opts.gamma, opts.new_tokens, eos, desc="target greedy (calibration)",
+        progress=progress, log=log)
+    calib_summary = summarize(calib)
+    log(f"step 1 done in {time.time() - t0:.0f}s: {calib_summary['new_tokens']:,} continuation tokens "
+        f"(alpha of the base draft on them {calib_summary['alpha']:.3f})")
+
+    # ---- held-out prompts, and alpha of the original draft on them (cached)
+    before = after = None
+    heldout: list[dict] = []
+    eval_prompts = []
+    if opts.eval_prompts:
+        eval_prompts = sample_prompts(manifest, tok, "val", opts.eval_prompts, opts.min_prompt_tokens,
+                                      opts.max_prompt_tokens, opts.seed + 1)
+        heldout = greedy_continuations(
+            work / "eval_before.jsonl",
+            {**base_header, "kind": "eval", "split": "val", "seed": opts.seed + 1, "draft": str(opts.draft),
+             "draft_sha256": draft_sha, "gamma": opts.gamma},
+            eval_prompts, target_lm, draft_model, opts.gamma, opts.new_tokens, eos, desc="alpha before (held-out)",
+            progress=progress, log=log)
+        before = summarize(heldout)
+        log(f"alpha before: {before['alpha']:.3f} | {before['tokens_per_call']:.2f} tokens per target call "
+            f"({before['prompts']} held-out prompts)")
+
+    # ---- step 2: fine-tune on prompt + continuation, loss on the continuation
+    model, ft = finetune(opts, calib, heldout, pad, log=log, stop_after_steps=stop_after_steps)
+    if ft.get("stopped"):
+        return {"stopped": True, "step": ft["step"], "work_dir": str(work)}
+    out = Path(opts.out_dir)
+    info = {
+        "target": str(opts.target), "target_sha256": target_sha, "draft": str(opts.draft), "draft_sha256": draft_sha,
+        "tokenizer": str(opts.tokenizer_dir), "manifest": str(opts.manifest),
+        "manifest_sha256": base_header["manifest_sha256"], "seed": opts.seed,
+        "min_prompt_tokens": opts.min_prompt_tokens, "max_prompt_tokens": opts.max_prompt_tokens,
+        "new_tokens": opts.new_tokens, "gamma": opts.gamma, "generations": str(opts.generations_path),
+        "calibration": calib_summary, "before": before, "after": None, "exact_continuations": None,
+        "finetune": {k: v for k, v in ft.items() if k not in ("commands",)},
+        "command": "\n".join(c for c in ft.get("commands", [command]) if c) or command,
+        "batch_size": opts.batch_size, "lr": opts.lr, "betas": (opts.beta1, opts.beta2),
+        "weight_decay": opts.weight_decay, "warmup_steps": opts.warmup_steps, "min_lr_ratio": opts.min_lr_ratio,
+        "grad_clip": opts.grad_clip, "threads": torch.get_num_threads(), "cpu": lm._cpu_name(),
+        "torch": torch.__version__, "transformers": tf_version, "out_dir": str(out),
+    }
+    lm.export_model(model, tok, out, align_card(info))
+    log(f"exported the aligned draft (fp16) to {out}")
+    del model
+
+    # ---- step 3: alpha of the exported aligned draft on the same held-out prompts
+    if opts.eval_prompts:
+        aligned = _load(str(out), "aligned draft")
+        after_recs = greedy_continuations(
+            work / "eval_after.jsonl",
+            {**base_header, "kind": "eval", "split": "val", "seed": opts.seed + 1, "draft": str(out),
+             "draft_sha256": model_digest(out), "gamma": opts.gamma},
+            eval_prompts, target_lm, aligned, opts.gamma, opts.new_tokens, eos, desc="alpha after (held-out)",
+            reset_on_mismatch=True, progress=progress, log=log)
+        after = summarize(after_recs)
+        info["after"] = after
+        info["exact_continuations"] = sum(a["continuation"] == b["continuation"] for a, b in zip(after_recs, heldout))
+        log(f"alpha after: {after['alpha']:.3f} | {after['tokens_per_call']:.2f} tokens per target call "
+            f"(before: {before['alpha']:.3f} | {before['tokens_per_call']:.2f}); identical target continuations "
+            f"{info['exact_continuations']}/{len(heldout)}")
+    (out / "README.md").write_text(align_card(info))
+    text = json.dumps(info, indent=1, default=str) + "\n"
+    (out / "alignment.json").write_text(text)
+    (work / "alignment.json").write_text(text)
+    return info

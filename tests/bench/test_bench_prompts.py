@@ -1,0 +1,56 @@
+"""Prompt sets: HumanEval and Spec-Bench from a data folder, clear errors for missing files and bad names."""
+from __future__ import annotations
+
+import pytest
+from bench_fixtures import HUMANEVAL, data_dir  # noqa: F401  (fixture)
+
+from draftverify import DraftVerifyError
+from draftverify.bench.prompts import HUMANEVAL_STOPS, default_data_dir, load_prompts, truncate_at_stops
+
+
+def test_humaneval_prompts_keep_the_canonical_solution_as_reference(data_dir):
+    prompts = load_prompts("humaneval", data_dir)
+    assert [p.id for p in prompts] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert [p.text for p in prompts] == [r["prompt"] for r in HUMANEVAL]
+    assert [p.reference for p in prompts] == [r["canonical_solution"] for r in HUMANEVAL]
+
+
+def test_spec_bench_category_takes_the_first_turn(data_dir):
+    prompts = load_prompts("spec_bench:translation", data_dir)
+    assert [p.text for p in prompts] == ["Translate German to English: Guten Tag .",
+                                         "Translate German to English: Danke ."]
+    assert [p.reference for p in prompts] == ["Good day .", None]
+    mt = load_prompts("spec_bench:mt_bench", data_dir)  # the MT-Bench categories (writing, ...)
+    assert [p.text for p in mt] == ["Write a haiku."]
+    assert len(load_prompts("spec_bench", data_dir)) == 4
+
+
+def test_unknown_spec_bench_category_lists_the_categories(data_dir):
+    with pytest.raises(DraftVerifyError, match="no category 'poetry'.*translation"):
+        load_prompts("spec_bench:poetry", data_dir)
+
+
+def test_unknown_prompt_set_is_an_error(data_dir):
+    with pytest.raises(DraftVerifyError, match="unknown prompt set 'mbpp'"):
+        load_prompts("mbpp", data_dir)
+
+
+def test_missing_file_names_the_path_and_the_option(tmp_path):
+    with pytest.raises(DraftVerifyError) as err:
+        load_prompts("humaneval", tmp_path)
+    assert str(tmp_path / "humaneval" / "HumanEval.jsonl.gz") in str(err.value)
+    assert "--data-dir" in str(err.value)
+
+
+def test_data_dir_defaults_to_the_environment_variable(monkeypatch, data_dir):
+    monkeypatch.setenv("DRAFTVERIFY_DATA", str(data_dir))
+    assert default_data_dir() == data_dir
+    assert len(load_prompts("humaneval")) == 3
+    monkeypatch.delenv("DRAFTVERIFY_DATA")
+    assert default_data_dir().parts[-2:] == ("shared", "data")
+
+
+def test_completions_are_cut_at_humaneval_stop_sequences():
+    stops = HUMANEVAL_STOPS
+    assert truncate_at_stops("    return 1\n\ndef g():\n    pass", stops) == "    return 1\n"
+    assert truncate_at_stops("    return 1\n", stops) == "    return 1\n"

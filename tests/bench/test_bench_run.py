@@ -1,0 +1,178 @@
+"""`draftverify bench --quick` end to end on tiny random models: files, rows, losslessness, HF agreement, theory."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from bench_fixtures import data_dir, model_args, model_dir  # noqa: F401  (fixtures)
+from typer.testing import CliRunner
+
+from draftverify.bench import FAMILIES, run_bench
+from draftverify.bench.summary import cost_ratio
+from draftverify.cli import app
+from draftverify.theory import walltime_factor
+
+QUICK_GAMMA = 3
+
+
+@pytest.fixture(scope="module")
+def quick(model_dir, data_dir, tmp_path_factory):
+    """One `draftverify bench --quick` through the CLI; returns (result JSON, output folder, CLI output)."""
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("bench-out")
+    args = ["bench", "--quick", *model_args(model_dir), "--data-dir", str(data_dir), "--out", str(out),
+            "--threads", "1", "--no-progress"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    payload = json.loads((out / "bench-humaneval-quick.json").read_text())
+    return payload, out, result.output
+
+
+def _rows(payload, temperature=None, family=None):
+    return [r for r in payload["runners"] if (temperature is None or r["temperature"] == temperature)
+            and (family is None or r["family"] == family)]
+
+
+def _measurements(payload, runner, temperature):
+    return sorted((m for m in payload["measurements"] if m["runner"] == runner and m["temperature"] == temperature),
+                  key=lambda m: m["prompt_index"])
+
+
+def test_quick_run_writes_json_markdown_and_plots(quick):
+    payload, out, output = quick
+    for name in ("bench-humaneval-quick.json", "bench-humaneval-quick.md", "bench-humaneval-quick-speedup.png",
+                 "bench-humaneval-quick-tokens-per-call.png", "bench-humaneval-quick-bild.png"):
+        path = out / name
+        assert path.is_file() and path.stat().st_size > 0, name
+        if name.endswith(".png"):
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrote markdown" in output
+    for key in ("platform", "cpu_model", "cores"):
+        assert payload["machine"][key]
+    for key in ("python", "torch", "transformers", "draftverify", "git_commit"):
+        assert key in payload["versions"]
+    assert payload["date"] and payload["config"]["quick"] is True
+
+
+def test_quick_run_has_every_runner_type_at_every_temperature(quick):
+    payload, _, _ = quick
+    assert payload["config"]["temperatures"] == [0.0, 1.0]
+    assert len(payload["prompts"]) == 2 and payload["config"]["max_new_tokens"] == 8
+    for t in (0.0, 1.0):
+        families = {r["family"] for r in _rows(payload, t)}
+        expected = set(FAMILIES) - ({"bild"} if t > 0 else set())  # BiLD runs greedy only
+        assert families == expected, (t, expected ^ families)
+    names = {r["runner"] for r in _rows(payload, 0.0)}
+    assert {f"hf_assisted[g={QUICK_GAMMA}]", "hf_assisted[heuristic]", "hf_assisted[hf-default]",
+            f"hf_prompt_lookup[g={QUICK_GAMMA}]", f"model[g={QUICK_GAMMA}]", "model[auto]",
+            f"early_exit[L=1,g={QUICK_GAMMA}]", "bild[fb=0.4,rb=2]"} <= names
+    # every row measured on every prompt, each with real token counts and timings
+    assert len(payload["measurements"]) == len(payload["runners"]) * 2
+    for m in payload["measurements"]:
+        assert m["new_tokens"] == len(m["new_ids"]) and 1 <= m["new_tokens"] <= 8
+        assert m["seconds"] > 0 and m["target_calls"] >= 1
+
+
+def test_greedy_lossless_runners_equal_the_baseline_on_every_prompt(quick):
+    payload, _, _ = quick
+    baseline = [m["new_ids"] for m in _measurements(payload, "hf_generate", 0.0)]
+    lossless = [r for r in _rows(payload, 0.0) if r["lossless"]]
+    assert len(lossless) >= 10
+    for row in lossless:
+        assert row["equal_to_baseline"] == 1.0, row["runner"]
+        assert [m["new_ids"] for m in _measurements(payload, row["runner"], 0.0)] == baseline, row["runner"]
+    assert payload["warnings"] == []
+
+
+def test_hf_assisted_and_our_model_runner_agree_on_greedy_text(quick):
+    payload, _, _ = quick
+    hf = _measurements(payload, f"hf_assisted[g={QUICK_GAMMA}]", 0.0)
+    ours = _measurements(payload, f"model[g={QUICK_GAMMA}]", 0.0)
+    assert [m["text"] for m in hf] == [m["text"] for m in ours]
+    # same draft, same constant gamma, greedy: the same steps, so the same number of target calls
+    assert [m["target_calls"] for m in hf] == [m["target_calls"] for m in ours]
+    assert all(m["draft_calls"] > 0 and m["drafted"] > 0 for m in hf)
+    assert sum(m["accepted"] for m in hf) > 0 and sum(m["accepted"] for m in ours) > 0  # drafts were kept, too
+
+
+def test_hf_counters_come_from_forward_hooks(quick):
+    payload, _, _ = quick
+    for m in _measurements(payload, "hf_generate", 0.0):
+        assert m["target_calls"] == m["new_tokens"] and m["draft_calls"] == 0 and m["drafted"] == 0
+    for t in (0.0, 1.0):
+        for row in _rows(payload, t, "hf_assisted") + _rows(payload, t, "hf_prompt_lookup"):
+            for m in _measurements(payload, row["runner"], t):
+                # every HF target forward verifies a draft and emits its accepted tokens plus one of its own
+                assert m["accepted"] + m["target_calls"] == m["new_tokens"], (row["runner"], m)
+                assert m["hook_target_forwards"] == m["target_calls"]
+    for m in _measurements(payload, f"model[g={QUICK_GAMMA}]", 0.0):  # ours: the hook also sees the prefill
+        assert m["hook_target_forwards"] == m["target_calls"] + 1
+
+
+def test_speedup_is_the_ratio_of_aggregate_tokens_per_second(quick):
+    payload, _, _ = quick
+    for t in (0.0, 1.0):
+        rows = {r["runner"]: r for r in _rows(payload, t)}
+        for name, row in rows.items():
+            ms = _measurements(payload, name, t)
+            tps = sum(m["new_tokens"] for m in ms) / sum(m["seconds"] for m in ms)
+            assert row["tokens_per_second"] == pytest.approx(tps)
+            assert row["speedup"] == pytest.approx(tps / rows["hf_generate"]["tokens_per_second"])
+            assert row["tokens_per_call"] == pytest.approx(sum(m["new_tokens"] for m in ms) / sum(m["target_calls"] for m in ms))
+        assert rows["hf_generate"]["speedup"] == pytest.approx(1.0)
+
+
+def test_theorem8_prediction_is_walltime_factor_of_the_recorded_alpha_c_gamma(quick):
+    payload, _, _ = quick
+    predicted = [r for r in payload["runners"] if r["predicted_speedup"] is not None]
+    assert {r["family"] for r in predicted} == {"model", "model_aligned", "ngram", "prompt_lookup", "early_exit"}
+    for row in predicted:
+        assert row["predicted_speedup"] == pytest.approx(walltime_factor(row["alpha"], row["theory_gamma"], row["c"]))
+        if isinstance(row["gamma"], int):
+            assert row["theory_gamma"] == row["gamma"]
+        ms = _measurements(payload, row["runner"], row["temperature"])
+        calls = sum(m["target_calls"] for m in ms)
+        c = cost_ratio(sum(m["stats"]["time_draft"] for m in ms), sum(m["draft_calls"] for m in ms),
+                       sum(m["stats"]["time_target"] for m in ms), calls, calls * row["theory_gamma"])
+        assert row["c"] == pytest.approx(c) and row["c"] > 0
+        accepted = sum(m["accepted"] for m in ms)
+        assert row["alpha"] == pytest.approx(accepted / (accepted + sum(m["rejections"] for m in ms)))
+        assert row["achieved_over_predicted"] == pytest.approx(row["speedup_vs_ours_autoregressive"] / row["predicted_speedup"])
+    assert all(r["predicted_speedup"] is None for r in payload["runners"] if r["kind"] == "hf" or r["family"] == "bild")
+
+
+def test_quality_columns_use_chrf_against_reference_and_target_greedy(quick):
+    payload, _, _ = quick
+    for row in _rows(payload, 0.0):
+        assert row["chrf_reference"] is not None and 0 <= row["chrf_reference"] <= 100
+        if row["lossless"]:
+            assert row["chrf_target_greedy"] == pytest.approx(100.0)
+    bild = _rows(payload, 0.0, "bild")
+    assert len(bild) == 1 and bild[0]["settings"]["alpha_fb"] == 0.4 and bild[0]["settings"]["alpha_rb"] == 2.0
+
+
+def test_markdown_has_the_command_line_and_a_row_per_runner(quick):
+    payload, out, _ = quick
+    markdown = (out / "bench-humaneval-quick.md").read_text()
+    assert payload["command"].startswith("draftverify bench") and "--quick" in payload["command"]
+    assert payload["command"] in markdown
+    assert str(Path(payload["config"]["target"])) in markdown
+    for row in payload["runners"]:
+        assert f"`{row['runner']}`" in markdown
+    assert "## Temperature 0 (greedy)" in markdown and "## BiLD" in markdown
+    assert "bench-humaneval-quick-speedup.png" in markdown
+
+
+def test_python_api_returns_the_result_and_records_the_command(model_dir, data_dir, tmp_path):
+    torch.set_num_threads(1)
+    result = run_bench(target=model_dir / "target", draft=model_dir / "draft", data_dir=data_dir, out=tmp_path,
+                       quick=True, temperatures=(0.0,), runners=("model",), plots=False, progress=False,
+                       num_prompts=1, command="my-command --x")
+    assert [r["runner"] for r in result["runners"]] == ["hf_generate", "ours_autoregressive",
+                                                         f"model[g={QUICK_GAMMA}]", "model[auto]"]
+    assert result["command"] == "my-command --x"
+    assert "my-command --x" in (tmp_path / "bench-humaneval-quick.md").read_text()
+    assert not list(tmp_path.glob("*.png"))
+    assert json.loads((tmp_path / "bench-humaneval-quick.json").read_text())["runners"][2]["equal_to_baseline"] == 1.0

@@ -1,0 +1,113 @@
+"""Bench pieces without models: option parsing and errors, HF step accounting, summary and the loud warning."""
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from draftverify import DraftVerifyError
+from draftverify.bench.config import BenchConfig, parse_floats, parse_gammas
+from draftverify.bench.counting import step_accounting
+from draftverify.bench.prompts import Prompt
+from draftverify.bench.report import render_markdown
+from draftverify.bench.runners import OursRunner, default_early_exit_layers
+from draftverify.bench.summary import equality_failures, summarize
+from draftverify.cli import app
+
+
+def test_gamma_lists_parse_integers_auto_and_heuristic():
+    assert parse_gammas("2,3, 8,auto,heuristic") == (2, 3, 8, "auto", "heuristic")
+    assert parse_floats("--temperature", "greedy,1.0") == (0.0, 1.0)
+    for bad in ("0", "2,,3", "fast", "-1"):
+        with pytest.raises(DraftVerifyError, match="--gamma"):
+            parse_gammas(bad)
+
+
+def test_quick_and_full_defaults():
+    quick = BenchConfig(target="t", quick=True).resolved()
+    assert (quick.num_prompts, quick.max_new_tokens, quick.gammas) == (2, 8, (3, "auto"))
+    assert quick.name == "bench-humaneval-quick"
+    full = BenchConfig(zoo="code", prompts="spec_bench:qa").resolved()
+    assert (full.num_prompts, full.max_new_tokens, full.temperatures) == (20, 128, (0.0, 1.0))
+    assert full.gammas == (2, 3, 4, 5, 6, 8, "auto") and full.name == "bench-spec_bench-qa"
+    assert full.bild_fb == (0.2, 0.4, 0.6, 0.8) and full.bild_rb == (1.0, 2.0, 3.0, 5.0)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(num_prompts=0), "--num-prompts"),
+    (dict(max_new_tokens=-3), "--max-new-tokens"),
+    (dict(temperatures=(-1.0,)), "--temperature"),
+    (dict(runners=("model", "medusa")), "unknown runner family medusa"),
+    (dict(bild_fb=(1.5,)), "--bild-fb"),
+    (dict(threads=0), "--threads"),
+    (dict(target=None), "--zoo NAME"),
+])
+def test_bad_options_name_the_option(overrides, message):
+    with pytest.raises(DraftVerifyError, match=message):
+        BenchConfig(**{"target": "t", **overrides}).resolved()
+
+
+def test_cli_bad_options_exit_2_with_a_message(tmp_path):
+    runner = CliRunner()
+    cases = [
+        (["--target", "t", "--gamma", "2,zero"], "--gamma"),
+        (["--target", "t", "--temperature", "hot"], "--temperature"),
+        (["--target", "t", "--data-dir", str(tmp_path)], "--data-dir"),  # no HumanEval file there
+        ([], "--zoo NAME"),
+    ]
+    for extra, message in cases:
+        result = runner.invoke(app, ["bench", "--out", str(tmp_path / "out"), *extra])
+        assert result.exit_code == 2, (extra, result.output)
+        assert message in result.output, (extra, result.output)
+        assert "Traceback" not in result.output
+
+
+def test_early_exit_default_layers_are_proper_prefixes():
+    assert default_early_exit_layers(8) == (2, 4)
+    assert default_early_exit_layers(3) == (1, 2)
+    assert default_early_exit_layers(1) == ()
+
+
+def test_step_accounting_reconstructs_hf_assisted_steps():
+    # prompt 5; step 1 feeds prompt + 3 drafts, keeps 1 draft (+1 own) -> 7 committed, cache 6;
+    # step 2 feeds 1 pending + 3 drafts, keeps all 3 (+1) -> 11 committed; step 3 feeds 1 + 2 drafts, ends at 13
+    calls = [(8, 0), (4, 6), (3, 10)]
+    counts = step_accounting(calls, prompt_length=5, new_tokens=8)
+    assert (counts.target_calls, counts.drafted, counts.accepted, counts.rejections) == (3, 8, 5, 2)
+    plain = step_accounting([(5, 0)] + [(1, 4 + i) for i in range(7)], prompt_length=5, new_tokens=8)
+    assert (plain.target_calls, plain.drafted, plain.accepted, plain.rejections) == (8, 0, 0, 0)
+
+
+def _record(runner, prompt, ids, seconds=1.0, temperature=0.0):
+    return {"runner": runner, "temperature": temperature, "prompt_index": prompt, "new_ids": ids,
+            "new_tokens": len(ids), "seconds": seconds, "target_calls": len(ids), "draft_calls": 0, "drafted": 0,
+            "accepted": 0, "rejections": 0, "stats": None, "text": " ".join(map(str, ids))}
+
+
+def test_a_lossless_runner_that_differs_from_the_baseline_raises_a_loud_warning():
+    runners = [OursRunner("hf_generate", "hf_generate"), OursRunner("model[g=2]", "model", gamma=2)]
+    prompts = [Prompt("a", "x", reference="1 2"), Prompt("b", "y")]
+    records = [_record("hf_generate", 0, [1, 2]), _record("hf_generate", 1, [3, 4], seconds=3.0),
+               _record("model[g=2]", 0, [1, 2], seconds=0.5), _record("model[g=2]", 1, [3, 5], seconds=1.5)]
+    rows = summarize(runners, (0.0,), prompts, records)
+    by_name = {r["runner"]: r for r in rows}
+    assert by_name["hf_generate"]["equal_to_baseline"] == 1.0
+    assert by_name["model[g=2]"]["equal_to_baseline"] == 0.5
+    assert by_name["model[g=2]"]["speedup"] == pytest.approx((4 / 2.0) / (4 / 4.0))
+    assert [r["runner"] for r in equality_failures(rows)] == ["model[g=2]"]
+    assert by_name["hf_generate"]["chrf_reference"] == pytest.approx(100.0)  # "1 2" against reference "1 2"
+    assert by_name["model[g=2]"]["chrf_target_greedy"] < 100.0
+
+
+def test_markdown_shows_warnings_first():
+    result = {
+        "config": {"prompts": "humaneval", "quick": False, "temperatures": [0.0], "max_new_tokens": 4},
+        "machine": {"cpu_model": "cpu", "cores": 2}, "date": "today", "prompts": [],
+        "versions": {"torch_threads": 1, "python": "3", "torch": "t", "transformers": "x", "draftverify": "0",
+                     "git_commit": "abc", "git_dirty": False},
+        "runners": [], "files": {"json": "x.json"}, "notes": ["a note"], "command": "cmd --a",
+        "reproduce": "draftverify bench --a", "warnings": ["model differs"],
+    }
+    markdown = render_markdown(result)
+    assert "> **WARNING**: model differs" in markdown
+    assert markdown.index("WARNING") < markdown.index("How to read")
+    assert "draftverify bench --a" in markdown and "cmd --a" in markdown and "- a note" in markdown
