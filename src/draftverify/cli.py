@@ -134,7 +134,7 @@ def bench(
     early_exit_layers: Optional[str] = typer.Option(None, "--early-exit-layers", help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers)."),
     bild_fb: Optional[str] = typer.Option(None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."),
     bild_rb: Optional[str] = typer.Option(None, "--bild-rb", help="BiLD rollback thresholds alpha_RB (default 1,2,3,5)."),
-    bild_gamma: int = typer.Option(8, "--bild-gamma", help="Longest BiLD draft before the target is called anyway."),
+    bild_gamma: int = typer.Option(10, "--bild-gamma", help="Longest BiLD draft before the target is called anyway (BiLD: 10)."),
     runners: Optional[str] = typer.Option(None, "--runners", help="Comma list of runner families to run (the baselines hf_generate and ours_autoregressive always run): hf_assisted, hf_prompt_lookup, model, model_aligned, ngram, prompt_lookup, early_exit, bild."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed of prompt i is seed + i, the same for every runner."),
     warmup_tokens: int = typer.Option(16, "--warmup-tokens", help="Tokens of the one warm-up generation per runner (0: none)."),

@@ -40,7 +40,7 @@ class BenchConfig:
     early_exit_layers: tuple[int, ...] | None = None  # default: about 1/4 and 1/2 of the target's layers
     bild_fb: tuple[float, ...] | None = None  # alpha_FB grid (quick: 0.4)
     bild_rb: tuple[float, ...] | None = None  # alpha_RB grid (quick: 2)
-    bild_gamma: int = 8  # longest BiLD draft before the target is called anyway
+    bild_gamma: int = 10  # BiLD section 7.1.2: at most 10 consecutive small-model tokens
     runners: tuple[str, ...] | None = None  # families to run (baselines always); None = all
     seed: int = 0
     warmup_tokens: int = 16  # one warm-up generation of this many tokens per runner row

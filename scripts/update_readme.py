@@ -1,0 +1,49 @@
+"""Copy measured tables from benchmarks/*.md into README.md between <!-- name:begin --> / <!-- name:end --> markers,
+so every figure in the README is one a benchmark command printed. Usage: python scripts/update_readme.py"""
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# marker name -> (benchmark markdown file, heading whose first table is copied; None = first table in the file)
+SOURCES = {
+    "loop-overhead": ("benchmarks/loop_overhead.md", None),
+    "bench-greedy": ("benchmarks/bench-humaneval.md", "## Temperature 0 (greedy)"),
+    "bench-sampling": ("benchmarks/bench-humaneval.md", "## Temperature 1"),
+    "bench-bild": ("benchmarks/bench-humaneval.md", "## BiLD"),
+}
+
+
+def first_table(text: str, heading: str | None) -> str:
+    if heading is not None:
+        start = text.find(heading)
+        if start < 0:
+            raise SystemExit(f"heading {heading!r} not found")
+        text = text[start:]
+    lines, table = text.splitlines(), []
+    for line in lines:
+        if line.startswith("|"):
+            table.append(line)
+        elif table:
+            break
+    return "\n".join(table)
+
+
+def main() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name, (source, heading) in SOURCES.items():
+        path = ROOT / source
+        pattern = re.compile(rf"(<!-- {name}:begin -->\n).*?(<!-- {name}:end -->)", re.S)
+        if not pattern.search(readme):
+            continue
+        if not path.exists():
+            print(f"skip {name}: {source} not found", file=sys.stderr)
+            continue
+        table = first_table(path.read_text(), heading)
+        readme = pattern.sub(lambda m: m.group(1) + table + "\n" + m.group(2), readme)
+        print(f"updated {name} from {source}")
+    (ROOT / "README.md").write_text(readme)
+
+
+if __name__ == "__main__":
+    main()
