@@ -217,6 +217,74 @@ def test_align_end_to_end(assets, tmp_path):
     assert s["tokens"] == info["calibration"]["new_tokens"]
 
 
+def test_reported_losses_and_alpha_are_those_of_the_original_and_the_exported_draft(assets, tmp_path):
+    """The "before" figures are the original draft's and the "after" ones the exported aligned draft's, each
+    recomputed here independently (models loaded like draftverify.load, fp32, one sequence per batch so no
+    padding). Guards against before and after being computed differently (model mode, attention
+    implementation, padding, autocast, records), against a fine-tune that does not reach the exported
+    weights, and against "after" being measured on the wrong model."""
+    from safetensors.torch import load_file
+
+    from draftverify.api import load_model
+    from draftverify.cached_lm import CachedLM
+
+    opts = _opts(assets, tmp_path, num_prompts=8, eval_prompts=4, max_steps=10, warmup_steps=2, lr=3e-3,
+                 batch_size=16, bf16=True)  # bf16 autocast, as the CLI default
+    info = al.align(opts, log=_quiet)
+    ft, out, work = info["finetune"], tmp_path / "aligned", tmp_path / "work"
+    _, calib = al.read_generations(work / "generations.jsonl")
+    _, held = al.read_generations(work / "eval_before.jsonl")
+    target = load_model(assets / "target", "float32")
+    original = load_model(assets / "draft", "float32", role="draft")
+    aligned = load_model(out, "float32", role="aligned draft")
+
+    def loss(model, recs):
+        return al.evaluate_loss(model, recs, 0, False, 1)
+
+    # bf16 autocast in the run vs fp32 here, and the exported draft is rounded to fp16: small differences only
+    tol = dict(rel=5e-3, abs=5e-3)
+    before = (loss(original, calib[:64]), loss(original, held))
+    after = (loss(aligned, calib[:64]), loss(aligned, held))
+    assert before == pytest.approx((ft["train_loss_before"], ft["heldout_loss_before"]), **tol)
+    assert after == pytest.approx((ft["train_loss_after"], ft["heldout_loss"]), **tol)
+    assert after[0] < before[0] - 0.5  # a real change, far beyond the tolerance
+    # right padding without an attention mask and batching do not change the figures
+    assert al.evaluate_loss(original, held, 0, False, 16) == pytest.approx(loss(original, held), rel=1e-5)
+    # the fine-tuned weights are the exported ones
+    a, b = load_file(str(assets / "draft" / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert a.keys() == b.keys()
+    mats = [k for k in a if a[k].dim() == 2]
+    assert sum(int((a[k] != b[k]).sum()) for k in mats) > 0.5 * sum(a[k].numel() for k in mats)
+    # alpha before is the original draft's and alpha after the exported draft's, on the same held-out prompts
+    prompts = [{"prompt": r["prompt"], "source": r["source"]} for r in held]
+
+    def strip(recs):  # the deterministic part of each record's GenerationStats
+        return [{k: v for k, v in r["stats"].items() if k != "time_total"} for r in recs]
+
+    def stats(draft, name):
+        return strip(al.greedy_continuations(tmp_path / name, {"type": "header"}, prompts, CachedLM(target), draft,
+                                             opts.gamma, opts.new_tokens, 0, desc=name, log=_quiet))
+
+    _, after_recs = al.read_generations(work / "eval_after.jsonl")
+    assert [r["prompt"] for r in after_recs] == [p["prompt"] for p in prompts]
+    assert strip(held) == stats(original, "orig.jsonl")
+    assert strip(after_recs) == stats(aligned, "aligned.jsonl")
+    assert strip(after_recs) != strip(held)  # the aligned draft proposes differently
+    assert info["after"] == al.summarize(after_recs) and info["before"] == al.summarize(held)
+
+
+def test_evaluate_loss_restores_the_training_mode(assets):
+    from draftverify.api import load_model
+
+    model = load_model(assets / "draft", "float32", role="draft").train()
+    recs = [{"prompt": [5, 6, 7], "continuation": [8, 9]}, {"prompt": [10], "continuation": [11, 12, 13]}]
+    x, y = al.make_batch(recs, 0)
+    with torch.no_grad():
+        ref = float(al.continuation_loss(model, x, y, False))
+    assert al.evaluate_loss(model, recs, 0, False, 2) == pytest.approx(ref, rel=1e-6)
+    assert model.training
+
+
 def test_loss_is_on_continuation_tokens_only():
     recs = [{"prompt": [1, 2, 3], "continuation": [4, 5]}, {"prompt": [6], "continuation": [7, 8, 9, 10]}]
     x, y = al.make_batch(recs, pad_id=0)
