@@ -1,25 +1,24 @@
 #!/usr/bin/env bash
-# Rebuild the project's code model pair from scratch (CPU only, ~2.5 h on 1 core):
+# Rebuild the project's code model pair from scratch (CPU only, ~2 h on 2 cores):
 #   1. corpus manifest (stdlib *.py, split by file) + byte-level BPE tokenizer -> zoo/code/{manifest.json,tokenizer/}
-#   2. target model (~30M params, 110 min budget)                              -> zoo/code/target/
-#   3. draft model  (~4.7M params, 20 min budget)                              -> zoo/code/draft/
+#   2. target model (~30M params, 100 min budget)                              -> zoo/code/target/
+#   3. draft model  (~3.8M params, 25 min budget)                              -> zoo/code/draft/
 # Checkpoints, token caches and logs go to runs/ (git-ignored).  Re-running the script resumes
 # an interrupted training run from runs/code-*/checkpoint/.
 #
-# `python -m draftverify.train.cli X` is the same as `draftverify train X` once the main CLI mounts train_app.
-# Env knobs: PYTHON (interpreter), THREADS (torch threads per job, default 1),
-#            TARGET_MINUTES (110), DRAFT_MINUTES (20), FORCE_TOKENIZER=1 (rebuild tokenizer/manifest).
+# Env knobs: PYTHON (interpreter), THREADS (torch threads per job, default 2),
+#            TARGET_MINUTES (100), DRAFT_MINUTES (25), FORCE_TOKENIZER=1 (rebuild tokenizer/manifest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [[ -n "${PYTHON:-}" ]]; then PY=$PYTHON; elif [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python; fi
-THREADS=${THREADS:-1}
-TARGET_MINUTES=${TARGET_MINUTES:-110}
-DRAFT_MINUTES=${DRAFT_MINUTES:-20}
+THREADS=${THREADS:-2}
+TARGET_MINUTES=${TARGET_MINUTES:-100}
+DRAFT_MINUTES=${DRAFT_MINUTES:-25}
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 export TOKENIZERS_PARALLELISM=false
-TRAIN="$PY -m draftverify.train.cli"
+TRAIN="$PY -m draftverify.cli train"
 
 echo "[$(date -u +%FT%TZ)] train_code_zoo: start (pid $$)"
 
