@@ -134,9 +134,12 @@ def test_theorem8_prediction_is_walltime_factor_of_the_recorded_alpha_c_gamma(qu
             assert row["theory_gamma"] == row["gamma"]
         ms = _measurements(payload, row["runner"], row["temperature"])
         calls = sum(m["target_calls"] for m in ms)
-        c = cost_ratio(sum(m["stats"]["time_draft"] for m in ms), sum(m["draft_calls"] for m in ms),
-                       sum(m["stats"]["time_target"] for m in ms), calls, calls * row["theory_gamma"])
+        base = _measurements(payload, "ours_autoregressive", row["temperature"])
+        single = sum(m["stats"]["time_target"] for m in base) / sum(m["target_calls"] for m in base)
+        draft_runs = sum(m["draft_calls"] for m in ms) or calls * row["theory_gamma"]
+        c = cost_ratio(sum(m["stats"]["time_draft"] for m in ms), draft_runs, single)
         assert row["c"] == pytest.approx(c) and row["c"] > 0
+        assert row["verify_cost"] == pytest.approx(sum(m["stats"]["time_target"] for m in ms) / calls / single)
         accepted = sum(m["accepted"] for m in ms)
         assert row["alpha"] == pytest.approx(accepted / (accepted + sum(m["rejections"] for m in ms)))
         assert row["achieved_over_predicted"] == pytest.approx(row["speedup_vs_ours_autoregressive"] / row["predicted_speedup"])
