@@ -173,3 +173,30 @@ def test_make_rejects(bad):
 def test_make_rejects_non_decimal_digit_strings():
     with pytest.raises(DraftVerifyError):
         make_draft_length("²")
+
+
+def test_auto_gamma_accounts_for_verification_cost_growing_with_draft_length():
+    """On a CPU a target call over gamma + 1 tokens costs more than one over 1 token; the policy fits that cost
+    (seconds = a + b * tokens) and picks the gamma maximising E(tokens) / (gamma c + verify_cost), which is
+    shorter than Theorem 8's (which assumes verification is free)."""
+    alpha, c, a, b = 0.8, 0.1, 0.010, 0.002  # single-token call 12 ms, each extra scored token +2 ms
+    from draftverify.theory import expected_tokens_per_call
+
+    def factor(g):
+        return expected_tokens_per_call(alpha, g) / (g * c + (a + b * (g + 1)) / (a + b))
+
+    brute = max(range(1, 17), key=lambda g: (factor(g), -g))
+    plain = optimal_gamma(alpha, c, max_gamma=16).gamma
+    assert brute < plain  # the two models disagree, so the test can tell them apart
+    policy = AutoGamma()
+    rng = random.Random(0)
+    for _ in range(1500):
+        gamma = policy.next()
+        accepted = 0
+        while accepted < gamma and rng.random() < alpha:
+            accepted += 1
+        target = a + b * (gamma + 1)
+        policy.update(gamma, accepted, accepted < gamma, gamma * c * (a + b), target)
+    assert policy.target_seconds(1) == pytest.approx(a + b, rel=1e-6)
+    assert policy.c == pytest.approx(c, rel=1e-6)
+    assert policy.next() == brute

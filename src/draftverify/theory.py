@@ -234,16 +234,21 @@ def expected_tokens_per_call(alpha: float, gamma: int) -> float:
     return -math.expm1((g + 1) * math.log(a)) / (1.0 - a)
 
 
-def walltime_factor(alpha: float, gamma: int, c: float) -> float:
+def walltime_factor(alpha: float, gamma: int, c: float, verify_cost: float = 1.0) -> float:
     """Expected walltime improvement factor (Theorem 8): (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma*c + 1)).
 
     ``gamma >= 0`` (``gamma = 0`` is plain decoding, factor 1), ``c >= 0``.
-    Assumes enough compute for gamma + 1 parallel M_p runs and long generations.
+    Assumes enough compute for gamma + 1 parallel M_p runs and long generations. ``verify_cost`` relaxes that
+    assumption: the time of one M_p run over gamma + 1 tokens in units of a single-token run (the paper's 1;
+    larger on hardware without spare parallelism, e.g. a CPU), giving E(tokens) / (gamma*c + verify_cost).
     """
     a = _alpha(alpha)
     g = _integer("gamma", gamma, 0)
     cv = _nonneg("c", c)
-    return expected_tokens_per_call(a, g) / (g * cv + 1.0)
+    v = _real("verify_cost", verify_cost, "> 0")
+    if not v > 0:
+        raise ValueError(f"verify_cost must be > 0, got {verify_cost!r}")
+    return expected_tokens_per_call(a, g) / (g * cv + (1.0 if g == 0 else v))
 
 
 def operations_factor(alpha: float, gamma: int, c_hat: float) -> float:
