@@ -140,6 +140,8 @@ def test_theorem8_prediction_is_walltime_factor_of_the_recorded_alpha_c_gamma(qu
         c = cost_ratio(sum(m["stats"]["time_draft"] for m in ms), draft_runs, single)
         assert row["c"] == pytest.approx(c) and row["c"] > 0
         assert row["verify_cost"] == pytest.approx(sum(m["stats"]["time_target"] for m in ms) / calls / single)
+        assert row["predicted_speedup_with_verify_cost"] == pytest.approx(
+            walltime_factor(row["alpha"], row["theory_gamma"], row["c"], row["verify_cost"]))
         accepted = sum(m["accepted"] for m in ms)
         assert row["alpha"] == pytest.approx(accepted / (accepted + sum(m["rejections"] for m in ms)))
         assert row["achieved_over_predicted"] == pytest.approx(row["speedup_vs_ours_autoregressive"] / row["predicted_speedup"])

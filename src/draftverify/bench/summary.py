@@ -89,7 +89,8 @@ def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int
     # Theorem 8 (ours, with a drafter): measured alpha and c -> predicted factor over the same loop without drafting.
     # verify_cost = seconds per verification forward (gamma+1 tokens) / seconds per single-token forward: Theorem 8
     # assumes 1 (parallel hardware); on a CPU it is larger, and that is most of any gap to the prediction.
-    row.update({"c": None, "theory_gamma": None, "predicted_speedup": None, "verify_cost": None})
+    row.update({"c": None, "theory_gamma": None, "predicted_speedup": None, "verify_cost": None,
+                "predicted_speedup_with_verify_cost": None})
     if (runner.kind == "ours" and runner.family != OURS_BASELINE and runner.lossless and calls
             and all(r.get("stats") for r in recs)):
         time_draft = sum(r["stats"]["time_draft"] for r in recs)
@@ -97,8 +98,10 @@ def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int
         gamma = theory_gamma(runner, drafted, calls)
         c = cost_ratio(time_draft, row["draft_calls"] or calls * gamma, single_step)
         if c is not None and row["alpha"] is not None:
+            verify_cost = (time_target / calls) / single_step
             row.update({"c": c, "theory_gamma": gamma, "predicted_speedup": walltime_factor(row["alpha"], gamma, c),
-                        "verify_cost": (time_target / calls) / single_step})
+                        "verify_cost": verify_cost,
+                        "predicted_speedup_with_verify_cost": walltime_factor(row["alpha"], gamma, c, verify_cost)})
     # quality: chrF of the completion against the reference, and against the target's own greedy output
     scored = [(r, prompts[r["prompt_index"]]) for r in recs]
     with_ref = [(r, p) for r, p in scored if p.reference is not None]
