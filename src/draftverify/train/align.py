@@ -9,7 +9,7 @@
    "stats"}`` records) that is reused on the next run: step 1 is resumable and cached.
 2. **Fine-tune.** The draft is trained on prompt + continuation sequences with the loss on the continuation
    tokens only (the prompt is context). Optimizer, schedule, checkpoint (resumable, SIGINT/SIGTERM safe) and
-   fp16 export are ``train.lm``'s (AdamW groups as in ``lm.train``, ``WarmupCosine``, ``save_checkpoint``,
+   fp16 export are ``train.lm``'s (``make_optimizer``, ``WarmupCosine``, ``save_checkpoint``,
    ``load_checkpoint``, ``export_model``).
 3. **Acceptance.** alpha (``GenerationStats.alpha``) and mean tokens per target call of the draft against the
    target, greedy, on held-out prompts cut the same way from the *validation* split (files never trained on),
@@ -28,7 +28,7 @@ import shlex
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -56,7 +56,7 @@ class AlignError(TrainError):
 
 
 @dataclass
-class AlignOptions:
+class AlignOptions(lm.OptimOptions):
     target: str
     draft: str
     manifest: str = "zoo/code/manifest.json"
@@ -71,24 +71,13 @@ class AlignOptions:
     new_tokens: int = 128
     gamma: int = 5
     seed: int = 1234
-    # fine-tune
-    max_steps: Optional[int] = None
-    max_minutes: Optional[float] = None
-    lr: float = 5e-4
+    # fine-tune; the other optimizer / schedule / run fields (keyword-only) are lm.OptimOptions'
     batch_size: int = 16
-    warmup_steps: int = 20
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    threads: Optional[int] = None
-    bf16: Optional[bool] = None             # None -> lm.DEFAULT_BF16
     eval_every_steps: Optional[int] = None  # held-out continuation loss every N steps (always at start and end)
-    checkpoint_minutes: float = 10.0
-    log_every: int = 10
-    progress: Optional[bool] = None         # None -> tqdm bars iff stderr is a tty
-    command: Optional[str] = None
+    _: KW_ONLY
+    lr: float = 5e-4
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
 
     @property
     def tokenizer_dir(self) -> str:
@@ -432,13 +421,7 @@ def finetune(opts: AlignOptions, records: list[dict], heldout: list[dict], pad_i
     model = AutoModelForCausalLM.from_pretrained(opts.draft, dtype=torch.float32)
     model.config._attn_implementation = "sdpa"
     model.train()
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():
-        (decay if p.dim() >= 2 else no_decay).append(p)
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": opts.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=opts.lr, betas=(opts.beta1, opts.beta2), eps=1e-8, fused=False,
-    )
+    optimizer = lm.make_optimizer(model, opts.lr, opts.weight_decay, opts.beta1, opts.beta2)
     sched = lm.WarmupCosine(opts.lr, opts.warmup_steps, opts.min_lr_ratio)
     draft_sha = model_digest(opts.draft)
     gen_sha = hashlib.sha256(json.dumps([r["continuation"] for r in records]).encode()).hexdigest()

@@ -119,17 +119,12 @@ def count_params(model) -> int:
 # --------------------------------------------------------------------------- options
 
 
-@dataclass
-class TrainOptions:
-    tokenizer: str
-    manifest: str
-    out_dir: str
-    preset: str = "target"
-    export_dir: Optional[str] = None        # default: out_dir/export
-    cache_dir: Optional[str] = None         # default: out_dir/../token-cache
-    init_from: Optional[str] = None
-    seq_len: int = 512
-    batch_size: int = 8
+@dataclass(kw_only=True)
+class OptimOptions:
+    """Optimizer (``make_optimizer``), schedule (``WarmupCosine``) and run settings shared by
+    ``TrainOptions`` and ``align.AlignOptions``.  Keyword-only, so a subclass can redeclare one to
+    change its default."""
+
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 100
@@ -141,14 +136,27 @@ class TrainOptions:
     max_minutes: Optional[float] = None
     threads: Optional[int] = None
     bf16: Optional[bool] = None             # None -> DEFAULT_BF16
+    checkpoint_minutes: float = 10.0
+    log_every: int = 10
+    progress: Optional[bool] = None         # None -> tqdm bar(s) iff stderr is a tty
+    command: Optional[str] = None           # recorded in the model card
+
+
+@dataclass
+class TrainOptions(OptimOptions):
+    tokenizer: str
+    manifest: str
+    out_dir: str
+    preset: str = "target"
+    export_dir: Optional[str] = None        # default: out_dir/export
+    cache_dir: Optional[str] = None         # default: out_dir/../token-cache
+    init_from: Optional[str] = None
+    seq_len: int = 512
+    batch_size: int = 8
     seed: int = 1234
     eval_minutes: float = 10.0
     eval_every_steps: Optional[int] = None  # overrides eval_minutes when set
     val_windows: int = 64
-    checkpoint_minutes: float = 10.0
-    log_every: int = 10
-    progress: Optional[bool] = None         # None -> tqdm bar iff stderr is a tty
-    command: Optional[str] = None           # recorded in the model card
     config_overrides: dict = field(default_factory=dict)
     export: bool = True
 
@@ -250,7 +258,20 @@ def fixed_windows(data: np.ndarray, n_windows: int, seq_len: int):
     return torch.from_numpy(x)
 
 
-# --------------------------------------------------------------------------- schedule
+# --------------------------------------------------------------------------- optimizer / schedule
+
+
+def make_optimizer(model, lr: float, weight_decay: float, beta1: float, beta2: float):
+    """AdamW with weight decay on the matrices (dim >= 2) only, not on norm weights / biases."""
+    import torch
+
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        (decay if p.dim() >= 2 else no_decay).append(p)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr, betas=(beta1, beta2), eps=1e-8, fused=False,
+    )
 
 
 class WarmupCosine:
@@ -554,13 +575,7 @@ def train(opts: TrainOptions, log: Callable[[str], None] = print,
     model.train()
     n_params = count_params(model)
 
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (decay if p.dim() >= 2 else no_decay).append(p)
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": opts.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=opts.lr, betas=(opts.beta1, opts.beta2), eps=1e-8, fused=False,
-    )
+    optimizer = make_optimizer(model, opts.lr, opts.weight_decay, opts.beta1, opts.beta2)
     sched = WarmupCosine(opts.lr, opts.warmup_steps, opts.min_lr_ratio)
 
     state = {
