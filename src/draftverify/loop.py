@@ -11,7 +11,7 @@ from .cached_lm import CachedLM
 from .draft_length import DraftLength, make_draft_length
 from .drafters.base import Drafter
 from .errors import DraftVerifyError
-from .types import DecodingState, Draft, GenerationOutput, GenerationStats, SamplingParams
+from .types import DecodingState, GenerationOutput, GenerationStats, SamplingParams
 from .verifiers.base import Verifier
 
 TokenCallback = Callable[[torch.Tensor], None]  # receives each step's emitted tokens [B, k]
@@ -99,7 +99,7 @@ def generate(
         # alpha_FB = 0, huge alpha_RB) write the whole text; the surplus target token is then cut below
         step_gamma = min(length_policy.next(), remaining)
         t0 = perf_counter()
-        draft = drafter.propose(state, step_gamma) if step_gamma > 0 else Draft(tokens=state.tokens[:, :0])
+        draft = drafter.propose(state, step_gamma)  # step_gamma >= 1: remaining >= 1 and policies give >= 1
         t1 = perf_counter()
         cached = target.cached_length
         scored = torch.cat([state.tokens[:, cached:], draft.tokens], dim=1)  # [B, 1+N]: pending token + draft
