@@ -65,6 +65,51 @@ def tokenizer_cmd(
                f"{info['val_chars_per_token']:.2f} chars/token on val)")
 
 
+CODE_PACKAGES = (
+    "django==5.2.19", "flask==3.1.3", "requests==2.34.2", "click==8.5.1", "attrs==26.1.0", "pytest==9.2.0",
+    "rich==15.0.0", "networkx==3.6.1", "sympy==1.14.0", "numpy==2.4.6", "scikit-learn==1.9.1", "pandas==3.1.1",
+    "scipy==1.17.1", "matplotlib==3.11.2", "sqlalchemy==2.1.9", "jinja2==3.1.6", "werkzeug==3.1.9", "pip==26.3",
+    "setuptools==84.2.1", "black==26.10.1", "tornado==6.6.1", "pygments==2.21.0", "sphinx==9.0.4",
+    "astropy==8.0.2", "statsmodels==0.15.0", "pyyaml==6.0.3", "urllib3==2.8.0", "aiohttp==3.14.5",
+    "fastapi==0.165.0", "pydantic==2.14.3", "starlette==1.10.0", "httpx==0.28.1", "transformers==5.23.0",
+    "boto3==1.44.5", "botocore==1.44.5", "twisted==26.10.0", "typer==0.29.2", "more-itertools==11.2.1",
+    "toolz==1.2.0", "dask==2026.8.0", "xarray==2026.9.0", "seaborn==0.13.2", "pillow==13.0.0",
+)
+
+
+@train_app.command("corpus")
+def corpus_cmd(
+    out: Path = typer.Option(Path("zoo/code/manifest.json"), "--out", help="Manifest JSON to write."),
+    src_root: Path = typer.Option(Path("runs/corpus-src"), "--src-root",
+                                  help="Where the stdlib copy and the unpacked packages go (the corpus root)."),
+    wheel_dir: Path = typer.Option(Path("runs/wheels"), "--wheel-dir", help="Where pip downloads the wheels."),
+    package: Optional[list[str]] = typer.Option(
+        None, "--package", help="Requirement to add (repeatable); default: the project's pinned list."),
+    download: bool = typer.Option(True, "--download/--no-download", help="Fetch wheels (else use --wheel-dir as is)."),
+    val_fraction: float = typer.Option(0.02, "--val-fraction", help="Fraction of files held out for validation."),
+) -> None:
+    """Build the code corpus: the stdlib plus permissively licensed PyPI packages, licence per file, deduplicated."""
+    from .corpus import CorpusError, build_manifest
+    from .packages import fetch_wheels, unpack_sources
+
+    if not 0 <= val_fraction < 1:
+        _fail("--val-fraction must be in [0, 1)")
+    try:
+        if download:
+            fetch_wheels(list(package or CODE_PACKAGES), wheel_dir)
+        if not wheel_dir.is_dir():
+            _fail(f"--wheel-dir {wheel_dir} does not exist; run without --no-download")
+        used = unpack_sources(wheel_dir, src_root)
+        sources = [{"dir": f"{u.name}-{u.version}" if u.wheel else f"cpython-{u.version}", "name": u.name,
+                    "version": u.version, "license": u.license, "wheel": u.wheel} for u in used]
+        m = build_manifest(out, root=src_root, val_fraction=val_fraction, sources=sources)
+    except CorpusError as e:
+        _fail(str(e))
+    typer.echo(f"manifest: {out} ({m['counts']['train']} train / {m['counts']['val']} val files, "
+               f"{(m['bytes']['train'] + m['bytes']['val']) / 1e6:.1f} MB, {len(sources)} sources, "
+               f"{len(m['skipped'])} skipped)")
+
+
 @train_app.command("lm")
 def lm_cmd(
     tokenizer: Path = typer.Option(Path("zoo/code/tokenizer"), "--tokenizer", help="Tokenizer directory."),

@@ -1,7 +1,8 @@
-"""Corpus of Python source: the ``.py`` files of this interpreter's standard library.
+"""Corpus of Python source: the ``.py`` files of the standard library, optionally with permissive packages.
 
-The manifest records, for each file, its path relative to the stdlib root, its
-sha256, its size in bytes and its split.  The validation split is held out *by
+The manifest records, for each file, its path relative to the corpus root, its
+sha256, its size in bytes, its split and (for multi-source corpora) its licence.
+Files with the same content are kept once.  The validation split is held out *by
 file*: a file is in ``val`` iff a hash of its relative path falls below
 ``val_fraction``, so the split is deterministic, independent of file order and
 stable when files are added or removed.
@@ -63,11 +64,14 @@ def build_manifest(
     out_path: str | os.PathLike | None,
     root: str | os.PathLike | None = None,
     val_fraction: float = DEFAULT_VAL_FRACTION,
+    sources: list[dict] | None = None,
 ) -> dict:
     """Scan ``root`` (default: the stdlib) and write the manifest JSON to ``out_path``.
 
-    Files that are not valid UTF-8 (a few deliberately odd test files) or are
-    empty are skipped and counted under ``skipped``.
+    Files that are not valid UTF-8 (a few deliberately odd test files), contain NUL
+    bytes, are empty or repeat an earlier file's content are skipped and counted
+    under ``skipped``. ``sources`` (one dict per top-level folder of ``root``, with
+    ``dir`` and ``license``) records where each file came from and under what licence.
     Returns the manifest dict.
     """
     if not 0.0 <= val_fraction < 1.0:
@@ -75,8 +79,10 @@ def build_manifest(
     root = Path(root).resolve() if root is not None else stdlib_root()
     if not root.is_dir():
         raise CorpusError(f"corpus root {root} is not a directory")
+    licence_of = {s["dir"]: s["license"] for s in sources or []}
     files: list[dict] = []
     skipped: list[str] = []
+    seen: set[str] = set()
     for p in iter_source_files(root):
         rel = p.relative_to(root).as_posix()
         try:
@@ -85,26 +91,26 @@ def build_manifest(
         except (OSError, UnicodeDecodeError):
             skipped.append(rel)
             continue
-        if not data.strip():
+        digest = hashlib.sha256(data).hexdigest()
+        if not data.strip() or b"\0" in data or digest in seen:
             skipped.append(rel)
             continue
-        files.append(
-            {
-                "path": rel,
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "bytes": len(data),
-                "split": split_for(rel, val_fraction),
-            }
-        )
+        seen.add(digest)
+        entry = {"path": rel, "sha256": digest, "bytes": len(data), "split": split_for(rel, val_fraction)}
+        if licence_of:
+            entry["license"] = licence_of.get(rel.split("/", 1)[0], "UNKNOWN")
+        files.append(entry)
     if not files:
         raise CorpusError(f"no usable .py files found under {root}")
     counts = {s: sum(1 for f in files if f["split"] == s) for s in SPLITS}
     nbytes = {s: sum(f["bytes"] for f in files if f["split"] == s) for s in SPLITS}
     manifest = {
         "version": MANIFEST_VERSION,
-        "source": "python-stdlib" if root == stdlib_root() else "directory",
+        "source": "python-stdlib" if root == stdlib_root() else ("packages" if sources else "directory"),
         "description": "*.py files of the Python standard library "
-        "(excluding site-packages/dist-packages), split by file",
+        + ("and of permissively licensed packages from PyPI " if sources else "")
+        + "(excluding site-packages/dist-packages), deduplicated, split by file",
+        "sources": sources or [],
         "python_version": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "root": str(root),

@@ -1,0 +1,175 @@
+"""Train the code zoo's target or draft on one GPU, inside a fixed wall-clock budget (a lent machine's 10 minutes).
+
+The CPU recipe (`draftverify train lm`) checkpoints and resumes over hours; a lent GPU gives minutes and cannot
+keep state between calls, so this script trains from scratch within `--minutes` and exports once:
+- data: the xz bundle of scripts/bundle_corpus.py, tokenized on the spot (documents joined with EOS);
+- batches: random windows of seq_len + 1 tokens; held-out loss on 64 evenly spaced val windows of 512 tokens
+  (the definition `draftverify train lm` uses) and on every non-overlapping val window;
+- schedule: linear warm-up, cosine decay to 0.1x by elapsed *time* (the step count is unknown in advance);
+- `--early-exit-layer L --early-exit-share s`: the last s of the budget fine-tunes with BiLD section 4.4's
+  averaged loss (final layer + layer L through the shared norm and head); the result is kept only when the full
+  model's held-out loss is no worse than `--max-degradation` nats above its value before that phase.
+Usage: PYTHONPATH=src python scripts/train_zoo_gpu.py --role target --minutes 7 --out /tmp/zoo/target
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import math
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+from draftverify.train.lm import make_config
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu only for a smoke test
+
+
+def load_tokens(bundle: Path, split: str, tokenizer: Tokenizer, eos: int) -> torch.Tensor:
+    with lzma.open(bundle / f"{split}.txt.xz", "rt", encoding="utf-8") as f:
+        docs = f.read().split("\0")
+    ids: list[int] = []
+    for enc in tokenizer.encode_batch(docs, add_special_tokens=False):
+        ids.extend(enc.ids)
+        ids.append(eos)
+    return torch.tensor(np.asarray(ids, dtype=np.int32))
+
+
+def fixed_windows(data: torch.Tensor, n: int, seq_len: int) -> torch.Tensor:
+    starts = np.linspace(0, len(data) - seq_len - 1, num=n).astype(np.int64)
+    return torch.stack([data[s : s + seq_len + 1] for s in starts]).long()
+
+
+def losses(model, x: torch.Tensor, exit_layer: int | None):
+    """x [B, T+1] -> (final-layer loss, early-exit loss or None)."""
+    with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        out = model(input_ids=x[:, :-1], output_hidden_states=exit_layer is not None)
+        target = x[:, 1:].reshape(-1)
+        final = F.cross_entropy(out.logits.float().reshape(-1, out.logits.size(-1)), target)
+        if exit_layer is None:
+            return final, None
+        early_logits = model.lm_head(model.model.norm(out.hidden_states[exit_layer]))  # [B, T, V]
+        early = F.cross_entropy(early_logits.float().reshape(-1, early_logits.size(-1)), target)
+    return final, early
+
+
+@torch.no_grad()
+def evaluate(model, windows: torch.Tensor, exit_layer: int | None = None, batch: int = 32) -> tuple[float, float | None]:
+    model.eval()
+    tot, tot_early = 0.0, 0.0
+    for i in range(0, len(windows), batch):
+        xb = windows[i : i + batch].to(DEVICE)
+        final, early = losses(model, xb, exit_layer)
+        tot += final.item() * len(xb)
+        tot_early += (early.item() if early is not None else 0.0) * len(xb)
+    model.train()
+    return tot / len(windows), (tot_early / len(windows) if exit_layer is not None else None)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--role", choices=["target", "draft"], required=True)
+    ap.add_argument("--bundle", type=Path, default=Path(".gpu/corpus"))
+    ap.add_argument("--tokenizer", type=Path, default=Path("zoo/code/tokenizer"))
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--minutes", type=float, required=True)
+    ap.add_argument("--seq-len", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup-steps", type=int, default=200)
+    ap.add_argument("--early-exit-layer", type=int, default=None)
+    ap.add_argument("--early-exit-share", type=float, default=0.2)
+    ap.add_argument("--max-degradation", type=float, default=0.03)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--eval-every", type=int, default=200)
+    args = ap.parse_args()
+
+    t_start = time.time()
+    torch.manual_seed(args.seed)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    tok = Tokenizer.from_file(str(args.tokenizer / "tokenizer.json"))
+    eos = tok.token_to_id("<|endoftext|>")
+    train = load_tokens(args.bundle, "train", tok, eos).to(DEVICE)
+    val = load_tokens(args.bundle, "val", tok, eos)
+    val64 = fixed_windows(val, 64, 512)
+    val_all = val[: (len(val) - 1) // 513 * 513 + 1]
+    val_all = torch.stack([val_all[i : i + 513] for i in range(0, len(val_all) - 513, 513)]).long()
+    print(f"tokens: train {len(train):,} val {len(val):,} ({time.time() - t_start:.0f}s)", flush=True)
+
+    config = make_config(args.role, vocab_size=tok.get_vocab_size(), eos_id=eos)
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM(config).to(DEVICE)
+    model.config.use_cache = False
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=DEVICE == "cuda")
+    budget = args.minutes * 60.0
+    ee_from = budget * (1.0 - args.early_exit_share) if args.early_exit_layer else math.inf
+    log: list[dict] = []
+    step, tokens_seen, t0 = 0, 0, time.time()
+    plain_state, plain_val = None, None
+    while (elapsed := time.time() - t0) < budget:
+        joint = elapsed >= ee_from
+        if joint and plain_state is None:  # snapshot the plain model before BiLD's averaged-loss phase
+            plain_val = evaluate(model, val64, args.early_exit_layer)
+            plain_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            print(f"before early-exit phase: val {plain_val[0]:.4f} early {plain_val[1]:.4f}", flush=True)
+        frac = elapsed / budget
+        lr_scale = min(1.0, (step + 1) / args.warmup_steps) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = args.lr * lr_scale
+        starts = torch.randint(0, len(train) - args.seq_len - 1, (args.batch,), device=DEVICE)
+        x = train[starts[:, None] + torch.arange(args.seq_len + 1, device=DEVICE)[None]].long()  # [B, T+1]
+        final, early = losses(model, x, args.early_exit_layer if joint else None)
+        loss = final if early is None else 0.5 * (final + early)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        tokens_seen += args.batch * args.seq_len
+        if step % args.eval_every == 0:
+            v = evaluate(model, val64, args.early_exit_layer)
+            entry = {"step": step, "minutes": (time.time() - t0) / 60, "tokens": tokens_seen, "train_loss": final.item(),
+                     "val_loss": v[0], "val_loss_early_exit": v[1], "joint": joint}
+            log.append(entry)
+            print(json.dumps(entry), flush=True)
+    train_minutes = (time.time() - t0) / 60
+    final_val = evaluate(model, val64, args.early_exit_layer)
+    kept_joint = None
+    if plain_state is not None:
+        kept_joint = final_val[0] <= plain_val[0] + args.max_degradation
+        if not kept_joint:
+            model.load_state_dict(plain_state)
+            final_val = plain_val
+    val_all_loss = evaluate(model, val_all)[0]
+    report = {
+        "role": args.role, "parameters": n_params, "config": config.to_dict(), "steps": step, "tokens_seen": tokens_seen,
+        "train_tokens": len(train), "val_tokens": len(val), "epochs": tokens_seen / len(train),
+        "train_minutes": train_minutes, "total_minutes": (time.time() - t_start) / 60,
+        "device": torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu", "torch": torch.__version__,
+        "seq_len": args.seq_len, "batch": args.batch, "lr": args.lr, "warmup_steps": args.warmup_steps,
+        "val_loss_64x512": final_val[0], "val_loss_early_exit_64x512": final_val[1],
+        "val_loss_all_windows": val_all_loss, "val_windows_all": len(val_all),
+        "early_exit_layer": args.early_exit_layer, "early_exit_share": args.early_exit_share if args.early_exit_layer else None,
+        "before_early_exit_phase": plain_val, "early_exit_kept": kept_joint, "max_degradation": args.max_degradation,
+        "log": log,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    model.config.use_cache = True
+    model.to(torch.float16).save_pretrained(args.out, max_shard_size="15MB")
+    for f in args.tokenizer.iterdir():
+        if f.name != "training_info.json":
+            shutil.copy(f, args.out / f.name)
+    (args.out / "training_report.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps({k: v for k, v in report.items() if k not in ("log", "config")}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
