@@ -88,6 +88,8 @@ def main() -> None:
     ap.add_argument("--max-degradation", type=float, default=0.03)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-every", type=int, default=200)
+    ap.add_argument("--finish-by", type=float, default=None,
+                    help="Unix time by which the export must be done (the budget shrinks to fit; 60 s kept for export).")
     args = ap.parse_args()
 
     t_start = time.time()
@@ -110,6 +112,9 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=DEVICE == "cuda")
     budget = args.minutes * 60.0
+    if args.finish_by is not None:
+        budget = min(budget, args.finish_by - time.time() - 60.0)
+        print(f"training budget {budget / 60:.2f} min", flush=True)
     ee_from = budget * (1.0 - args.early_exit_share) if args.early_exit_layer else math.inf
     log: list[dict] = []
     step, tokens_seen, t0 = 0, 0, time.time()
