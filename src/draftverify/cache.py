@@ -31,7 +31,7 @@ def crop_cache(cache: Cache, length: int) -> None:
     if length == held:
         return
     try:
-        cache.crop(length)
+        cache.crop(length - held)  # transformers 5: a negative count of positions to drop
     except ValueError as err:  # sliding-window layers that already dropped states cannot roll back
         raise DraftVerifyError(
             f"this model's KV cache cannot roll back ({err}); use a model without sliding-window attention "

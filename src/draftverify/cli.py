@@ -9,12 +9,14 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from transformers.utils import logging as hf_logging
 
 from .errors import DraftVerifyError
 from .methods import METHODS
 from .train.cli import train_app
 from .types import GenerationStats
 
+hf_logging.disable_progress_bar()  # transformers 5 draws weight-loading bars that would garble --json output
 app = typer.Typer(name="draftverify", help="Draft cheaply, verify with the target in one forward pass.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(train_app, name="train")
