@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import (
     BartConfig,
     BartForConditionalGeneration,
@@ -141,3 +142,17 @@ VARIED = {"llama": (2.5, 1), "qwen2": (1.5, 1), "gpt2": (2.0, 0), "gpt_neox": (1
 def varied_model(arch: str, layers: int = 2):
     scale, seed = VARIED[arch]
     return build_model(arch, layers=layers, seed=seed, scale=scale)
+
+
+@pytest.fixture
+def float64_softmax(monkeypatch):
+    """Compute every softmax of float32/float64 input in float64: HF eager attention normalises in float32,
+    whose rounding depends on the key length (see tests/test_cache.py), so exact-position checks need this."""
+    original = F.softmax
+
+    def softmax(input, dim=None, _stacklevel=3, dtype=None):
+        if input.is_floating_point() and dtype in (None, torch.float32, torch.float64):
+            return original(input.double(), dim=dim)
+        return original(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
+
+    monkeypatch.setattr(F, "softmax", softmax)

@@ -1,7 +1,11 @@
-"""A Hugging Face language model together with its KV cache: prefill once, score new tokens, roll back.
+"""A Hugging Face language model together with its KV cache: prefill once, score new tokens, keep what was accepted.
 
 Serves the target and every drafter that runs a model, for decoder-only LMs and encoder-decoder models
 (whose encoder runs once per generation and whose decoder is what we cache and roll back).
+
+Positions are counted here, never read back from the cache object (a preallocated cache reports its capacity,
+and a tree's positions are not its cache slots): `length` is how many positions the cache holds, `committed`
+how many of those are settled. `forward` appends an uncommitted tail; `commit` keeps part of it and settles.
 """
 from __future__ import annotations
 
@@ -10,8 +14,9 @@ import inspect
 import torch
 from transformers import PreTrainedModel
 
-from .cache import cache_length, crop_cache, new_cache
+from .cache import gather_positions, keep_positions, new_cache
 from .errors import DraftVerifyError
+from .types import TargetOutput
 
 
 def context_limit(config) -> int | None:
@@ -24,7 +29,7 @@ def context_limit(config) -> int | None:
 
 
 class CachedLM:
-    """One model, one cache. Invariant between calls: the cache holds every committed token but the last."""
+    """One model, one cache. Invariant between steps: the cache holds every committed token but the last."""
 
     def __init__(self, model: PreTrainedModel, role: str = "target"):
         if not isinstance(model, PreTrainedModel):
@@ -41,14 +46,17 @@ class CachedLM:
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.max_positions = context_limit(self.config)
         self.device = next(model.parameters()).device
-        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.dtype = next(model.parameters()).dtype
+        accepted = inspect.signature(model.forward).parameters
+        self._keeps_logits = "logits_to_keep" in accepted
+        # trees need each node's position to be its depth; models that derive positions from the cache alone
+        # (T5's relative bias, BART / Marian decoders) cannot be told, so they score chains only
+        self.takes_positions = "position_ids" in accepted and not self.is_encoder_decoder
         self.cache = None
+        self.length = 0  # positions held in the cache
+        self.committed = 0  # settled positions; [committed, length) is the tail of the last forwards
         self.encoder_outputs = None
         self.source_mask = None
-
-    @property
-    def cached_length(self) -> int:
-        return cache_length(self.cache) if self.cache is not None else 0
 
     def check_fits(self, decoder_positions: int) -> None:
         if self.max_positions is not None and decoder_positions > self.max_positions:
@@ -64,6 +72,7 @@ class CachedLM:
         the decoder start token for encoder-decoder models. All but the last are now cached.
         """
         self.cache = new_cache(self.is_encoder_decoder)
+        self.length = self.committed = 0
         if self.is_encoder_decoder:
             start_id = getattr(self.config, "decoder_start_token_id", None)
             if start_id is None:
@@ -73,19 +82,73 @@ class CachedLM:
             return torch.full((input_ids.shape[0], 1), start_id, dtype=torch.long, device=input_ids.device)
         if input_ids.shape[1] > 1:
             self._run(input_ids[:, :-1], keep=1)
+            self.commit(input_ids.shape[1] - 1)
         return input_ids
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Append tokens [B, n] to the cache; return their next-token logits [B, n, V]."""
-        return self._run(tokens, keep=tokens.shape[1])
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        want_hidden: bool = False,
+    ) -> TargetOutput:
+        """Append tokens [B, n] to the cache's tail; return their next-token logits [B, n, V] (and hidden [B, n, H]).
 
-    def crop(self, length: int) -> None:
-        crop_cache(self.cache, length)
+        position_ids: [B or 1, n] absolute positions (default: length, length + 1, ...); a tree passes the
+        pending token's position plus each node's depth.
+        attention_mask: bool [n, t + n] or [B, n, t + n] over the uncommitted tail t = length - committed and the
+        new tokens (True = may attend); every committed position is always visible. None = causal.
+        """
+        if (position_ids is not None or attention_mask is not None) and not self.takes_positions:
+            raise DraftVerifyError(
+                f"the {self.role} ({type(self.model).__name__}) derives positions from its cache alone, so it cannot "
+                "score a token tree; use a chain drafter, or a decoder-only model that takes position_ids"
+            )
+        return self._run(tokens, keep=tokens.shape[1], position_ids=position_ids,
+                         attention_mask=attention_mask, want_hidden=want_hidden)
 
-    def _run(self, tokens: torch.Tensor, keep: int) -> torch.Tensor:
-        kwargs = {"past_key_values": self.cache, "use_cache": True}
+    def commit(self, kept: int | torch.Tensor) -> None:
+        """Keep part of the uncommitted tail and settle it.
+
+        kept: an int k keeps the tail's first k positions (a chain's accepted prefix: a crop); a long tensor
+        [B, k] or [k] of tail offsets keeps those positions in that order (a tree's accepted branch: a gather).
+        """
+        tail = self.length - self.committed
+        if isinstance(kept, torch.Tensor):
+            count = kept.shape[-1]
+            if count > tail:
+                raise DraftVerifyError(f"cannot keep {count} positions of a {tail}-position tail")
+            gather_positions(self.cache, self.committed, kept, self.length)
+        else:
+            count = kept
+            if not 0 <= count <= tail:
+                raise DraftVerifyError(f"cannot keep {count} positions of a {tail}-position tail")
+            keep_positions(self.cache, self.committed + count, self.length)
+        self.length = self.committed = self.committed + count
+
+    def _mask(self, attention_mask: torch.Tensor, batch: int, n: int) -> torch.Tensor:
+        """bool [(B,) n, t + n] over tail and new tokens -> additive [B, 1, n, length + n] in the model's dtype."""
+        tail = self.length - self.committed
+        if attention_mask.shape[-2:] != (n, tail + n):
+            raise DraftVerifyError(
+                f"attention mask must cover {n} new tokens x {tail + n} tail + new positions, got {tuple(attention_mask.shape)}"
+            )
+        visible = torch.ones(batch, n, self.length + n, dtype=torch.bool, device=self.device)
+        visible[:, :, self.committed :] = attention_mask.to(self.device)
+        blocked = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
+        return torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
+
+    def _run(self, tokens, keep, position_ids=None, attention_mask=None, want_hidden=False) -> TargetOutput:
+        batch, n = tokens.shape
+        kwargs = {"past_key_values": self.cache, "use_cache": True, "output_hidden_states": want_hidden}
         if self._keeps_logits:
             kwargs["logits_to_keep"] = keep
+        if self.takes_positions:
+            if position_ids is None:
+                position_ids = torch.arange(self.length, self.length + n, device=self.device)[None]
+            kwargs["position_ids"] = position_ids.to(self.device).expand(batch, n)
+        if attention_mask is not None:
+            kwargs["attention_mask"] = self._mask(attention_mask, batch, n)
         if self.is_encoder_decoder:
             out = self.model(
                 encoder_outputs=self.encoder_outputs,
@@ -93,7 +156,10 @@ class CachedLM:
                 decoder_input_ids=tokens,
                 **kwargs,
             )
+            hidden = out.decoder_hidden_states[-1][:, -keep:] if want_hidden else None
         else:
             out = self.model(input_ids=tokens, **kwargs)
+            hidden = out.hidden_states[-1][:, -keep:] if want_hidden else None
         self.cache = out.past_key_values
-        return out.logits[:, -keep:]  # [B, keep, V]
+        self.length += n
+        return TargetOutput(logits=out.logits[:, -keep:], hidden=hidden)  # [B, keep, V], [B, keep, H]

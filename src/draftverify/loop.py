@@ -101,9 +101,8 @@ def generate(
         t0 = perf_counter()
         draft = drafter.propose(state, step_gamma)  # step_gamma >= 1: remaining >= 1 and policies give >= 1
         t1 = perf_counter()
-        cached = target.cached_length
-        scored = torch.cat([state.tokens[:, cached:], draft.tokens], dim=1)  # [B, 1+N]: pending token + draft
-        logits = target.forward(scored)  # [B, 1+N, V]
+        scored = torch.cat([state.tokens[:, target.length :], draft.tokens], dim=1)  # [B, 1+N]: pending + draft
+        logits = target.forward(scored).logits  # [B, 1+N, V]
         t2 = perf_counter()
         verdict = verifier.verify(draft, logits, params, generator)
         n = int(verdict.num_accepted[0])  # the step's one host sync
@@ -114,7 +113,7 @@ def generate(
         if stop_at is not None:
             emitted = emitted[:, : stop_at + 1]
         emitted = emitted[:, :remaining]
-        target.crop(cached + 1 + n)  # keep the pending token and the accepted drafts; emitted[-1] is pending now
+        target.commit(1 + n)  # keep the pending token and the accepted drafts; emitted[-1] is pending now
         state.tokens = torch.cat([state.tokens, emitted], dim=1)
         drafter.commit(state, verdict)
 

@@ -52,11 +52,11 @@ class ModelDrafter(Drafter):
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         params = state.params
-        pending = state.tokens[:, self.lm.cached_length :]  # [B, k>=1] committed tokens the draft has not seen
+        pending = state.tokens[:, self.lm.length :]  # [B, k>=1] committed tokens the draft has not seen
         tokens: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
         for _ in range(gamma):
-            logits = self.lm.forward(pending)[:, -1]  # [B, V]
+            logits = self.lm.forward(pending).logits[:, -1]  # [B, V]
             self.forward_calls += 1
             q_i = probs_from_logits(logits, params)  # [B, V]
             if self.fallback_threshold > 0 and float(q_i.max()) <= self.fallback_threshold:
@@ -68,5 +68,6 @@ class ModelDrafter(Drafter):
         return stack_draft(tokens, q, state)
 
     def commit(self, state: DecodingState, verdict: Verdict) -> None:
-        # cached = committed + drafts fed; only the accepted drafts stay valid, and the last committed token is pending
-        self.lm.crop(min(self.lm.cached_length, state.tokens.shape[1] - 1))
+        # the tail holds the committed tokens fed this step and the drafts fed after them; only the accepted drafts
+        # stay valid, and the last committed token is pending
+        self.lm.commit(min(self.lm.length, state.tokens.shape[1] - 1) - self.lm.committed)
