@@ -1,7 +1,8 @@
 """Named methods: a drafter plus a verifier, each built from one MethodOptions bag.
 
-`exact` picks the lossless verifier for the sampling settings: greedy at temperature 0, speculative sampling
-otherwise. Adding a method is a new line here, never a branch in the loop.
+`exact` picks the lossless verifier for the sampling settings and the draft's shape: greedy at temperature 0,
+speculative sampling otherwise, and their tree versions for tree drafts (verifiers/exact.py). Adding a method is
+a new line here, never a branch in the loop.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .errors import DraftVerifyError
 from .registry import DRAFTERS, VERIFIERS, lookup
 from .types import SamplingParams
 from .verifiers.base import Verifier
+from .verifiers.exact import ExactVerifier
 
 
 @dataclass(frozen=True)
@@ -67,5 +69,5 @@ def build_drafter(name: str, target: CachedLM, options: MethodOptions) -> Drafte
 
 def build_verifier(name: str, params: SamplingParams, options: MethodOptions) -> Verifier:
     if name == "exact":
-        name = "greedy" if params.greedy and options.lenience == 1.0 else "speculative_sampling"
+        return ExactVerifier(params, options.lenience)
     return lookup(VERIFIERS, "verifier", name).from_options(options)

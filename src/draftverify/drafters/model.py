@@ -67,7 +67,7 @@ class ModelDrafter(Drafter):
             pending = x[:, None]
         return stack_draft(tokens, q, state)
 
-    def commit(self, state: DecodingState, verdict: Verdict) -> None:
+    def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
         # the tail holds the committed tokens fed this step and the drafts fed after them; only the accepted drafts
         # stay valid, and the last committed token is pending
         self.lm.commit(min(self.lm.length, state.tokens.shape[1] - 1) - self.lm.committed)

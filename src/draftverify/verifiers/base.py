@@ -11,6 +11,7 @@ from ..types import Draft, SamplingParams, Verdict
 class Verifier(ABC):
     name: str = "?"
     lossless: bool = False  # True when the output provably equals (in distribution) the target's own decoding
+    accepts_trees: bool = False  # chain rules read position i as "after draft[:, :i]", which a tree breaks
 
     @classmethod
     def from_options(cls, options) -> "Verifier":
