@@ -7,6 +7,7 @@ from conftest import ALL_ARCHS, CAUSAL_ARCHS, EOS, VOCAB, perturbed_copy, refere
 
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import EarlyExitDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
+from draftverify.draft_length import make_draft_length
 from draftverify.drafters.base import Drafter
 from draftverify.methods import MethodOptions, build_verifier
 from draftverify.tree import TreeSpec
@@ -340,3 +341,54 @@ def test_tree_draft_for_a_model_without_position_ids_is_refused(arch):
     verifier = build_verifier("exact", SamplingParams(), MethodOptions())
     with pytest.raises(DraftVerifyError, match="cannot score a token tree"):
         generate(model, RandomTreeDrafter(), verifier, PROMPT, max_new_tokens=4)
+
+
+# ---------------------------------------------------------------- the channel from the verify pass to drafters
+
+
+class HiddenReadingDrafter(Drafter):
+    """Reads the target's outputs in commit and appends two BiTA-style extra positions to every verify pass."""
+
+    needs_target_hidden = True
+    drafts_in_target_pass = True
+
+    def __init__(self, tree: TreeSpec | None = None):
+        super().__init__()
+        self.tree = tree
+        self.gen = torch.Generator().manual_seed(3)
+        self.seen = []
+
+    def propose(self, state, gamma):
+        size = self.tree.size if self.tree is not None else gamma
+        return Draft(tokens=torch.randint(0, VOCAB, (1, size), generator=self.gen), tree=self.tree)
+
+    def verify_inputs(self, draft):
+        return torch.tensor([[VOCAB - 1, VOCAB - 1]])
+
+    def commit(self, state, verdict, scored=None):
+        self.seen.append((int(verdict.num_accepted[0]), int(state.tokens[0, -1]), scored))
+
+
+@pytest.mark.parametrize("tree", [None, TreeSpec.from_paths(TREE_PATHS)], ids=["chain", "tree"])
+def test_drafters_receive_the_kept_positions_and_extra_positions_are_never_committed(tree):
+    model, ref = target_and_reference("llama")
+    drafter = HiddenReadingDrafter(tree)
+    policy = make_draft_length("auto")
+    verifier = build_verifier("exact", SamplingParams(), MethodOptions())
+    out = generate(model, drafter, verifier, PROMPT, max_new_tokens=NEW, gamma=policy)
+    assert out.new_tokens[0].tolist() == ref  # the extra positions changed nothing that was committed
+    assert policy.folded and policy.c == 0.0  # drafting inside the verify pass costs nothing of its own
+    hidden_size = model.config.hidden_size
+    for n, last_token, scored in drafter.seen[:-1]:  # the last step may be cut at max_new_tokens
+        assert scored.logits.shape[:2] == scored.hidden.shape[:2] == (1, 1 + n + 2)
+        assert scored.hidden.shape[-1] == hidden_size
+        assert int(scored.logits[0, n].argmax()) == last_token  # the target's token after the kept branch
+
+
+def test_sampling_without_a_seed_leaves_the_global_rng_alone():
+    model, _ = target_and_reference("gpt2")
+    torch.manual_seed(1234)
+    before = torch.random.get_rng_state()
+    generate(model, make_drafter("perturbed", model, "gpt2"), SpeculativeSamplingVerifier(), PROMPT,
+             SamplingParams(temperature=1.0), max_new_tokens=8)
+    assert torch.equal(torch.random.get_rng_state(), before)
