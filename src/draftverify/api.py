@@ -19,6 +19,7 @@ from .draft_length import DraftLength, make_draft_length
 from .errors import DraftVerifyError
 from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
+from .registry import DRAFTERS
 from .types import GenerationOutput, GenerationStats, SamplingParams
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -135,7 +136,7 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     if zoo is not None:
         paths = zoo_paths(zoo)
         target = target or paths["target"]
-        if draft is None and resolve_method(method).drafter == "model":
+        if draft is None and DRAFTERS[resolve_method(method).drafter].uses_draft_model:
             draft = paths["draft"]
         if options.get("ngram_path") is None and paths["ngram"].exists():
             options["ngram_path"] = paths["ngram"]

@@ -34,6 +34,8 @@ METHODS: dict[str, Method] = {
     "prompt_lookup": Method("prompt_lookup", "exact", "copy the continuation of the latest matching n-gram in the context"),
     "ngram": Method("ngram", "exact", "a negligible-cost n-gram table drafts (works under sampling too)"),
     "early_exit": Method("early_exit", "exact", "the target's first L layers + its LM head draft (shared weights)"),
+    "model_tree": Method("model_tree", "exact", "the draft model's top-k expansion as a static token tree, verified at once"),
+    "prompt_lookup_tree": Method("prompt_lookup_tree", "exact", "several earlier matches of the last n-gram, merged into one tree"),
     "bild": Method("model", "bild", "Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB); not lossless"),
     "bild_early_exit": Method("early_exit", "bild", "BiLD with the early-exit small model (BiLD section 4.4)"),
     "specdec++": Method("model", "topbeta", "SpecDec++ top-beta / tolerance-tau verification; not lossless"),
@@ -49,6 +51,8 @@ class MethodOptions:
     early_exit_layers: int = 1
     prompt_lookup_max_ngram: int = 3
     prompt_lookup_min_ngram: int = 1
+    prompt_lookup_matches: int = 4  # prompt_lookup_tree: continuations merged into one tree
+    tree_paths: list[tuple[int, ...]] | None = None  # model_tree: Medusa-style paths (None = the drafter's default)
     alpha_fb: float = 0.0  # BiLD fallback threshold (0 = never fall back)
     alpha_rb: float = 2.0  # BiLD rollback threshold on -log p_target(x)
     lenience: float = 1.0

@@ -20,6 +20,7 @@ class Drafter(ABC):
     name: str = "?"
     needs_target_hidden: bool = False  # heads / BiTA read the target's hidden states: commit() receives them
     drafts_in_target_pass: bool = False  # the draft comes out of the verify forward itself (no separate cost)
+    uses_draft_model: bool = False  # load(zoo=...) then supplies the zoo's draft model
 
     def __init__(self) -> None:
         self.forward_calls = 0

@@ -81,6 +81,8 @@ def _body_path(model: nn.Module, body: nn.Module) -> list[str]:
 class EarlyExitDrafter(ModelDrafter):
     """A ModelDrafter whose model is a shallow view of the target; fallback (alpha_FB) works the same way."""
 
+    uses_draft_model = False  # its model is a view of the target
+
     def __init__(self, target_model: PreTrainedModel, num_layers: int = 1, fallback_threshold: float = 0.0):
         if isinstance(target_model, CachedLM):
             target_model = target_model.model

@@ -22,6 +22,8 @@ class ModelDrafter(Drafter):
     form 0 never falls back and 1 always does, even when a float softmax rounds to exactly 1.
     """
 
+    uses_draft_model = True
+
     def __init__(self, model: PreTrainedModel | CachedLM, fallback_threshold: float = 0.0):
         super().__init__()
         self.fallback_threshold = check_number("fallback threshold alpha_FB", fallback_threshold, 0.0, 1.0)
@@ -34,18 +36,23 @@ class ModelDrafter(Drafter):
         return cls(options.draft_model, fallback_threshold=options.alpha_fb)
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
-        if self.lm.vocab_size != target.vocab_size:
+        self.check_pair(self.lm, target, max_positions)
+
+    @staticmethod
+    def check_pair(draft: CachedLM, target: CachedLM, max_positions: int) -> None:
+        """A draft model must share the target's vocabulary and kind, and fit the request's positions."""
+        if draft.vocab_size != target.vocab_size:
             raise DraftVerifyError(
-                f"draft and target have different vocabularies ({self.lm.vocab_size} vs {target.vocab_size} "
+                f"draft and target have different vocabularies ({draft.vocab_size} vs {target.vocab_size} "
                 "output logits); speculative decoding needs a draft trained with the target's tokenizer"
             )
-        if self.lm.is_encoder_decoder != target.is_encoder_decoder:
+        if draft.is_encoder_decoder != target.is_encoder_decoder:
             kinds = {True: "encoder-decoder", False: "decoder-only"}
             raise DraftVerifyError(
-                f"the draft is {kinds[self.lm.is_encoder_decoder]} but the target is {kinds[target.is_encoder_decoder]}; "
+                f"the draft is {kinds[draft.is_encoder_decoder]} but the target is {kinds[target.is_encoder_decoder]}; "
                 "use a draft of the same kind"
             )
-        self.lm.check_fits(max_positions)
+        draft.check_fits(max_positions)
 
     def start(self, state: DecodingState) -> None:
         self.lm.start(state.source_ids if self.lm.is_encoder_decoder else state.tokens)
