@@ -103,3 +103,76 @@ def test_mask_of_the_wrong_size_is_refused(models):
     committed = lm.start(torch.tensor([[5, 9, 14]]))
     with pytest.raises(DraftVerifyError, match="attention mask must cover"):
         lm.forward(committed[:, -1:], attention_mask=torch.ones(2, 2, dtype=torch.bool))
+
+
+# ---------------------------------------------------------------- the preallocated (static) cache
+
+
+def _random_walk(lm: CachedLM, prompt: torch.Tensor, gen: torch.Generator, tree: TreeSpec, steps: int = 6):
+    """Alternate chain steps and tree steps with random accepted lengths; return every step's logits."""
+    committed = lm.start(prompt)
+    seen = []
+    for step in range(steps):
+        nodes = torch.randint(4, VOCAB, (1, tree.size), generator=gen)
+        if step % 2:
+            seen.append(_score_tree(lm, committed, tree, nodes).logits)
+            leaf = int(torch.randint(0, tree.retrieve_indices.shape[0], (1,), generator=gen))
+            branch = [j for j in tree.retrieve_indices[leaf].tolist() if j >= 0]
+            branch = branch[: int(torch.randint(0, len(branch) + 1, (1,), generator=gen))]
+            lm.commit(torch.tensor([[0] + [1 + j for j in branch]]))
+            kept = nodes[:, branch]
+        else:
+            seen.append(lm.forward(torch.cat([committed[:, lm.length :], nodes], dim=1)).logits)
+            accepted = int(torch.randint(0, tree.size + 1, (1,), generator=gen))
+            lm.commit(1 + accepted)
+            kept = nodes[:, :accepted]
+        committed = torch.cat([committed, kept, torch.randint(4, VOCAB, (1, 1), generator=gen)], dim=1)
+        assert lm.length == committed.shape[1] - 1
+    return seen
+
+
+@pytest.mark.parametrize("arch", DECODER_ONLY)
+def test_static_cache_matches_the_growing_cache(models, float64_softmax, arch):
+    model = models(arch, layers=2, seed=2)
+    tree = TreeSpec.from_paths(PATHS)
+    prompt = torch.randint(4, VOCAB, (1, 5), generator=torch.Generator().manual_seed(1))
+    growing = _random_walk(CachedLM(model), prompt, torch.Generator().manual_seed(2), tree)
+    static_lm = CachedLM(model, capacity=80)
+    static = _random_walk(static_lm, prompt, torch.Generator().manual_seed(2), tree)
+    for a, b in zip(growing, static):
+        torch.testing.assert_close(b, a, rtol=0, atol=ATOL)
+    assert static_lm.cache.layers[0].keys.shape[2] == 80  # still the one preallocated buffer
+
+
+def test_static_cache_refuses_what_it_cannot_hold(models):
+    model = models("llama", layers=1, seed=0)
+    with pytest.raises(DraftVerifyError, match="capacity"):
+        CachedLM(model, capacity=0)
+    with pytest.raises(DraftVerifyError, match="preallocated"):
+        CachedLM(model, compile=True)
+    with pytest.raises(DraftVerifyError, match="decoder-only"):
+        CachedLM(models("t5", layers=1, seed=0), capacity=32)
+    lm = CachedLM(model, capacity=8)
+    with pytest.raises(DraftVerifyError, match="holds 8 positions"):
+        lm.check_fits(9)
+    committed = lm.start(torch.tensor([[5, 6, 7, 8, 9]]))
+    with pytest.raises(DraftVerifyError, match="holds 8 positions"):
+        lm.forward(torch.cat([committed[:, lm.length :], torch.tensor([[1, 2, 3, 4, 5]])], dim=1))
+
+
+def test_compiled_forward_pads_to_a_bucket_and_stays_exact(models):
+    """One compiled graph (width 3 padded to 4); output equals the target's greedy text. Slow: it compiles."""
+    from conftest import reference_greedy, varied_model
+    from draftverify import SamplingParams, generate
+    from draftverify.cached_lm import bucket
+    from draftverify.drafters import ModelDrafter
+    from draftverify.methods import MethodOptions, build_verifier
+
+    assert [bucket(w) for w in (1, 3, 5, 9, 64, 65)] == [1, 4, 8, 16, 64, 65]
+    model = varied_model("llama").float()
+    prompt = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
+    lm = CachedLM(model, capacity=32, compile=True)
+    verifier = build_verifier("exact", SamplingParams(), MethodOptions())
+    out = generate(lm, ModelDrafter(model), verifier, prompt, max_new_tokens=9, gamma=2)
+    assert out.new_tokens[0].tolist() == reference_greedy(model, prompt, 9)
+    assert out.stats.target_calls == 3 and lm.length == prompt.shape[1] + 9 - 1  # padding never kept

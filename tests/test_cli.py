@@ -71,3 +71,13 @@ def test_generate_with_a_tree_method_and_a_custom_shape(model_dirs):  # noqa: F8
     assert payload["text"] == expected.text
     calls, drafted = payload["stats"]["target_calls"], payload["stats"]["drafted_tokens"]
     assert 3 * (calls - 1) <= drafted <= 3 * calls  # the 3-node shape (only the last step may be cut to depth 1)
+
+
+def test_generate_compiled_gives_the_same_text(model_dirs):  # noqa: F811
+    from draftverify.api import load
+
+    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "--method", "prompt_lookup",
+                                 "--compile", "--prompt", PROMPT, "-n", "8", "--gamma", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    expected = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=8)
+    assert json.loads(result.output)["text"] == expected.text

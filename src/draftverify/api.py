@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
 
-from .cached_lm import CachedLM
+from .cached_lm import CachedLM, context_limit
 from .draft_length import DraftLength, make_draft_length
 from .errors import DraftVerifyError
 from .loop import generate
@@ -73,10 +73,13 @@ class Pipeline:
     """A target, a method and its pieces, ready to turn text into text plus statistics."""
 
     def __init__(self, target: PreTrainedModel, tokenizer, method: str = "model", verifier: str | None = None,
-                 options: MethodOptions | None = None, gamma: int | str = 5):
+                 options: MethodOptions | None = None, gamma: int | str = 5, compile: bool = False):
+        """compile: preallocate the target's KV cache (its context length, else 4096 positions) and compile its
+        forward once per verify-width bucket (the first generation pays the compilation)."""
         self.method = resolve_method(method)
         self.verifier_name = verifier or self.method.verifier
-        self.target = CachedLM(target, role="target")
+        capacity = (context_limit(target.config) or 4096) if compile else None
+        self.target = CachedLM(target, role="target", capacity=capacity, compile=compile)
         self.tokenizer = tokenizer
         self.options = options or MethodOptions()
         self.drafter = build_drafter(self.method.drafter, self.target, self.options)
@@ -125,7 +128,7 @@ class _TextStreamer:
 
 def load(target: str | Path | None = None, draft: str | Path | None = None, method: str = "model",
          verifier: str | None = None, zoo: str | None = None, dtype: str = "float32", gamma: int | str = 5,
-         **options) -> Pipeline:
+         compile: bool = False, **options) -> Pipeline:
     """Load a target (and draft) by path or zoo name and return a Pipeline for `method`.
 
     options are MethodOptions fields: alpha_fb, alpha_rb, lenience, beta, tau, early_exit_layers, ngram_path, ...
@@ -151,4 +154,4 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     method_options = replace(MethodOptions(), **options)
     if draft is not None:
         method_options.draft_model = load_model(draft, dtype, role="draft")
-    return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma)
+    return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma, compile=compile)

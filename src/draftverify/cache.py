@@ -4,17 +4,26 @@ We edit each self-attention layer's key/value tensors [B, heads, S, head_dim] di
 `Cache.crop`: a tree needs a gather along the sequence axis (keep the accepted branch, drop its siblings), which
 the cache classes do not offer, and one code path for both keeps the two consistent. Cross-attention states of
 encoder-decoder caches depend only on the source and are never touched.
+
+A preallocated cache (HF StaticCache, gpt-fast style) is indexed by position: dropping a tail is moving its write
+position back (stale slots beyond it are hidden by the causal mask and overwritten by the next forward), keeping a
+tree branch is copying the branch's slots down in place, so the tensors keep their addresses for torch.compile.
 """
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache, StaticCache, StaticLayer
 
 from .errors import DraftVerifyError
 
 
-def new_cache(is_encoder_decoder: bool) -> Cache:
-    """A fresh growable cache; encoder-decoder models keep cross-attention states separately."""
+def new_cache(is_encoder_decoder: bool, config=None, capacity: int | None = None) -> Cache:
+    """A fresh growable cache, or with capacity a preallocated one of that many positions (decoder-only models).
+    Encoder-decoder models keep cross-attention states separately."""
+    if capacity is not None:
+        if is_encoder_decoder:
+            raise DraftVerifyError("a preallocated (static) KV cache is supported for decoder-only models only")
+        return StaticCache(config=config, max_cache_len=capacity)
     if is_encoder_decoder:
         return EncoderDecoderCache(DynamicCache(), DynamicCache())
     return DynamicCache()
@@ -25,7 +34,7 @@ def self_attention_layers(cache: Cache) -> list:
     inner = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
     layers = [layer for layer in inner.layers if getattr(layer, "is_initialized", False)]
     for layer in layers:
-        if type(layer) is not DynamicLayer:  # sliding-window layers have already dropped old positions
+        if type(layer) not in (DynamicLayer, StaticLayer):  # sliding-window layers have already dropped old positions
             raise DraftVerifyError(
                 f"this model's KV cache uses {type(layer).__name__} layers, which cannot roll back; "
                 "use a model without sliding-window or linear attention"
@@ -45,6 +54,9 @@ def keep_positions(cache: Cache, length: int, held: int) -> None:
     if length == held:
         return
     for layer in self_attention_layers(cache):
+        if isinstance(layer, StaticLayer):
+            layer.cumulative_length.fill_(length)
+            continue
         layer.keys = layer.keys[..., :length, :]
         layer.values = layer.values[..., :length, :]
 
@@ -62,7 +74,19 @@ def gather_positions(cache: Cache, start: int, offsets: torch.Tensor, held: int)
     if offsets.shape[1] > held - start:
         raise DraftVerifyError(f"cannot keep {offsets.shape[1]} of the {held - start} positions after {start}")
     for layer in self_attention_layers(cache):
-        batch, heads, _, dim = layer.keys.shape
-        index = (start + offsets).to(layer.keys.device)[:, None, :, None].expand(batch, heads, -1, dim)  # [B,h,k,d]
-        layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys.gather(2, index)], dim=2)
-        layer.values = torch.cat([layer.values[..., :start, :], layer.values.gather(2, index)], dim=2)
+        keys, values = _pick(layer.keys, start, offsets), _pick(layer.values, start, offsets)  # [B, h, k, d]
+        if isinstance(layer, StaticLayer):  # copy the branch down in place, keeping the tensors' addresses
+            end = start + offsets.shape[1]
+            layer.keys[..., start:end, :] = keys
+            layer.values[..., start:end, :] = values
+            layer.cumulative_length.fill_(end)
+            continue
+        layer.keys = torch.cat([layer.keys[..., :start, :], keys], dim=2)
+        layer.values = torch.cat([layer.values[..., :start, :], values], dim=2)
+
+
+def _pick(states: torch.Tensor, start: int, offsets: torch.Tensor) -> torch.Tensor:
+    """states [B, h, S, d], offsets [B, k] -> states at positions start + offsets: [B, h, k, d]."""
+    batch, heads, _, dim = states.shape
+    index = (start + offsets).to(states.device)[:, None, :, None].expand(batch, heads, -1, dim)
+    return states.gather(2, index)

@@ -6,6 +6,11 @@ Serves the target and every drafter that runs a model, for decoder-only LMs and 
 Positions are counted here, never read back from the cache object (a preallocated cache reports its capacity,
 and a tree's positions are not its cache slots): `length` is how many positions the cache holds, `committed`
 how many of those are settled. `forward` appends an uncommitted tail; `commit` keeps part of it and settles.
+
+With `capacity` the cache is preallocated (HF StaticCache) and `commit` only moves its write position or copies a
+tree branch down. With `compile` as well, the model's forward is compiled once per verify width bucket: widths are
+padded up to the next bucket (padding sits after the real tokens, sees only itself, and is never kept), so a run
+compiles a handful of graphs instead of one per draft length.
 """
 from __future__ import annotations
 
@@ -28,10 +33,18 @@ def context_limit(config) -> int | None:
     return None
 
 
+WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def bucket(width: int) -> int:
+    """The padded width a compiled forward runs at (the width itself beyond the last bucket)."""
+    return next((b for b in WIDTH_BUCKETS if b >= width), width)
+
+
 class CachedLM:
     """One model, one cache. Invariant between steps: the cache holds every committed token but the last."""
 
-    def __init__(self, model: PreTrainedModel, role: str = "target"):
+    def __init__(self, model: PreTrainedModel, role: str = "target", capacity: int | None = None, compile: bool = False):
         if not isinstance(model, PreTrainedModel):
             raise DraftVerifyError(f"the {role} must be a Hugging Face PreTrainedModel, got {type(model).__name__}")
         if model.get_output_embeddings() is None:
@@ -52,6 +65,14 @@ class CachedLM:
         # trees need each node's position to be its depth; models that derive positions from the cache alone
         # (T5's relative bias, BART / Marian decoders) cannot be told, so they score chains only
         self.takes_positions = "position_ids" in accepted and not self.is_encoder_decoder
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
+            raise DraftVerifyError(f"the {role}'s cache capacity must be a positive integer, got {capacity!r}")
+        if compile and capacity is None:
+            raise DraftVerifyError("compile needs a preallocated cache: give a capacity (positions) as well")
+        if capacity is not None and not self.takes_positions:
+            raise DraftVerifyError(f"a preallocated cache needs a decoder-only {role} that takes position_ids")
+        self.capacity = capacity
+        self._compiled = torch.compile(model, dynamic=False) if compile else None
         self.cache = None
         self.length = 0  # positions held in the cache
         self.committed = 0  # settled positions; [committed, length) is the tail of the last forwards
@@ -59,6 +80,11 @@ class CachedLM:
         self.source_mask = None
 
     def check_fits(self, decoder_positions: int) -> None:
+        if self.capacity is not None and decoder_positions > self.capacity:
+            raise DraftVerifyError(
+                f"the {self.role}'s preallocated cache holds {self.capacity} positions, but this request needs "
+                f"{decoder_positions} (prompt + max_new_tokens) plus the verify width; raise its capacity"
+            )
         if self.max_positions is not None and decoder_positions > self.max_positions:
             raise DraftVerifyError(
                 f"the {self.role} model attends to at most {self.max_positions} positions, but this request needs "
@@ -71,7 +97,7 @@ class CachedLM:
         Returns the committed decoder-side tokens [B, L0]: the prompt for decoder-only models,
         the decoder start token for encoder-decoder models. All but the last are now cached.
         """
-        self.cache = new_cache(self.is_encoder_decoder)
+        self.cache = new_cache(self.is_encoder_decoder, self.config, self.capacity)
         self.length = self.committed = 0
         if self.is_encoder_decoder:
             start_id = getattr(self.config, "decoder_start_token_id", None)
@@ -104,8 +130,35 @@ class CachedLM:
                 f"the {self.role} ({type(self.model).__name__}) derives positions from its cache alone, so it cannot "
                 "score a token tree; use a chain drafter, or a decoder-only model that takes position_ids"
             )
-        return self._run(tokens, keep=tokens.shape[1], position_ids=position_ids,
-                         attention_mask=attention_mask, want_hidden=want_hidden)
+        if self._compiled is None:
+            return self._run(tokens, keep=tokens.shape[1], position_ids=position_ids,
+                             attention_mask=attention_mask, want_hidden=want_hidden)
+        return self._run_padded(tokens, position_ids, attention_mask, want_hidden)
+
+    def _run_padded(self, tokens, position_ids, attention_mask, want_hidden) -> TargetOutput:
+        """The compiled forward at the bucketed width; padding is dropped from the outputs and the cache."""
+        batch, n = tokens.shape
+        width = bucket(n)
+        tail = self.length - self.committed
+        if position_ids is None:
+            position_ids = torch.arange(self.length, self.length + n, device=self.device)[None]
+        if attention_mask is None:
+            attention_mask = torch.ones(n, tail + n, dtype=torch.bool).tril(diagonal=tail)
+        pad = width - n
+        tokens = torch.cat([tokens, tokens.new_zeros((batch, pad))], dim=1)
+        last = position_ids[..., -1:].to(self.device)
+        position_ids = torch.cat([position_ids.to(self.device).expand(batch, n),
+                                  (last + 1 + torch.arange(pad, device=self.device)).expand(batch, pad)], dim=1)
+        mask = attention_mask.to(self.device)
+        mask = mask.expand(batch, n, tail + n) if mask.dim() == 2 else mask
+        wide = torch.zeros(batch, width, tail + width, dtype=torch.bool, device=self.device)
+        wide[:, :n, : tail + n] = mask
+        wide[:, n:, tail + n :] = torch.eye(pad, dtype=torch.bool, device=self.device)  # padding sees only itself
+        out = self._run(tokens, keep=width, position_ids=position_ids, attention_mask=wide, want_hidden=want_hidden,
+                        model=self._compiled)
+        keep_positions(self.cache, self.length - pad, self.length)
+        self.length -= pad
+        return TargetOutput(logits=out.logits[:, :n], hidden=None if out.hidden is None else out.hidden[:, :n])
 
     def commit(self, kept: int | torch.Tensor) -> None:
         """Keep part of the uncommitted tail and settle it.
@@ -127,19 +180,27 @@ class CachedLM:
         self.length = self.committed = self.committed + count
 
     def _mask(self, attention_mask: torch.Tensor, batch: int, n: int) -> torch.Tensor:
-        """bool [(B,) n, t + n] over tail and new tokens -> additive [B, 1, n, length + n] in the model's dtype."""
+        """bool [(B,) n, t + n] over tail and new tokens -> additive [B, 1, n, keys] in the model's dtype, where keys
+        is length + n (growing cache) or the capacity (preallocated cache; slots past the new tokens are hidden)."""
         tail = self.length - self.committed
         if attention_mask.shape[-2:] != (n, tail + n):
             raise DraftVerifyError(
                 f"attention mask must cover {n} new tokens x {tail + n} tail + new positions, got {tuple(attention_mask.shape)}"
             )
-        visible = torch.ones(batch, n, self.length + n, dtype=torch.bool, device=self.device)
-        visible[:, :, self.committed :] = attention_mask.to(self.device)
+        keys = self.capacity if self.capacity is not None else self.length + n  # a static cache attends to all slots
+        visible = torch.zeros(batch, n, keys, dtype=torch.bool, device=self.device)
+        visible[:, :, : self.committed] = True
+        visible[:, :, self.committed : self.length + n] = attention_mask.to(self.device)
         blocked = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
         return torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
 
-    def _run(self, tokens, keep, position_ids=None, attention_mask=None, want_hidden=False) -> TargetOutput:
+    def _run(self, tokens, keep, position_ids=None, attention_mask=None, want_hidden=False, model=None) -> TargetOutput:
         batch, n = tokens.shape
+        if self.capacity is not None and self.length + n > self.capacity:
+            raise DraftVerifyError(
+                f"the {self.role}'s preallocated cache holds {self.capacity} positions; {self.length + n} needed"
+            )
+        model = model if model is not None else self.model
         kwargs = {"past_key_values": self.cache, "use_cache": True, "output_hidden_states": want_hidden}
         if self._keeps_logits:
             kwargs["logits_to_keep"] = keep
@@ -150,7 +211,7 @@ class CachedLM:
         if attention_mask is not None:
             kwargs["attention_mask"] = self._mask(attention_mask, batch, n)
         if self.is_encoder_decoder:
-            out = self.model(
+            out = model(
                 encoder_outputs=self.encoder_outputs,
                 attention_mask=self.source_mask,
                 decoder_input_ids=tokens,
@@ -158,7 +219,7 @@ class CachedLM:
             )
             hidden = out.decoder_hidden_states[-1][:, -keep:] if want_hidden else None
         else:
-            out = self.model(input_ids=tokens, **kwargs)
+            out = model(input_ids=tokens, **kwargs)
             hidden = out.hidden_states[-1][:, -keep:] if want_hidden else None
         self.cache = out.past_key_values
         self.length += n
