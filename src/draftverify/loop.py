@@ -1,4 +1,9 @@
-"""generate(): the one decoding loop. propose -> score (one target forward) -> verify -> commit."""
+"""generate(): the one decoding loop. propose -> score (one target forward) -> verify -> commit.
+
+A draft is a chain or a token tree; the loop treats both alike: the verify pass scores the pending token, the
+draft tokens and any extra positions the drafter asks for, with the tree's ancestor mask and depth positions when
+there is a tree, and the target's cache keeps the verdict's path. Nothing here depends on the method.
+"""
 from __future__ import annotations
 
 import os

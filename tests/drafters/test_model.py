@@ -10,8 +10,8 @@ from conftest import build_model, reference_greedy
 from draftverify.drafters import ModelDrafter
 from draftverify.errors import DraftVerifyError
 from draftverify.sampling import filter_logits
+from draftverify.types import DecodingState, SamplingParams
 from draftverify.verifiers.base import make_verdict
-from draftverify.types import DecodingState, SamplingParams, Verdict
 
 torch.set_num_threads(1)
 
