@@ -176,3 +176,24 @@ def test_compiled_forward_pads_to_a_bucket_and_stays_exact(models):
     out = generate(lm, ModelDrafter(model), verifier, prompt, max_new_tokens=9, gamma=2)
     assert out.new_tokens[0].tolist() == reference_greedy(model, prompt, 9)
     assert out.stats.target_calls == 3 and lm.length == prompt.shape[1] + 9 - 1  # padding never kept
+
+
+@pytest.mark.parametrize("arch", DECODER_ONLY)
+def test_tree_mask_also_reaches_the_sdpa_attention(arch):
+    """transformers 5 passes a 4-D mask through unchanged to eager and SDPA attention alike; check SDPA too."""
+    import copy
+
+    from conftest import build_model
+
+    model = copy.deepcopy(build_model(arch, layers=2, seed=0))
+    model.set_attn_implementation("sdpa")
+    assert model.config._attn_implementation == "sdpa"
+    gen = torch.Generator().manual_seed(5)
+    tree = TreeSpec.from_paths(PATHS)
+    lm = CachedLM(model)
+    committed = lm.start(torch.randint(4, VOCAB, (1, 6), generator=gen))
+    nodes = torch.randint(4, VOCAB, (1, tree.size), generator=gen)
+    logits = _score_tree(lm, committed, tree, nodes).logits
+    for j in range(tree.size):
+        sequence = torch.cat([committed, nodes[:, _branch(tree, j)]], dim=1)
+        torch.testing.assert_close(logits[:, 1 + j], _full(model, sequence)[:, -1], rtol=0, atol=1e-6)
