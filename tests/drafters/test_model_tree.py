@@ -8,6 +8,7 @@ from conftest import CAUSAL_ARCHS, perturbed_copy, reference_greedy, varied_mode
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import ModelDrafter, ModelTreeDrafter
 from draftverify.methods import MethodOptions, build_verifier
+from draftverify.verifiers.tree import tree_speculative_sample
 
 torch.set_num_threads(1)
 
@@ -70,3 +71,14 @@ def test_encoder_decoder_models_are_refused():
 def test_malformed_tree_shape_is_refused():
     with pytest.raises(DraftVerifyError, match="no parent path"):
         ModelTreeDrafter(target_and_reference("llama")[0], paths=[(0,), (0, 0, 0)])
+
+
+@pytest.mark.skipif(tree_speculative_sample is None, reason="tree sampling (verifiers/tree_sampling.py) not merged yet")
+def test_model_tree_samples_reproducibly_at_temperature_one():
+    model, _ = target_and_reference("llama")
+    params = SamplingParams(temperature=1.0, seed=7)
+    verifier = build_verifier("exact", params, MethodOptions())
+    runs = [generate(model, ModelTreeDrafter(perturbed_copy(model, 0.5, seed=1)), verifier, PROMPT, params,
+                     max_new_tokens=NEW, gamma=4) for _ in range(2)]
+    assert runs[0].new_tokens.tolist() == runs[1].new_tokens.tolist()
+    assert runs[0].stats.new_tokens == NEW and runs[0].stats.accepted_tokens > 0

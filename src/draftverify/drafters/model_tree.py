@@ -110,7 +110,7 @@ class ModelTreeDrafter(Drafter):
         accepted = max(0, state.tokens.shape[1] - self._tokens_before - 1)
         forwarded = min(accepted, self._tree.max_depth - 1)
         keep = min(self._pending + forwarded, state.tokens.shape[1] - 1 - self.lm.committed)
-        batch = verdict.path.shape[0]
-        offsets = torch.cat([torch.arange(self._pending).expand(batch, -1),
-                             self._pending + verdict.path[:, :forwarded].cpu()], dim=1)  # [B, pending + forwarded]
+        path = verdict.path  # stays on its device: no host sync
+        offsets = torch.cat([torch.arange(self._pending, device=path.device).expand(path.shape[0], -1),
+                             self._pending + path[:, :forwarded]], dim=1)  # [B, pending + forwarded]
         self.lm.commit(offsets[:, :keep])
