@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
 
-from .cached_lm import CachedLM, context_limit
+from .cached_lm import cached_model
 from .draft_length import DraftLength, make_draft_length
 from .errors import DraftVerifyError
 from .loop import generate
@@ -75,11 +75,11 @@ class Pipeline:
     def __init__(self, target: PreTrainedModel, tokenizer, method: str = "model", verifier: str | None = None,
                  options: MethodOptions | None = None, gamma: int | str = 5, compile: bool = False):
         """compile: preallocate the target's KV cache (its context length, else 4096 positions) and compile its
-        forward once per verify-width bucket (the first generation pays the compilation)."""
+        forward once per verify-width bucket (the first generation pays the compilation); options.compile does the
+        same for a draft model."""
         self.method = resolve_method(method)
         self.verifier_name = verifier or self.method.verifier
-        capacity = (context_limit(target.config) or 4096) if compile else None
-        self.target = CachedLM(target, role="target", capacity=capacity, compile=compile)
+        self.target = cached_model(target, "target", compile)
         self.tokenizer = tokenizer
         self.options = options or MethodOptions()
         self.drafter = build_drafter(self.method.drafter, self.target, self.options)
@@ -154,4 +154,5 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     method_options = replace(MethodOptions(), **options)
     if draft is not None:
         method_options.draft_model = load_model(draft, dtype, role="draft")
+    method_options.compile = compile
     return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma, compile=compile)

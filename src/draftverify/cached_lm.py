@@ -34,6 +34,7 @@ def context_limit(config) -> int | None:
 
 
 WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_CAPACITY = 4096  # preallocated positions for models whose config states no context length (T5-style)
 
 
 def bucket(width: int) -> int:
@@ -224,3 +225,10 @@ class CachedLM:
         self.cache = out.past_key_values
         self.length += n
         return TargetOutput(logits=out.logits[:, -keep:], hidden=hidden)  # [B, keep, V], [B, keep, H]
+
+
+def cached_model(model: PreTrainedModel, role: str, compile: bool = False) -> CachedLM:
+    """A CachedLM as load() and the CLI build it: with compile, preallocated to the model's context length and
+    compiled per width bucket; otherwise a growing cache."""
+    capacity = (context_limit(model.config) or DEFAULT_CAPACITY) if compile else None
+    return CachedLM(model, role=role, capacity=capacity, compile=compile)

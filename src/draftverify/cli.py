@@ -91,7 +91,7 @@ def generate(
     tree_paths: Optional[str] = typer.Option(None, "--tree-paths", help="model_tree shape as JSON paths of child ranks, e.g. '[[0],[1],[0,0]]'."),
     lookup_matches: int = typer.Option(4, "--lookup-matches", help="prompt_lookup_tree: earlier matches merged into one tree."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
-    compile_: bool = typer.Option(False, "--compile", help="Preallocated KV cache + torch.compile of the target (decoder-only); the first call compiles."),
+    compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only); the first call compiles."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
 ) -> None:
@@ -159,7 +159,6 @@ def bench(
     warmup_tokens: int = typer.Option(16, "--warmup-tokens", help="Tokens of the one warm-up generation per runner (0: none)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
-    compile_: bool = typer.Option(False, "--compile", help="Preallocated KV cache + torch.compile of the target (decoder-only); the first call compiles."),
     out: Path = typer.Option(Path("benchmarks"), "--out", help="Output folder for <name>.json, <name>.md and <name>-*.png."),
     name: Optional[str] = typer.Option(None, "--name", help="File stem (default bench-<prompts>[-quick])."),
     quick: bool = typer.Option(False, "--quick", help="CI smoke test: 2 prompts, 8 tokens, one gamma, every runner type once."),

@@ -53,6 +53,7 @@ class MethodOptions:
     prompt_lookup_min_ngram: int = 1
     prompt_lookup_matches: int = 4  # prompt_lookup_tree: continuations merged into one tree
     tree_paths: list[tuple[int, ...]] | None = None  # model_tree: Medusa-style paths (None = the drafter's default)
+    compile: bool = False  # draft models: preallocated cache + torch.compile, like the target's --compile
     alpha_fb: float = 0.0  # BiLD fallback threshold (0 = never fall back)
     alpha_rb: float = 2.0  # BiLD rollback threshold on -log p_target(x)
     lenience: float = 1.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from ..cached_lm import CachedLM
+from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError, check_number
 from ..registry import register_drafter
 from ..sampling import probs_from_logits, sample
@@ -33,7 +33,7 @@ class ModelDrafter(Drafter):
     def from_options(cls, target: CachedLM, options) -> "ModelDrafter":
         if options.draft_model is None:
             raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
-        return cls(options.draft_model, fallback_threshold=options.alpha_fb)
+        return cls(cached_model(options.draft_model, "draft", options.compile), fallback_threshold=options.alpha_fb)
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
         self.check_pair(self.lm, target, max_positions)

@@ -11,7 +11,7 @@ from typing import Sequence
 import torch
 from transformers import PreTrainedModel
 
-from ..cached_lm import CachedLM
+from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
 from ..tree import TreeSpec
@@ -47,7 +47,8 @@ class ModelTreeDrafter(Drafter):
     def from_options(cls, target: CachedLM, options) -> "ModelTreeDrafter":
         if options.draft_model is None:
             raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
-        return cls(options.draft_model, options.tree_paths or DEFAULT_TREE_PATHS)
+        paths = options.tree_paths if options.tree_paths is not None else DEFAULT_TREE_PATHS
+        return cls(cached_model(options.draft_model, "draft", options.compile), paths)
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
         ModelDrafter.check_pair(self.lm, target, max_positions)
