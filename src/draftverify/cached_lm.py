@@ -227,8 +227,10 @@ class CachedLM:
         return TargetOutput(logits=out.logits[:, -keep:], hidden=hidden)  # [B, keep, V], [B, keep, H]
 
 
-def cached_model(model: PreTrainedModel, role: str, compile: bool = False) -> CachedLM:
+def cached_model(model: PreTrainedModel | CachedLM, role: str, compile: bool = False) -> CachedLM:
     """A CachedLM as load() and the CLI build it: with compile, preallocated to the model's context length and
-    compiled per width bucket; otherwise a growing cache."""
+    compiled per width bucket; otherwise a growing cache. A CachedLM given in is used as it is (shared caches)."""
+    if isinstance(model, CachedLM):
+        return model
     capacity = (context_limit(model.config) or DEFAULT_CAPACITY) if compile else None
     return CachedLM(model, role=role, capacity=capacity, compile=compile)
