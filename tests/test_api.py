@@ -42,7 +42,7 @@ def model_dirs(tmp_path_factory):
 PROMPT = "def quicksort(xs):\n    "
 
 
-@pytest.mark.parametrize("method", ["model", "prompt_lookup", "ngram", "early_exit"])
+@pytest.mark.parametrize("method", ["model", "prompt_lookup", "ngram", "early_exit", "model_tree", "prompt_lookup_tree"])
 def test_lossless_methods_give_the_autoregressive_text(model_dirs, method):
     baseline = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=24)
     pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method=method,
@@ -114,3 +114,12 @@ def test_top_level_load_is_the_api_load():
     import draftverify
 
     assert draftverify.load is load
+
+
+def test_compile_option_reaches_target_and_draft(model_dirs):
+    """Only the construction: compiled generation itself is covered in test_cached_lm and test_cli."""
+    pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method="model_tree", compile=True)
+    assert pipe.target.capacity == 512 and pipe.drafter.lm.capacity == 512  # the models' context length
+    assert pipe.options.compile
+    plain = load(target=model_dirs / "target", draft=model_dirs / "draft", method="model")
+    assert plain.target.capacity is None and plain.drafter.lm.capacity is None

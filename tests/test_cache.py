@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from conftest import SEQ2SEQ_ARCHS, VOCAB
-from draftverify.cache import cache_length, crop_cache, new_cache
+from draftverify.cache import cache_length, gather_positions, keep_positions, new_cache
 from draftverify.cached_lm import CachedLM
 from draftverify.errors import DraftVerifyError
 
@@ -28,19 +27,6 @@ ATOL = 1e-10
 DECODER_ONLY = ["llama", "gpt2", "gpt_neox", "qwen2"]
 ENC_DEC = ["t5", "bart"]
 ALL = DECODER_ONLY + ENC_DEC
-
-
-@pytest.fixture
-def float64_softmax(monkeypatch):
-    """Compute every softmax of float32/float64 input in float64 (see the module docstring)."""
-    original = F.softmax
-
-    def softmax(input, dim=None, _stacklevel=3, dtype=None):
-        if input.is_floating_point() and dtype in (None, torch.float32, torch.float64):
-            return original(input.double(), dim=dim)
-        return original(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
-
-    monkeypatch.setattr(F, "softmax", softmax)
 
 
 def _prompt(arch: str, gen: torch.Generator, length: int = 6) -> torch.Tensor:
@@ -57,8 +43,8 @@ def _fresh_logits(model, arch: str, prompt: torch.Tensor, committed: torch.Tenso
             lm.forward(committed[:, :-1])
     else:
         assert torch.equal(lm.start(committed), committed)
-    assert lm.cached_length == committed.shape[1] - 1
-    return lm.forward(torch.cat([committed[:, -1:], cont], dim=1))
+    assert lm.length == committed.shape[1] - 1
+    return lm.forward(torch.cat([committed[:, -1:], cont], dim=1)).logits
 
 
 @torch.no_grad()
@@ -72,11 +58,11 @@ def _full_logits(model, arch: str, prompt: torch.Tensor, sequence: torch.Tensor,
 
 
 def _step(lm: CachedLM, committed: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
-    cached = lm.cached_length
+    cached = lm.length
     assert cached == committed.shape[1] - 1  # the CachedLM invariant
-    logits = lm.forward(torch.cat([committed[:, cached:], draft], dim=1))
+    logits = lm.forward(torch.cat([committed[:, cached:], draft], dim=1)).logits
     assert logits.shape == (1, 1 + draft.shape[1], VOCAB)
-    assert lm.cached_length == committed.shape[1] + draft.shape[1]
+    assert lm.length == committed.shape[1] + draft.shape[1]
     return logits
 
 
@@ -94,12 +80,13 @@ def test_rollback_round_trip(models, float64_softmax, arch, accepted):
     draft = torch.randint(4, VOCAB, (1, k), generator=gen)
     logits = _step(lm, committed, draft)
     next_token = logits[:, accepted].argmax(-1, keepdim=True)  # the target's token after the accepted prefix
-    held = lm.cached_length
-    lm.crop(committed.shape[1] + accepted)  # keep the pending token and the accepted drafts
+    held = lm.length
+    lm.commit(1 + accepted)  # keep the pending token and the accepted drafts
+    assert cache_length(lm.cache) == lm.length  # our counter and the cache agree
     if accepted == k:
-        assert lm.cached_length == held  # everything accepted: the crop is a no-op
+        assert lm.length == held  # everything accepted: nothing dropped
     committed = torch.cat([committed, draft[:, :accepted], next_token], dim=1)
-    assert lm.cached_length == committed.shape[1] - 1
+    assert lm.length == committed.shape[1] - 1
 
     # a different continuation from the rolled-back cache
     cont = (draft + 1 + torch.arange(k)) % (VOCAB - 4) + 4
@@ -125,9 +112,9 @@ def test_many_rollbacks_match_cache_free_forward(models, float64_softmax, arch):
         torch.testing.assert_close(logits, full, rtol=0, atol=ATOL)
         accepted = int(torch.randint(0, k + 1, (1,), generator=gen))
         next_token = torch.randint(4, VOCAB, (1, 1), generator=gen)
-        lm.crop(committed.shape[1] + accepted)
+        lm.commit(1 + accepted)
         committed = torch.cat([committed, draft[:, :accepted], next_token], dim=1)
-    assert lm.cached_length == committed.shape[1] - 1
+    assert lm.length == committed.shape[1] - 1
 
 
 @pytest.mark.parametrize("arch", ["llama", "t5"])
@@ -145,43 +132,48 @@ def test_rollback_with_stock_float32_softmax(models, arch):
         full = _full_logits(model, arch, prompt, torch.cat([committed, draft], dim=1), k + 1)
         torch.testing.assert_close(logits, full, rtol=0, atol=1e-5)
         accepted = int(torch.randint(0, k + 1, (1,), generator=gen))
-        lm.crop(committed.shape[1] + accepted)
+        lm.commit(1 + accepted)
         committed = torch.cat([committed, draft[:, :accepted], logits[:, accepted].argmax(-1, keepdim=True)], dim=1)
 
 
 @pytest.mark.parametrize("arch", ALL)
-def test_crop_beyond_held_length_raises(models, arch):
+def test_commit_beyond_the_tail_raises(models, arch):
     lm = CachedLM(models(arch, layers=1, seed=2))
     gen = torch.Generator().manual_seed(3)
     committed = lm.start(_prompt(arch, gen))
-    lm.forward(torch.cat([committed[:, lm.cached_length:], torch.randint(4, VOCAB, (1, 3), generator=gen)], dim=1))
-    held = lm.cached_length
+    lm.forward(torch.cat([committed[:, lm.length:], torch.randint(4, VOCAB, (1, 3), generator=gen)], dim=1))
+    held = lm.length
     with pytest.raises(DraftVerifyError):
-        lm.crop(held + 1)
+        lm.commit(held - lm.committed + 1)
     with pytest.raises(DraftVerifyError):
-        lm.crop(-1)
-    assert lm.cached_length == held  # a refused crop leaves the cache alone
-    lm.crop(held)
-    assert lm.cached_length == held
+        lm.commit(-1)
+    with pytest.raises(DraftVerifyError):
+        lm.commit(torch.zeros(1, held - lm.committed + 1, dtype=torch.long))
+    assert lm.length == held  # a refused commit leaves the cache alone
+    assert cache_length(lm.cache) == held
+    lm.commit(held - lm.committed)
+    assert lm.length == lm.committed == held
 
 
 @pytest.mark.parametrize("arch", ALL)
-def test_crop_to_zero_then_rescore_everything(models, float64_softmax, arch):
+def test_commit_nothing_then_rescore(models, float64_softmax, arch):
     model = models(arch, layers=1, seed=4)
     gen = torch.Generator().manual_seed(5)
     prompt = _prompt(arch, gen)
     lm = CachedLM(model)
     committed = lm.start(prompt)
+    settled = lm.length
     seq = torch.cat([committed, torch.randint(4, VOCAB, (1, 3), generator=gen)], dim=1)
-    lm.forward(seq[:, lm.cached_length:])
-    lm.crop(0)
-    assert lm.cached_length == 0
-    got = lm.forward(seq)
-    torch.testing.assert_close(got, _full_logits(model, arch, prompt, seq, seq.shape[1]), rtol=0, atol=ATOL)
+    lm.forward(seq[:, settled:])
+    lm.commit(0)
+    assert lm.length == settled == cache_length(lm.cache)
+    got = lm.forward(seq[:, settled:]).logits
+    full = _full_logits(model, arch, prompt, seq, seq.shape[1] - settled)
+    torch.testing.assert_close(got, full, rtol=0, atol=ATOL)
 
 
 @pytest.mark.parametrize("arch", ENC_DEC)
-def test_encoder_decoder_crop_keeps_cross_attention(models, arch):
+def test_encoder_decoder_commit_keeps_cross_attention(models, arch):
     lm = CachedLM(models(arch, layers=1, seed=6))
     gen = torch.Generator().manual_seed(8)
     source = _prompt(arch, gen, length=7)
@@ -189,28 +181,28 @@ def test_encoder_decoder_crop_keeps_cross_attention(models, arch):
     lm.forward(torch.cat([committed, torch.randint(4, VOCAB, (1, 4), generator=gen)], dim=1))
     cross_before = lm.cache.cross_attention_cache.get_seq_length()
     assert cross_before == source.shape[1]
-    lm.crop(2)
-    assert lm.cached_length == 2
+    lm.commit(2)
+    assert lm.length == 2
     assert lm.cache.self_attention_cache.get_seq_length() == 2
     assert lm.cache.cross_attention_cache.get_seq_length() == cross_before
 
 
-def test_crop_cache_function_on_empty_and_filled_caches():
+def test_keep_and_gather_positions_on_raw_caches():
     for is_enc_dec in (False, True):
         cache = new_cache(is_enc_dec)
         assert cache_length(cache) == 0
-        crop_cache(cache, 0)  # no-op on an empty cache
+        keep_positions(cache, 0, 0)  # no-op on an empty cache
         with pytest.raises(DraftVerifyError):
-            crop_cache(cache, 1)
+            keep_positions(cache, 1, 0)
         with pytest.raises(DraftVerifyError):
-            crop_cache(cache, -1)
+            keep_positions(cache, -1, 0)
     cache = new_cache(False)
-    k = torch.randn(1, 2, 5, 4, dtype=torch.float64)
-    cache.update(k, k.clone(), layer_idx=0)
-    assert cache_length(cache) == 5
-    crop_cache(cache, 3)
-    assert cache_length(cache) == 3
-    crop_cache(cache, 3)
-    assert cache_length(cache) == 3
+    k = torch.arange(5, dtype=torch.float64).reshape(1, 1, 5, 1).expand(1, 2, 5, 4).contiguous()
+    cache.update(k, k + 10, layer_idx=0)
+    keep_positions(cache, 4, 5)
+    assert cache_length(cache) == 4
     with pytest.raises(DraftVerifyError):
-        crop_cache(cache, 4)
+        keep_positions(cache, 5, 4)
+    gather_positions(cache, 1, torch.tensor([2, 0]), 4)  # keep position 0, then 3, then 1
+    assert cache.layers[0].keys[0, 0, :, 0].tolist() == [0.0, 3.0, 1.0]
+    assert cache.layers[0].values[0, 1, :, 3].tolist() == [10.0, 13.0, 11.0]

@@ -7,7 +7,10 @@ from conftest import ALL_ARCHS, CAUSAL_ARCHS, EOS, VOCAB, perturbed_copy, refere
 
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import EarlyExitDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
+from draftverify.draft_length import make_draft_length
 from draftverify.drafters.base import Drafter
+from draftverify.methods import MethodOptions, build_verifier
+from draftverify.tree import TreeSpec
 from draftverify.types import Draft
 from draftverify.verifiers import BildVerifier, GreedyVerifier, SpeculativeSamplingVerifier, TopBetaVerifier
 
@@ -272,3 +275,120 @@ def test_greedy_verifier_refuses_sampling():
     model, _ = target_and_reference("llama")
     with pytest.raises(DraftVerifyError, match="temperature 0"):
         generate(model, NoDrafter(), GreedyVerifier(), PROMPT, SamplingParams(temperature=1.0), max_new_tokens=4)
+
+
+# ---------------------------------------------------------------- token trees
+
+TREE_PATHS = [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (1, 1), (0, 0, 0), (1, 0, 0), (1, 0, 0, 0)]
+
+
+class RandomTreeDrafter(Drafter):
+    """Uniform random tokens on a fixed tree: nearly every step rejects at the root's children."""
+
+    def __init__(self, paths=TREE_PATHS, seed: int = 0):
+        super().__init__()
+        self.tree = TreeSpec.from_paths(paths)
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def propose(self, state, gamma):
+        return Draft(tokens=torch.randint(0, VOCAB, (1, self.tree.size), generator=self.gen), tree=self.tree)
+
+
+class HiddenAnswerTreeDrafter(Drafter):
+    """Puts the target's true continuation on the branch (1,), (1, 0), (1, 0, 0), ... and wrong tokens elsewhere,
+    so the accepted branch is never the first one: the cache must gather, not crop."""
+
+    def __init__(self, reference: list[int], paths=TREE_PATHS):
+        super().__init__()
+        self.reference = reference
+        self.tree = TreeSpec.from_paths(paths)
+        ordered = sorted(paths, key=lambda p: (len(p), p))
+        self.true_nodes = {ordered.index(p): len(p) - 1 for p in ordered if p[0] == 1 and all(r == 0 for r in p[1:])}
+
+    def propose(self, state, gamma):
+        done = state.tokens.shape[1] - state.prompt_length
+        answer = self.reference[done:] + [0] * self.tree.max_depth
+        tokens = [answer[self.true_nodes[j]] if j in self.true_nodes else (answer[d - 1] + 1 + j) % VOCAB
+                  for j, d in enumerate(self.tree.depth.tolist())]
+        return Draft(tokens=torch.tensor([tokens]), tree=self.tree)
+
+
+@pytest.mark.parametrize("arch", CAUSAL_ARCHS)
+@pytest.mark.parametrize("kind", ["random", "hidden_answer"])
+def test_tree_drafts_equal_target_greedy(arch, kind):
+    model, ref = target_and_reference(arch)
+    drafter = RandomTreeDrafter() if kind == "random" else HiddenAnswerTreeDrafter(ref)
+    verifier = build_verifier("exact", SamplingParams(), MethodOptions())
+    out = generate(model, drafter, verifier, PROMPT, max_new_tokens=NEW, gamma=4)
+    assert out.new_tokens[0].tolist() == ref
+    stats = out.stats
+    assert stats.new_tokens == NEW and stats.drafted_tokens == stats.target_calls * len(TREE_PATHS)
+    if kind == "hidden_answer":  # the answer branch is 4 deep (1, 0, 0, 0): 5 tokens per call but the last
+        assert stats.target_calls == -(-NEW // 5) and stats.rejections == 0
+    else:
+        assert stats.accepted_tokens < stats.target_calls
+
+
+def test_tree_draft_with_a_chain_verifier_is_refused():
+    model, _ = target_and_reference("llama")
+    with pytest.raises(DraftVerifyError, match="checks chains only"):
+        generate(model, RandomTreeDrafter(), GreedyVerifier(), PROMPT, max_new_tokens=4)
+
+
+@pytest.mark.parametrize("arch", ["t5", "bart"])
+def test_tree_draft_for_a_model_without_position_ids_is_refused(arch):
+    model, _ = target_and_reference(arch)
+    verifier = build_verifier("exact", SamplingParams(), MethodOptions())
+    with pytest.raises(DraftVerifyError, match="cannot score a token tree"):
+        generate(model, RandomTreeDrafter(), verifier, PROMPT, max_new_tokens=4)
+
+
+# ---------------------------------------------------------------- the channel from the verify pass to drafters
+
+
+class HiddenReadingDrafter(Drafter):
+    """Reads the target's outputs in commit and appends two BiTA-style extra positions to every verify pass."""
+
+    needs_target_hidden = True
+    drafts_in_target_pass = True
+
+    def __init__(self, tree: TreeSpec | None = None):
+        super().__init__()
+        self.tree = tree
+        self.gen = torch.Generator().manual_seed(3)
+        self.seen = []
+
+    def propose(self, state, gamma):
+        size = self.tree.size if self.tree is not None else gamma
+        return Draft(tokens=torch.randint(0, VOCAB, (1, size), generator=self.gen), tree=self.tree)
+
+    def verify_inputs(self, draft):
+        return torch.tensor([[VOCAB - 1, VOCAB - 1]])
+
+    def commit(self, state, verdict, scored=None):
+        self.seen.append((int(verdict.num_accepted[0]), int(state.tokens[0, -1]), scored))
+
+
+@pytest.mark.parametrize("tree", [None, TreeSpec.from_paths(TREE_PATHS)], ids=["chain", "tree"])
+def test_drafters_receive_the_kept_positions_and_extra_positions_are_never_committed(tree):
+    model, ref = target_and_reference("llama")
+    drafter = HiddenReadingDrafter(tree)
+    policy = make_draft_length("auto")
+    verifier = build_verifier("exact", SamplingParams(), MethodOptions())
+    out = generate(model, drafter, verifier, PROMPT, max_new_tokens=NEW, gamma=policy)
+    assert out.new_tokens[0].tolist() == ref  # the extra positions changed nothing that was committed
+    assert policy.folded and policy.c == 0.0  # drafting inside the verify pass costs nothing of its own
+    hidden_size = model.config.hidden_size
+    for n, last_token, scored in drafter.seen[:-1]:  # the last step may be cut at max_new_tokens
+        assert scored.logits.shape[:2] == scored.hidden.shape[:2] == (1, 1 + n + 2)
+        assert scored.hidden.shape[-1] == hidden_size
+        assert int(scored.logits[0, n].argmax()) == last_token  # the target's token after the kept branch
+
+
+def test_sampling_without_a_seed_leaves_the_global_rng_alone():
+    model, _ = target_and_reference("gpt2")
+    torch.manual_seed(1234)
+    before = torch.random.get_rng_state()
+    generate(model, make_drafter("perturbed", model, "gpt2"), SpeculativeSamplingVerifier(), PROMPT,
+             SamplingParams(temperature=1.0), max_new_tokens=8)
+    assert torch.equal(torch.random.get_rng_state(), before)

@@ -14,11 +14,12 @@ from typing import Callable
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
 
-from .cached_lm import CachedLM
+from .cached_lm import cached_model
 from .draft_length import DraftLength, make_draft_length
 from .errors import DraftVerifyError
 from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
+from .registry import DRAFTERS
 from .types import GenerationOutput, GenerationStats, SamplingParams
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -72,10 +73,13 @@ class Pipeline:
     """A target, a method and its pieces, ready to turn text into text plus statistics."""
 
     def __init__(self, target: PreTrainedModel, tokenizer, method: str = "model", verifier: str | None = None,
-                 options: MethodOptions | None = None, gamma: int | str = 5):
+                 options: MethodOptions | None = None, gamma: int | str = 5, compile: bool = False):
+        """compile: preallocate the target's KV cache (its context length, else 4096 positions) and compile its
+        forward once per verify-width bucket (the first generation pays the compilation); options.compile does the
+        same for a draft model."""
         self.method = resolve_method(method)
         self.verifier_name = verifier or self.method.verifier
-        self.target = CachedLM(target, role="target")
+        self.target = cached_model(target, "target", compile)
         self.tokenizer = tokenizer
         self.options = options or MethodOptions()
         self.drafter = build_drafter(self.method.drafter, self.target, self.options)
@@ -124,7 +128,7 @@ class _TextStreamer:
 
 def load(target: str | Path | None = None, draft: str | Path | None = None, method: str = "model",
          verifier: str | None = None, zoo: str | None = None, dtype: str = "float32", gamma: int | str = 5,
-         **options) -> Pipeline:
+         compile: bool = False, **options) -> Pipeline:
     """Load a target (and draft) by path or zoo name and return a Pipeline for `method`.
 
     options are MethodOptions fields: alpha_fb, alpha_rb, lenience, beta, tau, early_exit_layers, ngram_path, ...
@@ -135,7 +139,7 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     if zoo is not None:
         paths = zoo_paths(zoo)
         target = target or paths["target"]
-        if draft is None and resolve_method(method).drafter == "model":
+        if draft is None and DRAFTERS[resolve_method(method).drafter].uses_draft_model:
             draft = paths["draft"]
         if options.get("ngram_path") is None and paths["ngram"].exists():
             options["ngram_path"] = paths["ngram"]
@@ -150,4 +154,5 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     method_options = replace(MethodOptions(), **options)
     if draft is not None:
         method_options.draft_model = load_model(draft, dtype, role="draft")
-    return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma)
+    method_options.compile = compile
+    return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma, compile=compile)

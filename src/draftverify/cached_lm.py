@@ -1,7 +1,16 @@
-"""A Hugging Face language model together with its KV cache: prefill once, score new tokens, roll back.
+"""A Hugging Face language model together with its KV cache: prefill once, score new tokens, keep what was accepted.
 
 Serves the target and every drafter that runs a model, for decoder-only LMs and encoder-decoder models
 (whose encoder runs once per generation and whose decoder is what we cache and roll back).
+
+Positions are counted here, never read back from the cache object (a preallocated cache reports its capacity,
+and a tree's positions are not its cache slots): `length` is how many positions the cache holds, `committed`
+how many of those are settled. `forward` appends an uncommitted tail; `commit` keeps part of it and settles.
+
+With `capacity` the cache is preallocated (HF StaticCache) and `commit` only moves its write position or copies a
+tree branch down. With `compile` as well, the model's forward is compiled once per verify width bucket: widths are
+padded up to the next bucket (padding sits after the real tokens, sees only itself, and is never kept), so a run
+compiles a handful of graphs instead of one per draft length.
 """
 from __future__ import annotations
 
@@ -10,8 +19,9 @@ import inspect
 import torch
 from transformers import PreTrainedModel
 
-from .cache import cache_length, crop_cache, new_cache
+from .cache import gather_positions, keep_positions, new_cache
 from .errors import DraftVerifyError
+from .types import TargetOutput
 
 
 def context_limit(config) -> int | None:
@@ -23,10 +33,19 @@ def context_limit(config) -> int | None:
     return None
 
 
-class CachedLM:
-    """One model, one cache. Invariant between calls: the cache holds every committed token but the last."""
+WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_CAPACITY = 4096  # preallocated positions for models whose config states no context length (T5-style)
 
-    def __init__(self, model: PreTrainedModel, role: str = "target"):
+
+def bucket(width: int) -> int:
+    """The padded width a compiled forward runs at (the width itself beyond the last bucket)."""
+    return next((b for b in WIDTH_BUCKETS if b >= width), width)
+
+
+class CachedLM:
+    """One model, one cache. Invariant between steps: the cache holds every committed token but the last."""
+
+    def __init__(self, model: PreTrainedModel, role: str = "target", capacity: int | None = None, compile: bool = False):
         if not isinstance(model, PreTrainedModel):
             raise DraftVerifyError(f"the {role} must be a Hugging Face PreTrainedModel, got {type(model).__name__}")
         if model.get_output_embeddings() is None:
@@ -41,16 +60,32 @@ class CachedLM:
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.max_positions = context_limit(self.config)
         self.device = next(model.parameters()).device
-        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.dtype = next(model.parameters()).dtype
+        accepted = inspect.signature(model.forward).parameters
+        self._keeps_logits = "logits_to_keep" in accepted
+        # trees need each node's position to be its depth; models that derive positions from the cache alone
+        # (T5's relative bias, BART / Marian decoders) cannot be told, so they score chains only
+        self.takes_positions = "position_ids" in accepted and not self.is_encoder_decoder
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
+            raise DraftVerifyError(f"the {role}'s cache capacity must be a positive integer, got {capacity!r}")
+        if compile and capacity is None:
+            raise DraftVerifyError("compile needs a preallocated cache: give a capacity (positions) as well")
+        if capacity is not None and not self.takes_positions:
+            raise DraftVerifyError(f"a preallocated cache needs a decoder-only {role} that takes position_ids")
+        self.capacity = capacity
+        self._compiled = torch.compile(model, dynamic=False) if compile else None
         self.cache = None
+        self.length = 0  # positions held in the cache
+        self.committed = 0  # settled positions; [committed, length) is the tail of the last forwards
         self.encoder_outputs = None
         self.source_mask = None
 
-    @property
-    def cached_length(self) -> int:
-        return cache_length(self.cache) if self.cache is not None else 0
-
     def check_fits(self, decoder_positions: int) -> None:
+        if self.capacity is not None and decoder_positions > self.capacity:
+            raise DraftVerifyError(
+                f"the {self.role}'s preallocated cache holds {self.capacity} positions, but this request needs "
+                f"{decoder_positions} (prompt + max_new_tokens) plus the verify width; raise its capacity"
+            )
         if self.max_positions is not None and decoder_positions > self.max_positions:
             raise DraftVerifyError(
                 f"the {self.role} model attends to at most {self.max_positions} positions, but this request needs "
@@ -63,7 +98,8 @@ class CachedLM:
         Returns the committed decoder-side tokens [B, L0]: the prompt for decoder-only models,
         the decoder start token for encoder-decoder models. All but the last are now cached.
         """
-        self.cache = new_cache(self.is_encoder_decoder)
+        self.cache = new_cache(self.is_encoder_decoder, self.config, self.capacity)
+        self.length = self.committed = 0
         if self.is_encoder_decoder:
             start_id = getattr(self.config, "decoder_start_token_id", None)
             if start_id is None:
@@ -73,27 +109,128 @@ class CachedLM:
             return torch.full((input_ids.shape[0], 1), start_id, dtype=torch.long, device=input_ids.device)
         if input_ids.shape[1] > 1:
             self._run(input_ids[:, :-1], keep=1)
+            self.commit(input_ids.shape[1] - 1)
         return input_ids
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Append tokens [B, n] to the cache; return their next-token logits [B, n, V]."""
-        return self._run(tokens, keep=tokens.shape[1])
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        want_hidden: bool = False,
+    ) -> TargetOutput:
+        """Append tokens [B, n] to the cache's tail; return their next-token logits [B, n, V] (and hidden [B, n, H]).
 
-    def crop(self, length: int) -> None:
-        crop_cache(self.cache, length)
+        position_ids: [B or 1, n] absolute positions (default: length, length + 1, ...); a tree passes the
+        pending token's position plus each node's depth.
+        attention_mask: bool [n, t + n] or [B, n, t + n] over the uncommitted tail t = length - committed and the
+        new tokens (True = may attend); every committed position is always visible. None = causal.
+        """
+        if (position_ids is not None or attention_mask is not None) and not self.takes_positions:
+            raise DraftVerifyError(
+                f"the {self.role} ({type(self.model).__name__}) derives positions from its cache alone, so it cannot "
+                "score a token tree; use a chain drafter, or a decoder-only model that takes position_ids"
+            )
+        if self._compiled is None:
+            return self._run(tokens, keep=tokens.shape[1], position_ids=position_ids,
+                             attention_mask=attention_mask, want_hidden=want_hidden)
+        return self._run_padded(tokens, position_ids, attention_mask, want_hidden)
 
-    def _run(self, tokens: torch.Tensor, keep: int) -> torch.Tensor:
-        kwargs = {"past_key_values": self.cache, "use_cache": True}
+    def _run_padded(self, tokens, position_ids, attention_mask, want_hidden) -> TargetOutput:
+        """The compiled forward at the bucketed width; padding is dropped from the outputs and the cache."""
+        batch, n = tokens.shape
+        width = bucket(n)
+        tail = self.length - self.committed
+        if position_ids is None:
+            position_ids = torch.arange(self.length, self.length + n, device=self.device)[None]
+        if attention_mask is None:
+            attention_mask = torch.ones(n, tail + n, dtype=torch.bool).tril(diagonal=tail)
+        pad = width - n
+        tokens = torch.cat([tokens, tokens.new_zeros((batch, pad))], dim=1)
+        last = position_ids[..., -1:].to(self.device)
+        position_ids = torch.cat([position_ids.to(self.device).expand(batch, n),
+                                  (last + 1 + torch.arange(pad, device=self.device)).expand(batch, pad)], dim=1)
+        mask = attention_mask.to(self.device)
+        mask = mask.expand(batch, n, tail + n) if mask.dim() == 2 else mask
+        wide = torch.zeros(batch, width, tail + width, dtype=torch.bool, device=self.device)
+        wide[:, :n, : tail + n] = mask
+        wide[:, n:, tail + n :] = torch.eye(pad, dtype=torch.bool, device=self.device)  # padding sees only itself
+        out = self._run(tokens, keep=width, position_ids=position_ids, attention_mask=wide, want_hidden=want_hidden,
+                        model=self._compiled)
+        keep_positions(self.cache, self.length - pad, self.length)
+        self.length -= pad
+        return TargetOutput(logits=out.logits[:, :n], hidden=None if out.hidden is None else out.hidden[:, :n])
+
+    def commit(self, kept: int | torch.Tensor) -> None:
+        """Keep part of the uncommitted tail and settle it.
+
+        kept: an int k keeps the tail's first k positions (a chain's accepted prefix: a crop); a long tensor
+        [B, k] or [k] of tail offsets keeps those positions in that order (a tree's accepted branch: a gather).
+        """
+        tail = self.length - self.committed
+        if isinstance(kept, torch.Tensor):
+            count = kept.shape[-1]
+            if count > tail:
+                raise DraftVerifyError(f"cannot keep {count} positions of a {tail}-position tail")
+            gather_positions(self.cache, self.committed, kept, self.length)
+        else:
+            count = kept
+            if not 0 <= count <= tail:
+                raise DraftVerifyError(f"cannot keep {count} positions of a {tail}-position tail")
+            keep_positions(self.cache, self.committed + count, self.length)
+        self.length = self.committed = self.committed + count
+
+    def _mask(self, attention_mask: torch.Tensor, batch: int, n: int) -> torch.Tensor:
+        """bool [(B,) n, t + n] over tail and new tokens -> additive [B, 1, n, keys] in the model's dtype, where keys
+        is length + n (growing cache) or the capacity (preallocated cache; slots past the new tokens are hidden)."""
+        tail = self.length - self.committed
+        if attention_mask.shape[-2:] != (n, tail + n):
+            raise DraftVerifyError(
+                f"attention mask must cover {n} new tokens x {tail + n} tail + new positions, got {tuple(attention_mask.shape)}"
+            )
+        keys = self.capacity if self.capacity is not None else self.length + n  # a static cache attends to all slots
+        visible = torch.zeros(batch, n, keys, dtype=torch.bool, device=self.device)
+        visible[:, :, : self.committed] = True
+        visible[:, :, self.committed : self.length + n] = attention_mask.to(self.device)
+        blocked = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
+        return torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
+
+    def _run(self, tokens, keep, position_ids=None, attention_mask=None, want_hidden=False, model=None) -> TargetOutput:
+        batch, n = tokens.shape
+        if self.capacity is not None and self.length + n > self.capacity:
+            raise DraftVerifyError(
+                f"the {self.role}'s preallocated cache holds {self.capacity} positions; {self.length + n} needed"
+            )
+        model = model if model is not None else self.model
+        kwargs = {"past_key_values": self.cache, "use_cache": True, "output_hidden_states": want_hidden}
         if self._keeps_logits:
             kwargs["logits_to_keep"] = keep
+        if self.takes_positions:
+            if position_ids is None:
+                position_ids = torch.arange(self.length, self.length + n, device=self.device)[None]
+            kwargs["position_ids"] = position_ids.to(self.device).expand(batch, n)
+        if attention_mask is not None:
+            kwargs["attention_mask"] = self._mask(attention_mask, batch, n)
         if self.is_encoder_decoder:
-            out = self.model(
+            out = model(
                 encoder_outputs=self.encoder_outputs,
                 attention_mask=self.source_mask,
                 decoder_input_ids=tokens,
                 **kwargs,
             )
+            hidden = out.decoder_hidden_states[-1][:, -keep:] if want_hidden else None
         else:
-            out = self.model(input_ids=tokens, **kwargs)
+            out = model(input_ids=tokens, **kwargs)
+            hidden = out.hidden_states[-1][:, -keep:] if want_hidden else None
         self.cache = out.past_key_values
-        return out.logits[:, -keep:]  # [B, keep, V]
+        self.length += n
+        return TargetOutput(logits=out.logits[:, -keep:], hidden=hidden)  # [B, keep, V], [B, keep, H]
+
+
+def cached_model(model: PreTrainedModel | CachedLM, role: str, compile: bool = False) -> CachedLM:
+    """A CachedLM as load() and the CLI build it: with compile, preallocated to the model's context length and
+    compiled per width bucket; otherwise a growing cache. A CachedLM given in is used as it is (shared caches)."""
+    if isinstance(model, CachedLM):
+        return model
+    capacity = (context_limit(model.config) or DEFAULT_CAPACITY) if compile else None
+    return CachedLM(model, role=role, capacity=capacity, compile=compile)

@@ -9,12 +9,14 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from transformers.utils import logging as hf_logging
 
 from .errors import DraftVerifyError
 from .methods import METHODS
 from .train.cli import train_app
 from .types import GenerationStats
 
+hf_logging.disable_progress_bar()  # transformers 5 draws weight-loading bars that would garble --json output
 app = typer.Typer(name="draftverify", help="Draft cheaply, verify with the target in one forward pass.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(train_app, name="train")
@@ -48,6 +50,19 @@ def stats_table(stats: GenerationStats, title: str = "statistics") -> Table:
     return table
 
 
+def _tree_paths(value: str | None) -> list[tuple[int, ...]] | None:
+    """--tree-paths as JSON, e.g. '[[0], [1], [0, 0]]' (Medusa-style child-rank paths)."""
+    if value is None:
+        return None
+    try:
+        paths = json.loads(value)
+    except json.JSONDecodeError as err:
+        raise DraftVerifyError(f"--tree-paths must be JSON like '[[0], [1], [0, 0]]': {err}") from None
+    if not isinstance(paths, list) or not all(isinstance(p, list) for p in paths):
+        raise DraftVerifyError(f"--tree-paths must be a JSON list of lists of child ranks, got {value!r}")
+    return [tuple(p) for p in paths]
+
+
 def _gamma(value: str) -> int | str:
     return int(value) if value.lstrip("-").isdigit() else value
 
@@ -59,7 +74,7 @@ def generate(
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, bild, specdec++)."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Use a shipped model set, e.g. 'code'."),
     method: str = typer.Option("model", "--method", "-m", help=f"One of: {', '.join(METHODS)}."),
-    verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier: greedy, speculative_sampling, bild, topbeta."),
+    verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier: greedy, speculative_sampling, bild, topbeta, tree_greedy, tree_speculative_sampling."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", "-n"),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
     top_k: int = typer.Option(0, "--top-k", help="0 = off."),
@@ -73,7 +88,10 @@ def generate(
     tau: float = typer.Option(1.0, "--tau", help="SpecDec++ tolerance tau."),
     early_exit_layers: int = typer.Option(1, "--early-exit-layers", help="Layers of the target used as the draft."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram method."),
+    tree_paths: Optional[str] = typer.Option(None, "--tree-paths", help="model_tree shape as JSON paths of child ranks, e.g. '[[0],[1],[0,0]]'."),
+    lookup_matches: int = typer.Option(4, "--lookup-matches", help="prompt_lookup_tree: earlier matches merged into one tree."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only); the first call compiles."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
 ) -> None:
@@ -91,7 +109,8 @@ def generate(
     try:
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                     gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
-                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram)
+                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, tree_paths=_tree_paths(tree_paths),
+                    prompt_lookup_matches=lookup_matches, compile=compile_)
         on_text = None if as_json else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
         if not as_json:
             sys.stdout.write(prompt)

@@ -8,9 +8,15 @@ from .theory import optimal_gamma, walltime_factor
 
 
 class DraftLength(ABC):
+    reads_timers: bool = False  # the loop synchronises the device before timing a step only for policies that read it
+
     @abstractmethod
     def next(self) -> int:
         """gamma for the coming step (>= 1)."""
+
+    def drafting_folded(self) -> None:
+        """Told once before generation when the drafter drafts inside the target's verify forward (heads, BiTA):
+        drafting then has no cost of its own, whatever the draft timer shows."""
 
     def update(self, drafted: int, accepted: int, rejected: bool, draft_seconds: float, target_seconds: float) -> None:
         """Feedback after a step."""
@@ -50,9 +56,12 @@ class AutoGamma(DraftLength):
     gamma maximises E(tokens) / (gamma * c + verify_cost(gamma)): with b = 0 this is Theorem 8 exactly.
     """
 
+    reads_timers = True
+
     def __init__(self, gamma: int = 4, max_gamma: int = 16):
         self.gamma = gamma
         self.max_gamma = max_gamma
+        self.folded = False
         self.accepted = 1.0
         self.judged = 2.0
         self.draft_seconds = 0.0
@@ -72,8 +81,13 @@ class AutoGamma(DraftLength):
         slope = max(0.0, (self.sum_nt / self.calls - mean_n * mean_t) / var_n) if var_n > 1e-9 else 0.0
         return max(mean_t + slope * (tokens - mean_n), 1e-12)
 
+    def drafting_folded(self) -> None:
+        self.folded = True
+
     @property
     def c(self) -> float:
+        if self.folded:
+            return 0.0
         if not self.drafted or not self.calls or self.sum_t <= 0:
             return 0.0
         return (self.draft_seconds / self.drafted) / self.target_seconds(1)

@@ -1,6 +1,12 @@
-"""generate(): the one decoding loop. propose -> score (one target forward) -> verify -> commit."""
+"""generate(): the one decoding loop. propose -> score (one target forward) -> verify -> commit.
+
+A draft is a chain or a token tree; the loop treats both alike: the verify pass scores the pending token, the
+draft tokens and any extra positions the drafter asks for, with the tree's ancestor mask and depth positions when
+there is a tree, and the target's cache keeps the verdict's path. Nothing here depends on the method.
+"""
 from __future__ import annotations
 
+import os
 from time import perf_counter
 from typing import Callable
 
@@ -11,7 +17,7 @@ from .cached_lm import CachedLM
 from .draft_length import DraftLength, make_draft_length
 from .drafters.base import Drafter
 from .errors import DraftVerifyError
-from .types import DecodingState, GenerationOutput, GenerationStats, SamplingParams
+from .types import DecodingState, Draft, GenerationOutput, GenerationStats, SamplingParams, TargetOutput, Verdict
 from .verifiers.base import Verifier
 
 TokenCallback = Callable[[torch.Tensor], None]  # receives each step's emitted tokens [B, k]
@@ -34,6 +40,50 @@ def _check_input(input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise DraftVerifyError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     return input_ids.long()
+
+
+def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
+    """perf_counter, after waiting for queued GPU work when the caller reads the times (gamma auto): without the
+    wait, CUDA's asynchronous launches would charge the target's forward to whatever syncs next."""
+    if synchronise and device.type == "cuda":
+        def now() -> float:
+            torch.cuda.synchronize(device)
+            return perf_counter()
+
+        return now
+    return perf_counter
+
+
+def _verify_layout(target: CachedLM, draft: Draft, extra: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Position ids [1, 1+N+E] and attention mask [1+N+E, 1+N+E] of the verify pass, or (None, None) for a chain
+    (plain causal order). Extra positions see everything before them and sit after the tree's deepest level."""
+    if draft.tree is None:
+        return None, None
+    tree = draft.tree
+    width = 1 + tree.size + extra
+    mask = torch.ones(width, width, dtype=torch.bool).tril()
+    mask[: 1 + tree.size, : 1 + tree.size] = tree.verify_mask()
+    offsets = torch.cat([tree.verify_positions(), tree.max_depth + 1 + torch.arange(extra)])
+    return target.length + offsets[None], mask
+
+
+def _kept_positions(draft: Draft, verdict: Verdict, n: int) -> int | torch.Tensor:
+    """What the target's cache keeps of this step's verify pass: the pending token and the accepted draft
+    tokens. A chain keeps a prefix (count); a tree keeps its accepted branch (offsets [B, 1+n])."""
+    if draft.tree is None:
+        return 1 + n
+    return torch.cat([verdict.path.new_zeros((verdict.path.shape[0], 1)), 1 + verdict.path[:, :n]], dim=1)
+
+
+def _scored_for_drafter(out: TargetOutput, kept: int | torch.Tensor, draft: Draft) -> TargetOutput:
+    """The verify pass's outputs at the kept positions, then at the drafter's extra positions."""
+    batch = out.logits.shape[0]
+    if isinstance(kept, int):
+        kept = torch.arange(kept, device=out.logits.device).expand(batch, kept)
+    extra = torch.arange(1 + draft.length, out.logits.shape[1], device=out.logits.device).expand(batch, -1)
+    index = torch.cat([kept.to(out.logits.device), extra], dim=1)  # [B, k + E]
+    pick = lambda x: None if x is None else x.gather(1, index[..., None].expand(-1, -1, x.shape[-1]))  # noqa: E731
+    return TargetOutput(logits=pick(out.logits), hidden=pick(out.hidden))
 
 
 def _first_stop(emitted: torch.Tensor, eos_ids: torch.Tensor | None) -> int | None:
@@ -75,9 +125,13 @@ def generate(
         eos_token_id = [eos_token_id]
     eos_ids = torch.tensor(eos_token_id, device=input_ids.device) if eos_token_id else None
     generator = None
-    if not params.greedy:
+    if not params.greedy:  # our own generator: the process-global RNG is never reseeded
         generator = torch.Generator(device=input_ids.device)
-        generator.manual_seed(params.seed if params.seed is not None else torch.seed())
+        seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        generator.manual_seed(seed)
+    if drafter.drafts_in_target_pass:
+        length_policy.drafting_folded()
+    now = _clock(target.device, length_policy.reads_timers)
 
     stats = GenerationStats(prompt_tokens=input_ids.shape[1])
     committed = target.start(input_ids)  # [B, L0]; all but the last token are cached
@@ -98,27 +152,32 @@ def generate(
         # drafting up to `remaining` (not remaining - 1) lets a drafter the target never overrules (BiLD with
         # alpha_FB = 0, huge alpha_RB) write the whole text; the surplus target token is then cut below
         step_gamma = min(length_policy.next(), remaining)
-        t0 = perf_counter()
+        t0 = now()
         draft = drafter.propose(state, step_gamma)  # step_gamma >= 1: remaining >= 1 and policies give >= 1
-        t1 = perf_counter()
-        cached = target.cached_length
-        scored = torch.cat([state.tokens[:, cached:], draft.tokens], dim=1)  # [B, 1+N]: pending token + draft
-        logits = target.forward(scored)  # [B, 1+N, V]
-        t2 = perf_counter()
-        verdict = verifier.verify(draft, logits, params, generator)
+        if draft.tree is not None and not verifier.accepts_trees:
+            raise DraftVerifyError(f"the {verifier.name} verifier checks chains only; this drafter proposed a tree")
+        extra = drafter.verify_inputs(draft)  # [B, E]
+        t1 = now()
+        pending = state.tokens[:, target.length :]  # [B, 1]
+        scored = torch.cat([pending, draft.tokens, extra], dim=1)  # [B, 1+N+E]
+        position_ids, mask = _verify_layout(target, draft, extra.shape[1])
+        out = target.forward(scored, position_ids, mask, want_hidden=drafter.needs_target_hidden)
+        t2 = now()
+        verdict = verifier.verify(draft, out.logits[:, : 1 + draft.length], params, generator)
         n = int(verdict.num_accepted[0])  # the step's one host sync
-        t3 = perf_counter()
+        t3 = now()
 
         emitted = verdict.tokens[:, : n + 1]  # [B, n+1]
         stop_at = _first_stop(emitted, eos_ids)
         if stop_at is not None:
             emitted = emitted[:, : stop_at + 1]
         emitted = emitted[:, :remaining]
-        target.crop(cached + 1 + n)  # keep the pending token and the accepted drafts; emitted[-1] is pending now
+        kept = _kept_positions(draft, verdict, n)
+        target.commit(kept)  # the pending token and the accepted drafts; emitted[-1] is pending now
         state.tokens = torch.cat([state.tokens, emitted], dim=1)
-        drafter.commit(state, verdict)
+        drafter.commit(state, verdict, _scored_for_drafter(out, kept, draft) if drafter.needs_target_hidden else None)
 
-        rejected = n < draft.length
+        rejected = n < draft.depth
         stats.target_calls += 1
         stats.new_tokens += emitted.shape[1]
         stats.drafted_tokens += draft.length

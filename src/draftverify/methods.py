@@ -1,7 +1,8 @@
 """Named methods: a drafter plus a verifier, each built from one MethodOptions bag.
 
-`exact` picks the lossless verifier for the sampling settings: greedy at temperature 0, speculative sampling
-otherwise. Adding a method is a new line here, never a branch in the loop.
+`exact` picks the lossless verifier for the sampling settings and the draft's shape: greedy at temperature 0,
+speculative sampling otherwise, and their tree versions for tree drafts (verifiers/exact.py). Adding a method is
+a new line here, never a branch in the loop.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .errors import DraftVerifyError
 from .registry import DRAFTERS, VERIFIERS, lookup
 from .types import SamplingParams
 from .verifiers.base import Verifier
+from .verifiers.exact import ExactVerifier
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,8 @@ METHODS: dict[str, Method] = {
     "prompt_lookup": Method("prompt_lookup", "exact", "copy the continuation of the latest matching n-gram in the context"),
     "ngram": Method("ngram", "exact", "a negligible-cost n-gram table drafts (works under sampling too)"),
     "early_exit": Method("early_exit", "exact", "the target's first L layers + its LM head draft (shared weights)"),
+    "model_tree": Method("model_tree", "exact", "the draft model's top-k expansion as a static token tree, verified at once"),
+    "prompt_lookup_tree": Method("prompt_lookup_tree", "exact", "several earlier matches of the last n-gram, merged into one tree"),
     "bild": Method("model", "bild", "Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB); not lossless"),
     "bild_early_exit": Method("early_exit", "bild", "BiLD with the early-exit small model (BiLD section 4.4)"),
     "specdec++": Method("model", "topbeta", "SpecDec++ top-beta / tolerance-tau verification; not lossless"),
@@ -47,6 +51,9 @@ class MethodOptions:
     early_exit_layers: int = 1
     prompt_lookup_max_ngram: int = 3
     prompt_lookup_min_ngram: int = 1
+    prompt_lookup_matches: int = 4  # prompt_lookup_tree: continuations merged into one tree
+    tree_paths: list[tuple[int, ...]] | None = None  # model_tree: Medusa-style paths (None = the drafter's default)
+    compile: bool = False  # draft models: preallocated cache + torch.compile, like the target's --compile
     alpha_fb: float = 0.0  # BiLD fallback threshold (0 = never fall back)
     alpha_rb: float = 2.0  # BiLD rollback threshold on -log p_target(x)
     lenience: float = 1.0
@@ -67,5 +74,5 @@ def build_drafter(name: str, target: CachedLM, options: MethodOptions) -> Drafte
 
 def build_verifier(name: str, params: SamplingParams, options: MethodOptions) -> Verifier:
     if name == "exact":
-        name = "greedy" if params.greedy and options.lenience == 1.0 else "speculative_sampling"
+        return ExactVerifier(params, options.lenience)
     return lookup(VERIFIERS, "verifier", name).from_options(options)

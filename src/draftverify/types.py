@@ -1,4 +1,7 @@
-"""Dataclasses passed between the loop, drafters and verifiers. Shapes: B batch, N draft length, V vocabulary."""
+"""Dataclasses passed between the loop, drafters and verifiers.
+
+Shapes: B batch, N draft length (tree nodes), V vocabulary, H hidden size, n positions of one forward.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -6,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .errors import DraftVerifyError, check_number
+from .tree import TreeSpec
 
 
 @dataclass(frozen=True)
@@ -43,23 +47,51 @@ class DecodingState:
 
 
 @dataclass
-class Draft:
-    """Proposed continuation. q_probs None means a deterministic proposal (q is one-hot at each token)."""
+class TargetOutput:
+    """What one model forward returns: next-token logits and, only when asked for, the last hidden state."""
 
-    tokens: torch.Tensor  # [B, N] long
+    logits: torch.Tensor  # [B, n, V]
+    hidden: torch.Tensor | None = None  # [B, n, H] last layer's hidden state (after the final norm)
+
+
+@dataclass
+class Draft:
+    """Proposed continuation: a chain (tree None) or a token tree whose topology is `tree`.
+
+    q_probs None means a deterministic proposal (q is one-hot at each token). For a tree, q_probs[:, j] is the
+    distribution node j was drawn from (conditioned on its parent). lengths None means every row uses all N.
+    """
+
+    tokens: torch.Tensor  # [B, N] long; node j of the tree, or position j of the chain
     q_probs: torch.Tensor | None = None  # [B, N, V] drafter probabilities the tokens were drawn from
+    tree: TreeSpec | None = None  # None = chain (node j's parent is node j-1)
+    lengths: torch.Tensor | None = None  # [B] long, valid draft tokens per row (ragged batches)
+
+    def __post_init__(self) -> None:
+        if self.tree is not None and self.tree.size != self.tokens.shape[1]:
+            raise DraftVerifyError(f"a tree of {self.tree.size} nodes cannot carry {self.tokens.shape[1]} draft tokens")
 
     @property
     def length(self) -> int:
         return self.tokens.shape[1]
 
+    @property
+    def depth(self) -> int:
+        """Most draft tokens one step can accept: N for a chain, the deepest path for a tree."""
+        return self.tree.max_depth if self.tree is not None else self.length
+
 
 @dataclass
 class Verdict:
-    """Outcome of verification. tokens holds accepted drafts then one target token, padded with -1."""
+    """Outcome of verification. tokens holds accepted drafts then one target token, padded with -1.
+
+    path names the kept draft nodes in order (for a chain: 0, 1, ..., num_accepted - 1), so caches can keep a
+    tree's accepted branch; make_verdict fills it for chains, so chain verifiers never deal with it.
+    """
 
     tokens: torch.Tensor  # [B, N+1] long, -1 padded
     num_accepted: torch.Tensor  # [B] long, draft tokens kept (0..N); emitted tokens = num_accepted + 1
+    path: torch.Tensor  # [B, N] long, kept draft node indices in order, -1 padded
 
 
 @dataclass

@@ -109,8 +109,8 @@ def test_cached_view_matches_truncated_model_incrementally(arch):
     lm = CachedLM(shallow_view(model, 1), role="early-exit draft")
     reference = truncated_reference(arch, model, 1)
     lm.start(IDS[:, :4])
-    steps = [lm.forward(IDS[:, 3:4])[:, -1]] + [lm.forward(IDS[:, i : i + 1])[:, -1] for i in range(4, 8)]
-    assert lm.cached_length == 8
+    steps = [lm.forward(IDS[:, 3:4]).logits[:, -1]] + [lm.forward(IDS[:, i : i + 1]).logits[:, -1] for i in range(4, 8)]
+    assert lm.length == 8
     assert len(lm.cache.layers) == 1
     want = reference(input_ids=IDS).logits[:, 3:]
     assert torch.allclose(torch.stack(steps, dim=1), want, atol=1e-9)

@@ -10,7 +10,8 @@ from conftest import build_model, reference_greedy
 from draftverify.drafters import ModelDrafter
 from draftverify.errors import DraftVerifyError
 from draftverify.sampling import filter_logits
-from draftverify.types import DecodingState, SamplingParams, Verdict
+from draftverify.types import DecodingState, SamplingParams
+from draftverify.verifiers.base import make_verdict
 
 torch.set_num_threads(1)
 
@@ -51,8 +52,7 @@ def start(drafter: ModelDrafter, arch: str, params: SamplingParams | None = None
 def commit(drafter: ModelDrafter, st: DecodingState, draft_tokens: torch.Tensor, accepted: int, target_token: int):
     """What the loop does after verification: append accepted drafts + the target's token, then commit."""
     emitted = torch.cat([draft_tokens[:, :accepted], torch.tensor([[target_token]])], dim=1)
-    pad = torch.full((1, draft_tokens.shape[1] - accepted), -1)
-    verdict = Verdict(tokens=torch.cat([emitted, pad], dim=1), num_accepted=torch.tensor([accepted]))
+    verdict = make_verdict(draft_tokens, torch.tensor([accepted]), torch.tensor([target_token]))
     st.tokens = torch.cat([st.tokens, emitted], dim=1)
     drafter.commit(st, verdict)
 
@@ -76,7 +76,7 @@ def fresh_keys(arch: str, st: DecodingState) -> list[torch.Tensor]:
     reference.start(DecodingState(st.tokens, st.source_ids, st.tokens.shape[1], st.params, None))
     if model(arch).config.is_encoder_decoder and st.tokens.shape[1] > 1:
         reference.lm.forward(st.tokens[:, :-1])  # decoder-only start() already cached these
-    assert reference.lm.cached_length == st.tokens.shape[1] - 1
+    assert reference.lm.length == st.tokens.shape[1] - 1
     return self_attention_keys(reference.lm.cache)
 
 
@@ -190,12 +190,12 @@ def test_cache_after_commit_holds_committed_minus_one(arch):
     last, and those are the accepted drafts (not the rejected ones): the keys equal a fresh prefill's."""
     drafter = ModelDrafter(model(arch))
     st = start(drafter, arch)
-    assert drafter.lm.cached_length == st.tokens.shape[1] - 1
+    assert drafter.lm.length == st.tokens.shape[1] - 1
     for accepted in (2, 0, 3):
         draft = drafter.propose(st, 4)
         wrong = (int(draft.tokens[0, accepted]) + 1) % model(arch).config.vocab_size  # the target disagrees here
         commit(drafter, st, draft.tokens, accepted, wrong)
-        assert drafter.lm.cached_length == st.tokens.shape[1] - 1
+        assert drafter.lm.length == st.tokens.shape[1] - 1
         got = self_attention_keys(drafter.lm.cache)
         want = fresh_keys(arch, st)
         assert len(got) == len(want)
@@ -226,7 +226,7 @@ def test_full_acceptance_keeps_all_fed_positions(arch):
     st = start(drafter, arch)
     draft = drafter.propose(st, 3)
     commit(drafter, st, draft.tokens, 3, 11)
-    assert drafter.lm.cached_length == st.tokens.shape[1] - 2
+    assert drafter.lm.length == st.tokens.shape[1] - 2
     again = drafter.propose(st, 2)
     fresh = ModelDrafter(model(arch))
     fresh.start(DecodingState(st.tokens, st.source_ids, st.tokens.shape[1], st.params, None))
@@ -241,7 +241,7 @@ def test_commit_after_fallback_holds_committed_minus_one():
     draft = drafter.propose(st, 6)
     assert draft.length == k
     commit(drafter, st, draft.tokens, k, 11)  # all k drafts kept, the target writes the fallback position
-    assert drafter.lm.cached_length == st.tokens.shape[1] - 1
+    assert drafter.lm.length == st.tokens.shape[1] - 1
 
 
 # ---------------------------------------------------------------- q = the draft model's (filtered) softmax

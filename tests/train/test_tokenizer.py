@@ -33,7 +33,7 @@ def tok_dir(tmp_path_factory):
 
 
 def test_files_and_special_tokens(tok_dir):
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # transformers 5 keeps special tokens in the config
         assert (tok_dir / name).is_file()
     from transformers import AutoTokenizer
 

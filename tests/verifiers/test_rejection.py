@@ -241,7 +241,7 @@ def test_heterogeneous_batch_rows_are_independent():
     for which, lg in ((0, logits_a), (1, logits_b)):
         rows = idx == which
         p = reference_p(lg, params)
-        sub = type(verdict)(tokens=verdict.tokens[rows], num_accepted=verdict.num_accepted[rows])
+        sub = type(verdict)(tokens=verdict.tokens[rows], num_accepted=verdict.num_accepted[rows], path=verdict.path[rows])
         for j, cnt, pval in position_pvalues(sub, p):
             assert pval > P_THRESHOLD, (which, j, cnt, pval)
 

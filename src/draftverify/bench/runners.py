@@ -122,8 +122,7 @@ class HFRunner(Runner):
         self.hooks.reset()
         started = perf_counter()
         with torch.inference_mode():
-            out = self.model.generate(input_ids, attention_mask=mask, generation_config=config,
-                                      use_model_defaults=False, **kwargs)
+            out = self.model.generate(input_ids, attention_mask=mask, generation_config=config, **kwargs)
         seconds = perf_counter() - started
         new_ids = out[0, input_ids.shape[1]:].tolist()
         calls = self.hooks.target.take()

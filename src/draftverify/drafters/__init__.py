@@ -2,7 +2,10 @@
 from .base import Drafter, NoDrafter
 from .early_exit import EarlyExitDrafter
 from .model import ModelDrafter
+from .model_tree import ModelTreeDrafter
 from .ngram import NgramDrafter, NgramTable
 from .prompt_lookup import PromptLookupDrafter
+from .prompt_lookup_tree import PromptLookupTreeDrafter
 
-__all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable"]
+__all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable",
+           "ModelTreeDrafter", "PromptLookupTreeDrafter"]

@@ -7,7 +7,7 @@ import torch
 
 from ..cached_lm import CachedLM
 from ..registry import register_drafter
-from ..types import DecodingState, Draft, Verdict
+from ..types import DecodingState, Draft, TargetOutput, Verdict
 
 
 def empty_draft(state: DecodingState) -> Draft:
@@ -18,7 +18,9 @@ class Drafter(ABC):
     """Subclasses register with @register_drafter(name). `forward_calls` counts model forwards (0 if model-free)."""
 
     name: str = "?"
-    needs_target_hidden: bool = False  # heads / BiTA read the target's hidden states
+    needs_target_hidden: bool = False  # heads / BiTA read the target's hidden states: commit() receives them
+    drafts_in_target_pass: bool = False  # the draft comes out of the verify forward itself (no separate cost)
+    uses_draft_model: bool = False  # load(zoo=...) then supplies the zoo's draft model
 
     def __init__(self) -> None:
         self.forward_calls = 0
@@ -38,8 +40,21 @@ class Drafter(ABC):
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         """Return at most gamma tokens continuing state.tokens."""
 
-    def commit(self, state: DecodingState, verdict: Verdict) -> None:
-        """state.tokens now includes the verdict's emitted tokens; drop anything the drafter holds beyond them."""
+    def verify_inputs(self, draft: Draft) -> torch.Tensor:
+        """Extra tokens [B, E] to append to this step's verify pass after the draft (BiTA's mask tokens).
+
+        They see the committed text, the pending token and every draft token; they are never committed, and
+        their outputs reach commit() (when needs_target_hidden) after those of the kept positions.
+        """
+        return draft.tokens.new_empty((draft.tokens.shape[0], 0))
+
+    def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
+        """state.tokens now includes the verdict's emitted tokens; drop anything the drafter holds beyond them.
+
+        scored (only for needs_target_hidden drafters): the target's logits and hidden states at the pending
+        token and the kept draft tokens [B, 1 + num_accepted, ...], then at the verify_inputs positions
+        [B, E, ...]; the next draft can be prepared from them here, at no extra target call.
+        """
 
 
 @register_drafter("none")

@@ -9,7 +9,7 @@ import copy
 from torch import nn
 from transformers import PreTrainedModel
 
-from ..cached_lm import CachedLM
+from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
 from .model import ModelDrafter
@@ -81,12 +81,16 @@ def _body_path(model: nn.Module, body: nn.Module) -> list[str]:
 class EarlyExitDrafter(ModelDrafter):
     """A ModelDrafter whose model is a shallow view of the target; fallback (alpha_FB) works the same way."""
 
-    def __init__(self, target_model: PreTrainedModel, num_layers: int = 1, fallback_threshold: float = 0.0):
+    uses_draft_model = False  # its model is a view of the target
+
+    def __init__(self, target_model: PreTrainedModel, num_layers: int = 1, fallback_threshold: float = 0.0,
+                 compile: bool = False):
         if isinstance(target_model, CachedLM):
             target_model = target_model.model
-        super().__init__(CachedLM(shallow_view(target_model, num_layers), role="early-exit draft"), fallback_threshold)
+        view = shallow_view(target_model, num_layers)
+        super().__init__(cached_model(view, "early-exit draft", compile), fallback_threshold)
         self.num_layers = num_layers
 
     @classmethod
     def from_options(cls, target: CachedLM, options) -> "EarlyExitDrafter":
-        return cls(target.model, options.early_exit_layers, fallback_threshold=options.alpha_fb)
+        return cls(target.model, options.early_exit_layers, fallback_threshold=options.alpha_fb, compile=options.compile)

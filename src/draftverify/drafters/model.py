@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from ..cached_lm import CachedLM
+from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError, check_number
 from ..registry import register_drafter
 from ..sampling import probs_from_logits, sample
@@ -22,6 +22,8 @@ class ModelDrafter(Drafter):
     form 0 never falls back and 1 always does, even when a float softmax rounds to exactly 1.
     """
 
+    uses_draft_model = True
+
     def __init__(self, model: PreTrainedModel | CachedLM, fallback_threshold: float = 0.0):
         super().__init__()
         self.fallback_threshold = check_number("fallback threshold alpha_FB", fallback_threshold, 0.0, 1.0)
@@ -31,32 +33,37 @@ class ModelDrafter(Drafter):
     def from_options(cls, target: CachedLM, options) -> "ModelDrafter":
         if options.draft_model is None:
             raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
-        return cls(options.draft_model, fallback_threshold=options.alpha_fb)
+        return cls(cached_model(options.draft_model, "draft", options.compile), fallback_threshold=options.alpha_fb)
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
-        if self.lm.vocab_size != target.vocab_size:
+        self.check_pair(self.lm, target, max_positions)
+
+    @staticmethod
+    def check_pair(draft: CachedLM, target: CachedLM, max_positions: int) -> None:
+        """A draft model must share the target's vocabulary and kind, and fit the request's positions."""
+        if draft.vocab_size != target.vocab_size:
             raise DraftVerifyError(
-                f"draft and target have different vocabularies ({self.lm.vocab_size} vs {target.vocab_size} "
+                f"draft and target have different vocabularies ({draft.vocab_size} vs {target.vocab_size} "
                 "output logits); speculative decoding needs a draft trained with the target's tokenizer"
             )
-        if self.lm.is_encoder_decoder != target.is_encoder_decoder:
+        if draft.is_encoder_decoder != target.is_encoder_decoder:
             kinds = {True: "encoder-decoder", False: "decoder-only"}
             raise DraftVerifyError(
-                f"the draft is {kinds[self.lm.is_encoder_decoder]} but the target is {kinds[target.is_encoder_decoder]}; "
+                f"the draft is {kinds[draft.is_encoder_decoder]} but the target is {kinds[target.is_encoder_decoder]}; "
                 "use a draft of the same kind"
             )
-        self.lm.check_fits(max_positions)
+        draft.check_fits(max_positions)
 
     def start(self, state: DecodingState) -> None:
         self.lm.start(state.source_ids if self.lm.is_encoder_decoder else state.tokens)
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         params = state.params
-        pending = state.tokens[:, self.lm.cached_length :]  # [B, k>=1] committed tokens the draft has not seen
+        pending = state.tokens[:, self.lm.length :]  # [B, k>=1] committed tokens the draft has not seen
         tokens: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
         for _ in range(gamma):
-            logits = self.lm.forward(pending)[:, -1]  # [B, V]
+            logits = self.lm.forward(pending).logits[:, -1]  # [B, V]
             self.forward_calls += 1
             q_i = probs_from_logits(logits, params)  # [B, V]
             if self.fallback_threshold > 0 and float(q_i.max()) <= self.fallback_threshold:
@@ -67,6 +74,7 @@ class ModelDrafter(Drafter):
             pending = x[:, None]
         return stack_draft(tokens, q, state)
 
-    def commit(self, state: DecodingState, verdict: Verdict) -> None:
-        # cached = committed + drafts fed; only the accepted drafts stay valid, and the last committed token is pending
-        self.lm.crop(min(self.lm.cached_length, state.tokens.shape[1] - 1))
+    def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
+        # the tail holds the committed tokens fed this step and the drafts fed after them; only the accepted drafts
+        # stay valid, and the last committed token is pending
+        self.lm.commit(min(self.lm.length, state.tokens.shape[1] - 1) - self.lm.committed)

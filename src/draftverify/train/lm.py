@@ -437,6 +437,11 @@ def export_model(model, tok, export_dir: Path, card: str) -> Path:
     return export_dir
 
 
+def _rope_theta(cfg: dict) -> float:
+    """transformers 5 keeps rope_theta inside rope_parameters; 4.x configs kept it at the top level."""
+    return (cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta"))
+
+
 def model_card(info: dict) -> str:
     cfg = info["config"]
     cnt = info["manifest_counts"]
@@ -472,7 +477,7 @@ def model_card(info: dict) -> str:
         f"- Parameters: {info['params']:,} (tied input/output embeddings)",
         f"- hidden {cfg['hidden_size']}, layers {cfg['num_hidden_layers']}, heads {cfg['num_attention_heads']} "
         f"(kv {cfg['num_key_value_heads']}), intermediate {cfg['intermediate_size']}, "
-        f"max positions {cfg['max_position_embeddings']}, RoPE theta {cfg['rope_theta']}",
+        f"max positions {cfg['max_position_embeddings']}, RoPE theta {_rope_theta(cfg)}",
         "- Weights exported in float16 (safetensors); trained in "
         + ("bf16 autocast (fp32 master weights)" if info["bf16"] else "float32") + " on CPU.",
         "",

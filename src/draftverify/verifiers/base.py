@@ -11,6 +11,7 @@ from ..types import Draft, SamplingParams, Verdict
 class Verifier(ABC):
     name: str = "?"
     lossless: bool = False  # True when the output provably equals (in distribution) the target's own decoding
+    accepts_trees: bool = False  # chain rules read position i as "after draft[:, :i]", which a tree breaks
 
     @classmethod
     def from_options(cls, options) -> "Verifier":
@@ -39,7 +40,9 @@ def make_verdict(draft_tokens: torch.Tensor, num_accepted: torch.Tensor, next_to
     padded = torch.cat([draft_tokens, draft_tokens.new_full((batch, 1), -1)], dim=1)  # [B, N+1]
     tokens = torch.where(positions < num_accepted[:, None], padded, torch.full_like(padded, -1))
     tokens.scatter_(1, num_accepted[:, None], next_token[:, None])
-    return Verdict(tokens=tokens, num_accepted=num_accepted)
+    nodes = positions[:, :n].expand(batch, n)  # [B, N]
+    path = torch.where(nodes < num_accepted[:, None], nodes, torch.full_like(nodes, -1))
+    return Verdict(tokens=tokens, num_accepted=num_accepted, path=path)
 
 
 def gather_at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

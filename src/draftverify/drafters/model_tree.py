@@ -1,0 +1,117 @@
+"""A small draft LM expands a static token tree: each node's children are the draft's top-k tokens after it
+(SpecInfer's expansion-based token tree; Medusa's static tree shape given as a list of paths).
+
+The draft scores one tree level per forward with the same ancestor-mask machinery the target uses, in its own
+CachedLM, so a tree of depth D costs D draft forwards whatever its width.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from ..cached_lm import CachedLM, cached_model
+from ..errors import DraftVerifyError
+from ..registry import register_drafter
+from ..tree import TreeSpec
+from ..types import DecodingState, Draft, Verdict
+from .base import Drafter
+from .model import ModelDrafter
+
+# 3 candidates at the root, 2 under the best, a chain along the best branch: 10 nodes, depth 4
+DEFAULT_TREE_PATHS: tuple[tuple[int, ...], ...] = (
+    (0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 0, 0, 0),
+)
+
+
+@register_drafter("model_tree")
+class ModelTreeDrafter(Drafter):
+    """Proposes the tree's nodes as top-k candidates (deterministic: q_probs None, so tree sampling treats them
+    as fixed candidates). gamma caps the depth: the tree keeps its paths of length <= gamma."""
+
+    uses_draft_model = True
+
+    def __init__(self, model: PreTrainedModel | CachedLM, paths: Sequence[Sequence[int]] = DEFAULT_TREE_PATHS):
+        super().__init__()
+        self.lm = model if isinstance(model, CachedLM) else CachedLM(model, role="draft")
+        self.paths = [tuple(p) for p in paths]
+        self.full_tree = TreeSpec.from_paths(self.paths)
+        self._trees: dict[int, TreeSpec] = {}
+        # what commit() needs to know about the last proposal (host ints: no device sync)
+        self._tree = self.full_tree
+        self._tokens_before = 0  # committed tokens when it was proposed
+        self._pending = 0  # committed tokens the draft fed first
+
+    @classmethod
+    def from_options(cls, target: CachedLM, options) -> "ModelTreeDrafter":
+        if options.draft_model is None:
+            raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
+        paths = options.tree_paths if options.tree_paths is not None else DEFAULT_TREE_PATHS
+        return cls(cached_model(options.draft_model, "draft", options.compile), paths)
+
+    def bind(self, target: CachedLM, max_positions: int) -> None:
+        ModelDrafter.check_pair(self.lm, target, max_positions)
+        if not (self.lm.takes_positions and target.takes_positions):
+            raise DraftVerifyError(
+                "model_tree needs decoder-only draft and target models that take position_ids; "
+                "use the chain method 'model' for encoder-decoder models"
+            )
+
+    def start(self, state: DecodingState) -> None:
+        self.lm.start(state.tokens)
+
+    def tree_for(self, gamma: int) -> TreeSpec:
+        if gamma not in self._trees:
+            kept = [p for p in self.paths if len(p) <= gamma]
+            self._trees[gamma] = TreeSpec.from_paths(kept) if len(kept) < len(self.paths) else self.full_tree
+        return self._trees[gamma]
+
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        tree = self._tree = self.tree_for(gamma)
+        self._tokens_before = state.tokens.shape[1]
+        pending = state.tokens[:, self.lm.length :]  # [B, k>=1] committed tokens the draft has not seen
+        self._pending = pending.shape[1]
+        root_logits = self.lm.forward(pending).logits[:, -1]  # [B, V]
+        self.forward_calls += 1
+        batch = pending.shape[0]
+        width = int(tree.ranks.max()) + 1
+        tokens = pending.new_zeros((batch, tree.size))  # [B, N]
+        parent_logits = root_logits[:, None]  # [B, 1, V] outputs of the previous level's nodes (root first)
+        parent_slot = torch.zeros(tree.size, dtype=torch.long)  # where each node's parent sits in parent_logits
+        base = self.lm.length - 1  # position of the last pending token (the tree's root)
+        for depth in range(1, tree.max_depth + 1):
+            nodes = (tree.depth == depth).nonzero().flatten()  # [n_d] this level's node indices
+            candidates = parent_logits.topk(min(width, parent_logits.shape[-1]), dim=-1).indices  # [B, m, width]
+            tokens[:, nodes] = candidates[:, parent_slot[nodes], tree.ranks[nodes]]
+            if depth == tree.max_depth:
+                break
+            mask = self._level_mask(tree, nodes, pending.shape[1])  # [n_d, tail + n_d]
+            positions = base + tree.depth[nodes][None]  # [1, n_d]
+            parent_logits = self.lm.forward(tokens[:, nodes], positions, mask).logits  # [B, n_d, V]
+            self.forward_calls += 1
+            slot_of = torch.full((tree.size,), -1, dtype=torch.long)
+            slot_of[nodes] = torch.arange(nodes.numel())
+            parent_slot = torch.where(tree.parents >= 0, slot_of[tree.parents.clamp(min=0)], parent_slot)
+        return Draft(tokens=tokens, tree=tree)
+
+    @staticmethod
+    def _level_mask(tree: TreeSpec, nodes: torch.Tensor, pending: int) -> torch.Tensor:
+        """bool [n_d, tail + n_d]: a level's nodes see the pending tokens, the earlier levels' ancestors and
+        themselves. The tail is the pending tokens then every node forwarded so far (nodes 0..nodes[-1])."""
+        forwarded = int(nodes[-1]) + 1  # nodes are in depth order, so earlier levels are exactly the lower indices
+        mask = torch.zeros(nodes.numel(), pending + forwarded, dtype=torch.bool)
+        mask[:, :pending] = True
+        mask[:, pending:] = tree.ancestor_mask[nodes][:, :forwarded]
+        return mask
+
+    def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
+        """Keep the pending tokens and the forwarded prefix of the accepted branch (the deepest level is never
+        forwarded). Levels are forwarded in node order, so node j of the branch sits at tail offset pending + j."""
+        accepted = max(0, state.tokens.shape[1] - self._tokens_before - 1)
+        forwarded = min(accepted, self._tree.max_depth - 1)
+        keep = min(self._pending + forwarded, state.tokens.shape[1] - 1 - self.lm.committed)
+        path = verdict.path  # stays on its device: no host sync
+        offsets = torch.cat([torch.arange(self._pending, device=path.device).expand(path.shape[0], -1),
+                             self._pending + path[:, :forwarded]], dim=1)  # [B, pending + forwarded]
+        self.lm.commit(offsets[:, :keep])

@@ -1,0 +1,87 @@
+"""Prompt lookup with several matches at once: the continuations of the latest earlier occurrences of the
+context's final n-gram, merged into a trie and verified together as one token tree.
+
+A single match is a guess between equally plausible copies (the same line head continues differently in
+different places); scoring them all in one target forward keeps the longest one the target agrees with.
+Model-free and deterministic (q one-hot), like its chain twin.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import DraftVerifyError
+from ..registry import register_drafter
+from ..tree import TreeSpec
+from ..types import DecodingState, Draft
+from .base import Drafter, empty_draft
+
+
+def find_continuations(haystack: torch.Tensor, max_ngram: int, min_ngram: int, gamma: int, limit: int) -> list[list[int]]:
+    """haystack: [L]; the pattern is its last n tokens. Up to `limit` distinct continuations (each up to gamma
+    tokens) following earlier occurrences, longest n first, latest occurrence first within an n."""
+    length = haystack.shape[0]
+    found: list[list[int]] = []
+    for n in range(max_ngram, min_ngram - 1, -1):
+        if length <= n:
+            continue
+        windows = haystack[:-1].unfold(0, n, 1)  # [L-n, n] every window that has a token after it
+        hits = (windows == haystack[-n:]).all(dim=-1).nonzero().flatten().tolist()
+        for start in reversed(hits):
+            continuation = haystack[start + n : start + n + gamma].tolist()
+            if continuation not in found:
+                found.append(continuation)
+            if len(found) == limit:
+                return found
+    return found
+
+
+def trie(continuations: list[list[int]]) -> tuple[list[int], list[int]]:
+    """Merge token lists into a trie: (tokens [N], parents [N]) in insertion (topological) order."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    children: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
+    for continuation in continuations:
+        parent = -1
+        for token in continuation:
+            node = children.get((parent, token))
+            if node is None:
+                node = children[(parent, token)] = len(tokens)
+                tokens.append(token)
+                parents.append(parent)
+            parent = node
+    return tokens, parents
+
+
+@register_drafter("prompt_lookup_tree")
+class PromptLookupTreeDrafter(Drafter):
+    """For encoder-decoder targets the source would be searched too, but trees need position ids, so this drafter
+    serves decoder-only targets."""
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_matches: int = 4):
+        super().__init__()
+        if not (1 <= min_ngram <= max_ngram):
+            raise DraftVerifyError(f"prompt lookup needs 1 <= min_ngram <= max_ngram, got min={min_ngram}, max={max_ngram}")
+        if isinstance(num_matches, bool) or not isinstance(num_matches, int) or num_matches < 1:
+            raise DraftVerifyError(f"prompt_lookup_tree needs num_matches >= 1, got {num_matches!r}")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.num_matches = num_matches
+
+    @classmethod
+    def from_options(cls, target, options) -> "PromptLookupTreeDrafter":
+        return cls(options.prompt_lookup_max_ngram, options.prompt_lookup_min_ngram, options.prompt_lookup_matches)
+
+    def bind(self, target, max_positions: int) -> None:
+        if not target.takes_positions:
+            raise DraftVerifyError(
+                "prompt_lookup_tree needs a decoder-only target that takes position_ids; use prompt_lookup instead"
+            )
+
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        if state.tokens.shape[0] != 1:
+            raise DraftVerifyError("prompt_lookup_tree drafts one sequence at a time")
+        found = find_continuations(state.tokens[0], self.max_ngram, self.min_ngram, gamma, self.num_matches)
+        tokens, parents = trie(found)
+        if not tokens:
+            return empty_draft(state)
+        return Draft(tokens=torch.tensor([tokens], device=state.tokens.device), tree=TreeSpec.from_parents(parents))

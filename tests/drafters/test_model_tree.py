@@ -1,0 +1,84 @@
+"""model_tree: the draft model's top-k expansion as a static tree; exact, at least as good as its chain twin."""
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import CAUSAL_ARCHS, perturbed_copy, reference_greedy, varied_model
+
+from draftverify import DraftVerifyError, SamplingParams, generate
+from draftverify.drafters import ModelDrafter, ModelTreeDrafter
+from draftverify.methods import MethodOptions, build_verifier
+from draftverify.verifiers.tree import tree_speculative_sample
+
+torch.set_num_threads(1)
+
+PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
+NEW = 40
+_targets: dict = {}
+
+
+def target_and_reference(arch: str):
+    if arch not in _targets:
+        model = varied_model(arch)
+        _targets[arch] = (model, reference_greedy(model, PROMPT, NEW))
+    return _targets[arch]
+
+
+def exact():
+    return build_verifier("exact", SamplingParams(), MethodOptions())
+
+
+@pytest.mark.parametrize("arch", CAUSAL_ARCHS)
+@pytest.mark.parametrize("draft_kind", ["self", "perturbed"])
+def test_model_tree_equals_target_greedy(arch, draft_kind):
+    model, ref = target_and_reference(arch)
+    draft = model if draft_kind == "self" else perturbed_copy(model, 0.5, seed=1)
+    drafter = ModelTreeDrafter(draft)
+    out = generate(model, drafter, exact(), PROMPT, max_new_tokens=NEW, gamma=4)
+    assert out.new_tokens[0].tolist() == ref
+    if draft_kind == "self":  # the first branch is the target's own greedy text: 4 drafts + 1 per call
+        assert out.stats.target_calls == -(-NEW // 5) and out.stats.rejections == 0
+    calls = out.stats.target_calls  # one draft forward per tree level; within 3 tokens of the end the tree is
+    assert 4 * calls - (3 + 2 + 1) <= out.stats.draft_calls <= 4 * calls  # cut to the remaining depth
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_tree_accepts_at_least_as_much_as_the_chain_twin(arch):
+    model, ref = target_and_reference(arch)
+    draft = perturbed_copy(model, 0.8, seed=2)
+    tree = generate(model, ModelTreeDrafter(draft), exact(), PROMPT, max_new_tokens=NEW, gamma=4).stats
+    chain = generate(model, ModelDrafter(draft), exact(), PROMPT, max_new_tokens=NEW, gamma=4).stats
+    assert chain.rejections > 0  # otherwise the comparison says nothing
+    assert tree.tokens_per_call >= chain.tokens_per_call
+
+
+def test_gamma_caps_the_tree_depth():
+    model, ref = target_and_reference("qwen2")
+    drafter = ModelTreeDrafter(model)
+    assert drafter.tree_for(2).max_depth == 2 and drafter.tree_for(2).size == 6
+    assert drafter.tree_for(9) is drafter.full_tree
+    out = generate(model, drafter, exact(), PROMPT, max_new_tokens=NEW, gamma=2)
+    assert out.new_tokens[0].tolist() == ref
+    assert out.stats.target_calls == -(-NEW // 3)
+
+
+def test_encoder_decoder_models_are_refused():
+    model = varied_model("bart")
+    with pytest.raises(DraftVerifyError, match="decoder-only"):
+        generate(model, ModelTreeDrafter(model), exact(), PROMPT, max_new_tokens=4)
+
+
+def test_malformed_tree_shape_is_refused():
+    with pytest.raises(DraftVerifyError, match="no parent path"):
+        ModelTreeDrafter(target_and_reference("llama")[0], paths=[(0,), (0, 0, 0)])
+
+
+@pytest.mark.skipif(tree_speculative_sample is None, reason="tree sampling (verifiers/tree_sampling.py) not merged yet")
+def test_model_tree_samples_reproducibly_at_temperature_one():
+    model, _ = target_and_reference("llama")
+    params = SamplingParams(temperature=1.0, seed=7)
+    verifier = build_verifier("exact", params, MethodOptions())
+    runs = [generate(model, ModelTreeDrafter(perturbed_copy(model, 0.5, seed=1)), verifier, PROMPT, params,
+                     max_new_tokens=NEW, gamma=4) for _ in range(2)]
+    assert runs[0].new_tokens.tolist() == runs[1].new_tokens.tolist()
+    assert runs[0].stats.new_tokens == NEW and runs[0].stats.accepted_tokens > 0
