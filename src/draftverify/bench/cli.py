@@ -6,10 +6,12 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import DraftVerifyError
 from .config import BenchConfig, parse_floats, parse_gammas, parse_ints, parse_names
+from .report import overshoot_text
 
 console = Console()
 err_console = Console(stderr=True)
@@ -32,17 +34,18 @@ def config_from_options(*, temperature: str, gamma: str | None, early_exit_layer
 def summary_table(rows: list[dict]) -> Table:
     table = Table(title="bench summary (speedup: tokens/s over hf_generate, same temperature)", header_style="bold")
     table.add_column("runner", no_wrap=True, min_width=max((len(r["runner"]) for r in rows), default=6))
-    for column in ("T", "tok/s", "speedup", "tokens/call", "alpha", "= baseline"):
+    for column in ("T", "tok/s", "speedup", "tokens/call", "alpha", "= baseline", "overshoot"):
         table.add_column(column, justify="right")
     for r in rows:
         eq = r["equal_to_baseline"]
         eq_text = "-" if eq is None else f"{100 * eq:.0f}%"
         if eq is not None and eq < 1 and r["lossless"]:
             eq_text = f"[bold red]{eq_text}[/bold red]"
-        table.add_row(r["runner"], f"{r['temperature']:g}", f"{r['tokens_per_second'] or 0:.1f}",
+        # escaped: rich would read a label such as `hf_assisted[g=2]` as a style tag and print `hf_assisted`
+        table.add_row(escape(r["runner"]), f"{r['temperature']:g}", f"{r['tokens_per_second'] or 0:.1f}",
                       f"{r['speedup']:.2f}x" if r.get("speedup") else "-",
                       f"{r['tokens_per_call']:.2f}" if r["tokens_per_call"] else "-",
-                      f"{r['alpha']:.3f}" if r["alpha"] is not None else "-", eq_text)
+                      f"{r['alpha']:.3f}" if r["alpha"] is not None else "-", eq_text, overshoot_text(r))
     return table
 
 

@@ -64,7 +64,7 @@ def _record(runner: Runner, temperature: float, index: int, prompt: Prompt, seed
         "tokens_per_second": m.new_tokens / m.seconds if m.seconds > 0 else None,
         "target_calls": m.target_calls, "draft_calls": m.draft_calls, "drafted": m.drafted, "accepted": m.accepted,
         "rejections": m.rejections, "hook_target_forwards": m.hook_target_forwards,
-        "hook_draft_forwards": m.hook_draft_forwards, "stats": m.stats,
+        "hook_draft_forwards": m.hook_draft_forwards, "overshoot": m.overshoot, "stats": m.stats,
         "text": tokenizer.decode(m.new_ids, skip_special_tokens=True), "new_ids": m.new_ids,
     }
 

@@ -37,6 +37,7 @@ class Measurement:
     stats: dict | None = None  # our GenerationStats.as_dict() (time split), None for HF runners
     hook_target_forwards: int = 0  # every forward of the target module seen by the hook (prefill included)
     hook_draft_forwards: int = 0
+    overshoot: int = 0  # tokens generated past max_new_tokens, cut off before comparing and counting
 
     @property
     def new_tokens(self) -> int:
@@ -125,14 +126,16 @@ class HFRunner(Runner):
             out = self.model.generate(input_ids, attention_mask=mask, generation_config=config,
                                       use_model_defaults=False, **kwargs)
         seconds = perf_counter() - started
-        new_ids = out[0, input_ids.shape[1]:].tolist()
+        emitted = out[0, input_ids.shape[1]:].tolist()
         calls = self.hooks.target.take()
         draft_forwards = _draft_hook_count(self.hooks)
-        steps = step_accounting(calls, input_ids.shape[1], len(new_ids))
-        return Measurement(new_ids=new_ids, seconds=seconds, target_calls=steps.target_calls,
+        steps = step_accounting(calls, input_ids.shape[1], len(emitted))  # what the forwards really produced
+        # HF prompt lookup can keep a whole accepted draft past max_new_tokens; those extra tokens are the greedy
+        # continuation, so comparing or counting them would call a lossless peer lossy and inflate its tokens/s
+        return Measurement(new_ids=emitted[:max_new_tokens], seconds=seconds, target_calls=steps.target_calls,
                            draft_calls=draft_forwards, drafted=steps.drafted, accepted=steps.accepted,
                            rejections=steps.rejections, hook_target_forwards=len(calls),
-                           hook_draft_forwards=draft_forwards)
+                           hook_draft_forwards=draft_forwards, overshoot=max(0, len(emitted) - max_new_tokens))
 
 
 @dataclass
