@@ -121,11 +121,11 @@ def methods() -> None:
 @app.command()
 def bench(
     prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category> (e.g. spec_bench:translation, spec_bench:mt_bench)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else <repo>/../shared/data)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else the copies shipped with draftverify)."),
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts to run: the first N that fit the context (default 20; --quick 2)."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", "-n", help="New tokens per generation (default 128; --quick 8)."),
     temperature: str = typer.Option("0,1.0", "--temperature", help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling."),
-    zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set, e.g. 'code' (target, draft, draft-aligned, ngram table)."),
+    zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set (target, draft, draft-aligned, ngram table); default 'code' unless --target is given."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (overrides the zoo's)."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (hf_assisted, model, bild)."),
     aligned_draft: Optional[str] = typer.Option(None, "--aligned-draft", help="Aligned draft model (model_aligned)."),
