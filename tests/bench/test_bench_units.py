@@ -13,7 +13,8 @@ from draftverify.bench.cli import summary_table
 from draftverify.bench.counting import ForwardCounter, step_accounting
 from draftverify.bench.prompts import Prompt
 from draftverify.bench.report import overshoot_text, render_markdown
-from draftverify.bench.runners import HFRunner, Hooks, OursRunner, default_early_exit_layers
+from draftverify.bench.ours import default_early_exit_layers
+from draftverify.bench.runners import HFRunner, Hooks, OursRunner
 from draftverify.bench.summary import equality_failures, summarize
 from draftverify.cli import app
 
@@ -43,7 +44,6 @@ def test_quick_and_full_defaults():
     (dict(runners=("model", "medusa")), "unknown runner family medusa"),
     (dict(bild_fb=(1.5,)), "--bild-fb"),
     (dict(threads=0), "--threads"),
-    (dict(target=None), "--zoo NAME"),
 ])
 def test_bad_options_name_the_option(overrides, message):
     with pytest.raises(DraftVerifyError, match=message):
@@ -56,13 +56,20 @@ def test_cli_bad_options_exit_2_with_a_message(tmp_path):
         (["--target", "t", "--gamma", "2,zero"], "--gamma"),
         (["--target", "t", "--temperature", "hot"], "--temperature"),
         (["--target", "t", "--data-dir", str(tmp_path)], "--data-dir"),  # no HumanEval file there
-        ([], "--zoo NAME"),
+        (["--zoo", "nonesuch"], "no zoo entry 'nonesuch'"),
     ]
     for extra, message in cases:
         result = runner.invoke(app, ["bench", "--out", str(tmp_path / "out"), *extra])
         assert result.exit_code == 2, (extra, result.output)
         assert message in result.output, (extra, result.output)
         assert "Traceback" not in result.output
+
+
+def test_no_models_means_the_code_zoo_and_explicit_ones_win():
+    assert BenchConfig(quick=True).resolved().zoo == "code"
+    explicit = BenchConfig(target="t").resolved()
+    assert (explicit.zoo, explicit.target) == (None, "t")
+    assert BenchConfig(zoo="other").resolved().zoo == "other"
 
 
 def test_early_exit_default_layers_are_proper_prefixes():

@@ -133,9 +133,9 @@ def render_markdown(result: dict) -> str:
         lines += [f"## {_temperature_title(t)}", ""]
         lines += _table(MAIN_COLUMNS, [_main_row(r) for r in t_rows])
         lines.append("")
-    bild = [r for r in rows if r["family"] == "bild"]
+    bild = [r for r in rows if not r["lossless"]]
     if bild:
-        lines += ["## BiLD: quality vs latency (greedy)", "",
+        lines += ["## Lossy methods (BiLD, SpecDec++, ...): quality vs latency (greedy)", "",
                   "Normalised latency = 1 / speedup (the target alone = 1). For comparison, per temperature: the "
                   "baseline, our fastest draft-model runner (at temperature > 0: speculative sampling) and our fastest "
                   "lossless runner.", ""]

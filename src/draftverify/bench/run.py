@@ -15,7 +15,8 @@ from .config import BenchConfig
 from .models import BenchModels, load_models
 from .prompts import Prompt, load_prompts
 from .report import render_markdown, write_json
-from .runners import Runner, build_runners, install_hooks
+from .lineup import build_runners
+from .runners import Runner, install_hooks
 from .summary import equality_failures, summarize
 
 console = Console(stderr=True)
