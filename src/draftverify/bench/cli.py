@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ..errors import DraftVerifyError
 from .config import BenchConfig, parse_floats, parse_gammas, parse_ints, parse_names
+from .cost import MODES
 from .report import overshoot_text
 
 console = Console()
@@ -66,13 +67,60 @@ def rebuild_command(options: dict) -> str:
     return shlex.join(argv)
 
 
+# bench options the cost curve does not use: passing one with --cost-curve is a mistake, said so
+COST_IGNORES = ("temperature", "draft", "aligned_draft", "ngram", "gamma", "early_exit_layers", "bild_fb", "bild_rb",
+                "runners", "dtype")
+
+
+def cost_config_from_options(options: dict, command: str):
+    """The bench's options -> CostConfig: --num-prompts / --max-new-tokens size the greedy equality check."""
+    from .cost_run import CostConfig
+
+    defaults = {"temperature": "0,1.0", "dtype": "float32"}
+    given = [k for k in COST_IGNORES if options.get(k) is not None and options.get(k) != defaults.get(k)]
+    if given:
+        raise DraftVerifyError("--cost-curve does not use " + ", ".join("--" + k.replace("_", "-") for k in given))
+    return CostConfig(
+        zoo=options["zoo"], target=options["target"], prompts=options["prompts"], data_dir=options["data_dir"],
+        sizes=parse_ints("--cost-sizes", options["cost_sizes"]) if options["cost_sizes"] is not None else None,
+        modes=parse_names("--cost-modes", options["cost_modes"]) if options["cost_modes"] is not None else MODES,
+        repeats=options["cost_repeats"], equality_prompts=options["num_prompts"],
+        equality_tokens=options["max_new_tokens"], threads=options["threads"], out=options["out"],
+        name=options["name"], quick=options["quick"], plots=options["plots"], command=command)
+
+
+def run_cost_curve(options: dict, command: str) -> int:
+    from .cost_run import run_cost
+
+    try:
+        result = run_cost(cost_config_from_options(options, command),
+                          progress=(lambda text: err_console.print(text)) if options["progress"] else None)
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {err}")
+        return 2
+    for name, entry in result["modes"].items():
+        ms = ", ".join(f"n={p['n']}: {p['median_ms']:.2f}" for p in entry["points"])
+        eq = entry["equality"]
+        console.print(f"{name}: {ms} ms" + ("" if eq is None else f"; greedy equal {100 * eq['equal_rate']:.0f}%"))
+    for kind, path in result["files"].items():
+        console.print(f"wrote {kind}: {path}")
+    return 0
+
+
 def main(**options) -> int:
-    """Run the benchmark from command-line strings; returns the process exit code (2 for bad input)."""
+    """Run the benchmark (or, with cost_curve, the cost curve) from command-line strings; returns the process exit
+    code (2 for bad input)."""
     from .run import run_bench
 
     ours = Path(sys.argv[0]).name in ("draftverify", "cli.py") and sys.argv[1:2] == ["bench"]
     command = shlex.join(sys.argv) if ours else rebuild_command(options)
+    cost = {k: options.pop(k) for k in ("cost_curve", "cost_sizes", "cost_modes", "cost_repeats")}
+    if cost["cost_curve"]:
+        return run_cost_curve({**options, **cost}, command)
+    unused = [f"--{k.replace('_', '-')}" for k, v in cost.items() if v is not None and k != "cost_curve"]
     try:
+        if unused:
+            raise DraftVerifyError(f"{', '.join(unused)} only apply with --cost-curve")
         result = run_bench(config_from_options(**options, command=command))
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {err}")
