@@ -6,6 +6,7 @@ from transformers import GenerationConfig
 
 from ..methods import MethodOptions
 from .config import BenchConfig
+from .llamacpp import llamacpp_runners
 from .models import BenchModels
 from .runners import HFRunner, Hooks, Runner
 
@@ -51,4 +52,5 @@ def peer_runners(config: BenchConfig, models: BenchModels, hooks: Hooks) -> tupl
             runners.append(HFRunner(f"hf_prompt_lookup[{_gamma_label(g)}]", "hf_prompt_lookup", gamma=g, **hf,
                                     prompt_lookup=g, max_matching_ngram_size=ngram,
                                     settings={"max_matching_ngram_size": ngram}))
-    return runners, notes
+    llama, llama_notes = llamacpp_runners(config, models)
+    return runners + llama, notes + llama_notes

@@ -12,6 +12,7 @@ COLORS = {
     "model": "#1f77b4", "hf_assisted": "#1f77b4",
     "prompt_lookup": "#ff7f0e", "hf_prompt_lookup": "#ff7f0e",
     "model_aligned": "#2ca02c", "ngram": "#9467bd", "early_exit": "#8c564b", "bild": "#d62728",
+    "llamacpp": "#e377c2", "llamacpp_prompt_lookup": "#ff7f0e",
 }
 
 
@@ -42,14 +43,14 @@ def plot_speedup(rows: list[dict], path: Path, title: str) -> Path:
         names = [r["runner"] for r in t_rows]
         ax.barh(range(len(t_rows)), [r["speedup"] for r in t_rows],
                 color=[COLORS.get(r["family"], "#17becf") for r in t_rows],
-                hatch=None, edgecolor=["black" if r["kind"] == "hf" else "none" for r in t_rows])
+                hatch=None, edgecolor=["black" if r["kind"] != "ours" else "none" for r in t_rows])
         ax.set_yticks(range(len(t_rows)), names, fontsize=7)
         ax.invert_yaxis()
         ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
         ax.set_xlabel(f"speedup over {BASELINE} (tokens/s ratio)")
         ax.set_title(_t_label(t))
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(f"{title}: speedup per runner (black edge: Hugging Face)")
+    fig.suptitle(f"{title}: speedup per runner (black edge: peers, Hugging Face and llama.cpp)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -133,7 +133,7 @@ def render_markdown(result: dict) -> str:
         lines += [f"## {_temperature_title(t)}", ""]
         lines += _table(MAIN_COLUMNS, [_main_row(r) for r in t_rows])
         lines.append("")
-    bild = [r for r in rows if not r["lossless"]]
+    bild = [r for r in rows if not r["lossless"] and r["kind"] == "ours"]
     if bild:
         lines += ["## Lossy methods (BiLD, SpecDec++, ...): quality vs latency (greedy)", "",
                   "Normalised latency = 1 / speedup (the target alone = 1). For comparison, per temperature: the "

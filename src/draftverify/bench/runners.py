@@ -53,7 +53,10 @@ class Runner(ABC):
 
     @property
     def kind(self) -> str:
-        return "hf" if self.family.startswith("hf_") else "ours"
+        """"ours", or the peer library: "hf" (hf_*) or "llamacpp" (llamacpp*)."""
+        if self.family.startswith("hf_"):
+            return "hf"
+        return "llamacpp" if self.family.startswith("llamacpp") else "ours"
 
     @abstractmethod
     def run(self, input_ids: torch.Tensor, temperature: float, seed: int, max_new_tokens: int) -> Measurement:
