@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -9,16 +10,22 @@ import torch
 from bench_fixtures import data_dir, model_args, model_dir  # noqa: F401  (fixtures)
 from typer.testing import CliRunner
 
-from draftverify.bench import run_bench
+from draftverify.bench import llamacpp, run_bench
+from draftverify.bench.gguf import LLAMA_CPP_ENV
 from draftverify.bench.summary import cost_ratio
 from draftverify.cli import app
 from draftverify.theory import walltime_factor
 
 QUICK_GAMMA = 3
-# the rows of today's registry (a new method adds its own: tests/bench/test_bench_lineup.py); llama.cpp not run here
+# the rows of today's registry (a new method adds its own: tests/bench/test_bench_lineup.py); lossy: greedy only
 LOSSLESS_FAMILIES = ("hf_generate", "ours_autoregressive", "hf_assisted", "hf_prompt_lookup", "model",
                      "model_aligned", "prompt_lookup", "ngram", "early_exit")
 LOSSY_FAMILIES = ("bild", "bild_early_exit", "specdec++")
+
+
+def llama_cpp_families() -> set[str]:
+    """Greedy-only peer rows, present where llama-cpp-python and llama.cpp's converter are (test_bench_llamacpp)."""
+    return {"llamacpp", "llamacpp_prompt_lookup"} if llamacpp.installed() and os.environ.get(LLAMA_CPP_ENV) else set()
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +73,7 @@ def test_quick_run_has_every_runner_type_at_every_temperature(quick):
     assert len(payload["prompts"]) == 2 and payload["config"]["max_new_tokens"] == 8
     for t in (0.0, 1.0):
         families = {r["family"] for r in _rows(payload, t)}
-        expected = set(LOSSLESS_FAMILIES) | (set(LOSSY_FAMILIES) if t == 0 else set())  # lossy: greedy only
+        expected = set(LOSSLESS_FAMILIES) | (set(LOSSY_FAMILIES) | llama_cpp_families() if t == 0 else set())
         assert families == expected, (t, expected ^ families)
     names = {r["runner"] for r in _rows(payload, 0.0)}
     assert {f"hf_assisted[g={QUICK_GAMMA}]", "hf_assisted[heuristic]", "hf_assisted[hf-default]",
