@@ -152,7 +152,8 @@ def test_hf_runner_cuts_the_overshoot_and_reports_it():
 
 
 def test_overshoot_is_not_an_inequality_and_is_its_own_column():
-    runners = [OursRunner("hf_generate", "hf_generate"), OursRunner("hf_prompt_lookup[g=4]", "hf_prompt_lookup", gamma=4)]
+    runners = [OursRunner("hf_generate", "hf_generate"),
+               OursRunner("hf_prompt_lookup[g=4]", "hf_prompt_lookup", gamma=4)]
     prompts = [Prompt("a", "x"), Prompt("b", "y")]
     records = [_record("hf_generate", 0, [1, 2]), _record("hf_generate", 1, [3, 4]),
                _record("hf_prompt_lookup[g=4]", 0, [1, 2], overshoot=3), _record("hf_prompt_lookup[g=4]", 1, [3, 4])]

@@ -14,8 +14,8 @@ from .config import BenchConfig, parse_floats, parse_gammas, parse_ints, parse_n
 from .cost import MODES
 from .report import overshoot_text
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(soft_wrap=True)  # notes and paths printed whole, not broken at 80 columns when piped
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def config_from_options(*, temperature: str, gamma: str | None, early_exit_layers: str | None, bild_fb: str | None,
@@ -42,7 +42,7 @@ def summary_table(rows: list[dict]) -> Table:
         eq_text = "-" if eq is None else f"{100 * eq:.0f}%"
         if eq is not None and eq < 1 and r["lossless"]:
             eq_text = f"[bold red]{eq_text}[/bold red]"
-        # escaped: rich would read a label such as `hf_assisted[g=2]` as a style tag and print `hf_assisted`
+        # escaped (as every printed note): rich reads `hf_assisted[g=2]` as a style tag and prints `hf_assisted`
         table.add_row(escape(r["runner"]), f"{r['temperature']:g}", f"{r['tokens_per_second'] or 0:.1f}",
                       f"{r['speedup']:.2f}x" if r.get("speedup") else "-",
                       f"{r['tokens_per_call']:.2f}" if r["tokens_per_call"] else "-",
@@ -94,16 +94,16 @@ def run_cost_curve(options: dict, command: str) -> int:
 
     try:
         result = run_cost(cost_config_from_options(options, command),
-                          progress=(lambda text: err_console.print(text)) if options["progress"] else None)
+                          progress=(lambda text: err_console.print(escape(text))) if options["progress"] else None)
     except DraftVerifyError as err:
-        err_console.print(f"[red]error:[/red] {err}")
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
         return 2
     for name, entry in result["modes"].items():
         ms = ", ".join(f"n={p['n']}: {p['median_ms']:.2f}" for p in entry["points"])
         eq = entry["equality"]
         console.print(f"{name}: {ms} ms" + ("" if eq is None else f"; greedy equal {100 * eq['equal_rate']:.0f}%"))
     for kind, path in result["files"].items():
-        console.print(f"wrote {kind}: {path}")
+        console.print(f"wrote {kind}: {escape(path)}")
     return 0
 
 
@@ -123,13 +123,14 @@ def main(**options) -> int:
             raise DraftVerifyError(f"{', '.join(unused)} only apply with --cost-curve")
         result = run_bench(config_from_options(**options, command=command))
     except DraftVerifyError as err:
-        err_console.print(f"[red]error:[/red] {err}")
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
         return 2
-    console.print(summary_table(result["runners"]))
+    # piped or redirected, rich would squeeze the table into 80 columns and cut every figure short
+    console.print(summary_table(result["runners"]), width=None if console.is_terminal else 200)
     for note in result["notes"]:
-        console.print(f"note: {note}")
+        console.print(f"note: {escape(note)}")
     for kind, path in result["files"].items():
-        console.print(f"wrote {kind}: {path}")
+        console.print(f"wrote {kind}: {escape(path)}")
     for warning in result["warnings"]:
-        err_console.print(f"[bold red]WARNING: {warning}[/bold red]")
+        err_console.print(f"[bold red]WARNING: {escape(warning)}[/bold red]")
     return 0

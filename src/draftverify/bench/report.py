@@ -48,8 +48,8 @@ def _temperature_title(t: float) -> str:
 
 
 MAIN_COLUMNS = ("runner", "gamma", "tok/s", "speedup", "tokens/call", "alpha", "target calls", "draft calls",
-                "= baseline", "overshoot", "c", "verify cost", "Thm 8 pred.", "pred. w/ verify cost", "achieved", "achieved/pred.",
-                "chrF ref", "chrF greedy")
+                "= baseline", "overshoot", "c", "verify cost", "Thm 8 pred.", "pred. w/ verify cost", "achieved",
+                "achieved/pred.", "chrF ref", "chrF greedy")
 
 
 def _main_row(r: dict) -> list[str]:
