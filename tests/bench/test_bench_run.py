@@ -60,6 +60,7 @@ def test_quick_run_writes_json_markdown_and_plots(quick):
         if name.endswith(".png"):
             assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "wrote markdown" in output
+    assert "tokens/call" in output and "overshoot" in output  # piped: the summary is not squeezed to 80 columns
     if not llama_cpp_families():  # the reason, printed whole (brackets included)
         assert "pip install 'draftverify[llamacpp]'" in output or "$DRAFTVERIFY_LLAMA_CPP" in output, output
     for key in ("platform", "cpu_model", "cores"):

@@ -125,8 +125,9 @@ def main(**options) -> int:
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
         return 2
-    # piped or redirected, rich would squeeze the table into 80 columns and cut every figure short
-    console.print(summary_table(result["runners"]), width=None if console.is_terminal else 200)
+    if not console.is_terminal:  # piped or redirected, rich would squeeze the table into 80 columns, figures cut
+        console.width = max(console.width, 200)
+    console.print(summary_table(result["runners"]))
     for note in result["notes"]:
         console.print(f"note: {escape(note)}")
     for kind, path in result["files"].items():
