@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .cost import REFERENCE_MODE
-from .report import _table
+from .report import markdown_table
 
 
 def _by_n(entry: dict) -> dict[int, float]:
@@ -41,7 +41,7 @@ def render_cost_markdown(result: dict) -> str:
             row += [f"{ms[n]:.2f}", f"{ms[n] / ms[sizes[0]]:.2f}x" if sizes[0] == 1 else "-"]
         rows.append(row)
     columns = ["n"] + [c for name in names for c in (f"{name} ms", "x 1 token")]
-    lines += _table(columns, rows) + [""]
+    lines += markdown_table(columns, rows) + [""]
     lines += [f"## Greedy equality with {REFERENCE_MODE}", "",
               f"{result['equality_prompts']} prompts of `{cfg['prompts']}`, {cfg['equality_tokens']} greedy tokens "
               "each (eager prefill, then one token per forward in the mode). First mismatch: token index where a "
@@ -53,7 +53,7 @@ def render_cost_markdown(result: dict) -> str:
         compile_s = sum(modes[name]["first_call_seconds"].values())
         eq_rows.append([name, "-" if eq is None else f"{100 * eq['equal_rate']:.0f}%", first,
                         f"{compile_s:.1f}" if modes[name]["compiled"] else "-"])
-    lines += _table(["mode", "equal", "first mismatch per prompt", "first calls (compile) s"], eq_rows) + [""]
+    lines += markdown_table(["mode", "equal", "first mismatch per prompt", "first calls (compile) s"], eq_rows) + [""]
     if result["files"].get("png"):
         lines += [f"![cost curve]({Path(result['files']['png']).name})", ""]
     if result["notes"]:
@@ -63,9 +63,9 @@ def render_cost_markdown(result: dict) -> str:
 
 
 def plot_cost(result: dict, path: Path) -> Path:
-    from .plots import _pyplot
+    from .plots import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for name, entry in result["modes"].items():
         ms = _by_n(entry)

@@ -16,7 +16,8 @@ COLORS = {
 }
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: files only, no display needed."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -34,7 +35,7 @@ def _t_label(t: float) -> str:
 
 
 def plot_speedup(rows: list[dict], path: Path, title: str) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     temps = _temps(rows)
     longest = max(sum(r["temperature"] == t for r in rows) for t in temps)
     fig, axes = plt.subplots(1, len(temps), figsize=(6.5 * len(temps), 1.2 + 0.24 * longest), squeeze=False)
@@ -73,7 +74,7 @@ def _curves(rows: list[dict]) -> dict[str, list[dict]]:
 
 
 def plot_tokens_per_call(rows: list[dict], path: Path, title: str) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     temps = _temps(rows)
     fig, axes = plt.subplots(1, len(temps), figsize=(6 * len(temps), 4.5), squeeze=False)
     for ax, t in zip(axes[0], temps):
@@ -103,7 +104,7 @@ def plot_tokens_per_call(rows: list[dict], path: Path, title: str) -> Path:
 
 def plot_bild(rows: list[dict], path: Path, title: str) -> Path:
     """BiLD Figure 4: quality vs normalised latency (1 / speedup) over the (alpha_FB, alpha_RB) grid."""
-    plt = _pyplot()
+    plt = pyplot()
     bild = [r for r in rows if r["family"] == "bild" and r.get("speedup")]
     metrics = [(k, label) for k, label in (("chrf_reference", "chrF vs reference solution"),
                                            ("chrf_target_greedy", "chrF vs the target's greedy output"))

@@ -76,7 +76,7 @@ def overshoot_text(r: dict) -> str:
     return f"{r['overshoot_tokens']} ({r['overshoot_prompts']}/{r['prompts']})"
 
 
-def _table(columns, rows) -> list[str]:
+def markdown_table(columns, rows) -> list[str]:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
@@ -131,7 +131,7 @@ def render_markdown(result: dict) -> str:
         if not t_rows:
             continue
         lines += [f"## {_temperature_title(t)}", ""]
-        lines += _table(MAIN_COLUMNS, [_main_row(r) for r in t_rows])
+        lines += markdown_table(MAIN_COLUMNS, [_main_row(r) for r in t_rows])
         lines.append("")
     bild = [r for r in rows if not r["lossless"] and r["kind"] == "ours"]
     if bild:
@@ -148,7 +148,7 @@ def render_markdown(result: dict) -> str:
                 f"{s['alpha_fb']:g}" if "alpha_fb" in s else "-", f"{s['alpha_rb']:g}" if "alpha_rb" in s else "-",
                 _f(r.get("speedup"), 2, "x"), _f(1 / r["speedup"] if r.get("speedup") else None, 3),
                 _f(r["tokens_per_call"]), _f(r["chrf_reference"], 1), _f(r["chrf_target_greedy"], 1)])
-        lines += _table(cols, table_rows) + [""]
+        lines += markdown_table(cols, table_rows) + [""]
     plots = [(k, v) for k, v in files.items() if v.endswith(".png")]
     if plots:
         lines += ["## Plots", ""]
