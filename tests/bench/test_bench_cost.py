@@ -58,7 +58,7 @@ def test_cost_curve_command_writes_json_markdown_and_plot(model_dir, tmp_path):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     payload = json.loads((tmp_path / "cost-target-quick.json").read_text())
-    assert payload["context_tokens"] == 120 and payload["equality_prompts"] == 2
+    assert payload["context_tokens"] == 120 and payload["equality_prompts"] == 2 and payload["label"] == "target"
     modes = payload["modes"]
     assert list(modes) == ["eager-float32", "eager-bfloat16"]
     assert [p["n"] for p in modes["eager-bfloat16"]["points"]] == [1, 2, 4]

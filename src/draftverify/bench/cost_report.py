@@ -17,7 +17,7 @@ def render_cost_markdown(result: dict) -> str:
     names = list(modes)
     sizes = cfg["sizes"]
     lines = [
-        f"# Cost of one target forward scoring n tokens ({Path(result['target']).name})",
+        f"# Cost of one target forward scoring n tokens ({result['label']}: `{result['target']}`)",
         "",
         f"{result['context_tokens']}-token context, Hugging Face StaticCache, batch 1; median of {cfg['repeats']} "
         f"timed calls per width after {cfg['warmup']} untimed (the first compiles). {result['date']}; "
@@ -82,7 +82,7 @@ def plot_cost(result: dict, path: Path) -> Path:
         ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{Path(result['target']).name}: cost of scoring n tokens after {result['context_tokens']} tokens")
+    fig.suptitle(f"{result['label']}: cost of scoring n tokens after {result['context_tokens']} tokens")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

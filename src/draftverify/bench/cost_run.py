@@ -134,7 +134,8 @@ def run_cost(config: CostConfig, progress: Callable[[str], None] | None = None) 
     result = {"name": config.name, "date": environment.now(), "command": command,
               "reproduce": environment.reproduce_command(command), "config": _jsonable_config(config),
               "machine": environment.machine(), "versions": environment.versions(),
-              "target": str(target), "context_tokens": int(context.shape[1]), "equality_prompts": len(prompts),
+              "target": str(target), "label": f"{config.zoo} zoo target" if config.zoo else target.name,
+              "context_tokens": int(context.shape[1]), "equality_prompts": len(prompts),
               "modes": modes, "notes": config.notes, "files": files}
     if config.plots:
         from .cost_report import plot_cost
