@@ -10,7 +10,9 @@ SOURCES = {
     "loop-overhead": ("benchmarks/loop_overhead.md", None),
     "bench-greedy": ("benchmarks/bench-humaneval.md", "## Temperature 0 (greedy)"),
     "bench-sampling": ("benchmarks/bench-humaneval.md", "## Temperature 1"),
-    "bench-bild": ("benchmarks/bench-humaneval.md", "## BiLD"),
+    "bench-bild": ("benchmarks/bench-humaneval.md", "## Lossy methods"),
+    "cost-curve": ("benchmarks/cost-code.md", "## Milliseconds per forward"),
+    "cost-equality": ("benchmarks/cost-code.md", "## Greedy equality"),
 }
 
 

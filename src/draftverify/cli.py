@@ -140,11 +140,11 @@ def methods() -> None:
 @app.command()
 def bench(
     prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category> (e.g. spec_bench:translation, spec_bench:mt_bench)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else <repo>/../shared/data)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else the copies shipped with draftverify)."),
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts to run: the first N that fit the context (default 20; --quick 2)."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", "-n", help="New tokens per generation (default 128; --quick 8)."),
     temperature: str = typer.Option("0,1.0", "--temperature", help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling."),
-    zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set, e.g. 'code' (target, draft, draft-aligned, ngram table)."),
+    zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set (target, draft, draft-aligned, ngram table); default 'code' unless --target is given."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (overrides the zoo's)."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (hf_assisted, model, bild)."),
     aligned_draft: Optional[str] = typer.Option(None, "--aligned-draft", help="Aligned draft model (model_aligned)."),
@@ -164,11 +164,16 @@ def bench(
     quick: bool = typer.Option(False, "--quick", help="CI smoke test: 2 prompts, 8 tokens, one gamma, every runner type once."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the PNG plots."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show the progress bar (prompt x runner)."),
+    cost_curve: bool = typer.Option(False, "--cost-curve", help="Instead: time one target forward scoring n tokens after a 120-token context, eager vs torch.compile, float32 vs bfloat16, with greedy equality rates (uses --zoo/--target, --threads, --num-prompts and --max-new-tokens for the equality check, --out, --name, --quick)."),
+    cost_sizes: Optional[str] = typer.Option(None, "--cost-sizes", help="Comma list of n for --cost-curve (default 1,2,3,4,5,6,8,10,12,16,24,32,48,64; --quick 1,2)."),
+    cost_modes: Optional[str] = typer.Option(None, "--cost-modes", help="Comma list for --cost-curve: eager-float32, eager-bfloat16, compiled-float32, compiled-bfloat16 (default all)."),
+    cost_repeats: Optional[int] = typer.Option(None, "--cost-repeats", help="Timed calls per n for --cost-curve (default 20; --quick 2)."),
 ) -> None:
     """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
     from .bench.cli import main as bench_main
 
-    code = bench_main(prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
+    code = bench_main(cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes, cost_repeats=cost_repeats,
+                      prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
                       ngram=ngram, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
                       bild_gamma=bild_gamma, runners=runners, seed=seed, warmup_tokens=warmup_tokens, threads=threads,

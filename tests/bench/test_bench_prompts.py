@@ -1,11 +1,14 @@
-"""Prompt sets: HumanEval and Spec-Bench from a data folder, clear errors for missing files and bad names."""
+"""Prompt sets: HumanEval and Spec-Bench shipped in the package or from a data folder, clear errors for missing files
+and bad names."""
 from __future__ import annotations
+
+import gzip
 
 import pytest
 from bench_fixtures import HUMANEVAL, data_dir  # noqa: F401  (fixture)
 
 from draftverify import DraftVerifyError
-from draftverify.bench.prompts import HUMANEVAL_STOPS, default_data_dir, load_prompts, truncate_at_stops
+from draftverify.bench.prompts import HUMANEVAL_STOPS, PACKAGED_DATA, default_data_dir, load_prompts, truncate_at_stops
 
 
 def test_humaneval_prompts_keep_the_canonical_solution_as_reference(data_dir):
@@ -47,7 +50,28 @@ def test_data_dir_defaults_to_the_environment_variable(monkeypatch, data_dir):
     assert default_data_dir() == data_dir
     assert len(load_prompts("humaneval")) == 3
     monkeypatch.delenv("DRAFTVERIFY_DATA")
-    assert default_data_dir().parts[-2:] == ("shared", "data")
+    assert default_data_dir() == PACKAGED_DATA
+
+
+def test_the_package_ships_both_prompt_sets_with_their_licences(monkeypatch):
+    monkeypatch.delenv("DRAFTVERIFY_DATA", raising=False)
+    humaneval = load_prompts("humaneval")
+    assert len(humaneval) == 164 and humaneval[0].id == "HumanEval/0" and humaneval[0].reference
+    assert len(load_prompts("spec_bench")) == 480
+    assert len(load_prompts("spec_bench:translation")) == 80 and len(load_prompts("spec_bench:mt_bench")) == 80
+    assert "MIT License" in (PACKAGED_DATA / "humaneval" / "LICENSE").read_text()
+    assert "Apache License" in (PACKAGED_DATA / "spec_bench" / "LICENSE").read_text()
+    attribution = (PACKAGED_DATA / "README.md").read_text()
+    assert "openai/human-eval" in attribution and "hemingkx/Spec-Bench" in attribution
+
+
+def test_a_gzipped_spec_bench_copy_reads_like_the_upstream_file(tmp_path, data_dir):
+    assert (data_dir / "spec_bench" / "question.jsonl").is_file()  # upstream's layout, as in ../shared/data
+    with gzip.open(tmp_path / "question.jsonl.gz", "wt", encoding="utf-8") as handle:
+        handle.write((data_dir / "spec_bench" / "question.jsonl").read_text())
+    (tmp_path / "spec_bench").mkdir()
+    (tmp_path / "question.jsonl.gz").rename(tmp_path / "spec_bench" / "question.jsonl.gz")
+    assert load_prompts("spec_bench", tmp_path) == load_prompts("spec_bench", data_dir)
 
 
 def test_completions_are_cut_at_humaneval_stop_sequences():

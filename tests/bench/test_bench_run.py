@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -9,12 +10,22 @@ import torch
 from bench_fixtures import data_dir, model_args, model_dir  # noqa: F401  (fixtures)
 from typer.testing import CliRunner
 
-from draftverify.bench import FAMILIES, run_bench
+from draftverify.bench import llamacpp, run_bench
+from draftverify.bench.gguf import LLAMA_CPP_ENV
 from draftverify.bench.summary import cost_ratio
 from draftverify.cli import app
 from draftverify.theory import walltime_factor
 
 QUICK_GAMMA = 3
+# the rows of today's registry (a new method adds its own: tests/bench/test_bench_lineup.py); lossy: greedy only
+LOSSLESS_FAMILIES = ("hf_generate", "ours_autoregressive", "hf_assisted", "hf_prompt_lookup", "model",
+                     "model_aligned", "prompt_lookup", "ngram", "early_exit")
+LOSSY_FAMILIES = ("bild", "bild_early_exit", "specdec++")
+
+
+def llama_cpp_families() -> set[str]:
+    """Greedy-only peer rows, present where llama-cpp-python and llama.cpp's converter are (test_bench_llamacpp)."""
+    return {"llamacpp", "llamacpp_prompt_lookup"} if llamacpp.installed() and os.environ.get(LLAMA_CPP_ENV) else set()
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +60,9 @@ def test_quick_run_writes_json_markdown_and_plots(quick):
         if name.endswith(".png"):
             assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "wrote markdown" in output
+    assert "tokens/call" in output and "overshoot" in output  # piped: the summary is not squeezed to 80 columns
+    if not llama_cpp_families():  # the reason, printed whole (brackets included)
+        assert "pip install 'draftverify[llamacpp]'" in output or "$DRAFTVERIFY_LLAMA_CPP" in output, output
     for key in ("platform", "cpu_model", "cores"):
         assert payload["machine"][key]
     for key in ("python", "torch", "transformers", "draftverify", "git_commit"):
@@ -62,7 +76,7 @@ def test_quick_run_has_every_runner_type_at_every_temperature(quick):
     assert len(payload["prompts"]) == 2 and payload["config"]["max_new_tokens"] == 8
     for t in (0.0, 1.0):
         families = {r["family"] for r in _rows(payload, t)}
-        expected = set(FAMILIES) - ({"bild"} if t > 0 else set())  # BiLD runs greedy only
+        expected = set(LOSSLESS_FAMILIES) | (set(LOSSY_FAMILIES) | llama_cpp_families() if t == 0 else set())
         assert families == expected, (t, expected ^ families)
     names = {r["runner"] for r in _rows(payload, 0.0)}
     assert {f"hf_assisted[g={QUICK_GAMMA}]", "hf_assisted[heuristic]", "hf_assisted[hf-default]",
@@ -166,7 +180,7 @@ def test_markdown_has_the_command_line_and_a_row_per_runner(quick):
     assert str(Path(payload["config"]["target"])) in markdown
     for row in payload["runners"]:
         assert f"`{row['runner']}`" in markdown
-    assert "## Temperature 0 (greedy)" in markdown and "## BiLD" in markdown
+    assert "## Temperature 0 (greedy)" in markdown and "## Lossy methods" in markdown
     assert "bench-humaneval-quick-speedup.png" in markdown
 
 

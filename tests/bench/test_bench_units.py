@@ -2,14 +2,19 @@
 from __future__ import annotations
 
 import pytest
+import torch
+from rich.console import Console
+from torch import nn
 from typer.testing import CliRunner
 
 from draftverify import DraftVerifyError
 from draftverify.bench.config import BenchConfig, parse_floats, parse_gammas
-from draftverify.bench.counting import step_accounting
+from draftverify.bench.cli import summary_table
+from draftverify.bench.counting import ForwardCounter, step_accounting
 from draftverify.bench.prompts import Prompt
-from draftverify.bench.report import render_markdown
-from draftverify.bench.runners import OursRunner, default_early_exit_layers
+from draftverify.bench.report import overshoot_text, render_markdown
+from draftverify.bench.ours import default_early_exit_layers
+from draftverify.bench.runners import HFRunner, Hooks, OursRunner
 from draftverify.bench.summary import equality_failures, summarize
 from draftverify.cli import app
 
@@ -39,7 +44,6 @@ def test_quick_and_full_defaults():
     (dict(runners=("model", "medusa")), "unknown runner family medusa"),
     (dict(bild_fb=(1.5,)), "--bild-fb"),
     (dict(threads=0), "--threads"),
-    (dict(target=None), "--zoo NAME"),
 ])
 def test_bad_options_name_the_option(overrides, message):
     with pytest.raises(DraftVerifyError, match=message):
@@ -52,13 +56,20 @@ def test_cli_bad_options_exit_2_with_a_message(tmp_path):
         (["--target", "t", "--gamma", "2,zero"], "--gamma"),
         (["--target", "t", "--temperature", "hot"], "--temperature"),
         (["--target", "t", "--data-dir", str(tmp_path)], "--data-dir"),  # no HumanEval file there
-        ([], "--zoo NAME"),
+        (["--zoo", "nonesuch"], "no zoo entry 'nonesuch'"),
     ]
     for extra, message in cases:
         result = runner.invoke(app, ["bench", "--out", str(tmp_path / "out"), *extra])
         assert result.exit_code == 2, (extra, result.output)
         assert message in result.output, (extra, result.output)
         assert "Traceback" not in result.output
+
+
+def test_no_models_means_the_code_zoo_and_explicit_ones_win():
+    assert BenchConfig(quick=True).resolved().zoo == "code"
+    explicit = BenchConfig(target="t").resolved()
+    assert (explicit.zoo, explicit.target) == (None, "t")
+    assert BenchConfig(zoo="other").resolved().zoo == "other"
 
 
 def test_early_exit_default_layers_are_proper_prefixes():
@@ -77,10 +88,10 @@ def test_step_accounting_reconstructs_hf_assisted_steps():
     assert (plain.target_calls, plain.drafted, plain.accepted, plain.rejections) == (8, 0, 0, 0)
 
 
-def _record(runner, prompt, ids, seconds=1.0, temperature=0.0):
+def _record(runner, prompt, ids, seconds=1.0, temperature=0.0, overshoot=0):
     return {"runner": runner, "temperature": temperature, "prompt_index": prompt, "new_ids": ids,
             "new_tokens": len(ids), "seconds": seconds, "target_calls": len(ids), "draft_calls": 0, "drafted": 0,
-            "accepted": 0, "rejections": 0, "stats": None, "text": " ".join(map(str, ids))}
+            "accepted": 0, "rejections": 0, "stats": None, "text": " ".join(map(str, ids)), "overshoot": overshoot}
 
 
 def test_a_lossless_runner_that_differs_from_the_baseline_raises_a_loud_warning():
@@ -111,3 +122,56 @@ def test_markdown_shows_warnings_first():
     assert "> **WARNING**: model differs" in markdown
     assert markdown.index("WARNING") < markdown.index("How to read")
     assert "draftverify bench --a" in markdown and "cmd --a" in markdown and "- a note" in markdown
+
+
+class _Overshooting(nn.Module):
+    """Stands in for a model whose generate() returns `extra` tokens past max_new_tokens (HF prompt lookup)."""
+
+    def __init__(self, extra: int):
+        super().__init__()
+        self.extra = extra
+
+    def generate(self, input_ids, max_new_tokens=None, generation_config=None, **kwargs):
+        wanted = generation_config.max_new_tokens + self.extra
+        self(input_ids)  # one forward, seen by the counting hook
+        return torch.cat([input_ids, torch.arange(wanted)[None] + 10], dim=1)
+
+    def forward(self, input_ids):
+        return input_ids
+
+
+def test_hf_runner_cuts_the_overshoot_and_reports_it():
+    model = _Overshooting(extra=3)
+    runner = HFRunner("hf_prompt_lookup[g=4]", "hf_prompt_lookup", gamma=4, model=model,
+                      hooks=Hooks(target=ForwardCounter(model)), prompt_lookup=4, max_matching_ngram_size=3)
+    m = runner.run(torch.tensor([[1, 2, 3]]), temperature=0.0, seed=0, max_new_tokens=5)
+    assert m.new_ids == [10, 11, 12, 13, 14] and m.new_tokens == 5
+    assert m.overshoot == 3
+    assert HFRunner("hf_generate", "hf_generate", model=_Overshooting(0), hooks=Hooks(
+        target=ForwardCounter(nn.Linear(1, 1)))).run(torch.tensor([[1]]), 0.0, 0, 4).overshoot == 0
+
+
+def test_overshoot_is_not_an_inequality_and_is_its_own_column():
+    runners = [OursRunner("hf_generate", "hf_generate"),
+               OursRunner("hf_prompt_lookup[g=4]", "hf_prompt_lookup", gamma=4)]
+    prompts = [Prompt("a", "x"), Prompt("b", "y")]
+    records = [_record("hf_generate", 0, [1, 2]), _record("hf_generate", 1, [3, 4]),
+               _record("hf_prompt_lookup[g=4]", 0, [1, 2], overshoot=3), _record("hf_prompt_lookup[g=4]", 1, [3, 4])]
+    rows = {r["runner"]: r for r in summarize(runners, (0.0,), prompts, records)}
+    lookup = rows["hf_prompt_lookup[g=4]"]
+    assert lookup["equal_to_baseline"] == 1.0 and equality_failures(list(rows.values())) == []
+    assert (lookup["overshoot_tokens"], lookup["overshoot_prompts"]) == (3, 1)
+    assert lookup["tokens_per_second"] == pytest.approx(2.0)  # 4 kept tokens in 2 s: the 3 extra are not counted
+    assert overshoot_text(lookup) == "3 (1/2)" and overshoot_text(rows["hf_generate"]) == "-"
+
+
+def test_terminal_summary_keeps_the_bracketed_labels():
+    names = ["hf_assisted[g=2]", "hf_assisted[g=3]", "hf_assisted[heuristic]", "model[L=1,g=3]"]
+    rows = [{"runner": n, "temperature": 0.0, "tokens_per_second": 1.0, "speedup": 1.0, "tokens_per_call": 1.0,
+             "alpha": None, "equal_to_baseline": 1.0, "lossless": True, "overshoot_tokens": 0,
+             "overshoot_prompts": 0, "prompts": 1} for n in names]
+    console = Console(record=True, width=200)
+    console.print(summary_table(rows))
+    text = console.export_text()
+    for name in names:
+        assert name in text, text

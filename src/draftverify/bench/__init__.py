@@ -4,12 +4,13 @@ same prompts, same token ids; speed, calls, alpha, Theorem 8 prediction, BiLD qu
     from draftverify.bench import BenchConfig, run_bench
     result = run_bench(BenchConfig(zoo="code", num_prompts=20))      # writes benchmarks/bench-humaneval.{json,md,png}
 
-Modules: config (options), prompts (HumanEval / Spec-Bench), models (loading), counting (forward hooks),
-runners (HF and ours), summary (aggregation, Theorem 8), quality (chrF), report (JSON, markdown), plots (PNG),
-environment (machine, versions), run (orchestration).
+Modules: config (options), prompts (HumanEval / Spec-Bench, shipped in data/), models (loading), counting
+(forward hooks), runners (HF and ours), peers (other libraries' rows), ours (our rows from the method registry),
+lineup (all rows of a run), summary (aggregation, Theorem 8), quality (chrF), report (JSON, markdown), plots
+(PNG), environment (machine, versions), run (orchestration).
 """
-from .config import FAMILIES, BenchConfig
+from .config import BenchConfig, families
 from .prompts import Prompt, load_prompts
 from .run import run_bench
 
-__all__ = ["FAMILIES", "BenchConfig", "Prompt", "load_prompts", "run_bench"]
+__all__ = ["BenchConfig", "Prompt", "families", "load_prompts", "run_bench"]

@@ -6,13 +6,16 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import DraftVerifyError
 from .config import BenchConfig, parse_floats, parse_gammas, parse_ints, parse_names
+from .cost import MODES
+from .report import overshoot_text
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(soft_wrap=True)  # notes and paths printed whole, not broken at 80 columns when piped
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def config_from_options(*, temperature: str, gamma: str | None, early_exit_layers: str | None, bild_fb: str | None,
@@ -32,17 +35,18 @@ def config_from_options(*, temperature: str, gamma: str | None, early_exit_layer
 def summary_table(rows: list[dict]) -> Table:
     table = Table(title="bench summary (speedup: tokens/s over hf_generate, same temperature)", header_style="bold")
     table.add_column("runner", no_wrap=True, min_width=max((len(r["runner"]) for r in rows), default=6))
-    for column in ("T", "tok/s", "speedup", "tokens/call", "alpha", "= baseline"):
+    for column in ("T", "tok/s", "speedup", "tokens/call", "alpha", "= baseline", "overshoot"):
         table.add_column(column, justify="right")
     for r in rows:
         eq = r["equal_to_baseline"]
         eq_text = "-" if eq is None else f"{100 * eq:.0f}%"
         if eq is not None and eq < 1 and r["lossless"]:
             eq_text = f"[bold red]{eq_text}[/bold red]"
-        table.add_row(r["runner"], f"{r['temperature']:g}", f"{r['tokens_per_second'] or 0:.1f}",
+        # escaped (as every printed note): rich reads `hf_assisted[g=2]` as a style tag and prints `hf_assisted`
+        table.add_row(escape(r["runner"]), f"{r['temperature']:g}", f"{r['tokens_per_second'] or 0:.1f}",
                       f"{r['speedup']:.2f}x" if r.get("speedup") else "-",
                       f"{r['tokens_per_call']:.2f}" if r["tokens_per_call"] else "-",
-                      f"{r['alpha']:.3f}" if r["alpha"] is not None else "-", eq_text)
+                      f"{r['alpha']:.3f}" if r["alpha"] is not None else "-", eq_text, overshoot_text(r))
     return table
 
 
@@ -63,22 +67,71 @@ def rebuild_command(options: dict) -> str:
     return shlex.join(argv)
 
 
+# bench options the cost curve does not use: passing one with --cost-curve is a mistake, said so
+COST_IGNORES = ("temperature", "draft", "aligned_draft", "ngram", "gamma", "early_exit_layers", "bild_fb", "bild_rb",
+                "runners", "dtype")
+
+
+def cost_config_from_options(options: dict, command: str):
+    """The bench's options -> CostConfig: --num-prompts / --max-new-tokens size the greedy equality check."""
+    from .cost_run import CostConfig
+
+    defaults = {"temperature": "0,1.0", "dtype": "float32"}
+    given = [k for k in COST_IGNORES if options.get(k) is not None and options.get(k) != defaults.get(k)]
+    if given:
+        raise DraftVerifyError("--cost-curve does not use " + ", ".join("--" + k.replace("_", "-") for k in given))
+    return CostConfig(
+        zoo=options["zoo"], target=options["target"], prompts=options["prompts"], data_dir=options["data_dir"],
+        sizes=parse_ints("--cost-sizes", options["cost_sizes"]) if options["cost_sizes"] is not None else None,
+        modes=parse_names("--cost-modes", options["cost_modes"]) if options["cost_modes"] is not None else MODES,
+        repeats=options["cost_repeats"], equality_prompts=options["num_prompts"],
+        equality_tokens=options["max_new_tokens"], threads=options["threads"], out=options["out"],
+        name=options["name"], quick=options["quick"], plots=options["plots"], command=command)
+
+
+def run_cost_curve(options: dict, command: str) -> int:
+    from .cost_run import run_cost
+
+    try:
+        result = run_cost(cost_config_from_options(options, command),
+                          progress=(lambda text: err_console.print(escape(text))) if options["progress"] else None)
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
+        return 2
+    for name, entry in result["modes"].items():
+        ms = ", ".join(f"n={p['n']}: {p['median_ms']:.2f}" for p in entry["points"])
+        eq = entry["equality"]
+        console.print(f"{name}: {ms} ms" + ("" if eq is None else f"; greedy equal {100 * eq['equal_rate']:.0f}%"))
+    for kind, path in result["files"].items():
+        console.print(f"wrote {kind}: {escape(path)}")
+    return 0
+
+
 def main(**options) -> int:
-    """Run the benchmark from command-line strings; returns the process exit code (2 for bad input)."""
+    """Run the benchmark (or, with cost_curve, the cost curve) from command-line strings; returns the process exit
+    code (2 for bad input)."""
     from .run import run_bench
 
     ours = Path(sys.argv[0]).name in ("draftverify", "cli.py") and sys.argv[1:2] == ["bench"]
     command = shlex.join(sys.argv) if ours else rebuild_command(options)
+    cost = {k: options.pop(k) for k in ("cost_curve", "cost_sizes", "cost_modes", "cost_repeats")}
+    if cost["cost_curve"]:
+        return run_cost_curve({**options, **cost}, command)
+    unused = [f"--{k.replace('_', '-')}" for k, v in cost.items() if v is not None and k != "cost_curve"]
     try:
+        if unused:
+            raise DraftVerifyError(f"{', '.join(unused)} only apply with --cost-curve")
         result = run_bench(config_from_options(**options, command=command))
     except DraftVerifyError as err:
-        err_console.print(f"[red]error:[/red] {err}")
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
         return 2
+    if not console.is_terminal:  # piped or redirected, rich would squeeze the table into 80 columns, figures cut
+        console.width = max(console.width, 200)
     console.print(summary_table(result["runners"]))
     for note in result["notes"]:
-        console.print(f"note: {note}")
+        console.print(f"note: {escape(note)}")
     for kind, path in result["files"].items():
-        console.print(f"wrote {kind}: {path}")
+        console.print(f"wrote {kind}: {escape(path)}")
     for warning in result["warnings"]:
-        err_console.print(f"[bold red]WARNING: {warning}[/bold red]")
+        err_console.print(f"[bold red]WARNING: {escape(warning)}[/bold red]")
     return 0

@@ -8,16 +8,23 @@ from ..errors import DraftVerifyError
 
 GammaSpec = int | str  # an integer >= 1, "auto" (Theorem 8 online) or "heuristic" (Hugging Face's +2/-1)
 
-# runner families: which rows a run has (the two baselines are always run)
+# runner families: which rows a run has (the two baselines are always run); ours come from the method registry
 BASELINES = ("hf_generate", "ours_autoregressive")
-FAMILIES = BASELINES + ("hf_assisted", "hf_prompt_lookup", "model", "model_aligned", "ngram", "prompt_lookup",
-                        "early_exit", "bild")
+PEER_FAMILIES = ("hf_assisted", "hf_prompt_lookup", "llamacpp", "llamacpp_prompt_lookup")
+
+
+def families() -> tuple[str, ...]:
+    """Every runner family: baselines, peers, and each registered method (+ its `_aligned` twin)."""
+    from .ours import family_names  # the registry imports the models' stack; only needed here
+
+    return BASELINES + PEER_FAMILIES + family_names()
 
 DEFAULT_GAMMAS: tuple[GammaSpec, ...] = (2, 3, 4, 5, 6, 8, "auto")
 DEFAULT_BILD_FB = (0.2, 0.4, 0.6, 0.8)
 DEFAULT_BILD_RB = (1.0, 2.0, 3.0, 5.0)
 FULL_PROMPTS, FULL_NEW_TOKENS = 20, 128
 QUICK_PROMPTS, QUICK_NEW_TOKENS, QUICK_GAMMA = 2, 8, 3
+DEFAULT_ZOO = "code"  # what `draftverify bench` measures when given no models, as the README's commands assume
 
 
 @dataclass
@@ -25,11 +32,11 @@ class BenchConfig:
     """None means "the default for this mode" (full run or --quick); see resolved()."""
 
     prompts: str = "humaneval"  # humaneval | spec_bench | spec_bench:<category>
-    data_dir: str | Path | None = None  # default $DRAFTVERIFY_DATA, else <repo>/../shared/data
+    data_dir: str | Path | None = None  # default $DRAFTVERIFY_DATA, else the copies shipped in the package
     num_prompts: int | None = None  # 20 (quick: 2)
     max_new_tokens: int | None = None  # 128 (quick: 8)
     temperatures: tuple[float, ...] = (0.0, 1.0)
-    zoo: str | None = None
+    zoo: str | None = None  # default "code" (the shipped models) unless --target is given
     target: str | Path | None = None
     draft: str | Path | None = None
     aligned_draft: str | Path | None = None
@@ -70,6 +77,8 @@ class BenchConfig:
             cfg.bild_gamma = min(cfg.bild_gamma, QUICK_GAMMA + 1)
             if cfg.early_exit_layers is not None:
                 cfg.early_exit_layers = cfg.early_exit_layers[:1]
+        if cfg.zoo is None and cfg.target is None:
+            cfg.zoo = DEFAULT_ZOO
         if cfg.name is None:
             cfg.name = "bench-" + cfg.prompts.replace(":", "-") + ("-quick" if quick else "")
         cfg.validate()
@@ -103,13 +112,11 @@ class BenchConfig:
             for n in self.early_exit_layers:
                 _positive_int("--early-exit-layers", n)
         if self.runners is not None:
-            unknown = [r for r in self.runners if r not in FAMILIES]
+            known = families()
+            unknown = [r for r in self.runners if r not in known]
             if unknown:
                 raise DraftVerifyError(f"--runners: unknown runner famil{'y' if len(unknown) == 1 else 'ies'} "
-                                       f"{', '.join(unknown)}; choose from {', '.join(FAMILIES)}")
-        if self.zoo is None and self.target is None:
-            raise DraftVerifyError("no models: pass --zoo NAME (e.g. --zoo code) or --target PATH "
-                                   "[--draft PATH --aligned-draft PATH --ngram PATH]")
+                                       f"{', '.join(unknown)}; choose from {', '.join(known)}")
         if not self.name or "/" in self.name:
             raise DraftVerifyError(f"--name must be a non-empty file stem without '/', got {self.name!r}")
 

@@ -12,10 +12,12 @@ COLORS = {
     "model": "#1f77b4", "hf_assisted": "#1f77b4",
     "prompt_lookup": "#ff7f0e", "hf_prompt_lookup": "#ff7f0e",
     "model_aligned": "#2ca02c", "ngram": "#9467bd", "early_exit": "#8c564b", "bild": "#d62728",
+    "llamacpp": "#e377c2", "llamacpp_prompt_lookup": "#ff7f0e",
 }
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: files only, no display needed."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -33,7 +35,7 @@ def _t_label(t: float) -> str:
 
 
 def plot_speedup(rows: list[dict], path: Path, title: str) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     temps = _temps(rows)
     longest = max(sum(r["temperature"] == t for r in rows) for t in temps)
     fig, axes = plt.subplots(1, len(temps), figsize=(6.5 * len(temps), 1.2 + 0.24 * longest), squeeze=False)
@@ -42,14 +44,14 @@ def plot_speedup(rows: list[dict], path: Path, title: str) -> Path:
         names = [r["runner"] for r in t_rows]
         ax.barh(range(len(t_rows)), [r["speedup"] for r in t_rows],
                 color=[COLORS.get(r["family"], "#17becf") for r in t_rows],
-                hatch=None, edgecolor=["black" if r["kind"] == "hf" else "none" for r in t_rows])
+                hatch=None, edgecolor=["black" if r["kind"] != "ours" else "none" for r in t_rows])
         ax.set_yticks(range(len(t_rows)), names, fontsize=7)
         ax.invert_yaxis()
         ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
         ax.set_xlabel(f"speedup over {BASELINE} (tokens/s ratio)")
         ax.set_title(_t_label(t))
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(f"{title}: speedup per runner (black edge: Hugging Face)")
+    fig.suptitle(f"{title}: speedup per runner (black edge: peers, Hugging Face and llama.cpp)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -72,7 +74,7 @@ def _curves(rows: list[dict]) -> dict[str, list[dict]]:
 
 
 def plot_tokens_per_call(rows: list[dict], path: Path, title: str) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     temps = _temps(rows)
     fig, axes = plt.subplots(1, len(temps), figsize=(6 * len(temps), 4.5), squeeze=False)
     for ax, t in zip(axes[0], temps):
@@ -102,7 +104,7 @@ def plot_tokens_per_call(rows: list[dict], path: Path, title: str) -> Path:
 
 def plot_bild(rows: list[dict], path: Path, title: str) -> Path:
     """BiLD Figure 4: quality vs normalised latency (1 / speedup) over the (alpha_FB, alpha_RB) grid."""
-    plt = _pyplot()
+    plt = pyplot()
     bild = [r for r in rows if r["family"] == "bild" and r.get("speedup")]
     metrics = [(k, label) for k, label in (("chrf_reference", "chrF vs reference solution"),
                                            ("chrf_target_greedy", "chrF vs the target's greedy output"))

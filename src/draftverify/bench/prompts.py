@@ -10,7 +10,8 @@ from pathlib import Path
 from ..errors import DraftVerifyError
 
 HUMANEVAL_FILE = Path("humaneval") / "HumanEval.jsonl.gz"
-SPEC_BENCH_FILE = Path("spec_bench") / "question.jsonl"
+SPEC_BENCH_FILE = Path("spec_bench") / "question.jsonl"  # the package ships it gzipped (question.jsonl.gz)
+PACKAGED_DATA = Path(__file__).resolve().parent / "data"  # both sets with their licences (data/README.md)
 # Spec-Bench's "mt_bench" subset is the 80 multi-turn MT-Bench questions, stored under their own 8 categories
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 # HumanEval's stop sequences (openai/human-eval, Codex paper): a completion ends where a new top-level block starts
@@ -26,20 +27,22 @@ class Prompt:
 
 
 def default_data_dir() -> Path:
-    """$DRAFTVERIFY_DATA, else <repo>/../shared/data (the repository is a sibling of shared/)."""
+    """$DRAFTVERIFY_DATA, else the copies shipped inside the package (so a fresh clone or install needs nothing)."""
     env = os.environ.get("DRAFTVERIFY_DATA")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3].parent / "shared" / "data"
+    return PACKAGED_DATA
 
 
 def _require(path: Path, what: str) -> Path:
-    if not path.is_file():
-        raise DraftVerifyError(
-            f"{what} not found at {path}; pass the folder that holds {path.parent.name}/{path.name} with "
-            f"--data-dir DIR (or set $DRAFTVERIFY_DATA)"
-        )
-    return path
+    """path, or path + '.gz' (the packaged copies are compressed; upstream's Spec-Bench file is not)."""
+    for candidate in (path, path.with_name(path.name + ".gz")):
+        if candidate.is_file():
+            return candidate
+    raise DraftVerifyError(
+        f"{what} not found at {path}; pass the folder that holds {path.parent.name}/{path.name} with "
+        f"--data-dir DIR (or set $DRAFTVERIFY_DATA)"
+    )
 
 
 def _read_jsonl(path: Path) -> list[dict]:

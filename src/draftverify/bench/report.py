@@ -48,8 +48,8 @@ def _temperature_title(t: float) -> str:
 
 
 MAIN_COLUMNS = ("runner", "gamma", "tok/s", "speedup", "tokens/call", "alpha", "target calls", "draft calls",
-                "= baseline", "c", "verify cost", "Thm 8 pred.", "pred. w/ verify cost", "achieved", "achieved/pred.",
-                "chrF ref", "chrF greedy")
+                "= baseline", "overshoot", "c", "verify cost", "Thm 8 pred.", "pred. w/ verify cost", "achieved",
+                "achieved/pred.", "chrF ref", "chrF greedy")
 
 
 def _main_row(r: dict) -> list[str]:
@@ -61,6 +61,7 @@ def _main_row(r: dict) -> list[str]:
     return [
         f"`{r['runner']}`", "-" if r["gamma"] is None else str(r["gamma"]), _f(r["tokens_per_second"], 1), speedup,
         _f(r["tokens_per_call"]), _f(r["alpha"], 3), str(r["target_calls"]), str(r["draft_calls"]), eq_text,
+        overshoot_text(r),
         _f(r["c"], 3), _f(r["verify_cost"], 2, "x"), _f(r["predicted_speedup"], 2, "x"),
         _f(r["predicted_speedup_with_verify_cost"], 2, "x"),
         _f(r["speedup_vs_ours_autoregressive"], 2, "x") if r["predicted_speedup"] is not None else "-",
@@ -68,7 +69,14 @@ def _main_row(r: dict) -> list[str]:
     ]
 
 
-def _table(columns, rows) -> list[str]:
+def overshoot_text(r: dict) -> str:
+    """'7 (3/12)': tokens generated past max_new_tokens, on how many of the prompts; '-' when none."""
+    if not r["overshoot_tokens"]:
+        return "-"
+    return f"{r['overshoot_tokens']} ({r['overshoot_prompts']}/{r['prompts']})"
+
+
+def markdown_table(columns, rows) -> list[str]:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
@@ -106,7 +114,10 @@ def render_markdown(result: dict) -> str:
         f"seconds; **speedup** = tok/s over `{BASELINE}` (the target alone, HF generate, KV cache) at the same "
         "temperature. **tokens/call** = new tokens per target forward that emits tokens (ours: after the prefill). "
         "**alpha** = accepted / judged draft tokens. **= baseline**: share of prompts whose greedy output equals "
-        f"the baseline's token for token. **c** = seconds per drafter run / seconds per single-token target forward "
+        "the baseline's token for token, compared up to max_new_tokens. **overshoot**: tokens generated past "
+        "max_new_tokens (Hugging Face prompt lookup keeps a whole accepted draft) and on how many prompts; they are "
+        "cut before every other column, tok/s included. "
+        f"**c** = seconds per drafter run / seconds per single-token target forward "
         f"(Leviathan Definition 7; our timers, the single-token forward from `{OURS_BASELINE}`; model-free drafters: "
         "per drafted position). **verify cost** = seconds per verification forward over gamma+1 tokens / seconds "
         "per single-token forward: Theorem 8 assumes 1x (parallel hardware), a CPU pays more; **pred. w/ verify cost** = `theory.walltime_factor(alpha, gamma, c, verify_cost)`, Theorem 8 with that measured cost. **Thm 8 pred.** = `theory.walltime_factor(alpha, gamma, c)` "
@@ -120,11 +131,11 @@ def render_markdown(result: dict) -> str:
         if not t_rows:
             continue
         lines += [f"## {_temperature_title(t)}", ""]
-        lines += _table(MAIN_COLUMNS, [_main_row(r) for r in t_rows])
+        lines += markdown_table(MAIN_COLUMNS, [_main_row(r) for r in t_rows])
         lines.append("")
-    bild = [r for r in rows if r["family"] == "bild"]
+    bild = [r for r in rows if not r["lossless"] and r["kind"] == "ours"]
     if bild:
-        lines += ["## BiLD: quality vs latency (greedy)", "",
+        lines += ["## Lossy methods (BiLD, SpecDec++, ...): quality vs latency (greedy)", "",
                   "Normalised latency = 1 / speedup (the target alone = 1). For comparison, per temperature: the "
                   "baseline, our fastest draft-model runner (at temperature > 0: speculative sampling) and our fastest "
                   "lossless runner.", ""]
@@ -137,7 +148,7 @@ def render_markdown(result: dict) -> str:
                 f"{s['alpha_fb']:g}" if "alpha_fb" in s else "-", f"{s['alpha_rb']:g}" if "alpha_rb" in s else "-",
                 _f(r.get("speedup"), 2, "x"), _f(1 / r["speedup"] if r.get("speedup") else None, 3),
                 _f(r["tokens_per_call"]), _f(r["chrf_reference"], 1), _f(r["chrf_target_greedy"], 1)])
-        lines += _table(cols, table_rows) + [""]
+        lines += markdown_table(cols, table_rows) + [""]
     plots = [(k, v) for k, v in files.items() if v.endswith(".png")]
     if plots:
         lines += ["## Plots", ""]

@@ -15,7 +15,8 @@ from .config import BenchConfig
 from .models import BenchModels, load_models
 from .prompts import Prompt, load_prompts
 from .report import render_markdown, write_json
-from .runners import Runner, build_runners, install_hooks
+from .lineup import build_runners
+from .runners import Runner, install_hooks
 from .summary import equality_failures, summarize
 
 console = Console(stderr=True)
@@ -64,7 +65,7 @@ def _record(runner: Runner, temperature: float, index: int, prompt: Prompt, seed
         "tokens_per_second": m.new_tokens / m.seconds if m.seconds > 0 else None,
         "target_calls": m.target_calls, "draft_calls": m.draft_calls, "drafted": m.drafted, "accepted": m.accepted,
         "rejections": m.rejections, "hook_target_forwards": m.hook_target_forwards,
-        "hook_draft_forwards": m.hook_draft_forwards, "stats": m.stats,
+        "hook_draft_forwards": m.hook_draft_forwards, "overshoot": m.overshoot, "stats": m.stats,
         "text": tokenizer.decode(m.new_ids, skip_special_tokens=True), "new_ids": m.new_ids,
     }
 

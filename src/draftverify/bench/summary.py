@@ -79,6 +79,9 @@ def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int
         "accepted_per_call": accepted / calls if calls else None,
         "alpha": accepted / judged if judged else None,
         "mean_draft_length": drafted / calls if calls else None,
+        # tokens emitted past max_new_tokens (cut before every other column): a peer's quirk, not a loss of exactness
+        "overshoot_tokens": sum(r["overshoot"] for r in recs),
+        "overshoot_prompts": sum(r["overshoot"] > 0 for r in recs),
     }
     # greedy: identical token ids to the baseline's on every prompt (lossless runners must reach 100%)
     if temperature == 0.0 and base_ids:

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Unpack llama.cpp's source tree (convert_hf_to_gguf.py + gguf-py) from the llama-cpp-python sdist of the installed
+# version, for the llama.cpp rows of `draftverify bench`; prints the export line to use.
+#   scripts/fetch_llama_cpp_converter.sh [DEST]        (default DEST: .cache/llama.cpp, ignored by git)
+set -euo pipefail
+dest="${1:-.cache/llama.cpp}"
+version="$(python -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')" || {
+    echo "llama-cpp-python is not installed: pip install -e '.[llamacpp]'" >&2; exit 2; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+python -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==${version}" -d "$work"
+tar -xzf "$work"/llama_cpp_python-"${version}".tar.gz -C "$work"
+mkdir -p "$(dirname "$dest")"
+rm -rf "$dest"
+mv "$work/llama_cpp_python-${version}/vendor/llama.cpp" "$dest"
+echo "export DRAFTVERIFY_LLAMA_CPP=$(cd "$dest" && pwd)"

@@ -1,0 +1,158 @@
+"""The cost curve: wall time of one target forward that scores n tokens after a fixed context, per execution mode.
+
+Tree and draft sizes are chosen from this curve: on a CPU, scoring n tokens costs far more than one (Theorem 8
+assumes it costs the same), and how much more depends on how the forward is run. Each mode is measured on the
+same context with a Hugging Face StaticCache (the position-indexed cache a compiled engine uses), so the only
+difference is the mode: eager or `torch.compile` (fullgraph, one static graph per width n, inductor freezing:
+weights folded as constants and prepacked), in float32 or bfloat16. Greedy decoding in each mode is compared
+with float32 eager token for token, because bfloat16 (and a different kernel order) may flip near-ties: the
+fast modes report their equality rate instead of assuming it.
+"""
+from __future__ import annotations
+
+import contextlib
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter
+from typing import Callable
+
+import torch
+from transformers import PreTrainedModel, StaticCache
+
+from ..errors import DraftVerifyError
+
+DEFAULT_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
+MODES = ("eager-float32", "eager-bfloat16", "compiled-float32", "compiled-bfloat16")
+REFERENCE_MODE = "eager-float32"  # the exact default every other mode is compared with
+
+
+@dataclass(frozen=True)
+class Mode:
+    compiled: bool
+    dtype: str  # float32 | bfloat16
+
+    @classmethod
+    def parse(cls, name: str) -> "Mode":
+        if name not in MODES:
+            raise DraftVerifyError(f"--cost-modes: unknown mode {name!r}; choose from {', '.join(MODES)}")
+        kind, dtype = name.split("-")
+        return cls(compiled=kind == "compiled", dtype=dtype)
+
+
+@dataclass
+class CurvePoint:
+    n: int
+    seconds: list[float] = field(default_factory=list)  # one per timed repeat, after warm-up
+
+    @property
+    def median_ms(self) -> float:
+        return 1000 * statistics.median(self.seconds)
+
+    @property
+    def min_ms(self) -> float:
+        return 1000 * min(self.seconds)
+
+
+@contextlib.contextmanager
+def compile_settings(graphs: int):
+    """Inductor freezing (weights as constants, prepacked for the CPU kernels), one static graph per width and
+    room for all of them; the previous settings come back afterwards."""
+    import torch._dynamo.config as dynamo
+    import torch._inductor.config as inductor
+
+    saved = (inductor.freezing, dynamo.recompile_limit, dynamo.automatic_dynamic_shapes)
+    inductor.freezing = True
+    dynamo.recompile_limit = max(dynamo.recompile_limit, graphs)
+    dynamo.automatic_dynamic_shapes = False
+    try:
+        yield
+    finally:
+        inductor.freezing, dynamo.recompile_limit, dynamo.automatic_dynamic_shapes = saved
+
+
+class StaticForward:
+    """A model with a StaticCache: prefill eagerly, then score n tokens at any position with `step` (compiled or
+    not). Writing the same positions again overwrites them, so a width can be timed repeatedly in place."""
+
+    def __init__(self, model: PreTrainedModel, max_cache_len: int, compiled: bool):
+        self.model = model
+        self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
+        self._forward: Callable = torch.compile(model, fullgraph=True, dynamic=False) if compiled else model
+
+    def _call(self, forward: Callable, ids: torch.Tensor, start: int) -> torch.Tensor:
+        positions = torch.arange(start, start + ids.shape[1])  # [n]
+        return forward(input_ids=ids, past_key_values=self.cache, cache_position=positions,
+                       position_ids=positions[None], use_cache=True).logits  # [1, n, V]
+
+    def prefill(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [1, L] at positions 0..L-1 into an emptied cache; eager (one prompt length is not a graph worth
+        compiling). Returns the logits [1, L, V]."""
+        self.cache.reset()
+        return self._call(self.model, ids, 0)
+
+    def step(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        return self._call(self._forward, ids, start)
+
+
+def time_widths(runner: StaticForward, context: torch.Tensor, sizes: tuple[int, ...], warmup: int, repeats: int,
+                progress: Callable[[str], None] | None = None) -> tuple[list[CurvePoint], dict[int, float]]:
+    """Per width n: `warmup` untimed calls (the first compiles), then `repeats` timed calls; all after the same
+    context [1, C] and at the same positions C..C+n-1. Returns the points and the first-call seconds per n."""
+    length = context.shape[1]
+    feed = context[0].flip(0)  # [C] any real tokens will do; the cost does not depend on which
+    points, first_call = [], {}
+    with torch.no_grad():
+        runner.prefill(context)
+        for n in sizes:
+            ids = feed[torch.arange(n) % length][None]  # [1, n]
+            started = perf_counter()
+            runner.step(ids, length)
+            first_call[n] = perf_counter() - started
+            for _ in range(max(0, warmup - 1)):
+                runner.step(ids, length)
+            point = CurvePoint(n)
+            for _ in range(repeats):
+                started = perf_counter()
+                runner.step(ids, length)
+                point.seconds.append(perf_counter() - started)
+            points.append(point)
+            if progress is not None:
+                progress(f"n={n}: {point.median_ms:.2f} ms")
+    return points, first_call
+
+
+def greedy_tokens(runner: StaticForward, prompt: torch.Tensor, new_tokens: int) -> list[int]:
+    """Greedy continuation of prompt [1, L]: eager prefill, then one token per `step` (the mode under test)."""
+    out: list[int] = []
+    with torch.no_grad():
+        logits = runner.prefill(prompt)
+        position = prompt.shape[1]
+        for _ in range(new_tokens):
+            token = int(logits[0, -1].argmax())
+            out.append(token)
+            if len(out) == new_tokens:
+                break
+            logits = runner.step(torch.tensor([[token]]), position)
+            position += 1
+    return out
+
+
+def equality(reference: list[list[int]], other: list[list[int]]) -> dict:
+    """Share of prompts with identical greedy tokens, and where each first differs (None: identical)."""
+    mismatch = [next((i for i, (a, b) in enumerate(zip(r, o)) if a != b), None) for r, o in zip(reference, other)]
+    return {"equal_rate": sum(m is None for m in mismatch) / len(mismatch), "first_mismatch": mismatch}
+
+
+def check_sizes(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
+        raise DraftVerifyError(f"--cost-sizes must be integers >= 1, got {list(sizes)!r}")
+    return tuple(sorted(set(sizes)))
+
+
+def model_for(path: str | Path, dtype: str) -> PreTrainedModel:
+    from ..api import load_model
+
+    model = load_model(path, dtype, role="target")
+    model.eval()
+    return model

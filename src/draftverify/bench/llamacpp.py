@@ -1,0 +1,119 @@
+"""llama.cpp as a peer (when llama-cpp-python is installed): the target converted to GGUF (gguf.py), decoded
+plainly and with llama.cpp's prompt lookup, on the same token ids as every other row.
+
+Greedy only: llama.cpp samples with its own random generator, so its sampled text cannot be compared with ours,
+and its greedy text is compared with Hugging Face's in the "= baseline" column. Its rows are not marked lossless:
+llama.cpp computes with its own kernels, so a near-tie may flip a token without any fault in the method.
+"""
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from time import perf_counter
+
+import torch
+
+from ..errors import DraftVerifyError
+from .config import BenchConfig
+from .gguf import convert, llama_cpp_dir
+from .models import BenchModels
+from .runners import Measurement, Runner
+
+PROMPT_LOOKUP_NGRAM = 3  # the same longest match as our prompt_lookup drafter and the HF row
+INSTALL_HINT = "pip install 'draftverify[llamacpp]'"
+
+
+class EvalCounter:
+    """Counts llama.cpp evaluations (one decode call per batch of tokens) of one Llama object."""
+
+    def __init__(self, llm):
+        self.calls: list[int] = []  # tokens fed per call
+        evaluate = llm.eval
+
+        def counted(tokens):
+            self.calls.append(len(tokens))
+            return evaluate(tokens)
+
+        llm.eval = counted
+
+    def take(self) -> list[int]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+@dataclass
+class LlamaCppRunner(Runner):
+    """Llama.generate at temperature 0, stopped at EOS or max_new_tokens; `lookup` set: prompt lookup drafts."""
+
+    llm: object | None = None  # llama_cpp.Llama
+    counter: EvalCounter | None = None
+    lookup: object | None = None  # llama_cpp.llama_speculative.LlamaPromptLookupDecoding
+    eos_token_id: int | None = None
+    gguf_dir: object | None = None  # the TemporaryDirectory holding the GGUF file, alive as long as the runner
+
+    def run(self, input_ids, temperature, seed, max_new_tokens) -> Measurement:
+        if temperature > 0:
+            raise DraftVerifyError("the llama.cpp rows run greedy only")
+        self.llm.draft_model = self.lookup
+        self.llm.reset()  # no prompt prefix reused from the previous call: every row prefills the whole prompt
+        self.counter.take()
+        new_ids: list[int] = []
+        started = perf_counter()
+        for token in self.llm.generate(input_ids[0].tolist(), temp=0.0, top_k=1, top_p=1.0, min_p=0.0,
+                                       repeat_penalty=1.0, reset=True):
+            new_ids.append(int(token))
+            if len(new_ids) == max_new_tokens or token == self.eos_token_id:
+                break
+        seconds = perf_counter() - started
+        calls = self.counter.take()
+        # every llama.cpp evaluation emits >= 1 token (the prompt's emits the first), like HF's forwards
+        return Measurement(new_ids=new_ids, seconds=seconds, target_calls=len(calls), draft_calls=0,
+                           drafted=sum(n - 1 for n in calls[1:]), accepted=0, rejections=0)
+
+
+def installed() -> bool:
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Runner], list[str]]:
+    """The llama.cpp rows (plain; prompt lookup at each fixed gamma), or none and a note saying why."""
+    families = [f for f in ("llamacpp", "llamacpp_prompt_lookup") if config.wants(f)]
+    if not families:
+        return [], []
+    if not installed():
+        return [], [f"llama.cpp rows skipped: llama-cpp-python is not installed ({INSTALL_HINT})"]
+    from llama_cpp import Llama
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    try:
+        source = llama_cpp_dir()
+        folder = tempfile.TemporaryDirectory(prefix="draftverify-gguf-")
+        gguf = convert(models.paths["target"], Path(folder.name) / "target-f32.gguf", source)
+    except DraftVerifyError as err:
+        return [], [f"llama.cpp rows skipped: {err}"]
+    threads = config.threads or torch.get_num_threads()
+    n_ctx = models.context_limit or 4096
+    common = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
+    shared = dict(family="llamacpp", greedy_only=True, lossless=False, eos_token_id=models.eos_token_id,
+                  gguf_dir=folder, settings={"gguf": "f32", "threads": threads})
+    runners: list[Runner] = []
+    if "llamacpp" in families:
+        plain = Llama(model_path=str(gguf), **common)
+        runners.append(LlamaCppRunner("llamacpp", llm=plain, counter=EvalCounter(plain), **shared))
+    fixed = [g for g in config.gammas if isinstance(g, int)]
+    if "llamacpp_prompt_lookup" in families and fixed:
+        # one model for every lookup row: with a draft model llama-cpp-python keeps the logits of every position
+        first = LlamaPromptLookupDecoding(max_ngram_size=PROMPT_LOOKUP_NGRAM, num_pred_tokens=fixed[0])
+        lookup_llm = Llama(model_path=str(gguf), draft_model=first, **common)
+        counter = EvalCounter(lookup_llm)
+        for g in fixed:
+            runners.append(LlamaCppRunner(
+                f"llamacpp_prompt_lookup[g={g}]", gamma=g, llm=lookup_llm, counter=counter,
+                lookup=LlamaPromptLookupDecoding(max_ngram_size=PROMPT_LOOKUP_NGRAM, num_pred_tokens=g),
+                **{**shared, "family": "llamacpp_prompt_lookup",
+                   "settings": {**shared["settings"], "max_ngram_size": PROMPT_LOOKUP_NGRAM}}))
+    notes = [f"llama.cpp rows: the target converted to GGUF (f32) with {source / 'convert_hf_to_gguf.py'}; "
+             "greedy only, compared with hf_generate token for token"]
+    return runners, notes

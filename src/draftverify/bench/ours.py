@@ -1,0 +1,171 @@
+"""Our runner rows, derived from the method registry (methods.METHODS + MethodOptions), never from method names.
+
+A method registered in `methods.METHODS` shows up in the benchmark without editing this module. What the bench
+needs to know about a method it learns from the registry and by building the method's objects:
+
+- lossless: the method's verifier is "exact" (greedy at temperature 0, speculative sampling otherwise);
+- the resources it needs (a draft model, an n-gram table): building it without one raises DraftVerifyError;
+- the options it reads: two values of an option build drafters / verifiers whose plain attributes differ.
+
+Rows per method, from those facts:
+- lossless methods run at every --gamma and every temperature; a method that reads `early_exit_layers` once per
+  layer count; one that needs a draft model also as `<method>_aligned` with the aligned draft (the aligned
+  draft changes speed, never the output, so the pair measures alignment alone);
+- lossy methods (BiLD, SpecDec++, ...) trade quality for speed, judged against the target's greedy output: they
+  run greedy only, at the longest draft --bild-gamma, over the --bild-fb x --bild-rb grid of the thresholds
+  they read (a fallback threshold in the drafter, a rollback threshold in the verifier);
+- the method whose drafter is "none" is the `ours_autoregressive` baseline.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from itertools import product
+from typing import Callable
+
+from ..cached_lm import CachedLM
+from ..errors import DraftVerifyError
+from ..methods import METHODS, Method, MethodOptions, build_drafter, build_verifier
+from ..types import SamplingParams
+from .config import BenchConfig, GammaSpec
+from .models import BenchModels
+
+ALIGNED_SUFFIX = "_aligned"
+BASELINE_DRAFTER = "none"  # the registry's drafter for plain decoding in our loop
+GREEDY = SamplingParams(temperature=0.0)
+# options swept by the bench, and the label each gets in a row name
+EARLY_EXIT = "early_exit_layers"
+LOSSY_GRID = ("alpha_fb", "alpha_rb")
+LABELS = {EARLY_EXIT: "L", "alpha_fb": "fb", "alpha_rb": "rb"}
+SETTING_NAMES = {EARLY_EXIT: "layers", "alpha_fb": "alpha_fb", "alpha_rb": "alpha_rb"}
+
+
+def drafting_methods() -> dict[str, Method]:
+    return {name: m for name, m in METHODS.items() if m.drafter != BASELINE_DRAFTER}
+
+
+def family_names() -> tuple[str, ...]:
+    """Every family --runners may name: each drafting method and its aligned-draft twin."""
+    names = list(drafting_methods())
+    return tuple(names + [n + ALIGNED_SUFFIX for n in names])
+
+
+def default_early_exit_layers(num_layers: int) -> tuple[int, ...]:
+    """About a quarter and half of the target's layers (at least 1, fewer than all)."""
+    picks = sorted({max(1, round(num_layers * f)) for f in (0.25, 0.5)})
+    return tuple(n for n in picks if n < num_layers)
+
+
+@dataclass
+class RowSpec:
+    """One row to build: its label, the options for its drafter and verifier, and how it runs."""
+
+    name: str
+    family: str
+    method: Method
+    options: MethodOptions
+    gamma: GammaSpec
+    lossless: bool
+    settings: dict = field(default_factory=dict)
+
+
+def _plain_attributes(obj) -> dict:
+    """The attributes that configure an object (numbers, strings, tuples); models and caches are left out."""
+    return {k: v for k, v in vars(obj).items() if isinstance(v, (bool, int, float, str, tuple, type(None)))}
+
+
+class MethodProbe:
+    """Builds one method's drafter and verifier from options, to learn what the method needs and reads."""
+
+    def __init__(self, method: Method, target: CachedLM):
+        self.method, self.target = method, target
+
+    def drafter(self, options: MethodOptions):
+        return build_drafter(self.method.drafter, self.target, options)
+
+    def verifier(self, options: MethodOptions):
+        return build_verifier(self.method.verifier, GREEDY, options)
+
+    def needs(self, options: MethodOptions, option: str) -> bool:
+        """Building fails without `option` (e.g. no draft model) although it succeeds with it."""
+        try:
+            self.drafter(replace(options, **{option: None}))
+        except DraftVerifyError:
+            return True
+        return False
+
+    def reads(self, options: MethodOptions, option: str, values: tuple) -> bool:
+        """The drafter or verifier is configured differently for two values of `option`."""
+        builders: tuple[Callable, ...] = (self.drafter, self.verifier)
+        for build in builders:
+            try:
+                seen = [_plain_attributes(build(replace(options, **{option: v}))) for v in values]
+            except DraftVerifyError:  # a value the method rejects (e.g. as many layers as the target has)
+                return True
+            if seen[0] != seen[1]:
+                return True
+        return False
+
+
+def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM) -> tuple[list[RowSpec], list[str]]:
+    """The rows of every drafting method this config wants, and notes on what was skipped and why."""
+    notes: list[str] = []
+    draft = CachedLM(models.draft, role="draft") if models.draft is not None else None
+    aligned = CachedLM(models.aligned_draft, role="aligned draft") if models.aligned_draft is not None else None
+    base = MethodOptions(draft_model=draft, ngram_path=models.ngram_path)
+    total = getattr(models.target.config, "num_hidden_layers", None)
+    layers = config.early_exit_layers if config.early_exit_layers is not None else \
+        default_early_exit_layers(total or 2)[: 1 if config.quick else None]
+    rows: list[RowSpec] = []
+    first_lossless = True
+    for name, method in drafting_methods().items():
+        wanted = [f for f in (name, name + ALIGNED_SUFFIX) if config.wants(f)]
+        if not wanted:
+            continue
+        probe = MethodProbe(method, target)
+        try:
+            probe.drafter(base)
+            probe.verifier(base)
+        except DraftVerifyError as err:
+            notes.append(f"{name} skipped: {err}")
+            continue
+        lossless = method.verifier == "exact"
+        grid: dict[str, tuple] = {}
+        if probe.reads(base, EARLY_EXIT, (1, 2)):
+            if not layers:
+                notes.append(f"{name} skipped: the {total}-layer target has no proper prefix of layers")
+                continue
+            grid[EARLY_EXIT] = tuple(layers)
+        if not lossless:
+            for option, values in zip(LOSSY_GRID, (config.bild_fb, config.bild_rb)):
+                if probe.reads(base, option, (0.3, 0.6)):
+                    grid[option] = tuple(values)
+        drafts = [(name, base)]
+        if name + ALIGNED_SUFFIX in wanted and lossless and probe.needs(base, "draft_model"):
+            if aligned is None:
+                notes.append(f"{name}{ALIGNED_SUFFIX} skipped: no aligned draft model")
+            else:
+                drafts.append((name + ALIGNED_SUFFIX, replace(base, draft_model=aligned)))
+        for family, options in drafts:
+            if not config.wants(family):
+                continue
+            gammas = list(config.gammas) if lossless else [config.bild_gamma]
+            if lossless and config.quick and not first_lossless:  # --quick: `auto` once, for the first family
+                gammas = [g for g in gammas if isinstance(g, int)] or gammas[:1]
+            first_lossless = first_lossless and not lossless
+            for values in product(*grid.values()):
+                swept = dict(zip(grid, values))
+                for g in gammas:
+                    rows.append(_row(family, method, replace(options, **swept), swept, g, lossless, config))
+    return rows, notes
+
+
+def _row(family: str, method: Method, options: MethodOptions, swept: dict, gamma: GammaSpec, lossless: bool,
+         config: BenchConfig) -> RowSpec:
+    parts = [f"{LABELS[k]}={v:g}" for k, v in swept.items()]
+    settings = {SETTING_NAMES[k]: v for k, v in swept.items()}
+    if lossless:
+        parts.append(f"g={gamma}" if isinstance(gamma, int) else str(gamma))
+    else:
+        settings["max_draft"] = config.bild_gamma
+    return RowSpec(name=f"{family}[{','.join(parts)}]", family=family, method=method, options=options, gamma=gamma,
+                   lossless=lossless, settings=settings)

@@ -1,0 +1,86 @@
+"""Our rows come from the method registry: today's methods, a newly registered one, skips with reasons."""
+from __future__ import annotations
+
+import pytest
+from bench_fixtures import model_dir  # noqa: F401  (fixture)
+
+from draftverify import DraftVerifyError
+from draftverify.bench import families
+from draftverify.bench.config import BenchConfig
+from draftverify.bench.lineup import build_runners
+from draftverify.bench.models import load_models
+from draftverify.bench.ours import plan_rows
+from draftverify.bench.runners import Hooks
+from draftverify.cached_lm import CachedLM
+from draftverify.methods import METHODS, Method
+
+
+def _config(model_dir, **overrides) -> BenchConfig:
+    paths = dict(target=model_dir / "target", draft=model_dir / "draft", aligned_draft=model_dir / "aligned",
+                 ngram=model_dir / "ngram.safetensors")
+    return BenchConfig(**{**paths, "quick": True, **overrides}).resolved()
+
+
+@pytest.fixture(scope="module")
+def models(model_dir):
+    return load_models(_config(model_dir))
+
+
+def _plan(config, models):
+    return plan_rows(config, models, CachedLM(models.target, role="target"))
+
+
+def test_todays_methods_give_the_rows_the_bench_always_had(model_dir, models):
+    rows, notes = _plan(_config(model_dir), models)
+    by_name = {r.name: r for r in rows}
+    assert set(by_name) == {"model[g=3]", "model[auto]", "model_aligned[g=3]", "prompt_lookup[g=3]", "ngram[g=3]",
+                            "early_exit[L=1,g=3]", "bild[fb=0.4,rb=2]", "bild_early_exit[L=1,fb=0.4,rb=2]",
+                            "specdec++[fb=0.4]"}
+    assert notes == []
+    assert all(r.lossless for r in rows if r.family in ("model", "model_aligned", "prompt_lookup", "early_exit"))
+    bild = by_name["bild[fb=0.4,rb=2]"]
+    assert not bild.lossless and bild.gamma == 4 and bild.options.alpha_fb == 0.4 and bild.options.alpha_rb == 2.0
+    assert by_name["model_aligned[g=3]"].options.draft_model.model is models.aligned_draft
+    assert by_name["model[g=3]"].options.draft_model.model is models.draft
+    assert by_name["early_exit[L=1,g=3]"].settings == {"layers": 1}
+
+
+def test_full_mode_sweeps_gammas_layers_and_the_lossy_grid(model_dir, models):
+    config = _config(model_dir, quick=False, gammas=(2, 4), bild_fb=(0.2, 0.6), bild_rb=(1.0, 3.0),
+                     early_exit_layers=(1, 2))
+    names = {r.name for r in _plan(config, models)[0]}
+    assert {"early_exit[L=1,g=2]", "early_exit[L=2,g=4]", "bild[fb=0.6,rb=1]", "bild[fb=0.2,rb=3]",
+            "bild_early_exit[L=2,fb=0.6,rb=3]", "ngram[g=4]"} <= names
+    assert sum(n.startswith("bild[") for n in names) == 4 and sum(n.startswith("early_exit[") for n in names) == 4
+
+
+def test_a_newly_registered_method_appears_without_editing_the_bench(model_dir, models, monkeypatch):
+    monkeypatch.setitem(METHODS, "lookup_new", Method("prompt_lookup", "exact", "a new lossless method"))
+    monkeypatch.setitem(METHODS, "model_new", Method("model", "exact", "a new method with a draft model"))
+    monkeypatch.setitem(METHODS, "lookup_lossy", Method("prompt_lookup", "bild", "a new lossy method"))
+    assert {"lookup_new", "model_new_aligned", "lookup_lossy"} <= set(families())
+    config = _config(model_dir, runners=("lookup_new", "model_new", "model_new_aligned", "lookup_lossy"))
+    runners, notes = build_runners(config, models, Hooks(target=None))
+    rows = {r.name: r for r in runners}
+    assert {"lookup_new[g=3]", "lookup_new[auto]", "model_new[g=3]", "model_new_aligned[g=3]",
+            "lookup_lossy[rb=2]"} <= set(rows)
+    assert not any(name.startswith("lookup_new_aligned") for name in rows)  # no draft model, no aligned twin
+    assert rows["lookup_new[g=3]"].lossless and not rows["lookup_new[g=3]"].greedy_only
+    assert not rows["lookup_lossy[rb=2]"].lossless and rows["lookup_lossy[rb=2]"].greedy_only
+    assert rows["lookup_lossy[rb=2]"].verifier == "bild" and rows["lookup_lossy[rb=2]"].options.alpha_rb == 2.0
+    assert type(rows["model_new[g=3]"].drafter).name == "model"
+    assert notes == []
+
+
+def test_a_method_without_its_resources_is_skipped_with_the_reason(model_dir):
+    config = BenchConfig(target=model_dir / "target", quick=True).resolved()  # no draft, no n-gram table
+    rows, notes = _plan(config, load_models(config))
+    families_run = {r.family for r in rows}
+    assert families_run == {"prompt_lookup", "early_exit", "bild_early_exit"}
+    assert any(n.startswith("model skipped") and "needs a draft model" in n for n in notes), notes
+    assert any(n.startswith("ngram skipped") and "needs a table" in n for n in notes), notes
+
+
+def test_unknown_runner_family_lists_the_registered_ones(model_dir):
+    with pytest.raises(DraftVerifyError, match="unknown runner family medusa.*specdec\\+\\+"):
+        _config(model_dir, runners=("model", "medusa"))
