@@ -20,6 +20,8 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel, StaticCache
 
+from ..cache import keep_positions
+
 from ..errors import DraftVerifyError
 
 DEFAULT_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
@@ -77,11 +79,14 @@ class StaticForward:
 
     def __init__(self, model: PreTrainedModel, max_cache_len: int, compiled: bool):
         self.model = model
+        self.capacity = max_cache_len
         self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
         self._forward: Callable = torch.compile(model, fullgraph=True, dynamic=False) if compiled else model
 
     def _call(self, forward: Callable, ids: torch.Tensor, start: int) -> torch.Tensor:
         positions = torch.arange(start, start + ids.shape[1])  # [n]
+        if start > 0:  # move the write position back (transformers 5 counts it in the cache, not cache_position)
+            keep_positions(self.cache, start, self.capacity)
         return forward(input_ids=ids, past_key_values=self.cache, cache_position=positions,
                        position_ids=positions[None], use_cache=True).logits  # [1, n, V]
 
