@@ -100,6 +100,7 @@ def generate(
         step_gamma = min(length_policy.next(), remaining)
         t0 = perf_counter()
         draft = drafter.propose(state, step_gamma)  # step_gamma >= 1: remaining >= 1 and policies give >= 1
+        draft.position = state.tokens.shape[1]  # keys position-coupled sampling noise
         t1 = perf_counter()
         cached = target.cached_length
         scored = torch.cat([state.tokens[:, cached:], draft.tokens], dim=1)  # [B, 1+N]: pending token + draft

@@ -1,7 +1,8 @@
 """Named methods: a drafter plus a verifier, each built from one MethodOptions bag.
 
-`exact` picks the lossless verifier for the sampling settings: greedy at temperature 0, speculative sampling
-otherwise. Adding a method is a new line here, never a branch in the loop.
+`exact` picks the lossless verifier for the sampling settings: greedy at temperature 0, Gumbel-max coupling when
+sampling is coupled (seeded, by default: the text is then the same for every method and draft length), speculative
+sampling otherwise. Adding a method is a new line here, never a branch in the loop.
 """
 from __future__ import annotations
 
@@ -67,5 +68,8 @@ def build_drafter(name: str, target: CachedLM, options: MethodOptions) -> Drafte
 
 def build_verifier(name: str, params: SamplingParams, options: MethodOptions) -> Verifier:
     if name == "exact":
-        name = "greedy" if params.greedy and options.lenience == 1.0 else "speculative_sampling"
+        if options.lenience != 1.0:
+            name = "speculative_sampling"
+        else:
+            name = "greedy" if params.greedy else "gumbel_coupling" if params.coupled else "speculative_sampling"
     return lookup(VERIFIERS, "verifier", name).from_options(options)

@@ -49,3 +49,54 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     r = (p - q).clamp_min_(0.0)
     mass = r.sum(dim=-1, keepdim=True)
     return torch.where(mass > 0, r / torch.where(mass > 0, mass, 1.0), p)
+
+
+# ---- position-keyed (coupled) sampling ------------------------------------------------------------------------
+# A sampled token at decoder position t is argmax(log p + G_t) (Gumbel-max trick: an exact draw from p), with
+# G_t [V] a pure function of (seed, t). The drafter draws with the same G_t over its own q, so a draft token
+# is kept iff it equals the target's draw, and the text is the target's own Gumbel-max sample: it depends on
+# neither the drafter nor where the draft boundaries fall (gamma auto picks them from wall-clock timings).
+
+_MASK64 = (1 << 64) - 1
+
+
+def position_seed(seed: int, position: int) -> int:
+    """splitmix64 of (seed, position): nearby positions and seeds get unrelated generator states."""
+    z = (seed * 0x9E3779B97F4A7C15 + position + 1) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) & ((1 << 63) - 1)
+
+
+def gumbel_noise(seed: int, start: int, count: int, vocab_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Gumbel noise G_t [count, V] for positions start .. start+count-1; drawn on the CPU so a seed means the
+    same noise on every device."""
+    rows = []
+    gen = torch.Generator()
+    for t in range(start, start + count):
+        gen.manual_seed(position_seed(seed, t))
+        u = torch.rand(vocab_size, generator=gen, dtype=torch.float64).clamp_(min=1e-300)  # U(0, 1), never 0
+        rows.append(-(-u.log()).log())
+    noise = torch.stack(rows) if rows else torch.empty(0, vocab_size, dtype=torch.float64)
+    return noise.float().to(device)
+
+
+def gumbel_argmax(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """argmax(log probs + noise): a draw from probs when noise is standard Gumbel. probs [..., V] -> [...]."""
+    return (probs.float().log() + noise).argmax(dim=-1)
+
+
+def coupling_seed(generator: torch.Generator) -> int:
+    """The key of coupled noise: the loop's generator holds the user's seed (or a fresh one when unseeded)."""
+    return generator.initial_seed()
+
+
+def draw(probs: torch.Tensor, params: SamplingParams, generator: torch.Generator | None, position: int) -> torch.Tensor:
+    """A drafter's token at decoder position `position`: argmax when greedy, the coupled Gumbel-max draw when
+    params.coupled, else a plain draw from the generator's stream. probs [B, V] -> [B]."""
+    if params.greedy:
+        return probs.argmax(dim=-1)
+    if params.coupled:
+        noise = gumbel_noise(coupling_seed(generator), position, 1, probs.shape[-1], probs.device)[0]  # [V]
+        return gumbel_argmax(probs, noise)
+    return sample(probs, generator)

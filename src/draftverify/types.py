@@ -13,15 +13,25 @@ class SamplingParams:
     """How the target's distribution p is turned into tokens; the same transform is applied to q.
 
     temperature 0 means greedy (argmax). top_k 0 and top_p 1.0 disable those filters.
+    coupling: sample with position-keyed Gumbel noise shared by drafter and target (sampling.gumbel_noise), so a
+    seeded text depends on neither the drafter nor the draft lengths; None = on exactly when a seed is given.
     """
 
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = None
+    coupling: bool | None = None
 
     def __post_init__(self) -> None:
         check_number("temperature (0 = greedy)", self.temperature, 0.0)
+        if self.temperature == float("inf"):
+            raise DraftVerifyError("temperature must be a finite number >= 0 (0 = greedy; large values flatten "
+                                   "the distribution towards uniform), got inf")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise DraftVerifyError(f"seed must be an integer (or None for a random seed), got {self.seed!r}")
+        if self.coupling is not None and not isinstance(self.coupling, bool):
+            raise DraftVerifyError(f"coupling must be True, False or None (= on when seeded), got {self.coupling!r}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise DraftVerifyError(f"top_k must be an integer >= 0 (0 = disabled), got {self.top_k!r}")
         check_number("top_p (1 = disabled)", self.top_p, 0.0, 1.0, low_open=True)
@@ -29,6 +39,13 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def coupled(self) -> bool:
+        """True when sampled tokens come from position-keyed Gumbel noise (never at temperature 0)."""
+        if self.greedy:
+            return False
+        return self.coupling if self.coupling is not None else self.seed is not None
 
 
 @dataclass
@@ -48,6 +65,7 @@ class Draft:
 
     tokens: torch.Tensor  # [B, N] long
     q_probs: torch.Tensor | None = None  # [B, N, V] drafter probabilities the tokens were drawn from
+    position: int | None = None  # decoder index of tokens[:, 0] (set by the loop; keys coupled noise)
 
     @property
     def length(self) -> int:

@@ -1,8 +1,10 @@
 """Drafters propose tokens cheaply; importing this package registers them all."""
 from .base import Drafter, NoDrafter
 from .early_exit import EarlyExitDrafter
+from .lookup_model import LookupModelDrafter
 from .model import ModelDrafter
 from .ngram import NgramDrafter, NgramTable
 from .prompt_lookup import PromptLookupDrafter
 
-__all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable"]
+__all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable",
+           "LookupModelDrafter"]

@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
-from ..sampling import probs_from_logits, sample
+from ..sampling import draw, probs_from_logits
 from ..types import DecodingState, Draft
 from .base import Drafter, stack_draft
 
@@ -189,12 +189,12 @@ class NgramDrafter(Drafter):
         context = state.tokens[0, -(self.table.order - 1) :].tolist()
         tokens: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
-        for _ in range(gamma):
+        for i in range(gamma):
             ids, counts = self.table.next_counts(context)
             dense = torch.zeros(self.table.vocab_size)
             dense[ids] = counts
             q_i = probs_from_logits(dense.log()[None], state.params)  # [1, V]
-            x = q_i.argmax(dim=-1) if state.params.greedy else sample(q_i, state.generator)  # [1]
+            x = draw(q_i, state.params, state.generator, state.tokens.shape[1] + i)  # [1]
             tokens.append(x)
             q.append(q_i)
             context = (context + [int(x)])[-(self.table.order - 1) :]

@@ -1,8 +1,10 @@
 """Verifiers decide how much of a draft to keep; importing this package registers them all."""
 from .base import Verifier
 from .bild import BildVerifier
+from .coupled import GumbelCouplingVerifier
 from .greedy import GreedyVerifier
 from .rejection import SpeculativeSamplingVerifier
 from .topbeta import TopBetaVerifier
 
-__all__ = ["Verifier", "GreedyVerifier", "SpeculativeSamplingVerifier", "BildVerifier", "TopBetaVerifier"]
+__all__ = ["Verifier", "GreedyVerifier", "SpeculativeSamplingVerifier", "BildVerifier", "TopBetaVerifier",
+           "GumbelCouplingVerifier"]
