@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from transformers import PreTrainedModel
-
-from .cached_lm import CachedLM
-from . import drafters as _drafters, verifiers as _verifiers  # noqa: F401  (fill the registries)
-from .drafters.base import Drafter
 from .errors import DraftVerifyError
-from .registry import DRAFTERS, VERIFIERS, lookup
-from .types import SamplingParams
-from .verifiers.base import Verifier
+
+if TYPE_CHECKING:  # the table is read by `draftverify methods` and argument checks, which must not wait for torch
+    from .cached_lm import CachedLM
+    from .drafters.base import Drafter
+    from .types import SamplingParams
+    from .verifiers.base import Verifier
 
 
 @dataclass(frozen=True)
@@ -25,17 +24,20 @@ class Method:
     drafter: str
     verifier: str  # a registered verifier name, or "exact"
     summary: str
+    needs_draft: bool = False  # the drafter runs a separate draft model (draft=... / --draft)
 
 
 METHODS: dict[str, Method] = {
     "autoregressive": Method("none", "exact", "the target alone in our loop (no drafting): the baseline"),
-    "model": Method("model", "exact", "speculative decoding with a small draft model (Leviathan et al.)"),
+    "model": Method("model", "exact", "speculative decoding with a small draft model (Leviathan et al.)", True),
     "prompt_lookup": Method("prompt_lookup", "exact", "copy the continuation of the latest matching n-gram in the context"),
+    "lookup_model": Method("lookup_model", "exact", "copy from the context when its last n-gram recurs, else the draft "
+                           "model drafts (the code zoo's default)", True),
     "ngram": Method("ngram", "exact", "a negligible-cost n-gram table drafts (works under sampling too)"),
     "early_exit": Method("early_exit", "exact", "the target's first L layers + its LM head draft (shared weights)"),
-    "bild": Method("model", "bild", "Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB); not lossless"),
+    "bild": Method("model", "bild", "Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB); not lossless", True),
     "bild_early_exit": Method("early_exit", "bild", "BiLD with the early-exit small model (BiLD section 4.4)"),
-    "specdec++": Method("model", "topbeta", "SpecDec++ top-beta / tolerance-tau verification; not lossless"),
+    "specdec++": Method("model", "topbeta", "SpecDec++ top-beta / tolerance-tau verification; not lossless", True),
 }
 
 
@@ -43,7 +45,7 @@ METHODS: dict[str, Method] = {
 class MethodOptions:
     """Everything any drafter or verifier may need; each reads only its own fields."""
 
-    draft_model: PreTrainedModel | None = None
+    draft_model: Any = None  # a transformers PreTrainedModel (or CachedLM) for methods with needs_draft
     ngram_path: str | Path | None = None
     early_exit_layers: int = 1
     prompt_lookup_max_ngram: int = 3
@@ -63,10 +65,16 @@ def resolve_method(name: str) -> Method:
 
 
 def build_drafter(name: str, target: CachedLM, options: MethodOptions) -> Drafter:
+    from . import drafters  # noqa: F401  (fills the registry)
+    from .registry import DRAFTERS, lookup
+
     return lookup(DRAFTERS, "drafter", name).from_options(target, options)
 
 
 def build_verifier(name: str, params: SamplingParams, options: MethodOptions) -> Verifier:
+    from . import verifiers  # noqa: F401  (fills the registry)
+    from .registry import VERIFIERS, lookup
+
     if name == "exact":
         if options.lenience != 1.0:
             name = "speculative_sampling"

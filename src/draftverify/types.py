@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import DraftVerifyError, check_number
+from .checks import check_sampling
 
 
 @dataclass(frozen=True)
@@ -24,17 +24,7 @@ class SamplingParams:
     coupling: bool | None = None
 
     def __post_init__(self) -> None:
-        check_number("temperature (0 = greedy)", self.temperature, 0.0)
-        if self.temperature == float("inf"):
-            raise DraftVerifyError("temperature must be a finite number >= 0 (0 = greedy; large values flatten "
-                                   "the distribution towards uniform), got inf")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise DraftVerifyError(f"seed must be an integer (or None for a random seed), got {self.seed!r}")
-        if self.coupling is not None and not isinstance(self.coupling, bool):
-            raise DraftVerifyError(f"coupling must be True, False or None (= on when seeded), got {self.coupling!r}")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise DraftVerifyError(f"top_k must be an integer >= 0 (0 = disabled), got {self.top_k!r}")
-        check_number("top_p (1 = disabled)", self.top_p, 0.0, 1.0, low_open=True)
+        check_sampling(self.temperature, self.top_k, self.top_p, self.seed, self.coupling)
 
     @property
     def greedy(self) -> bool:

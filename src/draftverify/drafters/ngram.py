@@ -151,15 +151,24 @@ class NgramTable:
         path = Path(path)
         if not path.is_file():
             raise DraftVerifyError(f"n-gram table {path} not found; build one with `draftverify train ngram`")
-        with safe_open(str(path), "np") as f:
-            meta = f.metadata()
-            arrays = {
-                int(key[3:]): (f.get_tensor(key), f.get_tensor(f"offsets{key[3:]}"), f.get_tensor(f"tokens{key[3:]}"),
-                               f.get_tensor(f"counts{key[3:]}"))
-                for key in f.keys()
-                if key.startswith("ctx")
-            }
-        return cls.from_arrays(int(meta["order"]), int(meta["vocab_size"]), arrays)
+        try:
+            with safe_open(str(path), "np") as f:
+                meta = f.metadata() or {}
+                arrays = {
+                    int(key[3:]): (f.get_tensor(key), f.get_tensor(f"offsets{key[3:]}"),
+                                   f.get_tensor(f"tokens{key[3:]}"), f.get_tensor(f"counts{key[3:]}"))
+                    for key in f.keys()
+                    if key.startswith("ctx")
+                }
+            order, vocab_size = int(meta["order"]), int(meta["vocab_size"])
+        except DraftVerifyError:
+            raise
+        except Exception as err:  # safetensors' own error type, KeyError, ValueError: all mean "not a table"
+            raise DraftVerifyError(
+                f"{path} is not an n-gram table ({type(err).__name__}: {err}); pass a file written by "
+                "`draftverify train ngram` (e.g. zoo/code/ngram.safetensors)"
+            ) from None
+        return cls.from_arrays(order, vocab_size, arrays)
 
 
 @register_drafter("ngram")
