@@ -43,7 +43,7 @@ def model_dirs(tmp_path_factory):
 PROMPT = "def quicksort(xs):\n    "
 
 
-@pytest.mark.parametrize("method", ["model", "prompt_lookup", "ngram", "early_exit"])
+@pytest.mark.parametrize("method", ["model", "prompt_lookup", "lookup_model", "ngram", "early_exit"])
 def test_lossless_methods_give_the_autoregressive_text(model_dirs, method):
     baseline = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=24)
     pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method=method,

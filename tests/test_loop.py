@@ -8,6 +8,7 @@ from conftest import ALL_ARCHS, CAUSAL_ARCHS, EOS, VOCAB, perturbed_copy, refere
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import EarlyExitDrafter, LookupModelDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
 from draftverify.drafters.base import Drafter
+from draftverify.drafters.early_exit import shallow_view
 from draftverify.sampling import gumbel_argmax, gumbel_noise, probs_from_logits
 from draftverify.types import Draft
 from draftverify.verifiers import (BildVerifier, GreedyVerifier, GumbelCouplingVerifier, SpeculativeSamplingVerifier,
@@ -175,9 +176,19 @@ def test_bild_zero_rollback_threshold_only_keeps_tokens_the_target_is_sure_of():
 
 def test_bild_early_exit_variant_runs_and_uses_the_shallow_model():
     model, ref = target_and_reference("gpt_neox")
-    out = generate(model, EarlyExitDrafter(model, num_layers=1, fallback_threshold=0.3), BildVerifier(2.0), PROMPT,
-                   max_new_tokens=NEW, gamma=10)
-    assert out.stats.new_tokens == NEW and out.stats.draft_calls > 0
+    shallow_text = reference_greedy(shallow_view(model, 1), PROMPT, NEW)
+    assert shallow_text != ref  # the two models are distinguishable by their text
+    # never falling back and never rolling back, BiLD writes exactly the 1-layer view's greedy text
+    out = generate(model, EarlyExitDrafter(model, num_layers=1, fallback_threshold=0.0), BildVerifier(1e9), PROMPT,
+                   max_new_tokens=NEW, gamma=NEW)
+    assert out.new_tokens[0].tolist() == shallow_text
+    assert out.stats.draft_calls == out.stats.drafted_tokens == NEW
+    # with a finite rollback threshold the target keeps part of the shallow model's tokens and replaces the rest
+    # (a 1-layer view of a random 2-layer model is nearly uniform, so alpha_RB = 3 is where both happen)
+    model, ref = target_and_reference("llama")
+    out = generate(model, EarlyExitDrafter(model, num_layers=1), BildVerifier(3.0), PROMPT, max_new_tokens=NEW, gamma=10)
+    assert out.stats.new_tokens == NEW and out.stats.accepted_tokens > 0 and out.stats.rejections > 0
+    assert out.new_tokens[0].tolist() not in (ref, reference_greedy(shallow_view(model, 1), PROMPT, NEW))
 
 
 # ---- sampling through the loop ------------------------------------------------------------------------------
