@@ -50,6 +50,9 @@ class MethodOptions:
     early_exit_layers: int = 1
     prompt_lookup_max_ngram: int = 3
     prompt_lookup_min_ngram: int = 1
+    # lookup_model copies only on a match of >= 2 tokens: a 1-token match is a weaker guess than the draft
+    # model's (code zoo, benchmarks/lookup-model-counts.md: 3.52 vs 3.25 tokens per call greedy, 2.40 vs 2.15 at T=0.8)
+    lookup_model_min_ngram: int = 2
     alpha_fb: float = 0.0  # BiLD fallback threshold (0 = never fall back)
     alpha_rb: float = 2.0  # BiLD rollback threshold on -log p_target(x)
     lenience: float = 1.0

@@ -22,7 +22,7 @@ from .prompt_lookup import PromptLookupDrafter
 
 @register_drafter("lookup_model")
 class LookupModelDrafter(Drafter):
-    def __init__(self, model: PreTrainedModel | CachedLM, max_ngram: int = 3, min_ngram: int = 1,
+    def __init__(self, model: PreTrainedModel | CachedLM, max_ngram: int = 3, min_ngram: int = 2,
                  fallback_threshold: float = 0.0):
         super().__init__()
         self.lookup = PromptLookupDrafter(max_ngram, min_ngram)
@@ -33,7 +33,7 @@ class LookupModelDrafter(Drafter):
     def from_options(cls, target: CachedLM, options) -> "LookupModelDrafter":
         if options.draft_model is None:
             raise DraftVerifyError("the 'lookup_model' drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
-        return cls(options.draft_model, options.prompt_lookup_max_ngram, options.prompt_lookup_min_ngram,
+        return cls(options.draft_model, options.prompt_lookup_max_ngram, options.lookup_model_min_ngram,
                    options.alpha_fb)
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
