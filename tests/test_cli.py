@@ -171,3 +171,16 @@ def test_ctrl_c_while_loading_exits_130_without_a_traceback(model_dirs):  # noqa
     assert proc.returncode == 130, err
     assert b"interrupted" in err and b"Traceback" not in err
     assert out == b""
+
+
+def test_transformers_warnings_do_not_reach_the_user(model_dirs, tmp_path):  # noqa: F811
+    """A tokenizer whose nominal maximum is below the prompt makes transformers log "Token indices sequence
+    length is longer than ..."; the model itself attends to 512 positions, so the run is fine and quiet."""
+    short = tmp_path / "short"
+    shutil.copytree(model_dirs / "target", short)
+    config = json.loads((short / "tokenizer_config.json").read_text())
+    (short / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 8}))
+    result = run_process(["generate", "--target", str(short), "--method", "autoregressive", "-n", "4",
+                          "--prompt", PROMPT * 4], env={"TRANSFORMERS_VERBOSITY": ""})
+    assert result.returncode == 0, result.stderr
+    assert b"Token indices" not in result.stderr and b"Warning" not in result.stderr

@@ -112,12 +112,15 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
 
 def _quiet_libraries() -> None:
     """transformers' own warnings (e.g. a long prompt against the tokenizer's nominal maximum) are noise to a
-    CLI user; our checks report what matters. Set before transformers is imported; a user's choice wins."""
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    CLI user; our checks report what matters. A TRANSFORMERS_VERBOSITY the user set wins."""
     import warnings
 
     warnings.filterwarnings("ignore", module=r"transformers(\.|$)")
+    if not os.environ.get("TRANSFORMERS_VERBOSITY"):
+        os.environ["TRANSFORMERS_VERBOSITY"] = "error"  # read at import, for messages logged while importing
+        import transformers
+
+        transformers.logging.set_verbosity_error()  # and now, if transformers was imported already
 
 
 @app.command()
