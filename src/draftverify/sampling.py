@@ -1,6 +1,8 @@
 """Pure functions from logits to probabilities and tokens. The same transform serves p (target) and q (drafter)."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 
 from .types import SamplingParams
@@ -68,17 +70,30 @@ def position_seed(seed: int, position: int) -> int:
     return (z ^ (z >> 31)) & ((1 << 63) - 1)
 
 
+_NOISE_CACHE: OrderedDict[tuple[int, int, int], torch.Tensor] = OrderedDict()
+_NOISE_CACHE_ROWS = 48  # > the longest draft + bonus: each position's noise is drawn about once per generation
+
+
+def _noise_row(seed: int, position: int, vocab_size: int) -> torch.Tensor:
+    """G_t [V] float32 on the CPU. The drafter and the verifier ask for the same positions, and positions past
+    a rejection are asked for again next step, so recent rows are kept rather than drawn again."""
+    key = (seed, position, vocab_size)
+    row = _NOISE_CACHE.get(key)
+    if row is None:
+        gen = torch.Generator().manual_seed(position_seed(seed, position))
+        u = torch.rand(vocab_size, generator=gen, dtype=torch.float64).clamp_(min=1e-300)  # U(0, 1), never 0
+        row = _NOISE_CACHE[key] = (-(-u.log()).log()).float()
+        if len(_NOISE_CACHE) > _NOISE_CACHE_ROWS:
+            _NOISE_CACHE.popitem(last=False)
+    return row
+
+
 def gumbel_noise(seed: int, start: int, count: int, vocab_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """Gumbel noise G_t [count, V] for positions start .. start+count-1; drawn on the CPU so a seed means the
     same noise on every device."""
-    rows = []
-    gen = torch.Generator()
-    for t in range(start, start + count):
-        gen.manual_seed(position_seed(seed, t))
-        u = torch.rand(vocab_size, generator=gen, dtype=torch.float64).clamp_(min=1e-300)  # U(0, 1), never 0
-        rows.append(-(-u.log()).log())
-    noise = torch.stack(rows) if rows else torch.empty(0, vocab_size, dtype=torch.float64)
-    return noise.float().to(device)
+    if count == 0:
+        return torch.empty(0, vocab_size, device=device)
+    return torch.stack([_noise_row(seed, t, vocab_size) for t in range(start, start + count)]).to(device)
 
 
 def gumbel_argmax(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
