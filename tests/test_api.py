@@ -72,6 +72,9 @@ def test_sampling_through_the_pipeline_is_seeded(model_dirs):
     assert a.text != greedy
     assert pipe.verifier_name == "exact" and a.verifier == "gumbel_coupling"  # resolved per call
     assert pipe.generate(PROMPT, max_new_tokens=4, temperature=1.0).verifier == "speculative_sampling"
+    plain = [pipe.generate(PROMPT, max_new_tokens=16, temperature=1.0, top_p=0.9, seed=3, coupling=False)
+             for _ in range(2)]
+    assert plain[0].verifier == "speculative_sampling" and plain[0].text == plain[1].text  # seeded, fixed gamma
     assert pipe.generate(PROMPT, max_new_tokens=4).verifier == "greedy"
 
 
