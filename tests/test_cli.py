@@ -106,8 +106,23 @@ def test_ignored_settings_are_warned_about(model_dirs):  # noqa: F811
     assert result.exit_code == 0, result.output
     assert "warning: --top-p, --seed: used only when sampling" in result.stderr
     assert "warning: --draft is not used by method 'prompt_lookup'" in result.stderr
-    quiet = runner.invoke(app, generate_args(model_dirs, "--method", "prompt_lookup", "--temperature", "1", "--seed", "1"))
-    assert "warning" not in quiet.stderr
+    quiet = runner.invoke(app, generate_args(model_dirs, "--method", "prompt_lookup", "--temperature", "1", "--seed", "1",
+                                             "--gamma", "auto"))
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr
+    uncoupled = runner.invoke(app, generate_args(model_dirs, "--method", "prompt_lookup", "--temperature", "1",
+                                                 "--seed", "1", "--no-coupling", "--gamma", "auto"))
+    assert "warning: --seed with --no-coupling and --gamma auto does not fix the text" in uncoupled.stderr
+
+
+def test_the_same_seed_prints_the_same_text_for_every_method_and_gamma(model_dirs):  # noqa: F811
+    texts = set()
+    for extra in (["--method", "autoregressive"], ["--method", "model", "--gamma", "auto"],
+                  ["--method", "lookup_model", "--gamma", "2"], ["--method", "prompt_lookup", "--gamma", "heuristic"]):
+        result = runner.invoke(app, generate_args(model_dirs, "--draft", str(model_dirs / "draft"), "--temperature",
+                                                  "0.8", "--seed", "0", "-n", "24", "--json", *extra))
+        assert result.exit_code == 0, result.output
+        texts.add(json.loads(result.stdout)["text"])
+    assert len(texts) == 1
 
 
 def test_prompt_dash_reads_stdin_and_rejects_non_utf8(model_dirs):  # noqa: F811

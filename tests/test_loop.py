@@ -205,7 +205,8 @@ def test_sampling_is_reproducible_with_a_seed_and_varies_without():
     assert not torch.equal(runs[0], other)
 
 
-def test_sampled_first_token_follows_target_distribution_through_the_loop():
+@pytest.mark.parametrize("coupling", [False, True])
+def test_sampled_first_token_follows_target_distribution_through_the_loop(coupling):
     """End to end: the first token's frequencies are as close to p as exact samples from p would be, and
     clearly farther from the draft's q (so a rule that passed q's samples through would fail)."""
     model, _ = target_and_reference("gpt2")
@@ -216,8 +217,9 @@ def test_sampled_first_token_follows_target_distribution_through_the_loop():
     draws = 800
     counts = torch.zeros(VOCAB, dtype=torch.float64)
     drafter = ModelDrafter(draft_model)
+    verifier = GumbelCouplingVerifier() if coupling else SpeculativeSamplingVerifier()
     for seed in range(draws):
-        out = generate(model, drafter, SpeculativeSamplingVerifier(), PROMPT, SamplingParams(1.0, seed=seed),
+        out = generate(model, drafter, verifier, PROMPT, SamplingParams(1.0, seed=seed, coupling=coupling),
                        max_new_tokens=2, gamma=1)
         counts[out.new_tokens[0, 0]] += 1
     tv = lambda freq, dist: 0.5 * (freq - dist).abs().sum()  # noqa: E731

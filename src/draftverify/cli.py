@@ -95,9 +95,13 @@ def _default_method(zoo: Optional[str], draft: Optional[str]) -> str:
 
 
 def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float, seed: Optional[int],
-                      draft: Optional[str], ngram: Optional[Path]) -> list[str]:
-    """Settings the user gave that this run will not use: said out loud instead of silently dropped."""
+                      draft: Optional[str], ngram: Optional[Path], coupling: Optional[bool], gamma: str) -> list[str]:
+    """Settings the user gave that this run will not use (or not as they expect): said out loud instead of
+    silently dropped."""
     notes = []
+    if temperature > 0 and seed is not None and coupling is False and gamma == "auto":
+        notes.append("--seed with --no-coupling and --gamma auto does not fix the text: it depends on where drafts "
+                     "end, which auto picks from timings; drop --no-coupling (or fix --gamma) to reproduce it")
     if temperature == 0:
         given = [flag for flag, used in (("--top-k", top_k != 0), ("--top-p", top_p != 1.0),
                                          ("--seed", seed is not None)) if used]
@@ -162,7 +166,7 @@ def generate(
         if dtype not in DTYPE_NAMES:
             raise DraftVerifyError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
         text_in = _read_prompt(prompt)
-        for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, ngram):
+        for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, ngram, coupling, gamma):
             err_console.print(f"[yellow]warning:[/yellow] {note}")
         source = f"zoo {zoo!r}" if zoo and not target else repr(target)
         err_console.print(f"[dim]loading {method}: target {source}" + (f", draft {draft!r}" if draft else "") + " ...[/dim]")
