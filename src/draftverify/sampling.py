@@ -5,6 +5,7 @@ from collections import OrderedDict
 
 import torch
 
+from .errors import DraftVerifyError
 from .types import SamplingParams
 
 
@@ -101,8 +102,10 @@ def gumbel_argmax(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     return (probs.float().log() + noise).argmax(dim=-1)
 
 
-def coupling_seed(generator: torch.Generator) -> int:
+def coupling_seed(generator: torch.Generator | None) -> int:
     """The key of coupled noise: the loop's generator holds the user's seed (or a fresh one when unseeded)."""
+    if generator is None:
+        raise DraftVerifyError("coupled sampling needs the seeded generator that generate() creates; pass one")
     return generator.initial_seed()
 
 
