@@ -44,14 +44,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                    "sentencepiece.bpe.model", "vocab.txt", "source.spm")
 
 
-def _hub_kwargs(path: str) -> dict:
-    """Loading options for `path`: none for a local folder; for a hub id, local_files_only when the hub cannot
-    be reached, so an offline machine answers at once from the cache (or with a clear error) instead of
-    retrying the network for half a minute."""
+def _hub_access(path: str) -> tuple[dict, str | None]:
+    """(from_pretrained options, why the hub is unreachable or None) for `path`: nothing for a local folder;
+    for a hub id, local_files_only when the hub cannot be reached, so an offline machine answers at once from
+    the cache (or with a clear error) instead of retrying the network for half a minute."""
     if Path(path).exists():
-        return {}
+        return {}, None
     reason = hub_unreachable_reason()
-    return {} if reason is None else {"local_files_only": True, "_offline_reason": reason}
+    return ({}, None) if reason is None else ({"local_files_only": True}, reason)
 
 
 def _not_found(path: str, role: str, offline_reason: str | None, err: Exception) -> DraftVerifyError:
@@ -73,8 +73,7 @@ def load_model(path: str | Path, dtype: str = "float32", role: str = "target") -
     if dtype not in DTYPES:
         raise DraftVerifyError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     path = str(path)
-    hub = _hub_kwargs(path)
-    offline_reason = hub.pop("_offline_reason", None)
+    hub, offline_reason = _hub_access(path)
     try:
         config = AutoConfig.from_pretrained(path, **hub)
     except (OSError, ValueError) as err:
@@ -95,8 +94,7 @@ def load_tokenizer(path: str | Path):
             f"the model folder {path!r} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...): save the "
             "tokenizer beside the model with tokenizer.save_pretrained(folder)"
         )
-    hub = _hub_kwargs(path)
-    offline_reason = hub.pop("_offline_reason", None)
+    hub, offline_reason = _hub_access(path)
     try:
         return AutoTokenizer.from_pretrained(path, **hub)
     except Exception as err:  # transformers raises OSError, ValueError, ImportError, ... with misleading hints

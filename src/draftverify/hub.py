@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from urllib.parse import urlparse
 
 _OFF_VALUES = {"1", "on", "yes", "true"}
+
+
+_ANSWER_SECONDS = 60.0  # one probe serves the tokenizer, config and weights of a load (and of its draft)
+_answers: dict[tuple[str, int], tuple[float, str | None]] = {}
 
 
 def hub_unreachable_reason(timeout: float = 1.5) -> str | None:
@@ -16,8 +21,13 @@ def hub_unreachable_reason(timeout: float = 1.5) -> str | None:
     endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     host = endpoint.hostname or "huggingface.co"
     port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    asked, answer = _answers.get((host, port), (-_ANSWER_SECONDS, None))
+    if time.monotonic() - asked < _ANSWER_SECONDS:
+        return answer
     try:
         with socket.create_connection((host, port), timeout=timeout):
-            return None
+            answer = None
     except OSError as err:
-        return f"{host}:{port}: {err.strerror or type(err).__name__}"
+        answer = f"{host}:{port}: {err.strerror or type(err).__name__}"
+    _answers[(host, port)] = (time.monotonic(), answer)
+    return answer
