@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
@@ -167,9 +168,10 @@ def generate(
             raise DraftVerifyError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
         text_in = _read_prompt(prompt)
         for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, ngram, coupling, gamma):
-            err_console.print(f"[yellow]warning:[/yellow] {note}")
+            err_console.print(f"[yellow]warning:[/yellow] {escape(note)}")
         source = f"zoo {zoo!r}" if zoo and not target else repr(target)
-        err_console.print(f"[dim]loading {method}: target {source}" + (f", draft {draft!r}" if draft else "") + " ...[/dim]")
+        loading = f"loading {method}: target {source}" + (f", draft {draft!r}" if draft else "") + " ..."
+        err_console.print(f"[dim]{escape(loading)}[/dim]")
         _quiet_libraries()
         from .api import load
 
@@ -181,8 +183,8 @@ def generate(
                     gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
                     tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram)
         on_text = None
+        echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed
         if not as_json:
-            echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed
 
             def on_text(piece: str) -> None:
                 if not echoed:
@@ -194,7 +196,7 @@ def generate(
         result = pipe.generate(text_in, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                top_p=top_p, seed=seed, coupling=coupling, on_text=on_text)
     except DraftVerifyError as err:
-        err_console.print(f"[red]error:[/red] {err}")
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         sys.stdout.flush()
@@ -203,7 +205,7 @@ def generate(
     if as_json:
         print(json.dumps({"text": result.text, "method": method, "stats": result.stats.as_dict()}))
         return
-    if not result.text:
+    if not echoed:  # nothing was generated (an immediate end of text): the prompt alone
         sys.stdout.write(text_in)
     sys.stdout.write("\n")
     sys.stdout.flush()
