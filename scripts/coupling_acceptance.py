@@ -20,7 +20,7 @@ import torch
 import transformers
 
 from draftverify import SamplingParams, generate
-from draftverify.api import load_model, zoo_paths
+from draftverify.api import load_model, load_tokenizer, zoo_paths
 from draftverify.drafters import ModelDrafter
 from draftverify.sampling import probs_from_logits
 from draftverify.theory import expected_tokens_per_call, gumbel_acceptance_rate
@@ -46,8 +46,8 @@ def expected_rates(target, draft, tokenizer, params: SamplingParams, new_tokens:
     for i, prompt in enumerate(PROMPTS):
         ids = tokenizer(prompt, return_tensors="pt").input_ids
         torch.manual_seed(seed * 1000 + i)
-        seq = target.generate(ids, do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0,
-                              max_new_tokens=new_tokens, pad_token_id=tokenizer.eos_token_id)
+        seq = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=params.temperature,
+                              top_p=params.top_p, top_k=0, max_new_tokens=new_tokens, pad_token_id=tokenizer.eos_token_id)
         p = probs_from_logits(target(seq).logits[0, ids.shape[1] - 1 : -1].double(), params)  # [T, V]
         q = probs_from_logits(draft(seq).logits[0, ids.shape[1] - 1 : -1].double(), params)
         betas.append(torch.minimum(p, q).sum(-1))
@@ -86,9 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     paths = zoo_paths("code")
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(paths["target"]))
+    tokenizer = load_tokenizer(paths["target"])
     target = load_model(paths["target"])
     results = {}
     for draft_name in ("draft", "draft_aligned"):
