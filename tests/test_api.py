@@ -1,6 +1,7 @@
 """load() / Pipeline: models from disk, methods by name, text in and text out, clear errors."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,8 @@ def model_dirs(tmp_path_factory):
 PROMPT = "def quicksort(xs):\n    "
 
 
-@pytest.mark.parametrize("method", ["model", "prompt_lookup", "ngram", "early_exit", "model_tree", "prompt_lookup_tree"])
+@pytest.mark.parametrize("method", ["model", "prompt_lookup", "lookup_model", "ngram", "early_exit", "model_tree",
+                                    "prompt_lookup_tree"])
 def test_lossless_methods_give_the_autoregressive_text(model_dirs, method):
     baseline = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=24)
     pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method=method,
@@ -65,7 +67,79 @@ def test_sampling_through_the_pipeline_is_seeded(model_dirs):
     a = pipe.generate(PROMPT, max_new_tokens=16, temperature=1.0, top_p=0.9, seed=3)
     b = pipe.generate(PROMPT, max_new_tokens=16, temperature=1.0, top_p=0.9, seed=3)
     assert a.text == b.text
-    assert pipe.verifier_name == "exact"  # resolved per call: speculative sampling when temperature > 0
+    others = {pipe.generate(PROMPT, max_new_tokens=16, temperature=1.0, top_p=0.9, seed=s).text for s in (4, 5, 6)}
+    assert len(others | {a.text}) >= 3  # the seed (so sampling) really decides the text
+    greedy = pipe.generate(PROMPT, max_new_tokens=16).text
+    assert a.text != greedy
+    assert pipe.verifier_name == "exact" and a.verifier == "gumbel_coupling"  # resolved per call
+    assert pipe.generate(PROMPT, max_new_tokens=4, temperature=1.0).verifier == "speculative_sampling"
+    plain = [pipe.generate(PROMPT, max_new_tokens=16, temperature=1.0, top_p=0.9, seed=3, coupling=False)
+             for _ in range(2)]
+    assert plain[0].verifier == "speculative_sampling" and plain[0].text == plain[1].text  # seeded, fixed gamma
+    assert pipe.generate(PROMPT, max_new_tokens=4).verifier == "greedy"
+
+
+@pytest.mark.parametrize("gamma", [2, "auto"])
+def test_a_seed_gives_the_same_text_for_every_method_and_draft_length(model_dirs, gamma):
+    expected = load(target=model_dirs / "target", method="autoregressive").generate(
+        PROMPT, max_new_tokens=24, temperature=0.8, seed=7).text
+    for method in ("model", "prompt_lookup", "lookup_model", "ngram"):
+        pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method=method, gamma=gamma,
+                    ngram_path=model_dirs / "ngram.safetensors")
+        for _ in range(2):  # the second call starts from the pipeline's calibrated costs: other draft lengths
+            assert pipe.generate(PROMPT, max_new_tokens=24, temperature=0.8, seed=7).text == expected, method
+
+
+def test_gamma_auto_keeps_its_cost_calibration_across_calls(model_dirs):
+    pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method="model", gamma="auto")
+    pipe.generate(PROMPT, max_new_tokens=24)
+    calls = pipe.step_costs.calls
+    assert calls > 0
+    pipe.generate(PROMPT, max_new_tokens=24)
+    assert pipe.step_costs.calls > calls
+
+
+@pytest.mark.parametrize("prompt, message", [
+    (["def f(x):", "import os\nimport sys"], "batch size 2 is not supported yet"),
+    (["same", "same"], "batch size 2 is not supported yet"),
+    ("def f(\ud800x):", "unpaired surrogate"),
+    (b"def f(x):", "must be a str"),
+])
+def test_bad_prompts_name_the_problem(model_dirs, prompt, message):
+    pipe = load(target=model_dirs / "target", method="autoregressive")
+    with pytest.raises(DraftVerifyError, match=message):
+        pipe.generate(prompt, max_new_tokens=4)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(temperature=1.0, seed="abc"), "seed must be an integer"),
+    (dict(temperature=1.0, seed=1.5), "seed must be an integer"),
+    (dict(temperature=float("inf")), "finite"),
+    (dict(temperature=1.0, coupling="yes"), "coupling must be"),
+])
+def test_bad_sampling_settings_name_the_problem(model_dirs, settings, message):
+    pipe = load(target=model_dirs / "target", method="autoregressive")
+    with pytest.raises(DraftVerifyError, match=message):
+        pipe.generate(PROMPT, max_new_tokens=4, **settings)
+
+
+def test_folder_without_tokenizer_and_non_table_ngram_are_clear_errors(model_dirs, tmp_path):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (bare / name).write_bytes((model_dirs / "target" / name).read_bytes())
+    with pytest.raises(DraftVerifyError, match="has no tokenizer files"):
+        load(target=bare, method="autoregressive")
+    with pytest.raises(DraftVerifyError, match="not an n-gram table"):
+        load(target=model_dirs / "target", method="ngram", ngram_path=model_dirs / "target" / "model.safetensors")
+
+
+def test_hub_id_with_the_hub_unreachable_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on port 9: refused at once
+    started = time.perf_counter()
+    with pytest.raises(DraftVerifyError, match="hub cannot be reached .*not in the local cache"):
+        load(target="draftverify-tests/no-such-model", method="autoregressive")
+    assert time.perf_counter() - started < 10  # no retry loop
 
 
 def test_missing_model_directory_is_a_clear_error(tmp_path):

@@ -1,61 +1,146 @@
-"""The command line: generate streams text and prints the statistics table; errors exit 2 with a message."""
+"""The command line, through its real entry point: text on stdout and statistics on stderr, every bad input an
+exit-2 message (never a traceback, never after echoing the prompt), Ctrl-C an exit-130 message, fast start-up.
+
+Most tests use typer's runner (in-process, fast); the ones about the process itself (argv bytes, signals,
+imports, the hub) run the installed `draftverify` script in a subprocess.
+"""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import pytest
 from test_api import PROMPT, model_dirs  # noqa: F401  (shared fixture)
 from typer.testing import CliRunner
 
 from draftverify.cli import app
 
 runner = CliRunner()
+SCRIPT = Path(sys.executable).with_name("draftverify")
 
 
-def test_generate_streams_text_and_prints_stats(model_dirs):  # noqa: F811
-    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "--draft",
-                                 str(model_dirs / "draft"), "--method", "model", "--prompt", PROMPT, "-n", "16"])
+def entry_point() -> list[str]:
+    """The installed console script when present (what users run), else the same app via -m."""
+    return [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "draftverify.cli"]
+
+
+def run_process(args: list, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run(entry_point() + args, capture_output=True, env=full_env, timeout=timeout)
+
+
+def generate_args(model_dirs, *extra: str, prompt: str = PROMPT) -> list[str]:  # noqa: F811
+    return ["generate", "--target", str(model_dirs / "target"), "--prompt", prompt, "-n", "8", *extra]
+
+
+def test_text_goes_to_stdout_and_the_statistics_table_to_stderr(model_dirs):  # noqa: F811
+    result = runner.invoke(app, generate_args(model_dirs, "--draft", str(model_dirs / "draft"), "--method", "model",
+                                              "-n", "16"))
     assert result.exit_code == 0, result.output
-    assert result.output.startswith(PROMPT)
-    for measure in ("target calls", "mean tokens per target call", "acceptance rate alpha", "time: draft",
-                    "time: target forward", "loop overhead", "tokens / s"):
-        assert measure in result.output
+    assert result.stdout.startswith(PROMPT) and len(result.stdout) > len(PROMPT) + 1
+    for measure in ("target calls", "mean tokens per target call", "acceptance rate alpha (kept / judged drafts)",
+                    "time: draft", "time: target forward", "loop overhead", "tokens / s"):
+        assert measure in result.stderr and measure not in result.stdout
+    assert "alpha: share of the draft tokens the verifier judged" in result.stderr
+    assert "loading model: target" in result.stderr
 
 
-def test_generate_json_matches_the_python_api(model_dirs):  # noqa: F811
+def test_generate_json_is_one_object_on_stdout_matching_the_python_api(model_dirs):  # noqa: F811
     from draftverify.api import load
 
-    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "--method", "prompt_lookup",
-                                 "--prompt", PROMPT, "-n", "16", "--gamma", "auto", "--json"])
+    result = runner.invoke(app, generate_args(model_dirs, "--method", "prompt_lookup", "-n", "16", "--gamma", "auto",
+                                              "--json"))
     assert result.exit_code == 0, result.output
-    payload = json.loads(result.output)
+    payload = json.loads(result.stdout)
     expected = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=16)
     assert payload["text"] == expected.text
     assert payload["stats"]["new_tokens"] == 16
 
 
-def test_bad_inputs_exit_2_with_a_message(model_dirs):  # noqa: F811
-    target = str(model_dirs / "target")
-    cases = [
-        (["--method", "nope"], "unknown method"),
-        (["--method", "bild", "--alpha-fb", "1.5"], "alpha_FB"),
-        (["--method", "autoregressive", "--gamma", "0"], "gamma"),
-        (["--method", "autoregressive", "--temperature", "-1"], "temperature"),
-        (["--method", "model_tree", "--tree-paths", "[[0], [0, 0, 0]]"], "no parent path"),
-        (["--method", "model_tree", "--tree-paths", "[0, 1]"], "--tree-paths"),
-    ]
-    for extra, message in cases:
-        args = ["generate", "--target", target, "--draft", str(model_dirs / "draft"), "--prompt", PROMPT] + extra
-        result = runner.invoke(app, args)
-        assert result.exit_code == 2, (extra, result.output)
-        assert message in result.output, (extra, result.output)
-        assert "Traceback" not in result.output
+@pytest.mark.parametrize("extra, message", [
+    (["--method", "nope"], "unknown method"),
+    (["--method", "bild", "--alpha-fb", "1.5"], "alpha_FB"),
+    (["--method", "autoregressive", "--gamma", "0"], "gamma"),
+    (["--method", "autoregressive", "--temperature", "-1"], "temperature"),
+    (["--method", "autoregressive", "--temperature", "inf"], "finite"),
+    (["--method", "autoregressive", "-n", "0"], "max_new_tokens"),
+    (["--method", "autoregressive", "--verifier", "nucleus"], "unknown verifier"),
+    (["--method", "ngram", "--ngram", "README.md"], "not an n-gram table"),
+    (["--method", "model_tree", "--tree-paths", "[[0], [0, 0, 0]]"], "no parent path"),
+    (["--method", "model_tree", "--tree-paths", "[0, 1]"], "--tree-paths"),
+])
+def test_bad_inputs_exit_2_with_a_message_and_echo_nothing(model_dirs, extra, message):  # noqa: F811
+    args = generate_args(model_dirs, "--draft", str(model_dirs / "draft"), *extra)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, (extra, result.output)
+    assert message in result.stderr, (extra, result.stderr)
+    assert result.stdout == ""  # nothing echoed before the error
+    assert "Traceback" not in result.output
+
+
+def test_a_prompt_too_long_for_the_context_is_not_echoed_first(model_dirs):  # noqa: F811
+    result = runner.invoke(app, generate_args(model_dirs, "--method", "autoregressive", prompt="x = 1\n" * 400))
+    assert result.exit_code == 2, result.output
+    assert "at most 512 positions" in result.stderr
+    assert result.stdout == ""
+
+
+def test_model_folder_without_tokenizer_files_is_an_exit_2_message(model_dirs, tmp_path):  # noqa: F811
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors", "generation_config.json"):
+        if (model_dirs / "target" / name).exists():
+            shutil.copy(model_dirs / "target" / name, bare / name)
+    result = runner.invoke(app, ["generate", "--target", str(bare), "--method", "autoregressive", "--prompt", "x"])
+    assert result.exit_code == 2, result.output
+    assert "has no tokenizer files" in result.stderr and "protobuf" not in result.output
+
+
+def test_ignored_settings_are_warned_about(model_dirs):  # noqa: F811
+    result = runner.invoke(app, generate_args(model_dirs, "--method", "prompt_lookup", "--top-p", "0.9", "--seed", "1",
+                                              "--draft", str(model_dirs / "draft")))
+    assert result.exit_code == 0, result.output
+    assert "warning: --top-p, --seed: used only when sampling" in result.stderr
+    assert "warning: --draft is not used by method 'prompt_lookup'" in result.stderr
+    quiet = runner.invoke(app, generate_args(model_dirs, "--method", "prompt_lookup", "--temperature", "1", "--seed", "1",
+                                             "--gamma", "auto"))
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr
+    uncoupled = runner.invoke(app, generate_args(model_dirs, "--method", "prompt_lookup", "--temperature", "1",
+                                                 "--seed", "1", "--no-coupling", "--gamma", "auto"))
+    assert "warning: --seed with --no-coupling and --gamma auto does not fix the text" in uncoupled.stderr
+
+
+def test_the_same_seed_prints_the_same_text_for_every_method_and_gamma(model_dirs):  # noqa: F811
+    texts = set()
+    for extra in (["--method", "autoregressive"], ["--method", "model", "--gamma", "auto"],
+                  ["--method", "lookup_model", "--gamma", "2"], ["--method", "prompt_lookup", "--gamma", "heuristic"]):
+        result = runner.invoke(app, generate_args(model_dirs, "--draft", str(model_dirs / "draft"), "--temperature",
+                                                  "0.8", "--seed", "0", "-n", "24", "--json", *extra))
+        assert result.exit_code == 0, result.output
+        texts.add(json.loads(result.stdout)["text"])
+    assert len(texts) == 1
+
+
+def test_prompt_dash_reads_stdin_and_rejects_non_utf8(model_dirs):  # noqa: F811
+    from_stdin = runner.invoke(app, generate_args(model_dirs, "--method", "autoregressive", prompt="-"), input=PROMPT)
+    direct = runner.invoke(app, generate_args(model_dirs, "--method", "autoregressive"))
+    assert from_stdin.exit_code == 0, from_stdin.output
+    assert from_stdin.stdout == direct.stdout and from_stdin.stdout.startswith(PROMPT)
+    bad = runner.invoke(app, generate_args(model_dirs, "--method", "autoregressive", prompt="-"), input=b"\xff\xfe")
+    assert bad.exit_code == 2 and "not UTF-8" in bad.stderr and bad.stdout == ""
 
 
 def test_methods_lists_every_method():
     result = runner.invoke(app, ["methods"])
     assert result.exit_code == 0
     for name in ("autoregressive", "model", "prompt_lookup", "ngram", "early_exit", "bild", "specdec++", "model_tree",
-                 "prompt_lookup_tree"):
+                 "prompt_lookup_tree", "lookup_model"):
         assert name in result.output
 
 
@@ -66,7 +151,7 @@ def test_generate_with_a_tree_method_and_a_custom_shape(model_dirs):  # noqa: F8
                                  "--method", "model_tree", "--tree-paths", "[[0], [1], [0, 0]]", "--prompt", PROMPT,
                                  "-n", "12", "--json"])
     assert result.exit_code == 0, result.output
-    payload = json.loads(result.output)
+    payload = json.loads(result.stdout)
     expected = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=12)
     assert payload["text"] == expected.text
     calls, drafted = payload["stats"]["target_calls"], payload["stats"]["drafted_tokens"]
@@ -80,4 +165,64 @@ def test_generate_compiled_gives_the_same_text(model_dirs):  # noqa: F811
                                  "--compile", "--prompt", PROMPT, "-n", "8", "--gamma", "3", "--json"])
     assert result.exit_code == 0, result.output
     expected = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=8)
-    assert json.loads(result.output)["text"] == expected.text
+    assert json.loads(result.stdout)["text"] == expected.text
+
+
+# ---- the real process -------------------------------------------------------------------------------------
+
+
+def test_help_version_methods_and_argument_errors_never_import_torch():
+    """What makes them fast: the CLI module and the argument checks import neither torch nor transformers."""
+    code = ("import sys; from typer.testing import CliRunner; from draftverify.cli import app; r = CliRunner();"
+            "codes = [r.invoke(app, a).exit_code for a in (['--help'], ['--version'], ['methods'],"
+            " ['generate', '--prompt', 'x', '--temperature', 'inf'], ['generate', '--prompt', 'x', '--gamma', 'fast'])];"
+            "print(codes, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[0, 0, 0, 2, 2] False False", out.stderr
+    version = run_process(["--version"])
+    assert version.returncode == 0 and version.stdout.decode().startswith("draftverify 0.")
+
+
+def test_non_utf8_prompt_argument_is_an_exit_2_message(model_dirs):  # noqa: F811
+    result = run_process(["generate", "--target", str(model_dirs / "target"), "--prompt", b"\xff\xfe"])
+    assert result.returncode == 2, result.stderr
+    assert b"unpaired surrogate" in result.stderr and b"Traceback" not in result.stderr
+    assert result.stdout == b""
+
+
+def test_hub_id_with_the_hub_unreachable_fails_at_once_with_a_message(tmp_path):
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}  # port 9: connection refused
+    result = run_process(["generate", "--target", "gpt2", "--method", "autoregressive", "--prompt", "x"], env=env)
+    assert result.returncode == 2, result.stderr
+    err = result.stderr.decode()
+    assert "the Hugging Face hub cannot be reached" in err and "not in the local cache" in err
+    assert "Traceback" not in err and "Retrying" not in err and "retry" not in err.lower()
+
+
+def test_ctrl_c_while_loading_exits_130_without_a_traceback(model_dirs):  # noqa: F811
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(entry_point() + generate_args(model_dirs, "--method", "autoregressive"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    status = b""
+    while b"loading" not in status:  # the status line comes before torch is imported and models are read
+        status += proc.stderr.read1(256)
+        assert proc.poll() is None, status
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    err = status + err
+    assert proc.returncode == 130, err
+    assert b"interrupted" in err and b"Traceback" not in err
+    assert out == b""
+
+
+def test_transformers_warnings_do_not_reach_the_user(model_dirs, tmp_path):  # noqa: F811
+    """A tokenizer whose nominal maximum is below the prompt makes transformers log "Token indices sequence
+    length is longer than ..."; the model itself attends to 512 positions, so the run is fine and quiet."""
+    short = tmp_path / "short"
+    shutil.copytree(model_dirs / "target", short)
+    config = json.loads((short / "tokenizer_config.json").read_text())
+    (short / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 8}))
+    result = run_process(["generate", "--target", str(short), "--method", "autoregressive", "-n", "4",
+                          "--prompt", PROMPT * 4], env={"TRANSFORMERS_VERBOSITY": ""})
+    assert result.returncode == 0, result.stderr
+    assert b"Token indices" not in result.stderr and b"Warning" not in result.stderr

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from draftverify.draft_length import AutoGamma, DraftLength, FixedGamma, HeuristicGamma, make_draft_length
+from draftverify.draft_length import AutoGamma, DraftLength, FixedGamma, HeuristicGamma, StepCosts, make_draft_length
 from draftverify.errors import DraftVerifyError
 from draftverify.theory import optimal_gamma
 
@@ -115,9 +115,34 @@ def test_auto_gamma_never_below_one_with_no_acceptance():
 def test_auto_gamma_free_drafter_drafts_max_gamma():
     """c = 0 (model-free drafter, zero drafting time): the factor grows with gamma, so gamma hits max_gamma."""
     policy = AutoGamma(gamma=4, max_gamma=12)
-    policy.update(4, 2, True, 0.0, 0.05)
+    for _ in range(2):  # the first step at a length is not timed (cold): the second one is
+        policy.update(4, 2, True, 0.0, 0.05)
     assert policy.c == 0.0
     assert policy.next() == 12
+
+
+def test_auto_gamma_ignores_the_cold_first_step_at_each_length():
+    """A cold first call (one-time kernel selection, allocation) is 20x slower; counting it would make the
+    target look expensive at 5 scored tokens and push gamma to the shortest draft."""
+    policy = AutoGamma(gamma=4, max_gamma=12)
+    policy.update(4, 4, False, 4 * 0.001, 1.0)  # cold: 1 s instead of 0.05 s
+    assert policy.next() == 4 and not policy.costs.known  # nothing timed yet: stays at the start value
+    policy.update(4, 4, False, 4 * 0.001, 0.05)
+    assert policy.target_seconds(5) == pytest.approx(0.05)
+    assert policy.c == pytest.approx(0.001 / 0.05)
+    assert policy.next() == optimal_gamma(policy.alpha, policy.c, max_gamma=12).gamma > 4
+
+
+def test_auto_gamma_costs_carry_over_to_the_next_call():
+    costs = StepCosts()
+    first = AutoGamma(costs=costs)
+    for _ in range(3):
+        first.update(4, 2, True, 4 * 0.002, 0.05)
+    second = AutoGamma(costs=costs)  # a later call of the same pipeline: no cold step to relearn
+    assert second.alpha == 0.5  # acceptance is the new prompt's own
+    second.update(4, 4, False, 4 * 0.002, 0.05)
+    assert costs.calls == 3 and second.c == pytest.approx(0.04)
+    assert second.next() != 4
 
 
 def test_auto_gamma_prior_and_empty_drafts():
@@ -125,7 +150,7 @@ def test_auto_gamma_prior_and_empty_drafts():
     assert policy.next() == 4 and policy.alpha == 0.5 and policy.c == 0.0
     policy.update(0, 0, False, 0.0, 0.05)  # fallback: nothing drafted, nothing judged
     assert policy.alpha == 0.5 and policy.c == 0.0
-    assert policy.next() >= 1
+    assert policy.next() == 4  # and nothing timed yet (a first step is cold): the start value stands
 
 
 def test_auto_gamma_alpha_counts_only_judged_tokens():
@@ -158,10 +183,13 @@ def test_make_heuristic_starts_at_five():
     assert policy.next() == 5
 
 
-def test_make_auto():
-    policy = make_draft_length("auto")
+def test_make_auto_starts_at_four_and_uses_the_given_costs():
+    costs = StepCosts()
+    policy = make_draft_length("auto", costs)
     assert isinstance(policy, AutoGamma)
-    assert policy.next() >= 1
+    assert policy.next() == 4
+    assert policy.costs is costs
+    assert make_draft_length("auto").costs is not costs
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, False, "fast", "0", "-1", "2.5", "", " 3", "Auto", None, [3]])

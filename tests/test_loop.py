@@ -6,13 +6,16 @@ import torch
 from conftest import ALL_ARCHS, CAUSAL_ARCHS, EOS, VOCAB, perturbed_copy, reference_greedy, varied_model
 
 from draftverify import DraftVerifyError, SamplingParams, generate
-from draftverify.drafters import EarlyExitDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
+from draftverify.drafters import EarlyExitDrafter, LookupModelDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
 from draftverify.draft_length import make_draft_length
 from draftverify.drafters.base import Drafter
+from draftverify.drafters.early_exit import shallow_view
 from draftverify.methods import MethodOptions, build_verifier
+from draftverify.sampling import gumbel_argmax, gumbel_noise, probs_from_logits
 from draftverify.tree import TreeSpec
 from draftverify.types import Draft
-from draftverify.verifiers import BildVerifier, GreedyVerifier, SpeculativeSamplingVerifier, TopBetaVerifier
+from draftverify.verifiers import (BildVerifier, GreedyVerifier, GumbelCouplingVerifier, SpeculativeSamplingVerifier,
+                                  TopBetaVerifier)
 
 PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
 NEW = 40
@@ -58,26 +61,26 @@ def make_drafter(kind: str, model, arch: str):
         return EarlyExitDrafter(model, num_layers=1)
     if kind == "none":
         return NoDrafter()
+    if kind == "lookup_model":
+        return LookupModelDrafter(perturbed_copy(model, 0.5, seed=1), max_ngram=3, min_ngram=2)
     raise ValueError(kind)
 
 
-LOSSLESS_VERIFIERS = {
-    "greedy": GreedyVerifier,
+DRAFTERS = ["none", "self", "perturbed", "random", "prompt_lookup", "ngram", "early_exit", "lookup_model"]
+# rules proven equal to greedy verification at temperature 0 (verdict-level tests in tests/verifiers): the full
+# drafter x architecture grid runs with greedy; these run through the loop on the drafters that exercise
+# partial acceptance and rollback, which is where a loop-level difference would show
+GREEDY_EQUIVALENT_VERIFIERS = {
     "speculative_sampling": SpeculativeSamplingVerifier,
     "topbeta(1,0)": lambda: TopBetaVerifier(beta=1, tau=0.0),
+    "gumbel_coupling": GumbelCouplingVerifier,
 }
-DRAFTERS = ["none", "self", "perturbed", "random", "prompt_lookup", "ngram", "early_exit"]
 
 
-@pytest.mark.parametrize("arch", ALL_ARCHS)
-@pytest.mark.parametrize("drafter_kind", DRAFTERS)
-@pytest.mark.parametrize("verifier_name", list(LOSSLESS_VERIFIERS))
-def test_lossless_pairs_equal_target_greedy(arch, drafter_kind, verifier_name):
-    if drafter_kind == "early_exit" and arch not in CAUSAL_ARCHS:
-        pytest.skip("early exit is defined for decoder-only targets")
+def check_lossless_greedy_run(arch: str, drafter_kind: str, verifier) -> None:
     model, ref = target_and_reference(arch)
     drafter = make_drafter(drafter_kind, model, arch)
-    out = generate(model, drafter, LOSSLESS_VERIFIERS[verifier_name](), PROMPT, max_new_tokens=NEW, gamma=4)
+    out = generate(model, drafter, verifier, PROMPT, max_new_tokens=NEW, gamma=4)
     assert out.new_tokens[0].tolist() == ref
     stats = out.stats
     assert stats.new_tokens == NEW
@@ -90,6 +93,21 @@ def test_lossless_pairs_equal_target_greedy(arch, drafter_kind, verifier_name):
         assert stats.alpha < 0.2
     if drafter_kind == "perturbed":
         assert 0 < stats.accepted_tokens < stats.drafted_tokens  # the interesting regime: partial acceptance
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+@pytest.mark.parametrize("drafter_kind", DRAFTERS)
+def test_lossless_pairs_equal_target_greedy(arch, drafter_kind):
+    if drafter_kind == "early_exit" and arch not in CAUSAL_ARCHS:
+        pytest.skip("early exit is defined for decoder-only targets")
+    check_lossless_greedy_run(arch, drafter_kind, GreedyVerifier())
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "t5"])
+@pytest.mark.parametrize("drafter_kind", ["perturbed", "random", "prompt_lookup"])
+@pytest.mark.parametrize("verifier_name", list(GREEDY_EQUIVALENT_VERIFIERS))
+def test_greedy_equivalent_verifiers_equal_target_greedy(arch, drafter_kind, verifier_name):
+    check_lossless_greedy_run(arch, drafter_kind, GREEDY_EQUIVALENT_VERIFIERS[verifier_name]())
 
 
 @pytest.mark.parametrize("arch", ["llama", "t5"])
@@ -161,9 +179,19 @@ def test_bild_zero_rollback_threshold_only_keeps_tokens_the_target_is_sure_of():
 
 def test_bild_early_exit_variant_runs_and_uses_the_shallow_model():
     model, ref = target_and_reference("gpt_neox")
-    out = generate(model, EarlyExitDrafter(model, num_layers=1, fallback_threshold=0.3), BildVerifier(2.0), PROMPT,
-                   max_new_tokens=NEW, gamma=10)
-    assert out.stats.new_tokens == NEW and out.stats.draft_calls > 0
+    shallow_text = reference_greedy(shallow_view(model, 1), PROMPT, NEW)
+    assert shallow_text != ref  # the two models are distinguishable by their text
+    # never falling back and never rolling back, BiLD writes exactly the 1-layer view's greedy text
+    out = generate(model, EarlyExitDrafter(model, num_layers=1, fallback_threshold=0.0), BildVerifier(1e9), PROMPT,
+                   max_new_tokens=NEW, gamma=NEW)
+    assert out.new_tokens[0].tolist() == shallow_text
+    assert out.stats.draft_calls == out.stats.drafted_tokens == NEW
+    # with a finite rollback threshold the target keeps part of the shallow model's tokens and replaces the rest
+    # (a 1-layer view of a random 2-layer model is nearly uniform, so alpha_RB = 3 is where both happen)
+    model, ref = target_and_reference("llama")
+    out = generate(model, EarlyExitDrafter(model, num_layers=1), BildVerifier(3.0), PROMPT, max_new_tokens=NEW, gamma=10)
+    assert out.stats.new_tokens == NEW and out.stats.accepted_tokens > 0 and out.stats.rejections > 0
+    assert out.new_tokens[0].tolist() not in (ref, reference_greedy(shallow_view(model, 1), PROMPT, NEW))
 
 
 # ---- sampling through the loop ------------------------------------------------------------------------------
@@ -180,7 +208,8 @@ def test_sampling_is_reproducible_with_a_seed_and_varies_without():
     assert not torch.equal(runs[0], other)
 
 
-def test_sampled_first_token_follows_target_distribution_through_the_loop():
+@pytest.mark.parametrize("coupling", [False, True])
+def test_sampled_first_token_follows_target_distribution_through_the_loop(coupling):
     """End to end: the first token's frequencies are as close to p as exact samples from p would be, and
     clearly farther from the draft's q (so a rule that passed q's samples through would fail)."""
     model, _ = target_and_reference("gpt2")
@@ -191,8 +220,9 @@ def test_sampled_first_token_follows_target_distribution_through_the_loop():
     draws = 800
     counts = torch.zeros(VOCAB, dtype=torch.float64)
     drafter = ModelDrafter(draft_model)
+    verifier = GumbelCouplingVerifier() if coupling else SpeculativeSamplingVerifier()
     for seed in range(draws):
-        out = generate(model, drafter, SpeculativeSamplingVerifier(), PROMPT, SamplingParams(1.0, seed=seed),
+        out = generate(model, drafter, verifier, PROMPT, SamplingParams(1.0, seed=seed, coupling=coupling),
                        max_new_tokens=2, gamma=1)
         counts[out.new_tokens[0, 0]] += 1
     tv = lambda freq, dist: 0.5 * (freq - dist).abs().sum()  # noqa: E731
@@ -202,6 +232,65 @@ def test_sampled_first_token_follows_target_distribution_through_the_loop():
     threshold = float(null.max())
     assert float(tv(counts / draws, p)) <= threshold
     assert float(tv(q, p)) > 2 * threshold
+
+
+# ---- coupled (position-keyed) sampling: the seeded text is the target's alone --------------------------------
+
+
+@torch.no_grad()
+def reference_coupled(model, params: SamplingParams, seed: int, max_new_tokens: int = NEW) -> list[int]:
+    """The target's own Gumbel-max sampling, recomputed from scratch each step: at decoder position t the token
+    is argmax(log p_t + G_t) with G_t = gumbel_noise(seed, t)."""
+    if model.config.is_encoder_decoder:
+        seq = torch.tensor([[model.config.decoder_start_token_id]])
+        step = lambda s: model(input_ids=PROMPT, decoder_input_ids=s).logits[0, -1]  # noqa: E731
+    else:
+        seq = PROMPT
+        step = lambda s: model(input_ids=s).logits[0, -1]  # noqa: E731
+    for _ in range(max_new_tokens):
+        p = probs_from_logits(step(seq), params)
+        token = int(gumbel_argmax(p, gumbel_noise(seed, seq.shape[1], 1, VOCAB)[0]))
+        seq = torch.cat([seq, torch.tensor([[token]])], dim=1)
+    return seq[0, -max_new_tokens:].tolist()
+
+
+COUPLED = SamplingParams(temperature=1.5, top_p=0.95, seed=5)  # coupled by default: seeded
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_seeded_coupled_text_is_the_same_for_every_drafter(arch):
+    model, _ = target_and_reference(arch)
+    expected = reference_coupled(model, COUPLED, seed=5)
+    assert len(set(expected)) >= 4
+    for kind in DRAFTERS:
+        if kind == "early_exit" and arch not in CAUSAL_ARCHS:
+            continue
+        out = generate(model, make_drafter(kind, model, arch), GumbelCouplingVerifier(), PROMPT, COUPLED,
+                       max_new_tokens=NEW, gamma=4)
+        assert out.new_tokens[0].tolist() == expected, kind
+        if kind == "self":
+            assert out.stats.alpha == 1.0  # the same noise over the same distribution: every draft is kept
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 5, "heuristic", "auto"])
+def test_seeded_coupled_text_does_not_depend_on_the_draft_length(gamma):
+    model, _ = target_and_reference("gpt_neox")
+    out = generate(model, make_drafter("perturbed", model, "gpt_neox"), GumbelCouplingVerifier(), PROMPT, COUPLED,
+                   max_new_tokens=NEW, gamma=gamma)
+    assert out.new_tokens[0].tolist() == reference_coupled(model, COUPLED, seed=5)
+    assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens
+
+
+def test_coupled_text_changes_with_the_seed_and_unseeded_coupling_still_samples():
+    model, _ = target_and_reference("qwen2")
+    texts = {tuple(generate(model, make_drafter("perturbed", model, "qwen2"), GumbelCouplingVerifier(), PROMPT,
+                            SamplingParams(temperature=1.0, seed=seed), max_new_tokens=12).new_tokens[0].tolist())
+             for seed in range(4)}
+    assert len(texts) == 4
+    unseeded = SamplingParams(temperature=1.0, coupling=True)
+    runs = {tuple(generate(model, NoDrafter(), GumbelCouplingVerifier(), PROMPT, unseeded,
+                           max_new_tokens=12).new_tokens[0].tolist()) for _ in range(3)}
+    assert len(runs) == 3
 
 
 # ---- bad input -----------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from draftverify.errors import DraftVerifyError
-from draftverify.sampling import choose, filter_logits, probs_from_logits, residual, sample
+from draftverify.sampling import (choose, draw, filter_logits, gumbel_argmax, gumbel_noise, position_seed, probs_from_logits,
+                                  residual, sample)
 from draftverify.types import SamplingParams
 
 torch.set_num_threads(1)
@@ -338,3 +339,45 @@ def test_choose_greedy_is_argmax_and_sampled_is_seeded():
     assert torch.equal(a, b)
     top3 = torch.topk(logits, 3).indices
     assert (top3 == a[..., None]).any(-1).all()
+
+
+# ---- position-keyed (coupled) sampling ----------------------------------------------------------------------
+
+
+def test_gumbel_noise_is_a_pure_function_of_seed_and_position():
+    a = gumbel_noise(3, 10, 4, 50)
+    assert a.shape == (4, 50) and a.dtype == torch.float32
+    assert torch.equal(a, gumbel_noise(3, 10, 4, 50))
+    assert torch.equal(a[2:], gumbel_noise(3, 12, 2, 50))  # position t's row does not depend on the window
+    assert not torch.equal(a[0], a[1])
+    assert not torch.equal(a, gumbel_noise(4, 10, 4, 50))
+    assert len({position_seed(s, t) for s in range(50) for t in range(50)}) == 2500
+
+
+def test_gumbel_noise_is_standard_gumbel():
+    g = gumbel_noise(0, 0, 400, 500).double().flatten()  # 200k draws
+    assert float(g.mean()) == pytest.approx(0.5772156649, abs=0.01)  # Euler-Mascheroni
+    assert float(g.var()) == pytest.approx(math.pi**2 / 6, abs=0.03)
+
+
+def test_draw_greedy_coupled_and_plain():
+    probs = torch.tensor([[0.1, 0.6, 0.3]])
+    assert draw(probs, SamplingParams(), None, 0).tolist() == [1]
+    coupled = SamplingParams(temperature=1.0, seed=9)
+    gen = torch.Generator().manual_seed(9)
+    expected = gumbel_argmax(probs, gumbel_noise(9, 5, 1, 3)[0])
+    assert torch.equal(draw(probs, coupled, gen, 5), expected)
+    state = gen.get_state()
+    draw(probs, coupled, gen, 5)
+    assert torch.equal(gen.get_state(), state)  # coupled draws never consume the generator's stream
+    plain = SamplingParams(temperature=1.0, seed=9, coupling=False)
+    draw(probs, plain, gen, 5)
+    assert not torch.equal(gen.get_state(), state)
+
+
+def test_coupling_defaults_to_on_exactly_when_seeded():
+    assert SamplingParams(temperature=1.0, seed=0).coupled
+    assert not SamplingParams(temperature=1.0).coupled
+    assert SamplingParams(temperature=1.0, coupling=True).coupled
+    assert not SamplingParams(temperature=1.0, seed=0, coupling=False).coupled
+    assert not SamplingParams(seed=0, coupling=True).coupled  # greedy has no noise to couple

@@ -22,6 +22,7 @@ from draftverify.theory import (
     d_lk,
     expected_alpha,
     expected_tokens_per_call,
+    gumbel_acceptance_rate,
     lenient_acceptance_rate,
     min_improvement_factor,
     operations_factor,
@@ -327,11 +328,12 @@ def test_optimal_gamma_brute_force_and_corollary9(alpha, c):
 @HYP
 @given(st.floats(min_value=0.0, max_value=1.0), st.floats(min_value=0.0, max_value=1.5))
 def test_optimal_gamma_random_brute_force(alpha, c):
+    """Against the textbook Theorem 8 (not walltime_factor, which optimal_gamma is built from)."""
     res = optimal_gamma(alpha, c, max_gamma=30)
-    factors = [walltime_factor(alpha, g, c) for g in range(1, 31)]
+    factors = [(g + 1) / (g * c + 1) if alpha == 1.0 else _theorem8(alpha, g, c) for g in range(1, 31)]
     if alpha > c:
-        assert res.factor == max(factors)
-        assert res.gamma == factors.index(max(factors)) + 1
+        assert res.factor == pytest.approx(max(factors), rel=1e-12)
+        assert factors[res.gamma - 1] == pytest.approx(max(factors), rel=1e-12)
     else:
         assert res == OptimalGamma(0, 1.0)
         assert max(factors) <= 1.0 + 1e-12
@@ -421,3 +423,44 @@ def test_walltime_factor_with_verify_cost_generalises_theorem_8():
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="verify_cost"):
             walltime_factor(0.8, 5, 0.1, verify_cost=bad)
+
+
+# ---------------------------------------------------------------------------
+# Gumbel-max coupling (verifiers/coupled.py)
+# ---------------------------------------------------------------------------
+
+
+def _gumbel_rate_quadratic(p: torch.Tensor, q: torch.Tensor) -> float:
+    """sum_x 1 / sum_y max(p_y/p_x, q_y/q_x) over x with p_x, q_x > 0, term by term."""
+    total = 0.0
+    for x in range(p.numel()):
+        if p[x] > 0 and q[x] > 0:
+            total += 1.0 / float(torch.maximum(p / p[x], q / q[x]).sum())
+    return total
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_gumbel_acceptance_rate_matches_the_quadratic_form_and_monte_carlo(seed):
+    gen = torch.Generator().manual_seed(seed)
+    vocab = [3, 7, 40][seed % 3]
+    p, q = _random_dist(gen, vocab), _random_dist(gen, vocab)
+    if seed % 2:  # zeros on both sides, as top-k / top-p leave them
+        p[0], q[1] = 0.0, 0.0
+        p, q = p / p.sum(), q / q.sum()
+    rate = float(gumbel_acceptance_rate(p, q))
+    assert rate == pytest.approx(_gumbel_rate_quadratic(p, q), rel=1e-10)
+    draws = 200_000
+    g = -torch.log(-torch.log(torch.rand(draws, vocab, generator=gen, dtype=torch.float64).clamp_min(1e-300)))
+    match = float(((p.log() + g).argmax(-1) == (q.log() + g).argmax(-1)).double().mean())
+    assert abs(match - rate) < 5 * math.sqrt(rate * (1 - rate) / draws) + 1e-9
+    assert rate <= float(acceptance_rate(p, q)) + 1e-12  # never above the maximal coupling
+
+
+def test_gumbel_acceptance_rate_limits_and_batching():
+    p = torch.tensor([[0.2, 0.3, 0.5], [0.5, 0.5, 0.0]], dtype=torch.float64)
+    assert gumbel_acceptance_rate(p, p).tolist() == pytest.approx([1.0, 1.0])
+    assert gumbel_acceptance_rate([1.0, 0.0], [0.0, 1.0]) == 0.0  # disjoint supports never agree
+    assert gumbel_acceptance_rate([0.5, 0.5, 0.0], [0.5, 0.0, 0.5]) == pytest.approx(1 / 3)
+    assert gumbel_acceptance_rate(p, torch.tensor([1 / 3] * 3, dtype=torch.float64)).shape == (2,)
+    with pytest.raises(ValueError, match="sum to 1"):
+        gumbel_acceptance_rate([0.5, 0.6], [0.5, 0.5])

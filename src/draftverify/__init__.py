@@ -1,24 +1,39 @@
 """draftverify: draft cheaply, verify with the target in one forward pass.
 
     from draftverify import generate, load
-"""
-from . import drafters, verifiers  # noqa: F401  (registers every drafter and verifier)
-from .api import Pipeline, load
-from .cached_lm import CachedLM
-from .errors import DraftVerifyError
-from .loop import generate
-from .types import Draft, GenerationOutput, GenerationStats, SamplingParams, Verdict
 
-__all__ = [
-    "CachedLM",
-    "Draft",
-    "DraftVerifyError",
-    "GenerationOutput",
-    "GenerationStats",
-    "Pipeline",
-    "SamplingParams",
-    "Verdict",
-    "generate",
-    "load",
-]
+Names are imported on first use (PEP 562), so `import draftverify` and the CLI's --help, --version, `methods`
+and argument errors do not wait seconds for torch and transformers. Importing draftverify.drafters or
+draftverify.verifiers (which building any method does) registers every drafter and verifier.
+"""
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "CachedLM": ".cached_lm",
+    "Draft": ".types",
+    "DraftVerifyError": ".errors",
+    "GenerationOutput": ".types",
+    "GenerationStats": ".types",
+    "Pipeline": ".api",
+    "SamplingParams": ".types",
+    "Verdict": ".types",
+    "generate": ".loop",
+    "load": ".api",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'draftverify' has no attribute {name!r}")
+    importlib.import_module(".drafters", __name__)  # every public entry point expects the registries filled
+    importlib.import_module(".verifiers", __name__)
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

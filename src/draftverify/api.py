@@ -15,11 +15,12 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
 
 from .cached_lm import cached_model
-from .draft_length import DraftLength, make_draft_length
+from .checks import check_prompt_text
+from .draft_length import DraftLength, StepCosts, make_draft_length
 from .errors import DraftVerifyError
+from .hub import hub_unreachable_reason
 from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
-from .registry import DRAFTERS
 from .types import GenerationOutput, GenerationStats, SamplingParams
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -39,30 +40,75 @@ def zoo_paths(name: str) -> dict[str, Path]:
             "ngram": folder / "ngram.safetensors"}
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model",
+                   "sentencepiece.bpe.model", "vocab.txt", "source.spm")
+
+
+def _hub_access(path: str) -> tuple[dict, str | None]:
+    """(from_pretrained options, why the hub is unreachable or None) for `path`: nothing for a local folder;
+    for a hub id, local_files_only when the hub cannot be reached, so an offline machine answers at once from
+    the cache (or with a clear error) instead of retrying the network for half a minute."""
+    if Path(path).exists():
+        return {}, None
+    reason = hub_unreachable_reason()
+    return ({}, None) if reason is None else ({"local_files_only": True}, reason)
+
+
+def _not_found(path: str, role: str, offline_reason: str | None, err: Exception) -> DraftVerifyError:
+    if offline_reason is not None:
+        return DraftVerifyError(
+            f"could not load the {role} model {path!r}: it is not a local folder, the Hugging Face hub cannot be "
+            f"reached ({offline_reason}) and it is not in the local cache; pass a local model folder, or download "
+            "it once while online"
+        )
+    where = "the local directory does not exist and " if not Path(path).exists() else ""
+    return DraftVerifyError(
+        f"could not load the {role} model {path!r}: {where}it is not a Hugging Face model "
+        f"(no usable config.json) or the hub cannot be reached ({type(err).__name__})"
+    )
+
+
 def load_model(path: str | Path, dtype: str = "float32", role: str = "target") -> PreTrainedModel:
     """A causal LM or encoder-decoder from a local directory (or the hub, when it can be reached)."""
     if dtype not in DTYPES:
         raise DraftVerifyError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     path = str(path)
+    hub, offline_reason = _hub_access(path)
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, **hub)
     except (OSError, ValueError) as err:
-        where = "the local directory does not exist and " if not Path(path).exists() else ""
-        raise DraftVerifyError(
-            f"could not load the {role} model {path!r}: {where}it is not a Hugging Face model "
-            f"(no usable config.json) or the hub cannot be reached ({type(err).__name__})"
-        ) from err
+        raise _not_found(path, role, offline_reason, err) from err
     cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
     try:
-        return cls.from_pretrained(path, dtype=DTYPES[dtype]).eval()
+        return cls.from_pretrained(path, dtype=DTYPES[dtype], **hub).eval()
     except (OSError, ValueError) as err:
         raise DraftVerifyError(f"could not load the {role} model weights from {path!r}: {err}") from err
+
+
+def load_tokenizer(path: str | Path):
+    """The target's tokenizer, which must live beside it (as save_pretrained writes it)."""
+    path = str(path)
+    folder = Path(path)
+    if folder.is_dir() and not any((folder / name).exists() for name in TOKENIZER_FILES):
+        raise DraftVerifyError(
+            f"the model folder {path!r} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...): save the "
+            "tokenizer beside the model with tokenizer.save_pretrained(folder)"
+        )
+    hub, offline_reason = _hub_access(path)
+    try:
+        return AutoTokenizer.from_pretrained(path, **hub)
+    except Exception as err:  # transformers raises OSError, ValueError, ImportError, ... with misleading hints
+        if not folder.exists():
+            raise _not_found(path, "target", offline_reason, err) from err
+        raise DraftVerifyError(f"could not load a tokenizer from {path!r}: {type(err).__name__}: "
+                               f"{str(err).splitlines()[0] if str(err) else ''}") from err
 
 
 @dataclass
 class GenerationResult:
     text: str
     output: GenerationOutput
+    verifier: str  # the rule that ran ("exact" resolves per call: greedy, gumbel_coupling or speculative_sampling)
 
     @property
     def stats(self) -> GenerationStats:
@@ -85,10 +131,10 @@ class Pipeline:
         self.drafter = build_drafter(self.method.drafter, self.target, self.options)
         self.gamma = gamma
         make_draft_length(gamma)  # validate now, not at the first call
+        self.step_costs = StepCosts()  # gamma auto's timings, kept across calls: calibrated once per pipeline
 
     def encode(self, text: str) -> torch.Tensor:
-        if not text:
-            raise DraftVerifyError("the prompt is empty: give some text to continue")
+        text = check_prompt_text(text)
         ids = self.tokenizer(text, return_tensors="pt").input_ids  # [1, L]
         if ids.shape[1] == 0:
             raise DraftVerifyError(f"the prompt {text!r} tokenizes to no tokens")
@@ -96,16 +142,21 @@ class Pipeline:
 
     def generate(self, text: str, max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, gamma: int | str | DraftLength | None = None,
-                 on_text: Callable[[str], None] | None = None) -> GenerationResult:
-        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+                 on_text: Callable[[str], None] | None = None, coupling: bool | None = None) -> GenerationResult:
+        """coupling (default: on when seeded) samples with position-keyed noise: the same seed then gives the
+        same text for every method and draft length. Nothing is streamed before every check has passed."""
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling)
         verifier = build_verifier(self.verifier_name, params, self.options)
         ids = self.encode(text)
         streamer = _TextStreamer(self.tokenizer, on_text) if on_text else None
         eos = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else self.target.config.eos_token_id
+        gamma = self.gamma if gamma is None else gamma
+        policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma, self.step_costs)
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
-                          gamma=self.gamma if gamma is None else gamma, eos_token_id=eos,
+                          gamma=policy, eos_token_id=eos,
                           on_tokens=streamer.push if streamer else None)
-        return GenerationResult(text=self.tokenizer.decode(output.new_tokens[0], skip_special_tokens=True), output=output)
+        return GenerationResult(text=self.tokenizer.decode(output.new_tokens[0], skip_special_tokens=True), output=output,
+                                verifier=verifier.name)
 
 
 class _TextStreamer:
@@ -139,18 +190,16 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     if zoo is not None:
         paths = zoo_paths(zoo)
         target = target or paths["target"]
-        if draft is None and DRAFTERS[resolve_method(method).drafter].uses_draft_model:
+        if draft is None and resolve_method(method).needs_draft:
             draft = paths["draft"]
         if options.get("ngram_path") is None and paths["ngram"].exists():
             options["ngram_path"] = paths["ngram"]
     if target is None:
         raise DraftVerifyError("no target model: pass target=PATH or zoo=NAME")
     resolve_method(method)
+    make_draft_length(gamma)  # bad arguments fail before anything is loaded
+    tokenizer = load_tokenizer(target)  # first: a folder without one fails before the weights are read
     target_model = load_model(target, dtype, role="target")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(target))
-    except (OSError, ValueError) as err:
-        raise DraftVerifyError(f"could not load a tokenizer from {str(target)!r}: {err}") from err
     method_options = replace(MethodOptions(), **options)
     if draft is not None:
         method_options.draft_model = load_model(draft, dtype, role="draft")

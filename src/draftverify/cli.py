@@ -1,31 +1,61 @@
-"""The one command line: generate, methods, train (bench and serve arrive with their issues)."""
+"""The one command line: generate, methods, bench, train.
+
+Nothing heavy is imported at module level: --help, --version, `methods` and argument errors answer in well
+under a second, and torch/transformers load only when a model does (with a status line saying so). Output
+contract of `generate`: the text on stdout, status, warnings and the statistics table on stderr, so
+`> file` captures only the text; --json prints one object on stdout.
+"""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from transformers.utils import logging as hf_logging
 
+from . import __version__
+from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
+from .draft_length import parse_gamma
 from .errors import DraftVerifyError
-from .methods import METHODS
+from .methods import METHODS, resolve_method
 from .train.cli import train_app
-from .types import GenerationStats
+
+if TYPE_CHECKING:
+    from .types import GenerationStats
 
 hf_logging.disable_progress_bar()  # transformers 5 draws weight-loading bars that would garble --json output
 app = typer.Typer(name="draftverify", help="Draft cheaply, verify with the target in one forward pass.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(train_app, name="train")
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # messages unwrapped: readable when piped or grepped
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+ZOO_DEFAULT_METHOD = "lookup_model"  # copying where code repeats, the draft model elsewhere
+INTERRUPTED = 130  # the shell's code for SIGINT
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"draftverify {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
+    """Draft cheaply, verify with the target in one forward pass."""
 
 
 def stats_table(stats: GenerationStats, title: str = "statistics") -> Table:
-    table = Table(title=title, show_header=True, header_style="bold")
+    table = Table(title=title, show_header=True, header_style="bold",
+                  caption="alpha: share of the draft tokens the verifier judged that it kept (tokens after a "
+                          "rejection are never judged, so it is not accepted / drafted)")
     table.add_column("measure")
     table.add_column("value", justify="right")
     total = stats.time_total or 1.0
@@ -34,7 +64,7 @@ def stats_table(stats: GenerationStats, title: str = "statistics") -> Table:
         ("target calls", f"{stats.target_calls}"),
         ("draft model calls", f"{stats.draft_calls}"),
         ("mean tokens per target call", f"{stats.tokens_per_call:.2f}"),
-        ("acceptance rate alpha", f"{stats.alpha:.3f}"),
+        ("acceptance rate alpha (kept / judged drafts)", f"{stats.alpha:.3f}"),
         ("drafted / accepted tokens", f"{stats.drafted_tokens} / {stats.accepted_tokens}"),
         ("time: prefill", f"{stats.time_prefill:.3f} s ({100 * stats.time_prefill / total:.1f}%)"),
         ("time: draft", f"{stats.time_draft:.3f} s ({100 * stats.time_draft / total:.1f}%)"),
@@ -67,20 +97,67 @@ def _gamma(value: str) -> int | str:
     return int(value) if value.lstrip("-").isdigit() else value
 
 
+def _read_prompt(prompt: str) -> str:
+    """`-` reads stdin (as bytes: a non-UTF-8 pipe is an error, not a traceback); else the argument itself."""
+    if prompt == "-":
+        return decode_prompt_bytes(sys.stdin.buffer.read(), "stdin")
+    return check_prompt_text(prompt)
+
+
+def _default_method(zoo: Optional[str], draft: Optional[str]) -> str:
+    if zoo is not None:
+        return ZOO_DEFAULT_METHOD
+    return "model" if draft is not None else "prompt_lookup"
+
+
+def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float, seed: Optional[int],
+                      draft: Optional[str], ngram: Optional[Path], coupling: Optional[bool], gamma: str) -> list[str]:
+    """Settings the user gave that this run will not use (or not as they expect): said out loud instead of
+    silently dropped."""
+    notes = []
+    if temperature > 0 and seed is not None and coupling is False and gamma == "auto":
+        notes.append("--seed with --no-coupling and --gamma auto does not fix the text: it depends on where drafts "
+                     "end, which auto picks from timings; drop --no-coupling (or fix --gamma) to reproduce it")
+    if temperature == 0:
+        given = [flag for flag, used in (("--top-k", top_k != 0), ("--top-p", top_p != 1.0),
+                                         ("--seed", seed is not None)) if used]
+        if given:
+            notes.append(f"{', '.join(given)}: used only when sampling; ignored at --temperature 0 (greedy)")
+    if draft is not None and not resolve_method(method).needs_draft:
+        notes.append(f"--draft is not used by method {method!r} (it drafts without a draft model); ignored")
+    if ngram is not None and resolve_method(method).drafter != "ngram":
+        notes.append(f"--ngram is only used by method 'ngram', not {method!r}; ignored")
+    return notes
+
+
+def _quiet_libraries() -> None:
+    """transformers' own warnings (e.g. a long prompt against the tokenizer's nominal maximum) are noise to a
+    CLI user; our checks report what matters. A TRANSFORMERS_VERBOSITY the user set wins."""
+    import warnings
+
+    warnings.filterwarnings("ignore", module=r"transformers(\.|$)")
+    if not os.environ.get("TRANSFORMERS_VERBOSITY"):
+        os.environ["TRANSFORMERS_VERBOSITY"] = "error"  # read at import, for messages logged while importing
+        import transformers
+
+        transformers.logging.set_verbosity_error()  # and now, if transformers was imported already
+
+
 @app.command()
 def generate(
-    prompt: str = typer.Option(..., "--prompt", "-p", help="Text to continue (the source text for seq2seq models)."),
+    prompt: str = typer.Option(..., "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
-    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, bild, specdec++)."),
+    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, bild, specdec++)."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Use a shipped model set, e.g. 'code'."),
-    method: str = typer.Option("model", "--method", "-m", help=f"One of: {', '.join(METHODS)}."),
-    verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier: greedy, speculative_sampling, bild, topbeta, tree_greedy, tree_speculative_sampling."),
+    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"One of: {', '.join(METHODS)}. Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup."),
+    verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier: greedy, speculative_sampling, gumbel_coupling, bild, topbeta, tree_greedy, tree_speculative_sampling."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", "-n"),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
     top_k: int = typer.Option(0, "--top-k", help="0 = off."),
     top_p: float = typer.Option(1.0, "--top-p", help="1 = off."),
-    seed: Optional[int] = typer.Option(None, "--seed"),
-    gamma: str = typer.Option("5", "--gamma", help="Draft length: an integer, 'heuristic' or 'auto' (Theorem 8)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seeded sampling is coupled: the same seed gives the same text for every method and draft length."),
+    coupling: Optional[bool] = typer.Option(None, "--coupling/--no-coupling", help="Position-keyed (Gumbel-max) sampling; default: on when --seed is given."),
+    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer, 'heuristic' or 'auto' (Theorem 8)."),
     alpha_fb: float = typer.Option(0.0, "--alpha-fb", help="BiLD fallback threshold in [0, 1] (0 = never)."),
     alpha_rb: float = typer.Option(2.0, "--alpha-rb", help="BiLD rollback threshold on -log p_target(x), >= 0."),
     lenience: float = typer.Option(1.0, "--lenience", help="Leviathan A.5 lenience l in (0, 1]; 1 = exact."),
@@ -95,35 +172,63 @@ def generate(
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
 ) -> None:
-    """Generate text with a draft-then-verify method; stream it, then print the statistics table."""
-    from .api import load
-
-    if threads is not None:
-        if threads < 1:
-            err_console.print(f"[red]error:[/red] --threads must be >= 1, got {threads}")
-            raise typer.Exit(2)
-        import torch
-
-        torch.set_num_threads(threads)
-
+    """Generate text with a draft-then-verify method: the text on stdout, the statistics table on stderr."""
     try:
+        method = method or _default_method(zoo, draft)
+        # every check that needs no model runs before anything is imported, loaded or printed
+        resolve_method(method)
+        parse_gamma(_gamma(gamma))
+        check_sampling(temperature, top_k, top_p, seed, coupling)
+        check_max_new_tokens(max_new_tokens)
+        if threads is not None and threads < 1:
+            raise DraftVerifyError(f"--threads must be >= 1, got {threads}")
+        if dtype not in DTYPE_NAMES:
+            raise DraftVerifyError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
+        text_in = _read_prompt(prompt)
+        for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, ngram, coupling, gamma):
+            err_console.print(f"[yellow]warning:[/yellow] {escape(note)}")
+        source = f"zoo {zoo!r}" if zoo and not target else repr(target)
+        loading = f"loading {method}: target {source}" + (f", draft {draft!r}" if draft else "") + " ..."
+        err_console.print(f"[dim]{escape(loading)}[/dim]")
+        _quiet_libraries()
+        from .api import load
+
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                     gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
                     tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, tree_paths=_tree_paths(tree_paths),
                     prompt_lookup_matches=lookup_matches, compile=compile_)
-        on_text = None if as_json else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
+        on_text = None
+        echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed
         if not as_json:
-            sys.stdout.write(prompt)
-        result = pipe.generate(prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                               top_p=top_p, seed=seed, on_text=on_text)
+
+            def on_text(piece: str) -> None:
+                if not echoed:
+                    sys.stdout.write(text_in)
+                    echoed.append(True)
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+
+        result = pipe.generate(text_in, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                               top_p=top_p, seed=seed, coupling=coupling, on_text=on_text)
     except DraftVerifyError as err:
-        err_console.print(f"[red]error:[/red] {err}")
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        err_console.print("\n[yellow]interrupted[/yellow]")
+        raise typer.Exit(INTERRUPTED) from None
     if as_json:
         print(json.dumps({"text": result.text, "method": method, "stats": result.stats.as_dict()}))
         return
-    sys.stdout.write("\n\n")
-    console.print(stats_table(result.stats, title=f"{method} (verifier: {pipe.verifier_name})"))
+    if not echoed:  # nothing was generated (an immediate end of text): the prompt alone
+        sys.stdout.write(text_in)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    err_console.print(stats_table(result.stats, title=f"{method} (verifier: {result.verifier})"))
 
 
 @app.command()

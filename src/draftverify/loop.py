@@ -156,6 +156,7 @@ def generate(
         draft = drafter.propose(state, step_gamma)  # step_gamma >= 1: remaining >= 1 and policies give >= 1
         if draft.tree is not None and not verifier.accepts_trees:
             raise DraftVerifyError(f"the {verifier.name} verifier checks chains only; this drafter proposed a tree")
+        draft.position = state.tokens.shape[1]  # keys position-coupled sampling noise
         extra = drafter.verify_inputs(draft)  # [B, E]
         t1 = now()
         pending = state.tokens[:, target.length :]  # [B, 1]

@@ -1,24 +1,23 @@
 """Named methods: a drafter plus a verifier, each built from one MethodOptions bag.
 
-`exact` picks the lossless verifier for the sampling settings and the draft's shape: greedy at temperature 0,
-speculative sampling otherwise, and their tree versions for tree drafts (verifiers/exact.py). Adding a method is
-a new line here, never a branch in the loop.
+`exact` picks the lossless verifier for the sampling settings and the draft's shape (verifiers/exact.py): greedy
+at temperature 0, Gumbel-max coupling when sampling is coupled (seeded, by default: the text is then the same for
+every method and draft length), speculative sampling otherwise, and their tree versions for tree drafts. Adding a
+method is a new line here, never a branch in the loop.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from transformers import PreTrainedModel
-
-from .cached_lm import CachedLM
-from . import drafters as _drafters, verifiers as _verifiers  # noqa: F401  (fill the registries)
-from .drafters.base import Drafter
 from .errors import DraftVerifyError
-from .registry import DRAFTERS, VERIFIERS, lookup
-from .types import SamplingParams
-from .verifiers.base import Verifier
-from .verifiers.exact import ExactVerifier
+
+if TYPE_CHECKING:  # the table is read by `draftverify methods` and argument checks, which must not wait for torch
+    from .cached_lm import CachedLM
+    from .drafters.base import Drafter
+    from .types import SamplingParams
+    from .verifiers.base import Verifier
 
 
 @dataclass(frozen=True)
@@ -26,19 +25,22 @@ class Method:
     drafter: str
     verifier: str  # a registered verifier name, or "exact"
     summary: str
+    needs_draft: bool = False  # the drafter runs a separate draft model (draft=... / --draft)
 
 
 METHODS: dict[str, Method] = {
     "autoregressive": Method("none", "exact", "the target alone in our loop (no drafting): the baseline"),
-    "model": Method("model", "exact", "speculative decoding with a small draft model (Leviathan et al.)"),
+    "model": Method("model", "exact", "speculative decoding with a small draft model (Leviathan et al.)", True),
     "prompt_lookup": Method("prompt_lookup", "exact", "copy the continuation of the latest matching n-gram in the context"),
+    "lookup_model": Method("lookup_model", "exact", "copy from the context when its last n-gram recurs, else the draft "
+                           "model drafts (the code zoo's default)", True),
     "ngram": Method("ngram", "exact", "a negligible-cost n-gram table drafts (works under sampling too)"),
     "early_exit": Method("early_exit", "exact", "the target's first L layers + its LM head draft (shared weights)"),
-    "model_tree": Method("model_tree", "exact", "the draft model's top-k expansion as a static token tree, verified at once"),
+    "model_tree": Method("model_tree", "exact", "the draft model's top-k expansion as a static token tree, verified at once", True),
     "prompt_lookup_tree": Method("prompt_lookup_tree", "exact", "several earlier matches of the last n-gram, merged into one tree"),
-    "bild": Method("model", "bild", "Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB); not lossless"),
+    "bild": Method("model", "bild", "Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB); not lossless", True),
     "bild_early_exit": Method("early_exit", "bild", "BiLD with the early-exit small model (BiLD section 4.4)"),
-    "specdec++": Method("model", "topbeta", "SpecDec++ top-beta / tolerance-tau verification; not lossless"),
+    "specdec++": Method("model", "topbeta", "SpecDec++ top-beta / tolerance-tau verification; not lossless", True),
 }
 
 
@@ -46,7 +48,7 @@ METHODS: dict[str, Method] = {
 class MethodOptions:
     """Everything any drafter or verifier may need; each reads only its own fields."""
 
-    draft_model: PreTrainedModel | None = None
+    draft_model: Any = None  # a transformers PreTrainedModel (or CachedLM) for methods with needs_draft
     ngram_path: str | Path | None = None
     early_exit_layers: int = 1
     prompt_lookup_max_ngram: int = 3
@@ -54,6 +56,9 @@ class MethodOptions:
     prompt_lookup_matches: int = 4  # prompt_lookup_tree: continuations merged into one tree
     tree_paths: list[tuple[int, ...]] | None = None  # model_tree: Medusa-style paths (None = the drafter's default)
     compile: bool = False  # draft models: preallocated cache + torch.compile, like the target's --compile
+    # lookup_model copies only on a match of >= 2 tokens: a 1-token match is a weaker guess than the draft
+    # model's (code zoo, benchmarks/lookup-model-counts.md: 3.52 vs 3.25 tokens per call greedy, 2.40 vs 2.15 at T=0.8)
+    lookup_model_min_ngram: int = 2
     alpha_fb: float = 0.0  # BiLD fallback threshold (0 = never fall back)
     alpha_rb: float = 2.0  # BiLD rollback threshold on -log p_target(x)
     lenience: float = 1.0
@@ -69,10 +74,18 @@ def resolve_method(name: str) -> Method:
 
 
 def build_drafter(name: str, target: CachedLM, options: MethodOptions) -> Drafter:
+    from . import drafters  # noqa: F401  (fills the registry)
+    from .registry import DRAFTERS, lookup
+
     return lookup(DRAFTERS, "drafter", name).from_options(target, options)
 
 
 def build_verifier(name: str, params: SamplingParams, options: MethodOptions) -> Verifier:
+    from . import verifiers  # noqa: F401  (fills the registry)
+    from .registry import VERIFIERS, lookup
+
     if name == "exact":
+        from .verifiers.exact import ExactVerifier
+
         return ExactVerifier(params, options.lenience)
     return lookup(VERIFIERS, "verifier", name).from_options(options)

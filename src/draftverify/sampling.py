@@ -1,8 +1,11 @@
 """Pure functions from logits to probabilities and tokens. The same transform serves p (target) and q (drafter)."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 
+from .errors import DraftVerifyError
 from .types import SamplingParams
 
 
@@ -49,3 +52,69 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     r = (p - q).clamp_min_(0.0)
     mass = r.sum(dim=-1, keepdim=True)
     return torch.where(mass > 0, r / torch.where(mass > 0, mass, 1.0), p)
+
+
+# ---- position-keyed (coupled) sampling ------------------------------------------------------------------------
+# A sampled token at decoder position t is argmax(log p + G_t) (Gumbel-max trick: an exact draw from p), with
+# G_t [V] a pure function of (seed, t). The drafter draws with the same G_t over its own q, so a draft token
+# is kept iff it equals the target's draw, and the text is the target's own Gumbel-max sample: it depends on
+# neither the drafter nor where the draft boundaries fall (gamma auto picks them from wall-clock timings).
+
+_MASK64 = (1 << 64) - 1
+
+
+def position_seed(seed: int, position: int) -> int:
+    """splitmix64 of (seed, position): nearby positions and seeds get unrelated generator states."""
+    z = (seed * 0x9E3779B97F4A7C15 + position + 1) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) & ((1 << 63) - 1)
+
+
+_NOISE_CACHE: OrderedDict[tuple[int, int, int], torch.Tensor] = OrderedDict()
+_NOISE_CACHE_ROWS = 48  # > the longest draft + bonus: each position's noise is drawn about once per generation
+
+
+def _noise_row(seed: int, position: int, vocab_size: int) -> torch.Tensor:
+    """G_t [V] float32 on the CPU. The drafter and the verifier ask for the same positions, and positions past
+    a rejection are asked for again next step, so recent rows are kept rather than drawn again."""
+    key = (seed, position, vocab_size)
+    row = _NOISE_CACHE.get(key)
+    if row is None:
+        gen = torch.Generator().manual_seed(position_seed(seed, position))
+        u = torch.rand(vocab_size, generator=gen, dtype=torch.float64).clamp_(min=1e-300)  # U(0, 1), never 0
+        row = _NOISE_CACHE[key] = (-(-u.log()).log()).float()
+        if len(_NOISE_CACHE) > _NOISE_CACHE_ROWS:
+            _NOISE_CACHE.popitem(last=False)
+    return row
+
+
+def gumbel_noise(seed: int, start: int, count: int, vocab_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Gumbel noise G_t [count, V] for positions start .. start+count-1; drawn on the CPU so a seed means the
+    same noise on every device."""
+    if count == 0:
+        return torch.empty(0, vocab_size, device=device)
+    return torch.stack([_noise_row(seed, t, vocab_size) for t in range(start, start + count)]).to(device)
+
+
+def gumbel_argmax(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """argmax(log probs + noise): a draw from probs when noise is standard Gumbel. probs [..., V] -> [...]."""
+    return (probs.float().log() + noise).argmax(dim=-1)
+
+
+def coupling_seed(generator: torch.Generator | None) -> int:
+    """The key of coupled noise: the loop's generator holds the user's seed (or a fresh one when unseeded)."""
+    if generator is None:
+        raise DraftVerifyError("coupled sampling needs the seeded generator that generate() creates; pass one")
+    return generator.initial_seed()
+
+
+def draw(probs: torch.Tensor, params: SamplingParams, generator: torch.Generator | None, position: int) -> torch.Tensor:
+    """A drafter's token at decoder position `position`: argmax when greedy, the coupled Gumbel-max draw when
+    params.coupled, else a plain draw from the generator's stream. probs [B, V] -> [B]."""
+    if params.greedy:
+        return probs.argmax(dim=-1)
+    if params.coupled:
+        noise = gumbel_noise(coupling_seed(generator), position, 1, probs.shape[-1], probs.device)[0]  # [V]
+        return gumbel_argmax(probs, noise)
+    return sample(probs, generator)

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import DraftVerifyError, check_number
+from .checks import check_sampling
+from .errors import DraftVerifyError
 from .tree import TreeSpec
 
 
@@ -17,22 +18,29 @@ class SamplingParams:
     """How the target's distribution p is turned into tokens; the same transform is applied to q.
 
     temperature 0 means greedy (argmax). top_k 0 and top_p 1.0 disable those filters.
+    coupling: sample with position-keyed Gumbel noise shared by drafter and target (sampling.gumbel_noise), so a
+    seeded text depends on neither the drafter nor the draft lengths; None = on exactly when a seed is given.
     """
 
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = None
+    coupling: bool | None = None
 
     def __post_init__(self) -> None:
-        check_number("temperature (0 = greedy)", self.temperature, 0.0)
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise DraftVerifyError(f"top_k must be an integer >= 0 (0 = disabled), got {self.top_k!r}")
-        check_number("top_p (1 = disabled)", self.top_p, 0.0, 1.0, low_open=True)
+        check_sampling(self.temperature, self.top_k, self.top_p, self.seed, self.coupling)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def coupled(self) -> bool:
+        """True when sampled tokens come from position-keyed Gumbel noise (never at temperature 0)."""
+        if self.greedy:
+            return False
+        return self.coupling if self.coupling is not None else self.seed is not None
 
 
 @dataclass
@@ -66,6 +74,7 @@ class Draft:
     q_probs: torch.Tensor | None = None  # [B, N, V] drafter probabilities the tokens were drawn from
     tree: TreeSpec | None = None  # None = chain (node j's parent is node j-1)
     lengths: torch.Tensor | None = None  # [B] long, valid draft tokens per row (ragged batches)
+    position: int | None = None  # decoder index of tokens[:, 0] (set by the loop; keys coupled noise)
 
     def __post_init__(self) -> None:
         if self.tree is not None and self.tree.size != self.tokens.shape[1]:

@@ -150,7 +150,9 @@ class OursRunner(Runner):
     eos_token_id: int | None = None
 
     def run(self, input_ids, temperature, seed, max_new_tokens) -> Measurement:
-        params = SamplingParams(temperature=float(temperature), seed=seed if temperature > 0 else None)
+        # standard speculative sampling, like the Hugging Face runners (seeded sampling is coupled by default;
+        # its acceptance cost is measured by scripts/coupling_acceptance.py)
+        params = SamplingParams(temperature=float(temperature), seed=seed if temperature > 0 else None, coupling=False)
         verifier = build_verifier(self.verifier, params, self.options)
         self.hooks.reset()
         started = perf_counter()

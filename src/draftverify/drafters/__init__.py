@@ -1,6 +1,7 @@
 """Drafters propose tokens cheaply; importing this package registers them all."""
 from .base import Drafter, NoDrafter
 from .early_exit import EarlyExitDrafter
+from .lookup_model import LookupModelDrafter
 from .model import ModelDrafter
 from .model_tree import ModelTreeDrafter
 from .ngram import NgramDrafter, NgramTable
@@ -8,4 +9,4 @@ from .prompt_lookup import PromptLookupDrafter
 from .prompt_lookup_tree import PromptLookupTreeDrafter
 
 __all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable",
-           "ModelTreeDrafter", "PromptLookupTreeDrafter"]
+           "ModelTreeDrafter", "PromptLookupTreeDrafter", "LookupModelDrafter"]

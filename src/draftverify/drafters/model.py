@@ -7,7 +7,7 @@ from transformers import PreTrainedModel
 from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError, check_number
 from ..registry import register_drafter
-from ..sampling import probs_from_logits, sample
+from ..sampling import draw, probs_from_logits
 from ..types import DecodingState, Draft, Verdict
 from .base import Drafter, stack_draft
 
@@ -62,13 +62,13 @@ class ModelDrafter(Drafter):
         pending = state.tokens[:, self.lm.length :]  # [B, k>=1] committed tokens the draft has not seen
         tokens: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
-        for _ in range(gamma):
+        for i in range(gamma):
             logits = self.lm.forward(pending).logits[:, -1]  # [B, V]
             self.forward_calls += 1
             q_i = probs_from_logits(logits, params)  # [B, V]
             if self.fallback_threshold > 0 and float(q_i.max()) <= self.fallback_threshold:
                 break
-            x = logits.argmax(dim=-1) if params.greedy else sample(q_i, state.generator)  # [B]
+            x = draw(q_i, params, state.generator, state.tokens.shape[1] + i)  # [B]
             tokens.append(x)
             q.append(q_i)
             pending = x[:, None]

@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
-from ..sampling import probs_from_logits, sample
+from ..sampling import draw, probs_from_logits
 from ..types import DecodingState, Draft
 from .base import Drafter, stack_draft
 
@@ -151,15 +151,24 @@ class NgramTable:
         path = Path(path)
         if not path.is_file():
             raise DraftVerifyError(f"n-gram table {path} not found; build one with `draftverify train ngram`")
-        with safe_open(str(path), "np") as f:
-            meta = f.metadata()
-            arrays = {
-                int(key[3:]): (f.get_tensor(key), f.get_tensor(f"offsets{key[3:]}"), f.get_tensor(f"tokens{key[3:]}"),
-                               f.get_tensor(f"counts{key[3:]}"))
-                for key in f.keys()
-                if key.startswith("ctx")
-            }
-        return cls.from_arrays(int(meta["order"]), int(meta["vocab_size"]), arrays)
+        try:
+            with safe_open(str(path), "np") as f:
+                meta = f.metadata() or {}
+                arrays = {
+                    int(key[3:]): (f.get_tensor(key), f.get_tensor(f"offsets{key[3:]}"),
+                                   f.get_tensor(f"tokens{key[3:]}"), f.get_tensor(f"counts{key[3:]}"))
+                    for key in f.keys()
+                    if key.startswith("ctx")
+                }
+            order, vocab_size = int(meta["order"]), int(meta["vocab_size"])
+        except DraftVerifyError:
+            raise
+        except Exception as err:  # safetensors' own error type, KeyError, ValueError: all mean "not a table"
+            raise DraftVerifyError(
+                f"{path} is not an n-gram table ({type(err).__name__}: {err}); pass a file written by "
+                "`draftverify train ngram` (e.g. zoo/code/ngram.safetensors)"
+            ) from None
+        return cls.from_arrays(order, vocab_size, arrays)
 
 
 @register_drafter("ngram")
@@ -189,12 +198,12 @@ class NgramDrafter(Drafter):
         context = state.tokens[0, -(self.table.order - 1) :].tolist()
         tokens: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
-        for _ in range(gamma):
+        for i in range(gamma):
             ids, counts = self.table.next_counts(context)
             dense = torch.zeros(self.table.vocab_size)
             dense[ids] = counts
             q_i = probs_from_logits(dense.log()[None], state.params)  # [1, V]
-            x = q_i.argmax(dim=-1) if state.params.greedy else sample(q_i, state.generator)  # [1]
+            x = draw(q_i, state.params, state.generator, state.tokens.shape[1] + i)  # [1]
             tokens.append(x)
             q.append(q_i)
             context = (context + [int(x)])[-(self.table.order - 1) :]

@@ -2,10 +2,11 @@
 from .base import Verifier
 from .bild import BildVerifier
 from .exact import ExactVerifier
+from .coupled import GumbelCouplingVerifier
 from .greedy import GreedyVerifier
 from .rejection import SpeculativeSamplingVerifier
 from .topbeta import TopBetaVerifier
 from .tree import TreeGreedyVerifier, TreeSpeculativeSamplingVerifier
 
 __all__ = ["Verifier", "GreedyVerifier", "SpeculativeSamplingVerifier", "BildVerifier", "TopBetaVerifier",
-           "TreeGreedyVerifier", "TreeSpeculativeSamplingVerifier", "ExactVerifier"]
+           "TreeGreedyVerifier", "TreeSpeculativeSamplingVerifier", "ExactVerifier", "GumbelCouplingVerifier"]

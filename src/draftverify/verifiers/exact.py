@@ -1,6 +1,7 @@
 """The lossless rule for the sampling settings and the draft's shape, chosen per step.
 
-Greedy at temperature 0, speculative sampling otherwise; for a token tree, their tree versions. One object
+Greedy at temperature 0, Gumbel-max coupling when sampling is coupled (seeded, by default: the text is then the
+same for every method and draft length), speculative sampling otherwise; for a token tree, their tree versions. One object
 serves a whole generation, so a method can be named "exact" without knowing whether its drafter proposes
 chains or trees (a drafter may even switch, e.g. to a chain when it has only one candidate).
 """
@@ -11,6 +12,7 @@ import torch
 from ..errors import DraftVerifyError
 from ..types import Draft, SamplingParams, Verdict
 from .base import Verifier
+from .coupled import GumbelCouplingVerifier
 from .greedy import GreedyVerifier
 from .rejection import SpeculativeSamplingVerifier
 from .tree import TreeGreedyVerifier, TreeSpeculativeSamplingVerifier
@@ -21,9 +23,16 @@ class ExactVerifier(Verifier):
     accepts_trees = True
 
     def __init__(self, params: SamplingParams, lenience: float = 1.0):
-        greedy = params.greedy and lenience == 1.0
-        self.chain: Verifier = GreedyVerifier() if greedy else SpeculativeSamplingVerifier(lenience)
-        self.tree: Verifier = TreeGreedyVerifier() if params.greedy else TreeSpeculativeSamplingVerifier()
+        if lenience != 1.0:
+            self.chain: Verifier = SpeculativeSamplingVerifier(lenience)
+        elif params.greedy:
+            self.chain = GreedyVerifier()
+        else:
+            self.chain = GumbelCouplingVerifier() if params.coupled else SpeculativeSamplingVerifier()
+        if params.greedy:
+            self.tree: Verifier = TreeGreedyVerifier()
+        else:
+            self.tree = GumbelCouplingVerifier() if params.coupled else TreeSpeculativeSamplingVerifier()
         self.lenience = lenience
         self.lossless = self.chain.lossless
 

@@ -1,0 +1,57 @@
+"""Copy when the context repeats itself, otherwise ask the draft model: prompt lookup and a draft LM combined.
+
+On code the two are complementary: lookup drafts long, free, often-accepted runs where text repeats (names,
+signatures, boilerplate) and has nothing to offer elsewhere, where the draft model's cost is worth paying.
+Each step takes the lookup's draft when its n-gram matches and the model's draft otherwise; the model's cache
+catches up lazily on the tokens it skipped (ModelDrafter feeds every committed token it has not seen), so a
+lookup step costs no model forward. Proposals are exact drafts like any other: the verifier keeps the output
+equal to the target's.
+"""
+from __future__ import annotations
+
+from transformers import PreTrainedModel
+
+from ..cached_lm import CachedLM
+from ..errors import DraftVerifyError
+from ..registry import register_drafter
+from ..types import DecodingState, Draft, Verdict
+from .base import Drafter
+from .model import ModelDrafter
+from .prompt_lookup import PromptLookupDrafter
+
+
+@register_drafter("lookup_model")
+class LookupModelDrafter(Drafter):
+    def __init__(self, model: PreTrainedModel | CachedLM, max_ngram: int = 3, min_ngram: int = 2,
+                 fallback_threshold: float = 0.0):
+        super().__init__()
+        self.lookup = PromptLookupDrafter(max_ngram, min_ngram)
+        self.model = ModelDrafter(model, fallback_threshold)
+        self.lookup_steps = 0  # steps drafted by copying (the rest were drafted by the model)
+
+    @classmethod
+    def from_options(cls, target: CachedLM, options) -> "LookupModelDrafter":
+        if options.draft_model is None:
+            raise DraftVerifyError("the 'lookup_model' drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
+        return cls(options.draft_model, options.prompt_lookup_max_ngram, options.lookup_model_min_ngram,
+                   options.alpha_fb)
+
+    def bind(self, target: CachedLM, max_positions: int) -> None:
+        self.model.bind(target, max_positions)
+
+    def start(self, state: DecodingState) -> None:
+        self.lookup_steps = 0
+        self.model.start(state)
+
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        copied = self.lookup.propose(state, gamma)
+        if copied.length:
+            self.lookup_steps += 1
+            return copied
+        before = self.model.forward_calls
+        draft = self.model.propose(state, gamma)
+        self.forward_calls += self.model.forward_calls - before
+        return draft
+
+    def commit(self, state: DecodingState, verdict: Verdict) -> None:
+        self.model.commit(state, verdict)
