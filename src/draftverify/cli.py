@@ -17,7 +17,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from transformers.utils import logging as hf_logging
 
 from . import __version__
 from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
@@ -29,7 +28,6 @@ from .train.cli import train_app
 if TYPE_CHECKING:
     from .types import GenerationStats
 
-hf_logging.disable_progress_bar()  # transformers 5 draws weight-loading bars that would garble --json output
 app = typer.Typer(name="draftverify", help="Draft cheaply, verify with the target in one forward pass.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(train_app, name="train")
@@ -132,8 +130,13 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
 
 def _quiet_libraries() -> None:
     """transformers' own warnings (e.g. a long prompt against the tokenizer's nominal maximum) are noise to a
-    CLI user; our checks report what matters. A TRANSFORMERS_VERBOSITY the user set wins."""
+    CLI user; our checks report what matters. A TRANSFORMERS_VERBOSITY the user set wins. transformers 5 also
+    draws weight-loading progress bars, which would garble --json output."""
     import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     warnings.filterwarnings("ignore", module=r"transformers(\.|$)")
     if not os.environ.get("TRANSFORMERS_VERBOSITY"):

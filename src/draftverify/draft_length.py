@@ -133,6 +133,10 @@ class AutoGamma(DraftLength):
     def drafting_folded(self) -> None:
         self.costs.drafting_folded()
 
+    @property
+    def folded(self) -> bool:
+        return self.costs.folded
+
     def next(self) -> int:
         return self.gamma
 

@@ -35,7 +35,8 @@ def test_todays_methods_give_the_rows_the_bench_always_had(model_dir, models):
     by_name = {r.name: r for r in rows}
     assert set(by_name) == {"model[g=3]", "model[auto]", "model_aligned[g=3]", "prompt_lookup[g=3]", "ngram[g=3]",
                             "early_exit[L=1,g=3]", "bild[fb=0.4,rb=2]", "bild_early_exit[L=1,fb=0.4,rb=2]",
-                            "specdec++[fb=0.4]"}
+                            "specdec++[fb=0.4]", "lookup_model[g=3]", "lookup_model_aligned[g=3]", "model_tree[g=3]",
+                            "model_tree_aligned[g=3]", "prompt_lookup_tree[g=3]"}
     assert notes == []
     assert all(r.lossless for r in rows if r.family in ("model", "model_aligned", "prompt_lookup", "early_exit"))
     bild = by_name["bild[fb=0.4,rb=2]"]
@@ -76,7 +77,7 @@ def test_a_method_without_its_resources_is_skipped_with_the_reason(model_dir):
     config = BenchConfig(target=model_dir / "target", quick=True).resolved()  # no draft, no n-gram table
     rows, notes = _plan(config, load_models(config))
     families_run = {r.family for r in rows}
-    assert families_run == {"prompt_lookup", "early_exit", "bild_early_exit"}
+    assert families_run == {"prompt_lookup", "prompt_lookup_tree", "early_exit", "bild_early_exit"}
     assert any(n.startswith("model skipped") and "needs a draft model" in n for n in notes), notes
     assert any(n.startswith("ngram skipped") and "needs a table" in n for n in notes), notes
 

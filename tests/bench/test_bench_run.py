@@ -19,7 +19,8 @@ from draftverify.theory import walltime_factor
 QUICK_GAMMA = 3
 # the rows of today's registry (a new method adds its own: tests/bench/test_bench_lineup.py); lossy: greedy only
 LOSSLESS_FAMILIES = ("hf_generate", "ours_autoregressive", "hf_assisted", "hf_prompt_lookup", "model",
-                     "model_aligned", "prompt_lookup", "ngram", "early_exit")
+                     "model_aligned", "prompt_lookup", "lookup_model", "lookup_model_aligned", "ngram", "early_exit",
+                     "model_tree", "model_tree_aligned", "prompt_lookup_tree")
 LOSSY_FAMILIES = ("bild", "bild_early_exit", "specdec++")
 
 
@@ -141,7 +142,9 @@ def test_speedup_is_the_ratio_of_aggregate_tokens_per_second(quick):
 def test_theorem8_prediction_is_walltime_factor_of_the_recorded_alpha_c_gamma(quick):
     payload, _, _ = quick
     predicted = [r for r in payload["runners"] if r["predicted_speedup"] is not None]
-    assert {r["family"] for r in predicted} == {"model", "model_aligned", "ngram", "prompt_lookup", "early_exit"}
+    # chain drafters only: Theorem 8 has no model of a tree (model_tree, prompt_lookup_tree get no prediction)
+    assert {r["family"] for r in predicted} == {"model", "model_aligned", "ngram", "prompt_lookup", "early_exit",
+                                                "lookup_model", "lookup_model_aligned"}
     for row in predicted:
         assert row["predicted_speedup"] == pytest.approx(walltime_factor(row["alpha"], row["theory_gamma"], row["c"]))
         if isinstance(row["gamma"], int):

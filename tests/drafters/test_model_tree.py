@@ -6,7 +6,7 @@ import torch
 from conftest import CAUSAL_ARCHS, perturbed_copy, reference_greedy, varied_model
 
 from draftverify import DraftVerifyError, SamplingParams, generate
-from draftverify.drafters import ModelDrafter, ModelTreeDrafter
+from draftverify.drafters import ModelDrafter, ModelTreeDrafter, NoDrafter
 from draftverify.methods import MethodOptions, build_verifier
 from draftverify.verifiers.tree import tree_speculative_sample
 
@@ -76,9 +76,21 @@ def test_malformed_tree_shape_is_refused():
 @pytest.mark.skipif(tree_speculative_sample is None, reason="tree sampling (verifiers/tree_sampling.py) not merged yet")
 def test_model_tree_samples_reproducibly_at_temperature_one():
     model, _ = target_and_reference("llama")
-    params = SamplingParams(temperature=1.0, seed=7)
+    params = SamplingParams(temperature=1.0, seed=7, coupling=False)  # multi-draft speculative sampling
     verifier = build_verifier("exact", params, MethodOptions())
     runs = [generate(model, ModelTreeDrafter(perturbed_copy(model, 0.5, seed=1)), verifier, PROMPT, params,
                      max_new_tokens=NEW, gamma=4) for _ in range(2)]
     assert runs[0].new_tokens.tolist() == runs[1].new_tokens.tolist()
     assert runs[0].stats.new_tokens == NEW and runs[0].stats.accepted_tokens > 0
+
+
+def test_coupled_sampling_on_a_tree_gives_the_autoregressive_coupled_text():
+    """Seeded (coupled) sampling verifies a tree by its Gumbel-max draws: the text is the target's own."""
+    model, _ = target_and_reference("llama")
+    params = SamplingParams(temperature=1.0, seed=11)
+    verifier = build_verifier("exact", params, MethodOptions())
+    assert verifier.name == "gumbel_coupling"
+    alone = generate(model, NoDrafter(), verifier, PROMPT, params, max_new_tokens=NEW)
+    tree = generate(model, ModelTreeDrafter(model), verifier, PROMPT, params, max_new_tokens=NEW, gamma=3)
+    assert tree.new_tokens.tolist() == alone.new_tokens.tolist()
+    assert tree.stats.accepted_tokens > 0 and tree.stats.target_calls < NEW

@@ -89,13 +89,13 @@ def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int
         row["equal_to_baseline"] = sum(same) / len(same)
     else:
         row["equal_to_baseline"] = None
-    # Theorem 8 (ours, with a drafter): measured alpha and c -> predicted factor over the same loop without drafting.
+    # Theorem 8 (ours, with a chain drafter; trees are outside its model): measured alpha and c -> predicted factor over the same loop without drafting.
     # verify_cost = seconds per verification forward (gamma+1 tokens) / seconds per single-token forward: Theorem 8
     # assumes 1 (parallel hardware); on a CPU it is larger, and that is most of any gap to the prediction.
     row.update({"c": None, "theory_gamma": None, "predicted_speedup": None, "verify_cost": None,
                 "predicted_speedup_with_verify_cost": None})
     if (runner.kind == "ours" and runner.family != OURS_BASELINE and runner.lossless and calls
-            and all(r.get("stats") for r in recs)):
+            and not (runner.drafter is not None and runner.drafter.proposes_trees) and all(r.get("stats") for r in recs)):
         time_draft = sum(r["stats"]["time_draft"] for r in recs)
         time_target = sum(r["stats"]["time_target"] for r in recs)
         gamma = theory_gamma(runner, drafted, calls)

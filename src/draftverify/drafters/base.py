@@ -18,6 +18,7 @@ class Drafter(ABC):
     """Subclasses register with @register_drafter(name). `forward_calls` counts model forwards (0 if model-free)."""
 
     name: str = "?"
+    proposes_trees: bool = False  # Leviathan's chain theory (Theorem 8) does not predict these
     needs_target_hidden: bool = False  # heads / BiTA read the target's hidden states: commit() receives them
     drafts_in_target_pass: bool = False  # the draft comes out of the verify forward itself (no separate cost)
     uses_draft_model: bool = False  # load(zoo=...) then supplies the zoo's draft model

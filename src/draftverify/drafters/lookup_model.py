@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from transformers import PreTrainedModel
 
-from ..cached_lm import CachedLM
+from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
-from ..types import DecodingState, Draft, Verdict
+from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter
 from .model import ModelDrafter
 from .prompt_lookup import PromptLookupDrafter
@@ -22,6 +22,8 @@ from .prompt_lookup import PromptLookupDrafter
 
 @register_drafter("lookup_model")
 class LookupModelDrafter(Drafter):
+    uses_draft_model = True
+
     def __init__(self, model: PreTrainedModel | CachedLM, max_ngram: int = 3, min_ngram: int = 2,
                  fallback_threshold: float = 0.0):
         super().__init__()
@@ -33,7 +35,7 @@ class LookupModelDrafter(Drafter):
     def from_options(cls, target: CachedLM, options) -> "LookupModelDrafter":
         if options.draft_model is None:
             raise DraftVerifyError("the 'lookup_model' drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
-        return cls(options.draft_model, options.prompt_lookup_max_ngram, options.lookup_model_min_ngram,
+        return cls(cached_model(options.draft_model, "draft", options.compile), options.prompt_lookup_max_ngram, options.lookup_model_min_ngram,
                    options.alpha_fb)
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
@@ -53,5 +55,5 @@ class LookupModelDrafter(Drafter):
         self.forward_calls += self.model.forward_calls - before
         return draft
 
-    def commit(self, state: DecodingState, verdict: Verdict) -> None:
-        self.model.commit(state, verdict)
+    def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
+        self.model.commit(state, verdict, scored)

@@ -30,6 +30,8 @@ class ModelTreeDrafter(Drafter):
     """Proposes the tree's nodes as top-k candidates (deterministic: q_probs None, so tree sampling treats them
     as fixed candidates). gamma caps the depth: the tree keeps its paths of length <= gamma."""
 
+    proposes_trees = True
+
     uses_draft_model = True
 
     def __init__(self, model: PreTrainedModel | CachedLM, paths: Sequence[Sequence[int]] = DEFAULT_TREE_PATHS):

@@ -57,6 +57,8 @@ class PromptLookupTreeDrafter(Drafter):
     """For encoder-decoder targets the source would be searched too, but trees need position ids, so this drafter
     serves decoder-only targets."""
 
+    proposes_trees = True
+
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_matches: int = 4):
         super().__init__()
         if not (1 <= min_ngram <= max_ngram):

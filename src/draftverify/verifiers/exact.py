@@ -19,7 +19,6 @@ from .tree import TreeGreedyVerifier, TreeSpeculativeSamplingVerifier
 
 
 class ExactVerifier(Verifier):
-    name = "exact"
     accepts_trees = True
 
     def __init__(self, params: SamplingParams, lenience: float = 1.0):
@@ -35,6 +34,11 @@ class ExactVerifier(Verifier):
             self.tree = GumbelCouplingVerifier() if params.coupled else TreeSpeculativeSamplingVerifier()
         self.lenience = lenience
         self.lossless = self.chain.lossless
+
+    @property
+    def name(self) -> str:
+        """The chain rule's name (greedy, gumbel_coupling, speculative_sampling): what a user reads in reports."""
+        return self.chain.name
 
     def check_params(self, params: SamplingParams) -> None:
         self.chain.check_params(params)
