@@ -178,11 +178,11 @@ def bench_cmd(
     steps: int = typer.Option(4, "--steps"),
 ) -> None:
     """Measure seconds/step of fp32 vs bf16 autocast training on this machine."""
-    from . import lm
+    from .presets import PRESETS, bench_step_time
 
-    if preset not in lm.PRESETS:
-        _fail(f"unknown preset {preset!r}; choose one of: {', '.join(lm.PRESETS)}")
-    typer.echo(json.dumps(lm.bench_step_time(preset, batch_size, seq_len, threads, steps), indent=1))
+    if preset not in PRESETS:
+        _fail(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    typer.echo(json.dumps(bench_step_time(preset, batch_size, seq_len, threads, steps), indent=1))
 
 
 @train_app.command("ngram")
@@ -209,8 +209,8 @@ def ngram_cmd(
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Held-out top-1 accuracy on the val split."),
 ) -> None:
     """Build the n-gram drafter's table from the corpus training split (or target generations)."""
-    from . import lm
     from .ngram import NgramOptions, build
+    from .trainer import TrainError
 
     opts = NgramOptions(
         out=str(out), tokenizer=str(tokenizer), manifest=str(manifest),
@@ -221,7 +221,7 @@ def ngram_cmd(
     )
     try:
         summary = build(opts, log=lambda m: typer.echo(m))
-    except lm.TrainError as e:
+    except TrainError as e:
         _fail(str(e))
     typer.echo(json.dumps({k: summary[k] for k in ("contexts", "entries", "bytes", "tokens", "val_top1_accuracy",
                                                    "generations_top1_accuracy", "seconds_total") if k in summary}))
@@ -263,8 +263,7 @@ def align_cmd(
 ) -> None:
     """BiLD prediction alignment: fine-tune the draft on the target's greedy outputs; report alpha before/after."""
     from .align import AlignOptions, align
-
-    from . import lm
+    from .trainer import TrainError
 
     opts = AlignOptions(
         target=str(target), draft=str(draft), manifest=str(manifest), tokenizer=str(tokenizer) if tokenizer else None,
@@ -277,7 +276,7 @@ def align_cmd(
     )
     try:
         info = align(opts, log=lambda m: typer.echo(m))
-    except lm.TrainError as e:
+    except TrainError as e:
         _fail(str(e))
     except KeyboardInterrupt:
         typer.echo("interrupted; finished generations are cached: run the same command again to resume", err=True)
