@@ -7,10 +7,11 @@ Modules:
 * :mod:`draftverify.train.trainer`   -- the training loop every recipe runs on (budgets, checkpoints, resume)
 * :mod:`draftverify.train.presets`   -- model architectures of the zoo
 * :mod:`draftverify.train.tokens`    -- the corpus as cached token arrays, training / held-out windows
-* :mod:`draftverify.train.losses`    -- next-token losses
+* :mod:`draftverify.train.losses`    -- next-token losses, BiLD's early-exit averaged loss
 * :mod:`draftverify.train.export`    -- fp16 export with tokenizer and model card
 * :mod:`draftverify.train.lm`        -- recipe: from-scratch ``LlamaForCausalLM`` training (card: ``lm_card``)
 * :mod:`draftverify.train.align`     -- recipe: BiLD prediction alignment of a draft
+* :mod:`draftverify.train.early_exit` -- recipe: BiLD early-exit fine-tune of a target
 * :mod:`draftverify.train.ngram`     -- the n-gram drafter's table
 * :mod:`draftverify.train.cli`       -- ``train_app`` Typer app (``draftverify train ...``)
 
@@ -18,5 +19,5 @@ Heavy dependencies (torch, transformers) are only imported by the modules that
 need them, so ``import draftverify.train`` stays cheap.
 """
 
-__all__ = ["corpus", "tokenizer", "trainer", "presets", "tokens", "losses", "export", "lm", "align", "ngram",
-           "cli"]
+__all__ = ["corpus", "tokenizer", "trainer", "presets", "tokens", "losses", "export", "lm", "align", "early_exit",
+           "ngram", "cli"]

@@ -169,6 +169,62 @@ def lm_cmd(
                            if k in summary}))
 
 
+@train_app.command("early-exit")
+def early_exit_cmd(
+    target: Path = typer.Option(Path("zoo/code/target"), "--target", help="Exported target model directory."),
+    layer: int = typer.Option(..., "--layer", help="Early-exit layer L: the first L layers form the small model."),
+    out: Path = typer.Option(..., "--out", help="Where to export the fine-tuned target."),
+    work_dir: Path = typer.Option(Path("runs/early-exit"), "--work-dir", help="Checkpoint and logs (resumable)."),
+    manifest: Path = typer.Option(Path("zoo/code/manifest.json"), "--manifest", help="Corpus manifest JSON."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: the target's)."),
+    cache_dir: Optional[Path] = typer.Option(
+        None, "--cache-dir", help="Token cache directory (default: <work-dir>/../token-cache)."),
+    max_degradation: float = typer.Option(
+        0.03, "--max-degradation", help="Largest rise of the full model's held-out loss (nats) that may be exported."),
+    force: bool = typer.Option(False, "--force", help="Export even when the full model degraded more."),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Wall-clock training budget."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Maximum optimizer steps."),
+    lr: float = typer.Option(1e-4, "--lr", help="Peak learning rate."),
+    batch_size: int = typer.Option(8, "--batch-size", help="Sequences per step."),
+    seq_len: int = typer.Option(512, "--seq-len", help="Tokens per training window."),
+    warmup_steps: int = typer.Option(20, "--warmup-steps"),
+    min_lr_ratio: float = typer.Option(0.1, "--min-lr-ratio", help="Final LR as a fraction of --lr."),
+    weight_decay: float = typer.Option(0.1, "--weight-decay"),
+    grad_clip: float = typer.Option(1.0, "--grad-clip"),
+    val_windows: int = typer.Option(64, "--val-windows", help="Number of fixed validation windows."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads (default: torch's)."),
+    bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="bf16 autocast on CPU."),
+    eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Held-out eval interval in steps."),
+    checkpoint_minutes: float = typer.Option(10.0, "--checkpoint-minutes"),
+    log_every: int = typer.Option(10, "--log-every", help="Log a line / JSONL record every N steps."),
+    seed: int = typer.Option(1234, "--seed"),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar (default: if a tty)."),
+) -> None:
+    """BiLD early exit (section 4.4): fine-tune the target with the averaged loss of layer L and the last layer."""
+    from .early_exit import EarlyExitOptions, train_early_exit
+    from .trainer import TrainError
+
+    opts = EarlyExitOptions(
+        target=str(target), layer=layer, out_dir=str(out), work_dir=str(work_dir), manifest=str(manifest),
+        tokenizer=str(tokenizer) if tokenizer else None, cache_dir=str(cache_dir) if cache_dir else None,
+        seq_len=seq_len, val_windows=val_windows, max_degradation=max_degradation, force=force,
+        max_minutes=max_minutes, max_steps=max_steps, lr=lr, batch_size=batch_size, warmup_steps=warmup_steps,
+        min_lr_ratio=min_lr_ratio, weight_decay=weight_decay, grad_clip=grad_clip, threads=threads, bf16=bf16,
+        eval_every_steps=eval_every, checkpoint_minutes=checkpoint_minutes, log_every=log_every, seed=seed,
+        progress=progress, command=_command_line(),
+    )
+    try:
+        info = train_early_exit(opts, log=lambda m: typer.echo(m))
+    except TrainError as e:
+        _fail(str(e))
+    if info.get("stopped"):
+        raise typer.Exit(130)
+    typer.echo(json.dumps({"layer": info["layer"], "full_before": info["before"]["full"],
+                           "full_after": info["after"]["full"], "early_before": info["before"]["early"],
+                           "early_after": info["after"]["early"], "degradation": info["degradation"],
+                           "steps": info["step"], "out": info["out_dir"]}))
+
+
 @train_app.command("bench")
 def bench_cmd(
     preset: str = typer.Option("target", "--preset"),
