@@ -141,6 +141,11 @@ def lm_cmd(
     checkpoint_minutes: float = typer.Option(10.0, "--checkpoint-minutes"),
     log_every: int = typer.Option(10, "--log-every", help="Log a line / JSONL record every N steps."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar (default: if a tty)."),
+    early_exit_layer: Optional[int] = typer.Option(
+        None, "--early-exit-layer", help="End the run with BiLD 4.4's averaged loss of this layer and the last."),
+    early_exit_share: float = typer.Option(0.2, "--early-exit-share", help="Share of the run in that phase."),
+    max_degradation: float = typer.Option(
+        0.03, "--max-degradation", help="Drop the phase's weights if the full model's held-out loss rose more (nats)."),
 ) -> None:
     """Train (or resume) a LlamaForCausalLM from scratch on the code corpus and export it in fp16."""
     from . import lm
@@ -155,6 +160,7 @@ def lm_cmd(
         max_steps=max_steps, max_minutes=max_minutes, threads=threads, bf16=bf16, seed=seed,
         eval_minutes=eval_minutes, eval_every_steps=eval_every, val_windows=val_windows,
         checkpoint_minutes=checkpoint_minutes, log_every=log_every, progress=progress,
+        early_exit_layer=early_exit_layer, early_exit_share=early_exit_share, max_degradation=max_degradation,
         command=_command_line(),
     )
     try:

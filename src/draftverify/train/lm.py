@@ -7,6 +7,10 @@ and resume):
   ``seq_len + 1`` tokens, the held-out loss is measured on a fixed, evenly spaced set of validation windows;
 * the model is a preset (train/presets.py), the architecture of an existing checkpoint, or ``--init-from`` an
   exported model (fresh optimizer);
+* ``--early-exit-layer L``: the last ``early_exit_share`` of the run (same schedule) trains with BiLD section
+  4.4's averaged loss of layer L and the last layer (train/losses.py, as scripts/train_zoo_gpu.py does); the
+  weights from before that phase are kept on disk and exported instead when the full model's held-out loss
+  rose by more than ``max_degradation`` nats in it;
 * at the end the model is exported in fp16 safetensors with the tokenizer and a model card (train/lm_card.py).
 """
 
@@ -20,7 +24,7 @@ from typing import Callable, Optional
 from . import corpus as corpus_mod
 from .export import export_model
 from .lm_card import model_card
-from .losses import evaluate, lm_loss
+from .losses import autocast, averaged_loss, evaluate, held_out_losses, lm_loss, next_token_losses
 from .presets import PRESETS, count_params, make_config
 from .tokenizer import tokenizer_hash
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
@@ -41,6 +45,9 @@ class TrainOptions(TrainerOptions):
     val_windows: int = 64
     config_overrides: dict = field(default_factory=dict)
     export: bool = True
+    early_exit_layer: Optional[int] = None  # BiLD 4.4 averaged-loss phase at the end of the run
+    early_exit_share: float = 0.2           # its share of the run (of the larger of the step / time fractions)
+    max_degradation: float = 0.03           # full-model held-out loss it may cost, else its weights are dropped
     _: KW_ONLY
     eval_minutes: Optional[float] = 10.0    # eval_every_steps (TrainerOptions) overrides it when set
 
@@ -50,6 +57,13 @@ class TrainOptions(TrainerOptions):
         for name in ("seq_len", "val_windows"):
             if getattr(self, name) <= 0:
                 raise TrainError(f"--{name.replace('_', '-')} must be positive")
+        if self.early_exit_layer is not None:
+            if self.early_exit_layer < 1:
+                raise TrainError(f"--early-exit-layer must be >= 1, got {self.early_exit_layer}")
+            if not 0 < self.early_exit_share < 1:
+                raise TrainError(f"--early-exit-share must be in (0, 1), got {self.early_exit_share}")
+            if self.max_degradation < 0:
+                raise TrainError(f"--max-degradation must be >= 0 nats, got {self.max_degradation}")
         self.validate_run()
         check_corpus_inputs(self.tokenizer, self.manifest)
         if self.init_from is not None and not (Path(self.init_from) / "config.json").is_file():
@@ -72,6 +86,10 @@ def _build_model(opts: TrainOptions, tok, ckpt: Optional[dict]):
     if opts.seq_len > model.config.max_position_embeddings:
         raise TrainError(f"--seq-len {opts.seq_len} exceeds max_position_embeddings "
                          f"{model.config.max_position_embeddings}")
+    layers = model.config.num_hidden_layers
+    if opts.early_exit_layer is not None and opts.early_exit_layer >= layers:
+        raise TrainError(f"--early-exit-layer must be in [1, {layers - 1}] for this {layers}-layer model, got "
+                         f"{opts.early_exit_layer}")
     model.config._attn_implementation = "sdpa"
     return model
 
@@ -112,7 +130,10 @@ def train(opts: TrainOptions, log: Callable[[str], None] = print,
         f"{n_params:,} params | seq {opts.seq_len} x batch {opts.batch_size} | lr {opts.lr} | "
         f"{'bf16 autocast' if trainer.bf16 else 'fp32'} | threads {torch.get_num_threads()} | "
         f"train {len(data.train):,} tok / val {len(data.val):,} tok ({len(data.val_windows)} val windows)")
-    state = trainer.fit(stop_after_steps)
+    if opts.early_exit_layer is None:
+        state = trainer.fit(stop_after_steps)
+    else:
+        state = _fit_with_early_exit_phase(trainer, opts, data.val_windows, stop_after_steps, log)
     if state["stopped"]:
         return {"step": state["step"], "stopped": True, "params": n_params, "out_dir": str(out_dir)}
 
@@ -134,7 +155,7 @@ def train(opts: TrainOptions, log: Callable[[str], None] = print,
         "tokens_per_s": state["tokens_seen"] / max(state["elapsed"], 1e-9),
         "init_from": state.get("init_from"), "resumes": state["resumes"],
         "val_loss": val, "val_windows": len(data.val_windows), "bf16": trainer.bf16,
-        "torch": torch.__version__, "transformers": tf_version,
+        "torch": torch.__version__, "transformers": tf_version, "early_exit": state.get("early_exit"),
     }
     summary = {k: v for k, v in info.items() if k != "config"}
     summary["out_dir"] = str(out_dir)
@@ -144,3 +165,49 @@ def train(opts: TrainOptions, log: Callable[[str], None] = print,
         summary["export_dir"] = str(export_dir)
         log(f"exported fp16 model to {export_dir}")
     return summary
+
+
+SNAPSHOT = "before-early-exit.pt"
+
+
+def _fit_with_early_exit_phase(trainer: Trainer, opts: TrainOptions, windows, stop_after_steps: Optional[int],
+                               log: Callable[[str], None]) -> dict:
+    """Plain LM loss up to 1 - early_exit_share of the run, then BiLD's averaged loss to the end (one
+    schedule). The weights at the switch are saved next to the checkpoint and put back when the full model's
+    held-out loss rose by more than max_degradation; the figures go to state["early_exit"]."""
+    import torch
+
+    layer, model, start = opts.early_exit_layer, trainer.model, trainer.state["step"]
+    state = trainer.fit(stop_after_steps, until=1.0 - opts.early_exit_share)
+    if state["stopped"]:
+        return state
+    snapshot = trainer.run_dir / SNAPSHOT
+    if trainer.state.get("early_exit") is None:
+        full, early = held_out_losses(model, windows, trainer.bf16, opts.batch_size, layer)
+        torch.save(model.state_dict(), snapshot)
+        trainer.state["early_exit"] = {"layer": layer, "from_step": trainer.state["step"],
+                                       "before": {"full": full, "early": early}}
+        log(f"early-exit phase from step {trainer.state['step']} (layer {layer}): held-out loss full {full:.4f} | "
+            f"layer {layer} {early:.4f}")
+
+    def joint(m, x):
+        with autocast(trainer.bf16):
+            return averaged_loss(*next_token_losses(m, x, layer))
+
+    trainer.loss = joint
+    left = None if stop_after_steps is None else stop_after_steps - (trainer.state["step"] - start)
+    state = trainer.fit(left)
+    if state["stopped"]:
+        return state
+    ee = state["early_exit"]
+    full, early = held_out_losses(model, windows, trainer.bf16, opts.batch_size, layer)
+    ee["after"] = {"full": full, "early": early}
+    ee["max_degradation"] = opts.max_degradation
+    ee["kept"] = full <= ee["before"]["full"] + opts.max_degradation
+    log(f"early-exit phase: held-out loss full {ee['before']['full']:.4f} -> {full:.4f} | layer {layer} "
+        f"{ee['before']['early']:.4f} -> {early:.4f} | " + ("kept" if ee["kept"] else
+                                                            f"dropped (more than {opts.max_degradation} nats)"))
+    if not ee["kept"]:
+        model.load_state_dict(torch.load(snapshot, map_location="cpu"))
+        state["val_loss"] = ee["before"]["full"]
+    return state

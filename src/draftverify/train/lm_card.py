@@ -11,6 +11,19 @@ def _rope_theta(cfg: dict) -> float:
     return (cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta"))
 
 
+def _early_exit_lines(ee) -> list[str]:
+    """The BiLD 4.4 phase of `train lm --early-exit-layer`, when there was one."""
+    if not ee:
+        return []
+    b, a, layer = ee["before"], ee["after"], ee["layer"]
+    verdict = (f"kept: the first {layer} layers are the `early_exit` drafter's model (`--early-exit-layers {layer}`)"
+               if ee["kept"] else f"dropped (the full model lost more than {ee['max_degradation']} nats): the weights "
+                                  "from before the phase are exported")
+    return [f"- Early-exit phase (BiLD section 4.4) from step {ee['from_step']:,}: averaged loss of layer {layer} and "
+            f"the last layer; held-out loss full model {b['full']:.4f} -> {a['full']:.4f}, layer {layer} "
+            f"{b['early']:.4f} -> {a['early']:.4f}; {verdict}."]
+
+
 def model_card(info: dict) -> str:
     cfg = info["config"]
     cnt = info["manifest_counts"]
@@ -67,6 +80,7 @@ def model_card(info: dict) -> str:
         f"- Initialised from: {info['init_from'] or 'random init'}; resumed {info['resumes']} time(s) from checkpoint.",
         f"- Final held-out loss: {info['val_loss']:.4f} nats/token (perplexity {math.exp(min(info['val_loss'], 50)):.2f}) "
         f"on {info['val_windows']} fixed windows of the validation split.",
+        *_early_exit_lines(info.get("early_exit")),
         f"- Software: torch {info['torch']}, transformers {info['transformers']}, Python {platform.python_version()}.",
         "",
         "## Usage",

@@ -31,6 +31,8 @@ Writing a recipe::
 
 The recipe may read and write ``trainer.state`` between construction and ``fit()`` (figures measured before
 training, checks that a checkpoint belongs to the same inputs) and after it: everything in it is checkpointed.
+A recipe whose objective changes part-way through one schedule calls ``fit(until=fraction)``, then sets
+``trainer.loss`` and calls ``fit()`` again (`train lm --early-exit-layer`).
 """
 
 from __future__ import annotations
@@ -338,10 +340,15 @@ class Trainer:
 
     # ---- the loop
 
-    def fit(self, stop_after_steps: Optional[int] = None) -> dict:
+    def fit(self, stop_after_steps: Optional[int] = None, *, until: Optional[float] = None) -> dict:
         """Train until a budget is reached (then evaluate, checkpoint, return the state with "stopped": False)
         or until interrupted by SIGINT/SIGTERM or after `stop_after_steps` steps of this call (a test hook):
-        then checkpoint and return the state with "stopped": True."""
+        then checkpoint and return the state with "stopped": True.
+
+        until: pause once progress() reaches this fraction of the run (checkpoint, no final evaluation; the
+        state has "paused": True), for a recipe that changes ``self.loss`` part-way through one schedule; a
+        rerun pauses there again at once, and the next fit() call goes on to the end.
+        """
         import torch
 
         opts, state, model = self.opts, self.state, self.model
@@ -366,7 +373,7 @@ class Trainer:
         steps_this_run = 0
         win_loss, win_n, win_t0, win_tok, tok_s = 0.0, 0, time.time(), 0, 0.0
         try:
-            while not self.done() and stop["reason"] is None:
+            while not self.done() and stop["reason"] is None and (until is None or self.progress() < until):
                 lr = self.sched.lr(state["step"], self.progress())
                 for g in self.optimizer.param_groups:
                     g["lr"] = lr
@@ -418,7 +425,11 @@ class Trainer:
             self.save()
             self.log(f"{self.prefix}stopped ({stop['reason']}) at step {state['step']}; checkpoint saved to "
                      f"{self.run_dir / CKPT_NAME}; run the same command again to resume")
-            return {**state, "stopped": True}
+            return {**state, "stopped": True, "paused": False}
+        if until is not None and not self.done():
+            if steps_this_run:
+                self.save()
+            return {**state, "stopped": False, "paused": True}
         val = self._evaluate()
         state["finished"] = True
         final = {"step": state["step"], "elapsed": round(state["elapsed"], 2), "train_loss": None,
@@ -430,7 +441,7 @@ class Trainer:
         tokens = f" | {state['tokens_seen']:,} tokens" if "tokens_seen" in state else ""
         self.log(f"{self.prefix}done: step {state['step']} | {self.metric.replace('_', ' ')} "
                  f"{'-' if val is None else format(val, '.4f')}{tokens} | {state['elapsed'] / 60:.1f} min")
-        return {**state, "stopped": False}
+        return {**state, "stopped": False, "paused": False}
 
     def _log_step(self, lr: float, train_loss: float, val: Optional[float], tok_s: float, gnorm: float,
                   echo: bool) -> None:
