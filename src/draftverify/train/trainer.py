@@ -244,11 +244,12 @@ class Trainer:
     batches(rng) -> batch: draws one training batch from the trainer's numpy generator (checkpointed).
     loss(model, batch) -> scalar tensor to minimise.
     evaluate(model) -> float | None: the held-out figure, stored as state[metric] (and state["best_" + metric]);
-        run every eval_every_steps / eval_minutes and at the end.
+        run every eval_every_steps / eval_minutes and at the end. metric also names it in the log and the bar.
     counts(batch) -> {name: int}: counters added to the state each step ("tokens_seen" also gives tokens/s).
     state: extra fields of the run's state; a resumed run takes the checkpoint's values.
     checkpoint: a checkpoint the recipe already read with load_checkpoint(run_dir) (to build the model from its
         config); by default the trainer reads run_dir's itself.
+    name: prefixes the log lines and labels the progress bar ("fine-tune"); log receives every line.
     """
 
     def __init__(self, model, opts: TrainerOptions, run_dir: str | os.PathLike, *,
