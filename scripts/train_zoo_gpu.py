@@ -7,7 +7,8 @@ keep state between calls, so this script trains from scratch within `--minutes` 
   (the definition `draftverify train lm` uses) and on every non-overlapping val window;
 - schedule: linear warm-up, cosine decay to 0.1x by elapsed *time* (the step count is unknown in advance);
 - `--early-exit-layer L --early-exit-share s`: the last s of the budget fine-tunes with BiLD section 4.4's
-  averaged loss (final layer + layer L through the shared norm and head); the result is kept only when the full
+  averaged loss (final layer + layer L through the shared norm and head; draftverify.train.losses, the loss
+  `draftverify train early-exit` uses); the result is kept only when the full
   model's held-out loss is no worse than `--max-degradation` nats above its value before that phase.
 Usage: PYTHONPATH=src python scripts/train_zoo_gpu.py --role target --minutes 7 --out /tmp/zoo/target
 """
@@ -23,10 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from draftverify.train.lm import make_config
+from draftverify.train.losses import autocast, averaged_loss, held_out_losses, next_token_losses
+from draftverify.train.presets import make_config
+from draftverify.train.tokens import fixed_windows
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu only for a smoke test
 
@@ -41,35 +43,8 @@ def load_tokens(bundle: Path, split: str, tokenizer: Tokenizer, eos: int) -> tor
     return torch.tensor(np.asarray(ids, dtype=np.int32))
 
 
-def fixed_windows(data: torch.Tensor, n: int, seq_len: int) -> torch.Tensor:
-    starts = np.linspace(0, len(data) - seq_len - 1, num=n).astype(np.int64)
-    return torch.stack([data[s : s + seq_len + 1] for s in starts]).long()
-
-
-def losses(model, x: torch.Tensor, exit_layer: int | None):
-    """x [B, T+1] -> (final-layer loss, early-exit loss or None)."""
-    with torch.autocast(DEVICE, dtype=torch.bfloat16):
-        out = model(input_ids=x[:, :-1], output_hidden_states=exit_layer is not None)
-        target = x[:, 1:].reshape(-1)
-        final = F.cross_entropy(out.logits.float().reshape(-1, out.logits.size(-1)), target)
-        if exit_layer is None:
-            return final, None
-        early_logits = model.lm_head(model.model.norm(out.hidden_states[exit_layer]))  # [B, T, V]
-        early = F.cross_entropy(early_logits.float().reshape(-1, early_logits.size(-1)), target)
-    return final, early
-
-
-@torch.no_grad()
 def evaluate(model, windows: torch.Tensor, exit_layer: int | None = None, batch: int = 32) -> tuple[float, float | None]:
-    model.eval()
-    tot, tot_early = 0.0, 0.0
-    for i in range(0, len(windows), batch):
-        xb = windows[i : i + batch].to(DEVICE)
-        final, early = losses(model, xb, exit_layer)
-        tot += final.item() * len(xb)
-        tot_early += (early.item() if early is not None else 0.0) * len(xb)
-    model.train()
-    return tot / len(windows), (tot_early / len(windows) if exit_layer is not None else None)
+    return held_out_losses(model, windows, True, batch, exit_layer, DEVICE)
 
 
 def main() -> None:
@@ -131,8 +106,9 @@ def main() -> None:
             g["lr"] = args.lr * lr_scale
         starts = torch.randint(0, len(train) - args.seq_len - 1, (args.batch,), device=DEVICE)
         x = train[starts[:, None] + torch.arange(args.seq_len + 1, device=DEVICE)[None]].long()  # [B, T+1]
-        final, early = losses(model, x, args.early_exit_layer if joint else None)
-        loss = final if early is None else 0.5 * (final + early)
+        with autocast(True, DEVICE):
+            final, early = next_token_losses(model, x, args.early_exit_layer if joint else None)
+        loss = final if early is None else averaged_loss(final, early)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

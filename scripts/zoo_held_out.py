@@ -14,7 +14,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from draftverify.train.corpus import load_manifest
-from draftverify.train.lm import evaluate, fixed_windows, tokenize_split
+from draftverify.train.losses import evaluate
+from draftverify.train.tokens import fixed_windows, tokenize_split
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model", action="append", required=True, help="name=path")

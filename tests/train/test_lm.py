@@ -37,35 +37,6 @@ def _quiet(msg):
     pass
 
 
-def test_token_cache(assets):
-    from draftverify.train import corpus
-    from draftverify.train.tokenizer import load_tokenizer
-
-    tok = load_tokenizer(assets / "tok")
-    m = corpus.load_manifest(assets / "manifest.json")
-    data = lm.load_token_cache(m, str(assets / "tok"), tok, str(assets / "cache"), log=_quiet)
-    assert data["train"].dtype.name == "uint16" and data["val"].dtype.name == "uint16"
-    n_docs = m["counts"]["train"]
-    assert int((data["train"] == tok.eos_token_id).sum()) == n_docs  # one eos per document
-    first = next(corpus.iter_texts(m, "train"))
-    end = list(data["train"]).index(tok.eos_token_id)
-    assert tok.decode(list(map(int, data["train"][:end]))) == first
-    # second call hits the cache (same files, same arrays)
-    again = lm.load_token_cache(m, str(assets / "tok"), tok, str(assets / "cache"), log=_quiet)
-    assert (again["val"] == data["val"]).all()
-
-
-def test_presets_param_counts():
-    from transformers import LlamaForCausalLM
-
-    n_target = lm.count_params(LlamaForCausalLM(lm.make_config("target", 8192, 0)))
-    n_draft = lm.count_params(LlamaForCausalLM(lm.make_config("draft", 8192, 0)))
-    assert 50e6 <= n_target <= 55e6  # the zoo v2 target (zoo/code/target)
-    assert 2e6 <= n_draft <= 5e6
-    with pytest.raises(lm.TrainError, match="unknown preset"):
-        lm.make_config("huge", 8192, 0)
-
-
 def test_loss_decreases(assets, tmp_path):
     opts = _opts(assets, tmp_path / "run", max_steps=60, eval_every_steps=30, warmup_steps=5)
     summary = lm.train(opts, log=_quiet)
@@ -198,3 +169,55 @@ def test_cli_tokenizer_and_lm(tmp_path):
     assert r.exit_code == 0, r.output
     assert (tmp_path / "zoo" / "tiny" / "config.json").is_file()
     assert "step      3" in r.output
+
+
+def test_early_exit_phase_resumes_exactly_and_reports(assets, tmp_path):
+    ee = dict(config_overrides=dict(TINY, num_hidden_layers=3), max_steps=16, warmup_steps=2, early_exit_layer=1,
+              early_exit_share=0.5, max_degradation=10.0)
+    ref = lm.train(_opts(assets, tmp_path / "ref", **ee), log=_quiet)
+    out = tmp_path / "run"
+    assert lm.train(_opts(assets, out, **ee), log=_quiet, stop_after_steps=5)["stopped"]  # inside the plain phase
+    part = lm.train(_opts(assets, out, **ee), log=_quiet, stop_after_steps=6)  # across the switch at step 8
+    assert part["stopped"] and part["step"] == 11
+    assert (out / "before-early-exit.pt").is_file()
+    full = lm.train(_opts(assets, out, **ee, export=True, export_dir=str(tmp_path / "exp")), log=_quiet)
+    a, b = lm.load_checkpoint(tmp_path / "ref"), lm.load_checkpoint(out)
+    for k, v in a["model"].items():
+        assert torch.equal(v, b["model"][k]), k
+    phase = full["early_exit"]
+    assert phase == ref["early_exit"]
+    assert phase["from_step"] == 8 and phase["layer"] == 1 and phase["kept"]
+    assert phase["after"]["early"] < phase["before"]["early"]  # the averaged loss trained layer 1
+    assert full["val_loss"] == pytest.approx(phase["after"]["full"], abs=1e-6)
+    assert "Early-exit phase (BiLD section 4.4) from step 8" in (tmp_path / "exp" / "README.md").read_text()
+
+
+def test_early_exit_phase_is_dropped_when_the_full_model_degrades(assets, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    real, calls = lm.held_out_losses, []
+
+    def worse_after(*args, **kw):  # the tiny model still improves in any phase: report the phase as costly
+        full, early = real(*args, **kw)
+        calls.append(full)
+        return (full + 1.0 if len(calls) == 2 else full), early
+
+    monkeypatch.setattr(lm, "held_out_losses", worse_after)
+    run, exp = tmp_path / "run", tmp_path / "exp"
+    s = lm.train(_opts(assets, run, config_overrides=dict(TINY, num_hidden_layers=3), max_steps=12, warmup_steps=2,
+                       early_exit_layer=2, early_exit_share=0.5, export=True, export_dir=str(exp)), log=_quiet)
+    phase = s["early_exit"]
+    assert len(calls) == 2 and not phase["kept"]
+    assert s["val_loss"] == phase["before"]["full"] == calls[0]
+    # the exported weights are those from before the phase, not the trained-on ones of the checkpoint
+    snap = torch.load(run / "before-early-exit.pt")
+    last = lm.load_checkpoint(run)["model"]
+    exported = load_file(str(exp / "model.safetensors"))
+    w = "model.layers.0.mlp.up_proj.weight"
+    assert torch.allclose(exported[w].float(), snap[w], atol=1e-3)
+    assert not torch.allclose(exported[w].float(), last[w], atol=1e-3)
+    assert "dropped" in (exp / "README.md").read_text()
+    with pytest.raises(lm.TrainError, match=r"--early-exit-layer must be in \[1, 1\]"):
+        lm.train(_opts(assets, tmp_path / "bad", early_exit_layer=2), log=_quiet)
+    with pytest.raises(lm.TrainError, match="--early-exit-share"):
+        lm.train(_opts(assets, tmp_path / "bad", early_exit_layer=1, early_exit_share=1.0), log=_quiet)

@@ -4,11 +4,20 @@ Modules:
 
 * :mod:`draftverify.train.corpus`    -- corpus manifest over the Python stdlib ``.py`` files
 * :mod:`draftverify.train.tokenizer` -- byte-level BPE tokenizer (HF ``tokenizers``)
-* :mod:`draftverify.train.lm`        -- from-scratch ``LlamaForCausalLM`` training / export
+* :mod:`draftverify.train.trainer`   -- the training loop every recipe runs on (budgets, checkpoints, resume)
+* :mod:`draftverify.train.presets`   -- model architectures of the zoo
+* :mod:`draftverify.train.tokens`    -- the corpus as cached token arrays, training / held-out windows
+* :mod:`draftverify.train.losses`    -- next-token losses, BiLD's early-exit averaged loss
+* :mod:`draftverify.train.export`    -- fp16 export with tokenizer and model card
+* :mod:`draftverify.train.lm`        -- recipe: from-scratch ``LlamaForCausalLM`` training (card: ``lm_card``)
+* :mod:`draftverify.train.align`     -- recipe: BiLD prediction alignment of a draft
+* :mod:`draftverify.train.early_exit` -- recipe: BiLD early-exit fine-tune of a target
+* :mod:`draftverify.train.ngram`     -- the n-gram drafter's table
 * :mod:`draftverify.train.cli`       -- ``train_app`` Typer app (``draftverify train ...``)
 
 Heavy dependencies (torch, transformers) are only imported by the modules that
 need them, so ``import draftverify.train`` stays cheap.
 """
 
-__all__ = ["corpus", "tokenizer", "lm", "cli"]
+__all__ = ["corpus", "tokenizer", "trainer", "presets", "tokens", "losses", "export", "lm", "align", "early_exit",
+           "ngram", "cli"]

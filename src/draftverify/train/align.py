@@ -8,9 +8,8 @@
    Each finished prompt is appended to a JSONL (header line, then ``{"i", "source", "prompt", "continuation",
    "stats"}`` records) that is reused on the next run: step 1 is resumable and cached.
 2. **Fine-tune.** The draft is trained on prompt + continuation sequences with the loss on the continuation
-   tokens only (the prompt is context). Optimizer, schedule, checkpoint (resumable, SIGINT/SIGTERM safe) and
-   fp16 export are ``train.lm``'s (``make_optimizer``, ``WarmupCosine``, ``save_checkpoint``,
-   ``load_checkpoint``, ``export_model``).
+   tokens only (the prompt is context), on the shared trainer (``train.trainer``: optimizer, schedule, budgets,
+   resumable SIGINT/SIGTERM-safe checkpoints); the result is exported in fp16 (``train.export``).
 3. **Acceptance.** alpha (``GenerationStats.alpha``) and mean tokens per target call of the draft against the
    target, greedy, on held-out prompts cut the same way from the *validation* split (files never trained on),
    before (the original draft) and after (the exported aligned draft, loaded like ``draftverify.load`` does).
@@ -19,13 +18,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import platform
-import shlex
-import signal
 import sys
 import time
 from dataclasses import KW_ONLY, dataclass
@@ -35,9 +31,12 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import corpus as corpus_mod
-from . import lm
-from .lm import TrainError
+from .export import export_model
+from .losses import autocast
+from .presets import count_params
 from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
+from .trainer import (TrainError, Trainer, TrainerOptions, command_line, cpu_name, load_checkpoint,
+                      seed_everything, set_threads)
 
 CACHE_VERSION = 1
 IGNORE = -100
@@ -56,7 +55,7 @@ class AlignError(TrainError):
 
 
 @dataclass
-class AlignOptions(lm.OptimOptions):
+class AlignOptions(TrainerOptions):
     target: str
     draft: str
     manifest: str = "zoo/code/manifest.json"
@@ -70,11 +69,9 @@ class AlignOptions(lm.OptimOptions):
     max_prompt_tokens: int = 256
     new_tokens: int = 128
     gamma: int = 5
-    seed: int = 1234
-    # fine-tune; the other optimizer / schedule / run fields (keyword-only) are lm.OptimOptions'
-    batch_size: int = 16
-    eval_every_steps: Optional[int] = None  # held-out continuation loss every N steps (always at start and end)
+    # fine-tune; the optimizer / schedule / budget fields (keyword-only) are TrainerOptions'
     _: KW_ONLY
+    batch_size: int = 16
     lr: float = 5e-4
     warmup_steps: int = 20
     weight_decay: float = 0.0
@@ -100,7 +97,7 @@ class AlignOptions(lm.OptimOptions):
             raise AlignError(f"no tokenizer.json in {tdir} ({where}); pass --tokenizer DIR")
         if not Path(self.manifest).is_file():
             raise AlignError(f"manifest {self.manifest} not found (run `draftverify train tokenizer` first)")
-        for name in ("num_prompts", "new_tokens", "gamma", "batch_size", "log_every", "min_prompt_tokens"):
+        for name in ("num_prompts", "new_tokens", "gamma", "min_prompt_tokens"):
             if getattr(self, name) < 1:
                 raise AlignError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.eval_prompts < 0:
@@ -108,16 +105,10 @@ class AlignOptions(lm.OptimOptions):
         if self.max_prompt_tokens < self.min_prompt_tokens:
             raise AlignError(f"--max-prompt-tokens ({self.max_prompt_tokens}) must be >= --min-prompt-tokens "
                              f"({self.min_prompt_tokens})")
-        if self.lr <= 0:
-            raise AlignError("--lr must be positive")
-        if self.max_steps is None and self.max_minutes is None:
-            raise AlignError("give --max-steps and/or --max-minutes for the fine-tune")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise AlignError("--max-steps must be >= 1")
-        if self.max_minutes is not None and self.max_minutes <= 0:
-            raise AlignError("--max-minutes must be positive")
-        if self.threads is not None and self.threads < 1:
-            raise AlignError("--threads must be >= 1")
+        try:
+            self.validate_run()
+        except TrainError as e:
+            raise AlignError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -379,7 +370,7 @@ def continuation_loss(model, x, y, bf16: bool, reduction: str = "mean"):
     """Cross-entropy of the continuation tokens only (position t predicts y[:, t+1])."""
     import torch.nn.functional as F
 
-    with lm._autocast(bf16):
+    with autocast(bf16):
         logits = model(input_ids=x[:, :-1], use_cache=False).logits
     return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y[:, 1:].reshape(-1),
                            ignore_index=IGNORE, reduction=reduction)
@@ -408,151 +399,56 @@ def finetune(opts: AlignOptions, records: list[dict], heldout: list[dict], pad_i
              log: Callable[[str], None] = print, stop_after_steps: Optional[int] = None) -> tuple:
     """Fine-tune the draft on records (continuation loss). Returns (model, info); info["stopped"] if interrupted.
 
-    Checkpoints to <work_dir>/finetune/checkpoint (lm.save_checkpoint) and resumes from it automatically.
+    Runs on the shared trainer: checkpoints to <work_dir>/finetune/checkpoint and resumes from it automatically.
     """
     import torch
     from transformers import AutoModelForCausalLM
 
-    bf16 = lm.DEFAULT_BF16 if opts.bf16 is None else bool(opts.bf16)
     ft_dir = Path(opts.work_dir) / "finetune"
-    ft_dir.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(opts.seed)
-    np_rng = np.random.default_rng(opts.seed)
+    seed_everything(opts.seed)
     model = AutoModelForCausalLM.from_pretrained(opts.draft, dtype=torch.float32)
     model.config._attn_implementation = "sdpa"
-    model.train()
-    optimizer = lm.make_optimizer(model, opts.lr, opts.weight_decay, opts.beta1, opts.beta2)
-    sched = lm.WarmupCosine(opts.lr, opts.warmup_steps, opts.min_lr_ratio)
     draft_sha = model_digest(opts.draft)
     gen_sha = hashlib.sha256(json.dumps([r["continuation"] for r in records]).encode()).hexdigest()
-    state = {"step": 0, "tokens_seen": 0, "loss_tokens_seen": 0, "elapsed": 0.0, "resumes": 0, "finished": False,
-             "draft_sha256": draft_sha, "generations_sha256": gen_sha, "records": len(records),
-             "heldout_loss_before": None, "heldout_loss": None, "train_loss_before": None, "commands": []}
-    ckpt = lm.load_checkpoint(ft_dir)
-    if ckpt is not None:
-        saved = ckpt["state"]
-        if saved.get("draft_sha256") != draft_sha or saved.get("generations_sha256") != gen_sha:
-            raise AlignError(f"the fine-tune checkpoint in {ft_dir} belongs to another draft or calibration set; "
-                             "delete it or use another --work-dir")
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        sched.load_state_dict(ckpt["scheduler"])
-        sched.base_lr, sched.warmup_steps, sched.min_ratio = opts.lr, opts.warmup_steps, opts.min_lr_ratio
-        state.update(saved)
-        state["resumes"] += 1
-        lm._restore_rng(ckpt["rng"], np_rng)
-        log(f"fine-tune: resumed from {ft_dir / lm.CKPT_NAME} at step {state['step']}")
-        del ckpt
-    state["commands"] = list(state.get("commands", [])) + [opts.command or ""]
+    ckpt = load_checkpoint(ft_dir)
+    if ckpt is not None and (ckpt["state"].get("draft_sha256") != draft_sha
+                             or ckpt["state"].get("generations_sha256") != gen_sha):
+        raise AlignError(f"the fine-tune checkpoint in {ft_dir} belongs to another draft or calibration set; "
+                         "delete it or use another --work-dir")
+
+    def draw(rng):
+        return make_batch([records[int(j)] for j in rng.integers(0, len(records), size=opts.batch_size)], pad_id)
+
+    trainer = Trainer(
+        model, opts, ft_dir, name="fine-tune", metric="heldout_loss", checkpoint=ckpt, log=log,
+        batches=draw, loss=lambda m, b: continuation_loss(m, *b, trainer.bf16),
+        evaluate=(lambda m: evaluate_loss(m, heldout, pad_id, trainer.bf16, opts.batch_size)) if heldout else None,
+        counts=lambda b: {"tokens_seen": int(b[0].numel()), "loss_tokens_seen": int((b[1][:, 1:] != IGNORE).sum())},
+        state={"tokens_seen": 0, "loss_tokens_seen": 0, "draft_sha256": draft_sha, "generations_sha256": gen_sha,
+               "records": len(records), "heldout_loss_before": None, "train_loss_before": None})
+    del ckpt
+    bf16, state = trainer.bf16, trainer.state
     # a fixed slice of the calibration set, to show the fit on the training data itself
     probe = records[: min(len(records), 64)]
-    if state["heldout_loss_before"] is None and state["step"] == 0:
+    if state["train_loss_before"] is None:
         state["heldout_loss_before"] = evaluate_loss(model, heldout, pad_id, bf16, opts.batch_size)
         state["train_loss_before"] = evaluate_loss(model, probe, pad_id, bf16, opts.batch_size)
         log(f"fine-tune: continuation loss before: calibration {state['train_loss_before']:.4f}"
             + ("" if state["heldout_loss_before"] is None else f" | held-out {state['heldout_loss_before']:.4f}"))
-
-    budget = opts.max_minutes * 60.0 if opts.max_minutes else None
-
-    def progress() -> float:
-        ps = []
-        if opts.max_steps:
-            ps.append(state["step"] / opts.max_steps)
-        if budget:
-            ps.append(state["elapsed"] / budget)
-        return max(ps)
-
-    def done() -> bool:
-        return (opts.max_steps is not None and state["step"] >= opts.max_steps) or \
-            (budget is not None and state["elapsed"] >= budget)
-
-    stop = {"requested": False, "reason": ""}
-
-    def _on_signal(signum, frame):
-        stop["requested"], stop["reason"] = True, signal.Signals(signum).name
-
-    old_handlers = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(ValueError):
-            old_handlers[sig] = signal.signal(sig, _on_signal)
-    use_bar = opts.progress if opts.progress is not None else sys.stderr.isatty()
-    bar = None
-    if use_bar and not done():
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=opts.max_steps, initial=state["step"], unit="step", desc="fine-tune", dynamic_ncols=True)
-    log_path = Path(opts.work_dir) / "finetune" / "log.jsonl"
-    seg_start, base_elapsed = time.time(), state["elapsed"]
-    last_ckpt = state["elapsed"]
-    win_loss, win_n, steps_this_run = 0.0, 0, 0
     log(f"fine-tune: {len(records)} sequences | batch {opts.batch_size} | lr {opts.lr} | "
         f"{'bf16 autocast' if bf16 else 'fp32'} | threads {torch.get_num_threads()} | "
         f"max steps {opts.max_steps} | max minutes {opts.max_minutes}")
-    try:
-        while not done() and not stop["requested"]:
-            lr = sched.lr(state["step"], progress())
-            for g in optimizer.param_groups:
-                g["lr"] = lr
-            idx = np_rng.integers(0, len(records), size=opts.batch_size)
-            x, y = make_batch([records[int(j)] for j in idx], pad_id)
-            loss = continuation_loss(model, x, y, bf16)
-            if not torch.isfinite(loss):
-                raise AlignError(f"loss became {loss.item()} at step {state['step']}; try a lower --lr")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), opts.grad_clip)
-            optimizer.step()
-            state["step"] += 1
-            steps_this_run += 1
-            state["tokens_seen"] += int(x.numel())
-            state["loss_tokens_seen"] += int((y[:, 1:] != IGNORE).sum())
-            state["elapsed"] = base_elapsed + (time.time() - seg_start)
-            win_loss, win_n = win_loss + loss.item(), win_n + 1
-            val = None
-            if opts.eval_every_steps and state["step"] % opts.eval_every_steps == 0 and heldout:
-                val = state["heldout_loss"] = evaluate_loss(model, heldout, pad_id, bf16, opts.batch_size)
-            if state["step"] % opts.log_every == 0 or val is not None:
-                rec = {"step": state["step"], "elapsed": round(state["elapsed"], 2),
-                       "train_loss": round(win_loss / max(win_n, 1), 5),
-                       "heldout_loss": None if val is None else round(val, 5), "lr": lr,
-                       "grad_norm": round(float(gnorm), 4)}
-                with open(log_path, "a") as fh:
-                    fh.write(json.dumps(rec) + "\n")
-                if bar is None:
-                    log(f"fine-tune step {state['step']:>5} | loss {rec['train_loss']:.4f} | held-out "
-                        f"{'-' if state['heldout_loss'] is None else format(state['heldout_loss'], '.4f')} | "
-                        f"lr {lr:.2e} | {state['elapsed'] / 60:.1f} min")
-                win_loss, win_n = 0.0, 0
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.3f}", min=f"{state['elapsed'] / 60:.1f}")
-            if state["elapsed"] - last_ckpt >= opts.checkpoint_minutes * 60:
-                lm.save_checkpoint(ft_dir, model, optimizer, sched, state, np_rng)
-                last_ckpt = state["elapsed"]
-            if stop_after_steps is not None and steps_this_run >= stop_after_steps:
-                stop["requested"], stop["reason"] = True, "stop_after_steps"
-    finally:
-        if bar is not None:
-            bar.close()
-        for sig, h in old_handlers.items():
-            with contextlib.suppress(Exception):
-                signal.signal(sig, h)
-
-    if stop["requested"] and not done():
-        lm.save_checkpoint(ft_dir, model, optimizer, sched, state, np_rng)
-        log(f"fine-tune stopped ({stop['reason']}) at step {state['step']}; checkpoint saved to "
-            f"{ft_dir / lm.CKPT_NAME}; run the same command again to resume")
-        return model, {**state, "stopped": True}
-    state["heldout_loss"] = evaluate_loss(model, heldout, pad_id, bf16, opts.batch_size)
-    state["train_loss_after"] = evaluate_loss(model, probe, pad_id, bf16, opts.batch_size)
-    state["finished"] = True
-    lm.save_checkpoint(ft_dir, model, optimizer, sched, state, np_rng)
-    log(f"fine-tune done: step {state['step']} | continuation loss: calibration {state['train_loss_before']:.4f} -> "
-        f"{state['train_loss_after']:.4f}" + ("" if state["heldout_loss"] is None else
-                                              f" | held-out {state['heldout_loss_before']:.4f} -> "
-                                              f"{state['heldout_loss']:.4f}") + f" | {state['elapsed'] / 60:.1f} min")
+    result = trainer.fit(stop_after_steps)
+    if result["stopped"]:
+        return model, result
+    result["train_loss_after"] = evaluate_loss(model, probe, pad_id, bf16, opts.batch_size)
+    log(f"fine-tune done: step {result['step']} | continuation loss: calibration {result['train_loss_before']:.4f} "
+        f"-> {result['train_loss_after']:.4f}" + ("" if result["heldout_loss"] is None else
+                                                  f" | held-out {result['heldout_loss_before']:.4f} -> "
+                                                  f"{result['heldout_loss']:.4f}")
+        + f" | {result['elapsed'] / 60:.1f} min")
     model.eval()
-    return model, {**state, "stopped": False, "bf16": bf16, "params": lm.count_params(model)}
+    return model, {**result, "bf16": bf16, "params": count_params(model)}
 
 
 # --------------------------------------------------------------------------- model card
@@ -646,15 +542,13 @@ def align_card(info: dict) -> str:
 def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_steps: Optional[int] = None) -> dict:
     """Run (or resume) the three steps. Returns the summary written to alignment.json."""
     opts.validate()
-    if opts.threads == 1:
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
     from transformers import __version__ as tf_version
 
     from ..cached_lm import CachedLM
 
-    lm._set_threads(opts.threads)
-    command = opts.command or " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+    set_threads(opts.threads)
+    command = opts.command or command_line()
     opts.command = command
     progress = opts.progress if opts.progress is not None else sys.stderr.isatty()
     try:
@@ -733,10 +627,10 @@ def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_ste
         "command": "\n".join(c for c in ft.get("commands", [command]) if c) or command,
         "batch_size": opts.batch_size, "lr": opts.lr, "betas": (opts.beta1, opts.beta2),
         "weight_decay": opts.weight_decay, "warmup_steps": opts.warmup_steps, "min_lr_ratio": opts.min_lr_ratio,
-        "grad_clip": opts.grad_clip, "threads": torch.get_num_threads(), "cpu": lm._cpu_name(),
+        "grad_clip": opts.grad_clip, "threads": torch.get_num_threads(), "cpu": cpu_name(),
         "torch": torch.__version__, "transformers": tf_version, "out_dir": str(out),
     }
-    lm.export_model(model, tok, out, align_card(info))
+    export_model(model, tok, out, align_card(info))
     log(f"exported the aligned draft (fp16) to {out}")
     del model
 

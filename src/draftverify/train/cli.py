@@ -141,6 +141,11 @@ def lm_cmd(
     checkpoint_minutes: float = typer.Option(10.0, "--checkpoint-minutes"),
     log_every: int = typer.Option(10, "--log-every", help="Log a line / JSONL record every N steps."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar (default: if a tty)."),
+    early_exit_layer: Optional[int] = typer.Option(
+        None, "--early-exit-layer", help="End the run with BiLD 4.4's averaged loss of this layer and the last."),
+    early_exit_share: float = typer.Option(0.2, "--early-exit-share", help="Share of the run in that phase."),
+    max_degradation: float = typer.Option(
+        0.03, "--max-degradation", help="Drop the phase's weights if the full model's held-out loss rose more (nats)."),
 ) -> None:
     """Train (or resume) a LlamaForCausalLM from scratch on the code corpus and export it in fp16."""
     from . import lm
@@ -155,6 +160,7 @@ def lm_cmd(
         max_steps=max_steps, max_minutes=max_minutes, threads=threads, bf16=bf16, seed=seed,
         eval_minutes=eval_minutes, eval_every_steps=eval_every, val_windows=val_windows,
         checkpoint_minutes=checkpoint_minutes, log_every=log_every, progress=progress,
+        early_exit_layer=early_exit_layer, early_exit_share=early_exit_share, max_degradation=max_degradation,
         command=_command_line(),
     )
     try:
@@ -169,6 +175,62 @@ def lm_cmd(
                            if k in summary}))
 
 
+@train_app.command("early-exit")
+def early_exit_cmd(
+    target: Path = typer.Option(Path("zoo/code/target"), "--target", help="Exported target model directory."),
+    layer: int = typer.Option(..., "--layer", help="Early-exit layer L: the first L layers form the small model."),
+    out: Path = typer.Option(..., "--out", help="Where to export the fine-tuned target."),
+    work_dir: Path = typer.Option(Path("runs/early-exit"), "--work-dir", help="Checkpoint and logs (resumable)."),
+    manifest: Path = typer.Option(Path("zoo/code/manifest.json"), "--manifest", help="Corpus manifest JSON."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: the target's)."),
+    cache_dir: Optional[Path] = typer.Option(
+        None, "--cache-dir", help="Token cache directory (default: <work-dir>/../token-cache)."),
+    max_degradation: float = typer.Option(
+        0.03, "--max-degradation", help="Largest rise of the full model's held-out loss (nats) that may be exported."),
+    force: bool = typer.Option(False, "--force", help="Export even when the full model degraded more."),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Wall-clock training budget."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Maximum optimizer steps."),
+    lr: float = typer.Option(1e-4, "--lr", help="Peak learning rate."),
+    batch_size: int = typer.Option(8, "--batch-size", help="Sequences per step."),
+    seq_len: int = typer.Option(512, "--seq-len", help="Tokens per training window."),
+    warmup_steps: int = typer.Option(20, "--warmup-steps"),
+    min_lr_ratio: float = typer.Option(0.1, "--min-lr-ratio", help="Final LR as a fraction of --lr."),
+    weight_decay: float = typer.Option(0.1, "--weight-decay"),
+    grad_clip: float = typer.Option(1.0, "--grad-clip"),
+    val_windows: int = typer.Option(64, "--val-windows", help="Number of fixed validation windows."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads (default: torch's)."),
+    bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="bf16 autocast on CPU."),
+    eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Held-out eval interval in steps."),
+    checkpoint_minutes: float = typer.Option(10.0, "--checkpoint-minutes"),
+    log_every: int = typer.Option(10, "--log-every", help="Log a line / JSONL record every N steps."),
+    seed: int = typer.Option(1234, "--seed"),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar (default: if a tty)."),
+) -> None:
+    """BiLD early exit (section 4.4): fine-tune the target with the averaged loss of layer L and the last layer."""
+    from .early_exit import EarlyExitOptions, train_early_exit
+    from .trainer import TrainError
+
+    opts = EarlyExitOptions(
+        target=str(target), layer=layer, out_dir=str(out), work_dir=str(work_dir), manifest=str(manifest),
+        tokenizer=str(tokenizer) if tokenizer else None, cache_dir=str(cache_dir) if cache_dir else None,
+        seq_len=seq_len, val_windows=val_windows, max_degradation=max_degradation, force=force,
+        max_minutes=max_minutes, max_steps=max_steps, lr=lr, batch_size=batch_size, warmup_steps=warmup_steps,
+        min_lr_ratio=min_lr_ratio, weight_decay=weight_decay, grad_clip=grad_clip, threads=threads, bf16=bf16,
+        eval_every_steps=eval_every, checkpoint_minutes=checkpoint_minutes, log_every=log_every, seed=seed,
+        progress=progress, command=_command_line(),
+    )
+    try:
+        info = train_early_exit(opts, log=lambda m: typer.echo(m))
+    except TrainError as e:
+        _fail(str(e))
+    if info.get("stopped"):
+        raise typer.Exit(130)
+    typer.echo(json.dumps({"layer": info["layer"], "full_before": info["before"]["full"],
+                           "full_after": info["after"]["full"], "early_before": info["before"]["early"],
+                           "early_after": info["after"]["early"], "degradation": info["degradation"],
+                           "steps": info["step"], "out": info["out_dir"]}))
+
+
 @train_app.command("bench")
 def bench_cmd(
     preset: str = typer.Option("target", "--preset"),
@@ -178,11 +240,11 @@ def bench_cmd(
     steps: int = typer.Option(4, "--steps"),
 ) -> None:
     """Measure seconds/step of fp32 vs bf16 autocast training on this machine."""
-    from . import lm
+    from .presets import PRESETS, bench_step_time
 
-    if preset not in lm.PRESETS:
-        _fail(f"unknown preset {preset!r}; choose one of: {', '.join(lm.PRESETS)}")
-    typer.echo(json.dumps(lm.bench_step_time(preset, batch_size, seq_len, threads, steps), indent=1))
+    if preset not in PRESETS:
+        _fail(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    typer.echo(json.dumps(bench_step_time(preset, batch_size, seq_len, threads, steps), indent=1))
 
 
 @train_app.command("ngram")
@@ -209,8 +271,8 @@ def ngram_cmd(
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Held-out top-1 accuracy on the val split."),
 ) -> None:
     """Build the n-gram drafter's table from the corpus training split (or target generations)."""
-    from . import lm
     from .ngram import NgramOptions, build
+    from .trainer import TrainError
 
     opts = NgramOptions(
         out=str(out), tokenizer=str(tokenizer), manifest=str(manifest),
@@ -221,7 +283,7 @@ def ngram_cmd(
     )
     try:
         summary = build(opts, log=lambda m: typer.echo(m))
-    except lm.TrainError as e:
+    except TrainError as e:
         _fail(str(e))
     typer.echo(json.dumps({k: summary[k] for k in ("contexts", "entries", "bytes", "tokens", "val_top1_accuracy",
                                                    "generations_top1_accuracy", "seconds_total") if k in summary}))
@@ -263,8 +325,7 @@ def align_cmd(
 ) -> None:
     """BiLD prediction alignment: fine-tune the draft on the target's greedy outputs; report alpha before/after."""
     from .align import AlignOptions, align
-
-    from . import lm
+    from .trainer import TrainError
 
     opts = AlignOptions(
         target=str(target), draft=str(draft), manifest=str(manifest), tokenizer=str(tokenizer) if tokenizer else None,
@@ -277,7 +338,7 @@ def align_cmd(
     )
     try:
         info = align(opts, log=lambda m: typer.echo(m))
-    except lm.TrainError as e:
+    except TrainError as e:
         _fail(str(e))
     except KeyboardInterrupt:
         typer.echo("interrupted; finished generations are cached: run the same command again to resume", err=True)

@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Optional
 
 import numpy as np
 
-from .lm import TrainError
+from .trainer import TrainError
 
 
 @dataclass
@@ -249,8 +249,8 @@ def corpus_tokens(manifest, tokenizer_dir: str, split: str, cache_dir: Optional[
     """(flat eos-terminated token array of a split, tokenizer): the token cache of ``train lm`` when
     cache_dir is given (shared with the LM runs), else tokenized in memory the same way."""
     from . import corpus as corpus_mod
-    from . import lm
     from .tokenizer import TokenizerError, load_tokenizer
+    from .tokens import load_token_cache, tokenize_split
 
     try:
         tok = load_tokenizer(tokenizer_dir)
@@ -259,8 +259,8 @@ def corpus_tokens(manifest, tokenizer_dir: str, split: str, cache_dir: Optional[
     try:
         m = corpus_mod.load_manifest(manifest)
         if cache_dir is not None:
-            return lm.load_token_cache(m, str(tokenizer_dir), tok, str(cache_dir), log=log)[split], tok
-        return lm.tokenize_split(m, tok, split, tok.eos_token_id), tok
+            return load_token_cache(m, str(tokenizer_dir), tok, str(cache_dir), log=log)[split], tok
+        return tokenize_split(m, tok, split, tok.eos_token_id), tok
     except corpus_mod.CorpusError as e:
         raise TrainError(str(e)) from None
 
