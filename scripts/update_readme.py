@@ -8,6 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # marker name -> (benchmark markdown file, heading whose first table is copied; None = first table in the file)
 SOURCES = {
     "loop-overhead": ("benchmarks/loop_overhead.md", None),
+    "held-out": ("benchmarks/zoo-held-out.md", None),
     "bench-greedy": ("benchmarks/bench-humaneval.md", "## Temperature 0 (greedy)"),
     "bench-sampling": ("benchmarks/bench-humaneval.md", "## Temperature 1"),
     "bench-bild": ("benchmarks/bench-humaneval.md", "## Lossy methods"),
@@ -20,7 +21,7 @@ def first_table(text: str, heading: str | None) -> str:
     if heading is not None:
         start = text.find(heading)
         if start < 0:
-            raise SystemExit(f"heading {heading!r} not found")
+            return ""
         text = text[start:]
     lines, table = text.splitlines(), []
     for line in lines:
@@ -42,6 +43,9 @@ def main() -> None:
             print(f"skip {name}: {source} not found", file=sys.stderr)
             continue
         table = first_table(path.read_text(), heading)
+        if not table:
+            print(f"skip {name}: no table under {heading!r} in {source}", file=sys.stderr)
+            continue
         readme = pattern.sub(lambda m: m.group(1) + table + "\n" + m.group(2), readme)
         print(f"updated {name} from {source}")
     (ROOT / "README.md").write_text(readme)
