@@ -64,7 +64,11 @@ def load_humaneval(data_dir: Path) -> list[Prompt]:
     for i, row in enumerate(_read_jsonl(path)):
         if "prompt" not in row:
             raise DraftVerifyError(f"{path}: record {i} has no 'prompt' field")
-        out.append(Prompt(id=str(row.get("task_id", f"HumanEval/{i}")), text=row["prompt"],
+        # the prompt's final newline is left to the model: byte-level BPE merges a newline with the next line's
+        # indentation ("\n    "), so a prompt ending in a bare "\n" token is a boundary no training text has,
+        # and models then start a new top-level block instead of the function body (token healing, in its
+        # simplest form); every runner gets the same stripped prompt, and the reference body is unchanged
+        out.append(Prompt(id=str(row.get("task_id", f"HumanEval/{i}")), text=row["prompt"].rstrip("\n"),
                           reference=row.get("canonical_solution"), stops=HUMANEVAL_STOPS))
     return out
 
