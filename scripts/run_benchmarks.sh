@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Every measurement the README quotes, in one go, on an otherwise idle machine (nothing else may run: the runs
+# compete for the same cores). Rerun it after any change to decoding, drafting, verification or the zoo, then
+# `python scripts/update_readme.py` copies the tables into README.md.
+#   scripts/run_benchmarks.sh            (about 30-40 minutes on 2 CPU cores)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if python -c "import llama_cpp" 2>/dev/null && [ -z "${DRAFTVERIFY_LLAMA_CPP:-}" ]; then
+    eval "$(scripts/fetch_llama_cpp_converter.sh)"   # llama.cpp rows need its converter
+fi
+common=(--zoo code --num-prompts 8 --max-new-tokens 128 --threads 2 --out benchmarks)
+runners=hf_generate,ours_autoregressive,hf_assisted,hf_prompt_lookup,llamacpp,llamacpp_prompt_lookup,model,model_aligned,lookup_model,model_tree,prompt_lookup,prompt_lookup_tree,ngram,early_exit,bild,specdec++
+# 1. every method, eager float32 (the exact default), greedy and T=1
+draftverify bench "${common[@]}" --temperature 0,1.0 --gamma 4,auto --early-exit-layers 2 --bild-fb 0.5 --bild-rb 2 \
+    --runners "$runners"
+# 2. the compiled path (preallocated cache + torch.compile per verify width), greedy
+if draftverify bench --help | grep -q -- "--compile"; then
+    draftverify bench "${common[@]}" --temperature 0 --gamma 4 --compile --name bench-humaneval-compiled \
+        --runners hf_generate,ours_autoregressive,llamacpp,llamacpp_prompt_lookup,lookup_model,model_tree,prompt_lookup
+fi
+# 3. the cost of scoring n tokens: eager vs compiled, float32 vs bfloat16, with greedy equality rates
+draftverify bench --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,4,8,16 --out benchmarks
+# 4. a user's first call: fresh processes, ratio to --method autoregressive
+python scripts/cold_start.py --runs 3 --threads 2
