@@ -88,6 +88,7 @@ def generate(
     tau: float = typer.Option(1.0, "--tau", help="SpecDec++ tolerance tau."),
     early_exit_layers: int = typer.Option(1, "--early-exit-layers", help="Layers of the target used as the draft."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram method."),
+    heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd methods (default: the zoo's heads)."),
     tree_paths: Optional[str] = typer.Option(None, "--tree-paths", help="model_tree shape as JSON paths of child ranks, e.g. '[[0],[1],[0,0]]'."),
     lookup_matches: int = typer.Option(4, "--lookup-matches", help="prompt_lookup_tree: earlier matches merged into one tree."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
@@ -109,8 +110,8 @@ def generate(
     try:
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                     gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
-                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, tree_paths=_tree_paths(tree_paths),
-                    prompt_lookup_matches=lookup_matches, compile=compile_)
+                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads,
+                    tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_)
         on_text = None if as_json else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
         if not as_json:
             sys.stdout.write(prompt)

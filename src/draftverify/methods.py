@@ -36,6 +36,7 @@ METHODS: dict[str, Method] = {
     "early_exit": Method("early_exit", "exact", "the target's first L layers + its LM head draft (shared weights)"),
     "model_tree": Method("model_tree", "exact", "the draft model's top-k expansion as a static token tree, verified at once"),
     "prompt_lookup_tree": Method("prompt_lookup_tree", "exact", "several earlier matches of the last n-gram, merged into one tree"),
+    "bpd": Method("bpd", "exact", "blockwise parallel decoding: heads on the target's hidden state draft in its verify pass"),
     "bild": Method("model", "bild", "Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB); not lossless"),
     "bild_early_exit": Method("early_exit", "bild", "BiLD with the early-exit small model (BiLD section 4.4)"),
     "specdec++": Method("model", "topbeta", "SpecDec++ top-beta / tolerance-tau verification; not lossless"),
@@ -48,6 +49,7 @@ class MethodOptions:
 
     draft_model: PreTrainedModel | None = None
     ngram_path: str | Path | None = None
+    heads_path: str | Path | None = None  # bpd*: folder of trained blockwise heads (heads.json + heads.safetensors)
     early_exit_layers: int = 1
     prompt_lookup_max_ngram: int = 3
     prompt_lookup_min_ngram: int = 1

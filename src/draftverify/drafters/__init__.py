@@ -1,5 +1,6 @@
 """Drafters propose tokens cheaply; importing this package registers them all."""
 from .base import Drafter, NoDrafter
+from .blockwise import BlockwiseDrafter, BlockwiseHeads
 from .early_exit import EarlyExitDrafter
 from .model import ModelDrafter
 from .model_tree import ModelTreeDrafter
@@ -8,4 +9,4 @@ from .prompt_lookup import PromptLookupDrafter
 from .prompt_lookup_tree import PromptLookupTreeDrafter
 
 __all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable",
-           "ModelTreeDrafter", "PromptLookupTreeDrafter"]
+           "ModelTreeDrafter", "PromptLookupTreeDrafter", "BlockwiseDrafter", "BlockwiseHeads"]
