@@ -5,7 +5,7 @@ import copy
 
 import pytest
 import torch
-from conftest import CAUSAL_ARCHS, reference_greedy, varied_model
+from conftest import CAUSAL_ARCHS, chi2_critical, chi2_statistic, reference_greedy, varied_model
 
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.cached_lm import CachedLM
@@ -129,25 +129,6 @@ def test_sampling_is_reproducible_and_follows_the_target():
         counts[out.new_tokens[0, 0]] += 1
     assert chi2_statistic(counts, p) < chi2_critical(counts, p)  # a 1-in-1000 false alarm rate
     assert chi2_statistic(q * draws, p) > 10 * chi2_critical(counts, p)  # the heads' own law is far off
-
-
-def _bins(p: torch.Tensor, draws: int) -> torch.Tensor:
-    """Tokens with an expected count of at least 5 get their own bin; the rest share one."""
-    return p * draws >= 5
-
-
-def chi2_statistic(counts: torch.Tensor, p: torch.Tensor) -> float:
-    draws = float(counts.sum())
-    big = _bins(p, int(draws))
-    observed = torch.cat([counts[big], counts[~big].sum()[None]])
-    expected = torch.cat([p[big], p[~big].sum()[None]]) * draws
-    return float(((observed - expected) ** 2 / expected.clamp_min(1e-12)).sum())
-
-
-def chi2_critical(counts: torch.Tensor, p: torch.Tensor, z: float = 3.09) -> float:
-    """Upper 0.001 quantile of chi-square (Wilson-Hilferty), degrees of freedom = bins - 1."""
-    df = int(_bins(p, int(counts.sum())).sum())  # own bins + the shared one, minus 1
-    return df * (1 - 2 / (9 * df) + z * (2 / (9 * df)) ** 0.5) ** 3
 
 
 def test_save_load_round_trip_and_method_options(tmp_path):

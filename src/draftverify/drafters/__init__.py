@@ -1,6 +1,7 @@
 """Drafters propose tokens cheaply; importing this package registers them all."""
 from .base import Drafter, NoDrafter
 from .blockwise import BlockwiseDrafter, BlockwiseHeads
+from .blockwise_lattice import BlockwiseNgramDrafter, BlockwisePBestDrafter
 from .early_exit import EarlyExitDrafter
 from .model import ModelDrafter
 from .model_tree import ModelTreeDrafter
@@ -9,4 +10,5 @@ from .prompt_lookup import PromptLookupDrafter
 from .prompt_lookup_tree import PromptLookupTreeDrafter
 
 __all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable",
-           "ModelTreeDrafter", "PromptLookupTreeDrafter", "BlockwiseDrafter", "BlockwiseHeads"]
+           "ModelTreeDrafter", "PromptLookupTreeDrafter", "BlockwiseDrafter", "BlockwiseHeads",
+           "BlockwiseNgramDrafter", "BlockwisePBestDrafter"]

@@ -178,6 +178,7 @@ class BlockwiseDrafter(Drafter):
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
         self._hidden = None if prefilled is None else prefilled.hidden[:, -1]
 
+    @torch.no_grad()
     def head_logits(self) -> torch.Tensor:
         """[B, h-1, V] logits of heads 2..h at the last kept position (the draft's lattice scores)."""
         return self.heads(self._hidden, self.lm_head)
