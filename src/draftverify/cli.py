@@ -189,3 +189,41 @@ def bench(
 
 if __name__ == "__main__":
     app()
+
+
+@app.command("bpd-report")
+def bpd_report(
+    zoo: str = typer.Option("code", "--zoo", help="Zoo entry whose target, heads, n-gram table and tokenizer are used."),
+    heads: Optional[Path] = typer.Option(None, "--heads", help="Heads folder (default: the zoo's heads)."),
+    prompts: int = typer.Option(16, "--prompts", help="HumanEval prompts (the first N)."),
+    tune: int = typer.Option(4, "--tune", help="Prompts, of those, used to tune the n-gram weight alpha."),
+    new_tokens: int = typer.Option(64, "--new-tokens"),
+    lattice_k: int = typer.Option(4, "--lattice-k", help="Candidates per head for rescoring and p-best."),
+    out: str = typer.Option("benchmarks/bpd-humaneval", "--out", help="Writes OUT.json and OUT.md."),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+) -> None:
+    """Blockwise drafts on the zoo: block efficiency of bpd, oracle top-k, n-gram rescoring, p-best; repetition in
+    drafts before/after rescoring; per-head entropy (counts only, no timing claims)."""
+    import shlex
+
+    from .api import zoo_paths
+    from .bench.bpd_report import main as report_main
+
+    if not 0 < tune < prompts:
+        err_console.print(f"[red]error:[/red] --tune must be in 1..{prompts - 1} (some prompts must stay for the report)")
+        raise typer.Exit(2)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    try:
+        paths = zoo_paths(zoo)
+        result = report_main(str(paths["target"]), str(heads or paths["heads"]), str(paths["ngram"]),
+                             str(paths["target"]), prompts, tune, new_tokens, lattice_k, out, shlex.join(sys.argv))
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2) from None
+    console.print(json.dumps({"block_efficiency": result["block_efficiency"], "tuned_alpha": result["tuned_alpha"],
+                              "repetition": result["repetition"], "h_max": result["h_max"]}, indent=1))
+    console.print(f"wrote {out}.json and {out}.md")
+
