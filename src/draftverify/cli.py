@@ -219,7 +219,8 @@ def bpd_report(
     try:
         paths = zoo_paths(zoo)
         result = report_main(str(paths["target"]), str(heads or paths["heads"]), str(paths["ngram"]),
-                             str(paths["target"]), prompts, tune, new_tokens, lattice_k, out, shlex.join(sys.argv))
+                             str(paths["target"]), prompts, tune, new_tokens, lattice_k, out,
+                             shlex.join(["draftverify", *sys.argv[1:]]))
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
