@@ -156,3 +156,23 @@ def float64_softmax(monkeypatch):
         return original(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
 
     monkeypatch.setattr(F, "softmax", softmax)
+
+
+def _chi2_bins(p: torch.Tensor, draws: int) -> torch.Tensor:
+    """Tokens with an expected count of at least 5 get their own bin; the rest share one."""
+    return p * draws >= 5
+
+
+def chi2_statistic(counts: torch.Tensor, p: torch.Tensor) -> float:
+    draws = float(counts.sum())
+    big = _chi2_bins(p, int(draws))
+    observed = torch.cat([counts[big], counts[~big].sum()[None]])
+    expected = torch.cat([p[big], p[~big].sum()[None]]) * draws
+    return float(((observed - expected) ** 2 / expected.clamp_min(1e-12)).sum())
+
+
+def chi2_critical(counts: torch.Tensor, p: torch.Tensor, z: float = 3.09) -> float:
+    """Upper 0.001 quantile of chi-square (Wilson-Hilferty), degrees of freedom = bins - 1."""
+    df = int(_chi2_bins(p, int(counts.sum())).sum())  # own bins + the shared one, minus 1
+    return df * (1 - 2 / (9 * df) + z * (2 / (9 * df)) ** 0.5) ** 3
+

@@ -79,6 +79,7 @@ class CachedLM:
         self.committed = 0  # settled positions; [committed, length) is the tail of the last forwards
         self.encoder_outputs = None
         self.source_mask = None
+        self.prefilled: TargetOutput | None = None  # set by start()
 
     def check_fits(self, decoder_positions: int) -> None:
         if self.capacity is not None and decoder_positions > self.capacity:
@@ -92,14 +93,18 @@ class CachedLM:
                 f"{decoder_positions} (prompt + max_new_tokens); shorten the prompt or lower max_new_tokens"
             )
 
-    def start(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def start(self, input_ids: torch.Tensor, want_hidden: bool = False) -> torch.Tensor:
         """Reset the cache and prefill. input_ids: [B, L] (the source for encoder-decoder models).
 
         Returns the committed decoder-side tokens [B, L0]: the prompt for decoder-only models,
         the decoder start token for encoder-decoder models. All but the last are now cached.
+        `prefilled` then holds the output at the last prefilled position [B, 1, ...] (with the hidden state when
+        want_hidden), or None when nothing was prefilled (encoder-decoder, or a one-token prompt): drafters that
+        read hidden states (blockwise heads) draft the first step from it.
         """
         self.cache = new_cache(self.is_encoder_decoder, self.config, self.capacity)
         self.length = self.committed = 0
+        self.prefilled = None
         if self.is_encoder_decoder:
             start_id = getattr(self.config, "decoder_start_token_id", None)
             if start_id is None:
@@ -108,7 +113,7 @@ class CachedLM:
             self.encoder_outputs = self.model.get_encoder()(input_ids=input_ids, attention_mask=self.source_mask)
             return torch.full((input_ids.shape[0], 1), start_id, dtype=torch.long, device=input_ids.device)
         if input_ids.shape[1] > 1:
-            self._run(input_ids[:, :-1], keep=1)
+            self.prefilled = self._run(input_ids[:, :-1], keep=1, want_hidden=want_hidden)
             self.commit(input_ids.shape[1] - 1)
         return input_ids
 

@@ -168,6 +168,10 @@ def generate(
     tau: float = typer.Option(1.0, "--tau", help="SpecDec++ tolerance tau."),
     early_exit_layers: int = typer.Option(1, "--early-exit-layers", help="Layers of the target used as the draft."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram method."),
+    heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd methods (default: the zoo's heads)."),
+    lattice_k: int = typer.Option(4, "--lattice-k", help="bpd_ngram / bpd_pbest: candidates per head in the top-k lattice."),
+    ngram_weight: float = typer.Option(0.5, "--ngram-weight", help="bpd_ngram / bpd_pbest: n-gram weight alpha (0 = heads only)."),
+    pbest: int = typer.Option(4, "--pbest", help="bpd_pbest: rescored lattice paths merged into one tree."),
     tree_paths: Optional[str] = typer.Option(None, "--tree-paths", help="model_tree shape as JSON paths of child ranks, e.g. '[[0],[1],[0,0]]'."),
     lookup_matches: int = typer.Option(4, "--lookup-matches", help="prompt_lookup_tree: earlier matches merged into one tree."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
@@ -202,8 +206,9 @@ def generate(
             torch.set_num_threads(threads)
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                     gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
-                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, tree_paths=_tree_paths(tree_paths),
-                    prompt_lookup_matches=lookup_matches, compile=compile_)
+                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads,
+                    lattice_k=lattice_k, ngram_weight=ngram_weight, pbest=pbest,
+                    tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_)
         on_text = None
         echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed
         if not as_json:
@@ -257,6 +262,7 @@ def bench(
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (hf_assisted, model, bild)."),
     aligned_draft: Optional[str] = typer.Option(None, "--aligned-draft", help="Aligned draft model (model_aligned)."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram runner."),
+    heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd runners (default: the zoo's)."),
     gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic' (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
     early_exit_layers: Optional[str] = typer.Option(None, "--early-exit-layers", help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers)."),
     bild_fb: Optional[str] = typer.Option(None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."),
@@ -283,7 +289,7 @@ def bench(
     code = bench_main(cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes, cost_repeats=cost_repeats,
                       prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
-                      ngram=ngram, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
+                      ngram=ngram, heads=heads, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
                       bild_gamma=bild_gamma, runners=runners, seed=seed, warmup_tokens=warmup_tokens, threads=threads,
                       dtype=dtype, out=out, name=name, quick=quick, plots=plots, progress=progress)
     if code:
@@ -292,3 +298,42 @@ def bench(
 
 if __name__ == "__main__":
     app()
+
+
+@app.command("bpd-report")
+def bpd_report(
+    zoo: str = typer.Option("code", "--zoo", help="Zoo entry whose target, heads, n-gram table and tokenizer are used."),
+    heads: Optional[Path] = typer.Option(None, "--heads", help="Heads folder (default: the zoo's heads)."),
+    prompts: int = typer.Option(16, "--prompts", help="HumanEval prompts (the first N)."),
+    tune: int = typer.Option(4, "--tune", help="Prompts, of those, used to tune the n-gram weight alpha."),
+    new_tokens: int = typer.Option(64, "--new-tokens"),
+    lattice_k: int = typer.Option(4, "--lattice-k", help="Candidates per head for rescoring and p-best."),
+    out: str = typer.Option("benchmarks/bpd-humaneval", "--out", help="Writes OUT.json and OUT.md."),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+) -> None:
+    """Blockwise drafts on the zoo: block efficiency of bpd, oracle top-k, n-gram rescoring, p-best; repetition in
+    drafts before/after rescoring; per-head entropy (counts only, no timing claims)."""
+    import shlex
+
+    from .api import zoo_paths
+    from .bench.bpd_report import main as report_main
+
+    if not 0 < tune < prompts:
+        err_console.print(f"[red]error:[/red] --tune must be in 1..{prompts - 1} (some prompts must stay for the report)")
+        raise typer.Exit(2)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    try:
+        paths = zoo_paths(zoo)
+        result = report_main(str(paths["target"]), str(heads or paths["heads"]), str(paths["ngram"]),
+                             str(paths["target"]), prompts, tune, new_tokens, lattice_k, out,
+                             shlex.join(["draftverify", *sys.argv[1:]]))
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2) from None
+    console.print(json.dumps({"block_efficiency": result["block_efficiency"], "tuned_alpha": result["tuned_alpha"],
+                              "repetition": result["repetition"], "h_max": result["h_max"]}, indent=1))
+    console.print(f"wrote {out}.json and {out}.md")
+

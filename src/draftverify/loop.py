@@ -134,7 +134,7 @@ def generate(
     now = _clock(target.device, length_policy.reads_timers)
 
     stats = GenerationStats(prompt_tokens=input_ids.shape[1])
-    committed = target.start(input_ids)  # [B, L0]; all but the last token are cached
+    committed = target.start(input_ids, want_hidden=drafter.needs_target_hidden)  # [B, L0]; all but the last cached
     state = DecodingState(
         tokens=committed,
         source_ids=input_ids if target.is_encoder_decoder else None,
@@ -142,7 +142,7 @@ def generate(
         params=params,
         generator=generator,
     )
-    drafter.start(state)
+    drafter.start(state, target.prefilled if drafter.needs_target_hidden else None)
     drafter_calls_before = drafter.forward_calls
     stats.time_prefill = perf_counter() - started
     callback_seconds = 0.0  # the caller's streaming time is not the loop's: excluded from time_total

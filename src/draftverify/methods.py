@@ -38,6 +38,9 @@ METHODS: dict[str, Method] = {
     "early_exit": Method("early_exit", "exact", "the target's first L layers + its LM head draft (shared weights)"),
     "model_tree": Method("model_tree", "exact", "the draft model's top-k expansion as a static token tree, verified at once", True),
     "prompt_lookup_tree": Method("prompt_lookup_tree", "exact", "several earlier matches of the last n-gram, merged into one tree"),
+    "bpd": Method("bpd", "exact", "blockwise parallel decoding: heads on the target's hidden state draft in its verify pass"),
+    "bpd_ngram": Method("bpd_ngram", "exact", "bpd with the heads' top-k lattice rescored by an n-gram table (best path)"),
+    "bpd_pbest": Method("bpd_pbest", "exact", "bpd's p best n-gram-rescored lattice paths merged into one token tree"),
     "bild": Method("model", "bild", "Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB); not lossless", True),
     "bild_early_exit": Method("early_exit", "bild", "BiLD with the early-exit small model (BiLD section 4.4)"),
     "specdec++": Method("model", "topbeta", "SpecDec++ top-beta / tolerance-tau verification; not lossless", True),
@@ -50,6 +53,10 @@ class MethodOptions:
 
     draft_model: Any = None  # a transformers PreTrainedModel (or CachedLM) for methods with needs_draft
     ngram_path: str | Path | None = None
+    heads_path: str | Path | None = None  # bpd*: folder of trained blockwise heads (heads.json + heads.safetensors)
+    lattice_k: int = 4  # bpd_ngram / bpd_pbest: candidates per head in the top-k lattice
+    ngram_weight: float = 0.5  # alpha: weight of the n-gram score against the heads' log-probs
+    pbest: int = 4  # bpd_pbest: rescored paths merged into the verified tree
     early_exit_layers: int = 1
     prompt_lookup_max_ngram: int = 3
     prompt_lookup_min_ngram: int = 1

@@ -111,7 +111,7 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM) -> tup
     notes: list[str] = []
     draft = CachedLM(models.draft, role="draft") if models.draft is not None else None
     aligned = CachedLM(models.aligned_draft, role="aligned draft") if models.aligned_draft is not None else None
-    base = MethodOptions(draft_model=draft, ngram_path=models.ngram_path)
+    base = MethodOptions(draft_model=draft, ngram_path=models.ngram_path, heads_path=models.heads_path)
     total = getattr(models.target.config, "num_hidden_layers", None)
     layers = config.early_exit_layers if config.early_exit_layers is not None else \
         default_early_exit_layers(total or 2)[: 1 if config.quick else None]

@@ -1,5 +1,7 @@
 """Drafters propose tokens cheaply; importing this package registers them all."""
 from .base import Drafter, NoDrafter
+from .blockwise import BlockwiseDrafter, BlockwiseHeads
+from .blockwise_lattice import BlockwiseNgramDrafter, BlockwisePBestDrafter
 from .early_exit import EarlyExitDrafter
 from .lookup_model import LookupModelDrafter
 from .model import ModelDrafter
@@ -9,4 +11,5 @@ from .prompt_lookup import PromptLookupDrafter
 from .prompt_lookup_tree import PromptLookupTreeDrafter
 
 __all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable",
-           "ModelTreeDrafter", "PromptLookupTreeDrafter", "LookupModelDrafter"]
+           "ModelTreeDrafter", "PromptLookupTreeDrafter", "LookupModelDrafter", "BlockwiseDrafter", "BlockwiseHeads",
+           "BlockwiseNgramDrafter", "BlockwisePBestDrafter"]

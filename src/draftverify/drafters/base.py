@@ -34,8 +34,12 @@ class Drafter(ABC):
     def bind(self, target: CachedLM, max_positions: int) -> None:
         """Check compatibility with the target before generation starts (vocabulary, context length)."""
 
-    def start(self, state: DecodingState) -> None:
-        """Called once after the target's prefill."""
+    def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
+        """Called once after the target's prefill.
+
+        prefilled (only for needs_target_hidden drafters): the target's logits and hidden state at the last
+        prefilled position [B, 1, ...], the one before the pending token; None when nothing was prefilled.
+        """
 
     @abstractmethod
     def propose(self, state: DecodingState, gamma: int) -> Draft:

@@ -41,9 +41,9 @@ class LookupModelDrafter(Drafter):
     def bind(self, target: CachedLM, max_positions: int) -> None:
         self.model.bind(target, max_positions)
 
-    def start(self, state: DecodingState) -> None:
+    def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
         self.lookup_steps = 0
-        self.model.start(state)
+        self.model.start(state, prefilled)
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         copied = self.lookup.propose(state, gamma)

@@ -54,7 +54,7 @@ class ModelDrafter(Drafter):
             )
         draft.check_fits(max_positions)
 
-    def start(self, state: DecodingState) -> None:
+    def start(self, state: DecodingState, prefilled=None) -> None:
         self.lm.start(state.source_ids if self.lm.is_encoder_decoder else state.tokens)
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:

@@ -60,7 +60,7 @@ class ModelTreeDrafter(Drafter):
                 "use the chain method 'model' for encoder-decoder models"
             )
 
-    def start(self, state: DecodingState) -> None:
+    def start(self, state: DecodingState, prefilled=None) -> None:
         self.lm.start(state.tokens)
 
     def tree_for(self, gamma: int) -> TreeSpec:

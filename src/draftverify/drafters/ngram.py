@@ -118,6 +118,28 @@ class NgramTable:
                 return torch.from_numpy(level.tokens[lo:hi]), torch.from_numpy(level.counts[lo:hi])
         raise AssertionError("unreachable: the empty context is always present")
 
+    def backoff_logprobs(self, context: list[int], backoff: float = 0.4) -> np.ndarray:
+        """log S(w | context) for every w [V]: "stupid backoff" scores (Brants et al. 2007) over the kept contexts,
+        from an add-one unigram up to the longest seen suffix, so every token has a finite score (lattice
+        rescoring must be able to rank any path). Scores, not normalised probabilities, as in that scheme."""
+        unigram = self.levels[0]
+        scores = np.ones(self.vocab_size, dtype=np.float64)
+        np.add.at(scores, unigram.tokens, unigram.counts)
+        scores /= scores.sum()
+        for k in range(1, min(self.order - 1, len(context)) + 1):
+            level = self.levels.get(k)
+            key = 0
+            for token in context[len(context) - k :]:
+                key = (key << self.levels[0].bits) | token
+            m = int(np.searchsorted(level.keys, key)) if level is not None else 0
+            if level is None or m >= level.keys.size or level.keys[m] != key:
+                continue  # unseen (or pruned) context: keep the shorter one's scores
+            lo, hi = level.offsets[m], level.offsets[m + 1]
+            seen = np.zeros(self.vocab_size, dtype=np.float64)
+            np.add.at(seen, level.tokens[lo:hi], level.counts[lo:hi])
+            scores = np.where(seen > 0, seen / seen.sum(), backoff * scores)
+        return np.log(scores)
+
     @property
     def tables(self) -> dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]]:
         """Every context as a dict (for inspection and tests; builds one entry per context)."""

@@ -354,3 +354,52 @@ def align_cmd(
 
 if __name__ == "__main__":
     train_app()
+
+
+@train_app.command("heads")
+def heads_cmd(
+    target: Path = typer.Option(Path("zoo/code/target"), "--target", help="Exported target model directory (frozen)."),
+    draft: Path = typer.Option(Path("zoo/code/draft"), "--draft",
+                               help="Draft model that speeds up generating the target's greedy continuations."),
+    manifest: Path = typer.Option(Path("zoo/code/manifest.json"), "--manifest", help="Corpus manifest JSON."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: the target's)."),
+    out: Path = typer.Option(Path("zoo/code/heads"), "--out", help="Where to save the heads (safetensors + JSON)."),
+    work_dir: Path = typer.Option(Path("runs/heads"), "--work-dir", help="Generations, features, checkpoint (resumable)."),
+    num_heads: int = typer.Option(4, "--num-heads", help="h, counting head 1 (the target itself); 2..9."),
+    ffn_size: Optional[int] = typer.Option(None, "--ffn-size", help="Hidden layer of each head (default: hidden size)."),
+    num_prompts: int = typer.Option(400, "--num-prompts", help="Training prompts from the train split."),
+    eval_prompts: int = typer.Option(48, "--eval-prompts", help="Held-out prompts from the val split."),
+    min_prompt_tokens: int = typer.Option(32, "--min-prompt-tokens"),
+    max_prompt_tokens: int = typer.Option(128, "--max-prompt-tokens"),
+    new_tokens: int = typer.Option(64, "--new-tokens", help="Greedy target tokens per prompt."),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Training wall-clock budget."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Maximum training steps."),
+    lr: float = typer.Option(2e-3, "--lr"),
+    batch_size: int = typer.Option(512, "--batch-size", help="Positions per step."),
+    warmup_steps: int = typer.Option(20, "--warmup-steps"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads (default: torch's)."),
+    checkpoint_minutes: float = typer.Option(2.0, "--checkpoint-minutes"),
+    log_every: int = typer.Option(50, "--log-every"),
+    seed: int = typer.Option(1234, "--seed"),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bars (default: if a tty)."),
+) -> None:
+    """Blockwise parallel decoding heads on a frozen target, trained on its own greedy continuations."""
+    from . import lm
+    from .heads import HeadsOptions, train_heads
+
+    opts = HeadsOptions(
+        target=str(target), draft=str(draft), manifest=str(manifest), tokenizer=str(tokenizer) if tokenizer else None,
+        out_dir=str(out), work_dir=str(work_dir), num_heads=num_heads, ffn_size=ffn_size, num_prompts=num_prompts,
+        eval_prompts=eval_prompts, min_prompt_tokens=min_prompt_tokens, max_prompt_tokens=max_prompt_tokens,
+        new_tokens=new_tokens, seed=seed, batch_size=batch_size, max_steps=max_steps, max_minutes=max_minutes, lr=lr,
+        warmup_steps=warmup_steps, threads=threads, checkpoint_minutes=checkpoint_minutes, log_every=log_every,
+        progress=progress, command=_command_line(),
+    )
+    try:
+        info = train_heads(opts, log=lambda m: typer.echo(m))
+    except lm.TrainError as e:
+        _fail(str(e))
+    if info.get("stopped"):
+        raise typer.Exit(130)
+    typer.echo(json.dumps({"heldout_accuracy": info["heldout_accuracy"]["after"], "steps": info["steps"],
+                           "out": str(out)}))

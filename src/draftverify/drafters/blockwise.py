@@ -1,0 +1,202 @@
+"""Blockwise parallel decoding (Stern et al. 2018; the drafter of "Exploring and improving drafts in blockwise
+parallel decoding"): h prediction heads on a frozen target's last hidden state.
+
+Head i predicts the token i positions after the one the hidden state was computed at. Head 1 is the target's
+own next-token prediction, so only heads 2..h are extra weights: each is a one-hidden-layer feed-forward block
+with a residual connection, read out through the target's own LM head (tied, as in the paper). The heads read
+the hidden states of the verify pass itself (commit() receives them), so a BPD step costs one target forward.
+
+Timing of a step: the verify pass keeps the pending token and the accepted drafts; the hidden state of the last
+kept position predicts (head 1) the token the verifier emits after them, which becomes the next pending token,
+and (heads 2..h) the h - 1 tokens after that: exactly the next draft. After prefill the same holds for the last
+prefilled position, whose next token is the prompt's last (pending) token.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..cached_lm import CachedLM
+from ..errors import DraftVerifyError
+from ..registry import register_drafter
+from ..sampling import probs_from_logits, sample
+from ..types import DecodingState, Draft, TargetOutput, Verdict
+from .base import Drafter, empty_draft
+
+HEADS_FORMAT = "draftverify-bpd-heads"
+MAX_HEADS = 9  # the paper's largest block (heads 1..9)
+WEIGHTS_NAME = "heads.safetensors"
+CONFIG_NAME = "heads.json"
+
+
+def lm_head_fingerprint(lm_head: nn.Module) -> str:
+    """sha256 (16 hex digits) of the LM head's weights in fp16: ties a heads file to the target it was trained on,
+    whatever dtype either is loaded in (fp16 -> fp32 -> fp16 round-trips exactly)."""
+    weight = lm_head.weight.detach().to("cpu", torch.float16).contiguous()
+    return hashlib.sha256(weight.view(torch.int16).numpy().tobytes()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class HeadsConfig:
+    num_heads: int  # h, counting head 1 (the target itself): h - 1 trained heads
+    hidden_size: int  # H, the target's last hidden state
+    ffn_size: int  # F, each head's hidden layer
+    vocab_size: int  # V, the target's LM head rows
+    target_fingerprint: str  # lm_head_fingerprint of the target
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_heads, bool) or not isinstance(self.num_heads, int) or not 2 <= self.num_heads <= MAX_HEADS:
+            raise DraftVerifyError(f"blockwise decoding needs 2..{MAX_HEADS} heads (head 1 is the target), got {self.num_heads!r}")
+        for name in ("hidden_size", "ffn_size", "vocab_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise DraftVerifyError(f"heads config: {name} must be a positive integer, got {value!r}")
+
+
+class BlockwiseHeads(nn.Module):
+    """Heads 2..h: h_i = h + W2_i relu(W1_i h + b1_i) + b2_i; logits_i = lm_head(h_i). The LM head is the
+    target's and is passed in, never stored, so saving the heads saves only their own weights (a few MB)."""
+
+    def __init__(self, config: HeadsConfig):
+        super().__init__()
+        self.config = config
+        extra = config.num_heads - 1
+        self.w1 = nn.Parameter(torch.empty(extra, config.hidden_size, config.ffn_size))  # [h-1, H, F]
+        self.b1 = nn.Parameter(torch.zeros(extra, config.ffn_size))  # [h-1, F]
+        self.w2 = nn.Parameter(torch.zeros(extra, config.ffn_size, config.hidden_size))  # [h-1, F, H]
+        self.b2 = nn.Parameter(torch.zeros(extra, config.hidden_size))  # [h-1, H]
+        nn.init.normal_(self.w1, std=config.hidden_size ** -0.5)
+
+    @classmethod
+    def for_target(cls, target: nn.Module, num_heads: int = 4, ffn_size: int | None = None) -> "BlockwiseHeads":
+        """Fresh heads sized for a target model; w2 = 0, so every head starts as a copy of head 1."""
+        lm_head = target.get_output_embeddings()
+        vocab, hidden = lm_head.weight.shape
+        config = HeadsConfig(num_heads, hidden, ffn_size or hidden, vocab, lm_head_fingerprint(lm_head))
+        return cls(config).to(lm_head.weight.dtype)
+
+    def forward(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+        """hidden [..., H] -> logits [..., h-1, V] of heads 2..h."""
+        x = hidden.to(self.w1.dtype)[..., None, :]  # [..., 1, H]
+        inner = torch.relu(torch.einsum("...kh,khf->...kf", x, self.w1) + self.b1)  # [..., h-1, F]
+        out = x + torch.einsum("...kf,kfh->...kh", inner, self.w2) + self.b2  # [..., h-1, H]
+        return lm_head(out.to(lm_head.weight.dtype))
+
+    def check_target(self, target: nn.Module) -> None:
+        """Refuse heads trained for another target: their hidden states and LM head would mean something else."""
+        lm_head = target.get_output_embeddings()
+        vocab, hidden = lm_head.weight.shape
+        if (hidden, vocab) != (self.config.hidden_size, self.config.vocab_size):
+            raise DraftVerifyError(
+                f"the blockwise heads were trained for a target with hidden size {self.config.hidden_size} and "
+                f"{self.config.vocab_size} tokens, but this target has {hidden} and {vocab}; train heads for it "
+                "with `draftverify train heads`"
+            )
+        found = lm_head_fingerprint(lm_head)
+        if found != self.config.target_fingerprint:
+            raise DraftVerifyError(
+                f"the blockwise heads were trained for another target (LM head fingerprint "
+                f"{self.config.target_fingerprint}, this target's is {found}); train heads for it with "
+                "`draftverify train heads`"
+            )
+
+    def save(self, folder: str | Path, metadata: dict | None = None) -> Path:
+        """folder/heads.safetensors (fp16) + folder/heads.json (config and any metadata, e.g. training facts)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {name: p.detach().to("cpu", torch.float16).contiguous() for name, p in self.named_parameters()}
+        save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": HEADS_FORMAT})
+        info = {"format": HEADS_FORMAT, "version": 1, **asdict(self.config), **(metadata or {})}
+        (folder / CONFIG_NAME).write_text(json.dumps(info, indent=1) + "\n")
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "BlockwiseHeads":
+        folder = Path(folder)
+        if not (folder / CONFIG_NAME).is_file() or not (folder / WEIGHTS_NAME).is_file():
+            raise DraftVerifyError(
+                f"no blockwise heads in {folder}: expected {CONFIG_NAME} and {WEIGHTS_NAME} "
+                "(written by `draftverify train heads`)"
+            )
+        try:
+            info = json.loads((folder / CONFIG_NAME).read_text())
+        except json.JSONDecodeError as err:
+            raise DraftVerifyError(f"{folder / CONFIG_NAME} is not valid JSON: {err}") from None
+        if info.get("format") != HEADS_FORMAT:
+            raise DraftVerifyError(f"{folder / CONFIG_NAME} is not a blockwise heads config (format {info.get('format')!r})")
+        fields = HeadsConfig.__dataclass_fields__
+        missing = [name for name in fields if name not in info]
+        if missing:
+            raise DraftVerifyError(f"{folder / CONFIG_NAME} lacks {', '.join(missing)}")
+        heads = cls(HeadsConfig(**{name: info[name] for name in fields}))
+        tensors = load_file(str(folder / WEIGHTS_NAME))
+        expected = {name: tuple(p.shape) for name, p in heads.named_parameters()}
+        found = {name: tuple(t.shape) for name, t in tensors.items()}
+        if found != expected:
+            raise DraftVerifyError(f"{folder / WEIGHTS_NAME} does not match its config: tensors {found}, expected {expected}")
+        heads.load_state_dict({name: t.float() for name, t in tensors.items()})
+        return heads
+
+
+@register_drafter("bpd")
+class BlockwiseDrafter(Drafter):
+    """Proposes heads 2..h's predictions from the hidden state of the last kept position (up to h - 1 tokens).
+
+    Greedy: each head's argmax (the paper's Algorithm 1). Sampling: each head's token is drawn from its own
+    filtered distribution, which is returned as q, so speculative sampling stays exact.
+    """
+
+    needs_target_hidden = True
+    drafts_in_target_pass = True
+
+    def __init__(self, heads: BlockwiseHeads):
+        super().__init__()
+        self.heads = heads.eval()
+        self.lm_head: nn.Module | None = None
+        self._hidden: torch.Tensor | None = None  # [B, H] at the position before the pending token
+
+    @classmethod
+    def from_options(cls, target: CachedLM, options) -> "BlockwiseDrafter":
+        return cls(load_heads(options))
+
+    def bind(self, target: CachedLM, max_positions: int) -> None:
+        if target.is_encoder_decoder:
+            raise DraftVerifyError(
+                "blockwise heads read a decoder-only target's last hidden state through its LM head; encoder-decoder "
+                "targets (T5, BART, Marian) scale or bias the decoder output first: use a draft model instead"
+            )
+        self.heads.check_target(target.model)
+        self.lm_head = target.model.get_output_embeddings()
+        self.heads.to(device=target.device, dtype=target.dtype)
+
+    def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
+        self._hidden = None if prefilled is None else prefilled.hidden[:, -1]
+
+    @torch.no_grad()
+    def head_logits(self) -> torch.Tensor:
+        """[B, h-1, V] logits of heads 2..h at the last kept position (the draft's lattice scores)."""
+        return self.heads(self._hidden, self.lm_head)
+
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        if self._hidden is None:  # a one-token prompt: nothing was prefilled, so the first step drafts nothing
+            return empty_draft(state)
+        logits = self.head_logits()[:, :gamma]  # [B, n, V]
+        if state.params.greedy:
+            return Draft(tokens=logits.argmax(dim=-1))
+        q = probs_from_logits(logits, state.params)  # [B, n, V]
+        return Draft(tokens=sample(q, state.generator), q_probs=q)
+
+    def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
+        self._hidden = scored.hidden[:, -1]  # the last kept position (this drafter appends no extra positions)
+
+
+def load_heads(options) -> BlockwiseHeads:
+    if options.heads_path is None:
+        raise DraftVerifyError("blockwise decoding needs trained heads: pass heads_path=... (CLI: --heads DIR)")
+    return BlockwiseHeads.load(options.heads_path)

@@ -1,0 +1,82 @@
+"""BPD drafts chosen from the heads' top-k lattice by global n-gram rescoring (paper section 7.2).
+
+`bpd_ngram` (p = 1) verifies the single best rescored path as a chain; `bpd_pbest` merges the p best paths into
+one token tree (shared prefixes become shared nodes) verified in the same single target forward. Drafts are
+deterministic candidates (q one-hot), so greedy and sampling stay exact under the chain and tree verifiers.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..cached_lm import CachedLM
+from ..errors import DraftVerifyError, check_number
+from ..registry import register_drafter
+from ..tree import TreeSpec
+from ..types import DecodingState, Draft
+from .base import empty_draft
+from .blockwise import BlockwiseDrafter, BlockwiseHeads, load_heads
+from .lattice import SausageLattice, kbest_paths
+from .ngram import NgramTable
+from .prompt_lookup_tree import trie
+
+
+@register_drafter("bpd_ngram")
+class BlockwiseNgramDrafter(BlockwiseDrafter):
+    """The heads' top-k lattice rescored with an n-gram table; proposes the p best paths (p = 1: a chain)."""
+
+    def __init__(self, heads: BlockwiseHeads, table: NgramTable, k: int = 4, alpha: float = 0.5, p: int = 1):
+        super().__init__(heads)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise DraftVerifyError(f"the lattice needs k >= 1 candidates per head, got {k!r}")
+        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+            raise DraftVerifyError(f"p-best rescoring needs p >= 1 paths, got {p!r}")
+        self.table = table
+        self.k = k
+        self.alpha = check_number("n-gram weight alpha", alpha, 0.0)
+        self.p = p
+
+    @classmethod
+    def from_options(cls, target: CachedLM, options) -> "BlockwiseNgramDrafter":
+        return cls(load_heads(options), _load_table(options), options.lattice_k, options.ngram_weight, 1)
+
+    def bind(self, target: CachedLM, max_positions: int) -> None:
+        super().bind(target, max_positions)
+        if self.table.vocab_size != target.vocab_size:
+            raise DraftVerifyError(
+                f"the n-gram table was built for a vocabulary of {self.table.vocab_size} tokens but the target has "
+                f"{target.vocab_size}; rebuild it with the target's tokenizer"
+            )
+        if self.p > 1 and not target.takes_positions:
+            raise DraftVerifyError("p-best drafts are verified as a token tree, which needs a target taking position_ids")
+
+    def lattice(self, gamma: int) -> SausageLattice:
+        """The top-k lattice of heads 2..min(h, gamma + 1) at the last kept position (batch size 1)."""
+        return SausageLattice.top_k(self.head_logits()[0, :gamma], self.k)
+
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        if self._hidden is None:
+            return empty_draft(state)
+        if state.tokens.shape[0] != 1:
+            raise DraftVerifyError("lattice rescoring drafts one sequence at a time (batch size 1)")
+        context = state.tokens[0, -self.table.order :].tolist()
+        paths = kbest_paths(self.lattice(gamma), self.table, context, self.alpha, self.p)
+        device = state.tokens.device
+        if len(paths) == 1:
+            return Draft(tokens=torch.tensor(paths, device=device))
+        tokens, parents = trie(paths)
+        return Draft(tokens=torch.tensor([tokens], device=device), tree=TreeSpec.from_parents(parents))
+
+
+@register_drafter("bpd_pbest")
+class BlockwisePBestDrafter(BlockwiseNgramDrafter):
+    """p > 1 rescored paths as one tree (p-best n-gram BPD; alpha = 0 gives p-best 0-gram BPD)."""
+
+    @classmethod
+    def from_options(cls, target: CachedLM, options) -> "BlockwisePBestDrafter":
+        return cls(load_heads(options), _load_table(options), options.lattice_k, options.ngram_weight, options.pbest)
+
+
+def _load_table(options) -> NgramTable:
+    if options.ngram_path is None:
+        raise DraftVerifyError("lattice rescoring needs an n-gram table: pass ngram_path=... (CLI: --ngram PATH)")
+    return NgramTable.load(options.ngram_path)

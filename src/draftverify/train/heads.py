@@ -1,0 +1,348 @@
+"""Blockwise parallel decoding heads (Stern et al. 2018) trained on a frozen target's own greedy outputs.
+
+1. **Data.** Prompts are windows of the corpus (``align.sample_prompts``: train split for training, val split for
+   the held-out accuracy); the target's greedy continuation of each is generated with our exact loop and cached in
+   a resumable JSONL (``align.greedy_continuations``; the draft model only makes it faster). Training on what the
+   target *will say*, not on the corpus, is what makes the heads' drafts acceptable.
+2. **Features.** One frozen target forward per prompt + continuation gives the last hidden state (after the final
+   norm, the one the LM head reads) at every position whose next token is a continuation token. Position t's
+   label for head i is token t + i (-100 past the end). Cached next to the generations, so training reruns cost
+   no target forward.
+3. **Train.** Only the heads' weights learn: loss = mean over heads 2..h of the cross-entropy of head i on token
+   t + i (head 1 is the target itself). AdamW + warmup/cosine from ``train.lm``; a resumable checkpoint
+   (SIGINT-safe) every ``checkpoint_minutes``; held-out top-1 accuracy per head at the start and the end.
+4. **Export.** ``BlockwiseHeads.save`` (fp16 safetensors + heads.json with the training facts) and a model card.
+"""
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+import time
+from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import align, lm
+from . import corpus as corpus_mod
+from .lm import TrainError
+from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
+
+IGNORE = -100
+FEATURES_VERSION = 1
+
+
+@dataclass
+class HeadsOptions(lm.OptimOptions):
+    target: str
+    draft: str  # only speeds up generating the target's greedy continuations (they are exact either way)
+    manifest: str = "zoo/code/manifest.json"
+    tokenizer: Optional[str] = None  # default: the target's directory
+    out_dir: str = "zoo/code/heads"
+    work_dir: str = "runs/heads"  # generations, features, checkpoint
+    num_heads: int = 4  # h, counting head 1 (the target)
+    ffn_size: Optional[int] = None  # default: the target's hidden size
+    num_prompts: int = 400
+    eval_prompts: int = 48
+    min_prompt_tokens: int = 32
+    max_prompt_tokens: int = 128
+    new_tokens: int = 64
+    gamma: int = 5
+    seed: int = 1234
+    batch_size: int = 512  # positions per step
+    _: KW_ONLY
+    lr: float = 2e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+
+    @property
+    def tokenizer_dir(self) -> str:
+        return self.tokenizer or self.target
+
+    def validate(self) -> None:
+        for role, d in (("target", self.target), ("draft", self.draft)):
+            if not (Path(d) / "config.json").is_file():
+                raise TrainError(f"--{role} {d}: no config.json (expected an exported Hugging Face model directory)")
+        if not (Path(self.tokenizer_dir) / "tokenizer.json").is_file():
+            raise TrainError(f"no tokenizer.json in {self.tokenizer_dir}; pass --tokenizer DIR")
+        if not Path(self.manifest).is_file():
+            raise TrainError(f"manifest {self.manifest} not found (run `draftverify train tokenizer` first)")
+        if not 2 <= self.num_heads <= 9:
+            raise TrainError(f"--num-heads must be in 2..9 (head 1 is the target itself), got {self.num_heads}")
+        for name in ("num_prompts", "eval_prompts", "new_tokens", "gamma", "batch_size", "min_prompt_tokens"):
+            if getattr(self, name) < 1:
+                raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.max_prompt_tokens < self.min_prompt_tokens:
+            raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
+        if self.max_steps is None and self.max_minutes is None:
+            raise TrainError("give --max-steps and/or --max-minutes")
+
+
+# --------------------------------------------------------------------------- features
+
+
+def head_labels(sequence: list[int], first: int, num_heads: int) -> np.ndarray:
+    """Labels [P, h-1] for positions first..len-2 of sequence: row t - first, column i - 2 holds token t + i."""
+    seq = np.asarray(sequence, dtype=np.int64)
+    positions = np.arange(first, len(seq) - 1)  # [P]: each has a next token
+    offsets = positions[:, None] + np.arange(2, num_heads + 1)[None]  # [P, h-1]
+    return np.where(offsets < len(seq), seq[np.minimum(offsets, len(seq) - 1)], IGNORE)
+
+
+def extract_features(target, records: list[dict], num_heads: int) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """hidden [P, H] (float32) at every position whose next token is a continuation token, labels [P, h-1]."""
+    import torch
+
+    hidden, labels = [], []
+    with torch.no_grad():
+        for rec in records:
+            seq = rec["prompt"] + rec["continuation"]
+            first = len(rec["prompt"]) - 1  # its next token is the continuation's first
+            out = target(input_ids=torch.tensor([seq]), output_hidden_states=True, use_cache=False)
+            hidden.append(out.hidden_states[-1][0, first:-1].float())  # [P_r, H]
+            labels.append(torch.from_numpy(head_labels(seq, first, num_heads)))
+    return torch.cat(hidden), torch.cat(labels)
+
+
+def cached_features(path: Path, key: dict, target, records: list[dict], num_heads: int, log) -> tuple:
+    import torch
+
+    if path.is_file():
+        blob = torch.load(path, weights_only=False)
+        if blob.get("key") == key:
+            log(f"reusing cached features {path} ({blob['hidden'].shape[0]:,} positions)")
+            return blob["hidden"], blob["labels"]
+        log(f"{path}: cached features are for other settings; recomputing")
+    t0 = time.time()
+    hidden, labels = extract_features(target, records, num_heads)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"key": key, "hidden": hidden.half(), "labels": labels}, tmp)
+    tmp.replace(path)
+    log(f"features: {hidden.shape[0]:,} positions from {len(records)} sequences in {time.time() - t0:.0f}s -> {path}")
+    return hidden.half(), labels
+
+
+# --------------------------------------------------------------------------- loss and accuracy
+
+
+def heads_loss(heads, lm_head, hidden, labels):
+    """Mean over heads 2..h of CE(head i at t, token t + i). hidden [N, H], labels [N, h-1]."""
+    import torch.nn.functional as F
+
+    logits = heads(hidden.float(), lm_head)  # [N, h-1, V]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE)
+
+
+def head_accuracy(heads, lm_head, hidden, labels, batch_size: int = 1024) -> list[float]:
+    """Top-1 accuracy of heads 2..h on the positions that have a label for that head."""
+    import torch
+
+    hits = torch.zeros(labels.shape[1])
+    total = torch.zeros(labels.shape[1])
+    with torch.no_grad():
+        for i in range(0, hidden.shape[0], batch_size):
+            pred = heads(hidden[i : i + batch_size].float(), lm_head).argmax(dim=-1)  # [n, h-1]
+            y = labels[i : i + batch_size]
+            valid = y != IGNORE
+            hits += ((pred == y) & valid).sum(dim=0)
+            total += valid.sum(dim=0)
+    return (hits / total.clamp_min(1)).tolist()
+
+
+# --------------------------------------------------------------------------- checkpoint
+
+
+def save_checkpoint(path: Path, heads, optimizer, sched, step: int, elapsed: float, rng: np.random.Generator,
+                    key: dict) -> None:
+    import torch
+
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"key": key, "heads": heads.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": sched.state_dict(), "step": step, "elapsed": elapsed, "rng": rng.bit_generator.state}, tmp)
+    tmp.replace(path)
+
+
+# --------------------------------------------------------------------------- card
+
+
+def heads_card(info: dict) -> str:
+    acc = info["heldout_accuracy"]
+    rows = "\n".join(
+        f"| {i + 2} | {before:.3f} | {after:.3f} |" for i, (before, after) in enumerate(zip(acc["before"], acc["after"])))
+    return f"""# Blockwise parallel decoding heads for `{info['target']}`
+
+{info['num_heads']} heads (head 1 is the target's own next-token prediction; heads 2..{info['num_heads']} are trained):
+each a one-hidden-layer feed-forward block (hidden {info['hidden_size']} -> {info['ffn_size']} -> {info['hidden_size']},
+ReLU) with a residual connection on the target's last hidden state, read out through the target's own LM head.
+{info['parameters']:,} parameters, fp16 ({info['bytes']:,} bytes). Use: `draftverify generate --zoo code --method bpd`.
+
+## Data
+The target's own greedy continuations ({info['new_tokens']} tokens) of {info['num_prompts']} prompts of
+{info['min_prompt_tokens']}..{info['max_prompt_tokens']} tokens cut from the *train* split of `{info['manifest']}`
+({info['train_positions']:,} training positions); held out: {info['eval_prompts']} prompts from the *val* split
+(files never trained on, {info['eval_positions']:,} positions). Head i at position t is trained on token t + i.
+
+## Training
+`{info['command']}`
+
+{info['steps']} steps of {info['batch_size']} positions, AdamW lr {info['lr']} (warmup {info['warmup_steps']}, cosine),
+{info['threads']} CPU thread(s) ({info['cpu']}); wall time: generation {info['time_generation_s']:.0f} s, features
+{info['time_features_s']:.0f} s, training {info['time_train_s']:.0f} s.
+
+## Held-out top-1 accuracy per head (the target's greedy token at t + i)
+| head | before training (copy of head 1) | after |
+|---|---|---|
+| 1 | 1.000 (the target itself) | 1.000 |
+{rows}
+"""
+
+
+# --------------------------------------------------------------------------- run
+
+
+def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
+    """Run (or resume) data, features, training and export. Returns the facts written to heads.json."""
+    opts.validate()
+    import torch
+
+    from ..drafters.blockwise import BlockwiseHeads
+
+    lm._set_threads(opts.threads)
+    opts.command = opts.command or " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+    progress = opts.progress if opts.progress is not None else sys.stderr.isatty()
+    try:
+        tok = load_tokenizer(opts.tokenizer_dir)
+    except TokenizerError as e:
+        raise TrainError(str(e)) from None
+    vocab = align.check_compatible(opts.target, opts.draft, tok)
+    manifest = corpus_mod.load_manifest(opts.manifest)
+    eos = tok.eos_token_id
+    target = align._load(opts.target, "target")
+    for p in target.parameters():
+        p.requires_grad_(False)
+    lm_head = target.get_output_embeddings()
+    work = Path(opts.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    header = {"type": "header", "version": align.CACHE_VERSION, "target": str(opts.target),
+              "target_sha256": align.model_digest(opts.target), "tokenizer_sha256": tokenizer_hash(opts.tokenizer_dir),
+              "manifest_sha256": corpus_mod.manifest_hash(manifest), "min_prompt_tokens": opts.min_prompt_tokens,
+              "max_prompt_tokens": opts.max_prompt_tokens, "new_tokens": opts.new_tokens, "vocab_size": vocab,
+              "eos_token_id": eos}
+
+    # ---- 1. the target's greedy continuations (cached, resumable)
+    t0 = time.time()
+    from ..cached_lm import CachedLM
+
+    target_lm = CachedLM(target, role="target")
+    draft = align._load(opts.draft, "draft")
+    splits = {}
+    for split, n, seed in (("train", opts.num_prompts, opts.seed), ("val", opts.eval_prompts, opts.seed + 1)):
+        prompts = align.sample_prompts(manifest, tok, split, n, opts.min_prompt_tokens, opts.max_prompt_tokens, seed)
+        splits[split] = align.greedy_continuations(
+            work / f"generations-{split}.jsonl", {**header, "kind": "heads", "split": split, "seed": seed},
+            prompts, target_lm, draft, opts.gamma, opts.new_tokens, eos, desc=f"target greedy ({split})",
+            progress=progress, log=log)
+    time_generation = time.time() - t0
+
+    # ---- 2. hidden states and labels (cached)
+    t0 = time.time()
+    feats = {}
+    for split, records in splits.items():
+        key = {"version": FEATURES_VERSION, "target_sha256": header["target_sha256"], "num_heads": opts.num_heads,
+               "records": len(records), "seed": opts.seed + (split == "val")}
+        feats[split] = cached_features(work / f"features-{split}.pt", key, target, records, opts.num_heads, log)
+    time_features = time.time() - t0
+    (train_h, train_y), (val_h, val_y) = feats["train"], feats["val"]
+
+    # ---- 3. train the heads only
+    torch.manual_seed(opts.seed)
+    heads = BlockwiseHeads.for_target(target, opts.num_heads, opts.ffn_size).float()
+    before = head_accuracy(heads, lm_head, val_h, val_y)
+    log("held-out top-1 accuracy before: " + ", ".join(f"head {i + 2} {a:.3f}" for i, a in enumerate(before)))
+    optimizer = lm.make_optimizer(heads, opts.lr, opts.weight_decay, opts.beta1, opts.beta2)
+    sched = lm.WarmupCosine(opts.lr, opts.warmup_steps, opts.min_lr_ratio)
+    rng = np.random.default_rng(opts.seed)
+    ckpt_path = work / "checkpoint.pt"
+    ckpt_key = {"features": header["target_sha256"], "num_heads": opts.num_heads, "ffn_size": heads.config.ffn_size,
+                "train_positions": int(train_h.shape[0]), "batch_size": opts.batch_size, "seed": opts.seed}
+    step, elapsed_before = 0, 0.0
+    if ckpt_path.is_file():
+        state = torch.load(ckpt_path, weights_only=False)
+        if state["key"] == ckpt_key:
+            heads.load_state_dict(state["heads"])
+            optimizer.load_state_dict(state["optimizer"])
+            sched.load_state_dict(state["scheduler"])
+            rng.bit_generator.state = state["rng"]
+            step, elapsed_before = state["step"], state["elapsed"]
+            log(f"resuming from {ckpt_path} at step {step}")
+        else:
+            log(f"{ckpt_path} is for other settings; starting over")
+    stop = {"now": False}
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=opts.max_steps, initial=step, desc="heads", unit="step", dynamic_ncols=True)
+    t_start = time.time()
+    last_ckpt = t_start
+
+    def progress_fraction() -> float:
+        fractions = []
+        if opts.max_steps:
+            fractions.append(step / opts.max_steps)
+        if opts.max_minutes:
+            fractions.append((time.time() - t_start + elapsed_before) / (60 * opts.max_minutes))
+        return max(fractions)
+
+    heads.train()
+    try:
+        while progress_fraction() < 1.0 and not stop["now"]:
+            for group in optimizer.param_groups:
+                group["lr"] = sched.lr(step, progress_fraction())
+            batch = torch.from_numpy(rng.integers(0, train_h.shape[0], opts.batch_size))
+            loss = heads_loss(heads, lm_head, train_h[batch], train_y[batch])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(heads.parameters(), opts.grad_clip)
+            optimizer.step()
+            step += 1
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.3f}")
+            elif step % opts.log_every == 0:
+                log(f"step {step} | loss {loss.item():.4f} | lr {sched.last_lr:.2e}")
+            if time.time() - last_ckpt > 60 * opts.checkpoint_minutes:
+                save_checkpoint(ckpt_path, heads, optimizer, sched, step, time.time() - t_start + elapsed_before, rng, ckpt_key)
+                last_ckpt = time.time()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if bar is not None:
+            bar.close()
+    save_checkpoint(ckpt_path, heads, optimizer, sched, step, time.time() - t_start + elapsed_before, rng, ckpt_key)
+    if stop["now"]:
+        log(f"interrupted at step {step}; checkpoint saved to {ckpt_path}: rerun the same command to resume")
+        return {"stopped": True, "step": step}
+    time_train = time.time() - t_start + elapsed_before
+    heads.eval()
+    after = head_accuracy(heads, lm_head, val_h, val_y)
+    log("held-out top-1 accuracy after: " + ", ".join(f"head {i + 2} {a:.3f}" for i, a in enumerate(after)))
+
+    # ---- 4. export
+    info = {"target": str(opts.target), "target_sha256": header["target_sha256"], "manifest": str(opts.manifest),
+            "num_prompts": opts.num_prompts, "eval_prompts": opts.eval_prompts, "new_tokens": opts.new_tokens,
+            "min_prompt_tokens": opts.min_prompt_tokens, "max_prompt_tokens": opts.max_prompt_tokens,
+            "train_positions": int(train_h.shape[0]), "eval_positions": int(val_h.shape[0]), "steps": step,
+            "batch_size": opts.batch_size, "lr": opts.lr, "warmup_steps": opts.warmup_steps, "seed": opts.seed,
+            "heldout_accuracy": {"before": before, "after": after}, "command": opts.command,
+            "threads": torch.get_num_threads(), "cpu": lm._cpu_name(), "time_generation_s": round(time_generation, 1),
+            "time_features_s": round(time_features, 1), "time_train_s": round(time_train, 1)}
+    out = Path(opts.out_dir)
+    heads.save(out, metadata={"training": info})
+    info.update(num_heads=opts.num_heads, hidden_size=heads.config.hidden_size, ffn_size=heads.config.ffn_size,
+                parameters=sum(p.numel() for p in heads.parameters()), bytes=(out / "heads.safetensors").stat().st_size)
+    (out / "README.md").write_text(heads_card(info))
+    log(f"exported {opts.num_heads - 1} trained heads (fp16) to {out}")
+    return info

@@ -1,0 +1,37 @@
+"""bpd-report's pieces on a tiny model: repetition statistics, the oracle drafter, the tables."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from conftest import VOCAB, varied_model
+
+from draftverify.bench import bpd_report as br
+from draftverify.drafters import BlockwiseHeads
+from draftverify.drafters.ngram import NgramTable
+
+torch.set_num_threads(1)
+
+
+def test_repetition_counts_identical_neighbours_and_the_longest_run():
+    rep = br.repetition([[1, 1, 1, 2], [3, 4, 3]])
+    assert rep["consecutive_pct"] == 100 * 2 / 5
+    assert rep["mean_max_run"] == (3 + 1) / 2 and rep["drafts"] == 2
+
+
+def test_report_runs_every_variant_and_the_top1_oracle_is_plain_bpd():
+    model = varied_model("llama")
+    heads = BlockwiseHeads.for_target(model, 4)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * p.shape[-1] ** -0.5)
+    table = NgramTable.from_sequences([np.random.default_rng(0).integers(4, VOCAB, 300).tolist()], 3, VOCAB)
+    prompts = [torch.tensor([[5, 17, 33, 8, 41]]), torch.tensor([[9, 2, 60, 7]]), torch.tensor([[11, 12, 13]])]
+    result = br.run_report(model, heads, table, prompts, new_tokens=12, tune=1, k=3, log=lambda m: None)
+    be = result["block_efficiency"]
+    assert be["oracle k=1"] == be["bpd"]
+    assert be["oracle k=16"] >= 1.0 and set(be) >= {"ngram3 a=0.5", "ngram2 a=0.5", "pbest p=4 0-gram"}
+    assert result["tuned_alpha"] in br.ALPHAS and len(result["head_entropy_nats"]) == 4
+    assert result["repetition"]["bpd"]["drafts"] > 0
+    text = br.markdown(result, "draftverify bpd-report --test")
+    assert "| bpd | " in text and "h_max" in text
