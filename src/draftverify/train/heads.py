@@ -25,7 +25,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from . import align, lm
+from . import align
+from .trainer import TrainerOptions, WarmupCosine, cpu_name, make_optimizer, set_threads
 from . import corpus as corpus_mod
 from .lm import TrainError
 from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
@@ -35,7 +36,7 @@ FEATURES_VERSION = 1
 
 
 @dataclass
-class HeadsOptions(lm.OptimOptions):
+class HeadsOptions(TrainerOptions):
     target: str
     draft: str  # only speeds up generating the target's greedy continuations (they are exact either way)
     manifest: str = "zoo/code/manifest.json"
@@ -50,9 +51,9 @@ class HeadsOptions(lm.OptimOptions):
     max_prompt_tokens: int = 128
     new_tokens: int = 64
     gamma: int = 5
+    _: KW_ONLY
     seed: int = 1234
     batch_size: int = 512  # positions per step
-    _: KW_ONLY
     lr: float = 2e-3
     warmup_steps: int = 20
     weight_decay: float = 0.0
@@ -209,7 +210,7 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
 
     from ..drafters.blockwise import BlockwiseHeads
 
-    lm._set_threads(opts.threads)
+    set_threads(opts.threads)
     opts.command = opts.command or " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
     progress = opts.progress if opts.progress is not None else sys.stderr.isatty()
     try:
@@ -261,8 +262,8 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
     heads = BlockwiseHeads.for_target(target, opts.num_heads, opts.ffn_size).float()
     before = head_accuracy(heads, lm_head, val_h, val_y)
     log("held-out top-1 accuracy before: " + ", ".join(f"head {i + 2} {a:.3f}" for i, a in enumerate(before)))
-    optimizer = lm.make_optimizer(heads, opts.lr, opts.weight_decay, opts.beta1, opts.beta2)
-    sched = lm.WarmupCosine(opts.lr, opts.warmup_steps, opts.min_lr_ratio)
+    optimizer = make_optimizer(heads, opts.lr, opts.weight_decay, opts.beta1, opts.beta2)
+    sched = WarmupCosine(opts.lr, opts.warmup_steps, opts.min_lr_ratio)
     rng = np.random.default_rng(opts.seed)
     ckpt_path = work / "checkpoint.pt"
     ckpt_key = {"features": header["target_sha256"], "num_heads": opts.num_heads, "ffn_size": heads.config.ffn_size,
@@ -337,7 +338,7 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
             "train_positions": int(train_h.shape[0]), "eval_positions": int(val_h.shape[0]), "steps": step,
             "batch_size": opts.batch_size, "lr": opts.lr, "warmup_steps": opts.warmup_steps, "seed": opts.seed,
             "heldout_accuracy": {"before": before, "after": after}, "command": opts.command,
-            "threads": torch.get_num_threads(), "cpu": lm._cpu_name(), "time_generation_s": round(time_generation, 1),
+            "threads": torch.get_num_threads(), "cpu": cpu_name(), "time_generation_s": round(time_generation, 1),
             "time_features_s": round(time_features, 1), "time_train_s": round(time_train, 1)}
     out = Path(opts.out_dir)
     heads.save(out, metadata={"training": info})
