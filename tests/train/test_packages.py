@@ -62,3 +62,18 @@ def test_unpack_keeps_permissive_py_files_and_manifest_records_licences(tmp_path
     assert len(m["skipped"]) == 1
     assert json.loads((tmp_path / "m.json").read_text())["sources"][1]["license"] == "BSD-3-Clause"
     assert sorted(iter_texts(tmp_path / "m.json", "train")) == sorted(["X = 1\n", "def f():\n    return 1\n"])
+
+
+def test_unpack_never_deletes_a_folder_it_did_not_make(tmp_path, monkeypatch):
+    monkeypatch.setattr(packages, "stdlib_root", lambda: tmp_path / "empty-stdlib")
+    (tmp_path / "empty-stdlib").mkdir()
+    users = tmp_path / "users-code"
+    users.mkdir()
+    (users / "precious.py").write_text("x = 1\n")
+    with pytest.raises(packages.CorpusError, match="was not made by"):
+        packages.unpack_sources(tmp_path, users)
+    assert (users / "precious.py").is_file()
+    made = tmp_path / "made"
+    packages.unpack_sources(tmp_path, made)
+    packages.unpack_sources(tmp_path, made)  # its own folder is rebuilt
+    assert (made / packages.MARKER).is_file()

@@ -22,6 +22,7 @@ from .corpus import CorpusError, stdlib_root
 PERMISSIVE = ("MIT", "MIT-CMU", "BSD", "BSD-2-Clause", "BSD-3-Clause", "0BSD", "Apache-2.0", "Apache", "PSF",
               "Python Software Foundation", "ISC", "Zlib", "CC0-1.0", "Unlicense", "Public Domain")
 COPYLEFT = re.compile(r"\b(A?GPL|LGPL|MPL|EPL|CDDL|EUPL|GNU)", re.IGNORECASE)
+MARKER = ".draftverify-corpus"
 MAX_FILE_BYTES = 1_000_000  # larger .py files are generated tables, not code worth learning from
 
 
@@ -65,9 +66,17 @@ def fetch_wheels(requirements: list[str], wheel_dir: Path) -> None:
 
 
 def unpack_sources(wheel_dir: Path, out_root: Path) -> list[PackageSource]:
-    """Copy the stdlib and every permissive wheel's .py files under out_root; return the packages used."""
-    if out_root.exists():
+    """Copy the stdlib and every permissive wheel's .py files under out_root; return the packages used.
+
+    out_root is rebuilt from scratch, so it must be new, empty, or one this function made (marked by MARKER):
+    a folder of the user's is never deleted."""
+    if out_root.exists() and any(out_root.iterdir()):
+        if not (out_root / MARKER).is_file():
+            raise CorpusError(f"{out_root} exists and was not made by `draftverify train corpus`; "
+                              "give a new or empty folder as --src-root")
         shutil.rmtree(out_root)
+    out_root.mkdir(parents=True, exist_ok=True)
+    (out_root / MARKER).write_text("made by draftverify train corpus; rebuilt on every run\n")
     version = ".".join(map(str, sys.version_info[:3]))
     shutil.copytree(stdlib_root(), out_root / f"cpython-{version}",
                     ignore=shutil.ignore_patterns("site-packages", "dist-packages", "__pycache__", "*.pyc", "*.so"))
