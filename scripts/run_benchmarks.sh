@@ -9,7 +9,7 @@ if python -c "import llama_cpp" 2>/dev/null && [ -z "${DRAFTVERIFY_LLAMA_CPP:-}"
     eval "$(scripts/fetch_llama_cpp_converter.sh)"   # llama.cpp rows need its converter
 fi
 common=(--zoo code --num-prompts 8 --max-new-tokens 128 --threads 2 --out benchmarks)
-runners=hf_generate,ours_autoregressive,hf_assisted,hf_prompt_lookup,llamacpp,llamacpp_prompt_lookup,model,model_aligned,lookup_model,model_tree,prompt_lookup,prompt_lookup_tree,ngram,early_exit,bild,specdec++
+runners=hf_generate,ours_autoregressive,hf_assisted,hf_prompt_lookup,llamacpp,llamacpp_prompt_lookup,model,model_aligned,lookup_model,model_tree,prompt_lookup,prompt_lookup_tree,ngram,early_exit,bpd,bpd_pbest,bild,specdec++
 # 1. every method, eager float32 (the exact default), greedy and T=1
 draftverify bench "${common[@]}" --temperature 0,1.0 --gamma 4,auto --early-exit-layers 2 --bild-fb 0.5 --bild-rb 2 \
     --runners "$runners"
