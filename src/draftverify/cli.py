@@ -273,6 +273,7 @@ def bench(
     warmup_tokens: int = typer.Option(16, "--warmup-tokens", help="Tokens of the one warm-up generation per runner (0: none)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    compile_: bool = typer.Option(False, "--compile", help="Our runners (ours_autoregressive and every method row) run the target and draft models compiled: preallocated KV cache + torch.compile per verify-width bucket; the warm-up compiles every width a runner uses (seconds recorded per runner), peers stay eager. Name the run apart, e.g. --name bench-humaneval-compiled."),
     out: Path = typer.Option(Path("benchmarks"), "--out", help="Output folder for <name>.json, <name>.md and <name>-*.png."),
     name: Optional[str] = typer.Option(None, "--name", help="File stem (default bench-<prompts>[-quick])."),
     quick: bool = typer.Option(False, "--quick", help="CI smoke test: 2 prompts, 8 tokens, one gamma, every runner type once."),
@@ -291,7 +292,7 @@ def bench(
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
                       ngram=ngram, heads=heads, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
                       bild_gamma=bild_gamma, runners=runners, seed=seed, warmup_tokens=warmup_tokens, threads=threads,
-                      dtype=dtype, out=out, name=name, quick=quick, plots=plots, progress=progress)
+                      dtype=dtype, compile=compile_, out=out, name=name, quick=quick, plots=plots, progress=progress)
     if code:
         raise typer.Exit(code)
 

@@ -69,14 +69,14 @@ def rebuild_command(options: dict) -> str:
 
 # bench options the cost curve does not use: passing one with --cost-curve is a mistake, said so
 COST_IGNORES = ("temperature", "draft", "aligned_draft", "ngram", "heads", "gamma", "early_exit_layers", "bild_fb", "bild_rb",
-                "runners", "dtype")
+                "runners", "dtype", "compile")
 
 
 def cost_config_from_options(options: dict, command: str):
     """The bench's options -> CostConfig: --num-prompts / --max-new-tokens size the greedy equality check."""
     from .cost_run import CostConfig
 
-    defaults = {"temperature": "0,1.0", "dtype": "float32"}
+    defaults = {"temperature": "0,1.0", "dtype": "float32", "compile": False}
     given = [k for k in COST_IGNORES if options.get(k) is not None and options.get(k) != defaults.get(k)]
     if given:
         raise DraftVerifyError("--cost-curve does not use " + ", ".join("--" + k.replace("_", "-") for k in given))

@@ -52,6 +52,7 @@ class BenchConfig:
     runners: tuple[str, ...] | None = None  # families to run (baselines always); None = all
     seed: int = 0
     warmup_tokens: int = 16  # one warm-up generation of this many tokens per runner row
+    compile: bool = False  # our runners: preallocated caches + torch.compile per verify width (warm-up compiles)
     out: str | Path = "benchmarks"
     name: str | None = None  # file stem; default from the prompt set (+ "-quick")
     quick: bool = False
@@ -91,6 +92,8 @@ class BenchConfig:
         _positive_int("--bild-gamma", self.bild_gamma)
         if isinstance(self.warmup_tokens, bool) or not isinstance(self.warmup_tokens, int) or self.warmup_tokens < 0:
             raise DraftVerifyError(f"warmup_tokens must be an integer >= 0, got {self.warmup_tokens!r}")
+        if not isinstance(self.compile, bool):
+            raise DraftVerifyError(f"compile must be True or False, got {self.compile!r}")
         if self.threads is not None:
             _positive_int("--threads", self.threads)
         if not self.temperatures:

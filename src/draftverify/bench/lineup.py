@@ -1,7 +1,7 @@
 """The runner rows of one run: the two baselines, the peers' rows (peers.py), ours from the registry (ours.py)."""
 from __future__ import annotations
 
-from ..cached_lm import CachedLM
+from ..cached_lm import cached_model
 from ..methods import MethodOptions, build_drafter
 from .config import BenchConfig
 from .models import BenchModels
@@ -12,14 +12,15 @@ from .runners import HFRunner, Hooks, OursRunner, Runner
 
 def build_runners(config: BenchConfig, models: BenchModels, hooks: Hooks) -> tuple[list[Runner], list[str]]:
     """The rows for this config: the two baselines, the peers', then ours from the method registry; and notes
-    on what was skipped and why."""
-    target_lm = CachedLM(models.target, role="target")
+    on what was skipped and why. With config.compile our runners share one compiled target (and draft models
+    compiled the same way, through MethodOptions.compile); the peers keep the eager models."""
+    target_lm = cached_model(models.target, "target", compile=config.compile)
     ours = dict(target=target_lm, hooks=hooks, eos_token_id=models.eos_token_id)
     runners: list[Runner] = [
         HFRunner("hf_generate", "hf_generate", model=models.target, hooks=hooks, eos_token_id=models.eos_token_id,
                  pad_token_id=models.pad_token_id),
         OursRunner("ours_autoregressive", "ours_autoregressive",
-                   drafter=build_drafter(BASELINE_DRAFTER, target_lm, MethodOptions()), **ours),
+                   drafter=build_drafter(BASELINE_DRAFTER, target_lm, MethodOptions(compile=config.compile)), **ours),
     ]
     peers, notes = peer_runners(config, models, hooks)
     rows, our_notes = plan_rows(config, models, target_lm)

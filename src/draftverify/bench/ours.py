@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from itertools import product
 from typing import Callable
 
-from ..cached_lm import CachedLM
+from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError
 from ..methods import METHODS, Method, MethodOptions, build_drafter, build_verifier
 from ..types import SamplingParams
@@ -109,9 +109,12 @@ class MethodProbe:
 def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM) -> tuple[list[RowSpec], list[str]]:
     """The rows of every drafting method this config wants, and notes on what was skipped and why."""
     notes: list[str] = []
-    draft = CachedLM(models.draft, role="draft") if models.draft is not None else None
-    aligned = CachedLM(models.aligned_draft, role="aligned draft") if models.aligned_draft is not None else None
-    base = MethodOptions(draft_model=draft, ngram_path=models.ngram_path, heads_path=models.heads_path)
+    # one CachedLM per draft model, shared by every row (with --compile: preallocated and compiled, so the rows
+    # share its compiled widths); early-exit drafters compile their own layer prefix through options.compile
+    compile = config.compile
+    draft = cached_model(models.draft, "draft", compile) if models.draft is not None else None
+    aligned = cached_model(models.aligned_draft, "aligned draft", compile) if models.aligned_draft is not None else None
+    base = MethodOptions(draft_model=draft, ngram_path=models.ngram_path, heads_path=models.heads_path, compile=compile)
     total = getattr(models.target.config, "num_hidden_layers", None)
     layers = config.early_exit_layers if config.early_exit_layers is not None else \
         default_early_exit_layers(total or 2)[: 1 if config.quick else None]

@@ -96,6 +96,8 @@ def render_markdown(result: dict) -> str:
         f"python {ver['python']}, torch {ver['torch']}, transformers {ver['transformers']}, "
         f"draftverify {ver['draftverify']}, commit {commit}.",
         "",
+        _compile_line(cfg),
+        "",
         "Reproduce (from the repository root; models and data as recorded in the JSON):",
         "",
         "```bash",
@@ -154,11 +156,40 @@ def render_markdown(result: dict) -> str:
         lines += ["## Plots", ""]
         lines += [f"![{k}]({Path(v).name})" for k, v in plots]
         lines.append("")
+    lines += _warmup_section(result)
     notes = result["notes"]
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     lines += [f"Every per-prompt measurement (texts, token ids, timings, our time split): `{Path(files['json']).name}`.", ""]
     return "\n".join(lines)
+
+
+def _compile_line(cfg: dict) -> str:
+    if cfg.get("compile"):
+        return ("**Compiled (`--compile`)**: our runners (`ours_autoregressive` and every method row) run the target "
+                "and draft models with a preallocated KV cache and torch.compile, one graph per verify-width bucket, "
+                "compiled during each runner's warm-up (seconds below, never inside a timed generation); the peers "
+                "(Hugging Face, llama.cpp) run as usual.")
+    return "Eager (no `--compile`): every runner runs the models as loaded."
+
+
+def _warmup_section(result: dict) -> list[str]:
+    """Warm-up seconds per runner (compilation included under --compile), graphs compiled then and later."""
+    specs = [s for s in result.get("runner_specs", []) if s.get("warmup_seconds") is not None]
+    if not specs:
+        return []
+    compiled = bool(result["config"].get("compile"))
+    lines = ["## Warm-up" + (" and compilation" if compiled else ""), "",
+             "Seconds of each runner's warm-up (one generation per temperature, on the first prompt"
+             + ("; for compiled runners first one forward per width bucket of the target and draft models, so "
+                "the first runner to use a shared model pays its compilation" if compiled else "")
+             + "), outside every timed generation.", ""]
+    columns = ["runner", "compiled", "warm-up s", "graphs compiled in warm-up", "graphs compiled while timed"]
+    rows = [[f"`{s['name']}`", "yes" if s.get("compiled") else "no", _f(s["warmup_seconds"], 2),
+             str(s.get("warmup_graphs", 0)),
+             str(s.get("timed_graphs", 0)) if not s.get("timed_graphs") else f"**{s['timed_graphs']} (!)**"]
+            for s in specs]
+    return lines + markdown_table(columns, rows) + [""]
 
 
 def comparison_rows(rows: list[dict]) -> list[dict]:

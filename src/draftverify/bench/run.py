@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import replace
 from pathlib import Path
+from time import perf_counter
 
 import torch
 from rich.console import Console
@@ -76,22 +77,59 @@ def _progress(enabled: bool) -> Progress:
                     transient=False)
 
 
+def compiled_graphs() -> int:
+    """Graphs torch.compile has built in this process so far (dynamo's counter)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+@contextlib.contextmanager
+def _compile_room(enabled: bool, graphs: int = 256):
+    """Room for one static graph per (model, width bucket): dynamo's per-function recompile limit (8) would
+    otherwise send the target's and drafts' later widths back to eager, silently."""
+    if not enabled:
+        yield
+        return
+    import torch._dynamo.config as dynamo
+
+    saved = dynamo.recompile_limit, dynamo.accumulated_recompile_limit
+    dynamo.recompile_limit = max(dynamo.recompile_limit, graphs)
+    dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, graphs)
+    try:
+        yield
+    finally:
+        dynamo.recompile_limit, dynamo.accumulated_recompile_limit = saved
+
+
 def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer) -> list[dict]:
     """One warm-up per (runner, temperature) row, then prompt-major: each prompt through every row.
 
+    The warm-up of a compiled runner (--compile) first compiles each width bucket it will use (runner.prepare),
+    so no compilation falls inside a timed generation; its seconds (compilation included) and the graphs built
+    are recorded on the runner, and so are graphs built during its timed generations (they should be none).
     The row order is rotated by one per prompt, so no runner always runs right after the same other runner.
     Sampling rows share the seed of the prompt (config.seed + prompt index).
     """
     rows = [(r, t) for t in config.temperatures for r in runners if not (r.greedy_only and t > 0)]
     records: list[dict] = []
     warm_tokens = min(config.warmup_tokens, config.max_new_tokens)
-    with _progress(config.progress) as bar:
+    if config.compile and warm_tokens == 0:
+        warm_tokens = 1  # --compile: the warm-up is where the compilation happens; it cannot be skipped
+    with _progress(config.progress) as bar, _compile_room(config.compile):
         if warm_tokens > 0:
             task = bar.add_task("warm-up", total=len(rows), runner="")
             first = chosen[0][1]
+            prepared: set[int] = set()
             for runner, t in rows:
                 bar.update(task, runner=runner.name)
+                graphs, started = compiled_graphs(), perf_counter()
+                if id(runner) not in prepared:
+                    prepared.add(id(runner))
+                    runner.prepare(first)
                 runner.run(first, t, config.seed, warm_tokens)
+                runner.warmup_seconds = (runner.warmup_seconds or 0.0) + perf_counter() - started
+                runner.warmup_graphs += compiled_graphs() - graphs
                 bar.advance(task)
         task = bar.add_task("prompt x runner", total=len(rows) * len(chosen), runner="")
         for index, (prompt, ids) in enumerate(chosen):
@@ -99,7 +137,9 @@ def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer)
             for runner, t in rows[shift:] + rows[:shift]:
                 bar.update(task, runner=f"prompt {index + 1}/{len(chosen)} {runner.name} T={t:g}")
                 seed = config.seed + index if t > 0 else None
+                graphs = compiled_graphs()
                 m = runner.run(ids, t, seed if seed is not None else 0, config.max_new_tokens)
+                runner.timed_graphs += compiled_graphs() - graphs
                 records.append(_record(runner, t, index, prompt, seed, m, tokenizer))
                 bar.advance(task)
     order = {(r.name, t): i for i, (r, t) in enumerate(rows)}
@@ -135,6 +175,8 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
 
     warnings = [f"greedy output of lossless runner `{r['runner']}` equals the baseline on only "
                 f"{100 * r['equal_to_baseline']:.0f}% of prompts (must be 100%)" for r in equality_failures(rows)]
+    warnings += [f"`{r.name}` compiled {r.timed_graphs} graph(s) during its timed generations (a width its "
+                 "warm-up did not reach): its timings include compilation" for r in runners if r.timed_graphs]
     for warning in warnings:
         console.print(f"[bold red]WARNING: {warning}[/bold red]")
 

@@ -13,7 +13,8 @@ from time import perf_counter
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
-from ..cached_lm import CachedLM
+from ..cached_lm import WIDTH_BUCKETS, CachedLM, bucket
+from ..draft_length import make_draft_length
 from ..drafters.base import Drafter
 from ..loop import generate
 from ..methods import MethodOptions, build_verifier
@@ -50,6 +51,11 @@ class Runner(ABC):
     lossless: bool = True  # output distributed exactly as the target's (greedy: identical text)
     settings: dict = field(default_factory=dict)  # early-exit layers, BiLD thresholds, HF assistant settings
     greedy_only: bool = False
+    # filled by the warm-up (run.measure): its seconds (compilation included), graphs compiled then, and graphs
+    # compiled during the timed generations (must stay 0: a compile there would be timed)
+    warmup_seconds: float | None = None
+    warmup_graphs: int = 0
+    timed_graphs: int = 0
 
     @property
     def kind(self) -> str:
@@ -62,9 +68,23 @@ class Runner(ABC):
     def run(self, input_ids: torch.Tensor, temperature: float, seed: int, max_new_tokens: int) -> Measurement:
         """Generate after input_ids [1, L]; sampling (temperature > 0) is seeded with `seed`."""
 
+    @property
+    def compiled(self) -> bool:
+        """Runs through torch.compile'd forwards (ours with --compile)."""
+        return bool(self.compiled_roles())
+
+    def compiled_roles(self) -> list[str]:
+        """The roles of the compiled models it runs ("target", "draft", ...); none for eager runners."""
+        return []
+
+    def prepare(self, input_ids: torch.Tensor) -> None:
+        """Before the warm-up generation: compile what the runner will run (nothing for eager runners)."""
+
     def describe(self) -> dict:
         return {"name": self.name, "family": self.family, "kind": self.kind,
-                "gamma": self.gamma, "lossless": self.lossless, "settings": self.settings}
+                "gamma": self.gamma, "lossless": self.lossless, "settings": self.settings,
+                "compiled": self.compiled, "compiled_models": self.compiled_roles(), "warmup_seconds": self.warmup_seconds,
+                "warmup_graphs": self.warmup_graphs, "timed_graphs": self.timed_graphs}
 
 
 @dataclass
@@ -148,6 +168,49 @@ class OursRunner(Runner):
     options: MethodOptions = field(default_factory=MethodOptions)
     hooks: Hooks | None = None
     eos_token_id: int | None = None
+
+    def compiled_models(self) -> list[CachedLM]:
+        """The compiled CachedLMs this runner calls: the target, and the drafter's models (nested drafters too)."""
+        found: list[CachedLM] = []
+
+        def visit(obj, depth: int) -> None:
+            if isinstance(obj, CachedLM):
+                if obj._compiled is not None and all(obj is not f for f in found):
+                    found.append(obj)
+            elif isinstance(obj, Drafter) and depth < 3:
+                for value in vars(obj).values():
+                    visit(value, depth + 1)
+
+        visit(self.target, 0)
+        visit(self.drafter, 0)
+        return found
+
+    def compiled_roles(self) -> list[str]:
+        return [lm.role for lm in self.compiled_models()]
+
+    def max_width(self) -> int:
+        """Widest forward this runner's verification should need: the longest draft + 1 (a tree: its nodes + 1)."""
+        policy = make_draft_length(self.gamma if self.gamma is not None else 1)
+        longest = int(getattr(policy, "max_gamma", getattr(policy, "gamma", 1)))
+        full_tree = getattr(self.drafter, "full_tree", None)
+        if full_tree is not None:
+            return int(full_tree.size) + 1
+        matches = getattr(self.drafter, "num_matches", None)  # several continuations merged into one tree
+        return longest * (int(matches) if isinstance(matches, int) else 1) + 1
+
+    def prepare(self, input_ids: torch.Tensor) -> None:
+        """Compile every width bucket up to max_width() of each compiled model (the target and draft models), after
+        prefilling input_ids [1, L]; a model shared with an earlier runner finds its graphs already compiled. The
+        warm-up generation that follows catches what a drafter does beyond this (e.g. a draft model catching up)."""
+        widths = [b for b in WIDTH_BUCKETS if b <= bucket(self.max_width())]
+        with torch.inference_mode():
+            for lm in self.compiled_models():
+                for width in widths:
+                    if lm.capacity is not None and input_ids.shape[1] + width > lm.capacity:
+                        break
+                    lm.start(input_ids)
+                    lm.forward(torch.zeros((input_ids.shape[0], width), dtype=torch.long, device=lm.device))
+                    lm.commit(0)
 
     def run(self, input_ids, temperature, seed, max_new_tokens) -> Measurement:
         # standard speculative sampling, like the Hugging Face runners (seeded sampling is coupled by default;
