@@ -32,7 +32,10 @@ class ForwardCounter:
         self.calls: list[tuple[int, int]] = []  # (input tokens, cached tokens before the call)
         self._handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
 
+    @torch.compiler.disable
     def _hook(self, module, args, kwargs):
+        # kept out of torch.compile (bench --compile): traced, its int(cache length) would break the graph and
+        # recompile the hook's frame for every new length
         if module is not self.model:
             return None
         ids = kwargs.get("input_ids", kwargs.get("decoder_input_ids"))

@@ -174,7 +174,7 @@ def _compile_line(cfg: dict) -> str:
 
 
 def _warmup_section(result: dict) -> list[str]:
-    """Warm-up seconds per runner (compilation included under --compile), graphs compiled then and later."""
+    """Warm-up seconds per runner (compilation included under --compile), compilations then and while timed."""
     specs = [s for s in result.get("runner_specs", []) if s.get("warmup_seconds") is not None]
     if not specs:
         return []
@@ -184,10 +184,10 @@ def _warmup_section(result: dict) -> list[str]:
              + ("; for compiled runners first one forward per width bucket of the target and draft models, so "
                 "the first runner to use a shared model pays its compilation" if compiled else "")
              + "), outside every timed generation.", ""]
-    columns = ["runner", "compiled", "warm-up s", "graphs compiled in warm-up", "graphs compiled while timed"]
+    columns = ["runner", "compiled", "warm-up s", "compilations in warm-up", "compilations while timed"]
     rows = [[f"`{s['name']}`", "yes" if s.get("compiled") else "no", _f(s["warmup_seconds"], 2),
-             str(s.get("warmup_graphs", 0)),
-             str(s.get("timed_graphs", 0)) if not s.get("timed_graphs") else f"**{s['timed_graphs']} (!)**"]
+             str(s.get("warmup_compiles", 0)),
+             str(s.get("timed_compiles", 0)) if not s.get("timed_compiles") else f"**{s['timed_compiles']} (!)**"]
             for s in specs]
     return lines + markdown_table(columns, rows) + [""]
 

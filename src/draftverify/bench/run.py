@@ -77,11 +77,12 @@ def _progress(enabled: bool) -> Progress:
                     transient=False)
 
 
-def compiled_graphs() -> int:
-    """Graphs torch.compile has built in this process so far (dynamo's counter)."""
+def compilations() -> int:
+    """Frames torch.compile (dynamo) has compiled in this process so far, recompilations and graph-less frames
+    included: each is seconds of tracing, so one inside a timed generation spoils its timing."""
     from torch._dynamo.utils import counters
 
-    return int(counters["stats"]["unique_graphs"])
+    return int(counters["frames"]["total"])
 
 
 @contextlib.contextmanager
@@ -106,8 +107,8 @@ def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer)
     """One warm-up per (runner, temperature) row, then prompt-major: each prompt through every row.
 
     The warm-up of a compiled runner (--compile) first compiles each width bucket it will use (runner.prepare),
-    so no compilation falls inside a timed generation; its seconds (compilation included) and the graphs built
-    are recorded on the runner, and so are graphs built during its timed generations (they should be none).
+    so no compilation falls inside a timed generation; its seconds (compilation included) and the compilations
+    are recorded on the runner, and so are compilations during its timed generations (they should be none).
     The row order is rotated by one per prompt, so no runner always runs right after the same other runner.
     Sampling rows share the seed of the prompt (config.seed + prompt index).
     """
@@ -123,13 +124,13 @@ def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer)
             prepared: set[int] = set()
             for runner, t in rows:
                 bar.update(task, runner=runner.name)
-                graphs, started = compiled_graphs(), perf_counter()
+                before, started = compilations(), perf_counter()
                 if id(runner) not in prepared:
                     prepared.add(id(runner))
                     runner.prepare(first)
                 runner.run(first, t, config.seed, warm_tokens)
                 runner.warmup_seconds = (runner.warmup_seconds or 0.0) + perf_counter() - started
-                runner.warmup_graphs += compiled_graphs() - graphs
+                runner.warmup_compiles += compilations() - before
                 bar.advance(task)
         task = bar.add_task("prompt x runner", total=len(rows) * len(chosen), runner="")
         for index, (prompt, ids) in enumerate(chosen):
@@ -137,9 +138,9 @@ def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer)
             for runner, t in rows[shift:] + rows[:shift]:
                 bar.update(task, runner=f"prompt {index + 1}/{len(chosen)} {runner.name} T={t:g}")
                 seed = config.seed + index if t > 0 else None
-                graphs = compiled_graphs()
+                before = compilations()
                 m = runner.run(ids, t, seed if seed is not None else 0, config.max_new_tokens)
-                runner.timed_graphs += compiled_graphs() - graphs
+                runner.timed_compiles += compilations() - before
                 records.append(_record(runner, t, index, prompt, seed, m, tokenizer))
                 bar.advance(task)
     order = {(r.name, t): i for i, (r, t) in enumerate(rows)}
@@ -175,8 +176,9 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
 
     warnings = [f"greedy output of lossless runner `{r['runner']}` equals the baseline on only "
                 f"{100 * r['equal_to_baseline']:.0f}% of prompts (must be 100%)" for r in equality_failures(rows)]
-    warnings += [f"`{r.name}` compiled {r.timed_graphs} graph(s) during its timed generations (a width its "
-                 "warm-up did not reach): its timings include compilation" for r in runners if r.timed_graphs]
+    warnings += [f"`{r.name}` compiled {r.timed_compiles} time(s) during its timed generations (a width its "
+                 "warm-up did not reach, or a recompilation): its timings include compilation"
+                 for r in runners if r.timed_compiles]
     for warning in warnings:
         console.print(f"[bold red]WARNING: {warning}[/bold red]")
 
