@@ -200,8 +200,10 @@ class OursRunner(Runner):
         full_tree = getattr(self.drafter, "full_tree", None)
         if full_tree is not None:
             return int(full_tree.size) + 1
-        matches = getattr(self.drafter, "num_matches", None)  # several continuations merged into one tree
-        return longest * (int(matches) if isinstance(matches, int) else 1) + 1
+        # several continuations merged into one tree: prompt_lookup_tree's matches, bpd_pbest's p best paths
+        branches = [getattr(self.drafter, a, None) for a in ("num_matches", "p")]
+        branches = max([b for b in branches if isinstance(b, int) and not isinstance(b, bool)] or [1])
+        return longest * branches + 1
 
     def prepare(self, input_ids: torch.Tensor) -> None:
         """Compile every width bucket up to max_width() of each compiled model (the target and draft models; a
@@ -209,13 +211,16 @@ class OursRunner(Runner):
         finds its graphs already compiled. The warm-up generation that follows catches what a drafter does beyond
         this; what still compiles in a timed generation is counted (timed_compiles) and warned about."""
         widths = [b for b in WIDTH_BUCKETS if b <= bucket(self.max_width())]
+        # a drafter that reads the target's hidden states (blockwise heads) has it verify with them: other graphs
+        hidden = bool(getattr(self.drafter, "needs_target_hidden", False))
         with torch.inference_mode():
             for lm, lags in self._compiled():
                 for width in WIDTH_BUCKETS if lags else widths:
                     if lm.capacity is not None and input_ids.shape[1] + width > lm.capacity:
                         break
                     lm.start(input_ids)
-                    lm.forward(torch.zeros((input_ids.shape[0], width), dtype=torch.long, device=lm.device))
+                    lm.forward(torch.zeros((input_ids.shape[0], width), dtype=torch.long, device=lm.device),
+                               want_hidden=hidden and lm is self.target)
                     lm.commit(0)
 
     def run(self, input_ids, temperature, seed, max_new_tokens) -> Measurement:
