@@ -182,7 +182,8 @@ def _warmup_section(result: dict) -> list[str]:
     lines = ["## Warm-up" + (" and compilation" if compiled else ""), "",
              "Seconds of each runner's warm-up (one generation per temperature, on the first prompt"
              + ("; for compiled runners first one forward per width bucket of the target and draft models, so "
-                "the first runner to use a shared model pays its compilation" if compiled else "")
+                "the first runner to use a shared model pays its compilation; all rows again, up to 3 passes, until "
+                "a pass compiles nothing" if compiled else "")
              + "), outside every timed generation.", ""]
     columns = ["runner", "compiled", "warm-up s", "compilations in warm-up", "compilations while timed"]
     rows = [[f"`{s['name']}`", "yes" if s.get("compiled") else "no", _f(s["warmup_seconds"], 2),
