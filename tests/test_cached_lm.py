@@ -197,3 +197,23 @@ def test_tree_mask_also_reaches_the_sdpa_attention(arch):
     for j in range(tree.size):
         sequence = torch.cat([committed, nodes[:, _branch(tree, j)]], dim=1)
         torch.testing.assert_close(logits[:, 1 + j], _full(model, sequence)[:, -1], rtol=0, atol=1e-6)
+
+
+def test_a_preallocated_cache_is_sized_to_the_request_not_to_the_model(models):
+    """Every forward attends over all slots of a static cache: a request gets the next power of two above its
+    positions plus the widest verify (at least 256, at most the capacity), and the logits do not change."""
+    from draftverify.cached_lm import window_for
+
+    assert window_for(100, 2048) == 256 and window_for(300, 2048) == 512 and window_for(1990, 2048) == 2048
+    assert window_for(300, 400) == 400
+    model = models("llama", layers=2, seed=0)
+    ids = torch.randint(0, model.config.vocab_size, (1, 40))
+    lm = CachedLM(model, capacity=2048)
+    lm.check_fits(40 + 100)
+    assert lm.window == 256
+    lm.start(ids)
+    out = lm.forward(ids[:, -1:]).logits
+    assert lm.cache.layers[0].keys.shape[2] == 256
+    grown = CachedLM(model)
+    grown.start(ids)
+    assert torch.allclose(out, grown.forward(ids[:, -1:]).logits, atol=1e-5)

@@ -37,6 +37,14 @@ WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_CAPACITY = 4096  # preallocated positions for models whose config states no context length (T5-style)
 
 
+def window_for(positions: int, capacity: int) -> int:
+    """Slots to preallocate for a request of `positions` plus the widest verify: the next power of two (at least
+    256), at most `capacity`. Every forward attends over all slots of a static cache, so a 2048-slot cache for a
+    400-token request costs ~5x the attention it needs; powers of two bound the compiled shapes to a handful."""
+    need = positions + WIDTH_BUCKETS[-1]
+    return min(capacity, max(256, 1 << (need - 1).bit_length()))
+
+
 def bucket(width: int) -> int:
     """The padded width a compiled forward runs at (the width itself beyond the last bucket)."""
     return next((b for b in WIDTH_BUCKETS if b >= width), width)
@@ -72,7 +80,8 @@ class CachedLM:
             raise DraftVerifyError("compile needs a preallocated cache: give a capacity (positions) as well")
         if capacity is not None and not self.takes_positions:
             raise DraftVerifyError(f"a preallocated cache needs a decoder-only {role} that takes position_ids")
-        self.capacity = capacity
+        self.capacity = capacity  # the most slots a request may get
+        self.window = capacity  # slots of this request's cache (check_fits sizes it to the request)
         self._compiled = torch.compile(model, dynamic=False) if compile else None
         self.cache = None
         self.length = 0  # positions held in the cache
@@ -87,6 +96,8 @@ class CachedLM:
                 f"the {self.role}'s preallocated cache holds {self.capacity} positions, but this request needs "
                 f"{decoder_positions} (prompt + max_new_tokens) plus the verify width; raise its capacity"
             )
+        if self.capacity is not None:
+            self.window = window_for(decoder_positions, self.capacity)
         if self.max_positions is not None and decoder_positions > self.max_positions:
             raise DraftVerifyError(
                 f"the {self.role} model attends to at most {self.max_positions} positions, but this request needs "
@@ -102,7 +113,7 @@ class CachedLM:
         want_hidden), or None when nothing was prefilled (encoder-decoder, or a one-token prompt): drafters that
         read hidden states (blockwise heads) draft the first step from it.
         """
-        self.cache = new_cache(self.is_encoder_decoder, self.config, self.capacity)
+        self.cache = new_cache(self.is_encoder_decoder, self.config, self.window)
         self.length = self.committed = 0
         self.prefilled = None
         if self.is_encoder_decoder:
@@ -193,7 +204,7 @@ class CachedLM:
             raise DraftVerifyError(
                 f"attention mask must cover {n} new tokens x {tail + n} tail + new positions, got {tuple(attention_mask.shape)}"
             )
-        keys = self.capacity if self.capacity is not None else self.length + n  # a static cache attends to all slots
+        keys = self.window if self.window is not None else self.length + n  # a static cache attends to all slots
         visible = torch.zeros(batch, n, keys, dtype=torch.bool, device=self.device)
         visible[:, :, : self.committed] = True
         visible[:, :, self.committed : self.length + n] = attention_mask.to(self.device)
@@ -202,9 +213,9 @@ class CachedLM:
 
     def _run(self, tokens, keep, position_ids=None, attention_mask=None, want_hidden=False, model=None) -> TargetOutput:
         batch, n = tokens.shape
-        if self.capacity is not None and self.length + n > self.capacity:
+        if self.window is not None and self.length + n > self.window:
             raise DraftVerifyError(
-                f"the {self.role}'s preallocated cache holds {self.capacity} positions; {self.length + n} needed"
+                f"the {self.role}'s preallocated cache holds {self.window} positions; {self.length + n} needed"
             )
         model = model if model is not None else self.model
         kwargs = {"past_key_values": self.cache, "use_cache": True, "output_hidden_states": want_hidden}

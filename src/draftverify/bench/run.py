@@ -130,6 +130,7 @@ def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer)
             task = bar.add_task("warm-up" if warm_pass == 0 else f"warm-up pass {warm_pass + 1}", total=len(rows),
                                 runner="")
             first = chosen[0][1]
+            requests = tuple(sorted({ids.shape[1] + config.max_new_tokens for _, ids in chosen}))
             prepared: set[int] = set()
             pass_start = compilations()
             for runner, t in rows:
@@ -137,7 +138,7 @@ def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer)
                 before, started = compilations(), perf_counter()
                 if id(runner) not in prepared:
                     prepared.add(id(runner))
-                    runner.prepare(first)
+                    runner.prepare(first, requests)
                 runner.run(first, t, config.seed, warm_tokens)
                 runner.warmup_seconds = (runner.warmup_seconds or 0.0) + perf_counter() - started
                 runner.warmup_compiles += compilations() - before

@@ -6,6 +6,8 @@ exist is decided in lineup.py: peers.py for other libraries, ours.py from the me
 """
 from __future__ import annotations
 
+from itertools import product
+
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -77,7 +79,7 @@ class Runner(ABC):
         """The roles of the compiled models it runs ("target", "draft", ...); none for eager runners."""
         return []
 
-    def prepare(self, input_ids: torch.Tensor) -> None:
+    def prepare(self, input_ids: torch.Tensor, requests: tuple[int, ...] = ()) -> None:
         """Before the warm-up generation: compile what the runner will run (nothing for eager runners)."""
 
     def describe(self) -> dict:
@@ -205,18 +207,21 @@ class OursRunner(Runner):
         branches = max([b for b in branches if isinstance(b, int) and not isinstance(b, bool)] or [1])
         return longest * branches + 1
 
-    def prepare(self, input_ids: torch.Tensor) -> None:
+    def prepare(self, input_ids: torch.Tensor, requests: tuple[int, ...] = ()) -> None:
         """Compile every width bucket up to max_width() of each compiled model (the target and draft models; a
-        lagging draft model every bucket), after prefilling input_ids [1, L]; a model shared with an earlier runner
+        lagging draft model every bucket), after prefilling input_ids [1, L], for the cache size of each request
+        length in `requests` (prompt + max_new_tokens: a cache is sized per request, so each size is its own
+        graph; without requests, the one input_ids gives); a model shared with an earlier runner
         finds its graphs already compiled. The warm-up generation that follows catches what a drafter does beyond
         this; what still compiles in a timed generation is counted (timed_compiles) and warned about."""
         widths = [b for b in WIDTH_BUCKETS if b <= bucket(self.max_width())]
         # a drafter that reads the target's hidden states (blockwise heads) has it verify with them: other graphs
         hidden = bool(getattr(self.drafter, "needs_target_hidden", False))
         with torch.inference_mode():
-            for lm, lags in self._compiled():
+            for (lm, lags), positions in product(self._compiled(), requests or (input_ids.shape[1],)):
+                lm.check_fits(positions)  # sizes the cache as a generation of that length does
                 for width in WIDTH_BUCKETS if lags else widths:
-                    if lm.capacity is not None and input_ids.shape[1] + width > lm.capacity:
+                    if input_ids.shape[1] + width > lm.window:
                         break
                     lm.start(input_ids)
                     lm.forward(torch.zeros((input_ids.shape[0], width), dtype=torch.long, device=lm.device),
