@@ -64,7 +64,7 @@ class MethodOptions:
     tree_paths: list[tuple[int, ...]] | None = None  # model_tree: Medusa-style paths (None = the drafter's default)
     compile: bool = False  # draft models: preallocated cache + torch.compile, like the target's --compile
     # lookup_model copies only on a match of >= 2 tokens: a 1-token match is a weaker guess than the draft
-    # model's (code zoo, benchmarks/lookup-model-counts.md: 3.52 vs 3.25 tokens per call greedy, 2.40 vs 2.15 at T=0.8)
+    # model's (code zoo v2, benchmarks/lookup-model-counts.md: 3.20 vs 2.95 tokens per call greedy, 2.36 vs 2.05 at T=0.8)
     lookup_model_min_ngram: int = 2
     alpha_fb: float = 0.0  # BiLD fallback threshold (0 = never fall back)
     alpha_rb: float = 2.0  # BiLD rollback threshold on -log p_target(x)
