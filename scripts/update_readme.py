@@ -12,6 +12,8 @@ SOURCES = {
     "bench-greedy": ("benchmarks/bench-humaneval.md", "## Temperature 0 (greedy)"),
     "bench-sampling": ("benchmarks/bench-humaneval.md", "## Temperature 1"),
     "bench-bild": ("benchmarks/bench-humaneval.md", "## Lossy methods"),
+    "bench-compiled": ("benchmarks/bench-humaneval-compiled.md", "## Temperature 0 (greedy)"),
+    "cold-start": ("benchmarks/cold-start.md", None),
     "cost-curve": ("benchmarks/cost-code.md", "## Milliseconds per forward"),
     "cost-equality": ("benchmarks/cost-code.md", "## Greedy equality"),
 }
