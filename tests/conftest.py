@@ -176,3 +176,16 @@ def chi2_critical(counts: torch.Tensor, p: torch.Tensor, z: float = 3.09) -> flo
     df = int(_chi2_bins(p, int(counts.sum())).sum())  # own bins + the shared one, minus 1
     return df * (1 - 2 / (9 * df) + z * (2 / (9 * df)) ** 0.5) ** 3
 
+
+
+_REFERENCES: dict = {}
+
+
+def target_and_reference(arch: str, prompt: torch.Tensor, new: int):
+    """A varied tiny target of `arch` and its own greedy continuation of prompt [1, L] (new tokens), built once per
+    session and shared by the drafter tests."""
+    key = (arch, tuple(prompt.flatten().tolist()), new)
+    if key not in _REFERENCES:
+        model = varied_model(arch)
+        _REFERENCES[key] = (model, reference_greedy(model, prompt, new))
+    return _REFERENCES[key]

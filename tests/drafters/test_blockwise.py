@@ -5,7 +5,7 @@ import copy
 
 import pytest
 import torch
-from conftest import CAUSAL_ARCHS, chi2_critical, chi2_statistic, reference_greedy, varied_model
+from conftest import CAUSAL_ARCHS, chi2_critical, chi2_statistic, reference_greedy, varied_model, target_and_reference
 
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.cached_lm import CachedLM
@@ -17,14 +17,6 @@ torch.set_num_threads(1)
 
 PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
 NEW = 40
-_targets: dict = {}
-
-
-def target_and_reference(arch: str):
-    if arch not in _targets:
-        model = varied_model(arch)
-        _targets[arch] = (model, reference_greedy(model, PROMPT, NEW))
-    return _targets[arch]
 
 
 def random_heads(model, num_heads: int = 4, seed: int = 0, scale: float = 1.0) -> BlockwiseHeads:
@@ -44,7 +36,7 @@ def exact(params: SamplingParams | None = None):
 @pytest.mark.parametrize("arch", CAUSAL_ARCHS)
 def test_prefill_hidden_state_read_through_the_lm_head_is_head_one(arch):
     """The hidden state the heads read is the one the target's own logits come from (after the final norm)."""
-    model, _ = target_and_reference(arch)
+    model, _ = target_and_reference(arch, PROMPT, NEW)
     lm = CachedLM(model)
     lm.start(PROMPT, want_hidden=True)
     out = lm.prefilled
@@ -57,7 +49,7 @@ def test_prefill_hidden_state_read_through_the_lm_head_is_head_one(arch):
 @pytest.mark.parametrize("arch", CAUSAL_ARCHS)
 @pytest.mark.parametrize("num_heads", [2, 4, 9])
 def test_bpd_equals_target_greedy(arch, num_heads):
-    model, ref = target_and_reference(arch)
+    model, ref = target_and_reference(arch, PROMPT, NEW)
     assert len(set(ref)) > 8  # varied text, so equivalence is not vacuous
     out = generate(model, BlockwiseDrafter(random_heads(model, num_heads)), exact(), PROMPT, max_new_tokens=NEW, gamma=8)
     assert out.new_tokens[0].tolist() == ref
@@ -67,7 +59,7 @@ def test_bpd_equals_target_greedy(arch, num_heads):
 
 def test_draft_is_the_heads_prediction_from_the_position_before_the_pending_token():
     """Whatever was accepted, the next draft is heads(hidden of tokens[-2]) recomputed from scratch."""
-    model, ref = target_and_reference("llama")
+    model, ref = target_and_reference("llama", PROMPT, NEW)
     heads = random_heads(model, 4, seed=3)
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []
 
@@ -90,7 +82,7 @@ def test_draft_is_the_heads_prediction_from_the_position_before_the_pending_toke
 def test_every_draft_accepted_gives_the_block_size_per_call():
     """A target whose final norm is zeroed predicts token 0 everywhere; heads with w2 = 0 copy head 1, so all
     h - 1 drafts are accepted each step (the bonus-token path): h tokens per target call."""
-    model = copy.deepcopy(target_and_reference("llama")[0])
+    model = copy.deepcopy(target_and_reference("llama", PROMPT, NEW)[0])
     with torch.no_grad():
         model.model.norm.weight.zero_()
     out = generate(model, BlockwiseDrafter(BlockwiseHeads.for_target(model, 4)), exact(), PROMPT, max_new_tokens=24,
@@ -100,7 +92,7 @@ def test_every_draft_accepted_gives_the_block_size_per_call():
 
 
 def test_one_token_prompt_drafts_from_the_first_verify_pass():
-    model, _ = target_and_reference("qwen2")
+    model, _ = target_and_reference("qwen2", PROMPT, NEW)
     prompt = PROMPT[:, :1]
     out = generate(model, BlockwiseDrafter(random_heads(model)), exact(), prompt, max_new_tokens=12, gamma=3)
     assert out.new_tokens[0].tolist() == reference_greedy(model, prompt, 12)
@@ -110,7 +102,7 @@ def test_one_token_prompt_drafts_from_the_first_verify_pass():
 def test_sampling_is_reproducible_and_follows_the_target():
     """First token at temperature 1: its law must be the target's softmax whatever the heads propose, and the
     heads' own law is far from it (so a rule that trusted the draft would fail the same threshold)."""
-    model, _ = target_and_reference("llama")
+    model, _ = target_and_reference("llama", PROMPT, NEW)
     heads = random_heads(model, 3, seed=5, scale=3.0)
     params = SamplingParams(temperature=1.0, seed=11)
     runs = [generate(model, BlockwiseDrafter(heads), exact(params), PROMPT, params, max_new_tokens=NEW, gamma=2)
@@ -132,7 +124,7 @@ def test_sampling_is_reproducible_and_follows_the_target():
 
 
 def test_save_load_round_trip_and_method_options(tmp_path):
-    model, ref = target_and_reference("gpt_neox")
+    model, ref = target_and_reference("gpt_neox", PROMPT, NEW)
     heads = random_heads(model, 5, seed=2)
     heads.save(tmp_path / "heads", metadata={"note": "test"})
     loaded = BlockwiseHeads.load(tmp_path / "heads")
@@ -145,8 +137,8 @@ def test_save_load_round_trip_and_method_options(tmp_path):
 
 
 def test_heads_for_another_target_are_refused(tmp_path):
-    llama, _ = target_and_reference("llama")
-    qwen2, _ = target_and_reference("qwen2")  # same hidden size and vocabulary, other weights
+    llama, _ = target_and_reference("llama", PROMPT, NEW)
+    qwen2, _ = target_and_reference("qwen2", PROMPT, NEW)  # same hidden size and vocabulary, other weights
     with pytest.raises(DraftVerifyError, match="another target"):
         generate(qwen2, BlockwiseDrafter(random_heads(llama)), exact(), PROMPT, max_new_tokens=4)
     config = HeadsConfig(4, 48, 48, 96, lm_head_fingerprint(llama.get_output_embeddings()))
@@ -156,7 +148,7 @@ def test_heads_for_another_target_are_refused(tmp_path):
 
 def test_bad_heads_input_is_refused(tmp_path):
     with pytest.raises(DraftVerifyError, match="needs trained heads"):
-        build_drafter("bpd", CachedLM(target_and_reference("llama")[0]), MethodOptions())
+        build_drafter("bpd", CachedLM(target_and_reference("llama", PROMPT, NEW)[0]), MethodOptions())
     with pytest.raises(DraftVerifyError, match="no blockwise heads"):
         BlockwiseHeads.load(tmp_path)
     with pytest.raises(DraftVerifyError, match="2..9 heads"):

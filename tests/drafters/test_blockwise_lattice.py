@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import CAUSAL_ARCHS, VOCAB, chi2_critical, chi2_statistic, reference_greedy, varied_model
+from conftest import CAUSAL_ARCHS, VOCAB, chi2_critical, chi2_statistic, target_and_reference
 
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.cached_lm import CachedLM
@@ -16,14 +16,6 @@ torch.set_num_threads(1)
 
 PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
 NEW = 40
-_targets: dict = {}
-
-
-def target_and_reference(arch: str):
-    if arch not in _targets:
-        model = varied_model(arch)
-        _targets[arch] = (model, reference_greedy(model, PROMPT, NEW))
-    return _targets[arch]
 
 
 def random_heads(model, num_heads: int = 4, seed: int = 0) -> BlockwiseHeads:
@@ -48,7 +40,7 @@ def exact(params: SamplingParams | None = None):
 @pytest.mark.parametrize("arch", CAUSAL_ARCHS)
 @pytest.mark.parametrize("p", [1, 4])
 def test_rescored_drafts_equal_target_greedy(arch, p):
-    model, ref = target_and_reference(arch)
+    model, ref = target_and_reference(arch, PROMPT, NEW)
     drafter = BlockwiseNgramDrafter(random_heads(model, 5), table(), k=4, alpha=0.5, p=p)
     out = generate(model, drafter, exact(), PROMPT, max_new_tokens=NEW, gamma=4)
     assert out.new_tokens[0].tolist() == ref
@@ -58,7 +50,7 @@ def test_rescored_drafts_equal_target_greedy(arch, p):
 def test_pbest_tree_holds_the_p_paths_and_the_one_best_chain_is_its_first():
     from draftverify.types import DecodingState
 
-    model, _ = target_and_reference("llama")
+    model, _ = target_and_reference("llama", PROMPT, NEW)
     heads = random_heads(model, 4, seed=1)
     lm = CachedLM(model)
     tokens = lm.start(PROMPT, want_hidden=True)
@@ -79,7 +71,7 @@ def test_pbest_tree_holds_the_p_paths_and_the_one_best_chain_is_its_first():
 
 
 def test_pbest_samples_follow_the_target():
-    model, _ = target_and_reference("gpt2")
+    model, _ = target_and_reference("gpt2", PROMPT, NEW)
     heads = random_heads(model, 3, seed=4)
     with torch.no_grad():
         p = model(PROMPT).logits[0, -1].softmax(-1)
@@ -94,7 +86,7 @@ def test_pbest_samples_follow_the_target():
 
 
 def test_method_options_and_bad_input(tmp_path):
-    model, ref = target_and_reference("qwen2")
+    model, ref = target_and_reference("qwen2", PROMPT, NEW)
     random_heads(model).save(tmp_path / "heads")
     table().save(tmp_path / "ngram.safetensors")
     options = MethodOptions(heads_path=tmp_path / "heads", ngram_path=tmp_path / "ngram.safetensors", pbest=3, lattice_k=2)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import CAUSAL_ARCHS, perturbed_copy, reference_greedy, varied_model
+from conftest import CAUSAL_ARCHS, perturbed_copy, target_and_reference, varied_model
 
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import ModelDrafter, ModelTreeDrafter, NoDrafter
@@ -14,14 +14,6 @@ torch.set_num_threads(1)
 
 PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
 NEW = 40
-_targets: dict = {}
-
-
-def target_and_reference(arch: str):
-    if arch not in _targets:
-        model = varied_model(arch)
-        _targets[arch] = (model, reference_greedy(model, PROMPT, NEW))
-    return _targets[arch]
 
 
 def exact():
@@ -31,7 +23,7 @@ def exact():
 @pytest.mark.parametrize("arch", CAUSAL_ARCHS)
 @pytest.mark.parametrize("draft_kind", ["self", "perturbed"])
 def test_model_tree_equals_target_greedy(arch, draft_kind):
-    model, ref = target_and_reference(arch)
+    model, ref = target_and_reference(arch, PROMPT, NEW)
     draft = model if draft_kind == "self" else perturbed_copy(model, 0.5, seed=1)
     drafter = ModelTreeDrafter(draft)
     out = generate(model, drafter, exact(), PROMPT, max_new_tokens=NEW, gamma=4)
@@ -44,7 +36,7 @@ def test_model_tree_equals_target_greedy(arch, draft_kind):
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_tree_accepts_at_least_as_much_as_the_chain_twin(arch):
-    model, ref = target_and_reference(arch)
+    model, ref = target_and_reference(arch, PROMPT, NEW)
     draft = perturbed_copy(model, 0.8, seed=2)
     tree = generate(model, ModelTreeDrafter(draft), exact(), PROMPT, max_new_tokens=NEW, gamma=4).stats
     chain = generate(model, ModelDrafter(draft), exact(), PROMPT, max_new_tokens=NEW, gamma=4).stats
@@ -53,7 +45,7 @@ def test_tree_accepts_at_least_as_much_as_the_chain_twin(arch):
 
 
 def test_gamma_caps_the_tree_depth():
-    model, ref = target_and_reference("qwen2")
+    model, ref = target_and_reference("qwen2", PROMPT, NEW)
     drafter = ModelTreeDrafter(model)
     assert drafter.tree_for(2).max_depth == 2 and drafter.tree_for(2).size == 6
     assert drafter.tree_for(9) is drafter.full_tree
@@ -70,12 +62,12 @@ def test_encoder_decoder_models_are_refused():
 
 def test_malformed_tree_shape_is_refused():
     with pytest.raises(DraftVerifyError, match="no parent path"):
-        ModelTreeDrafter(target_and_reference("llama")[0], paths=[(0,), (0, 0, 0)])
+        ModelTreeDrafter(target_and_reference("llama", PROMPT, NEW)[0], paths=[(0,), (0, 0, 0)])
 
 
 @pytest.mark.skipif(tree_speculative_sample is None, reason="tree sampling (verifiers/tree_sampling.py) not merged yet")
 def test_model_tree_samples_reproducibly_at_temperature_one():
-    model, _ = target_and_reference("llama")
+    model, _ = target_and_reference("llama", PROMPT, NEW)
     params = SamplingParams(temperature=1.0, seed=7, coupling=False)  # multi-draft speculative sampling
     verifier = build_verifier("exact", params, MethodOptions())
     runs = [generate(model, ModelTreeDrafter(perturbed_copy(model, 0.5, seed=1)), verifier, PROMPT, params,
@@ -86,7 +78,7 @@ def test_model_tree_samples_reproducibly_at_temperature_one():
 
 def test_coupled_sampling_on_a_tree_gives_the_autoregressive_coupled_text():
     """Seeded (coupled) sampling verifies a tree by its Gumbel-max draws: the text is the target's own."""
-    model, _ = target_and_reference("llama")
+    model, _ = target_and_reference("llama", PROMPT, NEW)
     params = SamplingParams(temperature=1.0, seed=11)
     verifier = build_verifier("exact", params, MethodOptions())
     assert verifier.name == "gumbel_coupling"
