@@ -13,27 +13,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
+from train_zoo_gpu import load_tokens  # scripts/ is on sys.path when a script in it runs
 from transformers import AutoModelForCausalLM
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # cpu only for a smoke test
 
 
 def windows(bundle: Path, split: str, tok: Tokenizer, eos: int, n: int, length: int, seed: int) -> torch.Tensor:
-    with lzma.open(bundle / f"{split}.txt.xz", "rt", encoding="utf-8") as f:
-        docs = f.read().split("\0")
-    ids: list[int] = []
-    for enc in tok.encode_batch(docs, add_special_tokens=False):
-        ids.extend(enc.ids)
-        ids.append(eos)
-    data = torch.tensor(np.asarray(ids, dtype=np.int64))
+    data = load_tokens(bundle, split, tok, eos).long()  # the bundle tokenized as train_zoo_gpu.py does
     g = torch.Generator().manual_seed(seed)
     starts = torch.randint(0, len(data) - length, (n,), generator=g)
     return data[starts[:, None] + torch.arange(length)[None]]  # [n, length]

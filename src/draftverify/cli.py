@@ -319,6 +319,9 @@ def bpd_report(
     from .api import zoo_paths
     from .bench.bpd_report import main as report_main
 
+    if prompts < 2:
+        err_console.print(f"[red]error:[/red] --prompts must be >= 2 (some tune the weights, the rest are reported), got {prompts}")
+        raise typer.Exit(2)
     if not 0 < tune < prompts:
         err_console.print(f"[red]error:[/red] --tune must be in 1..{prompts - 1} (some prompts must stay for the report)")
         raise typer.Exit(2)
