@@ -45,6 +45,21 @@ def window_for(positions: int, capacity: int) -> int:
     return min(capacity, max(256, 1 << (need - 1).bit_length()))
 
 
+GRAPH_ROOM = 256  # static graphs per forward function: every (model class, width bucket, window) pair is one
+
+
+def compile_forward(model: PreTrainedModel):
+    """torch.compile with inductor freezing: weights become constants, prepacked for the CPU GEMM kernels (without
+    it a one-token forward gains nothing on a CPU). Dynamo keys graphs by the forward's code, which a target and a
+    draft of one class share, so its recompile limit (8) is raised here: past it, later widths would run eager,
+    silently. The limits are process-wide and only ever raised."""
+    import torch._dynamo.config as dynamo
+
+    dynamo.recompile_limit = max(dynamo.recompile_limit, GRAPH_ROOM)
+    dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, GRAPH_ROOM)
+    return torch.compile(model, dynamic=False, options={"freezing": True})
+
+
 def bucket(width: int) -> int:
     """The padded width a compiled forward runs at (the width itself beyond the last bucket)."""
     return next((b for b in WIDTH_BUCKETS if b >= width), width)
@@ -82,7 +97,7 @@ class CachedLM:
             raise DraftVerifyError(f"a preallocated cache needs a decoder-only {role} that takes position_ids")
         self.capacity = capacity  # the most slots a request may get
         self.window = capacity  # slots of this request's cache (check_fits sizes it to the request)
-        self._compiled = torch.compile(model, dynamic=False) if compile else None
+        self._compiled = compile_forward(model) if compile else None
         self.cache = None
         self.length = 0  # positions held in the cache
         self.committed = 0  # settled positions; [committed, length) is the tail of the last forwards

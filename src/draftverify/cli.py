@@ -169,9 +169,10 @@ def generate(
     early_exit_layers: int = typer.Option(1, "--early-exit-layers", help="Layers of the target used as the draft."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram method."),
     heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd methods (default: the zoo's heads)."),
-    lattice_k: int = typer.Option(4, "--lattice-k", help="bpd_ngram / bpd_pbest: candidates per head in the top-k lattice."),
+    lattice_k: int = typer.Option(4, "--lattice-k", help="bpd_ngram / bpd_pbest / bpd_neural: candidates per head in the top-k lattice."),
     ngram_weight: float = typer.Option(0.5, "--ngram-weight", help="bpd_ngram / bpd_pbest: n-gram weight alpha (0 = heads only)."),
     pbest: int = typer.Option(4, "--pbest", help="bpd_pbest: rescored lattice paths merged into one tree."),
+    rescore_weight: float = typer.Option(1.0, "--rescore-weight", help="bpd_neural: weight alpha of the draft model's logits against the heads'."),
     tree_paths: Optional[str] = typer.Option(None, "--tree-paths", help="model_tree shape as JSON paths of child ranks, e.g. '[[0],[1],[0,0]]'."),
     lookup_matches: int = typer.Option(4, "--lookup-matches", help="prompt_lookup_tree: earlier matches merged into one tree."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
@@ -207,7 +208,7 @@ def generate(
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                     gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
                     tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads,
-                    lattice_k=lattice_k, ngram_weight=ngram_weight, pbest=pbest,
+                    lattice_k=lattice_k, ngram_weight=ngram_weight, pbest=pbest, rescore_weight=rescore_weight,
                     tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_)
         on_text = None
         echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed

@@ -40,6 +40,8 @@ METHODS: dict[str, Method] = {
     "prompt_lookup_tree": Method("prompt_lookup_tree", "exact", "several earlier matches of the last n-gram, merged into one tree"),
     "bpd": Method("bpd", "exact", "blockwise parallel decoding: heads on the target's hidden state draft in its verify pass"),
     "bpd_ngram": Method("bpd_ngram", "exact", "bpd with the heads' top-k lattice rescored by an n-gram table (best path)"),
+    "bpd_neural": Method("bpd_neural", "exact", "bpd with each head's top-k rescored left to right by the draft model "
+                         "(local neural rescoring)", True),
     "bpd_pbest": Method("bpd_pbest", "exact", "bpd's p best n-gram-rescored lattice paths merged into one token tree"),
     "bild": Method("model", "bild", "Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB); not lossless", True),
     "bild_early_exit": Method("early_exit", "bild", "BiLD with the early-exit small model (BiLD section 4.4)"),
@@ -57,6 +59,7 @@ class MethodOptions:
     lattice_k: int = 4  # bpd_ngram / bpd_pbest: candidates per head in the top-k lattice
     ngram_weight: float = 0.5  # alpha: weight of the n-gram score against the heads' log-probs
     pbest: int = 4  # bpd_pbest: rescored paths merged into the verified tree
+    rescore_weight: float = 1.0  # bpd_neural: alpha, weight of the draft model's logits against the heads'
     early_exit_layers: int = 1
     prompt_lookup_max_ngram: int = 3
     prompt_lookup_min_ngram: int = 1

@@ -38,7 +38,7 @@ def test_todays_methods_give_the_rows_the_bench_always_had(model_dir, models):
                             "specdec++[fb=0.4]", "lookup_model[g=3]", "lookup_model_aligned[g=3]", "model_tree[g=3]",
                             "model_tree_aligned[g=3]", "prompt_lookup_tree[g=3]"}
     # the tiny target has no trained blockwise heads: the bpd methods are skipped, saying why
-    assert sorted(n.split()[0] for n in notes) == ["bpd", "bpd_ngram", "bpd_pbest"]
+    assert sorted(n.split()[0] for n in notes) == ["bpd", "bpd_neural", "bpd_ngram", "bpd_pbest"]
     assert all("needs trained heads" in n for n in notes)
     assert all(r.lossless for r in rows if r.family in ("model", "model_aligned", "prompt_lookup", "early_exit"))
     bild = by_name["bild[fb=0.4,rb=2]"]

@@ -88,24 +88,6 @@ def compilations() -> int:
     return int(counters["frames"]["total"])
 
 
-@contextlib.contextmanager
-def _compile_room(enabled: bool, graphs: int = 256):
-    """Room for one static graph per (model, width bucket): dynamo's per-function recompile limit (8) would
-    otherwise send the target's and drafts' later widths back to eager, silently."""
-    if not enabled:
-        yield
-        return
-    import torch._dynamo.config as dynamo
-
-    saved = dynamo.recompile_limit, dynamo.accumulated_recompile_limit
-    dynamo.recompile_limit = max(dynamo.recompile_limit, graphs)
-    dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, graphs)
-    try:
-        yield
-    finally:
-        dynamo.recompile_limit, dynamo.accumulated_recompile_limit = saved
-
-
 def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer) -> list[dict]:
     """One warm-up per (runner, temperature) row, then prompt-major: each prompt through every row.
 
@@ -120,7 +102,7 @@ def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer)
     warm_tokens = min(config.warmup_tokens, config.max_new_tokens)
     if config.compile and warm_tokens == 0:
         warm_tokens = 1  # --compile: the warm-up is where the compilation happens; it cannot be skipped
-    with _progress(config.progress) as bar, _compile_room(config.compile):
+    with _progress(config.progress) as bar:
         # --compile: warm-up passes until one compiles nothing, because a runner's warm-up can invalidate graphs
         # of a model it shares with earlier runners (the target verifying with hidden states for bpd makes its
         # plain graphs recompile once), which the next pass recompiles outside the timing

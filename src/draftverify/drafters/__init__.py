@@ -2,6 +2,7 @@
 from .base import Drafter, NoDrafter
 from .blockwise import BlockwiseDrafter, BlockwiseHeads
 from .blockwise_lattice import BlockwiseNgramDrafter, BlockwisePBestDrafter
+from .blockwise_neural import BlockwiseNeuralDrafter
 from .early_exit import EarlyExitDrafter
 from .lookup_model import LookupModelDrafter
 from .model import ModelDrafter
