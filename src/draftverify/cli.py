@@ -313,8 +313,8 @@ def bpd_report(
     out: str = typer.Option("benchmarks/bpd-humaneval", "--out", help="Writes OUT.json and OUT.md."),
     threads: Optional[int] = typer.Option(None, "--threads"),
 ) -> None:
-    """Blockwise drafts on the zoo: block efficiency of bpd, oracle top-k, n-gram rescoring, p-best; repetition in
-    drafts before/after rescoring; per-head entropy (counts only, no timing claims)."""
+    """Blockwise drafts on the zoo: block efficiency of bpd, oracle top-k, n-gram and neural rescoring, p-best;
+    repetition in drafts before/after rescoring; per-head entropy; neural vs plain wins/ties/losses (counts only)."""
     import shlex
 
     from .api import zoo_paths
@@ -333,12 +333,13 @@ def bpd_report(
     try:
         paths = zoo_paths(zoo)
         result = report_main(str(paths["target"]), str(heads or paths["heads"]), str(paths["ngram"]),
-                             str(paths["target"]), prompts, tune, new_tokens, lattice_k, out,
+                             str(paths["draft"]), str(paths["target"]), prompts, tune, new_tokens, lattice_k, out,
                              shlex.join(["draftverify", *sys.argv[1:]]))
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
     console.print(json.dumps({"block_efficiency": result["block_efficiency"], "tuned_alpha": result["tuned_alpha"],
+                              "tuned_neural_alpha": result["tuned_neural_alpha"], "neural_vs_plain": result["neural_vs_plain"],
                               "repetition": result["repetition"], "h_max": result["h_max"]}, indent=1))
     console.print(f"wrote {out}.json and {out}.md")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from conftest import VOCAB, varied_model
+from conftest import VOCAB, build_model, varied_model
 
 from draftverify.bench import bpd_report as br
 from draftverify.drafters import BlockwiseHeads
@@ -18,6 +18,13 @@ def test_repetition_counts_identical_neighbours_and_the_longest_run():
     assert rep["mean_max_run"] == (3 + 1) / 2 and rep["drafts"] == 2
 
 
+def test_accepted_is_the_prefix_the_target_would_keep():
+    truth = [1, 2, 3, 4, 5]
+    assert br.accepted([3, 4, 9], truth, 2) == 2
+    assert br.accepted([9], truth, 2) == 0
+    assert br.accepted([4, 5], truth, 3) == 2 and br.accepted([5, 6], truth, 4) == 1  # truth ends after 5
+
+
 def test_report_runs_every_variant_and_the_top1_oracle_is_plain_bpd():
     model = varied_model("llama")
     heads = BlockwiseHeads.for_target(model, 4)
@@ -27,11 +34,26 @@ def test_report_runs_every_variant_and_the_top1_oracle_is_plain_bpd():
             p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * p.shape[-1] ** -0.5)
     table = NgramTable.from_sequences([np.random.default_rng(0).integers(4, VOCAB, 300).tolist()], 3, VOCAB)
     prompts = [torch.tensor([[5, 17, 33, 8, 41]]), torch.tensor([[9, 2, 60, 7]]), torch.tensor([[11, 12, 13]])]
-    result = br.run_report(model, heads, table, prompts, new_tokens=12, tune=1, k=3, log=lambda m: None)
+    rescorer = build_model("llama", seed=7)
+    result = br.run_report(model, heads, table, rescorer, prompts, new_tokens=12, tune=1, k=3, log=lambda m: None)
     be = result["block_efficiency"]
     assert be["oracle k=1"] == be["bpd"]
     assert be["oracle k=16"] >= 1.0 and set(be) >= {"ngram3 a=0.5", "ngram2 a=0.5", "pbest p=4 0-gram"}
     assert result["tuned_alpha"] in br.ALPHAS and len(result["head_entropy_nats"]) == 4
     assert result["repetition"]["bpd"]["drafts"] > 0
+    assert {f"neural a={a}" for a in br.NEURAL_ALPHAS} <= set(be) and result["tuned_neural_alpha"] in br.NEURAL_ALPHAS
+    duel = result["neural_vs_plain"]
+    assert duel["win"] + duel["tie"] + duel["loss"] > 0
+    assert duel["repair"] <= duel["win"] and duel["regress"] <= duel["loss"]
     text = br.markdown(result, "draftverify bpd-report --test")
     assert "| bpd | " in text and "h_max" in text
+
+
+def test_neural_duel_with_alpha_zero_ties_every_step():
+    """alpha = 0 leaves the heads' argmax, so the rescored draft is the plain one at every step."""
+    model = varied_model("qwen2")
+    z = torch.randn(2, VOCAB, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    truth = [5, 6, 7, 8, 9, 10]
+    plain = z.argmax(-1).tolist()
+    tally = br.neural_duel([(2, z), (3, z)], [plain, plain], truth, model, k=4, alpha=0.0)
+    assert tally["tie"] == 2 and tally["win"] == tally["loss"] == 0

@@ -3,8 +3,11 @@
 For each prompt (greedy, the zoo target with trained heads) it runs, through the one decoding loop:
 plain BPD; the oracle path through the top-k lattice for several k (Figure 6: the best draft in hindsight,
 which knows the target's greedy text); n-gram rescoring (p = 1) for several weights alpha; p-best drafts with and
-without the n-gram (Figure 7 / Table 4). It records every draft, so it also reports consecutive repetition in
-drafts before and after 2-gram rescoring (Table 3) and each head's mean entropy with h_max (Figure 3).
+without the n-gram (Figure 7 / Table 4); local rescoring by the zoo's draft model for several alpha (Algorithm 2).
+It records every draft, so it also reports consecutive repetition in drafts before and after 2-gram rescoring
+(Table 3), each head's mean entropy with h_max (Figure 3), and, step by step along the plain BPD run, whether the
+neural-rescored draft would have kept more, as many or fewer tokens than the plain one (wins / ties / losses, with
+the share of wins that removed a repetition and of losses that introduced one: Table 5).
 
 alpha is tuned on the first `tune` prompts (by block efficiency) and every table is reported on the others.
 Block efficiency = tokens emitted per target call (accepted drafts + the target's own token).
@@ -18,8 +21,10 @@ from pathlib import Path
 
 import torch
 
+from ..cached_lm import CachedLM
 from ..drafters.blockwise import BlockwiseDrafter, BlockwiseHeads
 from ..drafters.blockwise_lattice import BlockwiseNgramDrafter
+from ..drafters.blockwise_neural import BlockwiseNeuralDrafter, rescore_locally
 from ..drafters.lattice import SausageLattice
 from ..drafters.ngram import NgramTable
 from ..loop import generate
@@ -28,6 +33,7 @@ from ..types import DecodingState, Draft, SamplingParams
 
 ALPHAS = (0.25, 0.5, 1.0)  # n-gram weights tried for p = 1 (tuned on the tune slice)
 PBEST_ALPHAS = (0.0, 0.5)  # p-best: 0-gram (heads only) and the n-gram at 0.5
+NEURAL_ALPHAS = (0.25, 0.5, 1.0, 2.0)  # draft-model weights tried for local rescoring (tuned on the tune slice)
 ORACLE_KS = (1, 2, 4, 8, 16)
 PBESTS = (2, 4, 8)
 
@@ -58,6 +64,7 @@ class Recorded:
 
     drafts: list[list[int]] = field(default_factory=list)
     entropies: list[list[float]] = field(default_factory=list)  # per step: heads 1..h (nats)
+    steps: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # per step: (position, heads' logits [n, V])
 
 
 def recording(drafter: BlockwiseDrafter, log: Recorded, entropies: bool = False) -> BlockwiseDrafter:
@@ -68,6 +75,8 @@ def recording(drafter: BlockwiseDrafter, log: Recorded, entropies: bool = False)
         draft = propose(state, gamma)
         if draft.tree is None and draft.length:
             log.drafts.append(draft.tokens[0].tolist())
+            if entropies:
+                log.steps.append((state.tokens.shape[1], drafter.head_logits()[0, : draft.length]))
         if entropies and drafter._hidden is not None:
             logits = torch.cat([drafter.lm_head(drafter._hidden)[:, None], drafter.head_logits()], dim=1)[0]
             logp = logits.float().log_softmax(-1)  # [h, V]
@@ -94,13 +103,43 @@ def repetition(drafts: list[list[int]]) -> dict:
             "mean_max_run": sum(runs) / len(runs) if runs else 0.0, "drafts": len(drafts)}
 
 
+def accepted(draft: list[int], truth: list[int], position: int) -> int:
+    """Greedy acceptance of a draft continuing truth[:position]: its longest prefix that the target would say."""
+    wanted = truth[position : position + len(draft)]
+    return next((i for i, (a, b) in enumerate(zip(draft, wanted)) if a != b), min(len(draft), len(wanted)))
+
+
+def has_repeat(draft: list[int]) -> bool:
+    return any(a == b for a, b in zip(draft, draft[1:]))
+
+
+def neural_duel(steps: list[tuple[int, torch.Tensor]], drafts: list[list[int]], truth: list[int], rescorer, k: int,
+                alpha: float) -> dict:
+    """Table 5 along one plain BPD run: at each step the neural-rescored draft (same heads' logits, same
+    committed text truth[:position]) against the plain draft, by how many tokens each would keep."""
+    tally = {"win": 0, "tie": 0, "loss": 0, "repair": 0, "regress": 0}
+    with torch.no_grad():
+        for (position, z), plain in zip(steps, drafts):
+            context = truth[:position]
+            rescored = rescore_locally(z, k, alpha, lambda chosen: rescorer(
+                input_ids=torch.tensor([context + chosen])).logits[0, -1])
+            gain = accepted(rescored, truth, position) - accepted(plain, truth, position)
+            outcome = "win" if gain > 0 else "loss" if gain < 0 else "tie"
+            tally[outcome] += 1
+            if outcome == "win" and has_repeat(plain) and not has_repeat(rescored):
+                tally["repair"] += 1
+            if outcome == "loss" and has_repeat(rescored) and not has_repeat(plain):
+                tally["regress"] += 1
+    return tally
+
+
 def bigram_view(table: NgramTable) -> NgramTable:
     """The table's order-2 part (unigram + bigram levels): the paper's 2-gram rescorer for Table 3."""
     return NgramTable(2, table.vocab_size, {k: table.levels[k] for k in (0, 1)})
 
 
-def run_report(target, heads: BlockwiseHeads, table: NgramTable, prompts: list[torch.Tensor], new_tokens: int,
-               tune: int, k: int, log=print) -> dict:
+def run_report(target, heads: BlockwiseHeads, table: NgramTable, rescorer, prompts: list[torch.Tensor],
+               new_tokens: int, tune: int, k: int, log=print) -> dict:
     exact = build_verifier("exact", SamplingParams(), MethodOptions())
     num_drafts = heads.config.num_heads - 1
     per_prompt: dict[str, list[dict]] = {}
@@ -114,9 +153,16 @@ def run_report(target, heads: BlockwiseHeads, table: NgramTable, prompts: list[t
 
     logs: dict[str, Recorded] = {"bpd": Recorded(), "ngram2": Recorded(), "ngram3": Recorded()}
     bigram = bigram_view(table)
+    duels: dict[float, list[dict]] = {alpha: [] for alpha in NEURAL_ALPHAS}
     for i, ids in enumerate(prompts):
-        plain = run("bpd", recording(BlockwiseDrafter(heads), logs["bpd"], entropies=True), ids)
+        plain_log = Recorded()
+        plain = run("bpd", recording(BlockwiseDrafter(heads), plain_log, entropies=True), ids)
         truth = plain.sequences[0].tolist()
+        for alpha in NEURAL_ALPHAS:
+            run(f"neural a={alpha}", BlockwiseNeuralDrafter(heads, CachedLM(rescorer, role="draft"), k, alpha), ids)
+            duels[alpha].append(neural_duel(plain_log.steps, plain_log.drafts, truth, rescorer, k, alpha))
+        logs["bpd"].drafts += plain_log.drafts
+        logs["bpd"].entropies += plain_log.entropies
         for kk in ORACLE_KS:
             run(f"oracle k={kk}", OracleDrafter(heads, kk, truth), ids)
         for alpha in ALPHAS:
@@ -135,13 +181,16 @@ def run_report(target, heads: BlockwiseHeads, table: NgramTable, prompts: list[t
 
     tune_rows, report_rows = slice(0, tune), slice(tune, None)
     best_alpha = max(ALPHAS, key=lambda a: efficiency(f"ngram3 a={a}", tune_rows))
+    neural_alpha = max(NEURAL_ALPHAS, key=lambda a: efficiency(f"neural a={a}", tune_rows))
+    duel = {key: sum(d[key] for d in duels[neural_alpha][report_rows]) for key in duels[neural_alpha][0]}
     table_rows = {name: efficiency(name, report_rows) for name in per_prompt}
     entropy = torch.tensor(logs["bpd"].entropies).mean(dim=0).tolist() if logs["bpd"].entropies else []
     h_max = next((i + 1 for i in range(len(entropy) - 1) if entropy[i] > entropy[i + 1]), len(entropy))
     return {
         "prompts": len(prompts), "tune_prompts": tune, "report_prompts": len(prompts) - tune, "new_tokens": new_tokens,
         "num_heads": heads.config.num_heads, "lattice_k": k, "ngram_order": table.order,
-        "block_efficiency": table_rows, "tuned_alpha": best_alpha,
+        "block_efficiency": table_rows, "tuned_alpha": best_alpha, "tuned_neural_alpha": neural_alpha,
+        "neural_vs_plain": duel,
         "repetition": {"bpd": repetition(logs["bpd"].drafts), "ngram2 a=0.5": repetition(logs["ngram2"].drafts),
                        "ngram3 a=0.5": repetition(logs["ngram3"].drafts)},
         "head_entropy_nats": entropy, "h_max": h_max, "per_prompt": per_prompt,
@@ -167,8 +216,17 @@ def markdown(result: dict, command: str) -> str:
     ]
     for name, value in be.items():
         lines.append(f"| {name} | {value:.3f} | {100 * (value / base - 1):+.1f}% |")
+    duel = result["neural_vs_plain"]
+    steps = max(duel["win"] + duel["tie"] + duel["loss"], 1)
     lines += ["", f"alpha of n-gram rescoring (p = 1) tuned on the tune prompts: {result['tuned_alpha']} (p-best runs use "
-              "0 and 0.5)", "",
+              f"0 and 0.5); alpha of neural rescoring (the zoo's draft model): {result['tuned_neural_alpha']}", "",
+              f"## Neural-rescored vs plain drafts, step by step (Table 5; alpha {result['tuned_neural_alpha']})",
+              "At each step of the plain BPD run, both drafts continue the same text; a win keeps more tokens.", "",
+              "| steps | ties | wins | losses | % repair (wins that removed a repetition) | % regress (losses that added one) |",
+              "|---|---|---|---|---|---|",
+              f"| {steps} | {100 * duel['tie'] / steps:.1f}% | {100 * duel['win'] / steps:.1f}% | "
+              f"{100 * duel['loss'] / steps:.1f}% | {100 * duel['repair'] / max(duel['win'], 1):.1f}% | "
+              f"{100 * duel['regress'] / max(duel['loss'], 1):.1f}% |", "",
               "## Consecutive repetition in drafts (Table 3)", "| drafts | % consecutive identical | mean max run | drafts |",
               "|---|---|---|---|"]
     for name, rep in result["repetition"].items():
@@ -179,8 +237,8 @@ def markdown(result: dict, command: str) -> str:
     return "\n".join(lines)
 
 
-def main(target_dir: str, heads_dir: str, ngram_path: str, tokenizer_dir: str, num_prompts: int, tune: int,
-         new_tokens: int, k: int, out: str, command: str) -> dict:
+def main(target_dir: str, heads_dir: str, ngram_path: str, draft_dir: str, tokenizer_dir: str, num_prompts: int,
+         tune: int, new_tokens: int, k: int, out: str, command: str) -> dict:
     from transformers import AutoTokenizer
 
     from ..api import load_model
@@ -189,9 +247,10 @@ def main(target_dir: str, heads_dir: str, ngram_path: str, tokenizer_dir: str, n
     target = load_model(target_dir, "float32")
     heads = BlockwiseHeads.load(heads_dir)
     table = NgramTable.load(ngram_path)
+    rescorer = load_model(draft_dir, "float32")
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     prompts = [tok(p.text, return_tensors="pt").input_ids for p in load_prompts("humaneval")[:num_prompts]]
-    result = run_report(target, heads, table, prompts, new_tokens, tune, k)
+    result = run_report(target, heads, table, rescorer, prompts, new_tokens, tune, k)
     result["command"] = command
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out + ".json").write_text(json.dumps(result, indent=1) + "\n")

@@ -7,6 +7,8 @@ so the greedy and speculative-sampling verifiers keep the output exact.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from ..cached_lm import CachedLM, cached_model
@@ -16,6 +18,17 @@ from ..types import DecodingState, Draft, Verdict
 from .base import empty_draft
 from .blockwise import BlockwiseDrafter, BlockwiseHeads, load_heads
 from .model import ModelDrafter
+
+
+def rescore_locally(z: torch.Tensor, k: int, alpha: float, next_logits: Callable[[list[int]], torch.Tensor]) -> list[int]:
+    """Algorithm 2, greedy: z [n, V] heads' logits; next_logits(chosen so far) -> the rescorer's logits r [V] for
+    the next draft position. Returns the n chosen tokens, each argmax over S_j = top-k(z_j) of z_j + alpha * r."""
+    z_top, candidates = z.topk(min(k, z.shape[-1]), dim=-1)  # [n, k] logits and token ids of each S_j
+    chosen: list[int] = []
+    for j in range(z.shape[0]):
+        r = next_logits(chosen)  # [V]
+        chosen.append(int(candidates[j, (z_top[j] + alpha * r[candidates[j]]).argmax()]))
+    return chosen
 
 
 @register_drafter("bpd_neural")
@@ -53,17 +66,15 @@ class BlockwiseNeuralDrafter(BlockwiseDrafter):
             return empty_draft(state)
         if state.tokens.shape[0] != 1:
             raise DraftVerifyError("neural rescoring drafts one sequence at a time (batch size 1)")
-        z = self.head_logits()[0, :gamma]  # [n, V]
-        z_top, candidates = z.topk(min(self.k, z.shape[-1]), dim=-1)  # [n, k] logits and token ids of S_j
-        pending = state.tokens[:, self.lm.length :]  # [1, m >= 1] committed tokens the rescorer has not seen
-        chosen: list[torch.Tensor] = []
-        for j in range(z.shape[0]):
-            r = self.lm.forward(pending).logits[0, -1]  # [V]
+
+        def next_logits(chosen: list[int]) -> torch.Tensor:
+            # the committed tokens the rescorer has not seen yet, then one chosen draft token at a time
+            fed = state.tokens[:, self.lm.length :] if not chosen else state.tokens.new_tensor([chosen[-1:]])
             self.forward_calls += 1
-            best = (z_top[j] + self.alpha * r[candidates[j]]).argmax()
-            chosen.append(candidates[j, best])
-            pending = candidates[j, best].view(1, 1)
-        return Draft(tokens=torch.stack(chosen)[None])  # [1, n]
+            return self.lm.forward(fed).logits[0, -1]
+
+        chosen = rescore_locally(self.head_logits()[0, :gamma], self.k, self.alpha, next_logits)
+        return Draft(tokens=state.tokens.new_tensor([chosen]))  # [1, n]
 
     def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
         super().commit(state, verdict, scored)
