@@ -39,7 +39,7 @@ def assets(tmp_path_factory):
 
 
 def _opts(assets, tmp_path, **kw) -> th.HeadsOptions:
-    base = dict(target=str(assets / "target"), draft=str(assets / "target"), manifest=str(assets / "manifest.json"),
+    base = dict(target=str(assets / "target"), manifest=str(assets / "manifest.json"),
                 out_dir=str(tmp_path / "heads"), work_dir=str(tmp_path / "work"), num_heads=3, num_prompts=16,
                 eval_prompts=6, min_prompt_tokens=8, max_prompt_tokens=16, new_tokens=24, max_steps=80,
                 batch_size=64, lr=1e-2, warmup_steps=5, threads=1, log_every=1000, progress=False,
@@ -52,6 +52,26 @@ def test_head_labels_are_the_tokens_i_positions_ahead():
     labels = th.head_labels([10, 11, 12, 13, 14], first=2, num_heads=3)  # positions 2, 3 (4 has no next token)
     assert labels.tolist() == [[14, th.IGNORE], [th.IGNORE, th.IGNORE]]
     assert th.head_labels([1, 2, 3, 4, 5, 6], first=0, num_heads=2)[:, 0].tolist() == [3, 4, 5, 6, th.IGNORE]
+
+
+def test_batched_continuations_are_the_targets_greedy_text_and_resume(assets, tmp_path):
+    from conftest import reference_greedy
+
+    from draftverify.api import load_model
+
+    target = load_model(assets / "target", "float32")
+    prompts = [{"source": "x", "prompt": list(range(5, 5 + n))} for n in (6, 9, 6, 7, 9)]  # lengths repeat
+    header = {"type": "header", "version": 1, "kind": "test"}
+    path = tmp_path / "gen.jsonl"
+    logs: list[str] = []
+    first = th.batched_continuations(path, header, prompts[:3], target, 10, eos_id=1, batch=2, desc="t",
+                                     progress=False, log=logs.append)
+    records = th.batched_continuations(path, header, prompts, target, 10, eos_id=1, batch=2, desc="t",
+                                       progress=False, log=logs.append)
+    assert [r["i"] for r in records] == list(range(5)) and records[:3] == first
+    assert any("reusing 3 cached" in m for m in logs)
+    for rec in records:
+        assert rec["continuation"] == reference_greedy(target, torch.tensor([rec["prompt"]]), 10, eos=1)
 
 
 def test_train_heads_learns_resumes_and_drives_bpd(assets, tmp_path):
@@ -89,4 +109,6 @@ def test_bad_options_are_refused(assets, tmp_path):
     with pytest.raises(lm.TrainError, match="max-steps"):
         th.train_heads(_opts(assets, tmp_path, max_steps=None), log=_quiet)
     with pytest.raises(lm.TrainError, match="config.json"):
-        th.train_heads(_opts(assets, tmp_path, draft=str(tmp_path)), log=_quiet)
+        th.train_heads(_opts(assets, tmp_path, target=str(tmp_path)), log=_quiet)
+    with pytest.raises(lm.TrainError, match="generate-batch"):
+        th.train_heads(_opts(assets, tmp_path, generate_batch=0), log=_quiet)

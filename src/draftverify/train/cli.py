@@ -359,8 +359,6 @@ if __name__ == "__main__":
 @train_app.command("heads")
 def heads_cmd(
     target: Path = typer.Option(Path("zoo/code/target"), "--target", help="Exported target model directory (frozen)."),
-    draft: Path = typer.Option(Path("zoo/code/draft"), "--draft",
-                               help="Draft model that speeds up generating the target's greedy continuations."),
     manifest: Path = typer.Option(Path("zoo/code/manifest.json"), "--manifest", help="Corpus manifest JSON."),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: the target's)."),
     out: Path = typer.Option(Path("zoo/code/heads"), "--out", help="Where to save the heads (safetensors + JSON)."),
@@ -372,6 +370,7 @@ def heads_cmd(
     min_prompt_tokens: int = typer.Option(32, "--min-prompt-tokens"),
     max_prompt_tokens: int = typer.Option(128, "--max-prompt-tokens"),
     new_tokens: int = typer.Option(64, "--new-tokens", help="Greedy target tokens per prompt."),
+    generate_batch: int = typer.Option(32, "--generate-batch", help="Prompts per batched greedy generation call."),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Training wall-clock budget."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Maximum training steps."),
     lr: float = typer.Option(2e-3, "--lr"),
@@ -388,10 +387,10 @@ def heads_cmd(
     from .heads import HeadsOptions, train_heads
 
     opts = HeadsOptions(
-        target=str(target), draft=str(draft), manifest=str(manifest), tokenizer=str(tokenizer) if tokenizer else None,
+        target=str(target), manifest=str(manifest), tokenizer=str(tokenizer) if tokenizer else None,
         out_dir=str(out), work_dir=str(work_dir), num_heads=num_heads, ffn_size=ffn_size, num_prompts=num_prompts,
         eval_prompts=eval_prompts, min_prompt_tokens=min_prompt_tokens, max_prompt_tokens=max_prompt_tokens,
-        new_tokens=new_tokens, seed=seed, batch_size=batch_size, max_steps=max_steps, max_minutes=max_minutes, lr=lr,
+        new_tokens=new_tokens, generate_batch=generate_batch, seed=seed, batch_size=batch_size, max_steps=max_steps, max_minutes=max_minutes, lr=lr,
         warmup_steps=warmup_steps, threads=threads, checkpoint_minutes=checkpoint_minutes, log_every=log_every,
         progress=progress, command=_command_line(),
     )
