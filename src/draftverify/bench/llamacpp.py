@@ -73,6 +73,10 @@ class LlamaCppRunner(Runner):
                            drafted=sum(n - 1 for n in calls[1:]), accepted=0, rejections=0)
 
 
+# the GGUF weights have the bench's --dtype, so llama.cpp runs the model at the precision our rows run it at
+GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+
+
 def installed() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
@@ -90,14 +94,15 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
     try:
         source = llama_cpp_dir()
         folder = tempfile.TemporaryDirectory(prefix="draftverify-gguf-")
-        gguf = convert(models.paths["target"], Path(folder.name) / "target-f32.gguf", source)
+        outtype = GGUF_TYPES[config.dtype]
+        gguf = convert(models.paths["target"], Path(folder.name) / f"target-{outtype}.gguf", source, outtype)
     except DraftVerifyError as err:
         return [], [f"llama.cpp rows skipped: {err}"]
     threads = config.threads or torch.get_num_threads()
     n_ctx = models.context_limit or 4096
     common = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
     shared = dict(family="llamacpp", greedy_only=True, lossless=False, eos_token_id=models.eos_token_id,
-                  gguf_dir=folder, settings={"gguf": "f32", "threads": threads})
+                  gguf_dir=folder, settings={"gguf": outtype, "threads": threads})
     runners: list[Runner] = []
     if "llamacpp" in families:
         plain = Llama(model_path=str(gguf), **common)
@@ -114,6 +119,6 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
                 lookup=LlamaPromptLookupDecoding(max_ngram_size=PROMPT_LOOKUP_NGRAM, num_pred_tokens=g),
                 **{**shared, "family": "llamacpp_prompt_lookup",
                    "settings": {**shared["settings"], "max_ngram_size": PROMPT_LOOKUP_NGRAM}}))
-    notes = [f"llama.cpp rows: the target converted to GGUF (f32) with {source / 'convert_hf_to_gguf.py'}; "
+    notes = [f"llama.cpp rows: the target converted to GGUF ({outtype}) with {source / 'convert_hf_to_gguf.py'}; "
              "greedy only, compared with hf_generate token for token"]
     return runners, notes
