@@ -48,7 +48,7 @@ def _temperature_title(t: float) -> str:
 
 
 MAIN_COLUMNS = ("runner", "gamma", "tok/s", "speedup", "tokens/call", "alpha", "target calls", "draft calls",
-                "= baseline", "overshoot", "c", "verify cost", "Thm 8 pred.", "pred. w/ verify cost", "achieved",
+                "= baseline", "overshoot", "draft ms/step", "target ms/call", "c", "verify cost", "Thm 8 pred.", "pred. w/ verify cost", "achieved",
                 "achieved/pred.", "chrF ref", "chrF greedy")
 
 
@@ -61,7 +61,7 @@ def _main_row(r: dict) -> list[str]:
     return [
         f"`{r['runner']}`", "-" if r["gamma"] is None else str(r["gamma"]), _f(r["tokens_per_second"], 1), speedup,
         _f(r["tokens_per_call"]), _f(r["alpha"], 3), str(r["target_calls"]), str(r["draft_calls"]), eq_text,
-        overshoot_text(r),
+        overshoot_text(r), _f(r.get("draft_ms_per_step"), 1), _f(r.get("target_ms_per_call"), 1),
         _f(r["c"], 3), _f(r["verify_cost"], 2, "x"), _f(r["predicted_speedup"], 2, "x"),
         _f(r["predicted_speedup_with_verify_cost"], 2, "x"),
         _f(r["speedup_vs_ours_autoregressive"], 2, "x") if r["predicted_speedup"] is not None else "-",
@@ -119,6 +119,9 @@ def render_markdown(result: dict) -> str:
         "the baseline's token for token, compared up to max_new_tokens. **overshoot**: tokens generated past "
         "max_new_tokens (Hugging Face prompt lookup keeps a whole accepted draft) and on how many prompts; they are "
         "cut before every other column, tok/s included. "
+        "**draft ms/step** and **target ms/call** = our loop's timers per step: proposing the draft (draft model, "
+        "heads, lattice or neural rescoring) and the target's verify forward; a drafter pays for itself when its "
+        "time is small beside the target's. "
         f"**c** = seconds per drafter run / seconds per single-token target forward "
         f"(Leviathan Definition 7; our timers, the single-token forward from `{OURS_BASELINE}`; model-free drafters: "
         "per drafted position). **verify cost** = seconds per verification forward over gamma+1 tokens / seconds "

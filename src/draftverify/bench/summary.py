@@ -93,7 +93,11 @@ def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int
     # verify_cost = seconds per verification forward (gamma+1 tokens) / seconds per single-token forward: Theorem 8
     # assumes 1 (parallel hardware); on a CPU it is larger, and that is most of any gap to the prediction.
     row.update({"c": None, "theory_gamma": None, "predicted_speedup": None, "verify_cost": None,
-                "predicted_speedup_with_verify_cost": None})
+                "predicted_speedup_with_verify_cost": None, "draft_ms_per_step": None, "target_ms_per_call": None})
+    if runner.kind == "ours" and calls and all(r.get("stats") for r in recs):
+        # where a step's time goes: drafting (a draft model, heads, lattice or neural rescoring) beside the verify
+        row["draft_ms_per_step"] = 1000 * sum(r["stats"]["time_draft"] for r in recs) / calls
+        row["target_ms_per_call"] = 1000 * sum(r["stats"]["time_target"] for r in recs) / calls
     if (runner.kind == "ours" and runner.family != OURS_BASELINE and runner.lossless and calls
             and not (runner.drafter is not None and runner.drafter.proposes_trees) and all(r.get("stats") for r in recs)):
         time_draft = sum(r["stats"]["time_draft"] for r in recs)
