@@ -25,7 +25,7 @@ def test_accepted_is_the_prefix_the_target_would_keep():
     assert br.accepted([4, 5], truth, 3) == 2 and br.accepted([5, 6], truth, 4) == 1  # truth ends after 5
 
 
-def test_report_runs_every_variant_and_the_top1_oracle_is_plain_bpd():
+def test_report_runs_every_variant_and_the_top1_oracle_is_plain_bpd(tmp_path):
     model = varied_model("llama")
     heads = BlockwiseHeads.for_target(model, 4)
     gen = torch.Generator().manual_seed(0)
@@ -45,8 +45,19 @@ def test_report_runs_every_variant_and_the_top1_oracle_is_plain_bpd():
     duel = result["neural_vs_plain"]
     assert duel["win"] + duel["tie"] + duel["loss"] > 0
     assert duel["repair"] <= duel["win"] and duel["regress"] <= duel["loss"]
+    bins = result["kept_by_head2_entropy"]
+    assert sum(b["steps"] for b in bins) > 0 and all(b["low"] <= b["high"] for b in bins)
+    assert [b["low"] for b in bins] == sorted(b["low"] for b in bins)
     text = br.markdown(result, "draftverify bpd-report --test")
-    assert "| bpd | " in text and "h_max" in text
+    assert "| bpd | " in text and "h_max" in text and "Table 5" in text
+    png = br.plot_report(result, tmp_path / "bpd.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_entropy_bins_sort_steps_by_entropy_and_average_what_was_kept():
+    bins = br.entropy_bins([3.0, 1.0, 2.0, 4.0], [0, 3, 2, 1], bins=2)
+    assert bins == [{"low": 1.0, "high": 2.0, "steps": 2, "mean_kept": 2.5},
+                    {"low": 3.0, "high": 4.0, "steps": 2, "mean_kept": 0.5}]
 
 
 def test_neural_duel_with_alpha_zero_ties_every_step():

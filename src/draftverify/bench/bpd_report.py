@@ -65,6 +65,7 @@ class Recorded:
     drafts: list[list[int]] = field(default_factory=list)
     entropies: list[list[float]] = field(default_factory=list)  # per step: heads 1..h (nats)
     steps: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # per step: (position, heads' logits [n, V])
+    step_entropies: list[list[float]] = field(default_factory=list)  # per entry of steps: heads 1..h (nats)
 
 
 def recording(drafter: BlockwiseDrafter, log: Recorded, entropies: bool = False) -> BlockwiseDrafter:
@@ -73,14 +74,17 @@ def recording(drafter: BlockwiseDrafter, log: Recorded, entropies: bool = False)
 
     def wrapped(state: DecodingState, gamma: int) -> Draft:
         draft = propose(state, gamma)
-        if draft.tree is None and draft.length:
-            log.drafts.append(draft.tokens[0].tolist())
-            if entropies:
-                log.steps.append((state.tokens.shape[1], drafter.head_logits()[0, : draft.length]))
+        entropy = None
         if entropies and drafter._hidden is not None:
             logits = torch.cat([drafter.lm_head(drafter._hidden)[:, None], drafter.head_logits()], dim=1)[0]
             logp = logits.float().log_softmax(-1)  # [h, V]
-            log.entropies.append((-(logp.exp() * logp).sum(-1)).tolist())
+            entropy = (-(logp.exp() * logp).sum(-1)).tolist()
+            log.entropies.append(entropy)
+        if draft.tree is None and draft.length:
+            log.drafts.append(draft.tokens[0].tolist())
+            if entropy is not None:
+                log.steps.append((state.tokens.shape[1], drafter.head_logits()[0, : draft.length]))
+                log.step_entropies.append(entropy)
         return draft
 
     drafter.propose = wrapped
@@ -133,6 +137,19 @@ def neural_duel(steps: list[tuple[int, torch.Tensor]], drafts: list[list[int]], 
     return tally
 
 
+def entropy_bins(entropies: list[float], kept: list[int], bins: int = 4) -> list[dict]:
+    """Figure 3's relation: steps sorted by head 2's entropy into equal-count bins; per bin its entropy range and the
+    mean number of draft tokens the target kept."""
+    order = sorted(range(len(entropies)), key=entropies.__getitem__)
+    rows = []
+    for b in range(bins):
+        chosen = order[b * len(order) // bins : (b + 1) * len(order) // bins]
+        if chosen:
+            rows.append({"low": entropies[chosen[0]], "high": entropies[chosen[-1]], "steps": len(chosen),
+                         "mean_kept": sum(kept[i] for i in chosen) / len(chosen)})
+    return rows
+
+
 def bigram_view(table: NgramTable) -> NgramTable:
     """The table's order-2 part (unigram + bigram levels): the paper's 2-gram rescorer for Table 3."""
     return NgramTable(2, table.vocab_size, {k: table.levels[k] for k in (0, 1)})
@@ -154,6 +171,8 @@ def run_report(target, heads: BlockwiseHeads, table: NgramTable, rescorer, promp
     logs: dict[str, Recorded] = {"bpd": Recorded(), "ngram2": Recorded(), "ngram3": Recorded()}
     bigram = bigram_view(table)
     duels: dict[float, list[dict]] = {alpha: [] for alpha in NEURAL_ALPHAS}
+    head2: list[float] = []
+    kept: list[int] = []
     for i, ids in enumerate(prompts):
         plain_log = Recorded()
         plain = run("bpd", recording(BlockwiseDrafter(heads), plain_log, entropies=True), ids)
@@ -163,6 +182,9 @@ def run_report(target, heads: BlockwiseHeads, table: NgramTable, rescorer, promp
             duels[alpha].append(neural_duel(plain_log.steps, plain_log.drafts, truth, rescorer, k, alpha))
         logs["bpd"].drafts += plain_log.drafts
         logs["bpd"].entropies += plain_log.entropies
+        if i >= tune:  # the report slice: head 2's entropy at each step against the draft tokens the target kept
+            head2.extend(e[1] for e in plain_log.step_entropies)
+            kept.extend(accepted(d, truth, pos) for (pos, _), d in zip(plain_log.steps, plain_log.drafts))
         for kk in ORACLE_KS:
             run(f"oracle k={kk}", OracleDrafter(heads, kk, truth), ids)
         for alpha in ALPHAS:
@@ -194,6 +216,7 @@ def run_report(target, heads: BlockwiseHeads, table: NgramTable, rescorer, promp
         "repetition": {"bpd": repetition(logs["bpd"].drafts), "ngram2 a=0.5": repetition(logs["ngram2"].drafts),
                        "ngram3 a=0.5": repetition(logs["ngram3"].drafts)},
         "head_entropy_nats": entropy, "h_max": h_max, "per_prompt": per_prompt,
+        "kept_by_head2_entropy": entropy_bins(head2, kept),
     }
 
 
@@ -233,8 +256,47 @@ def markdown(result: dict, command: str) -> str:
         lines.append(f"| {name} | {rep['consecutive_pct']:.1f} | {rep['mean_max_run']:.2f} | {rep['drafts']} |")
     lines += ["", "## Mean entropy per head (Figure 3), nats", "| head | entropy |", "|---|---|"]
     lines += [f"| {i + 1} | {h:.3f} |" for i, h in enumerate(result["head_entropy_nats"])]
-    lines += ["", f"h_max (entropy rises monotonically up to this head): {result['h_max']}", ""]
-    return "\n".join(lines)
+    lines += ["", f"h_max (entropy rises monotonically up to this head): {result['h_max']}", "",
+              "## Draft tokens kept by head 2's entropy (Figure 3: confident heads draft better)",
+              "Plain BPD steps of the report prompts in four equal-count bins of head 2's entropy.", "",
+              "| head 2 entropy (nats) | steps | mean draft tokens kept |", "|---|---|---|"]
+    lines += [f"| {b['low']:.2f} - {b['high']:.2f} | {b['steps']} | {b['mean_kept']:.2f} |"
+              for b in result["kept_by_head2_entropy"]]
+    if result.get("plot"):
+        lines += ["", f"![oracle and rescoring]({Path(result['plot']).name})"]
+    return "\n".join(lines + [""])
+
+
+def plot_report(result: dict, path: Path) -> Path:
+    """Figure 6 (oracle block efficiency against k, with plain BPD and each rescoring variant) and Figure 3 (mean
+    entropy per head) side by side."""
+    from .plots import pyplot
+
+    plt = pyplot()
+    be = result["block_efficiency"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    ks = [int(name.split("=")[1]) for name in be if name.startswith("oracle k=")]
+    left.plot(ks, [be[f"oracle k={k}"] for k in ks], "o-", color="black", label="oracle top-k")
+    best = {"plain bpd": be["bpd"],
+            "best n-gram (p=1)": max(v for n, v in be.items() if n.startswith("ngram")),
+            "best neural": max(v for n, v in be.items() if n.startswith("neural")),
+            "best p-best": max(v for n, v in be.items() if n.startswith("pbest"))}
+    for (label, value), style in zip(best.items(), ("-", "--", "-.", ":")):
+        left.axhline(value, linestyle=style, color="gray", label=f"{label} {value:.3f}")
+    left.set_xscale("log", base=2)
+    left.set_xlabel("k (candidates per head)")
+    left.set_ylabel("block efficiency (tokens per target call)")
+    left.set_title("Oracle top-k vs rescored drafts")
+    left.legend(fontsize=8)
+    entropy = result["head_entropy_nats"]
+    right.bar(range(1, len(entropy) + 1), entropy, color="#1f77b4")
+    right.set_xlabel("head (1 = the target)")
+    right.set_ylabel("mean entropy (nats)")
+    right.set_title(f"Per-head entropy (h_max = {result['h_max']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def main(target_dir: str, heads_dir: str, ngram_path: str, draft_dir: str, tokenizer_dir: str, num_prompts: int,
@@ -253,6 +315,7 @@ def main(target_dir: str, heads_dir: str, ngram_path: str, draft_dir: str, token
     result = run_report(target, heads, table, rescorer, prompts, new_tokens, tune, k)
     result["command"] = command
     Path(out).parent.mkdir(parents=True, exist_ok=True)
+    result["plot"] = str(plot_report(result, Path(out + ".png")))
     Path(out + ".json").write_text(json.dumps(result, indent=1) + "\n")
     Path(out + ".md").write_text(markdown(result, command))
     return result
