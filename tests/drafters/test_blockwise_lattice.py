@@ -70,19 +70,22 @@ def test_pbest_tree_holds_the_p_paths_and_the_one_best_chain_is_its_first():
     assert len(paths) == 4
 
 
-def test_pbest_samples_follow_the_target():
-    model, _ = target_and_reference("gpt2", PROMPT, NEW)
-    heads = random_heads(model, 3, seed=4)
+def first_token_follows_the_target(model, make_drafter, draws: int = 1200) -> bool:
+    """Sample the first new token with a fresh drafter per seed (T = 1, exact verifier): chi-square against p."""
     with torch.no_grad():
         p = model(PROMPT).logits[0, -1].softmax(-1)
-    draws = 1200
     counts = torch.zeros_like(p)
     for seed in range(draws):
         params = SamplingParams(temperature=1.0, seed=seed)
-        drafter = BlockwisePBestDrafter(heads, table(), k=4, alpha=0.5, p=3)
-        out = generate(model, drafter, exact(params), PROMPT, params, max_new_tokens=1, gamma=1)
+        out = generate(model, make_drafter(), exact(params), PROMPT, params, max_new_tokens=1, gamma=1)
         counts[out.new_tokens[0, 0]] += 1
-    assert chi2_statistic(counts, p) < chi2_critical(counts, p)
+    return chi2_statistic(counts, p) < chi2_critical(counts, p)
+
+
+def test_pbest_samples_follow_the_target():
+    model, _ = target_and_reference("gpt2", PROMPT, NEW)
+    heads = random_heads(model, 3, seed=4)
+    assert first_token_follows_the_target(model, lambda: BlockwisePBestDrafter(heads, table(), k=4, alpha=0.5, p=3))
 
 
 def test_method_options_and_bad_input(tmp_path):
