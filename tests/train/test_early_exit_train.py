@@ -5,16 +5,12 @@ import json
 
 import pytest
 
-from tiny_corpus import write_tiny_corpus
+from tiny_corpus import train_tiny_target
 
 torch = pytest.importorskip("torch")
 
 from draftverify.train import early_exit as ee  # noqa: E402
 from draftverify.train import lm  # noqa: E402
-
-TINY = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=2,
-            intermediate_size=64, max_position_embeddings=128)
-
 
 def _quiet(msg):
     pass
@@ -22,17 +18,7 @@ def _quiet(msg):
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    from draftverify.train.tokenizer import build_tokenizer_from_corpus
-
-    tmp = tmp_path_factory.mktemp("early_exit")
-    root = write_tiny_corpus(tmp / "lib", n_files=24, repeat=4)
-    build_tokenizer_from_corpus(tmp / "tok", tmp / "manifest.json", vocab_size=300, root=root, val_fraction=0.3)
-    lm.train(lm.TrainOptions(
-        tokenizer=str(tmp / "tok"), manifest=str(tmp / "manifest.json"), out_dir=str(tmp / "target-run"),
-        export_dir=str(tmp / "target"), cache_dir=str(tmp / "cache"), preset="tiny", seq_len=32, batch_size=8,
-        lr=1e-2, warmup_steps=5, max_steps=100, threads=1, bf16=False, val_windows=8, log_every=1000,
-        eval_every_steps=10**6, progress=False, config_overrides=dict(TINY)), log=_quiet)
-    return tmp
+    return train_tiny_target(tmp_path_factory.mktemp("early_exit"), layers=3, max_positions=128, repeat=4, val_windows=8)
 
 
 def _opts(assets, tmp_path, **kw) -> ee.EarlyExitOptions:

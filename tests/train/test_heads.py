@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tiny_corpus import write_tiny_corpus
+from tiny_corpus import train_tiny_target
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
@@ -15,27 +15,13 @@ torch.set_num_threads(1)
 from draftverify.train import heads as th  # noqa: E402
 from draftverify.train import lm  # noqa: E402
 
-TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-            intermediate_size=64, max_position_embeddings=256)
-
-
 def _quiet(msg):
     pass
 
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    from draftverify.train.tokenizer import build_tokenizer_from_corpus
-
-    tmp = tmp_path_factory.mktemp("heads")
-    root = write_tiny_corpus(tmp / "lib")
-    build_tokenizer_from_corpus(tmp / "tok", tmp / "manifest.json", vocab_size=300, root=root, val_fraction=0.3)
-    lm.train(lm.TrainOptions(
-        tokenizer=str(tmp / "tok"), manifest=str(tmp / "manifest.json"), out_dir=str(tmp / "target-run"),
-        export_dir=str(tmp / "target"), cache_dir=str(tmp / "cache"), preset="tiny", seq_len=32, batch_size=8,
-        lr=1e-2, warmup_steps=5, max_steps=100, threads=1, bf16=False, val_windows=4, log_every=1000,
-        eval_every_steps=10**6, checkpoint_minutes=1000, progress=False, config_overrides=dict(TINY)), log=_quiet)
-    return tmp
+    return train_tiny_target(tmp_path_factory.mktemp("heads"))
 
 
 def _opts(assets, tmp_path, **kw) -> th.HeadsOptions:
