@@ -9,7 +9,7 @@ if python -c "import llama_cpp" 2>/dev/null && [ -z "${DRAFTVERIFY_LLAMA_CPP:-}"
     eval "$(scripts/fetch_llama_cpp_converter.sh)"   # llama.cpp rows need its converter
 fi
 common=(--zoo code --num-prompts 8 --max-new-tokens 128 --threads 2 --out benchmarks)
-runners=hf_generate,ours_autoregressive,hf_assisted,hf_prompt_lookup,llamacpp,llamacpp_prompt_lookup,model,model_aligned,lookup_model,model_tree,prompt_lookup,prompt_lookup_tree,ngram,early_exit,bpd,bpd_pbest,bild,specdec++
+runners=hf_generate,ours_autoregressive,hf_assisted,hf_prompt_lookup,llamacpp,llamacpp_prompt_lookup,model,model_aligned,lookup_model,model_tree,prompt_lookup,prompt_lookup_tree,ngram,early_exit,bpd,bpd_ngram,bpd_neural,bpd_pbest,bild,specdec++
 # 1. every method, eager float32 (the exact default), greedy and T=1
 draftverify bench "${common[@]}" --temperature 0,1.0 --gamma 4,auto --early-exit-layers 2 --bild-fb 0.5 --bild-rb 2 \
     --runners "$runners"
@@ -17,7 +17,12 @@ draftverify bench "${common[@]}" --temperature 0,1.0 --gamma 4,auto --early-exit
 if draftverify bench --help | grep -q -- "--compile"; then
     draftverify bench "${common[@]}" --temperature 0 --gamma 4 --compile --name bench-humaneval-compiled \
         --runners hf_generate,ours_autoregressive,llamacpp,llamacpp_prompt_lookup,lookup_model,model_tree,prompt_lookup
+    # the same at bfloat16, llama.cpp converted to bf16 GGUF: one precision on both sides (not exact: see 3.)
+    draftverify bench "${common[@]}" --temperature 0 --gamma 4 --compile --dtype bfloat16 \
+        --name bench-humaneval-compiled-bf16 --runners hf_generate,ours_autoregressive,llamacpp,lookup_model
 fi
+# 2b. where a one-token forward's time goes: PyTorch's matrix-vector floor against llama.cpp's time per token
+python scripts/gemv_floor.py --threads 2 --rounds 40
 # 3. the cost of scoring n tokens: eager vs compiled, float32 vs bfloat16, with greedy equality rates
 draftverify bench --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,4,8,16 --out benchmarks
 # 4. a user's first call: fresh processes, ratio to --method autoregressive
