@@ -9,6 +9,7 @@ its batch at the next step; a request cancelled while still queued is skipped.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
@@ -19,6 +20,9 @@ from ..errors import DraftVerifyError
 from ..types import SamplingParams
 from .metrics import Metrics
 from .protocol import ApiError
+
+
+logger = logging.getLogger("draftverify.serve")
 
 
 class QueueFull(Exception):
@@ -185,7 +189,13 @@ class Engine:
                 jobs = self._take()
                 if jobs is None:
                     return
-                self._run(jobs)
+                try:
+                    self._run(jobs)
+                except Exception as err:  # a bug in the bookkeeping: fail these requests, keep serving
+                    logger.exception("the generation worker failed")
+                    for job in jobs:
+                        self._fail(job, ApiError(500, f"internal error: {type(err).__name__}: {err}",
+                                                 type="server_error"))
 
     def _finish_cancelled(self, job: Job) -> None:
         if not job.done:
@@ -201,7 +211,7 @@ class Engine:
         self.metrics.running.set(len(jobs))
         self.metrics.batch_size.observe(len(jobs))
         try:
-            output = self.pipe.generate_batch_ids(
+            output, _ = self.pipe.generate_batch_ids(
                 [job.ids for job in jobs], jobs[0].params, max_new_tokens=[job.max_tokens for job in jobs],
                 seeds=[job.params.seed for job in jobs], gamma=self.gamma,
                 on_tokens=lambda emitted: self._on_tokens(jobs, emitted))
