@@ -379,6 +379,42 @@ def serve(
     uvicorn.run(app_, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
 
 
+@app.command("bench-batch")
+def bench_batch(
+    zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set, e.g. 'code'."),
+    target: Optional[str] = typer.Option(None, "--target", "-t"),
+    draft: Optional[str] = typer.Option(None, "--draft", "-d"),
+    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (chain methods: model, prompt_lookup, ngram, lookup_model)."),
+    batch_sizes: str = typer.Option("1,2,4,8", "--batch-sizes"),
+    prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
+    num_prompts: int = typer.Option(16, "--num-prompts", help="Prompts decoded at every batch size (at least the largest B)."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+    out: Path = typer.Option(Path("benchmarks"), "--out"),
+    name: str = typer.Option("bench-batch", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
+) -> None:
+    """Batch throughput: tokens/s at batch sizes 1, 2, 4, 8 for HF generate (batched), our loop without drafting
+    and our drafting methods, greedy, on the same prompts; checks every row equals its batch-1 text."""
+    try:
+        from .bench.batch import main as batch_main, parse_sizes
+
+        if zoo is None and target is None:
+            raise DraftVerifyError("no model: give --zoo NAME or --target PATH")
+        check_max_new_tokens(max_new_tokens)
+        _quiet_libraries()
+        results = batch_main(zoo, target, draft, [m for m in methods_.split(",") if m], parse_sizes(batch_sizes),
+                             prompts, num_prompts, max_new_tokens, out, name, threads, data_dir,
+                             echo=lambda line: err_console.print(escape(line)))
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    console.print(f"wrote {out / name}.json and {out / name}.md")
+    if any(r.exact is False for r in results):
+        err_console.print("[red]error:[/red] a batched row differs from its batch-1 text (see the exact column)")
+        raise typer.Exit(1)
+
+
 @app.command()
 def methods() -> None:
     """List the methods: which drafter and verifier each one plugs into the loop."""

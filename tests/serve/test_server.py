@@ -240,3 +240,30 @@ def test_metrics_count_requests_and_tokens(server, client):
         assert name in text
     assert _metric(server, "draftverify_requests_total", '{endpoint="/v1/completions",status="200"}') >= 1
     assert _metric(server, "draftverify_requests_total", '{endpoint="/v1/completions",status="400"}') >= 1
+
+
+def _load_test_module():
+    import importlib.util
+
+    from serve_fixtures import ROOT
+
+    spec = importlib.util.spec_from_file_location("load_test", ROOT / "scripts" / "load_test.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_load_test_script_reports_on_a_bounded_run(server, tmp_path, capsys):
+    load_test = _load_test_module()
+    out = tmp_path / "load.json"
+    code = load_test.main(["--url", server.base, "--api-key", API_KEY, "--clients", "3", "--requests", "9",
+                           "--duration", "60", "--max-tokens", "4", "--warmup", "1", "--pid", str(server.proc.pid),
+                           "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert code == 0 and report["requests"] == 9 and report["ok"] == 9 and report["errors"] == {}
+    assert report["tokens"] > 0 and report["latency_p50_s"] <= report["latency_p99_s"]
+    assert report["rss_before_mib"] > 0 and report["rss_after_mib"] > 0
+    with pytest.raises(SystemExit, match="only targets loopback"):
+        load_test.check_loopback("http://10.0.0.1:8000")
+    load_test.check_loopback("http://127.0.0.1:1")
+    load_test.check_loopback("http://[::1]:1")
