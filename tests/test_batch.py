@@ -7,7 +7,7 @@ import torch
 from conftest import VOCAB, chi2_critical, chi2_statistic, perturbed_copy, reference_greedy, varied_model
 
 from draftverify import DraftVerifyError, SamplingParams, generate
-from draftverify.drafters import LookupModelDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
+from draftverify.drafters import EarlyExitDrafter, LookupModelDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
 from draftverify.sampling import probs_from_logits
 from draftverify.verifiers import GreedyVerifier, GumbelCouplingVerifier, SpeculativeSamplingVerifier
 from draftverify.verifiers.exact import ExactVerifier
@@ -41,13 +41,16 @@ def make_drafter(kind: str, model, refs: list[list[int]]):
     if kind == "ngram":  # half of each answer: rows accept different amounts
         corpus = [p + r[: len(r) // 2] for p, r in zip(PROMPTS, refs)] + [list(range(VOCAB))]
         return NgramDrafter(NgramTable.from_sequences(corpus, order=3, vocab_size=VOCAB))
+    if kind == "early_exit":
+        return EarlyExitDrafter(model, num_layers=1)
     if kind == "lookup_model":
         return LookupModelDrafter(perturbed_copy(model, 0.5, seed=1), max_ngram=3, min_ngram=1)
     raise ValueError(kind)
 
 
 KINDS = ["none", "model", "prompt_lookup", "ngram", "lookup_model"]
-GRID = [(arch, kind) for arch in ("llama", "gpt2") for kind in KINDS] + [("qwen2", "model"), ("gpt_neox", "model")]
+GRID = [(arch, kind) for arch in ("llama", "gpt2") for kind in KINDS] + [("qwen2", "model"), ("gpt_neox", "model"),
+                                                                         ("llama", "early_exit"), ("gpt2", "early_exit")]
 
 
 @pytest.mark.parametrize("arch, kind", GRID)
@@ -67,7 +70,7 @@ def test_every_row_equals_its_own_greedy_text(arch, kind):
     assert streamed == refs and all(step.shape[0] == len(PROMPTS) for step in seen)
     for b, r in enumerate(refs):
         assert out.new_tokens[b, : len(r)].tolist() == r and (out.new_tokens[b, len(r):] == -1).all()
-    if kind in ("model", "ngram", "lookup_model"):
+    if kind in ("model", "ngram", "lookup_model", "early_exit"):
         assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens  # partial, ragged acceptance
 
 

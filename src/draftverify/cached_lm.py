@@ -302,6 +302,51 @@ class CachedLM:
             raise DraftVerifyError("drop rows between steps only (the tail is not committed)")
         self._pack(self.valid)
 
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
+        """Batch mode, between steps: prefill new left-padded rows [b, L] and append them to the batch (continuous
+        batching). Their cache is left-padded to the batch's width (or the batch's to theirs) and concatenated."""
+        if self.length > self.committed:
+            raise DraftVerifyError("rows join between steps only (the tail is not committed)")
+        old = (self.cache, self.valid, self.row_length, self.row_committed, self.length)
+        self.cache = new_cache(False, self.config, None)
+        self.length = self.committed = 0
+        self._start_rows(input_ids, attention_mask, want_hidden=False)
+        new_layers = self_attention_layers(self.cache) if self.length else []
+        new_valid, new_len, new_committed, new_width = self.valid, self.row_length, self.row_committed, self.length
+        cache, valid, row_length, row_committed, width = old
+        old_layers = self_attention_layers(cache) if width else []
+        total = max(width, new_width)
+        if total:
+            template = (old_layers or new_layers)[0]
+            heads, dim = template.keys.shape[1], template.keys.shape[3]
+
+            def widen(layer, rows: int, have: int, like) -> tuple[torch.Tensor, torch.Tensor]:
+                if layer is None:  # nothing cached yet on this side (one-token prompts)
+                    empty = like.keys.new_zeros((rows, heads, total, dim))
+                    return empty, empty.clone()
+                pad = layer.keys.new_zeros((rows, heads, total - have, dim))
+                return torch.cat([pad, layer.keys], dim=2), torch.cat([pad, layer.values], dim=2)
+
+            count = max(len(old_layers), len(new_layers))
+            layers = []
+            for i in range(count):
+                a = old_layers[i] if i < len(old_layers) else None
+                b = new_layers[i] if i < len(new_layers) else None
+                ka, va = widen(a, valid.shape[0], width, b or a)
+                kb, vb = widen(b, new_valid.shape[0], new_width, a or b)
+                layers.append((torch.cat([ka, kb]), torch.cat([va, vb])))
+            target_cache = cache if old_layers else self.cache
+            for layer, (k, v) in zip(self_attention_layers(target_cache), layers):
+                layer.keys, layer.values = k, v
+            self.cache = target_cache
+        else:
+            self.cache = cache
+        pad = lambda m, have: torch.cat([m.new_zeros((m.shape[0], total - have)), m], dim=1)  # noqa: E731
+        self.valid = torch.cat([pad(valid, width), pad(new_valid, new_width)])
+        self.row_length = torch.cat([row_length, new_len])
+        self.row_committed = torch.cat([row_committed, new_committed])
+        self.length = self.committed = total
+
     def _pack(self, keep: torch.Tensor) -> None:
         """Move each row's kept slots (in order) to the right end of a cache of max(kept per row) slots."""
         count = keep.sum(dim=1)  # [B]

@@ -47,7 +47,8 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
     if not drafter.supports_batch:
         raise DraftVerifyError(
             f"the {drafter.name!r} drafter runs one row at a time; batches of several rows support the chain "
-            f"drafters {', '.join(BATCH_DRAFTERS)} (methods autoregressive, model, prompt_lookup, ngram, lookup_model)"
+            f"drafters {', '.join(BATCH_DRAFTERS)} (methods autoregressive, model, prompt_lookup, ngram, lookup_model, "
+            "early_exit)"
         )
     if not verifier.supports_batch:
         raise DraftVerifyError(
@@ -56,7 +57,7 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
         )
 
 
-BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model")
+BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit")
 
 
 def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
@@ -125,6 +126,7 @@ def generate(
     on_tokens: TokenCallback | None = None,
     attention_mask: torch.Tensor | None = None,
     seeds: list[int | None] | None = None,
+    admit: Callable[[], list[tuple[list[int], int, int | None]]] | None = None,
 ) -> GenerationOutput:
     """Decode up to max_new_tokens after input_ids [B, L] (the source, for encoder-decoder targets).
 
@@ -137,13 +139,17 @@ def generate(
     output (greedy, and coupled sampling with seeds, one per row). on_tokens then receives [B, k] with -1 where a
     row emitted fewer tokens (or has left) and may return the rows (indices into the batch) to stop now.
     Batches need a decoder-only target and a chain drafter (BATCH_DRAFTERS).
+
+    admit (continuous batching; makes the run a batch even with one row): called between steps while rows are
+    still decoding, returns new rows to join the batch as (prompt token ids, max_new_tokens, seed); they take the
+    next indices (in the order they joined) in on_tokens and in the output.
     """
     started = perf_counter()
     params = params or SamplingParams()
     target = target if isinstance(target, CachedLM) else CachedLM(target, role="target")
     input_ids = _check_input(input_ids, max_new_tokens).to(target.device)
     batch = input_ids.shape[0]
-    batched = batch > 1 or attention_mask is not None
+    batched = batch > 1 or attention_mask is not None or admit is not None
     limits = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) else [max_new_tokens] * batch
     length_policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)
     verifier.check_params(params)
@@ -192,7 +198,7 @@ def generate(
     stats.time_prefill = perf_counter() - started
     callback_seconds = 0.0  # the caller's streaming time is not the loop's: excluded from time_total
     if batched:
-        rows = _BatchRows(batch, limits, lengths)
+        rows = _BatchRows(batch, limits, [state.row(b).tolist() for b in range(batch)])
     produced = 0  # one row: tokens emitted so far
 
     while (produced < limits[0]) if not batched else rows.active:
@@ -269,6 +275,12 @@ def generate(
                 state.tokens, state.lengths = _trim_rows(state.tokens[keep], state.lengths[keep])
                 if state.seeds is not None:
                     state.seeds = [s for s, k in zip(state.seeds, leaving.tolist()) if k]
+            if admit is not None:
+                joining = admit()
+                if joining:
+                    t5 = perf_counter()
+                    _join(target, drafter, state, rows, joining, params, stats)
+                    stats.time_prefill += perf_counter() - t5
         elif stop_at is not None or stop_rows:
             break
 
@@ -280,15 +292,54 @@ def generate(
     return GenerationOutput(sequences=state.tokens, new_tokens=new, stats=stats)
 
 
+def _join(target: CachedLM, drafter: Drafter, state: DecodingState, rows: "_BatchRows",
+          joining: list[tuple[list[int], int, int | None]], params: SamplingParams, stats: GenerationStats) -> None:
+    """Continuous batching: prefill the joining rows and append them to the batch (target, drafter and state)."""
+    prompts = [list(ids) for ids, _, _ in joining]
+    limits = [limit for _, limit, _ in joining]
+    for ids, limit in zip(prompts, limits):
+        if not ids:
+            raise DraftVerifyError("a joining row needs at least one prompt token")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise DraftVerifyError(f"max_new_tokens must be an integer >= 1, got {limit!r}")
+        target.check_fits(len(ids) + limit)
+        drafter.bind(target, len(ids) + limit)
+    width = max(len(r) for r in prompts)
+    device = state.tokens.device
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in prompts], device=device)
+    mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in prompts], device=device)
+    target.join_rows(ids, mask)
+    drafter.join_rows(ids, mask)
+    total = max(width, state.tokens.shape[1])
+    pad = lambda t: torch.cat([t.new_zeros((t.shape[0], total - t.shape[1])), t], dim=1)  # noqa: E731
+    state.tokens = torch.cat([pad(state.tokens), pad(ids)])
+    state.lengths = torch.cat([state.lengths, mask.long().sum(dim=1)])
+    if state.seeds is not None:
+        state.seeds = state.seeds + [seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+                                     for _, _, seed in joining]
+    stats.prompt_tokens += sum(len(r) for r in prompts)
+    rows.add(prompts, limits)
+
+
 class _BatchRows:
     """Bookkeeping of a batch: which original rows are still decoding, what each has emitted, when each ends."""
 
-    def __init__(self, batch: int, limits: list[int], lengths: torch.Tensor):
+    def __init__(self, batch: int, limits: list[int], prompts: list[list[int]]):
         self.batch = batch
-        self.limits = limits
+        self.limits = list(limits)
+        self.prompts = prompts
         self.active = list(range(batch))  # original indices of the rows still in the batch, in batch order
         self.new: list[list[int]] = [[] for _ in range(batch)]
         self.ended: list[bool] = [False] * batch
+
+    def add(self, prompts: list[list[int]], limits: list[int]) -> None:
+        """Rows joining (continuous batching) take the next indices and the end of the batch."""
+        self.active.extend(range(self.batch, self.batch + len(prompts)))
+        self.batch += len(prompts)
+        self.prompts.extend(prompts)
+        self.limits.extend(limits)
+        self.new.extend([] for _ in prompts)
+        self.ended.extend(False for _ in prompts)
 
     def most_remaining(self) -> int:
         return max(self.limits[r] - len(self.new[r]) for r in self.active)
@@ -331,14 +382,17 @@ class _BatchRows:
         return torch.tensor(keep)
 
     def output(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, stats) -> GenerationOutput:
-        width = max(len(r) for r in self.new)
-        new = torch.full((self.batch, width), -1, dtype=torch.long)
-        for b, r in enumerate(self.new):
-            if r:
-                new[b, : len(r)] = torch.tensor(r)
-        new = new.to(input_ids.device)
-        return GenerationOutput(sequences=torch.cat([input_ids, new], dim=1), new_tokens=new, stats=stats,
-                                rows=[list(r) for r in self.new])
+        """new_tokens [B, max new] and sequences [B, max prompt + new] (each row's prompt and new tokens),
+        right-padded with -1."""
+        def grid(lists: list[list[int]]) -> torch.Tensor:
+            out = torch.full((len(lists), max((len(r) for r in lists), default=0)), -1, dtype=torch.long)
+            for b, r in enumerate(lists):
+                if r:
+                    out[b, : len(r)] = torch.tensor(r)
+            return out.to(input_ids.device)
+
+        return GenerationOutput(sequences=grid([p + n for p, n in zip(self.prompts, self.new)]),
+                                new_tokens=grid(self.new), stats=stats, rows=[list(r) for r in self.new])
 
 
 def _append_rows(tokens: torch.Tensor, lengths: torch.Tensor, emitted: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -65,6 +65,10 @@ class Drafter(ABC):
     def drop_rows(self, keep: torch.Tensor) -> None:
         """Batches: keep only the rows where keep [B] (bool) is True; finished rows leave between steps."""
 
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Batches: new left-padded prompt rows [b, L] join at the end of the batch between steps (continuous
+        batching); a drafter with a cache prefills them like start() does."""
+
 
 @register_drafter("none")
 class NoDrafter(Drafter):

@@ -93,3 +93,6 @@ class LookupModelDrafter(Drafter):
 
     def drop_rows(self, keep) -> None:
         self.model.drop_rows(keep)
+
+    def join_rows(self, input_ids, attention_mask) -> None:
+        self.model.join_rows(input_ids, attention_mask)

@@ -107,3 +107,6 @@ class ModelDrafter(Drafter):
     def drop_rows(self, keep: torch.Tensor) -> None:
         if self.lm.batched:
             self.lm.drop_rows(keep)
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        self.lm.join_rows(input_ids, attention_mask)
