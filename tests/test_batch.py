@@ -177,3 +177,38 @@ def test_bad_batches_are_clear_errors():
     with pytest.raises(DraftVerifyError, match="seeds has 2 entries for 4 rows"):
         generate(model, NoDrafter(), GumbelCouplingVerifier(), ids, SamplingParams(temperature=1.0, seed=1),
                  attention_mask=mask, max_new_tokens=4, seeds=[1, 2])
+
+
+@pytest.mark.parametrize("arch, kind", [("llama", "none"), ("llama", "model"), ("gpt2", "lookup_model"),
+                                        ("gpt2", "prompt_lookup")])
+def test_rows_joining_between_steps_equal_their_own_text(arch, kind):
+    """Continuous batching: rows join a running batch (and others leave) between steps; each row's text is still
+    its own batch-1 text."""
+    model = model_for(arch)
+    limits = [NEW, 6, NEW, 9]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    schedule = {2: [1, 2], 5: [3]}  # after step 2 rows 1 and 2 join, after step 5 row 3
+    calls = []
+
+    def admit():
+        calls.append(len(calls) + 1)
+        return [(PROMPTS[i], limits[i], None) for i in schedule.get(len(calls), [])]
+
+    out = generate(model, make_drafter(kind, model, refs), GreedyVerifier(), torch.tensor([PROMPTS[0]]),
+                   max_new_tokens=limits[0], gamma=3, admit=admit)
+    assert out.rows == refs
+    assert out.sequences[3, : len(PROMPTS[3]) + limits[3]].tolist() == PROMPTS[3] + refs[3]
+
+
+def test_joining_rows_sample_with_their_own_seeds():
+    model = model_for("llama")
+    params = SamplingParams(temperature=0.9, coupling=True)
+    seeds = [3, 4, 5, 6]
+    expected = [generate(model, NoDrafter(), GumbelCouplingVerifier(), torch.tensor([p]),
+                         SamplingParams(temperature=0.9, seed=s), max_new_tokens=12).new_tokens[0].tolist()
+                for p, s in zip(PROMPTS, seeds)]
+    pending = [[(PROMPTS[1], 12, seeds[1]), (PROMPTS[2], 12, seeds[2])], [], [(PROMPTS[3], 12, seeds[3])]]
+    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), ExactVerifier(params),
+                   torch.tensor([PROMPTS[0]]), params, max_new_tokens=12, gamma=3, seeds=[seeds[0]],
+                   admit=lambda: pending.pop(0) if pending else [])
+    assert out.rows == expected

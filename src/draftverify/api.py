@@ -166,6 +166,13 @@ class Pipeline:
     def eos_token_id(self) -> int | list[int] | None:
         return self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else self.target.config.eos_token_id
 
+    @property
+    def supports_batches(self) -> bool:
+        """Whether this pipeline's method decodes batches of several rows (a chain drafter and verifier)."""
+        from .methods import build_verifier as _build
+
+        return self.drafter.supports_batch and _build(self.verifier_name, SamplingParams(), self.options).supports_batch
+
     def generate_ids(self, ids: torch.Tensor, params: SamplingParams, max_new_tokens: int = 64,
                      gamma: int | str | DraftLength | None = None, on_tokens=None) -> tuple[GenerationOutput, str]:
         """Token ids in, GenerationOutput and the verifier's name out (the server's entry point): ids [1, L];
@@ -202,12 +209,13 @@ class Pipeline:
 
     def generate_batch_ids(self, rows: list[list[int]], params: SamplingParams, max_new_tokens: int | list[int] = 64,
                            seeds: list[int | None] | None = None, gamma: int | str | DraftLength | None = None,
-                           on_tokens=None) -> tuple[GenerationOutput, str]:
+                           on_tokens=None, admit=None) -> tuple[GenerationOutput, str]:
         """Several token-id prompts through the loop at once (left-padded, one row each); one row runs the
-        batch-1 path. on_tokens receives [B, k] (-1 padded) and may return rows to stop (see loop.generate)."""
+        batch-1 path unless admit is given. on_tokens receives [B, k] (-1 padded) and may return rows to stop;
+        admit lets rows join between steps (continuous batching; see loop.generate)."""
         if not rows or any(not r for r in rows):
             raise DraftVerifyError("every prompt needs at least one token")
-        if len(rows) == 1:
+        if len(rows) == 1 and admit is None:
             if seeds is not None and seeds[0] != params.seed:
                 params = replace(params, seed=seeds[0])
             limit = max_new_tokens[0] if isinstance(max_new_tokens, (list, tuple)) else max_new_tokens
@@ -222,7 +230,7 @@ class Pipeline:
         policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma, self.step_costs)
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
                           gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens, attention_mask=mask,
-                          seeds=seeds)
+                          seeds=seeds, admit=admit)
         return output, verifier.name
 
 

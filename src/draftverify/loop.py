@@ -150,6 +150,8 @@ def generate(
     input_ids = _check_input(input_ids, max_new_tokens).to(target.device)
     batch = input_ids.shape[0]
     batched = batch > 1 or attention_mask is not None or admit is not None
+    if batched and attention_mask is None:
+        attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
     limits = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) else [max_new_tokens] * batch
     length_policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)
     verifier.check_params(params)
@@ -177,13 +179,11 @@ def generate(
         length_policy.drafting_folded()
     now = _clock(target.device, length_policy.reads_timers)
 
-    stats = GenerationStats(prompt_tokens=input_ids.shape[1] if not batched else
-                            int(attention_mask.sum()) if attention_mask is not None else input_ids.numel())
+    stats = GenerationStats(prompt_tokens=input_ids.shape[1] if not batched else int(attention_mask.sum()))
     committed = target.start(input_ids, want_hidden=drafter.needs_target_hidden, attention_mask=attention_mask)
     lengths = None
     if batched:
-        mask = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
-        lengths = mask.to(input_ids.device).long().sum(dim=1)
+        lengths = attention_mask.to(input_ids.device).long().sum(dim=1)
     state = DecodingState(
         tokens=committed,
         source_ids=input_ids if target.is_encoder_decoder else None,

@@ -35,9 +35,10 @@ class StubPipe:
         for _ in range(steps):
             self.gate.release()
 
-    def generate_batch_ids(self, rows, params, max_new_tokens, seeds=None, gamma=None, on_tokens=None):
+    def generate_batch_ids(self, rows, params, max_new_tokens, seeds=None, gamma=None, on_tokens=None, admit=None):
+        rows = list(rows)
         self.batches.append(rows)
-        limits = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(rows)
+        limits = list(max_new_tokens) if isinstance(max_new_tokens, list) else [max_new_tokens] * len(rows)
         active = set(range(len(rows)))
         done = [0] * len(rows)
         while active:
@@ -49,6 +50,12 @@ class StubPipe:
                 done[b] += 1
             stop = on_tokens(emitted) or []
             active -= set(stop) | {b for b in active if done[b] >= limits[b]}
+            if active and admit is not None:  # continuous batching: rows join between steps
+                for ids, limit, _ in admit():
+                    active.add(len(rows))
+                    rows.append(ids)
+                    limits.append(limit)
+                    done.append(0)
         return SimpleNamespace(stats=GenerationStats(target_calls=1)), "greedy"
 
 
@@ -178,8 +185,10 @@ def test_requests_with_the_same_settings_share_a_batch(tokenizer):
         pipe.release()
         for t in [first, *others]:
             t.join(30)
-        assert sorted(len(b) for b in pipe.batches) == [1, 1, 3]  # greedy rows together, the sampled one apart
+        # the greedy rows join the running batch as rows leave it (at most 3 at once); the sampled one runs apart
+        assert sorted(len(b) for b in pipe.batches) == [1, 4]
         assert all(r.status_code == 200 for r in results)
+        assert all(r.json()["usage"]["completion_tokens"] == 3 for r in results)
     finally:
         pipe.free = True
         pipe.release()

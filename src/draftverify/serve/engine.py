@@ -2,9 +2,10 @@
 
 Requests wait in a bounded queue; the worker takes the oldest one together with every waiting request that can
 share its batch (same sampling settings, up to max_batch rows) and runs them through Pipeline.generate_batch_ids,
-i.e. the one decoding loop at batch size B. Each step's tokens go back to the asyncio side through
-loop.call_soon_threadsafe, so the event loop never waits on a model. A cancelled request (client gone) leaves
-its batch at the next step; a request cancelled while still queued is skipped.
+i.e. the one decoding loop at batch size B. Continuous batching: while the batch runs, finished rows leave it and
+waiting requests with the same settings join it between steps. Each step's tokens go back to the asyncio side
+through loop.call_soon_threadsafe, so the event loop never waits on a model. A cancelled request (client gone)
+leaves its batch at the next step; a request cancelled while still queued is skipped.
 """
 from __future__ import annotations
 
@@ -116,7 +117,11 @@ class Engine:
         self.pipe = pipe
         self.metrics = metrics
         self.max_queue = max_queue
+        if max_batch > 1 and not getattr(pipe, "supports_batches", True):
+            logger.warning("this method decodes one row at a time: serving requests one by one (max_batch 1)")
+            max_batch = 1
         self.max_batch = max_batch
+        self.continuous = max_batch > 1  # rows join a running batch between steps
         self.gamma = gamma
         self.eos = pipe.eos_token_id
         self._eos_set = set([self.eos] if isinstance(self.eos, int) else (self.eos or []))
@@ -169,17 +174,53 @@ class Engine:
                     return None
                 self._cond.wait()
             first = self._waiting.popleft()
-            jobs = [first]
-            if self.max_batch > 1:
-                key = first.batch_key()
-                for job in list(self._waiting):
-                    if len(jobs) >= self.max_batch:
-                        break
-                    if job.batch_key() == key and not job.cancelled.is_set():
-                        self._waiting.remove(job)
-                        jobs.append(job)
+            jobs = [first] + self._matching(first.batch_key(), self.max_batch - 1)
             self.metrics.queue_depth.set(len(self._waiting))
             return jobs
+
+    def _matching(self, key: tuple, room: int) -> list[Job]:
+        """Up to `room` waiting jobs with this batch key, oldest first, taken off the queue (lock held)."""
+        taken: list[Job] = []
+        for job in list(self._waiting):
+            if len(taken) >= room:
+                break
+            if job.batch_key() == key and not job.cancelled.is_set():
+                self._waiting.remove(job)
+                taken.append(job)
+        return taken
+
+    def _admitter(self, jobs: list[Job]):
+        """Continuous batching: between steps, waiting jobs with the batch's sampling settings join it while it
+        has room (rows that finished have left)."""
+        key = jobs[0].batch_key()
+
+        def admit() -> list[tuple[list[int], int, int | None]]:
+            active = sum(not job.done for job in jobs)
+            room = self.max_batch - active
+            if room <= 0 or not self._waiting:
+                return []
+            with self._cond:
+                if self._stopping:
+                    return []
+                new = self._matching(key, room)
+                self.metrics.queue_depth.set(len(self._waiting))
+            if not new:
+                return []
+            self._prepare(new)
+            self.metrics.joined.inc(len(new))
+            jobs.extend(new)
+            self.busy_rows = active + len(new)
+            self.metrics.running.set(self.busy_rows)
+            return [(job.ids, job.max_tokens, job.params.seed) for job in new]
+
+        return admit
+
+    def _prepare(self, jobs: list[Job]) -> None:
+        started = time.perf_counter()
+        for job in jobs:
+            job.text = StopText(self.pipe.tokenizer, job.stop)
+            self.metrics.queue_wait.observe(started - job.arrived)
+        self.metrics.batch_size.observe(len(jobs))
 
     def _worker(self) -> None:
         import torch
@@ -203,18 +244,16 @@ class Engine:
             self.metrics.finished.labels("cancelled").inc()
 
     def _run(self, jobs: list[Job]) -> None:
-        started = time.perf_counter()
-        for job in jobs:
-            job.text = StopText(self.pipe.tokenizer, job.stop)
-            self.metrics.queue_wait.observe(started - job.arrived)
+        jobs = list(jobs)  # grows as rows join (continuous batching): row b of the loop is jobs[b]
+        self._prepare(jobs)
         self.busy_rows = len(jobs)
         self.metrics.running.set(len(jobs))
-        self.metrics.batch_size.observe(len(jobs))
         try:
             output, _ = self.pipe.generate_batch_ids(
                 [job.ids for job in jobs], jobs[0].params, max_new_tokens=[job.max_tokens for job in jobs],
                 seeds=[job.params.seed for job in jobs], gamma=self.gamma,
-                on_tokens=lambda emitted: self._on_tokens(jobs, emitted))
+                on_tokens=lambda emitted: self._on_tokens(jobs, emitted),
+                admit=self._admitter(jobs) if self.continuous else None)
         except DraftVerifyError as err:
             for job in jobs:
                 self._fail(job, ApiError(400, str(err)))
@@ -258,6 +297,8 @@ class Engine:
             if ended:
                 self._complete(job)
                 stop_rows.append(row)
+        self.busy_rows = sum(not job.done for job in jobs)
+        self.metrics.running.set(self.busy_rows)
         return stop_rows
 
     def _complete(self, job: Job) -> None:

@@ -34,7 +34,10 @@ class Metrics:
                                 "(queue full, shutting down)", ["reason"], registry=r)
         self.queue_depth = Gauge("draftverify_queue_depth", "Requests waiting for the generation worker", registry=r)
         self.running = Gauge("draftverify_running_rows", "Rows being generated right now", registry=r)
-        self.batch_size = Histogram("draftverify_batch_size", "Rows per batched generation", registry=r,
+        self.joined = Counter("draftverify_joined_rows", "Requests that joined a batch already running "
+                              "(continuous batching)", registry=r)
+        self.batch_size = Histogram("draftverify_batch_size", "Rows that started a batch, or joined one together",
+                                    registry=r,
                                     buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64))
 
     def render(self) -> bytes:
