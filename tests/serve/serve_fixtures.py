@@ -3,6 +3,7 @@ loopback port, started once per test module and stopped after it."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -53,16 +54,15 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, args: list[str], env: dict | None = None):
+    def __init__(self, args: list[str], env: dict | None = None, startup_s: float = 120):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         environment = {**os.environ, "PYTHONPATH": str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                        **(env or {})}
-        self.log = open(os.devnull, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "draftverify.cli", "serve", "--port", str(self.port),
                                       "--log-level", "warning", *args], env=environment,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + startup_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the server exited with {self.proc.returncode}:\n{self.proc.stdout.read()}")
@@ -73,11 +73,12 @@ class ServerProcess:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError("the server did not answer /health within 120 s")
+        raise RuntimeError(f"the server did not answer /health within {startup_s} s")
 
-    def stop(self) -> str:
+    def stop(self, interrupt: bool = False) -> str:
+        """SIGTERM, or SIGINT (Ctrl-C: what lets `serve --ray` shut its Ray instance down); SIGKILL if it hangs."""
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.send_signal(signal.SIGINT) if interrupt else self.proc.terminate()
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import time
 import uuid
-from dataclasses import replace
 from typing import AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -283,7 +283,7 @@ def create_app(pipe, settings: ServerSettings) -> FastAPI:
     async def health():
         if not engine.alive:
             return JSONResponse({"status": "unavailable"}, status_code=503)
-        return {"status": "ok", "model": settings.model_name, **engine.snapshot()}
+        return {"status": "ok", "model": settings.model_name, "pid": os.getpid(), **engine.snapshot()}
 
     @app.get("/metrics")
     async def metrics_endpoint():
@@ -394,6 +394,3 @@ class _Role(str):
 
 ROLE = _Role("")
 
-
-def with_seed(params: SamplingParams, seed: int | None) -> SamplingParams:
-    return replace(params, seed=seed)
