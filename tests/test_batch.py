@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import VOCAB, chi2_critical, chi2_statistic, perturbed_copy, reference_greedy, varied_model
+from conftest import VOCAB, chi2_critical, chi2_statistic, perturbed_copy, varied_model
+from conftest import reference_greedy as _reference_greedy
 
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import EarlyExitDrafter, LookupModelDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
@@ -22,6 +23,17 @@ def model_for(arch: str):
     if arch not in _models:
         _models[arch] = varied_model(arch)
     return _models[arch]
+
+
+_refs: dict = {}
+
+
+def reference_greedy(model, prompt: torch.Tensor, new: int, eos: int | None = None) -> list[int]:
+    """conftest's reference, computed once per (model, prompt, length, eos): it recomputes every step from scratch."""
+    key = (id(model), tuple(prompt.flatten().tolist()), new, eos)
+    if key not in _refs:
+        _refs[key] = _reference_greedy(model, prompt, new, eos)
+    return _refs[key]
 
 
 def padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:

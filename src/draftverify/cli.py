@@ -410,9 +410,10 @@ def bench_batch(
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
     console.print(f"wrote {out / name}.json and {out / name}.md")
-    if any(r.exact is False for r in results):
-        err_console.print("[red]error:[/red] a batched row differs from its batch-1 text (see the exact column)")
-        raise typer.Exit(1)
+    differ = [f"{r.runner} B={r.batch_size}" for r in results if r.equal_rows is not None and r.equal_rows < r.prompts]
+    if differ:
+        err_console.print(f"[yellow]warning:[/yellow] rows differ from their batch-1 text in {', '.join(differ)} "
+                          "(float rounding of batched matrix products can flip near-ties; see the last column)")
 
 
 @app.command()

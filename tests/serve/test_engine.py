@@ -207,3 +207,16 @@ def test_stop_text_holds_back_possible_stop_strings_and_partial_characters(token
     out = [streamer.push([t]) for t in ids]
     assert all("\ufffd" not in piece for piece in out)
     assert "".join(out) + streamer.finish() == whole and not streamer.stopped
+
+
+def test_stop_text_streams_exactly_the_whole_decode(tokenizer):
+    """Incremental decoding (only the tokens since the last boundary) gives the whole text's decode, even for random
+    token ids that split multi-byte characters."""
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(5):
+        ids = torch.randint(0, len(tokenizer), (300,), generator=gen).tolist()
+        streamer = StopText(tokenizer, [])
+        pieces = []
+        for start in range(0, len(ids), 3):
+            pieces.append(streamer.push(ids[start : start + 3]))
+        assert "".join(pieces) + streamer.finish() == tokenizer.decode(ids, skip_special_tokens=True)

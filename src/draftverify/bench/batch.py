@@ -2,8 +2,9 @@
 padding), our loop without drafting (autoregressive) and our drafting methods, on the same prompts.
 
 The prompts are split into consecutive batches of B rows; each runner decodes every batch once (after one
-untimed warm-up batch) and the wall time of all of them is summed. Greedy, so every lossless row of ours must
-equal its own batch-1 text: the `exact` column says whether it did (the B=1 texts are the reference).
+untimed warm-up batch) and the wall time of all of them is summed. Greedy, so every row of ours should equal its
+batch-1 text of our autoregressive loop: `equal_rows` counts those that do (in float32 / bf16 a batched GEMM can
+round differently from a one-row one and flip a near-tie; the tests use float64 models, where all must).
 
     draftverify bench-batch --zoo code --batch-sizes 1,2,4,8 --num-prompts 16 --max-new-tokens 128
 """
@@ -28,7 +29,9 @@ class BatchRow:
     new_tokens: int
     seconds: float
     steps: int  # forwards of the target after prefill (ours: loop steps; HF: decoding steps)
-    exact: bool | None  # every row equals the runner's... batch-1 text of ours (None for HF: no reference)
+    # rows equal to their batch-1 text of our autoregressive loop (None for HF). Exact arithmetic makes that all of
+    # them; in float32/bf16 a batched GEMM may round differently from a one-row one and flip a near-tie
+    equal_rows: int | None
     tokens_per_second: float = 0.0
     speedup_vs_hf: float | None = None
 
@@ -71,7 +74,7 @@ def run_batch_bench(pipes: dict, rows: list[list[int]], batch_sizes: list[int], 
                     progress=None) -> list[BatchRow]:
     """pipes: runner name -> Pipeline (names starting with "hf_" run Hugging Face generate on that pipe's target)."""
     results: list[BatchRow] = []
-    reference: dict[str, list[list[int]]] = {}  # runner -> B=1 texts (the exactness reference)
+    reference: dict[str, list[list[int]]] = {}  # ours_autoregressive -> its B=1 texts (the reference)
     for name, pipe in pipes.items():
         run = _hf_generate if name.startswith("hf_") else _ours
         run(pipe, rows[: min(2, len(rows))], min(8, max_new_tokens))  # warm-up, untimed
@@ -85,12 +88,12 @@ def run_batch_bench(pipes: dict, rows: list[list[int]], batch_sizes: list[int], 
                 seconds += perf_counter() - t0
                 steps += chunk_steps
                 texts.extend(new)
-            if size == min(batch_sizes):
+            if name == "ours_autoregressive" and size == min(batch_sizes):
                 reference[name] = texts
-            exact = None if name.startswith("hf_") else texts == reference[name]
+            equal = None
             if not name.startswith("hf_") and "ours_autoregressive" in reference:
-                exact = exact and texts == reference["ours_autoregressive"]
-            results.append(BatchRow(name, size, len(rows), sum(len(t) for t in texts), seconds, steps, exact))
+                equal = sum(a == b for a, b in zip(texts, reference["ours_autoregressive"]))
+            results.append(BatchRow(name, size, len(rows), sum(len(t) for t in texts), seconds, steps, equal))
             if progress is not None:
                 progress(results[-1])
     hf = {r.batch_size: r.tokens_per_second for r in results if r.runner.startswith("hf_")}
@@ -104,11 +107,11 @@ def markdown(results: list[BatchRow], meta: dict) -> str:
     lines = [f"# Batch throughput ({meta.get('prompts')} prompts, {meta.get('max_new_tokens')} new tokens, greedy)", "",
              f"Command: `{meta.get('command')}`", "",
              f"Machine: {meta.get('machine', {}).get('cpu_model')}, torch threads {meta.get('versions', {}).get('torch_threads')}",
-             "", "| runner | B | new tokens | seconds | tokens/s | vs HF generate at B | target steps | rows = batch-1 text |",
+             "", "| runner | B | new tokens | seconds | tokens/s | vs HF generate at B | target steps | rows = batch-1 AR text |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         speed = f"{r.speedup_vs_hf:.2f}x" if r.speedup_vs_hf is not None else ""
-        exact = "" if r.exact is None else ("yes" if r.exact else "**no**")
+        exact = "" if r.equal_rows is None else f"{r.equal_rows}/{r.prompts}"
         lines.append(f"| {r.runner} | {r.batch_size} | {r.new_tokens} | {r.seconds:.2f} | {r.tokens_per_second:.1f} | "
                      f"{speed} | {r.steps} | {exact} |")
     return "\n".join(lines) + "\n"

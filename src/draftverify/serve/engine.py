@@ -36,20 +36,34 @@ class NotRunning(Exception):
 
 class StopText:
     """Detokenizes a growing list of token ids into new text, holding back characters that may still turn into
-    a stop string (or a multi-byte character), and ends the text before the first stop string."""
+    a stop string (or a multi-byte character), and ends the text before the first stop string.
+
+    Incremental: each push decodes only the tokens since the last emitted boundary (two decodes from a shared
+    prefix, as vLLM does, so tokenizers that treat a leading space specially stay right), not the whole text."""
 
     def __init__(self, tokenizer, stop: list[str]):
         self.tokenizer = tokenizer
         self.stop = [s for s in stop if s]
         self.hold = max((len(s) for s in self.stop), default=1) - 1
         self.ids: list[int] = []
+        self.text = ""  # decoded so far (complete characters only)
+        self.prefix = 0  # ids[prefix:read] decode to the end of self.text
+        self.read = 0
         self.sent = 0  # characters already returned
         self.stopped = False
+
+    def _decode(self, final: bool = False) -> None:
+        before = self.tokenizer.decode(self.ids[self.prefix : self.read], skip_special_tokens=True)
+        after = self.tokenizer.decode(self.ids[self.prefix :], skip_special_tokens=True)
+        if len(after) > len(before) and (final or not after.endswith("\ufffd")):
+            self.text += after[len(before) :]
+            self.prefix, self.read = self.read, len(self.ids)
 
     def push(self, ids: list[int]) -> str:
         """New text to emit after these tokens; sets .stopped when a stop string appeared (text before it only)."""
         self.ids.extend(ids)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        self._decode()
+        text = self.text
         for s in self.stop:
             at = text.find(s, max(0, self.sent - len(s) + 1))
             if at >= 0:
@@ -57,14 +71,13 @@ class StopText:
                 text = text[:at]
         if self.stopped:
             return self._take(text, len(text))
-        end = len(text) - self.hold
-        if text.endswith("\ufffd"):  # an incomplete multi-byte character: wait for its other bytes
-            end = min(end, len(text) - 1)
-        return self._take(text, end)
+        return self._take(text, len(text) - self.hold)
 
     def finish(self) -> str:
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        return "" if self.stopped else self._take(text, len(text))
+        if self.stopped:
+            return ""
+        self._decode(final=True)
+        return self._take(self.text, len(self.text))
 
     def _take(self, text: str, end: int) -> str:
         if end <= self.sent:
