@@ -224,3 +224,19 @@ def test_joining_rows_sample_with_their_own_seeds():
                    torch.tensor([PROMPTS[0]]), params, max_new_tokens=12, gamma=3, seeds=[seeds[0]],
                    admit=lambda: pending.pop(0) if pending else [])
     assert out.rows == expected
+
+
+def test_one_token_prompts_start_and_join_a_batch():
+    """Edge cases of the cache: rows with nothing prefilled (one-token prompts) start a batch and join one."""
+    model = model_for("llama")
+    prompts = [[12], [9], [5], [60, 61, 62]]
+    refs = [reference_greedy(model, torch.tensor([p]), 10) for p in prompts]
+    pending = [[(prompts[2], 10, None)], [(prompts[3], 10, None)]]
+    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), GreedyVerifier(),
+                   torch.tensor([prompts[0], prompts[1]]), max_new_tokens=10, gamma=2,
+                   admit=lambda: pending.pop(0) if pending else [])
+    assert out.rows == refs
+    first = [[(prompts[3], 10, None)]]
+    out = generate(model, NoDrafter(), GreedyVerifier(), torch.tensor([prompts[0]]), max_new_tokens=10,
+                   admit=lambda: first.pop(0) if first else [])
+    assert out.rows == [refs[0], refs[3]]
