@@ -240,3 +240,28 @@ def test_one_token_prompts_start_and_join_a_batch():
     out = generate(model, NoDrafter(), GreedyVerifier(), torch.tensor([prompts[0]]), max_new_tokens=10,
                    admit=lambda: first.pop(0) if first else [])
     assert out.rows == [refs[0], refs[3]]
+
+
+@pytest.mark.parametrize("gap_share", [0.0, 1.0])
+def test_gaps_in_the_cache_and_full_repacks_give_the_same_text(gap_share):
+    """Rows that accept fewer drafts leave gaps in the batch cache; they are hidden (max_gap_share 1: never
+    re-packed) or packed away at once (0: every ragged step re-packs). Either way each row is its own text."""
+    from draftverify.cached_lm import CachedLM
+
+    model = model_for("gpt2")
+    refs = [reference_greedy(model, torch.tensor([p]), NEW) for p in PROMPTS]
+    target = CachedLM(model, role="target")
+    draft = CachedLM(perturbed_copy(model, 0.5, seed=1), role="draft")
+    target.max_gap_share = draft.max_gap_share = gap_share
+    ids, mask = padded(PROMPTS)
+    gaps = []  # per step: slots hidden after a row's first token (gaps, not left padding)
+
+    def record(emitted):
+        valid = target.valid
+        gaps.append(int(((valid.long().cumsum(dim=1) > 0) & ~valid).sum()))
+
+    out = generate(target, ModelDrafter(draft), GreedyVerifier(), ids, attention_mask=mask, max_new_tokens=NEW,
+                   gamma=4, on_tokens=record)
+    assert out.rows == refs
+    assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens
+    assert (max(gaps) > 0) == (gap_share == 1.0)

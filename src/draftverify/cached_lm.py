@@ -94,6 +94,7 @@ class CachedLM:
         self.valid: torch.Tensor | None = None
         self.row_length: torch.Tensor | None = None
         self.row_committed: torch.Tensor | None = None
+        self.max_gap_share = 0.25  # batch mode: re-pack the cache once more than this share of its slots are gaps
 
     def check_fits(self, decoder_positions: int) -> None:
         if self.capacity is not None and decoder_positions > self.capacity:
@@ -223,9 +224,11 @@ class CachedLM:
         self.length = self.committed = self.committed + count
 
     # ---- batch mode: rows of different lengths in one cache ---------------------------------------------------
-    # Layout between steps: every row's real positions are packed to the right end of the cache (left padding,
-    # as in Hugging Face's batched generation); slot validity hides the padding from every query. A step appends
-    # the same number of slots to every row; commit_rows keeps a different number per row and packs again.
+    # Layout between steps: every row's real positions sit in order, ending at the cache's last slot or before it
+    # (left padding, as in Hugging Face's batched generation, plus gaps where a row accepted fewer drafts than
+    # another); slot validity hides padding and gaps from every query, and positions are counted per row, so a gap
+    # changes nothing. A step appends the same number of slots to every row; commit_rows keeps a different number
+    # per row, and the cache is re-packed to the right (a copy of every layer) once gaps exceed max_gap_share.
 
     def _start_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, want_hidden: bool) -> torch.Tensor:
         if self.is_encoder_decoder or not self.takes_positions:
@@ -278,8 +281,8 @@ class CachedLM:
         self.truncate_rows(self.row_committed + counts.to(self.device))
 
     def truncate_rows(self, upto: torch.Tensor) -> None:
-        """Batch mode: row b keeps its first upto[b] real positions (upto >= what it has committed), drops the
-        rest of its tail, and the cache is packed to the right: the shortest possible, no padding between tokens."""
+        """Batch mode: row b keeps its first upto[b] real positions (upto >= what it has committed) and drops the
+        rest of its tail; the tail is settled (see _pack for the layout)."""
         upto = upto.to(self.device)
         if bool((upto < self.row_committed).any()) or bool((upto > self.row_length).any()):
             raise DraftVerifyError("cannot keep fewer positions than a row committed, or more than it holds")
@@ -348,7 +351,9 @@ class CachedLM:
         self.length = self.committed = total
 
     def _pack(self, keep: torch.Tensor) -> None:
-        """Move each row's kept slots (in order) to the right end of a cache of max(kept per row) slots."""
+        """Keep the slots `keep` [B, held]: a slice when they form one right-aligned block, a cut of the unused
+        end while gaps are few, else a re-pack of each row's kept slots (in order) to the right end of a cache of
+        max(kept per row) slots."""
         count = keep.sum(dim=1)  # [B]
         width = int(count.max()) if count.numel() else 0
         held = keep.shape[1]
@@ -365,6 +370,15 @@ class CachedLM:
             for layer in self_attention_layers(self.cache):
                 layer.keys = layer.keys[..., start:end, :]
                 layer.values = layer.values[..., start:end, :]
+        elif end and int(count.sum()) >= (1.0 - self.max_gap_share) * keep.shape[0] * end:
+            # few gaps (rows that accepted fewer drafts than others): keep them, hidden by the validity mask, and
+            # only cut the slots no row keeps at the end; a full re-pack copies every layer's keys and values
+            for layer in self_attention_layers(self.cache):
+                layer.keys = layer.keys[..., :end, :]
+                layer.values = layer.values[..., :end, :]
+            self.valid = keep[:, :end]
+            self.length = self.committed = end
+            return
         else:
             order = torch.where(keep, slots, held + slots).argsort(dim=1)  # kept slots first, in order
             src_rank = (dest - (width - count[:, None])).clamp(0, max(held - 1, 0))  # [B, width]
