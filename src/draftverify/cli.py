@@ -149,7 +149,7 @@ def _quiet_libraries() -> None:
 @app.command()
 def generate(
     prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."),
-    prompts_file: Optional[Path] = typer.Option(None, "--prompts-file", help="Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a \"prompt\") or a text file (one prompt per line); prints one JSON line per prompt. Chain methods only (autoregressive, model, prompt_lookup, ngram, lookup_model)."),
+    prompts_file: Optional[Path] = typer.Option(None, "--prompts-file", help="Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a \"prompt\") or a text file (one prompt per line); prints one JSON line per prompt. Chain methods only (autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit)."),
     batch_size: int = typer.Option(8, "--batch-size", help="With --prompts-file: rows decoded together (the last batch may be smaller)."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, bild, specdec++)."),
@@ -308,7 +308,7 @@ def serve(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, ...)."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Serve a shipped model set, e.g. 'code'."),
-    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1) needs a chain method: autoregressive, model, prompt_lookup, ngram, lookup_model."),
+    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1) needs a chain method: autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit; others serve one request at a time."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
     gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer, 'heuristic' or 'auto'."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table for the ngram method."),
@@ -384,7 +384,7 @@ def bench_batch(
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set, e.g. 'code'."),
     target: Optional[str] = typer.Option(None, "--target", "-t"),
     draft: Optional[str] = typer.Option(None, "--draft", "-d"),
-    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (chain methods: model, prompt_lookup, ngram, lookup_model)."),
+    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (chain methods: model, prompt_lookup, ngram, lookup_model, early_exit)."),
     batch_sizes: str = typer.Option("1,2,4,8", "--batch-sizes"),
     prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
