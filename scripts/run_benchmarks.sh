@@ -27,3 +27,9 @@ python scripts/gemv_floor.py --threads 2 --rounds 40
 draftverify bench --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,4,8,16 --out benchmarks
 # 4. a user's first call: fresh processes, ratio to --method autoregressive
 python scripts/cold_start.py --runs 3 --threads 2
+# 5. batch throughput: HF generate (batched) vs our loop without drafting and our best methods, B = 1, 2, 4, 8
+draftverify bench-batch --zoo code --methods lookup_model,prompt_lookup --batch-sizes 1,2,4,8 --num-prompts 16 \
+    --max-new-tokens 128 --threads 2 --out benchmarks
+# 6. the server under load: 8 concurrent streaming clients, 1,000 requests (loopback only), RSS before / after
+python scripts/load_test.py --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 1000 \
+    --duration 1800 --max-tokens 64 --out benchmarks/load-test.json

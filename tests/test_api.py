@@ -99,9 +99,31 @@ def test_gamma_auto_keeps_its_cost_calibration_across_calls(model_dirs):
     assert pipe.step_costs.calls > calls
 
 
+@pytest.mark.parametrize("method", ["autoregressive", "model", "lookup_model"])
+def test_a_list_of_prompts_runs_as_one_batch_with_each_text_its_own(model_dirs, method):
+    prompts = [PROMPT, "import os\nimport sys", "x", PROMPT]
+    pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method=method)
+    alone = [pipe.generate(p, max_new_tokens=20).text for p in prompts]
+    results = pipe.generate(prompts, max_new_tokens=20)
+    assert [r.text for r in results] == alone
+    assert results[0].stats.target_calls < sum(pipe.generate(p, max_new_tokens=20).stats.target_calls for p in prompts)
+    seeded_alone = [pipe.generate(p, max_new_tokens=12, temperature=0.8, seed=s).text for s, p in enumerate(prompts)]
+    seeded = pipe.generate(prompts, max_new_tokens=12, temperature=0.8, seed=list(range(len(prompts))))
+    assert [r.text for r in seeded] == seeded_alone
+
+
+def test_batches_of_one_row_methods_are_clear_errors(model_dirs):
+    pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method="model_tree")
+    with pytest.raises(DraftVerifyError, match="runs one row at a time"):
+        pipe.generate([PROMPT, "x"], max_new_tokens=4)
+    pipe = load(target=model_dirs / "target", method="autoregressive")
+    with pytest.raises(DraftVerifyError, match="2 seeds for 3 prompts"):
+        pipe.generate(["a", "b", "c"], max_new_tokens=4, temperature=1.0, seed=[1, 2])
+    with pytest.raises(DraftVerifyError, match="list of prompts is empty"):
+        pipe.generate([], max_new_tokens=4)
+
+
 @pytest.mark.parametrize("prompt, message", [
-    (["def f(x):", "import os\nimport sys"], "batch size 2 is not supported yet"),
-    (["same", "same"], "batch size 2 is not supported yet"),
     ("def f(\ud800x):", "unpaired surrogate"),
     (b"def f(x):", "must be a str"),
 ])

@@ -226,3 +226,57 @@ def test_transformers_warnings_do_not_reach_the_user(model_dirs, tmp_path):  # n
                           "--prompt", PROMPT * 4], env={"TRANSFORMERS_VERBOSITY": ""})
     assert result.returncode == 0, result.stderr
     assert b"Token indices" not in result.stderr and b"Warning" not in result.stderr
+
+
+def test_prompts_file_runs_batches_and_prints_one_json_line_per_prompt(model_dirs, tmp_path):  # noqa: F811
+    from draftverify.api import load
+
+    prompts = [PROMPT, "import os\n", "x = 1\n", "class A:\n    pass\n\n"]
+    jsonl = tmp_path / "prompts.jsonl"
+    jsonl.write_text("\n".join(json.dumps(p) if i % 2 else json.dumps({"prompt": p}) for i, p in enumerate(prompts)))
+    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "--draft", str(model_dirs / "draft"),
+                                 "--method", "model", "--prompts-file", str(jsonl), "--batch-size", "3", "-n", "12"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    pipe = load(target=model_dirs / "target", method="autoregressive")
+    assert [line["prompt"] for line in lines] == prompts and [line["index"] for line in lines] == [0, 1, 2, 3]
+    assert [line["text"] for line in lines] == [pipe.generate(p, max_new_tokens=12).text for p in prompts]
+    assert "target calls" in result.stderr
+    plain = tmp_path / "prompts.txt"
+    plain.write_text("def f(x):\n\nimport sys\n")
+    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "--prompts-file", str(plain),
+                                 "-n", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert [r["prompt"] for r in payload["results"]] == ["def f(x):", "import sys"]
+    assert payload["stats"]["new_tokens"] == 8
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt", "x", "--prompts-file", "p.txt"], "exactly one of --prompt and --prompts-file"),
+    ([], "exactly one of --prompt and --prompts-file"),
+    (["--prompts-file", "missing.txt"], "cannot read --prompts-file"),
+    (["--prompts-file", "p.txt", "--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--prompts-file", "bad.jsonl"], "bad.jsonl:1 is not JSON"),
+    (["--prompts-file", "p.txt", "--method", "model_tree"], "runs one row at a time"),
+])
+def test_prompts_file_errors(model_dirs, tmp_path, monkeypatch, args, message):  # noqa: F811
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.txt").write_text("a\nb\n")
+    (tmp_path / "bad.jsonl").write_text("{nope\n")
+    extra = ["--draft", str(model_dirs / "draft")] if "model_tree" in args else []
+    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "-n", "4", *extra, *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--target", "x", "--max-batch", "0"], "--max-batch must be >= 1"),
+    (["--target", "x", "--port", "70000"], "--port must be in 0..65535"),
+    ([], "no model: give --zoo NAME or --target PATH"),
+    (["--zoo", "nope"], "no zoo entry 'nope'"),
+])
+def test_serve_argument_errors_exit_2(args, message):
+    result = runner.invoke(app, ["serve", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr

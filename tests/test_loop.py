@@ -326,10 +326,19 @@ def test_bad_gamma_is_rejected(gamma):
         generate(model, NoDrafter(), GreedyVerifier(), PROMPT, max_new_tokens=4, gamma=gamma)
 
 
-def test_batch_larger_than_one_is_a_clear_error_for_now():
+def test_batches_with_a_one_row_drafter_or_verifier_are_clear_errors():
     model, _ = target_and_reference("llama")
-    with pytest.raises(DraftVerifyError, match="batch size 2"):
-        generate(model, NoDrafter(), GreedyVerifier(), PROMPT.repeat(2, 1), max_new_tokens=4)
+    from draftverify.drafters.model_tree import ModelTreeDrafter
+
+    with pytest.raises(DraftVerifyError, match="'model_tree' drafter runs one row at a time"):
+        generate(model, ModelTreeDrafter(model), GreedyVerifier(), PROMPT.repeat(2, 1), max_new_tokens=4)
+    with pytest.raises(DraftVerifyError, match="bild verifier checks one row at a time"):
+        generate(model, NoDrafter(), BildVerifier(), PROMPT.repeat(2, 1), max_new_tokens=4)
+    with pytest.raises(DraftVerifyError, match="max_new_tokens has 3 entries for 2 rows"):
+        generate(model, NoDrafter(), GreedyVerifier(), PROMPT.repeat(2, 1), max_new_tokens=[4, 4, 4])
+    t5, _ = target_and_reference("t5")
+    with pytest.raises(DraftVerifyError, match="decoder-only target that takes position_ids"):
+        generate(t5, NoDrafter(), GreedyVerifier(), PROMPT.repeat(2, 1), max_new_tokens=4)
 
 
 def test_prompt_longer_than_context_is_rejected():

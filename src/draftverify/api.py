@@ -140,23 +140,98 @@ class Pipeline:
             raise DraftVerifyError(f"the prompt {text!r} tokenizes to no tokens")
         return ids
 
-    def generate(self, text: str, max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int | None = None, gamma: int | str | DraftLength | None = None,
-                 on_text: Callable[[str], None] | None = None, coupling: bool | None = None) -> GenerationResult:
+    def generate(self, text: str | list[str], max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int | None | list[int | None] = None,
+                 gamma: int | str | DraftLength | None = None, on_text: Callable[[str], None] | None = None,
+                 coupling: bool | None = None) -> GenerationResult | list[GenerationResult]:
         """coupling (default: on when seeded) samples with position-keyed noise: the same seed then gives the
-        same text for every method and draft length. Nothing is streamed before every check has passed."""
+        same text for every method and draft length. Nothing is streamed before every check has passed.
+
+        A list of texts runs as one batch through the decoding loop and returns one result per text (their
+        stats are the batch's); seed may then be one per text: each row's text equals its own batch-1 text at
+        temperature 0 and with coupled (seeded) sampling. Batches need a chain method (autoregressive, model,
+        prompt_lookup, ngram, lookup_model, early_exit) and a decoder-only target; on_text is for single texts."""
+        if isinstance(text, (list, tuple)):
+            return self._generate_texts(list(text), max_new_tokens, temperature, top_k, top_p, seed, gamma, coupling,
+                                        on_text)
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling)
-        verifier = build_verifier(self.verifier_name, params, self.options)
         ids = self.encode(text)
         streamer = _TextStreamer(self.tokenizer, on_text) if on_text else None
-        eos = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else self.target.config.eos_token_id
+        output, verifier = self.generate_ids(ids, params, max_new_tokens=max_new_tokens, gamma=gamma,
+                                             on_tokens=streamer.push if streamer else None)
+        return GenerationResult(text=self.tokenizer.decode(output.new_tokens[0], skip_special_tokens=True), output=output,
+                                verifier=verifier)
+
+    @property
+    def eos_token_id(self) -> int | list[int] | None:
+        return self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else self.target.config.eos_token_id
+
+    @property
+    def supports_batches(self) -> bool:
+        """Whether this pipeline's method decodes batches of several rows (a chain drafter and verifier)."""
+        from .methods import build_verifier as _build
+
+        return self.drafter.supports_batch and _build(self.verifier_name, SamplingParams(), self.options).supports_batch
+
+    def generate_ids(self, ids: torch.Tensor, params: SamplingParams, max_new_tokens: int = 64,
+                     gamma: int | str | DraftLength | None = None, on_tokens=None) -> tuple[GenerationOutput, str]:
+        """Token ids in, GenerationOutput and the verifier's name out (the server's entry point): ids [1, L];
+        on_tokens receives each step's emitted tokens [1, k] (see loop.generate)."""
+        verifier = build_verifier(self.verifier_name, params, self.options)
         gamma = self.gamma if gamma is None else gamma
         policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma, self.step_costs)
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
-                          gamma=policy, eos_token_id=eos,
-                          on_tokens=streamer.push if streamer else None)
-        return GenerationResult(text=self.tokenizer.decode(output.new_tokens[0], skip_special_tokens=True), output=output,
-                                verifier=verifier.name)
+                          gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens)
+        return output, verifier.name
+
+
+    def _generate_texts(self, texts: list[str], max_new_tokens, temperature, top_k, top_p, seed, gamma, coupling,
+                        on_text) -> list[GenerationResult]:
+        if not texts:
+            raise DraftVerifyError("the list of prompts is empty")
+        if on_text is not None:
+            raise DraftVerifyError("on_text streams one text; for a batch of prompts use generate_batch_ids(on_tokens=...)")
+        seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * len(texts)
+        if len(seeds) != len(texts):
+            raise DraftVerifyError(f"{len(seeds)} seeds for {len(texts)} prompts")
+        for s in seeds:
+            SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=s, coupling=coupling)
+        first = next((s for s in seeds if s is not None), None)
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=first, coupling=coupling)
+        if params.coupled and any(s is None for s in seeds) and any(s is not None for s in seeds):
+            raise DraftVerifyError("give a seed for every prompt or for none: seeded rows sample with coupled noise")
+        rows = [self.encode(t)[0].tolist() for t in texts]
+        output, verifier = self.generate_batch_ids(rows, params, max_new_tokens=max_new_tokens, seeds=seeds,
+                                                   gamma=gamma)
+        new_rows = output.rows if output.rows is not None else [output.new_tokens[0].tolist()]
+        return [GenerationResult(text=self.tokenizer.decode(r, skip_special_tokens=True), output=output,
+                                 verifier=verifier) for r in new_rows]
+
+    def generate_batch_ids(self, rows: list[list[int]], params: SamplingParams, max_new_tokens: int | list[int] = 64,
+                           seeds: list[int | None] | None = None, gamma: int | str | DraftLength | None = None,
+                           on_tokens=None, admit=None) -> tuple[GenerationOutput, str]:
+        """Several token-id prompts through the loop at once (left-padded, one row each); one row runs the
+        batch-1 path unless admit is given. on_tokens receives [B, k] (-1 padded) and may return rows to stop;
+        admit lets rows join between steps (continuous batching; see loop.generate)."""
+        if not rows or any(not r for r in rows):
+            raise DraftVerifyError("every prompt needs at least one token")
+        if len(rows) == 1 and admit is None:
+            if seeds is not None and seeds[0] != params.seed:
+                params = replace(params, seed=seeds[0])
+            limit = max_new_tokens[0] if isinstance(max_new_tokens, (list, tuple)) else max_new_tokens
+            return self.generate_ids(torch.tensor([rows[0]]), params, max_new_tokens=limit, gamma=gamma,
+                                     on_tokens=on_tokens)
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows])
+        mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in rows])
+        verifier = build_verifier(self.verifier_name, params, self.options)
+        gamma = self.gamma if gamma is None else gamma
+        policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma, self.step_costs)
+        output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
+                          gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens, attention_mask=mask,
+                          seeds=seeds, admit=admit)
+        return output, verifier.name
 
 
 class _TextStreamer:

@@ -19,7 +19,7 @@ import inspect
 import torch
 from transformers import PreTrainedModel
 
-from .cache import gather_positions, keep_positions, new_cache
+from .cache import gather_positions, keep_positions, new_cache, self_attention_layers
 from .errors import DraftVerifyError
 from .types import TargetOutput
 
@@ -104,6 +104,12 @@ class CachedLM:
         self.encoder_outputs = None
         self.source_mask = None
         self.prefilled: TargetOutput | None = None  # set by start()
+        # batch mode (start() with several rows or a padding mask): which cache slots hold a real token [B, length],
+        # and how many real positions each row holds [B] (its next position id); None for one unpadded row
+        self.valid: torch.Tensor | None = None
+        self.row_length: torch.Tensor | None = None
+        self.row_committed: torch.Tensor | None = None
+        self.max_gap_share = 0.25  # batch mode: re-pack the cache once more than this share of its slots are gaps
 
     def check_fits(self, decoder_positions: int) -> None:
         if self.capacity is not None and decoder_positions > self.capacity:
@@ -119,7 +125,12 @@ class CachedLM:
                 f"{decoder_positions} (prompt + max_new_tokens); shorten the prompt or lower max_new_tokens"
             )
 
-    def start(self, input_ids: torch.Tensor, want_hidden: bool = False) -> torch.Tensor:
+    @property
+    def batched(self) -> bool:
+        return self.valid is not None
+
+    def start(self, input_ids: torch.Tensor, want_hidden: bool = False,
+              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Reset the cache and prefill. input_ids: [B, L] (the source for encoder-decoder models).
 
         Returns the committed decoder-side tokens [B, L0]: the prompt for decoder-only models,
@@ -131,6 +142,9 @@ class CachedLM:
         self.cache = new_cache(self.is_encoder_decoder, self.config, self.window)
         self.length = self.committed = 0
         self.prefilled = None
+        self.valid = self.row_length = self.row_committed = None
+        if input_ids.shape[0] > 1 or attention_mask is not None:
+            return self._start_rows(input_ids, attention_mask, want_hidden)
         if self.is_encoder_decoder:
             start_id = getattr(self.config, "decoder_start_token_id", None)
             if start_id is None:
@@ -149,8 +163,12 @@ class CachedLM:
         position_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         want_hidden: bool = False,
+        new_valid: torch.Tensor | None = None,
     ) -> TargetOutput:
         """Append tokens [B, n] to the cache's tail; return their next-token logits [B, n, V] (and hidden [B, n, H]).
+
+        new_valid (batch mode only): bool [B, n], False for padding among the new tokens (a row that has fewer
+        tokens to feed is left-padded); padding takes no position and no later token ever sees it.
 
         position_ids: [B or 1, n] absolute positions (default: length, length + 1, ...); a tree passes the
         pending token's position plus each node's depth.
@@ -162,6 +180,10 @@ class CachedLM:
                 f"the {self.role} ({type(self.model).__name__}) derives positions from its cache alone, so it cannot "
                 "score a token tree; use a chain drafter, or a decoder-only model that takes position_ids"
             )
+        if self.valid is not None:
+            if position_ids is not None or attention_mask is not None:
+                raise DraftVerifyError("a batch of several rows scores chains only (no token trees) for now")
+            return self._forward_rows(tokens, new_valid, want_hidden)
         if self._compiled is None:
             return self._run(tokens, keep=tokens.shape[1], position_ids=position_ids,
                              attention_mask=attention_mask, want_hidden=want_hidden)
@@ -198,6 +220,11 @@ class CachedLM:
         kept: an int k keeps the tail's first k positions (a chain's accepted prefix: a crop); a long tensor
         [B, k] or [k] of tail offsets keeps those positions in that order (a tree's accepted branch: a gather).
         """
+        if self.valid is not None:
+            if isinstance(kept, torch.Tensor):
+                raise DraftVerifyError("a batch of several rows keeps chains only: use commit_rows(counts)")
+            self.commit_rows(torch.full_like(self.row_length, kept))
+            return
         tail = self.length - self.committed
         if isinstance(kept, torch.Tensor):
             count = kept.shape[-1]
@@ -210,6 +237,174 @@ class CachedLM:
                 raise DraftVerifyError(f"cannot keep {count} positions of a {tail}-position tail")
             keep_positions(self.cache, self.committed + count, self.length)
         self.length = self.committed = self.committed + count
+
+    # ---- batch mode: rows of different lengths in one cache ---------------------------------------------------
+    # Layout between steps: every row's real positions sit in order, ending at the cache's last slot or before it
+    # (left padding, as in Hugging Face's batched generation, plus gaps where a row accepted fewer drafts than
+    # another); slot validity hides padding and gaps from every query, and positions are counted per row, so a gap
+    # changes nothing. A step appends the same number of slots to every row; commit_rows keeps a different number
+    # per row, and the cache is re-packed to the right (a copy of every layer) once gaps exceed max_gap_share.
+
+    def _start_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, want_hidden: bool) -> torch.Tensor:
+        if self.is_encoder_decoder or not self.takes_positions:
+            raise DraftVerifyError(
+                f"batches of several rows need a decoder-only {self.role} that takes position_ids (Llama, Qwen2, "
+                f"GPT-2, GPT-NeoX, ...); {type(self.model).__name__} runs one row at a time"
+            )
+        if self.capacity is not None:
+            raise DraftVerifyError("batches of several rows run on a growing KV cache: drop --compile / capacity")
+        batch, width = input_ids.shape
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
+        attention_mask = attention_mask.to(device=self.device, dtype=torch.bool)
+        if attention_mask.shape != input_ids.shape or not bool(attention_mask[:, -1].all()):
+            raise DraftVerifyError("a batch's attention mask must match input_ids [B, L] and pad on the left "
+                                   "(every row's last column is a real token)")
+        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=self.device)
+        self.row_length = torch.zeros(batch, dtype=torch.long, device=self.device)
+        self.row_committed = self.row_length.clone()
+        if width > 1:
+            out = self._forward_rows(input_ids[:, :-1], attention_mask[:, :-1], want_hidden, keep=1)
+            self.prefilled = out
+            self.commit_rows(attention_mask[:, :-1].sum(dim=1))
+        return input_ids
+
+    def _forward_rows(self, tokens: torch.Tensor, new_valid: torch.Tensor | None, want_hidden: bool,
+                      keep: int | None = None) -> TargetOutput:
+        batch, n = tokens.shape
+        if new_valid is None:
+            new_valid = torch.ones(batch, n, dtype=torch.bool, device=self.device)
+        new_valid = new_valid.to(self.device)
+        steps = new_valid.long().cumsum(dim=1)  # [B, n]: real tokens up to and including each new slot
+        position_ids = (self.row_length[:, None] + steps - 1).clamp_min(0)
+        keys = torch.cat([self.valid, new_valid], dim=1)  # [B, length + n]
+        causal = torch.ones(n, self.length + n, dtype=torch.bool, device=self.device).tril(diagonal=self.length)
+        visible = causal[None] & keys[:, None, :]
+        diagonal = torch.arange(n, device=self.device)
+        visible[:, diagonal, self.length + diagonal] = True  # padding sees itself (an all-hidden row would be NaN)
+        blocked = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
+        mask = torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
+        out = self._run(tokens, keep=n if keep is None else keep, position_ids=position_ids,
+                        additive_mask=mask, want_hidden=want_hidden)
+        self.valid = keys
+        self.row_length = self.row_length + new_valid.sum(dim=1)
+        return out
+
+    def commit_rows(self, counts: torch.Tensor) -> None:
+        """Batch mode: row b keeps the first counts[b] real positions of its uncommitted tail; then every row's
+        positions are packed to the right again and the tail is settled."""
+        self.truncate_rows(self.row_committed + counts.to(self.device))
+
+    def truncate_rows(self, upto: torch.Tensor) -> None:
+        """Batch mode: row b keeps its first upto[b] real positions (upto >= what it has committed) and drops the
+        rest of its tail; the tail is settled (see _pack for the layout)."""
+        upto = upto.to(self.device)
+        if bool((upto < self.row_committed).any()) or bool((upto > self.row_length).any()):
+            raise DraftVerifyError("cannot keep fewer positions than a row committed, or more than it holds")
+        rank = self.valid.long().cumsum(dim=1)  # real positions up to and including each slot
+        keep = self.valid & (rank <= upto[:, None])
+        self._pack(keep)
+        self.row_length = upto.clone()
+        self.row_committed = upto.clone()
+
+    def drop_rows(self, keep_rows: torch.Tensor) -> None:
+        """Batch mode: keep only the rows where keep_rows [B] (bool) is True (finished rows leave the batch)."""
+        index = keep_rows.to(self.device).nonzero().flatten()
+        for layer in self_attention_layers(self.cache):
+            layer.keys = layer.keys.index_select(0, index)
+            layer.values = layer.values.index_select(0, index)
+        self.valid = self.valid.index_select(0, index)
+        self.row_length = self.row_length.index_select(0, index)
+        self.row_committed = self.row_committed.index_select(0, index)
+        if self.length > self.committed:
+            raise DraftVerifyError("drop rows between steps only (the tail is not committed)")
+        self._pack(self.valid)
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
+        """Batch mode, between steps: prefill new left-padded rows [b, L] and append them to the batch (continuous
+        batching). Their cache is left-padded to the batch's width (or the batch's to theirs) and concatenated."""
+        if self.length > self.committed:
+            raise DraftVerifyError("rows join between steps only (the tail is not committed)")
+        old = (self.cache, self.valid, self.row_length, self.row_committed, self.length)
+        self.cache = new_cache(False, self.config, None)
+        self.length = self.committed = 0
+        self._start_rows(input_ids, attention_mask, want_hidden=False)
+        new_layers = self_attention_layers(self.cache) if self.length else []
+        new_valid, new_len, new_committed, new_width = self.valid, self.row_length, self.row_committed, self.length
+        cache, valid, row_length, row_committed, width = old
+        old_layers = self_attention_layers(cache) if width else []
+        total = max(width, new_width)
+        if total:
+            template = (old_layers or new_layers)[0]
+            heads, dim = template.keys.shape[1], template.keys.shape[3]
+
+            def widen(layer, rows: int, have: int, like) -> tuple[torch.Tensor, torch.Tensor]:
+                if layer is None:  # nothing cached yet on this side (one-token prompts)
+                    empty = like.keys.new_zeros((rows, heads, total, dim))
+                    return empty, empty.clone()
+                pad = layer.keys.new_zeros((rows, heads, total - have, dim))
+                return torch.cat([pad, layer.keys], dim=2), torch.cat([pad, layer.values], dim=2)
+
+            count = max(len(old_layers), len(new_layers))
+            layers = []
+            for i in range(count):
+                a = old_layers[i] if i < len(old_layers) else None
+                b = new_layers[i] if i < len(new_layers) else None
+                ka, va = widen(a, valid.shape[0], width, b or a)
+                kb, vb = widen(b, new_valid.shape[0], new_width, a or b)
+                layers.append((torch.cat([ka, kb]), torch.cat([va, vb])))
+            target_cache = cache if old_layers else self.cache
+            for layer, (k, v) in zip(self_attention_layers(target_cache), layers):
+                layer.keys, layer.values = k, v
+            self.cache = target_cache
+        else:
+            self.cache = cache
+        pad = lambda m, have: torch.cat([m.new_zeros((m.shape[0], total - have)), m], dim=1)  # noqa: E731
+        self.valid = torch.cat([pad(valid, width), pad(new_valid, new_width)])
+        self.row_length = torch.cat([row_length, new_len])
+        self.row_committed = torch.cat([row_committed, new_committed])
+        self.length = self.committed = total
+
+    def _pack(self, keep: torch.Tensor) -> None:
+        """Keep the slots `keep` [B, held]: a slice when they form one right-aligned block, a cut of the unused
+        end while gaps are few, else a re-pack of each row's kept slots (in order) to the right end of a cache of
+        max(kept per row) slots."""
+        count = keep.sum(dim=1)  # [B]
+        width = int(count.max()) if count.numel() else 0
+        held = keep.shape[1]
+        slots = torch.arange(held, device=self.device)
+        dest = torch.arange(width, device=self.device)[None]
+        new_valid = dest >= (width - count[:, None])  # [B, width]
+        # fast path: the kept slots already sit right-aligned in one contiguous block of slots (every row kept
+        # the same number of this step's positions): a slice, no copy
+        ends = torch.where(keep, slots + 1, 0).amax(dim=1) if held else count
+        end = int(ends.max()) if ends.numel() else 0
+        start = end - width
+        if bool((ends == end).all()) and start >= 0 and not bool(keep[:, :start].any()) \
+                and bool((keep[:, start:end] == new_valid).all()):
+            for layer in self_attention_layers(self.cache):
+                layer.keys = layer.keys[..., start:end, :]
+                layer.values = layer.values[..., start:end, :]
+        elif end and int(count.sum()) >= (1.0 - self.max_gap_share) * keep.shape[0] * end:
+            # few gaps (rows that accepted fewer drafts than others): keep them, hidden by the validity mask, and
+            # only cut the slots no row keeps at the end; a full re-pack copies every layer's keys and values
+            for layer in self_attention_layers(self.cache):
+                layer.keys = layer.keys[..., :end, :]
+                layer.values = layer.values[..., :end, :]
+            self.valid = keep[:, :end]
+            self.length = self.committed = end
+            return
+        else:
+            order = torch.where(keep, slots, held + slots).argsort(dim=1)  # kept slots first, in order
+            src_rank = (dest - (width - count[:, None])).clamp(0, max(held - 1, 0))  # [B, width]
+            source = order.gather(1, src_rank)
+            for layer in self_attention_layers(self.cache):
+                b, h, _, d = layer.keys.shape
+                index = source[:, None, :, None].expand(b, h, width, d)
+                layer.keys = layer.keys.gather(2, index)
+                layer.values = layer.values.gather(2, index)
+        self.valid = new_valid
+        self.length = self.committed = width
 
     def _mask(self, attention_mask: torch.Tensor, batch: int, n: int) -> torch.Tensor:
         """bool [(B,) n, t + n] over tail and new tokens -> additive [B, 1, n, keys] in the model's dtype, where keys
@@ -226,7 +421,8 @@ class CachedLM:
         blocked = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
         return torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
 
-    def _run(self, tokens, keep, position_ids=None, attention_mask=None, want_hidden=False, model=None) -> TargetOutput:
+    def _run(self, tokens, keep, position_ids=None, attention_mask=None, want_hidden=False, model=None,
+             additive_mask=None) -> TargetOutput:
         batch, n = tokens.shape
         if self.window is not None and self.length + n > self.window:
             raise DraftVerifyError(
@@ -242,6 +438,8 @@ class CachedLM:
             kwargs["position_ids"] = position_ids.to(self.device).expand(batch, n)
         if attention_mask is not None:
             kwargs["attention_mask"] = self._mask(attention_mask, batch, n)
+        if additive_mask is not None:
+            kwargs["attention_mask"] = additive_mask
         if self.is_encoder_decoder:
             out = model(
                 encoder_outputs=self.encoder_outputs,

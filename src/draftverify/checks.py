@@ -30,12 +30,12 @@ def check_max_new_tokens(value: object) -> int:
 
 
 def check_prompt_text(text: object) -> str:
-    """A prompt must be one non-empty, encodable string: batches of prompts are not served yet, and a string
-    holding an unpaired surrogate (a non-UTF-8 command-line argument, a broken decode) cannot be tokenized."""
+    """A prompt must be one non-empty, encodable string (Pipeline.generate takes a list and checks each one), and
+    a string holding an unpaired surrogate (a non-UTF-8 command-line argument, a broken decode) cannot be tokenized."""
     if isinstance(text, (list, tuple)):
         raise DraftVerifyError(
-            f"batch size {len(text)} is not supported yet: draft-then-verify runs one sequence at a time; "
-            "call generate once per prompt"
+            f"one prompt is expected here, got a list of {len(text)}; Pipeline.generate takes a list and runs it "
+            "as one batch"
         )
     if not isinstance(text, str):
         raise DraftVerifyError(f"the prompt must be a str, got {type(text).__name__}")

@@ -148,7 +148,9 @@ def _quiet_libraries() -> None:
 
 @app.command()
 def generate(
-    prompt: str = typer.Option(..., "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."),
+    prompts_file: Optional[Path] = typer.Option(None, "--prompts-file", help="Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a \"prompt\") or a text file (one prompt per line); prints one JSON line per prompt. Chain methods only (autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit)."),
+    batch_size: int = typer.Option(8, "--batch-size", help="With --prompts-file: rows decoded together (the last batch may be smaller)."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, bild, specdec++)."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Use a shipped model set, e.g. 'code'."),
@@ -192,7 +194,12 @@ def generate(
             raise DraftVerifyError(f"--threads must be >= 1, got {threads}")
         if dtype not in DTYPE_NAMES:
             raise DraftVerifyError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
-        text_in = _read_prompt(prompt)
+        if (prompt is None) == (prompts_file is None):
+            raise DraftVerifyError("give exactly one of --prompt and --prompts-file")
+        if batch_size < 1:
+            raise DraftVerifyError(f"--batch-size must be >= 1, got {batch_size}")
+        texts = read_prompts_file(prompts_file) if prompts_file is not None else None
+        text_in = _read_prompt(prompt) if texts is None else texts[0]
         for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, ngram, coupling, gamma):
             err_console.print(f"[yellow]warning:[/yellow] {escape(note)}")
         source = f"zoo {zoo!r}" if zoo and not target else repr(target)
@@ -210,6 +217,10 @@ def generate(
                     tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads,
                     lattice_k=lattice_k, ngram_weight=ngram_weight, pbest=pbest, rescore_weight=rescore_weight,
                     tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_)
+        if texts is not None:
+            _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
+                              temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling)
+            return
         on_text = None
         echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed
         if not as_json:
@@ -238,6 +249,172 @@ def generate(
     sys.stdout.write("\n")
     sys.stdout.flush()
     err_console.print(stats_table(result.stats, title=f"{method} (verifier: {result.verifier})"))
+
+
+def read_prompts_file(path: Path) -> list[str]:
+    """Prompts of --prompts-file: JSON lines (a string, or an object with "prompt") for .jsonl, else one per line."""
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise DraftVerifyError(f"cannot read --prompts-file {str(path)!r}: {err.strerror}") from None
+    text = decode_prompt_bytes(raw, str(path))
+    prompts = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if path.suffix == ".jsonl":
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DraftVerifyError(f"{path}:{number} is not JSON: {err}") from None
+            item = item.get("prompt") if isinstance(item, dict) else item
+            if not isinstance(item, str):
+                raise DraftVerifyError(f'{path}:{number} must be a JSON string or an object with a "prompt" string')
+            line = item
+        prompts.append(check_prompt_text(line))
+    if not prompts:
+        raise DraftVerifyError(f"--prompts-file {str(path)!r} holds no prompts")
+    return prompts
+
+
+def _generate_batches(pipe, texts: list[str], batch_size: int, as_json: bool, method: str, **settings) -> None:
+    """--prompts-file: batches of batch_size rows through the loop; one JSON line per prompt on stdout."""
+    from .types import GenerationStats
+
+    total = GenerationStats()
+    records = []
+    for start in range(0, len(texts), batch_size):
+        chunk = texts[start : start + batch_size]
+        results = pipe.generate(chunk, **settings)
+        for index, (prompt, result) in enumerate(zip(chunk, results), start):
+            record = {"index": index, "prompt": prompt, "text": result.text}
+            records.append(record)
+            if not as_json:
+                print(json.dumps(record, ensure_ascii=False), flush=True)
+        stats = results[0].stats
+        for name in ("prompt_tokens", "new_tokens", "target_calls", "draft_calls", "drafted_tokens", "accepted_tokens",
+                     "rejections", "time_prefill", "time_draft", "time_target", "time_verify", "time_total"):
+            setattr(total, name, getattr(total, name) + getattr(stats, name))
+        total.gammas.extend(stats.gammas)
+    if as_json:
+        print(json.dumps({"method": method, "batch_size": batch_size, "results": records, "stats": total.as_dict()},
+                         ensure_ascii=False))
+        return
+    err_console.print(stats_table(total, title=f"{method}, {len(texts)} prompts in batches of {batch_size} "
+                                               "(target calls are batch steps)"))
+
+
+@app.command()
+def serve(
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
+    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, ...)."),
+    zoo: Optional[str] = typer.Option(None, "--zoo", help="Serve a shipped model set, e.g. 'code'."),
+    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1) needs a chain method: autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit; others serve one request at a time."),
+    verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
+    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer, 'heuristic' or 'auto'."),
+    ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table for the ngram method."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, "--port"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="DRAFTVERIFY_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1 (env DRAFTVERIFY_API_KEY)."),
+    served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="The model id clients send (default: the zoo name or the target folder's name)."),
+    max_queue: int = typer.Option(64, "--max-queue", help="Requests that may wait; more get 429 with Retry-After."),
+    max_batch: int = typer.Option(8, "--max-batch", help="Waiting requests with the same sampling settings decoded together as one batch (1: one at a time)."),
+    max_tokens_limit: Optional[int] = typer.Option(None, "--max-tokens-limit", help="Largest max_tokens a request may ask for (default: the model's context)."),
+    ray: bool = typer.Option(False, "--ray", help="Serve with Ray Serve (pip install 'draftverify[ray]')."),
+    replicas: int = typer.Option(1, "--replicas", help="With --ray: model replicas, each with its own worker."),
+    log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level."),
+) -> None:
+    """Serve a method over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models,
+    /health, /metrics)."""
+    try:
+        method = method or _default_method(zoo, draft)
+        resolve_method(method)
+        parse_gamma(_gamma(gamma))
+        if dtype not in DTYPE_NAMES:
+            raise DraftVerifyError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
+        for flag, value in (("--threads", threads), ("--max-queue", max_queue), ("--max-batch", max_batch),
+                            ("--max-tokens-limit", max_tokens_limit), ("--replicas", replicas)):
+            if value is not None and value < 1:
+                raise DraftVerifyError(f"{flag} must be >= 1, got {value}")
+        if not 0 <= port <= 65535:
+            raise DraftVerifyError(f"--port must be in 0..65535, got {port}")
+        if zoo is None and target is None:
+            raise DraftVerifyError("no model: give --zoo NAME or --target PATH")
+        try:
+            import fastapi  # noqa: F401
+            import uvicorn  # noqa: F401
+        except ImportError:
+            raise DraftVerifyError("serving needs the 'serve' extra: pip install 'draftverify[serve]'") from None
+        name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
+        load_args = dict(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
+                         gamma=_gamma(gamma), ngram_path=ngram)
+        from .serve.app import ServerSettings
+
+        settings = ServerSettings(model_name=name, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
+                                  max_tokens_limit=max_tokens_limit)
+        if ray:
+            from .serve.ray_serve import run_ray
+
+            run_ray(load_args, settings, replicas=replicas, host=host, port=port, threads=threads)
+            return
+        err_console.print(f"[dim]loading {escape(method)}: {escape(name)} ...[/dim]")
+        _quiet_libraries()
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
+        from .api import load
+        from .serve.app import create_app
+
+        pipe = load(**load_args)
+        app_ = create_app(pipe, settings)
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    import uvicorn
+
+    err_console.print(f"serving {escape(name)} ({escape(method)}) on http://{host}:{port}/v1"
+                      + (" (API key required)" if api_key else ""))
+    uvicorn.run(app_, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+
+
+@app.command("bench-batch")
+def bench_batch(
+    zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set, e.g. 'code'."),
+    target: Optional[str] = typer.Option(None, "--target", "-t"),
+    draft: Optional[str] = typer.Option(None, "--draft", "-d"),
+    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (chain methods: model, prompt_lookup, ngram, lookup_model, early_exit)."),
+    batch_sizes: str = typer.Option("1,2,4,8", "--batch-sizes"),
+    prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
+    num_prompts: int = typer.Option(16, "--num-prompts", help="Prompts decoded at every batch size (at least the largest B)."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+    out: Path = typer.Option(Path("benchmarks"), "--out"),
+    name: str = typer.Option("bench-batch", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
+) -> None:
+    """Batch throughput: tokens/s at batch sizes 1, 2, 4, 8 for HF generate (batched), our loop without drafting
+    and our drafting methods, greedy, on the same prompts; checks every row equals its batch-1 text."""
+    try:
+        from .bench.batch import main as batch_main, parse_sizes
+
+        if zoo is None and target is None:
+            raise DraftVerifyError("no model: give --zoo NAME or --target PATH")
+        check_max_new_tokens(max_new_tokens)
+        _quiet_libraries()
+        results = batch_main(zoo, target, draft, [m for m in methods_.split(",") if m], parse_sizes(batch_sizes),
+                             prompts, num_prompts, max_new_tokens, out, name, threads, data_dir,
+                             echo=lambda line: err_console.print(escape(line)))
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    console.print(f"wrote {out / name}.json and {out / name}.md")
+    differ = [f"{r.runner} B={r.batch_size}" for r in results if r.equal_rows is not None and r.equal_rows < r.prompts]
+    if differ:
+        err_console.print(f"[yellow]warning:[/yellow] rows differ from their batch-1 text in {', '.join(differ)} "
+                          "(float rounding of batched matrix products can flip near-ties; see the last column)")
 
 
 @app.command()

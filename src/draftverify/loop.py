@@ -23,7 +23,7 @@ from .verifiers.base import Verifier
 TokenCallback = Callable[[torch.Tensor], None]  # receives each step's emitted tokens [B, k]
 
 
-def _check_input(input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+def _check_input(input_ids: torch.Tensor, max_new_tokens: int | list[int]) -> torch.Tensor:
     if not isinstance(input_ids, torch.Tensor):
         raise DraftVerifyError(f"input_ids must be a torch.Tensor of token ids, got {type(input_ids).__name__}")
     if input_ids.dim() == 1:
@@ -32,14 +32,32 @@ def _check_input(input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
         raise DraftVerifyError(f"input_ids must be integer token ids of shape [batch, length], got {tuple(input_ids.shape)} {input_ids.dtype}")
     if input_ids.shape[1] == 0:
         raise DraftVerifyError("the prompt is empty: give at least one token (e.g. the tokenizer's BOS token)")
-    if input_ids.shape[0] != 1:
-        raise DraftVerifyError(
-            f"batch size {input_ids.shape[0]} is not supported yet: draft-then-verify runs one sequence at a time; "
-            "call generate once per prompt"
-        )
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise DraftVerifyError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if input_ids.shape[0] == 0:
+        raise DraftVerifyError("the batch is empty: give at least one row of input_ids")
+    limits = max_new_tokens if isinstance(max_new_tokens, (list, tuple)) else [max_new_tokens]
+    if isinstance(max_new_tokens, (list, tuple)) and len(limits) != input_ids.shape[0]:
+        raise DraftVerifyError(f"max_new_tokens has {len(limits)} entries for {input_ids.shape[0]} rows")
+    for limit in limits:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise DraftVerifyError(f"max_new_tokens must be an integer >= 1, got {limit!r}")
     return input_ids.long()
+
+
+def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingParams) -> None:
+    if not drafter.supports_batch:
+        raise DraftVerifyError(
+            f"the {drafter.name!r} drafter runs one row at a time; batches of several rows support the chain "
+            f"drafters {', '.join(BATCH_DRAFTERS)} (methods autoregressive, model, prompt_lookup, ngram, lookup_model, "
+            "early_exit)"
+        )
+    if not verifier.supports_batch:
+        raise DraftVerifyError(
+            f"the {verifier.name} verifier checks one row at a time; batches of several rows support greedy, "
+            "speculative_sampling and gumbel_coupling (the 'exact' rule of every lossless chain method)"
+        )
+
+
+BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit")
 
 
 def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
@@ -102,53 +120,89 @@ def generate(
     input_ids: torch.Tensor,
     params: SamplingParams | None = None,
     *,
-    max_new_tokens: int = 64,
+    max_new_tokens: int | list[int] = 64,
     gamma: int | str | DraftLength = 5,
     eos_token_id: int | list[int] | None = None,
     on_tokens: TokenCallback | None = None,
+    attention_mask: torch.Tensor | None = None,
+    seeds: list[int | None] | None = None,
+    admit: Callable[[], list[tuple[list[int], int, int | None]]] | None = None,
 ) -> GenerationOutput:
     """Decode up to max_new_tokens after input_ids [B, L] (the source, for encoder-decoder targets).
 
     Output equals the target's own greedy decoding (greedy verifier) or is distributed as the target's samples
     (speculative_sampling, l = 1) whatever the drafter proposes; other verifiers trade that for speed.
+
+    Batches (B > 1, or an attention_mask): rows of different lengths are left-padded, with attention_mask [B, L]
+    False at the padding. Each row keeps its own number of accepted draft tokens, stops at its own EOS or
+    max_new_tokens (an int, or one per row) and then leaves the batch; each row's output equals its own batch-1
+    output (greedy, and coupled sampling with seeds, one per row). on_tokens then receives [B, k] with -1 where a
+    row emitted fewer tokens (or has left) and may return the rows (indices into the batch) to stop now.
+    Batches need a decoder-only target and a chain drafter (BATCH_DRAFTERS).
+
+    admit (continuous batching; makes the run a batch even with one row): called between steps while rows are
+    still decoding, returns new rows to join the batch as (prompt token ids, max_new_tokens, seed); they take the
+    next indices (in the order they joined) in on_tokens and in the output.
     """
     started = perf_counter()
     params = params or SamplingParams()
     target = target if isinstance(target, CachedLM) else CachedLM(target, role="target")
     input_ids = _check_input(input_ids, max_new_tokens).to(target.device)
+    batch = input_ids.shape[0]
+    batched = batch > 1 or attention_mask is not None or admit is not None
+    if batched and attention_mask is None:
+        attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
+    limits = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) else [max_new_tokens] * batch
     length_policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)
     verifier.check_params(params)
+    if batched:
+        _check_batch_support(drafter, verifier, params)
+        if seeds is not None and len(seeds) != batch:
+            raise DraftVerifyError(f"seeds has {len(seeds)} entries for {batch} rows")
     decoder_start = 1 if target.is_encoder_decoder else input_ids.shape[1]
-    target.check_fits(decoder_start + max_new_tokens)
-    drafter.bind(target, decoder_start + max_new_tokens)
+    target.check_fits(decoder_start + max(limits))
+    drafter.bind(target, decoder_start + max(limits))
     if isinstance(eos_token_id, int):
         eos_token_id = [eos_token_id]
     eos_ids = torch.tensor(eos_token_id, device=input_ids.device) if eos_token_id else None
+    eos_set = set(eos_token_id or [])
     generator = None
+    row_seeds = None
     if not params.greedy:  # our own generator: the process-global RNG is never reseeded
         generator = torch.Generator(device=input_ids.device)
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         generator.manual_seed(seed)
+        if batched:  # each row's coupled noise is keyed by its own seed (a fresh one where none is given)
+            given = seeds if seeds is not None else [params.seed] * batch
+            row_seeds = [s if s is not None else int.from_bytes(os.urandom(8), "little") >> 1 for s in given]
     if drafter.drafts_in_target_pass:
         length_policy.drafting_folded()
     now = _clock(target.device, length_policy.reads_timers)
 
-    stats = GenerationStats(prompt_tokens=input_ids.shape[1])
-    committed = target.start(input_ids, want_hidden=drafter.needs_target_hidden)  # [B, L0]; all but the last cached
+    stats = GenerationStats(prompt_tokens=input_ids.shape[1] if not batched else int(attention_mask.sum()))
+    committed = target.start(input_ids, want_hidden=drafter.needs_target_hidden, attention_mask=attention_mask)
+    lengths = None
+    if batched:
+        lengths = attention_mask.to(input_ids.device).long().sum(dim=1)
     state = DecodingState(
         tokens=committed,
         source_ids=input_ids if target.is_encoder_decoder else None,
         prompt_length=committed.shape[1],
         params=params,
         generator=generator,
+        lengths=lengths,
+        seeds=row_seeds,
     )
     drafter.start(state, target.prefilled if drafter.needs_target_hidden else None)
     drafter_calls_before = drafter.forward_calls
     stats.time_prefill = perf_counter() - started
     callback_seconds = 0.0  # the caller's streaming time is not the loop's: excluded from time_total
+    if batched:
+        rows = _BatchRows(batch, limits, [state.row(b).tolist() for b in range(batch)])
+    produced = 0  # one row: tokens emitted so far
 
-    while stats.new_tokens < max_new_tokens:
-        remaining = max_new_tokens - stats.new_tokens
+    while (produced < limits[0]) if not batched else rows.active:
+        remaining = limits[0] - produced if not batched else rows.most_remaining()
         # drafting up to `remaining` (not remaining - 1) lets a drafter the target never overrules (BiLD with
         # alpha_FB = 0, huge alpha_RB) write the whole text; the surplus target token is then cut below
         step_gamma = min(length_policy.next(), remaining)
@@ -156,47 +210,212 @@ def generate(
         draft = drafter.propose(state, step_gamma)  # step_gamma >= 1: remaining >= 1 and policies give >= 1
         if draft.tree is not None and not verifier.accepts_trees:
             raise DraftVerifyError(f"the {verifier.name} verifier checks chains only; this drafter proposed a tree")
-        draft.position = state.tokens.shape[1]  # keys position-coupled sampling noise
+        draft.position = state.next_position()  # keys position-coupled sampling noise
+        draft.seeds = state.seeds
         extra = drafter.verify_inputs(draft)  # [B, E]
         t1 = now()
-        pending = state.tokens[:, target.length :]  # [B, 1]
+        pending = state.tokens[:, -1:]  # [B, 1] the one committed token the target's cache does not hold yet
         scored = torch.cat([pending, draft.tokens, extra], dim=1)  # [B, 1+N+E]
         position_ids, mask = _verify_layout(target, draft, extra.shape[1])
         out = target.forward(scored, position_ids, mask, want_hidden=drafter.needs_target_hidden)
         t2 = now()
         verdict = verifier.verify(draft, out.logits[:, : 1 + draft.length], params, generator)
-        n = int(verdict.num_accepted[0])  # the step's one host sync
-        t3 = now()
-
-        emitted = verdict.tokens[:, : n + 1]  # [B, n+1]
-        stop_at = _first_stop(emitted, eos_ids)
-        if stop_at is not None:
-            emitted = emitted[:, : stop_at + 1]
-        emitted = emitted[:, :remaining]
-        kept = _kept_positions(draft, verdict, n)
-        target.commit(kept)  # the pending token and the accepted drafts; emitted[-1] is pending now
-        state.tokens = torch.cat([state.tokens, emitted], dim=1)
-        drafter.commit(state, verdict, _scored_for_drafter(out, kept, draft) if drafter.needs_target_hidden else None)
-
-        rejected = n < draft.depth
+        if batched:
+            accepted = verdict.num_accepted.tolist()  # the step's one host sync
+            t3 = now()
+            emitted_rows = rows.emitted(verdict.tokens.tolist(), accepted, eos_set)
+            target.commit_rows(verdict.num_accepted + 1)
+            state.tokens, state.lengths = _append_rows(state.tokens, state.lengths, emitted_rows)
+            drafter.commit(state, verdict, None)
+            n = round(sum(accepted) / len(accepted))
+            rejected_rows = sum(a < draft.depth if draft.lengths is None else a < int(draft.lengths[i])
+                                for i, a in enumerate(accepted))
+            stats.new_tokens += sum(len(r) for r in emitted_rows)
+            stats.drafted_tokens += draft.length * len(accepted) if draft.lengths is None else int(draft.lengths.sum())
+            stats.accepted_tokens += sum(min(a, len(r)) for a, r in zip(accepted, emitted_rows))
+            stats.rejections += rejected_rows
+            rejected = rejected_rows > 0
+        else:
+            n = int(verdict.num_accepted[0])  # the step's one host sync
+            t3 = now()
+            emitted = verdict.tokens[:, : n + 1]  # [B, n+1]
+            stop_at = _first_stop(emitted, eos_ids)
+            if stop_at is not None:
+                emitted = emitted[:, : stop_at + 1]
+            emitted = emitted[:, :remaining]
+            kept = _kept_positions(draft, verdict, n)
+            target.commit(kept)  # the pending token and the accepted drafts; emitted[-1] is pending now
+            state.tokens = torch.cat([state.tokens, emitted], dim=1)
+            drafter.commit(state, verdict, _scored_for_drafter(out, kept, draft) if drafter.needs_target_hidden else None)
+            rejected = n < draft.depth
+            stats.new_tokens += emitted.shape[1]
+            produced += emitted.shape[1]
+            stats.drafted_tokens += draft.length
+            stats.accepted_tokens += min(n, emitted.shape[1])
+            stats.rejections += int(rejected)
         stats.target_calls += 1
-        stats.new_tokens += emitted.shape[1]
-        stats.drafted_tokens += draft.length
-        stats.accepted_tokens += min(n, emitted.shape[1])
-        stats.rejections += int(rejected)
         stats.gammas.append(draft.length)
         stats.time_draft += t1 - t0
         stats.time_target += t2 - t1
         stats.time_verify += t3 - t2
         length_policy.update(draft.length, n, rejected, t1 - t0, t2 - t1)
+        stop_rows = None
         if on_tokens is not None:
             t4 = perf_counter()
-            on_tokens(emitted)
+            stop_rows = on_tokens(rows.padded(emitted_rows, input_ids.device) if batched else emitted)
             callback_seconds += perf_counter() - t4
-        if stop_at is not None:
+        if batched:
+            leaving = rows.finish(stop_rows)
+            if leaving is not None:
+                if not rows.active:
+                    break
+                target.drop_rows(leaving)
+                drafter.drop_rows(leaving)
+                keep = leaving.to(state.tokens.device)
+                state.tokens, state.lengths = _trim_rows(state.tokens[keep], state.lengths[keep])
+                if state.seeds is not None:
+                    state.seeds = [s for s, k in zip(state.seeds, leaving.tolist()) if k]
+            if admit is not None:
+                joining = admit()
+                if joining:
+                    t5 = perf_counter()
+                    _join(target, drafter, state, rows, joining, params, stats)
+                    stats.time_prefill += perf_counter() - t5
+        elif stop_at is not None or stop_rows:
             break
 
     stats.draft_calls = drafter.forward_calls - drafter_calls_before
     stats.time_total = perf_counter() - started - callback_seconds
+    if batched:
+        return rows.output(input_ids, attention_mask, stats)
     new = state.tokens[:, state.prompt_length :]
     return GenerationOutput(sequences=state.tokens, new_tokens=new, stats=stats)
+
+
+def _join(target: CachedLM, drafter: Drafter, state: DecodingState, rows: "_BatchRows",
+          joining: list[tuple[list[int], int, int | None]], params: SamplingParams, stats: GenerationStats) -> None:
+    """Continuous batching: prefill the joining rows and append them to the batch (target, drafter and state)."""
+    prompts = [list(ids) for ids, _, _ in joining]
+    limits = [limit for _, limit, _ in joining]
+    for ids, limit in zip(prompts, limits):
+        if not ids:
+            raise DraftVerifyError("a joining row needs at least one prompt token")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise DraftVerifyError(f"max_new_tokens must be an integer >= 1, got {limit!r}")
+        target.check_fits(len(ids) + limit)
+        drafter.bind(target, len(ids) + limit)
+    width = max(len(r) for r in prompts)
+    device = state.tokens.device
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in prompts], device=device)
+    mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in prompts], device=device)
+    target.join_rows(ids, mask)
+    drafter.join_rows(ids, mask)
+    total = max(width, state.tokens.shape[1])
+    pad = lambda t: torch.cat([t.new_zeros((t.shape[0], total - t.shape[1])), t], dim=1)  # noqa: E731
+    state.tokens = torch.cat([pad(state.tokens), pad(ids)])
+    state.lengths = torch.cat([state.lengths, mask.long().sum(dim=1)])
+    if state.seeds is not None:
+        state.seeds = state.seeds + [seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+                                     for _, _, seed in joining]
+    stats.prompt_tokens += sum(len(r) for r in prompts)
+    rows.add(prompts, limits)
+
+
+class _BatchRows:
+    """Bookkeeping of a batch: which original rows are still decoding, what each has emitted, when each ends."""
+
+    def __init__(self, batch: int, limits: list[int], prompts: list[list[int]]):
+        self.batch = batch
+        self.limits = list(limits)
+        self.prompts = prompts
+        self.active = list(range(batch))  # original indices of the rows still in the batch, in batch order
+        self.new: list[list[int]] = [[] for _ in range(batch)]
+        self.ended: list[bool] = [False] * batch
+
+    def add(self, prompts: list[list[int]], limits: list[int]) -> None:
+        """Rows joining (continuous batching) take the next indices and the end of the batch."""
+        self.active.extend(range(self.batch, self.batch + len(prompts)))
+        self.batch += len(prompts)
+        self.prompts.extend(prompts)
+        self.limits.extend(limits)
+        self.new.extend([] for _ in prompts)
+        self.ended.extend(False for _ in prompts)
+
+    def most_remaining(self) -> int:
+        return max(self.limits[r] - len(self.new[r]) for r in self.active)
+
+    def emitted(self, tokens: list[list[int]], accepted: list[int], eos: set[int]) -> list[list[int]]:
+        """Each active row's emitted tokens this step: accepted drafts + the target's token, cut after the first
+        EOS and at the row's max_new_tokens."""
+        out = []
+        for i, row in enumerate(self.active):
+            toks = tokens[i][: accepted[i] + 1]
+            for j, t in enumerate(toks):
+                if t in eos:
+                    toks = toks[: j + 1]
+                    self.ended[row] = True
+                    break
+            toks = toks[: self.limits[row] - len(self.new[row])]
+            self.new[row].extend(toks)
+            if len(self.new[row]) >= self.limits[row]:
+                self.ended[row] = True
+            out.append(toks)
+        return out
+
+    def padded(self, emitted: list[list[int]], device) -> torch.Tensor:
+        """[B_original, k] of this step's tokens, -1 where a row emitted fewer (or has left the batch)."""
+        width = max((len(r) for r in emitted), default=0)
+        grid = torch.full((self.batch, width), -1, dtype=torch.long)
+        for i, row in enumerate(self.active):
+            if emitted[i]:
+                grid[row, : len(emitted[i])] = torch.tensor(emitted[i])
+        return grid.to(device)
+
+    def finish(self, stop_rows) -> torch.Tensor | None:
+        """Mark rows the caller stopped; returns keep [B_active] (bool) when some rows leave, else None."""
+        for row in stop_rows or ():
+            self.ended[int(row)] = True
+        keep = [not self.ended[row] for row in self.active]
+        if all(keep):
+            return None
+        self.active = [row for row, k in zip(self.active, keep) if k]
+        return torch.tensor(keep)
+
+    def output(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, stats) -> GenerationOutput:
+        """new_tokens [B, max new] and sequences [B, max prompt + new] (each row's prompt and new tokens),
+        right-padded with -1."""
+        def grid(lists: list[list[int]]) -> torch.Tensor:
+            out = torch.full((len(lists), max((len(r) for r in lists), default=0)), -1, dtype=torch.long)
+            for b, r in enumerate(lists):
+                if r:
+                    out[b, : len(r)] = torch.tensor(r)
+            return out.to(input_ids.device)
+
+        return GenerationOutput(sequences=grid([p + n for p, n in zip(self.prompts, self.new)]),
+                                new_tokens=grid(self.new), stats=stats, rows=[list(r) for r in self.new])
+
+
+def _append_rows(tokens: torch.Tensor, lengths: torch.Tensor, emitted: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded tokens [B, T] plus each row's new tokens -> left-padded [B, T'] (every row ends in the last
+    column again) and the new lengths."""
+    counts = [len(r) for r in emitted]
+    if len(set(counts)) == 1:  # every row emitted as many: plain concatenation keeps the alignment
+        if counts[0] == 0:
+            return tokens, lengths
+        new = torch.tensor(emitted, dtype=tokens.dtype, device=tokens.device)
+        return torch.cat([tokens, new], dim=1), lengths + counts[0]
+    grow = max(counts)
+    out = torch.cat([tokens.new_zeros((tokens.shape[0], grow)), tokens], dim=1)
+    width = out.shape[1]
+    for b, r in enumerate(emitted):
+        if r:  # move the row left by what it emits, then write its tokens at the end
+            out[b, : width - len(r)] = out[b, len(r) :].clone()
+            out[b, width - len(r) :] = torch.tensor(r, dtype=tokens.dtype, device=tokens.device)
+    new_lengths = lengths + torch.tensor(counts, device=lengths.device)
+    return _trim_rows(out, new_lengths)
+
+
+def _trim_rows(tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop leading columns that are padding in every row."""
+    width = int(lengths.max())
+    return tokens[:, tokens.shape[1] - width :], lengths

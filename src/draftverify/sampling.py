@@ -118,3 +118,22 @@ def draw(probs: torch.Tensor, params: SamplingParams, generator: torch.Generator
         noise = gumbel_noise(coupling_seed(generator), position, 1, probs.shape[-1], probs.device)[0]  # [V]
         return gumbel_argmax(probs, noise)
     return sample(probs, generator)
+
+
+def draw_next(probs: torch.Tensor, state, offset: int) -> torch.Tensor:
+    """A drafter's token `offset` positions after the last committed one of each row (DecodingState `state`):
+    draw() for one row; in a batch, each row's coupled noise is keyed by its own seed and position. probs [B, V]."""
+    if state.lengths is None:
+        return draw(probs, state.params, state.generator, state.tokens.shape[1] + offset)
+    params = state.params
+    if not params.coupled:
+        return draw(probs, params, state.generator, 0)
+    positions = (state.lengths + offset).tolist()
+    noise = torch.stack([gumbel_noise(seed, pos, 1, probs.shape[-1], probs.device)[0]
+                         for seed, pos in zip(row_seeds(state.seeds, state.generator, len(positions)), positions)])
+    return gumbel_argmax(probs, noise)
+
+
+def row_seeds(seeds: list[int] | None, generator: torch.Generator | None, rows: int) -> list[int]:
+    """Per-row coupling seeds of a batch: the given ones, else the generator's seed for every row."""
+    return list(seeds) if seeds is not None else [coupling_seed(generator)] * rows

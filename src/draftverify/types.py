@@ -52,6 +52,22 @@ class DecodingState:
     prompt_length: int  # number of leading entries of `tokens` that came from the prompt
     params: SamplingParams
     generator: torch.Generator | None  # seeded RNG shared by drafter and verifier (None when greedy)
+    # batches of several rows: `tokens` is left-padded (every row ends in the last column) and lengths [B] counts
+    # each row's real tokens; seeds [B] key each row's coupled sampling noise. Both None for one row.
+    lengths: torch.Tensor | None = None
+    seeds: list[int] | None = None
+
+    def row(self, b: int) -> torch.Tensor:
+        """Row b's real tokens [L_b] (without the left padding of a batch)."""
+        if self.lengths is None:
+            return self.tokens[b]
+        return self.tokens[b, self.tokens.shape[1] - int(self.lengths[b]) :]
+
+    def next_position(self, offset: int = 0) -> int | torch.Tensor:
+        """Decoder index of the token `offset` after the last committed one: an int for one row, [B] for a batch."""
+        if self.lengths is None:
+            return self.tokens.shape[1] + offset
+        return self.lengths + offset
 
 
 @dataclass
@@ -74,7 +90,8 @@ class Draft:
     q_probs: torch.Tensor | None = None  # [B, N, V] drafter probabilities the tokens were drawn from
     tree: TreeSpec | None = None  # None = chain (node j's parent is node j-1)
     lengths: torch.Tensor | None = None  # [B] long, valid draft tokens per row (ragged batches)
-    position: int | None = None  # decoder index of tokens[:, 0] (set by the loop; keys coupled noise)
+    position: int | torch.Tensor | None = None  # decoder index of tokens[:, 0] ([B] in a batch; set by the loop)
+    seeds: list[int] | None = None  # per-row coupled-noise seeds of a batch (set by the loop)
 
     def __post_init__(self) -> None:
         if self.tree is not None and self.tree.size != self.tokens.shape[1]:
@@ -176,5 +193,6 @@ class GenerationStats:
 @dataclass
 class GenerationOutput:
     sequences: torch.Tensor  # [B, L_prompt + new] prompt followed by generated tokens (decoder side)
-    new_tokens: torch.Tensor  # [B, new]
-    stats: GenerationStats
+    new_tokens: torch.Tensor  # [B, new]; a batch of rows pads the shorter ones on the right with -1
+    stats: GenerationStats  # a batch's stats add up its rows (target_calls counts shared steps once)
+    rows: list[list[int]] | None = None  # a batch's new tokens per row, without padding (None for one row)

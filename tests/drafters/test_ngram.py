@@ -224,8 +224,8 @@ def test_bind_rejects_vocabulary_mismatch():
         bad.bind(target, 32)
 
 
-def test_batch_above_one_raises():
-    drafter = NgramDrafter(NgramTable.from_sequences([[1, 2, 3]], order=2, vocab_size=V))
-    st = DecodingState(torch.tensor([[1, 2], [2, 3]]), None, 2, SamplingParams(), None)
-    with pytest.raises(DraftVerifyError, match="batch"):
-        drafter.propose(st, 2)
+def test_each_row_of_a_batch_drafts_from_its_own_context():
+    drafter = NgramDrafter(NgramTable.from_sequences([[1, 2, 3, 4]], order=2, vocab_size=V))
+    st = DecodingState(torch.tensor([[0, 1], [2, 3]]), None, 2, SamplingParams(), None, lengths=torch.tensor([1, 2]))
+    draft = drafter.propose(st, 2)
+    assert draft.tokens.tolist() == [[2, 3], [4, 1]]  # row 0 never sees its padding token 0

@@ -22,6 +22,7 @@ class Drafter(ABC):
     needs_target_hidden: bool = False  # heads / BiTA read the target's hidden states: commit() receives them
     drafts_in_target_pass: bool = False  # the draft comes out of the verify forward itself (no separate cost)
     uses_draft_model: bool = False  # load(zoo=...) then supplies the zoo's draft model
+    supports_batch: bool = False  # drafts for a batch of several left-padded rows (DecodingState.lengths)
 
     def __init__(self) -> None:
         self.forward_calls = 0
@@ -61,10 +62,19 @@ class Drafter(ABC):
         [B, E, ...]; the next draft can be prepared from them here, at no extra target call.
         """
 
+    def drop_rows(self, keep: torch.Tensor) -> None:
+        """Batches: keep only the rows where keep [B] (bool) is True; finished rows leave between steps."""
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Batches: new left-padded prompt rows [b, L] join at the end of the batch between steps (continuous
+        batching); a drafter with a cache prefills them like start() does."""
+
 
 @register_drafter("none")
 class NoDrafter(Drafter):
     """Plain autoregressive decoding with the target in our loop (the no-drafting baseline)."""
+
+    supports_batch = True
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         return empty_draft(state)

@@ -9,6 +9,7 @@ equal to the target's.
 """
 from __future__ import annotations
 
+import torch
 from transformers import PreTrainedModel
 
 from ..cached_lm import CachedLM, cached_model
@@ -23,6 +24,7 @@ from .prompt_lookup import PromptLookupDrafter
 @register_drafter("lookup_model")
 class LookupModelDrafter(Drafter):
     uses_draft_model = True
+    supports_batch = True
 
     def __init__(self, model: PreTrainedModel | CachedLM, max_ngram: int = 3, min_ngram: int = 2,
                  fallback_threshold: float = 0.0):
@@ -47,6 +49,8 @@ class LookupModelDrafter(Drafter):
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         copied = self.lookup.propose(state, gamma)
+        if state.lengths is not None:
+            return self._propose_rows(state, gamma, copied)
         if copied.length:
             self.lookup_steps += 1
             return copied
@@ -55,5 +59,40 @@ class LookupModelDrafter(Drafter):
         self.forward_calls += self.model.forward_calls - before
         return draft
 
+    def _propose_rows(self, state: DecodingState, gamma: int, copied: Draft) -> Draft:
+        """A batch: rows whose n-gram recurs copy, the others take the draft model's tokens; the model drafts
+        only when some row needs it (its drafts in the copying rows are then discarded at commit)."""
+        batch = state.tokens.shape[0]
+        copy_len = torch.zeros(batch, dtype=torch.long, device=state.tokens.device)
+        if copied.length:
+            copy_len = copied.lengths if copied.lengths is not None else copy_len + copied.length
+        copying = copy_len > 0
+        if bool(copying.all()):
+            self.lookup_steps += 1
+            return copied
+        before = self.model.forward_calls
+        drafted = self.model.propose(state, gamma)
+        self.forward_calls += self.model.forward_calls - before
+        if not bool(copying.any()) or drafted.length == 0:
+            return drafted if drafted.length else copied
+        self.model.discard = copying
+        width = max(drafted.length, copied.length)
+        tokens = state.tokens.new_zeros((batch, width))
+        tokens[:, : drafted.length] = drafted.tokens
+        q = drafted.q_probs.new_zeros((batch, width, drafted.q_probs.shape[-1]))
+        q[:, : drafted.length] = drafted.q_probs
+        rows = copying.nonzero().flatten()
+        tokens[rows, : copied.length] = copied.tokens[rows]
+        q[rows] = 0.0  # a copied token is a deterministic proposal: q one-hot at it
+        q[rows, : copied.length] = torch.nn.functional.one_hot(copied.tokens[rows], q.shape[-1]).to(q.dtype)
+        lengths = torch.where(copying, copy_len, torch.full_like(copy_len, drafted.length))
+        return Draft(tokens=tokens, q_probs=q, lengths=lengths)
+
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
         self.model.commit(state, verdict, scored)
+
+    def drop_rows(self, keep) -> None:
+        self.model.drop_rows(keep)
+
+    def join_rows(self, input_ids, attention_mask) -> None:
+        self.model.join_rows(input_ids, attention_mask)

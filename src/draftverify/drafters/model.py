@@ -7,7 +7,7 @@ from transformers import PreTrainedModel
 from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError, check_number
 from ..registry import register_drafter
-from ..sampling import draw, probs_from_logits
+from ..sampling import draw_next, probs_from_logits
 from ..types import DecodingState, Draft, Verdict
 from .base import Drafter, stack_draft
 
@@ -23,11 +23,14 @@ class ModelDrafter(Drafter):
     """
 
     uses_draft_model = True
+    supports_batch = True
 
     def __init__(self, model: PreTrainedModel | CachedLM, fallback_threshold: float = 0.0):
         super().__init__()
         self.fallback_threshold = check_number("fallback threshold alpha_FB", fallback_threshold, 0.0, 1.0)
         self.lm = model if isinstance(model, CachedLM) else CachedLM(model, role="draft")
+        self.discard: torch.Tensor | None = None  # batches: rows whose drafts another drafter replaced (see commit)
+        self._fed: torch.Tensor | None = None  # batches: each row's committed tokens when the last draft began
 
     @classmethod
     def from_options(cls, target: CachedLM, options) -> "ModelDrafter":
@@ -55,20 +58,35 @@ class ModelDrafter(Drafter):
         draft.check_fits(max_positions)
 
     def start(self, state: DecodingState, prefilled=None) -> None:
+        if state.lengths is not None:  # a batch: the same left-padded rows as the target's
+            width = state.tokens.shape[1]
+            mask = torch.arange(width, device=state.tokens.device)[None] >= (width - state.lengths)[:, None]
+            self.lm.start(state.tokens, attention_mask=mask)
+            return
         self.lm.start(state.source_ids if self.lm.is_encoder_decoder else state.tokens)
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         params = state.params
-        pending = state.tokens[:, self.lm.length :]  # [B, k>=1] committed tokens the draft has not seen
+        new_valid = None
+        if state.lengths is None:
+            pending = state.tokens[:, self.lm.length :]  # [B, k>=1] committed tokens the draft has not seen
+        else:  # each row feeds its own unseen tokens, right-aligned: the rows needing fewer are left-padded
+            need = state.lengths - self.lm.row_length  # [B] >= 1
+            width = int(need.max())
+            pending = state.tokens[:, -width:]
+            new_valid = torch.arange(width, device=pending.device)[None] >= (width - need)[:, None]
+            self._fed = state.lengths.clone()
+            self.discard = None
         tokens: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
         for i in range(gamma):
-            logits = self.lm.forward(pending).logits[:, -1]  # [B, V]
+            logits = self.lm.forward(pending, new_valid=new_valid).logits[:, -1]  # [B, V]
+            new_valid = None
             self.forward_calls += 1
             q_i = probs_from_logits(logits, params)  # [B, V]
             if self.fallback_threshold > 0 and float(q_i.max()) <= self.fallback_threshold:
                 break
-            x = draw(q_i, params, state.generator, state.tokens.shape[1] + i)  # [B]
+            x = draw_next(q_i, state, i)  # [B]
             tokens.append(x)
             q.append(q_i)
             pending = x[:, None]
@@ -77,4 +95,18 @@ class ModelDrafter(Drafter):
     def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
         # the tail holds the committed tokens fed this step and the drafts fed after them; only the accepted drafts
         # stay valid, and the last committed token is pending
+        if state.lengths is not None:
+            upto = torch.minimum(self.lm.row_length, state.lengths - 1)
+            if self.discard is not None:  # these rows committed someone else's draft: ours are not their text
+                upto = torch.where(self.discard.to(upto.device), torch.minimum(upto, self._fed), upto)
+                self.discard = None
+            self.lm.truncate_rows(upto)
+            return
         self.lm.commit(min(self.lm.length, state.tokens.shape[1] - 1) - self.lm.committed)
+
+    def drop_rows(self, keep: torch.Tensor) -> None:
+        if self.lm.batched:
+            self.lm.drop_rows(keep)
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        self.lm.join_rows(input_ids, attention_mask)

@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
-from ..sampling import draw, probs_from_logits
+from ..sampling import draw_next, probs_from_logits
 from ..types import DecodingState, Draft
 from .base import Drafter, stack_draft
 
@@ -197,6 +197,8 @@ class NgramTable:
 class NgramDrafter(Drafter):
     """Drafts from an NgramTable; q is the table's next-token distribution after the target's sampling filters."""
 
+    supports_batch = True
+
     def __init__(self, table: NgramTable):
         super().__init__()
         self.table = table
@@ -215,18 +217,18 @@ class NgramDrafter(Drafter):
             )
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
-        if state.tokens.shape[0] != 1:
-            raise DraftVerifyError("the n-gram drafter drafts one sequence at a time (batch size 1)")
-        context = state.tokens[0, -(self.table.order - 1) :].tolist()
+        keep = self.table.order - 1
+        contexts = [state.row(b)[-keep:].tolist() for b in range(state.tokens.shape[0])]
         tokens: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
         for i in range(gamma):
-            ids, counts = self.table.next_counts(context)
-            dense = torch.zeros(self.table.vocab_size)
-            dense[ids] = counts
-            q_i = probs_from_logits(dense.log()[None], state.params)  # [1, V]
-            x = draw(q_i, state.params, state.generator, state.tokens.shape[1] + i)  # [1]
+            dense = torch.zeros(len(contexts), self.table.vocab_size)
+            for b, context in enumerate(contexts):
+                ids, counts = self.table.next_counts(context)
+                dense[b, ids] = counts
+            q_i = probs_from_logits(dense.log(), state.params).to(state.tokens.device)  # [B, V]
+            x = draw_next(q_i, state, i)  # [B]
             tokens.append(x)
             q.append(q_i)
-            context = (context + [int(x)])[-(self.table.order - 1) :]
+            contexts = [(c + [t])[-keep:] for c, t in zip(contexts, x.tolist())]
         return stack_draft(tokens, q, state)

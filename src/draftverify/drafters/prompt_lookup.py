@@ -30,6 +30,8 @@ def find_continuation(haystack: torch.Tensor, max_ngram: int, min_ngram: int, ga
 class PromptLookupDrafter(Drafter):
     """For encoder-decoder targets the source is searched too (copying from the input, as in summarization)."""
 
+    supports_batch = True
+
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         super().__init__()
         if not (1 <= min_ngram <= max_ngram):
@@ -44,11 +46,23 @@ class PromptLookupDrafter(Drafter):
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         rows = []
         for b in range(state.tokens.shape[0]):
-            haystack = state.tokens[b]
+            haystack = state.row(b)
             if state.source_ids is not None:
                 haystack = torch.cat([state.source_ids[b], haystack])
             rows.append(find_continuation(haystack, self.max_ngram, self.min_ngram, gamma))
         if len(rows) == 1:
             return Draft(tokens=rows[0][None]) if rows[0].numel() else empty_draft(state)
-        n = min(r.numel() for r in rows)  # ragged drafts arrive with batched verification
-        return Draft(tokens=torch.stack([r[:n] for r in rows]))
+        return ragged_draft(rows, state)
+
+
+def ragged_draft(rows: list[torch.Tensor], state: DecodingState) -> Draft:
+    """Per-row drafts of different lengths [n_b] -> one Draft padded to the longest, with lengths [B] (the
+    verifiers judge no position past a row's own length)."""
+    longest = max(r.numel() for r in rows)
+    if longest == 0:
+        return empty_draft(state)
+    tokens = state.tokens.new_zeros((len(rows), longest))
+    for b, r in enumerate(rows):
+        tokens[b, : r.numel()] = r
+    lengths = torch.tensor([r.numel() for r in rows], device=tokens.device)
+    return Draft(tokens=tokens, lengths=None if bool((lengths == longest).all()) else lengths)

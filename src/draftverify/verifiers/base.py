@@ -12,6 +12,7 @@ class Verifier(ABC):
     name: str = "?"
     lossless: bool = False  # True when the output provably equals (in distribution) the target's own decoding
     accepts_trees: bool = False  # chain rules read position i as "after draft[:, :i]", which a tree breaks
+    supports_batch: bool = False  # judges several rows at once, each with its own draft length (Draft.lengths)
 
     @classmethod
     def from_options(cls, options) -> "Verifier":
@@ -31,6 +32,14 @@ class Verifier(ABC):
 def accepted_prefix_length(accept: torch.Tensor) -> torch.Tensor:
     """accept: [B, N] bool -> [B] length of the all-True prefix (no host sync)."""
     return accept.long().cumprod(dim=-1).sum(dim=-1)
+
+
+def within_draft(draft, accept: torch.Tensor) -> torch.Tensor:
+    """accept [B, N] with every position past a row's own draft length (draft.lengths, ragged batches) False."""
+    if draft.lengths is None:
+        return accept
+    positions = torch.arange(accept.shape[1], device=accept.device)[None]
+    return accept & (positions < draft.lengths.to(accept.device)[:, None])
 
 
 def make_verdict(draft_tokens: torch.Tensor, num_accepted: torch.Tensor, next_token: torch.Tensor) -> Verdict:

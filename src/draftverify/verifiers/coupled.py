@@ -16,14 +16,15 @@ import torch
 
 from ..errors import DraftVerifyError
 from ..registry import register_verifier
-from ..sampling import coupling_seed, gumbel_argmax, gumbel_noise, probs_from_logits
+from ..sampling import coupling_seed, gumbel_argmax, gumbel_noise, probs_from_logits, row_seeds
 from ..types import Draft, SamplingParams, Verdict
-from .base import Verifier, accepted_prefix_length, gather_at, make_verdict
+from .base import Verifier, accepted_prefix_length, gather_at, make_verdict, within_draft
 from .tree import tree_greedy
 
 
 @register_verifier("gumbel_coupling")
 class GumbelCouplingVerifier(Verifier):
+    supports_batch = True
     lossless = True
     accepts_trees = True
 
@@ -45,9 +46,16 @@ class GumbelCouplingVerifier(Verifier):
             offsets = torch.arange(p.shape[1], device=p.device)  # chain: verify row i predicts position t + i
             if draft.tree is not None:
                 offsets = torch.cat([offsets[:1], draft.tree.depth.to(p.device)])  # row 1+j follows node j's depth
-            noise = gumbel_noise(coupling_seed(generator), draft.position, int(offsets.max()) + 1, p.shape[-1], p.device)
-            choice = gumbel_argmax(p, noise[offsets])  # [B, N+1]: the target's own draws
+            if isinstance(draft.position, torch.Tensor):  # a batch: each row's own seed and position
+                seeds = row_seeds(draft.seeds, generator, p.shape[0])
+                noise = torch.stack([gumbel_noise(seed, pos, int(offsets.max()) + 1, p.shape[-1], p.device)
+                                     for seed, pos in zip(seeds, draft.position.tolist())])  # [B, N+1, V]
+                choice = gumbel_argmax(p, noise[:, offsets])
+            else:
+                noise = gumbel_noise(coupling_seed(generator), draft.position, int(offsets.max()) + 1, p.shape[-1],
+                                     p.device)
+                choice = gumbel_argmax(p, noise[offsets])  # [B, N+1]: the target's own draws
         if draft.tree is not None:
             return tree_greedy(draft.tokens, draft.tree, choice)
-        n = accepted_prefix_length(draft.tokens == choice[:, : draft.length])  # [B]
+        n = accepted_prefix_length(within_draft(draft, draft.tokens == choice[:, : draft.length]))  # [B]
         return make_verdict(draft.tokens, n, gather_at(choice, n))

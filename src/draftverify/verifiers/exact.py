@@ -19,6 +19,7 @@ from .tree import TreeGreedyVerifier, TreeSpeculativeSamplingVerifier
 
 
 class ExactVerifier(Verifier):
+    supports_batch = True
     accepts_trees = True
 
     def __init__(self, params: SamplingParams, lenience: float = 1.0):

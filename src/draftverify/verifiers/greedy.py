@@ -6,11 +6,12 @@ import torch
 from ..errors import DraftVerifyError
 from ..registry import register_verifier
 from ..types import Draft, SamplingParams, Verdict
-from .base import Verifier, accepted_prefix_length, gather_at, make_verdict
+from .base import Verifier, accepted_prefix_length, gather_at, make_verdict, within_draft
 
 
 @register_verifier("greedy")
 class GreedyVerifier(Verifier):
+    supports_batch = True
     lossless = True
 
     def check_params(self, params: SamplingParams) -> None:
@@ -22,5 +23,5 @@ class GreedyVerifier(Verifier):
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
         choice = target_logits.argmax(dim=-1)  # [B, N+1]
-        n = accepted_prefix_length(draft.tokens == choice[:, : draft.length])  # [B]
+        n = accepted_prefix_length(within_draft(draft, draft.tokens == choice[:, : draft.length]))  # [B]
         return make_verdict(draft.tokens, n, gather_at(choice, n))

@@ -13,11 +13,12 @@ from ..errors import check_number
 from ..registry import register_verifier
 from ..sampling import probs_from_logits, residual, sample
 from ..types import Draft, SamplingParams, Verdict
-from .base import Verifier, accepted_prefix_length, gather_at, make_verdict
+from .base import Verifier, accepted_prefix_length, gather_at, make_verdict, within_draft
 
 
 @register_verifier("speculative_sampling")
 class SpeculativeSamplingVerifier(Verifier):
+    supports_batch = True
     def __init__(self, lenience: float = 1.0):
         self.lenience = check_number("lenience l", lenience, 0.0, 1.0, low_open=True)
         self.lossless = lenience == 1.0
@@ -40,7 +41,7 @@ class SpeculativeSamplingVerifier(Verifier):
             p = target_logits[:, : draft.length].float().softmax(dim=-1)  # [B, N, V]
             p_x = p.gather(-1, x[..., None]).squeeze(-1)  # [B, N]
             accept = p_x >= self.lenience * p.amax(dim=-1)
-        n = accepted_prefix_length(accept)
+        n = accepted_prefix_length(within_draft(draft, accept))
         return make_verdict(x, n, gather_at(choice, n))
 
     def _verify_sampled(self, draft: Draft, target_logits, params: SamplingParams, generator) -> Verdict:
@@ -52,10 +53,12 @@ class SpeculativeSamplingVerifier(Verifier):
         else:
             q = draft.q_probs.float()
         lq = self.lenience * q
+        if draft.lengths is not None:  # positions past a row's draft propose nothing: q = 0 there
+            lq = lq * (torch.arange(length, device=x.device)[None] < draft.lengths.to(x.device)[:, None])[..., None]
         p_x = p[:, :length].gather(-1, x[..., None]).squeeze(-1)  # [B, N]
         lq_x = lq.gather(-1, x[..., None]).squeeze(-1)  # [B, N]
         r = torch.rand((batch, length), generator=generator, device=x.device)  # [B, N]
-        n = accepted_prefix_length(r * lq_x < p_x)  # [B]
+        n = accepted_prefix_length(within_draft(draft, r * lq_x < p_x))  # [B]
         # next-token distribution: residual at the first rejection, p itself for the bonus token
         lq_padded = torch.cat([lq, torch.zeros_like(p[:, :1])], dim=1)  # [B, N+1, V]
         p_next = residual(gather_at(p, n), gather_at(lq_padded, n))  # [B, V]

@@ -1,0 +1,215 @@
+"""Bounded loopback load test of `draftverify serve`: N concurrent streaming clients for a fixed time or a fixed
+number of requests, whichever ends first; reports throughput, p50/p99 latency and time to first token, errors,
+and the server's resident memory (RSS) before and after.
+
+Only loopback addresses are accepted (127.0.0.0/8, localhost, ::1), the request count and the duration are
+capped, and the script stops by itself.
+
+    # start a server and test it (the script owns the process, so it reads its RSS):
+    python scripts/load_test.py --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 1000
+    # or test a running one (pass its pid for RSS):
+    python scripts/load_test.py --url http://127.0.0.1:8000 --model code --pid 12345 --clients 4 --duration 60
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+
+PROMPTS = ["def quicksort(xs):\n    ", "import os\nimport sys\n\n\ndef main():\n", "class Stack:\n    def __init__(self):",
+           "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", "for i in range(10):\n    ",
+           "def read_json(path):\n    with open(path) as f:\n"]
+MAX_REQUESTS = 100_000
+MAX_DURATION = 3600.0
+
+
+def check_loopback(url: str) -> None:
+    host = urlparse(url).hostname or ""
+    if host == "localhost":
+        return
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        pass
+    raise SystemExit(f"refusing {url!r}: the load test only targets loopback addresses (127.0.0.0/8, localhost, ::1)")
+
+
+def rss_mib(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    k = min(len(values) - 1, max(0, round(q / 100 * (len(values) - 1))))
+    return values[k]
+
+
+async def one_request(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int,
+                      api_key: str | None) -> dict:
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    started = time.perf_counter()
+    first = None
+    tokens = 0
+    try:
+        async with client.stream("POST", url + "/v1/completions", json=body, headers=headers) as r:
+            if r.status_code != 200:
+                await r.aread()
+                return {"ok": False, "status": r.status_code, "seconds": time.perf_counter() - started}
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    return {"ok": False, "status": "stream-error", "seconds": time.perf_counter() - started}
+                if chunk.get("choices") and chunk["choices"][0].get("text") and first is None:
+                    first = time.perf_counter() - started
+                if chunk.get("usage"):
+                    tokens = chunk["usage"]["completion_tokens"]
+    except httpx.HTTPError as err:
+        return {"ok": False, "status": type(err).__name__, "seconds": time.perf_counter() - started}
+    return {"ok": True, "seconds": time.perf_counter() - started, "ttft": first, "tokens": tokens}
+
+
+async def run(url: str, model: str, clients: int, requests: int, duration: float, max_tokens: int,
+              api_key: str | None) -> tuple[list[dict], float]:
+    results: list[dict] = []
+    issued = 0
+    deadline = time.perf_counter() + duration
+
+    async def client_loop(index: int, client: httpx.AsyncClient) -> None:
+        nonlocal issued
+        while issued < requests and time.perf_counter() < deadline:
+            prompt = PROMPTS[(issued + index) % len(PROMPTS)]
+            issued += 1
+            results.append(await one_request(client, url, model, prompt, max_tokens, api_key))
+
+    started = time.perf_counter()
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits) as client:
+        await asyncio.gather(*(client_loop(i, client) for i in range(clients)))
+    return results, time.perf_counter() - started
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(args: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    command = [sys.executable, "-m", "draftverify.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+               "--log-level", "warning", *shlex.split(args)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    proc.terminate()
+    raise SystemExit("the server did not become healthy within 300 s")
+
+
+def summary(results: list[dict], wall: float, rss_before, rss_after, clients: int) -> dict:
+    ok = [r for r in results if r["ok"]]
+    latencies = [r["seconds"] for r in ok]
+    ttfts = [r["ttft"] for r in ok if r.get("ttft") is not None]
+    errors: dict[str, int] = {}
+    for r in results:
+        if not r["ok"]:
+            errors[str(r["status"])] = errors.get(str(r["status"]), 0) + 1
+    tokens = sum(r.get("tokens", 0) for r in ok)
+    return {
+        "clients": clients, "requests": len(results), "ok": len(ok), "errors": errors, "wall_seconds": round(wall, 3),
+        "requests_per_second": round(len(ok) / wall, 3) if wall else None,
+        "tokens": tokens, "tokens_per_second": round(tokens / wall, 2) if wall else None,
+        "latency_p50_s": percentile(latencies, 50), "latency_p99_s": percentile(latencies, 99),
+        "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
+        "rss_before_mib": rss_before, "rss_after_mib": rss_after,
+        "rss_growth_mib": None if rss_before is None or rss_after is None else round(rss_after - rss_before, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", help="A running server (loopback only), e.g. http://127.0.0.1:8000")
+    parser.add_argument("--spawn", help="Start `draftverify serve` with these arguments instead (e.g. \"--zoo code\")")
+    parser.add_argument("--model", help="Model id to send (default: the server's /v1/models)")
+    parser.add_argument("--pid", type=int, help="The server's process id, for RSS (automatic with --spawn)")
+    parser.add_argument("--api-key", default=os.environ.get("DRAFTVERIFY_API_KEY"))
+    parser.add_argument("--clients", type=int, default=8, help="Concurrent streaming clients")
+    parser.add_argument("--requests", type=int, default=1000, help="Stop after this many requests")
+    parser.add_argument("--duration", type=float, default=300.0, help="Stop after this many seconds")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--warmup", type=int, default=4, help="Untimed requests before measuring (and RSS before)")
+    parser.add_argument("--out", type=Path, help="Write the summary JSON here too")
+    args = parser.parse_args(argv)
+    if (args.url is None) == (args.spawn is None):
+        parser.error("give exactly one of --url and --spawn")
+    if not 1 <= args.clients <= 256 or not 1 <= args.requests <= MAX_REQUESTS or not 0 < args.duration <= MAX_DURATION:
+        parser.error(f"--clients 1..256, --requests 1..{MAX_REQUESTS}, --duration (0, {MAX_DURATION:.0f}] seconds")
+    proc = None
+    url, pid = args.url, args.pid
+    if args.spawn is not None:
+        proc, url = spawn(args.spawn)
+        pid = proc.pid
+    check_loopback(url)
+    try:
+        headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+        model = args.model or httpx.get(url + "/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
+        if args.warmup:
+            asyncio.run(run(url, model, min(args.clients, args.warmup), args.warmup, args.duration, args.max_tokens,
+                            args.api_key))
+        before = rss_mib(pid)
+        results, wall = asyncio.run(run(url, model, args.clients, args.requests, args.duration, args.max_tokens,
+                                        args.api_key))
+        after = rss_mib(pid)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    report = {"url": url, "model": model, "max_tokens": args.max_tokens, **summary(results, wall, before, after,
+                                                                                     args.clients)}
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    return 0 if report["ok"] == report["requests"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

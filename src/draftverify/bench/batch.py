@@ -1,0 +1,170 @@
+"""Batch throughput: tokens per second at batch sizes B = 1, 2, 4, 8 for Hugging Face generate (batched, left
+padding), our loop without drafting (autoregressive) and our drafting methods, on the same prompts.
+
+The prompts are split into consecutive batches of B rows; each runner decodes every batch once (after one
+untimed warm-up batch) and the wall time of all of them is summed. Greedy, so every row of ours should equal its
+batch-1 text of our autoregressive loop: `equal_rows` counts those that do (in float32 / bf16 a batched GEMM can
+round differently from a one-row one and flip a near-tie; the tests use float64 models, where all must).
+
+    draftverify bench-batch --zoo code --batch-sizes 1,2,4,8 --num-prompts 16 --max-new-tokens 128
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from time import perf_counter
+
+import torch
+
+from ..errors import DraftVerifyError
+
+
+@dataclass
+class BatchRow:
+    runner: str
+    batch_size: int
+    prompts: int
+    new_tokens: int
+    seconds: float
+    steps: int  # forwards of the target after prefill (ours: loop steps; HF: decoding steps)
+    # rows equal to their batch-1 text of our autoregressive loop (None for HF). Exact arithmetic makes that all of
+    # them; in float32/bf16 a batched GEMM may round differently from a one-row one and flip a near-tie
+    equal_rows: int | None
+    tokens_per_second: float = 0.0
+    speedup_vs_hf: float | None = None
+
+    def __post_init__(self) -> None:
+        self.tokens_per_second = self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def _batches(items: list, size: int) -> list[list]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _hf_generate(pipe, rows: list[list[int]], max_new_tokens: int) -> tuple[list[list[int]], int]:
+    """Hugging Face generate on one left-padded batch; each row's tokens up to and including its EOS."""
+    model = pipe.target.model
+    eos = pipe.eos_token_id
+    eos_set = set([eos] if isinstance(eos, int) else (eos or []))
+    pad = pipe.tokenizer.pad_token_id if pipe.tokenizer.pad_token_id is not None else (min(eos_set) if eos_set else 0)
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=pipe.target.device)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=pipe.target.device)
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                             pad_token_id=pad, eos_token_id=eos, min_new_tokens=0)
+    new = []
+    for row in out[:, width:].tolist():
+        cut = next((i + 1 for i, t in enumerate(row) if t in eos_set), len(row))
+        new.append(row[:cut])
+    return new, out.shape[1] - width
+
+
+def _ours(pipe, rows: list[list[int]], max_new_tokens: int) -> tuple[list[list[int]], int]:
+    from ..types import SamplingParams
+
+    output, _ = pipe.generate_batch_ids(rows, SamplingParams(), max_new_tokens=max_new_tokens)
+    new = output.rows if output.rows is not None else [output.new_tokens[0].tolist()]
+    return new, output.stats.target_calls
+
+
+def run_batch_bench(pipes: dict, rows: list[list[int]], batch_sizes: list[int], max_new_tokens: int,
+                    progress=None) -> list[BatchRow]:
+    """pipes: runner name -> Pipeline (names starting with "hf_" run Hugging Face generate on that pipe's target)."""
+    results: list[BatchRow] = []
+    reference: dict[str, list[list[int]]] = {}  # ours_autoregressive -> its B=1 texts (the reference)
+    for name, pipe in pipes.items():
+        run = _hf_generate if name.startswith("hf_") else _ours
+        run(pipe, rows[: min(2, len(rows))], min(8, max_new_tokens))  # warm-up, untimed
+        for size in batch_sizes:
+            texts: list[list[int]] = []
+            seconds = 0.0
+            steps = 0
+            for chunk in _batches(rows, size):
+                t0 = perf_counter()
+                new, chunk_steps = run(pipe, chunk, max_new_tokens)
+                seconds += perf_counter() - t0
+                steps += chunk_steps
+                texts.extend(new)
+            if name == "ours_autoregressive" and size == min(batch_sizes):
+                reference[name] = texts
+            equal = None
+            if not name.startswith("hf_") and "ours_autoregressive" in reference:
+                equal = sum(a == b for a, b in zip(texts, reference["ours_autoregressive"]))
+            results.append(BatchRow(name, size, len(rows), sum(len(t) for t in texts), seconds, steps, equal))
+            if progress is not None:
+                progress(results[-1])
+    hf = {r.batch_size: r.tokens_per_second for r in results if r.runner.startswith("hf_")}
+    for r in results:
+        if hf.get(r.batch_size):
+            r.speedup_vs_hf = r.tokens_per_second / hf[r.batch_size]
+    return results
+
+
+def markdown(results: list[BatchRow], meta: dict) -> str:
+    lines = [f"# Batch throughput ({meta.get('prompts')} prompts, {meta.get('max_new_tokens')} new tokens, greedy)", "",
+             f"Command: `{meta.get('command')}`", "",
+             f"Machine: {meta.get('machine', {}).get('cpu_model')}, torch threads {meta.get('versions', {}).get('torch_threads')}",
+             "", "| runner | B | new tokens | seconds | tokens/s | vs HF generate at B | target steps | rows = batch-1 AR text |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in results:
+        speed = f"{r.speedup_vs_hf:.2f}x" if r.speedup_vs_hf is not None else ""
+        exact = "" if r.equal_rows is None else f"{r.equal_rows}/{r.prompts}"
+        lines.append(f"| {r.runner} | {r.batch_size} | {r.new_tokens} | {r.seconds:.2f} | {r.tokens_per_second:.1f} | "
+                     f"{speed} | {r.steps} | {exact} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(zoo: str | None, target: str | None, draft: str | None, methods: list[str], batch_sizes: list[int],
+         prompts_spec: str, num_prompts: int, max_new_tokens: int, out: Path, name: str, threads: int | None,
+         data_dir: Path | None = None, echo=print) -> list[BatchRow]:
+    from ..api import load
+    from ..methods import resolve_method
+    from .environment import command_line, machine, now, reproduce_command, versions
+    from .prompts import load_prompts
+
+    if not batch_sizes or any(b < 1 for b in batch_sizes):
+        raise DraftVerifyError(f"--batch-sizes must be integers >= 1, got {batch_sizes}")
+    if num_prompts < max(batch_sizes):
+        raise DraftVerifyError(f"--num-prompts ({num_prompts}) must be at least the largest batch size "
+                               f"({max(batch_sizes)})")
+    for method in methods:
+        resolve_method(method)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    pipes: dict = {}
+    base = load(target=target, zoo=zoo, method="autoregressive")
+    pipes["hf_generate"] = base
+    pipes["ours_autoregressive"] = base
+    for method in methods:
+        if method != "autoregressive":
+            pipes[method] = load(target=target, draft=draft, zoo=zoo, method=method, gamma=4)
+    limit = base.target.max_positions
+    texts = [p.text for p in load_prompts(prompts_spec, data_dir)]
+    rows = [ids for ids in (base.encode(t)[0].tolist() for t in texts)
+            if limit is None or len(ids) + max_new_tokens <= limit][:num_prompts]
+    if len(rows) < num_prompts:
+        raise DraftVerifyError(f"only {len(rows)} prompts of {prompts_spec} fit the context with "
+                               f"{max_new_tokens} new tokens; lower --num-prompts or --max-new-tokens")
+    results = run_batch_bench(pipes, rows, sorted(batch_sizes), max_new_tokens,
+                              progress=lambda r: echo(f"{r.runner} B={r.batch_size}: {r.tokens_per_second:.1f} "
+                                                      f"tokens/s ({r.seconds:.2f} s)"))
+    meta = {"command": reproduce_command(command_line()), "date": now(), "machine": machine(), "versions": versions(),
+            "prompts": f"{len(rows)} {prompts_spec}", "max_new_tokens": max_new_tokens, "batch_sizes": batch_sizes,
+            "zoo": zoo, "target": target, "draft": draft, "methods": methods}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in results]}, indent=1))
+    (out / f"{name}.md").write_text(markdown(results, meta))
+    return results
+
+
+def parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise DraftVerifyError(f"--batch-sizes must be a comma list of integers, got {text!r}") from None
+    if not sizes or any(s < 1 for s in sizes) or any(not math.isfinite(s) for s in sizes):
+        raise DraftVerifyError(f"--batch-sizes must be integers >= 1, got {text!r}")
+    return sizes

@@ -1,0 +1,351 @@
+"""The generation worker: one thread that owns the models and runs the library's decoding loop.
+
+Requests wait in a bounded queue; the worker takes the oldest one together with every waiting request that can
+share its batch (same sampling settings, up to max_batch rows) and runs them through Pipeline.generate_batch_ids,
+i.e. the one decoding loop at batch size B. Continuous batching: while the batch runs, finished rows leave it and
+waiting requests with the same settings join it between steps. Each step's tokens go back to the asyncio side
+through loop.call_soon_threadsafe, so the event loop never waits on a model. A cancelled request (client gone)
+leaves its batch at the next step; a request cancelled while still queued is skipped.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import DraftVerifyError
+from ..types import SamplingParams
+from .metrics import Metrics
+from .protocol import ApiError
+
+
+logger = logging.getLogger("draftverify.serve")
+
+
+class QueueFull(Exception):
+    pass
+
+
+class NotRunning(Exception):
+    pass
+
+
+class StopText:
+    """Detokenizes a growing list of token ids into new text, holding back characters that may still turn into
+    a stop string (or a multi-byte character), and ends the text before the first stop string.
+
+    Incremental: each push decodes only the tokens since the last emitted boundary (two decodes from a shared
+    prefix, as vLLM does, so tokenizers that treat a leading space specially stay right), not the whole text."""
+
+    def __init__(self, tokenizer, stop: list[str]):
+        self.tokenizer = tokenizer
+        self.stop = [s for s in stop if s]
+        self.hold = max((len(s) for s in self.stop), default=1) - 1
+        self.ids: list[int] = []
+        self.text = ""  # decoded so far (complete characters only)
+        self.prefix = 0  # ids[prefix:read] decode to the end of self.text
+        self.read = 0
+        self.sent = 0  # characters already returned
+        self.stopped = False
+
+    def _decode(self, final: bool = False) -> None:
+        before = self.tokenizer.decode(self.ids[self.prefix : self.read], skip_special_tokens=True)
+        after = self.tokenizer.decode(self.ids[self.prefix :], skip_special_tokens=True)
+        if len(after) > len(before) and (final or not after.endswith("\ufffd")):
+            self.text += after[len(before) :]
+            self.prefix, self.read = self.read, len(self.ids)
+
+    def push(self, ids: list[int]) -> str:
+        """New text to emit after these tokens; sets .stopped when a stop string appeared (text before it only)."""
+        self.ids.extend(ids)
+        self._decode()
+        text = self.text
+        for s in self.stop:
+            at = text.find(s, max(0, self.sent - len(s) + 1))
+            if at >= 0:
+                self.stopped = True
+                text = text[:at]
+        if self.stopped:
+            return self._take(text, len(text))
+        return self._take(text, len(text) - self.hold)
+
+    def finish(self) -> str:
+        if self.stopped:
+            return ""
+        self._decode(final=True)
+        return self._take(self.text, len(self.text))
+
+    def _take(self, text: str, end: int) -> str:
+        if end <= self.sent:
+            return ""
+        piece = text[self.sent : end]
+        self.sent = end
+        return piece
+
+
+@dataclass
+class Job:
+    """One request's generation. Events reach `sink` (an asyncio.Queue) as tuples:
+    ("text", str), ("done", finish_reason, usage dict) or ("error", ApiError)."""
+
+    ids: list[int]
+    params: SamplingParams
+    max_tokens: int
+    stop: list[str]
+    loop: asyncio.AbstractEventLoop
+    sink: asyncio.Queue
+    arrived: float = field(default_factory=time.perf_counter)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    # worker-side
+    text: StopText | None = None
+    generated: int = 0
+    first_text_at: float | None = None
+    done: bool = False
+
+    def emit(self, event: tuple) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.sink.put_nowait, event)
+        except RuntimeError:  # the event loop is closed: nobody is listening any more
+            pass
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def batch_key(self) -> tuple:
+        """Requests with equal keys may share a batch: the loop takes one SamplingParams per batch, except the
+        seed, which each row keeps."""
+        p = self.params
+        return (p.temperature, p.top_k, p.top_p, p.coupled)
+
+
+class Engine:
+    def __init__(self, pipe, metrics: Metrics, max_queue: int = 64, max_batch: int = 1,
+                 gamma: int | str | None = None):
+        if max_queue < 1 or max_batch < 1:
+            raise DraftVerifyError(f"max_queue and max_batch must be >= 1, got {max_queue} and {max_batch}")
+        self.pipe = pipe
+        self.metrics = metrics
+        self.max_queue = max_queue
+        if max_batch > 1 and not getattr(pipe, "supports_batches", True):
+            logger.warning("this method decodes one row at a time: serving requests one by one (max_batch 1)")
+            max_batch = 1
+        self.max_batch = max_batch
+        self.continuous = max_batch > 1  # rows join a running batch between steps
+        self.gamma = gamma
+        self.eos = pipe.eos_token_id
+        self._eos_set = set([self.eos] if isinstance(self.eos, int) else (self.eos or []))
+        self._waiting: deque[Job] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.busy_rows = 0
+
+    # ---- asyncio side ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._worker, name="draftverify-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self._stopping
+
+    def submit(self, job: Job) -> None:
+        with self._cond:
+            if not self.alive:
+                raise NotRunning()
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFull()
+            self._waiting.append(job)
+            self.metrics.queue_depth.set(len(self._waiting))
+            self._cond.notify()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._stopping = True
+            waiting, self._waiting = list(self._waiting), deque()
+            self.metrics.queue_depth.set(0)
+            self._cond.notify_all()
+        for job in waiting:
+            job.emit(("error", ApiError(503, "the server is shutting down", type="server_error",
+                                       headers={"Retry-After": "5"})))
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ---- worker side -------------------------------------------------------------------------------------
+    def _take(self) -> list[Job] | None:
+        with self._cond:
+            while True:
+                while self._waiting and self._waiting[0].cancelled.is_set():
+                    self._finish_cancelled(self._waiting.popleft())
+                if self._waiting:
+                    break
+                if self._stopping:
+                    return None
+                self._cond.wait()
+            first = self._waiting.popleft()
+            jobs = [first] + self._matching(first.batch_key(), self.max_batch - 1)
+            self.metrics.queue_depth.set(len(self._waiting))
+            return jobs
+
+    def _matching(self, key: tuple, room: int) -> list[Job]:
+        """Up to `room` waiting jobs with this batch key, oldest first, taken off the queue (lock held)."""
+        taken: list[Job] = []
+        for job in list(self._waiting):
+            if len(taken) >= room:
+                break
+            if job.batch_key() == key and not job.cancelled.is_set():
+                self._waiting.remove(job)
+                taken.append(job)
+        return taken
+
+    def _admitter(self, jobs: list[Job]):
+        """Continuous batching: between steps, waiting jobs with the batch's sampling settings join it while it
+        has room (rows that finished have left)."""
+        key = jobs[0].batch_key()
+
+        def admit() -> list[tuple[list[int], int, int | None]]:
+            active = sum(not job.done for job in jobs)
+            room = self.max_batch - active
+            if room <= 0 or not self._waiting:
+                return []
+            with self._cond:
+                if self._stopping:
+                    return []
+                new = self._matching(key, room)
+                self.metrics.queue_depth.set(len(self._waiting))
+            if not new:
+                return []
+            self._prepare(new)
+            self.metrics.joined.inc(len(new))
+            jobs.extend(new)
+            self.busy_rows = active + len(new)
+            self.metrics.running.set(self.busy_rows)
+            return [(job.ids, job.max_tokens, job.params.seed) for job in new]
+
+        return admit
+
+    def _prepare(self, jobs: list[Job]) -> None:
+        started = time.perf_counter()
+        for job in jobs:
+            job.text = StopText(self.pipe.tokenizer, job.stop)
+            self.metrics.queue_wait.observe(started - job.arrived)
+        self.metrics.batch_size.observe(len(jobs))
+
+    def _worker(self) -> None:
+        import torch
+
+        with torch.inference_mode():
+            while True:
+                jobs = self._take()
+                if jobs is None:
+                    return
+                try:
+                    self._run(jobs)
+                except Exception as err:  # a bug in the bookkeeping: fail these requests, keep serving
+                    logger.exception("the generation worker failed")
+                    for job in jobs:
+                        self._fail(job, ApiError(500, f"internal error: {type(err).__name__}: {err}",
+                                                 type="server_error"))
+
+    def _finish_cancelled(self, job: Job) -> None:
+        if not job.done:
+            job.done = True
+            self.metrics.finished.labels("cancelled").inc()
+
+    def _run(self, jobs: list[Job]) -> None:
+        jobs = list(jobs)  # grows as rows join (continuous batching): row b of the loop is jobs[b]
+        self._prepare(jobs)
+        self.busy_rows = len(jobs)
+        self.metrics.running.set(len(jobs))
+        try:
+            output, _ = self.pipe.generate_batch_ids(
+                [job.ids for job in jobs], jobs[0].params, max_new_tokens=[job.max_tokens for job in jobs],
+                seeds=[job.params.seed for job in jobs], gamma=self.gamma,
+                on_tokens=lambda emitted: self._on_tokens(jobs, emitted),
+                admit=self._admitter(jobs) if self.continuous else None)
+        except DraftVerifyError as err:
+            for job in jobs:
+                self._fail(job, ApiError(400, str(err)))
+        except Exception as err:  # a bug or an out-of-memory: the request fails, the server stays up
+            for job in jobs:
+                self._fail(job, ApiError(500, f"generation failed: {type(err).__name__}: {err}", type="server_error"))
+        else:
+            stats = output.stats
+            self.metrics.target_calls.inc(stats.target_calls)
+            self.metrics.drafted_tokens.inc(stats.drafted_tokens)
+            self.metrics.accepted_tokens.inc(stats.accepted_tokens)
+            for job in jobs:
+                self._complete(job)
+        finally:
+            self.busy_rows = 0
+            self.metrics.running.set(0)
+
+    def _on_tokens(self, jobs: list[Job], emitted) -> list[int]:
+        """emitted [B, k], -1 where a row emitted fewer tokens (or has left). Returns the rows to stop now."""
+        stop_rows = []
+        for row, tokens in enumerate(emitted.tolist()):
+            job = jobs[row]
+            if job.done:
+                continue
+            if job.cancelled.is_set():
+                self._finish_cancelled(job)
+                stop_rows.append(row)
+                continue
+            ids = [t for t in tokens if t >= 0]
+            if not ids:
+                continue
+            job.generated += len(ids)
+            self.metrics.generated_tokens.inc(len(ids))
+            piece = job.text.push(ids)
+            if piece:
+                if job.first_text_at is None:
+                    job.first_text_at = time.perf_counter()
+                    self.metrics.ttft.observe(job.first_text_at - job.arrived)
+                job.emit(("text", piece))
+            ended = job.text.stopped or ids[-1] in self._eos_set or job.generated >= job.max_tokens
+            if ended:
+                self._complete(job)
+                stop_rows.append(row)
+        self.busy_rows = sum(not job.done for job in jobs)
+        self.metrics.running.set(self.busy_rows)
+        return stop_rows
+
+    def _complete(self, job: Job) -> None:
+        if job.done:
+            return
+        if job.cancelled.is_set():
+            self._finish_cancelled(job)
+            return
+        job.done = True
+        piece = job.text.finish()
+        if piece:
+            if job.first_text_at is None:
+                job.first_text_at = time.perf_counter()
+                self.metrics.ttft.observe(job.first_text_at - job.arrived)
+            job.emit(("text", piece))
+        ended_by_eos = bool(job.text.ids) and job.text.ids[-1] in self._eos_set
+        reason = "stop" if job.text.stopped or ended_by_eos else "length"
+        self.metrics.finished.labels(reason).inc()
+        self.metrics.prompt_tokens.inc(len(job.ids))
+        usage = {"prompt_tokens": len(job.ids), "completion_tokens": job.generated,
+                 "total_tokens": len(job.ids) + job.generated}
+        job.emit(("done", reason, usage))
+
+    def _fail(self, job: Job, error: ApiError) -> None:
+        if job.done:
+            return
+        job.done = True
+        self.metrics.finished.labels("error").inc()
+        job.emit(("error", error))
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._cond:
+            return {"queued": len(self._waiting), "running_rows": self.busy_rows, "max_queue": self.max_queue,
+                    "max_batch": self.max_batch}
+
+
+Emit = Callable[[tuple], None]

@@ -1,0 +1,37 @@
+"""bench-batch on tiny models: every runner at every batch size, rows equal to their batch-1 texts, files written."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from serve_fixtures import make_models
+
+from draftverify import DraftVerifyError
+from draftverify.bench.batch import main, parse_sizes
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return make_models(tmp_path_factory.mktemp("bench-batch"), chat_template=False)
+
+
+def test_bench_batch_writes_every_runner_and_batch_size(models, tmp_path):
+    results = main(None, str(models / "target"), str(models / "draft"), ["model", "prompt_lookup"], [1, 2, 4],
+                   "humaneval", 4, 6, tmp_path, "bb", threads=1, echo=lambda line: None)
+    assert [(r.runner, r.batch_size) for r in results] == [
+        (name, b) for name in ("hf_generate", "ours_autoregressive", "model", "prompt_lookup") for b in (1, 2, 4)]
+    assert all(r.equal_rows == 4 for r in results if r.runner != "hf_generate")
+    assert all(r.new_tokens > 0 and r.tokens_per_second > 0 for r in results)
+    assert all(r.speedup_vs_hf is not None for r in results)
+    data = json.loads((tmp_path / "bb.json").read_text())
+    assert len(data["rows"]) == 12 and data["meta"]["batch_sizes"] == [1, 2, 4]
+    assert "| ours_autoregressive | 4 |" in (tmp_path / "bb.md").read_text()
+
+
+def test_bench_batch_argument_errors(models, tmp_path):
+    with pytest.raises(DraftVerifyError, match="at least the largest batch size"):
+        main(None, str(models / "target"), None, [], [1, 8], "humaneval", 4, 4, tmp_path, "x", None)
+    with pytest.raises(DraftVerifyError, match="comma list of integers"):
+        parse_sizes("1,two")
+    with pytest.raises(DraftVerifyError, match="integers >= 1"):
+        parse_sizes("0,1")

@@ -1,0 +1,222 @@
+"""The server's queue and worker with a stub pipeline (no model): 429 when the queue is full, 503 when the worker
+is not running, requests cancelled while queued never run, a tokenizer without a chat template is a clear 400,
+and StopText's streaming detokenization."""
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import httpx
+import pytest
+import torch
+import uvicorn
+from serve_fixtures import TOKENIZER, free_port
+from transformers import AutoTokenizer
+
+from draftverify.serve.app import ServerSettings, create_app
+from draftverify.serve.engine import StopText
+from draftverify.types import GenerationStats
+
+
+class StubPipe:
+    """Emits token `7` per step, one step per `release()` (or at once when free-running)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.target = SimpleNamespace(max_positions=64, vocab_size=len(tokenizer))
+        self.drafter = SimpleNamespace()
+        self.eos_token_id = tokenizer.eos_token_id
+        self.gate = threading.Semaphore(0)
+        self.free = False
+        self.batches: list[list[list[int]]] = []
+
+    def release(self, steps: int = 1000) -> None:
+        for _ in range(steps):
+            self.gate.release()
+
+    def generate_batch_ids(self, rows, params, max_new_tokens, seeds=None, gamma=None, on_tokens=None, admit=None):
+        rows = list(rows)
+        self.batches.append(rows)
+        limits = list(max_new_tokens) if isinstance(max_new_tokens, list) else [max_new_tokens] * len(rows)
+        active = set(range(len(rows)))
+        done = [0] * len(rows)
+        while active:
+            if not self.free:
+                self.gate.acquire(timeout=30)
+            emitted = torch.full((len(rows), 1), -1)
+            for b in active:
+                emitted[b, 0] = 7
+                done[b] += 1
+            stop = on_tokens(emitted) or []
+            active -= set(stop) | {b for b in active if done[b] >= limits[b]}
+            if active and admit is not None:  # continuous batching: rows join between steps
+                for ids, limit, _ in admit():
+                    active.add(len(rows))
+                    rows.append(ids)
+                    limits.append(limit)
+                    done.append(0)
+        return SimpleNamespace(stats=GenerationStats(target_calls=1)), "greedy"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(TOKENIZER)
+
+
+class InProcessServer:
+    def __init__(self, app):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(20)
+
+
+@pytest.fixture
+def stub_server(tokenizer):
+    pipe = StubPipe(tokenizer)
+    app = create_app(pipe, ServerSettings(model_name="stub", max_queue=1, max_batch=1))
+    server = InProcessServer(app)
+    server.pipe = pipe
+    server.app = app
+    yield server
+    pipe.free = True
+    pipe.release()
+    server.stop()
+
+
+def _post(base: str, results: list, **extra) -> None:
+    body = {"model": "stub", "prompt": "hello", "max_tokens": 3, "temperature": 0, **extra}
+    results.append(httpx.post(base + "/v1/completions", json=body, timeout=30))
+
+
+def _wait(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_full_queue_answers_429_with_retry_after(stub_server):
+    engine = stub_server.app.state.engine
+    results: list = []
+    first = threading.Thread(target=_post, args=(stub_server.base, results))
+    first.start()
+    assert _wait(lambda: engine.busy_rows == 1)  # running, held at its first step
+    second = threading.Thread(target=_post, args=(stub_server.base, results))
+    second.start()
+    assert _wait(lambda: engine.snapshot()["queued"] == 1)
+    r = httpx.post(stub_server.base + "/v1/completions", json={"model": "stub", "prompt": "x", "max_tokens": 2})
+    assert r.status_code == 429 and r.headers["retry-after"] == "1"
+    assert r.json()["error"]["type"] == "rate_limit_error" and r.json()["error"]["code"] == "queue_full"
+    stub_server.pipe.free = True
+    stub_server.pipe.release()
+    first.join(30)
+    second.join(30)
+    assert [x.status_code for x in results] == [200, 200]
+    assert all(x.json()["usage"]["completion_tokens"] == 3 for x in results)
+
+
+def test_a_request_cancelled_while_queued_never_runs(stub_server):
+    engine = stub_server.app.state.engine
+    results: list = []
+    first = threading.Thread(target=_post, args=(stub_server.base, results))
+    first.start()
+    assert _wait(lambda: engine.busy_rows == 1)
+    body = {"model": "stub", "prompt": "queued and abandoned", "max_tokens": 3, "stream": True}
+    with httpx.stream("POST", stub_server.base + "/v1/completions", json=body, timeout=30):
+        assert _wait(lambda: engine.snapshot()["queued"] == 1)
+    time.sleep(0.2)  # the server notices the closed stream
+    stub_server.pipe.free = True
+    stub_server.pipe.release()
+    first.join(30)
+    assert _wait(lambda: engine.snapshot()["queued"] == 0 and engine.busy_rows == 0)
+    assert len(stub_server.pipe.batches) == 1  # only the first request ever ran
+
+
+def test_a_stopped_worker_answers_503(stub_server):
+    stub_server.pipe.free = True
+    stub_server.app.state.engine.stop()
+    r = httpx.post(stub_server.base + "/v1/completions", json={"model": "stub", "prompt": "x", "max_tokens": 2})
+    assert r.status_code == 503 and "retry-after" in r.headers
+    assert httpx.get(stub_server.base + "/health").status_code == 503
+
+
+def test_chat_without_a_template_is_a_clear_400(stub_server):
+    r = httpx.post(stub_server.base + "/v1/chat/completions",
+                   json={"model": "stub", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["code"] == "no_chat_template" and "use /v1/completions" in error["message"]
+
+
+def test_unknown_routes_and_methods_are_openai_style(stub_server):
+    r = httpx.get(stub_server.base + "/v1/nothing")
+    assert r.status_code == 404 and "error" in r.json()
+    r = httpx.get(stub_server.base + "/v1/completions")
+    assert r.status_code == 405 and "error" in r.json()
+
+
+def test_requests_with_the_same_settings_share_a_batch(tokenizer):
+    pipe = StubPipe(tokenizer)
+    app = create_app(pipe, ServerSettings(model_name="stub", max_queue=8, max_batch=3))
+    server = InProcessServer(app)
+    try:
+        results: list = []
+        first = threading.Thread(target=_post, args=(server.base, results))
+        first.start()
+        assert _wait(lambda: app.state.engine.busy_rows == 1)
+        others = [threading.Thread(target=_post, args=(server.base, results), kwargs=extra)
+                  for extra in ({}, {}, {"temperature": 0.5}, {})]
+        for t in others:
+            t.start()
+        assert _wait(lambda: app.state.engine.snapshot()["queued"] == 4)
+        pipe.free = True
+        pipe.release()
+        for t in [first, *others]:
+            t.join(30)
+        # the greedy rows join the running batch as rows leave it (at most 3 at once); the sampled one runs apart
+        assert sorted(len(b) for b in pipe.batches) == [1, 4]
+        assert all(r.status_code == 200 for r in results)
+        assert all(r.json()["usage"]["completion_tokens"] == 3 for r in results)
+    finally:
+        pipe.free = True
+        pipe.release()
+        server.stop()
+
+
+def test_stop_text_holds_back_possible_stop_strings_and_partial_characters(tokenizer):
+    ids = tokenizer("hello world, héllo again").input_ids
+    whole = tokenizer.decode(ids)
+    streamer = StopText(tokenizer, [])
+    assert "".join(streamer.push([t]) for t in ids) + streamer.finish() == whole
+    streamer = StopText(tokenizer, ["o ag"])
+    pieces = [streamer.push([t]) for t in ids]
+    assert streamer.stopped and "".join(pieces) + streamer.finish() == whole[: whole.index("o ag")]
+    streamer = StopText(tokenizer, ["zzz"])
+    out = [streamer.push([t]) for t in ids]
+    assert all("\ufffd" not in piece for piece in out)
+    assert "".join(out) + streamer.finish() == whole and not streamer.stopped
+
+
+def test_stop_text_streams_exactly_the_whole_decode(tokenizer):
+    """Incremental decoding (only the tokens since the last boundary) gives the whole text's decode, even for random
+    token ids that split multi-byte characters."""
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(5):
+        ids = torch.randint(0, len(tokenizer), (300,), generator=gen).tolist()
+        streamer = StopText(tokenizer, [])
+        pieces = []
+        for start in range(0, len(ids), 3):
+            pieces.append(streamer.push(ids[start : start + 3]))
+        assert "".join(pieces) + streamer.finish() == tokenizer.decode(ids, skip_special_tokens=True)

@@ -1,0 +1,267 @@
+"""Batches of several rows in the one decoding loop: prompts of different lengths (left padding), ragged acceptance,
+per-row EOS / max_new_tokens, rows leaving the batch. Every row must equal its own batch-1 output."""
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import VOCAB, chi2_critical, chi2_statistic, perturbed_copy, varied_model
+from conftest import reference_greedy as _reference_greedy
+
+from draftverify import DraftVerifyError, SamplingParams, generate
+from draftverify.drafters import EarlyExitDrafter, LookupModelDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
+from draftverify.sampling import probs_from_logits
+from draftverify.verifiers import GreedyVerifier, GumbelCouplingVerifier, SpeculativeSamplingVerifier
+from draftverify.verifiers.exact import ExactVerifier
+
+PROMPTS = [[5, 17, 33, 8, 41, 5, 17], [9, 4], [60, 61, 62, 60, 61], [12]]
+NEW = 24
+
+_models: dict = {}
+
+
+def model_for(arch: str):
+    if arch not in _models:
+        _models[arch] = varied_model(arch)
+    return _models[arch]
+
+
+_refs: dict = {}
+
+
+def reference_greedy(model, prompt: torch.Tensor, new: int, eos: int | None = None) -> list[int]:
+    """conftest's reference, computed once per (model, prompt, length, eos): it recomputes every step from scratch."""
+    key = (id(model), tuple(prompt.flatten().tolist()), new, eos)
+    if key not in _refs:
+        _refs[key] = _reference_greedy(model, prompt, new, eos)
+    return _refs[key]
+
+
+def padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
+    return ids, mask
+
+
+def make_drafter(kind: str, model, refs: list[list[int]]):
+    if kind == "none":
+        return NoDrafter()
+    if kind == "model":
+        return ModelDrafter(perturbed_copy(model, 0.5, seed=1))
+    if kind == "prompt_lookup":
+        return PromptLookupDrafter(max_ngram=3)
+    if kind == "ngram":  # half of each answer: rows accept different amounts
+        corpus = [p + r[: len(r) // 2] for p, r in zip(PROMPTS, refs)] + [list(range(VOCAB))]
+        return NgramDrafter(NgramTable.from_sequences(corpus, order=3, vocab_size=VOCAB))
+    if kind == "early_exit":
+        return EarlyExitDrafter(model, num_layers=1)
+    if kind == "lookup_model":
+        return LookupModelDrafter(perturbed_copy(model, 0.5, seed=1), max_ngram=3, min_ngram=1)
+    raise ValueError(kind)
+
+
+KINDS = ["none", "model", "prompt_lookup", "ngram", "lookup_model"]
+GRID = [(arch, kind) for arch in ("llama", "gpt2") for kind in KINDS] + [("qwen2", "model"), ("gpt_neox", "model"),
+                                                                         ("llama", "early_exit"), ("gpt2", "early_exit")]
+
+
+@pytest.mark.parametrize("arch, kind", GRID)
+def test_every_row_equals_its_own_greedy_text(arch, kind):
+    model = model_for(arch)
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    assert len({tuple(r) for r in refs}) == len(refs)
+    ids, mask = padded(PROMPTS)
+    seen: list[torch.Tensor] = []
+    out = generate(model, make_drafter(kind, model, refs), GreedyVerifier(), ids, attention_mask=mask,
+                   max_new_tokens=limits, gamma=3, on_tokens=seen.append)
+    assert out.rows == refs
+    assert out.stats.new_tokens == sum(limits)
+    # the streamed tokens, row by row without the -1 padding, are the output
+    streamed = [[t for step in seen for t in step[b].tolist() if t >= 0] for b in range(len(PROMPTS))]
+    assert streamed == refs and all(step.shape[0] == len(PROMPTS) for step in seen)
+    for b, r in enumerate(refs):
+        assert out.new_tokens[b, : len(r)].tolist() == r and (out.new_tokens[b, len(r):] == -1).all()
+    if kind in ("model", "ngram", "lookup_model", "early_exit"):
+        assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens  # partial, ragged acceptance
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_rows_stop_at_their_own_eos(arch):
+    model = model_for(arch)
+    free = [reference_greedy(model, torch.tensor([p]), NEW) for p in PROMPTS]
+    # row 0 stops at a token it first emits after a few others; the other rows stop wherever (if ever) they emit it
+    at = next(i for i in range(4, NEW) if free[0][i] not in free[0][:i])
+    eos = free[0][at]
+    refs = [reference_greedy(model, torch.tensor([p]), NEW, eos=eos) for p in PROMPTS]
+    assert len(refs[0]) == at + 1 and any(len(r) == NEW for r in refs)
+    ids, mask = padded(PROMPTS)
+    for drafter in (NoDrafter(), ModelDrafter(perturbed_copy(model, 0.5, seed=1)), PromptLookupDrafter()):
+        out = generate(model, drafter, GreedyVerifier(), ids, attention_mask=mask, max_new_tokens=NEW, gamma=4,
+                       eos_token_id=eos)
+        assert out.rows == refs
+
+
+def test_equal_length_rows_need_no_mask_and_one_row_with_a_mask_is_a_batch():
+    model = model_for("llama")
+    prompts = [[5, 17, 33], [9, 4, 7], [60, 61, 62]]
+    refs = [reference_greedy(model, torch.tensor([p]), 12) for p in prompts]
+    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), GreedyVerifier(), torch.tensor(prompts),
+                   max_new_tokens=12, gamma=2)
+    assert out.rows == refs
+    ids, mask = padded([[1, 2], [5, 17, 33]])
+    out = generate(model, NoDrafter(), GreedyVerifier(), ids[1:], attention_mask=mask[1:], max_new_tokens=5)
+    assert out.rows == [reference_greedy(model, torch.tensor([[5, 17, 33]]), 5)]
+
+
+def test_a_row_the_caller_stops_leaves_and_the_others_go_on_unchanged():
+    model = model_for("llama")
+    refs = [reference_greedy(model, torch.tensor([p]), NEW) for p in PROMPTS]
+    ids, mask = padded(PROMPTS)
+    steps = []
+
+    def on_tokens(emitted):
+        steps.append(emitted)
+        return [1] if len(steps) == 2 else None
+
+    drafter = ModelDrafter(perturbed_copy(model, 0.5, seed=1))
+    out = generate(model, drafter, GreedyVerifier(), ids, attention_mask=mask, max_new_tokens=NEW, gamma=3,
+                   on_tokens=on_tokens)
+    assert out.rows[0] == refs[0] and out.rows[2] == refs[2] and out.rows[3] == refs[3]
+    assert out.rows[1] == refs[1][: len(out.rows[1])] and 2 <= len(out.rows[1]) < NEW
+    assert all((step[1] == -1).all() for step in steps[2:])  # a row that left emits nothing more
+    assert drafter.lm.row_length.shape[0] == 3 or drafter.lm.row_length.shape[0] < 3
+
+
+@pytest.mark.parametrize("kind", ["none", "model", "ngram"])
+def test_coupled_sampling_rows_equal_their_own_seeded_text(kind):
+    """Seeded sampling is coupled per row: row b's text is its own batch-1 text for seed b."""
+    model = model_for("llama")
+    params = SamplingParams(temperature=0.9, top_p=0.95, coupling=True)
+    seeds = [3, 4, 5, 6]
+    expected = []
+    for prompt, seed in zip(PROMPTS, seeds):
+        one = generate(model, NoDrafter(), GumbelCouplingVerifier(), torch.tensor([prompt]),
+                       SamplingParams(temperature=0.9, top_p=0.95, seed=seed), max_new_tokens=16)
+        expected.append(one.new_tokens[0].tolist())
+    greedy = [reference_greedy(model, torch.tensor([p]), 16) for p in PROMPTS]
+    assert expected != greedy
+    ids, mask = padded(PROMPTS)
+    refs = [reference_greedy(model, torch.tensor([p]), 16) for p in PROMPTS]
+    out = generate(model, make_drafter(kind, model, refs), ExactVerifier(params), ids, params, attention_mask=mask,
+                   max_new_tokens=16, gamma=3, seeds=seeds)
+    assert out.rows == expected
+
+
+def test_speculative_sampling_at_temperature_zero_is_greedy_per_row():
+    model = model_for("gpt2")
+    refs = [reference_greedy(model, torch.tensor([p]), NEW) for p in PROMPTS]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), SpeculativeSamplingVerifier(), ids,
+                   attention_mask=mask, max_new_tokens=NEW, gamma=4)
+    assert out.rows == refs
+
+
+def test_uncoupled_sampling_in_a_batch_follows_the_target_distribution():
+    """Many rows of one prompt, one step each: the first sampled token of each row (speculative sampling with a
+    draft model, ragged acceptance) is distributed as the target's p."""
+    torch.manual_seed(0)
+    model = varied_model("llama")
+    prompt = [5, 17, 33, 8]
+    params = SamplingParams(temperature=1.0, coupling=False)
+    with torch.no_grad():
+        p = probs_from_logits(model(torch.tensor([prompt])).logits[0, -1], params).double()
+    rows = 1500
+    ids = torch.tensor([prompt] * rows)
+    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), SpeculativeSamplingVerifier(), ids,
+                   params, max_new_tokens=2, gamma=3)
+    first = torch.tensor([r[0] for r in out.rows])
+    counts = torch.bincount(first, minlength=p.shape[0]).double()
+    assert chi2_statistic(counts, p) < chi2_critical(counts, p)
+
+
+def test_bad_batches_are_clear_errors():
+    model = model_for("llama")
+    ids, mask = padded(PROMPTS)
+    right_padded = torch.flip(mask, dims=[1])
+    with pytest.raises(DraftVerifyError, match="pad on the left"):
+        generate(model, NoDrafter(), GreedyVerifier(), ids, attention_mask=right_padded, max_new_tokens=4)
+    with pytest.raises(DraftVerifyError, match="seeds has 2 entries for 4 rows"):
+        generate(model, NoDrafter(), GumbelCouplingVerifier(), ids, SamplingParams(temperature=1.0, seed=1),
+                 attention_mask=mask, max_new_tokens=4, seeds=[1, 2])
+
+
+@pytest.mark.parametrize("arch, kind", [("llama", "none"), ("llama", "model"), ("gpt2", "lookup_model"),
+                                        ("gpt2", "prompt_lookup")])
+def test_rows_joining_between_steps_equal_their_own_text(arch, kind):
+    """Continuous batching: rows join a running batch (and others leave) between steps; each row's text is still
+    its own batch-1 text."""
+    model = model_for(arch)
+    limits = [NEW, 6, NEW, 9]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    schedule = {2: [1, 2], 5: [3]}  # after step 2 rows 1 and 2 join, after step 5 row 3
+    calls = []
+
+    def admit():
+        calls.append(len(calls) + 1)
+        return [(PROMPTS[i], limits[i], None) for i in schedule.get(len(calls), [])]
+
+    out = generate(model, make_drafter(kind, model, refs), GreedyVerifier(), torch.tensor([PROMPTS[0]]),
+                   max_new_tokens=limits[0], gamma=3, admit=admit)
+    assert out.rows == refs
+    assert out.sequences[3, : len(PROMPTS[3]) + limits[3]].tolist() == PROMPTS[3] + refs[3]
+
+
+def test_joining_rows_sample_with_their_own_seeds():
+    model = model_for("llama")
+    params = SamplingParams(temperature=0.9, coupling=True)
+    seeds = [3, 4, 5, 6]
+    expected = [generate(model, NoDrafter(), GumbelCouplingVerifier(), torch.tensor([p]),
+                         SamplingParams(temperature=0.9, seed=s), max_new_tokens=12).new_tokens[0].tolist()
+                for p, s in zip(PROMPTS, seeds)]
+    pending = [[(PROMPTS[1], 12, seeds[1]), (PROMPTS[2], 12, seeds[2])], [], [(PROMPTS[3], 12, seeds[3])]]
+    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), ExactVerifier(params),
+                   torch.tensor([PROMPTS[0]]), params, max_new_tokens=12, gamma=3, seeds=[seeds[0]],
+                   admit=lambda: pending.pop(0) if pending else [])
+    assert out.rows == expected
+
+
+def test_one_token_prompts_start_and_join_a_batch():
+    """Edge cases of the cache: rows with nothing prefilled (one-token prompts) start a batch and join one."""
+    model = model_for("llama")
+    prompts = [[12], [9], [5], [60, 61, 62]]
+    refs = [reference_greedy(model, torch.tensor([p]), 10) for p in prompts]
+    pending = [[(prompts[2], 10, None)], [(prompts[3], 10, None)]]
+    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), GreedyVerifier(),
+                   torch.tensor([prompts[0], prompts[1]]), max_new_tokens=10, gamma=2,
+                   admit=lambda: pending.pop(0) if pending else [])
+    assert out.rows == refs
+    first = [[(prompts[3], 10, None)]]
+    out = generate(model, NoDrafter(), GreedyVerifier(), torch.tensor([prompts[0]]), max_new_tokens=10,
+                   admit=lambda: first.pop(0) if first else [])
+    assert out.rows == [refs[0], refs[3]]
+
+
+@pytest.mark.parametrize("gap_share", [0.0, 1.0])
+def test_gaps_in_the_cache_and_full_repacks_give_the_same_text(gap_share):
+    """Rows that accept fewer drafts leave gaps in the batch cache; they are hidden (max_gap_share 1: never
+    re-packed) or packed away at once (0: every ragged step re-packs). Either way each row is its own text."""
+    from draftverify.cached_lm import CachedLM
+
+    model = model_for("gpt2")
+    refs = [reference_greedy(model, torch.tensor([p]), NEW) for p in PROMPTS]
+    target = CachedLM(model, role="target")
+    draft = CachedLM(perturbed_copy(model, 0.5, seed=1), role="draft")
+    target.max_gap_share = draft.max_gap_share = gap_share
+    ids, mask = padded(PROMPTS)
+    gaps = []  # per step: slots hidden after a row's first token (gaps, not left padding)
+
+    def record(emitted):
+        valid = target.valid
+        gaps.append(int(((valid.long().cumsum(dim=1) > 0) & ~valid).sum()))
+
+    out = generate(target, ModelDrafter(draft), GreedyVerifier(), ids, attention_mask=mask, max_new_tokens=NEW,
+                   gamma=4, on_tokens=record)
+    assert out.rows == refs
+    assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens
+    assert (max(gaps) > 0) == (gap_share == 1.0)
