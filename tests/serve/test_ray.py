@@ -2,6 +2,10 @@
 it is the optional extra `ray`)."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+
 import httpx
 import openai
 import pytest
@@ -36,3 +40,25 @@ def test_ray_replicas_serve_the_library_text(ray_server):
     assert streamed == expected
     health = httpx.get(proc.base + "/health", timeout=30).json()
     assert health["status"] == "ok" and health["model"] == "tiny"
+
+
+def _replica_pids() -> list[int]:
+    """The replicas' worker processes (Ray titles them ray::ServeReplica:<app>:<deployment>)."""
+    found = subprocess.run(["pgrep", "-f", "ServeReplica:draftverify"], capture_output=True, text=True).stdout
+    return [int(pid) for pid in found.split()]
+
+
+def test_requests_still_succeed_after_a_replica_is_killed(ray_server):
+    """SIGKILL one of the two replica processes (Ray Serve replaces it): requests keep getting the library's text
+    (with the openai client's own retries, as a user has them by default)."""
+    proc, models = ray_server
+    replicas = _replica_pids()
+    assert len(replicas) == 2
+    os.kill(replicas[0], signal.SIGKILL)
+    client = openai.OpenAI(base_url=proc.base + "/v1", api_key="none", max_retries=2, timeout=120)
+    expected = load(target=models / "target", draft=models / "draft", method="model").generate(
+        "def g(y):", max_new_tokens=8).text
+    texts = [client.completions.create(model="tiny", prompt="def g(y):", max_tokens=8, temperature=0).choices[0].text
+             for _ in range(6)]
+    assert texts == [expected] * 6
+    assert replicas[0] not in _replica_pids()
