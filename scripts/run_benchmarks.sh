@@ -10,9 +10,12 @@ if python -c "import llama_cpp" 2>/dev/null && [ -z "${DRAFTVERIFY_LLAMA_CPP:-}"
 fi
 common=(--zoo code --num-prompts 8 --max-new-tokens 128 --threads 2 --out benchmarks)
 runners=hf_generate,ours_autoregressive,hf_assisted,hf_prompt_lookup,llamacpp,llamacpp_prompt_lookup,model,model_aligned,lookup_model,model_tree,prompt_lookup,prompt_lookup_tree,ngram,early_exit,bpd,bpd_ngram,bpd_neural,bpd_pbest,bild,specdec++
-# 1. every method, eager float32 (the exact default), greedy and T=1
+# 1. every method, eager float32 (the exact default), greedy and T=1; then the blockwise family (and BiTA) greedy
+#    beside the target alone and the zoo's default method
 draftverify bench "${common[@]}" --temperature 0,1.0 --gamma 4,auto --early-exit-layers 2 --bild-fb 0.5 --bild-rb 2 \
     --runners "$runners"
+draftverify bench "${common[@]}" --temperature 0 --gamma 4,auto --name bench-humaneval-blockwise \
+    --runners hf_generate,ours_autoregressive,lookup_model,model,bpd,bpd_ngram,bpd_neural,bpd_pbest
 # 2. the compiled path (preallocated cache + torch.compile per verify width), greedy
 if draftverify bench --help | grep -q -- "--compile"; then
     draftverify bench "${common[@]}" --temperature 0 --gamma 4 --compile --name bench-humaneval-compiled \
@@ -28,8 +31,8 @@ draftverify bench --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-siz
 # 4. a user's first call: fresh processes, ratio to --method autoregressive
 python scripts/cold_start.py --runs 3 --threads 2
 # 5. batch throughput: HF generate (batched) vs our loop without drafting and our best methods, B = 1, 2, 4, 8
-draftverify bench-batch --zoo code --methods lookup_model,prompt_lookup --batch-sizes 1,2,4,8 --num-prompts 16 \
-    --max-new-tokens 128 --threads 2 --out benchmarks
+draftverify bench-batch --zoo code --methods lookup_model,prompt_lookup --batch-sizes 1,2,4,8 --num-prompts 8 \
+    --max-new-tokens 64 --threads 2 --out benchmarks
 # 6. the server under load: 8 concurrent streaming clients, 1,000 requests (loopback only), RSS before / after
 python scripts/load_test.py --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 1000 \
-    --duration 1800 --max-tokens 64 --out benchmarks/load-test.json
+    --duration 900 --max-tokens 16 --out benchmarks/load-test.json
