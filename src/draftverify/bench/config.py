@@ -42,6 +42,7 @@ class BenchConfig:
     aligned_draft: str | Path | None = None
     ngram: str | Path | None = None
     heads: str | Path | None = None  # blockwise heads folder (bpd methods); the zoo's by default
+    bita: str | Path | None = None  # BiTA adapter folder (bita methods); the zoo's by default
     dtype: str = "float32"
     threads: int | None = None
     gammas: tuple[GammaSpec, ...] | None = None  # (2,3,4,5,6,8,auto) (quick: (3, auto))

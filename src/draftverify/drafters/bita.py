@@ -69,12 +69,17 @@ class BitaDrafter(Drafter):
     drafts_in_target_pass = True
     proposes_trees = False
 
-    def __init__(self, adapter: BitaAdapter, topk: int = 1):
+    def __init__(self, adapter: BitaAdapter, topk: int = 1, num_masks: int | None = None):
         super().__init__()
         if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
             raise DraftVerifyError(f"bita needs top-k >= 1 candidates per mask token, got {topk!r}")
+        trained = adapter.config.num_masks
+        if num_masks is not None and (isinstance(num_masks, bool) or not isinstance(num_masks, int)
+                                      or not 1 <= num_masks <= trained):
+            raise DraftVerifyError(f"bita can use 1..{trained} of this adapter's mask tokens, got {num_masks!r}")
         self.adapter = adapter.eval()
-        self.num_masks = adapter.config.num_masks
+        # the first m masks of a group see only each other, so fewer than trained keep their meaning
+        self.num_masks = num_masks or trained
         self.topk = topk
         self._embeds: torch.Tensor | None = None  # [M, H] in the target's dtype
         self._prefix = None
@@ -85,6 +90,9 @@ class BitaDrafter(Drafter):
     def from_options(cls, target: CachedLM, options) -> "BitaDrafter":
         if options.bita_path is None:
             raise DraftVerifyError("bita needs a trained adapter: pass bita_path=... (CLI: --bita DIR)")
+        if options.compile:
+            raise DraftVerifyError("bita appends learned embeddings to the target's verify pass, which the compiled "
+                                   "target does not take: run it without --compile")
         return cls(BitaAdapter.load(options.bita_path), options.bita_topk)
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
@@ -96,7 +104,7 @@ class BitaDrafter(Drafter):
         self.adapter.check_target(target.model)
         self.adapter.to(target.device)
         with torch.no_grad():
-            self._embeds = self.adapter.mask_embeds.to(target.dtype)
+            self._embeds = self.adapter.mask_embeds[: self.num_masks].to(target.dtype)
             prefix = self.adapter.prefix(target.model)
         self._prefix = None if prefix is None else tuple((k.to(target.dtype), v.to(target.dtype)) for k, v in prefix)
 
@@ -133,8 +141,8 @@ class BitaDrafter(Drafter):
 class _TreeBita(BitaDrafter):
     proposes_trees = True
 
-    def __init__(self, adapter: BitaAdapter, topk: int = 1):
-        super().__init__(adapter, topk)
+    def __init__(self, adapter: BitaAdapter, topk: int = 1, num_masks: int | None = None):
+        super().__init__(adapter, topk, num_masks)
         self.tree = self.build_tree(topk, self.num_masks)
         self._level = self.tree.depth - 1  # [N] which mask token each node comes from
         self._attach = [-1, *range(self.tree.size)]  # a group after the pending token and after every node
