@@ -353,6 +353,7 @@ def bita_report(
     prompts: int = typer.Option(8, "--prompts", help="HumanEval prompts (the first N)."),
     new_tokens: int = typer.Option(64, "--new-tokens"),
     topk: int = typer.Option(3, "--topk", help="Efficient-tree candidates per mask token for the prompt and mask tables."),
+    tables: str = typer.Option("modes,prompts,masks", "--tables", help="Comma list of the tables to run: modes, prompts, masks."),
     cost: Optional[Path] = typer.Option(None, "--cost", help="A cost-curve JSON (draftverify bench --cost-curve) for estimated speedups."),
     out: str = typer.Option("benchmarks/bita-humaneval", "--out", help="Writes OUT.json and OUT.md."),
     threads: Optional[int] = typer.Option(None, "--threads"),
@@ -362,8 +363,13 @@ def bita_report(
     import shlex
 
     from .api import zoo_paths
+    from .bench.bita_report import TABLES
     from .bench.bita_report import main as report_main
 
+    chosen = tuple(t.strip() for t in tables.split(",") if t.strip())
+    if not chosen or any(t not in TABLES for t in chosen):
+        err_console.print(f"[red]error:[/red] --tables takes a comma list of {', '.join(TABLES)}, got {tables!r}")
+        raise typer.Exit(2)
     if prompts < 1 or new_tokens < 1 or topk < 1:
         err_console.print("[red]error:[/red] --prompts, --new-tokens and --topk must be >= 1")
         raise typer.Exit(2)
@@ -376,7 +382,7 @@ def bita_report(
         adapters = [str(p) for p in bita] if bita else [str(paths["bita"])]
         result = report_main(str(paths["target"]), adapters, prompts, new_tokens, topk, out,
                              shlex.join(["draftverify", *sys.argv[1:]]), str(cost) if cost else None,
-                             log=lambda m: err_console.print(escape(m)))
+                             log=lambda m: err_console.print(escape(m)), tables=chosen)
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None

@@ -30,6 +30,7 @@ from ..types import SamplingParams
 
 FULL_KS = (1, 2, 3, 4)
 EFFICIENT_KS = (2, 3, 4, 5)
+TABLES = ("modes", "prompts", "masks")
 
 
 def variant_label(adapter: BitaAdapter) -> str:
@@ -38,8 +39,9 @@ def variant_label(adapter: BitaAdapter) -> str:
             "deep": f"deep prompt (P={c.num_prompts})"}[c.prompt] + f", M={c.num_masks}"
 
 
-def configurations(adapters: dict[str, BitaAdapter], main: str, topk: int) -> list[tuple[str, str, object]]:
-    """(table, row label, drafter factory) for every row of the report."""
+def configurations(adapters: dict[str, BitaAdapter], main: str, topk: int,
+                   tables: tuple[str, ...] = TABLES) -> list[tuple[str, str, object]]:
+    """(table, row label, drafter factory) for every row of the report's chosen tables."""
     primary = adapters[main]
     rows = [("modes", "straightforward (chain)", lambda: BitaDrafter(primary))]
     rows += [("modes", f"full tree k={k}", lambda k=k: BitaFullTreeDrafter(primary, k)) for k in FULL_KS]
@@ -47,7 +49,7 @@ def configurations(adapters: dict[str, BitaAdapter], main: str, topk: int) -> li
     rows += [("prompts", variant_label(a), lambda a=a: BitaEfficientDrafter(a, topk)) for a in adapters.values()]
     rows += [("masks", f"m={m} of M={primary.config.num_masks}", lambda m=m: BitaEfficientDrafter(primary, topk, m))
              for m in range(1, primary.config.num_masks + 1)]
-    return rows
+    return [row for row in rows if row[0] in tables]
 
 
 def relative_cost(cost: dict | None, width: float) -> float | None:
@@ -65,12 +67,12 @@ def relative_cost(cost: dict | None, width: float) -> float | None:
 
 
 def run_report(target, adapters: dict[str, BitaAdapter], main: str, prompts: list[torch.Tensor], new_tokens: int,
-               topk: int, eos: int | None, cost: dict | None = None, log=print) -> dict:
+               topk: int, eos: int | None, cost: dict | None = None, log=print, tables: tuple[str, ...] = TABLES) -> dict:
     verifier = build_verifier("exact", SamplingParams(), MethodOptions())
     references = [generate(target, NoDrafter(), verifier, ids, max_new_tokens=new_tokens, eos_token_id=eos)
                   .new_tokens[0].tolist() for ids in prompts]
     rows = []
-    for table, label, make in configurations(adapters, main, topk):
+    for table, label, make in configurations(adapters, main, topk, tables):
         calls = tokens = positions = equal = 0
         for ids, ref in zip(prompts, references):
             drafter = make()
@@ -111,6 +113,8 @@ def markdown(result: dict, command: str) -> str:
              "est. speedup = tokens/call over the measured cost of scoring `width` tokens relative to 1 (only with "
              "--cost and inside its measured widths).", ""]
     for table, title in titles.items():
+        if not any(r["table"] == table for r in result["rows"]):
+            continue
         lines += [f"## {title}", "", "| configuration | tokens/call | width | equal | est. speedup |", "|---|---|---|---|---|"]
         for r in result["rows"]:
             if r["table"] == table:
@@ -122,7 +126,7 @@ def markdown(result: dict, command: str) -> str:
 
 
 def main(target_dir: str, adapter_dirs: list[str], num_prompts: int, new_tokens: int, topk: int, out: str,
-         command: str, cost_path: str | None = None, log=print) -> dict:
+         command: str, cost_path: str | None = None, log=print, tables: tuple[str, ...] = TABLES) -> dict:
     from transformers import AutoTokenizer
 
     from ..api import load_model
@@ -133,7 +137,7 @@ def main(target_dir: str, adapter_dirs: list[str], num_prompts: int, new_tokens:
     tok = AutoTokenizer.from_pretrained(target_dir)
     prompts = [tok(p.text, return_tensors="pt").input_ids for p in load_prompts("humaneval")[:num_prompts]]
     cost = json.loads(Path(cost_path).read_text()) if cost_path else None
-    result = run_report(target, adapters, str(adapter_dirs[0]), prompts, new_tokens, topk, tok.eos_token_id, cost, log)
+    result = run_report(target, adapters, str(adapter_dirs[0]), prompts, new_tokens, topk, tok.eos_token_id, cost, log, tables)
     result["command"] = command
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out + ".json").write_text(json.dumps(result, indent=1) + "\n")
