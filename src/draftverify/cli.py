@@ -300,10 +300,6 @@ def bench(
         raise typer.Exit(code)
 
 
-if __name__ == "__main__":
-    app()
-
-
 @app.command("bpd-report")
 def bpd_report(
     zoo: str = typer.Option("code", "--zoo", help="Zoo entry whose target, heads, n-gram table and tokenizer are used."),
@@ -387,3 +383,7 @@ def bita_report(
         err_console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
     console.print(json.dumps({r["config"]: round(r["tokens_per_call"], 3) for r in result["rows"]}))
+
+
+if __name__ == "__main__":
+    app()
