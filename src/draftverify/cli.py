@@ -171,6 +171,7 @@ def generate(
     heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd methods (default: the zoo's heads)."),
     bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita methods (default: the zoo's)."),
     bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree: candidates per mask token."),
+    bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita*: use the adapter's first m mask tokens (default: all)."),
     lattice_k: int = typer.Option(4, "--lattice-k", help="bpd_ngram / bpd_pbest: candidates per head in the top-k lattice."),
     ngram_weight: float = typer.Option(0.5, "--ngram-weight", help="bpd_ngram / bpd_pbest: n-gram weight alpha (0 = heads only)."),
     pbest: int = typer.Option(4, "--pbest", help="bpd_pbest: rescored lattice paths merged into one tree."),
@@ -209,7 +210,7 @@ def generate(
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                     gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
                     tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads,
-                    bita_path=bita, bita_topk=bita_topk, lattice_k=lattice_k, ngram_weight=ngram_weight, pbest=pbest,
+                    bita_path=bita, bita_topk=bita_topk, bita_masks=bita_masks, lattice_k=lattice_k, ngram_weight=ngram_weight, pbest=pbest,
                     tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_)
         on_text = None
         echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed
@@ -266,6 +267,8 @@ def bench(
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram runner."),
     heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd runners (default: the zoo's)."),
     bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita runners (default: the zoo's)."),
+    bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree runners: candidates per mask token."),
+    bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita runners: the adapter's first m mask tokens (default: all)."),
     gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic' (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
     early_exit_layers: Optional[str] = typer.Option(None, "--early-exit-layers", help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers)."),
     bild_fb: Optional[str] = typer.Option(None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."),
@@ -293,7 +296,7 @@ def bench(
     code = bench_main(cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes, cost_repeats=cost_repeats,
                       prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
-                      ngram=ngram, heads=heads, bita=bita, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
+                      ngram=ngram, heads=heads, bita=bita, bita_topk=bita_topk, bita_masks=bita_masks, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
                       bild_gamma=bild_gamma, runners=runners, seed=seed, warmup_tokens=warmup_tokens, threads=threads,
                       dtype=dtype, compile=compile_, out=out, name=name, quick=quick, plots=plots, progress=progress)
     if code:

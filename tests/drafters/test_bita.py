@@ -228,6 +228,11 @@ def test_save_load_round_trip_methods_and_errors(tmp_path):
         drafter = build_drafter(METHODS[name].drafter, CachedLM(model), options)
         out = generate(model, drafter, exact(), PROMPT, max_new_tokens=NEW)
         assert out.new_tokens[0].tolist() == ref
+    fewer = build_drafter("bita", CachedLM(model), MethodOptions(bita_path=tmp_path / "bita", bita_masks=1))
+    assert fewer.num_masks == 1 and fewer.tree.size == 3  # top-3 of one mask token
+    assert generate(model, fewer, exact(), PROMPT, max_new_tokens=NEW).new_tokens[0].tolist() == ref
+    with pytest.raises(DraftVerifyError, match="1..3 of this adapter's mask tokens"):
+        build_drafter("bita", CachedLM(model), MethodOptions(bita_path=tmp_path / "bita", bita_masks=4))
     with pytest.raises(DraftVerifyError, match="needs a trained adapter"):
         build_drafter("bita", CachedLM(model), MethodOptions())
     with pytest.raises(DraftVerifyError, match="no BiTA adapter"):

@@ -93,7 +93,7 @@ class BitaDrafter(Drafter):
         if options.compile:
             raise DraftVerifyError("bita appends learned embeddings to the target's verify pass, which the compiled "
                                    "target does not take: run it without --compile")
-        return cls(BitaAdapter.load(options.bita_path), options.bita_topk)
+        return cls(BitaAdapter.load(options.bita_path), options.bita_topk, options.bita_masks)
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
         if target.is_encoder_decoder or not target.takes_positions:
