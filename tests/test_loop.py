@@ -13,7 +13,7 @@ from draftverify.drafters.early_exit import shallow_view
 from draftverify.methods import MethodOptions, build_verifier
 from draftverify.sampling import gumbel_argmax, gumbel_noise, probs_from_logits
 from draftverify.tree import TreeSpec
-from draftverify.types import Draft
+from draftverify.types import Draft, VerifyExtras
 from draftverify.verifiers import (BildVerifier, GreedyVerifier, GumbelCouplingVerifier, SpeculativeSamplingVerifier,
                                   TopBetaVerifier)
 
@@ -461,7 +461,13 @@ class HiddenReadingDrafter(Drafter):
         return Draft(tokens=torch.randint(0, VOCAB, (1, size), generator=self.gen), tree=self.tree)
 
     def verify_inputs(self, draft):
-        return torch.tensor([[VOCAB - 1, VOCAB - 1]])
+        width = 1 + draft.length + 2
+        mask = torch.ones(2, width, dtype=torch.bool).tril(diagonal=1 + draft.length)  # each sees everything before it
+        embeds = self.embedding(torch.tensor([[VOCAB - 1, VOCAB - 1]]))  # [1, 2, H]
+        return VerifyExtras(embeds=embeds, positions=draft.depth + 1 + torch.arange(2), mask=mask)
+
+    def bind(self, target, max_positions):
+        self.embedding = target.model.get_input_embeddings()
 
     def commit(self, state, verdict, scored=None):
         self.seen.append((int(verdict.num_accepted[0]), int(state.tokens[0, -1]), scored))

@@ -21,7 +21,8 @@ from transformers import PreTrainedModel
 
 from .cache import gather_positions, keep_positions, new_cache, self_attention_layers
 from .errors import DraftVerifyError
-from .types import TargetOutput
+from .prefix import attend_prefix, prefix_columns, prefix_length
+from .types import PrefixKV, TargetOutput
 
 
 def context_limit(config) -> int | None:
@@ -164,6 +165,8 @@ class CachedLM:
         attention_mask: torch.Tensor | None = None,
         want_hidden: bool = False,
         new_valid: torch.Tensor | None = None,
+        extra_embeds: torch.Tensor | None = None,
+        prefix: PrefixKV | None = None,
     ) -> TargetOutput:
         """Append tokens [B, n] to the cache's tail; return their next-token logits [B, n, V] (and hidden [B, n, H]).
 
@@ -174,6 +177,8 @@ class CachedLM:
         pending token's position plus each node's depth.
         attention_mask: bool [n, t + n] or [B, n, t + n] over the uncommitted tail t = length - committed and the
         new tokens (True = may attend); every committed position is always visible. None = causal.
+        extra_embeds: [B, E, H] input embeddings of E more positions after the tokens (n counts them too in the
+        positions and the mask); prefix: per-layer keys and values that these E positions alone attend to.
         """
         if (position_ids is not None or attention_mask is not None) and not self.takes_positions:
             raise DraftVerifyError(
@@ -181,12 +186,21 @@ class CachedLM:
                 "score a token tree; use a chain drafter, or a decoder-only model that takes position_ids"
             )
         if self.valid is not None:
-            if position_ids is not None or attention_mask is not None:
+            if position_ids is not None or attention_mask is not None or extra_embeds is not None:
                 raise DraftVerifyError("a batch of several rows scores chains only (no token trees) for now")
             return self._forward_rows(tokens, new_valid, want_hidden)
+        if extra_embeds is not None or prefix:
+            if attention_mask is None or self.is_encoder_decoder:
+                raise DraftVerifyError("extra embedded positions need a decoder-only model and an explicit attention mask")
+            if self._compiled is not None:
+                raise DraftVerifyError(
+                    f"the compiled {self.role} scores token ids only; methods that append learned embeddings (bita) "
+                    "run without --compile"
+                )
         if self._compiled is None:
-            return self._run(tokens, keep=tokens.shape[1], position_ids=position_ids,
-                             attention_mask=attention_mask, want_hidden=want_hidden)
+            return self._run(tokens, keep=tokens.shape[1] + (0 if extra_embeds is None else extra_embeds.shape[1]),
+                             position_ids=position_ids, attention_mask=attention_mask, want_hidden=want_hidden,
+                             extra_embeds=extra_embeds, prefix=prefix)
         return self._run_padded(tokens, position_ids, attention_mask, want_hidden)
 
     def _run_padded(self, tokens, position_ids, attention_mask, want_hidden) -> TargetOutput:
@@ -406,9 +420,10 @@ class CachedLM:
         self.valid = new_valid
         self.length = self.committed = width
 
-    def _mask(self, attention_mask: torch.Tensor, batch: int, n: int) -> torch.Tensor:
-        """bool [(B,) n, t + n] over tail and new tokens -> additive [B, 1, n, keys] in the model's dtype, where keys
-        is length + n (growing cache) or the capacity (preallocated cache; slots past the new tokens are hidden)."""
+    def _mask(self, attention_mask: torch.Tensor, batch: int, n: int, extra: int = 0, prefix: int = 0) -> torch.Tensor:
+        """bool [(B,) n, t + n] over tail and new tokens -> additive [B, 1, n, prefix + keys] in the model's dtype,
+        where keys is length + n (growing cache) or the capacity (preallocated cache; slots past the new tokens are
+        hidden), and the `prefix` leading columns are visible to the last `extra` rows only."""
         tail = self.length - self.committed
         if attention_mask.shape[-2:] != (n, tail + n):
             raise DraftVerifyError(
@@ -418,12 +433,16 @@ class CachedLM:
         visible = torch.zeros(batch, n, keys, dtype=torch.bool, device=self.device)
         visible[:, :, : self.committed] = True
         visible[:, :, self.committed : self.length + n] = attention_mask.to(self.device)
+        if prefix:
+            visible = prefix_columns(visible, torch.arange(n, device=self.device) >= n - extra, prefix)
         blocked = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
         return torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
 
     def _run(self, tokens, keep, position_ids=None, attention_mask=None, want_hidden=False, model=None,
-             additive_mask=None) -> TargetOutput:
+             additive_mask=None, extra_embeds=None, prefix=None) -> TargetOutput:
         batch, n = tokens.shape
+        extra = 0 if extra_embeds is None else extra_embeds.shape[1]
+        n += extra
         if self.window is not None and self.length + n > self.window:
             raise DraftVerifyError(
                 f"the {self.role}'s preallocated cache holds {self.window} positions; {self.length + n} needed"
@@ -437,7 +456,7 @@ class CachedLM:
                 position_ids = torch.arange(self.length, self.length + n, device=self.device)[None]
             kwargs["position_ids"] = position_ids.to(self.device).expand(batch, n)
         if attention_mask is not None:
-            kwargs["attention_mask"] = self._mask(attention_mask, batch, n)
+            kwargs["attention_mask"] = self._mask(attention_mask, batch, n, extra, prefix_length(prefix))
         if additive_mask is not None:
             kwargs["attention_mask"] = additive_mask
         if self.is_encoder_decoder:
@@ -448,6 +467,13 @@ class CachedLM:
                 **kwargs,
             )
             hidden = out.decoder_hidden_states[-1][:, -keep:] if want_hidden else None
+        elif extra_embeds is not None or prefix:
+            embeds = self.model.get_input_embeddings()(tokens)  # [B, n - E, H]
+            if extra_embeds is not None:
+                embeds = torch.cat([embeds, extra_embeds.to(embeds.dtype)], dim=1)  # [B, n, H]
+            with attend_prefix(self.cache, prefix):
+                out = model(inputs_embeds=embeds, **kwargs)
+            hidden = out.hidden_states[-1][:, -keep:] if want_hidden else None
         else:
             out = model(input_ids=tokens, **kwargs)
             hidden = out.hidden_states[-1][:, -keep:] if want_hidden else None

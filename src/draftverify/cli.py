@@ -171,6 +171,9 @@ def generate(
     early_exit_layers: int = typer.Option(1, "--early-exit-layers", help="Layers of the target used as the draft."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram method."),
     heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd methods (default: the zoo's heads)."),
+    bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita methods (default: the zoo's)."),
+    bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree: candidates per mask token."),
+    bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita*: use the adapter's first m mask tokens (default: all)."),
     lattice_k: int = typer.Option(4, "--lattice-k", help="bpd_ngram / bpd_pbest / bpd_neural: candidates per head in the top-k lattice."),
     ngram_weight: float = typer.Option(0.5, "--ngram-weight", help="bpd_ngram / bpd_pbest: n-gram weight alpha (0 = heads only)."),
     pbest: int = typer.Option(4, "--pbest", help="bpd_pbest: rescored lattice paths merged into one tree."),
@@ -215,7 +218,8 @@ def generate(
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                     gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
                     tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads,
-                    lattice_k=lattice_k, ngram_weight=ngram_weight, pbest=pbest, rescore_weight=rescore_weight,
+                    bita_path=bita, bita_topk=bita_topk, bita_masks=bita_masks, lattice_k=lattice_k,
+                    ngram_weight=ngram_weight, pbest=pbest, rescore_weight=rescore_weight,
                     tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_)
         if texts is not None:
             _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
@@ -441,6 +445,9 @@ def bench(
     aligned_draft: Optional[str] = typer.Option(None, "--aligned-draft", help="Aligned draft model (model_aligned)."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram runner."),
     heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd runners (default: the zoo's)."),
+    bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita runners (default: the zoo's)."),
+    bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree runners: candidates per mask token."),
+    bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita runners: the adapter's first m mask tokens (default: all)."),
     gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic' (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
     early_exit_layers: Optional[str] = typer.Option(None, "--early-exit-layers", help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers)."),
     bild_fb: Optional[str] = typer.Option(None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."),
@@ -468,15 +475,11 @@ def bench(
     code = bench_main(cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes, cost_repeats=cost_repeats,
                       prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
-                      ngram=ngram, heads=heads, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
+                      ngram=ngram, heads=heads, bita=bita, bita_topk=bita_topk, bita_masks=bita_masks, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
                       bild_gamma=bild_gamma, runners=runners, seed=seed, warmup_tokens=warmup_tokens, threads=threads,
                       dtype=dtype, compile=compile_, out=out, name=name, quick=quick, plots=plots, progress=progress)
     if code:
         raise typer.Exit(code)
-
-
-if __name__ == "__main__":
-    app()
 
 
 @app.command("bpd-report")
@@ -520,3 +523,50 @@ def bpd_report(
                               "repetition": result["repetition"], "h_max": result["h_max"]}, indent=1))
     console.print(f"wrote {out}.json and {out}.md")
 
+
+
+@app.command("bita-report")
+def bita_report(
+    zoo: str = typer.Option("code", "--zoo", help="Zoo entry whose target (and default adapter) are used."),
+    bita: Optional[list[Path]] = typer.Option(None, "--bita", help="Adapter folder(s); the first drives the mode and mask tables, each one is a prompt-design row (default: the zoo's)."),
+    prompts: int = typer.Option(8, "--prompts", help="HumanEval prompts (the first N)."),
+    new_tokens: int = typer.Option(64, "--new-tokens"),
+    topk: int = typer.Option(3, "--topk", help="Efficient-tree candidates per mask token for the prompt and mask tables."),
+    tables: str = typer.Option("modes,prompts,masks", "--tables", help="Comma list of the tables to run: modes, prompts, masks."),
+    cost: Optional[Path] = typer.Option(None, "--cost", help="A cost-curve JSON (draftverify bench --cost-curve) for estimated speedups."),
+    out: str = typer.Option("benchmarks/bita-humaneval", "--out", help="Writes OUT.json and OUT.md."),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+) -> None:
+    """BiTA ablations on the zoo: decoding modes, prompt designs, number of mask tokens (tokens per target call,
+    verify width, greedy equality; counts only, no timing claims)."""
+    import shlex
+
+    from .api import zoo_paths
+    from .bench.bita_report import TABLES
+    from .bench.bita_report import main as report_main
+
+    chosen = tuple(t.strip() for t in tables.split(",") if t.strip())
+    if not chosen or any(t not in TABLES for t in chosen):
+        err_console.print(f"[red]error:[/red] --tables takes a comma list of {', '.join(TABLES)}, got {tables!r}")
+        raise typer.Exit(2)
+    if prompts < 1 or new_tokens < 1 or topk < 1:
+        err_console.print("[red]error:[/red] --prompts, --new-tokens and --topk must be >= 1")
+        raise typer.Exit(2)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    try:
+        paths = zoo_paths(zoo)
+        adapters = [str(p) for p in bita] if bita else [str(paths["bita"])]
+        result = report_main(str(paths["target"]), adapters, prompts, new_tokens, topk, out,
+                             shlex.join(["draftverify", *sys.argv[1:]]), str(cost) if cost else None,
+                             log=lambda m: err_console.print(escape(m)), tables=chosen)
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2) from None
+    console.print(json.dumps({r["config"]: round(r["tokens_per_call"], 3) for r in result["rows"]}))
+
+
+if __name__ == "__main__":
+    app()

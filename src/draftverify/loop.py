@@ -17,7 +17,8 @@ from .cached_lm import CachedLM
 from .draft_length import DraftLength, make_draft_length
 from .drafters.base import Drafter
 from .errors import DraftVerifyError
-from .types import DecodingState, Draft, GenerationOutput, GenerationStats, SamplingParams, TargetOutput, Verdict
+from .types import (DecodingState, Draft, GenerationOutput, GenerationStats, SamplingParams, TargetOutput, Verdict,
+                    VerifyExtras)
 from .verifiers.base import Verifier
 
 TokenCallback = Callable[[torch.Tensor], None]  # receives each step's emitted tokens [B, k]
@@ -72,16 +73,23 @@ def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
     return perf_counter
 
 
-def _verify_layout(target: CachedLM, draft: Draft, extra: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Position ids [1, 1+N+E] and attention mask [1+N+E, 1+N+E] of the verify pass, or (None, None) for a chain
-    (plain causal order). Extra positions see everything before them and sit after the tree's deepest level."""
-    if draft.tree is None:
+def _verify_layout(target: CachedLM, draft: Draft, extras: VerifyExtras | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Position ids [1, 1+N+E] and attention mask [1+N+E, 1+N+E] of the verify pass, or (None, None) for a plain
+    chain (causal order). The pending token and the draft never see the extra positions; each extra sees and sits
+    where the drafter says."""
+    if draft.tree is None and extras is None:
         return None, None
-    tree = draft.tree
-    width = 1 + tree.size + extra
-    mask = torch.ones(width, width, dtype=torch.bool).tril()
-    mask[: 1 + tree.size, : 1 + tree.size] = tree.verify_mask()
-    offsets = torch.cat([tree.verify_positions(), tree.max_depth + 1 + torch.arange(extra)])
+    width = 1 + draft.length + (0 if extras is None else extras.count)
+    mask = torch.zeros(width, width, dtype=torch.bool)
+    if draft.tree is None:
+        mask[: 1 + draft.length, : 1 + draft.length] = torch.ones(1 + draft.length, 1 + draft.length, dtype=torch.bool).tril()
+        offsets = torch.arange(1 + draft.length)
+    else:
+        mask[: 1 + draft.length, : 1 + draft.length] = draft.tree.verify_mask()
+        offsets = draft.tree.verify_positions()
+    if extras is not None:
+        mask[1 + draft.length :] = extras.mask
+        offsets = torch.cat([offsets, extras.positions.cpu()])
     return target.length + offsets[None], mask
 
 
@@ -212,12 +220,14 @@ def generate(
             raise DraftVerifyError(f"the {verifier.name} verifier checks chains only; this drafter proposed a tree")
         draft.position = state.next_position()  # keys position-coupled sampling noise
         draft.seeds = state.seeds
-        extra = drafter.verify_inputs(draft)  # [B, E]
+        extras = drafter.verify_inputs(draft)  # E embedded positions after the draft, or None
         t1 = now()
         pending = state.tokens[:, -1:]  # [B, 1] the one committed token the target's cache does not hold yet
-        scored = torch.cat([pending, draft.tokens, extra], dim=1)  # [B, 1+N+E]
-        position_ids, mask = _verify_layout(target, draft, extra.shape[1])
-        out = target.forward(scored, position_ids, mask, want_hidden=drafter.needs_target_hidden)
+        scored = torch.cat([pending, draft.tokens], dim=1)  # [B, 1+N]
+        position_ids, mask = _verify_layout(target, draft, extras)
+        out = target.forward(scored, position_ids, mask, want_hidden=drafter.needs_target_hidden,
+                             extra_embeds=None if extras is None else extras.embeds,
+                             prefix=None if extras is None else extras.prefix)  # [B, 1+N+E, ...]
         t2 = now()
         verdict = verifier.verify(draft, out.logits[:, : 1 + draft.length], params, generator)
         if batched:

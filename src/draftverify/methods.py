@@ -43,6 +43,9 @@ METHODS: dict[str, Method] = {
     "bpd_neural": Method("bpd_neural", "exact", "bpd with each head's top-k rescored left to right by the draft model "
                          "(local neural rescoring)", True),
     "bpd_pbest": Method("bpd_pbest", "exact", "bpd's p best n-gram-rescored lattice paths merged into one token tree"),
+    "bita": Method("bita", "exact", "BiTA: learned mask tokens on the frozen target draft an efficient top-k tree in its verify pass"),
+    "bita_tree": Method("bita_tree", "exact", "BiTA with the full top-k tree (k + k^2 + ... + k^M candidates)"),
+    "bita_chain": Method("bita_chain", "exact", "BiTA's straightforward decoding: the previous pass's mask tokens' top-1 chain"),
     "bild": Method("model", "bild", "Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB); not lossless", True),
     "bild_early_exit": Method("early_exit", "bild", "BiLD with the early-exit small model (BiLD section 4.4)"),
     "specdec++": Method("model", "topbeta", "SpecDec++ top-beta / tolerance-tau verification; not lossless", True),
@@ -56,6 +59,9 @@ class MethodOptions:
     draft_model: Any = None  # a transformers PreTrainedModel (or CachedLM) for methods with needs_draft
     ngram_path: str | Path | None = None
     heads_path: str | Path | None = None  # bpd*: folder of trained blockwise heads (heads.json + heads.safetensors)
+    bita_path: str | Path | None = None  # bita*: folder of a trained adapter (bita.json + bita.safetensors)
+    bita_topk: int = 3  # bita / bita_tree: candidates per mask token (bita_chain uses the top-1 only)
+    bita_masks: int | None = None  # bita*: use the adapter's first m mask tokens (None = all it was trained with)
     lattice_k: int = 4  # bpd_ngram / bpd_pbest: candidates per head in the top-k lattice
     ngram_weight: float = 0.5  # alpha: weight of the n-gram score against the heads' log-probs
     pbest: int = 4  # bpd_pbest: rescored paths merged into the verified tree

@@ -108,6 +108,27 @@ class Draft:
 
 
 @dataclass
+class VerifyExtras:
+    """Extra positions a drafter appends to the verify pass after the draft (BiTA's mask tokens): given as input
+    embeddings, never committed, each with its own position and visibility. The draft's own positions never see
+    them, and only they see `prefix` (per-layer keys and values of a deep prompt), so the target's outputs at the
+    pending token and the draft are what they would be without them.
+    """
+
+    embeds: torch.Tensor  # [B, E, H] input embeddings (learned vectors, not vocabulary tokens)
+    positions: torch.Tensor  # [E] long, position offsets after the pending token's
+    mask: torch.Tensor  # [E, 1+N+E] bool, which verify positions (pending, draft nodes, extras) each extra sees
+    prefix: "PrefixKV | None" = None  # per layer (keys, values) [KV heads, P, head dim], seen by the extras only
+
+    @property
+    def count(self) -> int:
+        return self.embeds.shape[1]
+
+
+PrefixKV = tuple  # tuple over layers of (keys, values), each [KV heads, P, head dim]
+
+
+@dataclass
 class Verdict:
     """Outcome of verification. tokens holds accepted drafts then one target token, padded with -1.
 

@@ -42,6 +42,9 @@ class BenchConfig:
     aligned_draft: str | Path | None = None
     ngram: str | Path | None = None
     heads: str | Path | None = None  # blockwise heads folder (bpd methods); the zoo's by default
+    bita: str | Path | None = None  # BiTA adapter folder (bita methods); the zoo's by default
+    bita_topk: int = 3  # bita / bita_tree: candidates per mask token
+    bita_masks: int | None = None  # bita*: the adapter's first m mask tokens (None = all)
     dtype: str = "float32"
     threads: int | None = None
     gammas: tuple[GammaSpec, ...] | None = None  # (2,3,4,5,6,8,auto) (quick: (3, auto))

@@ -20,6 +20,7 @@ class BenchModels:
     aligned_draft: PreTrainedModel | None = None
     ngram_path: Path | None = None
     heads_path: Path | None = None
+    bita_path: Path | None = None
     paths: dict[str, str | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -67,6 +68,7 @@ def resolve_paths(config: BenchConfig) -> dict[str, Path | None]:
         "aligned_draft": Path(config.aligned_draft) if config.aligned_draft else None,
         "ngram": Path(config.ngram) if config.ngram else None,
         "heads": Path(config.heads) if config.heads else None,
+        "bita": Path(config.bita) if config.bita else None,
     }
     if config.zoo is not None:
         paths = zoo_paths(config.zoo)
@@ -76,11 +78,12 @@ def resolve_paths(config: BenchConfig) -> dict[str, Path | None]:
             "aligned_draft": Path(paths["draft_aligned"]),
             "ngram": Path(paths["ngram"]),
             "heads": Path(paths["heads"]),
+            "bita": Path(paths["bita"]),
         }
         for role, path in zoo.items():
             if chosen[role] is None:
                 chosen[role] = path if path.exists() or role == "target" else None
-    for role in ("draft", "aligned_draft", "ngram", "heads"):  # an explicit path that is not there is a mistake
+    for role in ("draft", "aligned_draft", "ngram", "heads", "bita"):  # an explicit path that is not there is a mistake
         explicit = getattr(config, role)
         if explicit and not Path(explicit).exists():
             option = "--" + role.replace("_", "-")
@@ -102,8 +105,9 @@ def load_models(config: BenchConfig) -> BenchModels:
         models.aligned_draft = load_model(paths["aligned_draft"], config.dtype, role="aligned draft")
     models.ngram_path = paths["ngram"]
     models.heads_path = paths["heads"]
+    models.bita_path = paths["bita"]
     for role, families in (("draft", "hf_assisted, model, bild"), ("aligned_draft", "model_aligned"),
-                           ("ngram", "ngram"), ("heads", "bpd")):
+                           ("ngram", "ngram"), ("heads", "bpd"), ("bita", "bita")):
         if paths[role] is None:
             option = "--" + role.replace("_", "-")
             models.notes.append(f"no {role.replace('_', ' ')} (pass {option} or a zoo that has one): "

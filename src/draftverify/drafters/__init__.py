@@ -1,5 +1,7 @@
 """Drafters propose tokens cheaply; importing this package registers them all."""
 from .base import Drafter, NoDrafter
+from .bita import BitaDrafter, BitaEfficientDrafter, BitaFullTreeDrafter
+from .bita_adapter import BitaAdapter
 from .blockwise import BlockwiseDrafter, BlockwiseHeads
 from .blockwise_lattice import BlockwiseNgramDrafter, BlockwisePBestDrafter
 from .blockwise_neural import BlockwiseNeuralDrafter
@@ -13,4 +15,5 @@ from .prompt_lookup_tree import PromptLookupTreeDrafter
 
 __all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable",
            "ModelTreeDrafter", "PromptLookupTreeDrafter", "LookupModelDrafter", "BlockwiseDrafter", "BlockwiseHeads",
-           "BlockwiseNgramDrafter", "BlockwisePBestDrafter"]
+           "BlockwiseNgramDrafter", "BlockwisePBestDrafter", "BitaAdapter", "BitaDrafter", "BitaEfficientDrafter",
+           "BitaFullTreeDrafter"]

@@ -7,7 +7,7 @@ import torch
 
 from ..cached_lm import CachedLM
 from ..registry import register_drafter
-from ..types import DecodingState, Draft, TargetOutput, Verdict
+from ..types import DecodingState, Draft, TargetOutput, Verdict, VerifyExtras
 
 
 def empty_draft(state: DecodingState) -> Draft:
@@ -46,13 +46,14 @@ class Drafter(ABC):
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         """Return at most gamma tokens continuing state.tokens."""
 
-    def verify_inputs(self, draft: Draft) -> torch.Tensor:
-        """Extra tokens [B, E] to append to this step's verify pass after the draft (BiTA's mask tokens).
+    def verify_inputs(self, draft: Draft) -> VerifyExtras | None:
+        """Extra positions to append to this step's verify pass after the draft (BiTA's mask tokens), or None.
 
-        They see the committed text, the pending token and every draft token; they are never committed, and
-        their outputs reach commit() (when needs_target_hidden) after those of the kept positions.
+        They are given as embeddings with their own positions and visibility (and optionally a deep prompt that
+        only they see); they are never committed, and their outputs reach commit() (when needs_target_hidden)
+        after those of the kept positions.
         """
-        return draft.tokens.new_empty((draft.tokens.shape[0], 0))
+        return None
 
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
         """state.tokens now includes the verdict's emitted tokens; drop anything the drafter holds beyond them.

@@ -352,10 +352,6 @@ def align_cmd(
         "steps": info["finetune"]["step"], "out": info["out_dir"]}))
 
 
-if __name__ == "__main__":
-    train_app()
-
-
 @train_app.command("heads")
 def heads_cmd(
     target: Path = typer.Option(Path("zoo/code/target"), "--target", help="Exported target model directory (frozen)."),
@@ -402,3 +398,58 @@ def heads_cmd(
         raise typer.Exit(130)
     typer.echo(json.dumps({"heldout_accuracy": info["heldout_accuracy"]["after"], "steps": info["steps"],
                            "out": str(out)}))
+
+
+@train_app.command("bita")
+def bita_cmd(
+    target: Path = typer.Option(Path("zoo/code/target"), "--target", help="Exported target model directory (frozen)."),
+    manifest: Path = typer.Option(Path("zoo/code/manifest.json"), "--manifest",
+                                  help="Corpus manifest JSON (without the unpacked corpus: its stdlib files, read locally)."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="Tokenizer directory (default: the target's)."),
+    out: Path = typer.Option(Path("zoo/code/bita"), "--out", help="Where to save the adapter (safetensors + JSON + card)."),
+    work_dir: Path = typer.Option(Path("runs/bita"), "--work-dir", help="Generations and checkpoints (resumable)."),
+    prompt: str = typer.Option("deep", "--prompt", help="Prompt tokens: none (mask tokens only), shallow or deep."),
+    num_masks: int = typer.Option(3, "--num-masks", help="M mask tokens (look-ahead positions)."),
+    num_prompts: int = typer.Option(16, "--num-prompts", help="P prompt tokens (shallow / deep)."),
+    num_train: int = typer.Option(512, "--num-train", help="Training prompts from the train split."),
+    eval_prompts: int = typer.Option(32, "--eval-prompts", help="Held-out prompts from the val split."),
+    min_prompt_tokens: int = typer.Option(32, "--min-prompt-tokens"),
+    max_prompt_tokens: int = typer.Option(128, "--max-prompt-tokens"),
+    new_tokens: int = typer.Option(96, "--new-tokens", help="Greedy target tokens per prompt."),
+    gen_batch: int = typer.Option(32, "--gen-batch", help="Prompts generated together (batched greedy)."),
+    cuts: int = typer.Option(16, "--cuts", help="Random cut points per sequence per step."),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Training wall-clock budget."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Maximum training steps."),
+    lr: float = typer.Option(3e-2, "--lr"),
+    batch_size: int = typer.Option(8, "--batch-size", help="Sequences per step."),
+    warmup_steps: int = typer.Option(20, "--warmup-steps"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads (default: torch's)."),
+    checkpoint_minutes: float = typer.Option(2.0, "--checkpoint-minutes"),
+    log_every: int = typer.Option(20, "--log-every"),
+    seed: int = typer.Option(1234, "--seed"),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bars (default: if a tty)."),
+) -> None:
+    """BiTA mask and prompt tokens on a frozen target, trained on its own greedy continuations (SAR loss)."""
+    from . import lm
+    from .bita import BitaOptions, train_bita
+
+    opts = BitaOptions(
+        target=str(target), manifest=str(manifest), tokenizer=str(tokenizer) if tokenizer else None, out_dir=str(out),
+        work_dir=str(work_dir), prompt=prompt, num_masks=num_masks, num_prompts=num_prompts, num_train=num_train,
+        eval_prompts=eval_prompts, min_prompt_tokens=min_prompt_tokens, max_prompt_tokens=max_prompt_tokens,
+        new_tokens=new_tokens, gen_batch=gen_batch, cuts=cuts, seed=seed, batch_size=batch_size, max_steps=max_steps,
+        max_minutes=max_minutes, lr=lr, warmup_steps=warmup_steps, threads=threads,
+        checkpoint_minutes=checkpoint_minutes, log_every=log_every, progress=progress, command=_command_line(),
+    )
+    try:
+        info = train_bita(opts, log=lambda m: typer.echo(m))
+    except lm.TrainError as e:
+        _fail(str(e))
+    if info.get("stopped"):
+        raise typer.Exit(130)
+    typer.echo(json.dumps({"heldout_accuracy": info["heldout_accuracy"]["after"], "steps": info["steps"],
+                           "parameters": info["parameters"], "parameter_share": info["parameter_share"], "out": str(out)}))
+
+
+if __name__ == "__main__":
+    train_app()

@@ -1,0 +1,435 @@
+"""BiTA's bi-directional tuning (Lin et al. 2024, section 3.1) of mask and prompt tokens on a frozen target.
+
+1. **Data.** Prompts are windows of the corpus (``align.sample_prompts``; train split for training, val split for
+   the held-out accuracy). When the unpacked corpus is missing, the manifest's CPython standard-library files are
+   read from this Python's own stdlib (same files: their sha256 is checked), so no download is needed. The target's
+   greedy continuation of each prompt is generated **batched** (Hugging Face ``generate``, left padding, prompts of
+   similar length together) and cached in a resumable JSONL.
+2. **SAR loss.** For random cut points k of a continuation, M mask tokens placed at positions k+1..k+M (seeing the
+   text up to k and the prompt tokens) are trained on tokens k+2..k+M+1: mask i learns the token i + 1 after the
+   last real one (the target itself predicts k+1). The real text's keys and values do not depend on the adapter,
+   so one no-grad forward caches them and only the C x M mask positions of a batch run with gradients.
+3. **Train.** Only the adapter learns (AdamW, warmup/cosine); a resumable checkpoint (SIGINT-safe) every
+   ``checkpoint_minutes``; held-out top-1 accuracy per mask token at the start and the end.
+4. **Export.** ``BitaAdapter.save`` (fp16 + bita.json with the training facts) and a model card (``write_card``).
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import sys
+import sysconfig
+import time
+from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import align
+from . import corpus as corpus_mod
+from .lm import TrainError
+from .tokenizer import TokenizerError, load_tokenizer
+from .trainer import TrainerOptions, WarmupCosine, cpu_name, make_optimizer, set_threads
+
+STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
+
+
+@dataclass
+class BitaOptions(TrainerOptions):
+    target: str
+    manifest: str = "zoo/code/manifest.json"
+    tokenizer: Optional[str] = None  # default: the target's directory
+    out_dir: str = "zoo/code/bita"
+    work_dir: str = "runs/bita"
+    prompt: str = "deep"  # none | shallow | deep
+    num_masks: int = 3
+    num_prompts: int = 16
+    num_train: int = 512  # training prompts (train split)
+    eval_prompts: int = 32  # held-out prompts (val split)
+    min_prompt_tokens: int = 32
+    max_prompt_tokens: int = 128
+    new_tokens: int = 96
+    gen_batch: int = 32  # prompts generated together
+    cuts: int = 16  # cut points per sequence per step
+    _: KW_ONLY
+    batch_size: int = 8  # sequences per step
+    lr: float = 3e-2  # the paper's
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    seed: int = 1234
+
+    @property
+    def tokenizer_dir(self) -> str:
+        return self.tokenizer or self.target
+
+    def validate(self) -> None:
+        self.validate_run()
+        if not (Path(self.target) / "config.json").is_file():
+            raise TrainError(f"--target {self.target}: no config.json (expected an exported Hugging Face model directory)")
+        if not (Path(self.tokenizer_dir) / "tokenizer.json").is_file():
+            raise TrainError(f"no tokenizer.json in {self.tokenizer_dir}; pass --tokenizer DIR")
+        if not Path(self.manifest).is_file():
+            raise TrainError(f"manifest {self.manifest} not found (run `draftverify train corpus` first)")
+        if self.prompt not in ("none", "shallow", "deep"):
+            raise TrainError(f"--prompt must be none, shallow or deep, got {self.prompt!r}")
+        for name in ("num_masks", "num_train", "new_tokens", "gen_batch", "cuts", "min_prompt_tokens"):
+            if getattr(self, name) < 1:
+                raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.prompt != "none" and self.num_prompts < 1:
+            raise TrainError("--num-prompts must be >= 1 for a shallow or deep prompt")
+        if self.new_tokens < self.num_masks + 2:
+            raise TrainError(f"--new-tokens must be >= num_masks + 2 = {self.num_masks + 2} (a cut needs M + 1 tokens after it)")
+        if self.max_prompt_tokens < self.min_prompt_tokens:
+            raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
+
+
+# --------------------------------------------------------------------------- data
+
+
+def prompt_manifest(manifest_path: str, log) -> tuple[dict, str]:
+    """The manifest, or when its corpus is not unpacked here, its standard-library part read from this Python."""
+    manifest = corpus_mod.load_manifest(manifest_path)
+    if Path(manifest["root"]).is_dir():
+        return manifest, f"the corpus of {manifest_path} ({manifest['root']})"
+    stdlib = sysconfig.get_paths()["stdlib"]
+    files = [{**f, "path": f["path"][len(STDLIB_DIR):]} for f in manifest["files"] if f["path"].startswith(STDLIB_DIR)]
+    if not files:
+        raise TrainError(f"the corpus of {manifest_path} is not unpacked at {manifest['root']}; run `draftverify train corpus`")
+    log(f"corpus not unpacked at {manifest['root']}: prompts from its {len(files)} standard-library files in {stdlib}")
+    return {**manifest, "root": stdlib, "files": files}, f"the CPython standard-library files of {manifest_path} ({stdlib})"
+
+
+def batched_greedy(model, prompts: list[list[int]], new_tokens: int, eos: int | None, batch: int, pad: int,
+                   on_batch: Callable[[list[list[int]]], None]) -> None:
+    """The target's greedy continuation of each prompt, `batch` at a time (sorted by length, left padded); each
+    continuation ends at its first EOS. on_batch receives each batch's continuations in prompt order."""
+    import torch
+
+    for start in range(0, len(prompts), batch):
+        group = prompts[start : start + batch]
+        width = max(len(p) for p in group)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in group])
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in group])
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=new_tokens, do_sample=False,
+                                 eos_token_id=eos, pad_token_id=pad, min_new_tokens=1)
+        rows = []
+        for row in out[:, width:].tolist():
+            if eos is not None and eos in row:
+                row = row[: row.index(eos) + 1]
+            rows.append(row)
+        on_batch(rows)
+
+
+def generations(path: Path, key: dict, prompts: list[dict], model, opts: BitaOptions, eos, pad, log, desc: str,
+                progress: bool) -> list[dict]:
+    """Cached (resumable) greedy continuations: JSONL of a header then {"i", "prompt", "continuation"} records,
+    appended batch by batch (in length order), so an interrupted run keeps every finished batch."""
+    done: dict[int, dict] = {}
+    if path.is_file():
+        lines = path.read_text().splitlines()
+        if lines and json.loads(lines[0]) == key:
+            for row, line in enumerate(lines[1:]):
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:  # a line cut by an interruption
+                    continue
+                done[rec.get("i", row)] = rec
+        else:
+            log(f"{path}: cached generations are for other settings; regenerating")
+            path.unlink()
+    if not path.is_file():
+        path.write_text(json.dumps(key) + "\n")
+    todo = sorted((i for i in range(len(prompts)) if i not in done), key=lambda i: len(prompts[i]["prompt"]))
+    if todo:
+        bar = align._bar(len(prompts), len(prompts) - len(todo), desc, progress)
+        order = iter(todo)
+
+        def keep(rows):
+            with path.open("a") as fh:
+                for row in rows:
+                    i = next(order)
+                    done[i] = {"i": i, "prompt": prompts[i]["prompt"], "continuation": row}
+                    fh.write(json.dumps(done[i]) + "\n")
+            if bar is not None:
+                bar.update(len(rows))
+            else:
+                log(f"{desc}: {len(done)}/{len(prompts)}")
+
+        batched_greedy(model, [prompts[i]["prompt"] for i in todo], opts.new_tokens, eos, opts.gen_batch, pad, keep)
+        if bar is not None:
+            bar.close()
+    return [done[i] for i in range(len(prompts))]
+
+
+# --------------------------------------------------------------------------- the SAR loss
+
+
+def sar_batch(records: list[dict], num_masks: int, cuts: int, rng: np.random.Generator, pad: int):
+    """Right-padded sequences [B, T], cut points [B, C] (the last real token each mask group follows) and labels
+    [B, C, M] (tokens k+2..k+M+1), for records whose continuation is long enough."""
+    import torch
+
+    seqs, ks, labels = [], [], []
+    for rec in records:
+        seq = rec["prompt"] + rec["continuation"]
+        lo, hi = len(rec["prompt"]) - 1, len(seq) - num_masks - 2  # k in [lo, hi]
+        if hi < lo:
+            continue
+        k = rng.integers(lo, hi + 1, cuts)
+        seqs.append(seq)
+        ks.append(k)
+        labels.append(np.asarray(seq)[k[:, None] + 2 + np.arange(num_masks)[None]])
+    if not seqs:
+        raise TrainError("no continuation is long enough for a cut point; raise --new-tokens")
+    width = max(len(s) for s in seqs)
+    ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])
+    return ids, torch.from_numpy(np.stack(ks)), torch.from_numpy(np.stack(labels))
+
+
+def mask_logits(model, adapter, ids, cut, prefix=None):
+    """Logits [B, C, M, V] of M mask tokens after each cut k [B, C] of sequences ids [B, T] (one no-grad forward
+    of the text, then the B x C x M mask positions with the prompt; gradients reach the adapter only)."""
+    import torch
+    from transformers.cache_utils import DynamicCache
+
+    from ..prefix import attend_prefix, prefix_columns, prefix_length
+
+    batch, width = ids.shape
+    m, c = adapter.config.num_masks, cut.shape[1]
+    cache = DynamicCache()
+    with torch.no_grad():
+        model.base_model(input_ids=ids, past_key_values=cache, use_cache=True)
+    prefix = adapter.prefix(model) if prefix is None else prefix
+    group = torch.arange(c * m) // m  # [C*M] which cut each mask row belongs to
+    slot = torch.arange(c * m) % m  # [C*M] which mask token
+    positions = cut[:, group] + 1 + slot  # [B, C*M]
+    sees_text = torch.arange(width)[None, None] <= cut[:, group][..., None]  # [B, C*M, T]
+    same_group = (group[:, None] == group[None]) & (slot[:, None] >= slot[None])  # [C*M, C*M]
+    visible = torch.cat([sees_text, same_group[None].expand(batch, -1, -1)], dim=-1)  # [B, C*M, T + C*M]
+    visible = prefix_columns(visible, torch.ones(c * m, dtype=torch.bool), prefix_length(prefix))
+    dtype = next(model.parameters()).dtype
+    additive = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)[:, None]
+    embeds = adapter.mask_embeds.to(dtype).repeat(c, 1)[None].expand(batch, -1, -1)  # [B, C*M, H]
+    with attend_prefix(cache, prefix):
+        out = model(inputs_embeds=embeds, position_ids=positions, attention_mask=additive, past_key_values=cache,
+                    use_cache=True)
+    return out.logits.view(batch, c, m, -1)
+
+
+def sar_loss(model, adapter, ids, cut, labels):
+    """The paper's SAR loss: mean cross-entropy of each mask token on its label."""
+    import torch.nn.functional as F
+
+    logits = mask_logits(model, adapter, ids, cut)  # [B, C, M, V]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1))
+
+
+def mask_accuracy(model, adapter, records: list[dict], cuts: int, seed: int, pad: int, batch: int = 8) -> list[float]:
+    """Held-out top-1 accuracy of each mask token (fixed cut points)."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    hits = torch.zeros(adapter.config.num_masks)
+    total = 0
+    with torch.no_grad():
+        for i in range(0, len(records), batch):
+            ids, cut, labels = sar_batch(records[i : i + batch], adapter.config.num_masks, cuts, rng, pad)
+            pred = mask_logits(model, adapter, ids, cut).argmax(dim=-1)  # [B, C, M]
+            hits += (pred == labels).float().sum(dim=(0, 1))
+            total += labels.shape[0] * labels.shape[1]
+    return (hits / max(total, 1)).tolist()
+
+
+# --------------------------------------------------------------------------- card
+
+
+def card(info: dict) -> str:
+    acc = info["heldout_accuracy"]
+    rows = "\n".join(f"| {i + 1} | +{i + 2} | {b:.3f} | {a:.3f} |"
+                     for i, (b, a) in enumerate(zip(acc["before"], acc["after"])))
+    prompt = {"none": "no prompt tokens (mask tokens only)",
+              "shallow": f"{info['num_prompts']} shallow prompt tokens (input embeddings)",
+              "deep": f"{info['num_prompts']} deep prompt tokens (learned keys and values in each of the "
+                      f"{info['num_layers']} layers)"}[info["prompt"]]
+    return f"""# BiTA adapter for `{info['target']}`
+
+Bi-directional tuning (Lin et al. 2024): {info['num_masks']} learned mask tokens and {prompt}, seen by the
+mask tokens only, on the frozen target. {info['parameters']:,} parameters ({info['parameter_share']:.3%} of the
+target's {info['target_parameters']:,}), fp16 ({info['bytes']:,} bytes). Use: `draftverify generate --zoo code
+--method bita` (efficient tree), `bita_tree` (full top-k tree), `bita_chain` (straightforward).
+
+## Data
+Prompts: {info['prompt_source']}; {info['num_train']} prompts of {info['min_prompt_tokens']}..{info['max_prompt_tokens']}
+tokens from the *train* split, held out: {info['eval_prompts']} from the *val* split. Labels: the target's own
+greedy continuations (up to {info['new_tokens']} tokens, generated {info['gen_batch']} prompts at a time).
+
+## Training
+`{info['command']}`
+
+SAR loss over the mask tokens at {info['cuts']} random cut points per sequence, {info['batch_size']} sequences
+per step, {info['steps']} steps, AdamW lr {info['lr']} (warmup {info['warmup_steps']}, cosine), {info['threads']}
+CPU thread(s) ({info['cpu']}); wall time: generation {info['time_generation_s']:.0f} s, training
+{info['time_train_s']:.0f} s.
+
+## Held-out top-1 accuracy per mask token
+| mask | predicts (after the last real token) | before training | after |
+|---|---|---|---|
+{rows}
+"""
+
+
+def write_card(folder: str | Path) -> Path:
+    """Render folder/README.md from folder/bita.json (the training report the trainer saved)."""
+    folder = Path(folder)
+    info = json.loads((folder / "bita.json").read_text())
+    facts = {**info["training"], **{k: info[k] for k in ("num_masks", "num_prompts", "prompt", "num_layers")}}
+    (folder / "README.md").write_text(card(facts))
+    return folder / "README.md"
+
+
+# --------------------------------------------------------------------------- run
+
+
+def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
+    """Run (or resume) data, training and export. Returns the training facts written to bita.json."""
+    opts.validate()
+    import torch
+
+    from ..drafters.bita_adapter import BitaAdapter
+
+    set_threads(opts.threads)
+    opts.command = opts.command or " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+    progress = opts.progress if opts.progress is not None else sys.stderr.isatty()
+    try:
+        tok = load_tokenizer(opts.tokenizer_dir)
+    except TokenizerError as e:
+        raise TrainError(str(e)) from None
+    eos = tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
+    manifest, source = prompt_manifest(opts.manifest, log)
+    target = align._load(opts.target, "target").eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    work = Path(opts.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    digest = align.model_digest(opts.target)
+
+    # ---- 1. the target's greedy continuations (batched, cached)
+    t0 = time.time()
+    splits = {}
+    for split, n, seed in (("train", opts.num_train, opts.seed), ("val", opts.eval_prompts, opts.seed + 1)):
+        prompts = align.sample_prompts(manifest, tok, split, n, opts.min_prompt_tokens, opts.max_prompt_tokens, seed)
+        key = {"kind": "bita-generations", "split": split, "seed": seed, "target_sha256": digest, "prompts": n,
+               "min_prompt_tokens": opts.min_prompt_tokens, "max_prompt_tokens": opts.max_prompt_tokens,
+               "new_tokens": opts.new_tokens, "source": source}
+        splits[split] = generations(work / f"generations-{split}.jsonl", key, prompts, target, opts, eos, pad, log,
+                                    f"target greedy ({split})", progress)
+    time_generation = time.time() - t0
+    train, val = splits["train"], splits["val"]
+
+    # ---- 2. train the adapter only
+    torch.manual_seed(opts.seed)
+    adapter = BitaAdapter.for_target(target, opts.num_masks, opts.prompt, opts.num_prompts)
+    before = mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad)
+    log("held-out top-1 accuracy before: " + ", ".join(f"mask {i + 1} {a:.3f}" for i, a in enumerate(before)))
+    optimizer = make_optimizer(adapter, opts.lr, opts.weight_decay, opts.beta1, opts.beta2)
+    sched = WarmupCosine(opts.lr, opts.warmup_steps, opts.min_lr_ratio)
+    rng = np.random.default_rng(opts.seed)
+    ckpt_path = work / f"checkpoint-{opts.prompt}-m{opts.num_masks}-p{opts.num_prompts}.pt"
+    ckpt_key = {"target_sha256": digest, "prompt": opts.prompt, "num_masks": opts.num_masks,
+                "num_prompts": opts.num_prompts, "records": len(train), "batch_size": opts.batch_size,
+                "cuts": opts.cuts, "seed": opts.seed}
+    step, elapsed_before = 0, 0.0
+    if ckpt_path.is_file():
+        state = torch.load(ckpt_path, weights_only=False)
+        if state["key"] == ckpt_key:
+            adapter.load_state_dict(state["adapter"])
+            optimizer.load_state_dict(state["optimizer"])
+            sched.load_state_dict(state["scheduler"])
+            rng.bit_generator.state = state["rng"]
+            step, elapsed_before = state["step"], state["elapsed"]
+            log(f"resuming from {ckpt_path} at step {step}")
+        else:
+            log(f"{ckpt_path} is for other settings; starting over")
+
+    def save_checkpoint(elapsed: float) -> None:
+        tmp = ckpt_path.with_name(ckpt_path.name + ".tmp")
+        torch.save({"key": ckpt_key, "adapter": adapter.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": sched.state_dict(), "step": step, "elapsed": elapsed,
+                    "rng": rng.bit_generator.state}, tmp)
+        tmp.replace(ckpt_path)
+
+    stop = {"now": False}
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=opts.max_steps, initial=step, desc="bita", unit="step", dynamic_ncols=True)
+    t_start = time.time()
+    last_ckpt = t_start
+
+    def progress_fraction() -> float:
+        fractions = []
+        if opts.max_steps:
+            fractions.append(step / opts.max_steps)
+        if opts.max_minutes:
+            fractions.append((time.time() - t_start + elapsed_before) / (60 * opts.max_minutes))
+        return max(fractions)
+
+    adapter.train()
+    try:
+        while progress_fraction() < 1.0 and not stop["now"]:
+            for group in optimizer.param_groups:
+                group["lr"] = sched.lr(step, progress_fraction())
+            chosen = rng.integers(0, len(train), opts.batch_size)
+            ids, cut, labels = sar_batch([train[i] for i in chosen], opts.num_masks, opts.cuts, rng, pad)
+            loss = sar_loss(target, adapter, ids, cut, labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(adapter.parameters(), opts.grad_clip)
+            optimizer.step()
+            step += 1
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.3f}")
+            elif step % opts.log_every == 0:
+                log(f"step {step} | loss {loss.item():.4f} | lr {sched.last_lr:.2e}")
+            if time.time() - last_ckpt > 60 * opts.checkpoint_minutes:
+                save_checkpoint(time.time() - t_start + elapsed_before)
+                last_ckpt = time.time()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if bar is not None:
+            bar.close()
+    save_checkpoint(time.time() - t_start + elapsed_before)
+    if stop["now"]:
+        log(f"interrupted at step {step}; checkpoint saved to {ckpt_path}: rerun the same command to resume")
+        return {"stopped": True, "step": step}
+    time_train = time.time() - t_start + elapsed_before
+    adapter.eval()
+    after = mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad)
+    log("held-out top-1 accuracy after: " + ", ".join(f"mask {i + 1} {a:.3f}" for i, a in enumerate(after)))
+
+    # ---- 3. export
+    parameters = sum(p.numel() for p in adapter.parameters())
+    target_parameters = sum(p.numel() for p in target.parameters())
+    info = {"target": str(opts.target), "target_sha256": digest, "manifest": str(opts.manifest),
+            "prompt_source": source, "num_train": len(train), "eval_prompts": len(val), "new_tokens": opts.new_tokens,
+            "min_prompt_tokens": opts.min_prompt_tokens, "max_prompt_tokens": opts.max_prompt_tokens,
+            "gen_batch": opts.gen_batch, "cuts": opts.cuts, "steps": step, "batch_size": opts.batch_size,
+            "lr": opts.lr, "warmup_steps": opts.warmup_steps, "seed": opts.seed,
+            "heldout_accuracy": {"before": before, "after": after}, "parameters": parameters,
+            "target_parameters": target_parameters, "parameter_share": parameters / target_parameters,
+            "command": opts.command, "threads": torch.get_num_threads(), "cpu": cpu_name(),
+            "time_generation_s": round(time_generation, 1), "time_train_s": round(time_train, 1)}
+    out = Path(opts.out_dir)
+    adapter.save(out, metadata={"training": info})
+    info["bytes"] = (out / "bita.safetensors").stat().st_size
+    adapter.save(out, metadata={"training": info})
+    write_card(out)
+    log(f"exported the BiTA adapter ({parameters:,} parameters, {info['parameter_share']:.3%} of the target's) to {out}")
+    return info
