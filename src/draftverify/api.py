@@ -37,7 +37,7 @@ def zoo_paths(name: str) -> dict[str, Path]:
         available = sorted(p.name for p in zoo_root().iterdir() if p.is_dir()) if zoo_root().is_dir() else []
         raise DraftVerifyError(f"no zoo entry {name!r} under {zoo_root()}; available: {', '.join(available) or 'none'}")
     return {"target": folder / "target", "draft": folder / "draft", "draft_aligned": folder / "draft-aligned",
-            "ngram": folder / "ngram.safetensors", "heads": folder / "heads"}
+            "ngram": folder / "ngram.safetensors", "heads": folder / "heads", "nat": folder / "nat"}
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model",
@@ -196,6 +196,8 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
             options["ngram_path"] = paths["ngram"]
         if options.get("heads_path") is None and paths["heads"].exists():
             options["heads_path"] = paths["heads"]
+        if options.get("nat_path") is None and paths["nat"].exists():
+            options["nat_path"] = paths["nat"]
     if target is None:
         raise DraftVerifyError("no target model: pass target=PATH or zoo=NAME")
     resolve_method(method)

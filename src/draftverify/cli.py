@@ -169,6 +169,7 @@ def generate(
     early_exit_layers: int = typer.Option(1, "--early-exit-layers", help="Layers of the target used as the draft."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram method."),
     heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd methods (default: the zoo's heads)."),
+    nat: Optional[Path] = typer.Option(None, "--nat", help="NAT drafter folder for specdec / specdec++_nat (default: the zoo's nat)."),
     lattice_k: int = typer.Option(4, "--lattice-k", help="bpd_ngram / bpd_pbest: candidates per head in the top-k lattice."),
     ngram_weight: float = typer.Option(0.5, "--ngram-weight", help="bpd_ngram / bpd_pbest: n-gram weight alpha (0 = heads only)."),
     pbest: int = typer.Option(4, "--pbest", help="bpd_pbest: rescored lattice paths merged into one tree."),
@@ -206,7 +207,7 @@ def generate(
             torch.set_num_threads(threads)
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                     gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
-                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads,
+                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads, nat_path=nat,
                     lattice_k=lattice_k, ngram_weight=ngram_weight, pbest=pbest,
                     tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_)
         on_text = None

@@ -44,6 +44,10 @@ METHODS: dict[str, Method] = {
     "bild": Method("model", "bild", "Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB); not lossless", True),
     "bild_early_exit": Method("early_exit", "bild", "BiLD with the early-exit small model (BiLD section 4.4)"),
     "specdec++": Method("model", "topbeta", "SpecDec++ top-beta / tolerance-tau verification; not lossless", True),
+    "specdec": Method("nat", "exact", "SpecDec: a non-autoregressive drafter fills k mask slots in one pass "
+                      "(encoder-decoder targets)"),
+    "specdec++_nat": Method("nat", "topbeta", "SpecDec++ as in the paper: the NAT drafter under top-beta / tau; "
+                            "not lossless"),
 }
 
 
@@ -54,6 +58,7 @@ class MethodOptions:
     draft_model: Any = None  # a transformers PreTrainedModel (or CachedLM) for methods with needs_draft
     ngram_path: str | Path | None = None
     heads_path: str | Path | None = None  # bpd*: folder of trained blockwise heads (heads.json + heads.safetensors)
+    nat_path: str | Path | None = None  # specdec*: folder of a trained NAT drafter (nat.json + nat.safetensors)
     lattice_k: int = 4  # bpd_ngram / bpd_pbest: candidates per head in the top-k lattice
     ngram_weight: float = 0.5  # alpha: weight of the n-gram score against the heads' log-probs
     pbest: int = 4  # bpd_pbest: rescored paths merged into the verified tree

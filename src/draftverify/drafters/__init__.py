@@ -6,10 +6,11 @@ from .early_exit import EarlyExitDrafter
 from .lookup_model import LookupModelDrafter
 from .model import ModelDrafter
 from .model_tree import ModelTreeDrafter
+from .nat import NatDecoder, NatDrafter
 from .ngram import NgramDrafter, NgramTable
 from .prompt_lookup import PromptLookupDrafter
 from .prompt_lookup_tree import PromptLookupTreeDrafter
 
 __all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable",
            "ModelTreeDrafter", "PromptLookupTreeDrafter", "LookupModelDrafter", "BlockwiseDrafter", "BlockwiseHeads",
-           "BlockwiseNgramDrafter", "BlockwisePBestDrafter"]
+           "BlockwiseNgramDrafter", "BlockwisePBestDrafter", "NatDrafter", "NatDecoder"]
