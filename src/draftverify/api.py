@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -22,13 +21,9 @@ from .hub import hub_unreachable_reason
 from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
 from .types import GenerationOutput, GenerationStats, SamplingParams
+from .zoo import zoo_root
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def zoo_root() -> Path:
-    """Where shipped models live: $DRAFTVERIFY_ZOO, else the repository's zoo/ folder."""
-    return Path(os.environ.get("DRAFTVERIFY_ZOO", Path(__file__).resolve().parents[2] / "zoo"))
 
 
 def zoo_paths(name: str) -> dict[str, Path]:
