@@ -212,11 +212,12 @@ def generate(
                     tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_)
         on_text = None
         echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed
+        echo = "" if pipe.target.is_encoder_decoder else text_in  # a translation does not continue its source
         if not as_json:
 
             def on_text(piece: str) -> None:
                 if not echoed:
-                    sys.stdout.write(text_in)
+                    sys.stdout.write(echo)
                     echoed.append(True)
                 sys.stdout.write(piece)
                 sys.stdout.flush()
@@ -234,7 +235,7 @@ def generate(
         print(json.dumps({"text": result.text, "method": method, "stats": result.stats.as_dict()}))
         return
     if not echoed:  # nothing was generated (an immediate end of text): the prompt alone
-        sys.stdout.write(text_in)
+        sys.stdout.write(echo)
     sys.stdout.write("\n")
     sys.stdout.flush()
     err_console.print(stats_table(result.stats, title=f"{method} (verifier: {result.verifier})"))

@@ -36,7 +36,21 @@ def tiny_zoo(tmp_path_factory):
         tok.save_pretrained(str(root / "zoo" / "translate" / role))
     target = MarianMTModel.from_pretrained(str(root / "zoo" / "translate" / "target"))
     NatDecoder.for_target(target, layers=1, block_size=4).save(root / "zoo" / "translate" / "nat")
+    (root / "zoo" / "translate" / "zoo.json").write_text(json.dumps({"default_method": "specdec"}))
     return root
+
+
+def test_generate_with_the_zoo_translates_with_its_default_method(tiny_zoo, monkeypatch):
+    """`generate --zoo translate` runs the zoo's default method (zoo.json) and prints the translation alone: the
+    source is not echoed as if it were continued; the same text as the plain target's greedy decoding."""
+    monkeypatch.setenv("DRAFTVERIFY_ZOO", str(tiny_zoo / "zoo"))
+    args = ["generate", "--zoo", "translate", "--prompt", "a man rides a bike.", "-n", "6", "--json"]
+    out = json.loads(CliRunner().invoke(app, args).stdout)
+    assert out["method"] == "specdec"
+    plain = json.loads(CliRunner().invoke(app, args + ["--method", "autoregressive"]).stdout)
+    assert out["text"] == plain["text"]
+    streamed = CliRunner().invoke(app, args[:-1])
+    assert streamed.exit_code == 0 and not streamed.stdout.startswith("a man rides")
 
 
 def test_multi30k_prompts_pair_sources_with_references(tiny_zoo):

@@ -87,3 +87,43 @@ def model_card(report: dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def nat_card(info: dict) -> str:
+    """The card of a NAT drafter folder (nat.json: its config and `training`, the report of `train nat`)."""
+    t = info["training"]
+    lines = [
+        f"# draftverify translate NAT drafter ({t['params'] / 1e6:.2f}M parameters)",
+        "",
+        "SpecDec's non-autoregressive drafter (Xia et al., section 3.1) for the zoo's translation target: given the "
+        f"source and the accepted prefix it fills up to k = {info['block_size']} mask slots in one forward pass "
+        "(bidirectional attention over prefix and slots). It reads the target's encoder states, embedding matrix and "
+        "output layer (frozen, not stored here), so it only works with that target (embedding fingerprint "
+        f"`{info['target_fingerprint']}`). Methods: `specdec` (greedy verification: exactly the target's greedy "
+        "translation) and `specdec++_nat` (top-beta / tau).",
+        "",
+        "## Data and terms",
+        "",
+        f"- {t['data_terms']}",
+        f"- Trained on {t['train_pairs']:,} train sources with the target's own greedy translations as targets "
+        f"(`{t['train_targets']}`, sequence-level distillation by `draftverify train distill`).",
+        "",
+        "## Model and training",
+        "",
+        f"- {info['layers']} decoder layers, d_model {info['hidden_size']}, {info['heads']} heads, FFN {info['ffn_size']}, "
+        f"learned positions (at most {info['max_positions']}), a learned [MASK] vector.",
+        f"- Random prefix cut points, k drawn from 1..{info['block_size']} per batch, glancing "
+        f"{'(ratio ' + ' -> '.join(map(str, t['glancing'])) + ')' if t['glancing'] else 'off'}.",
+        "",
+        "```",
+        t["command"],
+        "```",
+        "",
+        f"- Steps: {t['step']:,} ({t['epochs']:.1f} epochs), {t['elapsed'] / 60:.1f} min on {t['threads']} CPU "
+        f"thread(s) ({t['cpu']}); batches of at most {t['max_tokens']} tokens, peak LR {t['lr']}.",
+        f"- Held-out (val, teacher-forced at random cuts, k = {info['block_size']}): slot cross-entropy "
+        f"{t['slot_loss']:.4f}, mean accepted slots per block {t['accepted_per_block']:.2f} "
+        f"(against {t['val_targets'] or 'the references'}).",
+        "",
+    ]
+    return "\n".join(lines)
