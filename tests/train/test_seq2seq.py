@@ -131,3 +131,18 @@ def test_clear_errors(corpus, tmp_path):
         seq2seq.train(_opts(root, data, tmp_path / "x", preset="huge"), log=lambda m: None)
     with pytest.raises(DraftVerifyError, match="no NAT drafter"):
         NatDecoder.load(tmp_path)
+
+
+def test_init_from_continues_an_exported_model(trained, tmp_path):
+    """BiLD's prediction alignment path: a fine-tune that starts from the exported weights, not a fresh init."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    root, data, out, _ = trained
+    report = seq2seq.train(_opts(root, data, tmp_path / "ft", init_from=str(out / "export"), max_steps=1, lr=1e-9,
+                                 warmup_steps=0), log=lambda m: None)
+    assert report["init_from"] == str(out / "export")
+    before = AutoModelForSeq2SeqLM.from_pretrained(str(out / "export")).state_dict()
+    after = AutoModelForSeq2SeqLM.from_pretrained(str(tmp_path / "ft" / "export")).state_dict()
+    assert all(torch.allclose(before[k].float(), after[k].float(), atol=1e-2) for k in before)
+    with pytest.raises(TrainError, match="--init-from"):
+        seq2seq.train(_opts(root, data, tmp_path / "bad", init_from=str(tmp_path)), log=lambda m: None)

@@ -436,6 +436,8 @@ def seq2seq_cmd(
     export: Optional[Path] = typer.Option(None, "--export", help="Where to export the fp16 model (default: <out>/export)."),
     train_targets: Optional[Path] = typer.Option(
         None, "--train-targets", help="Target-side sentences replacing the train references (distillation)."),
+    init_from: Optional[Path] = typer.Option(
+        None, "--init-from", help="Continue from an exported model (fresh optimizer), e.g. BiLD alignment."),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Wall-clock training budget."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Maximum optimizer steps."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads (default: torch's)."),
@@ -464,7 +466,8 @@ def seq2seq_cmd(
     opts = Seq2SeqOptions(
         tokenizer=str(tokenizer), out_dir=str(out), data=str(data), src_lang=src_lang, tgt_lang=tgt_lang,
         preset=preset, export_dir=str(export) if export else None,
-        train_targets=str(train_targets) if train_targets else None, max_tokens=max_tokens,
+        train_targets=str(train_targets) if train_targets else None,
+        init_from=str(init_from) if init_from else None, max_tokens=max_tokens,
         label_smoothing=label_smoothing, dropout=dropout, bleu_sentences=bleu_sentences, max_minutes=max_minutes,
         max_steps=max_steps, threads=threads, lr=lr, warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio,
         weight_decay=weight_decay, grad_clip=grad_clip, seed=seed, bf16=bf16, eval_minutes=eval_minutes,

@@ -67,6 +67,7 @@ class Seq2SeqOptions(TrainerOptions):
     dropout: float = 0.1
     bleu_sentences: int = 200              # val sources translated at each evaluation
     train_targets: Optional[str] = None    # a file of target-side sentences replacing the train targets
+    init_from: Optional[str] = None        # an exported model to continue from (fresh optimizer): BiLD alignment
     export: bool = True
     _: KW_ONLY
     lr: float = 1e-3
@@ -86,6 +87,8 @@ class Seq2SeqOptions(TrainerOptions):
         if not 0 <= self.dropout < 1:
             raise TrainError(f"--dropout must be in [0, 1), got {self.dropout}")
         self.validate_run()
+        if self.init_from is not None and not (Path(self.init_from) / "config.json").is_file():
+            raise TrainError(f"--init-from {self.init_from}: no config.json there (expected an exported model)")
         if not (Path(self.tokenizer) / "tokenizer.json").is_file():
             raise TrainError(f"--tokenizer {self.tokenizer}: no tokenizer.json there; create it with "
                              f"`draftverify train translate-tokenizer --out {self.tokenizer}`")
@@ -188,11 +191,18 @@ def score_split(model, tok, data, split: str, src_lang: str, tgt_lang: str, num_
 
 
 def _build_model(opts: Seq2SeqOptions, tok, ckpt: Optional[dict]):
+    """The checkpoint's architecture when resuming, else --init-from's weights, else a fresh preset."""
+    import torch
     from transformers import MarianConfig, MarianMTModel
 
-    config = (MarianConfig.from_dict(ckpt["config"]) if ckpt is not None
-              else make_config(opts.preset, len(tok), tok.eos_token_id, opts.dropout))
-    model = MarianMTModel(config)
+    if ckpt is None and opts.init_from:
+        model = MarianMTModel.from_pretrained(opts.init_from, dtype=torch.float32)
+        if model.config.vocab_size != len(tok):
+            raise TrainError(f"--init-from model vocab {model.config.vocab_size} != tokenizer vocab {len(tok)}")
+    else:
+        config = (MarianConfig.from_dict(ckpt["config"]) if ckpt is not None
+                  else make_config(opts.preset, len(tok), tok.eos_token_id, opts.dropout))
+        model = MarianMTModel(config)
     model.config._attn_implementation = "sdpa"
     return model
 
@@ -264,7 +274,7 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
     report = {
         "architecture": "MarianMTModel", "preset": opts.preset, "params": n_params, "config": model.config.to_dict(),
         "data": str(opts.data), "data_terms": DATA_TERMS, "languages": [opts.src_lang, opts.tgt_lang],
-        "train_pairs": len(train_pairs), "train_targets": opts.train_targets,
+        "train_pairs": len(train_pairs), "train_targets": opts.train_targets, "init_from": opts.init_from,
         "train_target_tokens": int(sum(len(t) for t in train_pairs.tgt)),
         "tokenizer_hash": tokenizer_hash(opts.tokenizer), "vocab_size": len(tok),
         "command": "\n".join(state["commands"]) if state["resumes"] else (opts.command or command_line()),

@@ -41,6 +41,8 @@ def model_card(report: dict) -> str:
         f"- Train split: {report['train_pairs']:,} caption pairs ({report['train_target_tokens']:,} target tokens); "
         + ("targets: the reference translations." if not report.get("train_targets") else
            f"targets: `{report['train_targets']}` (sequence-level distillation: the target model's translations)."),
+        *([f"- Initialised from `{report['init_from']}` (BiLD prediction alignment when the targets are the large "
+           "model's translations)."] if report.get("init_from") else []),
         f"- Tokenizer: joint byte-level BPE over both languages, vocab {report['vocab_size']} "
         f"(sha256 `{report['tokenizer_hash'][:16]}`), `<|endoftext|>` = eos = pad = decoder start.",
         "",
