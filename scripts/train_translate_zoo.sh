@@ -19,6 +19,6 @@ draftverify train distill --model zoo/translate/target --data "$DATA" --split tr
 # 4. SpecDec's NAT drafter on the frozen target
 draftverify train nat --target zoo/translate/target --train-targets runs/translate/distill/train.de \
     --val-targets runs/translate/distill/val.de --data "$DATA" --out runs/translate/nat --export zoo/translate/nat \
-    --block-size 8 --layers 2 --max-minutes 20 --threads 1
+    --block-size 8 --layers 3 --max-minutes 20 --threads 1
 # 5. the cards, from the training reports (--rescore measures BLEU / chrF again: greedy val + test, beam-5 test)
 python scripts/translate_cards.py --data "$DATA" --rescore

@@ -3,7 +3,7 @@
     PYTHONPATH=src python scripts/translate_cards.py [--rescore] [--data ../shared/data/multi30k_en_de]
 
 target/ and draft/: README.md from training_report.json (train/seq2seq_card.py); --rescore first replaces the
-report's scores with greedy val / test_2016_flickr and beam-5 test_2016_flickr, measured here. nat/: README.md from
+report's scores with greedy val / test_2016_flickr (and --beam B test_2016_flickr), measured here. nat/: README.md from
 nat.json.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ def main() -> None:
     ap.add_argument("--zoo", type=Path, default=Path("zoo/translate"))
     ap.add_argument("--data", default="../shared/data/multi30k_en_de")
     ap.add_argument("--rescore", action="store_true")
+    ap.add_argument("--beam", type=int, default=0, help="with --rescore: also test_2016_flickr with this beam size")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     for folder, role in ROLES.items():
@@ -32,7 +33,7 @@ def main() -> None:
         report = json.loads(path.read_text())
         report["role"] = role
         if args.rescore:
-            report["scores"] = rescore(args.zoo / folder, args.data, report["languages"], args.threads)
+            report["scores"] = rescore(args.zoo / folder, args.data, report["languages"], args.threads, args.beam)
             path.write_text(json.dumps(report, indent=1, default=str) + "\n")
         (args.zoo / folder / "README.md").write_text(model_card(report))
         print(f"{folder}: " + ", ".join(f"{k} BLEU {v['bleu']:.2f} chrF {v['chrf']:.2f}" for k, v in report["scores"].items()))
@@ -42,7 +43,7 @@ def main() -> None:
         print("nat: card written")
 
 
-def rescore(folder: Path, data: str, languages: list[str], threads: int) -> dict:
+def rescore(folder: Path, data: str, languages: list[str], threads: int, beam: int) -> dict:
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -53,8 +54,9 @@ def rescore(folder: Path, data: str, languages: list[str], threads: int) -> dict
     tok = AutoTokenizer.from_pretrained(str(folder))
     src, tgt = languages
     scores = {"val": score_split(model, tok, data, "val", src, tgt),
-              "test_2016_flickr": score_split(model, tok, data, "test_2016_flickr", src, tgt),
-              "test_2016_flickr_beam5": score_split(model, tok, data, "test_2016_flickr", src, tgt, num_beams=5)}
+              "test_2016_flickr": score_split(model, tok, data, "test_2016_flickr", src, tgt)}
+    if beam > 1:
+        scores[f"test_2016_flickr_beam{beam}"] = score_split(model, tok, data, "test_2016_flickr", src, tgt, num_beams=beam)
     return scores
 
 

@@ -82,17 +82,17 @@ def test_draft_is_one_bidirectional_pass_over_prefix_and_slots(fitted):
     memory = model.get_encoder()(input_ids=SOURCE).last_hidden_state
     with torch.no_grad():
         for tokens, draft in seen:
-            k = draft.shape[1]
-            inputs = torch.cat([tokens, tokens.new_zeros((1, k))], dim=1)
+            k, L = draft.shape[1], tokens.shape[1]
+            inputs = torch.cat([tokens, tokens.new_zeros((1, k - 1))], dim=1)  # k - 1 masks after the prefix
             slots = torch.zeros_like(inputs, dtype=torch.bool)
-            slots[:, -k:] = True
-            expected = nat(model, inputs, slots, memory).argmax(dim=-1)[:, -k:]
+            slots[:, L:] = True
+            expected = nat(model, inputs, slots, memory).argmax(dim=-1)[:, L - 1:]
             assert torch.equal(draft, expected)
-        # bidirectional: a later slot's content changes an earlier slot's output
+        # bidirectional: a later mask's content changes the prediction at the last committed token
         tokens = seen[0][0]
-        inputs = torch.cat([tokens, tokens.new_zeros((1, 3))], dim=1)
+        inputs = torch.cat([tokens, tokens.new_zeros((1, 2))], dim=1)
         slots = torch.zeros_like(inputs, dtype=torch.bool)
-        slots[:, -3:] = True
+        slots[:, -2:] = True
         all_masked = nat(model, inputs, slots, memory)[:, -3]
         slots[:, -1] = False
         inputs[:, -1] = 7
@@ -150,8 +150,27 @@ def test_refuses_another_target_and_decoder_only(fitted):
 
 def test_nat_batch_cuts_and_labels():
     labels = torch.tensor([[11, 12, 13, 3], [21, 3, -100, -100]])
-    tokens, slots, padding, slot_labels = nat_batch(labels, 3, np.random.default_rng(0), 0, cuts=[2, 0])
-    assert tokens[0, :3].tolist() == [0, 11, 12] and slots[0].tolist() == [False] * 3 + [True] * 3
-    assert slot_labels[0, 3:].tolist() == [13, 3, -100]  # past the end: ignored
-    assert tokens[1, 0] == 0 and slots[1, 1:4].all() and padding[1, 4:].all() and not padding[1, :4].any()
-    assert slot_labels[1, 1:4].tolist() == [21, 3, -100]
+    tokens, slots, padding, targets = nat_batch(labels, 3, np.random.default_rng(0), 0, cuts=[2, 0])
+    assert tokens[0, :3].tolist() == [0, 11, 12] and slots[0].tolist() == [False] * 3 + [True] * 2
+    assert targets[0].tolist() == [-100, -100, 13, 3, -100]  # y_3 at y_2, eos at the first mask, past the end ignored
+    assert tokens[1, 0] == 0 and slots[1, 1:3].all() and padding[1, 3:].all() and not padding[1, :3].any()
+    assert targets[1, :3].tolist() == [21, 3, -100]
+
+
+def test_marian_drafter_starts_from_the_target_decoder():
+    """With no masks (k = 1) and the target's own layers, the drafter's prediction at the last committed token is the
+    target's next-token prediction up to bidirectional attention over the prefix: on the first step (start token
+    only) there is nothing later to see, so it is the target's exactly."""
+    from transformers import MarianMTModel
+
+    from draftverify.train.seq2seq import make_config
+
+    torch.manual_seed(0)
+    model = MarianMTModel(make_config("tiny", 96, 3)).double().eval()  # the zoo's layout: ReLU, post-LN
+    nat = NatDecoder.for_target(model, layers=model.config.decoder_layers, block_size=1).double()
+    memory = model.get_encoder()(input_ids=SOURCE).last_hidden_state
+    start = torch.tensor([[model.config.decoder_start_token_id]])
+    with torch.no_grad():
+        ours = nat(model, start, torch.zeros_like(start, dtype=torch.bool), memory)[0, -1]
+        theirs = model(input_ids=SOURCE, decoder_input_ids=start).logits[0, -1]
+    assert torch.allclose(ours, theirs, atol=1e-6)

@@ -1,14 +1,17 @@
 """SpecDec's non-autoregressive drafter (Xia et al., "Speculative Decoding: Exploiting Speculative Execution for
 Accelerating Seq2seq Generation", section 3.1) for encoder-decoder targets.
 
-Given the source and the accepted target prefix y_<=j, it fills k [MASK] slots in one forward pass:
+Given the source and the accepted target prefix y_<=j, it predicts k tokens in one forward pass:
     y~_{j+1..j+k} = argmax sum_i log P(y~_{j+i} | y_<=j, x)
-Its decoder attends bidirectionally over the prefix and the k slots (no causal mask) and cross-attends to the
-*verifier's* encoder states, which the target computes once per generation anyway (the issue allows "its own encoder
-or the verifier's"); it reads tokens through the target's embedding matrix and scores them with the target's output
-layer (both frozen, passed in, never stored), so a drafter file holds only its own decoder layers (a few MB). The
-verifier decides what the draft is worth: `greedy` gives vanilla SpecDec (identical to AT greedy decoding),
-`topbeta` gives SpecDec++.
+Its decoder reads [start, y_1..y_j, MASK x (k-1)] with bidirectional attention (no causal mask) and, like an AT
+decoder, predicts from each position the token of the next one: y~_{j+1} at y_j, y~_{j+i} at the (i-1)-th mask. It
+cross-attends to the *verifier's* encoder states, which the target computes once per generation anyway (the issue
+allows "its own encoder or the verifier's"), reads tokens through the target's embedding matrix and scores them with
+the target's output layer (both frozen, passed in, never stored), so a drafter file holds only its decoder layers.
+Its layers are post-LN Transformer decoder layers, the layout of Marian / the original Transformer, so `for_target`
+can start them from the target's own decoder layers (the usual initialisation of a NAT from its AT teacher): the
+first slot then starts close to the target's own next-token prediction. The verifier decides what the draft is
+worth: `greedy` gives vanilla SpecDec (identical to AT greedy decoding), `topbeta` gives SpecDec++.
 
 No KV cache: the prefix is re-read every step, which is what bidirectional attention over it requires; captions
 and sentences are short.
@@ -53,6 +56,7 @@ def output_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class NatConfig:
     hidden_size: int  # H: the target's d_model (its embeddings and encoder states)
+    embed_scale: float  # the target decoder's embedding scale (sqrt(H) for Marian, 1 otherwise)
     layers: int
     heads: int
     ffn_size: int
@@ -62,6 +66,8 @@ class NatConfig:
     target_fingerprint: str  # embedding_fingerprint of the target
 
     def __post_init__(self) -> None:
+        if not isinstance(self.embed_scale, (int, float)) or self.embed_scale <= 0:
+            raise DraftVerifyError(f"NAT drafter config: embed_scale must be positive, got {self.embed_scale!r}")
         for name in ("hidden_size", "layers", "heads", "ffn_size", "max_positions", "block_size", "vocab_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -75,7 +81,7 @@ class NatConfig:
 
 
 class NatDecoder(nn.Module):
-    """Pre-LN Transformer decoder layers without a causal mask, a learned [MASK] vector and positions."""
+    """Post-LN Transformer decoder layers without a causal mask, a learned [MASK] vector and positions."""
 
     def __init__(self, config: NatConfig):
         super().__init__()
@@ -83,36 +89,64 @@ class NatDecoder(nn.Module):
         H = config.hidden_size
         self.mask_embedding = nn.Parameter(torch.randn(H) * H ** -0.5)  # [H]
         self.positions = nn.Embedding(config.max_positions, H)
-        self.input_norm = nn.LayerNorm(H)
         layer = nn.TransformerDecoderLayer(H, config.heads, config.ffn_size, dropout=0.0, activation="relu",
-                                           batch_first=True, norm_first=True)
+                                           batch_first=True, norm_first=False)
         self.layers = nn.TransformerDecoder(layer, config.layers)
-        self.final_norm = nn.LayerNorm(H)
 
     @classmethod
     def for_target(cls, target: nn.Module, layers: int = 2, block_size: int = 8, max_positions: int = 256,
                    ffn_size: int | None = None, heads: int | None = None) -> "NatDecoder":
+        """A drafter sized for `target`; when the target's decoder has Marian's layout (post-LN layers, ReLU,
+        sinusoidal positions) and `layers` of them, its last `layers` layers and positions are copied in."""
         vocab, hidden = target.get_input_embeddings().weight.shape
-        heads = heads or getattr(target.config, "decoder_attention_heads", None) or 4
-        config = NatConfig(hidden, layers, heads, ffn_size or 4 * hidden, max_positions, block_size, vocab,
-                           embedding_fingerprint(target))
-        return cls(config)
+        cfg = target.config
+        heads = heads or getattr(cfg, "decoder_attention_heads", None) or 4
+        scale = hidden ** 0.5 if getattr(cfg, "scale_embedding", False) else 1.0
+        config = NatConfig(hidden, scale, layers, heads, ffn_size or getattr(cfg, "decoder_ffn_dim", 4 * hidden),
+                           max_positions, block_size, vocab, embedding_fingerprint(target))
+        nat = cls(config)
+        decoder = getattr(getattr(target, "model", None), "decoder", None)
+        if getattr(cfg, "model_type", None) == "marian" and getattr(cfg, "activation_function", None) == "relu":
+            nat.copy_from_marian(decoder)
+        return nat
+
+    @torch.no_grad()
+    def copy_from_marian(self, decoder: nn.Module) -> None:
+        """Start from a Marian decoder's last layers and positions (where the shapes agree)."""
+        theirs = list(decoder.layers)[-self.config.layers:]
+        ours = list(self.layers.layers)
+        if len(theirs) != len(ours) or theirs[0].fc1.out_features != self.config.ffn_size or \
+                theirs[0].self_attn.num_heads != self.config.heads:
+            return
+        for src, dst in zip(theirs, ours):
+            for a, b in ((src.self_attn, dst.self_attn), (src.encoder_attn, dst.multihead_attn)):
+                b.in_proj_weight.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
+                b.in_proj_bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
+                b.out_proj.weight.copy_(a.out_proj.weight)
+                b.out_proj.bias.copy_(a.out_proj.bias)
+            for a, b in ((src.fc1, dst.linear1), (src.fc2, dst.linear2), (src.self_attn_layer_norm, dst.norm1),
+                         (src.encoder_attn_layer_norm, dst.norm2), (src.final_layer_norm, dst.norm3)):
+                b.weight.copy_(a.weight)
+                b.bias.copy_(a.bias)
+        table = decoder.embed_positions.weight
+        n = min(len(table), self.config.max_positions)
+        self.positions.weight[:n] = table[:n]
 
     def forward(self, target: nn.Module, tokens: torch.Tensor, slots: torch.Tensor, memory: torch.Tensor,
                 memory_mask: torch.Tensor | None = None, padding: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits [B, T, V] at every input position.
+        """Logits [B, T, V] at every input position: position t predicts the token of position t + 1.
 
         tokens [B, T]: the prefix ids (any id where slots is True); slots [B, T] bool: [MASK] positions;
         memory [B, S, H]: the target's encoder states; memory_mask [B, S]: 1 for real source tokens;
         padding [B, T] bool: True at padded positions (training batches).
         """
-        emb = target.get_input_embeddings()(tokens).to(self.mask_embedding.dtype)  # [B, T, H]
-        emb = torch.where(slots[..., None], self.mask_embedding, emb)
+        emb = target.get_input_embeddings()(tokens).to(self.mask_embedding.dtype) * self.config.embed_scale
+        emb = torch.where(slots[..., None], self.mask_embedding, emb)  # [B, T, H]
         pos = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.input_norm(emb + self.positions(pos))
+        x = emb + self.positions(pos)
         mem_pad = None if memory_mask is None else memory_mask == 0
         x = self.layers(x, memory.to(x.dtype), tgt_key_padding_mask=padding, memory_key_padding_mask=mem_pad)
-        return output_logits(target, self.final_norm(x))
+        return output_logits(target, x)
 
     def check_target(self, target: nn.Module) -> None:
         """Refuse a drafter trained for another target: it reads that target's embeddings and encoder."""
@@ -192,14 +226,14 @@ class NatDrafter(Drafter):
     @torch.no_grad()
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         k = min(gamma, self.nat.config.max_positions - 1)
-        prefix = state.tokens[:, -(self.nat.config.max_positions - k):]  # [B, L]
+        prefix = state.tokens[:, -(self.nat.config.max_positions - k + 1):]  # [B, L]
         B, L = prefix.shape
-        tokens = torch.cat([prefix, prefix.new_zeros((B, k))], dim=1)  # [B, L+k]
+        tokens = torch.cat([prefix, prefix.new_zeros((B, k - 1))], dim=1)  # [B, L+k-1]: k-1 masks
         slots = torch.zeros_like(tokens, dtype=torch.bool)
         slots[:, L:] = True
         target = self.target
         logits = self.nat(target.model, tokens, slots, target.encoder_outputs.last_hidden_state,
-                          target.source_mask)[:, L:]  # [B, k, V]
+                          target.source_mask)[:, L - 1:]  # [B, k, V]: from the last committed token on
         self.forward_calls += 1
         if state.params.greedy:
             return Draft(tokens=logits.argmax(dim=-1))

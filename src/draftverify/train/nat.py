@@ -61,43 +61,45 @@ class NatOptions(TrainerOptions):
 
 def nat_batch(labels, k: int, rng: np.random.Generator, start_id: int, cuts=None):
     """Decoder inputs of one NAT step per row (SpecDec 3.1): the start token, a random prefix y_<=p of the row's
-    target, then k slots. labels [B, T] (eos-terminated, -100 padded). Returns tokens [B, W], slots [B, W] bool,
-    padding [B, W] bool and slot_labels [B, W] (-100 except at slots whose position exists in the target)."""
+    target, then k - 1 masks; position p + i - 1 predicts y_{p+i} (i = 1..k). labels [B, T] (eos-terminated, -100
+    padded). Returns tokens [B, W], slots [B, W] bool (the masks), padding [B, W] bool and targets [B, W]: the token
+    each position predicts, -100 outside the block and past the target's end."""
     import torch
 
     lengths = (labels >= 0).sum(dim=1).tolist()
     cuts = [int(rng.integers(m)) for m in lengths] if cuts is None else cuts
-    W = max(cuts) + 1 + k
+    W = max(cuts) + k
     B = labels.shape[0]
     tokens = torch.full((B, W), start_id, dtype=torch.long)
     slots = torch.zeros((B, W), dtype=torch.bool)
     padding = torch.ones((B, W), dtype=torch.bool)
-    slot_labels = torch.full((B, W), -100, dtype=torch.long)
+    targets = torch.full((B, W), -100, dtype=torch.long)
     for b, (p, m) in enumerate(zip(cuts, lengths)):
         tokens[b, 1 : p + 1] = labels[b, :p]
-        slots[b, p + 1 : p + 1 + k] = True
-        padding[b, : p + 1 + k] = False
+        slots[b, p + 1 : p + k] = True
+        padding[b, : p + k] = False
         n = min(k, m - p)
-        slot_labels[b, p + 1 : p + 1 + n] = labels[b, p : p + n]
-    return tokens, slots, padding, slot_labels
+        targets[b, p : p + n] = labels[b, p : p + n]
+    return tokens, slots, padding, targets
 
 
-def glance(tokens, slots, slot_labels, predictions, ratio: float, rng: np.random.Generator):
-    """GLAT's glancing: reveal round(ratio x wrong) random labelled slots of each row (their reference token
-    replaces [MASK]); returns new tokens, slots, and the labels with revealed slots ignored."""
-    tokens, slots, slot_labels = tokens.clone(), slots.clone(), slot_labels.clone()
-    valid = slot_labels >= 0
-    wrong = ((predictions != slot_labels) & valid).sum(dim=1).tolist()
+def glance(tokens, slots, targets, predictions, ratio: float, rng: np.random.Generator):
+    """GLAT's glancing: reveal round(ratio x wrong) random masks of each row whose token is known (the reference
+    replaces [MASK]; the position before it, which predicts that token, leaves the loss)."""
+    tokens, slots, targets = tokens.clone(), slots.clone(), targets.clone()
+    valid = targets >= 0
+    wrong = ((predictions != targets) & valid).sum(dim=1).tolist()
+    revealable = valid.clone()
+    revealable[:, :-1] &= slots[:, 1:]
+    revealable[:, -1] = False
     for b, w in enumerate(wrong):
-        n = int(round(ratio * w))
-        if n == 0:
-            continue
-        cols = valid[b].nonzero().flatten().tolist()
-        for c in rng.choice(cols, size=min(n, len(cols)), replace=False):
-            tokens[b, c] = slot_labels[b, c]
-            slots[b, c] = False
-            slot_labels[b, c] = -100
-    return tokens, slots, slot_labels
+        cols = revealable[b].nonzero().flatten().tolist()
+        n = min(int(round(ratio * w)), len(cols))
+        for t in rng.choice(cols, size=n, replace=False) if n else ():
+            tokens[b, t + 1] = targets[b, t]
+            slots[b, t + 1] = False
+            targets[b, t] = -100
+    return tokens, slots, targets
 
 
 def nat_loss(nat, target, batch: dict, k: int, rng: np.random.Generator, glance_ratio: float, bf16: bool,
@@ -149,9 +151,9 @@ def held_out(nat, target, pairs, batches, k: int, pad_id: int, bf16: bool) -> di
             valid = labels >= 0
             ce += F.cross_entropy(logits[valid], labels[valid], reduction="sum").item()
             n_tok += int(valid.sum())
-            hit = (logits.argmax(dim=-1) == labels) & valid  # [B, W]
-            for row_hit, row_slots in zip(hit, slots):
-                accepted += int(row_hit[row_slots].int().cumprod(dim=0).sum())
+            hit = logits.argmax(dim=-1) == labels  # [B, W]
+            for row_hit, row_valid in zip(hit, valid):
+                accepted += int(row_hit[row_valid].int().cumprod(dim=0).sum())
                 n_blocks += 1
     nat.train(was)
     return {"slot_loss": ce / max(n_tok, 1), "accepted_per_block": accepted / max(n_blocks, 1)}
