@@ -146,3 +146,13 @@ def test_init_from_continues_an_exported_model(trained, tmp_path):
     assert all(torch.allclose(before[k].float(), after[k].float(), atol=1e-2) for k in before)
     with pytest.raises(TrainError, match="--init-from"):
         seq2seq.train(_opts(root, data, tmp_path / "bad", init_from=str(tmp_path)), log=lambda m: None)
+
+
+def test_read_targets_keeps_exactly_the_written_lines(tmp_path):
+    from draftverify.train.translation_data import read_targets
+
+    (tmp_path / "t.de").write_text("ein mann.\n\nein hund.\n", encoding="utf-8")  # an empty translation is a line
+    assert read_targets(tmp_path / "t.de", 10) == ["ein mann.", "", "ein hund."]
+    assert read_targets(tmp_path / "t.de", 2) == ["ein mann.", ""]
+    (tmp_path / "e.de").write_text("", encoding="utf-8")
+    assert read_targets(tmp_path / "e.de", 5) == []

@@ -167,7 +167,7 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
     from ..drafters.nat import NatDecoder
     from .presets import count_params
     from .tokenizer import load_tokenizer
-    from .translation_data import DATA_TERMS, Pairs, collate, encode, read_pairs, token_batches
+    from .translation_data import DATA_TERMS, Pairs, collate, encode, read_pairs, read_targets, token_batches
 
     set_threads(opts.threads)
     out_dir = Path(opts.out_dir)
@@ -177,13 +177,13 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
     for p in target.parameters():
         p.requires_grad_(False)
     src, _ = read_pairs(opts.data, "train", opts.src_lang, opts.tgt_lang)
-    tgt = Path(opts.train_targets).read_text(encoding="utf-8").split("\n")[: len(src)]
+    tgt = read_targets(opts.train_targets, len(src))
     if len(tgt) < len(src):
         log(f"{opts.train_targets} has {len(tgt)} of the {len(src)} train targets: training on those pairs")
         src = src[: len(tgt)]
     train_pairs = Pairs(encode(tok, src, opts.max_len), encode(tok, tgt, opts.max_len))
     vsrc, vref = read_pairs(opts.data, "val", opts.src_lang, opts.tgt_lang)
-    vtgt = Path(opts.val_targets).read_text(encoding="utf-8").split("\n")[: len(vsrc)] if opts.val_targets else vref
+    vtgt = read_targets(opts.val_targets, len(vsrc)) if opts.val_targets else vref
     val_pairs = Pairs(encode(tok, vsrc, opts.max_len), encode(tok, vtgt, opts.max_len))
     batches = token_batches(train_pairs, opts.max_tokens)
     val_batches = token_batches(val_pairs, opts.max_tokens)

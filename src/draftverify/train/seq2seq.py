@@ -217,7 +217,8 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
     from .seq2seq_card import model_card
     from .presets import count_params
     from .tokenizer import load_tokenizer, tokenizer_hash
-    from .translation_data import DATA_TERMS, TEST_SPLIT, Pairs, collate, encode, read_pairs, token_batches
+    from .translation_data import (DATA_TERMS, TEST_SPLIT, Pairs, collate, encode, read_pairs, read_targets,
+                                   token_batches)
 
     set_threads(opts.threads)
     out_dir = Path(opts.out_dir)
@@ -226,9 +227,10 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
     pad = tok.eos_token_id
     src, tgt = read_pairs(opts.data, "train", opts.src_lang, opts.tgt_lang)
     if opts.train_targets:
-        tgt = Path(opts.train_targets).read_text(encoding="utf-8").split("\n")[: len(src)]
-        if len(tgt) != len(src):
-            raise TrainError(f"--train-targets {opts.train_targets} has {len(tgt)} lines, the train split {len(src)}")
+        tgt = read_targets(opts.train_targets, len(src))
+        if len(tgt) < len(src):
+            log(f"{opts.train_targets} has {len(tgt)} of the {len(src)} train targets: training on those pairs")
+            src = src[: len(tgt)]
     train_pairs = Pairs(encode(tok, src, opts.max_len), encode(tok, tgt, opts.max_len))
     vsrc, vtgt = read_pairs(opts.data, "val", opts.src_lang, opts.tgt_lang)
     val_pairs = Pairs(encode(tok, vsrc, opts.max_len), encode(tok, vtgt, opts.max_len))

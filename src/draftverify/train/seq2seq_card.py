@@ -83,7 +83,7 @@ def model_card(report: dict) -> str:
         "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
         "tok = AutoTokenizer.from_pretrained(path)",
         "model = AutoModelForSeq2SeqLM.from_pretrained(path)",
-        "ids = tok(\"A man rides a bike.<|endoftext|>\", return_tensors=\"pt\").input_ids",
+        "ids = tok(\"A man rides a bike.\", return_tensors=\"pt\").input_ids  # ends with eos, as in training",
         "print(tok.decode(model.generate(ids, max_new_tokens=64)[0], skip_special_tokens=True))",
         "```",
         "",

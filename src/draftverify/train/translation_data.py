@@ -46,6 +46,13 @@ def read_pairs(data_dir, split: str, src_lang: str, tgt_lang: str) -> tuple[list
     return src, tgt
 
 
+def read_targets(path: str | os.PathLike, limit: int) -> list[str]:
+    """The first `limit` lines of a target-side file (`train distill` writes one sentence a line)."""
+    text = Path(path).read_text(encoding="utf-8")
+    lines = text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
+    return lines[:limit] if text else []
+
+
 def train_joint_tokenizer(data_dir, out_dir, src_lang: str = "en", tgt_lang: str = "de",
                           vocab_size: int = 8000) -> dict:
     """Byte-level BPE on both sides of the train split; writes out_dir/training_info.json and returns it."""
