@@ -98,8 +98,8 @@ def nat_card(info: dict) -> str:
         f"# draftverify translate NAT drafter ({t['params'] / 1e6:.2f}M parameters)",
         "",
         "SpecDec's non-autoregressive drafter (Xia et al., section 3.1) for the zoo's translation target: given the "
-        f"source and the accepted prefix it fills up to k = {info['block_size']} mask slots in one forward pass "
-        "(bidirectional attention over prefix and slots). It reads the target's encoder states, embedding matrix and "
+        f"source and the accepted prefix it predicts up to k = {info['block_size']} tokens in one forward pass (the "
+        "prefix then k - 1 mask slots, bidirectional attention over all of them). It reads the target's encoder states, embedding matrix and "
         "output layer (frozen, not stored here), so it only works with that target (embedding fingerprint "
         f"`{info['target_fingerprint']}`). Methods: `specdec` (greedy verification: exactly the target's greedy "
         "translation) and `specdec++_nat` (top-beta / tau).",
@@ -113,7 +113,8 @@ def nat_card(info: dict) -> str:
         "## Model and training",
         "",
         f"- {info['layers']} decoder layers, d_model {info['hidden_size']}, {info['heads']} heads, FFN {info['ffn_size']}, "
-        f"learned positions (at most {info['max_positions']}), a learned [MASK] vector.",
+        f"learned positions (at most {info['max_positions']}), a learned [MASK] vector; post-LN layers started from "
+        "the target's own decoder layers and positions (`NatDecoder.for_target`).",
         f"- Random prefix cut points, k drawn from 1..{info['block_size']} per batch, glancing "
         f"{'(ratio ' + ' -> '.join(map(str, t['glancing'])) + ')' if t['glancing'] else 'off'}.",
         "",
