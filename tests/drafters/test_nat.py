@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import reference_greedy, target_and_reference
+from conftest import target_and_reference
 
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import NatDecoder, NatDrafter
