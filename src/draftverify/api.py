@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -22,13 +21,9 @@ from .hub import hub_unreachable_reason
 from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
 from .types import GenerationOutput, GenerationStats, SamplingParams
+from .zoo import zoo_root
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def zoo_root() -> Path:
-    """Where shipped models live: $DRAFTVERIFY_ZOO, else the repository's zoo/ folder."""
-    return Path(os.environ.get("DRAFTVERIFY_ZOO", Path(__file__).resolve().parents[2] / "zoo"))
 
 
 def zoo_paths(name: str) -> dict[str, Path]:
@@ -37,7 +32,8 @@ def zoo_paths(name: str) -> dict[str, Path]:
         available = sorted(p.name for p in zoo_root().iterdir() if p.is_dir()) if zoo_root().is_dir() else []
         raise DraftVerifyError(f"no zoo entry {name!r} under {zoo_root()}; available: {', '.join(available) or 'none'}")
     return {"target": folder / "target", "draft": folder / "draft", "draft_aligned": folder / "draft-aligned",
-            "ngram": folder / "ngram.safetensors", "heads": folder / "heads", "bita": folder / "bita"}
+            "ngram": folder / "ngram.safetensors", "heads": folder / "heads", "bita": folder / "bita",
+            "nat": folder / "nat"}
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model",
@@ -273,6 +269,8 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
             options["heads_path"] = paths["heads"]
         if options.get("bita_path") is None and paths["bita"].exists():
             options["bita_path"] = paths["bita"]
+        if options.get("nat_path") is None and paths["nat"].exists():
+            options["nat_path"] = paths["nat"]
     if target is None:
         raise DraftVerifyError("no target model: pass target=PATH or zoo=NAME")
     resolve_method(method)

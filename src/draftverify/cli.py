@@ -24,6 +24,7 @@ from .draft_length import parse_gamma
 from .errors import DraftVerifyError
 from .methods import METHODS, resolve_method
 from .train.cli import train_app
+from .zoo import ZOO_DEFAULT_METHOD, zoo_default_method
 
 if TYPE_CHECKING:
     from .types import GenerationStats
@@ -34,7 +35,6 @@ app.add_typer(train_app, name="train")
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)  # messages unwrapped: readable when piped or grepped
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
-ZOO_DEFAULT_METHOD = "lookup_model"  # copying where code repeats, the draft model elsewhere
 INTERRUPTED = 130  # the shell's code for SIGINT
 
 
@@ -104,7 +104,7 @@ def _read_prompt(prompt: str) -> str:
 
 def _default_method(zoo: Optional[str], draft: Optional[str]) -> str:
     if zoo is not None:
-        return ZOO_DEFAULT_METHOD
+        return zoo_default_method(zoo)
     return "model" if draft is not None else "prompt_lookup"
 
 
@@ -154,7 +154,7 @@ def generate(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, bild, specdec++)."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Use a shipped model set, e.g. 'code'."),
-    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"One of: {', '.join(METHODS)}. Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup."),
+    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"One of: {', '.join(METHODS)}. Default: the zoo's own (code: {ZOO_DEFAULT_METHOD}) with --zoo, model with --draft, else prompt_lookup."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier: greedy, speculative_sampling, gumbel_coupling, bild, topbeta, tree_greedy, tree_speculative_sampling."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", "-n"),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
@@ -174,6 +174,7 @@ def generate(
     bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita methods (default: the zoo's)."),
     bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree: candidates per mask token."),
     bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita*: use the adapter's first m mask tokens (default: all)."),
+    nat: Optional[Path] = typer.Option(None, "--nat", help="NAT drafter folder for specdec / specdec++_nat (default: the zoo's nat)."),
     lattice_k: int = typer.Option(4, "--lattice-k", help="bpd_ngram / bpd_pbest / bpd_neural: candidates per head in the top-k lattice."),
     ngram_weight: float = typer.Option(0.5, "--ngram-weight", help="bpd_ngram / bpd_pbest: n-gram weight alpha (0 = heads only)."),
     pbest: int = typer.Option(4, "--pbest", help="bpd_pbest: rescored lattice paths merged into one tree."),
@@ -217,7 +218,7 @@ def generate(
             torch.set_num_threads(threads)
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                     gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
-                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads,
+                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads, nat_path=nat,
                     bita_path=bita, bita_topk=bita_topk, bita_masks=bita_masks, lattice_k=lattice_k,
                     ngram_weight=ngram_weight, pbest=pbest, rescore_weight=rescore_weight,
                     tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_)
@@ -227,11 +228,12 @@ def generate(
             return
         on_text = None
         echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed
+        echo = "" if pipe.target.is_encoder_decoder else text_in  # a translation does not continue its source
         if not as_json:
 
             def on_text(piece: str) -> None:
                 if not echoed:
-                    sys.stdout.write(text_in)
+                    sys.stdout.write(echo)
                     echoed.append(True)
                 sys.stdout.write(piece)
                 sys.stdout.flush()
@@ -249,7 +251,7 @@ def generate(
         print(json.dumps({"text": result.text, "method": method, "stats": result.stats.as_dict()}))
         return
     if not echoed:  # nothing was generated (an immediate end of text): the prompt alone
-        sys.stdout.write(text_in)
+        sys.stdout.write(echo)
     sys.stdout.write("\n")
     sys.stdout.flush()
     err_console.print(stats_table(result.stats, title=f"{method} (verifier: {result.verifier})"))
@@ -480,6 +482,65 @@ def bench(
                       dtype=dtype, compile=compile_, out=out, name=name, quick=quick, plots=plots, progress=progress)
     if code:
         raise typer.Exit(code)
+
+
+@app.command("bench-translate")
+def bench_translate(
+    zoo: str = typer.Option("translate", "--zoo", help="Zoo entry with an encoder-decoder target (and draft, nat)."),
+    data_dir: Path = typer.Option(Path("../shared/data"), "--data-dir", help="Folder holding multi30k_en_de/."),
+    split: str = typer.Option("test_2016_flickr", "--split", help="Multi30k split whose sources are translated."),
+    num_prompts: int = typer.Option(100, "--num-prompts", help="The first N sentences."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", "-n"),
+    ks: str = typer.Option("2,4,6,8", "--ks", help="SpecDec block sizes k (comma list)."),
+    betas: str = typer.Option("3,5", "--betas", help="SpecDec++ top-beta values."),
+    taus: str = typer.Option("1,3,6", "--taus", help="SpecDec++ tolerances tau."),
+    plus_k: int = typer.Option(8, "--plus-k", help="Block size of the SpecDec++ rows."),
+    gammas: str = typer.Option("3", "--gammas", help="Draft lengths of the small model's rows (model, hf_assisted)."),
+    bild_fb: str = typer.Option("0.2,0.4,0.6,0.8", "--bild-fb", help="BiLD fallback thresholds."),
+    bild_rb: str = typer.Option("1,2,3,5", "--bild-rb", help="BiLD rollback thresholds."),
+    bild_gamma: int = typer.Option(10, "--bild-gamma", help="Longest BiLD draft."),
+    beams: int = typer.Option(5, "--beams", help="Beam size of the AT beam baseline."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
+    out: Path = typer.Option(Path("benchmarks"), "--out", help="Writes <name>.json, <name>.md, <name>-bild.png."),
+    name: str = typer.Option("translate-multi30k", "--name"),
+) -> None:
+    """SpecDec (k sweep), SpecDec++ (beta x tau), BiLD (thresholds) vs AT greedy / beam / HF assisted: BLEU, speed."""
+    import shlex
+
+    from .bench import environment
+    from .bench.prompts import load_multi30k
+    from .bench.translate import _grid, run_sweep, write
+
+    try:
+        grid = dict(ks=_grid(ks, int), betas=_grid(betas, int), taus=_grid(taus, float), plus_k=plus_k,
+                    gammas=_grid(gammas, int), fbs=_grid(bild_fb, float), rbs=_grid(bild_rb, float),
+                    bild_gamma=bild_gamma, beams=beams)
+        if num_prompts < 1:
+            raise DraftVerifyError(f"--num-prompts must be >= 1, got {num_prompts}")
+        prompts = load_multi30k(data_dir, split)[:num_prompts]
+        _quiet_libraries()
+        import torch
+
+        from .api import load_model, load_tokenizer, zoo_paths
+
+        if threads is not None:
+            torch.set_num_threads(threads)
+        paths = zoo_paths(zoo)
+        target = load_model(paths["target"])
+        if not getattr(target.config, "is_encoder_decoder", False):
+            raise DraftVerifyError(f"bench-translate needs an encoder-decoder target; zoo {zoo!r}'s is decoder-only")
+        draft = load_model(paths["draft"], role="draft") if paths["draft"].exists() else None
+        nat = paths["nat"] if paths["nat"].exists() else None
+        result = run_sweep(target, draft, nat, load_tokenizer(paths["target"]), prompts, max_new_tokens,
+                           log=lambda m: err_console.print(f"[dim]{m}[/dim]"), **grid)
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    result.update(name=name, command=shlex.join(["draftverify", *sys.argv[1:]]), prompts=f"multi30k:{split}",
+                  threads=torch.get_num_threads(), date=environment.now(),
+                  machine="{cpu_model}, load average {load_average[0]:.1f} at the end".format(**environment.machine()))
+    files = write(result, out, name)
+    console.print(f"wrote {', '.join(files.values())}")
 
 
 @app.command("bpd-report")

@@ -37,10 +37,12 @@ def test_todays_methods_give_the_rows_the_bench_always_had(model_dir, models):
                             "early_exit[L=1,g=3]", "bild[fb=0.4,rb=2]", "bild_early_exit[L=1,fb=0.4,rb=2]",
                             "specdec++[fb=0.4]", "lookup_model[g=3]", "lookup_model_aligned[g=3]", "model_tree[g=3]",
                             "model_tree_aligned[g=3]", "prompt_lookup_tree[g=3]"}
-    # the tiny target has no trained blockwise heads nor BiTA adapter: those methods are skipped, saying why
+    # the tiny target has no trained blockwise heads, BiTA adapter nor NAT drafter: those methods are skipped, saying why
     assert sorted(n.split()[0] for n in notes) == ["bita", "bita_chain", "bita_tree", "bpd", "bpd_neural", "bpd_ngram",
-                                                   "bpd_pbest"]
-    assert all("needs trained heads" in n or "needs a trained adapter" in n for n in notes)
+                                                   "bpd_pbest", "specdec", "specdec++_nat"]
+    assert all("needs trained heads" in n for n in notes if n.startswith("bpd"))
+    assert all("needs a trained adapter" in n for n in notes if n.startswith("bita"))
+    assert all("NAT drafter needs trained weights" in n for n in notes if n.startswith("specdec"))
     assert all(r.lossless for r in rows if r.family in ("model", "model_aligned", "prompt_lookup", "early_exit"))
     bild = by_name["bild[fb=0.4,rb=2]"]
     assert not bild.lossless and bild.gamma == 4 and bild.options.alpha_fb == 0.4 and bild.options.alpha_rb == 2.0

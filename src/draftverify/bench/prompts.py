@@ -1,4 +1,5 @@
-"""Prompt sets: HumanEval (`prompt`, reference `canonical_solution`) and Spec-Bench (first turn, by category)."""
+"""Prompt sets: HumanEval (`prompt`, reference `canonical_solution`), Spec-Bench (first turn, by category) and
+Multi30k English-German (source sentence, reference translation; not shipped: its terms are research-only)."""
 from __future__ import annotations
 
 import gzip
@@ -11,6 +12,8 @@ from ..errors import DraftVerifyError
 
 HUMANEVAL_FILE = Path("humaneval") / "HumanEval.jsonl.gz"
 SPEC_BENCH_FILE = Path("spec_bench") / "question.jsonl"  # the package ships it gzipped (question.jsonl.gz)
+MULTI30K_DIR = Path("multi30k_en_de")  # {split}.{en,de}.gz, as in the project's shared data folder
+MULTI30K_TEST = "test_2016_flickr"
 PACKAGED_DATA = Path(__file__).resolve().parent / "data"  # both sets with their licences (data/README.md)
 # Spec-Bench's "mt_bench" subset is the 80 multi-turn MT-Bench questions, stored under their own 8 categories
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
@@ -95,15 +98,34 @@ def load_spec_bench(data_dir: Path, category: str | None) -> list[Prompt]:
     return out
 
 
+def load_multi30k(data_dir: Path, split: str = MULTI30K_TEST) -> list[Prompt]:
+    """English sources with their German references (line i of each file), e.g. the test_2016_flickr set."""
+    sides = []
+    for lang in ("en", "de"):
+        path = data_dir / MULTI30K_DIR / f"{split}.{lang}.gz"
+        if not path.is_file():
+            raise DraftVerifyError(f"Multi30k {split}.{lang}.gz not found at {path}; pass the folder that holds "
+                                   f"{MULTI30K_DIR}/ with --data-dir DIR (e.g. ../shared/data)")
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            sides.append([line.strip() for line in handle])
+    if len(sides[0]) != len(sides[1]):
+        raise DraftVerifyError(f"Multi30k {split}: {len(sides[0])} English but {len(sides[1])} German lines")
+    return [Prompt(id=f"multi30k/{split}/{i}", text=en, reference=de) for i, (en, de) in enumerate(zip(*sides))]
+
+
 def load_prompts(spec: str, data_dir: str | Path | None = None) -> list[Prompt]:
-    """spec: 'humaneval', 'spec_bench' (every category) or 'spec_bench:<category>' (or 'spec_bench:mt_bench')."""
+    """spec: 'humaneval', 'spec_bench' (every category), 'spec_bench:<category>' (or 'spec_bench:mt_bench'),
+    'multi30k' (test_2016_flickr) or 'multi30k:<split>'."""
     folder = Path(data_dir) if data_dir is not None else default_data_dir()
     name, _, category = spec.partition(":")
     if name == "humaneval" and not category:
         return load_humaneval(folder)
     if name == "spec_bench":
         return load_spec_bench(folder, category or None)
-    raise DraftVerifyError(f"unknown prompt set {spec!r}; use humaneval, spec_bench or spec_bench:<category>")
+    if name == "multi30k":
+        return load_multi30k(folder, category or MULTI30K_TEST)
+    raise DraftVerifyError(f"unknown prompt set {spec!r}; use humaneval, spec_bench, spec_bench:<category>, "
+                           "multi30k or multi30k:<split>")
 
 
 def truncate_at_stops(text: str, stops: tuple[str, ...]) -> str:

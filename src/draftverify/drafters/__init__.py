@@ -9,6 +9,7 @@ from .early_exit import EarlyExitDrafter
 from .lookup_model import LookupModelDrafter
 from .model import ModelDrafter
 from .model_tree import ModelTreeDrafter
+from .nat import NatDecoder, NatDrafter
 from .ngram import NgramDrafter, NgramTable
 from .prompt_lookup import PromptLookupDrafter
 from .prompt_lookup_tree import PromptLookupTreeDrafter
@@ -16,4 +17,4 @@ from .prompt_lookup_tree import PromptLookupTreeDrafter
 __all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable",
            "ModelTreeDrafter", "PromptLookupTreeDrafter", "LookupModelDrafter", "BlockwiseDrafter", "BlockwiseHeads",
            "BlockwiseNgramDrafter", "BlockwisePBestDrafter", "BitaAdapter", "BitaDrafter", "BitaEfficientDrafter",
-           "BitaFullTreeDrafter"]
+           "BitaFullTreeDrafter", "NatDrafter", "NatDecoder"]

@@ -451,5 +451,157 @@ def bita_cmd(
                            "parameters": info["parameters"], "parameter_share": info["parameter_share"], "out": str(out)}))
 
 
+@train_app.command("translate-tokenizer")
+def translate_tokenizer_cmd(
+    data: Path = typer.Option(Path("../shared/data/multi30k_en_de"), "--data", help="Multi30k folder ({split}.{lang}.gz)."),
+    out: Path = typer.Option(Path("zoo/translate/tokenizer"), "--out", help="Tokenizer output directory."),
+    src_lang: str = typer.Option("en", "--src-lang"),
+    tgt_lang: str = typer.Option("de", "--tgt-lang"),
+    vocab_size: int = typer.Option(8000, "--vocab-size", help="Joint BPE vocabulary size (incl. <|endoftext|>)."),
+) -> None:
+    """Train the translation zoo's joint byte-level BPE on both sides of the train split."""
+    from .tokenizer import TokenizerError
+    from .trainer import TrainError
+    from .translation_data import train_joint_tokenizer
+
+    try:
+        info = train_joint_tokenizer(data, out, src_lang, tgt_lang, vocab_size)
+    except (TrainError, TokenizerError) as e:
+        _fail(str(e))
+    typer.echo(f"tokenizer: {out} (vocab {info['vocab_size']}, {info['val_tokens_per_word']:.2f} tokens/word on val)")
+
+
+@train_app.command("seq2seq")
+def seq2seq_cmd(
+    out: Path = typer.Option(..., "--out", help="Run directory (checkpoint/, log.jsonl)."),
+    tokenizer: Path = typer.Option(Path("zoo/translate/tokenizer"), "--tokenizer", help="Joint tokenizer directory."),
+    data: Path = typer.Option(Path("../shared/data/multi30k_en_de"), "--data", help="Multi30k folder ({split}.{lang}.gz)."),
+    src_lang: str = typer.Option("en", "--src-lang"),
+    tgt_lang: str = typer.Option("de", "--tgt-lang"),
+    preset: str = typer.Option("target", "--preset", help="Architecture: target | small (| tiny)."),
+    export: Optional[Path] = typer.Option(None, "--export", help="Where to export the fp16 model (default: <out>/export)."),
+    train_targets: Optional[Path] = typer.Option(
+        None, "--train-targets", help="Target-side sentences replacing the train references (distillation)."),
+    init_from: Optional[Path] = typer.Option(
+        None, "--init-from", help="Continue from an exported model (fresh optimizer), e.g. BiLD alignment."),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Wall-clock training budget."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Maximum optimizer steps."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads (default: torch's)."),
+    max_tokens: int = typer.Option(2048, "--max-tokens", help="Padded tokens per batch (the longer side)."),
+    lr: float = typer.Option(1e-3, "--lr", help="Peak learning rate."),
+    warmup_steps: int = typer.Option(400, "--warmup-steps"),
+    min_lr_ratio: float = typer.Option(0.05, "--min-lr-ratio", help="Final LR as a fraction of --lr."),
+    weight_decay: float = typer.Option(0.01, "--weight-decay"),
+    label_smoothing: float = typer.Option(0.1, "--label-smoothing"),
+    dropout: float = typer.Option(0.1, "--dropout"),
+    grad_clip: float = typer.Option(1.0, "--grad-clip"),
+    seed: int = typer.Option(1234, "--seed"),
+    bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="bf16 autocast on CPU."),
+    eval_minutes: float = typer.Option(10.0, "--eval-minutes", help="Val loss / BLEU / chrF interval (minutes)."),
+    eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Eval interval in steps (overrides minutes)."),
+    bleu_sentences: int = typer.Option(200, "--bleu-sentences", help="Val sources translated at each evaluation."),
+    checkpoint_minutes: float = typer.Option(5.0, "--checkpoint-minutes"),
+    log_every: int = typer.Option(20, "--log-every"),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar (default: if a tty)."),
+) -> None:
+    """Train (or resume) a MarianMTModel translation model; export it in fp16 and score it with sacrebleu."""
+    from .seq2seq import Seq2SeqOptions, train
+    from .tokenizer import TokenizerError
+    from .trainer import TrainError
+
+    opts = Seq2SeqOptions(
+        tokenizer=str(tokenizer), out_dir=str(out), data=str(data), src_lang=src_lang, tgt_lang=tgt_lang,
+        preset=preset, export_dir=str(export) if export else None,
+        train_targets=str(train_targets) if train_targets else None,
+        init_from=str(init_from) if init_from else None, max_tokens=max_tokens,
+        label_smoothing=label_smoothing, dropout=dropout, bleu_sentences=bleu_sentences, max_minutes=max_minutes,
+        max_steps=max_steps, threads=threads, lr=lr, warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio,
+        weight_decay=weight_decay, grad_clip=grad_clip, seed=seed, bf16=bf16, eval_minutes=eval_minutes,
+        eval_every_steps=eval_every, checkpoint_minutes=checkpoint_minutes, log_every=log_every, progress=progress,
+        command=_command_line(),
+    )
+    try:
+        report = train(opts, log=lambda m: typer.echo(m))
+    except (TrainError, TokenizerError) as e:
+        _fail(str(e))
+    if report.get("stopped"):
+        raise typer.Exit(130)
+    typer.echo(json.dumps({"params": report["params"], "step": report["step"], "epochs": round(report["epochs"], 2),
+                           **{f"{k}_bleu": v["bleu"] for k, v in report["scores"].items()},
+                           **{f"{k}_chrf": v["chrf"] for k, v in report["scores"].items()}}))
+
+
+@train_app.command("distill")
+def distill_cmd(
+    model: Path = typer.Option(Path("zoo/translate/target"), "--model", help="Exported translation model (the teacher)."),
+    out: Path = typer.Option(..., "--out", help="Output text file, one translation a line (resumable: appended)."),
+    data: Path = typer.Option(Path("../shared/data/multi30k_en_de"), "--data", help="Multi30k folder ({split}.{lang}.gz)."),
+    split: str = typer.Option("train", "--split", help="train, val or test_2016_flickr."),
+    src_lang: str = typer.Option("en", "--src-lang"),
+    tgt_lang: str = typer.Option("de", "--tgt-lang"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads (default: torch's)."),
+) -> None:
+    """Sequence-level distillation data (Kim & Rush): the model's greedy translations of a split."""
+    from .nat import distill
+    from .tokenizer import TokenizerError
+    from .trainer import TrainError, set_threads
+
+    set_threads(threads)
+    try:
+        n = distill(str(model), str(data), split, str(out), src_lang, tgt_lang, log=lambda m: typer.echo(m))
+    except (TrainError, TokenizerError) as e:
+        _fail(str(e))
+    typer.echo(json.dumps({"split": split, "sentences": n, "out": str(out)}))
+
+
+@train_app.command("nat")
+def nat_cmd(
+    out: Path = typer.Option(..., "--out", help="Run directory (checkpoint/, log.jsonl)."),
+    train_targets: Path = typer.Option(..., "--train-targets", help="Distilled train targets (`train distill`)."),
+    target: Path = typer.Option(Path("zoo/translate/target"), "--target", help="The frozen translation target."),
+    export: Path = typer.Option(Path("zoo/translate/nat"), "--export", help="Where to save the drafter."),
+    val_targets: Optional[Path] = typer.Option(None, "--val-targets", help="Distilled val targets (default: references)."),
+    data: Path = typer.Option(Path("../shared/data/multi30k_en_de"), "--data", help="Multi30k folder ({split}.{lang}.gz)."),
+    src_lang: str = typer.Option("en", "--src-lang"),
+    tgt_lang: str = typer.Option("de", "--tgt-lang"),
+    block_size: int = typer.Option(8, "--block-size", help="k: the most slots filled per pass (trained on 1..k)."),
+    layers: int = typer.Option(2, "--layers", help="Decoder layers of the drafter."),
+    glancing: bool = typer.Option(True, "--glancing/--no-glancing", help="GLAT glancing (ratio 0.5 -> 0.3)."),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Wall-clock training budget."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Maximum optimizer steps."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads (default: torch's)."),
+    max_tokens: int = typer.Option(2048, "--max-tokens", help="Padded tokens per batch."),
+    lr: float = typer.Option(1e-3, "--lr"),
+    warmup_steps: int = typer.Option(200, "--warmup-steps"),
+    seed: int = typer.Option(1234, "--seed"),
+    bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="bf16 autocast on CPU."),
+    eval_minutes: float = typer.Option(5.0, "--eval-minutes"),
+    eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Eval interval in steps (overrides minutes)."),
+    checkpoint_minutes: float = typer.Option(5.0, "--checkpoint-minutes"),
+    log_every: int = typer.Option(20, "--log-every"),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar (default: if a tty)."),
+) -> None:
+    """SpecDec's NAT drafter on a frozen translation target: random prefix cuts, k mask slots, glancing."""
+    from .nat import NatOptions, train
+    from .tokenizer import TokenizerError
+    from .trainer import TrainError
+
+    opts = NatOptions(
+        target=str(target), out_dir=str(out), train_targets=str(train_targets), export_dir=str(export),
+        val_targets=str(val_targets) if val_targets else None, data=str(data), src_lang=src_lang, tgt_lang=tgt_lang,
+        block_size=block_size, layers=layers, glancing=glancing, max_tokens=max_tokens, max_minutes=max_minutes,
+        max_steps=max_steps, threads=threads, lr=lr, warmup_steps=warmup_steps, seed=seed, bf16=bf16,
+        eval_minutes=eval_minutes, eval_every_steps=eval_every, checkpoint_minutes=checkpoint_minutes,
+        log_every=log_every, progress=progress, command=_command_line(),
+    )
+    try:
+        report = train(opts, log=lambda m: typer.echo(m))
+    except (TrainError, TokenizerError) as e:
+        _fail(str(e))
+    if report.get("stopped"):
+        raise typer.Exit(130)
+    typer.echo(json.dumps({k: report[k] for k in ("params", "step", "slot_loss", "accepted_per_block")}))
+
+
 if __name__ == "__main__":
     train_app()

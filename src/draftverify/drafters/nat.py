@@ -1,0 +1,243 @@
+"""SpecDec's non-autoregressive drafter (Xia et al., "Speculative Decoding: Exploiting Speculative Execution for
+Accelerating Seq2seq Generation", section 3.1) for encoder-decoder targets.
+
+Given the source and the accepted target prefix y_<=j, it predicts k tokens in one forward pass:
+    y~_{j+1..j+k} = argmax sum_i log P(y~_{j+i} | y_<=j, x)
+Its decoder reads [start, y_1..y_j, MASK x (k-1)] with bidirectional attention (no causal mask) and, like an AT
+decoder, predicts from each position the token of the next one: y~_{j+1} at y_j, y~_{j+i} at the (i-1)-th mask. It
+cross-attends to the *verifier's* encoder states, which the target computes once per generation anyway (the issue
+allows "its own encoder or the verifier's"), reads tokens through the target's embedding matrix and scores them with
+the target's output layer (both frozen, passed in, never stored), so a drafter file holds only its decoder layers.
+Its layers are post-LN Transformer decoder layers, the layout of Marian / the original Transformer, so `for_target`
+can start them from the target's own decoder layers (the usual initialisation of a NAT from its AT teacher): the
+first slot then starts close to the target's own next-token prediction. The verifier decides what the draft is
+worth: `greedy` gives vanilla SpecDec (identical to AT greedy decoding), `topbeta` gives SpecDec++.
+
+No KV cache: the prefix is re-read every step, which is what bidirectional attention over it requires; captions
+and sentences are short.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..cached_lm import CachedLM
+from ..errors import DraftVerifyError
+from ..registry import register_drafter
+from ..sampling import draw, probs_from_logits
+from ..types import DecodingState, Draft
+from .base import Drafter
+
+NAT_FORMAT = "draftverify-nat-drafter"
+WEIGHTS_NAME = "nat.safetensors"
+CONFIG_NAME = "nat.json"
+
+
+def embedding_fingerprint(model: nn.Module) -> str:
+    """sha256 (16 hex digits) of the target's input embedding in fp16: ties a drafter to the target it was
+    trained on (it reads that matrix and that encoder), whatever dtype either is loaded in."""
+    weight = model.get_input_embeddings().weight.detach().to("cpu", torch.float16).contiguous()
+    return hashlib.sha256(weight.view(torch.int16).numpy().tobytes()).hexdigest()[:16]
+
+
+def output_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """The target's output layer on hidden [..., H] -> [..., V] (with the bias BART / Marian add after it)."""
+    logits = model.get_output_embeddings()(hidden.to(model.get_output_embeddings().weight.dtype))
+    bias = getattr(model, "final_logits_bias", None)
+    return logits if bias is None else logits + bias.to(logits.dtype)
+
+
+@dataclass(frozen=True)
+class NatConfig:
+    hidden_size: int  # H: the target's d_model (its embeddings and encoder states)
+    embed_scale: float  # the target decoder's embedding scale (sqrt(H) for Marian, 1 otherwise)
+    layers: int
+    heads: int
+    ffn_size: int
+    max_positions: int  # prefix + slots the drafter reads at once (longer prefixes keep their last tokens)
+    block_size: int  # k it was trained for (the most slots it fills; fewer work too, see train/nat.py)
+    vocab_size: int
+    target_fingerprint: str  # embedding_fingerprint of the target
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.embed_scale, (int, float)) or self.embed_scale <= 0:
+            raise DraftVerifyError(f"NAT drafter config: embed_scale must be positive, got {self.embed_scale!r}")
+        for name in ("hidden_size", "layers", "heads", "ffn_size", "max_positions", "block_size", "vocab_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise DraftVerifyError(f"NAT drafter config: {name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.heads:
+            raise DraftVerifyError(f"NAT drafter config: hidden_size {self.hidden_size} is not divisible by heads {self.heads}")
+
+    def to_dict(self) -> dict:
+        """For the trainer's checkpoints (which record every model's config)."""
+        return asdict(self)
+
+
+class NatDecoder(nn.Module):
+    """Post-LN Transformer decoder layers without a causal mask, a learned [MASK] vector and positions."""
+
+    def __init__(self, config: NatConfig):
+        super().__init__()
+        self.config = config
+        H = config.hidden_size
+        self.mask_embedding = nn.Parameter(torch.randn(H) * H ** -0.5)  # [H]
+        self.positions = nn.Embedding(config.max_positions, H)
+        layer = nn.TransformerDecoderLayer(H, config.heads, config.ffn_size, dropout=0.0, activation="relu",
+                                           batch_first=True, norm_first=False)
+        self.layers = nn.TransformerDecoder(layer, config.layers)
+
+    @classmethod
+    def for_target(cls, target: nn.Module, layers: int = 2, block_size: int = 8, max_positions: int = 256,
+                   ffn_size: int | None = None, heads: int | None = None) -> "NatDecoder":
+        """A drafter sized for `target`; when the target's decoder has Marian's layout (post-LN layers, ReLU,
+        sinusoidal positions) and `layers` of them, its last `layers` layers and positions are copied in."""
+        vocab, hidden = target.get_input_embeddings().weight.shape
+        cfg = target.config
+        heads = heads or getattr(cfg, "decoder_attention_heads", None) or 4
+        scale = hidden ** 0.5 if getattr(cfg, "scale_embedding", False) else 1.0
+        config = NatConfig(hidden, scale, layers, heads, ffn_size or getattr(cfg, "decoder_ffn_dim", 4 * hidden),
+                           max_positions, block_size, vocab, embedding_fingerprint(target))
+        nat = cls(config)
+        decoder = getattr(getattr(target, "model", None), "decoder", None)
+        if getattr(cfg, "model_type", None) == "marian" and getattr(cfg, "activation_function", None) == "relu":
+            nat.copy_from_marian(decoder)
+        return nat
+
+    @torch.no_grad()
+    def copy_from_marian(self, decoder: nn.Module) -> None:
+        """Start from a Marian decoder's last layers and positions (where the shapes agree)."""
+        theirs = list(decoder.layers)[-self.config.layers:]
+        ours = list(self.layers.layers)
+        if len(theirs) != len(ours) or theirs[0].fc1.out_features != self.config.ffn_size or \
+                theirs[0].self_attn.num_heads != self.config.heads:
+            return
+        for src, dst in zip(theirs, ours):
+            for a, b in ((src.self_attn, dst.self_attn), (src.encoder_attn, dst.multihead_attn)):
+                b.in_proj_weight.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
+                b.in_proj_bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
+                b.out_proj.weight.copy_(a.out_proj.weight)
+                b.out_proj.bias.copy_(a.out_proj.bias)
+            for a, b in ((src.fc1, dst.linear1), (src.fc2, dst.linear2), (src.self_attn_layer_norm, dst.norm1),
+                         (src.encoder_attn_layer_norm, dst.norm2), (src.final_layer_norm, dst.norm3)):
+                b.weight.copy_(a.weight)
+                b.bias.copy_(a.bias)
+        table = decoder.embed_positions.weight
+        n = min(len(table), self.config.max_positions)
+        self.positions.weight[:n] = table[:n]
+
+    def forward(self, target: nn.Module, tokens: torch.Tensor, slots: torch.Tensor, memory: torch.Tensor,
+                memory_mask: torch.Tensor | None = None, padding: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, T, V] at every input position: position t predicts the token of position t + 1.
+
+        tokens [B, T]: the prefix ids (any id where slots is True); slots [B, T] bool: [MASK] positions;
+        memory [B, S, H]: the target's encoder states; memory_mask [B, S]: 1 for real source tokens;
+        padding [B, T] bool: True at padded positions (training batches).
+        """
+        emb = target.get_input_embeddings()(tokens).to(self.mask_embedding.dtype) * self.config.embed_scale
+        emb = torch.where(slots[..., None], self.mask_embedding, emb)  # [B, T, H]
+        pos = torch.arange(tokens.shape[1], device=tokens.device)
+        x = emb + self.positions(pos)
+        mem_pad = None if memory_mask is None else memory_mask == 0
+        x = self.layers(x, memory.to(x.dtype), tgt_key_padding_mask=padding, memory_key_padding_mask=mem_pad)
+        return output_logits(target, x)
+
+    def check_target(self, target: nn.Module) -> None:
+        """Refuse a drafter trained for another target: it reads that target's embeddings and encoder."""
+        vocab, hidden = target.get_input_embeddings().weight.shape
+        if (hidden, vocab) != (self.config.hidden_size, self.config.vocab_size):
+            raise DraftVerifyError(
+                f"the NAT drafter was trained for a target with d_model {self.config.hidden_size} and "
+                f"{self.config.vocab_size} tokens, but this target has {hidden} and {vocab}; train one for it with "
+                "`draftverify train nat`")
+        found = embedding_fingerprint(target)
+        if found != self.config.target_fingerprint:
+            raise DraftVerifyError(
+                f"the NAT drafter was trained for another target (embedding fingerprint {self.config.target_fingerprint}"
+                f", this target's is {found}); train one for it with `draftverify train nat`")
+
+    def save(self, folder: str | Path, metadata: dict | None = None) -> Path:
+        """folder/nat.safetensors (fp16) + folder/nat.json (config and any metadata, e.g. training facts)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {name: p.detach().to("cpu", torch.float16).contiguous() for name, p in self.state_dict().items()}
+        save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": NAT_FORMAT})
+        info = {"format": NAT_FORMAT, "version": 1, **asdict(self.config), **(metadata or {})}
+        (folder / CONFIG_NAME).write_text(json.dumps(info, indent=1, default=str) + "\n")
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "NatDecoder":
+        folder = Path(folder)
+        if not (folder / CONFIG_NAME).is_file() or not (folder / WEIGHTS_NAME).is_file():
+            raise DraftVerifyError(f"no NAT drafter in {folder}: expected {CONFIG_NAME} and {WEIGHTS_NAME} "
+                                   "(written by `draftverify train nat`)")
+        try:
+            info = json.loads((folder / CONFIG_NAME).read_text())
+        except json.JSONDecodeError as err:
+            raise DraftVerifyError(f"{folder / CONFIG_NAME} is not valid JSON: {err}") from None
+        if info.get("format") != NAT_FORMAT:
+            raise DraftVerifyError(f"{folder / CONFIG_NAME} is not a NAT drafter config (format {info.get('format')!r})")
+        missing = [name for name in NatConfig.__dataclass_fields__ if name not in info]
+        if missing:
+            raise DraftVerifyError(f"{folder / CONFIG_NAME} lacks {', '.join(missing)}")
+        nat = cls(NatConfig(**{name: info[name] for name in NatConfig.__dataclass_fields__}))
+        tensors = load_file(str(folder / WEIGHTS_NAME))
+        expected = {name: tuple(t.shape) for name, t in nat.state_dict().items()}
+        if {name: tuple(t.shape) for name, t in tensors.items()} != expected:
+            raise DraftVerifyError(f"{folder / WEIGHTS_NAME} does not match its config {folder / CONFIG_NAME}")
+        nat.load_state_dict({name: t.float() for name, t in tensors.items()})
+        return nat
+
+
+@register_drafter("nat")
+class NatDrafter(Drafter):
+    """Fills gamma [MASK] slots after the committed tokens in one forward (gamma = SpecDec's block size k).
+
+    Greedy: each slot's argmax (the paper's draft). Sampling: each slot's token is drawn from its own filtered
+    distribution, returned as q, so the exact sampling verifiers stay exact.
+    """
+
+    def __init__(self, nat: NatDecoder):
+        super().__init__()
+        self.nat = nat.eval()
+        self.target: CachedLM | None = None
+
+    @classmethod
+    def from_options(cls, target: CachedLM, options) -> "NatDrafter":
+        if options.nat_path is None:
+            raise DraftVerifyError("the NAT drafter needs trained weights: pass nat_path=... (CLI: --nat DIR)")
+        return cls(NatDecoder.load(options.nat_path))
+
+    def bind(self, target: CachedLM, max_positions: int) -> None:
+        if not target.is_encoder_decoder:
+            raise DraftVerifyError("the NAT drafter reads an encoder-decoder target's encoder states; for decoder-only "
+                                   "targets use another drafter (model, bpd, early_exit, ...)")
+        self.nat.check_target(target.model)
+        self.nat.to(device=target.device, dtype=target.dtype)
+        self.target = target
+
+    @torch.no_grad()
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        k = min(gamma, self.nat.config.max_positions - 1)
+        prefix = state.tokens[:, -(self.nat.config.max_positions - k + 1):]  # [B, L]
+        B, L = prefix.shape
+        tokens = torch.cat([prefix, prefix.new_zeros((B, k - 1))], dim=1)  # [B, L+k-1]: k-1 masks
+        slots = torch.zeros_like(tokens, dtype=torch.bool)
+        slots[:, L:] = True
+        target = self.target
+        logits = self.nat(target.model, tokens, slots, target.encoder_outputs.last_hidden_state,
+                          target.source_mask)[:, L - 1:]  # [B, k, V]: from the last committed token on
+        self.forward_calls += 1
+        if state.params.greedy:
+            return Draft(tokens=logits.argmax(dim=-1))
+        q = probs_from_logits(logits, state.params)  # [B, k, V]
+        start = state.tokens.shape[1]
+        x = torch.stack([draw(q[:, i], state.params, state.generator, start + i) for i in range(k)], dim=1)
+        return Draft(tokens=x, q_probs=q)
