@@ -16,6 +16,7 @@ SOURCES = {
     "bench-blockwise": ("benchmarks/bench-humaneval-blockwise.md", "## Temperature 0 (greedy)"),
     "gemv-floor": ("benchmarks/gemv-floor.md", None),
     "bench-batch": ("benchmarks/bench-batch.md", None),
+    "translate-specdec": ("benchmarks/translate-specdec.md", None),
     "bpd-efficiency": ("benchmarks/bpd-humaneval.md", "## Block efficiency"),
     "bpd-duel": ("benchmarks/bpd-humaneval.md", "## Neural-rescored vs plain"),
     "cold-start": ("benchmarks/cold-start.md", None),
