@@ -11,10 +11,10 @@ import torch
 
 from draftverify.api import zoo_paths
 from draftverify.bench.cost import StaticForward, model_for
+
 torch.set_num_threads(2)
 model = model_for(zoo_paths("code")["target"], "float32")
 ctx = torch.randint(100, 4000, (1, 120), generator=torch.Generator().manual_seed(0))
-orig = {}
 def skinny_forward(self, x):
     rows = x.numel() // x.shape[-1]
     if rows <= 16:
@@ -31,7 +31,6 @@ with torch.no_grad():
     sf.prefill(ctx)
     for n in (1, 2, 4, 8, 16):
         ids = ctx[:, :n]
-        res = {}
         for on in (False, True):
             set_skinny(on)
             for _ in range(3): sf.step(ids, 120)
