@@ -6,6 +6,8 @@ these models, so greedy equivalence tests the algorithm rather than float roundi
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -189,3 +191,17 @@ def target_and_reference(arch: str, prompt: torch.Tensor, new: int):
         model = varied_model(arch)
         _REFERENCES[key] = (model, reference_greedy(model, prompt, new))
     return _REFERENCES[key]
+
+
+def save_llama(path: Path, layers: int, seed: int, tokenizer, context: int = 256) -> None:
+    """A tiny random Llama for the zoo tokenizer, saved with it: peaked logits give varied, deterministic text."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)  # peaked logits: varied, deterministic text
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)

@@ -5,36 +5,23 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer
 
 from draftverify import DraftVerifyError
 from draftverify.api import load, zoo_paths
 from draftverify.drafters import NgramTable
+from conftest import save_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "zoo" / "code" / "tokenizer"
-
-
-def _save_llama(path: Path, layers: int, seed: int, tokenizer) -> None:
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(3.0)  # peaked logits: varied, deterministic text
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
 
 
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
     root = tmp_path_factory.mktemp("models")
-    _save_llama(root / "target", layers=3, seed=0, tokenizer=tokenizer)
-    _save_llama(root / "draft", layers=1, seed=1, tokenizer=tokenizer)
+    save_llama(root / "target", layers=3, seed=0, tokenizer=tokenizer, context=512)
+    save_llama(root / "draft", layers=1, seed=1, tokenizer=tokenizer, context=512)
     ids = tokenizer("def f(x):\n    return x + 1\n" * 3).input_ids
     NgramTable.from_sequences([ids], order=3, vocab_size=len(tokenizer)).save(root / "ngram.safetensors")
     return root

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import httpx
-import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer
 
 import draftverify
+from conftest import save_llama
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = ROOT / "zoo" / "code" / "tokenizer"
@@ -25,25 +25,12 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}
 CONTEXT = 256
 
 
-def save_llama(path: Path, layers: int, seed: int, tokenizer) -> None:
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CONTEXT,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(3.0)  # peaked logits: varied, deterministic text
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-
-
 def make_models(root: Path, chat_template: bool = True) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
     if chat_template:
         tokenizer.chat_template = CHAT_TEMPLATE
-    save_llama(root / "target", layers=2, seed=0, tokenizer=tokenizer)
-    save_llama(root / "draft", layers=1, seed=1, tokenizer=tokenizer)
+    save_llama(root / "target", layers=2, seed=0, tokenizer=tokenizer, context=CONTEXT)
+    save_llama(root / "draft", layers=1, seed=1, tokenizer=tokenizer, context=CONTEXT)
     return root
 
 
