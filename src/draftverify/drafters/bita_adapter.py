@@ -15,22 +15,20 @@ fingerprint, so an adapter cannot be used with a target it was not trained on.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.cache_utils import DynamicCache
 
 from ..errors import DraftVerifyError
 from ..types import PrefixKV
 from .blockwise import lm_head_fingerprint
+from .weights_folder import WeightsFolder
 
 ADAPTER_FORMAT = "draftverify-bita"
-WEIGHTS_NAME = "bita.safetensors"
-CONFIG_NAME = "bita.json"
+FOLDER = WeightsFolder("bita", ADAPTER_FORMAT, "BiTA adapter", "draftverify train bita")
 PROMPT_KINDS = ("none", "shallow", "deep")
 INIT_STD = 0.02  # the paper's initialisation: N(0, 0.02)
 
@@ -111,36 +109,8 @@ class BitaAdapter(nn.Module):
 
     def save(self, folder: str | Path, metadata: dict | None = None) -> Path:
         """folder/bita.safetensors (fp16) + folder/bita.json (config and any metadata, e.g. training facts)."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        tensors = {name: p.detach().to("cpu", torch.float16).contiguous() for name, p in self.named_parameters()}
-        save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": ADAPTER_FORMAT})
-        info = {"format": ADAPTER_FORMAT, "version": 1, **asdict(self.config), **(metadata or {})}
-        (folder / CONFIG_NAME).write_text(json.dumps(info, indent=1) + "\n")
-        return folder
+        return FOLDER.save(self, self.config, folder, metadata)
 
     @classmethod
     def load(cls, folder: str | Path) -> "BitaAdapter":
-        folder = Path(folder)
-        if not (folder / CONFIG_NAME).is_file() or not (folder / WEIGHTS_NAME).is_file():
-            raise DraftVerifyError(
-                f"no BiTA adapter in {folder}: expected {CONFIG_NAME} and {WEIGHTS_NAME} (written by `draftverify train bita`)"
-            )
-        try:
-            info = json.loads((folder / CONFIG_NAME).read_text())
-        except json.JSONDecodeError as err:
-            raise DraftVerifyError(f"{folder / CONFIG_NAME} is not valid JSON: {err}") from None
-        if info.get("format") != ADAPTER_FORMAT:
-            raise DraftVerifyError(f"{folder / CONFIG_NAME} is not a BiTA adapter config (format {info.get('format')!r})")
-        fields = BitaConfig.__dataclass_fields__
-        missing = [name for name in fields if name not in info]
-        if missing:
-            raise DraftVerifyError(f"{folder / CONFIG_NAME} lacks {', '.join(missing)}")
-        adapter = cls(BitaConfig(**{name: info[name] for name in fields}))
-        tensors = load_file(str(folder / WEIGHTS_NAME))
-        expected = {name: tuple(p.shape) for name, p in adapter.named_parameters()}
-        found = {name: tuple(t.shape) for name, t in tensors.items()}
-        if found != expected:
-            raise DraftVerifyError(f"{folder / WEIGHTS_NAME} does not match its config: tensors {found}, expected {expected}")
-        adapter.load_state_dict({name: t.float() for name, t in tensors.items()})
-        return adapter
+        return FOLDER.load(cls, BitaConfig, folder)

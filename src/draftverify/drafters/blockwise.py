@@ -14,12 +14,10 @@ prefilled position, whose next token is the prompt's last (pending) token.
 from __future__ import annotations
 
 import hashlib
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..cached_lm import CachedLM
@@ -28,11 +26,11 @@ from ..registry import register_drafter
 from ..sampling import probs_from_logits, sample
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft
+from .weights_folder import WeightsFolder
 
 HEADS_FORMAT = "draftverify-bpd-heads"
 MAX_HEADS = 9  # the paper's largest block (heads 1..9)
-WEIGHTS_NAME = "heads.safetensors"
-CONFIG_NAME = "heads.json"
+FOLDER = WeightsFolder("heads", HEADS_FORMAT, "blockwise heads", "draftverify train heads")
 
 
 def lm_head_fingerprint(lm_head: nn.Module) -> str:
@@ -108,40 +106,11 @@ class BlockwiseHeads(nn.Module):
 
     def save(self, folder: str | Path, metadata: dict | None = None) -> Path:
         """folder/heads.safetensors (fp16) + folder/heads.json (config and any metadata, e.g. training facts)."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        tensors = {name: p.detach().to("cpu", torch.float16).contiguous() for name, p in self.named_parameters()}
-        save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": HEADS_FORMAT})
-        info = {"format": HEADS_FORMAT, "version": 1, **asdict(self.config), **(metadata or {})}
-        (folder / CONFIG_NAME).write_text(json.dumps(info, indent=1) + "\n")
-        return folder
+        return FOLDER.save(self, self.config, folder, metadata)
 
     @classmethod
     def load(cls, folder: str | Path) -> "BlockwiseHeads":
-        folder = Path(folder)
-        if not (folder / CONFIG_NAME).is_file() or not (folder / WEIGHTS_NAME).is_file():
-            raise DraftVerifyError(
-                f"no blockwise heads in {folder}: expected {CONFIG_NAME} and {WEIGHTS_NAME} "
-                "(written by `draftverify train heads`)"
-            )
-        try:
-            info = json.loads((folder / CONFIG_NAME).read_text())
-        except json.JSONDecodeError as err:
-            raise DraftVerifyError(f"{folder / CONFIG_NAME} is not valid JSON: {err}") from None
-        if info.get("format") != HEADS_FORMAT:
-            raise DraftVerifyError(f"{folder / CONFIG_NAME} is not a blockwise heads config (format {info.get('format')!r})")
-        fields = HeadsConfig.__dataclass_fields__
-        missing = [name for name in fields if name not in info]
-        if missing:
-            raise DraftVerifyError(f"{folder / CONFIG_NAME} lacks {', '.join(missing)}")
-        heads = cls(HeadsConfig(**{name: info[name] for name in fields}))
-        tensors = load_file(str(folder / WEIGHTS_NAME))
-        expected = {name: tuple(p.shape) for name, p in heads.named_parameters()}
-        found = {name: tuple(t.shape) for name, t in tensors.items()}
-        if found != expected:
-            raise DraftVerifyError(f"{folder / WEIGHTS_NAME} does not match its config: tensors {found}, expected {expected}")
-        heads.load_state_dict({name: t.float() for name, t in tensors.items()})
-        return heads
+        return FOLDER.load(cls, HeadsConfig, folder)
 
 
 @register_drafter("bpd")

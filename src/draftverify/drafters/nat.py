@@ -19,12 +19,10 @@ and sentences are short.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..cached_lm import CachedLM
@@ -33,10 +31,10 @@ from ..registry import register_drafter
 from ..sampling import draw, probs_from_logits
 from ..types import DecodingState, Draft
 from .base import Drafter
+from .weights_folder import WeightsFolder
 
 NAT_FORMAT = "draftverify-nat-drafter"
-WEIGHTS_NAME = "nat.safetensors"
-CONFIG_NAME = "nat.json"
+FOLDER = WeightsFolder("nat", NAT_FORMAT, "NAT drafter", "draftverify train nat")
 
 
 def embedding_fingerprint(model: nn.Module) -> str:
@@ -164,36 +162,11 @@ class NatDecoder(nn.Module):
 
     def save(self, folder: str | Path, metadata: dict | None = None) -> Path:
         """folder/nat.safetensors (fp16) + folder/nat.json (config and any metadata, e.g. training facts)."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        tensors = {name: p.detach().to("cpu", torch.float16).contiguous() for name, p in self.state_dict().items()}
-        save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": NAT_FORMAT})
-        info = {"format": NAT_FORMAT, "version": 1, **asdict(self.config), **(metadata or {})}
-        (folder / CONFIG_NAME).write_text(json.dumps(info, indent=1, default=str) + "\n")
-        return folder
+        return FOLDER.save(self, self.config, folder, metadata)
 
     @classmethod
     def load(cls, folder: str | Path) -> "NatDecoder":
-        folder = Path(folder)
-        if not (folder / CONFIG_NAME).is_file() or not (folder / WEIGHTS_NAME).is_file():
-            raise DraftVerifyError(f"no NAT drafter in {folder}: expected {CONFIG_NAME} and {WEIGHTS_NAME} "
-                                   "(written by `draftverify train nat`)")
-        try:
-            info = json.loads((folder / CONFIG_NAME).read_text())
-        except json.JSONDecodeError as err:
-            raise DraftVerifyError(f"{folder / CONFIG_NAME} is not valid JSON: {err}") from None
-        if info.get("format") != NAT_FORMAT:
-            raise DraftVerifyError(f"{folder / CONFIG_NAME} is not a NAT drafter config (format {info.get('format')!r})")
-        missing = [name for name in NatConfig.__dataclass_fields__ if name not in info]
-        if missing:
-            raise DraftVerifyError(f"{folder / CONFIG_NAME} lacks {', '.join(missing)}")
-        nat = cls(NatConfig(**{name: info[name] for name in NatConfig.__dataclass_fields__}))
-        tensors = load_file(str(folder / WEIGHTS_NAME))
-        expected = {name: tuple(t.shape) for name, t in nat.state_dict().items()}
-        if {name: tuple(t.shape) for name, t in tensors.items()} != expected:
-            raise DraftVerifyError(f"{folder / WEIGHTS_NAME} does not match its config {folder / CONFIG_NAME}")
-        nat.load_state_dict({name: t.float() for name, t in tensors.items()})
-        return nat
+        return FOLDER.load(cls, NatConfig, folder)
 
 
 @register_drafter("nat")

@@ -1,0 +1,58 @@
+"""The trained pieces a drafter ships (blockwise heads, a BiTA adapter, a NAT drafter) are small torch modules saved
+as a folder: NAME.safetensors (fp16 tensors) + NAME.json (format tag, the config dataclass, training facts).
+One reader and one writer for all of them, so each refuses a wrong or damaged folder the same clear way."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..errors import DraftVerifyError
+
+
+@dataclass(frozen=True)
+class WeightsFolder:
+    stem: str  # heads -> heads.json + heads.safetensors
+    format: str  # the tag written into both files
+    what: str  # "blockwise heads", for messages
+    made_by: str  # the command that writes such a folder, for messages
+
+    def save(self, module: nn.Module, config, folder: str | Path, metadata: dict | None = None) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {name: t.detach().to("cpu", torch.float16).contiguous() for name, t in module.state_dict().items()}
+        save_file(tensors, str(folder / f"{self.stem}.safetensors"), metadata={"format": self.format})
+        info = {"format": self.format, "version": 1, **asdict(config), **(metadata or {})}
+        (folder / f"{self.stem}.json").write_text(json.dumps(info, indent=1, default=str) + "\n")
+        return folder
+
+    def load(self, build, config_cls, folder: str | Path) -> nn.Module:
+        """build(config) -> a fresh module of config_cls's shape, then filled (float32) from the folder."""
+        folder = Path(folder)
+        config_path, weights_path = folder / f"{self.stem}.json", folder / f"{self.stem}.safetensors"
+        if not config_path.is_file() or not weights_path.is_file():
+            raise DraftVerifyError(f"no {self.what} in {folder}: expected {config_path.name} and {weights_path.name} "
+                                   f"(written by `{self.made_by}`)")
+        try:
+            info = json.loads(config_path.read_text())
+        except json.JSONDecodeError as err:
+            raise DraftVerifyError(f"{config_path} is not valid JSON: {err}") from None
+        if not isinstance(info, dict) or info.get("format") != self.format:
+            found = info.get("format") if isinstance(info, dict) else None
+            raise DraftVerifyError(f"{config_path} is not a {self.what} config (format {found!r})")
+        fields = config_cls.__dataclass_fields__
+        missing = [name for name in fields if name not in info]
+        if missing:
+            raise DraftVerifyError(f"{config_path} lacks {', '.join(missing)}")
+        module = build(config_cls(**{name: info[name] for name in fields}))
+        tensors = load_file(str(weights_path))
+        expected = {name: tuple(t.shape) for name, t in module.state_dict().items()}
+        found = {name: tuple(t.shape) for name, t in tensors.items()}
+        if found != expected:
+            raise DraftVerifyError(f"{weights_path} does not match its config: tensors {found}, expected {expected}")
+        module.load_state_dict({name: t.float() for name, t in tensors.items()})
+        return module
