@@ -2,7 +2,9 @@
 (8192 x 576, float32) on m = 1..16 rows, as nn.functional.linear computes it (x @ W.T) and as W @ x.T (the same
 numbers, another BLAS layout), interleaved. On the AMD EPYC this project is measured on, MKL takes its matrix-vector
 path for one row and a far slower one for 2-8 rows; W @ x.T stays near the one-row time. A verify pass of n tokens
-runs every linear of the model at m = n, so this is the shape of the cost curve (benchmarks/cost-code.md).
+runs every linear of the model at m = n, so this was the shape of the cost curve; the engine now runs eager
+float32 linears on 2-16 rows as W @ x.T (src/draftverify/few_row_linear.py), and the cost curve's
+`eager-float32-gemm` mode shows the stock layout beside it (benchmarks/cost-code.md).
 
 Usage: python scripts/skinny_linear.py [--threads 2] [--repeats 50]
 """

@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 
 from .cache import gather_positions, keep_positions, new_cache, self_attention_layers
 from .errors import DraftVerifyError
+from .few_row_linear import few_row_linears
 from .prefix import attend_prefix, prefix_columns, prefix_length
 from .types import PrefixKV, TargetOutput
 
@@ -459,24 +460,26 @@ class CachedLM:
             kwargs["attention_mask"] = self._mask(attention_mask, batch, n, extra, prefix_length(prefix))
         if additive_mask is not None:
             kwargs["attention_mask"] = additive_mask
-        if self.is_encoder_decoder:
-            out = model(
-                encoder_outputs=self.encoder_outputs,
-                attention_mask=self.source_mask,
-                decoder_input_ids=tokens,
-                **kwargs,
-            )
-            hidden = out.decoder_hidden_states[-1][:, -keep:] if want_hidden else None
-        elif extra_embeds is not None or prefix:
-            embeds = self.model.get_input_embeddings()(tokens)  # [B, n - E, H]
-            if extra_embeds is not None:
-                embeds = torch.cat([embeds, extra_embeds.to(embeds.dtype)], dim=1)  # [B, n, H]
-            with attend_prefix(self.cache, prefix):
-                out = model(inputs_embeds=embeds, **kwargs)
-            hidden = out.hidden_states[-1][:, -keep:] if want_hidden else None
-        else:
-            out = model(input_ids=tokens, **kwargs)
-            hidden = out.hidden_states[-1][:, -keep:] if want_hidden else None
+        # the compiled graph has its own kernels; eager CPU float32 scores few rows in the W @ x.T layout
+        with few_row_linears(self.device, self.dtype, on=model is self.model):
+            if self.is_encoder_decoder:
+                out = model(
+                    encoder_outputs=self.encoder_outputs,
+                    attention_mask=self.source_mask,
+                    decoder_input_ids=tokens,
+                    **kwargs,
+                )
+                hidden = out.decoder_hidden_states[-1][:, -keep:] if want_hidden else None
+            elif extra_embeds is not None or prefix:
+                embeds = self.model.get_input_embeddings()(tokens)  # [B, n - E, H]
+                if extra_embeds is not None:
+                    embeds = torch.cat([embeds, extra_embeds.to(embeds.dtype)], dim=1)  # [B, n, H]
+                with attend_prefix(self.cache, prefix):
+                    out = model(inputs_embeds=embeds, **kwargs)
+                hidden = out.hidden_states[-1][:, -keep:] if want_hidden else None
+            else:
+                out = model(input_ids=tokens, **kwargs)
+                hidden = out.hidden_states[-1][:, -keep:] if want_hidden else None
         self.cache = out.past_key_values
         self.length += n
         return TargetOutput(logits=out.logits[:, -keep:], hidden=hidden)  # [B, keep, V], [B, keep, H]

@@ -4,7 +4,8 @@ Tree and draft sizes are chosen from this curve: on a CPU, scoring n tokens cost
 assumes it costs the same), and how much more depends on how the forward is run. Each mode is measured on the
 same context with a Hugging Face StaticCache (the position-indexed cache a compiled engine uses), so the only
 difference is the mode: eager or `torch.compile` (fullgraph, one static graph per width n, inductor freezing:
-weights folded as constants and prepacked), in float32 or bfloat16. Greedy decoding in each mode is compared
+weights folded as constants and prepacked), in float32 or bfloat16. Eager float32 scores few rows in the W @ x.T
+layout as the engine does (few_row_linear); `eager-float32-gemm` is the same forward with torch's stock F.linear. Greedy decoding in each mode is compared
 with float32 eager token for token, because bfloat16 (and a different kernel order) may flip near-ties: the
 fast modes report their equality rate instead of assuming it.
 """
@@ -23,9 +24,10 @@ from transformers import PreTrainedModel, StaticCache
 from ..cache import keep_positions
 
 from ..errors import DraftVerifyError
+from ..few_row_linear import few_row_linears
 
 DEFAULT_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
-MODES = ("eager-float32", "eager-bfloat16", "compiled-float32", "compiled-bfloat16")
+MODES = ("eager-float32", "eager-float32-gemm", "eager-bfloat16", "compiled-float32", "compiled-bfloat16")
 REFERENCE_MODE = "eager-float32"  # the exact default every other mode is compared with
 
 
@@ -33,13 +35,14 @@ REFERENCE_MODE = "eager-float32"  # the exact default every other mode is compar
 class Mode:
     compiled: bool
     dtype: str  # float32 | bfloat16
+    few_row: bool = True  # eager float32 only: few-row linears as W @ x.T (the engine's eager path)
 
     @classmethod
     def parse(cls, name: str) -> "Mode":
         if name not in MODES:
             raise DraftVerifyError(f"--cost-modes: unknown mode {name!r}; choose from {', '.join(MODES)}")
-        kind, dtype = name.split("-")
-        return cls(compiled=kind == "compiled", dtype=dtype)
+        kind, dtype, *layout = name.split("-")
+        return cls(compiled=kind == "compiled", dtype=dtype, few_row=not layout)
 
 
 @dataclass
@@ -77,8 +80,9 @@ class StaticForward:
     """A model with a StaticCache: prefill eagerly, then score n tokens at any position with `step` (compiled or
     not). Writing the same positions again overwrites them, so a width can be timed repeatedly in place."""
 
-    def __init__(self, model: PreTrainedModel, max_cache_len: int, compiled: bool):
+    def __init__(self, model: PreTrainedModel, max_cache_len: int, compiled: bool, few_row: bool = True):
         self.model = model
+        self.few_row = few_row and not compiled
         self.capacity = max_cache_len
         self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
         self._forward: Callable = torch.compile(model, fullgraph=True, dynamic=False) if compiled else model
@@ -87,8 +91,9 @@ class StaticForward:
         positions = torch.arange(start, start + ids.shape[1])  # [n]
         if start > 0:  # move the write position back (transformers 5 counts it in the cache, not cache_position)
             keep_positions(self.cache, start, self.capacity)
-        return forward(input_ids=ids, past_key_values=self.cache, cache_position=positions,
-                       position_ids=positions[None], use_cache=True).logits  # [1, n, V]
+        with few_row_linears(ids.device, self.model.dtype, on=self.few_row):
+            return forward(input_ids=ids, past_key_values=self.cache, cache_position=positions,
+                           position_ids=positions[None], use_cache=True).logits  # [1, n, V]
 
     def prefill(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [1, L] at positions 0..L-1 into an emptied cache; eager (one prompt length is not a graph worth

@@ -112,10 +112,10 @@ def run_cost(config: CostConfig, progress: Callable[[str], None] | None = None) 
         say(f"{name}: loading")
         model = reference_model if name == REFERENCE_MODE else model_for(target, mode.dtype)
         with compile_settings(graphs=2 * len(config.sizes) + 4):
-            runner = StaticForward(model, timing_len, mode.compiled)
+            runner = StaticForward(model, timing_len, mode.compiled, mode.few_row)
             points, first_call = time_widths(runner, context, config.sizes, config.warmup, config.repeats,
                                              lambda text: say(f"{name}: {text}"))
-            greedy_runner = StaticForward(model, greedy_len, mode.compiled)
+            greedy_runner = StaticForward(model, greedy_len, mode.compiled, mode.few_row)
             tokens = [greedy_tokens(greedy_runner, p, config.equality_tokens) for p in prompts]
         if name == REFERENCE_MODE:
             reference = tokens

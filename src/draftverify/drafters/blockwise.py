@@ -22,6 +22,7 @@ from torch import nn
 
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
+from ..few_row_linear import few_row_linears
 from ..registry import register_drafter
 from ..sampling import probs_from_logits, sample
 from ..types import DecodingState, Draft, TargetOutput, Verdict
@@ -150,7 +151,8 @@ class BlockwiseDrafter(Drafter):
     @torch.no_grad()
     def head_logits(self) -> torch.Tensor:
         """[B, h-1, V] logits of heads 2..h at the last kept position (the draft's lattice scores)."""
-        return self.heads(self._hidden, self.lm_head)
+        with few_row_linears(self._hidden.device, self._hidden.dtype):  # h-1 rows through the LM head
+            return self.heads(self._hidden, self.lm_head)
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         if self._hidden is None:  # a one-token prompt: nothing was prefilled, so the first step drafts nothing

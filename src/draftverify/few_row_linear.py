@@ -1,0 +1,53 @@
+"""Linear layers on a few rows, computed as W @ x.T on the CPU: what makes verifying 2-16 tokens cheap there.
+
+`F.linear(x, W)` computes x @ W.T. For one row the CPU BLAS takes its matrix-vector path; for 2-16 rows (a verify
+pass of n tokens runs every linear of the model at n rows) MKL on x86 takes a GEMM path that streams the
+model's weights far more slowly, so scoring 2-4 tokens cost 1.4-1.6x one token on the machine this project is
+measured on (`python scripts/skinny_linear.py`). The same product as W @ x.T costs about what one row does.
+
+The switch is a torch function mode entered around a model's forward: it changes no module, holds no state
+(modes are per thread, so concurrent requests in a server are safe) and applies to every architecture that calls
+`F.linear` (all Hugging Face models do). Results equal `F.linear`'s up to float32 summation order (about 1e-5 on
+the zoo's logits); one row, other dtypes and other devices pass through untouched.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+MAX_ROWS = 16  # past this, the GEMM path is as fast (benchmarks/cost-code.md, eager-float32 vs -gemm)
+ENV_SWITCH = "DRAFTVERIFY_FEW_ROW_LINEAR"  # "0" turns the layout off for a process
+
+
+class FewRowLinear(TorchFunctionMode):
+    """Inside this mode, F.linear on 2..MAX_ROWS rows of a CPU float32 input runs as W @ x.T (inference only:
+    with autograd on, training keeps the stock kernels)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear:
+            x, weight = args[0], args[1]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            rows = x.numel() // max(x.shape[-1], 1) if x.dim() else 0
+            if 2 <= rows <= MAX_ROWS and weight.dim() == 2 and x.dtype == weight.dtype == torch.float32 \
+                    and x.device.type == "cpu" and not torch.is_grad_enabled():
+                out = torch.mm(weight, x.reshape(rows, -1).t()).t()  # [rows, out]
+                if bias is not None:
+                    out = out + bias
+                return out.reshape(*x.shape[:-1], weight.shape[0])
+        return func(*args, **kwargs)
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1") != "0"
+
+
+def few_row_linears(device: torch.device, dtype: torch.dtype, on: bool = True):
+    """The mode for a model on `device` in `dtype` (a no-op context where it cannot help)."""
+    if on and enabled() and device.type == "cpu" and dtype == torch.float32:
+        return FewRowLinear()
+    return contextlib.nullcontext()
