@@ -468,7 +468,7 @@ def bench(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show the progress bar (prompt x runner)."),
     cost_curve: bool = typer.Option(False, "--cost-curve", help="Instead: time one target forward scoring n tokens after a 120-token context, eager vs torch.compile, float32 vs bfloat16, with greedy equality rates (uses --zoo/--target, --threads, --num-prompts and --max-new-tokens for the equality check, --out, --name, --quick)."),
     cost_sizes: Optional[str] = typer.Option(None, "--cost-sizes", help="Comma list of n for --cost-curve (default 1,2,3,4,5,6,8,10,12,16,24,32,48,64; --quick 1,2)."),
-    cost_modes: Optional[str] = typer.Option(None, "--cost-modes", help="Comma list for --cost-curve: eager-float32, eager-bfloat16, compiled-float32, compiled-bfloat16 (default all)."),
+    cost_modes: Optional[str] = typer.Option(None, "--cost-modes", help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm (stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all)."),
     cost_repeats: Optional[int] = typer.Option(None, "--cost-repeats", help="Timed calls per n for --cost-curve (default 20; --quick 2)."),
 ) -> None:
     """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""

@@ -47,23 +47,29 @@ def test_equality_rate_and_first_mismatch():
 
 def test_unknown_mode_is_named():
     assert Mode.parse("compiled-bfloat16") == Mode(compiled=True, dtype="bfloat16")
+    assert Mode.parse("eager-float32") == Mode(compiled=False, dtype="float32", few_row=True)
+    assert Mode.parse("eager-float32-gemm") == Mode(compiled=False, dtype="float32", few_row=False)
+    with pytest.raises(DraftVerifyError, match="unknown mode 'compiled-float32-gemm'"):
+        Mode.parse("compiled-float32-gemm")
     with pytest.raises(DraftVerifyError, match="unknown mode 'compiled-fp8'"):
         Mode.parse("compiled-fp8")
 
 
 def test_cost_curve_command_writes_json_markdown_and_plot(model_dir, tmp_path):
     args = ["bench", "--cost-curve", "--quick", "--target", str(model_dir / "target"), "--cost-sizes", "1,2,4",
-            "--cost-modes", "eager-float32,eager-bfloat16", "--threads", "1", "--out", str(tmp_path),
+            "--cost-modes", "eager-float32,eager-float32-gemm,eager-bfloat16", "--threads", "1", "--out", str(tmp_path),
             "--no-progress"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     payload = json.loads((tmp_path / "cost-target-quick.json").read_text())
     assert payload["context_tokens"] == 120 and payload["equality_prompts"] == 2 and payload["label"] == "target"
     modes = payload["modes"]
-    assert list(modes) == ["eager-float32", "eager-bfloat16"]
+    assert list(modes) == ["eager-float32", "eager-float32-gemm", "eager-bfloat16"]
     assert [p["n"] for p in modes["eager-bfloat16"]["points"]] == [1, 2, 4]
     assert all(len(p["seconds"]) == 2 for p in modes["eager-float32"]["points"])
     assert modes["eager-float32"]["equality"]["equal_rate"] == 1.0  # the reference against itself
+    # one token per greedy step: the few-row layout never applies, so the stock layout decodes the same tokens
+    assert modes["eager-float32-gemm"]["greedy_tokens"] == modes["eager-float32"]["greedy_tokens"]
     assert all(len(t) == 8 for t in modes["eager-bfloat16"]["greedy_tokens"])
     markdown = (tmp_path / "cost-target-quick.md").read_text()
     assert "| 4 |" in markdown and "eager-bfloat16 ms" in markdown and "Greedy equality" in markdown
