@@ -302,6 +302,7 @@ def _generate_batches(pipe, texts: list[str], batch_size: int, as_json: bool, me
                      "rejections", "time_prefill", "time_draft", "time_target", "time_verify", "time_total"):
             setattr(total, name, getattr(total, name) + getattr(stats, name))
         total.gammas.extend(stats.gammas)
+        total.chosen_gammas.extend(stats.chosen_gammas)
     if as_json:
         print(json.dumps({"method": method, "batch_size": batch_size, "results": records, "stats": total.as_dict()},
                          ensure_ascii=False))
