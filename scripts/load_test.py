@@ -10,7 +10,7 @@ capped, and the script stops by itself.
 
     # start a server and test it (the script owns the process, so it reads its RSS):
     python scripts/load_test.py --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 1000 \
-        --rss-every 50 --rss-warm 200 --out benchmarks/load-test.json
+        --rss-every 100 --rss-warm 200 --out benchmarks/load-test.json
     # or test a running one (pass its pid for RSS):
     python scripts/load_test.py --url http://127.0.0.1:8000 --model code --pid 12345 --clients 4 --duration 60
 """
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=300.0, help="Stop after this many seconds")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=4, help="Untimed requests before measuring (and RSS before)")
-    parser.add_argument("--rss-every", type=int, default=50, help="Sample the server's RSS every N completed requests")
+    parser.add_argument("--rss-every", type=int, default=100, help="Sample the server's RSS every N completed requests")
     parser.add_argument("--rss-warm", type=int, default=200,
                         help="Growth after warm-up: the last RSS sample minus the first at or after N requests")
     parser.add_argument("--out", type=Path, help="Write the summary JSON here too, and a markdown report (.md) beside it")

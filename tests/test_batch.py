@@ -244,6 +244,21 @@ def test_rows_joining_between_steps_equal_their_own_text(arch, kind):
     assert out.sequences[3, : len(PROMPTS[3]) + limits[3]].tolist() == PROMPTS[3] + refs[3]
 
 
+@pytest.mark.parametrize("gamma", ["auto", "compute_bound"])
+def test_gamma_auto_with_rows_joining_equals_their_own_text(gamma):
+    """The server's case: gamma auto picks per step for the rows present while rows join and leave."""
+    model = model_for("llama")
+    limits = [NEW, 6, NEW, 9]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    pending = [[], [(PROMPTS[1], limits[1], None), (PROMPTS[2], limits[2], None)], [], [], [(PROMPTS[3], limits[3], None)]]
+    policy = ComputeBoundTimings() if gamma == "compute_bound" else gamma
+    out = generate(model, make_drafter("model", model, refs), GreedyVerifier(), torch.tensor([PROMPTS[0]]),
+                   max_new_tokens=limits[0], gamma=policy, admit=lambda: pending.pop(0) if pending else [])
+    assert out.rows == refs
+    if gamma == "compute_bound":
+        assert 0 in out.stats.chosen_gammas
+
+
 def test_joining_rows_sample_with_their_own_seeds():
     model = model_for("llama")
     params = SamplingParams(temperature=0.9, coupling=True)

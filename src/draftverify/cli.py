@@ -318,7 +318,7 @@ def serve(
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Serve a shipped model set, e.g. 'code'."),
     method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1) needs a chain method: autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit; others serve one request at a time."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
-    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer, 'heuristic' or 'auto'."),
+    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer, 'heuristic' or 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays)."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table for the ngram method."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
