@@ -162,7 +162,8 @@ def markdown(report: dict) -> str:
     errors = ", ".join(f"{k}: {v}" for k, v in report["errors"].items()) or "none"
     samples = report["rss_samples"]
     warm = report["rss_warm_sample"]
-    lines = [f"# Load test ({report['clients']} streaming clients, {report['max_tokens']} tokens per request, greedy)", "",
+    title = f"# Load test ({report['clients']} streaming clients, {report['max_tokens']} tokens per request, greedy)"
+    lines = [title, "",
              f"Command: `{report['command']}`", "", "## Summary", "",
              "| requests | answered | errors | tokens/s | requests/s | latency p50 / p99 ms | first token p50 / p99 ms "
              "| RSS first -> last sample MiB | growth MiB | growth after warm-up MiB |",
@@ -176,12 +177,14 @@ def markdown(report: dict) -> str:
         lines += ["## Resident memory", "",
                   f"The server's RSS every {report['rss_every']} completed requests; growth after warm-up is the last "
                   f"sample minus the first at or after {report['rss_warm']} requests"
-                  + (f" ({warm['requests']} requests, {warm['rss_mib']:.1f} MiB)." if warm else " (the run ended before it)."),
+                  + (f" ({warm['requests']} requests, {warm['rss_mib']:.1f} MiB)." if warm
+                     else " (the run ended before it)."),
                   "", f"`{sparkline([x['rss_mib'] for x in samples])}` {samples[0]['rss_mib']:.1f} -> "
                   f"{samples[-1]['rss_mib']:.1f} MiB", "",
                   "| requests completed | seconds | RSS MiB | vs warm-up sample MiB |", "|---:|---:|---:|---:|"]
         for x in samples:
-            versus = "" if warm is None or x["requests"] < warm["requests"] else f"{x['rss_mib'] - warm['rss_mib']:+.1f}"
+            warmed = warm is not None and x["requests"] >= warm["requests"]
+            versus = f"{x['rss_mib'] - warm['rss_mib']:+.1f}" if warmed else ""
             lines.append(f"| {x['requests']} | {x['seconds']:.1f} | {x['rss_mib']:.1f} | {versus} |")
     return "\n".join(lines) + "\n"
 
@@ -259,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-every", type=int, default=100, help="Sample the server's RSS every N completed requests")
     parser.add_argument("--rss-warm", type=int, default=200,
                         help="Growth after warm-up: the last RSS sample minus the first at or after N requests")
-    parser.add_argument("--out", type=Path, help="Write the summary JSON here too, and a markdown report (.md) beside it")
+    parser.add_argument("--out", type=Path,
+                        help="Write the summary JSON here too, and a markdown report (.md) beside it")
     args = parser.parse_args(argv)
     if (args.url is None) == (args.spawn is None):
         parser.error("give exactly one of --url and --spawn")

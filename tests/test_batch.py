@@ -250,7 +250,8 @@ def test_gamma_auto_with_rows_joining_equals_their_own_text(gamma):
     model = model_for("llama")
     limits = [NEW, 6, NEW, 9]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
-    pending = [[], [(PROMPTS[1], limits[1], None), (PROMPTS[2], limits[2], None)], [], [], [(PROMPTS[3], limits[3], None)]]
+    join = lambda *rows: [(PROMPTS[i], limits[i], None) for i in rows]  # noqa: E731
+    pending = [[], join(1, 2), [], [], join(3)]
     policy = ComputeBoundTimings() if gamma == "compute_bound" else gamma
     out = generate(model, make_drafter("model", model, refs), GreedyVerifier(), torch.tensor([PROMPTS[0]]),
                    max_new_tokens=limits[0], gamma=policy, admit=lambda: pending.pop(0) if pending else [])

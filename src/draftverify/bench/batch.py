@@ -190,10 +190,11 @@ def main(zoo: str | None, target: str | None, draft: str | None, methods: list[s
     if len(rows) < num_prompts:
         raise DraftVerifyError(f"only {len(rows)} prompts of {prompts_spec} fit the context with "
                                f"{max_new_tokens} new tokens; lower --num-prompts or --max-new-tokens")
-    results = run_batch_bench(pipes, rows, sorted(batch_sizes), max_new_tokens,
-                              progress=lambda r: echo(f"{r.runner} B={r.batch_size}: {r.tokens_per_second:.1f} "
-                                                      f"tokens/s ({r.seconds:.2f} s)" + (
-                                                          "" if r.mean_gamma is None else f", mean gamma {r.mean_gamma:.2f}")))
+    def progress(r: BatchRow) -> None:
+        gamma = "" if r.mean_gamma is None else f", mean gamma {r.mean_gamma:.2f}"
+        echo(f"{r.runner} B={r.batch_size}: {r.tokens_per_second:.1f} tokens/s ({r.seconds:.2f} s){gamma}")
+
+    results = run_batch_bench(pipes, rows, sorted(batch_sizes), max_new_tokens, progress=progress)
     meta = {"command": reproduce_command(command_line()), "date": now(), "machine": machine(), "versions": versions(),
             "prompts": f"{len(rows)} {prompts_spec}", "max_new_tokens": max_new_tokens, "batch_sizes": batch_sizes,
             "zoo": zoo, "target": target, "draft": draft, "methods": methods, "gamma": gamma}
