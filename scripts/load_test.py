@@ -1,12 +1,16 @@
 """Bounded loopback load test of `draftverify serve`: N concurrent streaming clients for a fixed time or a fixed
 number of requests, whichever ends first; reports throughput, p50/p99 latency and time to first token, errors,
-and the server's resident memory (RSS) before and after.
+and the server's resident memory (RSS): sampled every --rss-every completed requests, so growth after warm-up
+(the last sample minus the first at or after --rss-warm requests: the allocator's and caches' first fill is over)
+tells a leak from warm-up, which before-minus-after cannot. With --out it also writes a markdown report next to
+the JSON (its tables go into the README through scripts/update_readme.py).
 
 Only loopback addresses are accepted (127.0.0.0/8, localhost, ::1), the request count and the duration are
 capped, and the script stops by itself.
 
     # start a server and test it (the script owns the process, so it reads its RSS):
-    python scripts/load_test.py --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 1000
+    python scripts/load_test.py --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 1000 \
+        --rss-every 100 --rss-warm 200 --out benchmarks/load-test.json
     # or test a running one (pass its pid for RSS):
     python scripts/load_test.py --url http://127.0.0.1:8000 --model code --pid 12345 --clients 4 --duration 60
 """
@@ -95,10 +99,20 @@ async def one_request(client: httpx.AsyncClient, url: str, model: str, prompt: s
 
 
 async def run(url: str, model: str, clients: int, requests: int, duration: float, max_tokens: int,
-              api_key: str | None) -> tuple[list[dict], float]:
+              api_key: str | None, pid: int | None = None, rss_every: int = 0) -> tuple[list[dict], float, list[dict]]:
+    """Returns the requests' results, the wall time, and the server's RSS every rss_every completed requests
+    (with pid; from 0 completed, and at the end)."""
     results: list[dict] = []
     issued = 0
     deadline = time.perf_counter() + duration
+    started = time.perf_counter()
+    samples: list[dict] = []
+
+    def sample() -> None:
+        rss = rss_mib(pid)
+        if rss is not None:
+            samples.append({"requests": len(results), "seconds": round(time.perf_counter() - started, 2),
+                            "rss_mib": round(rss, 1)})
 
     async def client_loop(index: int, client: httpx.AsyncClient) -> None:
         nonlocal issued
@@ -106,12 +120,73 @@ async def run(url: str, model: str, clients: int, requests: int, duration: float
             prompt = PROMPTS[(issued + index) % len(PROMPTS)]
             issued += 1
             results.append(await one_request(client, url, model, prompt, max_tokens, api_key))
+            if rss_every and len(results) % rss_every == 0:
+                sample()
 
-    started = time.perf_counter()
+    sample()
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits) as client:
         await asyncio.gather(*(client_loop(i, client) for i in range(clients)))
-    return results, time.perf_counter() - started
+    wall = time.perf_counter() - started
+    if not samples or samples[-1]["requests"] != len(results):
+        sample()
+    return results, wall, samples
+
+
+def rss_growth(samples: list[dict], warm: int) -> dict:
+    """RSS growth over the run, and after warm-up: the last sample minus the first one taken at or after `warm`
+    completed requests (None when the run ended before that)."""
+    if not samples:
+        return {"rss_growth_mib": None, "rss_warm_sample": None, "rss_growth_after_warmup_mib": None}
+    first, last = samples[0], samples[-1]
+    warmed = next((x for x in samples if x["requests"] >= warm), None)
+    after = None if warmed is None or warmed is last else round(last["rss_mib"] - warmed["rss_mib"], 1)
+    return {"rss_growth_mib": round(last["rss_mib"] - first["rss_mib"], 1), "rss_warm_sample": warmed,
+            "rss_growth_after_warmup_mib": after}
+
+
+def sparkline(values: list[float]) -> str:
+    bars = "▁▂▃▄▅▆▇█"
+    low, high = min(values), max(values)
+    return "".join(bars[0 if high == low else round((v - low) / (high - low) * (len(bars) - 1))] for v in values)
+
+
+def markdown(report: dict) -> str:
+    """The report as markdown: a summary table and the RSS series (table and sparkline)."""
+    def ms(seconds):
+        return "" if seconds is None else f"{seconds * 1000:.0f}"
+
+    def mib(value):
+        return "" if value is None else f"{value:+.1f}"
+
+    errors = ", ".join(f"{k}: {v}" for k, v in report["errors"].items()) or "none"
+    samples = report["rss_samples"]
+    warm = report["rss_warm_sample"]
+    title = f"# Load test ({report['clients']} streaming clients, {report['max_tokens']} tokens per request, greedy)"
+    lines = [title, "",
+             f"Command: `{report['command']}`", "", "## Summary", "",
+             "| requests | answered | errors | tokens/s | requests/s | latency p50 / p99 ms | first token p50 / p99 ms "
+             "| RSS first -> last sample MiB | growth MiB | growth after warm-up MiB |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+             f"| {report['requests']} | {report['ok']} | {errors} | {report['tokens_per_second']} | "
+             f"{report['requests_per_second']} | {ms(report['latency_p50_s'])} / {ms(report['latency_p99_s'])} | "
+             f"{ms(report['ttft_p50_s'])} / {ms(report['ttft_p99_s'])} | "
+             + (f"{samples[0]['rss_mib']:.1f} -> {samples[-1]['rss_mib']:.1f}" if samples else "")
+             + f" | {mib(report['rss_growth_mib'])} | {mib(report['rss_growth_after_warmup_mib'])} |", ""]
+    if samples:
+        lines += ["## Resident memory", "",
+                  f"The server's RSS every {report['rss_every']} completed requests; growth after warm-up is the last "
+                  f"sample minus the first at or after {report['rss_warm']} requests"
+                  + (f" ({warm['requests']} requests, {warm['rss_mib']:.1f} MiB)." if warm
+                     else " (the run ended before it)."),
+                  "", f"`{sparkline([x['rss_mib'] for x in samples])}` {samples[0]['rss_mib']:.1f} -> "
+                  f"{samples[-1]['rss_mib']:.1f} MiB", "",
+                  "| requests completed | seconds | RSS MiB | vs warm-up sample MiB |", "|---:|---:|---:|---:|"]
+        for x in samples:
+            warmed = warm is not None and x["requests"] >= warm["requests"]
+            versus = f"{x['rss_mib'] - warm['rss_mib']:+.1f}" if warmed else ""
+            lines.append(f"| {x['requests']} | {x['seconds']:.1f} | {x['rss_mib']:.1f} | {versus} |")
+    return "\n".join(lines) + "\n"
 
 
 def free_port() -> int:
@@ -140,7 +215,7 @@ def spawn(args: str) -> tuple[subprocess.Popen, str]:
     raise SystemExit("the server did not become healthy within 300 s")
 
 
-def summary(results: list[dict], wall: float, rss_before, rss_after, clients: int) -> dict:
+def summary(results: list[dict], wall: float, samples: list[dict], warm: int, clients: int) -> dict:
     ok = [r for r in results if r["ok"]]
     latencies = [r["seconds"] for r in ok]
     ttfts = [r["ttft"] for r in ok if r.get("ttft") is not None]
@@ -155,9 +230,21 @@ def summary(results: list[dict], wall: float, rss_before, rss_after, clients: in
         "tokens": tokens, "tokens_per_second": round(tokens / wall, 2) if wall else None,
         "latency_p50_s": percentile(latencies, 50), "latency_p99_s": percentile(latencies, 99),
         "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
-        "rss_before_mib": rss_before, "rss_after_mib": rss_after,
-        "rss_growth_mib": None if rss_before is None or rss_after is None else round(rss_after - rss_before, 1),
+        "rss_before_mib": samples[0]["rss_mib"] if samples else None,
+        "rss_after_mib": samples[-1]["rss_mib"] if samples else None, **rss_growth(samples, warm),
+        "rss_samples": samples,
     }
+
+
+def redacted(argv: list[str]) -> list[str]:
+    """The command line to record, without the API key's value."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg.startswith("--api-key="):
+            out[i] = "--api-key=KEY"
+        elif arg == "--api-key" and i + 1 < len(out):
+            out[i + 1] = "KEY"
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,12 +259,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=300.0, help="Stop after this many seconds")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=4, help="Untimed requests before measuring (and RSS before)")
-    parser.add_argument("--out", type=Path, help="Write the summary JSON here too")
+    parser.add_argument("--rss-every", type=int, default=100, help="Sample the server's RSS every N completed requests")
+    parser.add_argument("--rss-warm", type=int, default=200,
+                        help="Growth after warm-up: the last RSS sample minus the first at or after N requests")
+    parser.add_argument("--out", type=Path,
+                        help="Write the summary JSON here too, and a markdown report (.md) beside it")
     args = parser.parse_args(argv)
     if (args.url is None) == (args.spawn is None):
         parser.error("give exactly one of --url and --spawn")
     if not 1 <= args.clients <= 256 or not 1 <= args.requests <= MAX_REQUESTS or not 0 < args.duration <= MAX_DURATION:
         parser.error(f"--clients 1..256, --requests 1..{MAX_REQUESTS}, --duration (0, {MAX_DURATION:.0f}] seconds")
+    if args.rss_every < 1 or args.rss_warm < 0:
+        parser.error("--rss-every must be >= 1 and --rss-warm >= 0")
     proc = None
     url, pid = args.url, args.pid
     if args.spawn is not None:
@@ -190,10 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.warmup:
             asyncio.run(run(url, model, min(args.clients, args.warmup), args.warmup, args.duration, args.max_tokens,
                             args.api_key))
-        before = rss_mib(pid)
-        results, wall = asyncio.run(run(url, model, args.clients, args.requests, args.duration, args.max_tokens,
-                                        args.api_key))
-        after = rss_mib(pid)
+        results, wall, samples = asyncio.run(run(url, model, args.clients, args.requests, args.duration,
+                                                 args.max_tokens, args.api_key, pid, args.rss_every))
     finally:
         if proc is not None:
             proc.terminate()
@@ -201,13 +292,16 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    report = {"url": url, "model": model, "max_tokens": args.max_tokens, **summary(results, wall, before, after,
-                                                                                     args.clients)}
+    command = shlex.join(["python", "scripts/load_test.py", *redacted(sys.argv[1:] if argv is None else argv)])
+    report = {"command": command, "url": url, "model": model, "max_tokens": args.max_tokens,
+              "rss_every": args.rss_every, "rss_warm": args.rss_warm,
+              **summary(results, wall, samples, args.rss_warm, args.clients)}
     text = json.dumps(report, indent=1)
     print(text)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
+        args.out.with_suffix(".md").write_text(markdown(report))
     return 0 if report["ok"] == report["requests"] else 1
 
 

@@ -16,6 +16,8 @@ SOURCES = {
     "bench-blockwise": ("benchmarks/bench-humaneval-blockwise.md", "## Temperature 0 (greedy)"),
     "gemv-floor": ("benchmarks/gemv-floor.md", None),
     "bench-batch": ("benchmarks/bench-batch.md", None),
+    "load-test": ("benchmarks/load-test.md", "## Summary"),
+    "load-test-rss": ("benchmarks/load-test.md", "## Resident memory"),
     "translate-specdec": ("benchmarks/translate-specdec.md", None),
     "bpd-efficiency": ("benchmarks/bpd-humaneval.md", "## Block efficiency"),
     "bpd-duel": ("benchmarks/bpd-humaneval.md", "## Neural-rescored vs plain"),

@@ -8,6 +8,7 @@ from conftest import VOCAB, chi2_critical, chi2_statistic, perturbed_copy, varie
 from conftest import reference_greedy as _reference_greedy
 
 from draftverify import DraftVerifyError, SamplingParams, generate
+from draftverify.draft_length import AutoGamma
 from draftverify.drafters import EarlyExitDrafter, LookupModelDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
 from draftverify.sampling import probs_from_logits
 from draftverify.verifiers import GreedyVerifier, GumbelCouplingVerifier, SpeculativeSamplingVerifier
@@ -84,6 +85,37 @@ def test_every_row_equals_its_own_greedy_text(arch, kind):
         assert out.new_tokens[b, : len(r)].tolist() == r and (out.new_tokens[b, len(r):] == -1).all()
     if kind in ("model", "ngram", "lookup_model", "early_exit"):
         assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens  # partial, ragged acceptance
+
+
+class ComputeBoundTimings(AutoGamma):
+    """gamma auto fed the timings of a fully compute-bound target (seconds proportional to the tokens a call scores,
+    drafting free) instead of this machine's: no draft pays, so once a step is timed it decodes plainly (gamma 0),
+    with a one-token probe every probe_every steps."""
+
+    def update(self, drafted, accepted, rejected, draft_seconds, target_seconds, rows=1):
+        super().update(drafted, accepted, rejected, 0.0, 0.001 * rows * (drafted + 1), rows)
+
+
+@pytest.mark.parametrize("kind", ["model", "lookup_model"])
+def test_gamma_auto_rows_equal_their_own_greedy_text(kind):
+    """gamma auto in a batch (rows leaving as they finish): with this machine's timings, and with timings that make
+    it switch between drafting, plain steps (gamma 0) and probes, every row is still its own greedy text."""
+    model = model_for("llama")
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, make_drafter(kind, model, refs), GreedyVerifier(), ids, attention_mask=mask,
+                   max_new_tokens=limits, gamma="auto")
+    assert out.rows == refs and len(out.stats.chosen_gammas) == out.stats.target_calls
+    policy = ComputeBoundTimings()
+    out = generate(model, make_drafter(kind, model, refs), GreedyVerifier(), ids, attention_mask=mask,
+                   max_new_tokens=limits, gamma=policy)
+    assert out.rows == refs
+    chosen = out.stats.chosen_gammas
+    # the start value until a step is timed (then long drafts while the fit has seen one size of call), then,
+    # once the fit sees the cost grow with the tokens scored, plain steps and one-token probes to the end
+    assert chosen[:2] == [4, 4] and set(chosen[chosen.index(0):]) == {0, 1}
+    assert policy.costs.calls == out.stats.target_calls - len(policy.costs.seen_shapes)  # every other step timed
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
@@ -210,6 +242,22 @@ def test_rows_joining_between_steps_equal_their_own_text(arch, kind):
                    max_new_tokens=limits[0], gamma=3, admit=admit)
     assert out.rows == refs
     assert out.sequences[3, : len(PROMPTS[3]) + limits[3]].tolist() == PROMPTS[3] + refs[3]
+
+
+@pytest.mark.parametrize("gamma", ["auto", "compute_bound"])
+def test_gamma_auto_with_rows_joining_equals_their_own_text(gamma):
+    """The server's case: gamma auto picks per step for the rows present while rows join and leave."""
+    model = model_for("llama")
+    limits = [NEW, 6, NEW, 9]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    join = lambda *rows: [(PROMPTS[i], limits[i], None) for i in rows]  # noqa: E731
+    pending = [[], join(1, 2), [], [], join(3)]
+    policy = ComputeBoundTimings() if gamma == "compute_bound" else gamma
+    out = generate(model, make_drafter("model", model, refs), GreedyVerifier(), torch.tensor([PROMPTS[0]]),
+                   max_new_tokens=limits[0], gamma=policy, admit=lambda: pending.pop(0) if pending else [])
+    assert out.rows == refs
+    if gamma == "compute_bound":
+        assert 0 in out.stats.chosen_gammas
 
 
 def test_joining_rows_sample_with_their_own_seeds():

@@ -87,29 +87,32 @@ def test_auto_gamma_converges_to_theory_optimum(alpha, c, expected):
     assert optimal_gamma(alpha, c, max_gamma=16).gamma == expected  # the parameters mean what the test says
     policy = AutoGamma()
     chosen = simulate(policy, alpha, c, steps=1500)
-    assert min(chosen) >= 1
     assert policy.alpha == pytest.approx(alpha, abs=0.03)
-    assert policy.c == pytest.approx(c, rel=1e-9)
+    assert policy.c() == pytest.approx(c, rel=1e-9)
     assert policy.next() == expected
     assert chosen[-200:] == [expected] * 200  # settled, not oscillating
 
 
-def test_auto_gamma_never_below_one_when_speculation_does_not_pay():
-    # alpha <= c: theory says do not speculate (gamma 0); the policy still drafts one token
+def test_auto_gamma_drafts_nothing_when_speculation_does_not_pay():
+    """alpha <= c: theory says do not speculate (gamma 0, Theorem 8's factor 1); the policy decodes plainly, with
+    a one-token draft every probe_every steps so alpha stays measured."""
     assert optimal_gamma(0.2, 0.5).gamma == 0
     policy = AutoGamma()
-    chosen = simulate(policy, alpha=0.2, c=0.5, steps=300)
-    assert min(chosen) >= 1
-    assert chosen[-100:] == [1] * 100
+    chosen = simulate(policy, alpha=0.2, c=0.5, steps=400)
+    assert policy.best() == 0
+    tail = chosen[-160:]
+    assert set(tail) == {0, 1} and tail.count(1) == len(tail) // policy.probe_every
 
 
-def test_auto_gamma_never_below_one_with_no_acceptance():
+def test_auto_gamma_drafts_nothing_with_no_acceptance():
     policy = AutoGamma(gamma=3)
+    chosen = []
     for _ in range(50):
         gamma = policy.next()
-        assert gamma >= 1
-        policy.update(gamma, 0, True, gamma * 0.9, 1.0)
-    assert policy.next() == 1
+        chosen.append(gamma)
+        policy.update(gamma, 0, gamma > 0, gamma * 0.9, 1.0)
+    tail = chosen[-2 * policy.probe_every :]
+    assert policy.best() == 0 and set(tail) == {0, 1} and tail.count(1) == 2  # plain steps, and the probes
 
 
 def test_auto_gamma_free_drafter_drafts_max_gamma():
@@ -117,7 +120,7 @@ def test_auto_gamma_free_drafter_drafts_max_gamma():
     policy = AutoGamma(gamma=4, max_gamma=12)
     for _ in range(2):  # the first step at a length is not timed (cold): the second one is
         policy.update(4, 2, True, 0.0, 0.05)
-    assert policy.c == 0.0
+    assert policy.c() == 0.0
     assert policy.next() == 12
 
 
@@ -129,8 +132,8 @@ def test_auto_gamma_ignores_the_cold_first_step_at_each_length():
     assert policy.next() == 4 and not policy.costs.known  # nothing timed yet: stays at the start value
     policy.update(4, 4, False, 4 * 0.001, 0.05)
     assert policy.target_seconds(5) == pytest.approx(0.05)
-    assert policy.c == pytest.approx(0.001 / 0.05)
-    assert policy.next() == optimal_gamma(policy.alpha, policy.c, max_gamma=12).gamma > 4
+    assert policy.c() == pytest.approx(0.001 / 0.05)
+    assert policy.next() == optimal_gamma(policy.alpha, policy.c(), max_gamma=12).gamma > 4
 
 
 def test_auto_gamma_costs_carry_over_to_the_next_call():
@@ -141,15 +144,15 @@ def test_auto_gamma_costs_carry_over_to_the_next_call():
     second = AutoGamma(costs=costs)  # a later call of the same pipeline: no cold step to relearn
     assert second.alpha == 0.5  # acceptance is the new prompt's own
     second.update(4, 4, False, 4 * 0.002, 0.05)
-    assert costs.calls == 3 and second.c == pytest.approx(0.04)
+    assert costs.calls == 3 and second.c() == pytest.approx(0.04)
     assert second.next() != 4
 
 
 def test_auto_gamma_prior_and_empty_drafts():
     policy = AutoGamma()
-    assert policy.next() == 4 and policy.alpha == 0.5 and policy.c == 0.0
+    assert policy.next() == 4 and policy.alpha == 0.5 and policy.c() == 0.0
     policy.update(0, 0, False, 0.0, 0.05)  # fallback: nothing drafted, nothing judged
-    assert policy.alpha == 0.5 and policy.c == 0.0
+    assert policy.alpha == 0.5 and policy.c() == 0.0
     assert policy.next() == 4  # and nothing timed yet (a first step is cold): the start value stands
 
 
@@ -226,5 +229,97 @@ def test_auto_gamma_accounts_for_verification_cost_growing_with_draft_length():
         target = a + b * (gamma + 1)
         policy.update(gamma, accepted, accepted < gamma, gamma * c * (a + b), target)
     assert policy.target_seconds(1) == pytest.approx(a + b, rel=1e-6)
-    assert policy.c == pytest.approx(c, rel=1e-6)
+    assert policy.c() == pytest.approx(c, rel=1e-6)
     assert policy.next() == brute
+
+
+# ---------------------------------------------------------------- AutoGamma in a batch
+
+
+def simulate_batch(policy: AutoGamma, alpha: float, target_cost, draft_cost, rows_schedule: list[int], seed: int = 0):
+    """Steps over batches of rows_schedule[i] rows: every row accepts its own drafts with probability alpha; a
+    target call costs target_cost(tokens scored = rows x (gamma + 1)) seconds and each drafted position
+    draft_cost(rows). Returns (rows, gamma) of every step."""
+    rng = random.Random(seed)
+    steps = []
+    for rows in rows_schedule:
+        gamma = policy.next(rows)
+        steps.append((rows, gamma))
+        accepted = rejected = 0
+        for _ in range(rows):
+            n = 0
+            while n < gamma and rng.random() < alpha:
+                n += 1
+            accepted += n
+            rejected += n < gamma
+        policy.update(gamma, accepted, rejected, gamma * draft_cost(rows), target_cost(rows * (gamma + 1)), rows)
+    return steps
+
+
+ROWS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def brute_force_gamma(alpha: float, target_cost, draft_cost, rows: int, max_gamma: int = 16) -> int:
+    from draftverify.theory import expected_tokens_per_call
+
+    plain = target_cost(rows)
+
+    def factor(g):  # tokens per second relative to plain decoding of the same rows
+        return expected_tokens_per_call(alpha, g) * plain / (g * draft_cost(rows) + target_cost(rows * (g + 1)))
+
+    return max(range(max_gamma + 1), key=lambda g: (factor(g), -g))
+
+
+def test_auto_gamma_shrinks_as_rows_grow_and_stops_drafting_when_verification_is_compute_bound():
+    """A verify cost that grows steeply with the tokens a call scores (the compute-bound regime): each extra row
+    multiplies the cost of a long draft, so the best gamma falls with the batch size and reaches 0 (plain
+    decoding) for large batches. The policy fits that cost from steps at changing batch sizes (rows join and
+    leave) and picks, for each size, the gamma brute force picks from the true costs."""
+    alpha = 0.8
+    target_cost = lambda tokens: 0.020 + 0.002 * tokens  # noqa: E731  seconds of one target call
+    draft_cost = lambda rows: 0.0004 + 0.00002 * rows  # noqa: E731  seconds of one draft position
+    schedule = [r for _ in range(40) for r in ROWS for _ in range(6)]  # rows change every 6 steps
+    policy = AutoGamma()
+    steps = simulate_batch(policy, alpha, target_cost, draft_cost, schedule)
+    assert policy.alpha == pytest.approx(alpha, abs=0.03)
+    assert policy.target_seconds(8 * 5) == pytest.approx(target_cost(8 * 5), rel=1e-6)  # the fit is the cost
+    assert policy.c(8) == pytest.approx(draft_cost(8) / target_cost(8), rel=1e-6)
+    best = [policy.best(r) for r in ROWS]
+    assert best == [brute_force_gamma(policy.alpha, target_cost, draft_cost, r) for r in ROWS]
+    assert best == sorted(best, reverse=True) and best[0] >= 4 and best[-1] == 0
+    assert len(set(best)) >= 4  # shrinks step by step, not from high straight to 0
+    late = steps[len(steps) // 2 :]
+    assert {g for r, g in late if r == 64} <= {0, 1}  # plain steps, and one-token probes
+    assert min(g for r, g in late if r == 1) >= best[0] - 1  # alpha's noise may flip a near tie, no more
+
+
+def test_auto_gamma_stays_high_at_every_batch_size_when_verification_is_flat():
+    """A memory-bound target (the cost of a call does not depend on the tokens it scores): drafting is as cheap at
+    64 rows as at 1, so gamma stays long for every batch size."""
+    alpha = 0.8
+    target_cost = lambda tokens: 0.020  # noqa: E731
+    draft_cost = lambda rows: 0.0004  # noqa: E731
+    schedule = [r for _ in range(20) for r in ROWS for _ in range(6)]
+    policy = AutoGamma()
+    simulate_batch(policy, alpha, target_cost, draft_cost, schedule)
+    best = [policy.best(r) for r in ROWS]
+    assert best == [brute_force_gamma(policy.alpha, target_cost, draft_cost, r) for r in ROWS]
+    assert len(set(best)) == 1 and best[0] >= 10
+
+
+def test_step_costs_skip_the_first_step_of_each_batch_shape():
+    """A new number of rows is a new input shape: its first step is cold and not timed, like a new draft length."""
+    costs = StepCosts()
+    costs.record(4, 0.0, 0.05, rows=1)
+    costs.record(4, 0.0, 0.05, rows=1)
+    costs.record(4, 0.0, 5.0, rows=2)  # cold: a new shape
+    assert costs.calls == 1 and costs.target_seconds(10) == pytest.approx(0.05)
+    costs.record(4, 0.0, 0.07, rows=2)
+    assert costs.calls == 2 and costs.target_seconds(10) == pytest.approx(0.07)  # fitted a + b * tokens: 5 -> 10
+
+
+def test_auto_gamma_hears_the_batch_totals():
+    """alpha counts every row's judged tokens: 3 rows with 2, 0 and 4 of 4 drafts accepted judge 3 + 1 + 4."""
+    policy = AutoGamma()
+    policy.update(4, 6, 2, 0.0, 1.0, rows=3)
+    assert policy.alpha == pytest.approx((1 + 6) / (2 + 8))

@@ -302,6 +302,7 @@ def _generate_batches(pipe, texts: list[str], batch_size: int, as_json: bool, me
                      "rejections", "time_prefill", "time_draft", "time_target", "time_verify", "time_total"):
             setattr(total, name, getattr(total, name) + getattr(stats, name))
         total.gammas.extend(stats.gammas)
+        total.chosen_gammas.extend(stats.chosen_gammas)
     if as_json:
         print(json.dumps({"method": method, "batch_size": batch_size, "results": records, "stats": total.as_dict()},
                          ensure_ascii=False))
@@ -317,7 +318,7 @@ def serve(
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Serve a shipped model set, e.g. 'code'."),
     method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1) needs a chain method: autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit; others serve one request at a time."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
-    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer, 'heuristic' or 'auto'."),
+    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer, 'heuristic' or 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays)."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table for the ngram method."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
@@ -391,7 +392,8 @@ def bench_batch(
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set, e.g. 'code'."),
     target: Optional[str] = typer.Option(None, "--target", "-t"),
     draft: Optional[str] = typer.Option(None, "--draft", "-d"),
-    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (chain methods: model, prompt_lookup, ngram, lookup_model, early_exit)."),
+    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (chain methods: model, prompt_lookup, ngram, lookup_model, early_exit), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]')."),
+    gamma: str = typer.Option("4", "--gamma", help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft) or 'heuristic'."),
     batch_sizes: str = typer.Option("1,2,4,8", "--batch-sizes"),
     prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
@@ -412,7 +414,7 @@ def bench_batch(
         _quiet_libraries()
         results = batch_main(zoo, target, draft, [m for m in methods_.split(",") if m], parse_sizes(batch_sizes),
                              prompts, num_prompts, max_new_tokens, out, name, threads, data_dir,
-                             echo=lambda line: err_console.print(escape(line)))
+                             echo=lambda line: err_console.print(escape(line)), gamma=_gamma(gamma))
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None

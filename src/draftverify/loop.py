@@ -15,7 +15,7 @@ from transformers import PreTrainedModel
 
 from .cached_lm import CachedLM
 from .draft_length import DraftLength, make_draft_length
-from .drafters.base import Drafter
+from .drafters.base import Drafter, empty_draft
 from .errors import DraftVerifyError
 from .types import (DecodingState, Draft, GenerationOutput, GenerationStats, SamplingParams, TargetOutput, Verdict,
                     VerifyExtras)
@@ -213,9 +213,11 @@ def generate(
         remaining = limits[0] - produced if not batched else rows.most_remaining()
         # drafting up to `remaining` (not remaining - 1) lets a drafter the target never overrules (BiLD with
         # alpha_FB = 0, huge alpha_RB) write the whole text; the surplus target token is then cut below
-        step_gamma = min(length_policy.next(), remaining)
+        step_rows = state.tokens.shape[0]  # the target scores step_rows x (1 + draft length) tokens
+        step_gamma = min(length_policy.next(step_rows), remaining)
         t0 = now()
-        draft = drafter.propose(state, step_gamma)  # step_gamma >= 1: remaining >= 1 and policies give >= 1
+        # step_gamma 0 (gamma auto, when no draft pays): a plain decoding step; the drafter only hears the commit
+        draft = drafter.propose(state, step_gamma) if step_gamma else empty_draft(state)
         if draft.tree is not None and not verifier.accepts_trees:
             raise DraftVerifyError(f"the {verifier.name} verifier checks chains only; this drafter proposed a tree")
         draft.position = state.next_position()  # keys position-coupled sampling noise
@@ -237,14 +239,14 @@ def generate(
             target.commit_rows(verdict.num_accepted + 1)
             state.tokens, state.lengths = _append_rows(state.tokens, state.lengths, emitted_rows)
             drafter.commit(state, verdict, None)
-            n = round(sum(accepted) / len(accepted))
+            n = sum(accepted)  # the policy hears the batch's totals
             rejected_rows = sum(a < draft.depth if draft.lengths is None else a < int(draft.lengths[i])
                                 for i, a in enumerate(accepted))
             stats.new_tokens += sum(len(r) for r in emitted_rows)
             stats.drafted_tokens += draft.length * len(accepted) if draft.lengths is None else int(draft.lengths.sum())
             stats.accepted_tokens += sum(min(a, len(r)) for a, r in zip(accepted, emitted_rows))
             stats.rejections += rejected_rows
-            rejected = rejected_rows > 0
+            rejected = rejected_rows
         else:
             n = int(verdict.num_accepted[0])  # the step's one host sync
             t3 = now()
@@ -265,10 +267,11 @@ def generate(
             stats.rejections += int(rejected)
         stats.target_calls += 1
         stats.gammas.append(draft.length)
+        stats.chosen_gammas.append(step_gamma)
         stats.time_draft += t1 - t0
         stats.time_target += t2 - t1
         stats.time_verify += t3 - t2
-        length_policy.update(draft.length, n, rejected, t1 - t0, t2 - t1)
+        length_policy.update(draft.length, n, rejected, t1 - t0, t2 - t1, step_rows)
         stop_rows = None
         if on_tokens is not None:
             t4 = perf_counter()

@@ -152,7 +152,8 @@ class GenerationStats:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     rejections: int = 0  # steps that stopped at a rejected draft token
-    gammas: list[int] = field(default_factory=list)
+    gammas: list[int] = field(default_factory=list)  # each step's draft length
+    chosen_gammas: list[int] = field(default_factory=list)  # each step's gamma from the length policy (0: no draft)
     time_prefill: float = 0.0
     time_draft: float = 0.0
     time_target: float = 0.0
@@ -177,6 +178,10 @@ class GenerationStats:
         """
         judged = self.accepted_tokens + self.rejections
         return self.accepted_tokens / judged if judged else 0.0
+
+    @property
+    def mean_chosen_gamma(self) -> float:
+        return sum(self.chosen_gammas) / len(self.chosen_gammas) if self.chosen_gammas else 0.0
 
     @property
     def tokens_per_second(self) -> float:
@@ -208,6 +213,7 @@ class GenerationStats:
             "tokens_per_second": self.tokens_per_second,
             "loop_overhead_fraction": self.loop_overhead_fraction,
             "mean_gamma": sum(self.gammas) / len(self.gammas) if self.gammas else 0.0,
+            "mean_chosen_gamma": self.mean_chosen_gamma,
         }
 
 

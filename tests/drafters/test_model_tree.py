@@ -6,6 +6,7 @@ import torch
 from conftest import CAUSAL_ARCHS, perturbed_copy, target_and_reference, varied_model
 
 from draftverify import DraftVerifyError, SamplingParams, generate
+from draftverify.draft_length import FixedGamma
 from draftverify.drafters import ModelDrafter, ModelTreeDrafter, NoDrafter
 from draftverify.methods import MethodOptions, build_verifier
 from draftverify.verifiers.tree import tree_speculative_sample
@@ -52,6 +53,27 @@ def test_gamma_caps_the_tree_depth():
     out = generate(model, drafter, exact(), PROMPT, max_new_tokens=NEW, gamma=2)
     assert out.new_tokens[0].tolist() == ref
     assert out.stats.target_calls == -(-NEW // 3)
+
+
+class PlainStepsBetween(FixedGamma):
+    """gamma auto may choose 0 (a plain step, no proposal) between drafted steps."""
+
+    def __init__(self):
+        super().__init__(4)
+        self.step = 0
+
+    def next(self, rows: int = 1) -> int:
+        self.step += 1
+        return 0 if self.step % 3 == 0 else self.gamma
+
+
+def test_plain_steps_between_trees_stay_exact():
+    """After a step without a proposal the tree drafter has nothing to commit; its next proposal catches up."""
+    model, ref = target_and_reference("llama", PROMPT, NEW)
+    out = generate(model, ModelTreeDrafter(perturbed_copy(model, 0.5, seed=1)), exact(), PROMPT, max_new_tokens=NEW,
+                   gamma=PlainStepsBetween())
+    assert out.new_tokens[0].tolist() == ref
+    assert out.stats.gammas[2] == 0 and out.stats.accepted_tokens > 0
 
 
 def test_encoder_decoder_models_are_refused():

@@ -258,12 +258,31 @@ def test_the_load_test_script_reports_on_a_bounded_run(server, tmp_path, capsys)
     out = tmp_path / "load.json"
     code = load_test.main(["--url", server.base, "--api-key", API_KEY, "--clients", "3", "--requests", "9",
                            "--duration", "60", "--max-tokens", "4", "--warmup", "1", "--pid", str(server.proc.pid),
-                           "--out", str(out)])
+                           "--rss-every", "4", "--rss-warm", "4", "--out", str(out)])
     report = json.loads(out.read_text())
     assert code == 0 and report["requests"] == 9 and report["ok"] == 9 and report["errors"] == {}
     assert report["tokens"] > 0 and report["latency_p50_s"] <= report["latency_p99_s"]
     assert report["rss_before_mib"] > 0 and report["rss_after_mib"] > 0
+    # RSS at 0 completed requests, every 4, and at the end; growth after warm-up from the sample at 4
+    assert [x["requests"] for x in report["rss_samples"]] == [0, 4, 8, 9]
+    assert report["rss_warm_sample"] == report["rss_samples"][1]
+    assert report["rss_growth_after_warmup_mib"] == round(report["rss_samples"][-1]["rss_mib"]
+                                                          - report["rss_samples"][1]["rss_mib"], 1)
+    assert API_KEY not in report["command"] and "--rss-every 4" in report["command"]
+    text = out.with_suffix(".md").read_text()
+    assert "## Summary" in text and "## Resident memory" in text and "| 9 | 9 | none |" in text
+    assert text.count("\n| ") == 2 + len(report["rss_samples"]) + 1  # both tables' header and rows
     with pytest.raises(SystemExit, match="only targets loopback"):
         load_test.check_loopback("http://10.0.0.1:8000")
     load_test.check_loopback("http://127.0.0.1:1")
     load_test.check_loopback("http://[::1]:1")
+
+
+def test_the_load_test_measures_rss_growth_after_warm_up():
+    """Growth after warm-up: from the first sample at or after the warm-up count to the last one."""
+    load_test = _load_test_module()
+    samples = [{"requests": n, "rss_mib": m} for n, m in [(0, 600.0), (100, 640.0), (200, 650.0), (300, 651.5)]]
+    assert load_test.rss_growth(samples, 150) == {"rss_growth_mib": 51.5, "rss_warm_sample": samples[2],
+                                                  "rss_growth_after_warmup_mib": 1.5}
+    assert load_test.rss_growth(samples, 400)["rss_growth_after_warmup_mib"] is None  # ended before warm-up
+    assert load_test.sparkline([1.0, 2.0, 3.0]) == "▁▅█" and load_test.sparkline([5.0, 5.0]) == "▁▁"

@@ -58,6 +58,9 @@ class Drafter(ABC):
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
         """state.tokens now includes the verdict's emitted tokens; drop anything the drafter holds beyond them.
 
+        A step may have had no propose() call (gamma auto chose 0: a plain decoding step with an empty draft); the
+        drafter then catches up on the committed tokens at its next proposal.
+
         scored (only for needs_target_hidden drafters): the target's logits and hidden states at the pending
         token and the kept draft tokens [B, 1 + num_accepted, ...], then at the verify_inputs positions
         [B, E, ...]; the next draft can be prepared from them here, at no extra target call.

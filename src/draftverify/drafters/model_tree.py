@@ -41,7 +41,7 @@ class ModelTreeDrafter(Drafter):
         self.full_tree = TreeSpec.from_paths(self.paths)
         self._trees: dict[int, TreeSpec] = {}
         # what commit() needs to know about the last proposal (host ints: no device sync)
-        self._tree = self.full_tree
+        self._tree: TreeSpec | None = None  # None: nothing proposed since the last commit (a plain step)
         self._tokens_before = 0  # committed tokens when it was proposed
         self._pending = 0  # committed tokens the draft fed first
 
@@ -109,7 +109,10 @@ class ModelTreeDrafter(Drafter):
 
     def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
         """Keep the pending tokens and the forwarded prefix of the accepted branch (the deepest level is never
-        forwarded). Levels are forwarded in node order, so node j of the branch sits at tail offset pending + j."""
+        forwarded). Levels are forwarded in node order, so node j of the branch sits at tail offset pending + j.
+        After a plain step (gamma 0: no proposal) the draft model fed nothing; the next proposal catches up."""
+        if self._tree is None:
+            return
         accepted = max(0, state.tokens.shape[1] - self._tokens_before - 1)
         forwarded = min(accepted, self._tree.max_depth - 1)
         keep = min(self._pending + forwarded, state.tokens.shape[1] - 1 - self.lm.committed)
@@ -117,3 +120,4 @@ class ModelTreeDrafter(Drafter):
         offsets = torch.cat([torch.arange(self._pending, device=path.device).expand(path.shape[0], -1),
                              self._pending + path[:, :forwarded]], dim=1)  # [B, pending + forwarded]
         self.lm.commit(offsets[:, :keep])
+        self._tree = None
