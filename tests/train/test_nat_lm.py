@@ -49,12 +49,24 @@ def test_train_nat_on_a_decoder_only_target_resumes_exports_and_drives_specdec(a
     from draftverify.methods import MethodOptions, build_verifier
     from draftverify.train.align import read_generations
 
+    from typer.testing import CliRunner
+
+    from draftverify.train.cli import train_app
+
     logs: list[str] = []
     first = nat_lm.train(_opts(assets, tmp_path), log=logs.append, stop_after_steps=20)
     assert first["stopped"] and first["step"] == 20
-    info = nat_lm.train(_opts(assets, tmp_path), log=logs.append)
-    assert any("resumed from" in m and "step 20" in m for m in logs)
-    assert any("reusing cached hidden states" in m for m in logs)
+    # the rest through the command, which sees a decoder-only target and resumes the same run
+    r = CliRunner().invoke(train_app, [
+        "nat", "--target", str(assets / "target"), "--manifest", str(assets / "manifest.json"),
+        "--out", str(tmp_path / "run"), "--export", str(tmp_path / "nat"), "--work-dir", str(tmp_path / "work"),
+        "--num-prompts", "16", "--eval-prompts", "6", "--min-prompt-tokens", "8", "--max-prompt-tokens", "16",
+        "--new-tokens", "24", "--block-size", "4", "--layers", "1", "--window", "16", "--cuts", "6",
+        "--max-steps", "60", "--batch-size", "8", "--lr", "3e-3", "--warmup-steps", "5", "--threads", "1",
+        "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "resumed from" in r.output and "step 20" in r.output and "reusing cached hidden states" in r.output
+    info = json.loads((tmp_path / "nat" / "nat.json").read_text())["training"]
     assert info["step"] == 60
     assert info["after"]["slot_loss"] < info["before"]["slot_loss"] - 0.5
     assert info["after"]["accepted_per_block"] > info["before"]["accepted_per_block"] + 0.3
@@ -72,3 +84,15 @@ def test_train_nat_on_a_decoder_only_target_resumes_exports_and_drives_specdec(a
         plain = generate(target, NatDrafter(nat), greedy, prompt, max_new_tokens=24, gamma=1)
         assert out.new_tokens[0].tolist() == plain.new_tokens[0].tolist()
         assert out.stats.accepted_tokens > 0  # the trained drafter's slots are kept
+
+
+def test_translation_target_still_needs_train_targets(tmp_path):
+    from typer.testing import CliRunner
+
+    from draftverify.train.cli import train_app
+
+    (tmp_path / "mt").mkdir()
+    (tmp_path / "mt" / "config.json").write_text(json.dumps({"model_type": "marian", "is_encoder_decoder": True}))
+    r = CliRunner().invoke(train_app, ["nat", "--target", str(tmp_path / "mt"), "--out", str(tmp_path / "run"),
+                                       "--max-steps", "1"])
+    assert r.exit_code != 0 and "--train-targets" in r.output

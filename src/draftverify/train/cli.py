@@ -572,6 +572,8 @@ def nat_cmd(
                                   "(`train heads`'s work dir reuses its generations)."),
     num_prompts: int = typer.Option(700, "--num-prompts", help="Decoder-only: train prompts (the target continues each)."),
     eval_prompts: int = typer.Option(80, "--eval-prompts", help="Decoder-only: held-out prompts (val split)."),
+    min_prompt_tokens: int = typer.Option(32, "--min-prompt-tokens", help="Decoder-only: shortest prompt."),
+    max_prompt_tokens: int = typer.Option(128, "--max-prompt-tokens", help="Decoder-only: longest prompt."),
     new_tokens: int = typer.Option(64, "--new-tokens", help="Decoder-only: greedy tokens per prompt."),
     generate_batch: int = typer.Option(64, "--generate-batch", help="Decoder-only: prompts per generate call."),
     window: int = typer.Option(64, "--window", help="Decoder-only: W, the target hidden states the drafter reads."),
@@ -611,7 +613,7 @@ def nat_cmd(
 
         opts = NatLMOptions(target=str(target), export_dir=str(export or "zoo/code/nat"), manifest=str(manifest),
                             work_dir=str(work_dir), num_prompts=num_prompts, eval_prompts=eval_prompts,
-                            new_tokens=new_tokens, generate_batch=generate_batch, window=window, cuts=cuts,
+                            min_prompt_tokens=min_prompt_tokens, max_prompt_tokens=max_prompt_tokens, new_tokens=new_tokens, generate_batch=generate_batch, window=window, cuts=cuts,
                             batch_size=batch_size, warmup_steps=50 if warmup_steps is None else warmup_steps, **run)
     else:
         from .nat import NatOptions, train
