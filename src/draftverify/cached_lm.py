@@ -137,9 +137,10 @@ class CachedLM:
 
         Returns the committed decoder-side tokens [B, L0]: the prompt for decoder-only models,
         the decoder start token for encoder-decoder models. All but the last are now cached.
-        `prefilled` then holds the output at the last prefilled position [B, 1, ...] (with the hidden state when
-        want_hidden), or None when nothing was prefilled (encoder-decoder, or a one-token prompt): drafters that
-        read hidden states (blockwise heads) draft the first step from it.
+        `prefilled` then holds the logits at the last prefilled position [B, 1, V] and, when want_hidden, the
+        hidden states at every prefilled position [B, L-1, H] (left padding included in a batch), or is None when
+        nothing was prefilled (encoder-decoder, or a one-token prompt): drafters that read hidden states draft the
+        first step from it (the blockwise heads from the last state, the NAT drafter from all of them).
         """
         self.cache = new_cache(self.is_encoder_decoder, self.config, self.window)
         self.length = self.committed = 0
@@ -155,7 +156,7 @@ class CachedLM:
             self.encoder_outputs = self.model.get_encoder()(input_ids=input_ids, attention_mask=self.source_mask)
             return torch.full((input_ids.shape[0], 1), start_id, dtype=torch.long, device=input_ids.device)
         if input_ids.shape[1] > 1:
-            self.prefilled = self._run(input_ids[:, :-1], keep=1, want_hidden=want_hidden)
+            self.prefilled = self._run(input_ids[:, :-1], keep=1, want_hidden=want_hidden, keep_hidden=input_ids.shape[1] - 1)
             self.commit(input_ids.shape[1] - 1)
         return input_ids
 
@@ -279,13 +280,13 @@ class CachedLM:
         self.row_length = torch.zeros(batch, dtype=torch.long, device=self.device)
         self.row_committed = self.row_length.clone()
         if width > 1:
-            out = self._forward_rows(input_ids[:, :-1], attention_mask[:, :-1], want_hidden, keep=1)
+            out = self._forward_rows(input_ids[:, :-1], attention_mask[:, :-1], want_hidden, keep=1, keep_hidden=width - 1)
             self.prefilled = out
             self.commit_rows(attention_mask[:, :-1].sum(dim=1))
         return input_ids
 
     def _forward_rows(self, tokens: torch.Tensor, new_valid: torch.Tensor | None, want_hidden: bool,
-                      keep: int | None = None) -> TargetOutput:
+                      keep: int | None = None, keep_hidden: int | None = None) -> TargetOutput:
         batch, n = tokens.shape
         if new_valid is None:
             new_valid = torch.ones(batch, n, dtype=torch.bool, device=self.device)
@@ -300,7 +301,7 @@ class CachedLM:
         blocked = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
         mask = torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
         out = self._run(tokens, keep=n if keep is None else keep, position_ids=position_ids,
-                        additive_mask=mask, want_hidden=want_hidden)
+                        additive_mask=mask, want_hidden=want_hidden, keep_hidden=keep_hidden)
         self.valid = keys
         self.row_length = self.row_length + new_valid.sum(dim=1)
         return out
@@ -440,8 +441,11 @@ class CachedLM:
         return torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
 
     def _run(self, tokens, keep, position_ids=None, attention_mask=None, want_hidden=False, model=None,
-             additive_mask=None, extra_embeds=None, prefix=None) -> TargetOutput:
+             additive_mask=None, extra_embeds=None, prefix=None, keep_hidden=None) -> TargetOutput:
+        """Append tokens [B, n] (and extra_embeds [B, E, H]); logits at the last `keep` positions, hidden states at
+        the last `keep_hidden` (default keep) when want_hidden."""
         batch, n = tokens.shape
+        keep_hidden = keep if keep_hidden is None else keep_hidden
         extra = 0 if extra_embeds is None else extra_embeds.shape[1]
         n += extra
         if self.window is not None and self.length + n > self.window:
@@ -469,20 +473,20 @@ class CachedLM:
                     decoder_input_ids=tokens,
                     **kwargs,
                 )
-                hidden = out.decoder_hidden_states[-1][:, -keep:] if want_hidden else None
+                hidden = out.decoder_hidden_states[-1][:, -keep_hidden:] if want_hidden else None
             elif extra_embeds is not None or prefix:
                 embeds = self.model.get_input_embeddings()(tokens)  # [B, n - E, H]
                 if extra_embeds is not None:
                     embeds = torch.cat([embeds, extra_embeds.to(embeds.dtype)], dim=1)  # [B, n, H]
                 with attend_prefix(self.cache, prefix):
                     out = model(inputs_embeds=embeds, **kwargs)
-                hidden = out.hidden_states[-1][:, -keep:] if want_hidden else None
+                hidden = out.hidden_states[-1][:, -keep_hidden:] if want_hidden else None
             else:
                 out = model(input_ids=tokens, **kwargs)
-                hidden = out.hidden_states[-1][:, -keep:] if want_hidden else None
+                hidden = out.hidden_states[-1][:, -keep_hidden:] if want_hidden else None
         self.cache = out.past_key_values
         self.length += n
-        return TargetOutput(logits=out.logits[:, -keep:], hidden=hidden)  # [B, keep, V], [B, keep, H]
+        return TargetOutput(logits=out.logits[:, -keep:], hidden=hidden)  # [B, keep, V], [B, keep_hidden, H]
 
 
 def cached_model(model: PreTrainedModel | CachedLM, role: str, compile: bool = False) -> CachedLM:

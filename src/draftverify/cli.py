@@ -450,6 +450,7 @@ def bench(
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram runner."),
     heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd runners (default: the zoo's)."),
     bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita runners (default: the zoo's)."),
+    nat: Optional[Path] = typer.Option(None, "--nat", help="NAT drafter folder for the specdec runners (default: the zoo's)."),
     bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree runners: candidates per mask token."),
     bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita runners: the adapter's first m mask tokens (default: all)."),
     gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic' (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
@@ -479,7 +480,7 @@ def bench(
     code = bench_main(cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes, cost_repeats=cost_repeats,
                       prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
-                      ngram=ngram, heads=heads, bita=bita, bita_topk=bita_topk, bita_masks=bita_masks, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
+                      ngram=ngram, heads=heads, bita=bita, nat=nat, bita_topk=bita_topk, bita_masks=bita_masks, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
                       bild_gamma=bild_gamma, runners=runners, seed=seed, warmup_tokens=warmup_tokens, threads=threads,
                       dtype=dtype, compile=compile_, out=out, name=name, quick=quick, plots=plots, progress=progress)
     if code:

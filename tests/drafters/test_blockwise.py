@@ -40,8 +40,8 @@ def test_prefill_hidden_state_read_through_the_lm_head_is_head_one(arch):
     lm = CachedLM(model)
     lm.start(PROMPT, want_hidden=True)
     out = lm.prefilled
-    assert out.hidden.shape == (1, 1, model.config.hidden_size if arch != "gpt2" else model.config.n_embd)
-    assert torch.allclose(model.get_output_embeddings()(out.hidden), out.logits, atol=1e-9)
+    assert out.hidden.shape == (1, PROMPT.shape[1] - 1, model.config.hidden_size if arch != "gpt2" else model.config.n_embd)
+    assert torch.allclose(model.get_output_embeddings()(out.hidden[:, -1:]), out.logits, atol=1e-9)
     full = model(PROMPT[:, :-1]).logits[:, -1:]
     assert torch.allclose(out.logits, full, atol=1e-6)
 

@@ -1,17 +1,19 @@
-"""SpecDec's NAT drafter: k mask slots filled in one pass over the verifier's encoder states; vanilla SpecDec (greedy
-verification) is exactly the target's greedy decoding on tiny random encoder-decoders, SpecDec++ (top-beta) keeps
-at least what greedy keeps, and the drafter refuses targets it was not trained for."""
+"""SpecDec's NAT drafter: k mask slots filled in one pass over the verifier's encoder states (encoder-decoder targets)
+or over the target's own kept hidden states (decoder-only targets); vanilla SpecDec (greedy verification) is exactly
+the target's greedy decoding on tiny random models of both kinds, SpecDec++ (top-beta) keeps at least what greedy
+keeps, and the drafter refuses targets it was not trained for."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from conftest import target_and_reference
+from conftest import build_model, target_and_reference
 
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import NatDecoder, NatDrafter
 from draftverify.methods import MethodOptions, build_drafter, build_verifier
 from draftverify.train.nat import nat_batch, nat_loss
+from draftverify.train.nat_lm import Sequence, nat_lm_loss
 
 torch.set_num_threads(1)
 
@@ -142,7 +144,7 @@ def test_refuses_another_target_and_decoder_only(fitted):
     with pytest.raises(DraftVerifyError, match="another target|d_model"):
         generate(other, NatDrafter(nat), greedy(), SOURCE, max_new_tokens=4)
     causal, _ = target_and_reference("llama", SOURCE, NEW)
-    with pytest.raises(DraftVerifyError, match="encoder-decoder"):
+    with pytest.raises(DraftVerifyError, match="trained for an encoder-decoder target"):
         generate(causal, NatDrafter(nat), greedy(), SOURCE, max_new_tokens=4)
     with pytest.raises(DraftVerifyError, match="nat_path"):
         build_drafter("nat", None, MethodOptions())
@@ -174,3 +176,149 @@ def test_marian_drafter_starts_from_the_target_decoder():
         ours = nat(model, start, torch.zeros_like(start, dtype=torch.bool), memory)[0, -1]
         theirs = model(input_ids=SOURCE, decoder_input_ids=start).logits[0, -1]
     assert torch.allclose(ours, theirs, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- decoder-only targets
+
+PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17, 3, 9, 12]])
+CAUSAL = ["llama", "gpt_neox"]
+WINDOW = 6  # shorter than the prompt: the kept states are cropped from the first step on
+
+
+def fitted_nat_lm(model, continuation: list[int], block_size: int = 4, steps: int = 120) -> NatDecoder:
+    """A decoder-only NAT drafter fitted on the target's own greedy continuation of PROMPT, from the target's hidden
+    states over prompt + continuation (as `train nat` does): long accepted runs and rejections alike."""
+    torch.manual_seed(0)
+    nat = NatDecoder.for_target(model, layers=1, block_size=block_size, ffn_size=64, memory_window=WINDOW).double()
+    tokens = PROMPT[0].tolist() + continuation
+    with torch.no_grad():
+        states = model(torch.tensor([tokens]), output_hidden_states=True).hidden_states[-1][0]  # [T, H]
+    seqs = [Sequence(tokens, PROMPT.shape[1] - 1, states)]
+    opt = torch.optim.Adam(nat.parameters(), lr=3e-3)
+    rng = np.random.default_rng(0)
+    for step in range(steps):
+        k = int(rng.integers(1, block_size + 1))
+        loss = nat_lm_loss(nat, model, seqs, k, 8, rng, 0.5 if step % 2 else 0.0, False)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return nat.eval()
+
+
+@pytest.fixture(scope="module", params=CAUSAL)
+def fitted_lm(request):
+    model, ref = target_and_reference(request.param, PROMPT, NEW)
+    return model, ref, fitted_nat_lm(model, ref)
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 4, 6])
+def test_decoder_only_specdec_equals_target_greedy(fitted_lm, gamma):
+    model, ref, nat = fitted_lm
+    assert len(set(ref)) >= 5  # varied text, so equivalence is not vacuous
+    out = generate(model, NatDrafter(nat), greedy(), PROMPT, max_new_tokens=NEW, gamma=gamma)
+    assert out.new_tokens[0].tolist() == ref
+    assert out.stats.draft_calls == out.stats.target_calls  # one NAT forward per step, whatever k
+    if gamma > 1:  # the drafts are used, and sometimes overruled: both paths of commit() run
+        assert out.stats.accepted_tokens > 0 and out.stats.target_calls < NEW and out.stats.rejections > 0
+
+
+@pytest.mark.parametrize("arch", CAUSAL)
+def test_decoder_only_untrained_drafter_is_exact_too(arch):
+    model, ref = target_and_reference(arch, PROMPT, NEW)
+    torch.manual_seed(1)
+    nat = NatDecoder.for_target(model, layers=2, block_size=5, memory_window=WINDOW).double()
+    assert nat.config.memory_window == WINDOW and nat.config.max_positions == 5
+    out = generate(model, NatDrafter(nat), greedy(), PROMPT, max_new_tokens=NEW, gamma=5)
+    assert out.new_tokens[0].tolist() == ref
+    one_token = generate(model, NatDrafter(nat), greedy(), PROMPT[:, :1], max_new_tokens=6, gamma=3)
+    assert one_token.new_tokens.shape[1] == 6  # nothing prefilled: the first step drafts nothing
+
+
+def test_decoder_only_draft_reads_the_last_w_states_before_the_pending_token(fitted_lm, float64_softmax):
+    """At every step the drafter's memory is the target's last hidden states of the committed tokens but the
+    pending one (recomputed from scratch), and its draft is the decoder run on [pending, MASK x (k-1)] over them."""
+    model, _, nat = fitted_lm
+    seen = []
+
+    class Spy(NatDrafter):
+        def propose(self, state, gamma):
+            draft = super().propose(state, gamma)
+            seen.append((state.tokens.clone(), self._memory.clone(), draft.tokens.clone()))
+            return draft
+
+    generate(model, Spy(nat), greedy(), PROMPT, max_new_tokens=NEW, gamma=3)
+    assert len(seen) > 3
+    with torch.no_grad():
+        for tokens, memory, draft in seen:
+            states = model(tokens[:, :-1], output_hidden_states=True).hidden_states[-1][:, -WINDOW:]
+            assert torch.allclose(memory, states, atol=1e-9), (memory - states).abs().max()
+            k = draft.shape[1]
+            inputs = torch.cat([tokens[:, -1:], tokens.new_zeros((1, k - 1))], dim=1)
+            slots = torch.ones_like(inputs, dtype=torch.bool)
+            slots[:, 0] = False
+            logits = nat(model, inputs, slots, states, memory_end=torch.tensor([[states.shape[1]]]))
+            assert torch.equal(draft, logits.argmax(dim=-1))
+
+
+def test_blocks_of_one_pass_equal_blocks_run_alone(fitted_lm):
+    """Training packs many blocks into one pass (block-diagonal self-attention, a window per block): each block's
+    logits equal those of the block run alone over its own window, the way the drafter runs at generation time."""
+    model, ref, nat = fitted_lm
+    tokens = PROMPT[0].tolist() + ref
+    with torch.no_grad():
+        states = model(torch.tensor([tokens]), output_hidden_states=True).hidden_states[-1]  # [1, T, H]
+        k, cuts = 3, [9, 14, 20]
+        inputs = torch.tensor([sum(([tokens[p]] + [0] * (k - 1) for p in cuts), [])])
+        slots = torch.ones_like(inputs, dtype=torch.bool)
+        slots[:, ::k] = False
+        packed = nat(model, inputs, slots, states, memory_end=torch.tensor([cuts]))
+        for j, p in enumerate(cuts):
+            alone = nat(model, inputs[:, j * k:(j + 1) * k], slots[:, :k], states[:, max(0, p - WINDOW):p],
+                        memory_end=torch.tensor([[min(p, WINDOW)]]))
+            assert torch.allclose(packed[:, j * k:(j + 1) * k], alone, atol=1e-9)
+
+
+def test_decoder_only_sampling_is_coupled_and_independent_of_k(fitted_lm):
+    model, _, nat = fitted_lm
+    params = SamplingParams(temperature=1.0, seed=3)
+
+    def run(gamma):
+        verifier = build_verifier("exact", params, MethodOptions())
+        return generate(model, NatDrafter(nat), verifier, PROMPT, params, max_new_tokens=NEW, gamma=gamma)
+
+    assert run(4).new_tokens[0].tolist() == run(1).new_tokens[0].tolist()
+    drafter = NatDrafter(nat)
+    uncoupled = SamplingParams(temperature=1.0, coupling=False, seed=5)
+    out = generate(model, drafter, build_verifier("exact", uncoupled, MethodOptions()), PROMPT, uncoupled,
+                   max_new_tokens=NEW, gamma=4)  # speculative sampling: the drafter returns q
+    assert out.new_tokens.shape[1] == NEW
+
+
+def test_decoder_only_refusals(fitted_lm, tmp_path):
+    model, _, nat = fitted_lm
+    other = build_model(model.config.model_type, layers=2, seed=7)  # same shapes, other weights
+    with pytest.raises(DraftVerifyError, match="another target"):
+        generate(other, NatDrafter(nat), greedy(), PROMPT, max_new_tokens=4)
+    seq2seq, _ = target_and_reference("marian", SOURCE, NEW)
+    with pytest.raises(DraftVerifyError, match="trained for a decoder-only target"):
+        generate(seq2seq, NatDrafter(nat), greedy(), SOURCE, max_new_tokens=4)
+    with pytest.raises(DraftVerifyError, match="one row at a time"):
+        generate(model, NatDrafter(nat), greedy(), PROMPT.repeat(2, 1), max_new_tokens=4)
+
+
+def test_decoder_only_save_load_and_older_files(fitted_lm, tmp_path):
+    import json
+
+    model, ref, nat = fitted_lm
+    nat.save(tmp_path / "nat")
+    assert json.loads((tmp_path / "nat" / "nat.json").read_text())["memory_window"] == WINDOW
+    drafter = build_drafter("nat", None, MethodOptions(nat_path=tmp_path / "nat"))
+    out = generate(model, drafter, greedy(), PROMPT, max_new_tokens=NEW, gamma=4)
+    assert out.new_tokens[0].tolist() == ref
+    # a file written before memory_window existed is an encoder-decoder drafter
+    seq2seq, _ = target_and_reference("marian", SOURCE, NEW)
+    NatDecoder.for_target(seq2seq, layers=1, block_size=3).save(tmp_path / "old")
+    info = json.loads((tmp_path / "old" / "nat.json").read_text())
+    del info["memory_window"]
+    (tmp_path / "old" / "nat.json").write_text(json.dumps(info))
+    assert NatDecoder.load(tmp_path / "old").config.memory_window == 0

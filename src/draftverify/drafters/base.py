@@ -38,8 +38,9 @@ class Drafter(ABC):
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
         """Called once after the target's prefill.
 
-        prefilled (only for needs_target_hidden drafters): the target's logits and hidden state at the last
-        prefilled position [B, 1, ...], the one before the pending token; None when nothing was prefilled.
+        prefilled (only for needs_target_hidden drafters): the target's logits at the last prefilled position
+        [B, 1, V], the one before the pending token, and its hidden states at every prefilled position [B, L-1, H];
+        None when nothing was prefilled.
         """
 
     @abstractmethod

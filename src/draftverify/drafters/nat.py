@@ -1,20 +1,29 @@
 """SpecDec's non-autoregressive drafter (Xia et al., "Speculative Decoding: Exploiting Speculative Execution for
-Accelerating Seq2seq Generation", section 3.1) for encoder-decoder targets.
+Accelerating Seq2seq Generation", section 3.1), for encoder-decoder and decoder-only targets.
 
 Given the source and the accepted target prefix y_<=j, it predicts k tokens in one forward pass:
     y~_{j+1..j+k} = argmax sum_i log P(y~_{j+i} | y_<=j, x)
-Its decoder reads [start, y_1..y_j, MASK x (k-1)] with bidirectional attention (no causal mask) and, like an AT
+The decoder reads tokens and k - 1 [MASK] slots with bidirectional attention (no causal mask) and, like an AT
 decoder, predicts from each position the token of the next one: y~_{j+1} at y_j, y~_{j+i} at the (i-1)-th mask. It
-cross-attends to the *verifier's* encoder states, which the target computes once per generation anyway (the issue
-allows "its own encoder or the verifier's"), reads tokens through the target's embedding matrix and scores them with
-the target's output layer (both frozen, passed in, never stored), so a drafter file holds only its decoder layers.
-Its layers are post-LN Transformer decoder layers, the layout of Marian / the original Transformer, so `for_target`
-can start them from the target's own decoder layers (the usual initialisation of a NAT from its AT teacher): the
-first slot then starts close to the target's own next-token prediction. The verifier decides what the draft is
-worth: `greedy` gives vanilla SpecDec (identical to AT greedy decoding), `topbeta` gives SpecDec++.
+reads tokens through the target's embedding matrix and scores them with the target's output layer (both frozen,
+passed in, never stored), so a drafter file holds only its decoder layers. What it cross-attends to depends on the
+target (config.memory_window):
 
-No KV cache: the prefix is re-read every step, which is what bidirectional attention over it requires; captions
-and sentences are short.
+- encoder-decoder (memory_window 0): the *verifier's* encoder states, which the target computes once per generation
+  anyway (the issue allows "its own encoder or the verifier's"); its input is [start, y_1..y_j, MASK x (k-1)]. No
+  KV cache: the prefix is re-read every step, which bidirectional attention over it requires; captions are short.
+  Its layers are post-LN, the layout of Marian, so `for_target` can start them from the target's own decoder
+  layers (the usual initialisation of a NAT from its AT teacher).
+- decoder-only (memory_window W > 0): there is no source, so the "source" is the target's own last-layer hidden
+  states of the committed prefix, which the verify pass computes anyway (as for the blockwise heads; the drafter
+  keeps the last W, appending the kept positions' states each step). Its input is only [y_j, MASK x (k-1)]: the
+  prefix enters through those states, with an ALiBi recency bias (Press et al. 2022; the states carry no explicit
+  position, and the latest ones matter most) and a LayerNorm on them (a decoder's final-norm outputs are far from
+  unit scale). The cost of a draft is then bounded by W + k, whatever the prefix length.
+
+The verifier decides what the draft is worth: `greedy` gives vanilla SpecDec (identical to AT greedy decoding),
+`topbeta` gives SpecDec++; under sampling the drafter returns each slot's distribution q, so speculative sampling
+stays lossless.
 """
 from __future__ import annotations
 
@@ -29,8 +38,8 @@ from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
 from ..sampling import draw, probs_from_logits
-from ..types import DecodingState, Draft
-from .base import Drafter
+from ..types import DecodingState, Draft, TargetOutput, Verdict
+from .base import Drafter, empty_draft
 from .weights_folder import WeightsFolder
 
 NAT_FORMAT = "draftverify-nat-drafter"
@@ -62,8 +71,13 @@ class NatConfig:
     block_size: int  # k it was trained for (the most slots it fills; fewer work too, see train/nat.py)
     vocab_size: int
     target_fingerprint: str  # embedding_fingerprint of the target
+    # 0: an encoder-decoder target (the drafter reads its encoder states); W > 0: a decoder-only target (the drafter
+    # reads its last W hidden states of the committed prefix)
+    memory_window: int = 0
 
     def __post_init__(self) -> None:
+        if isinstance(self.memory_window, bool) or not isinstance(self.memory_window, int) or self.memory_window < 0:
+            raise DraftVerifyError(f"NAT drafter config: memory_window must be an integer >= 0, got {self.memory_window!r}")
         if not isinstance(self.embed_scale, (int, float)) or self.embed_scale <= 0:
             raise DraftVerifyError(f"NAT drafter config: embed_scale must be positive, got {self.embed_scale!r}")
         for name in ("hidden_size", "layers", "heads", "ffn_size", "max_positions", "block_size", "vocab_size"):
@@ -90,18 +104,31 @@ class NatDecoder(nn.Module):
         layer = nn.TransformerDecoderLayer(H, config.heads, config.ffn_size, dropout=0.0, activation="relu",
                                            batch_first=True, norm_first=False)
         self.layers = nn.TransformerDecoder(layer, config.layers)
+        if config.memory_window:  # decoder-only targets: normalised hidden states, ALiBi slopes per head
+            self.memory_norm = nn.LayerNorm(H)
+            slopes = 2.0 ** (-8.0 * torch.arange(1, config.heads + 1) / config.heads)  # [heads]
+            self.register_buffer("slopes", slopes, persistent=False)
 
     @classmethod
     def for_target(cls, target: nn.Module, layers: int = 2, block_size: int = 8, max_positions: int = 256,
-                   ffn_size: int | None = None, heads: int | None = None) -> "NatDecoder":
+                   ffn_size: int | None = None, heads: int | None = None, memory_window: int = 64) -> "NatDecoder":
         """A drafter sized for `target`; when the target's decoder has Marian's layout (post-LN layers, ReLU,
-        sinusoidal positions) and `layers` of them, its last `layers` layers and positions are copied in."""
+        sinusoidal positions) and `layers` of them, its last `layers` layers and positions are copied in.
+        A decoder-only target gets a drafter over its last `memory_window` hidden states, with positions for the
+        block_size slots only (max_positions is then block_size)."""
         vocab, hidden = target.get_input_embeddings().weight.shape
         cfg = target.config
-        heads = heads or getattr(cfg, "decoder_attention_heads", None) or 4
-        scale = hidden ** 0.5 if getattr(cfg, "scale_embedding", False) else 1.0
-        config = NatConfig(hidden, scale, layers, heads, ffn_size or getattr(cfg, "decoder_ffn_dim", 4 * hidden),
-                           max_positions, block_size, vocab, embedding_fingerprint(target))
+        if getattr(cfg, "is_encoder_decoder", False):
+            heads = heads or getattr(cfg, "decoder_attention_heads", None) or 4
+            ffn_size = ffn_size or getattr(cfg, "decoder_ffn_dim", 4 * hidden)
+            scale = hidden ** 0.5 if getattr(cfg, "scale_embedding", False) else 1.0
+            window = 0
+        else:
+            heads = heads or getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", None) or 4
+            ffn_size = ffn_size or getattr(cfg, "intermediate_size", None) or 4 * hidden
+            scale, window, max_positions = 1.0, memory_window, block_size
+        config = NatConfig(hidden, scale, layers, heads, ffn_size, max_positions, block_size, vocab,
+                           embedding_fingerprint(target), window)
         nat = cls(config)
         decoder = getattr(getattr(target, "model", None), "decoder", None)
         if getattr(cfg, "model_type", None) == "marian" and getattr(cfg, "activation_function", None) == "relu":
@@ -131,20 +158,51 @@ class NatDecoder(nn.Module):
         self.positions.weight[:n] = table[:n]
 
     def forward(self, target: nn.Module, tokens: torch.Tensor, slots: torch.Tensor, memory: torch.Tensor,
-                memory_mask: torch.Tensor | None = None, padding: torch.Tensor | None = None) -> torch.Tensor:
+                memory_mask: torch.Tensor | None = None, padding: torch.Tensor | None = None,
+                memory_end: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [B, T, V] at every input position: position t predicts the token of position t + 1.
 
         tokens [B, T]: the prefix ids (any id where slots is True); slots [B, T] bool: [MASK] positions;
-        memory [B, S, H]: the target's encoder states; memory_mask [B, S]: 1 for real source tokens;
-        padding [B, T] bool: True at padded positions (training batches).
+        memory [B, S, H]: the target's encoder states (or a decoder-only target's hidden states);
+        memory_mask [B, S]: 1 for real source tokens; padding [B, T] bool: True at padded positions (training).
+        memory_end [B, n] (decoder-only drafters): tokens are n blocks of k = T / n, each [y_p, MASK x (k-1)];
+        block j attends only to itself and to the memory positions [end - W, end) (the states before its y_p).
         """
         emb = target.get_input_embeddings()(tokens).to(self.mask_embedding.dtype) * self.config.embed_scale
         emb = torch.where(slots[..., None], self.mask_embedding, emb)  # [B, T, H]
-        pos = torch.arange(tokens.shape[1], device=tokens.device)
+        memory = memory.to(emb.dtype)
+        self_mask = cross_mask = None
+        if memory_end is None:
+            pos = torch.arange(tokens.shape[1], device=tokens.device)  # [T]
+        else:
+            n = memory_end.shape[1]
+            k = tokens.shape[1] // n
+            pos = torch.arange(k, device=tokens.device).repeat(n)  # [n*k]: each block's slots from 0
+            self_mask = self.block_mask(n, k, emb.dtype, emb.device)
+            cross_mask = self.recency_bias(memory_end, k, memory.shape[1], emb.dtype)
+            memory = self.memory_norm(memory)
         x = emb + self.positions(pos)
         mem_pad = None if memory_mask is None else memory_mask == 0
-        x = self.layers(x, memory.to(x.dtype), tgt_key_padding_mask=padding, memory_key_padding_mask=mem_pad)
+        x = self.layers(x, memory, tgt_mask=self_mask, memory_mask=cross_mask, tgt_key_padding_mask=padding,
+                        memory_key_padding_mask=mem_pad)
         return output_logits(target, x)
+
+    @staticmethod
+    def block_mask(n: int, k: int, dtype: torch.dtype, device) -> torch.Tensor:
+        """[n*k, n*k] additive self-attention mask: bidirectional within each block of k, -inf across blocks."""
+        block = torch.arange(n * k, device=device) // k
+        same = block[:, None] == block[None, :]
+        return torch.zeros(n * k, n * k, dtype=dtype, device=device).masked_fill(~same, float("-inf"))
+
+    def recency_bias(self, memory_end: torch.Tensor, k: int, S: int, dtype: torch.dtype) -> torch.Tensor:
+        """[B*heads, n*k, S] additive cross-attention mask: block j sees memory positions s in [end_j - W, end_j)
+        with ALiBi's bias -slope_h * (end_j - 1 - s), and nothing else (-inf)."""
+        B, n = memory_end.shape
+        distance = memory_end[:, :, None] - 1 - torch.arange(S, device=memory_end.device)  # [B, n, S]
+        visible = (distance >= 0) & (distance < self.config.memory_window)
+        bias = -self.slopes[None, :, None, None] * distance[:, None].to(self.slopes.dtype)  # [B, heads, n, S]
+        bias = bias.masked_fill(~visible[:, None], float("-inf")).repeat_interleave(k, dim=2)  # [B, heads, n*k, S]
+        return bias.reshape(B * self.config.heads, n * k, S).to(dtype)
 
     def check_target(self, target: nn.Module) -> None:
         """Refuse a drafter trained for another target: it reads that target's embeddings and encoder."""
@@ -174,13 +232,18 @@ class NatDrafter(Drafter):
     """Fills gamma [MASK] slots after the committed tokens in one forward (gamma = SpecDec's block size k).
 
     Greedy: each slot's argmax (the paper's draft). Sampling: each slot's token is drawn from its own filtered
-    distribution, returned as q, so the exact sampling verifiers stay exact.
+    distribution, returned as q, so the exact sampling verifiers stay exact. For a decoder-only target it keeps the
+    target's hidden states of the committed prefix, all but the pending token's (the last W of them), from the
+    prefill and from each verify pass (needs_target_hidden); one row at a time (the loop refuses batches).
     """
 
     def __init__(self, nat: NatDecoder):
         super().__init__()
         self.nat = nat.eval()
+        self.window = nat.config.memory_window  # 0: encoder-decoder target
+        self.needs_target_hidden = self.window > 0
         self.target: CachedLM | None = None
+        self._memory: torch.Tensor | None = None  # [B, M <= W, H]: decoder-only targets' kept hidden states
 
     @classmethod
     def from_options(cls, target: CachedLM, options) -> "NatDrafter":
@@ -189,28 +252,55 @@ class NatDrafter(Drafter):
         return cls(NatDecoder.load(options.nat_path))
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
-        if not target.is_encoder_decoder:
-            raise DraftVerifyError("the NAT drafter reads an encoder-decoder target's encoder states; for decoder-only "
-                                   "targets use another drafter (model, bpd, early_exit, ...)")
+        if target.is_encoder_decoder and self.window:
+            raise DraftVerifyError("this NAT drafter was trained for a decoder-only target (it reads its hidden states); "
+                                   "for this encoder-decoder target train one with `draftverify train nat --target DIR`")
+        if not target.is_encoder_decoder and not self.window:
+            raise DraftVerifyError("this NAT drafter was trained for an encoder-decoder target (it reads its encoder "
+                                   "states); for this decoder-only target train one with `draftverify train nat "
+                                   "--target DIR`")
         self.nat.check_target(target.model)
         self.nat.to(device=target.device, dtype=target.dtype)
         self.target = target
 
+    def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
+        self._memory = None if prefilled is None else prefilled.hidden[:, -self.window:]
+
+    def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
+        if self.window:  # the states of the pending token and the kept drafts: all but the new pending token's
+            memory = scored.hidden if self._memory is None else torch.cat([self._memory, scored.hidden], dim=1)
+            self._memory = memory[:, -self.window:]  # [B, M <= W, H]
+
     @torch.no_grad()
-    def propose(self, state: DecodingState, gamma: int) -> Draft:
+    def slot_logits(self, state: DecodingState, gamma: int) -> torch.Tensor | None:
+        """[B, k, V]: the logits of the k slots after the committed tokens (None: nothing to read yet)."""
+        target = self.target
+        if self.window:
+            if self._memory is None:  # a one-token prompt: nothing was prefilled, so the first step drafts nothing
+                return None
+            k = min(gamma, self.nat.config.max_positions)
+            tokens = torch.cat([state.tokens[:, -1:], state.tokens.new_zeros((state.tokens.shape[0], k - 1))], dim=1)
+            slots = torch.ones_like(tokens, dtype=torch.bool)
+            slots[:, 0] = False  # [y_j, MASK x (k-1)]
+            end = torch.full((tokens.shape[0], 1), self._memory.shape[1], device=tokens.device)  # [B, 1]
+            return self.nat(target.model, tokens, slots, self._memory, memory_end=end)  # [B, k, V]
         k = min(gamma, self.nat.config.max_positions - 1)
         prefix = state.tokens[:, -(self.nat.config.max_positions - k + 1):]  # [B, L]
         B, L = prefix.shape
         tokens = torch.cat([prefix, prefix.new_zeros((B, k - 1))], dim=1)  # [B, L+k-1]: k-1 masks
         slots = torch.zeros_like(tokens, dtype=torch.bool)
         slots[:, L:] = True
-        target = self.target
-        logits = self.nat(target.model, tokens, slots, target.encoder_outputs.last_hidden_state,
-                          target.source_mask)[:, L - 1:]  # [B, k, V]: from the last committed token on
+        return self.nat(target.model, tokens, slots, target.encoder_outputs.last_hidden_state,
+                        target.source_mask)[:, L - 1:]  # [B, k, V]: from the last committed token on
+
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        logits = self.slot_logits(state, gamma)
+        if logits is None:
+            return empty_draft(state)
         self.forward_calls += 1
         if state.params.greedy:
             return Draft(tokens=logits.argmax(dim=-1))
         q = probs_from_logits(logits, state.params)  # [B, k, V]
         start = state.tokens.shape[1]
-        x = torch.stack([draw(q[:, i], state.params, state.generator, start + i) for i in range(k)], dim=1)
+        x = torch.stack([draw(q[:, i], state.params, state.generator, start + i) for i in range(q.shape[1])], dim=1)
         return Draft(tokens=x, q_probs=q)

@@ -4,7 +4,7 @@ One reader and one writer for all of them, so each refuses a wrong or damaged fo
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -45,10 +45,11 @@ class WeightsFolder:
             found = info.get("format") if isinstance(info, dict) else None
             raise DraftVerifyError(f"{config_path} is not a {self.what} config (format {found!r})")
         fields = config_cls.__dataclass_fields__
-        missing = [name for name in fields if name not in info]
+        # a field with a default may be absent: files written before the field existed
+        missing = [name for name, f in fields.items() if name not in info and f.default is MISSING]
         if missing:
             raise DraftVerifyError(f"{config_path} lacks {', '.join(missing)}")
-        module = build(config_cls(**{name: info[name] for name in fields}))
+        module = build(config_cls(**{name: info[name] for name in fields if name in info}))
         tensors = load_file(str(weights_path))
         expected = {name: tuple(t.shape) for name, t in module.state_dict().items()}
         found = {name: tuple(t.shape) for name, t in tensors.items()}

@@ -557,22 +557,37 @@ def distill_cmd(
 @train_app.command("nat")
 def nat_cmd(
     out: Path = typer.Option(..., "--out", help="Run directory (checkpoint/, log.jsonl)."),
-    train_targets: Path = typer.Option(..., "--train-targets", help="Distilled train targets (`train distill`)."),
-    target: Path = typer.Option(Path("zoo/translate/target"), "--target", help="The frozen translation target."),
-    export: Path = typer.Option(Path("zoo/translate/nat"), "--export", help="Where to save the drafter."),
-    val_targets: Optional[Path] = typer.Option(None, "--val-targets", help="Distilled val targets (default: references)."),
-    data: Path = typer.Option(Path("../shared/data/multi30k_en_de"), "--data", help="Multi30k folder ({split}.{lang}.gz)."),
+    target: Path = typer.Option(Path("zoo/translate/target"), "--target",
+                                help="The frozen target: a translation model, or a decoder-only LM (zoo/code/target)."),
+    export: Optional[Path] = typer.Option(None, "--export", help="Where to save the drafter (default: zoo/translate/nat, "
+                                          "or zoo/code/nat for a decoder-only target)."),
+    train_targets: Optional[Path] = typer.Option(None, "--train-targets", help="Translation: distilled train targets "
+                                                 "(`train distill`)."),
+    val_targets: Optional[Path] = typer.Option(None, "--val-targets", help="Translation: distilled val targets (default: references)."),
+    data: Path = typer.Option(Path("../shared/data/multi30k_en_de"), "--data", help="Translation: Multi30k folder."),
     src_lang: str = typer.Option("en", "--src-lang"),
     tgt_lang: str = typer.Option("de", "--tgt-lang"),
+    manifest: Path = typer.Option(Path("zoo/code/manifest.json"), "--manifest", help="Decoder-only: the corpus manifest."),
+    work_dir: Path = typer.Option(Path("runs/nat-code"), "--work-dir", help="Decoder-only: generations and hidden states "
+                                  "(`train heads`'s work dir reuses its generations)."),
+    num_prompts: int = typer.Option(700, "--num-prompts", help="Decoder-only: train prompts (the target continues each)."),
+    eval_prompts: int = typer.Option(80, "--eval-prompts", help="Decoder-only: held-out prompts (val split)."),
+    min_prompt_tokens: int = typer.Option(32, "--min-prompt-tokens", help="Decoder-only: shortest prompt."),
+    max_prompt_tokens: int = typer.Option(128, "--max-prompt-tokens", help="Decoder-only: longest prompt."),
+    new_tokens: int = typer.Option(64, "--new-tokens", help="Decoder-only: greedy tokens per prompt."),
+    generate_batch: int = typer.Option(64, "--generate-batch", help="Decoder-only: prompts per generate call."),
+    window: int = typer.Option(64, "--window", help="Decoder-only: W, the target hidden states the drafter reads."),
+    cuts: int = typer.Option(16, "--cuts", help="Decoder-only: blocks per sequence per step."),
+    batch_size: int = typer.Option(8, "--batch-size", help="Decoder-only: sequences per step."),
     block_size: int = typer.Option(8, "--block-size", help="k: the most slots filled per pass (trained on 1..k)."),
     layers: int = typer.Option(2, "--layers", help="Decoder layers of the drafter."),
     glancing: bool = typer.Option(True, "--glancing/--no-glancing", help="GLAT glancing (ratio 0.5 -> 0.3)."),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Wall-clock training budget."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Maximum optimizer steps."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads (default: torch's)."),
-    max_tokens: int = typer.Option(2048, "--max-tokens", help="Padded tokens per batch."),
+    max_tokens: int = typer.Option(2048, "--max-tokens", help="Translation: padded tokens per batch."),
     lr: float = typer.Option(1e-3, "--lr"),
-    warmup_steps: int = typer.Option(200, "--warmup-steps"),
+    warmup_steps: Optional[int] = typer.Option(None, "--warmup-steps", help="Default: 200 (translation), 50 (decoder-only)."),
     seed: int = typer.Option(1234, "--seed"),
     bf16: Optional[bool] = typer.Option(None, "--bf16/--no-bf16", help="bf16 autocast on CPU."),
     eval_minutes: float = typer.Option(5.0, "--eval-minutes"),
@@ -581,26 +596,45 @@ def nat_cmd(
     log_every: int = typer.Option(20, "--log-every"),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bar (default: if a tty)."),
 ) -> None:
-    """SpecDec's NAT drafter on a frozen translation target: random prefix cuts, k mask slots, glancing."""
-    from .nat import NatOptions, train
+    """SpecDec's NAT drafter on a frozen target: random prefix cuts, k mask slots, glancing. A translation target's
+    drafter reads its encoder states (trained on `train distill` targets); a decoder-only target's reads its own
+    hidden states (trained on its greedy continuations of corpus prompts)."""
     from .tokenizer import TokenizerError
     from .trainer import TrainError
 
-    opts = NatOptions(
-        target=str(target), out_dir=str(out), train_targets=str(train_targets), export_dir=str(export),
-        val_targets=str(val_targets) if val_targets else None, data=str(data), src_lang=src_lang, tgt_lang=tgt_lang,
-        block_size=block_size, layers=layers, glancing=glancing, max_tokens=max_tokens, max_minutes=max_minutes,
-        max_steps=max_steps, threads=threads, lr=lr, warmup_steps=warmup_steps, seed=seed, bf16=bf16,
-        eval_minutes=eval_minutes, eval_every_steps=eval_every, checkpoint_minutes=checkpoint_minutes,
-        log_every=log_every, progress=progress, command=_command_line(),
-    )
+    run = dict(out_dir=str(out), block_size=block_size, layers=layers, glancing=glancing, max_minutes=max_minutes,
+               max_steps=max_steps, threads=threads, lr=lr, seed=seed, bf16=bf16, eval_minutes=eval_minutes,
+               eval_every_steps=eval_every, checkpoint_minutes=checkpoint_minutes, log_every=log_every,
+               progress=progress, command=_command_line())
+    config = target / "config.json"
+    decoder_only = config.is_file() and not json.loads(config.read_text()).get("is_encoder_decoder", False)
+    if decoder_only:
+        from .nat_lm import NatLMOptions, train
+
+        opts = NatLMOptions(target=str(target), export_dir=str(export or "zoo/code/nat"), manifest=str(manifest),
+                            work_dir=str(work_dir), num_prompts=num_prompts, eval_prompts=eval_prompts,
+                            min_prompt_tokens=min_prompt_tokens, max_prompt_tokens=max_prompt_tokens, new_tokens=new_tokens, generate_batch=generate_batch, window=window, cuts=cuts,
+                            batch_size=batch_size, warmup_steps=50 if warmup_steps is None else warmup_steps, **run)
+    else:
+        from .nat import NatOptions, train
+
+        if train_targets is None:
+            _fail(f"--target {target} is a translation model: pass --train-targets (write them with `draftverify "
+                  "train distill`)")
+        opts = NatOptions(target=str(target), train_targets=str(train_targets), export_dir=str(export or "zoo/translate/nat"),
+                          val_targets=str(val_targets) if val_targets else None, data=str(data), src_lang=src_lang,
+                          tgt_lang=tgt_lang, max_tokens=max_tokens,
+                          warmup_steps=200 if warmup_steps is None else warmup_steps, **run)
     try:
         report = train(opts, log=lambda m: typer.echo(m))
     except (TrainError, TokenizerError) as e:
         _fail(str(e))
     if report.get("stopped"):
         raise typer.Exit(130)
-    typer.echo(json.dumps({k: report[k] for k in ("params", "step", "slot_loss", "accepted_per_block")}))
+    if decoder_only:
+        typer.echo(json.dumps({k: report[k] for k in ("params", "step", "before", "after", "bytes")}))
+    else:
+        typer.echo(json.dumps({k: report[k] for k in ("params", "step", "slot_loss", "accepted_per_block")}))
 
 
 if __name__ == "__main__":

@@ -121,6 +121,32 @@ def batched_continuations(path: Path, header: dict, prompts: list[dict], target,
     return records
 
 
+def greedy_data(opts, tok, target, work: Path, progress: bool, log: Callable[[str], None]) -> tuple[dict, dict]:
+    """The target's greedy continuations of corpus prompts: {"train": records, "val": records} and the cache header.
+
+    opts: any recipe's options with target, tokenizer_dir, manifest, num_prompts, eval_prompts, min_prompt_tokens,
+    max_prompt_tokens, new_tokens, generate_batch and seed (`train heads`, `train nat` on a decoder-only target:
+    the same settings give the same prompts, so one recipe's cached generations serve the other)."""
+    vocab = align.check_compatible(opts.target, opts.target, tok)
+    manifest = corpus_mod.load_manifest(opts.manifest)
+    work.mkdir(parents=True, exist_ok=True)
+    eos = tok.eos_token_id
+    header = {"type": "header", "version": align.CACHE_VERSION, "target": str(opts.target),
+              "target_sha256": align.model_digest(opts.target), "tokenizer_sha256": tokenizer_hash(opts.tokenizer_dir),
+              "manifest_sha256": corpus_mod.manifest_hash(manifest), "min_prompt_tokens": opts.min_prompt_tokens,
+              "max_prompt_tokens": opts.max_prompt_tokens, "new_tokens": opts.new_tokens,
+              "vocab_size": vocab, "eos_token_id": eos}
+    splits = {}
+    for split, n, seed in (("train", opts.num_prompts, opts.seed), ("val", opts.eval_prompts, opts.seed + 1)):
+        prompts = align.sample_prompts(manifest, tok, split, n, opts.min_prompt_tokens, opts.max_prompt_tokens, seed)
+        prompts.sort(key=lambda p: len(p["prompt"]))  # neighbours share lengths: batches need no padding
+        splits[split] = batched_continuations(
+            work / f"generations-{split}.jsonl", {**header, "kind": "heads-batched", "split": split, "seed": seed},
+            prompts, target, opts.new_tokens, eos, opts.generate_batch, desc=f"target greedy ({split})",
+            progress=progress, log=log)
+    return header, splits
+
+
 # --------------------------------------------------------------------------- features
 
 
@@ -257,31 +283,13 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
         tok = load_tokenizer(opts.tokenizer_dir)
     except TokenizerError as e:
         raise TrainError(str(e)) from None
-    vocab = align.check_compatible(opts.target, opts.target, tok)
-    manifest = corpus_mod.load_manifest(opts.manifest)
-    eos = tok.eos_token_id
     target = align._load(opts.target, "target")
     for p in target.parameters():
         p.requires_grad_(False)
     lm_head = target.get_output_embeddings()
     work = Path(opts.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    header = {"type": "header", "version": align.CACHE_VERSION, "target": str(opts.target),
-              "target_sha256": align.model_digest(opts.target), "tokenizer_sha256": tokenizer_hash(opts.tokenizer_dir),
-              "manifest_sha256": corpus_mod.manifest_hash(manifest), "min_prompt_tokens": opts.min_prompt_tokens,
-              "max_prompt_tokens": opts.max_prompt_tokens, "new_tokens": opts.new_tokens, "vocab_size": vocab,
-              "eos_token_id": eos}
-
-    # ---- 1. the target's greedy continuations (cached, resumable)
     t0 = time.time()
-    splits = {}
-    for split, n, seed in (("train", opts.num_prompts, opts.seed), ("val", opts.eval_prompts, opts.seed + 1)):
-        prompts = align.sample_prompts(manifest, tok, split, n, opts.min_prompt_tokens, opts.max_prompt_tokens, seed)
-        prompts.sort(key=lambda p: len(p["prompt"]))  # neighbours share lengths: batches need no padding
-        splits[split] = batched_continuations(
-            work / f"generations-{split}.jsonl", {**header, "kind": "heads-batched", "split": split, "seed": seed},
-            prompts, target, opts.new_tokens, eos, opts.generate_batch, desc=f"target greedy ({split})",
-            progress=progress, log=log)
+    header, splits = greedy_data(opts, tok, target, work, progress, log)
     time_generation = time.time() - t0
 
     # ---- 2. hidden states and labels (cached)

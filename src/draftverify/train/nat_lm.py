@@ -1,0 +1,335 @@
+"""`draftverify train nat --target DIR` for a decoder-only target (the code zoo): SpecDec's NAT drafter over the
+target's own hidden states (drafters/nat.py, memory_window > 0).
+
+1. **Data.** The target's greedy continuations of corpus prompts, made and cached exactly as `train heads` makes
+   them (``heads.greedy_data``: batched generation, resumable JSONL; the same settings reuse its cache). They are
+   what vanilla SpecDec's greedy verifier accepts: the analogue of the paper's AT-distilled targets.
+2. **States.** One frozen target forward (no grad) over each full sequence (prompt + continuation) gives its
+   last-layer hidden state at every position, cached in fp16 next to the generations.
+3. **Train.** SpecDec 3.1 with random cut points: a cut p is the index of the pending token y_p (from the prompt's
+   last token on); the drafter reads [y_p, MASK x (k-1)] and the states of positions [p - W, p) and predicts
+   y_{p+1..p+k}. Each sequence carries `cuts` blocks at once (one memory, a block-diagonal self-attention mask and
+   a per-block window: NatDecoder's memory_end), so the memory's projections are computed once per sequence. k is
+   drawn per batch from 1..block_size; glancing as `train nat` on translation (GLAT, ratio 0.5 -> 0.3).
+4. **Export.** fp16 safetensors + nat.json (training facts) + a model card with the held-out accepted slots per
+   block (teacher-forced at fixed cuts of val continuations: the leading slots equal to the target's greedy
+   tokens, which is what greedy verification keeps at that prefix).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import align, heads
+from .nat import GLANCE_END, GLANCE_START, glance
+from .trainer import TrainError, Trainer, TrainerOptions, command_line, cpu_name, load_checkpoint, seed_everything, set_threads
+
+IGNORE = -100
+STATES_VERSION = 1
+
+
+@dataclass
+class NatLMOptions(TrainerOptions):
+    target: str
+    out_dir: str
+    export_dir: str = "zoo/code/nat"
+    manifest: str = "zoo/code/manifest.json"
+    tokenizer: Optional[str] = None  # default: the target's directory
+    work_dir: str = "runs/nat-code"  # generations and hidden states (share `train heads`'s to reuse its generations)
+    num_prompts: int = 700
+    eval_prompts: int = 80
+    min_prompt_tokens: int = 32
+    max_prompt_tokens: int = 128
+    new_tokens: int = 64
+    generate_batch: int = 64
+    block_size: int = 8
+    layers: int = 2
+    window: int = 64  # W: hidden states the drafter reads
+    cuts: int = 16  # blocks per sequence per step
+    glancing: bool = True
+    _: KW_ONLY
+    batch_size: int = 8  # sequences per step
+    lr: float = 1e-3
+    warmup_steps: int = 50
+    beta2: float = 0.98
+    weight_decay: float = 0.01
+    eval_minutes: Optional[float] = 5.0
+
+    @property
+    def tokenizer_dir(self) -> str:
+        return self.tokenizer or self.target
+
+    def validate(self) -> None:
+        self.validate_run()
+        for name in ("num_prompts", "eval_prompts", "min_prompt_tokens", "new_tokens", "generate_batch",
+                     "block_size", "layers", "window", "cuts"):
+            if getattr(self, name) < 1:
+                raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.max_prompt_tokens < self.min_prompt_tokens:
+            raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
+        if not (Path(self.target) / "config.json").is_file():
+            raise TrainError(f"--target {self.target}: no config.json (expected an exported Hugging Face model directory)")
+        if not (Path(self.tokenizer_dir) / "tokenizer.json").is_file():
+            raise TrainError(f"no tokenizer.json in {self.tokenizer_dir}; pass --tokenizer DIR")
+        if not Path(self.manifest).is_file():
+            raise TrainError(f"manifest {self.manifest} not found (run `draftverify train tokenizer` first)")
+
+
+# --------------------------------------------------------------------------- states
+
+
+def sequence_states(target, records: list[dict]) -> list:
+    """Per record, the target's last hidden state (after the final norm) at every position of prompt +
+    continuation: fp16 [T, H], from one forward without a cache."""
+    import torch
+
+    states = []
+    with torch.no_grad():
+        for rec in records:
+            out = target(input_ids=torch.tensor([rec["prompt"] + rec["continuation"]]), output_hidden_states=True,
+                         use_cache=False)
+            states.append(out.hidden_states[-1][0].half())
+    return states
+
+
+def cached_states(path: Path, key: dict, target, records: list[dict], log) -> list:
+    import torch
+
+    if path.is_file():
+        blob = torch.load(path, weights_only=False)
+        if blob.get("key") == key:
+            log(f"reusing cached hidden states {path} ({len(blob['states'])} sequences)")
+            return blob["states"]
+        log(f"{path}: cached hidden states are for other settings; recomputing")
+    t0 = time.time()
+    states = sequence_states(target, records)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"key": key, "states": states}, tmp)
+    tmp.replace(path)
+    log(f"hidden states: {sum(len(s) for s in states):,} positions of {len(records)} sequences in "
+        f"{time.time() - t0:.0f}s -> {path}")
+    return states
+
+
+# --------------------------------------------------------------------------- batches and loss
+
+
+@dataclass
+class Sequence:
+    tokens: list[int]  # prompt + continuation, T tokens
+    first: int  # the first cut: the prompt's last token (its next token is the continuation's first)
+    states: "torch.Tensor"  # noqa: F821  [T, H] fp16
+
+
+def sequences(records: list[dict], states: list) -> list[Sequence]:
+    """The records with at least one continuation token (every cut then has a label)."""
+    return [Sequence(r["prompt"] + r["continuation"], len(r["prompt"]) - 1, s)
+            for r, s in zip(records, states) if r["continuation"] and len(r["prompt"]) >= 2]
+
+
+def block_batch(seqs: list[Sequence], k: int, cuts: list[list[int]]):
+    """One step's inputs: per sequence, len(cuts[b]) blocks [y_p, MASK x (k-1)] at its cuts p.
+
+    Returns tokens [B, n*k], slots [B, n*k] bool, targets [B, n*k] (block j's column i predicts y_{p+1+i}; -100
+    past the sequence's end), memory [B, S, H] float (right-padded states) and memory_end [B, n] (= p: block j
+    reads the states of positions < p)."""
+    import torch
+
+    B, n = len(seqs), len(cuts[0])
+    S = max(len(s.tokens) for s in seqs)
+    tokens = torch.zeros((B, n * k), dtype=torch.long)
+    targets = torch.full((B, n * k), IGNORE, dtype=torch.long)
+    slots = torch.ones((B, n * k), dtype=torch.bool)
+    slots[:, ::k] = False
+    memory = torch.zeros((B, S, seqs[0].states.shape[1]))
+    for b, (s, row) in enumerate(zip(seqs, cuts)):
+        memory[b, : len(s.tokens)] = s.states.float()
+        for j, p in enumerate(row):
+            tokens[b, j * k] = s.tokens[p]
+            labels = s.tokens[p + 1 : p + 1 + k]
+            targets[b, j * k : j * k + len(labels)] = torch.tensor(labels)
+    return tokens, slots, targets, memory, torch.tensor(cuts)
+
+
+def draw_cuts(seqs: list[Sequence], n: int, rng: np.random.Generator) -> list[list[int]]:
+    """n random cuts per sequence in [first, T - 2] (a pending token with at least one token after it)."""
+    return [rng.integers(s.first, len(s.tokens) - 1, size=n).tolist() for s in seqs]
+
+
+def nat_lm_loss(nat, target, seqs: list[Sequence], k: int, n: int, rng: np.random.Generator, glance_ratio: float,
+                bf16: bool):
+    """Mean cross-entropy over the unrevealed labelled slots (glance_ratio 0: plain SpecDec objective)."""
+    import torch
+    import torch.nn.functional as F
+
+    from .losses import autocast
+
+    tokens, slots, labels, memory, end = block_batch(seqs, k, draw_cuts(seqs, n, rng))
+    run = lambda t, s: nat(target, t, s, memory, memory_end=end)  # noqa: E731
+    if glance_ratio > 0:
+        with torch.no_grad(), autocast(bf16):
+            predictions = run(tokens, slots).argmax(dim=-1)
+        tokens, slots, labels = glance(tokens, slots, labels, predictions, glance_ratio, rng)
+    with autocast(bf16):
+        logits = run(tokens, slots)
+    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE)
+
+
+def held_out(nat, target, seqs: list[Sequence], k: int, n: int, bf16: bool, batch: int = 8) -> dict:
+    """Slot cross-entropy and mean accepted slots of a k-block at fixed random cuts of held-out sequences."""
+    import torch
+    import torch.nn.functional as F
+
+    from .losses import autocast
+
+    rng = np.random.default_rng(0)
+    was = nat.training
+    nat.eval()
+    ce = n_tok = accepted = blocks = 0.0
+    with torch.no_grad():
+        for i in range(0, len(seqs), batch):
+            chunk = seqs[i : i + batch]
+            tokens, slots, labels, memory, end = block_batch(chunk, k, draw_cuts(chunk, n, rng))
+            with autocast(bf16):
+                logits = nat(target, tokens, slots, memory, memory_end=end).float()
+            valid = labels >= 0
+            ce += F.cross_entropy(logits[valid], labels[valid], reduction="sum").item()
+            n_tok += int(valid.sum())
+            hit = (logits.argmax(dim=-1) == labels).reshape(len(chunk) * n, k)  # [blocks, k]; -100 never hits
+            accepted += float(hit.int().cumprod(dim=1).sum())
+            blocks += hit.shape[0]
+    nat.train(was)
+    return {"slot_loss": ce / max(n_tok, 1), "accepted_per_block": accepted / max(blocks, 1)}
+
+
+# --------------------------------------------------------------------------- card
+
+
+def nat_lm_card(info: dict) -> str:
+    return f"""# SpecDec NAT drafter for `{info['target']}` (decoder-only)
+
+{info['layers']} bidirectional post-LN decoder layer(s) (d {info['hidden_size']}, {info['heads']} heads, FFN
+{info['ffn_size']}) that fill k <= {info['block_size']} mask slots after the last committed token in one pass,
+cross-attending (ALiBi recency bias) to the target's last {info['memory_window']} hidden states; inputs and outputs
+through the target's own embedding matrix and LM head (not stored). {info['params']:,} parameters, fp16
+({info['bytes']:,} bytes). Use: `draftverify generate --zoo code --method specdec --nat zoo/code/nat`.
+
+## Data
+The target's own greedy continuations ({info['new_tokens']} tokens) of {info['num_prompts']} prompts of
+{info['min_prompt_tokens']}..{info['max_prompt_tokens']} tokens cut from the *train* split of `{info['manifest']}`
+({info['train_sequences']} sequences); held out: {info['eval_prompts']} prompts from the *val* split
+({info['eval_sequences']} sequences). Random cut points in the continuations, {info['cuts']} per sequence and step,
+k drawn from 1..{info['block_size']}, glancing {info['glancing']}.
+
+## Training
+`{info['command']}`
+
+{info['step']} steps of {info['batch_size']} sequences, AdamW lr {info['lr']}, {info['threads']} CPU thread(s)
+({info['cpu']}); training wall time {info['elapsed']:.0f} s (plus {info['time_states_s']:.0f} s of target forwards for
+the hidden states; generations {info['time_generation_s']:.0f} s, 0 when cached).
+
+## Held-out accepted slots per block (k = {info['block_size']}, teacher-forced at fixed cuts)
+| | slot loss | mean accepted slots of {info['block_size']} |
+|---|---|---|
+| before training | {info['before']['slot_loss']:.3f} | {info['before']['accepted_per_block']:.3f} |
+| after | {info['after']['slot_loss']:.3f} | {info['after']['accepted_per_block']:.3f} |
+"""
+
+
+# --------------------------------------------------------------------------- run
+
+
+def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_steps: Optional[int] = None) -> dict:
+    opts.validate()
+    import torch
+
+    from ..drafters.nat import NatDecoder
+    from .presets import count_params
+    from .tokenizer import TokenizerError, load_tokenizer
+
+    set_threads(opts.threads)
+    progress = opts.progress if opts.progress is not None else sys.stderr.isatty()
+    try:
+        tok = load_tokenizer(opts.tokenizer_dir)
+    except TokenizerError as e:
+        raise TrainError(str(e)) from None
+    target = align._load(opts.target, "target")
+    for p in target.parameters():
+        p.requires_grad_(False)
+    work = Path(opts.work_dir)
+    t0 = time.time()
+    header, records = heads.greedy_data(opts, tok, target, work, progress, log)
+    time_generation = time.time() - t0
+    t0 = time.time()
+    data = {}
+    for split, recs in records.items():
+        key = {"version": STATES_VERSION, "target_sha256": header["target_sha256"], "records": len(recs),
+               "seed": opts.seed + (split == "val")}
+        data[split] = sequences(recs, cached_states(work / f"states-{split}.pt", key, target, recs, log))
+    time_states = time.time() - t0
+    train_seqs, val_seqs = data["train"], data["val"]
+    if not train_seqs or not val_seqs:
+        raise TrainError("no prompt had a continuation to learn from; check --manifest and --new-tokens")
+
+    seed_everything(opts.seed)
+    ckpt = load_checkpoint(Path(opts.out_dir))
+    nat = NatDecoder.for_target(target, layers=opts.layers, block_size=opts.block_size, memory_window=opts.window)
+    n_params = count_params(nat)
+    trainer: Trainer
+
+    def loss(model, batch):
+        k = int(trainer.rng.integers(1, opts.block_size + 1))
+        ratio = (GLANCE_START + (GLANCE_END - GLANCE_START) * trainer.progress()) if opts.glancing else 0.0
+        return nat_lm_loss(model, target, batch, k, opts.cuts, trainer.rng, ratio, trainer.bf16)
+
+    def evaluate(model) -> float:
+        figures = held_out(model, target, val_seqs, opts.block_size, opts.cuts, trainer.bf16)
+        trainer.state["accepted_per_block"] = figures["accepted_per_block"]
+        log(f"eval at step {trainer.state['step']}: slot loss {figures['slot_loss']:.4f} | mean accepted "
+            f"{figures['accepted_per_block']:.3f} of k={opts.block_size} slots (teacher-forced, val)")
+        return figures["slot_loss"]
+
+    trainer = Trainer(
+        nat, opts, opts.out_dir,
+        batches=lambda rng: [train_seqs[i] for i in rng.integers(len(train_seqs), size=opts.batch_size)],
+        loss=loss, evaluate=evaluate, metric="slot_loss",
+        counts=lambda b: {"sequences_seen": len(b)},
+        state={"sequences_seen": 0, "accepted_per_block": None, "before": None}, checkpoint=ckpt, log=log)
+    del ckpt
+    if trainer.state["before"] is None:
+        trainer.state["before"] = held_out(nat, target, val_seqs, opts.block_size, opts.cuts, trainer.bf16)
+    log(f"NAT drafter: {n_params:,} params ({opts.layers} layers, d {nat.config.hidden_size}, window {opts.window}) on "
+        f"the frozen decoder-only target {opts.target} | k in 1..{opts.block_size} | {len(train_seqs)} sequences | "
+        f"glancing {'on' if opts.glancing else 'off'} | before training: mean accepted "
+        f"{trainer.state['before']['accepted_per_block']:.3f} of {opts.block_size} (val)")
+    state = trainer.fit(stop_after_steps)
+    if state["stopped"]:
+        return {"step": state["step"], "stopped": True, "params": n_params}
+    after = held_out(nat, target, val_seqs, opts.block_size, opts.cuts, trainer.bf16)
+    cfg = nat.config
+    info = {
+        "target": opts.target, "target_sha256": header["target_sha256"], "manifest": opts.manifest,
+        "num_prompts": opts.num_prompts, "eval_prompts": opts.eval_prompts, "new_tokens": opts.new_tokens,
+        "min_prompt_tokens": opts.min_prompt_tokens, "max_prompt_tokens": opts.max_prompt_tokens,
+        "train_sequences": len(train_seqs), "eval_sequences": len(val_seqs), "cuts": opts.cuts,
+        "glancing": [GLANCE_START, GLANCE_END] if opts.glancing else "off", "step": state["step"],
+        "batch_size": opts.batch_size, "lr": opts.lr, "elapsed": state["elapsed"], "threads": torch.get_num_threads(),
+        "cpu": cpu_name(), "time_generation_s": round(time_generation, 1), "time_states_s": round(time_states, 1),
+        "before": state["before"], "after": after, "params": n_params, "resumes": state["resumes"],
+        "command": "\n".join(state["commands"]) if state["resumes"] else (opts.command or command_line()),
+    }
+    out = Path(opts.export_dir)
+    nat.save(out, {"training": info})
+    info.update(layers=cfg.layers, hidden_size=cfg.hidden_size, heads=cfg.heads, ffn_size=cfg.ffn_size,
+                block_size=cfg.block_size, memory_window=cfg.memory_window,
+                bytes=(out / "nat.safetensors").stat().st_size)
+    (out / "README.md").write_text(nat_lm_card(info))
+    log(f"saved the NAT drafter ({info['bytes']:,} bytes fp16) and its card to {out}")
+    log(json.dumps({"before": state["before"], "after": after}))
+    return info
