@@ -156,3 +156,35 @@ def test_read_targets_keeps_exactly_the_written_lines(tmp_path):
     assert read_targets(tmp_path / "t.de", 2) == ["ein mann.", ""]
     (tmp_path / "e.de").write_text("", encoding="utf-8")
     assert read_targets(tmp_path / "e.de", 5) == []
+
+
+def test_cli_alignment_fine_tune_learns_the_given_train_targets(trained, tmp_path):
+    """BiLD prediction alignment as `train seq2seq --init-from MODEL --train-targets FILE`: the fine-tune learns the
+    file's sentences, not the references (here one constant sentence for a prefix of the train sources, which is
+    what a partly written `train distill` file gives)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from typer.testing import CliRunner
+
+    from draftverify.train.cli import train_app
+
+    root, data, out, _ = trained
+    targets = tmp_path / "train.de"
+    targets.write_text("ein hund.\n" * 40, encoding="utf-8")
+    export = tmp_path / "aligned"
+    result = CliRunner().invoke(train_app, [
+        "seq2seq", "--out", str(tmp_path / "run"), "--export", str(export), "--tokenizer", str(root / "tok"),
+        "--data", str(data), "--preset", "tiny", "--init-from", str(out / "export"), "--train-targets", str(targets),
+        "--max-steps", "60", "--lr", "1e-2", "--warmup-steps", "2", "--label-smoothing", "0", "--max-tokens", "128",
+        "--threads", "1",
+        "--no-bf16", "--eval-every", "1000", "--bleu-sentences", "3", "--checkpoint-minutes", "1000",
+        "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "has 40 of the 80 train targets" in result.output
+    report = json.loads((export / "training_report.json").read_text())
+    assert report["train_pairs"] == 40 and report["train_targets"] == str(targets)
+    assert report["init_from"] == str(out / "export")
+    tok = AutoTokenizer.from_pretrained(str(export))
+    model = AutoModelForSeq2SeqLM.from_pretrained(str(export), dtype=torch.float32).eval()
+    hyp = seq2seq.translate(model, tok, ["a red dog walks.", "the man rides a bike on the street."], max_len=12)
+    assert hyp == ["ein hund.", "ein hund."]
+    assert "distillation" in (export / "README.md").read_text()
