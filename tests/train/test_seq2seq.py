@@ -188,3 +188,20 @@ def test_cli_alignment_fine_tune_learns_the_given_train_targets(trained, tmp_pat
     hyp = seq2seq.translate(model, tok, ["a red dog walks.", "the man rides a bike on the street."], max_len=12)
     assert hyp == ["ein hund.", "ein hund."]
     assert "distillation" in (export / "README.md").read_text()
+
+
+def test_card_of_an_aligned_model_reports_bild_before_and_after(trained):
+    """scripts/translate_cards.py attaches bench-translate's before / after figures to draft-aligned's report; the
+    card prints both small models' fewest large-model calls (a missing operating point as '-')."""
+    from draftverify.train.seq2seq_card import model_card
+
+    _, _, out, _ = trained
+    report = json.loads((out / "export" / "training_report.json").read_text())
+    bench = {"command": "draftverify bench-translate --counts-only", "sentences": 100, "prompts": "multi30k:test",
+             "name": "translate-bild-aligned",
+             "aligned": {"greedy_bleu": 23.4, "fewest_target_calls": {
+                 "bild": {"no_loss": 12.5, "within_1_bleu": None}, "bild_aligned": {"no_loss": 9.25, "within_1_bleu": 7.0}}}}
+    card = model_card({**report, "role": "small-aligned", "bild_alignment": bench})
+    assert "| original (`draft`) | 12.50 | - |" in card and "| aligned (this model) | 9.25 | 7.00 |" in card
+    assert "benchmarks/translate-bild-aligned.md" in card
+    assert "BiLD with this model" not in model_card({**report, "bild_alignment": {"aligned": {}}})
