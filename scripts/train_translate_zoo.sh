@@ -20,5 +20,14 @@ draftverify train distill --model zoo/translate/target --data "$DATA" --split tr
 draftverify train nat --target zoo/translate/target --train-targets runs/translate/distill/train.de \
     --val-targets runs/translate/distill/val.de --data "$DATA" --out runs/translate/nat --export zoo/translate/nat \
     --block-size 8 --layers 3 --max-minutes 20 --threads 1
-# 5. the cards, from the training reports (--rescore measures BLEU / chrF again: greedy val + test, beam-5 test)
+# 5. BiLD prediction alignment (BiLD 3.5.1): the small model fine-tuned on the target's greedy translations, then
+#    BiLD before / after in counts (the aligned model is copied to zoo/translate/draft-aligned only if it needs fewer
+#    large-model calls at equal BLEU)
+draftverify train seq2seq --data "$DATA" --tokenizer zoo/translate/tokenizer --out runs/translate/align \
+    --export runs/translate/align/export --init-from zoo/translate/draft --train-targets runs/translate/distill/train.de \
+    --preset small --max-steps 300 --max-minutes 15 --lr 5e-4 --warmup-steps 50 --threads 1 --eval-minutes 100
+draftverify bench-translate --zoo translate --data-dir "$(dirname "$DATA")" --aligned-draft runs/translate/align/export \
+    --num-prompts 100 -n 64 --ks "" --betas "" --gammas 3 --bild-fb 0.2,0.4,0.6,0.8 --bild-rb 2,5 --bild-gamma 10 \
+    --threads 1 --counts-only --out benchmarks --name translate-bild-aligned
+# 6. the cards, from the training reports (--rescore measures BLEU / chrF again: greedy val + test, beam-5 test)
 python scripts/translate_cards.py --data "$DATA" --rescore

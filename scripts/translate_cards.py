@@ -2,9 +2,10 @@
 
     PYTHONPATH=src python scripts/translate_cards.py [--rescore] [--data ../shared/data/multi30k_en_de]
 
-target/ and draft/: README.md from training_report.json (train/seq2seq_card.py); --rescore first replaces the
-report's scores with greedy val / test_2016_flickr (and --beam B test_2016_flickr), measured here. nat/: README.md from
-nat.json.
+target/, draft/ and draft-aligned/: README.md from training_report.json (train/seq2seq_card.py); --rescore first
+replaces the report's scores with greedy val / test_2016_flickr (and --beam B test_2016_flickr), measured here.
+draft-aligned/'s card also gets BiLD's before / after from --alignment-bench (bench-translate's JSON), when it exists.
+nat/: README.md from nat.json.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from draftverify.train.seq2seq_card import model_card, nat_card
 
-ROLES = {"target": "target", "draft": "small"}
+ROLES = {"target": "target", "draft": "small", "draft-aligned": "small-aligned"}
 
 
 def main() -> None:
@@ -24,6 +25,8 @@ def main() -> None:
     ap.add_argument("--rescore", action="store_true")
     ap.add_argument("--beam", type=int, default=0, help="with --rescore: also test_2016_flickr with this beam size")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--alignment-bench", type=Path, default=Path("benchmarks/translate-bild-aligned.json"),
+                    help="bench-translate JSON with the original and aligned small models (draft-aligned's card)")
     args = ap.parse_args()
     for folder, role in ROLES.items():
         path = args.zoo / folder / "training_report.json"
@@ -32,6 +35,8 @@ def main() -> None:
             continue
         report = json.loads(path.read_text())
         report["role"] = role
+        if folder == "draft-aligned" and args.alignment_bench.is_file():
+            report["bild_alignment"] = json.loads(args.alignment_bench.read_text())
         if args.rescore:
             report["scores"] = rescore(args.zoo / folder, args.data, report["languages"], args.threads, args.beam)
             path.write_text(json.dumps(report, indent=1, default=str) + "\n")

@@ -490,6 +490,11 @@ def bench(
 @app.command("bench-translate")
 def bench_translate(
     zoo: str = typer.Option("translate", "--zoo", help="Zoo entry with an encoder-decoder target (and draft, nat)."),
+    draft: Optional[Path] = typer.Option(None, "--draft", help="Small model of the hf_assisted, model and bild rows "
+                                         "(default: the zoo's draft, if it has one)."),
+    aligned_draft: Optional[Path] = typer.Option(
+        None, "--aligned-draft", help="Aligned small model (BiLD prediction alignment) for the model_aligned and "
+        "bild_aligned rows (default: the zoo's draft-aligned, if it has one)."),
     data_dir: Path = typer.Option(Path("../shared/data"), "--data-dir", help="Folder holding multi30k_en_de/."),
     split: str = typer.Option("test_2016_flickr", "--split", help="Multi30k split whose sources are translated."),
     num_prompts: int = typer.Option(100, "--num-prompts", help="The first N sentences."),
@@ -506,6 +511,8 @@ def bench_translate(
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
     out: Path = typer.Option(Path("benchmarks"), "--out", help="Writes <name>.json, <name>.md, <name>-bild.png."),
     name: str = typer.Option("translate-multi30k", "--name"),
+    counts_only: bool = typer.Option(False, "--counts-only", help="No timings (a busy machine): BLEU, tokens per "
+                                     "target call, large- and small-model calls; the BiLD plot against calls."),
 ) -> None:
     """SpecDec (k sweep), SpecDec++ (beta x tau), BiLD (thresholds) vs AT greedy / beam / HF assisted: BLEU, speed."""
     import shlex
@@ -532,10 +539,17 @@ def bench_translate(
         target = load_model(paths["target"])
         if not getattr(target.config, "is_encoder_decoder", False):
             raise DraftVerifyError(f"bench-translate needs an encoder-decoder target; zoo {zoo!r}'s is decoder-only")
-        draft = load_model(paths["draft"], role="draft") if paths["draft"].exists() else None
+        small = {}
+        for role, option, explicit, default in (("draft", "--draft", draft, paths["draft"]),
+                                                ("aligned draft", "--aligned-draft", aligned_draft, paths["draft_aligned"])):
+            if explicit is not None and not explicit.exists():
+                raise DraftVerifyError(f"{option} {explicit}: no such directory (an exported small translation model)")
+            path = explicit or (default if default.exists() else None)
+            small[role] = load_model(path, role=role) if path is not None else None
         nat = paths["nat"] if paths["nat"].exists() else None
-        result = run_sweep(target, draft, nat, load_tokenizer(paths["target"]), prompts, max_new_tokens,
-                           log=lambda m: err_console.print(f"[dim]{m}[/dim]"), **grid)
+        result = run_sweep(target, small["draft"], nat, load_tokenizer(paths["target"]), prompts, max_new_tokens,
+                           log=lambda m: err_console.print(f"[dim]{m}[/dim]"), aligned_model=small["aligned draft"],
+                           counts_only=counts_only, **grid)
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None

@@ -85,3 +85,52 @@ def test_bench_translate_bad_input_exits_2(tiny_zoo, monkeypatch, tmp_path):
     assert result.exit_code == 2 and "--data-dir" in result.output
     result = CliRunner().invoke(app, ["bench-translate", "--data-dir", str(tiny_zoo / "data"), "--ks", "two"])
     assert result.exit_code == 2 and "comma list" in result.output
+
+
+def _bench_counts(tiny_zoo, out, *extra):
+    return CliRunner().invoke(app, ["bench-translate", "--data-dir", str(tiny_zoo / "data"), "--num-prompts", "3",
+                                    "-n", "6", "--ks", "", "--betas", "", "--gammas", "2", "--bild-fb", "0.3,0.9",
+                                    "--bild-rb", "2", "--threads", "1", "--counts-only", "--out", str(out),
+                                    "--name", "c", *extra])
+
+
+def test_counts_only_before_and_after_with_a_perfectly_aligned_small_model(tiny_zoo, monkeypatch, tmp_path):
+    """--counts-only records no timing; --aligned-draft adds model_aligned / bild_aligned rows beside the original
+    small model's. With the target itself as the "aligned" small model (perfect prediction alignment) every draft is
+    accepted: more tokens per target call and fewer large-model calls than the random small model, AT greedy's text."""
+    monkeypatch.setenv("DRAFTVERIFY_ZOO", str(tiny_zoo / "zoo"))
+    result = _bench_counts(tiny_zoo, tmp_path, "--aligned-draft", str(tiny_zoo / "zoo" / "translate" / "target"),
+                           "--bild-fb", "0,0.9", "--bild-rb", "10")
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "c.json").read_text())
+    rows = {r["name"]: r for r in data["rows"]}
+    assert {"model[g=2]", "model_aligned[g=2]", "bild[fb=0,rb=10]", "bild_aligned[fb=0.9,rb=10]"} <= set(rows)
+    assert not any(n.startswith(("hf_assisted", "specdec")) for n in rows)
+    assert data["counts_only"] and not any("seconds_per_sentence" in r or "time_split" in r for r in data["rows"])
+    assert rows["autoregressive"]["tokens_per_call"] == 1.0 and rows["autoregressive"]["draft_calls_per_sentence"] == 0
+    assert rows["model_aligned[g=2]"]["tokens_per_call"] > 1.5 > rows["model[g=2]"]["tokens_per_call"]
+    # fallback 0, lenient rollback: both small models draft up to --bild-gamma tokens and the target keeps them; the
+    # random one's text is its own, the aligned one's is AT greedy's, in fewer large-model calls than one per token
+    before, after = rows["bild[fb=0,rb=10]"], rows["bild_aligned[fb=0,rb=10]"]
+    assert after["same_as_greedy"] == 1.0 > before["same_as_greedy"]
+    assert after["target_calls_per_sentence"] < rows["autoregressive"]["target_calls_per_sentence"]
+    pairs = data["aligned"]["pairs"]
+    assert [p["row"] for p in pairs] == ["model[g=2]", "bild[fb=0,rb=10]", "bild[fb=0.9,rb=10]"]
+    assert pairs[1]["target_calls_per_sentence"] == [before["target_calls_per_sentence"], after["target_calls_per_sentence"]]
+    fewest = data["aligned"]["fewest_target_calls"]
+    assert fewest["bild_aligned"]["no_loss"] == after["target_calls_per_sentence"]
+    md = (tmp_path / "c.md").read_text()
+    assert "| s / sentence |" not in md and "speedup" not in md and "Where the time goes" not in md
+    assert "## Prediction alignment" in md and "`bild[fb=0.9,rb=10]`" in md
+    assert (tmp_path / "c-bild.png").is_file()
+
+
+def test_bench_translate_bad_small_models_exit_2(tiny_zoo, monkeypatch, tmp_path):
+    from transformers import MarianMTModel
+
+    monkeypatch.setenv("DRAFTVERIFY_ZOO", str(tiny_zoo / "zoo"))
+    result = _bench_counts(tiny_zoo, tmp_path, "--aligned-draft", str(tmp_path / "missing"))
+    assert result.exit_code == 2 and "--aligned-draft" in result.output
+    MarianMTModel(make_config("tiny", 77, 0)).save_pretrained(str(tmp_path / "other-vocab"))
+    result = _bench_counts(tiny_zoo, tmp_path, "--draft", str(tmp_path / "other-vocab"))
+    assert result.exit_code == 2 and "vocab_size" in result.output and "--draft" in result.output

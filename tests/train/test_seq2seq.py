@@ -156,3 +156,52 @@ def test_read_targets_keeps_exactly_the_written_lines(tmp_path):
     assert read_targets(tmp_path / "t.de", 2) == ["ein mann.", ""]
     (tmp_path / "e.de").write_text("", encoding="utf-8")
     assert read_targets(tmp_path / "e.de", 5) == []
+
+
+def test_cli_alignment_fine_tune_learns_the_given_train_targets(trained, tmp_path):
+    """BiLD prediction alignment as `train seq2seq --init-from MODEL --train-targets FILE`: the fine-tune learns the
+    file's sentences, not the references (here one constant sentence for a prefix of the train sources, which is
+    what a partly written `train distill` file gives)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from typer.testing import CliRunner
+
+    from draftverify.train.cli import train_app
+
+    root, data, out, _ = trained
+    targets = tmp_path / "train.de"
+    targets.write_text("ein hund.\n" * 40, encoding="utf-8")
+    export = tmp_path / "aligned"
+    result = CliRunner().invoke(train_app, [
+        "seq2seq", "--out", str(tmp_path / "run"), "--export", str(export), "--tokenizer", str(root / "tok"),
+        "--data", str(data), "--preset", "tiny", "--init-from", str(out / "export"), "--train-targets", str(targets),
+        "--max-steps", "60", "--lr", "1e-2", "--warmup-steps", "2", "--label-smoothing", "0", "--max-tokens", "128",
+        "--threads", "1",
+        "--no-bf16", "--eval-every", "1000", "--bleu-sentences", "3", "--checkpoint-minutes", "1000",
+        "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "has 40 of the 80 train targets" in result.output
+    report = json.loads((export / "training_report.json").read_text())
+    assert report["train_pairs"] == 40 and report["train_targets"] == str(targets)
+    assert report["init_from"] == str(out / "export")
+    tok = AutoTokenizer.from_pretrained(str(export))
+    model = AutoModelForSeq2SeqLM.from_pretrained(str(export), dtype=torch.float32).eval()
+    hyp = seq2seq.translate(model, tok, ["a red dog walks.", "the man rides a bike on the street."], max_len=12)
+    assert hyp == ["ein hund.", "ein hund."]
+    assert "distillation" in (export / "README.md").read_text()
+
+
+def test_card_of_an_aligned_model_reports_bild_before_and_after(trained):
+    """scripts/translate_cards.py attaches bench-translate's before / after figures to draft-aligned's report; the
+    card prints both small models' fewest large-model calls (a missing operating point as '-')."""
+    from draftverify.train.seq2seq_card import model_card
+
+    _, _, out, _ = trained
+    report = json.loads((out / "export" / "training_report.json").read_text())
+    bench = {"command": "draftverify bench-translate --counts-only", "sentences": 100, "prompts": "multi30k:test",
+             "name": "translate-bild-aligned",
+             "aligned": {"greedy_bleu": 23.4, "fewest_target_calls": {
+                 "bild": {"no_loss": 12.5, "within_1_bleu": None}, "bild_aligned": {"no_loss": 9.25, "within_1_bleu": 7.0}}}}
+    card = model_card({**report, "role": "small-aligned", "bild_alignment": bench})
+    assert "| original (`draft`) | 12.50 | - |" in card and "| aligned (this model) | 9.25 | 7.00 |" in card
+    assert "benchmarks/translate-bild-aligned.md" in card
+    assert "BiLD with this model" not in model_card({**report, "bild_alignment": {"aligned": {}}})

@@ -17,6 +17,20 @@ def _scores_lines(report: dict) -> list[str]:
             f"sacrebleu signatures: `{sig['bleu_signature']}`, `{sig['chrf_signature']}`."]
 
 
+def _alignment_lines(bench: dict) -> list[str]:
+    """BiLD before / after (bench-translate's `aligned` figures): the fewest large-model calls per sentence."""
+    fewest = bench["aligned"]["fewest_target_calls"]
+    f2 = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    return ["## BiLD with this model (prediction alignment, before / after)", "",
+            f"From `{bench['command']}` ({bench['sentences']} sentences of {bench['prompts']}; AT greedy BLEU "
+            f"{bench['aligned']['greedy_bleu']:.2f}); the fewest large-model calls per sentence among the BiLD "
+            "fallback / rollback settings:", "",
+            "| small model | at no BLEU loss | within 1 BLEU |", "|---|---|---|",
+            *[f"| {label} | {f2(fewest[family]['no_loss'])} | {f2(fewest[family]['within_1_bleu'])} |"
+              for family, label in (("bild", "original (`draft`)"), ("bild_aligned", "aligned (this model)"))],
+            "", f"Every row: `benchmarks/{bench['name']}.md`.", ""]
+
+
 def model_card(report: dict) -> str:
     cfg = report["config"]
     src, tgt = report["languages"]
@@ -77,6 +91,7 @@ def model_card(report: dict) -> str:
         "Measured at the end of training by the training command (HF `generate`, greedy); "
         "`python scripts/translate_cards.py --rescore` measures them again.",
         "",
+        *(_alignment_lines(report["bild_alignment"]) if (report.get("bild_alignment") or {}).get("aligned") else []),
         "## Usage",
         "",
         "```python",
