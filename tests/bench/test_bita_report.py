@@ -28,7 +28,7 @@ def test_report_runs_every_table_exactly_and_counts_widths():
     assert br.relative_cost(cost, 1) == 1.0 and br.relative_cost(cost, 64) == 4.0 and br.relative_cost(cost, 65) is None
     assert full["estimated_speedup"] == full["tokens_per_call"] / br.relative_cost(cost, full["mean_verify_width"])
     text = br.markdown(result, "draftverify bita-report --test")
-    assert "| full tree k=4 |" in text and "Number of mask tokens" in text
+    assert "| full tree k=4 |" in text and "Mask tokens used at decode time" in text
 
 
 def test_adapter_tables_compare_trained_counts_against_the_first_adapter(monkeypatch, tmp_path):
@@ -43,7 +43,8 @@ def test_adapter_tables_compare_trained_counts_against_the_first_adapter(monkeyp
     calls = []
     measure = br.measure
     monkeypatch.setattr(br, "measure", lambda *a, **k: calls.append(1) or measure(*a, **k))
-    facts = {"d4": {"steps": 60, "heldout_accuracy": {"before": [0.1, 0.1, 0.1], "after": [0.5, 0.25, 0.125]}}}
+    facts = {"d4": {"steps": 60, "heldout_accuracy": {"before": [0.1, 0.1, 0.1], "after": [0.5, 0.25, 0.125]},
+                    "command": "draftverify train bita --num-prompts 4"}}
     prompts = [torch.tensor([[5, 17, 33, 8, 41]])]
     tables = ("prompts", "prompt-count", "mask-count", "masks")
     result = br.run_report(model, adapters, "d4", prompts, new_tokens=8, topk=2, eos=None, log=lambda m: None,
@@ -64,6 +65,7 @@ def test_adapter_tables_compare_trained_counts_against_the_first_adapter(monkeyp
     text = br.markdown(result, "draftverify bita-report --test")
     assert "| deep prompt (P=4), M=3 | 60 | 0.500 / 0.250 / 0.125 |" in text
     assert "| deep prompt (P=8), M=3 | - | - |" in text and "one adapter per P" in text and "one adapter per M" in text
+    assert "- `d4`: `draftverify train bita --num-prompts 4`" in text and "`d8`:" not in text  # d8 has no facts
 
     from draftverify.bench.plots import plot_bita_counts
 

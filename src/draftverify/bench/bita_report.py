@@ -148,7 +148,8 @@ def run_report(target, adapters: dict[str, BitaAdapter], main: str, prompts: lis
             f"width {counts['mean_verify_width']:.1f}  equal {counts['equal_to_greedy']:.0%}")
     return {"prompts": len(prompts), "new_tokens": new_tokens, "topk": topk, "main_adapter": main,
             "adapters": {name: {"prompt": a.config.prompt, "num_prompts": a.config.num_prompts,
-                                "num_masks": a.config.num_masks} for name, a in adapters.items()},
+                                "num_masks": a.config.num_masks, "steps": facts.get(name, {}).get("steps"),
+                                "command": facts.get(name, {}).get("command")} for name, a in adapters.items()},
             "rows": rows}
 
 
@@ -163,7 +164,7 @@ def markdown(result: dict, command: str) -> str:
               "prompts": f"Prompt designs (Table 3), efficient tree k={k}",
               "prompt-count": f"Number of prompt tokens (Figure 8), one adapter per P, efficient tree k={k}",
               "mask-count": f"Number of mask tokens (Figure 9), one adapter per M, efficient tree k={k}",
-              "masks": f"Number of mask tokens (Figure 9), efficient tree k={k}"}
+              "masks": f"Mask tokens used at decode time (the first m of one adapter's M), efficient tree k={k}"}
     lines = [f"# BiTA ablations on the code zoo (counts; greedy, {result['prompts']} HumanEval prompts, "
              f"{result['new_tokens']} new tokens each)", "", "Reproduce:", "", "```bash", command, "```", "",
              "tokens/call = new tokens / target calls; width = positions one target call scores (pending token + "
@@ -191,6 +192,12 @@ def markdown(result: dict, command: str) -> str:
         lines.append("")
     if result.get("plot"):
         lines += [f"![tokens per call vs P and vs M]({result['plot']})", ""]
+    trained = {name: a["command"] for name, a in result["adapters"].items() if a.get("command")}
+    if trained:
+        lines += ["## The adapters' training commands (from their bita.json)", ""]
+        for name, cmd in trained.items():
+            lines += [f"- `{name}`: `{cmd}`"]
+        lines.append("")
     return "\n".join(lines)
 
 
