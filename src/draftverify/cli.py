@@ -606,17 +606,17 @@ def bpd_report(
 @app.command("bita-report")
 def bita_report(
     zoo: str = typer.Option("code", "--zoo", help="Zoo entry whose target (and default adapter) are used."),
-    bita: Optional[list[Path]] = typer.Option(None, "--bita", help="Adapter folder(s); the first drives the mode and mask tables, each one is a prompt-design row (default: the zoo's)."),
+    bita: Optional[list[Path]] = typer.Option(None, "--bita", help="Adapter folder(s); the first drives the mode and mask tables and is the reference the prompts, prompt-count and mask-count tables compare the others with (same M and P / kind and M / kind and P) (default: the zoo's)."),
     prompts: int = typer.Option(8, "--prompts", help="HumanEval prompts (the first N)."),
     new_tokens: int = typer.Option(64, "--new-tokens"),
     topk: int = typer.Option(3, "--topk", help="Efficient-tree candidates per mask token for the prompt and mask tables."),
-    tables: str = typer.Option("modes,prompts,masks", "--tables", help="Comma list of the tables to run: modes, prompts, masks."),
+    tables: str = typer.Option("modes,prompts,masks", "--tables", help="Comma list of the tables to run: modes, prompts, prompt-count, mask-count, masks."),
     cost: Optional[Path] = typer.Option(None, "--cost", help="A cost-curve JSON (draftverify bench --cost-curve) for estimated speedups."),
     out: str = typer.Option("benchmarks/bita-humaneval", "--out", help="Writes OUT.json and OUT.md."),
     threads: Optional[int] = typer.Option(None, "--threads"),
 ) -> None:
-    """BiTA ablations on the zoo: decoding modes, prompt designs, number of mask tokens (tokens per target call,
-    verify width, greedy equality; counts only, no timing claims)."""
+    """BiTA ablations on the zoo: decoding modes, prompt designs, numbers of prompt and mask tokens (tokens per
+    target call, verify width, greedy equality; counts only, no timing claims)."""
     import shlex
 
     from .api import zoo_paths

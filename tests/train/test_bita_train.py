@@ -100,6 +100,24 @@ def test_train_bita_learns_resumes_and_drives_the_decoder(assets, tmp_path):
     assert out.stats.tokens_per_call > 1.2
 
 
+def test_adapters_trained_with_one_work_dir_share_its_generations(assets, tmp_path, monkeypatch):
+    logs: list[str] = []
+    tb.train_bita(_opts(assets, tmp_path, max_steps=1, out_dir=str(tmp_path / "deep")), log=logs.append)
+    assert not any("cached in" in m for m in logs)  # the first run generates
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("generated again")
+
+    monkeypatch.setattr(tb, "batched_greedy", no_generation)
+    logs.clear()
+    info = tb.train_bita(_opts(assets, tmp_path, max_steps=1, prompt="none", num_masks=2, out_dir=str(tmp_path / "none")),
+                         log=logs.append)
+    assert any("all 16 continuations cached in" in m for m in logs) and any("all 6 continuations" in m for m in logs)
+    assert len(info["heldout_accuracy"]["after"]) == 2 and not any("resuming" in m for m in logs)
+    assert sorted(p.name for p in (tmp_path / "work").glob("checkpoint-*.pt")) == [
+        "checkpoint-deep-m3-p4.pt", "checkpoint-none-m2-p4.pt"]  # one checkpoint per adapter, one data set
+
+
 def test_bad_options_are_refused(assets, tmp_path):
     with pytest.raises(lm.TrainError, match="--prompt"):
         tb.train_bita(_opts(assets, tmp_path, prompt="wide"))

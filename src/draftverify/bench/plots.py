@@ -1,4 +1,5 @@
-"""PNG plots (matplotlib, Agg): speedup per runner, tokens per call vs gamma (ours vs HF), BiLD quality/latency."""
+"""PNG plots (matplotlib, Agg): speedup per runner, tokens per call vs gamma (ours vs HF), BiLD quality/latency,
+BiTA tokens per call vs its prompt and mask counts."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -136,6 +137,32 @@ def plot_bild(rows: list[dict], path: Path, title: str) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     fig.suptitle(f"{title}: BiLD quality vs latency (numbers: alpha_FB)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_bita_counts(rows: list[dict], path: Path, title: str) -> Path:
+    """BiTA Figures 8-9: tokens per target call against P (prompt-count rows) and M (mask-count rows) of bita-report,
+    the mean verify width on a second axis (what the extra tokens per call cost in positions scored)."""
+    plt = pyplot()
+    panels = [(t, key, label) for t, key, label in (("prompt-count", "num_prompts", "prompt tokens P"),
+                                                    ("mask-count", "num_masks", "mask tokens M"))
+              if any(r["table"] == t for r in rows)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    for ax, (table, key, label) in zip(axes[0], panels):
+        pts = sorted((r for r in rows if r["table"] == table), key=lambda r: r[key])
+        xs = [r[key] for r in pts]
+        ax.plot(xs, [r["tokens_per_call"] for r in pts], marker="o", color="#1f77b4", label="tokens / call")
+        ax.set_xlabel(label)
+        ax.set_ylabel("tokens per target call", color="#1f77b4")
+        ax.set_xticks(xs)
+        ax.grid(alpha=0.3)
+        width = ax.twinx()
+        width.plot(xs, [r["mean_verify_width"] for r in pts], marker="s", linestyle="--", color="#888888")
+        width.set_ylabel("verify width (positions per call)", color="#888888")
+    fig.suptitle(f"{title}: tokens per call vs prompt and mask tokens (greedy, efficient tree)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

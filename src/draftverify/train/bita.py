@@ -126,7 +126,8 @@ def batched_greedy(model, prompts: list[list[int]], new_tokens: int, eos: int | 
 def generations(path: Path, key: dict, prompts: list[dict], model, opts: BitaOptions, eos, pad, log, desc: str,
                 progress: bool) -> list[dict]:
     """Cached (resumable) greedy continuations: JSONL of a header then {"i", "prompt", "continuation"} records,
-    appended batch by batch (in length order), so an interrupted run keeps every finished batch."""
+    appended batch by batch (in length order), so an interrupted run keeps every finished batch. The header (key)
+    names only the data settings, not M, P or the prompt kind: adapters trained with one --work-dir share the data."""
     done: dict[int, dict] = {}
     if path.is_file():
         lines = path.read_text().splitlines()
@@ -143,7 +144,9 @@ def generations(path: Path, key: dict, prompts: list[dict], model, opts: BitaOpt
     if not path.is_file():
         path.write_text(json.dumps(key) + "\n")
     todo = sorted((i for i in range(len(prompts)) if i not in done), key=lambda i: len(prompts[i]["prompt"]))
-    if todo:
+    if not todo:
+        log(f"{desc}: all {len(prompts)} continuations cached in {path}")
+    else:
         bar = align._bar(len(prompts), len(prompts) - len(todo), desc, progress)
         order = iter(todo)
 
