@@ -26,19 +26,18 @@ if draftverify bench --help | grep -q -- "--compile"; then
 fi
 # 2b. where a one-token forward's time goes: PyTorch's matrix-vector floor against llama.cpp's time per token
 python scripts/gemv_floor.py --threads 2 --rounds 40
-# 3. the cost of scoring n tokens: eager (few-row layout and torch's stock one) vs compiled, float32 vs bfloat16,
-#    with greedy equality rates; then eager float32 out to 64 tokens (BiTA's tree sizes are chosen from it)
-draftverify bench --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,4,8,16 --out benchmarks \
-    --cost-modes eager-float32,eager-float32-gemm,eager-bfloat16,compiled-float32,compiled-bfloat16
-draftverify bench --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,3,4,5,6,8,12,16,24,32,40,48,64 \
-    --cost-modes eager-float32,eager-float32-gemm --name cost-code-wide --out benchmarks
-draftverify bita-report --prompts 6 --new-tokens 48 --tables modes,masks --threads 1 \
-    --cost benchmarks/cost-code-wide.json --out benchmarks/bita-humaneval
+# 3. the cost of scoring n tokens, eager: float32 with the engine's few-row layout and with torch's stock one,
+#    bfloat16; greedy equality rates (the compiled modes: add compiled-float32,compiled-bfloat16, ~2 min per width);
+#    then BiTA's decoding modes with estimated speedups from that curve
+draftverify bench --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,3,4,6,8,12,16,24,32,48,64 \
+    --cost-modes eager-float32,eager-float32-gemm,eager-bfloat16 --out benchmarks
+draftverify bita-report --prompts 6 --new-tokens 48 --tables modes --threads 1 --cost benchmarks/cost-code.json \
+    --out benchmarks/bita-humaneval
 # 4. a user's first call: fresh processes, ratio to --method autoregressive
 python scripts/cold_start.py --runs 3 --threads 2
 # 5. batch throughput: HF generate (batched) vs our loop without drafting and our best methods, B = 1, 2, 4, 8
-draftverify bench-batch --zoo code --methods lookup_model,prompt_lookup --batch-sizes 1,2,4,8 --num-prompts 8 \
-    --max-new-tokens 64 --threads 2 --out benchmarks
-# 6. the server under load: 8 concurrent streaming clients, 1,000 requests (loopback only), RSS before / after
+draftverify bench-batch --zoo code --methods 'lookup_model,lookup_model[auto],prompt_lookup' --batch-sizes 1,2,4,8 \
+    --num-prompts 8 --max-new-tokens 64 --threads 2 --out benchmarks
+# 6. the server under load: 8 concurrent streaming clients, 1,000 requests (loopback only), RSS sampled every 100
 python scripts/load_test.py --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 1000 \
-    --duration 900 --max-tokens 16 --out benchmarks/load-test.json
+    --duration 900 --max-tokens 16 --rss-every 100 --rss-warm 200 --out benchmarks/load-test.json
