@@ -66,11 +66,14 @@ def test_training_keeps_stock_kernels_and_gradients():
 
 def test_switches(monkeypatch):
     cpu = torch.device("cpu")
-    assert isinstance(few_row_linears(cpu, torch.float32), FewRowLinear)
-    assert not isinstance(few_row_linears(cpu, torch.bfloat16), FewRowLinear)
-    assert not isinstance(few_row_linears(cpu, torch.float32, on=False), FewRowLinear)
+    assert isinstance(few_row_linears(cpu, torch.float32, rows=4), FewRowLinear)
+    assert isinstance(few_row_linears(cpu, torch.float32, rows=MAX_ROWS), FewRowLinear)
+    for rows in (1, MAX_ROWS + 1):  # one-token decoding and prefills pay no mode dispatch at all
+        assert not isinstance(few_row_linears(cpu, torch.float32, rows=rows), FewRowLinear)
+    assert not isinstance(few_row_linears(cpu, torch.bfloat16, rows=4), FewRowLinear)
+    assert not isinstance(few_row_linears(cpu, torch.float32, rows=4, on=False), FewRowLinear)
     monkeypatch.setenv(ENV_SWITCH, "0")
-    assert not isinstance(few_row_linears(cpu, torch.float32), FewRowLinear)
+    assert not isinstance(few_row_linears(cpu, torch.float32, rows=4), FewRowLinear)
 
 
 def test_cached_lm_logits_match_the_stock_layout(monkeypatch):

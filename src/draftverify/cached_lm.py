@@ -465,7 +465,7 @@ class CachedLM:
         if additive_mask is not None:
             kwargs["attention_mask"] = additive_mask
         # the compiled graph has its own kernels; eager CPU float32 scores few rows in the W @ x.T layout
-        with few_row_linears(self.device, self.dtype, on=model is self.model):
+        with few_row_linears(self.device, self.dtype, rows=batch * n, on=model is self.model):
             if self.is_encoder_decoder:
                 out = model(
                     encoder_outputs=self.encoder_outputs,

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-MAX_ROWS = 16  # past this, the GEMM path is as fast (benchmarks/cost-code.md, eager-float32 vs -gemm)
+MAX_ROWS = 8  # at 12-16 rows the stock GEMM path is as fast or faster (benchmarks/cost-code.md, -gemm mode)
 ENV_SWITCH = "DRAFTVERIFY_FEW_ROW_LINEAR"  # "0" turns the layout off for a process
 
 
@@ -46,8 +46,10 @@ def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "1") != "0"
 
 
-def few_row_linears(device: torch.device, dtype: torch.dtype, on: bool = True):
-    """The mode for a model on `device` in `dtype` (a no-op context where it cannot help)."""
-    if on and enabled() and device.type == "cpu" and dtype == torch.float32:
+def few_row_linears(device: torch.device, dtype: torch.dtype, rows: int, on: bool = True):
+    """The mode for a forward of `rows` token rows (batch x tokens) of a model on `device` in `dtype`; a no-op
+    context where it cannot help. A mode sees every torch call of the forward (about 3 ms per forward of the zoo
+    target in Python dispatch), so it is entered only for 2..MAX_ROWS rows, never for one-token decoding."""
+    if on and 2 <= rows <= MAX_ROWS and enabled() and device.type == "cpu" and dtype == torch.float32:
         return FewRowLinear()
     return contextlib.nullcontext()

@@ -91,7 +91,7 @@ class StaticForward:
         positions = torch.arange(start, start + ids.shape[1])  # [n]
         if start > 0:  # move the write position back (transformers 5 counts it in the cache, not cache_position)
             keep_positions(self.cache, start, self.capacity)
-        with few_row_linears(ids.device, self.model.dtype, on=self.few_row):
+        with few_row_linears(ids.device, self.model.dtype, rows=ids.numel(), on=self.few_row):
             return forward(input_ids=ids, past_key_values=self.cache, cache_position=positions,
                            position_ids=positions[None], use_cache=True).logits  # [1, n, V]
 
@@ -108,28 +108,30 @@ class StaticForward:
 def time_widths(runner: StaticForward, context: torch.Tensor, sizes: tuple[int, ...], warmup: int, repeats: int,
                 progress: Callable[[str], None] | None = None) -> tuple[list[CurvePoint], dict[int, float]]:
     """Per width n: `warmup` untimed calls (the first compiles), then `repeats` timed calls; all after the same
-    context [1, C] and at the same positions C..C+n-1. Returns the points and the first-call seconds per n."""
+    context [1, C] and at the same positions C..C+n-1. Returns the points and the first-call seconds per n.
+
+    Every width is warmed up before any is timed, and the timed calls go round the widths in turn: a process still
+    settles in its first seconds, and timing one width after another made the first widths read slow."""
     length = context.shape[1]
     feed = context[0].flip(0)  # [C] any real tokens will do; the cost does not depend on which
-    points, first_call = [], {}
+    inputs = {n: feed[torch.arange(n) % length][None] for n in sizes}  # [1, n] each
+    points, first_call = {n: CurvePoint(n) for n in sizes}, {}
     with torch.no_grad():
         runner.prefill(context)
-        for n in sizes:
-            ids = feed[torch.arange(n) % length][None]  # [1, n]
+        for n, ids in inputs.items():
             started = perf_counter()
             runner.step(ids, length)
             first_call[n] = perf_counter() - started
             for _ in range(max(0, warmup - 1)):
                 runner.step(ids, length)
-            point = CurvePoint(n)
-            for _ in range(repeats):
+        for _ in range(repeats):
+            for n, ids in inputs.items():
                 started = perf_counter()
                 runner.step(ids, length)
-                point.seconds.append(perf_counter() - started)
-            points.append(point)
-            if progress is not None:
-                progress(f"n={n}: {point.median_ms:.2f} ms")
-    return points, first_call
+                points[n].seconds.append(perf_counter() - started)
+    if progress is not None:
+        progress(", ".join(f"n={n}: {p.median_ms:.2f} ms" for n, p in points.items()))
+    return list(points.values()), first_call
 
 
 def greedy_tokens(runner: StaticForward, prompt: torch.Tensor, new_tokens: int) -> list[int]:

@@ -151,7 +151,8 @@ class BlockwiseDrafter(Drafter):
     @torch.no_grad()
     def head_logits(self) -> torch.Tensor:
         """[B, h-1, V] logits of heads 2..h at the last kept position (the draft's lattice scores)."""
-        with few_row_linears(self._hidden.device, self._hidden.dtype):  # h-1 rows through the LM head
+        rows = self._hidden.shape[0] * (self.heads.config.num_heads - 1)  # h-1 rows per sequence through the LM head
+        with few_row_linears(self._hidden.device, self._hidden.dtype, rows=rows):
             return self.heads(self._hidden, self.lm_head)
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
