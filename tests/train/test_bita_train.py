@@ -118,6 +118,17 @@ def test_adapters_trained_with_one_work_dir_share_its_generations(assets, tmp_pa
         "checkpoint-deep-m3-p4.pt", "checkpoint-none-m2-p4.pt"]  # one checkpoint per adapter, one data set
 
 
+def test_a_rerun_with_other_optimizer_settings_starts_over_and_says_why(assets, tmp_path):
+    tb.train_bita(_opts(assets, tmp_path, max_steps=2), log=_quiet)
+    logs: list[str] = []
+    info = tb.train_bita(_opts(assets, tmp_path, max_steps=3, lr=1e-2, warmup_steps=1), log=logs.append)
+    assert not any("resuming" in m for m in logs) and info["steps"] == 3
+    assert any("starting over" in m and "lr, warmup_steps differ" in m for m in logs)
+    logs.clear()
+    tb.train_bita(_opts(assets, tmp_path, max_steps=4, lr=1e-2, warmup_steps=1), log=logs.append)
+    assert any("resuming from" in m and "step 3" in m for m in logs)  # a larger budget alone goes on
+
+
 def test_bad_options_are_refused(assets, tmp_path):
     with pytest.raises(lm.TrainError, match="--prompt"):
         tb.train_bita(_opts(assets, tmp_path, prompt="wide"))

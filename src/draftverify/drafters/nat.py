@@ -159,8 +159,9 @@ class NatDecoder(nn.Module):
 
     def forward(self, target: nn.Module, tokens: torch.Tensor, slots: torch.Tensor, memory: torch.Tensor,
                 memory_mask: torch.Tensor | None = None, padding: torch.Tensor | None = None,
-                memory_end: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits [B, T, V] at every input position: position t predicts the token of position t + 1.
+                memory_end: torch.Tensor | None = None, last: int = 0) -> torch.Tensor:
+        """Logits [B, T, V] at every input position (only the last `last` when > 0: decoding needs just the slots',
+        and the output layer over the vocabulary is the drafter's largest matmul): t predicts the token of t + 1.
 
         tokens [B, T]: the prefix ids (any id where slots is True); slots [B, T] bool: [MASK] positions;
         memory [B, S, H]: the target's encoder states (or a decoder-only target's hidden states);
@@ -185,7 +186,7 @@ class NatDecoder(nn.Module):
         mem_pad = None if memory_mask is None else memory_mask == 0
         x = self.layers(x, memory, tgt_mask=self_mask, memory_mask=cross_mask, tgt_key_padding_mask=padding,
                         memory_key_padding_mask=mem_pad)
-        return output_logits(target, x)
+        return output_logits(target, x[:, -last:] if last else x)
 
     @staticmethod
     def block_mask(n: int, k: int, dtype: torch.dtype, device) -> torch.Tensor:
@@ -291,7 +292,7 @@ class NatDrafter(Drafter):
         slots = torch.zeros_like(tokens, dtype=torch.bool)
         slots[:, L:] = True
         return self.nat(target.model, tokens, slots, target.encoder_outputs.last_hidden_state,
-                        target.source_mask)[:, L - 1:]  # [B, k, V]: from the last committed token on
+                        target.source_mask, last=k)  # [B, k, V]: from the last committed token on
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         logits = self.slot_logits(state, gamma)

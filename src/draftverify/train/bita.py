@@ -344,7 +344,9 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
     ckpt_path = work / f"checkpoint-{opts.prompt}-m{opts.num_masks}-p{opts.num_prompts}.pt"
     ckpt_key = {"target_sha256": digest, "prompt": opts.prompt, "num_masks": opts.num_masks,
                 "num_prompts": opts.num_prompts, "records": len(train), "batch_size": opts.batch_size,
-                "cuts": opts.cuts, "seed": opts.seed}
+                "cuts": opts.cuts, "seed": opts.seed, "lr": opts.lr, "warmup_steps": opts.warmup_steps,
+                "min_lr_ratio": opts.min_lr_ratio, "weight_decay": opts.weight_decay, "betas": [opts.beta1, opts.beta2],
+                "grad_clip": opts.grad_clip}  # everything but the budget (max_steps, max_minutes: raise them to go on)
     step, elapsed_before = 0, 0.0
     if ckpt_path.is_file():
         state = torch.load(ckpt_path, weights_only=False)
@@ -356,7 +358,8 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
             step, elapsed_before = state["step"], state["elapsed"]
             log(f"resuming from {ckpt_path} at step {step}")
         else:
-            log(f"{ckpt_path} is for other settings; starting over")
+            changed = sorted(k for k in ckpt_key if state["key"].get(k) != ckpt_key[k])
+            log(f"{ckpt_path} was trained with other settings ({', '.join(changed)} differ); starting over")
 
     def save_checkpoint(elapsed: float) -> None:
         tmp = ckpt_path.with_name(ckpt_path.name + ".tmp")
