@@ -300,3 +300,13 @@ def test_serve_argument_errors_exit_2(args, message):
     result = runner.invoke(app, ["serve", *args])
     assert result.exit_code == 2, result.output
     assert message in result.stderr
+
+
+def test_serve_without_the_serve_extra_says_how_to_install_it(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    result = runner.invoke(app, ["serve", "--target", "x"])
+    assert result.exit_code == 2, result.output
+    assert "pip install 'draftverify[serve]'" in result.stderr

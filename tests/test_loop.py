@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ALL_ARCHS, CAUSAL_ARCHS, EOS, VOCAB, perturbed_copy, reference_greedy, varied_model
+from conftest import ALL_ARCHS, CAUSAL_ARCHS, VOCAB, perturbed_copy, reference_greedy, varied_model
 
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import EarlyExitDrafter, LookupModelDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter

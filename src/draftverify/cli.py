@@ -7,6 +7,7 @@ contract of `generate`: the text on stdout, status, warnings and the statistics 
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -226,17 +227,17 @@ def generate(
             _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling)
             return
-        on_text = None
         echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed
         echo = "" if pipe.target.is_encoder_decoder else text_in  # a translation does not continue its source
-        if not as_json:
 
-            def on_text(piece: str) -> None:
-                if not echoed:
-                    sys.stdout.write(echo)
-                    echoed.append(True)
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+        def stream(piece: str) -> None:
+            if not echoed:
+                sys.stdout.write(echo)
+                echoed.append(True)
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+
+        on_text = None if as_json else stream
 
         result = pipe.generate(text_in, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                top_p=top_p, seed=seed, coupling=coupling, on_text=on_text)
@@ -349,11 +350,8 @@ def serve(
             raise DraftVerifyError(f"--port must be in 0..65535, got {port}")
         if zoo is None and target is None:
             raise DraftVerifyError("no model: give --zoo NAME or --target PATH")
-        try:
-            import fastapi  # noqa: F401
-            import uvicorn  # noqa: F401
-        except ImportError:
-            raise DraftVerifyError("serving needs the 'serve' extra: pip install 'draftverify[serve]'") from None
+        if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
+            raise DraftVerifyError("serving needs the 'serve' extra: pip install 'draftverify[serve]'")
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
         load_args = dict(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                          gamma=_gamma(gamma), ngram_path=ngram)

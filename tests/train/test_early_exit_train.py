@@ -10,7 +10,6 @@ from tiny_corpus import train_tiny_target
 torch = pytest.importorskip("torch")
 
 from draftverify.train import early_exit as ee  # noqa: E402
-from draftverify.train import lm  # noqa: E402
 
 def _quiet(msg):
     pass

@@ -225,7 +225,7 @@ def test_filtered_out_draft_tokens_are_always_rejected():
 def test_heterogeneous_batch_rows_are_independent():
     """Rows with different (p, q) in one batch: each subset follows its own p (guards batch indexing)."""
     params = SamplingParams(temperature=1.0)
-    n, half = 2, B // 2
+    half = B // 2
     logits_a, logits_b = TARGET_LOGITS[:3], TARGET_LOGITS.flip(-1)[:3] * 1.5
     q_a, q_b = DRAFT_Q[:2], DRAFT_Q.flip(0)[:2]
     gen = torch.Generator().manual_seed(9)

@@ -6,6 +6,7 @@ step time and the tests build the same configurations.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .trainer import TrainError
