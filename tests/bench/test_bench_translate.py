@@ -10,6 +10,7 @@ from parallel_corpus import write_parallel_corpus
 from typer.testing import CliRunner
 
 from draftverify.bench.prompts import load_prompts
+from draftverify.bench.translate import tokens_per_call_needed
 from draftverify.cli import app
 from draftverify.drafters import NatDecoder
 from draftverify.train.seq2seq import make_config
@@ -77,6 +78,15 @@ def test_bench_translate_runs_every_row(tiny_zoo, monkeypatch, tmp_path):
             assert row["same_as_greedy"] == 1.0, row["name"]
     assert (tmp_path / "t.md").read_text().count("`specdec[k=") >= 2
     assert (tmp_path / "t-bild.png").is_file()
+    # a step's cost: the verifier forward and the drafter are parts of it; AR runs 1 token per call, so 2.0x needs 2
+    rows = {r["name"]: r for r in data["rows"]}
+    spec = rows["specdec[k=4]"]
+    assert 0 < spec["ms_per_verifier_call"] < spec["ms_per_step"] and 0 < spec["ms_per_drafter_call"] < spec["ms_per_step"]
+    assert rows["autoregressive"]["ms_per_drafter_call"] is None
+    ar = rows["autoregressive"]["ms_per_step"]
+    assert tokens_per_call_needed(rows["autoregressive"], ar) == 2.0
+    assert tokens_per_call_needed(spec, ar) == 2.0 * spec["ms_per_step"] / ar
+    assert "tokens / call for 2.0x" in (tmp_path / "t.md").read_text()
 
 
 def test_bench_translate_bad_input_exits_2(tiny_zoo, monkeypatch, tmp_path):

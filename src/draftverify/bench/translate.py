@@ -168,7 +168,20 @@ def _summary(row: Row, refs: list[str], greedy_ids: list[list[int]], base_second
         if base_seconds is not None:
             total = sum(s["time_total"] for s in row.stats) or 1.0
             out["time_split"] = {k.replace("time_", ""): sum(s[k] for s in row.stats) / total for k in TIME_PARTS}
+            # what one decoding step costs (the encoder pass aside): with tokens per call this sets the speed
+            draft_calls = sum(s["draft_calls"] for s in row.stats)
+            out["ms_per_step"] = 1e3 * (total - sum(s["time_prefill"] for s in row.stats)) / max(calls, 1)
+            out["ms_per_verifier_call"] = 1e3 * sum(s["time_target"] for s in row.stats) / max(calls, 1)
+            out["ms_per_drafter_call"] = (1e3 * sum(s["time_draft"] for s in row.stats) / draft_calls
+                                          if draft_calls else None)
     return out
+
+
+def tokens_per_call_needed(row: dict, ar_ms_per_token: float, speedup: float = 2.0) -> float:
+    """The tokens per call at which `row`'s measured step cost would run `speedup` x our autoregressive loop:
+    speedup x (ms per step) / (AR ms per token). Above the measured tokens per call, the drafts are too short for
+    what a step costs; the gap says whether acceptance or cost is the lever."""
+    return speedup * row["ms_per_step"] / ar_ms_per_token
 
 
 def run_sweep(target_model, draft_model, nat_path, tokenizer, prompts: list[Prompt], max_new_tokens: int,
@@ -282,9 +295,30 @@ def render_markdown(result: dict) -> str:
             lines.append(f"| `{r['name']}` | {pct(t['prefill'])} | {pct(t['draft'])} | {pct(t['target'])} | "
                          f"{pct(t['verify'])} | {pct(t['other'])} |")
         lines.append("")
+        lines += _step_cost_lines(split)
     if result["notes"]:
         lines += ["## Notes", "", *[f"- {n}" for n in result["notes"]], ""]
     return "\n".join(lines)
+
+
+def _step_cost_lines(rows: list[dict]) -> list[str]:
+    """Per-step costs against our autoregressive step, and the tokens per call 2.0x would need at that cost."""
+    ar = next((r for r in rows if r["name"] == "autoregressive" and r.get("ms_per_step")), None)
+    if ar is None:
+        return []
+    a = ar["ms_per_step"]  # one token per call: ms per token
+    lines = ["## What a step costs (ms, the encoder pass aside) and what 2.0x would need", "",
+             f"Our autoregressive loop: {a:.2f} ms per token. A row runs 2.0x that loop when its tokens per call reach "
+             "2.0 x (ms per step) / (AR ms per token).", "",
+             "| row | ms / step | ms / verifier call | ms / drafter call | tokens / call | tokens / call for 2.0x |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["name"] == "autoregressive" or not r.get("ms_per_step"):
+            continue
+        drafter = "-" if r.get("ms_per_drafter_call") is None else f"{r['ms_per_drafter_call']:.2f}"
+        lines.append(f"| `{r['name']}` | {r['ms_per_step']:.2f} | {r['ms_per_verifier_call']:.2f} | {drafter} | "
+                     f"{r['tokens_per_call']:.2f} | {tokens_per_call_needed(r, a):.2f} |")
+    return lines + [""]
 
 
 PLOT_FAMILIES = (("bild", "o"), ("bild" + ALIGNED_SUFFIX, "o"), ("model", "s"), ("model" + ALIGNED_SUFFIX, "s"),
