@@ -14,8 +14,8 @@ runners=hf_generate,ours_autoregressive,hf_assisted,hf_prompt_lookup,llamacpp,ll
 #    beside the target alone and the zoo's default method
 draftverify bench "${common[@]}" --temperature 0,1.0 --gamma 4,auto --early-exit-layers 2 --bild-fb 0.5 --bild-rb 2 \
     --runners "$runners"
-draftverify bench "${common[@]}" --temperature 0 --gamma 4,auto --name bench-humaneval-blockwise \
-    --runners hf_generate,ours_autoregressive,lookup_model,model,bpd,bpd_ngram,bpd_neural,bpd_pbest
+draftverify bench "${common[@]}" --temperature 0 --gamma 4,auto --name bench-humaneval-blockwise --bita-masks 1 \
+    --runners hf_generate,ours_autoregressive,lookup_model,model,bpd,bpd_ngram,bpd_neural,bpd_pbest,bita,bita_chain
 # 2. the compiled path (preallocated cache + torch.compile per verify width), greedy
 if draftverify bench --help | grep -q -- "--compile"; then
     draftverify bench "${common[@]}" --temperature 0 --gamma 4 --compile --name bench-humaneval-compiled \
@@ -41,3 +41,8 @@ draftverify bench-batch --zoo code --methods 'lookup_model,lookup_model[auto],pr
 # 6. the server under load: 8 concurrent streaming clients, 1,000 requests (loopback only), RSS sampled every 100
 python scripts/load_test.py --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 1000 \
     --duration 900 --max-tokens 16 --rss-every 100 --rss-warm 200 --out benchmarks/load-test.json
+# 7. translation (Multi30k test_2016_flickr): SpecDec over k, SpecDec++ over beta x tau, BiLD's threshold sweep with
+#    the small model before and after prediction alignment, speculative sampling on the same pair, HF baselines
+draftverify bench-translate --zoo translate --data-dir ../shared/data --num-prompts 200 -n 64 --ks 2,4,6,8 \
+    --betas 3,5 --taus 1,3 --plus-k 8 --gammas 3 --bild-fb 0.2,0.4,0.6,0.8 --bild-rb 2,5 --bild-gamma 10 \
+    --aligned-draft zoo/translate/draft-aligned --threads 2 --out benchmarks --name translate-specdec
