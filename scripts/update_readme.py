@@ -19,6 +19,7 @@ SOURCES = {
     "load-test": ("benchmarks/load-test.md", "## Summary"),
     "load-test-rss": ("benchmarks/load-test.md", "## Resident memory"),
     "translate-specdec": ("benchmarks/translate-specdec.md", None),
+    "translate-step-cost": ("benchmarks/translate-specdec.md", "## What a step costs"),
     "bpd-efficiency": ("benchmarks/bpd-humaneval.md", "## Block efficiency"),
     "bpd-duel": ("benchmarks/bpd-humaneval.md", "## Neural-rescored vs plain"),
     "cold-start": ("benchmarks/cold-start.md", None),
