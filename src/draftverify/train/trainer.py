@@ -38,6 +38,7 @@ A recipe whose objective changes part-way through one schedule calls ``fit(until
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -106,6 +107,11 @@ class TrainerOptions:
     @property
     def use_bf16(self) -> bool:
         return DEFAULT_BF16 if self.bf16 is None else bool(self.bf16)
+
+    def optimizer_key(self) -> dict:
+        """The optimizer and schedule settings, for a recipe's checkpoint key (a resumed run must keep them)."""
+        return {"lr": self.lr, "warmup_steps": self.warmup_steps, "min_lr_ratio": self.min_lr_ratio,
+                "weight_decay": self.weight_decay, "betas": [self.beta1, self.beta2], "grad_clip": self.grad_clip}
 
 
 # --------------------------------------------------------------------------- building blocks
@@ -191,6 +197,14 @@ def command_line() -> str:
 # --------------------------------------------------------------------------- checkpoint
 
 
+def model_config(model) -> Optional[dict]:
+    """The model's config as a dict (a Hugging Face config, or a drafter's config dataclass), or None."""
+    config = getattr(model, "config", None)
+    if hasattr(config, "to_dict"):
+        return config.to_dict()
+    return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else None
+
+
 def save_checkpoint(run_dir: Path, model, optimizer, sched: WarmupCosine, state: dict,
                     np_rng: np.random.Generator) -> Path:
     """Write run_dir/checkpoint atomically (a crash leaves the previous one, or checkpoint.old, readable)."""
@@ -209,7 +223,7 @@ def save_checkpoint(run_dir: Path, model, optimizer, sched: WarmupCosine, state:
             "rng": {"torch": torch.get_rng_state(), "numpy_batch": np_rng.bit_generator.state,
                     "python": random.getstate()},
             "state": state,
-            "config": model.config.to_dict(),
+            "config": model_config(model),
         },
         tmp / "state.pt",
     )
@@ -249,6 +263,9 @@ class Trainer:
     state: extra fields of the run's state; a resumed run takes the checkpoint's values.
     checkpoint: a checkpoint the recipe already read with load_checkpoint(run_dir) (to build the model from its
         config); by default the trainer reads run_dir's itself.
+    key: the settings a checkpoint must have been trained with to be resumed (kept in the state); on a mismatch
+        the run starts over and says which differ. Never put a budget (max_steps, max_minutes) in it: raising
+        one must resume.
     name: prefixes the log lines and labels the progress bar ("fine-tune"); log receives every line.
     """
 
@@ -256,7 +273,8 @@ class Trainer:
                  batches: Callable[[np.random.Generator], Any], loss: Callable[[Any, Any], Any],
                  evaluate: Optional[Callable[[Any], Optional[float]]] = None, metric: str = "val_loss",
                  counts: Optional[Callable[[Any], dict[str, int]]] = None, state: Optional[dict] = None,
-                 checkpoint: Optional[dict] = None, name: str = "", log: Callable[[str], None] = print):
+                 checkpoint: Optional[dict] = None, key: Optional[dict] = None, name: str = "",
+                 log: Callable[[str], None] = print):
         self.model, self.opts, self.run_dir = model, opts, Path(run_dir)
         self.batches, self.loss, self.evaluate, self.metric, self.counts = batches, loss, evaluate, metric, counts
         self.prefix = f"{name}: " if name else ""
@@ -269,14 +287,27 @@ class Trainer:
         self.sched = WarmupCosine(opts.lr, opts.warmup_steps, opts.min_lr_ratio)
         self.state = {"step": 0, "elapsed": 0.0, metric: None, "best_" + metric: None, "resumes": 0,
                       "finished": False, "commands": [], **(state or {})}
+        if key is not None:
+            self.state["key"] = key
         ckpt = checkpoint if checkpoint is not None else load_checkpoint(self.run_dir)
-        if ckpt is not None:
+        if ckpt is not None and self._same_key(ckpt):
             self._restore(ckpt)
         self.state["commands"] = list(self.state["commands"]) + [opts.command or command_line()]
 
     @property
     def resumed(self) -> bool:
         return self.state["resumes"] > 0
+
+    def _same_key(self, ckpt: dict) -> bool:
+        key = self.state.get("key")
+        if key is None:
+            return True
+        saved = ckpt["state"].get("key") or {}
+        changed = sorted(k for k in key if saved.get(k) != key[k])
+        if changed:
+            self.log(f"{self.prefix}{self.run_dir / CKPT_NAME} was trained with other settings "
+                     f"({', '.join(changed)} differ); starting over")
+        return not changed
 
     def _restore(self, ckpt: dict) -> None:
         import torch
