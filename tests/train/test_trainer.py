@@ -161,3 +161,4 @@ def test_a_checkpoint_of_other_settings_starts_over_and_names_them(tmp_path):
     t = _trainer(tmp_path / "k", _opts(max_steps=6, lr=5e-3), key=other, log=msgs.append)  # a larger budget alone
     assert t.resumed and any("resumed" in m and "step 4" in m for m in msgs)
     assert t.fit()["step"] == 6
+    assert any("done: step 6 |" in m for m in msgs) and not any("val loss" in m for m in msgs)  # nothing evaluates

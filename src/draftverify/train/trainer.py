@@ -439,8 +439,8 @@ class Trainer:
                 if bar is not None:
                     bar.update(1)
                     cur = state[self.metric]
-                    bar.set_postfix(loss=f"{loss.item():.3f}", **{self.metric: "-" if cur is None else f"{cur:.3f}"},
-                                    min=f"{state['elapsed'] / 60:.1f}")
+                    shown = {} if self.evaluate is None else {self.metric: "-" if cur is None else f"{cur:.3f}"}
+                    bar.set_postfix(loss=f"{loss.item():.3f}", **shown, min=f"{state['elapsed'] / 60:.1f}")
                 if state["elapsed"] - last_ckpt >= opts.checkpoint_minutes * 60:
                     self.save()
                     last_ckpt = state["elapsed"]
@@ -471,8 +471,8 @@ class Trainer:
         self._write(final)
         self.save()
         tokens = f" | {state['tokens_seen']:,} tokens" if "tokens_seen" in state else ""
-        self.log(f"{self.prefix}done: step {state['step']} | {self.metric.replace('_', ' ')} "
-                 f"{'-' if val is None else format(val, '.4f')}{tokens} | {state['elapsed'] / 60:.1f} min")
+        self.log(f"{self.prefix}done: step {state['step']}{self._metric_text(val)}{tokens} | "
+                 f"{state['elapsed'] / 60:.1f} min")
         return {**state, "stopped": False, "paused": False}
 
     def _log_step(self, lr: float, train_loss: float, val: Optional[float], tok_s: float, gnorm: float,
@@ -484,8 +484,13 @@ class Trainer:
             rec.update(tokens_seen=state["tokens_seen"], tokens_per_s=round(tok_s, 1))
         self._write(rec)
         if echo:
-            cur = state[self.metric]
             speed = f" | {tok_s:,.0f} tok/s | {state['tokens_seen']:,} tok" if "tokens_seen" in state else ""
-            self.log(f"{self.prefix}step {state['step']:>6} | loss {train_loss:.4f} | "
-                     f"{self.metric.replace('_', ' ')} {'-' if cur is None else format(cur, '.4f')} | "
-                     f"lr {lr:.2e}{speed} | {state['elapsed'] / 60:.1f} min")
+            metric = self._metric_text(state[self.metric])
+            self.log(f"{self.prefix}step {state['step']:>6} | loss {train_loss:.4f}{metric} | lr {lr:.2e}{speed} | "
+                     f"{state['elapsed'] / 60:.1f} min")
+
+    def _metric_text(self, value: Optional[float]) -> str:
+        """" | val loss 1.2345" for the log lines; nothing for a recipe without a held-out evaluation."""
+        if self.evaluate is None:
+            return ""
+        return f" | {self.metric.replace('_', ' ')} {'-' if value is None else format(value, '.4f')}"
