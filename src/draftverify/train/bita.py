@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import sysconfig
 import time
 from dataclasses import KW_ONLY, dataclass
@@ -28,9 +27,9 @@ import numpy as np
 
 from . import align
 from . import corpus as corpus_mod
+from .frozen import check_inputs, load_frozen_target
 from .lm import TrainError
-from .tokenizer import TokenizerError, load_tokenizer
-from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything, set_threads
+from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything
 
 STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
 
@@ -65,12 +64,7 @@ class BitaOptions(TrainerOptions):
 
     def validate(self) -> None:
         self.validate_run()
-        if not (Path(self.target) / "config.json").is_file():
-            raise TrainError(f"--target {self.target}: no config.json (expected an exported Hugging Face model directory)")
-        if not (Path(self.tokenizer_dir) / "tokenizer.json").is_file():
-            raise TrainError(f"no tokenizer.json in {self.tokenizer_dir}; pass --tokenizer DIR")
-        if not Path(self.manifest).is_file():
-            raise TrainError(f"manifest {self.manifest} not found (run `draftverify train corpus` first)")
+        check_inputs(self)
         if self.prompt not in ("none", "shallow", "deep"):
             raise TrainError(f"--prompt must be none, shallow or deep, got {self.prompt!r}")
         for name in ("num_masks", "num_train", "new_tokens", "gen_batch", "cuts", "min_prompt_tokens"):
@@ -302,19 +296,12 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
 
     from ..drafters.bita_adapter import BitaAdapter
 
-    set_threads(opts.threads)
     opts.command = opts.command or command_line()
-    progress = opts.progress if opts.progress is not None else sys.stderr.isatty()
-    try:
-        tok = load_tokenizer(opts.tokenizer_dir)
-    except TokenizerError as e:
-        raise TrainError(str(e)) from None
+    progress = opts.use_progress
+    tok, target = load_frozen_target(opts)
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
     manifest, source = prompt_manifest(opts.manifest, log)
-    target = align._load(opts.target, "target").eval()
-    for p in target.parameters():
-        p.requires_grad_(False)
     work = Path(opts.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     digest = align.model_digest(opts.target)

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
@@ -26,10 +25,11 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import align
-from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything, set_threads
 from . import corpus as corpus_mod
+from .frozen import check_inputs, load_frozen_target
 from .lm import TrainError
-from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
+from .tokenizer import tokenizer_hash
+from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything
 
 IGNORE = -100
 FEATURES_VERSION = 1
@@ -63,12 +63,7 @@ class HeadsOptions(TrainerOptions):
 
     def validate(self) -> None:
         self.validate_run()
-        if not (Path(self.target) / "config.json").is_file():
-            raise TrainError(f"--target {self.target}: no config.json (expected an exported Hugging Face model directory)")
-        if not (Path(self.tokenizer_dir) / "tokenizer.json").is_file():
-            raise TrainError(f"no tokenizer.json in {self.tokenizer_dir}; pass --tokenizer DIR")
-        if not Path(self.manifest).is_file():
-            raise TrainError(f"manifest {self.manifest} not found (run `draftverify train tokenizer` first)")
+        check_inputs(self)
         if not 2 <= self.num_heads <= 9:
             raise TrainError(f"--num-heads must be in 2..9 (head 1 is the target itself), got {self.num_heads}")
         for name in ("num_prompts", "eval_prompts", "new_tokens", "generate_batch", "batch_size", "min_prompt_tokens"):
@@ -260,16 +255,9 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
 
     from ..drafters.blockwise import BlockwiseHeads
 
-    set_threads(opts.threads)
     opts.command = opts.command or command_line()
-    progress = opts.progress if opts.progress is not None else sys.stderr.isatty()
-    try:
-        tok = load_tokenizer(opts.tokenizer_dir)
-    except TokenizerError as e:
-        raise TrainError(str(e)) from None
-    target = align._load(opts.target, "target")
-    for p in target.parameters():
-        p.requires_grad_(False)
+    progress = opts.use_progress
+    tok, target = load_frozen_target(opts)
     lm_head = target.get_output_embeddings()
     work = Path(opts.work_dir)
     t0 = time.time()

@@ -105,6 +105,11 @@ class TrainerOptions:
             raise TrainError(f"--grad-clip must be positive, got {self.grad_clip}")
 
     @property
+    def use_progress(self) -> bool:
+        """A tqdm bar: as asked, else iff stderr is a terminal."""
+        return self.progress if self.progress is not None else sys.stderr.isatty()
+
+    @property
     def use_bf16(self) -> bool:
         return DEFAULT_BF16 if self.bf16 is None else bool(self.bf16)
 
@@ -394,7 +399,7 @@ class Trainer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(ValueError):  # not in the main thread
                 old_handlers[sig] = signal.signal(sig, on_signal)
-        use_bar = opts.progress if opts.progress is not None else sys.stderr.isatty()
+        use_bar = opts.use_progress
         bar = None
         if use_bar and not self.done():
             from tqdm.auto import tqdm

@@ -1,0 +1,35 @@
+"""What the recipes that learn on a frozen target share (`train heads`, `train bita`, `train nat` on a decoder-only
+target): the checks of the target, tokenizer and manifest they name, and loading the target with its weights frozen,
+so each recipe says only what it learns."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .trainer import TrainError, set_threads
+
+
+def check_inputs(opts) -> None:
+    """opts.target, opts.tokenizer_dir and opts.manifest exist (raise TrainError naming the fix)."""
+    if not (Path(opts.target) / "config.json").is_file():
+        raise TrainError(f"--target {opts.target}: no config.json (expected an exported Hugging Face model directory)")
+    if not (Path(opts.tokenizer_dir) / "tokenizer.json").is_file():
+        raise TrainError(f"no tokenizer.json in {opts.tokenizer_dir}; pass --tokenizer DIR")
+    if not Path(opts.manifest).is_file():
+        raise TrainError(f"manifest {opts.manifest} not found (run `draftverify train corpus` or "
+                         "`draftverify train tokenizer` first)")
+
+
+def load_frozen_target(opts) -> tuple:
+    """(tokenizer, target): the target in float32, eval mode, no weight requiring a gradient; on opts.threads."""
+    from . import align
+    from .tokenizer import TokenizerError, load_tokenizer
+
+    set_threads(opts.threads)
+    try:
+        tok = load_tokenizer(opts.tokenizer_dir)
+    except TokenizerError as e:
+        raise TrainError(str(e)) from None
+    target = align._load(opts.target, "target").eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    return tok, target
