@@ -27,7 +27,7 @@ import numpy as np
 
 from . import align
 from . import corpus as corpus_mod
-from .frozen import check_inputs, load_frozen_target
+from .frozen import FrozenTarget, load_frozen_target
 from .lm import TrainError
 from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything
 
@@ -35,7 +35,7 @@ STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
 
 
 @dataclass
-class BitaOptions(TrainerOptions):
+class BitaOptions(FrozenTarget, TrainerOptions):
     target: str
     manifest: str = "zoo/code/manifest.json"
     tokenizer: Optional[str] = None  # default: the target's directory
@@ -58,24 +58,14 @@ class BitaOptions(TrainerOptions):
     weight_decay: float = 0.0
     seed: int = 1234
 
-    @property
-    def tokenizer_dir(self) -> str:
-        return self.tokenizer or self.target
-
     def validate(self) -> None:
-        self.validate_run()
-        check_inputs(self)
+        self.validate_frozen(("num_masks", "num_train", "new_tokens", "gen_batch", "cuts"))
         if self.prompt not in ("none", "shallow", "deep"):
             raise TrainError(f"--prompt must be none, shallow or deep, got {self.prompt!r}")
-        for name in ("num_masks", "num_train", "new_tokens", "gen_batch", "cuts", "min_prompt_tokens"):
-            if getattr(self, name) < 1:
-                raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.prompt != "none" and self.num_prompts < 1:
             raise TrainError("--num-prompts must be >= 1 for a shallow or deep prompt")
         if self.new_tokens < self.num_masks + 2:
             raise TrainError(f"--new-tokens must be >= num_masks + 2 = {self.num_masks + 2} (a cut needs M + 1 tokens after it)")
-        if self.max_prompt_tokens < self.min_prompt_tokens:
-            raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
 
 
 # --------------------------------------------------------------------------- data

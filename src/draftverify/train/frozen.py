@@ -8,6 +8,25 @@ from pathlib import Path
 from .trainer import TrainError, set_threads
 
 
+class FrozenTarget:
+    """Mixin of a frozen-target recipe's options (a TrainerOptions dataclass with target, tokenizer, manifest,
+    min_prompt_tokens and max_prompt_tokens fields)."""
+
+    @property
+    def tokenizer_dir(self) -> str:
+        return self.tokenizer or self.target
+
+    def validate_frozen(self, positive: tuple[str, ...]) -> None:
+        """The run options, the prompt lengths, the `positive` fields (each >= 1) and the inputs (raise TrainError)."""
+        self.validate_run()
+        for name in ("min_prompt_tokens", *positive):
+            if getattr(self, name) < 1:
+                raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.max_prompt_tokens < self.min_prompt_tokens:
+            raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
+        check_inputs(self)
+
+
 def check_inputs(opts) -> None:
     """opts.target, opts.tokenizer_dir and opts.manifest exist (raise TrainError naming the fix)."""
     if not (Path(opts.target) / "config.json").is_file():

@@ -26,7 +26,7 @@ import numpy as np
 
 from . import align
 from . import corpus as corpus_mod
-from .frozen import check_inputs, load_frozen_target
+from .frozen import FrozenTarget, load_frozen_target
 from .lm import TrainError
 from .tokenizer import tokenizer_hash
 from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything
@@ -36,7 +36,7 @@ FEATURES_VERSION = 1
 
 
 @dataclass
-class HeadsOptions(TrainerOptions):
+class HeadsOptions(FrozenTarget, TrainerOptions):
     target: str
     manifest: str = "zoo/code/manifest.json"
     tokenizer: Optional[str] = None  # default: the target's directory
@@ -57,20 +57,10 @@ class HeadsOptions(TrainerOptions):
     warmup_steps: int = 20
     weight_decay: float = 0.0
 
-    @property
-    def tokenizer_dir(self) -> str:
-        return self.tokenizer or self.target
-
     def validate(self) -> None:
-        self.validate_run()
-        check_inputs(self)
+        self.validate_frozen(("num_prompts", "eval_prompts", "new_tokens", "generate_batch"))
         if not 2 <= self.num_heads <= 9:
             raise TrainError(f"--num-heads must be in 2..9 (head 1 is the target itself), got {self.num_heads}")
-        for name in ("num_prompts", "eval_prompts", "new_tokens", "generate_batch", "batch_size", "min_prompt_tokens"):
-            if getattr(self, name) < 1:
-                raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.max_prompt_tokens < self.min_prompt_tokens:
-            raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
 
 
 # --------------------------------------------------------------------------- data

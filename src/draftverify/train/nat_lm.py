@@ -26,7 +26,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import heads
-from .frozen import check_inputs, load_frozen_target
+from .frozen import FrozenTarget, load_frozen_target
 from .nat import GLANCE_END, GLANCE_START, glance
 from .trainer import TrainError, Trainer, TrainerOptions, command_line, cpu_name, load_checkpoint, seed_everything
 
@@ -35,7 +35,7 @@ STATES_VERSION = 1
 
 
 @dataclass
-class NatLMOptions(TrainerOptions):
+class NatLMOptions(FrozenTarget, TrainerOptions):
     target: str
     out_dir: str
     export_dir: str = "zoo/code/nat"
@@ -61,19 +61,9 @@ class NatLMOptions(TrainerOptions):
     weight_decay: float = 0.01
     eval_minutes: Optional[float] = 5.0
 
-    @property
-    def tokenizer_dir(self) -> str:
-        return self.tokenizer or self.target
-
     def validate(self) -> None:
-        self.validate_run()
-        for name in ("num_prompts", "eval_prompts", "min_prompt_tokens", "new_tokens", "generate_batch",
-                     "block_size", "layers", "window", "cuts"):
-            if getattr(self, name) < 1:
-                raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.max_prompt_tokens < self.min_prompt_tokens:
-            raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
-        check_inputs(self)
+        self.validate_frozen(("num_prompts", "eval_prompts", "new_tokens", "generate_batch", "block_size", "layers",
+                              "window", "cuts"))
 
 
 # --------------------------------------------------------------------------- states
