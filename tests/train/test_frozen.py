@@ -40,3 +40,23 @@ def test_the_target_loads_frozen_in_eval_mode(assets):
     tok, target = frozen.load_frozen_target(_opts(assets))
     assert len(tok) > 0 and not target.training
     assert not any(p.requires_grad for p in target.parameters())
+
+
+def test_fit_measured_keeps_the_before_figure_across_a_resume(tmp_path):
+    from draftverify.train.trainer import Trainer, TrainerOptions
+
+    def run(max_steps, figures, logs):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(2, 1)
+        opts = TrainerOptions(max_steps=max_steps, warmup_steps=0, threads=1, progress=False, command="t")
+        trainer = Trainer(model, opts, tmp_path, batches=lambda rng: torch.from_numpy(rng.normal(size=(4, 2))).float(),
+                          loss=lambda m, x: m(x).pow(2).mean(), log=logs.append)
+        return frozen.fit_measured(trainer, lambda: next(figures), lambda i: f"part {i}", logs.append)
+
+    logs: list[str] = []
+    first = run(2, iter([[0.25], [0.5]]), logs)
+    assert first["before"] == [0.25] and first["after"] == [0.5]
+    assert "held-out top-1 accuracy before: part 0 0.250" in logs
+    assert "held-out top-1 accuracy after: part 0 0.500" in logs
+    again = run(3, iter([[0.75]]), logs)  # resumed: "before" is the checkpoint's, one measurement (after) only
+    assert again["step"] == 3 and again["before"] == [0.25] and again["after"] == [0.75]

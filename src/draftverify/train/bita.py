@@ -27,7 +27,7 @@ import numpy as np
 
 from . import align
 from . import corpus as corpus_mod
-from .frozen import FrozenTarget, load_frozen_target
+from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything
 
@@ -321,19 +321,13 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
         return sar_batch([train[i] for i in chosen], opts.num_masks, opts.cuts, rng, pad)
 
     trainer = Trainer(adapter, opts, work / f"run-{opts.prompt}-m{opts.num_masks}-p{opts.num_prompts}", key=key,
-                      state={"before": None}, name="bita", batches=batches,
-                      loss=lambda model, batch: sar_loss(target, model, *batch), log=log)
-    if trainer.state["before"] is None:  # a fresh run: the adapter as initialised
-        trainer.state["before"] = mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad)
-    before = trainer.state["before"]
-    log("held-out top-1 accuracy before: " + ", ".join(f"mask {i + 1} {a:.3f}" for i, a in enumerate(before)))
-    state = trainer.fit()
+                      name="bita", batches=batches, loss=lambda model, batch: sar_loss(target, model, *batch),
+                      log=log)
+    state = fit_measured(trainer, lambda: mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad),
+                         lambda i: f"mask {i + 1}", log)
     if state["stopped"]:
         return {"stopped": True, "step": state["step"]}
-    step, time_train = state["step"], state["elapsed"]
-    adapter.eval()
-    after = mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad)
-    log("held-out top-1 accuracy after: " + ", ".join(f"mask {i + 1} {a:.3f}" for i, a in enumerate(after)))
+    step, time_train, before, after = state["step"], state["elapsed"], state["before"], state["after"]
 
     # ---- 3. export
     parameters = sum(p.numel() for p in adapter.parameters())

@@ -4,6 +4,7 @@ so each recipe says only what it learns."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from .trainer import TrainError, set_threads
 
@@ -36,6 +37,26 @@ def check_inputs(opts) -> None:
     if not Path(opts.manifest).is_file():
         raise TrainError(f"manifest {opts.manifest} not found (run `draftverify train corpus` or "
                          "`draftverify train tokenizer` first)")
+
+
+def fit_measured(trainer, accuracy: Callable[[], list[float]], label: Callable[[int], str],
+                 log: Callable[[str], None]) -> dict:
+    """trainer.fit() between two held-out measurements: accuracy() of the model as initialised (kept in the run's
+    state, so a resumed run reports the same "before") and after training; label(i) names figure i in the log.
+    Returns fit()'s state with "before" and, unless the run stopped, "after"."""
+    if trainer.state.get("before") is None:
+        trainer.state["before"] = accuracy()
+
+    def show(figures: list[float]) -> str:
+        return ", ".join(f"{label(i)} {a:.3f}" for i, a in enumerate(figures))
+
+    log("held-out top-1 accuracy before: " + show(trainer.state["before"]))
+    state = trainer.fit()
+    if not state["stopped"]:
+        trainer.model.eval()
+        state["after"] = accuracy()
+        log("held-out top-1 accuracy after: " + show(state["after"]))
+    return state
 
 
 def load_frozen_target(opts) -> tuple:

@@ -26,7 +26,7 @@ import numpy as np
 
 from . import align
 from . import corpus as corpus_mod
-from .frozen import FrozenTarget, load_frozen_target
+from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .tokenizer import tokenizer_hash
 from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything
@@ -270,20 +270,14 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
     key = {"features": header["target_sha256"], "num_heads": opts.num_heads, "ffn_size": heads.config.ffn_size,
            "train_positions": int(train_h.shape[0]), "batch_size": opts.batch_size, "seed": opts.seed,
            **opts.optimizer_key()}
-    trainer = Trainer(heads, opts, work / f"run-h{opts.num_heads}", key=key, state={"before": None}, name="heads",
+    trainer = Trainer(heads, opts, work / f"run-h{opts.num_heads}", key=key, name="heads",
                       batches=lambda rng: torch.from_numpy(rng.integers(0, train_h.shape[0], opts.batch_size)),
                       loss=lambda model, batch: heads_loss(model, lm_head, train_h[batch], train_y[batch]), log=log)
-    if trainer.state["before"] is None:  # a fresh run: the heads as initialised (copies of head 1)
-        trainer.state["before"] = head_accuracy(heads, lm_head, val_h, val_y)
-    before = trainer.state["before"]
-    log("held-out top-1 accuracy before: " + ", ".join(f"head {i + 2} {a:.3f}" for i, a in enumerate(before)))
-    state = trainer.fit()
+    # before: the heads as initialised (copies of head 1)
+    state = fit_measured(trainer, lambda: head_accuracy(heads, lm_head, val_h, val_y), lambda i: f"head {i + 2}", log)
     if state["stopped"]:
         return {"stopped": True, "step": state["step"]}
-    step, time_train = state["step"], state["elapsed"]
-    heads.eval()
-    after = head_accuracy(heads, lm_head, val_h, val_y)
-    log("held-out top-1 accuracy after: " + ", ".join(f"head {i + 2} {a:.3f}" for i, a in enumerate(after)))
+    step, time_train, before, after = state["step"], state["elapsed"], state["before"], state["after"]
 
     # ---- 4. export
     info = {"target": str(opts.target), "target_sha256": header["target_sha256"], "manifest": str(opts.manifest),
