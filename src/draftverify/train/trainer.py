@@ -24,13 +24,15 @@ Writing a recipe::
                       loss=lambda model, batch: scalar_loss,    # under losses.autocast(trainer.bf16)
                       evaluate=lambda model: held_out_loss,     # optional; stored as state[metric]
                       counts=lambda batch: {"tokens_seen": n},  # optional per-step counters in state
-                      state={"my_field": None})                 # extra fields, saved in checkpoints
+                      state={"my_field": None},                 # extra fields, saved in checkpoints
+                      key={"data": sha, **opts.optimizer_key()})  # optional: what a checkpoint must
+                                                                # match to be resumed (never a budget)
     result = trainer.fit()                   # resumes from run_dir/checkpoint if there is one
     if result["stopped"]: ...                # interrupted: checkpoint written, nothing to export
     else: export(model)
 
 The recipe may read and write ``trainer.state`` between construction and ``fit()`` (figures measured before
-training, checks that a checkpoint belongs to the same inputs) and after it: everything in it is checkpointed.
+training) and after it: everything in it is checkpointed.
 A recipe whose objective changes part-way through one schedule calls ``fit(until=fraction)``, then sets
 ``trainer.loss`` and calls ``fit()`` again (`train lm --early-exit-layer`).
 """
@@ -495,7 +497,7 @@ class Trainer:
                      f"{state['elapsed'] / 60:.1f} min")
 
     def _metric_text(self, value: Optional[float]) -> str:
-        """" | val loss 1.2345" for the log lines; nothing for a recipe without a held-out evaluation."""
+        """The held-out figure's part of a log line; nothing for a recipe without a held-out evaluation."""
         if self.evaluate is None:
             return ""
         return f" | {self.metric.replace('_', ' ')} {'-' if value is None else format(value, '.4f')}"
