@@ -81,7 +81,7 @@ def test_train_bita_learns_resumes_and_drives_the_decoder(assets, tmp_path):
     logs: list[str] = []
     first = tb.train_bita(_opts(assets, tmp_path, max_steps=20), log=logs.append)
     info = tb.train_bita(_opts(assets, tmp_path, max_steps=60), log=logs.append)
-    assert any("resuming from" in m and "step 20" in m for m in logs)
+    assert any("resumed from" in m and "step 20" in m for m in logs)
     assert info["steps"] == 60 and first["steps"] == 20
     before, after = info["heldout_accuracy"]["before"], info["heldout_accuracy"]["after"]
     assert len(after) == 3 and sum(after) > sum(before) + 0.3  # the masks learned the target's text ahead
@@ -113,20 +113,20 @@ def test_adapters_trained_with_one_work_dir_share_its_generations(assets, tmp_pa
     info = tb.train_bita(_opts(assets, tmp_path, max_steps=1, prompt="none", num_masks=2, out_dir=str(tmp_path / "none")),
                          log=logs.append)
     assert any("all 16 continuations cached in" in m for m in logs) and any("all 6 continuations" in m for m in logs)
-    assert len(info["heldout_accuracy"]["after"]) == 2 and not any("resuming" in m for m in logs)
-    assert sorted(p.name for p in (tmp_path / "work").glob("checkpoint-*.pt")) == [
-        "checkpoint-deep-m3-p4.pt", "checkpoint-none-m2-p4.pt"]  # one checkpoint per adapter, one data set
+    assert len(info["heldout_accuracy"]["after"]) == 2 and not any("resumed from" in m for m in logs)
+    assert sorted(p.parent.name for p in (tmp_path / "work").glob("run-*/checkpoint")) == [
+        "run-deep-m3-p4", "run-none-m2-p4"]  # one run per adapter, one data set
 
 
 def test_a_rerun_with_other_optimizer_settings_starts_over_and_says_why(assets, tmp_path):
     tb.train_bita(_opts(assets, tmp_path, max_steps=2), log=_quiet)
     logs: list[str] = []
     info = tb.train_bita(_opts(assets, tmp_path, max_steps=3, lr=1e-2, warmup_steps=1), log=logs.append)
-    assert not any("resuming" in m for m in logs) and info["steps"] == 3
+    assert not any("resumed from" in m for m in logs) and info["steps"] == 3
     assert any("starting over" in m and "lr, warmup_steps differ" in m for m in logs)
     logs.clear()
     tb.train_bita(_opts(assets, tmp_path, max_steps=4, lr=1e-2, warmup_steps=1), log=logs.append)
-    assert any("resuming from" in m and "step 3" in m for m in logs)  # a larger budget alone goes on
+    assert any("resumed from" in m and "step 3" in m for m in logs)  # a larger budget alone goes on
 
 
 def test_bad_options_are_refused(assets, tmp_path):

@@ -69,7 +69,7 @@ def test_train_heads_learns_resumes_and_drives_bpd(assets, tmp_path):
     logs: list[str] = []
     first = th.train_heads(_opts(assets, tmp_path, max_steps=30), log=logs.append)
     info = th.train_heads(_opts(assets, tmp_path, max_steps=80), log=logs.append)
-    assert any("resuming from" in m and "step 30" in m for m in logs)
+    assert any("resumed from" in m and "step 30" in m for m in logs)
     assert any("reusing cached features" in m for m in logs)
     assert info["steps"] == 80 and first["steps"] == 30
     before, after = info["heldout_accuracy"]["before"], info["heldout_accuracy"]["after"]

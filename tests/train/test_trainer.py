@@ -36,13 +36,13 @@ def _draw(rng):
     return torch.from_numpy(np.stack([DATA[s : s + SEQ + 1] for s in starts]))
 
 
-def _trainer(run_dir, opts, log=_quiet, loss=None, evaluate=None):
+def _trainer(run_dir, opts, log=_quiet, loss=None, evaluate=None, key=None):
     from transformers import LlamaForCausalLM
 
     tr.seed_everything(opts.seed)
     model = LlamaForCausalLM(make_config("tiny", VOCAB, 0, **TINY))
     return tr.Trainer(model, opts, run_dir, batches=_draw, loss=loss or (lambda m, x: lm_loss(m, x, False)),
-                      evaluate=evaluate, counts=lambda x: {"tokens_seen": x.size(0) * SEQ}, log=log)
+                      evaluate=evaluate, counts=lambda x: {"tokens_seen": x.size(0) * SEQ}, key=key, log=log)
 
 
 def _same_run(a, b):
@@ -146,3 +146,19 @@ def test_checkpoint_survives_a_crash_between_renames(tmp_path):
     (tmp_path / "c" / "checkpoint").rename(tmp_path / "c" / "checkpoint.old")
     assert tr.load_checkpoint(tmp_path / "c")["state"]["step"] == 2
     assert tr.load_checkpoint(tmp_path / "nothing") is None
+
+
+def test_a_checkpoint_of_other_settings_starts_over_and_names_them(tmp_path):
+    key = {"data": "a", **_opts().optimizer_key()}
+    _trainer(tmp_path / "k", _opts(max_steps=3), key=key).fit()
+    msgs = []
+    other = {**key, "data": "b", "lr": 5e-3}
+    t = _trainer(tmp_path / "k", _opts(max_steps=4, lr=5e-3), key=other, log=msgs.append)
+    assert not t.resumed and t.state["step"] == 0
+    assert any("was trained with other settings (data, lr differ); starting over" in m for m in msgs)
+    assert t.fit()["step"] == 4 and tr.load_checkpoint(tmp_path / "k")["state"]["key"] == other
+    msgs.clear()
+    t = _trainer(tmp_path / "k", _opts(max_steps=6, lr=5e-3), key=other, log=msgs.append)  # a larger budget alone
+    assert t.resumed and any("resumed" in m and "step 4" in m for m in msgs)
+    assert t.fit()["step"] == 6
+    assert any("done: step 6 |" in m for m in msgs) and not any("val loss" in m for m in msgs)  # nothing evaluates

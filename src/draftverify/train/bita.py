@@ -9,16 +9,14 @@
    text up to k and the prompt tokens) are trained on tokens k+2..k+M+1: mask i learns the token i + 1 after the
    last real one (the target itself predicts k+1). The real text's keys and values do not depend on the adapter,
    so one no-grad forward caches them and only the C x M mask positions of a batch run with gradients.
-3. **Train.** Only the adapter learns (AdamW, warmup/cosine); a resumable checkpoint (SIGINT-safe) every
-   ``checkpoint_minutes``; held-out top-1 accuracy per mask token at the start and the end.
+3. **Train.** Only the adapter learns, on the shared ``Trainer`` (AdamW + warmup/cosine, budgets, a resumable
+   SIGINT-safe checkpoint in ``work_dir/run-{prompt}-m{M}-p{P}``, one per adapter settings);
+   held-out top-1 accuracy per mask token at the start and the end.
 4. **Export.** ``BitaAdapter.save`` (fp16 + bita.json with the training facts) and a model card (``write_card``).
 """
 from __future__ import annotations
 
 import json
-import shlex
-import signal
-import sys
 import sysconfig
 import time
 from dataclasses import KW_ONLY, dataclass
@@ -29,15 +27,15 @@ import numpy as np
 
 from . import align
 from . import corpus as corpus_mod
+from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
-from .tokenizer import TokenizerError, load_tokenizer
-from .trainer import TrainerOptions, WarmupCosine, cpu_name, make_optimizer, set_threads
+from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything
 
 STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
 
 
 @dataclass
-class BitaOptions(TrainerOptions):
+class BitaOptions(FrozenTarget, TrainerOptions):
     target: str
     manifest: str = "zoo/code/manifest.json"
     tokenizer: Optional[str] = None  # default: the target's directory
@@ -60,29 +58,14 @@ class BitaOptions(TrainerOptions):
     weight_decay: float = 0.0
     seed: int = 1234
 
-    @property
-    def tokenizer_dir(self) -> str:
-        return self.tokenizer or self.target
-
     def validate(self) -> None:
-        self.validate_run()
-        if not (Path(self.target) / "config.json").is_file():
-            raise TrainError(f"--target {self.target}: no config.json (expected an exported Hugging Face model directory)")
-        if not (Path(self.tokenizer_dir) / "tokenizer.json").is_file():
-            raise TrainError(f"no tokenizer.json in {self.tokenizer_dir}; pass --tokenizer DIR")
-        if not Path(self.manifest).is_file():
-            raise TrainError(f"manifest {self.manifest} not found (run `draftverify train corpus` first)")
+        self.validate_frozen(("num_masks", "num_train", "new_tokens", "gen_batch", "cuts"))
         if self.prompt not in ("none", "shallow", "deep"):
             raise TrainError(f"--prompt must be none, shallow or deep, got {self.prompt!r}")
-        for name in ("num_masks", "num_train", "new_tokens", "gen_batch", "cuts", "min_prompt_tokens"):
-            if getattr(self, name) < 1:
-                raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.prompt != "none" and self.num_prompts < 1:
             raise TrainError("--num-prompts must be >= 1 for a shallow or deep prompt")
         if self.new_tokens < self.num_masks + 2:
             raise TrainError(f"--new-tokens must be >= num_masks + 2 = {self.num_masks + 2} (a cut needs M + 1 tokens after it)")
-        if self.max_prompt_tokens < self.min_prompt_tokens:
-            raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
 
 
 # --------------------------------------------------------------------------- data
@@ -303,19 +286,12 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
 
     from ..drafters.bita_adapter import BitaAdapter
 
-    set_threads(opts.threads)
-    opts.command = opts.command or " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
-    progress = opts.progress if opts.progress is not None else sys.stderr.isatty()
-    try:
-        tok = load_tokenizer(opts.tokenizer_dir)
-    except TokenizerError as e:
-        raise TrainError(str(e)) from None
+    opts.command = opts.command or command_line()
+    progress = opts.use_progress
+    tok, target = load_frozen_target(opts)
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else (eos if eos is not None else 0)
     manifest, source = prompt_manifest(opts.manifest, log)
-    target = align._load(opts.target, "target").eval()
-    for p in target.parameters():
-        p.requires_grad_(False)
     work = Path(opts.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     digest = align.model_digest(opts.target)
@@ -333,92 +309,25 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
     time_generation = time.time() - t0
     train, val = splits["train"], splits["val"]
 
-    # ---- 2. train the adapter only
-    torch.manual_seed(opts.seed)
+    # ---- 2. train the adapter only (one run per adapter settings; the work dir's generations serve them all)
+    seed_everything(opts.seed)
     adapter = BitaAdapter.for_target(target, opts.num_masks, opts.prompt, opts.num_prompts)
-    before = mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad)
-    log("held-out top-1 accuracy before: " + ", ".join(f"mask {i + 1} {a:.3f}" for i, a in enumerate(before)))
-    optimizer = make_optimizer(adapter, opts.lr, opts.weight_decay, opts.beta1, opts.beta2)
-    sched = WarmupCosine(opts.lr, opts.warmup_steps, opts.min_lr_ratio)
-    rng = np.random.default_rng(opts.seed)
-    ckpt_path = work / f"checkpoint-{opts.prompt}-m{opts.num_masks}-p{opts.num_prompts}.pt"
-    ckpt_key = {"target_sha256": digest, "prompt": opts.prompt, "num_masks": opts.num_masks,
-                "num_prompts": opts.num_prompts, "records": len(train), "batch_size": opts.batch_size,
-                "cuts": opts.cuts, "seed": opts.seed, "lr": opts.lr, "warmup_steps": opts.warmup_steps,
-                "min_lr_ratio": opts.min_lr_ratio, "weight_decay": opts.weight_decay, "betas": [opts.beta1, opts.beta2],
-                "grad_clip": opts.grad_clip}  # everything but the budget (max_steps, max_minutes: raise them to go on)
-    step, elapsed_before = 0, 0.0
-    if ckpt_path.is_file():
-        state = torch.load(ckpt_path, weights_only=False)
-        if state["key"] == ckpt_key:
-            adapter.load_state_dict(state["adapter"])
-            optimizer.load_state_dict(state["optimizer"])
-            sched.load_state_dict(state["scheduler"])
-            rng.bit_generator.state = state["rng"]
-            step, elapsed_before = state["step"], state["elapsed"]
-            log(f"resuming from {ckpt_path} at step {step}")
-        else:
-            changed = sorted(k for k in ckpt_key if state["key"].get(k) != ckpt_key[k])
-            log(f"{ckpt_path} was trained with other settings ({', '.join(changed)} differ); starting over")
+    key = {"target_sha256": digest, "prompt": opts.prompt, "num_masks": opts.num_masks,
+           "num_prompts": opts.num_prompts, "records": len(train), "batch_size": opts.batch_size, "cuts": opts.cuts,
+           "seed": opts.seed, **opts.optimizer_key()}
 
-    def save_checkpoint(elapsed: float) -> None:
-        tmp = ckpt_path.with_name(ckpt_path.name + ".tmp")
-        torch.save({"key": ckpt_key, "adapter": adapter.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": sched.state_dict(), "step": step, "elapsed": elapsed,
-                    "rng": rng.bit_generator.state}, tmp)
-        tmp.replace(ckpt_path)
+    def batches(rng):
+        chosen = rng.integers(0, len(train), opts.batch_size)
+        return sar_batch([train[i] for i in chosen], opts.num_masks, opts.cuts, rng, pad)
 
-    stop = {"now": False}
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=opts.max_steps, initial=step, desc="bita", unit="step", dynamic_ncols=True)
-    t_start = time.time()
-    last_ckpt = t_start
-
-    def progress_fraction() -> float:
-        fractions = []
-        if opts.max_steps:
-            fractions.append(step / opts.max_steps)
-        if opts.max_minutes:
-            fractions.append((time.time() - t_start + elapsed_before) / (60 * opts.max_minutes))
-        return max(fractions)
-
-    adapter.train()
-    try:
-        while progress_fraction() < 1.0 and not stop["now"]:
-            for group in optimizer.param_groups:
-                group["lr"] = sched.lr(step, progress_fraction())
-            chosen = rng.integers(0, len(train), opts.batch_size)
-            ids, cut, labels = sar_batch([train[i] for i in chosen], opts.num_masks, opts.cuts, rng, pad)
-            loss = sar_loss(target, adapter, ids, cut, labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(adapter.parameters(), opts.grad_clip)
-            optimizer.step()
-            step += 1
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.3f}")
-            elif step % opts.log_every == 0:
-                log(f"step {step} | loss {loss.item():.4f} | lr {sched.last_lr:.2e}")
-            if time.time() - last_ckpt > 60 * opts.checkpoint_minutes:
-                save_checkpoint(time.time() - t_start + elapsed_before)
-                last_ckpt = time.time()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if bar is not None:
-            bar.close()
-    save_checkpoint(time.time() - t_start + elapsed_before)
-    if stop["now"]:
-        log(f"interrupted at step {step}; checkpoint saved to {ckpt_path}: rerun the same command to resume")
-        return {"stopped": True, "step": step}
-    time_train = time.time() - t_start + elapsed_before
-    adapter.eval()
-    after = mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad)
-    log("held-out top-1 accuracy after: " + ", ".join(f"mask {i + 1} {a:.3f}" for i, a in enumerate(after)))
+    trainer = Trainer(adapter, opts, work / f"run-{opts.prompt}-m{opts.num_masks}-p{opts.num_prompts}", key=key,
+                      name="bita", batches=batches, loss=lambda model, batch: sar_loss(target, model, *batch),
+                      log=log)
+    state = fit_measured(trainer, lambda: mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad),
+                         lambda i: f"mask {i + 1}", log)
+    if state["stopped"]:
+        return {"stopped": True, "step": state["step"]}
+    step, time_train, before, after = state["step"], state["elapsed"], state["before"], state["after"]
 
     # ---- 3. export
     parameters = sum(p.numel() for p in adapter.parameters())

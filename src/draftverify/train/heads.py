@@ -10,16 +10,13 @@
    label for head i is token t + i (-100 past the end). Cached next to the generations, so training reruns cost
    no target forward.
 3. **Train.** Only the heads' weights learn: loss = mean over heads 2..h of the cross-entropy of head i on token
-   t + i (head 1 is the target itself). AdamW + warmup/cosine from ``train.lm``; a resumable checkpoint
-   (SIGINT-safe) every ``checkpoint_minutes``; held-out top-1 accuracy per head at the start and the end.
+   t + i (head 1 is the target itself), on the shared ``Trainer`` (AdamW + warmup/cosine, budgets, a resumable
+   SIGINT-safe checkpoint in ``work_dir/run-h{h}``); held-out top-1 accuracy per head at the start and the end.
 4. **Export.** ``BlockwiseHeads.save`` (fp16 safetensors + heads.json with the training facts) and a model card.
 """
 from __future__ import annotations
 
 import json
-import shlex
-import signal
-import sys
 import time
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
@@ -28,17 +25,18 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import align
-from .trainer import TrainerOptions, WarmupCosine, cpu_name, make_optimizer, set_threads
 from . import corpus as corpus_mod
+from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
-from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
+from .tokenizer import tokenizer_hash
+from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything
 
 IGNORE = -100
 FEATURES_VERSION = 1
 
 
 @dataclass
-class HeadsOptions(TrainerOptions):
+class HeadsOptions(FrozenTarget, TrainerOptions):
     target: str
     manifest: str = "zoo/code/manifest.json"
     tokenizer: Optional[str] = None  # default: the target's directory
@@ -59,26 +57,10 @@ class HeadsOptions(TrainerOptions):
     warmup_steps: int = 20
     weight_decay: float = 0.0
 
-    @property
-    def tokenizer_dir(self) -> str:
-        return self.tokenizer or self.target
-
     def validate(self) -> None:
-        if not (Path(self.target) / "config.json").is_file():
-            raise TrainError(f"--target {self.target}: no config.json (expected an exported Hugging Face model directory)")
-        if not (Path(self.tokenizer_dir) / "tokenizer.json").is_file():
-            raise TrainError(f"no tokenizer.json in {self.tokenizer_dir}; pass --tokenizer DIR")
-        if not Path(self.manifest).is_file():
-            raise TrainError(f"manifest {self.manifest} not found (run `draftverify train tokenizer` first)")
+        self.validate_frozen(("num_prompts", "eval_prompts", "new_tokens", "generate_batch"))
         if not 2 <= self.num_heads <= 9:
             raise TrainError(f"--num-heads must be in 2..9 (head 1 is the target itself), got {self.num_heads}")
-        for name in ("num_prompts", "eval_prompts", "new_tokens", "generate_batch", "batch_size", "min_prompt_tokens"):
-            if getattr(self, name) < 1:
-                raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.max_prompt_tokens < self.min_prompt_tokens:
-            raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
-        if self.max_steps is None and self.max_minutes is None:
-            raise TrainError("give --max-steps and/or --max-minutes")
 
 
 # --------------------------------------------------------------------------- data
@@ -218,19 +200,6 @@ def head_accuracy(heads, lm_head, hidden, labels, batch_size: int = 1024) -> lis
     return (hits / total.clamp_min(1)).tolist()
 
 
-# --------------------------------------------------------------------------- checkpoint
-
-
-def save_checkpoint(path: Path, heads, optimizer, sched, step: int, elapsed: float, rng: np.random.Generator,
-                    key: dict) -> None:
-    import torch
-
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"key": key, "heads": heads.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": sched.state_dict(), "step": step, "elapsed": elapsed, "rng": rng.bit_generator.state}, tmp)
-    tmp.replace(path)
-
-
 # --------------------------------------------------------------------------- card
 
 
@@ -276,16 +245,9 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
 
     from ..drafters.blockwise import BlockwiseHeads
 
-    set_threads(opts.threads)
-    opts.command = opts.command or " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
-    progress = opts.progress if opts.progress is not None else sys.stderr.isatty()
-    try:
-        tok = load_tokenizer(opts.tokenizer_dir)
-    except TokenizerError as e:
-        raise TrainError(str(e)) from None
-    target = align._load(opts.target, "target")
-    for p in target.parameters():
-        p.requires_grad_(False)
+    opts.command = opts.command or command_line()
+    progress = opts.use_progress
+    tok, target = load_frozen_target(opts)
     lm_head = target.get_output_embeddings()
     work = Path(opts.work_dir)
     t0 = time.time()
@@ -303,78 +265,19 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
     (train_h, train_y), (val_h, val_y) = feats["train"], feats["val"]
 
     # ---- 3. train the heads only
-    torch.manual_seed(opts.seed)
+    seed_everything(opts.seed)
     heads = BlockwiseHeads.for_target(target, opts.num_heads, opts.ffn_size).float()
-    before = head_accuracy(heads, lm_head, val_h, val_y)
-    log("held-out top-1 accuracy before: " + ", ".join(f"head {i + 2} {a:.3f}" for i, a in enumerate(before)))
-    optimizer = make_optimizer(heads, opts.lr, opts.weight_decay, opts.beta1, opts.beta2)
-    sched = WarmupCosine(opts.lr, opts.warmup_steps, opts.min_lr_ratio)
-    rng = np.random.default_rng(opts.seed)
-    ckpt_path = work / "checkpoint.pt"
-    ckpt_key = {"features": header["target_sha256"], "num_heads": opts.num_heads, "ffn_size": heads.config.ffn_size,
-                "train_positions": int(train_h.shape[0]), "batch_size": opts.batch_size, "seed": opts.seed}
-    step, elapsed_before = 0, 0.0
-    if ckpt_path.is_file():
-        state = torch.load(ckpt_path, weights_only=False)
-        if state["key"] == ckpt_key:
-            heads.load_state_dict(state["heads"])
-            optimizer.load_state_dict(state["optimizer"])
-            sched.load_state_dict(state["scheduler"])
-            rng.bit_generator.state = state["rng"]
-            step, elapsed_before = state["step"], state["elapsed"]
-            log(f"resuming from {ckpt_path} at step {step}")
-        else:
-            log(f"{ckpt_path} is for other settings; starting over")
-    stop = {"now": False}
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=opts.max_steps, initial=step, desc="heads", unit="step", dynamic_ncols=True)
-    t_start = time.time()
-    last_ckpt = t_start
-
-    def progress_fraction() -> float:
-        fractions = []
-        if opts.max_steps:
-            fractions.append(step / opts.max_steps)
-        if opts.max_minutes:
-            fractions.append((time.time() - t_start + elapsed_before) / (60 * opts.max_minutes))
-        return max(fractions)
-
-    heads.train()
-    try:
-        while progress_fraction() < 1.0 and not stop["now"]:
-            for group in optimizer.param_groups:
-                group["lr"] = sched.lr(step, progress_fraction())
-            batch = torch.from_numpy(rng.integers(0, train_h.shape[0], opts.batch_size))
-            loss = heads_loss(heads, lm_head, train_h[batch], train_y[batch])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(heads.parameters(), opts.grad_clip)
-            optimizer.step()
-            step += 1
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.3f}")
-            elif step % opts.log_every == 0:
-                log(f"step {step} | loss {loss.item():.4f} | lr {sched.last_lr:.2e}")
-            if time.time() - last_ckpt > 60 * opts.checkpoint_minutes:
-                save_checkpoint(ckpt_path, heads, optimizer, sched, step, time.time() - t_start + elapsed_before, rng, ckpt_key)
-                last_ckpt = time.time()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if bar is not None:
-            bar.close()
-    save_checkpoint(ckpt_path, heads, optimizer, sched, step, time.time() - t_start + elapsed_before, rng, ckpt_key)
-    if stop["now"]:
-        log(f"interrupted at step {step}; checkpoint saved to {ckpt_path}: rerun the same command to resume")
-        return {"stopped": True, "step": step}
-    time_train = time.time() - t_start + elapsed_before
-    heads.eval()
-    after = head_accuracy(heads, lm_head, val_h, val_y)
-    log("held-out top-1 accuracy after: " + ", ".join(f"head {i + 2} {a:.3f}" for i, a in enumerate(after)))
+    key = {"features": header["target_sha256"], "num_heads": opts.num_heads, "ffn_size": heads.config.ffn_size,
+           "train_positions": int(train_h.shape[0]), "batch_size": opts.batch_size, "seed": opts.seed,
+           **opts.optimizer_key()}
+    trainer = Trainer(heads, opts, work / f"run-h{opts.num_heads}", key=key, name="heads",
+                      batches=lambda rng: torch.from_numpy(rng.integers(0, train_h.shape[0], opts.batch_size)),
+                      loss=lambda model, batch: heads_loss(model, lm_head, train_h[batch], train_y[batch]), log=log)
+    # before: the heads as initialised (copies of head 1)
+    state = fit_measured(trainer, lambda: head_accuracy(heads, lm_head, val_h, val_y), lambda i: f"head {i + 2}", log)
+    if state["stopped"]:
+        return {"stopped": True, "step": state["step"]}
+    step, time_train, before, after = state["step"], state["elapsed"], state["before"], state["after"]
 
     # ---- 4. export
     info = {"target": str(opts.target), "target_sha256": header["target_sha256"], "manifest": str(opts.manifest),

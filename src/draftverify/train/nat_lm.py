@@ -18,7 +18,6 @@ target's own hidden states (drafters/nat.py, memory_window > 0).
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
@@ -26,16 +25,17 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from . import align, heads
+from . import heads
+from .frozen import FrozenTarget, load_frozen_target
 from .nat import GLANCE_END, GLANCE_START, glance
-from .trainer import TrainError, Trainer, TrainerOptions, command_line, cpu_name, load_checkpoint, seed_everything, set_threads
+from .trainer import TrainError, Trainer, TrainerOptions, command_line, cpu_name, load_checkpoint, seed_everything
 
 IGNORE = -100
 STATES_VERSION = 1
 
 
 @dataclass
-class NatLMOptions(TrainerOptions):
+class NatLMOptions(FrozenTarget, TrainerOptions):
     target: str
     out_dir: str
     export_dir: str = "zoo/code/nat"
@@ -61,24 +61,9 @@ class NatLMOptions(TrainerOptions):
     weight_decay: float = 0.01
     eval_minutes: Optional[float] = 5.0
 
-    @property
-    def tokenizer_dir(self) -> str:
-        return self.tokenizer or self.target
-
     def validate(self) -> None:
-        self.validate_run()
-        for name in ("num_prompts", "eval_prompts", "min_prompt_tokens", "new_tokens", "generate_batch",
-                     "block_size", "layers", "window", "cuts"):
-            if getattr(self, name) < 1:
-                raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.max_prompt_tokens < self.min_prompt_tokens:
-            raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
-        if not (Path(self.target) / "config.json").is_file():
-            raise TrainError(f"--target {self.target}: no config.json (expected an exported Hugging Face model directory)")
-        if not (Path(self.tokenizer_dir) / "tokenizer.json").is_file():
-            raise TrainError(f"no tokenizer.json in {self.tokenizer_dir}; pass --tokenizer DIR")
-        if not Path(self.manifest).is_file():
-            raise TrainError(f"manifest {self.manifest} not found (run `draftverify train tokenizer` first)")
+        self.validate_frozen(("num_prompts", "eval_prompts", "new_tokens", "generate_batch", "block_size", "layers",
+                              "window", "cuts"))
 
 
 # --------------------------------------------------------------------------- states
@@ -251,17 +236,9 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
 
     from ..drafters.nat import NatDecoder
     from .presets import count_params
-    from .tokenizer import TokenizerError, load_tokenizer
 
-    set_threads(opts.threads)
-    progress = opts.progress if opts.progress is not None else sys.stderr.isatty()
-    try:
-        tok = load_tokenizer(opts.tokenizer_dir)
-    except TokenizerError as e:
-        raise TrainError(str(e)) from None
-    target = align._load(opts.target, "target")
-    for p in target.parameters():
-        p.requires_grad_(False)
+    progress = opts.use_progress
+    tok, target = load_frozen_target(opts)
     work = Path(opts.work_dir)
     t0 = time.time()
     header, records = heads.greedy_data(opts, tok, target, work, progress, log)

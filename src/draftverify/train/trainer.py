@@ -24,13 +24,15 @@ Writing a recipe::
                       loss=lambda model, batch: scalar_loss,    # under losses.autocast(trainer.bf16)
                       evaluate=lambda model: held_out_loss,     # optional; stored as state[metric]
                       counts=lambda batch: {"tokens_seen": n},  # optional per-step counters in state
-                      state={"my_field": None})                 # extra fields, saved in checkpoints
+                      state={"my_field": None},                 # extra fields, saved in checkpoints
+                      key={"data": sha, **opts.optimizer_key()})  # optional: what a checkpoint must
+                                                                # match to be resumed (never a budget)
     result = trainer.fit()                   # resumes from run_dir/checkpoint if there is one
     if result["stopped"]: ...                # interrupted: checkpoint written, nothing to export
     else: export(model)
 
 The recipe may read and write ``trainer.state`` between construction and ``fit()`` (figures measured before
-training, checks that a checkpoint belongs to the same inputs) and after it: everything in it is checkpointed.
+training) and after it: everything in it is checkpointed.
 A recipe whose objective changes part-way through one schedule calls ``fit(until=fraction)``, then sets
 ``trainer.loss`` and calls ``fit()`` again (`train lm --early-exit-layer`).
 """
@@ -38,6 +40,7 @@ A recipe whose objective changes part-way through one schedule calls ``fit(until
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -104,8 +107,18 @@ class TrainerOptions:
             raise TrainError(f"--grad-clip must be positive, got {self.grad_clip}")
 
     @property
+    def use_progress(self) -> bool:
+        """A tqdm bar: as asked, else iff stderr is a terminal."""
+        return self.progress if self.progress is not None else sys.stderr.isatty()
+
+    @property
     def use_bf16(self) -> bool:
         return DEFAULT_BF16 if self.bf16 is None else bool(self.bf16)
+
+    def optimizer_key(self) -> dict:
+        """The optimizer and schedule settings, for a recipe's checkpoint key (a resumed run must keep them)."""
+        return {"lr": self.lr, "warmup_steps": self.warmup_steps, "min_lr_ratio": self.min_lr_ratio,
+                "weight_decay": self.weight_decay, "betas": [self.beta1, self.beta2], "grad_clip": self.grad_clip}
 
 
 # --------------------------------------------------------------------------- building blocks
@@ -191,6 +204,14 @@ def command_line() -> str:
 # --------------------------------------------------------------------------- checkpoint
 
 
+def model_config(model) -> Optional[dict]:
+    """The model's config as a dict (a Hugging Face config, or a drafter's config dataclass), or None."""
+    config = getattr(model, "config", None)
+    if hasattr(config, "to_dict"):
+        return config.to_dict()
+    return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else None
+
+
 def save_checkpoint(run_dir: Path, model, optimizer, sched: WarmupCosine, state: dict,
                     np_rng: np.random.Generator) -> Path:
     """Write run_dir/checkpoint atomically (a crash leaves the previous one, or checkpoint.old, readable)."""
@@ -209,7 +230,7 @@ def save_checkpoint(run_dir: Path, model, optimizer, sched: WarmupCosine, state:
             "rng": {"torch": torch.get_rng_state(), "numpy_batch": np_rng.bit_generator.state,
                     "python": random.getstate()},
             "state": state,
-            "config": model.config.to_dict(),
+            "config": model_config(model),
         },
         tmp / "state.pt",
     )
@@ -249,6 +270,9 @@ class Trainer:
     state: extra fields of the run's state; a resumed run takes the checkpoint's values.
     checkpoint: a checkpoint the recipe already read with load_checkpoint(run_dir) (to build the model from its
         config); by default the trainer reads run_dir's itself.
+    key: the settings a checkpoint must have been trained with to be resumed (kept in the state); on a mismatch
+        the run starts over and says which differ. Never put a budget (max_steps, max_minutes) in it: raising
+        one must resume.
     name: prefixes the log lines and labels the progress bar ("fine-tune"); log receives every line.
     """
 
@@ -256,7 +280,8 @@ class Trainer:
                  batches: Callable[[np.random.Generator], Any], loss: Callable[[Any, Any], Any],
                  evaluate: Optional[Callable[[Any], Optional[float]]] = None, metric: str = "val_loss",
                  counts: Optional[Callable[[Any], dict[str, int]]] = None, state: Optional[dict] = None,
-                 checkpoint: Optional[dict] = None, name: str = "", log: Callable[[str], None] = print):
+                 checkpoint: Optional[dict] = None, key: Optional[dict] = None, name: str = "",
+                 log: Callable[[str], None] = print):
         self.model, self.opts, self.run_dir = model, opts, Path(run_dir)
         self.batches, self.loss, self.evaluate, self.metric, self.counts = batches, loss, evaluate, metric, counts
         self.prefix = f"{name}: " if name else ""
@@ -269,14 +294,27 @@ class Trainer:
         self.sched = WarmupCosine(opts.lr, opts.warmup_steps, opts.min_lr_ratio)
         self.state = {"step": 0, "elapsed": 0.0, metric: None, "best_" + metric: None, "resumes": 0,
                       "finished": False, "commands": [], **(state or {})}
+        if key is not None:
+            self.state["key"] = key
         ckpt = checkpoint if checkpoint is not None else load_checkpoint(self.run_dir)
-        if ckpt is not None:
+        if ckpt is not None and self._same_key(ckpt):
             self._restore(ckpt)
         self.state["commands"] = list(self.state["commands"]) + [opts.command or command_line()]
 
     @property
     def resumed(self) -> bool:
         return self.state["resumes"] > 0
+
+    def _same_key(self, ckpt: dict) -> bool:
+        key = self.state.get("key")
+        if key is None:
+            return True
+        saved = ckpt["state"].get("key") or {}
+        changed = sorted(k for k in key if saved.get(k) != key[k])
+        if changed:
+            self.log(f"{self.prefix}{self.run_dir / CKPT_NAME} was trained with other settings "
+                     f"({', '.join(changed)} differ); starting over")
+        return not changed
 
     def _restore(self, ckpt: dict) -> None:
         import torch
@@ -363,7 +401,7 @@ class Trainer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(ValueError):  # not in the main thread
                 old_handlers[sig] = signal.signal(sig, on_signal)
-        use_bar = opts.progress if opts.progress is not None else sys.stderr.isatty()
+        use_bar = opts.use_progress
         bar = None
         if use_bar and not self.done():
             from tqdm.auto import tqdm
@@ -408,8 +446,8 @@ class Trainer:
                 if bar is not None:
                     bar.update(1)
                     cur = state[self.metric]
-                    bar.set_postfix(loss=f"{loss.item():.3f}", **{self.metric: "-" if cur is None else f"{cur:.3f}"},
-                                    min=f"{state['elapsed'] / 60:.1f}")
+                    shown = {} if self.evaluate is None else {self.metric: "-" if cur is None else f"{cur:.3f}"}
+                    bar.set_postfix(loss=f"{loss.item():.3f}", **shown, min=f"{state['elapsed'] / 60:.1f}")
                 if state["elapsed"] - last_ckpt >= opts.checkpoint_minutes * 60:
                     self.save()
                     last_ckpt = state["elapsed"]
@@ -440,8 +478,8 @@ class Trainer:
         self._write(final)
         self.save()
         tokens = f" | {state['tokens_seen']:,} tokens" if "tokens_seen" in state else ""
-        self.log(f"{self.prefix}done: step {state['step']} | {self.metric.replace('_', ' ')} "
-                 f"{'-' if val is None else format(val, '.4f')}{tokens} | {state['elapsed'] / 60:.1f} min")
+        self.log(f"{self.prefix}done: step {state['step']}{self._metric_text(val)}{tokens} | "
+                 f"{state['elapsed'] / 60:.1f} min")
         return {**state, "stopped": False, "paused": False}
 
     def _log_step(self, lr: float, train_loss: float, val: Optional[float], tok_s: float, gnorm: float,
@@ -453,8 +491,13 @@ class Trainer:
             rec.update(tokens_seen=state["tokens_seen"], tokens_per_s=round(tok_s, 1))
         self._write(rec)
         if echo:
-            cur = state[self.metric]
             speed = f" | {tok_s:,.0f} tok/s | {state['tokens_seen']:,} tok" if "tokens_seen" in state else ""
-            self.log(f"{self.prefix}step {state['step']:>6} | loss {train_loss:.4f} | "
-                     f"{self.metric.replace('_', ' ')} {'-' if cur is None else format(cur, '.4f')} | "
-                     f"lr {lr:.2e}{speed} | {state['elapsed'] / 60:.1f} min")
+            metric = self._metric_text(state[self.metric])
+            self.log(f"{self.prefix}step {state['step']:>6} | loss {train_loss:.4f}{metric} | lr {lr:.2e}{speed} | "
+                     f"{state['elapsed'] / 60:.1f} min")
+
+    def _metric_text(self, value: Optional[float]) -> str:
+        """The held-out figure's part of a log line; nothing for a recipe without a held-out evaluation."""
+        if self.evaluate is None:
+            return ""
+        return f" | {self.metric.replace('_', ' ')} {'-' if value is None else format(value, '.4f')}"

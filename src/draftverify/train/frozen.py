@@ -1,0 +1,75 @@
+"""What the recipes that learn on a frozen target share (`train heads`, `train bita`, `train nat` on a decoder-only
+target): the checks of the target, tokenizer and manifest they name, and loading the target with its weights frozen,
+so each recipe says only what it learns."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from .trainer import TrainError, set_threads
+
+
+class FrozenTarget:
+    """Mixin of a frozen-target recipe's options (a TrainerOptions dataclass with target, tokenizer, manifest,
+    min_prompt_tokens and max_prompt_tokens fields)."""
+
+    @property
+    def tokenizer_dir(self) -> str:
+        return self.tokenizer or self.target
+
+    def validate_frozen(self, positive: tuple[str, ...]) -> None:
+        """The run options, the prompt lengths, the `positive` fields (each >= 1) and the inputs (raise TrainError)."""
+        self.validate_run()
+        for name in ("min_prompt_tokens", *positive):
+            if getattr(self, name) < 1:
+                raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.max_prompt_tokens < self.min_prompt_tokens:
+            raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
+        check_inputs(self)
+
+
+def check_inputs(opts) -> None:
+    """opts.target, opts.tokenizer_dir and opts.manifest exist (raise TrainError naming the fix)."""
+    if not (Path(opts.target) / "config.json").is_file():
+        raise TrainError(f"--target {opts.target}: no config.json (expected an exported Hugging Face model directory)")
+    if not (Path(opts.tokenizer_dir) / "tokenizer.json").is_file():
+        raise TrainError(f"no tokenizer.json in {opts.tokenizer_dir}; pass --tokenizer DIR")
+    if not Path(opts.manifest).is_file():
+        raise TrainError(f"manifest {opts.manifest} not found (run `draftverify train corpus` or "
+                         "`draftverify train tokenizer` first)")
+
+
+def fit_measured(trainer, accuracy: Callable[[], list[float]], label: Callable[[int], str],
+                 log: Callable[[str], None]) -> dict:
+    """trainer.fit() between two held-out measurements: accuracy() of the model as initialised (kept in the run's
+    state, so a resumed run reports the same "before") and after training; label(i) names figure i in the log.
+    Returns fit()'s state with "before" and, unless the run stopped, "after"."""
+    if trainer.state.get("before") is None:
+        trainer.state["before"] = accuracy()
+
+    def show(figures: list[float]) -> str:
+        return ", ".join(f"{label(i)} {a:.3f}" for i, a in enumerate(figures))
+
+    log("held-out top-1 accuracy before: " + show(trainer.state["before"]))
+    state = trainer.fit()
+    if not state["stopped"]:
+        trainer.model.eval()
+        state["after"] = accuracy()
+        log("held-out top-1 accuracy after: " + show(state["after"]))
+    return state
+
+
+def load_frozen_target(opts) -> tuple:
+    """(tokenizer, target): the target in float32, eval mode, no weight requiring a gradient; on opts.threads."""
+    from . import align
+    from .tokenizer import TokenizerError, load_tokenizer
+
+    set_threads(opts.threads)
+    try:
+        tok = load_tokenizer(opts.tokenizer_dir)
+    except TokenizerError as e:
+        raise TrainError(str(e)) from None
+    target = align._load(opts.target, "target").eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    return tok, target
