@@ -19,7 +19,7 @@ draftverify train distill --model zoo/translate/target --data "$DATA" --split tr
 # 4. SpecDec's NAT drafter on the frozen target
 draftverify train nat --target zoo/translate/target --train-targets runs/translate/distill/train.de \
     --val-targets runs/translate/distill/val.de --data "$DATA" --out runs/translate/nat --export zoo/translate/nat \
-    --block-size 8 --layers 3 --max-minutes 20 --threads 1
+    --block-size 8 --layers 2 --max-minutes 45 --eval-minutes 15 --warmup-steps 100 --lr 5e-4 --threads 1
 # 5. BiLD prediction alignment (BiLD 3.5.1): the small model fine-tuned on the target's greedy translations, then
 #    BiLD before / after in counts (the aligned model is copied to zoo/translate/draft-aligned only if it needs fewer
 #    large-model calls at equal BLEU)
