@@ -218,8 +218,12 @@ app()
 
 def test_ctrl_c_while_loading_exits_130_without_a_traceback(model_dirs):  # noqa: F811
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # the child starts with Ctrl-C's default disposition, as a terminal gives it: pytest run as a background job
+    # (`... &` in a script) ignores SIGINT, a child inherits that, and Python then installs no KeyboardInterrupt
+    # handler (the cause of this test's failures in fresh clones tested in the background)
     proc = subprocess.Popen([sys.executable, "-c", HELD_LOAD, *generate_args(model_dirs, "--method", "autoregressive")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     status = b""
     while b"LOAD-ENTERED" not in status:
         chunk = proc.stderr.read1(256)
