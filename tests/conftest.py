@@ -94,7 +94,7 @@ def forward_atol(model, values: torch.Tensor) -> float:
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     layers = next((getattr(config, name) for name in ("num_hidden_layers", "num_layers", "layers")
                    if isinstance(getattr(config, name, None), int)), 1)
-    scale = max(1.0, float(values.abs().max()))
+    scale = max(1.0, float(values.detach().abs().max()))
     return 64 * eps * (layers + 1) * scale
 
 
