@@ -21,16 +21,13 @@ from .hub import hub_unreachable_reason
 from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
 from .types import GenerationOutput, GenerationStats, SamplingParams
-from .zoo import zoo_root
+from .zoo import zoo_folder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def zoo_paths(name: str) -> dict[str, Path]:
-    folder = zoo_root() / name
-    if not folder.is_dir():
-        available = sorted(p.name for p in zoo_root().iterdir() if p.is_dir()) if zoo_root().is_dir() else []
-        raise DraftVerifyError(f"no zoo entry {name!r} under {zoo_root()}; available: {', '.join(available) or 'none'}")
+    folder = zoo_folder(name)
     return {"target": folder / "target", "draft": folder / "draft", "draft_aligned": folder / "draft-aligned",
             "ngram": folder / "ngram.safetensors", "heads": folder / "heads", "bita": folder / "bita",
             "nat": folder / "nat"}

@@ -6,13 +6,48 @@ import json
 import os
 from pathlib import Path
 
+from .errors import DraftVerifyError
+
 ZOO_DEFAULT_METHOD = "lookup_model"  # copying where code repeats, the draft model elsewhere (the code zoo)
 SETTINGS_NAME = "zoo.json"  # optional per-entry settings, e.g. {"default_method": "specdec"}
 
 
+ZOO_ENV = "DRAFTVERIFY_ZOO"
+
+
+def source_tree_zoo() -> Path:
+    """The repository's zoo/ folder, which exists beside the sources in a checkout (and an editable install)."""
+    return Path(__file__).resolve().parents[2] / "zoo"
+
+
+def user_zoo() -> Path:
+    """Where a normal (non-editable) install looks: $XDG_DATA_HOME/draftverify/zoo (~/.local/share/...)."""
+    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data_home) / "draftverify" / "zoo"
+
+
 def zoo_root() -> Path:
-    """Where shipped models live: $DRAFTVERIFY_ZOO, else the repository's zoo/ folder."""
-    return Path(os.environ.get("DRAFTVERIFY_ZOO", Path(__file__).resolve().parents[2] / "zoo"))
+    """Where shipped models live: $DRAFTVERIFY_ZOO, else the repository's zoo/ folder when the package runs from
+    a checkout, else the user's data folder (where a copy of the repository's zoo/ goes after `pip install .`)."""
+    if os.environ.get(ZOO_ENV):
+        return Path(os.environ[ZOO_ENV])
+    return source_tree_zoo() if source_tree_zoo().is_dir() else user_zoo()
+
+
+def zoo_folder(name: str) -> Path:
+    """The folder of zoo entry `name`, or an error that says where it was looked for and how to point at it."""
+    root = zoo_root()
+    folder = root / name
+    if folder.is_dir():
+        return folder
+    available = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if available:
+        raise DraftVerifyError(f"no zoo entry {name!r} under {root}; available: {', '.join(available)}")
+    if os.environ.get(ZOO_ENV):
+        raise DraftVerifyError(f"${ZOO_ENV}={root} is not a zoo folder: point it at the zoo/ folder of a draftverify "
+                               "checkout")
+    raise DraftVerifyError(f"no zoo folder at {root}: set ${ZOO_ENV} to the zoo/ folder of a draftverify checkout "
+                           f"(or copy that folder to {user_zoo()})")
 
 
 def zoo_default_method(name: str) -> str:
