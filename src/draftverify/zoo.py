@@ -46,8 +46,8 @@ def zoo_folder(name: str) -> Path:
     if os.environ.get(ZOO_ENV):
         raise DraftVerifyError(f"${ZOO_ENV}={root} is not a zoo folder: point it at the zoo/ folder of a draftverify "
                                "checkout")
-    raise DraftVerifyError(f"no zoo folder at {root}: set ${ZOO_ENV} to the zoo/ folder of a draftverify checkout "
-                           f"(or copy that folder to {user_zoo()})")
+    raise DraftVerifyError(f"no zoo folder at {root}: copy the zoo/ folder of a draftverify checkout there, or set "
+                           f"${ZOO_ENV} to it")
 
 
 def zoo_default_method(name: str) -> str:
