@@ -94,6 +94,7 @@ class BenchConfig:
         _positive_int("--num-prompts", self.num_prompts)
         _positive_int("--max-new-tokens", self.max_new_tokens)
         _positive_int("--bild-gamma", self.bild_gamma)
+        _check_gamma(self.bild_gamma)
         if isinstance(self.warmup_tokens, bool) or not isinstance(self.warmup_tokens, int) or self.warmup_tokens < 0:
             raise DraftVerifyError(f"warmup_tokens must be an integer >= 0, got {self.warmup_tokens!r}")
         if not isinstance(self.compile, bool):
@@ -146,10 +147,13 @@ def _positive_int(option: str, value: object) -> int:
 
 
 def _check_gamma(g: object) -> None:
+    from ..draft_length import parse_gamma
+
     if g in ("auto", "heuristic"):
         return
     if isinstance(g, bool) or not isinstance(g, int) or g < 1:
         raise DraftVerifyError(f"--gamma values must be integers >= 1, 'auto' or 'heuristic', got {g!r}")
+    parse_gamma(g)  # the one bound on a draft length (MAX_GAMMA)
 
 
 # ---------------------------------------------------------------- parsing comma lists from the command line
