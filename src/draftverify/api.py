@@ -21,7 +21,7 @@ from .hub import hub_unreachable_reason
 from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
 from .types import GenerationOutput, GenerationStats, SamplingParams
-from .zoo import zoo_root
+from .zoo import check_zoo_has_nat, zoo_root
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -126,7 +126,7 @@ class Pipeline:
         self.options = options or MethodOptions()
         self.drafter = build_drafter(self.method.drafter, self.target, self.options)
         self.gamma = gamma
-        make_draft_length(gamma)  # validate now, not at the first call
+        make_draft_length(gamma, context=self.target.max_positions)  # validate now, not at the first call
         self.step_costs = StepCosts()  # gamma auto's timings, kept across calls: calibrated once per pipeline
 
     def encode(self, text: str) -> torch.Tensor:
@@ -175,7 +175,8 @@ class Pipeline:
         on_tokens receives each step's emitted tokens [1, k] (see loop.generate)."""
         verifier = build_verifier(self.verifier_name, params, self.options)
         gamma = self.gamma if gamma is None else gamma
-        policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma, self.step_costs)
+        policy = gamma if isinstance(gamma, DraftLength) else \
+            make_draft_length(gamma, self.step_costs, self.target.max_positions)
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
                           gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens)
         return output, verifier.name
@@ -223,7 +224,8 @@ class Pipeline:
         mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in rows])
         verifier = build_verifier(self.verifier_name, params, self.options)
         gamma = self.gamma if gamma is None else gamma
-        policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma, self.step_costs)
+        policy = gamma if isinstance(gamma, DraftLength) else \
+            make_draft_length(gamma, self.step_costs, self.target.max_positions)
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
                           gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens, attention_mask=mask,
                           seeds=seeds, admit=admit)
@@ -271,6 +273,7 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
             options["bita_path"] = paths["bita"]
         if options.get("nat_path") is None and paths["nat"].exists():
             options["nat_path"] = paths["nat"]
+        check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", options.get("nat_path"))
     if target is None:
         raise DraftVerifyError("no target model: pass target=PATH or zoo=NAME")
     resolve_method(method)
