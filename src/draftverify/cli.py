@@ -25,7 +25,7 @@ from .draft_length import parse_gamma
 from .errors import DraftVerifyError
 from .methods import METHODS, resolve_method
 from .train.cli import train_app
-from .zoo import ZOO_DEFAULT_METHOD, zoo_default_method
+from .zoo import ZOO_DEFAULT_METHOD, check_zoo_has_nat, nat_shipped, zoo_default_method
 
 if TYPE_CHECKING:
     from .types import GenerationStats
@@ -99,7 +99,7 @@ def _gamma(value: str) -> int | str:
 def _read_prompt(prompt: str) -> str:
     """`-` reads stdin (as bytes: a non-UTF-8 pipe is an error, not a traceback); else the argument itself."""
     if prompt == "-":
-        return decode_prompt_bytes(sys.stdin.buffer.read(), "stdin")
+        return check_prompt_text(decode_prompt_bytes(sys.stdin.buffer.read(), "stdin"))
     return check_prompt_text(prompt)
 
 
@@ -163,7 +163,7 @@ def generate(
     top_p: float = typer.Option(1.0, "--top-p", help="1 = off."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seeded sampling is coupled: the same seed gives the same text for every method and draft length."),
     coupling: Optional[bool] = typer.Option(None, "--coupling/--no-coupling", help="Position-keyed (Gumbel-max) sampling; default: on when --seed is given."),
-    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer, 'heuristic' or 'auto' (Theorem 8)."),
+    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer in 1..64, 'heuristic' or 'auto' (Theorem 8)."),
     alpha_fb: float = typer.Option(0.0, "--alpha-fb", help="BiLD fallback threshold in [0, 1] (0 = never)."),
     alpha_rb: float = typer.Option(2.0, "--alpha-rb", help="BiLD rollback threshold on -log p_target(x), >= 0."),
     lenience: float = typer.Option(1.0, "--lenience", help="Leviathan A.5 lenience l in (0, 1]; 1 = exact."),
@@ -175,7 +175,7 @@ def generate(
     bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita methods (default: the zoo's)."),
     bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree: candidates per mask token."),
     bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita*: use the adapter's first m mask tokens (default: all)."),
-    nat: Optional[Path] = typer.Option(None, "--nat", help="NAT drafter folder for specdec / specdec++_nat (default: the zoo's nat)."),
+    nat: Optional[Path] = typer.Option(None, "--nat", help=f"NAT drafter folder for specdec / specdec++_nat (default: the zoo's nat/; {nat_shipped()}; for another target train one with `draftverify train nat --target TARGET ...`, see the README)."),
     lattice_k: int = typer.Option(4, "--lattice-k", help="bpd_ngram / bpd_pbest / bpd_neural: candidates per head in the top-k lattice."),
     ngram_weight: float = typer.Option(0.5, "--ngram-weight", help="bpd_ngram / bpd_pbest: n-gram weight alpha (0 = heads only)."),
     pbest: int = typer.Option(4, "--pbest", help="bpd_pbest: rescored lattice paths merged into one tree."),
@@ -192,6 +192,8 @@ def generate(
         method = method or _default_method(zoo, draft)
         # every check that needs no model runs before anything is imported, loaded or printed
         resolve_method(method)
+        if zoo is not None:
+            check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", nat)
         parse_gamma(_gamma(gamma))
         check_sampling(temperature, top_k, top_p, seed, coupling)
         check_max_new_tokens(max_new_tokens)
@@ -312,6 +314,33 @@ def _generate_batches(pipe, texts: list[str], batch_size: int, as_json: bool, me
                                                "(target calls are batch steps)"))
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Bind host:port as the server will (SO_REUSEADDR, as uvicorn sets it) and let go at once; a port another
+    process listens on, an address this machine does not have, or a privileged port is a DraftVerifyError that
+    says what to do. (Something may still take the port while the model loads; uvicorn then reports it.)"""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise DraftVerifyError(f"--host {host!r} is not an address of this machine ({err.strerror}); "
+                               "use 127.0.0.1, 0.0.0.0 or one of its addresses") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise DraftVerifyError(f"port {port} on {host} is already in use (another server?): stop what "
+                                       "listens there or pick a free port with --port") from None
+            if err.errno == errno.EACCES:
+                raise DraftVerifyError(f"no permission to listen on port {port} (ports below 1024 need root): pick "
+                                       "--port 1024 or above") from None
+            raise DraftVerifyError(f"cannot listen on {host}:{port}: {err.strerror}; check --host and --port") from None
+
+
 @app.command()
 def serve(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
@@ -319,7 +348,7 @@ def serve(
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Serve a shipped model set, e.g. 'code'."),
     method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1) needs a chain method: autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit; others serve one request at a time."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
-    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer, 'heuristic' or 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays)."),
+    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer in 1..64, 'heuristic' or 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays)."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table for the ngram method."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
@@ -339,6 +368,8 @@ def serve(
     try:
         method = method or _default_method(zoo, draft)
         resolve_method(method)
+        if zoo is not None:
+            check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", None)
         parse_gamma(_gamma(gamma))
         if dtype not in DTYPE_NAMES:
             raise DraftVerifyError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
@@ -352,6 +383,7 @@ def serve(
             raise DraftVerifyError("no model: give --zoo NAME or --target PATH")
         if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
             raise DraftVerifyError("serving needs the 'serve' extra: pip install 'draftverify[serve]'")
+        check_port_free(host, port)  # before the model loads: a taken port is a one-line exit 2, not uvicorn's
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
         load_args = dict(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                          gamma=_gamma(gamma), ngram_path=ngram)
@@ -448,7 +480,7 @@ def bench(
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram runner."),
     heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd runners (default: the zoo's)."),
     bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita runners (default: the zoo's)."),
-    nat: Optional[Path] = typer.Option(None, "--nat", help="NAT drafter folder for the specdec runners (default: the zoo's)."),
+    nat: Optional[Path] = typer.Option(None, "--nat", help=f"NAT drafter folder for the specdec runners (default: the zoo's nat/; {nat_shipped()})."),
     bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree runners: candidates per mask token."),
     bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita runners: the adapter's first m mask tokens (default: all)."),
     gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic' (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
