@@ -224,6 +224,36 @@ def test_a_nat_method_on_the_code_zoo_says_which_zoo_has_a_drafter_and_how_to_tr
     assert time.perf_counter() - started < 2  # said before any model loads
 
 
+def test_load_is_quiet_by_default_verbose_on_request_and_leaves_transformers_settings_as_found(
+        model_dirs, capfd, monkeypatch):
+    from transformers.utils import logging as hf_logging
+
+    monkeypatch.delenv("DRAFTVERIFY_VERBOSE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_VERBOSITY", raising=False)
+    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.enable_progress_bar()  # as a fresh process has them (a CLI test in this process turned them off)
+    hf_logging.set_verbosity_warning()
+    try:
+        capfd.readouterr()
+        load(target=model_dirs / "target", draft=model_dirs / "draft", method="model")
+        quiet = capfd.readouterr()
+        assert quiet.err == "" and quiet.out == ""
+        assert hf_logging.is_progress_bar_enabled() and hf_logging.get_verbosity() == hf_logging.WARNING
+        load(target=model_dirs / "target", method="autoregressive", verbose=True)
+        assert "Loading weights" in capfd.readouterr().err
+        monkeypatch.setenv("DRAFTVERIFY_VERBOSE", "1")
+        load(target=model_dirs / "target", method="autoregressive")
+        assert "Loading weights" in capfd.readouterr().err
+        monkeypatch.delenv("DRAFTVERIFY_VERBOSE")
+        hf_logging.set_verbosity_info()  # a level the user chose is theirs: kept through load
+        load(target=model_dirs / "target", method="autoregressive")
+        assert hf_logging.get_verbosity() == hf_logging.INFO and hf_logging.is_progress_bar_enabled()
+        assert "Loading weights" not in capfd.readouterr().err
+    finally:
+        (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
+        hf_logging.set_verbosity(level)
+
+
 def test_unknown_zoo_entry_lists_what_exists():
     with pytest.raises(DraftVerifyError, match="no zoo entry 'nope'"):
         zoo_paths("nope")

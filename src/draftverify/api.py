@@ -20,6 +20,7 @@ from .errors import DraftVerifyError
 from .hub import hub_unreachable_reason
 from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
+from .quiet import quiet
 from .types import GenerationOutput, GenerationStats, SamplingParams
 from .zoo import check_zoo_has_nat, zoo_root
 
@@ -64,25 +65,28 @@ def _not_found(path: str, role: str, offline_reason: str | None, err: Exception)
     )
 
 
-def load_model(path: str | Path, dtype: str = "float32", role: str = "target") -> PreTrainedModel:
-    """A causal LM or encoder-decoder from a local directory (or the hub, when it can be reached)."""
+def load_model(path: str | Path, dtype: str = "float32", role: str = "target",
+               verbose: bool | None = None) -> PreTrainedModel:
+    """A causal LM or encoder-decoder from a local directory (or the hub, when it can be reached). Quiet unless
+    verbose (or DRAFTVERIFY_VERBOSE=1): no progress bars or advice from transformers (see quiet.py)."""
     if dtype not in DTYPES:
         raise DraftVerifyError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     path = str(path)
     hub, offline_reason = _hub_access(path)
-    try:
-        config = AutoConfig.from_pretrained(path, **hub)
-    except (OSError, ValueError) as err:
-        raise _not_found(path, role, offline_reason, err) from err
-    cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
-    try:
-        return cls.from_pretrained(path, dtype=DTYPES[dtype], **hub).eval()
-    except (OSError, ValueError) as err:
-        raise DraftVerifyError(f"could not load the {role} model weights from {path!r}: {err}") from err
+    with quiet(verbose):
+        try:
+            config = AutoConfig.from_pretrained(path, **hub)
+        except (OSError, ValueError) as err:
+            raise _not_found(path, role, offline_reason, err) from err
+        cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
+        try:
+            return cls.from_pretrained(path, dtype=DTYPES[dtype], **hub).eval()
+        except (OSError, ValueError) as err:
+            raise DraftVerifyError(f"could not load the {role} model weights from {path!r}: {err}") from err
 
 
-def load_tokenizer(path: str | Path):
-    """The target's tokenizer, which must live beside it (as save_pretrained writes it)."""
+def load_tokenizer(path: str | Path, verbose: bool | None = None):
+    """The target's tokenizer, which must live beside it (as save_pretrained writes it); quiet unless verbose."""
     path = str(path)
     folder = Path(path)
     if folder.is_dir() and not any((folder / name).exists() for name in TOKENIZER_FILES):
@@ -92,7 +96,8 @@ def load_tokenizer(path: str | Path):
         )
     hub, offline_reason = _hub_access(path)
     try:
-        return AutoTokenizer.from_pretrained(path, **hub)
+        with quiet(verbose):
+            return AutoTokenizer.from_pretrained(path, **hub)
     except Exception as err:  # transformers raises OSError, ValueError, ImportError, ... with misleading hints
         if not folder.exists():
             raise _not_found(path, "target", offline_reason, err) from err
@@ -252,8 +257,11 @@ class _TextStreamer:
 
 def load(target: str | Path | None = None, draft: str | Path | None = None, method: str = "model",
          verifier: str | None = None, zoo: str | None = None, dtype: str = "float32", gamma: int | str = 5,
-         compile: bool = False, **options) -> Pipeline:
+         compile: bool = False, verbose: bool | None = None, **options) -> Pipeline:
     """Load a target (and draft) by path or zoo name and return a Pipeline for `method`.
+
+    Prints nothing: transformers' weight-loading bars and advice are off while it loads (and the settings found
+    are put back afterwards); verbose=True, or DRAFTVERIFY_VERBOSE=1, shows them.
 
     options are MethodOptions fields: alpha_fb, alpha_rb, lenience, beta, tau, early_exit_layers, ngram_path, ...
     """
@@ -278,10 +286,10 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
         raise DraftVerifyError("no target model: pass target=PATH or zoo=NAME")
     resolve_method(method)
     make_draft_length(gamma)  # bad arguments fail before anything is loaded
-    tokenizer = load_tokenizer(target)  # first: a folder without one fails before the weights are read
-    target_model = load_model(target, dtype, role="target")
+    tokenizer = load_tokenizer(target, verbose)  # first: a folder without one fails before the weights are read
+    target_model = load_model(target, dtype, role="target", verbose=verbose)
     method_options = replace(MethodOptions(), **options)
     if draft is not None:
-        method_options.draft_model = load_model(draft, dtype, role="draft")
+        method_options.draft_model = load_model(draft, dtype, role="draft", verbose=verbose)
     method_options.compile = compile
     return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma, compile=compile)

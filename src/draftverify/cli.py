@@ -130,21 +130,14 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
 
 
 def _quiet_libraries() -> None:
-    """transformers' own warnings (e.g. a long prompt against the tokenizer's nominal maximum) are noise to a
-    CLI user; our checks report what matters. A TRANSFORMERS_VERBOSITY the user set wins. transformers 5 also
-    draws weight-loading progress bars, which would garble --json output."""
-    import warnings
+    """transformers' own output (weight-loading progress bars, which would garble --json output; warnings such as
+    a long prompt against the tokenizer's nominal maximum) is noise to a CLI user; our checks report what matters.
+    The library's one mechanism (quiet.py), for the whole process: a TRANSFORMERS_VERBOSITY the user set wins,
+    and DRAFTVERIFY_VERBOSE=1 shows everything."""
+    from .quiet import quiet_libraries, verbose_requested
 
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
-    warnings.filterwarnings("ignore", module=r"transformers(\.|$)")
-    if not os.environ.get("TRANSFORMERS_VERBOSITY"):
-        os.environ["TRANSFORMERS_VERBOSITY"] = "error"  # read at import, for messages logged while importing
-        import transformers
-
-        transformers.logging.set_verbosity_error()  # and now, if transformers was imported already
+    if not verbose_requested():
+        quiet_libraries(process=True)
 
 
 @app.command()
@@ -507,6 +500,7 @@ def bench(
     """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
     from .bench.cli import main as bench_main
 
+    _quiet_libraries()
     code = bench_main(cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes, cost_repeats=cost_repeats,
                       prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,

@@ -1,7 +1,6 @@
 """run_bench(config) -> dict: load, warm up, measure prompt-major, summarise, write JSON / markdown / PNG."""
 from __future__ import annotations
 
-import contextlib
 from dataclasses import replace
 from pathlib import Path
 from time import perf_counter
@@ -11,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..errors import DraftVerifyError
+from ..quiet import quiet
 from . import environment, plots
 from .config import BenchConfig
 from .models import BenchModels, load_models
@@ -21,19 +21,6 @@ from .runners import Runner, install_hooks
 from .summary import equality_failures, summarize
 
 console = Console(stderr=True)
-
-
-@contextlib.contextmanager
-def _quiet_transformers():
-    """HF logs a notice each time the assistant's settings differ from its defaults; the bench sets them on purpose."""
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
 
 
 def select_prompts(prompts: list[Prompt], models: BenchModels, config: BenchConfig) -> tuple[list, list[str]]:
@@ -161,7 +148,7 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
     chosen, prompt_notes = select_prompts(prompts, models, config)
     hooks = install_hooks(models)
     try:
-        with _quiet_transformers():
+        with quiet():  # HF logs a notice each time the assistant settings differ from its defaults (on purpose)
             runners, runner_notes = build_runners(config, models, hooks)
             records = measure(runners, config, chosen, models.tokenizer)
     finally:
