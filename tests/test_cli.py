@@ -215,6 +215,14 @@ def test_generate_compiled_gives_the_same_text(model_dirs):  # noqa: F811
     assert result.exit_code == 0, result.output
     expected = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=8)
     assert json.loads(result.stdout)["text"] == expected.text
+    # it says what it compiles (a plain step and gamma + 1 wide: the widths gamma 3 uses), each graph, the time,
+    # and whether compiling paid off (it cannot, for 8 tokens)
+    err = result.stderr
+    assert "compiling 2 graphs with torch.compile before generating (target at widths 1, 4)" in err
+    assert "compiled graph 1/2: target at width 1" in err and "compiled graph 2/2: target at width 4" in err
+    assert "compiled 2 graphs in " in err
+    assert "warning: --compile pays off only over many generations in one process" in err \
+        or "warning: --compile does not pay off on this machine" in err
 
 
 # ---- the real process -------------------------------------------------------------------------------------

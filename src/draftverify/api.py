@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
 
+from . import compiling
 from .cached_lm import cached_model
 from .checks import check_prompt_text
 from .draft_length import DraftLength, StepCosts, make_draft_length
@@ -122,8 +123,8 @@ class Pipeline:
     def __init__(self, target: PreTrainedModel, tokenizer, method: str = "model", verifier: str | None = None,
                  options: MethodOptions | None = None, gamma: int | str = 5, compile: bool = False):
         """compile: preallocate the target's KV cache (its context length, else 4096 positions) and compile its
-        forward once per verify-width bucket (the first generation pays the compilation); options.compile does the
-        same for a draft model."""
+        forward for the verify widths this method and gamma use (compiling.py); options.compile does the same for
+        a draft model. The first generation pays the compilation, unless precompile() ran first."""
         self.method = resolve_method(method)
         self.verifier_name = verifier or self.method.verifier
         self.target = cached_model(target, "target", compile)
@@ -133,6 +134,14 @@ class Pipeline:
         self.gamma = gamma
         make_draft_length(gamma, context=self.target.max_positions)  # validate now, not at the first call
         self.step_costs = StepCosts()  # gamma auto's timings, kept across calls: calibrated once per pipeline
+        self.compiled = compiling.plan(self.target, self.drafter, gamma)  # the compiled models (none: eager)
+
+    def precompile(self, text: str, max_new_tokens: int, log: Callable[[str], None] | None = None) -> float:
+        """Compile every graph a generation of max_new_tokens after `text` uses, now (log gets a line per graph);
+        returns the seconds. Without it the first generation compiles them as it reaches each width."""
+        ids = self.encode(text)
+        positions = (1 if self.target.is_encoder_decoder else ids.shape[1]) + max_new_tokens
+        return compiling.precompile(self.target, self.drafter, ids, positions, log)
 
     def encode(self, text: str) -> torch.Tensor:
         text = check_prompt_text(text)

@@ -176,7 +176,7 @@ def generate(
     tree_paths: Optional[str] = typer.Option(None, "--tree-paths", help="model_tree shape as JSON paths of child ranks, e.g. '[[0],[1],[0,0]]'."),
     lookup_matches: int = typer.Option(4, "--lookup-matches", help="prompt_lookup_tree: earlier matches merged into one tree."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
-    compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only); the first call compiles."),
+    compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses, compiled before generating (tens of seconds per graph on a CPU); pays off only over many generations in one process, and says after how many tokens."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
 ) -> None:
@@ -222,6 +222,7 @@ def generate(
             _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling)
             return
+        compiled = _precompile(pipe, text_in, max_new_tokens) if pipe.compiled else None
         echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed
         echo = "" if pipe.target.is_encoder_decoder else text_in  # a translation does not continue its source
 
@@ -245,12 +246,48 @@ def generate(
         raise typer.Exit(INTERRUPTED) from None
     if as_json:
         print(json.dumps({"text": result.text, "method": method, "stats": result.stats.as_dict()}))
-        return
-    if not echoed:  # nothing was generated (an immediate end of text): the prompt alone
-        sys.stdout.write(echo)
-    sys.stdout.write("\n")
-    sys.stdout.flush()
-    err_console.print(stats_table(result.stats, title=f"{method} (verifier: {result.verifier})"))
+    else:
+        if not echoed:  # nothing was generated (an immediate end of text): the prompt alone
+            sys.stdout.write(echo)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        err_console.print(stats_table(result.stats, title=f"{method} (verifier: {result.verifier})"))
+    if compiled is not None:
+        _compile_verdict(*compiled, result.stats)
+
+
+def _precompile(pipe, text: str, max_new_tokens: int):
+    """--compile: say what compiles, compile it before generating (a line per graph), say how long it took, and
+    time each compiled model eager vs compiled (for _compile_verdict). Returns (seconds, comparison)."""
+    from .compiling import compare, graph_count
+
+    models = pipe.compiled
+    shapes = "; ".join(f"{lm.role} at width{'s' if len(lm.widths) > 1 else ''} {', '.join(map(str, lm.widths))}"
+                       for lm in models)
+    err_console.print(f"compiling {graph_count(models)} graphs with torch.compile before generating ({shapes}): "
+                      "tens of seconds each on a CPU, once per process")
+    seconds = pipe.precompile(text, max_new_tokens, log=lambda line: err_console.print(f"[dim]{escape(line)}[/dim]"))
+    err_console.print(f"compiled {graph_count(models)} graphs in {seconds:.1f} s")
+    return seconds, compare(pipe.target, pipe.drafter, pipe.encode(text))
+
+
+def _compile_verdict(seconds: float, comparison, stats) -> None:
+    """Whether --compile paid for itself in this run, and after how many tokens it would (measured here)."""
+    from .compiling import break_even_tokens
+
+    per_call = stats.draft_calls / stats.target_calls if stats.target_calls else 0.0
+    tokens = break_even_tokens(seconds, comparison, stats.tokens_per_call, per_call)
+    measured = escape(comparison.describe())
+    if tokens is None:
+        err_console.print(f"[yellow]warning:[/yellow] --compile does not pay off on this machine: compiled forwards "
+                          f"were no faster than eager ({measured}) and compiling took {seconds:.0f} s; run without "
+                          "--compile")
+    elif tokens > stats.new_tokens:
+        err_console.print(f"[yellow]warning:[/yellow] --compile pays off only over many generations in one process "
+                          f"(the Python API's load(compile=True), bench --compile), not for one: compiling took "
+                          f"{seconds:.0f} s and saves {comparison.saving_ms(per_call):.1f} ms per target call here "
+                          f"({measured}), so it breaks even after about {tokens:,.0f} generated tokens; this run "
+                          f"made {stats.new_tokens}")
 
 
 def read_prompts_file(path: Path) -> list[str]:
@@ -465,7 +502,7 @@ def bench(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else the copies shipped with draftverify)."),
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts to run: the first N that fit the context (default 20; --quick 2)."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", "-n", help="New tokens per generation (default 128; --quick 8)."),
-    temperature: str = typer.Option("0,1.0", "--temperature", help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling."),
+    temperature: Optional[str] = typer.Option(None, "--temperature", help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling (default 0,1.0; --quick 0)."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set (target, draft, draft-aligned, ngram table); default 'code' unless --target is given."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (overrides the zoo's)."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (hf_assisted, model, bild)."),
@@ -483,15 +520,15 @@ def bench(
     bild_gamma: int = typer.Option(10, "--bild-gamma", help="Longest BiLD draft before the target is called anyway (BiLD: 10)."),
     runners: Optional[str] = typer.Option(None, "--runners", help="Comma list of runner families to run (the baselines hf_generate and ours_autoregressive always run): hf_assisted, hf_prompt_lookup, model, model_aligned, ngram, prompt_lookup, early_exit, bild."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed of prompt i is seed + i, the same for every runner."),
-    warmup_tokens: int = typer.Option(16, "--warmup-tokens", help="Tokens of the one warm-up generation per runner (0: none)."),
+    warmup_tokens: Optional[int] = typer.Option(None, "--warmup-tokens", help="Tokens of the one warm-up generation per runner (0: none; default 16, --quick 0)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     compile_: bool = typer.Option(False, "--compile", help="Our runners (ours_autoregressive and every method row) run the target and draft models compiled: preallocated KV cache + torch.compile per verify-width bucket; the warm-up compiles every width a runner uses (seconds recorded per runner), peers stay eager. Name the run apart, e.g. --name bench-humaneval-compiled."),
     out: Path = typer.Option(Path("benchmarks"), "--out", help="Output folder for <name>.json, <name>.md and <name>-*.png."),
     name: Optional[str] = typer.Option(None, "--name", help="File stem (default bench-<prompts>[-quick])."),
-    quick: bool = typer.Option(False, "--quick", help="CI smoke test: 2 prompts, 8 tokens, one gamma, every runner type once."),
+    quick: bool = typer.Option(False, "--quick", help="Smoke test (about a minute on 2 CPU cores): every runner type once, greedy, 2 prompts, 8 tokens, gamma 3 (and auto once), no warm-up, BiTA with one mask token; each flag still overrides."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the PNG plots."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show the progress bar (prompt x runner)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr: a bar on a terminal, else a line per runner and prompt."),
     cost_curve: bool = typer.Option(False, "--cost-curve", help="Instead: time one target forward scoring n tokens after a 120-token context, eager vs torch.compile, float32 vs bfloat16, with greedy equality rates (uses --zoo/--target, --threads, --num-prompts and --max-new-tokens for the equality check, --out, --name, --quick)."),
     cost_sizes: Optional[str] = typer.Option(None, "--cost-sizes", help="Comma list of n for --cost-curve (default 1,2,3,4,5,6,8,10,12,16,24,32,48,64; --quick 1,2)."),
     cost_modes: Optional[str] = typer.Option(None, "--cost-modes", help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm (stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all)."),
