@@ -252,7 +252,7 @@ class NatDrafter(Drafter):
             from ..zoo import nat_advice
 
             raise DraftVerifyError("the NAT drafter needs trained weights: "
-                                   f"{nat_advice(translation=target.is_encoder_decoder)}")
+                                   f"{nat_advice(translation=bool(getattr(target, 'is_encoder_decoder', False)))}")
         return cls(NatDecoder.load(options.nat_path))
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
