@@ -201,6 +201,15 @@ def test_make_rejects(bad):
         make_draft_length(bad)
 
 
+@pytest.mark.parametrize("gamma, context, bound", [(65, None, 64), ("1000", None, 64), (1000, 2048, 64),
+                                                   (16, 16, 15), (9, 8, 7)])
+def test_a_gamma_beyond_the_cap_or_the_context_is_an_error_naming_the_bound(gamma, context, bound):
+    with pytest.raises(DraftVerifyError, match=rf"gamma \(draft length\) {gamma} is above {bound}\b"):
+        make_draft_length(gamma, context=context)
+    assert make_draft_length(bound, context=context).next() == bound
+    assert isinstance(make_draft_length("auto", context=context), AutoGamma)
+
+
 def test_make_rejects_non_decimal_digit_strings():
     with pytest.raises(DraftVerifyError):
         make_draft_length("²")

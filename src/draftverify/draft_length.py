@@ -195,9 +195,15 @@ class AutoGamma(DraftLength):
         self.costs.record(drafted, draft_seconds, target_seconds, rows)
 
 
-def parse_gamma(gamma: object) -> int | str:
-    """Validate a draft length: an integer >= 1 (or its decimal string), "heuristic" or "auto" (which may also
-    choose 0, no draft, step by step)."""
+MAX_GAMMA = 64  # the longest fixed draft: the widest verify width the engine plans for (cached_lm.WIDTH_BUCKETS)
+
+
+def parse_gamma(gamma: object, context: int | None = None) -> int | str:
+    """Validate a draft length: an integer in 1..MAX_GAMMA (or its decimal string), "heuristic" or "auto" (which
+    may also choose 0, no draft, step by step). The one place gamma is bounded, for the CLI, the API, the server
+    and the bench: a fixed gamma above MAX_GAMMA, or one whose verify forward (the pending token + gamma drafts)
+    cannot fit the target's `context` positions after a one-token prompt, is an error naming the bound, never
+    clamped silently. (Within the bound, each step drafts at most the tokens the request has left.)"""
     if isinstance(gamma, str):
         if gamma in ("auto", "heuristic"):
             return gamma
@@ -206,13 +212,19 @@ def parse_gamma(gamma: object) -> int | str:
         gamma = int(gamma)
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise DraftVerifyError(f"gamma (draft length) must be an integer >= 1, 'heuristic' or 'auto', got {gamma!r}")
+    bound, why = MAX_GAMMA, "the longest draft one verify forward is planned for"
+    if context is not None and context - 1 < bound:
+        bound, why = context - 1, f"the target attends to {context} positions, one of them the prompt's"
+    if gamma > bound:
+        raise DraftVerifyError(f"gamma (draft length) {gamma} is above {bound}, {why}: use a gamma in 1..{bound}, "
+                               "or 'auto' (picks 0..16 from the measured acceptance and costs)")
     return gamma
 
 
-def make_draft_length(gamma: int | str, costs: StepCosts | None = None) -> DraftLength:
-    """gamma: an integer >= 1, "heuristic" (start at 5, as Hugging Face does) or "auto" (costs: timings to
-    start from and to add to, e.g. a Pipeline's)."""
-    gamma = parse_gamma(gamma)
+def make_draft_length(gamma: int | str, costs: StepCosts | None = None, context: int | None = None) -> DraftLength:
+    """gamma: an integer in 1..MAX_GAMMA, "heuristic" (start at 5, as Hugging Face does) or "auto" (costs: timings to
+    start from and to add to, e.g. a Pipeline's); context: the target's positions, when known (see parse_gamma)."""
+    gamma = parse_gamma(gamma, context)
     if gamma == "auto":
         return AutoGamma(costs=costs)
     if gamma == "heuristic":
