@@ -1,4 +1,5 @@
-"""How many tokens to draft each step: fixed gamma, Hugging Face's heuristic, or Theorem 8 with measured alpha, c."""
+"""How many tokens to draft each step: fixed gamma, Hugging Face's heuristic, Theorem 8 with measured alpha, c, or
+Theorem 8's length as a cap that the drafter's own confidence ends early (ConfidenceGamma)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -8,6 +9,9 @@ from .errors import DraftVerifyError
 
 class DraftLength(ABC):
     reads_timers: bool = False  # the loop synchronises the device before timing a step only for policies that read it
+    # drafters that draft from a model's distribution q end a draft at its first token whose max q is <= this
+    # (DecodingState.draft_confidence; ConfidenceGamma); 0: never, every draft is as long as next() says
+    confidence: float = 0.0
 
     @abstractmethod
     def next(self, rows: int = 1) -> int:
@@ -21,6 +25,10 @@ class DraftLength(ABC):
                rows: int = 1) -> None:
         """Feedback after a step of `rows` rows: the target scored rows x (drafted + 1) tokens; accepted draft
         tokens and rejected (rows that stopped at a rejected draft token; a bool for one row) add up the rows."""
+
+    def update_rows(self, lengths: list[int], accepted: list[int]) -> None:
+        """The same step row by row (called after update()): each row's realised draft length (a tree: its depth)
+        and its accepted draft tokens. Rows may draft fewer than next() said (a confidence stop, a short copy)."""
 
 
 class FixedGamma(DraftLength):
@@ -195,26 +203,169 @@ class AutoGamma(DraftLength):
         self.costs.record(drafted, draft_seconds, target_seconds, rows)
 
 
+DEFAULT_CONFIDENCE = 0.4  # `conf`'s threshold (Hugging Face's assistant_confidence_threshold; see ConfidenceGamma)
+
+
+class ConfidenceGamma(AutoGamma):
+    """Draft while the drafter is confident, up to a cap: AutoGamma's cost model (or a fixed cap) bounds the draft
+    and the drafter ends it early at its first token whose max q is <= `threshold` (BiLD's fallback rule used as a
+    draft-length policy; Hugging Face's assisted generation does the same with assistant_confidence_threshold).
+
+    Decisions, and why:
+    - confidence is the max of q as the drafter draws from it (sampling.probs_from_logits): the raw softmax when
+      greedy (argmax drafts, so it is the drafted token's probability, as in Hugging Face), the tempered and
+      filtered distribution when sampling (what the acceptance min(1, p/q) sees). It depends on the committed text
+      and the draft so far only, so the draft length is a stopping time of the draft and every exact verifier
+      stays exact: only the draft length changes, never what is kept.
+    - the unconfident token is still proposed (as Hugging Face does, unlike BiLD's fallback, which hands that
+      position to the target): its draft forward is already paid for, and one more verified position costs little
+      beside the chance it is right.
+    - the cap maximises expected tokens per unit of time over the *realised* lengths: each drafted token is
+      confident with probability b (so a draft ends at S ~ geometric(1 - b), realised L = min(S, cap)); confident
+      tokens are accepted at alpha_confident, the unconfident last token at alpha_unconfident; a step costs L draft
+      positions and a target call over L + 1 tokens (StepCosts' fitted curve). In a batch every row stops on its
+      own and the draft forward goes on while any row drafts, so a step costs the longest row (the max of the
+      rows' lengths) while each row emits its own tokens. With b = 1 (a drafter that never stops early, e.g. prompt
+      lookup) this is AutoGamma's Theorem 8 exactly, so `conf` is `auto` for drafters without a confidence.
+    - the estimates are this run's counts (per row, from update_rows) with weak priors (0.5 worth 2 tokens each);
+      a row that drafted fewer than the cap counts as a confidence stop (a short copy of lookup_model or the end of
+      max_new_tokens is counted so too: a slight underestimate of b, which only makes long caps look cheaper).
+
+    - until timings are known the cap is max_gamma for one row (the stop ends the drafts: Hugging Face's default
+      behaviour, 20 tokens and 0.4), and AutoGamma's start value for a batch, where the longest row sets the
+      step's cost. With variable realised lengths StepCosts sees many shapes, each skipped once, so this start
+      lasts longer than auto's.
+
+    fixed: a fixed cap instead of the cost model's (Hugging Face: 20); gamma 0 (plain decoding) is then never
+    chosen.
+    """
+
+    def __init__(self, threshold: float = DEFAULT_CONFIDENCE, gamma: int = 4, max_gamma: int = 20,
+                 costs: StepCosts | None = None, probe_every: int = 8, fixed: int | None = None):
+        super().__init__(gamma, max_gamma, costs, probe_every)
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            raise DraftVerifyError(f"the draft confidence threshold must be a number in [0, 1], got {threshold!r}")
+        if fixed is not None and (isinstance(fixed, bool) or not isinstance(fixed, int) or fixed < 1):
+            raise DraftVerifyError(f"a fixed cap must be an integer >= 1, got {fixed!r}")
+        self.confidence = float(threshold)
+        self.fixed = fixed
+        self.sure_accepted, self.sure_judged = 1.0, 2.0  # confident draft tokens
+        self.unsure_accepted, self.unsure_judged = 1.0, 2.0  # the unconfident tokens drafts ended at
+        self.continued, self.stopped = 1.0, 1.0  # drafted tokens followed by another / drafts ended early
+        self.cap = gamma  # what next() said last
+
+    @property
+    def alpha_confident(self) -> float:
+        return self.sure_accepted / self.sure_judged
+
+    @property
+    def alpha_unconfident(self) -> float:
+        return self.unsure_accepted / self.unsure_judged
+
+    @property
+    def continue_rate(self) -> float:
+        """b: the chance a drafted token is confident, so the draft goes on after it."""
+        return self.continued / (self.continued + self.stopped)
+
+    def next(self, rows: int = 1) -> int:
+        self.cap = super().next(rows)
+        return self.cap
+
+    def best(self, rows: int = 1) -> int:
+        if self.fixed is not None:
+            return self.fixed
+        if not self.costs.known:
+            return self.max_gamma if rows == 1 else self.gamma
+        factors = {g: self.factor(g, rows) for g in range(self.max_gamma + 1)}
+        return max(factors, key=lambda g: (factors[g], -g))
+
+    def expected_tokens(self, cap: int) -> float:
+        """Expected tokens one row emits in a step with this cap (accepted drafts + the target's token)."""
+        a, lo, b = min(self.alpha_confident, 1.0), self.alpha_unconfident, min(self.continue_rate, 1.0)
+        total, prefix = 0.0, 1.0  # prefix: 1 + a + ... + a^(s-1), the tokens up to a draft's last one
+        for s in range(1, cap + 1):
+            if s < cap:  # the draft ended at its s-th token, an unconfident one
+                chance, last = b ** (s - 1) * (1.0 - b), lo
+            else:  # reached the cap: its last token is confident with chance b
+                chance, last = b ** (cap - 1), b * a + (1.0 - b) * lo
+            total += chance * (prefix + a ** (s - 1) * last)
+            prefix += a**s
+        return total
+
+    def expected_seconds(self, cap: int, rows: int = 1) -> float:
+        """Expected time of a step with this cap over `rows` rows, in units of a plain step of those rows: the
+        longest row's drafting plus a target call over rows x (longest + 1) tokens."""
+        if cap == 0:
+            return 1.0
+        b, c, plain = min(self.continue_rate, 1.0), self.c(rows), self.target_seconds(rows)
+        total, below = 0.0, 0.0  # below: P(the longest row's draft is shorter than s)
+        for s in range(1, cap + 1):
+            upto = (1.0 - b**s) ** rows if s < cap else 1.0  # P(every row ended by its s-th token)
+            total += (upto - below) * (s * c + self.target_seconds(rows * (s + 1)) / plain)
+            below = upto
+        return total
+
+    def factor(self, cap: int, rows: int = 1) -> float:
+        """Expected speed over plain decoding for this cap (1 at cap 0)."""
+        return 1.0 if cap == 0 else self.expected_tokens(cap) / self.expected_seconds(cap, rows)
+
+    def update_rows(self, lengths: list[int], accepted: list[int]) -> None:
+        for length, kept in zip(lengths, accepted):
+            if length <= 0:
+                continue
+            ended_early = length < self.cap
+            sure = length - 1 if ended_early else length  # the tokens known to be confident
+            self.sure_judged += min(kept + 1, sure)
+            self.sure_accepted += min(kept, sure)
+            if ended_early and kept >= length - 1:  # the unconfident last token was judged
+                self.unsure_judged += 1
+                self.unsure_accepted += kept >= length
+            self.continued += length - 1
+            self.stopped += ended_early
+
+
 def parse_gamma(gamma: object) -> int | str:
-    """Validate a draft length: an integer >= 1 (or its decimal string), "heuristic" or "auto" (which may also
-    choose 0, no draft, step by step)."""
+    """Validate a draft length: an integer >= 1 (or its decimal string), "heuristic", "auto" (which may also
+    choose 0, no draft, step by step) or "conf" / "conf=T" (auto's length as a cap, drafts ending early at a token
+    whose confidence is <= T, default DEFAULT_CONFIDENCE)."""
     if isinstance(gamma, str):
-        if gamma in ("auto", "heuristic"):
+        if gamma in ("auto", "heuristic", "conf"):
+            return gamma
+        if gamma.startswith("conf="):
+            _confidence(gamma)
             return gamma
         if not gamma.isdecimal():
-            raise DraftVerifyError(f"gamma must be an integer >= 1, 'heuristic' or 'auto', got {gamma!r}")
+            raise DraftVerifyError(f"gamma must be an integer >= 1, 'heuristic', 'auto' or 'conf[=T]', got {gamma!r}")
         gamma = int(gamma)
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise DraftVerifyError(f"gamma (draft length) must be an integer >= 1, 'heuristic' or 'auto', got {gamma!r}")
+        raise DraftVerifyError(f"gamma (draft length) must be an integer >= 1, 'heuristic', 'auto' or 'conf[=T]', "
+                               f"got {gamma!r}")
     return gamma
 
 
+def _confidence(spec: str) -> float:
+    """T of "conf=T": a number in [0, 1]."""
+    text = spec.removeprefix("conf=")
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:
+        raise DraftVerifyError(f"gamma {spec!r}: the confidence threshold T of 'conf=T' must be a number in [0, 1], "
+                               f"got {text!r}")
+    return value
+
+
 def make_draft_length(gamma: int | str, costs: StepCosts | None = None) -> DraftLength:
-    """gamma: an integer >= 1, "heuristic" (start at 5, as Hugging Face does) or "auto" (costs: timings to
-    start from and to add to, e.g. a Pipeline's)."""
+    """gamma: an integer >= 1, "heuristic" (start at 5, as Hugging Face does), "auto" or "conf[=T]" (costs: timings
+    to start from and to add to, e.g. a Pipeline's)."""
     gamma = parse_gamma(gamma)
     if gamma == "auto":
         return AutoGamma(costs=costs)
+    if gamma == "conf":
+        return ConfidenceGamma(costs=costs)
+    if isinstance(gamma, str) and gamma.startswith("conf="):
+        return ConfidenceGamma(_confidence(gamma), costs=costs)
     if gamma == "heuristic":
         return HeuristicGamma(5)
     return FixedGamma(gamma)
