@@ -5,7 +5,8 @@ import random
 
 import pytest
 
-from draftverify.draft_length import AutoGamma, DraftLength, FixedGamma, HeuristicGamma, StepCosts, make_draft_length
+from draftverify.draft_length import (AutoGamma, ConfidenceGamma, DraftLength, FixedGamma, HeuristicGamma, StepCosts,
+                                      make_draft_length, parse_gamma)
 from draftverify.errors import DraftVerifyError
 from draftverify.theory import optimal_gamma
 
@@ -323,3 +324,125 @@ def test_auto_gamma_hears_the_batch_totals():
     policy = AutoGamma()
     policy.update(4, 6, 2, 0.0, 1.0, rows=3)
     assert policy.alpha == pytest.approx((1 + 6) / (2 + 8))
+
+
+# ---------------------------------------------------------------- ConfidenceGamma (gamma conf)
+
+
+def simulate_confidence(policy: ConfidenceGamma, b: float, a_sure: float, a_unsure: float, c: float, steps: int,
+                        seed: int = 0, target_seconds: float = 0.02) -> list[int]:
+    """Steps where each drafted token is confident with probability b (the drafter ends the draft at the first
+    unconfident one, that token included); confident tokens are accepted with a_sure, unconfident ones with
+    a_unsure, until the first rejection. Returns each step's realised draft length."""
+    rng = random.Random(seed)
+    realised = []
+    for _ in range(steps):
+        cap = policy.next()
+        sure = []
+        while len(sure) < cap:
+            sure.append(rng.random() < b)
+            if not sure[-1]:
+                break
+        accepted = 0
+        while accepted < len(sure) and rng.random() < (a_sure if sure[accepted] else a_unsure):
+            accepted += 1
+        length = len(sure)
+        realised.append(length)
+        policy.update(length, accepted, accepted < length, length * c * target_seconds, target_seconds)
+        policy.update_rows([length], [accepted])
+    return realised
+
+
+def test_confidence_estimates_split_confident_and_unconfident_tokens():
+    policy = ConfidenceGamma(0.4, fixed=20)
+    realised = simulate_confidence(policy, b=0.7, a_sure=0.9, a_unsure=0.4, c=0.1, steps=4000)
+    assert policy.continue_rate == pytest.approx(0.7, abs=0.02)
+    assert policy.alpha_confident == pytest.approx(0.9, abs=0.02)
+    assert policy.alpha_unconfident == pytest.approx(0.4, abs=0.03)
+    assert sum(realised) / len(realised) == pytest.approx(1 / 0.3, rel=0.05)  # geometric lengths, far below the cap
+    assert set(policy.next() for _ in range(3)) == {20}  # a fixed cap, whatever was measured
+
+
+def test_confidence_update_rows_counts_each_row_by_hand():
+    policy = ConfidenceGamma(0.4, fixed=10)
+    policy.next()
+    base = (policy.sure_accepted, policy.sure_judged, policy.unsure_accepted, policy.unsure_judged,
+            policy.continued, policy.stopped)
+    # row 0 ended early at its 3rd token, all accepted; row 1 reached the cap (10) and kept 4; row 2 ended early
+    # at its 5th token but a confident token (the 2nd) was rejected, so its unconfident last one was never judged;
+    # row 3 drafted nothing
+    policy.update_rows([3, 10, 5, 0], [3, 4, 1, 0])
+    got = (policy.sure_accepted, policy.sure_judged, policy.unsure_accepted, policy.unsure_judged,
+           policy.continued, policy.stopped)
+    assert [g - b for g, b in zip(got, base)] == [2 + 4 + 1, 2 + 5 + 2, 1, 1, 2 + 9 + 4, 2]
+
+
+def test_confidence_without_early_stops_is_theorem_8():
+    """b = 1 (the drafter never ends a draft early, e.g. prompt lookup): the expected tokens and speed are
+    AutoGamma's, Theorem 8 with the measured verification cost."""
+    from draftverify.theory import expected_tokens_per_call, walltime_factor
+
+    policy = ConfidenceGamma(0.4)
+    simulate_confidence(policy, b=1.0, a_sure=0.8, a_unsure=0.0, c=0.1, steps=200)
+    assert policy.stopped == 1.0  # only the prior's
+    policy.stopped = 0.0
+    a = policy.alpha_confident
+    for g in (1, 4, 9):
+        assert policy.expected_tokens(g) == pytest.approx(expected_tokens_per_call(a, g))
+        verify = policy.target_seconds(g + 1) / policy.target_seconds(1)
+        assert policy.factor(g) == pytest.approx(walltime_factor(a, g, policy.c(), verify))
+
+
+def test_confidence_drafts_stopping_early_make_a_long_cap_cheap():
+    """When drafts usually end early on their own, a long cap is rarely reached, so it costs little: the cap is at
+    least as long as auto's gamma for the same acceptance, and the realised drafts are short."""
+    auto, conf = AutoGamma(), ConfidenceGamma(0.4)
+    simulate(auto, alpha=0.8, c=0.1, steps=600)
+    realised = simulate_confidence(conf, b=0.6, a_sure=0.8, a_unsure=0.8, c=0.1, steps=600)
+    assert auto.next() == optimal_gamma(0.8, 0.1, max_gamma=16).gamma
+    assert conf.next() >= auto.next()
+    assert sum(realised[-100:]) / 100 < auto.next()
+
+
+def test_confidence_a_step_of_a_batch_costs_its_longest_row():
+    policy = ConfidenceGamma(0.4)
+    for _ in range(3):  # timings: c = 0.1, flat verification
+        policy.update(2, 1, True, 0.2 * 0.02, 0.02)
+    policy.continued, policy.stopped = 1.0, 1.0  # b = 0.5
+    c = policy.c(2)
+    assert c == pytest.approx(0.1)
+    # one row: its length is 1 with chance 1/2, else 2; two rows: the longest is 1 only when both end at once
+    assert policy.expected_seconds(2, rows=1) == pytest.approx(0.5 * (c + 1) + 0.5 * (2 * c + 1))
+    assert policy.expected_seconds(2, rows=2) == pytest.approx(0.25 * (c + 1) + 0.75 * (2 * c + 1))
+    assert policy.expected_seconds(0) == 1.0 and policy.factor(0) == 1.0
+
+
+def test_confidence_starts_long_for_one_row_and_at_autos_start_for_a_batch():
+    policy = ConfidenceGamma(0.4)
+    assert policy.next(1) == policy.max_gamma == 20
+    assert policy.next(4) == 4
+    assert policy.confidence == 0.4
+
+
+def test_make_conf_with_and_without_a_threshold():
+    costs = StepCosts()
+    policy = make_draft_length("conf", costs)
+    assert isinstance(policy, ConfidenceGamma) and policy.confidence == 0.4 and policy.costs is costs
+    assert make_draft_length("conf=0.25").confidence == 0.25
+    assert make_draft_length("conf=0").confidence == 0.0
+    assert parse_gamma("conf=0.25") == "conf=0.25" and parse_gamma("conf") == "conf"
+    assert make_draft_length("auto").confidence == 0.0 and make_draft_length(4).confidence == 0.0
+
+
+@pytest.mark.parametrize("bad", ["conf=1.5", "conf=-0.1", "conf=", "conf=x", "conf=nan", "conf=inf", "Conf",
+                                 "confidence", "conf 0.4"])
+def test_make_rejects_bad_conf(bad):
+    with pytest.raises(DraftVerifyError, match="gamma|conf"):
+        make_draft_length(bad)
+
+
+@pytest.mark.parametrize("kwargs", [{"threshold": 1.5}, {"threshold": -0.1}, {"threshold": True}, {"fixed": 0},
+                                    {"fixed": 2.0}])
+def test_confidence_gamma_rejects_bad_settings(kwargs):
+    with pytest.raises(DraftVerifyError):
+        ConfidenceGamma(**kwargs)
