@@ -254,3 +254,22 @@ def test_coupled_sampling_text_is_the_autoregressive_text(kind):
     out = generate(target(arch), make(kind, arch), ExactVerifier(batch_params), ids, batch_params,
                    attention_mask=mask, max_new_tokens=16, gamma=ConfidenceGamma(value, fixed=6), seeds=seeds)
     assert out.rows == expected
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_model_tree_ends_at_its_first_unconfident_level_and_stays_the_targets_greedy(arch):
+    from draftverify.drafters import ModelTreeDrafter
+
+    value = threshold(arch)
+    expected = reference_greedy(arch, PROMPT, NEW)
+    drafter = ModelTreeDrafter(draft_model(arch))
+    recording = Recording(drafter)
+    out = generate(target(arch), drafter, ExactVerifier(SamplingParams()), torch.tensor([PROMPT]), max_new_tokens=NEW,
+                   gamma=ConfidenceGamma(value, fixed=4))
+    assert out.new_tokens[0].tolist() == expected
+    depths = [d.depth for d in recording.drafts]
+    assert min(depths) < 4 and max(depths) == 4  # some trees ended early, some grew to the cap
+    for policy in ("conf", ConfidenceGamma(1.0, fixed=4)):  # 1.0: every tree ends at its first level
+        out = generate(target(arch), ModelTreeDrafter(draft_model(arch)), ExactVerifier(SamplingParams()), torch.tensor([PROMPT]),
+                       max_new_tokens=NEW, gamma=policy)
+        assert out.new_tokens[0].tolist() == expected
