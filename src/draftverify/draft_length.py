@@ -273,9 +273,10 @@ class ConfidenceGamma(AutoGamma):
       default behaviour, cap 20 and threshold 0.4), and AutoGamma's start value for a batch. With variable realised
       lengths StepCosts sees many shapes, each skipped once, so this start lasts longer than auto's.
     - max_gamma 32 and threshold 0.4 were tuned on the code zoo's pair, greedy, 8 HumanEval prompts x 128 tokens,
-      with the policy fed the idle machine's modelled timings (so shared-CPU noise did not pick them): tokens per
-      call 6.1 (Hugging Face's rule 6.28, `auto` 4.65) with fewer draft forwards, modelled speed within 1% of the
-      best fixed cap and 1.2x `auto`'s.
+      with the policy fed the idle machine's modelled timings (scripts/draft_length_replay.py, so shared-CPU noise
+      did not pick them; 0.3 and 0.5 were slower): `model` makes 6.02 tokens per call (`auto` 4.74; Hugging Face's
+      rule, cap 20 at 0.4, 6.28 with 4% more draft forwards), a modelled 1.21x `auto`'s speed and within about 1%
+      of Hugging Face's rule in our loop.
 
     fixed: a fixed cap instead of the cost model's (Hugging Face: 20); gamma 0 (plain decoding) is then never
     chosen.
