@@ -273,3 +273,38 @@ def test_model_tree_ends_at_its_first_unconfident_level_and_stays_the_targets_gr
         out = generate(target(arch), ModelTreeDrafter(draft_model(arch)), ExactVerifier(SamplingParams()), torch.tensor([PROMPT]),
                        max_new_tokens=NEW, gamma=policy)
         assert out.new_tokens[0].tolist() == expected
+
+
+def test_uncoupled_sampling_with_the_stop_follows_the_target_distribution():
+    """Speculative sampling (no coupling), many rows of one prompt, the stop ending some rows' drafts after their
+    first token and not others: each row's second token is distributed as the target's two-step marginal
+    sum_x1 p(x1) p(x2 | x1)."""
+    from conftest import chi2_critical, chi2_statistic
+
+    from draftverify.sampling import probs_from_logits
+    from draftverify.verifiers import SpeculativeSamplingVerifier
+
+    torch.manual_seed(0)
+    arch, prompt = "llama", [5, 17, 33, 8]
+    params = SamplingParams(temperature=1.0, coupling=False)
+    model = target(arch)
+    with torch.no_grad():
+        p1 = probs_from_logits(model(torch.tensor([prompt])).logits[0, -1], params).double()  # [V]
+        after = torch.tensor([prompt + [x] for x in range(p1.shape[0])])
+        p2 = probs_from_logits(model(after).logits[:, -1], params).double()  # [V, V] p(x2 | x1)
+    marginal = p1 @ p2
+    with torch.no_grad():  # a threshold below the first draft token's confidence and at the median of the second's
+        first_conf = probs_from_logits(draft_model(arch)(torch.tensor([prompt])).logits[0, -1], params).max()
+        second_conf = probs_from_logits(draft_model(arch)(after).logits[:, -1], params).max(dim=-1).values
+    value = float(second_conf.median())
+    assert value < float(first_conf)
+    rows = 1500
+    drafter = ModelDrafter(draft_model(arch))
+    recording = Recording(drafter)
+    out = generate(model, drafter, SpeculativeSamplingVerifier(), torch.tensor([prompt] * rows), params,
+                   max_new_tokens=3, gamma=ConfidenceGamma(value, fixed=3))
+    first = recording.drafts[0]
+    assert first.lengths is not None and {2, 3} <= set(first.lengths.tolist())
+    second = torch.tensor([r[1] for r in out.rows])
+    counts = torch.bincount(second, minlength=marginal.shape[0]).double()
+    assert chi2_statistic(counts, marginal) < chi2_critical(counts, marginal)
