@@ -326,49 +326,53 @@ class ConfidenceGamma(AutoGamma):
             return self.fixed
         if not self.costs.known:
             return self.max_gamma if rows == 1 else self.gamma
-        factors = {g: self.factor(g, rows) for g in range(self.max_gamma + 1)}
-        return max(factors, key=lambda g: (factors[g], -g))
+        tokens, seconds = self._tokens_table(self.max_gamma), self._seconds_table(self.max_gamma, rows)
+        return max(range(self.max_gamma + 1), key=lambda g: (tokens[g] / seconds[g], -g))
 
-    def _reach(self, cap: int) -> list[float]:
-        """[cap + 2] the chance a draft reaches position k (its first k - 1 tokens were confident); index 0 unused,
-        index cap + 1: the chance it would go on past the cap."""
+    def _reach(self, top: int) -> list[float]:
+        """[top + 2] the chance a draft reaches position k (its first k - 1 tokens were confident); index 0 unused,
+        index top + 1: the chance it would go on past position top."""
         b = self.goes_on.rates()
         reach = [1.0, 1.0]
-        for k in range(1, cap + 1):
+        for k in range(1, top + 1):
             reach.append(reach[-1] * b[k])
         return reach
 
+    def _tokens_table(self, top: int) -> list[float]:
+        """[top + 1] expected tokens one row emits in a step with cap 0..top (accepted drafts + the target's)."""
+        a, lo, reach = self.sure.rates(), self.unsure.rates(), self._reach(top)
+        table = [1.0]
+        ended = 0.0  # the drafts that end before the cap: sum over s of P(end at s) * E(tokens | end at s)
+        prefix, kept = 1.0, 1.0  # expected tokens from a draft's first g - 1 tokens (+ the target's); P(all kept)
+        for g in range(1, top + 1):
+            b = reach[g + 1] / reach[g] if reach[g] > 0 else 0.0  # at the cap, the last token is confident w.p. b
+            table.append(ended + reach[g] * (prefix + kept * (b * a[g] + (1.0 - b) * lo[g])))
+            ended += (reach[g] - reach[g + 1]) * (prefix + kept * lo[g])  # ended at its g-th token, unconfident
+            kept *= a[g]
+            prefix += kept
+        return table
+
+    def _seconds_table(self, top: int, rows: int) -> list[float]:
+        """[top + 1] expected time of a step with cap 0..top over `rows` rows, in plain steps of those rows: the
+        longest row's drafting plus a target call over rows x (longest + 1) tokens."""
+        reach, c, plain = self._reach(top), self.c(rows), self.target_seconds(rows)
+        table = [1.0]
+        done, below = 0.0, 0.0  # done: the steps whose longest row ended before the cap; below: their chance
+        for g in range(1, top + 1):
+            cost = g * c + self.target_seconds(rows * (g + 1)) / plain
+            table.append(done + (1.0 - below) * cost)
+            upto = (1.0 - reach[g + 1]) ** rows  # P(every row ended by its g-th token)
+            done += (upto - below) * cost
+            below = upto
+        return table
+
     def expected_tokens(self, cap: int) -> float:
         """Expected tokens one row emits in a step with this cap (accepted drafts + the target's token)."""
-        if cap == 0:
-            return 1.0
-        a, lo = self.sure.rates(), self.unsure.rates()
-        reach = self._reach(cap)
-        total = 0.0
-        prefix, kept = 1.0, 1.0  # prefix: expected tokens from the draft's first s - 1 tokens (+ the target's);
-        for s in range(1, cap + 1):  # kept: the chance they were all accepted
-            if s < cap:  # the draft ended at its s-th token, an unconfident one
-                chance, last = reach[s] - reach[s + 1], lo[s]
-            else:  # it reached the cap; its last token is confident with chance b
-                b = reach[cap + 1] / reach[cap] if reach[cap] > 0 else 0.0
-                chance, last = reach[cap], b * a[cap] + (1.0 - b) * lo[cap]
-            total += chance * (prefix + kept * last)
-            kept *= a[s]
-            prefix += kept
-        return total
+        return self._tokens_table(cap)[cap]
 
     def expected_seconds(self, cap: int, rows: int = 1) -> float:
-        """Expected time of a step with this cap over `rows` rows, in units of a plain step of those rows: the
-        longest row's drafting plus a target call over rows x (longest + 1) tokens."""
-        if cap == 0:
-            return 1.0
-        reach, c, plain = self._reach(cap), self.c(rows), self.target_seconds(rows)
-        total, below = 0.0, 0.0  # below: P(the longest row's draft is shorter than s)
-        for s in range(1, cap + 1):
-            upto = (1.0 - reach[s + 1]) ** rows if s < cap else 1.0  # P(every row ended by its s-th token)
-            total += (upto - below) * (s * c + self.target_seconds(rows * (s + 1)) / plain)
-            below = upto
-        return total
+        """Expected time of a step with this cap over `rows` rows, in units of a plain step of those rows."""
+        return 1.0 if cap == 0 else self._seconds_table(cap, rows)[cap]
 
     def factor(self, cap: int, rows: int = 1) -> float:
         """Expected speed over plain decoding for this cap (1 at cap 0)."""
