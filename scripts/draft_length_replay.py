@@ -93,8 +93,11 @@ def main() -> None:
         new = calls = forwards = 0
         seconds = 0.0
         for ids in prompts:
-            inner = ConfidenceGamma(0.4, fixed=20) if gamma == "hf-rule" else \
-                make_draft_length(int(gamma) if gamma.isdecimal() else gamma)
+            if gamma.startswith("slack"):
+                inner = ConfidenceGamma(0.4, slack=float(gamma[5:]))
+            else:
+                inner = ConfidenceGamma(0.4, fixed=20) if gamma == "hf-rule" else \
+                    make_draft_length(int(gamma) if gamma.isdecimal() else gamma)
             policy = Modelled(inner, curve, args.draft_ms / 1000)
             stats = generate(target, drafter, ExactVerifier(params), ids, params, max_new_tokens=args.new_tokens,
                              gamma=policy, eos_token_id=tokenizer.eos_token_id).stats

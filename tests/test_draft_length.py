@@ -415,7 +415,7 @@ def test_confidence_without_early_stops_is_theorem_8():
     expected tokens and speed are AutoGamma's, Theorem 8 with the measured verification cost."""
     from draftverify.theory import expected_tokens_per_call, walltime_factor
 
-    policy = ConfidenceGamma(0.4)
+    policy = ConfidenceGamma(0.4, slack=0.0)
     simulate(policy, alpha=0.8, c=0.1, steps=200)
     set_rates(policy, sure=0.8, unsure=0.3, goes_on=1.0)
     for g in (1, 4, 9):
@@ -458,6 +458,18 @@ def test_confidence_a_step_of_a_batch_costs_its_longest_row():
     assert policy.expected_seconds(2, rows=1) == pytest.approx(0.5 * (c + 1) + 0.5 * (2 * c + 1))
     assert policy.expected_seconds(2, rows=2) == pytest.approx(0.25 * (c + 1) + 0.75 * (2 * c + 1))
     assert policy.expected_seconds(0) == 1.0 and policy.factor(0) == 1.0
+
+
+def test_confidence_takes_the_longest_cap_within_the_slack_of_the_best_for_one_row_only():
+    policy = ConfidenceGamma(0.4)
+    timed(policy)
+    set_rates(policy, sure=0.9, unsure=0.5, goes_on=0.7)
+    factors = [policy.factor(g) for g in range(policy.max_gamma + 1)]
+    strict = factors.index(max(factors))
+    assert policy.slack == 0.02 and policy.best() == max(g for g, f in enumerate(factors) if f >= 0.98 * max(factors))
+    assert policy.best() > strict  # the curve is flat over long caps: the slack reaches further
+    rows = [policy.factor(g, rows=4) for g in range(policy.max_gamma + 1)]
+    assert policy.best(4) == rows.index(max(rows))  # a batch takes the best cap itself
 
 
 def test_confidence_explores_the_longest_cap_every_few_steps_for_one_row_only():

@@ -268,15 +268,20 @@ class ConfidenceGamma(AutoGamma):
       counts as confident.
     - the rates past the cap are never measured, and one early rejection deep in a draft can hold the cap short
       for the rest of the run; so for one row, every explore_every-th drafting step the cap is max_gamma (cheap:
-      the confidence stop still ends that draft). Batches do not explore: there the longest row sets the cost.
+      the confidence stop still ends that draft), and the cap is the longest whose expected speed is within
+      `slack` (2%) of the best: with the stop doing the work the expected speed is nearly flat over long caps,
+      flatter than the estimates are sure, and a longer cap is what measures the deep positions (on the code zoo
+      this took `model` from 6.02 to 6.32 tokens per call and `lookup_model` from 5.66 to 6.17, a modelled +1% and
+      +6%). Batches do neither: there the longest row sets the cost, and the same slack cost `model` 17-20% at 4-8
+      rows in the same replay.
     - until timings are known the cap is max_gamma for one row (the stop ends the drafts, as in Hugging Face's
       default behaviour, cap 20 and threshold 0.4), and AutoGamma's start value for a batch. With variable realised
       lengths StepCosts sees many shapes, each skipped once, so this start lasts longer than auto's.
     - max_gamma 32 and threshold 0.4 were tuned on the code zoo's pair, greedy, 8 HumanEval prompts x 128 tokens,
       with the policy fed the idle machine's modelled timings (scripts/draft_length_replay.py, so shared-CPU noise
-      did not pick them; 0.3 and 0.5 were slower): `model` makes 6.02 tokens per call (`auto` 4.74; Hugging Face's
-      rule, cap 20 at 0.4, 6.28 with 4% more draft forwards), a modelled 1.21x `auto`'s speed and within about 1%
-      of Hugging Face's rule in our loop.
+      did not pick them; 0.3 and 0.5 were slower): `model` makes 6.32 tokens per call (`auto` 4.74; Hugging Face's
+      rule, cap 20 at 0.4, 6.28 with as many draft forwards), a modelled 1.22x `auto`'s speed, level with Hugging
+      Face's rule in our loop.
 
     fixed: a fixed cap instead of the cost model's (Hugging Face: 20); gamma 0 (plain decoding) is then never
     chosen.
@@ -284,7 +289,7 @@ class ConfidenceGamma(AutoGamma):
 
     def __init__(self, threshold: float = DEFAULT_CONFIDENCE, gamma: int = 4, max_gamma: int = 32,
                  costs: StepCosts | None = None, probe_every: int = 8, fixed: int | None = None,
-                 explore_every: int = 8):
+                 explore_every: int = 8, slack: float = 0.02):
         super().__init__(gamma, max_gamma, costs, probe_every)
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
             raise DraftVerifyError(f"the draft confidence threshold must be a number in [0, 1], got {threshold!r}")
@@ -298,6 +303,7 @@ class ConfidenceGamma(AutoGamma):
         self.goes_on = _Rate(positions)  # a drafted token is confident: the draft goes on after it
         self.cap = gamma  # what next() said last
         self.explore_every = explore_every
+        self.slack = slack
         self._steps = 0
 
     @property
@@ -327,7 +333,9 @@ class ConfidenceGamma(AutoGamma):
         if not self.costs.known:
             return self.max_gamma if rows == 1 else self.gamma
         tokens, seconds = self._tokens_table(self.max_gamma), self._seconds_table(self.max_gamma, rows)
-        return max(range(self.max_gamma + 1), key=lambda g: (tokens[g] / seconds[g], -g))
+        factors = [t / s for t, s in zip(tokens, seconds)]
+        near = max(factors) * (1.0 - (self.slack if rows == 1 else 0.0))
+        return max(g for g, f in enumerate(factors) if f >= near)
 
     def _reach(self, top: int) -> list[float]:
         """[top + 2] the chance a draft reaches position k (its first k - 1 tokens were confident); index 0 unused,
