@@ -9,7 +9,8 @@ drafts 4 tokens in 13.9 ms), and each step --overhead-ms of loop work. The model
 
 Usage: python scripts/draft_length_replay.py [--method model|lookup_model] [--gammas auto,conf,4,hf-rule]
            [--prompts 8] [--new-tokens 128] [--temperature 0]
-(hf-rule: Hugging Face assisted generation's default rule in our loop, a fixed cap of 20 and the stop at 0.4.)
+(hf-rule: Hugging Face assisted generation's default rule in our loop, a fixed cap of 20 and the stop at 0.4;
+slackS: `conf` taking the longest cap within S of the best expected speed, e.g. slack0 for the strict optimum.)
 Prints one markdown row per gamma: tokens per call, draft forwards per token, target calls, modelled tokens/s and
 its ratio to Hugging Face generate's measured 36.3 tokens/s (bench-humaneval.md, same machine).
 """
