@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -114,8 +113,8 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
     """Settings the user gave that this run will not use (or not as they expect): said out loud instead of
     silently dropped."""
     notes = []
-    if temperature > 0 and seed is not None and coupling is False and gamma == "auto":
-        notes.append("--seed with --no-coupling and --gamma auto does not fix the text: it depends on where drafts "
+    if temperature > 0 and seed is not None and coupling is False and (gamma == "auto" or gamma.startswith("conf")):
+        notes.append(f"--seed with --no-coupling and --gamma {gamma} does not fix the text: it depends on where drafts "
                      "end, which auto picks from timings; drop --no-coupling (or fix --gamma) to reproduce it")
     if temperature == 0:
         given = [flag for flag, used in (("--top-k", top_k != 0), ("--top-p", top_p != 1.0),
@@ -156,7 +155,7 @@ def generate(
     top_p: float = typer.Option(1.0, "--top-p", help="1 = off."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seeded sampling is coupled: the same seed gives the same text for every method and draft length."),
     coupling: Optional[bool] = typer.Option(None, "--coupling/--no-coupling", help="Position-keyed (Gumbel-max) sampling; default: on when --seed is given."),
-    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer in 1..64, 'heuristic' or 'auto' (Theorem 8)."),
+    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
     alpha_fb: float = typer.Option(0.0, "--alpha-fb", help="BiLD fallback threshold in [0, 1] (0 = never)."),
     alpha_rb: float = typer.Option(2.0, "--alpha-rb", help="BiLD rollback threshold on -log p_target(x), >= 0."),
     lenience: float = typer.Option(1.0, "--lenience", help="Leviathan A.5 lenience l in (0, 1]; 1 = exact."),
@@ -378,7 +377,7 @@ def serve(
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Serve a shipped model set, e.g. 'code'."),
     method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1) needs a chain method: autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit; others serve one request at a time."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
-    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer in 1..64, 'heuristic' or 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays)."),
+    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table for the ngram method."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
@@ -452,8 +451,8 @@ def bench_batch(
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set, e.g. 'code'."),
     target: Optional[str] = typer.Option(None, "--target", "-t"),
     draft: Optional[str] = typer.Option(None, "--draft", "-d"),
-    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (chain methods: model, prompt_lookup, ngram, lookup_model, early_exit), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]')."),
-    gamma: str = typer.Option("4", "--gamma", help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft) or 'heuristic'."),
+    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (chain methods: model, prompt_lookup, ngram, lookup_model, early_exit), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]')."),
+    gamma: str = typer.Option("4", "--gamma", help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft), 'conf[=T]' or 'heuristic'."),
     batch_sizes: str = typer.Option("1,2,4,8", "--batch-sizes"),
     prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
@@ -513,7 +512,7 @@ def bench(
     nat: Optional[Path] = typer.Option(None, "--nat", help=f"NAT drafter folder for the specdec runners (default: the zoo's nat/; {nat_shipped()})."),
     bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree runners: candidates per mask token."),
     bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita runners: the adapter's first m mask tokens (default: all)."),
-    gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic' (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
+    gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic', 'conf[=T]' (auto's length as a cap, drafts ending at the draft model's first token with max q <= T, default 0.4) (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
     early_exit_layers: Optional[str] = typer.Option(None, "--early-exit-layers", help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers)."),
     bild_fb: Optional[str] = typer.Option(None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."),
     bild_rb: Optional[str] = typer.Option(None, "--bild-rb", help="BiLD rollback thresholds alpha_RB (default 1,2,3,5)."),

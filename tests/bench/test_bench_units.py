@@ -27,6 +27,16 @@ def test_gamma_lists_parse_integers_auto_and_heuristic():
             parse_gammas(bad)
 
 
+def test_gamma_lists_parse_conf_with_and_without_a_threshold():
+    assert parse_gammas("auto,conf,conf=0.3") == ("auto", "conf", "conf=0.3")
+    assert BenchConfig(target="t", gammas=("conf", "conf=0.25", 4)).resolved().gammas == ("conf", "conf=0.25", 4)
+    for bad in ("conf=2", "conf=x", "confidence"):
+        with pytest.raises(DraftVerifyError, match="--gamma"):
+            parse_gammas(bad)
+    with pytest.raises(DraftVerifyError, match="--gamma"):
+        BenchConfig(target="t", gammas=("conf=1.5",)).resolved()
+
+
 def test_quick_and_full_defaults():
     quick = BenchConfig(target="t", quick=True).resolved()
     assert (quick.num_prompts, quick.max_new_tokens, quick.gammas) == (2, 8, (3, "auto"))

@@ -4,9 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
 
-GammaSpec = int | str  # an integer >= 1, "auto" (Theorem 8 online) or "heuristic" (Hugging Face's +2/-1)
+# an integer >= 1, "auto" (Theorem 8 online), "heuristic" (Hugging Face's +2/-1) or "conf[=T]" (auto's length as a
+# cap, ending early at the draft's first unconfident token)
+GammaSpec = int | str
 
 # runner families: which rows a run has (the two baselines are always run); ours come from the method registry
 BASELINES = ("hf_generate", "ours_autoregressive")
@@ -156,13 +159,12 @@ def _positive_int(option: str, value: object) -> int:
 
 
 def _check_gamma(g: object) -> None:
-    from ..draft_length import parse_gamma
-
-    if g in ("auto", "heuristic"):
-        return
-    if isinstance(g, bool) or not isinstance(g, int) or g < 1:
-        raise DraftVerifyError(f"--gamma values must be integers >= 1, 'auto' or 'heuristic', got {g!r}")
-    parse_gamma(g)  # the one bound on a draft length (MAX_GAMMA)
+    if isinstance(g, str) and g.isdecimal():  # a config holds integers as ints
+        raise DraftVerifyError(f"--gamma values must be integers >= 1, 'auto', 'heuristic' or 'conf[=T]', got {g!r}")
+    try:
+        parse_gamma(g)  # the one bound on a draft length (MAX_GAMMA)
+    except DraftVerifyError as err:
+        raise DraftVerifyError(f"--gamma: {err}") from None
 
 
 # ---------------------------------------------------------------- parsing comma lists from the command line
@@ -200,12 +202,12 @@ def parse_ints(option: str, text: str) -> tuple[int, ...]:
 def parse_gammas(text: str) -> tuple[GammaSpec, ...]:
     out: list[GammaSpec] = []
     for part in _items("--gamma", text):
-        if part in ("auto", "heuristic"):
+        if part in ("auto", "heuristic", "conf") or part.startswith("conf="):
             out.append(part)
         elif part.lstrip("-").isdigit():
             out.append(int(part))
         else:
-            raise DraftVerifyError(f"--gamma: {part!r} is not an integer, 'auto' or 'heuristic' (in {text!r})")
+            raise DraftVerifyError(f"--gamma: {part!r} is not an integer, 'auto', 'heuristic' or 'conf[=T]' (in {text!r})")
     for g in out:
         _check_gamma(g)
     return tuple(dict.fromkeys(out))
