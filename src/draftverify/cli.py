@@ -129,6 +129,18 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
     return notes
 
 
+HEAL_HELP = ("Token healing: back the prompt up over its last token and let the first new token start with its text "
+             "(a prompt ending in a newline then continues as trained text does). Default: on with --zoo (decoder-only "
+             "targets), off otherwise; --no-heal for text equal to a peer that does not heal.")
+
+
+def _heal_default(heal: Optional[bool], zoo: Optional[str], pipe) -> bool:
+    """--heal/--no-heal as given; unset: on for a zoo's decoder-only target, off otherwise."""
+    if heal is not None:
+        return pipe._check_heal(heal)
+    return zoo is not None and not pipe.target.is_encoder_decoder
+
+
 def _quiet_libraries() -> None:
     """transformers' own warnings (e.g. a long prompt against the tokenizer's nominal maximum) are noise to a
     CLI user; our checks report what matters. A TRANSFORMERS_VERBOSITY the user set wins. transformers 5 also
@@ -186,6 +198,7 @@ def generate(
     compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only); the first call compiles."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
+    heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP),
 ) -> None:
     """Generate text with a draft-then-verify method: the text on stdout, the statistics table on stderr."""
     try:
@@ -223,6 +236,7 @@ def generate(
                     bita_path=bita, bita_topk=bita_topk, bita_masks=bita_masks, lattice_k=lattice_k,
                     ngram_weight=ngram_weight, pbest=pbest, rescore_weight=rescore_weight,
                     tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_)
+        pipe.heal = _heal_default(heal, zoo, pipe)
         if texts is not None:
             _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling)
@@ -333,6 +347,8 @@ def serve(
     ray: bool = typer.Option(False, "--ray", help="Serve with Ray Serve (pip install 'draftverify[ray]')."),
     replicas: int = typer.Option(1, "--replicas", help="With --ray: model replicas, each with its own worker."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level."),
+    heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP + " /v1/completions only; a request "
+                                        "may set its own with the extension field \"heal\"."),
 ) -> None:
     """Serve a method over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models,
     /health, /metrics)."""
@@ -358,7 +374,7 @@ def serve(
         from .serve.app import ServerSettings
 
         settings = ServerSettings(model_name=name, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
-                                  max_tokens_limit=max_tokens_limit)
+                                  max_tokens_limit=max_tokens_limit, heal=heal if heal is not None else zoo is not None)
         if ray:
             from .serve.ray_serve import run_ray
 
@@ -374,6 +390,7 @@ def serve(
         from .serve.app import create_app
 
         pipe = load(**load_args)
+        settings.heal = _heal_default(heal, zoo, pipe)
         app_ = create_app(pipe, settings)
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
