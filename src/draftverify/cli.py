@@ -661,5 +661,48 @@ def bita_report(
     console.print(json.dumps({r["config"]: round(r["tokens_per_call"], 3) for r in result["rows"]}))
 
 
+@app.command("bench-healing")
+def bench_healing(
+    zoo: Optional[str] = typer.Option("code", "--zoo", help="Shipped model set (its target; its draft for --methods)."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
+    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model for --methods that need one."),
+    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our methods that also run the published prompts, healing off and on, compared token for token with autoregressive ('' for none)."),
+    num_prompts: int = typer.Option(8, "--num-prompts", help="The first N HumanEval prompts that fit the context."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ (default: the shipped copy)."),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+    out: Path = typer.Option(Path("benchmarks"), "--out"),
+    name: str = typer.Option("healing-humaneval", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
+) -> None:
+    """Token healing on HumanEval: chrF against the canonical solutions for prompts trimmed of their final newline
+    and as published (ending in a newline), healing off and on (greedy). `draftverify bench --prompts
+    humaneval:published` runs the full bench on the published prompts."""
+    import shlex
+
+    # the command as parsed (not sys.argv, which is the caller's when invoked in-process)
+    command = ["draftverify", "bench-healing"] + (["--target", target] if target else ["--zoo", str(zoo)])
+    command += (["--draft", draft] if draft else []) + ["--methods", methods_, "--num-prompts", str(num_prompts),
+                                                        "--max-new-tokens", str(max_new_tokens)]
+    command += (["--data-dir", str(data_dir)] if data_dir else []) + (["--threads", str(threads)] if threads else [])
+    command += ["--out", str(out), "--name", name]
+    try:
+        from .bench.healing import run_healing
+
+        check_max_new_tokens(max_new_tokens)
+        _quiet_libraries()
+        result = run_healing(zoo=None if target else zoo, target=target, draft=draft,
+                             methods=tuple(m.strip() for m in methods_.split(",") if m.strip()),
+                             num_prompts=num_prompts, max_new_tokens=max_new_tokens, data_dir=data_dir,
+                             threads=threads, out=out, name=name, command=shlex.join(command),
+                             echo=lambda line: err_console.print(f"[dim]{escape(line)}[/dim]"))
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    from .bench.healing import table
+
+    print(table(result["rows"]))  # plain: a markdown table, never wrapped or read as markup
+    print(f"wrote {result['files']['json']} and {result['files']['markdown']}")
+
+
 if __name__ == "__main__":
     app()
