@@ -131,10 +131,11 @@ class Pipeline:
         self.gamma = gamma
         make_draft_length(gamma)  # validate now, not at the first call
         self.step_costs = StepCosts()  # gamma auto's timings, kept across calls: calibrated once per pipeline
-        self.heal = self._check_heal(heal)
+        self.heal = self.check_heal(heal)
         self._token_table: TokenTable | None = None  # built at the first healing, then kept
 
-    def _check_heal(self, heal) -> bool:
+    def check_heal(self, heal) -> bool:
+        """heal, if this pipeline can heal as asked (a bool; healing needs a target that continues its prompt)."""
         if not isinstance(heal, bool):
             raise DraftVerifyError(f"heal must be True or False, got {heal!r}")
         if heal and self.target.is_encoder_decoder:
@@ -178,7 +179,7 @@ class Pipeline:
         stats are the batch's); seed may then be one per text: each row's text equals its own batch-1 text at
         temperature 0 and with coupled (seeded) sampling. Batches need a chain method (autoregressive, model,
         prompt_lookup, ngram, lookup_model, early_exit) and a decoder-only target; on_text is for single texts."""
-        heal = self.heal if heal is None else self._check_heal(heal)
+        heal = self.heal if heal is None else self.check_heal(heal)
         if isinstance(text, (list, tuple)):
             return self._generate_texts(list(text), max_new_tokens, temperature, top_k, top_p, seed, gamma, coupling,
                                         on_text, heal)

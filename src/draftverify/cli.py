@@ -137,7 +137,7 @@ HEAL_HELP = ("Token healing: back the prompt up over its last token and let the 
 def _heal_default(heal: Optional[bool], zoo: Optional[str], pipe) -> bool:
     """--heal/--no-heal as given; unset: on for a zoo's decoder-only target, off otherwise."""
     if heal is not None:
-        return pipe._check_heal(heal)
+        return pipe.check_heal(heal)
     return zoo is not None and not pipe.target.is_encoder_decoder
 
 
