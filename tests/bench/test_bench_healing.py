@@ -32,6 +32,9 @@ def test_bench_healing_writes_the_table_and_its_rows_are_the_librarys_texts(mode
                      [r["canonical_solution"] for r in HUMANEVAL])
         assert row["chrf_reference"] == score
         assert row["healed_prompts"] == (3 if heal else 0)  # every prompt ends in "\n", which longer tokens extend
+        newline = pipe.tokenizer("\n").input_ids
+        changed = sum(ids[:1] != newline for ids in row["new_ids"])
+        assert row["first_token_changed"] == (changed if heal else None)
         assert rows[("model", "published", heal)]["equal_to_baseline"] == 3  # lossless: healed vs healed
     trimmed = rows[("autoregressive", "trimmed", False)]
     assert trimmed["texts"] == [pipe.generate(r["prompt"].rstrip("\n"), max_new_tokens=12).text for r in HUMANEVAL]
