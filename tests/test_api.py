@@ -272,3 +272,75 @@ def test_compile_option_reaches_target_and_draft(model_dirs):
     assert pipe.options.compile
     plain = load(target=model_dirs / "target", draft=model_dirs / "draft", method="model")
     assert plain.target.capacity is None and plain.drafter.lm.capacity is None
+
+
+# ---------------------------------------------------------------- token healing through the Pipeline
+
+HEAL_PROMPT = 'def add(a, b):\n    """Add two numbers."""\n'
+
+
+def healed_reference(model_dirs, prompt: str, new: int) -> tuple[list[int], str]:
+    """Computed here without draftverify: back up over the last token, let the first new token be any token whose
+    own text starts with the removed text (brute force over the vocabulary), greedy after that."""
+    import torch
+    from conftest import reference_greedy
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dirs / "target")
+    model = AutoModelForCausalLM.from_pretrained(model_dirs / "target").eval()
+    ids = tokenizer(prompt).input_ids
+    removed = tokenizer.decode(ids[-1:])
+    allowed = [i for i in range(len(tokenizer)) if i not in tokenizer.all_special_ids
+               and tokenizer.decode([i]).startswith(removed)]
+    backed = torch.tensor([ids[:-1]])
+    with torch.no_grad():
+        logits = model(input_ids=backed).logits[0, -1]
+    first = max(allowed, key=lambda i: float(logits[i]))
+    new_ids = [first] + reference_greedy(model, torch.cat([backed, torch.tensor([[first]])], dim=1), new - 1)
+    text = tokenizer.decode(new_ids)
+    assert text.startswith(removed)
+    return new_ids, text[len(removed):]
+
+
+@pytest.mark.parametrize("method", ["autoregressive", "model", "prompt_lookup", "lookup_model", "model_tree"])
+def test_healed_text_is_the_targets_constrained_greedy_after_the_original_prompt(model_dirs, method):
+    new_ids, text = healed_reference(model_dirs, HEAL_PROMPT, 16)
+    pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method=method, heal=True)
+    pieces: list[str] = []
+    result = pipe.generate(HEAL_PROMPT, max_new_tokens=16, on_text=pieces.append)
+    assert result.output.new_tokens[0].tolist() == new_ids
+    assert result.text == text and "".join(pieces) == text
+    tokenizer = pipe.tokenizer
+    assert HEAL_PROMPT + result.text == tokenizer.decode(tokenizer(HEAL_PROMPT).input_ids[:-1] + new_ids)
+    assert result.stats.new_tokens == 16  # the healed token is one of the new tokens
+    assert result.stats.prompt_tokens == len(tokenizer(HEAL_PROMPT).input_ids) - 1
+
+
+def test_healing_is_off_by_default_in_the_api_and_per_call_wins(model_dirs):
+    plain = load(target=model_dirs / "target", method="autoregressive")
+    assert plain.heal is False
+    healed = load(target=model_dirs / "target", method="autoregressive", heal=True)
+    assert healed.generate(HEAL_PROMPT, max_new_tokens=12, heal=False).text == \
+        plain.generate(HEAL_PROMPT, max_new_tokens=12).text
+    assert plain.generate(HEAL_PROMPT, max_new_tokens=12, heal=True).text == \
+        healed.generate(HEAL_PROMPT, max_new_tokens=12).text
+    assert healed.generate(HEAL_PROMPT, max_new_tokens=12).output.new_tokens[0].tolist() == \
+        healed_reference(model_dirs, HEAL_PROMPT, 12)[0]
+    with pytest.raises(DraftVerifyError, match="heal must be True or False"):
+        load(target=model_dirs / "target", method="autoregressive", heal="yes")
+
+
+def test_a_batch_heals_each_row_on_its_own(model_dirs):
+    pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method="model", heal=True)
+    prompts = [HEAL_PROMPT, "def quicksort(xs):", "import os\n\n"]
+    singles = [pipe.generate(p, max_new_tokens=8).text for p in prompts]
+    assert [r.text for r in pipe.generate(prompts, max_new_tokens=8)] == singles
+
+
+def test_healing_an_encoder_decoder_target_is_a_clear_error():
+    from conftest import build_model
+
+    from draftverify.api import Pipeline
+
+    with pytest.raises(DraftVerifyError, match="encoder-decoder"):
+        Pipeline(build_model("t5"), tokenizer=None, method="autoregressive", heal=True)

@@ -371,3 +371,45 @@ def test_serve_without_the_serve_extra_says_how_to_install_it(monkeypatch):
     result = runner.invoke(app, ["serve", "--target", "x"])
     assert result.exit_code == 2, result.output
     assert "pip install 'draftverify[serve]'" in result.stderr
+
+
+# ---------------------------------------------------------------- token healing (--heal / --no-heal)
+
+DOCSTRING_PROMPT = ('def is_palindrome(text: str) -> bool:\n    """Return True if text reads the same backwards.\n'
+                    '    >>> is_palindrome("aba")\n    True\n    """\n')
+
+
+def test_zoo_heals_a_prompt_ending_in_a_newline_by_default_and_no_heal_does_not():
+    """The code zoo's byte-level BPE merges "\\n" with the next line's indentation, so a bare final "\\n" is a state
+    the target never saw: unhealed it starts a new top-level statement; healed, the first token is "\\n   " (then
+    " if") and the function body follows. --json text and the streamed stdout are relative to the prompt as given."""
+    from draftverify.api import load
+
+    texts = {}
+    for flag in ("", "--heal", "--no-heal"):
+        args = ["generate", "--zoo", "code", "--prompt", DOCSTRING_PROMPT, "-n", "10", "--json"] + ([flag] if flag else [])
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        texts[flag] = json.loads(result.stdout)["text"]
+    assert texts[""] == texts["--heal"] != texts["--no-heal"]
+    assert texts["--heal"].startswith("    ") and not texts["--no-heal"].startswith("    ")
+    pipe = load(zoo="code", method="autoregressive")
+    healed = pipe.generate(DOCSTRING_PROMPT, max_new_tokens=10, heal=True)
+    plain = pipe.generate(DOCSTRING_PROMPT, max_new_tokens=10, heal=False)
+    assert (healed.text, plain.text) == (texts["--heal"], texts["--no-heal"])  # lossless: the method changes nothing
+    first = [int(r.output.new_tokens[0, 0]) for r in (healed, plain)]
+    assert first[0] != first[1] and pipe.tokenizer.decode(first[0:1]) == "\n   "  # then " if": the body
+    streamed = runner.invoke(app, ["generate", "--zoo", "code", "--prompt", DOCSTRING_PROMPT, "-n", "10"])
+    assert streamed.exit_code == 0 and streamed.stdout == DOCSTRING_PROMPT + texts["--heal"] + "\n"
+
+
+def test_heal_is_off_without_a_zoo_unless_asked(model_dirs):  # noqa: F811
+    from draftverify.api import load
+
+    prompt = 'def add(a, b):\n    """Add two numbers."""\n'
+    pipe = load(target=model_dirs / "target", method="autoregressive")
+    for flags, heal in (([], False), (["--heal"], True), (["--no-heal"], False)):
+        result = runner.invoke(app, generate_args(model_dirs, "--method", "autoregressive", "--json", *flags,
+                                                  prompt=prompt))
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["text"] == pipe.generate(prompt, max_new_tokens=8, heal=heal).text, flags

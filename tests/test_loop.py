@@ -523,3 +523,126 @@ def test_sampling_without_a_seed_leaves_the_global_rng_alone():
     generate(model, make_drafter("perturbed", model, "gpt2"), SpeculativeSamplingVerifier(), PROMPT,
              SamplingParams(temperature=1.0), max_new_tokens=8)
     assert torch.equal(torch.random.get_rng_state(), before)
+
+
+# ---------------------------------------------------------------- a constrained first token (token healing)
+# loop.generate(first_token_allowed=...) masks the target's logits for each row's first new token; the output
+# must equal the target's own decoding of the same prompt under the same constraint, recomputed here from
+# scratch (one forward, mask, argmax, then plain greedy), for every method.
+
+
+@torch.no_grad()
+def reference_constrained_greedy(model, prompt: torch.Tensor, allowed: list[int] | None, new: int) -> list[int]:
+    logits = model(input_ids=prompt).logits[0, -1]
+    if allowed is not None:
+        masked = torch.full_like(logits, float("-inf"))
+        masked[allowed] = logits[allowed]
+        logits = masked
+    first = int(logits.argmax())
+    rest = reference_greedy(model, torch.cat([prompt, torch.tensor([[first]])], dim=1), new - 1)
+    return [first] + rest
+
+
+def allowed_without_argmax(model, prompt: torch.Tensor, size: int = 6, seed: int = 0) -> list[int]:
+    """A set of `size` tokens that leaves out the target's unconstrained choice, so the constraint matters."""
+    with torch.no_grad():
+        best = int(model(input_ids=prompt).logits[0, -1].argmax())
+    gen = torch.Generator().manual_seed(seed)
+    return [t for t in torch.randperm(VOCAB, generator=gen).tolist() if t != best][:size]
+
+
+class AnswerDrafter(Drafter):
+    """Proposes the given continuation: every draft token is right, the first one included."""
+
+    def __init__(self, answer: list[int]):
+        super().__init__()
+        self.answer = answer
+
+    def propose(self, state, gamma):
+        done = state.tokens.shape[1] - state.prompt_length
+        return Draft(tokens=torch.tensor([(self.answer[done:] + [0] * gamma)[:gamma]]))
+
+
+def constrained_drafter(kind: str, model, answer: list[int]):
+    from draftverify.drafters import ModelTreeDrafter
+
+    if kind == "tree":
+        return ModelTreeDrafter(perturbed_copy(model, 0.5, seed=1), paths=TREE_PATHS)
+    if kind == "answer":
+        return AnswerDrafter(answer)
+    return make_drafter(kind, model, "llama")
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("kind", ["none", "self", "perturbed", "prompt_lookup", "lookup_model", "tree", "answer"])
+def test_constrained_first_token_equals_the_targets_constrained_greedy(arch, kind):
+    model, plain = target_and_reference(arch)
+    allowed = allowed_without_argmax(model, PROMPT)
+    expected = reference_constrained_greedy(model, PROMPT, allowed, NEW)
+    assert expected[0] in allowed and expected[0] != plain[0] and len(set(expected)) >= 4
+    verifier = build_verifier("exact", SamplingParams(), MethodOptions())
+    out = generate(model, constrained_drafter(kind, model, expected), verifier, PROMPT, max_new_tokens=NEW, gamma=4,
+                   first_token_allowed=torch.tensor(allowed))
+    assert out.new_tokens[0].tolist() == expected
+    assert out.stats.new_tokens == NEW
+    if kind == "answer":  # the constrained first draft token is accepted like any other
+        assert out.stats.rejections == 0
+
+
+def test_a_set_holding_the_unconstrained_choice_changes_nothing():
+    model, plain = target_and_reference("llama")
+    out = generate(model, make_drafter("perturbed", model, "llama"), GreedyVerifier(), PROMPT, max_new_tokens=NEW,
+                   first_token_allowed=[[plain[0], 1, 2]])
+    assert out.new_tokens[0].tolist() == plain
+
+
+def test_constrained_first_token_in_a_batch_is_per_row_and_joining_rows_get_theirs():
+    model, _ = target_and_reference("llama")
+    prompts = [PROMPT[0].tolist(), [9, 4, 60], [12, 30], [60, 61, 62, 60]]
+    allowed = [allowed_without_argmax(model, torch.tensor([p]), seed=i) for i, p in enumerate(prompts)]
+    sets = [allowed[0], None, allowed[2]]  # row 1 unconstrained
+    width = max(len(p) for p in prompts[:3])
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts[:3]])
+    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts[:3]])
+    pending = [[(prompts[3], 12, None, allowed[3])]]
+    out = generate(model, make_drafter("perturbed", model, "llama"), GreedyVerifier(), ids, max_new_tokens=[16, 10, 6],
+                   gamma=3, attention_mask=mask, first_token_allowed=sets,
+                   admit=lambda: pending.pop(0) if pending else [])
+    limits = [16, 10, 6, 12]
+    for row, (prompt, constraint, limit) in enumerate(zip(prompts, sets + [allowed[3]], limits)):
+        expected = reference_constrained_greedy(model, torch.tensor([prompt]), constraint, limit)
+        assert out.rows[row] == expected, row
+    with torch.no_grad():
+        free = int(model(input_ids=torch.tensor([prompts[1]])).logits[0, -1].argmax())
+    assert out.rows[1][0] == free
+
+
+@pytest.mark.parametrize("coupling", [False, True])
+def test_sampled_first_token_is_always_allowed_and_follows_the_renormalised_distribution(coupling):
+    from conftest import chi2_critical, chi2_statistic
+
+    model, _ = target_and_reference("gpt2")
+    drafter = ModelDrafter(perturbed_copy(model, 1.0, seed=3))
+    verifier = GumbelCouplingVerifier() if coupling else SpeculativeSamplingVerifier()
+    with torch.no_grad():
+        p = model(input_ids=PROMPT).logits[0, -1].softmax(-1)
+    allowed = sorted(torch.topk(p, 12).indices.tolist()[2:])  # the two likeliest tokens left out
+    renormalised = torch.zeros_like(p)
+    renormalised[allowed] = p[allowed] / p[allowed].sum()
+    counts = torch.zeros(VOCAB, dtype=torch.float64)
+    draws = 300
+    for seed in range(draws):
+        out = generate(model, drafter, verifier, PROMPT, SamplingParams(1.0, seed=seed, coupling=coupling),
+                       max_new_tokens=1, gamma=1, first_token_allowed=torch.tensor(allowed))
+        counts[out.new_tokens[0, 0]] += 1
+    assert counts[[t for t in range(VOCAB) if t not in allowed]].sum() == 0
+    assert chi2_statistic(counts, renormalised) < chi2_critical(counts, renormalised)
+
+
+@pytest.mark.parametrize("allowed, match", [(torch.tensor([], dtype=torch.long), "empty"),
+                                            (torch.tensor([VOCAB]), r"\[0, 96\)"),
+                                            ([[1], [2]], "2 entries for 1 rows")])
+def test_bad_first_token_sets_are_clear_errors(allowed, match):
+    model, _ = target_and_reference("llama")
+    with pytest.raises(DraftVerifyError, match=match):
+        generate(model, NoDrafter(), GreedyVerifier(), PROMPT, max_new_tokens=2, first_token_allowed=allowed)

@@ -18,6 +18,7 @@ from .cached_lm import cached_model
 from .checks import check_prompt_text
 from .draft_length import DraftLength, StepCosts, make_draft_length
 from .errors import DraftVerifyError
+from .healing import Healing, TokenTable
 from .hub import hub_unreachable_reason
 from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
@@ -118,10 +119,13 @@ class Pipeline:
     """A target, a method and its pieces, ready to turn text into text plus statistics."""
 
     def __init__(self, target: PreTrainedModel, tokenizer, method: str = "model", verifier: str | None = None,
-                 options: MethodOptions | None = None, gamma: int | str = 5, compile: bool = False):
+                 options: MethodOptions | None = None, gamma: int | str = 5, compile: bool = False,
+                 heal: bool = False):
         """compile: preallocate the target's KV cache (its context length, else 4096 positions) and compile its
         forward for the verify widths this method and gamma use (compiling.py); options.compile does the same for
-        a draft model. The first generation pays the compilation, unless precompile() ran first."""
+        a draft model. The first generation pays the compilation, unless precompile() ran first. heal: token
+        healing by default in generate() (healing.py); off by default, so the text is the target's plain
+        greedy decoding of the prompt as tokenized."""
         self.method = resolve_method(method)
         self.verifier_name = verifier or self.method.verifier
         self.target = cached_model(target, "target", compile)
@@ -132,6 +136,8 @@ class Pipeline:
         make_draft_length(gamma, context=self.target.max_positions)  # validate now, not at the first call
         self.step_costs = StepCosts()  # gamma auto's timings, kept across calls: calibrated once per pipeline
         self.compiled = compiling.plan(self.target, self.drafter, gamma)  # the compiled models (none: eager)
+        self.heal = self.check_heal(heal)
+        self._token_table: TokenTable | None = None  # built at the first healing, then kept
 
     def precompile(self, text: str, max_new_tokens: int, log: Callable[[str], None] | None = None) -> float:
         """Compile every graph a generation of max_new_tokens after `text` uses, now (log gets a line per graph);
@@ -139,6 +145,27 @@ class Pipeline:
         ids = self.encode(text)
         positions = (1 if self.target.is_encoder_decoder else ids.shape[1]) + max_new_tokens
         return compiling.precompile(self.target, self.drafter, ids, positions, log)
+
+    def check_heal(self, heal) -> bool:
+        """heal, if this pipeline can heal as asked (a bool; healing needs a target that continues its prompt)."""
+        if not isinstance(heal, bool):
+            raise DraftVerifyError(f"heal must be True or False, got {heal!r}")
+        if heal and self.target.is_encoder_decoder:
+            raise DraftVerifyError("token healing continues a prompt; an encoder-decoder target does not continue "
+                                   "its source (translate without heal)")
+        return heal
+
+    @property
+    def token_table(self) -> TokenTable:
+        """Every token's bytes, sorted for prefix look-ups (built once per pipeline)."""
+        if self._token_table is None:
+            self._token_table = TokenTable(self.tokenizer, self.target.vocab_size)
+        return self._token_table
+
+    def heal_ids(self, ids: list[int]) -> Healing | None:
+        """Token healing of a prompt's ids: the backed-up prompt and the first token's allowed set, or None when
+        healing changes nothing (see healing.py)."""
+        return self.token_table.heal(ids)
 
     def encode(self, text: str) -> torch.Tensor:
         text = check_prompt_text(text)
@@ -150,24 +177,44 @@ class Pipeline:
     def generate(self, text: str | list[str], max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None | list[int | None] = None,
                  gamma: int | str | DraftLength | None = None, on_text: Callable[[str], None] | None = None,
-                 coupling: bool | None = None) -> GenerationResult | list[GenerationResult]:
+                 coupling: bool | None = None, heal: bool | None = None) -> GenerationResult | list[GenerationResult]:
         """coupling (default: on when seeded) samples with position-keyed noise: the same seed then gives the
         same text for every method and draft length. Nothing is streamed before every check has passed.
+
+        heal (default: the pipeline's `heal`): token healing. The prompt is backed up over its last token and the
+        first new token must start with that token's text; the result is the target's own decoding of the
+        backed-up prompt under that constraint, and `text` (and what on_text streams) is relative to the ORIGINAL
+        prompt, so prompt + text reads on. stats count the tokens the model saw and made: one prompt token fewer,
+        and the healed token among the new ones (it counts against max_new_tokens).
 
         A list of texts runs as one batch through the decoding loop and returns one result per text (their
         stats are the batch's); seed may then be one per text: each row's text equals its own batch-1 text at
         temperature 0 and with coupled (seeded) sampling. Batches need a chain method (autoregressive, model,
         prompt_lookup, ngram, lookup_model, early_exit) and a decoder-only target; on_text is for single texts."""
+        heal = self.heal if heal is None else self.check_heal(heal)
         if isinstance(text, (list, tuple)):
             return self._generate_texts(list(text), max_new_tokens, temperature, top_k, top_p, seed, gamma, coupling,
-                                        on_text)
+                                        on_text, heal)
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling)
         ids = self.encode(text)
-        streamer = _TextStreamer(self.tokenizer, on_text) if on_text else None
+        healing = self.heal_ids(ids[0].tolist()) if heal else None
+        if healing is not None:
+            ids = torch.tensor([healing.ids])
+        streamer = _TextStreamer(self.tokenizer, on_text, healing) if on_text else None
         output, verifier = self.generate_ids(ids, params, max_new_tokens=max_new_tokens, gamma=gamma,
-                                             on_tokens=streamer.push if streamer else None)
-        return GenerationResult(text=self.tokenizer.decode(output.new_tokens[0], skip_special_tokens=True), output=output,
+                                             on_tokens=streamer.push if streamer else None,
+                                             first_token_allowed=None if healing is None else healing.allowed)
+        return GenerationResult(text=self.decode_new(output.new_tokens[0].tolist(), healing), output=output,
                                 verifier=verifier)
+
+    def decode_new(self, new_ids: list[int], healing: Healing | None = None) -> str:
+        """The text of new token ids after the prompt; with healing, after the ORIGINAL prompt (the removed text
+        that the first new token re-emits is cut from the front)."""
+        text = self.tokenizer.decode([t for t in new_ids if t >= 0], skip_special_tokens=True)
+        if healing is None:
+            return text
+        cut = healing.completion(text)
+        return text if cut is None else cut
 
     @property
     def eos_token_id(self) -> int | list[int] | None:
@@ -181,20 +228,23 @@ class Pipeline:
         return self.drafter.supports_batch and _build(self.verifier_name, SamplingParams(), self.options).supports_batch
 
     def generate_ids(self, ids: torch.Tensor, params: SamplingParams, max_new_tokens: int = 64,
-                     gamma: int | str | DraftLength | None = None, on_tokens=None) -> tuple[GenerationOutput, str]:
+                     gamma: int | str | DraftLength | None = None, on_tokens=None,
+                     first_token_allowed: torch.Tensor | None = None) -> tuple[GenerationOutput, str]:
         """Token ids in, GenerationOutput and the verifier's name out (the server's entry point): ids [1, L];
-        on_tokens receives each step's emitted tokens [1, k] (see loop.generate)."""
+        on_tokens receives each step's emitted tokens [1, k]; first_token_allowed [K] constrains the first new
+        token (token healing; see loop.generate)."""
         verifier = build_verifier(self.verifier_name, params, self.options)
         gamma = self.gamma if gamma is None else gamma
         policy = gamma if isinstance(gamma, DraftLength) else \
             make_draft_length(gamma, self.step_costs, self.target.max_positions)
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
-                          gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens)
+                          gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens,
+                          first_token_allowed=first_token_allowed)
         return output, verifier.name
 
 
     def _generate_texts(self, texts: list[str], max_new_tokens, temperature, top_k, top_p, seed, gamma, coupling,
-                        on_text) -> list[GenerationResult]:
+                        on_text, heal: bool = False) -> list[GenerationResult]:
         if not texts:
             raise DraftVerifyError("the list of prompts is empty")
         if on_text is not None:
@@ -209,18 +259,23 @@ class Pipeline:
         if params.coupled and any(s is None for s in seeds) and any(s is not None for s in seeds):
             raise DraftVerifyError("give a seed for every prompt or for none: seeded rows sample with coupled noise")
         rows = [self.encode(t)[0].tolist() for t in texts]
+        healings = [self.heal_ids(r) if heal else None for r in rows]
+        rows = [r if h is None else h.ids for r, h in zip(rows, healings)]
+        allowed = [None if h is None else h.allowed for h in healings] if any(healings) else None
         output, verifier = self.generate_batch_ids(rows, params, max_new_tokens=max_new_tokens, seeds=seeds,
-                                                   gamma=gamma)
+                                                   gamma=gamma, first_token_allowed=allowed)
         new_rows = output.rows if output.rows is not None else [output.new_tokens[0].tolist()]
-        return [GenerationResult(text=self.tokenizer.decode(r, skip_special_tokens=True), output=output,
-                                 verifier=verifier) for r in new_rows]
+        return [GenerationResult(text=self.decode_new(r, h), output=output, verifier=verifier)
+                for r, h in zip(new_rows, healings)]
 
     def generate_batch_ids(self, rows: list[list[int]], params: SamplingParams, max_new_tokens: int | list[int] = 64,
                            seeds: list[int | None] | None = None, gamma: int | str | DraftLength | None = None,
-                           on_tokens=None, admit=None) -> tuple[GenerationOutput, str]:
+                           on_tokens=None, admit=None,
+                           first_token_allowed: list[torch.Tensor | None] | None = None) -> tuple[GenerationOutput, str]:
         """Several token-id prompts through the loop at once (left-padded, one row each); one row runs the
         batch-1 path unless admit is given. on_tokens receives [B, k] (-1 padded) and may return rows to stop;
-        admit lets rows join between steps (continuous batching; see loop.generate)."""
+        admit lets rows join between steps (continuous batching; see loop.generate); first_token_allowed: each
+        row's allowed first tokens or None (token healing)."""
         if not rows or any(not r for r in rows):
             raise DraftVerifyError("every prompt needs at least one token")
         if len(rows) == 1 and admit is None:
@@ -228,7 +283,8 @@ class Pipeline:
                 params = replace(params, seed=seeds[0])
             limit = max_new_tokens[0] if isinstance(max_new_tokens, (list, tuple)) else max_new_tokens
             return self.generate_ids(torch.tensor([rows[0]]), params, max_new_tokens=limit, gamma=gamma,
-                                     on_tokens=on_tokens)
+                                     on_tokens=on_tokens,
+                                     first_token_allowed=None if first_token_allowed is None else first_token_allowed[0])
         width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows])
@@ -239,16 +295,18 @@ class Pipeline:
             make_draft_length(gamma, self.step_costs, self.target.max_positions)
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
                           gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens, attention_mask=mask,
-                          seeds=seeds, admit=admit)
+                          seeds=seeds, admit=admit, first_token_allowed=first_token_allowed)
         return output, verifier.name
 
 
 class _TextStreamer:
-    """Decodes the growing output and forwards only new, complete characters (byte-level BPE can split them)."""
+    """Decodes the growing output and forwards only new, complete characters (byte-level BPE can split them);
+    with healing, only the text after the original prompt (the removed text is not sent again)."""
 
-    def __init__(self, tokenizer, on_text: Callable[[str], None]):
+    def __init__(self, tokenizer, on_text: Callable[[str], None], healing: Healing | None = None):
         self.tokenizer = tokenizer
         self.on_text = on_text
+        self.healing = healing
         self.ids: list[int] = []
         self.printed = 0
 
@@ -257,17 +315,24 @@ class _TextStreamer:
         text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
         if text.endswith("\ufffd"):
             return
+        if self.healing is not None:
+            text = self.healing.completion(text)
+            if text is None:
+                return
         self.on_text(text[self.printed :])
         self.printed = len(text)
 
 
 def load(target: str | Path | None = None, draft: str | Path | None = None, method: str = "model",
          verifier: str | None = None, zoo: str | None = None, dtype: str = "float32", gamma: int | str = 5,
-         compile: bool = False, verbose: bool | None = None, **options) -> Pipeline:
+         compile: bool = False, heal: bool = False, verbose: bool | None = None, **options) -> Pipeline:
     """Load a target (and draft) by path or zoo name and return a Pipeline for `method`.
 
     Prints nothing: transformers' weight-loading bars and advice are off while it loads (and the settings found
     are put back afterwards); verbose=True, or DRAFTVERIFY_VERBOSE=1, shows them.
+
+    heal: token healing by default in this pipeline's generate() (healing.py); off unless asked, so the text is
+    the target's plain decoding of the prompt as tokenized (what a peer that does not heal produces).
 
     options are MethodOptions fields: alpha_fb, alpha_rb, lenience, beta, tau, early_exit_layers, ngram_path, ...
     """
@@ -292,10 +357,12 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
         raise DraftVerifyError("no target model: pass target=PATH or zoo=NAME")
     resolve_method(method)
     make_draft_length(gamma)  # bad arguments fail before anything is loaded
+    if not isinstance(heal, bool):
+        raise DraftVerifyError(f"heal must be True or False, got {heal!r}")
     tokenizer = load_tokenizer(target, verbose)  # first: a folder without one fails before the weights are read
     target_model = load_model(target, dtype, role="target", verbose=verbose)
     method_options = replace(MethodOptions(), **options)
     if draft is not None:
         method_options.draft_model = load_model(draft, dtype, role="draft", verbose=verbose)
     method_options.compile = compile
-    return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma, compile=compile)
+    return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma, compile=compile, heal=heal)

@@ -128,6 +128,18 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
     return notes
 
 
+HEAL_HELP = ("Token healing: back the prompt up over its last token and let the first new token start with its text "
+             "(a prompt ending in a newline then continues as trained text does). Default: on with --zoo (decoder-only "
+             "targets), off otherwise; --no-heal for text equal to a peer that does not heal.")
+
+
+def _heal_default(heal: Optional[bool], zoo: Optional[str], pipe) -> bool:
+    """--heal/--no-heal as given; unset: on for a zoo's decoder-only target, off otherwise."""
+    if heal is not None:
+        return pipe.check_heal(heal)
+    return zoo is not None and not pipe.target.is_encoder_decoder
+
+
 def _quiet_libraries() -> None:
     """transformers' own output (weight-loading progress bars, which would garble --json output; warnings such as
     a long prompt against the tokenizer's nominal maximum) is noise to a CLI user; our checks report what matters.
@@ -178,6 +190,7 @@ def generate(
     compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses, compiled before generating (tens of seconds per graph on a CPU); pays off only over many generations in one process, and says after how many tokens."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
+    heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP),
 ) -> None:
     """Generate text with a draft-then-verify method: the text on stdout, the statistics table on stderr."""
     try:
@@ -217,6 +230,7 @@ def generate(
                     bita_path=bita, bita_topk=bita_topk, bita_masks=bita_masks, lattice_k=lattice_k,
                     ngram_weight=ngram_weight, pbest=pbest, rescore_weight=rescore_weight,
                     tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_)
+        pipe.heal = _heal_default(heal, zoo, pipe)
         if texts is not None:
             _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling)
@@ -391,6 +405,8 @@ def serve(
     ray: bool = typer.Option(False, "--ray", help="Serve with Ray Serve (pip install 'draftverify[ray]')."),
     replicas: int = typer.Option(1, "--replicas", help="With --ray: model replicas, each with its own worker."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level."),
+    heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP + " /v1/completions only; a request "
+                                        "may set its own with the extension field \"heal\"."),
 ) -> None:
     """Serve a method over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models,
     /health, /metrics)."""
@@ -419,7 +435,7 @@ def serve(
         from .serve.app import ServerSettings
 
         settings = ServerSettings(model_name=name, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
-                                  max_tokens_limit=max_tokens_limit)
+                                  max_tokens_limit=max_tokens_limit, heal=heal if heal is not None else zoo is not None)
         if ray:
             from .serve.ray_serve import run_ray
 
@@ -435,6 +451,7 @@ def serve(
         from .serve.app import create_app
 
         pipe = load(**load_args)
+        settings.heal = _heal_default(heal, zoo, pipe)
         app_ = create_app(pipe, settings)
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
@@ -704,6 +721,49 @@ def bita_report(
         err_console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
     console.print(json.dumps({r["config"]: round(r["tokens_per_call"], 3) for r in result["rows"]}))
+
+
+@app.command("bench-healing")
+def bench_healing(
+    zoo: Optional[str] = typer.Option("code", "--zoo", help="Shipped model set (its target; its draft for --methods)."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
+    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model for --methods that need one."),
+    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our methods that also run the published prompts, healing off and on, compared token for token with autoregressive ('' for none)."),
+    num_prompts: int = typer.Option(8, "--num-prompts", help="The first N HumanEval prompts that fit the context."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ (default: the shipped copy)."),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+    out: Path = typer.Option(Path("benchmarks"), "--out"),
+    name: str = typer.Option("healing-humaneval", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
+) -> None:
+    """Token healing on HumanEval: chrF against the canonical solutions for prompts trimmed of their final newline
+    and as published (ending in a newline), healing off and on (greedy). `draftverify bench --prompts
+    humaneval:published` runs the full bench on the published prompts."""
+    import shlex
+
+    # the command as parsed (not sys.argv, which is the caller's when invoked in-process)
+    command = ["draftverify", "bench-healing"] + (["--target", target] if target else ["--zoo", str(zoo)])
+    command += (["--draft", draft] if draft else []) + ["--methods", methods_, "--num-prompts", str(num_prompts),
+                                                        "--max-new-tokens", str(max_new_tokens)]
+    command += (["--data-dir", str(data_dir)] if data_dir else []) + (["--threads", str(threads)] if threads else [])
+    command += ["--out", str(out), "--name", name]
+    try:
+        from .bench.healing import run_healing
+
+        check_max_new_tokens(max_new_tokens)
+        _quiet_libraries()
+        result = run_healing(zoo=None if target else zoo, target=target, draft=draft,
+                             methods=tuple(m.strip() for m in methods_.split(",") if m.strip()),
+                             num_prompts=num_prompts, max_new_tokens=max_new_tokens, data_dir=data_dir,
+                             threads=threads, out=out, name=name, command=shlex.join(command),
+                             echo=lambda line: err_console.print(f"[dim]{escape(line)}[/dim]"))
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    from .bench.healing import table
+
+    print(table(result["rows"]))  # plain: a markdown table, never wrapped or read as markup
+    print(f"wrote {result['files']['json']} and {result['files']['markdown']}")
 
 
 if __name__ == "__main__":

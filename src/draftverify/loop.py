@@ -134,7 +134,8 @@ def generate(
     on_tokens: TokenCallback | None = None,
     attention_mask: torch.Tensor | None = None,
     seeds: list[int | None] | None = None,
-    admit: Callable[[], list[tuple[list[int], int, int | None]]] | None = None,
+    admit: Callable[[], list[tuple]] | None = None,
+    first_token_allowed: torch.Tensor | list | None = None,
 ) -> GenerationOutput:
     """Decode up to max_new_tokens after input_ids [B, L] (the source, for encoder-decoder targets).
 
@@ -149,8 +150,16 @@ def generate(
     Batches need a decoder-only target and a chain drafter (BATCH_DRAFTERS).
 
     admit (continuous batching; makes the run a batch even with one row): called between steps while rows are
-    still decoding, returns new rows to join the batch as (prompt token ids, max_new_tokens, seed); they take the
-    next indices (in the order they joined) in on_tokens and in the output.
+    still decoding, returns new rows to join the batch as (prompt token ids, max_new_tokens, seed) or (prompt token
+    ids, max_new_tokens, seed, first_token_allowed of that row); they take the next indices (in the order they
+    joined) in on_tokens and in the output.
+
+    first_token_allowed (token healing, healing.py): the tokens each row's FIRST new token may be, as token ids
+    [K] for every row, or a list with one entry per row (ids, or None for a row without constraint). The target's
+    logits for that token are set to -inf outside the set before the verifier sees them, whatever the method: the
+    output is then the target's own decoding under that constraint (greedy: the best allowed token; sampling: the
+    target's distribution renormalised over the set, then the usual temperature / top-k / top-p). Only the
+    first token is constrained; drafts are unconstrained (a draft token outside the set is simply rejected).
     """
     started = perf_counter()
     params = params or SamplingParams()
@@ -167,6 +176,7 @@ def generate(
         _check_batch_support(drafter, verifier, params)
         if seeds is not None and len(seeds) != batch:
             raise DraftVerifyError(f"seeds has {len(seeds)} entries for {batch} rows")
+    first_allowed = _allowed_rows(first_token_allowed, batch, target.vocab_size)
     decoder_start = 1 if target.is_encoder_decoder else input_ids.shape[1]
     target.check_fits(decoder_start + max(limits))
     drafter.bind(target, decoder_start + max(limits))
@@ -232,7 +242,11 @@ def generate(
                              extra_embeds=None if extras is None else extras.embeds,
                              prefix=None if extras is None else extras.prefix)  # [B, 1+N+E, ...]
         t2 = now()
-        verdict = verifier.verify(draft, out.logits[:, : 1 + draft.length], params, generator)
+        logits = out.logits[:, : 1 + draft.length]  # [B, 1+N, V]
+        if first_allowed is not None:  # some rows take their first new token now: constrain it
+            logits = _constrain_first(logits, first_allowed)
+            first_allowed = None
+        verdict = verifier.verify(draft, logits, params, generator)
         if batched:
             accepted = verdict.num_accepted.tolist()  # the step's one host sync
             t3 = now()
@@ -295,8 +309,11 @@ def generate(
                 joining = admit()
                 if joining:
                     t5 = perf_counter()
+                    joined = [_allowed_row(row[3] if len(row) > 3 else None, target.vocab_size) for row in joining]
                     _join(target, drafter, state, rows, joining, params, stats)
                     stats.time_prefill += perf_counter() - t5
+                    if any(a is not None for a in joined):  # the joined rows take their first token next step
+                        first_allowed = [None] * (state.tokens.shape[0] - len(joined)) + joined
         elif stop_at is not None or stop_rows:
             break
 
@@ -308,11 +325,50 @@ def generate(
     return GenerationOutput(sequences=state.tokens, new_tokens=new, stats=stats)
 
 
+def _allowed_row(allowed, vocab_size: int) -> torch.Tensor | None:
+    """One row's first-token set as ids [K] (validated), or None."""
+    if allowed is None:
+        return None
+    ids = torch.as_tensor(allowed).reshape(-1).long()
+    if ids.numel() == 0:
+        raise DraftVerifyError("first_token_allowed: a row's set of allowed first tokens is empty")
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
+        raise DraftVerifyError(f"first_token_allowed: token ids must be in [0, {vocab_size}), got "
+                               f"{int(ids.min())}..{int(ids.max())}")
+    return ids
+
+
+def _allowed_rows(allowed, batch: int, vocab_size: int) -> list[torch.Tensor | None] | None:
+    """first_token_allowed -> one entry per row (None: unconstrained), or None when no row is constrained."""
+    if allowed is None:
+        return None
+    if isinstance(allowed, torch.Tensor):
+        rows = [_allowed_row(allowed, vocab_size)] * batch
+    else:
+        rows = list(allowed)
+        if len(rows) != batch:
+            raise DraftVerifyError(f"first_token_allowed has {len(rows)} entries for {batch} rows")
+        rows = [_allowed_row(a, vocab_size) for a in rows]
+    return rows if any(a is not None for a in rows) else None
+
+
+def _constrain_first(logits: torch.Tensor, allowed: list[torch.Tensor | None]) -> torch.Tensor:
+    """logits [B, 1+N, V] with position 0 (the next token) at -inf outside each constrained row's allowed set."""
+    keep = torch.ones(logits.shape[0], logits.shape[-1], dtype=torch.bool, device=logits.device)  # [B, V]
+    for b, ids in enumerate(allowed):
+        if ids is not None:
+            keep[b] = False
+            keep[b, ids.to(logits.device)] = True
+    logits = logits.clone()
+    logits[:, 0] = logits[:, 0].masked_fill(~keep, float("-inf"))
+    return logits
+
+
 def _join(target: CachedLM, drafter: Drafter, state: DecodingState, rows: "_BatchRows",
-          joining: list[tuple[list[int], int, int | None]], params: SamplingParams, stats: GenerationStats) -> None:
+          joining: list[tuple], params: SamplingParams, stats: GenerationStats) -> None:
     """Continuous batching: prefill the joining rows and append them to the batch (target, drafter and state)."""
-    prompts = [list(ids) for ids, _, _ in joining]
-    limits = [limit for _, limit, _ in joining]
+    prompts = [list(row[0]) for row in joining]
+    limits = [row[1] for row in joining]
     for ids, limit in zip(prompts, limits):
         if not ids:
             raise DraftVerifyError("a joining row needs at least one prompt token")
@@ -331,8 +387,8 @@ def _join(target: CachedLM, drafter: Drafter, state: DecodingState, rows: "_Batc
     state.tokens = torch.cat([pad(state.tokens), pad(ids)])
     state.lengths = torch.cat([state.lengths, mask.long().sum(dim=1)])
     if state.seeds is not None:
-        state.seeds = state.seeds + [seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
-                                     for _, _, seed in joining]
+        state.seeds = state.seeds + [row[2] if row[2] is not None else int.from_bytes(os.urandom(8), "little") >> 1
+                                     for row in joining]
     stats.prompt_tokens += sum(len(r) for r in prompts)
     rows.add(prompts, limits)
 

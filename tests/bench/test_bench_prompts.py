@@ -20,6 +20,13 @@ def test_humaneval_prompts_keep_the_canonical_solution_as_reference(data_dir):
     assert [p.reference for p in prompts] == [r["canonical_solution"] for r in HUMANEVAL]
 
 
+def test_humaneval_published_keeps_the_prompts_as_published(data_dir):
+    prompts = load_prompts("humaneval:published", data_dir)
+    assert [p.text for p in prompts] == [r["prompt"] for r in HUMANEVAL]
+    assert all(p.text.endswith("\n") for p in prompts)
+    assert [p.reference for p in prompts] == [r["canonical_solution"] for r in HUMANEVAL]
+
+
 def test_spec_bench_category_takes_the_first_turn(data_dir):
     prompts = load_prompts("spec_bench:translation", data_dir)
     assert [p.text for p in prompts] == ["Translate German to English: Guten Tag .",

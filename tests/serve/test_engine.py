@@ -220,3 +220,21 @@ def test_stop_text_streams_exactly_the_whole_decode(tokenizer):
         for start in range(0, len(ids), 3):
             pieces.append(streamer.push(ids[start : start + 3]))
         assert "".join(pieces) + streamer.finish() == tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def test_stop_text_of_a_healed_prompt_starts_after_the_original_prompt(tokenizer):
+    """Token healing: the first token re-emits the removed text ("\\n"), which is neither sent again nor searched
+    for stop strings; everything after it streams as usual."""
+    from draftverify.healing import TokenTable
+
+    prompt = 'def f(x):\n    """Return x."""\n'
+    healing = TokenTable(tokenizer).heal(tokenizer(prompt).input_ids)
+    assert healing is not None and healing.removed == "\n"
+    new = tokenizer(prompt + "    return x\n\ndef g():\n    pass\n").input_ids[len(healing.ids):]
+    assert tokenizer.decode(new).startswith("\n    return")  # the first new token is "\n" + indentation
+    completion = "    return x\n\ndef g():\n    pass\n"
+    for stops, expected in (([], completion), (["\ndef "], "    return x\n"), (["\n    "], "    return x\n\ndef g():")):
+        streamer = StopText(tokenizer, stops, healing)
+        pieces = [streamer.push([t]) for t in new]
+        assert "".join(pieces) + streamer.finish() == expected, stops
+    # the "\n    " stop string would match at once if the removed "\n" counted; it matches only inside g

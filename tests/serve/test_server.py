@@ -288,3 +288,81 @@ def test_the_load_test_measures_rss_growth_after_warm_up():
                                                   "rss_growth_after_warmup_mib": 1.5}
     assert load_test.rss_growth(samples, 400)["rss_growth_after_warmup_mib"] is None  # ended before warm-up
     assert load_test.sparkline([1.0, 2.0, 3.0]) == "▁▅█" and load_test.sparkline([5.0, 5.0]) == "▁▁"
+
+
+# ---------------------------------------------------------------- token healing: `serve --heal`, per-request "heal"
+
+HEAL_PROMPTS = ['def add(a, b):\n    """Add two numbers."""\n', "import os\n", "class Stack:\n", "x = 1\n"]
+
+
+@pytest.fixture(scope="module")
+def healing_server(models):
+    proc = ServerProcess(["--target", str(models / "target"), "--draft", str(models / "draft"), "--method", "model",
+                          "--served-model-name", "tiny", "--max-batch", "4", "--threads", "1", "--heal"],
+                         env={"DRAFTVERIFY_API_KEY": API_KEY})
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def healing_client(healing_server):
+    return openai.OpenAI(base_url=healing_server.base + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+
+
+def test_serve_heal_is_the_librarys_healed_text_and_a_request_may_turn_it_off(healing_client, client, pipe):
+    prompt = HEAL_PROMPTS[0]
+    healed = pipe.generate(prompt, max_new_tokens=20, heal=True)
+    plain = pipe.generate(prompt, max_new_tokens=20, heal=False)
+    assert healed.text != plain.text  # the constraint changed the text (else this test shows nothing)
+    out = healing_client.completions.create(model="tiny", prompt=prompt, max_tokens=20, temperature=0)
+    assert out.choices[0].text == healed.text
+    assert out.usage.prompt_tokens == healed.stats.prompt_tokens == pipe.encode(prompt).shape[1] - 1
+    assert out.usage.completion_tokens == healed.stats.new_tokens
+    off = healing_client.completions.create(model="tiny", prompt=prompt, max_tokens=20, temperature=0,
+                                            extra_body={"heal": False})
+    assert off.choices[0].text == plain.text
+    # the server without --heal heals only when a request asks
+    assert client.completions.create(model="tiny", prompt=prompt, max_tokens=20, temperature=0).choices[0].text \
+        == plain.text
+    assert client.completions.create(model="tiny", prompt=prompt, max_tokens=20, temperature=0,
+                                     extra_body={"heal": True}).choices[0].text == healed.text
+
+
+def test_healed_streams_echo_and_stop_strings_are_relative_to_the_prompt_as_sent(healing_client, pipe):
+    prompt = HEAL_PROMPTS[0]
+    whole = pipe.generate(prompt, max_new_tokens=30, heal=True).text
+    streamed = "".join(c.choices[0].text for c in healing_client.completions.create(
+        model="tiny", prompt=prompt, max_tokens=30, temperature=0, stream=True))
+    assert streamed == whole
+    echoed = healing_client.completions.create(model="tiny", prompt=prompt, max_tokens=30, temperature=0, echo=True)
+    assert echoed.choices[0].text == prompt + whole
+    # a stop string made of the removed "\n" and the completion's start would stop at once if the removed text
+    # counted; it may only match inside the completion
+    stop = "\n" + whole[:2]
+    expected = whole[: whole.find(stop)] if stop in whole else whole
+    for stream in (False, True):
+        if stream:
+            text = "".join(c.choices[0].text for c in healing_client.completions.create(
+                model="tiny", prompt=prompt, max_tokens=30, temperature=0, stop=[stop], stream=True))
+        else:
+            text = healing_client.completions.create(model="tiny", prompt=prompt, max_tokens=30, temperature=0,
+                                                     stop=[stop]).choices[0].text
+        assert text == expected and text
+
+
+def test_healed_and_plain_requests_batch_together_with_their_own_texts(healing_client, pipe):
+    expected = {(i, heal): pipe.generate(p, max_new_tokens=24, heal=heal).text
+                for i, p in enumerate(HEAL_PROMPTS) for heal in (True, False)}
+    results: dict = {}
+
+    def ask(i: int, heal: bool) -> None:
+        results[(i, heal)] = healing_client.completions.create(
+            model="tiny", prompt=HEAL_PROMPTS[i], max_tokens=24, temperature=0,
+            extra_body={"heal": heal}).choices[0].text
+
+    threads = [threading.Thread(target=ask, args=(i, h)) for i in range(len(HEAL_PROMPTS)) for h in (True, False)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == expected

@@ -61,17 +61,21 @@ def _read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
-def load_humaneval(data_dir: Path) -> list[Prompt]:
+def load_humaneval(data_dir: Path, published: bool = False) -> list[Prompt]:
+    """HumanEval's prompts, trimmed of their final newlines (default) or as published (ending in "\n")."""
     path = _require(data_dir / HUMANEVAL_FILE, "HumanEval")
     out = []
     for i, row in enumerate(_read_jsonl(path)):
         if "prompt" not in row:
             raise DraftVerifyError(f"{path}: record {i} has no 'prompt' field")
-        # the prompt's final newline is left to the model: byte-level BPE merges a newline with the next line's
-        # indentation ("\n    "), so a prompt ending in a bare "\n" token is a boundary no training text has,
-        # and models then start a new top-level block instead of the function body (token healing, in its
-        # simplest form); every runner gets the same stripped prompt, and the reference body is unchanged
-        out.append(Prompt(id=str(row.get("task_id", f"HumanEval/{i}")), text=row["prompt"].rstrip("\n"),
+        # trimmed (the default): the prompt's final newline is left to the model. Byte-level BPE merges a newline
+        # with the next line's indentation ("\n    "), so a prompt ending in a bare "\n" token is a boundary no
+        # training text has, and models then start a new top-level block instead of the function body. Every
+        # runner gets the same prompt and the reference body is unchanged; peers (HF generate, llama.cpp) do not
+        # heal, so the exactness rows stay comparable. `humaneval:published` keeps the prompts as users write
+        # them, for token healing (healing.py, `draftverify bench-healing`) to handle.
+        text = row["prompt"] if published else row["prompt"].rstrip("\n")
+        out.append(Prompt(id=str(row.get("task_id", f"HumanEval/{i}")), text=text,
                           reference=row.get("canonical_solution"), stops=HUMANEVAL_STOPS))
     return out
 
@@ -114,18 +118,19 @@ def load_multi30k(data_dir: Path, split: str = MULTI30K_TEST) -> list[Prompt]:
 
 
 def load_prompts(spec: str, data_dir: str | Path | None = None) -> list[Prompt]:
-    """spec: 'humaneval', 'spec_bench' (every category), 'spec_bench:<category>' (or 'spec_bench:mt_bench'),
-    'multi30k' (test_2016_flickr) or 'multi30k:<split>'."""
+    """spec: 'humaneval' (prompts trimmed of their final newline), 'humaneval:published' (as published),
+    'spec_bench' (every category), 'spec_bench:<category>' (or 'spec_bench:mt_bench'), 'multi30k'
+    (test_2016_flickr) or 'multi30k:<split>'."""
     folder = Path(data_dir) if data_dir is not None else default_data_dir()
     name, _, category = spec.partition(":")
-    if name == "humaneval" and not category:
-        return load_humaneval(folder)
+    if name == "humaneval" and category in ("", "published"):
+        return load_humaneval(folder, published=category == "published")
     if name == "spec_bench":
         return load_spec_bench(folder, category or None)
     if name == "multi30k":
         return load_multi30k(folder, category or MULTI30K_TEST)
-    raise DraftVerifyError(f"unknown prompt set {spec!r}; use humaneval, spec_bench, spec_bench:<category>, "
-                           "multi30k or multi30k:<split>")
+    raise DraftVerifyError(f"unknown prompt set {spec!r}; use humaneval, humaneval:published, spec_bench, "
+                           "spec_bench:<category>, multi30k or multi30k:<split>")
 
 
 def truncate_at_stops(text: str, stops: tuple[str, ...]) -> str:

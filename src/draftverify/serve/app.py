@@ -30,7 +30,7 @@ MAX_STOP_STRINGS = 4
 class ServerSettings:
     def __init__(self, model_name: str, api_key: str | None = None, max_queue: int = 64, max_batch: int = 1,
                  max_tokens_limit: int | None = None, gamma: int | str | None = None,
-                 retry_after_s: int = 1):
+                 retry_after_s: int = 1, heal: bool = False):
         self.model_name = model_name
         self.api_key = api_key or None
         self.max_queue = max_queue
@@ -38,6 +38,7 @@ class ServerSettings:
         self.max_tokens_limit = max_tokens_limit
         self.gamma = gamma
         self.retry_after_s = retry_after_s
+        self.heal = heal  # token healing of /v1/completions prompts unless a request says otherwise
 
 
 def context_window(pipe) -> int | None:
@@ -185,6 +186,15 @@ def create_app(pipe, settings: ServerSettings) -> FastAPI:
             raise ApiError(400, str(err)) from None
         return params, max_tokens, stop
 
+    def healing_for(body: CompletionRequest, ids: list[int]):
+        """Token healing of this prompt (the request's "heal", else the server's default), or None. The text
+        streamed back is relative to the prompt as sent; usage counts the tokens the model saw and made."""
+        if body.heal and pipe.target.is_encoder_decoder:
+            raise ApiError(400, "heal: token healing continues a prompt; this model translates its source",
+                           param="heal")
+        heal = settings.heal if body.heal is None else body.heal
+        return pipe.heal_ids(ids) if heal and not pipe.target.is_encoder_decoder else None
+
     def encode_text(text: str) -> list[int]:
         ids = tokenizer(text).input_ids
         if not ids:
@@ -212,9 +222,9 @@ def create_app(pipe, settings: ServerSettings) -> FastAPI:
             raise ApiError(400, f"prompt token ids must be in [0, {vocab})", param="prompt")
         return ids, tokenizer.decode(ids)
 
-    def submit(ids: list[int], params: SamplingParams, max_tokens: int, stop: list[str]) -> Job:
+    def submit(ids: list[int], params: SamplingParams, max_tokens: int, stop: list[str], healing=None) -> Job:
         job = Job(ids=ids, params=params, max_tokens=max_tokens, stop=stop, loop=asyncio.get_running_loop(),
-                  sink=asyncio.Queue())
+                  sink=asyncio.Queue(), healing=healing)
         try:
             engine.submit(job)
         except QueueFull:
@@ -313,7 +323,7 @@ def create_app(pipe, settings: ServerSettings) -> FastAPI:
             raise ApiError(400, "suffix (insertion) is not supported", param="suffix")
         ids, prompt_text = completion_prompt(body)
         params, max_tokens, stop = check_common(body, 16 if body.max_tokens is None else body.max_tokens, len(ids))
-        job = submit(ids, params, max_tokens, stop)
+        job = submit(ids, params, max_tokens, stop, healing=healing_for(body, ids))
         cid = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         echo = prompt_text if body.echo else ""

@@ -41,8 +41,9 @@ class StopText:
     Incremental: each push decodes only the tokens since the last emitted boundary (two decodes from a shared
     prefix, as vLLM does, so tokenizers that treat a leading space specially stay right), not the whole text."""
 
-    def __init__(self, tokenizer, stop: list[str]):
+    def __init__(self, tokenizer, stop: list[str], healing=None):
         self.tokenizer = tokenizer
+        self.healing = healing  # token healing: the removed text the first token re-emits is not part of the text
         self.stop = [s for s in stop if s]
         self.hold = max((len(s) for s in self.stop), default=1) - 1
         self.ids: list[int] = []
@@ -58,11 +59,18 @@ class StopText:
         if len(after) > len(before) and (final or not after.endswith("\ufffd")):
             self.text += after[len(before) :]
             self.prefix, self.read = self.read, len(self.ids)
+        if self.healing is not None:  # the first decoded text re-emits the removed text: cut it, once
+            cut = self.healing.completion(self.text)
+            if cut is not None or final:
+                self.text = self.text if cut is None else cut
+                self.healing = None
 
     def push(self, ids: list[int]) -> str:
         """New text to emit after these tokens; sets .stopped when a stop string appeared (text before it only)."""
         self.ids.extend(ids)
         self._decode()
+        if self.healing is not None:  # the removed text is not all decoded yet: nothing to say
+            return ""
         text = self.text
         for s in self.stop:
             at = text.find(s, max(0, self.sent - len(s) + 1))
@@ -98,6 +106,7 @@ class Job:
     stop: list[str]
     loop: asyncio.AbstractEventLoop
     sink: asyncio.Queue
+    healing: Any = None  # healing.Healing: decode the backed-up prompt, first token constrained (token healing)
     arrived: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # worker-side
@@ -114,6 +123,15 @@ class Job:
 
     def cancel(self) -> None:
         self.cancelled.set()
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The ids the model decodes after: the prompt, backed up over its last token when healed."""
+        return self.ids if self.healing is None else self.healing.ids
+
+    @property
+    def first_allowed(self):
+        return None if self.healing is None else self.healing.allowed
 
     def batch_key(self) -> tuple:
         """Requests with equal keys may share a batch: the loop takes one SamplingParams per batch, except the
@@ -224,14 +242,15 @@ class Engine:
             jobs.extend(new)
             self.busy_rows = active + len(new)
             self.metrics.running.set(self.busy_rows)
-            return [(job.ids, job.max_tokens, job.params.seed) for job in new]
+            return [(job.prompt_ids, job.max_tokens, job.params.seed)
+                    + (() if job.healing is None else (job.first_allowed,)) for job in new]
 
         return admit
 
     def _prepare(self, jobs: list[Job]) -> None:
         started = time.perf_counter()
         for job in jobs:
-            job.text = StopText(self.pipe.tokenizer, job.stop)
+            job.text = StopText(self.pipe.tokenizer, job.stop, job.healing)
             self.metrics.queue_wait.observe(started - job.arrived)
         self.metrics.batch_size.observe(len(jobs))
 
@@ -262,9 +281,11 @@ class Engine:
         self.busy_rows = len(jobs)
         self.metrics.running.set(len(jobs))
         try:
+            healed = {"first_token_allowed": [job.first_allowed for job in jobs]} \
+                if any(job.healing is not None for job in jobs) else {}
             output, _ = self.pipe.generate_batch_ids(
-                [job.ids for job in jobs], jobs[0].params, max_new_tokens=[job.max_tokens for job in jobs],
-                seeds=[job.params.seed for job in jobs], gamma=self.gamma,
+                [job.prompt_ids for job in jobs], jobs[0].params, max_new_tokens=[job.max_tokens for job in jobs],
+                seeds=[job.params.seed for job in jobs], gamma=self.gamma, **healed,
                 on_tokens=lambda emitted: self._on_tokens(jobs, emitted),
                 admit=self._admitter(jobs) if self.continuous else None)
         except DraftVerifyError as err:
@@ -330,9 +351,10 @@ class Engine:
         ended_by_eos = bool(job.text.ids) and job.text.ids[-1] in self._eos_set
         reason = "stop" if job.text.stopped or ended_by_eos else "length"
         self.metrics.finished.labels(reason).inc()
-        self.metrics.prompt_tokens.inc(len(job.ids))
-        usage = {"prompt_tokens": len(job.ids), "completion_tokens": job.generated,
-                 "total_tokens": len(job.ids) + job.generated}
+        prompt_tokens = len(job.prompt_ids)
+        self.metrics.prompt_tokens.inc(prompt_tokens)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": job.generated,
+                 "total_tokens": prompt_tokens + job.generated}
         job.emit(("done", reason, usage))
 
     def _fail(self, job: Job, error: ApiError) -> None:

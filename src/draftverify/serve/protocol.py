@@ -60,6 +60,7 @@ class CompletionRequest(_Sampling):
     best_of: Optional[int] = None
     logprobs: Optional[int] = None
     suffix: Optional[str] = None
+    heal: Optional[bool] = None  # not OpenAI's: token healing for this request (default: the server's --heal)
 
 
 class TextPart(BaseModel):
