@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel
 
+from .backends.base import LMBackend, is_backend
 from .cached_lm import CachedLM
 from .draft_length import DraftLength, make_draft_length
 from .drafters.base import Drafter, empty_draft
@@ -73,7 +74,7 @@ def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
     return perf_counter
 
 
-def _verify_layout(target: CachedLM, draft: Draft, extras: VerifyExtras | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def _verify_layout(target: LMBackend, draft: Draft, extras: VerifyExtras | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Position ids [1, 1+N+E] and attention mask [1+N+E, 1+N+E] of the verify pass, or (None, None) for a plain
     chain (causal order). The pending token and the draft never see the extra positions; each extra sees and sits
     where the drafter says."""
@@ -122,7 +123,7 @@ def _first_stop(emitted: torch.Tensor, eos_ids: torch.Tensor | None) -> int | No
 
 @torch.inference_mode()
 def generate(
-    target: CachedLM | PreTrainedModel,
+    target: LMBackend | PreTrainedModel,
     drafter: Drafter,
     verifier: Verifier,
     input_ids: torch.Tensor,
@@ -154,7 +155,7 @@ def generate(
     """
     started = perf_counter()
     params = params or SamplingParams()
-    target = target if isinstance(target, CachedLM) else CachedLM(target, role="target")
+    target = target if is_backend(target) else CachedLM(target, role="target")  # any backend; HF models wrapped
     input_ids = _check_input(input_ids, max_new_tokens).to(target.device)
     batch = input_ids.shape[0]
     batched = batch > 1 or attention_mask is not None or admit is not None
@@ -164,6 +165,9 @@ def generate(
     length_policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)
     verifier.check_params(params)
     if batched:
+        if not target.supports_rows:
+            raise DraftVerifyError(f"the {target.name} backend decodes one row at a time; batches of several rows "
+                                   "run on --backend hf (backend='hf')")
         _check_batch_support(drafter, verifier, params)
         if seeds is not None and len(seeds) != batch:
             raise DraftVerifyError(f"seeds has {len(seeds)} entries for {batch} rows")
@@ -305,7 +309,7 @@ def generate(
     return GenerationOutput(sequences=state.tokens, new_tokens=new, stats=stats)
 
 
-def _join(target: CachedLM, drafter: Drafter, state: DecodingState, rows: "_BatchRows",
+def _join(target: LMBackend, drafter: Drafter, state: DecodingState, rows: "_BatchRows",
           joining: list[tuple[list[int], int, int | None]], params: SamplingParams, stats: GenerationStats) -> None:
     """Continuous batching: prefill the joining rows and append them to the batch (target, drafter and state)."""
     prompts = [list(ids) for ids, _, _ in joining]

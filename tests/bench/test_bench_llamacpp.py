@@ -1,7 +1,6 @@
 """llama.cpp rows: skipped with a reason when unavailable; when available, greedy tokens equal Hugging Face's."""
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -9,11 +8,12 @@ from bench_fixtures import model_dir  # noqa: F401  (fixture)
 
 from draftverify.bench import llamacpp
 from draftverify.bench.config import BenchConfig
-from draftverify.bench.gguf import LLAMA_CPP_ENV
+from draftverify.backends.gguf import converter_available
 from draftverify.bench.models import load_models
 
-needs_llama_cpp = pytest.mark.skipif(not (llamacpp.installed() and os.environ.get(LLAMA_CPP_ENV)),
-                                     reason=f"llama-cpp-python not installed or ${LLAMA_CPP_ENV} not set")
+needs_llama_cpp = pytest.mark.skipif(not (llamacpp.installed() and converter_available()),
+                                     reason="llama-cpp-python not installed or no llama.cpp converter "
+                                            "(scripts/fetch_llama_cpp_converter.sh)")
 
 
 def _config(model_dir, **overrides):

@@ -17,7 +17,7 @@ import torch
 
 from ..errors import DraftVerifyError
 from .config import BenchConfig
-from .gguf import convert, llama_cpp_dir
+from ..backends.gguf import convert, llama_cpp_dir
 from .models import BenchModels
 from .runners import Measurement, Runner
 
