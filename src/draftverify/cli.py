@@ -147,6 +147,22 @@ def _quiet_libraries() -> None:
         transformers.logging.set_verbosity_error()  # and now, if transformers was imported already
 
 
+def _check_backend_flags(backend: str, compile_: bool, batched: bool) -> None:
+    """--backend and what it cannot combine with, before anything loads."""
+    from .backends import BACKENDS, LLAMACPP_INSTALL
+
+    if backend not in BACKENDS:
+        raise DraftVerifyError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "llamacpp":
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise DraftVerifyError(f"--backend llamacpp needs llama-cpp-python: {LLAMACPP_INSTALL}")
+        if compile_:
+            raise DraftVerifyError("--compile is for --backend hf (torch.compile); llama.cpp runs its own kernels")
+        if batched:
+            raise DraftVerifyError("--backend llamacpp decodes one prompt at a time: add --batch-size 1, or use "
+                                   "--backend hf for batches")
+
+
 @app.command()
 def generate(
     prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."),
@@ -186,6 +202,7 @@ def generate(
     compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only); the first call compiles."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
+    backend: str = typer.Option("hf", "--backend", help="What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: pip install -e \".[llamacpp]\"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only the target's logits."),
 ) -> None:
     """Generate text with a draft-then-verify method: the text on stdout, the statistics table on stderr."""
     try:
@@ -203,6 +220,7 @@ def generate(
             raise DraftVerifyError("give exactly one of --prompt and --prompts-file")
         if batch_size < 1:
             raise DraftVerifyError(f"--batch-size must be >= 1, got {batch_size}")
+        _check_backend_flags(backend, compile_, prompts_file is not None and batch_size > 1)
         texts = read_prompts_file(prompts_file) if prompts_file is not None else None
         text_in = _read_prompt(prompt) if texts is None else texts[0]
         for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, ngram, coupling, gamma):
@@ -222,7 +240,8 @@ def generate(
                     tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads, nat_path=nat,
                     bita_path=bita, bita_topk=bita_topk, bita_masks=bita_masks, lattice_k=lattice_k,
                     ngram_weight=ngram_weight, pbest=pbest, rescore_weight=rescore_weight,
-                    tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_)
+                    tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_,
+                    **({"backend": backend, "threads": threads} if backend != "hf" else {}))
         if texts is not None:
             _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling)

@@ -84,7 +84,9 @@ def convert(model_dir: str | Path, out: str | Path, llama_cpp: Path, outtype: st
     command = [sys.executable, "-m", "draftverify.backends.gguf", str(llama_cpp), str(model_dir), str(out), outtype]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0 or not out.is_file():
-        raise DraftVerifyError(f"llama.cpp's converter failed on {model_dir}:\n{done.stderr[-2000:]}")
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        reason = lines[-1] if lines else f"exit status {done.returncode}"
+        raise DraftVerifyError(f"llama.cpp's converter cannot convert {model_dir}: {reason[-300:]}")
     return out
 
 

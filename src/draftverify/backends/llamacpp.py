@@ -47,11 +47,22 @@ def require_llama_cpp():
     if not installed():
         raise DraftVerifyError(f"the llamacpp backend needs llama-cpp-python: {LLAMACPP_INSTALL} "
                                "(it builds llama.cpp from source, about 6-8 minutes)")
-    import llama_cpp
-    import llama_cpp._logger
+    import llama_cpp.llama_cpp as lib
 
-    llama_cpp._logger.set_verbose(False)  # llama.cpp's load and context logs only on errors
-    return llama_cpp.llama_cpp
+    global _LOG
+    if _LOG is None:  # llama.cpp's load and context logs: errors only (kept referenced: C holds the pointer)
+        import sys
+
+        def log(level: int, text: bytes, user_data) -> None:
+            if level == 3:
+                sys.stderr.write(text.decode("utf-8", "replace"))
+
+        _LOG = lib.llama_log_callback(log)
+        lib.llama_log_set(_LOG, ctypes.c_void_p(0))
+    return lib
+
+
+_LOG = None
 
 
 _BACKEND_READY = False
@@ -95,6 +106,15 @@ class GGUFModel:
         self.eos_token_id = int(lib.llama_vocab_eos(self.vocab))
         self.bos_token_id = int(lib.llama_vocab_bos(self.vocab))
         self.architecture = self.meta("general.architecture")
+
+    def vocab_fingerprint(self) -> str:
+        """A hash of every token's text: two GGUF files with one fingerprint share a vocabulary."""
+        import hashlib
+
+        digest = hashlib.sha256()
+        for token in range(self.n_vocab):
+            digest.update(self.lib.llama_vocab_get_text(self.vocab, token) + b"\0")
+        return digest.hexdigest()
 
     def meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(256)
@@ -382,3 +402,74 @@ class LlamaCppLM:
         if getattr(self, "ctx", None):
             lib.llama_free(self.ctx)
             self.ctx = None
+
+
+class GGUFTokenizer:
+    """The tokenizer stored in a GGUF file, for a `.gguf` given without its Hugging Face folder: the few calls the
+    pipeline makes of a Hugging Face tokenizer (encode with return_tensors="pt", decode, eos / pad ids)."""
+
+    def __init__(self, model: GGUFModel):
+        self.model = model
+        self.lib = model.lib
+        self.eos_token_id = model.eos_token_id if model.eos_token_id >= 0 else None
+        self.bos_token_id = model.bos_token_id if model.bos_token_id >= 0 else None
+        self.pad_token_id = None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        tokens = (ctypes.c_int32 * capacity)()
+        n = self.lib.llama_tokenize(self.model.vocab, data, len(data), tokens, capacity, add_special_tokens, False)
+        if n < 0:  # too small: -n is the count needed
+            capacity = -n
+            tokens = (ctypes.c_int32 * capacity)()
+            n = self.lib.llama_tokenize(self.model.vocab, data, len(data), tokens, capacity, add_special_tokens, False)
+        return list(tokens[:n])
+
+    def __call__(self, text: str, return_tensors: str | None = None):
+        from types import SimpleNamespace
+
+        ids = self.encode(text)
+        return SimpleNamespace(input_ids=torch.tensor([ids]) if return_tensors == "pt" else ids)
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        ids = [int(i) for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids)]
+        if not ids:
+            return ""
+        array = (ctypes.c_int32 * len(ids))(*ids)
+        capacity = 16 * len(ids) + 16
+        while True:
+            buffer = ctypes.create_string_buffer(capacity)
+            n = self.lib.llama_detokenize(self.model.vocab, array, len(ids), buffer, capacity, skip_special_tokens,
+                                          False)
+            if n >= 0:
+                return buffer.raw[:n].decode("utf-8", "replace")
+            capacity = -n + 16
+
+    def __len__(self) -> int:
+        return self.model.n_vocab
+
+
+def open_gguf(path: str | Path, dtype: str = "float32", role: str = "target") -> tuple[GGUFModel, object | None]:
+    """A `.gguf` file as it is, or a Hugging Face model folder converted with llama.cpp's converter at `dtype`
+    (cached on disk: backends/gguf.py). Returns the model and the folder's Hugging Face config (None for a .gguf)."""
+    require_llama_cpp()
+    path = Path(path)
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise DraftVerifyError(f"no GGUF file at {path}")
+        return GGUFModel(path), None
+    if not path.is_dir():
+        raise DraftVerifyError(f"the {role} {str(path)!r} is neither a .gguf file nor a local model folder (the "
+                               "llamacpp backend converts local Hugging Face folders to GGUF)")
+    from transformers import AutoConfig
+
+    from .gguf import gguf_for
+
+    config = AutoConfig.from_pretrained(path)
+    if getattr(config, "is_encoder_decoder", False):
+        raise DraftVerifyError(f"the {role} {path.name!r} is an encoder-decoder model, which the llamacpp backend "
+                               "does not run; use --backend hf")
+    if dtype not in GGUF_TYPES:
+        raise DraftVerifyError(f"dtype must be one of {', '.join(GGUF_TYPES)}, got {dtype!r}")
+    return GGUFModel(gguf_for(path, GGUF_TYPES[dtype])), config
