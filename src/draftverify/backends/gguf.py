@@ -117,7 +117,8 @@ def model_key(model_dir: Path, outtype: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def gguf_for(model_dir: str | Path, outtype: str = "f32", llama_cpp: Path | None = None) -> Path:
+def gguf_for(model_dir: str | Path, outtype: str = "f32", llama_cpp: Path | None = None,
+             cache_dir: Path | None = None) -> Path:
     """The GGUF file of a Hugging Face model folder at a precision: converted with llama.cpp's converter on first
     use and kept in the cache folder ($DRAFTVERIFY_GGUF_CACHE, default ~/.cache/draftverify/gguf), so later runs
     start at once. A half-written file never lands there (written beside it, then renamed)."""
@@ -125,7 +126,7 @@ def gguf_for(model_dir: str | Path, outtype: str = "f32", llama_cpp: Path | None
     if not model_dir.is_dir():
         raise DraftVerifyError(f"{model_dir} is neither a .gguf file nor a Hugging Face model folder")
     check_convertible(model_dir)
-    cached = gguf_cache_dir() / f"{model_dir.name}-{model_key(model_dir, outtype)}-{outtype}.gguf"
+    cached = (cache_dir or gguf_cache_dir()) / f"{model_dir.name}-{model_key(model_dir, outtype)}-{outtype}.gguf"
     if cached.is_file():
         return cached
     source = llama_cpp if llama_cpp is not None else llama_cpp_dir()

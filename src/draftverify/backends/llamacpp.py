@@ -54,7 +54,7 @@ def require_llama_cpp():
         import sys
 
         def log(level: int, text: bytes, user_data) -> None:
-            if level == 3:
+            if level == 4:  # GGML_LOG_LEVEL_ERROR
                 sys.stderr.write(text.decode("utf-8", "replace"))
 
         _LOG = lib.llama_log_callback(log)
