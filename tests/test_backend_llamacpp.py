@@ -311,3 +311,36 @@ def _zoo_reference(target: GGUFModel, prompt: tuple) -> tuple[list[int], list[fl
             tokens, margins = tokens[:cut], margins[:cut]
         _ZOO_REFERENCES[prompt] = (tokens, margins)
     return _ZOO_REFERENCES[prompt]
+
+
+def test_n_token_and_1_token_evaluations_differ_only_by_rounding_on_the_zoo(zoo_models, record_property):
+    """llama.cpp's logits of a token scored inside a block of several differ from the same token scored alone by
+    float rounding (other kernel paths); measured here, with any argmax flip it causes and its margin."""
+    target, _, tokenizer = zoo_models
+    prompt = tokenizer(ZOO_PROMPTS[1]).input_ids
+    text, _ = _zoo_reference(target, tuple(prompt))
+    single = LlamaCppLM(target, threads=1)
+    single.start(torch.tensor([prompt]))
+    alone = []
+    for token in [prompt[-1]] + text[:-1]:
+        alone.append(single.forward(torch.tensor([[token]])).logits[0, 0])
+        single.commit(1)
+    alone = torch.stack(alone)  # [T, V], one token per decode
+    block = LlamaCppLM(target, threads=1)
+    block.start(torch.tensor([prompt]))
+    fed = [prompt[-1]] + text[:-1]
+    chunks = []
+    for begin in range(0, len(fed), 5):
+        chunks.append(block.forward(torch.tensor([fed[begin : begin + 5]])).logits[0])
+        block.commit(len(fed[begin : begin + 5]))
+    together = torch.cat(chunks)  # [T, V], five tokens per decode
+    difference = float((alone - together).abs().max())
+    top = alone.topk(2, dim=-1).values
+    margins = top[:, 0] - top[:, 1]
+    flips = [(i, float(margins[i])) for i in range(len(fed)) if alone[i].argmax() != together[i].argmax()]
+    record_property("max_logit_difference_1_vs_5_tokens", difference)
+    record_property("argmax_flips", flips)
+    print(f"\nzoo target, 1-token vs 5-token decodes: max logit difference {difference:.3g}, "
+          f"smallest greedy margin {float(margins.min()):.3g}, argmax flips {flips}")
+    assert difference < 0.05
+    assert all(margin <= 2 * difference for _, margin in flips), f"a flip that is not a near tie: {flips}"

@@ -490,11 +490,12 @@ def bench(
     cost_sizes: Optional[str] = typer.Option(None, "--cost-sizes", help="Comma list of n for --cost-curve (default 1,2,3,4,5,6,8,10,12,16,24,32,48,64; --quick 1,2)."),
     cost_modes: Optional[str] = typer.Option(None, "--cost-modes", help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm (stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all)."),
     cost_repeats: Optional[int] = typer.Option(None, "--cost-repeats", help="Timed calls per n for --cost-curve (default 20; --quick 2)."),
+    backend: str = typer.Option("hf", "--backend", help="Comma list of what runs our rows: hf, llamacpp (rows llamacpp:<row>: our loop on llama.cpp's kernels, target and draft converted to GGUF at --dtype, greedy only, '= baseline' against llama.cpp's own greedy row `llamacpp`), e.g. hf,llamacpp."),
 ) -> None:
     """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
     from .bench.cli import main as bench_main
 
-    code = bench_main(cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes, cost_repeats=cost_repeats,
+    code = bench_main(backend=backend, cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes, cost_repeats=cost_repeats,
                       prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
                       ngram=ngram, heads=heads, bita=bita, nat=nat, bita_topk=bita_topk, bita_masks=bita_masks, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,

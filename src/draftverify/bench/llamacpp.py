@@ -8,16 +8,14 @@ llama.cpp computes with its own kernels, so a near-tie may flip a token without 
 from __future__ import annotations
 
 import importlib.util
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from time import perf_counter
 
 import torch
 
 from ..errors import DraftVerifyError
 from .config import BenchConfig
-from ..backends.gguf import convert, llama_cpp_dir
+from ..backends.gguf import gguf_for, llama_cpp_dir
 from .models import BenchModels
 from .runners import Measurement, Runner
 
@@ -51,7 +49,6 @@ class LlamaCppRunner(Runner):
     counter: EvalCounter | None = None
     lookup: object | None = None  # llama_cpp.llama_speculative.LlamaPromptLookupDecoding
     eos_token_id: int | None = None
-    gguf_dir: object | None = None  # the TemporaryDirectory holding the GGUF file, alive as long as the runner
 
     def run(self, input_ids, temperature, seed, max_new_tokens) -> Measurement:
         if temperature > 0:
@@ -93,16 +90,15 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
 
     try:
         source = llama_cpp_dir()
-        folder = tempfile.TemporaryDirectory(prefix="draftverify-gguf-")
         outtype = GGUF_TYPES[config.dtype]
-        gguf = convert(models.paths["target"], Path(folder.name) / f"target-{outtype}.gguf", source, outtype)
+        gguf = gguf_for(models.paths["target"], outtype, source)  # converted once, cached: shared with the backend
     except DraftVerifyError as err:
         return [], [f"llama.cpp rows skipped: {err}"]
     threads = config.threads or torch.get_num_threads()
     n_ctx = models.context_limit or 4096
     common = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
     shared = dict(family="llamacpp", greedy_only=True, lossless=False, eos_token_id=models.eos_token_id,
-                  gguf_dir=folder, settings={"gguf": outtype, "threads": threads})
+                  settings={"gguf": outtype, "threads": threads})
     runners: list[Runner] = []
     if "llamacpp" in families:
         plain = Llama(model_path=str(gguf), **common)
@@ -119,6 +115,6 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
                 lookup=LlamaPromptLookupDecoding(max_ngram_size=PROMPT_LOOKUP_NGRAM, num_pred_tokens=g),
                 **{**shared, "family": "llamacpp_prompt_lookup",
                    "settings": {**shared["settings"], "max_ngram_size": PROMPT_LOOKUP_NGRAM}}))
-    notes = [f"llama.cpp rows: the target converted to GGUF ({outtype}) with {source / 'convert_hf_to_gguf.py'}; "
+    notes = [f"llama.cpp rows: the target converted to GGUF ({outtype}, {gguf}) with {source / 'convert_hf_to_gguf.py'}; "
              "greedy only, compared with hf_generate token for token"]
     return runners, notes

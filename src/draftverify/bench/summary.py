@@ -43,12 +43,13 @@ def summarize(runners: list[Runner], temperatures: tuple[float, ...], prompts: l
     rows: list[dict] = []
     for temperature in temperatures:
         greedy_texts = {r["prompt_index"]: r["text"] for r in by_key.get((BASELINE, 0.0), [])}
-        base_ids = {r["prompt_index"]: r["new_ids"] for r in by_key.get((BASELINE, temperature), [])}
         single_step = _seconds_per_target_forward(by_key.get((OURS_BASELINE, temperature), []))
         for runner in runners:
             recs = by_key.get((runner.name, temperature))
             if not recs:
                 continue
+            reference = runner.reference or BASELINE  # e.g. llama.cpp greedy for the rows on the llamacpp backend
+            base_ids = {r["prompt_index"]: r["new_ids"] for r in by_key.get((reference, temperature), [])}
             rows.append(_row(runner, temperature, recs, references, greedy_texts, base_ids, single_step))
         _add_ratios([r for r in rows if r["temperature"] == temperature])
     return rows
@@ -73,6 +74,7 @@ def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int
     row = {
         "runner": runner.name, "family": runner.family, "kind": runner.kind, "temperature": temperature,
         "gamma": runner.gamma, "lossless": runner.lossless, "settings": runner.settings, "prompts": len(recs),
+        "reference": runner.reference or BASELINE,
         "new_tokens": new, "seconds": seconds, "tokens_per_second": new / seconds if seconds > 0 else None,
         "target_calls": calls, "draft_calls": sum(r["draft_calls"] for r in recs), "drafted": drafted,
         "accepted": accepted, "tokens_per_call": new / calls if calls else None,
