@@ -344,3 +344,21 @@ def test_n_token_and_1_token_evaluations_differ_only_by_rounding_on_the_zoo(zoo_
           f"smallest greedy margin {float(margins.min()):.3g}, argmax flips {flips}")
     assert difference < 0.05
     assert all(margin <= 2 * difference for _, margin in flips), f"a flip that is not a near tie: {flips}"
+
+
+def test_serving_on_the_llamacpp_backend_answers_one_request_at_a_time(tiny):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from draftverify import load
+    from draftverify.serve.app import ServerSettings, create_app
+
+    pipe = load(target=tiny["root"] / "target", draft=tiny["root"] / "draft", method="model", backend="llamacpp",
+                threads=1, gamma=3)
+    assert not pipe.supports_batches  # the engine serves one request at a time
+    expected = pipe.generate("def add(a, b):", max_new_tokens=8).text
+    with TestClient(create_app(pipe, ServerSettings(model_name="tiny", max_batch=4))) as client:
+        reply = client.post("/v1/completions", json={"model": "tiny", "prompt": "def add(a, b):", "max_tokens": 8,
+                                                      "temperature": 0})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["text"] == expected

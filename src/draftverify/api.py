@@ -175,7 +175,8 @@ class Pipeline:
         """Whether this pipeline's method decodes batches of several rows (a chain drafter and verifier)."""
         from .methods import build_verifier as _build
 
-        return self.drafter.supports_batch and _build(self.verifier_name, SamplingParams(), self.options).supports_batch
+        return (self.drafter.supports_batch and self.target.supports_rows
+                and _build(self.verifier_name, SamplingParams(), self.options).supports_batch)
 
     def generate_ids(self, ids: torch.Tensor, params: SamplingParams, max_new_tokens: int = 64,
                      gamma: int | str | DraftLength | None = None, on_tokens=None) -> tuple[GenerationOutput, str]:

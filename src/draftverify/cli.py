@@ -352,6 +352,7 @@ def serve(
     ray: bool = typer.Option(False, "--ray", help="Serve with Ray Serve (pip install 'draftverify[ray]')."),
     replicas: int = typer.Option(1, "--replicas", help="With --ray: model replicas, each with its own worker."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level."),
+    backend: str = typer.Option("hf", "--backend", help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; one request at a time)."),
 ) -> None:
     """Serve a method over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models,
     /health, /metrics)."""
@@ -372,8 +373,10 @@ def serve(
         if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
             raise DraftVerifyError("serving needs the 'serve' extra: pip install 'draftverify[serve]'")
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
+        _check_backend_flags(backend, False, False)
         load_args = dict(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
-                         gamma=_gamma(gamma), ngram_path=ngram)
+                         gamma=_gamma(gamma), ngram_path=ngram,
+                         **({"backend": backend, "threads": threads} if backend != "hf" else {}))
         from .serve.app import ServerSettings
 
         settings = ServerSettings(model_name=name, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
