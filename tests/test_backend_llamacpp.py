@@ -362,3 +362,23 @@ def test_serving_on_the_llamacpp_backend_answers_one_request_at_a_time(tiny):
                                                       "temperature": 0})
     assert reply.status_code == 200, reply.text
     assert reply.json()["choices"][0]["text"] == expected
+
+
+def test_the_command_line(tiny, monkeypatch):
+    from typer.testing import CliRunner
+
+    from draftverify.cli import app
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tiny["cache"]))
+    runner = CliRunner()
+    base = ["generate", "--target", str(tiny["root"] / "target"), "-p", "def add(a, b):", "-n", "8", "--threads", "1",
+            "--backend", "llamacpp"]
+    ok = runner.invoke(app, base + ["--draft", str(tiny["root"] / "draft"), "--method", "model_tree", "--json"])
+    assert ok.exit_code == 0, ok.stderr
+    assert json.loads(ok.stdout)["stats"]["new_tokens"] == 8
+    for extra, message in ((["--method", "bita"], "method 'bita' needs extra embedded positions"),
+                           (["--compile"], "--compile is for --backend hf"),
+                           (["--method", "model", "--draft", str(tiny["root"] / "nowhere")], "neither a .gguf file nor")):
+        result = runner.invoke(app, base + extra)
+        assert result.exit_code == 2 and message in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) <= 2  # the loading line, then one error line

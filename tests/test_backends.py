@@ -93,3 +93,19 @@ def test_a_batch_on_a_one_row_backend_is_refused(models):
         generate(backend, build_drafter("none", backend, MethodOptions()),
                  build_verifier("exact", SamplingParams(), MethodOptions()), torch.tensor([[5, 6], [7, 8]]),
                  max_new_tokens=2)
+
+
+def test_generate_backend_llamacpp_without_the_extra_exits_2_with_the_install_command(monkeypatch):
+    import importlib.util
+
+    from typer.testing import CliRunner
+
+    from draftverify.cli import app
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    result = CliRunner().invoke(app, ["generate", "--zoo", "code", "-p", "x", "--backend", "llamacpp"])
+    assert result.exit_code == 2
+    assert 'pip install -e ".[llamacpp]"' in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    result = CliRunner().invoke(app, ["generate", "--zoo", "code", "-p", "x", "--backend", "vllm"])
+    assert result.exit_code == 2 and "--backend must be one of hf, llamacpp" in result.stderr
