@@ -382,3 +382,42 @@ def test_the_command_line(tiny, monkeypatch):
         result = runner.invoke(app, base + extra)
         assert result.exit_code == 2 and message in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) <= 2  # the loading line, then one error line
+
+
+def test_speculative_sampling_is_distributed_as_llama_cpps_softmax(tiny):
+    """The first sampled token of `model` (a noisy draft: accepted or resampled from the residual) against
+    llama.cpp's own softmax at that position (chi-square, 0.001 level); accepting every draft token (a wrong rule,
+    the draft's distribution) fails the same test."""
+    from conftest import chi2_critical, chi2_statistic
+
+    temperature, draws = 0.3, 1000  # peaked enough for ~35 chi-square bins, far enough from the draft
+    prompt = PROMPT[:6]
+    target_lm, draft_lm = LlamaCppLM(tiny["target"], threads=1), LlamaCppLM(tiny["draft"], role="draft", threads=1)
+    p = torch.softmax(_plain_last_logits(tiny["target"], prompt) / temperature, dim=-1).double()
+    q = torch.softmax(_plain_last_logits(tiny["draft"], prompt) / temperature, dim=-1).double()
+    assert float((p - q).abs().sum()) > 0.2  # the draft really differs: rejections happen
+    options = MethodOptions(draft_model=draft_lm)
+    drafter = build_drafter("model", target_lm, options)
+    counts = torch.zeros_like(p)
+    for seed in range(draws):
+        params = SamplingParams(temperature=temperature, seed=seed, coupling=False)
+        out = generate(target_lm, drafter, build_verifier("exact", params, options), torch.tensor([prompt]), params,
+                       max_new_tokens=1, gamma=1)
+        counts[out.new_tokens[0, 0]] += 1
+    assert chi2_statistic(counts, p) < chi2_critical(counts, p)
+    wrong = torch.bincount(torch.multinomial(q, draws, replacement=True, generator=torch.Generator().manual_seed(0)),
+                           minlength=p.numel()).double()
+    assert chi2_statistic(wrong, p) > chi2_critical(wrong, p)
+
+
+def _plain_last_logits(model: GGUFModel, prompt: list[int]) -> torch.Tensor:
+    """llama.cpp's logits after the prompt, from a fresh default context."""
+    params = LIB.llama_context_default_params()
+    params.n_ctx, params.n_threads, params.n_threads_batch = 512, 1, 1
+    ctx = LIB.llama_init_from_model(model.ptr, params)
+    try:
+        array = (ctypes.c_int32 * len(prompt))(*prompt)
+        assert LIB.llama_decode(ctx, LIB.llama_batch_get_one(array, len(prompt))) == 0
+        return torch.tensor(LIB.llama_get_logits_ith(ctx, -1)[: model.n_vocab])
+    finally:
+        LIB.llama_free(ctx)
