@@ -421,3 +421,19 @@ def _plain_last_logits(model: GGUFModel, prompt: list[int]) -> torch.Tensor:
         return torch.tensor(LIB.llama_get_logits_ith(ctx, -1)[: model.n_vocab])
     finally:
         LIB.llama_free(ctx)
+
+
+def test_the_context_grows_for_a_longer_request_unless_its_size_was_given(tiny):
+    lm = LlamaCppLM(tiny["target"], threads=1, n_ctx=300)  # llama.cpp pads it (to 512 here)
+    lm.max_positions = None  # as for a model with a long context: the cells, not the model, are the limit
+    cells = lm.n_ctx
+    with pytest.raises(DraftVerifyError, match="holds .* cells"):
+        lm.check_fits(cells)  # the positions + room for a tree's siblings do not fit
+    lm.fixed_ctx = False  # the default: sized on demand
+    lm.check_fits(cells)
+    assert lm.n_ctx >= cells + 256
+    lm.max_positions = 256
+    lm.start(torch.tensor([PROMPT]))
+    assert lm.forward(torch.tensor([[PROMPT[-1]]])).logits.shape == (1, 1, tiny["target"].n_vocab)
+    with pytest.raises(DraftVerifyError, match="attends to at most 256 positions"):
+        lm.check_fits(257)

@@ -36,6 +36,8 @@ from . import LLAMACPP_INSTALL
 GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}  # our --dtype -> the converter's --outtype
 MAX_SEQUENCES = 64  # tree branches one decode may score (llama.cpp allows up to 256)
 BATCH = 512  # tokens per llama_decode (longer prompts are prefilled in chunks)
+DEFAULT_CELLS = 4096  # KV cells a context starts with (grown on demand up to the model's context length)
+TREE_ROOM = 256  # cells beyond the positions: a tree's siblings take cells too
 
 
 def installed() -> bool:
@@ -147,27 +149,39 @@ class LlamaCppLM:
         self.vocab_size = self.model.n_vocab
         self.max_positions = self.model.n_ctx_train or None
         self.threads = threads if threads is not None else torch.get_num_threads()
-        # cells: the context length plus room for a wide tree's siblings, which take cells but no positions
-        self.n_ctx = n_ctx if n_ctx is not None else (self.max_positions or 4096) + 256
         self.max_sequences = max_sequences
-        params = lib.llama_context_default_params()
-        params.n_ctx = self.n_ctx
-        params.n_batch = params.n_ubatch = BATCH
-        params.n_seq_max = max_sequences
-        params.n_threads = params.n_threads_batch = self.threads
-        params.kv_unified = True  # branches share the prefix's cells; needed for tokens of several sequences
-        params.no_perf = True
-        self.ctx = lib.llama_init_from_model(self.model.ptr, params)
-        if not self.ctx:
-            raise DraftVerifyError(f"llama.cpp could not create a context for {self.model.path}")
-        self.memory = lib.llama_get_memory(self.ctx)
+        self.fixed_ctx = n_ctx is not None
+        # cells: the request's positions plus room for a wide tree's siblings, which take cells but no positions.
+        # The context starts at most DEFAULT_CELLS + TREE_ROOM cells (a 128k-context model would otherwise allocate
+        # its whole KV cache) and is made again, larger, by check_fits when a request needs more (between requests)
+        self.ctx = None
+        self._make_context(n_ctx if n_ctx is not None else min(self.max_positions or DEFAULT_CELLS, DEFAULT_CELLS) + TREE_ROOM)
         self.batch = lib.llama_batch_init(BATCH, 0, max_sequences)
         self.committed = 0
         self.tail: list[_TailToken] = []
         self.live: set[int] = {0}  # sequence ids that hold cells
         self.root_children = 0
         self.prefilled: TargetOutput | None = None
-        self.forward_seconds = 0.0
+
+    def _make_context(self, n_ctx: int) -> None:
+        lib = self.lib
+        if self.ctx:
+            lib.llama_free(self.ctx)
+            self.ctx = None
+        params = lib.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = BATCH
+        params.n_seq_max = self.max_sequences
+        params.n_threads = params.n_threads_batch = self.threads
+        params.kv_unified = True  # branches share the prefix's cells; needed for tokens of several sequences
+        params.no_perf = True
+        self.ctx = lib.llama_init_from_model(self.model.ptr, params)
+        if not self.ctx:
+            raise DraftVerifyError(f"llama.cpp could not create a context of {n_ctx} cells for {self.model.path}")
+        self.n_ctx = int(lib.llama_n_ctx(self.ctx))
+        self.memory = lib.llama_get_memory(self.ctx)
+        self.committed = 0
+        self.tail = []
 
     # ---- the protocol -----------------------------------------------------------------------------------------
     @property
@@ -180,9 +194,11 @@ class LlamaCppLM:
                 f"the {self.role} model attends to at most {self.max_positions} positions, but this request needs "
                 f"{decoder_positions} (prompt + max_new_tokens); shorten the prompt or lower max_new_tokens"
             )
-        if decoder_positions + 64 > self.n_ctx:
-            raise DraftVerifyError(f"the {self.role}'s llama.cpp context holds {self.n_ctx} cells; this request needs "
-                                   f"{decoder_positions} plus the verify width")
+        if decoder_positions + TREE_ROOM > self.n_ctx:
+            if self.fixed_ctx:
+                raise DraftVerifyError(f"the {self.role}'s llama.cpp context holds {self.n_ctx} cells (n_ctx); this "
+                                       f"request needs {decoder_positions} plus room for the verify width")
+            self._make_context(decoder_positions + TREE_ROOM)
 
     def start(self, input_ids: torch.Tensor, want_hidden: bool = False,
               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
