@@ -437,3 +437,22 @@ def test_the_context_grows_for_a_longer_request_unless_its_size_was_given(tiny):
     assert lm.forward(torch.tensor([[PROMPT[-1]]])).logits.shape == (1, 1, tiny["target"].n_vocab)
     with pytest.raises(DraftVerifyError, match="attends to at most 256 positions"):
         lm.check_fits(257)
+
+
+def test_unconvertible_folders_and_encoder_decoder_models_are_refused_in_one_line(tmp_path):
+    from transformers import T5Config
+
+    from draftverify import load
+
+    T5Config(vocab_size=96, d_model=32, num_layers=1, num_heads=2).save_pretrained(tmp_path / "t5")
+    with pytest.raises(DraftVerifyError, match="encoder-decoder model, which the llamacpp backend does not run; "
+                                               "use --backend hf"):
+        load(target=tmp_path / "t5", method="prompt_lookup", backend="llamacpp")
+    folder = tmp_path / "metaspace"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    (folder / "tokenizer.json").write_text(json.dumps({"pre_tokenizer": {"type": "Metaspace"}}))
+    with pytest.raises(DraftVerifyError) as caught:
+        load(target=folder, method="prompt_lookup", backend="llamacpp")
+    message = str(caught.value)
+    assert "cannot run on llama.cpp" in message and "--backend hf" in message and "\n" not in message

@@ -488,4 +488,8 @@ def open_gguf(path: str | Path, dtype: str = "float32", role: str = "target") ->
                                "does not run; use --backend hf")
     if dtype not in GGUF_TYPES:
         raise DraftVerifyError(f"dtype must be one of {', '.join(GGUF_TYPES)}, got {dtype!r}")
-    return GGUFModel(gguf_for(path, GGUF_TYPES[dtype])), config
+    try:
+        return GGUFModel(gguf_for(path, GGUF_TYPES[dtype])), config
+    except DraftVerifyError as err:
+        raise DraftVerifyError(f"the {role} cannot run on llama.cpp: {err}; run it with --backend hf, or give a .gguf "
+                               "file converted for it") from None
