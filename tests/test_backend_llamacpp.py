@@ -46,15 +46,18 @@ def plain_greedy(model: GGUFModel, prompt: list[int], new: int) -> tuple[list[in
     """llama.cpp decoding one token per llama_decode from a fresh default context; returns the tokens and the
     logit margin (top 1 - top 2) at each step."""
     params = LIB.llama_context_default_params()
-    params.n_ctx = 512
+    params.n_ctx = max(512, len(prompt) + new + 8)
+    params.n_batch = 512
     params.n_threads = params.n_threads_batch = 1
     ctx = LIB.llama_init_from_model(model.ptr, params)
     try:
         tokens, margins = [], []
         feed = list(prompt)
         for _ in range(new):
-            array = (ctypes.c_int32 * len(feed))(*feed)
-            assert LIB.llama_decode(ctx, LIB.llama_batch_get_one(array, len(feed))) == 0
+            for begin in range(0, len(feed), 512):  # a long prompt in chunks of at most n_batch tokens
+                chunk = feed[begin : begin + 512]
+                array = (ctypes.c_int32 * len(chunk))(*chunk)
+                assert LIB.llama_decode(ctx, LIB.llama_batch_get_one(array, len(chunk))) == 0
             pointer = LIB.llama_get_logits_ith(ctx, -1)
             logits = torch.tensor(pointer[: model.n_vocab])
             top = logits.topk(2).values
@@ -456,3 +459,13 @@ def test_unconvertible_folders_and_encoder_decoder_models_are_refused_in_one_lin
         load(target=folder, method="prompt_lookup", backend="llamacpp")
     message = str(caught.value)
     assert "cannot run on llama.cpp" in message and "--backend hf" in message and "\n" not in message
+
+
+def test_a_prompt_longer_than_one_decode_and_a_one_token_prompt(zoo_models):
+    target, draft, _ = zoo_models
+    long_prompt = list(range(300, 900))  # 600 tokens: prefilled in two llama_decode calls of at most 512
+    for prompt in (long_prompt, [42]):
+        want, margins = plain_greedy(target, prompt, 12)
+        for method in ("autoregressive", "model_tree"):
+            got = run_method(target, draft, method, prompt, 12).new_tokens[0].tolist()
+            assert got == want, f"{method}, {len(prompt)}-token prompt: {explain(got, want, margins)}"
