@@ -93,3 +93,19 @@ def test_the_cost_curve_of_the_llamacpp_backend(model_dir, monkeypatch, tmp_path
     plain = llamacpp.llamacpp_runners(_config(model_dir, runners=("llamacpp",)), load_models(_config(model_dir)))[0][0]
     plain.eos_token_id = None
     assert greedy_tokens(runner, context, 12) == plain.run(context, 0.0, 0, 12).new_ids
+
+
+@needs_llama_cpp
+def test_llama_cpps_own_speculative_decoding_with_the_draft_gguf(model_dir, monkeypatch, tmp_path):
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path))
+    config = _config(model_dir, gammas=(3,), draft=model_dir / "draft", runners=("llamacpp", "llamacpp_draft"))
+    runners, notes = llamacpp.llamacpp_runners(config, load_models(config))
+    assert [r.name for r in runners] == ["llamacpp", "llamacpp_draft[g=3]"], notes
+    prompt = torch.tensor([[5, 17, 99, 230, 7, 5, 17, 99]])
+    results = []
+    for runner in runners:
+        runner.eos_token_id = None
+        results.append(runner.run(prompt, 0.0, 0, 16))
+        results.append(runner.run(prompt, 0.0, 0, 16))  # the draft's context starts again on a new prompt
+    assert all(m.new_ids == results[0].new_ids for m in results)
+    assert results[2].target_calls < 16 and results[2].drafted > 0  # the draft's tokens were accepted

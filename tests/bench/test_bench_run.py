@@ -25,7 +25,8 @@ LOSSY_FAMILIES = ("bild", "bild_early_exit", "specdec++")
 
 def llama_cpp_families() -> set[str]:
     """Greedy-only peer rows, present where llama-cpp-python and llama.cpp's converter are (test_bench_llamacpp)."""
-    return {"llamacpp", "llamacpp_prompt_lookup"} if llamacpp.installed() and converter_available() else set()
+    return {"llamacpp", "llamacpp_prompt_lookup", "llamacpp_draft"} if llamacpp.installed() and converter_available() \
+        else set()
 
 
 @pytest.fixture(scope="module")

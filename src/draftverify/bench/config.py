@@ -10,7 +10,7 @@ GammaSpec = int | str  # an integer >= 1, "auto" (Theorem 8 online) or "heuristi
 
 # runner families: which rows a run has (the two baselines are always run); ours come from the method registry
 BASELINES = ("hf_generate", "ours_autoregressive")
-PEER_FAMILIES = ("hf_assisted", "hf_prompt_lookup", "llamacpp", "llamacpp_prompt_lookup")
+PEER_FAMILIES = ("hf_assisted", "hf_prompt_lookup", "llamacpp", "llamacpp_prompt_lookup", "llamacpp_draft")
 
 
 def families() -> tuple[str, ...]:

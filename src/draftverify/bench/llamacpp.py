@@ -80,7 +80,7 @@ def installed() -> bool:
 
 def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Runner], list[str]]:
     """The llama.cpp rows (plain; prompt lookup at each fixed gamma), or none and a note saying why."""
-    families = [f for f in ("llamacpp", "llamacpp_prompt_lookup") if config.wants(f)]
+    families = [f for f in ("llamacpp", "llamacpp_prompt_lookup", "llamacpp_draft") if config.wants(f)]
     if not families:
         return [], []
     if not installed():
@@ -117,4 +117,63 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
                    "settings": {**shared["settings"], "max_ngram_size": PROMPT_LOOKUP_NGRAM}}))
     notes = [f"llama.cpp rows: the target converted to GGUF ({outtype}, {gguf}) with {source / 'convert_hf_to_gguf.py'}; "
              "greedy only, compared with hf_generate token for token"]
+    if "llamacpp_draft" in families and fixed:
+        if not models.paths.get("draft"):
+            notes.append("llamacpp_draft skipped: no draft model")
+            return runners, notes
+        try:
+            draft_gguf = gguf_for(models.paths["draft"], outtype, source)
+        except DraftVerifyError as err:
+            notes.append(f"llamacpp_draft skipped: {err}")
+            return runners, notes
+        from ..backends.llamacpp import GGUFModel
+
+        draft_model = GGUFModel(draft_gguf)
+        first = GGUFDraftModel(draft_model, fixed[0], threads)
+        draft_llm = Llama(model_path=str(gguf), draft_model=first, **common)
+        counter = EvalCounter(draft_llm)
+        for g in fixed:
+            runners.append(LlamaCppRunner(
+                f"llamacpp_draft[g={g}]", gamma=g, llm=draft_llm, counter=counter,
+                lookup=first if g == fixed[0] else GGUFDraftModel(draft_model, g, threads),
+                **{**shared, "family": "llamacpp_draft", "settings": {**shared["settings"], "draft": draft_gguf.name}}))
+        notes.append("llamacpp_draft rows: llama-cpp-python's own speculative decoding (Llama(draft_model=...)) with "
+                     "the draft model's GGUF drafting g greedy tokens on a llama.cpp context of its own")
     return runners, notes
+
+
+def GGUFDraftModel(model, num_pred_tokens: int, threads: int):
+    """A llama_cpp LlamaDraftModel: the draft GGUF drafts num_pred_tokens greedy tokens per call, on a llama.cpp
+    context of its own that keeps the text it has seen (the llamacpp backend's LlamaCppLM) and drops its drafts."""
+    from llama_cpp.llama_speculative import LlamaDraftModel
+    import numpy as np
+
+    from ..backends.llamacpp import LlamaCppLM
+
+    class _Draft(LlamaDraftModel):
+        def __init__(self):
+            self.lm = LlamaCppLM(model, role="draft", threads=threads)
+            self.seen: list[int] = []  # the tokens in the draft's cache (committed)
+
+        def __call__(self, input_ids, /, **kwargs):
+            ids = [int(t) for t in input_ids]
+            if not ids:
+                return np.array([], dtype=np.intc)
+            if len(self.seen) < len(ids) and ids[: len(self.seen)] == self.seen:
+                pending = ids[len(self.seen):]
+            else:  # another text (a new prompt, or a rejection before what it has seen): start again
+                self.lm.check_fits(len(ids) + num_pred_tokens)
+                self.lm.start(torch.tensor([ids]))
+                self.seen, pending = ids[:-1], ids[-1:]
+            logits = self.lm.forward(torch.tensor([pending])).logits[0, -1]
+            self.lm.commit(len(pending))
+            self.seen += pending
+            drafted: list[int] = []
+            for i in range(num_pred_tokens):
+                drafted.append(int(logits.argmax()))
+                if i + 1 < num_pred_tokens:
+                    logits = self.lm.forward(torch.tensor([[drafted[-1]]])).logits[0, -1]
+            self.lm.commit(0)  # the drafts leave the cache; accepted ones come back as input next call
+            return np.array(drafted, dtype=np.intc)
+
+    return _Draft()
