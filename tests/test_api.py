@@ -188,6 +188,72 @@ def test_empty_prompt_is_rejected(model_dirs):
         pipe.generate("", max_new_tokens=4)
 
 
+@pytest.mark.parametrize("prompt", ["   ", "\n\t", " " * 50])
+def test_a_whitespace_only_prompt_is_rejected(model_dirs, prompt):
+    pipe = load(target=model_dirs / "target", method="autoregressive")
+    with pytest.raises(DraftVerifyError, match="only whitespace"):
+        pipe.generate(prompt, max_new_tokens=4)
+    with pytest.raises(DraftVerifyError, match="only whitespace"):
+        pipe.generate(["def f(x):", prompt], max_new_tokens=4)
+
+
+def test_gamma_is_bounded_before_loading_and_by_the_target_context(model_dirs, tmp_path):
+    started = time.perf_counter()
+    with pytest.raises(DraftVerifyError, match=r"gamma \(draft length\) 1000 is above 64.*'auto'"):
+        load(target=tmp_path / "not-loaded", method="prompt_lookup", gamma=1000)  # fails before any file is read
+    assert time.perf_counter() - started < 1
+    assert load(target=model_dirs / "target", method="prompt_lookup", gamma=64).gamma == 64
+    pipe = load(target=model_dirs / "target", method="prompt_lookup", gamma=4)
+    with pytest.raises(DraftVerifyError, match="above 64"):
+        pipe.generate(PROMPT, max_new_tokens=4, gamma=65)
+    short = tmp_path / "short"
+    save_llama(short, layers=1, seed=0, tokenizer=AutoTokenizer.from_pretrained(model_dirs / "target"), context=16)
+    with pytest.raises(DraftVerifyError, match="above 15, the target attends to 16 positions"):
+        load(target=short, method="prompt_lookup", gamma=16)
+    assert load(target=short, method="prompt_lookup", gamma=15).gamma == 15
+
+
+@pytest.mark.parametrize("method", ["specdec", "specdec++_nat"])
+def test_a_nat_method_on_the_code_zoo_says_which_zoo_has_a_drafter_and_how_to_train_one(method):
+    started = time.perf_counter()
+    with pytest.raises(DraftVerifyError) as caught:
+        load(zoo="code", method=method)
+    message = str(caught.value)
+    assert "'code' zoo ships no NAT drafter" in message and "only the translate zoo ships one" in message
+    assert "draftverify train nat --target zoo/code/target" in message and "\n" not in message
+    assert time.perf_counter() - started < 2  # said before any model loads
+
+
+def test_load_is_quiet_by_default_verbose_on_request_and_leaves_transformers_settings_as_found(
+        model_dirs, capfd, monkeypatch):
+    from transformers.utils import logging as hf_logging
+
+    monkeypatch.delenv("DRAFTVERIFY_VERBOSE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_VERBOSITY", raising=False)
+    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.enable_progress_bar()  # as a fresh process has them (a CLI test in this process turned them off)
+    hf_logging.set_verbosity_warning()
+    try:
+        capfd.readouterr()
+        load(target=model_dirs / "target", draft=model_dirs / "draft", method="model")
+        quiet = capfd.readouterr()
+        assert quiet.err == "" and quiet.out == ""
+        assert hf_logging.is_progress_bar_enabled() and hf_logging.get_verbosity() == hf_logging.WARNING
+        load(target=model_dirs / "target", method="autoregressive", verbose=True)
+        assert "Loading weights" in capfd.readouterr().err
+        monkeypatch.setenv("DRAFTVERIFY_VERBOSE", "1")
+        load(target=model_dirs / "target", method="autoregressive")
+        assert "Loading weights" in capfd.readouterr().err
+        monkeypatch.delenv("DRAFTVERIFY_VERBOSE")
+        hf_logging.set_verbosity_info()  # a level the user chose is theirs: kept through load
+        load(target=model_dirs / "target", method="autoregressive")
+        assert hf_logging.get_verbosity() == hf_logging.INFO and hf_logging.is_progress_bar_enabled()
+        assert "Loading weights" not in capfd.readouterr().err
+    finally:
+        (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
+        hf_logging.set_verbosity(level)
+
+
 def test_unknown_zoo_entry_lists_what_exists():
     with pytest.raises(DraftVerifyError, match="no zoo entry 'nope'"):
         zoo_paths("nope")

@@ -178,6 +178,29 @@ def test_compiled_forward_pads_to_a_bucket_and_stays_exact(models):
     assert out.stats.target_calls == 3 and lm.length == prompt.shape[1] + 9 - 1  # padding never kept
 
 
+def test_a_forward_wider_than_every_compiled_width_runs_eagerly_without_compiling(models):
+    """Compiled widths (3,): drafts of 2 pad to 3 (one graph); drafts of 4 (width 5) run eager on the same cache,
+    compiling nothing more; both texts equal the target's greedy text. Slow: it compiles one graph."""
+    from torch._dynamo.utils import counters
+
+    from conftest import reference_greedy, varied_model
+    from draftverify import SamplingParams, generate
+    from draftverify.drafters import ModelDrafter
+    from draftverify.methods import MethodOptions, build_verifier
+
+    model = varied_model("llama").float()
+    prompt = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
+    lm = CachedLM(model, capacity=32, compile=True)
+    lm.widths = (3,)
+    verifier = build_verifier("exact", SamplingParams(), MethodOptions())
+    expected = reference_greedy(model, prompt, 9)
+    assert generate(lm, ModelDrafter(model), verifier, prompt, max_new_tokens=9, gamma=2).new_tokens[0].tolist() == expected
+    frames = counters["frames"]["total"]
+    out = generate(lm, ModelDrafter(model), verifier, prompt, max_new_tokens=9, gamma=4)
+    assert out.new_tokens[0].tolist() == expected and out.stats.target_calls == 2
+    assert counters["frames"]["total"] == frames  # width 5: eager, no graph compiled
+
+
 @pytest.mark.parametrize("arch", DECODER_ONLY)
 def test_tree_mask_also_reaches_the_sdpa_attention(arch):
     """transformers 5 passes a 4-D mask through unchanged to eager and SDPA attention alike; check SDPA too."""

@@ -136,6 +136,55 @@ def test_prompt_dash_reads_stdin_and_rejects_non_utf8(model_dirs):  # noqa: F811
     assert bad.exit_code == 2 and "not UTF-8" in bad.stderr and bad.stdout == ""
 
 
+@pytest.mark.parametrize("prompt", ["   ", "\n\t", "-"])
+def test_a_whitespace_only_prompt_exits_2_before_loading(model_dirs, prompt):  # noqa: F811
+    result = runner.invoke(app, generate_args(model_dirs, "--method", "autoregressive", prompt=prompt), input=" \n ")
+    assert result.exit_code == 2, result.output
+    assert "only whitespace" in result.stderr and "loading" not in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["generate", "serve"])
+def test_a_gamma_beyond_the_bound_exits_2_naming_the_bound(model_dirs, command):  # noqa: F811
+    args = generate_args(model_dirs, "--gamma", "1000") if command == "generate" else \
+        ["serve", "--target", str(model_dirs / "target"), "--gamma", "1000"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "gamma (draft length) 1000 is above 64" in result.stderr and "loading" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("method", ["specdec", "specdec++_nat"])
+def test_a_nat_method_on_the_code_zoo_says_which_zoo_ships_one_and_how_to_train_one(method):
+    result = runner.invoke(app, ["generate", "--zoo", "code", "--method", method, "--prompt", "def f(x):"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "loading" not in result.stderr, result.stderr
+    assert "only the translate zoo ships one" in lines[0] and "draftverify train nat --target zoo/code/target" in lines[0]
+    served = runner.invoke(app, ["serve", "--zoo", "code", "--method", method])
+    assert served.exit_code == 2 and "only the translate zoo ships one" in served.stderr
+    assert "only the translate zoo ships one" in runner.invoke(app, ["generate", "--help"], env={"COLUMNS": "400"}).stdout
+    assert "the translate zoo ships one" in runner.invoke(app, ["methods"], env={"COLUMNS": "400"}).stdout
+
+
+def test_serve_on_a_port_in_use_exits_2_at_once_without_loading(model_dirs):  # noqa: F811
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        result = run_process(["serve", "--target", str(model_dirs / "target"), "--port", str(port)], timeout=60)
+        seconds = time.monotonic() - started
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert err.strip() == f"error: port {port} on 127.0.0.1 is already in use (another server?): stop what listens " \
+                          "there or pick a free port with --port"
+    assert "loading" not in err and "serving" not in err and "Errno" not in err
+    assert seconds < 20  # no model load, no torch import (a few seconds of interpreter start-up on a busy machine)
+
+
 def test_methods_lists_every_method():
     result = runner.invoke(app, ["methods"])
     assert result.exit_code == 0
@@ -166,6 +215,14 @@ def test_generate_compiled_gives_the_same_text(model_dirs):  # noqa: F811
     assert result.exit_code == 0, result.output
     expected = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=8)
     assert json.loads(result.stdout)["text"] == expected.text
+    # it says what it compiles (a plain step and gamma + 1 wide: the widths gamma 3 uses), each graph, the time,
+    # and whether compiling paid off (it cannot, for 8 tokens)
+    err = result.stderr
+    assert "compiling 2 graphs with torch.compile before generating (target at widths 1, 4)" in err
+    assert "compiled graph 1/2: target at width 1" in err and "compiled graph 2/2: target at width 4" in err
+    assert "compiled 2 graphs in " in err
+    assert "warning: --compile pays off only over many generations in one process" in err \
+        or "warning: --compile does not pay off on this machine" in err
 
 
 # ---- the real process -------------------------------------------------------------------------------------

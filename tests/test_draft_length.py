@@ -5,7 +5,8 @@ import random
 
 import pytest
 
-from draftverify.draft_length import AutoGamma, DraftLength, FixedGamma, HeuristicGamma, StepCosts, make_draft_length
+from draftverify.draft_length import (AutoGamma, ConfidenceGamma, DraftLength, FixedGamma, HeuristicGamma, StepCosts,
+                                      make_draft_length, parse_gamma)
 from draftverify.errors import DraftVerifyError
 from draftverify.theory import optimal_gamma
 
@@ -201,6 +202,15 @@ def test_make_rejects(bad):
         make_draft_length(bad)
 
 
+@pytest.mark.parametrize("gamma, context, bound", [(65, None, 64), ("1000", None, 64), (1000, 2048, 64),
+                                                   (16, 16, 15), (9, 8, 7)])
+def test_a_gamma_beyond_the_cap_or_the_context_is_an_error_naming_the_bound(gamma, context, bound):
+    with pytest.raises(DraftVerifyError, match=rf"gamma \(draft length\) {gamma} is above {bound}\b"):
+        make_draft_length(gamma, context=context)
+    assert make_draft_length(bound, context=context).next() == bound
+    assert isinstance(make_draft_length("auto", context=context), AutoGamma)
+
+
 def test_make_rejects_non_decimal_digit_strings():
     with pytest.raises(DraftVerifyError):
         make_draft_length("²")
@@ -323,3 +333,192 @@ def test_auto_gamma_hears_the_batch_totals():
     policy = AutoGamma()
     policy.update(4, 6, 2, 0.0, 1.0, rows=3)
     assert policy.alpha == pytest.approx((1 + 6) / (2 + 8))
+
+
+# ---------------------------------------------------------------- ConfidenceGamma (gamma conf)
+
+
+def simulate_confidence(policy: ConfidenceGamma, b: float, a_sure: float, a_unsure: float, c: float, steps: int,
+                        seed: int = 0, target_seconds: float = 0.02) -> list[int]:
+    """Steps where each drafted token is confident with probability b (the drafter ends the draft at the first
+    unconfident one, that token included); confident tokens are accepted with a_sure, unconfident ones with
+    a_unsure, until the first rejection. Returns each step's realised draft length."""
+    rng = random.Random(seed)
+    realised = []
+    for _ in range(steps):
+        cap = policy.next()
+        sure = []
+        while len(sure) < cap:
+            sure.append(rng.random() < b)
+            if not sure[-1]:
+                break
+        accepted = 0
+        while accepted < len(sure) and rng.random() < (a_sure if sure[accepted] else a_unsure):
+            accepted += 1
+        length = len(sure)
+        realised.append(length)
+        policy.update(length, accepted, accepted < length, length * c * target_seconds, target_seconds)
+        policy.update_rows([length], [accepted])
+    return realised
+
+
+def test_confidence_estimates_split_confident_and_unconfident_tokens():
+    policy = ConfidenceGamma(0.4, fixed=20)
+    realised = simulate_confidence(policy, b=0.7, a_sure=0.9, a_unsure=0.4, c=0.1, steps=4000)
+    assert policy.continue_rate == pytest.approx(0.7, abs=0.02)
+    assert policy.alpha_confident == pytest.approx(0.9, abs=0.02)
+    assert policy.alpha_unconfident == pytest.approx(0.4, abs=0.03)
+    assert sum(realised) / len(realised) == pytest.approx(1 / 0.3, rel=0.05)  # geometric lengths, far below the cap
+    assert set(policy.next() for _ in range(3)) == {20}  # a fixed cap, whatever was measured
+
+
+def test_confidence_update_rows_counts_each_position_by_hand():
+    policy = ConfidenceGamma(0.4, fixed=10)
+    policy.next()
+    # row 0 ended early at its 3rd token, all accepted; row 1 reached the cap (10) and kept 4; row 2 ended early
+    # at its 5th token but its 2nd (confident) token was rejected, so its unconfident last one was never judged;
+    # row 3 drafted nothing
+    policy.update_rows([3, 10, 5, 0], [3, 4, 1, 0])
+    counts = lambda rate: list(zip(rate.hits[1:11], rate.trials[1:11]))  # noqa: E731
+    assert counts(policy.sure) == [(3, 3), (2, 3), (1, 1), (1, 1), (0, 1)] + [(0, 0)] * 5
+    assert counts(policy.unsure) == [(0, 0), (0, 0), (1, 1)] + [(0, 0)] * 7
+    # went on past position k: rows 0 (k = 1, 2), 1 (k = 1..9), 2 (k = 1..4); ended at k: row 0 at 3, row 2 at 5
+    assert counts(policy.goes_on) == [(3, 3), (3, 3), (2, 3), (2, 2), (1, 2)] + [(1, 1)] * 4 + [(0, 0)]
+
+
+def test_confidence_rates_are_per_position_and_borrow_from_the_position_before():
+    """A draft's first tokens are accepted less often than its deep ones (on code, a draft that stayed confident
+    long is copying boilerplate); each position's rate is measured, and positions never reached take the deepest
+    measured rate."""
+    policy = ConfidenceGamma(0.4, fixed=12)
+    rng = random.Random(0)
+    for _ in range(3000):
+        cap = policy.next()
+        length = next((k for k in range(1, cap) if rng.random() > 0.8), cap)  # ends at k with chance 0.2 each
+        kept = 0
+        while kept < length and rng.random() < (0.85 if kept == 0 else 0.98):
+            kept += 1
+        policy.update_rows([length], [kept])
+    sure = policy.sure.rates()
+    assert sure[1] == pytest.approx(0.85, abs=0.03) and sure[4] == pytest.approx(0.98, abs=0.02)
+    assert policy.goes_on.rates()[2] == pytest.approx(0.8, abs=0.03)
+    assert policy.sure.trials[20] == 0 and sure[20] == sure[12]  # never reached: the deepest measured rate
+
+
+def set_rates(policy: ConfidenceGamma, sure: float, unsure: float, goes_on: float, n: float = 1e12) -> None:
+    """Every position measured n times at these rates (the priors then weigh nothing)."""
+    for rate, value in ((policy.sure, sure), (policy.unsure, unsure), (policy.goes_on, goes_on)):
+        rate.trials = [0.0] + [n] * (len(rate.trials) - 1)
+        rate.hits = [0.0] + [value * n] * (len(rate.hits) - 1)
+        rate._rates = None
+
+
+def timed(policy: DraftLength, c: float = 0.1, steps: int = 3) -> None:
+    """Timings of c = 0.1 and flat verification."""
+    for _ in range(steps):
+        policy.update(2, 1, True, 2 * c * 0.02, 0.02)
+
+
+def test_confidence_without_early_stops_is_theorem_8():
+    """Continue rates 1 (the drafter never ends a draft early, e.g. prompt lookup) and one acceptance rate: the
+    expected tokens and speed are AutoGamma's, Theorem 8 with the measured verification cost."""
+    from draftverify.theory import expected_tokens_per_call, walltime_factor
+
+    policy = ConfidenceGamma(0.4, slack=0.0)
+    simulate(policy, alpha=0.8, c=0.1, steps=200)
+    set_rates(policy, sure=0.8, unsure=0.3, goes_on=1.0)
+    for g in (1, 4, 9):
+        assert policy.expected_tokens(g) == pytest.approx(expected_tokens_per_call(0.8, g))
+        verify = policy.target_seconds(g + 1) / policy.target_seconds(1)
+        assert policy.factor(g) == pytest.approx(walltime_factor(0.8, g, policy.c(), verify))
+    auto = AutoGamma()
+    auto.costs, auto.accepted, auto.judged = policy.costs, 0.8e12, 1e12
+    assert policy.best() == auto.best()
+
+
+def test_confidence_expected_tokens_by_hand():
+    policy = ConfidenceGamma(0.4)
+    set_rates(policy, sure=0.9, unsure=0.5, goes_on=0.6)
+    # cap 2: the draft ends at token 1 (chance 0.4; it is unconfident: 1 + 0.5) or reaches token 2 (0.6; token 1
+    # confident, token 2 confident with chance 0.6: 1 + 0.9 + 0.9 * (0.6 * 0.9 + 0.4 * 0.5))
+    assert policy.expected_tokens(2) == pytest.approx(0.4 * 1.5 + 0.6 * (1 + 0.9 + 0.9 * (0.54 + 0.2)))
+    assert policy.expected_tokens(0) == 1.0
+
+
+def test_confidence_drafts_stopping_early_make_a_long_cap_cheap():
+    """When drafts usually end early on their own, a long cap is rarely reached, so it costs little: with the
+    same acceptance and costs, the cap is longer than auto's gamma."""
+    auto, conf = AutoGamma(), ConfidenceGamma(0.4)
+    timed(auto)
+    timed(conf)
+    auto.accepted, auto.judged = 0.8e12, 1e12
+    set_rates(conf, sure=0.8, unsure=0.8, goes_on=0.5)
+    assert auto.best() == optimal_gamma(0.8, 0.1, max_gamma=16).gamma
+    assert conf.best() > auto.best()
+
+
+def test_confidence_a_step_of_a_batch_costs_its_longest_row():
+    policy = ConfidenceGamma(0.4)
+    timed(policy)
+    set_rates(policy, sure=0.9, unsure=0.5, goes_on=0.5)
+    c = policy.c(2)
+    assert c == pytest.approx(0.1)
+    # one row: its length is 1 with chance 1/2, else 2; two rows: the longest is 1 only when both end at once
+    assert policy.expected_seconds(2, rows=1) == pytest.approx(0.5 * (c + 1) + 0.5 * (2 * c + 1))
+    assert policy.expected_seconds(2, rows=2) == pytest.approx(0.25 * (c + 1) + 0.75 * (2 * c + 1))
+    assert policy.expected_seconds(0) == 1.0 and policy.factor(0) == 1.0
+
+
+def test_confidence_takes_the_longest_cap_within_the_slack_of_the_best_for_one_row_only():
+    policy = ConfidenceGamma(0.4)
+    timed(policy)
+    set_rates(policy, sure=0.9, unsure=0.5, goes_on=0.7)
+    factors = [policy.factor(g) for g in range(policy.max_gamma + 1)]
+    strict = factors.index(max(factors))
+    assert policy.slack == 0.02 and policy.best() == max(g for g, f in enumerate(factors) if f >= 0.98 * max(factors))
+    assert policy.best() > strict  # the curve is flat over long caps: the slack reaches further
+    rows = [policy.factor(g, rows=4) for g in range(policy.max_gamma + 1)]
+    assert policy.best(4) == rows.index(max(rows))  # a batch takes the best cap itself
+
+
+def test_confidence_explores_the_longest_cap_every_few_steps_for_one_row_only():
+    policy = ConfidenceGamma(0.4, explore_every=4)
+    timed(policy)
+    set_rates(policy, sure=0.6, unsure=0.3, goes_on=1.0)  # poor acceptance: a short cap
+    short = policy.best()
+    assert 0 < short < policy.max_gamma
+    assert [policy.next() for _ in range(8)] == [short] * 3 + [32] + [short] * 3 + [32]
+    assert set(policy.next(rows=4) for _ in range(8)) == {policy.best(4)}
+    fixed = ConfidenceGamma(0.4, fixed=5, explore_every=4)
+    assert {fixed.next() for _ in range(8)} == {5}
+
+
+def test_confidence_starts_long_for_one_row_and_at_autos_start_for_a_batch():
+    policy = ConfidenceGamma(0.4)
+    assert policy.next(1) == policy.max_gamma == 32
+    assert policy.next(4) == 4
+    assert policy.confidence == 0.4
+
+
+def test_make_conf_with_and_without_a_threshold():
+    costs = StepCosts()
+    policy = make_draft_length("conf", costs)
+    assert isinstance(policy, ConfidenceGamma) and policy.confidence == 0.4 and policy.costs is costs
+    assert make_draft_length("conf=0.25").confidence == 0.25
+    assert make_draft_length("conf=0").confidence == 0.0
+    assert parse_gamma("conf=0.25") == "conf=0.25" and parse_gamma("conf") == "conf"
+    assert make_draft_length("auto").confidence == 0.0 and make_draft_length(4).confidence == 0.0
+
+
+@pytest.mark.parametrize("bad", ["conf=1.5", "conf=-0.1", "conf=", "conf=x", "conf=nan", "conf=inf", "Conf",
+                                 "confidence", "conf 0.4"])
+def test_make_rejects_bad_conf(bad):
+    with pytest.raises(DraftVerifyError, match="gamma|conf"):
+        make_draft_length(bad)
+
+
+@pytest.mark.parametrize("kwargs", [{"threshold": 1.5}, {"threshold": -0.1}, {"threshold": True}, {"fixed": 0},
+                                    {"fixed": 2.0}])
+def test_confidence_gamma_rejects_bad_settings(kwargs):
+    with pytest.raises(DraftVerifyError):
+        ConfidenceGamma(**kwargs)

@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
 
+from . import compiling
 from .cached_lm import cached_model
 from .checks import check_prompt_text
 from .draft_length import DraftLength, StepCosts, make_draft_length
@@ -20,17 +21,15 @@ from .errors import DraftVerifyError
 from .hub import hub_unreachable_reason
 from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
+from .quiet import quiet
 from .types import GenerationOutput, GenerationStats, SamplingParams
-from .zoo import zoo_root
+from .zoo import check_zoo_has_nat, zoo_folder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def zoo_paths(name: str) -> dict[str, Path]:
-    folder = zoo_root() / name
-    if not folder.is_dir():
-        available = sorted(p.name for p in zoo_root().iterdir() if p.is_dir()) if zoo_root().is_dir() else []
-        raise DraftVerifyError(f"no zoo entry {name!r} under {zoo_root()}; available: {', '.join(available) or 'none'}")
+    folder = zoo_folder(name)
     return {"target": folder / "target", "draft": folder / "draft", "draft_aligned": folder / "draft-aligned",
             "ngram": folder / "ngram.safetensors", "heads": folder / "heads", "bita": folder / "bita",
             "nat": folder / "nat"}
@@ -64,25 +63,28 @@ def _not_found(path: str, role: str, offline_reason: str | None, err: Exception)
     )
 
 
-def load_model(path: str | Path, dtype: str = "float32", role: str = "target") -> PreTrainedModel:
-    """A causal LM or encoder-decoder from a local directory (or the hub, when it can be reached)."""
+def load_model(path: str | Path, dtype: str = "float32", role: str = "target",
+               verbose: bool | None = None) -> PreTrainedModel:
+    """A causal LM or encoder-decoder from a local directory (or the hub, when it can be reached). Quiet unless
+    verbose (or DRAFTVERIFY_VERBOSE=1): no progress bars or advice from transformers (see quiet.py)."""
     if dtype not in DTYPES:
         raise DraftVerifyError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     path = str(path)
     hub, offline_reason = _hub_access(path)
-    try:
-        config = AutoConfig.from_pretrained(path, **hub)
-    except (OSError, ValueError) as err:
-        raise _not_found(path, role, offline_reason, err) from err
-    cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
-    try:
-        return cls.from_pretrained(path, dtype=DTYPES[dtype], **hub).eval()
-    except (OSError, ValueError) as err:
-        raise DraftVerifyError(f"could not load the {role} model weights from {path!r}: {err}") from err
+    with quiet(verbose):
+        try:
+            config = AutoConfig.from_pretrained(path, **hub)
+        except (OSError, ValueError) as err:
+            raise _not_found(path, role, offline_reason, err) from err
+        cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
+        try:
+            return cls.from_pretrained(path, dtype=DTYPES[dtype], **hub).eval()
+        except (OSError, ValueError) as err:
+            raise DraftVerifyError(f"could not load the {role} model weights from {path!r}: {err}") from err
 
 
-def load_tokenizer(path: str | Path):
-    """The target's tokenizer, which must live beside it (as save_pretrained writes it)."""
+def load_tokenizer(path: str | Path, verbose: bool | None = None):
+    """The target's tokenizer, which must live beside it (as save_pretrained writes it); quiet unless verbose."""
     path = str(path)
     folder = Path(path)
     if folder.is_dir() and not any((folder / name).exists() for name in TOKENIZER_FILES):
@@ -92,7 +94,8 @@ def load_tokenizer(path: str | Path):
         )
     hub, offline_reason = _hub_access(path)
     try:
-        return AutoTokenizer.from_pretrained(path, **hub)
+        with quiet(verbose):
+            return AutoTokenizer.from_pretrained(path, **hub)
     except Exception as err:  # transformers raises OSError, ValueError, ImportError, ... with misleading hints
         if not folder.exists():
             raise _not_found(path, "target", offline_reason, err) from err
@@ -117,8 +120,8 @@ class Pipeline:
     def __init__(self, target: PreTrainedModel, tokenizer, method: str = "model", verifier: str | None = None,
                  options: MethodOptions | None = None, gamma: int | str = 5, compile: bool = False):
         """compile: preallocate the target's KV cache (its context length, else 4096 positions) and compile its
-        forward once per verify-width bucket (the first generation pays the compilation); options.compile does the
-        same for a draft model."""
+        forward for the verify widths this method and gamma use (compiling.py); options.compile does the same for
+        a draft model. The first generation pays the compilation, unless precompile() ran first."""
         self.method = resolve_method(method)
         self.verifier_name = verifier or self.method.verifier
         self.target = cached_model(target, "target", compile)  # a HF model, or any backend (backends/base.py)
@@ -132,8 +135,16 @@ class Pipeline:
             check_backend(self.target, lookup(DRAFTERS, "drafter", self.method.drafter), method)
         self.drafter = build_drafter(self.method.drafter, self.target, self.options)
         self.gamma = gamma
-        make_draft_length(gamma)  # validate now, not at the first call
+        make_draft_length(gamma, context=self.target.max_positions)  # validate now, not at the first call
         self.step_costs = StepCosts()  # gamma auto's timings, kept across calls: calibrated once per pipeline
+        self.compiled = compiling.plan(self.target, self.drafter, gamma)  # the compiled models (none: eager)
+
+    def precompile(self, text: str, max_new_tokens: int, log: Callable[[str], None] | None = None) -> float:
+        """Compile every graph a generation of max_new_tokens after `text` uses, now (log gets a line per graph);
+        returns the seconds. Without it the first generation compiles them as it reaches each width."""
+        ids = self.encode(text)
+        positions = (1 if self.target.is_encoder_decoder else ids.shape[1]) + max_new_tokens
+        return compiling.precompile(self.target, self.drafter, ids, positions, log)
 
     def encode(self, text: str) -> torch.Tensor:
         text = check_prompt_text(text)
@@ -184,7 +195,8 @@ class Pipeline:
         on_tokens receives each step's emitted tokens [1, k] (see loop.generate)."""
         verifier = build_verifier(self.verifier_name, params, self.options)
         gamma = self.gamma if gamma is None else gamma
-        policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma, self.step_costs)
+        policy = gamma if isinstance(gamma, DraftLength) else \
+            make_draft_length(gamma, self.step_costs, self.target.max_positions)
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
                           gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens)
         return output, verifier.name
@@ -232,7 +244,8 @@ class Pipeline:
         mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in rows])
         verifier = build_verifier(self.verifier_name, params, self.options)
         gamma = self.gamma if gamma is None else gamma
-        policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma, self.step_costs)
+        policy = gamma if isinstance(gamma, DraftLength) else \
+            make_draft_length(gamma, self.step_costs, self.target.max_positions)
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
                           gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens, attention_mask=mask,
                           seeds=seeds, admit=admit)
@@ -259,8 +272,12 @@ class _TextStreamer:
 
 def load(target: str | Path | None = None, draft: str | Path | None = None, method: str = "model",
          verifier: str | None = None, zoo: str | None = None, dtype: str = "float32", gamma: int | str = 5,
-         compile: bool = False, backend: str = "hf", threads: int | None = None, **options) -> Pipeline:
+         compile: bool = False, verbose: bool | None = None, backend: str = "hf", threads: int | None = None,
+         **options) -> Pipeline:
     """Load a target (and draft) by path or zoo name and return a Pipeline for `method`.
+
+    Prints nothing: transformers' weight-loading bars and advice are off while it loads (and the settings found
+    are put back afterwards); verbose=True, or DRAFTVERIFY_VERBOSE=1, shows them.
 
     backend: "hf" (Hugging Face transformers) or "llamacpp" (llama.cpp through llama-cpp-python, the `llamacpp`
     extra: a `.gguf` path as it is, a model folder converted to GGUF at `dtype` on first use and cached; the draft
@@ -286,22 +303,23 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
             options["bita_path"] = paths["bita"]
         if options.get("nat_path") is None and paths["nat"].exists():
             options["nat_path"] = paths["nat"]
+        check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", options.get("nat_path"))
     if target is None:
         raise DraftVerifyError("no target model: pass target=PATH or zoo=NAME")
     resolve_method(method)
     make_draft_length(gamma)  # bad arguments fail before anything is loaded
     if backend == "llamacpp":
-        return _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options)
-    tokenizer = load_tokenizer(target)  # first: a folder without one fails before the weights are read
-    target_model = load_model(target, dtype, role="target")
+        return _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose)
+    tokenizer = load_tokenizer(target, verbose)  # first: a folder without one fails before the weights are read
+    target_model = load_model(target, dtype, role="target", verbose=verbose)
     method_options = replace(MethodOptions(), **options)
     if draft is not None:
-        method_options.draft_model = load_model(draft, dtype, role="draft")
+        method_options.draft_model = load_model(draft, dtype, role="draft", verbose=verbose)
     method_options.compile = compile
     return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma, compile=compile)
 
 
-def _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options) -> Pipeline:
+def _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose) -> Pipeline:
     """The llamacpp backend: target and draft as GGUF models on llama.cpp contexts (backends/llamacpp.py)."""
     from . import drafters  # noqa: F401  (fills the registry)
     from .backends.base import check_backend
@@ -314,7 +332,7 @@ def _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threa
     drafter_cls = lookup(DRAFTERS, "drafter", resolve_method(method).drafter)
     check_backend(LlamaCppLM, drafter_cls, method)  # before any conversion: its class flags say enough
     gguf_target, config = open_gguf(target, dtype, "target")
-    tokenizer = load_tokenizer(target) if config is not None else GGUFTokenizer(gguf_target)
+    tokenizer = load_tokenizer(target, verbose) if config is not None else GGUFTokenizer(gguf_target)
     target_lm = LlamaCppLM(gguf_target, role="target", threads=threads)
     method_options = replace(MethodOptions(), **options)
     if draft is not None:

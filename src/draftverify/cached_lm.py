@@ -107,6 +107,8 @@ class CachedLM:
         self.capacity = capacity  # the most slots a request may get
         self.window = capacity  # slots of this request's cache (check_fits sizes it to the request)
         self._compiled = compile_forward(model) if compile else None
+        # compiled widths (compiling.plan narrows them to the method's); a wider forward runs eagerly
+        self.widths: tuple[int, ...] = WIDTH_BUCKETS
         self.cache = None
         self.length = 0  # positions held in the cache
         self.committed = 0  # settled positions; [committed, length) is the tail of the last forwards
@@ -213,9 +215,13 @@ class CachedLM:
         return self._run_padded(tokens, position_ids, attention_mask, want_hidden)
 
     def _run_padded(self, tokens, position_ids, attention_mask, want_hidden) -> TargetOutput:
-        """The compiled forward at the bucketed width; padding is dropped from the outputs and the cache."""
+        """The compiled forward at the narrowest compiled width that holds n tokens; padding is dropped from the
+        outputs and the cache. Wider than every compiled width: the eager forward on the same preallocated cache (a
+        rare catch-up is cheaper run eagerly than compiled for once)."""
         batch, n = tokens.shape
-        width = bucket(n)
+        width = next((w for w in self.widths if w >= n), None)
+        model = self._compiled if width is not None else self.model
+        width = n if width is None else width
         tail = self.length - self.committed
         if position_ids is None:
             position_ids = torch.arange(self.length, self.length + n, device=self.device)[None]
@@ -232,9 +238,10 @@ class CachedLM:
         wide[:, :n, : tail + n] = mask
         wide[:, n:, tail + n :] = torch.eye(pad, dtype=torch.bool, device=self.device)  # padding sees only itself
         out = self._run(tokens, keep=width, position_ids=position_ids, attention_mask=wide, want_hidden=want_hidden,
-                        model=self._compiled)
-        keep_positions(self.cache, self.length - pad, self.length)
-        self.length -= pad
+                        model=model)
+        if pad:
+            keep_positions(self.cache, self.length - pad, self.length)
+            self.length -= pad
         return TargetOutput(logits=out.logits[:, :n], hidden=None if out.hidden is None else out.hidden[:, :n])
 
     def commit(self, kept: int | torch.Tensor) -> None:

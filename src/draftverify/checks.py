@@ -30,8 +30,10 @@ def check_max_new_tokens(value: object) -> int:
 
 
 def check_prompt_text(text: object) -> str:
-    """A prompt must be one non-empty, encodable string (Pipeline.generate takes a list and checks each one), and
-    a string holding an unpaired surrogate (a non-UTF-8 command-line argument, a broken decode) cannot be tokenized."""
+    """A prompt must be one string (Pipeline.generate takes a list and checks each one) with some text besides
+    whitespace: given only spaces or newlines, a model continues nothing the user wrote (the CLI, the API and the
+    server all reject it here). A string holding an unpaired surrogate (a non-UTF-8 command-line argument, a broken
+    decode) cannot be tokenized."""
     if isinstance(text, (list, tuple)):
         raise DraftVerifyError(
             f"one prompt is expected here, got a list of {len(text)}; Pipeline.generate takes a list and runs it "
@@ -41,6 +43,9 @@ def check_prompt_text(text: object) -> str:
         raise DraftVerifyError(f"the prompt must be a str, got {type(text).__name__}")
     if not text:
         raise DraftVerifyError("the prompt is empty: give some text to continue")
+    if not text.strip():
+        shown = repr(text) if len(text) <= 20 else f"{len(text)} characters"
+        raise DraftVerifyError(f"the prompt is only whitespace ({shown}): give some text to continue")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:

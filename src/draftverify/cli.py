@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -25,7 +24,7 @@ from .draft_length import parse_gamma
 from .errors import DraftVerifyError
 from .methods import METHODS, resolve_method
 from .train.cli import train_app
-from .zoo import ZOO_DEFAULT_METHOD, zoo_default_method
+from .zoo import ZOO_DEFAULT_METHOD, check_zoo_has_nat, nat_shipped, zoo_default_method
 
 if TYPE_CHECKING:
     from .types import GenerationStats
@@ -99,7 +98,7 @@ def _gamma(value: str) -> int | str:
 def _read_prompt(prompt: str) -> str:
     """`-` reads stdin (as bytes: a non-UTF-8 pipe is an error, not a traceback); else the argument itself."""
     if prompt == "-":
-        return decode_prompt_bytes(sys.stdin.buffer.read(), "stdin")
+        return check_prompt_text(decode_prompt_bytes(sys.stdin.buffer.read(), "stdin"))
     return check_prompt_text(prompt)
 
 
@@ -114,8 +113,8 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
     """Settings the user gave that this run will not use (or not as they expect): said out loud instead of
     silently dropped."""
     notes = []
-    if temperature > 0 and seed is not None and coupling is False and gamma == "auto":
-        notes.append("--seed with --no-coupling and --gamma auto does not fix the text: it depends on where drafts "
+    if temperature > 0 and seed is not None and coupling is False and (gamma == "auto" or gamma.startswith("conf")):
+        notes.append(f"--seed with --no-coupling and --gamma {gamma} does not fix the text: it depends on where drafts "
                      "end, which auto picks from timings; drop --no-coupling (or fix --gamma) to reproduce it")
     if temperature == 0:
         given = [flag for flag, used in (("--top-k", top_k != 0), ("--top-p", top_p != 1.0),
@@ -130,21 +129,14 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
 
 
 def _quiet_libraries() -> None:
-    """transformers' own warnings (e.g. a long prompt against the tokenizer's nominal maximum) are noise to a
-    CLI user; our checks report what matters. A TRANSFORMERS_VERBOSITY the user set wins. transformers 5 also
-    draws weight-loading progress bars, which would garble --json output."""
-    import warnings
+    """transformers' own output (weight-loading progress bars, which would garble --json output; warnings such as
+    a long prompt against the tokenizer's nominal maximum) is noise to a CLI user; our checks report what matters.
+    The library's one mechanism (quiet.py), for the whole process: a TRANSFORMERS_VERBOSITY the user set wins,
+    and DRAFTVERIFY_VERBOSE=1 shows everything."""
+    from .quiet import quiet_libraries, verbose_requested
 
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
-    warnings.filterwarnings("ignore", module=r"transformers(\.|$)")
-    if not os.environ.get("TRANSFORMERS_VERBOSITY"):
-        os.environ["TRANSFORMERS_VERBOSITY"] = "error"  # read at import, for messages logged while importing
-        import transformers
-
-        transformers.logging.set_verbosity_error()  # and now, if transformers was imported already
+    if not verbose_requested():
+        quiet_libraries(process=True)
 
 
 def _check_backend_flags(backend: str, compile_: bool, batched: bool) -> None:
@@ -179,7 +171,7 @@ def generate(
     top_p: float = typer.Option(1.0, "--top-p", help="1 = off."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seeded sampling is coupled: the same seed gives the same text for every method and draft length."),
     coupling: Optional[bool] = typer.Option(None, "--coupling/--no-coupling", help="Position-keyed (Gumbel-max) sampling; default: on when --seed is given."),
-    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer, 'heuristic' or 'auto' (Theorem 8)."),
+    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
     alpha_fb: float = typer.Option(0.0, "--alpha-fb", help="BiLD fallback threshold in [0, 1] (0 = never)."),
     alpha_rb: float = typer.Option(2.0, "--alpha-rb", help="BiLD rollback threshold on -log p_target(x), >= 0."),
     lenience: float = typer.Option(1.0, "--lenience", help="Leviathan A.5 lenience l in (0, 1]; 1 = exact."),
@@ -191,7 +183,7 @@ def generate(
     bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita methods (default: the zoo's)."),
     bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree: candidates per mask token."),
     bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita*: use the adapter's first m mask tokens (default: all)."),
-    nat: Optional[Path] = typer.Option(None, "--nat", help="NAT drafter folder for specdec / specdec++_nat (default: the zoo's nat)."),
+    nat: Optional[Path] = typer.Option(None, "--nat", help=f"NAT drafter folder for specdec / specdec++_nat (default: the zoo's nat/; {nat_shipped()}; for another target train one with `draftverify train nat --target TARGET ...`, see the README)."),
     lattice_k: int = typer.Option(4, "--lattice-k", help="bpd_ngram / bpd_pbest / bpd_neural: candidates per head in the top-k lattice."),
     ngram_weight: float = typer.Option(0.5, "--ngram-weight", help="bpd_ngram / bpd_pbest: n-gram weight alpha (0 = heads only)."),
     pbest: int = typer.Option(4, "--pbest", help="bpd_pbest: rescored lattice paths merged into one tree."),
@@ -199,7 +191,7 @@ def generate(
     tree_paths: Optional[str] = typer.Option(None, "--tree-paths", help="model_tree shape as JSON paths of child ranks, e.g. '[[0],[1],[0,0]]'."),
     lookup_matches: int = typer.Option(4, "--lookup-matches", help="prompt_lookup_tree: earlier matches merged into one tree."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
-    compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only); the first call compiles."),
+    compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses, compiled before generating (tens of seconds per graph on a CPU); pays off only over many generations in one process, and says after how many tokens."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
     backend: str = typer.Option("hf", "--backend", help="What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: pip install -e \".[llamacpp]\"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only the target's logits."),
@@ -209,6 +201,8 @@ def generate(
         method = method or _default_method(zoo, draft)
         # every check that needs no model runs before anything is imported, loaded or printed
         resolve_method(method)
+        if zoo is not None:
+            check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", nat)
         parse_gamma(_gamma(gamma))
         check_sampling(temperature, top_k, top_p, seed, coupling)
         check_max_new_tokens(max_new_tokens)
@@ -246,6 +240,7 @@ def generate(
             _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling)
             return
+        compiled = _precompile(pipe, text_in, max_new_tokens) if pipe.compiled else None
         echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed
         echo = "" if pipe.target.is_encoder_decoder else text_in  # a translation does not continue its source
 
@@ -269,12 +264,48 @@ def generate(
         raise typer.Exit(INTERRUPTED) from None
     if as_json:
         print(json.dumps({"text": result.text, "method": method, "stats": result.stats.as_dict()}))
-        return
-    if not echoed:  # nothing was generated (an immediate end of text): the prompt alone
-        sys.stdout.write(echo)
-    sys.stdout.write("\n")
-    sys.stdout.flush()
-    err_console.print(stats_table(result.stats, title=f"{method} (verifier: {result.verifier})"))
+    else:
+        if not echoed:  # nothing was generated (an immediate end of text): the prompt alone
+            sys.stdout.write(echo)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        err_console.print(stats_table(result.stats, title=f"{method} (verifier: {result.verifier})"))
+    if compiled is not None:
+        _compile_verdict(*compiled, result.stats)
+
+
+def _precompile(pipe, text: str, max_new_tokens: int):
+    """--compile: say what compiles, compile it before generating (a line per graph), say how long it took, and
+    time each compiled model eager vs compiled (for _compile_verdict). Returns (seconds, comparison)."""
+    from .compiling import compare, graph_count
+
+    models = pipe.compiled
+    shapes = "; ".join(f"{lm.role} at width{'s' if len(lm.widths) > 1 else ''} {', '.join(map(str, lm.widths))}"
+                       for lm in models)
+    err_console.print(f"compiling {graph_count(models)} graphs with torch.compile before generating ({shapes}): "
+                      "tens of seconds each on a CPU, once per process")
+    seconds = pipe.precompile(text, max_new_tokens, log=lambda line: err_console.print(f"[dim]{escape(line)}[/dim]"))
+    err_console.print(f"compiled {graph_count(models)} graphs in {seconds:.1f} s")
+    return seconds, compare(pipe.target, pipe.drafter, pipe.encode(text))
+
+
+def _compile_verdict(seconds: float, comparison, stats) -> None:
+    """Whether --compile paid for itself in this run, and after how many tokens it would (measured here)."""
+    from .compiling import break_even_tokens
+
+    per_call = stats.draft_calls / stats.target_calls if stats.target_calls else 0.0
+    tokens = break_even_tokens(seconds, comparison, stats.tokens_per_call, per_call)
+    measured = escape(comparison.describe())
+    if tokens is None:
+        err_console.print(f"[yellow]warning:[/yellow] --compile does not pay off on this machine: compiled forwards "
+                          f"were no faster than eager ({measured}) and compiling took {seconds:.0f} s; run without "
+                          "--compile")
+    elif tokens > stats.new_tokens:
+        err_console.print(f"[yellow]warning:[/yellow] --compile pays off only over many generations in one process "
+                          f"(the Python API's load(compile=True), bench --compile), not for one: compiling took "
+                          f"{seconds:.0f} s and saves {comparison.saving_ms(per_call):.1f} ms per target call here "
+                          f"({measured}), so it breaks even after about {tokens:,.0f} generated tokens; this run "
+                          f"made {stats.new_tokens}")
 
 
 def read_prompts_file(path: Path) -> list[str]:
@@ -331,6 +362,33 @@ def _generate_batches(pipe, texts: list[str], batch_size: int, as_json: bool, me
                                                "(target calls are batch steps)"))
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Bind host:port as the server will (SO_REUSEADDR, as uvicorn sets it) and let go at once; a port another
+    process listens on, an address this machine does not have, or a privileged port is a DraftVerifyError that
+    says what to do. (Something may still take the port while the model loads; uvicorn then reports it.)"""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise DraftVerifyError(f"--host {host!r} is not an address of this machine ({err.strerror}); "
+                               "use 127.0.0.1, 0.0.0.0 or one of its addresses") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise DraftVerifyError(f"port {port} on {host} is already in use (another server?): stop what "
+                                       "listens there or pick a free port with --port") from None
+            if err.errno == errno.EACCES:
+                raise DraftVerifyError(f"no permission to listen on port {port} (ports below 1024 need root): pick "
+                                       "--port 1024 or above") from None
+            raise DraftVerifyError(f"cannot listen on {host}:{port}: {err.strerror}; check --host and --port") from None
+
+
 @app.command()
 def serve(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
@@ -338,7 +396,7 @@ def serve(
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Serve a shipped model set, e.g. 'code'."),
     method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1) needs a chain method: autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit; others serve one request at a time."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
-    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer, 'heuristic' or 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays)."),
+    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table for the ngram method."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
@@ -359,6 +417,8 @@ def serve(
     try:
         method = method or _default_method(zoo, draft)
         resolve_method(method)
+        if zoo is not None:
+            check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", None)
         parse_gamma(_gamma(gamma))
         if dtype not in DTYPE_NAMES:
             raise DraftVerifyError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
@@ -372,6 +432,7 @@ def serve(
             raise DraftVerifyError("no model: give --zoo NAME or --target PATH")
         if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
             raise DraftVerifyError("serving needs the 'serve' extra: pip install 'draftverify[serve]'")
+        check_port_free(host, port)  # before the model loads: a taken port is a one-line exit 2, not uvicorn's
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
         _check_backend_flags(backend, False, False)
         load_args = dict(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
@@ -412,8 +473,8 @@ def bench_batch(
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set, e.g. 'code'."),
     target: Optional[str] = typer.Option(None, "--target", "-t"),
     draft: Optional[str] = typer.Option(None, "--draft", "-d"),
-    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (chain methods: model, prompt_lookup, ngram, lookup_model, early_exit), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]')."),
-    gamma: str = typer.Option("4", "--gamma", help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft) or 'heuristic'."),
+    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (chain methods: model, prompt_lookup, ngram, lookup_model, early_exit), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]')."),
+    gamma: str = typer.Option("4", "--gamma", help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft), 'conf[=T]' or 'heuristic'."),
     batch_sizes: str = typer.Option("1,2,4,8", "--batch-sizes"),
     prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
@@ -462,7 +523,7 @@ def bench(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else the copies shipped with draftverify)."),
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts to run: the first N that fit the context (default 20; --quick 2)."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", "-n", help="New tokens per generation (default 128; --quick 8)."),
-    temperature: str = typer.Option("0,1.0", "--temperature", help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling."),
+    temperature: Optional[str] = typer.Option(None, "--temperature", help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling (default 0,1.0; --quick 0)."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set (target, draft, draft-aligned, ngram table); default 'code' unless --target is given."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (overrides the zoo's)."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (hf_assisted, model, bild)."),
@@ -470,25 +531,25 @@ def bench(
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram runner."),
     heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd runners (default: the zoo's)."),
     bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita runners (default: the zoo's)."),
-    nat: Optional[Path] = typer.Option(None, "--nat", help="NAT drafter folder for the specdec runners (default: the zoo's)."),
+    nat: Optional[Path] = typer.Option(None, "--nat", help=f"NAT drafter folder for the specdec runners (default: the zoo's nat/; {nat_shipped()})."),
     bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree runners: candidates per mask token."),
     bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita runners: the adapter's first m mask tokens (default: all)."),
-    gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic' (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
+    gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic', 'conf[=T]' (auto's length as a cap, drafts ending at the draft model's first token with max q <= T, default 0.4) (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
     early_exit_layers: Optional[str] = typer.Option(None, "--early-exit-layers", help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers)."),
     bild_fb: Optional[str] = typer.Option(None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."),
     bild_rb: Optional[str] = typer.Option(None, "--bild-rb", help="BiLD rollback thresholds alpha_RB (default 1,2,3,5)."),
     bild_gamma: int = typer.Option(10, "--bild-gamma", help="Longest BiLD draft before the target is called anyway (BiLD: 10)."),
     runners: Optional[str] = typer.Option(None, "--runners", help="Comma list of runner families to run (the baselines hf_generate and ours_autoregressive always run): hf_assisted, hf_prompt_lookup, model, model_aligned, ngram, prompt_lookup, early_exit, bild."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed of prompt i is seed + i, the same for every runner."),
-    warmup_tokens: int = typer.Option(16, "--warmup-tokens", help="Tokens of the one warm-up generation per runner (0: none)."),
+    warmup_tokens: Optional[int] = typer.Option(None, "--warmup-tokens", help="Tokens of the one warm-up generation per runner (0: none; default 16, --quick 0)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     compile_: bool = typer.Option(False, "--compile", help="Our runners (ours_autoregressive and every method row) run the target and draft models compiled: preallocated KV cache + torch.compile per verify-width bucket; the warm-up compiles every width a runner uses (seconds recorded per runner), peers stay eager. Name the run apart, e.g. --name bench-humaneval-compiled."),
     out: Path = typer.Option(Path("benchmarks"), "--out", help="Output folder for <name>.json, <name>.md and <name>-*.png."),
     name: Optional[str] = typer.Option(None, "--name", help="File stem (default bench-<prompts>[-quick])."),
-    quick: bool = typer.Option(False, "--quick", help="CI smoke test: 2 prompts, 8 tokens, one gamma, every runner type once."),
+    quick: bool = typer.Option(False, "--quick", help="Smoke test (about a minute on 2 CPU cores): every runner type once, greedy, 2 prompts, 8 tokens, gamma 3 (and auto once), no warm-up, BiTA with one mask token; each flag still overrides."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the PNG plots."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show the progress bar (prompt x runner)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr: a bar on a terminal, else a line per runner and prompt."),
     cost_curve: bool = typer.Option(False, "--cost-curve", help="Instead: time one target forward scoring n tokens after a 120-token context, eager vs torch.compile, float32 vs bfloat16, with greedy equality rates (uses --zoo/--target, --threads, --num-prompts and --max-new-tokens for the equality check, --out, --name, --quick)."),
     cost_sizes: Optional[str] = typer.Option(None, "--cost-sizes", help="Comma list of n for --cost-curve (default 1,2,3,4,5,6,8,10,12,16,24,32,48,64; --quick 1,2)."),
     cost_modes: Optional[str] = typer.Option(None, "--cost-modes", help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm (stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all)."),
@@ -498,7 +559,9 @@ def bench(
     """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
     from .bench.cli import main as bench_main
 
-    code = bench_main(backend=backend, cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes, cost_repeats=cost_repeats,
+    _quiet_libraries()
+    code = bench_main(backend=backend, cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes,
+                      cost_repeats=cost_repeats,
                       prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
                       ngram=ngram, heads=heads, bita=bita, nat=nat, bita_topk=bita_topk, bita_masks=bita_masks, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,

@@ -1,4 +1,5 @@
-"""How many tokens to draft each step: fixed gamma, Hugging Face's heuristic, or Theorem 8 with measured alpha, c."""
+"""How many tokens to draft each step: fixed gamma, Hugging Face's heuristic, Theorem 8 with measured alpha, c, or
+Theorem 8's length as a cap that the drafter's own confidence ends early (ConfidenceGamma)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -8,6 +9,9 @@ from .errors import DraftVerifyError
 
 class DraftLength(ABC):
     reads_timers: bool = False  # the loop synchronises the device before timing a step only for policies that read it
+    # drafters that draft from a model's distribution q end a draft at its first token whose max q is <= this
+    # (DecodingState.draft_confidence; ConfidenceGamma); 0: never, every draft is as long as next() says
+    confidence: float = 0.0
 
     @abstractmethod
     def next(self, rows: int = 1) -> int:
@@ -21,6 +25,10 @@ class DraftLength(ABC):
                rows: int = 1) -> None:
         """Feedback after a step of `rows` rows: the target scored rows x (drafted + 1) tokens; accepted draft
         tokens and rejected (rows that stopped at a rejected draft token; a bool for one row) add up the rows."""
+
+    def update_rows(self, lengths: list[int], accepted: list[int]) -> None:
+        """The same step row by row (called after update()): each row's realised draft length (a tree: its depth)
+        and its accepted draft tokens. Rows may draft fewer than next() said (a confidence stop, a short copy)."""
 
 
 class FixedGamma(DraftLength):
@@ -195,26 +203,261 @@ class AutoGamma(DraftLength):
         self.costs.record(drafted, draft_seconds, target_seconds, rows)
 
 
-def parse_gamma(gamma: object) -> int | str:
-    """Validate a draft length: an integer >= 1 (or its decimal string), "heuristic" or "auto" (which may also
-    choose 0, no draft, step by step)."""
+MAX_GAMMA = 64  # the longest fixed draft: the widest verify width the engine plans for (cached_lm.WIDTH_BUCKETS)
+
+
+DEFAULT_CONFIDENCE = 0.4  # `conf`'s threshold (Hugging Face's assistant_confidence_threshold; see ConfidenceGamma)
+
+
+class _Rate:
+    """Per-position success rates of draft tokens (position 1 = a draft's first token). Each position's rate is
+    its own count shrunk toward the previous position's rate (worth `weight` observations; position 1 toward
+    `prior`), so a position seldom reached borrows from the ones before it and a position never reached (beyond
+    the cap so far) takes the deepest measured rate."""
+
+    def __init__(self, positions: int, prior: float = 0.5, weight: float = 2.0):
+        self.prior, self.weight = prior, weight
+        self.hits = [0.0] * (positions + 1)  # index k: position k (index 0 unused)
+        self.trials = [0.0] * (positions + 1)
+        self._rates: list[float] | None = None
+
+    def add(self, position: int, hit: bool) -> None:
+        self.trials[position] += 1
+        self.hits[position] += hit
+        self._rates = None
+
+    def rates(self) -> list[float]:
+        """[positions + 1] the rate at each position (index 0: the prior)."""
+        if self._rates is None:
+            out = [self.prior]
+            for hits, trials in zip(self.hits[1:], self.trials[1:]):
+                out.append((hits + self.weight * out[-1]) / (trials + self.weight))
+            self._rates = out
+        return self._rates
+
+    def pooled(self) -> float:
+        """All positions together (with the prior): a summary for reports and tests."""
+        return (sum(self.hits) + self.weight * self.prior) / (sum(self.trials) + self.weight)
+
+
+class ConfidenceGamma(AutoGamma):
+    """Draft while the drafter is confident, up to a cap: AutoGamma's cost model (or a fixed cap) bounds the draft
+    and the drafter ends it early at its first token whose max q is <= `threshold` (BiLD's fallback rule used as a
+    draft-length policy; Hugging Face's assisted generation does the same with assistant_confidence_threshold).
+
+    Decisions, and why:
+    - confidence is the max of q as the drafter draws from it (sampling.probs_from_logits): the raw softmax when
+      greedy (argmax drafts, so it is the drafted token's probability, as in Hugging Face), the tempered and
+      filtered distribution when sampling (what the acceptance min(1, p/q) sees). It depends on the committed text
+      and the draft so far only, so the draft length is a stopping time of the draft and every exact verifier
+      stays exact: only the draft length changes, never what is kept.
+    - the unconfident token is still proposed (as Hugging Face does, unlike BiLD's fallback, which hands that
+      position to the target): its draft forward is already paid for, and one more verified position costs little
+      beside the chance it is right (about 1 in 2 on the code zoo at 0.4).
+    - the cap maximises expected tokens per unit of time over the *realised* lengths L = min(S, cap), S the
+      position of the draft's first unconfident token. Three rates are measured per draft position k: the chance
+      the k-th token is confident (so the draft goes on), and the acceptance of confident and of unconfident
+      tokens. They are not constant: on the code zoo a first token is accepted 91% of the time and tokens past
+      the 5th about 99% (a draft that stayed confident that long is copying boilerplate), and long confident runs
+      are far likelier than one constant rate predicts, so a single alpha (Theorem 8's) undervalues long caps.
+      A step costs L draft positions and a target call over L + 1 tokens (StepCosts' fitted curve). In a batch
+      every row stops on its own and the draft forward goes on while any row drafts, so a step costs the longest
+      row (the max of the rows' lengths) while each row emits its own tokens. A drafter that never stops early
+      (prompt lookup) has continue rates 1, and with one acceptance rate at every position this is AutoGamma's
+      Theorem 8 exactly.
+    - the rates are this run's counts (per row, from update_rows), see _Rate for the priors; a row that drafted
+      fewer than the cap counts as a confidence stop (a short copy of lookup_model or the end of max_new_tokens is
+      counted so too: rare, and it only makes long caps look cheaper); the last token of a row that reached the cap
+      counts as confident.
+    - the rates past the cap are never measured, and one early rejection deep in a draft can hold the cap short
+      for the rest of the run; so for one row, every explore_every-th drafting step the cap is max_gamma (cheap:
+      the confidence stop still ends that draft), and the cap is the longest whose expected speed is within
+      `slack` (2%) of the best: with the stop doing the work the expected speed is nearly flat over long caps,
+      flatter than the estimates are sure, and a longer cap is what measures the deep positions (on the code zoo
+      this took `model` from 6.02 to 6.32 tokens per call and `lookup_model` from 5.66 to 6.17, a modelled +1% and
+      +6%). Batches do neither: there the longest row sets the cost, and the same slack cost `model` 17-20% at 4-8
+      rows in the same replay.
+    - until timings are known the cap is max_gamma for one row (the stop ends the drafts, as in Hugging Face's
+      default behaviour, cap 20 and threshold 0.4), and AutoGamma's start value for a batch. With variable realised
+      lengths StepCosts sees many shapes, each skipped once, so this start lasts longer than auto's.
+    - max_gamma 32 and threshold 0.4 were tuned on the code zoo's pair, greedy, 8 HumanEval prompts x 128 tokens,
+      with the policy fed the idle machine's modelled timings (scripts/draft_length_replay.py, so shared-CPU noise
+      did not pick them; 0.3 and 0.5 were slower): `model` makes 6.32 tokens per call (`auto` 4.74; Hugging Face's
+      rule, cap 20 at 0.4, 6.28 with as many draft forwards), a modelled 1.22x `auto`'s speed, level with Hugging
+      Face's rule in our loop.
+
+    fixed: a fixed cap instead of the cost model's (Hugging Face: 20); gamma 0 (plain decoding) is then never
+    chosen.
+    """
+
+    def __init__(self, threshold: float = DEFAULT_CONFIDENCE, gamma: int = 4, max_gamma: int = 32,
+                 costs: StepCosts | None = None, probe_every: int = 8, fixed: int | None = None,
+                 explore_every: int = 8, slack: float = 0.02):
+        super().__init__(gamma, max_gamma, costs, probe_every)
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            raise DraftVerifyError(f"the draft confidence threshold must be a number in [0, 1], got {threshold!r}")
+        if fixed is not None and (isinstance(fixed, bool) or not isinstance(fixed, int) or fixed < 1):
+            raise DraftVerifyError(f"a fixed cap must be an integer >= 1, got {fixed!r}")
+        self.confidence = float(threshold)
+        self.fixed = fixed
+        positions = max(max_gamma, fixed or 0)
+        self.sure = _Rate(positions)  # acceptance of confident draft tokens
+        self.unsure = _Rate(positions)  # acceptance of the unconfident token a draft ended at
+        self.goes_on = _Rate(positions)  # a drafted token is confident: the draft goes on after it
+        self.cap = gamma  # what next() said last
+        self.explore_every = explore_every
+        self.slack = slack
+        self._steps = 0
+
+    @property
+    def alpha_confident(self) -> float:
+        return self.sure.pooled()
+
+    @property
+    def alpha_unconfident(self) -> float:
+        return self.unsure.pooled()
+
+    @property
+    def continue_rate(self) -> float:
+        """b: the chance a drafted token is confident, so the draft goes on after it (all positions)."""
+        return self.goes_on.pooled()
+
+    def next(self, rows: int = 1) -> int:
+        self.cap = super().next(rows)
+        self._steps += 1
+        if (rows == 1 and self.fixed is None and self.explore_every and self.cap
+                and self._steps % self.explore_every == 0):
+            self.cap = self.max_gamma  # explore: the rates past a short cap are never measured otherwise
+        return self.cap
+
+    def best(self, rows: int = 1) -> int:
+        if self.fixed is not None:
+            return self.fixed
+        if not self.costs.known:
+            return self.max_gamma if rows == 1 else self.gamma
+        tokens, seconds = self._tokens_table(self.max_gamma), self._seconds_table(self.max_gamma, rows)
+        factors = [t / s for t, s in zip(tokens, seconds)]
+        near = max(factors) * (1.0 - (self.slack if rows == 1 else 0.0))
+        return max(g for g, f in enumerate(factors) if f >= near)
+
+    def _reach(self, top: int) -> list[float]:
+        """[top + 2] the chance a draft reaches position k (its first k - 1 tokens were confident); index 0 unused,
+        index top + 1: the chance it would go on past position top."""
+        b = self.goes_on.rates()
+        reach = [1.0, 1.0]
+        for k in range(1, top + 1):
+            reach.append(reach[-1] * b[k])
+        return reach
+
+    def _tokens_table(self, top: int) -> list[float]:
+        """[top + 1] expected tokens one row emits in a step with cap 0..top (accepted drafts + the target's)."""
+        a, lo, reach = self.sure.rates(), self.unsure.rates(), self._reach(top)
+        table = [1.0]
+        ended = 0.0  # the drafts that end before the cap: sum over s of P(end at s) * E(tokens | end at s)
+        prefix, kept = 1.0, 1.0  # expected tokens from a draft's first g - 1 tokens (+ the target's); P(all kept)
+        for g in range(1, top + 1):
+            b = reach[g + 1] / reach[g] if reach[g] > 0 else 0.0  # at the cap, the last token is confident w.p. b
+            table.append(ended + reach[g] * (prefix + kept * (b * a[g] + (1.0 - b) * lo[g])))
+            ended += (reach[g] - reach[g + 1]) * (prefix + kept * lo[g])  # ended at its g-th token, unconfident
+            kept *= a[g]
+            prefix += kept
+        return table
+
+    def _seconds_table(self, top: int, rows: int) -> list[float]:
+        """[top + 1] expected time of a step with cap 0..top over `rows` rows, in plain steps of those rows: the
+        longest row's drafting plus a target call over rows x (longest + 1) tokens."""
+        reach, c, plain = self._reach(top), self.c(rows), self.target_seconds(rows)
+        table = [1.0]
+        done, below = 0.0, 0.0  # done: the steps whose longest row ended before the cap; below: their chance
+        for g in range(1, top + 1):
+            cost = g * c + self.target_seconds(rows * (g + 1)) / plain
+            table.append(done + (1.0 - below) * cost)
+            upto = (1.0 - reach[g + 1]) ** rows  # P(every row ended by its g-th token)
+            done += (upto - below) * cost
+            below = upto
+        return table
+
+    def expected_tokens(self, cap: int) -> float:
+        """Expected tokens one row emits in a step with this cap (accepted drafts + the target's token)."""
+        return self._tokens_table(cap)[cap]
+
+    def expected_seconds(self, cap: int, rows: int = 1) -> float:
+        """Expected time of a step with this cap over `rows` rows, in units of a plain step of those rows."""
+        return 1.0 if cap == 0 else self._seconds_table(cap, rows)[cap]
+
+    def factor(self, cap: int, rows: int = 1) -> float:
+        """Expected speed over plain decoding for this cap (1 at cap 0)."""
+        return 1.0 if cap == 0 else self.expected_tokens(cap) / self.expected_seconds(cap, rows)
+
+    def update_rows(self, lengths: list[int], accepted: list[int]) -> None:
+        top = len(self.sure.trials) - 1
+        for length, kept in zip(lengths, accepted):
+            ended_early = length < self.cap
+            for k in range(1, min(length, top) + 1):
+                judged = k <= kept + 1
+                if k == length and ended_early:  # the unconfident token the draft ended at
+                    self.goes_on.add(k, False)
+                    if judged:
+                        self.unsure.add(k, kept >= k)
+                    continue
+                if k < length:
+                    self.goes_on.add(k, True)
+                if judged:
+                    self.sure.add(k, kept >= k)
+
+
+def parse_gamma(gamma: object, context: int | None = None) -> int | str:
+    """Validate a draft length: an integer in 1..MAX_GAMMA (or its decimal string), "heuristic", "auto" (which may
+    also choose 0, no draft, step by step) or "conf" / "conf=T" (auto's length as a cap, drafts ending early at a
+    token whose confidence is <= T, default DEFAULT_CONFIDENCE). The one place gamma is bounded, for the CLI, the
+    API, the server and the bench: a fixed gamma above MAX_GAMMA, or one whose verify forward (the pending token +
+    gamma drafts) cannot fit the target's `context` positions after a one-token prompt, is an error naming the
+    bound, never clamped silently. (Within the bound, each step drafts at most the tokens the request has left.)"""
     if isinstance(gamma, str):
-        if gamma in ("auto", "heuristic"):
+        if gamma in ("auto", "heuristic", "conf"):
+            return gamma
+        if gamma.startswith("conf="):
+            _confidence(gamma)
             return gamma
         if not gamma.isdecimal():
-            raise DraftVerifyError(f"gamma must be an integer >= 1, 'heuristic' or 'auto', got {gamma!r}")
+            raise DraftVerifyError(f"gamma must be an integer >= 1, 'heuristic', 'auto' or 'conf[=T]', got {gamma!r}")
         gamma = int(gamma)
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise DraftVerifyError(f"gamma (draft length) must be an integer >= 1, 'heuristic' or 'auto', got {gamma!r}")
+        raise DraftVerifyError(f"gamma (draft length) must be an integer >= 1, 'heuristic', 'auto' or 'conf[=T]', "
+                               f"got {gamma!r}")
+    bound, why = MAX_GAMMA, "the longest draft one verify forward is planned for"
+    if context is not None and context - 1 < bound:
+        bound, why = context - 1, f"the target attends to {context} positions, one of them the prompt's"
+    if gamma > bound:
+        raise DraftVerifyError(f"gamma (draft length) {gamma} is above {bound}, {why}: use a gamma in 1..{bound}, "
+                               "or 'auto' (picks 0..16 from the measured acceptance and costs)")
     return gamma
 
 
-def make_draft_length(gamma: int | str, costs: StepCosts | None = None) -> DraftLength:
-    """gamma: an integer >= 1, "heuristic" (start at 5, as Hugging Face does) or "auto" (costs: timings to
-    start from and to add to, e.g. a Pipeline's)."""
-    gamma = parse_gamma(gamma)
+def _confidence(spec: str) -> float:
+    """T of "conf=T": a number in [0, 1]."""
+    text = spec.removeprefix("conf=")
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:
+        raise DraftVerifyError(f"gamma {spec!r}: the confidence threshold T of 'conf=T' must be a number in [0, 1], "
+                               f"got {text!r}")
+    return value
+
+
+def make_draft_length(gamma: int | str, costs: StepCosts | None = None, context: int | None = None) -> DraftLength:
+    """gamma: an integer in 1..MAX_GAMMA, "heuristic" (start at 5, as Hugging Face does), "auto" or "conf[=T]" (costs:
+    timings to start from and to add to, e.g. a Pipeline's); context: the target's positions, when known (see
+    parse_gamma)."""
+    gamma = parse_gamma(gamma, context)
     if gamma == "auto":
         return AutoGamma(costs=costs)
+    if gamma == "conf":
+        return ConfidenceGamma(costs=costs)
+    if isinstance(gamma, str) and gamma.startswith("conf="):
+        return ConfidenceGamma(_confidence(gamma), costs=costs)
     if gamma == "heuristic":
         return HeuristicGamma(5)
     return FixedGamma(gamma)

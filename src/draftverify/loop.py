@@ -203,6 +203,7 @@ def generate(
         generator=generator,
         lengths=lengths,
         seeds=row_seeds,
+        draft_confidence=length_policy.confidence,
     )
     drafter.start(state, target.prefilled if drafter.needs_target_hidden else None)
     drafter_calls_before = drafter.forward_calls
@@ -243,10 +244,10 @@ def generate(
             state.tokens, state.lengths = _append_rows(state.tokens, state.lengths, emitted_rows)
             drafter.commit(state, verdict, None)
             n = sum(accepted)  # the policy hears the batch's totals
-            rejected_rows = sum(a < draft.depth if draft.lengths is None else a < int(draft.lengths[i])
-                                for i, a in enumerate(accepted))
+            row_lengths = [draft.depth] * len(accepted) if draft.lengths is None else draft.lengths.tolist()
+            rejected_rows = sum(a < length for a, length in zip(accepted, row_lengths))
             stats.new_tokens += sum(len(r) for r in emitted_rows)
-            stats.drafted_tokens += draft.length * len(accepted) if draft.lengths is None else int(draft.lengths.sum())
+            stats.drafted_tokens += draft.length * len(accepted) if draft.lengths is None else sum(row_lengths)
             stats.accepted_tokens += sum(min(a, len(r)) for a, r in zip(accepted, emitted_rows))
             stats.rejections += rejected_rows
             rejected = rejected_rows
@@ -263,6 +264,7 @@ def generate(
             state.tokens = torch.cat([state.tokens, emitted], dim=1)
             drafter.commit(state, verdict, _scored_for_drafter(out, kept, draft) if drafter.needs_target_hidden else None)
             rejected = n < draft.depth
+            row_lengths, accepted = [draft.depth], [n]
             stats.new_tokens += emitted.shape[1]
             produced += emitted.shape[1]
             stats.drafted_tokens += draft.length
@@ -275,6 +277,7 @@ def generate(
         stats.time_target += t2 - t1
         stats.time_verify += t3 - t2
         length_policy.update(draft.length, n, rejected, t1 - t0, t2 - t1, step_rows)
+        length_policy.update_rows(row_lengths, accepted)
         stop_rows = None
         if on_tokens is not None:
             t4 = perf_counter()

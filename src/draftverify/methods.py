@@ -50,9 +50,10 @@ METHODS: dict[str, Method] = {
     "bild_early_exit": Method("early_exit", "bild", "BiLD with the early-exit small model (BiLD section 4.4)"),
     "specdec++": Method("model", "topbeta", "SpecDec++ top-beta / tolerance-tau verification; not lossless", True),
     "specdec": Method("nat", "exact", "SpecDec: a non-autoregressive drafter fills k mask slots in one pass "
-                      "(over the encoder states, or a decoder-only target's own hidden states)"),
+                      "(over the encoder states, or a decoder-only target's own hidden states); needs a trained "
+                      "NAT drafter (--nat; the translate zoo ships one, `draftverify train nat` makes one)"),
     "specdec++_nat": Method("nat", "topbeta", "SpecDec++ as in the paper: the NAT drafter under top-beta / tau; "
-                            "not lossless"),
+                            "not lossless; needs a NAT drafter like specdec"),
 }
 
 

@@ -56,6 +56,9 @@ class DecodingState:
     # each row's real tokens; seeds [B] key each row's coupled sampling noise. Both None for one row.
     lengths: torch.Tensor | None = None
     seeds: list[int] | None = None
+    # the length policy's confidence stop (DraftLength.confidence): a drafter that draws from a model's q ends its
+    # draft at the first token whose max q is <= this (that token included), each row on its own; 0 = never
+    draft_confidence: float = 0.0
 
     def row(self, b: int) -> torch.Tensor:
         """Row b's real tokens [L_b] (without the left padding of a batch)."""

@@ -6,13 +6,48 @@ import json
 import os
 from pathlib import Path
 
+from .errors import DraftVerifyError
+
 ZOO_DEFAULT_METHOD = "lookup_model"  # copying where code repeats, the draft model elsewhere (the code zoo)
 SETTINGS_NAME = "zoo.json"  # optional per-entry settings, e.g. {"default_method": "specdec"}
 
 
+ZOO_ENV = "DRAFTVERIFY_ZOO"
+
+
+def source_tree_zoo() -> Path:
+    """The repository's zoo/ folder, which exists beside the sources in a checkout (and an editable install)."""
+    return Path(__file__).resolve().parents[2] / "zoo"
+
+
+def user_zoo() -> Path:
+    """Where a normal (non-editable) install looks: $XDG_DATA_HOME/draftverify/zoo (~/.local/share/...)."""
+    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data_home) / "draftverify" / "zoo"
+
+
 def zoo_root() -> Path:
-    """Where shipped models live: $DRAFTVERIFY_ZOO, else the repository's zoo/ folder."""
-    return Path(os.environ.get("DRAFTVERIFY_ZOO", Path(__file__).resolve().parents[2] / "zoo"))
+    """Where shipped models live: $DRAFTVERIFY_ZOO, else the repository's zoo/ folder when the package runs from
+    a checkout, else the user's data folder (where a copy of the repository's zoo/ goes after `pip install .`)."""
+    if os.environ.get(ZOO_ENV):
+        return Path(os.environ[ZOO_ENV])
+    return source_tree_zoo() if source_tree_zoo().is_dir() else user_zoo()
+
+
+def zoo_folder(name: str) -> Path:
+    """The folder of zoo entry `name`, or an error that says where it was looked for and how to point at it."""
+    root = zoo_root()
+    folder = root / name
+    if folder.is_dir():
+        return folder
+    available = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if available:
+        raise DraftVerifyError(f"no zoo entry {name!r} under {root}; available: {', '.join(available)}")
+    if os.environ.get(ZOO_ENV):
+        raise DraftVerifyError(f"${ZOO_ENV}={root} is not a zoo folder: point it at the zoo/ folder of a draftverify "
+                               "checkout")
+    raise DraftVerifyError(f"no zoo folder at {root}: copy the zoo/ folder of a draftverify checkout there, or set "
+                           f"${ZOO_ENV} to it")
 
 
 def zoo_default_method(name: str) -> str:
@@ -24,3 +59,45 @@ def zoo_default_method(name: str) -> str:
         except (json.JSONDecodeError, KeyError, TypeError):
             pass
     return ZOO_DEFAULT_METHOD
+
+
+def zoos_with(part: str) -> list[str]:
+    """The zoo entries that ship `part` (a file or folder name inside the entry, e.g. "nat"), sorted."""
+    root = zoo_root()
+    if not root.is_dir():
+        return []
+    return sorted(entry.name for entry in root.iterdir() if (entry / part).exists())
+
+
+# how to make the NAT drafter (specdec, specdec++_nat): the README's recipes for a decoder-only target (the code
+# zoo's) and for a translation target (the translate zoo's, on `draftverify train distill` targets)
+TRAIN_NAT = ("draftverify train nat --target {target} --out runs/nat-code/run --work-dir runs/nat-code "
+             "--export {export} --max-minutes 15 --threads 1")
+TRAIN_NAT_TRANSLATION = ("draftverify train nat --target {target} --train-targets DISTILLED.de --out runs/nat "
+                         "--export {export}")
+
+
+def nat_shipped() -> str:
+    """Which zoo entries ship a NAT drafter, as a phrase: "only the translate zoo ships one"."""
+    shipped = zoos_with("nat")
+    if not shipped:
+        return "no zoo entry ships one"
+    return f"only the {', '.join(shipped)} zoo ships one" if len(shipped) == 1 else \
+        f"the {', '.join(shipped)} zoos ship one"
+
+
+def nat_advice(zoo: str | None = None, translation: bool = False) -> str:
+    """What to do when a NAT method has no drafter: which zoo ships one, and how to train one (one line)."""
+    target = f"zoo/{zoo}/target" if zoo else "TARGET"
+    export = f"zoo/{zoo}/nat" if zoo else "DIR"
+    recipe = (TRAIN_NAT_TRANSLATION if translation else TRAIN_NAT).format(target=target, export=export)
+    other = f" (this zoo's default: {zoo_default_method(zoo)})" if zoo else ""
+    return (f"{nat_shipped()}; pass --nat DIR (API: nat_path=DIR) with a drafter trained for this target, e.g. "
+            f"`{recipe}`, or use another method{other}")
+
+
+def check_zoo_has_nat(zoo: str, uses_nat: bool, nat_path: object) -> None:
+    """A NAT method (uses_nat) on a zoo entry without a nat/ folder and no nat path given: a DraftVerifyError that
+    says which zoo has one and how to train one, before any model loads."""
+    if uses_nat and nat_path is None and not (zoo_root() / zoo / "nat").exists() and (zoo_root() / zoo).is_dir():
+        raise DraftVerifyError(f"the {zoo!r} zoo ships no NAT drafter for specdec / specdec++_nat: {nat_advice(zoo)}")

@@ -51,6 +51,13 @@ def test_todays_methods_give_the_rows_the_bench_always_had(model_dir, models):
     assert by_name["early_exit[L=1,g=3]"].settings == {"layers": 1}
 
 
+def test_conf_gammas_give_method_conf_rows(model_dir, models):
+    config = _config(model_dir, quick=False, gammas=("auto", "conf", "conf=0.3"), runners=("model", "lookup_model"))
+    names = {r.name: r for r in _plan(config, models)[0]}
+    assert {"model[auto]", "model[conf]", "model[conf=0.3]", "lookup_model[conf]"} <= set(names)
+    assert names["model[conf]"].gamma == "conf" and names["model[conf]"].lossless
+
+
 def test_full_mode_sweeps_gammas_layers_and_the_lossy_grid(model_dir, models):
     config = _config(model_dir, quick=False, gammas=(2, 4), bild_fb=(0.2, 0.6), bild_rb=(1.0, 3.0),
                      early_exit_layers=(1, 2))

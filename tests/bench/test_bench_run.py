@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,7 @@ import torch
 from bench_fixtures import data_dir, model_args, model_dir  # noqa: F401  (fixtures)
 from typer.testing import CliRunner
 
+import draftverify
 from draftverify.bench import llamacpp, run_bench
 from draftverify.backends.gguf import converter_available
 from draftverify.bench.summary import cost_ratio
@@ -35,7 +39,7 @@ def quick(model_dir, data_dir, tmp_path_factory):
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("bench-out")
     args = ["bench", "--quick", *model_args(model_dir), "--data-dir", str(data_dir), "--out", str(out),
-            "--threads", "1", "--no-progress"]
+            "--threads", "1", "--no-progress", "--temperature", "0,1"]  # --quick alone runs greedy only
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     payload = json.loads((out / "bench-humaneval-quick.json").read_text())
@@ -185,6 +189,32 @@ def test_markdown_has_the_command_line_and_a_row_per_runner(quick):
         assert f"`{row['runner']}`" in markdown
     assert "## Temperature 0 (greedy)" in markdown and "## Lossy methods" in markdown
     assert "bench-humaneval-quick-speedup.png" in markdown
+
+
+def test_quick_piped_says_each_phase_runner_and_prompt_on_stderr_without_loading_bars(model_dir, data_dir, tmp_path):
+    """The real `draftverify bench --quick` with stderr a pipe (not a terminal): a line per phase and per (runner,
+    prompt) as it goes, greedy only and no warm-up (the smoke test's defaults), no transformers bars."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(Path(draftverify.__file__).resolve().parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-m", "draftverify.cli", "bench", "--quick", *model_args(model_dir),
+                           "--data-dir", str(data_dir), "--out", str(tmp_path), "--threads", "1", "--no-plots",
+                           "--runners", "model,prompt_lookup"], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    err = done.stderr
+    assert "Loading weights" not in err and "━" not in err  # no bars: neither transformers' nor a stuck rich one
+    lines = err.splitlines()
+    assert lines[0].startswith("bench bench-humaneval-quick: loading the models")
+    assert any(line.startswith("building the runners") for line in lines)
+    assert any(line.startswith("5 runners, 5 (runner, temperature) rows x 2 prompts of 8 tokens") for line in lines)
+    runners = ["hf_generate", "ours_autoregressive", f"model[g={QUICK_GAMMA}]", "model[auto]",
+               f"prompt_lookup[g={QUICK_GAMMA}]"]
+    progress = [line for line in lines if line.startswith("[")]
+    assert len(progress) == 10 and progress[-1].startswith("[10/10] ")
+    for index, prompt in enumerate(("HumanEval/0", "HumanEval/1")):
+        for runner in runners:
+            assert sum(f"prompt {index + 1}/2 ({prompt}) {runner} T=0: " in line for line in progress) == 1, runner
+    assert not any(line.startswith("warm-up") for line in lines)
+    assert any(line.startswith("measured in ") for line in lines)
 
 
 def test_python_api_returns_the_result_and_records_the_command(model_dir, data_dir, tmp_path):

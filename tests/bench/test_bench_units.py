@@ -27,12 +27,27 @@ def test_gamma_lists_parse_integers_auto_and_heuristic():
             parse_gammas(bad)
 
 
+def test_gamma_lists_parse_conf_with_and_without_a_threshold():
+    assert parse_gammas("auto,conf,conf=0.3") == ("auto", "conf", "conf=0.3")
+    assert BenchConfig(target="t", gammas=("conf", "conf=0.25", 4)).resolved().gammas == ("conf", "conf=0.25", 4)
+    for bad in ("conf=2", "conf=x", "confidence"):
+        with pytest.raises(DraftVerifyError, match="--gamma"):
+            parse_gammas(bad)
+    with pytest.raises(DraftVerifyError, match="--gamma"):
+        BenchConfig(target="t", gammas=("conf=1.5",)).resolved()
+
+
 def test_quick_and_full_defaults():
     quick = BenchConfig(target="t", quick=True).resolved()
     assert (quick.num_prompts, quick.max_new_tokens, quick.gammas) == (2, 8, (3, "auto"))
+    # a smoke test: greedy only, no warm-up, BiTA with one mask token (each still overridable)
+    assert (quick.temperatures, quick.warmup_tokens, quick.bita_masks) == ((0.0,), 0, 1)
+    assert BenchConfig(target="t", quick=True, temperatures=(0.0, 1.0), warmup_tokens=4,
+                       bita_masks=2).resolved().temperatures == (0.0, 1.0)
     assert quick.name == "bench-humaneval-quick"
     full = BenchConfig(zoo="code", prompts="spec_bench:qa").resolved()
     assert (full.num_prompts, full.max_new_tokens, full.temperatures) == (20, 128, (0.0, 1.0))
+    assert (full.warmup_tokens, full.bita_masks) == (16, None)
     assert full.gammas == (2, 3, 4, 5, 6, 8, "auto") and full.name == "bench-spec_bench-qa"
     assert full.bild_fb == (0.2, 0.4, 0.6, 0.8) and full.bild_rb == (1.0, 2.0, 3.0, 5.0)
 

@@ -48,7 +48,9 @@ def test_runner_spellings():
     assert parse_runner("lookup_model", 4) == ("lookup_model", "lookup_model", 4)
     assert parse_runner("lookup_model[auto]", 4)[1:] == ("lookup_model", "auto")
     assert parse_runner("model[g=7]", "auto")[1:] == ("model", 7)
-    for bad in ("model[7]", "model[g=0]", "model[fast]", "model[auto", "[auto]"):
+    assert parse_runner("model[conf]", 4)[1:] == ("model", "conf")
+    assert parse_runner("lookup_model[conf=0.3]", 4)[1:] == ("lookup_model", "conf=0.3")
+    for bad in ("model[7]", "model[g=0]", "model[fast]", "model[auto", "[auto]", "model[conf=2]", "model[conf=]"):
         with pytest.raises(DraftVerifyError):
             parse_runner(bad, 4)
 

@@ -169,6 +169,8 @@ BAD_REQUESTS = [
     ({"model": "tiny", "prompt": "x", "presence_penalty": 1}, 400, "presence_penalty is not supported", None),
     ({"model": "tiny", "prompt": "x", "logprobs": 2}, 400, "logprobs are not supported", "logprobs"),
     ({"model": "tiny", "prompt": ""}, 400, "prompt is empty", "prompt"),
+    ({"model": "tiny", "prompt": "   "}, 400, "only whitespace", "prompt"),
+    ({"model": "tiny", "prompt": ["\n\t"]}, 400, "only whitespace", "prompt"),
     ({"model": "tiny", "prompt": ["a", "b"]}, 400, "one prompt per request", "prompt"),
     ({"model": "tiny", "prompt": [1, 2, 10**7]}, 400, "prompt token ids must be in", "prompt"),
     ({"model": "tiny", "prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4 stop strings", "stop"),

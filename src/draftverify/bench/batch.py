@@ -55,11 +55,12 @@ class Runner(NamedTuple):
 
 
 def parse_runner(spec: str, default_gamma: int | str) -> Runner:
-    """METHOD (at default_gamma) or METHOD[auto], METHOD[heuristic], METHOD[g=N] (the names `draftverify bench`
-    gives its rows)."""
-    match = re.fullmatch(r"([\w+]+)(?:\[(auto|heuristic|g=\d+)\])?", spec.strip())
+    """METHOD (at default_gamma) or METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[conf=T], METHOD[g=N] (the
+    names `draftverify bench` gives its rows)."""
+    match = re.fullmatch(r"([\w+]+)(?:\[(auto|heuristic|conf(?:=[\d.]+)?|g=\d+)\])?", spec.strip())
     if match is None:
-        raise DraftVerifyError(f"--methods: {spec!r} is not METHOD, METHOD[auto], METHOD[heuristic] or METHOD[g=N]")
+        raise DraftVerifyError(f"--methods: {spec!r} is not METHOD, METHOD[auto], METHOD[heuristic], METHOD[conf], "
+                               "METHOD[conf=T] or METHOD[g=N]")
     method, gamma = match.group(1), match.group(2)
     return Runner(spec.strip(), method, default_gamma if gamma is None else parse_gamma(gamma.removeprefix("g=")))
 

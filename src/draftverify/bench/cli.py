@@ -18,12 +18,12 @@ console = Console(soft_wrap=True)  # notes and paths printed whole, not broken a
 err_console = Console(stderr=True, soft_wrap=True)
 
 
-def config_from_options(*, temperature: str, gamma: str | None, early_exit_layers: str | None, bild_fb: str | None,
+def config_from_options(*, temperature: str | None, gamma: str | None, early_exit_layers: str | None, bild_fb: str | None,
                         bild_rb: str | None, runners: str | None, backend: str = "hf", **options) -> BenchConfig:
     """Strings from the command line -> BenchConfig (comma lists parsed here; values validated by resolved())."""
     return BenchConfig(
         backends=parse_names("--backend", backend),
-        temperatures=parse_floats("--temperature", temperature),
+        temperatures=parse_floats("--temperature", temperature) if temperature is not None else None,
         gammas=parse_gammas(gamma) if gamma is not None else None,
         early_exit_layers=parse_ints("--early-exit-layers", early_exit_layers) if early_exit_layers else None,
         bild_fb=parse_floats("--bild-fb", bild_fb) if bild_fb is not None else None,
@@ -77,7 +77,7 @@ def cost_config_from_options(options: dict, command: str):
     """The bench's options -> CostConfig: --num-prompts / --max-new-tokens size the greedy equality check."""
     from .cost_run import CostConfig
 
-    defaults = {"temperature": "0,1.0", "dtype": "float32", "compile": False, "backend": "hf"}
+    defaults = {"dtype": "float32", "compile": False, "backend": "hf"}
     given = [k for k in COST_IGNORES if options.get(k) is not None and options.get(k) != defaults.get(k)]
     if given:
         raise DraftVerifyError("--cost-curve does not use " + ", ".join("--" + k.replace("_", "-") for k in given))

@@ -4,9 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
 
-GammaSpec = int | str  # an integer >= 1, "auto" (Theorem 8 online) or "heuristic" (Hugging Face's +2/-1)
+# an integer >= 1, "auto" (Theorem 8 online), "heuristic" (Hugging Face's +2/-1) or "conf[=T]" (auto's length as a
+# cap, ending early at the draft's first unconfident token)
+GammaSpec = int | str
 
 # runner families: which rows a run has (the two baselines are always run); ours come from the method registry
 BASELINES = ("hf_generate", "ours_autoregressive")
@@ -24,6 +27,9 @@ DEFAULT_BILD_FB = (0.2, 0.4, 0.6, 0.8)
 DEFAULT_BILD_RB = (1.0, 2.0, 3.0, 5.0)
 FULL_PROMPTS, FULL_NEW_TOKENS = 20, 128
 QUICK_PROMPTS, QUICK_NEW_TOKENS, QUICK_GAMMA = 2, 8, 3
+FULL_TEMPERATURES, QUICK_TEMPERATURES = (0.0, 1.0), (0.0,)
+FULL_WARMUP_TOKENS, QUICK_WARMUP_TOKENS = 16, 0  # --quick is a smoke test: its timings are not read, no warm-up
+QUICK_BITA_MASKS = 1  # bita_tree's full top-k tree over every mask token is the slowest row by far
 DEFAULT_ZOO = "code"  # what `draftverify bench` measures when given no models, as the README's commands assume
 
 
@@ -35,7 +41,7 @@ class BenchConfig:
     data_dir: str | Path | None = None  # default $DRAFTVERIFY_DATA, else the copies shipped in the package
     num_prompts: int | None = None  # 20 (quick: 2)
     max_new_tokens: int | None = None  # 128 (quick: 8)
-    temperatures: tuple[float, ...] = (0.0, 1.0)
+    temperatures: tuple[float, ...] | None = None  # (0, 1) (quick: greedy only)
     zoo: str | None = None  # default "code" (the shipped models) unless --target is given
     target: str | Path | None = None
     draft: str | Path | None = None
@@ -45,7 +51,7 @@ class BenchConfig:
     bita: str | Path | None = None  # BiTA adapter folder (bita methods); the zoo's by default
     nat: str | Path | None = None  # NAT drafter folder (specdec methods); the zoo's by default
     bita_topk: int = 3  # bita / bita_tree: candidates per mask token
-    bita_masks: int | None = None  # bita*: the adapter's first m mask tokens (None = all)
+    bita_masks: int | None = None  # bita*: the adapter's first m mask tokens (None = all; quick: 1)
     dtype: str = "float32"
     threads: int | None = None
     gammas: tuple[GammaSpec, ...] | None = None  # (2,3,4,5,6,8,auto) (quick: (3, auto))
@@ -55,7 +61,7 @@ class BenchConfig:
     bild_gamma: int = 10  # BiLD section 7.1.2: at most 10 consecutive small-model tokens
     runners: tuple[str, ...] | None = None  # families to run (baselines always); None = all
     seed: int = 0
-    warmup_tokens: int = 16  # one warm-up generation of this many tokens per runner row
+    warmup_tokens: int | None = None  # one warm-up generation of this many tokens per runner row (16; quick: 0)
     compile: bool = False  # our runners: preallocated caches + torch.compile per verify width (warm-up compiles)
     # what runs our rows: "hf" (transformers) and/or "llamacpp" (llama.cpp via llama-cpp-python: rows named
     # llamacpp:<row>, the target and draft converted to GGUF at --dtype, greedy, checked against llama.cpp greedy)
@@ -78,6 +84,12 @@ class BenchConfig:
             cfg.max_new_tokens = QUICK_NEW_TOKENS if quick else FULL_NEW_TOKENS
         if cfg.gammas is None:
             cfg.gammas = (QUICK_GAMMA, "auto") if quick else DEFAULT_GAMMAS
+        if cfg.temperatures is None:
+            cfg.temperatures = QUICK_TEMPERATURES if quick else FULL_TEMPERATURES
+        if cfg.warmup_tokens is None:
+            cfg.warmup_tokens = QUICK_WARMUP_TOKENS if quick else FULL_WARMUP_TOKENS
+        if quick and cfg.bita_masks is None:
+            cfg.bita_masks = QUICK_BITA_MASKS
         if cfg.bild_fb is None:
             cfg.bild_fb = (0.4,) if quick else DEFAULT_BILD_FB
         if cfg.bild_rb is None:
@@ -97,6 +109,7 @@ class BenchConfig:
         _positive_int("--num-prompts", self.num_prompts)
         _positive_int("--max-new-tokens", self.max_new_tokens)
         _positive_int("--bild-gamma", self.bild_gamma)
+        _check_gamma(self.bild_gamma)
         if isinstance(self.warmup_tokens, bool) or not isinstance(self.warmup_tokens, int) or self.warmup_tokens < 0:
             raise DraftVerifyError(f"warmup_tokens must be an integer >= 0, got {self.warmup_tokens!r}")
         if not isinstance(self.compile, bool):
@@ -156,10 +169,12 @@ def _positive_int(option: str, value: object) -> int:
 
 
 def _check_gamma(g: object) -> None:
-    if g in ("auto", "heuristic"):
-        return
-    if isinstance(g, bool) or not isinstance(g, int) or g < 1:
-        raise DraftVerifyError(f"--gamma values must be integers >= 1, 'auto' or 'heuristic', got {g!r}")
+    if isinstance(g, str) and g.isdecimal():  # a config holds integers as ints
+        raise DraftVerifyError(f"--gamma values must be integers >= 1, 'auto', 'heuristic' or 'conf[=T]', got {g!r}")
+    try:
+        parse_gamma(g)  # the one bound on a draft length (MAX_GAMMA)
+    except DraftVerifyError as err:
+        raise DraftVerifyError(f"--gamma: {err}") from None
 
 
 # ---------------------------------------------------------------- parsing comma lists from the command line
@@ -197,12 +212,12 @@ def parse_ints(option: str, text: str) -> tuple[int, ...]:
 def parse_gammas(text: str) -> tuple[GammaSpec, ...]:
     out: list[GammaSpec] = []
     for part in _items("--gamma", text):
-        if part in ("auto", "heuristic"):
+        if part in ("auto", "heuristic", "conf") or part.startswith("conf="):
             out.append(part)
         elif part.lstrip("-").isdigit():
             out.append(int(part))
         else:
-            raise DraftVerifyError(f"--gamma: {part!r} is not an integer, 'auto' or 'heuristic' (in {text!r})")
+            raise DraftVerifyError(f"--gamma: {part!r} is not an integer, 'auto', 'heuristic' or 'conf[=T]' (in {text!r})")
     for g in out:
         _check_gamma(g)
     return tuple(dict.fromkeys(out))

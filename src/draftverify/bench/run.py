@@ -1,16 +1,17 @@
 """run_bench(config) -> dict: load, warm up, measure prompt-major, summarise, write JSON / markdown / PNG."""
 from __future__ import annotations
 
-import contextlib
 from dataclasses import replace
 from pathlib import Path
 from time import perf_counter
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..errors import DraftVerifyError
+from ..quiet import quiet
 from . import environment, plots
 from .config import BenchConfig
 from .models import BenchModels, load_models
@@ -21,19 +22,6 @@ from .runners import Runner, install_hooks
 from .summary import equality_failures, summarize
 
 console = Console(stderr=True)
-
-
-@contextlib.contextmanager
-def _quiet_transformers():
-    """HF logs a notice each time the assistant's settings differ from its defaults; the bench sets them on purpose."""
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
 
 
 def select_prompts(prompts: list[Prompt], models: BenchModels, config: BenchConfig) -> tuple[list, list[str]]:
@@ -72,9 +60,21 @@ def _record(runner: Runner, temperature: float, index: int, prompt: Prompt, seed
 
 
 def _progress(enabled: bool) -> Progress:
+    """The live bar: on a terminal only (rich draws nothing until the end when stderr is a pipe or a file)."""
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TimeRemainingColumn(), TextColumn("{task.fields[runner]}"), console=console, disable=not enabled,
-                    transient=False)
+                    TimeRemainingColumn(), TextColumn("{task.fields[runner]}"), console=console,
+                    disable=not (enabled and console.is_terminal), transient=False)
+
+
+def _say(config: BenchConfig, text: str) -> None:
+    """A progress line on stderr (with --progress): the phases always, and where stderr is not a terminal (CI logs,
+    `2> file`, a pipe) a line per runner and prompt, which the bar shows on a terminal."""
+    if config.progress:
+        console.print(escape(text), soft_wrap=True, highlight=False)
+
+
+def _lines(config: BenchConfig) -> bool:
+    return config.progress and not console.is_terminal
 
 
 WARMUP_PASSES = 3  # --compile: at most this many warm-up passes (the last one compiled nothing, or a warning follows)
@@ -115,7 +115,7 @@ def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer)
             requests = tuple(sorted({ids.shape[1] + config.max_new_tokens for _, ids in chosen}))
             prepared: set[int] = set()
             pass_start = compilations()
-            for runner, t in rows:
+            for number, (runner, t) in enumerate(rows, 1):
                 bar.update(task, runner=runner.name)
                 before, started = compilations(), perf_counter()
                 if id(runner) not in prepared:
@@ -125,9 +125,15 @@ def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer)
                 runner.warmup_seconds = (runner.warmup_seconds or 0.0) + perf_counter() - started
                 runner.warmup_compiles += compilations() - before
                 bar.advance(task)
+                if _lines(config):
+                    compiled = compilations() - before
+                    _say(config, f"warm-up{f' pass {warm_pass + 1}' if warm_pass else ''} {number}/{len(rows)}: "
+                                 f"{runner.name} T={t:g} ({perf_counter() - started:.1f} s"
+                                 f"{f', {compiled} graphs compiled' if compiled else ''})")
             if compilations() == pass_start:
                 break
         task = bar.add_task("prompt x runner", total=len(rows) * len(chosen), runner="")
+        done = 0
         for index, (prompt, ids) in enumerate(chosen):
             shift = index % len(rows)
             for runner, t in rows[shift:] + rows[:shift]:
@@ -138,6 +144,10 @@ def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer)
                 runner.timed_compiles += compilations() - before
                 records.append(_record(runner, t, index, prompt, seed, m, tokenizer))
                 bar.advance(task)
+                done += 1
+                if _lines(config):
+                    _say(config, f"[{done}/{len(rows) * len(chosen)}] prompt {index + 1}/{len(chosen)} ({prompt.id}) "
+                                 f"{runner.name} T={t:g}: {m.new_tokens} tokens in {m.seconds:.2f} s")
     order = {(r.name, t): i for i, (r, t) in enumerate(rows)}
     records.sort(key=lambda rec: (rec["prompt_index"], order[(rec["runner"], rec["temperature"])]))
     return records
@@ -154,6 +164,8 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
         torch.set_num_threads(config.threads)
     command = config.command or environment.command_line()
     prompts = load_prompts(config.prompts, config.data_dir)  # before the models: a missing file fails fast
+    started = perf_counter()
+    _say(config, f"bench {config.name}: loading the models ({f'zoo {config.zoo!r}' if config.zoo else config.target}) ...")
     models = load_models(config)
     if getattr(models.target.config, "is_encoder_decoder", False):
         raise DraftVerifyError("draftverify bench runs decoder-only targets for now (HF generate's output layout and "
@@ -161,8 +173,13 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
     chosen, prompt_notes = select_prompts(prompts, models, config)
     hooks = install_hooks(models)
     try:
-        with _quiet_transformers():
+        with quiet():  # HF logs a notice each time the assistant settings differ from its defaults (on purpose)
+            _say(config, f"building the runners (models loaded in {perf_counter() - started:.1f} s) ...")
             runners, runner_notes = build_runners(config, models, hooks)
+            count = sum(1 for t in config.temperatures for r in runners if not (r.greedy_only and t > 0))
+            _say(config, f"{len(runners)} runners, {count} (runner, temperature) rows x {len(chosen)} prompts of "
+                         f"{config.max_new_tokens} tokens (models and runners ready after "
+                         f"{perf_counter() - started:.1f} s)")
             records = measure(runners, config, chosen, models.tokenizer)
     finally:
         hooks.remove()
@@ -199,6 +216,8 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
         "files": files,
     }
     write_json(result, Path(files["json"]))  # the measurements are safe on disk before any plotting
+    _say(config, f"measured in {perf_counter() - started:.1f} s; writing {out / config.name}.md"
+                 + (" and the plots" if config.plots else ""))
     if config.plots:
         _plot_all(rows, out, config, result)
     write_json(result, Path(files["json"]))

@@ -16,7 +16,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel
 
 from ..cached_lm import WIDTH_BUCKETS, CachedLM, bucket
-from ..draft_length import make_draft_length
+from ..compiling import compiled_models, max_verify_width
 from ..drafters.base import Drafter
 from ..loop import generate
 from ..methods import MethodOptions, build_verifier
@@ -173,22 +173,8 @@ class OursRunner(Runner):
     eos_token_id: int | None = None
 
     def _compiled(self) -> list[tuple[CachedLM, bool]]:
-        """(model, lags) for each compiled CachedLM this runner calls: the target, and the drafter's models (nested
-        drafters too). lags: the model belongs to a drafter inside another drafter (lookup_model's draft model),
-        which sits idle while the other drafts and then catches up on many tokens in one forward."""
-        found: list[tuple[CachedLM, bool]] = []
-
-        def visit(obj, depth: int) -> None:
-            if isinstance(obj, CachedLM):
-                if obj._compiled is not None and all(obj is not lm for lm, _ in found):
-                    found.append((obj, depth >= 2))
-            elif isinstance(obj, Drafter) and depth < 3:
-                for value in vars(obj).values():
-                    visit(value, depth + 1)
-
-        visit(self.target, 0)
-        visit(self.drafter, 0)
-        return found
+        """(model, lags) for each compiled CachedLM this runner calls (compiling.compiled_models)."""
+        return compiled_models(self.target, self.drafter)
 
     def compiled_models(self) -> list[CachedLM]:
         return [lm for lm, _ in self._compiled()]
@@ -197,16 +183,8 @@ class OursRunner(Runner):
         return [lm.role for lm in self.compiled_models()]
 
     def max_width(self) -> int:
-        """Widest forward this runner's verification should need: the longest draft + 1 (a tree: its nodes + 1)."""
-        policy = make_draft_length(self.gamma if self.gamma is not None else 1)
-        longest = int(getattr(policy, "max_gamma", getattr(policy, "gamma", 1)))
-        full_tree = getattr(self.drafter, "full_tree", None)
-        if full_tree is not None:
-            return int(full_tree.size) + 1
-        # several continuations merged into one tree: prompt_lookup_tree's matches, bpd_pbest's p best paths
-        branches = [getattr(self.drafter, a, None) for a in ("num_matches", "p")]
-        branches = max([b for b in branches if isinstance(b, int) and not isinstance(b, bool)] or [1])
-        return longest * branches + 1
+        """Widest forward this runner's verification should need (compiling.max_verify_width)."""
+        return max_verify_width(self.drafter, self.gamma if self.gamma is not None else 1)
 
     def prepare(self, input_ids: torch.Tensor, requests: tuple[int, ...] = ()) -> None:
         """Compile every width bucket up to max_width() of each compiled model (the target and draft models; a

@@ -85,7 +85,8 @@ class LookupModelDrafter(Drafter):
         tokens[rows, : copied.length] = copied.tokens[rows]
         q[rows] = 0.0  # a copied token is a deterministic proposal: q one-hot at it
         q[rows, : copied.length] = torch.nn.functional.one_hot(copied.tokens[rows], q.shape[-1]).to(q.dtype)
-        lengths = torch.where(copying, copy_len, torch.full_like(copy_len, drafted.length))
+        model_len = drafted.lengths if drafted.lengths is not None else torch.full_like(copy_len, drafted.length)
+        lengths = torch.where(copying, copy_len, model_len.to(copy_len.device))  # the model's rows may end early
         return Draft(tokens=tokens, q_probs=q, lengths=lengths)
 
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:

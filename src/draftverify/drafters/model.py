@@ -20,6 +20,10 @@ class ModelDrafter(Drafter):
     alpha_FB (Algorithm 1, line 4: small model's token only if max p_S > alpha_FB; section 3.3's prose says
     "< alpha_FB", the two differ only at equality), handing that position to the target. With the algorithm's
     form 0 never falls back and 1 always does, even when a float softmax rounds to exactly 1.
+
+    The length policy's confidence stop (DecodingState.draft_confidence, gamma `conf`) is the same test used as a
+    draft length: the draft ends *at* (not before) its first token whose max q is <= the threshold, and in a batch
+    each row ends on its own (Draft.lengths) while the draft forward goes on for the rows still drafting.
     """
 
     uses_draft_model = True
@@ -79,6 +83,8 @@ class ModelDrafter(Drafter):
             self.discard = None
         tokens: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
+        stop = state.draft_confidence
+        drafting = lengths = None  # the confidence stop in a batch: rows still drafting [B], tokens per row [B]
         for i in range(gamma):
             logits = self.lm.forward(pending, new_valid=new_valid).logits[:, -1]  # [B, V]
             new_valid = None
@@ -90,7 +96,22 @@ class ModelDrafter(Drafter):
             tokens.append(x)
             q.append(q_i)
             pending = x[:, None]
-        return stack_draft(tokens, q, state)
+            if stop > 0:  # the draft ends at its first unconfident token, that token included (ConfidenceGamma)
+                confident = q_i.max(dim=-1).values > stop  # [B]
+                if x.shape[0] == 1:
+                    if not bool(confident[0]):
+                        break
+                    continue
+                if drafting is None:
+                    drafting, lengths = torch.ones_like(confident), torch.zeros_like(x)
+                lengths += drafting
+                drafting &= confident
+                if not bool(drafting.any()):  # the batch's forward goes on while any row is still drafting
+                    break
+        draft = stack_draft(tokens, q, state)
+        if lengths is not None and bool((lengths < draft.length).any()):
+            draft.lengths = lengths
+        return draft
 
     def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
         # the tail holds the committed tokens fed this step and the drafts fed after them; only the accepted drafts

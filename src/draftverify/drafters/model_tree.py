@@ -14,6 +14,7 @@ from transformers import PreTrainedModel
 from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
+from ..sampling import probs_from_logits
 from ..tree import TreeSpec
 from ..types import DecodingState, Draft, Verdict
 from .base import Drafter
@@ -28,7 +29,9 @@ DEFAULT_TREE_PATHS: tuple[tuple[int, ...], ...] = (
 @register_drafter("model_tree")
 class ModelTreeDrafter(Drafter):
     """Proposes the tree's nodes as top-k candidates (deterministic: q_probs None, so tree sampling treats them
-    as fixed candidates). gamma caps the depth: the tree keeps its paths of length <= gamma."""
+    as fixed candidates). gamma caps the depth: the tree keeps its paths of length <= gamma. With the length
+    policy's confidence stop (gamma `conf`) the tree also ends at the first level none of whose parents is
+    confident (max q <= the threshold), as a chain draft ends at its first unconfident token."""
 
     proposes_trees = True
 
@@ -88,6 +91,10 @@ class ModelTreeDrafter(Drafter):
             tokens[:, nodes] = candidates[:, parent_slot[nodes], tree.ranks[nodes]]
             if depth == tree.max_depth:
                 break
+            if state.draft_confidence > 0 and self._unconfident(parent_logits, state):
+                tree = self._tree = self.tree_for(depth)  # the nodes of depth <= this level come first
+                tokens = tokens[:, : tree.size]
+                break
             mask = self._level_mask(tree, nodes, pending.shape[1])  # [n_d, tail + n_d]
             positions = base + tree.depth[nodes][None]  # [1, n_d]
             parent_logits = self.lm.forward(tokens[:, nodes], positions, mask).logits  # [B, n_d, V]
@@ -96,6 +103,12 @@ class ModelTreeDrafter(Drafter):
             slot_of[nodes] = torch.arange(nodes.numel())
             parent_slot = torch.where(tree.parents >= 0, slot_of[tree.parents.clamp(min=0)], parent_slot)
         return Draft(tokens=tokens, tree=tree)
+
+    @staticmethod
+    def _unconfident(parent_logits: torch.Tensor, state: DecodingState) -> bool:
+        """The length policy's confidence stop for a tree: the tree ends at the first level where no parent's
+        distribution has a max q above the threshold (that level's nodes are kept; their forward is saved)."""
+        return float(probs_from_logits(parent_logits, state.params).amax(dim=-1).max()) <= state.draft_confidence
 
     @staticmethod
     def _level_mask(tree: TreeSpec, nodes: torch.Tensor, pending: int) -> torch.Tensor:

@@ -250,7 +250,10 @@ class NatDrafter(Drafter):
     @classmethod
     def from_options(cls, target: CachedLM, options) -> "NatDrafter":
         if options.nat_path is None:
-            raise DraftVerifyError("the NAT drafter needs trained weights: pass nat_path=... (CLI: --nat DIR)")
+            from ..zoo import nat_advice
+
+            raise DraftVerifyError("the NAT drafter needs trained weights: "
+                                   f"{nat_advice(translation=bool(getattr(target, 'is_encoder_decoder', False)))}")
         return cls(NatDecoder.load(options.nat_path))
 
     def bind(self, target: CachedLM, max_positions: int) -> None:

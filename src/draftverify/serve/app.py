@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from ..checks import check_prompt_text
 from ..errors import DraftVerifyError
 from ..types import SamplingParams
 from .engine import Engine, Job, NotRunning, QueueFull
@@ -198,8 +199,10 @@ def create_app(pipe, settings: ServerSettings) -> FastAPI:
                                param="prompt")
             prompt = prompt[0]
         if isinstance(prompt, str):
-            if not prompt:
-                raise ApiError(400, "the prompt is empty: give some text to continue", param="prompt")
+            try:
+                check_prompt_text(prompt)  # the CLI's and the API's rules: not empty, not only whitespace
+            except DraftVerifyError as err:
+                raise ApiError(400, str(err), param="prompt") from None
             return encode_text(prompt), prompt
         ids = list(prompt)
         if not ids:

@@ -14,10 +14,7 @@ from ..tree import TreeSpec
 from ..types import Draft, SamplingParams, Verdict
 from .base import Verifier
 
-try:  # the lossless tree sampling rule is written on a parallel branch; until it is merged, trees are greedy-only
-    from .tree_sampling import tree_speculative_sample
-except ImportError:  # pragma: no cover - depends on which branches are merged
-    tree_speculative_sample = None
+from .tree_sampling import tree_speculative_sample
 
 
 def tree_verdict(tokens: torch.Tensor, branch: torch.Tensor, num_accepted: torch.Tensor, next_token: torch.Tensor) -> Verdict:
@@ -80,13 +77,6 @@ class TreeSpeculativeSamplingVerifier(Verifier):
 
     lossless = True
     accepts_trees = True
-
-    def check_params(self, params: SamplingParams) -> None:
-        if tree_speculative_sample is None:
-            raise DraftVerifyError(
-                "sampling on token trees is not available in this build (draftverify.verifiers.tree_sampling is "
-                "missing); use temperature 0 or a chain drafter"
-            )
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
         tree = _need_tree(draft, self.name)
