@@ -57,7 +57,7 @@ def llama_step(target: Path, dtype: str, threads: int, context: torch.Tensor, fo
     try:
         from llama_cpp import Llama
 
-        from draftverify.bench.gguf import convert, llama_cpp_dir
+        from draftverify.backends.gguf import convert, llama_cpp_dir
     except ImportError:
         return None
     gguf = convert(target, folder / f"target-{GGUF[dtype]}.gguf", llama_cpp_dir(), GGUF[dtype])

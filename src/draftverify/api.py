@@ -128,9 +128,15 @@ class Pipeline:
         greedy decoding of the prompt as tokenized."""
         self.method = resolve_method(method)
         self.verifier_name = verifier or self.method.verifier
-        self.target = cached_model(target, "target", compile)
+        self.target = cached_model(target, "target", compile)  # a HF model, or any backend (backends/base.py)
         self.tokenizer = tokenizer
         self.options = options or MethodOptions()
+        if self.target.name != "hf":
+            from . import drafters  # noqa: F401  (fills the registry)
+            from .backends.base import check_backend
+            from .registry import DRAFTERS, lookup
+
+            check_backend(self.target, lookup(DRAFTERS, "drafter", self.method.drafter), method)
         self.drafter = build_drafter(self.method.drafter, self.target, self.options)
         self.gamma = gamma
         make_draft_length(gamma, context=self.target.max_positions)  # validate now, not at the first call
@@ -218,14 +224,17 @@ class Pipeline:
 
     @property
     def eos_token_id(self) -> int | list[int] | None:
-        return self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else self.target.config.eos_token_id
+        if self.tokenizer.eos_token_id is not None:
+            return self.tokenizer.eos_token_id
+        return getattr(getattr(self.target, "config", None), "eos_token_id", None)
 
     @property
     def supports_batches(self) -> bool:
         """Whether this pipeline's method decodes batches of several rows (a chain drafter and verifier)."""
         from .methods import build_verifier as _build
 
-        return self.drafter.supports_batch and _build(self.verifier_name, SamplingParams(), self.options).supports_batch
+        return (self.drafter.supports_batch and self.target.supports_rows
+                and _build(self.verifier_name, SamplingParams(), self.options).supports_batch)
 
     def generate_ids(self, ids: torch.Tensor, params: SamplingParams, max_new_tokens: int = 64,
                      gamma: int | str | DraftLength | None = None, on_tokens=None,
@@ -325,7 +334,8 @@ class _TextStreamer:
 
 def load(target: str | Path | None = None, draft: str | Path | None = None, method: str = "model",
          verifier: str | None = None, zoo: str | None = None, dtype: str = "float32", gamma: int | str = 5,
-         compile: bool = False, heal: bool = False, verbose: bool | None = None, **options) -> Pipeline:
+         compile: bool = False, heal: bool = False, verbose: bool | None = None, backend: str = "hf",
+         threads: int | None = None, **options) -> Pipeline:
     """Load a target (and draft) by path or zoo name and return a Pipeline for `method`.
 
     Prints nothing: transformers' weight-loading bars and advice are off while it loads (and the settings found
@@ -334,8 +344,15 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     heal: token healing by default in this pipeline's generate() (healing.py); off unless asked, so the text is
     the target's plain decoding of the prompt as tokenized (what a peer that does not heal produces).
 
+    backend: "hf" (Hugging Face transformers) or "llamacpp" (llama.cpp through llama-cpp-python, the `llamacpp`
+    extra: a `.gguf` path as it is, a model folder converted to GGUF at `dtype` on first use and cached; the draft
+    model runs on llama.cpp as well; threads: its CPU threads, default torch's).
+
     options are MethodOptions fields: alpha_fb, alpha_rb, lenience, beta, tau, early_exit_layers, ngram_path, ...
     """
+    from .backends import check_backend_name
+
+    check_backend_name(backend)
     unknown = set(options) - set(MethodOptions.__dataclass_fields__) - {"draft_model"}
     if unknown:
         raise DraftVerifyError(f"unknown option(s) {', '.join(sorted(unknown))}; see draftverify.methods.MethodOptions")
@@ -359,6 +376,8 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     make_draft_length(gamma)  # bad arguments fail before anything is loaded
     if not isinstance(heal, bool):
         raise DraftVerifyError(f"heal must be True or False, got {heal!r}")
+    if backend == "llamacpp":
+        return _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal)
     tokenizer = load_tokenizer(target, verbose)  # first: a folder without one fails before the weights are read
     target_model = load_model(target, dtype, role="target", verbose=verbose)
     method_options = replace(MethodOptions(), **options)
@@ -366,3 +385,29 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
         method_options.draft_model = load_model(draft, dtype, role="draft", verbose=verbose)
     method_options.compile = compile
     return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma, compile=compile, heal=heal)
+
+
+def _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose,
+                   heal) -> Pipeline:
+    """The llamacpp backend: target and draft as GGUF models on llama.cpp contexts (backends/llamacpp.py)."""
+    from . import drafters  # noqa: F401  (fills the registry)
+    from .backends.base import check_backend
+    from .backends.llamacpp import GGUFTokenizer, LlamaCppLM, open_gguf, require_llama_cpp
+    from .registry import DRAFTERS, lookup
+
+    if compile:
+        raise DraftVerifyError("--compile is for the hf backend (torch.compile); llama.cpp runs its own kernels")
+    require_llama_cpp()
+    drafter_cls = lookup(DRAFTERS, "drafter", resolve_method(method).drafter)
+    check_backend(LlamaCppLM, drafter_cls, method)  # before any conversion: its class flags say enough
+    gguf_target, config = open_gguf(target, dtype, "target")
+    tokenizer = load_tokenizer(target, verbose) if config is not None else GGUFTokenizer(gguf_target)
+    target_lm = LlamaCppLM(gguf_target, role="target", threads=threads)
+    method_options = replace(MethodOptions(), **options)
+    if draft is not None:
+        gguf_draft, _ = open_gguf(draft, dtype, "draft")
+        if gguf_draft.vocab_fingerprint() != gguf_target.vocab_fingerprint():
+            raise DraftVerifyError(f"the draft {str(draft)!r} and the target {str(target)!r} have different "
+                                   "vocabularies; speculative decoding needs a draft with the target's tokenizer")
+        method_options.draft_model = LlamaCppLM(gguf_draft, role="draft", threads=threads)
+    return Pipeline(target_lm, tokenizer, method, verifier, method_options, gamma, heal=heal)

@@ -68,7 +68,14 @@ def bucket(width: int) -> int:
 
 
 class CachedLM:
-    """One model, one cache. Invariant between steps: the cache holds every committed token but the last."""
+    """One model, one cache. Invariant between steps: the cache holds every committed token but the last.
+
+    The Hugging Face implementation of the backend protocol (backends/base.py: LMBackend)."""
+
+    name = "hf"
+    supports_rows = True  # decoder-only models that take position_ids (checked in start)
+    exposes_hidden = True
+    has_modules = True
 
     def __init__(self, model: PreTrainedModel, role: str = "target", capacity: int | None = None, compile: bool = False):
         if not isinstance(model, PreTrainedModel):
@@ -496,10 +503,13 @@ class CachedLM:
         return TargetOutput(logits=out.logits[:, -keep:], hidden=hidden)  # [B, keep, V], [B, keep_hidden, H]
 
 
-def cached_model(model: PreTrainedModel | CachedLM, role: str, compile: bool = False) -> CachedLM:
+def cached_model(model, role: str, compile: bool = False):
     """A CachedLM as load() and the CLI build it: with compile, preallocated to the model's context length and
-    compiled per width bucket; otherwise a growing cache. A CachedLM given in is used as it is (shared caches)."""
-    if isinstance(model, CachedLM):
+    compiled per width bucket; otherwise a growing cache. A CachedLM, or any other backend (backends/base.py),
+    given in is used as it is (shared caches)."""
+    from .backends.base import is_backend
+
+    if isinstance(model, CachedLM) or is_backend(model):
         return model
     capacity = (context_limit(model.config) or DEFAULT_CAPACITY) if compile else None
     return CachedLM(model, role=role, capacity=capacity, compile=compile)

@@ -151,6 +151,22 @@ def _quiet_libraries() -> None:
         quiet_libraries(process=True)
 
 
+def _check_backend_flags(backend: str, compile_: bool, batched: bool) -> None:
+    """--backend and what it cannot combine with, before anything loads."""
+    from .backends import BACKENDS, LLAMACPP_INSTALL
+
+    if backend not in BACKENDS:
+        raise DraftVerifyError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "llamacpp":
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise DraftVerifyError(f"--backend llamacpp needs llama-cpp-python: {LLAMACPP_INSTALL}")
+        if compile_:
+            raise DraftVerifyError("--compile is for --backend hf (torch.compile); llama.cpp runs its own kernels")
+        if batched:
+            raise DraftVerifyError("--backend llamacpp decodes one prompt at a time: add --batch-size 1, or use "
+                                   "--backend hf for batches")
+
+
 @app.command()
 def generate(
     prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."),
@@ -191,6 +207,7 @@ def generate(
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
     heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP),
+    backend: str = typer.Option("hf", "--backend", help="What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: pip install -e \".[llamacpp]\"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only the target's logits."),
 ) -> None:
     """Generate text with a draft-then-verify method: the text on stdout, the statistics table on stderr."""
     try:
@@ -210,6 +227,7 @@ def generate(
             raise DraftVerifyError("give exactly one of --prompt and --prompts-file")
         if batch_size < 1:
             raise DraftVerifyError(f"--batch-size must be >= 1, got {batch_size}")
+        _check_backend_flags(backend, compile_, prompts_file is not None and batch_size > 1)
         texts = read_prompts_file(prompts_file) if prompts_file is not None else None
         text_in = _read_prompt(prompt) if texts is None else texts[0]
         for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, ngram, coupling, gamma):
@@ -229,7 +247,8 @@ def generate(
                     tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads, nat_path=nat,
                     bita_path=bita, bita_topk=bita_topk, bita_masks=bita_masks, lattice_k=lattice_k,
                     ngram_weight=ngram_weight, pbest=pbest, rescore_weight=rescore_weight,
-                    tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_)
+                    tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_,
+                    **({"backend": backend, "threads": threads} if backend != "hf" else {}))
         pipe.heal = _heal_default(heal, zoo, pipe)
         if texts is not None:
             _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
@@ -407,6 +426,7 @@ def serve(
     log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level."),
     heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP + " /v1/completions only; a request "
                                         "may set its own with the extension field \"heal\"."),
+    backend: str = typer.Option("hf", "--backend", help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; one request at a time)."),
 ) -> None:
     """Serve a method over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models,
     /health, /metrics)."""
@@ -430,8 +450,10 @@ def serve(
             raise DraftVerifyError("serving needs the 'serve' extra: pip install 'draftverify[serve]'")
         check_port_free(host, port)  # before the model loads: a taken port is a one-line exit 2, not uvicorn's
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
+        _check_backend_flags(backend, False, False)
         load_args = dict(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
-                         gamma=_gamma(gamma), ngram_path=ngram)
+                         gamma=_gamma(gamma), ngram_path=ngram,
+                         **({"backend": backend, "threads": threads} if backend != "hf" else {}))
         from .serve.app import ServerSettings
 
         settings = ServerSettings(model_name=name, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
@@ -549,12 +571,14 @@ def bench(
     cost_sizes: Optional[str] = typer.Option(None, "--cost-sizes", help="Comma list of n for --cost-curve (default 1,2,3,4,5,6,8,10,12,16,24,32,48,64; --quick 1,2)."),
     cost_modes: Optional[str] = typer.Option(None, "--cost-modes", help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm (stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all)."),
     cost_repeats: Optional[int] = typer.Option(None, "--cost-repeats", help="Timed calls per n for --cost-curve (default 20; --quick 2)."),
+    backend: str = typer.Option("hf", "--backend", help="Comma list of what runs our rows: hf, llamacpp (rows llamacpp:<row>: our loop on llama.cpp's kernels, target and draft converted to GGUF at --dtype, greedy only, '= baseline' against llama.cpp's own greedy row `llamacpp`), e.g. hf,llamacpp."),
 ) -> None:
     """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
     from .bench.cli import main as bench_main
 
     _quiet_libraries()
-    code = bench_main(cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes, cost_repeats=cost_repeats,
+    code = bench_main(backend=backend, cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes,
+                      cost_repeats=cost_repeats,
                       prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
                       ngram=ngram, heads=heads, bita=bita, nat=nat, bita_topk=bita_topk, bita_masks=bita_masks, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,

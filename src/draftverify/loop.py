@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel
 
-from .cached_lm import CachedLM
+from .backends.base import LMBackend, as_backend
 from .draft_length import DraftLength, make_draft_length
 from .drafters.base import Drafter, empty_draft
 from .errors import DraftVerifyError
@@ -73,7 +73,7 @@ def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
     return perf_counter
 
 
-def _verify_layout(target: CachedLM, draft: Draft, extras: VerifyExtras | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def _verify_layout(target: LMBackend, draft: Draft, extras: VerifyExtras | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Position ids [1, 1+N+E] and attention mask [1+N+E, 1+N+E] of the verify pass, or (None, None) for a plain
     chain (causal order). The pending token and the draft never see the extra positions; each extra sees and sits
     where the drafter says."""
@@ -122,7 +122,7 @@ def _first_stop(emitted: torch.Tensor, eos_ids: torch.Tensor | None) -> int | No
 
 @torch.inference_mode()
 def generate(
-    target: CachedLM | PreTrainedModel,
+    target: LMBackend | PreTrainedModel,
     drafter: Drafter,
     verifier: Verifier,
     input_ids: torch.Tensor,
@@ -163,7 +163,7 @@ def generate(
     """
     started = perf_counter()
     params = params or SamplingParams()
-    target = target if isinstance(target, CachedLM) else CachedLM(target, role="target")
+    target = as_backend(target, "target")  # any backend (backends/base.py); a plain HF model gets a CachedLM
     input_ids = _check_input(input_ids, max_new_tokens).to(target.device)
     batch = input_ids.shape[0]
     batched = batch > 1 or attention_mask is not None or admit is not None
@@ -173,6 +173,9 @@ def generate(
     length_policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)
     verifier.check_params(params)
     if batched:
+        if not target.supports_rows:
+            raise DraftVerifyError(f"the {target.name} backend decodes one row at a time; batches of several rows "
+                                   "run on --backend hf (backend='hf')")
         _check_batch_support(drafter, verifier, params)
         if seeds is not None and len(seeds) != batch:
             raise DraftVerifyError(f"seeds has {len(seeds)} entries for {batch} rows")
@@ -364,7 +367,7 @@ def _constrain_first(logits: torch.Tensor, allowed: list[torch.Tensor | None]) -
     return logits
 
 
-def _join(target: CachedLM, drafter: Drafter, state: DecodingState, rows: "_BatchRows",
+def _join(target: LMBackend, drafter: Drafter, state: DecodingState, rows: "_BatchRows",
           joining: list[tuple], params: SamplingParams, stats: GenerationStats) -> None:
     """Continuous batching: prefill the joining rows and append them to the batch (target, drafter and state)."""
     prompts = [list(row[0]) for row in joining]

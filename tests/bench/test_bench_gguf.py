@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from bench_fixtures import TOKENIZER
 
 from draftverify import DraftVerifyError
-from draftverify.bench.gguf import LLAMA_CPP_ENV, check_convertible, convert, is_gpt2_pre_tokenizer, llama_cpp_dir
+from draftverify.backends import gguf as gguf_module
+from draftverify.backends.gguf import (LLAMA_CPP_ENV, check_convertible, convert, converter_available, is_gpt2_pre_tokenizer,
+                                       llama_cpp_dir)
 
 ZOO_TARGET = Path(__file__).resolve().parents[2] / "zoo" / "code" / "target"
 
@@ -33,6 +34,7 @@ def test_an_unmapped_tokenizer_or_missing_files_are_named(tmp_path):
 
 def test_the_llama_cpp_source_tree_comes_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv(LLAMA_CPP_ENV, raising=False)
+    monkeypatch.setattr(gguf_module, "CHECKOUT_CONVERTER", tmp_path / "absent")  # not the fetch script's folder
     with pytest.raises(DraftVerifyError, match=f"set \\${LLAMA_CPP_ENV}"):
         llama_cpp_dir()
     monkeypatch.setenv(LLAMA_CPP_ENV, str(tmp_path))
@@ -43,7 +45,7 @@ def test_the_llama_cpp_source_tree_comes_from_the_environment(monkeypatch, tmp_p
     assert llama_cpp_dir() == tmp_path
 
 
-@pytest.mark.skipif(not os.environ.get(LLAMA_CPP_ENV), reason=f"${LLAMA_CPP_ENV} (llama.cpp source tree) not set")
+@pytest.mark.skipif(not converter_available(), reason=f"${LLAMA_CPP_ENV} (llama.cpp source tree) not set")
 def test_llama_cpps_converter_writes_a_gguf_with_the_gpt2_pre_tokenizer(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(llama_cpp_dir() / "gguf-py"))  # llama.cpp's reader, beside its converter
     import gguf

@@ -1,19 +1,18 @@
 """llama.cpp rows: skipped with a reason when unavailable; when available, greedy tokens equal Hugging Face's."""
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from bench_fixtures import model_dir  # noqa: F401  (fixture)
 
 from draftverify.bench import llamacpp
+from draftverify.backends.gguf import converter_available
 from draftverify.bench.config import BenchConfig
-from draftverify.bench.gguf import LLAMA_CPP_ENV
 from draftverify.bench.models import load_models
 
-needs_llama_cpp = pytest.mark.skipif(not (llamacpp.installed() and os.environ.get(LLAMA_CPP_ENV)),
-                                     reason=f"llama-cpp-python not installed or ${LLAMA_CPP_ENV} not set")
+needs_llama_cpp = pytest.mark.skipif(not (llamacpp.installed() and converter_available()),
+                                     reason="llama-cpp-python not installed or no llama.cpp converter "
+                                            "(scripts/fetch_llama_cpp_converter.sh)")
 
 
 def _config(model_dir, **overrides):
@@ -49,3 +48,64 @@ def test_llama_cpp_greedy_tokens_equal_hf_generate(model_dir):
         assert m.target_calls >= 1 and m.seconds > 0
     plain = runners[0].run(prompt, 0.0, 0, 16)
     assert plain.target_calls == 16  # one evaluation per token: the prompt's, then one per new token
+
+
+@needs_llama_cpp
+def test_our_rows_on_the_llamacpp_backend_equal_llama_cpp_greedy(model_dir, monkeypatch, tmp_path):
+    from draftverify.bench.lineup import build_runners
+    from draftverify.bench.runners import install_hooks
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path))
+    config = _config(model_dir, gammas=(3,), backends=("llamacpp",), temperatures=(0.0,), draft=model_dir / "draft",
+                     runners=("llamacpp", "model", "model_tree", "prompt_lookup", "bpd", "bild"))
+    models = load_models(config)
+    hooks = install_hooks(models)
+    try:
+        runners, notes = build_runners(config, models, hooks)
+    finally:
+        hooks.remove()
+    names = [r.name for r in runners]
+    assert {"llamacpp:ours_autoregressive", "llamacpp:model[g=3]", "llamacpp:model_tree[g=3]",
+            "llamacpp:prompt_lookup[g=3]"} <= set(names), names
+    assert not any(n.startswith(("model", "prompt_lookup")) for n in names)  # --backend llamacpp: no hf rows
+    assert any("llamacpp:bild skipped" in n for n in notes) and any("llamacpp:bpd skipped" in n for n in notes)
+    prompt = torch.tensor([[5, 17, 99, 230, 7, 5, 17, 99]])
+    plain = next(r for r in runners if r.name == "llamacpp")
+    plain.eos_token_id = None
+    expected = plain.run(prompt, 0.0, 0, 16).new_ids
+    for runner in runners:
+        if runner.name.startswith("llamacpp:"):
+            assert runner.reference == "llamacpp" and runner.lossless and runner.greedy_only
+            runner.eos_token_id = None
+            assert runner.run(prompt, 0.0, 0, 16).new_ids == expected, runner.name
+
+
+@needs_llama_cpp
+def test_the_cost_curve_of_the_llamacpp_backend(model_dir, monkeypatch, tmp_path):
+    from draftverify.bench.cost import LlamaCppForward, Mode, greedy_tokens, time_widths
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path))
+    assert Mode.parse("llamacpp-float32").backend == "llamacpp"
+    runner = LlamaCppForward(model_dir / "target", "float32", threads=1)
+    context = torch.tensor([[5, 17, 99, 230, 7, 5, 17, 99, 230, 7]])
+    points, first = time_widths(runner, context, (1, 3), warmup=1, repeats=2)
+    assert [p.n for p in points] == [1, 3] and all(len(p.seconds) == 2 for p in points)
+    plain = llamacpp.llamacpp_runners(_config(model_dir, runners=("llamacpp",)), load_models(_config(model_dir)))[0][0]
+    plain.eos_token_id = None
+    assert greedy_tokens(runner, context, 12) == plain.run(context, 0.0, 0, 12).new_ids
+
+
+@needs_llama_cpp
+def test_llama_cpps_own_speculative_decoding_with_the_draft_gguf(model_dir, monkeypatch, tmp_path):
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path))
+    config = _config(model_dir, gammas=(3,), draft=model_dir / "draft", runners=("llamacpp", "llamacpp_draft"))
+    runners, notes = llamacpp.llamacpp_runners(config, load_models(config))
+    assert [r.name for r in runners] == ["llamacpp", "llamacpp_draft[g=3]"], notes
+    prompt = torch.tensor([[5, 17, 99, 230, 7, 5, 17, 99]])
+    results = []
+    for runner in runners:
+        runner.eos_token_id = None
+        results.append(runner.run(prompt, 0.0, 0, 16))
+        results.append(runner.run(prompt, 0.0, 0, 16))  # the draft's context starts again on a new prompt
+    assert all(m.new_ids == results[0].new_ids for m in results)
+    assert results[2].target_calls < 16 and results[2].drafted > 0  # the draft's tokens were accepted

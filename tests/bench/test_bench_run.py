@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import draftverify
 from draftverify.bench import llamacpp, run_bench
-from draftverify.bench.gguf import LLAMA_CPP_ENV
+from draftverify.backends.gguf import converter_available
 from draftverify.bench.summary import cost_ratio
 from draftverify.cli import app
 from draftverify.theory import walltime_factor
@@ -29,7 +29,8 @@ LOSSY_FAMILIES = ("bild", "bild_early_exit", "specdec++")
 
 def llama_cpp_families() -> set[str]:
     """Greedy-only peer rows, present where llama-cpp-python and llama.cpp's converter are (test_bench_llamacpp)."""
-    return {"llamacpp", "llamacpp_prompt_lookup"} if llamacpp.installed() and os.environ.get(LLAMA_CPP_ENV) else set()
+    return {"llamacpp", "llamacpp_prompt_lookup", "llamacpp_draft"} if llamacpp.installed() and converter_available() \
+        else set()
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,10 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 
 def config_from_options(*, temperature: str | None, gamma: str | None, early_exit_layers: str | None, bild_fb: str | None,
-                        bild_rb: str | None, runners: str | None, **options) -> BenchConfig:
+                        bild_rb: str | None, runners: str | None, backend: str = "hf", **options) -> BenchConfig:
     """Strings from the command line -> BenchConfig (comma lists parsed here; values validated by resolved())."""
     return BenchConfig(
+        backends=parse_names("--backend", backend),
         temperatures=parse_floats("--temperature", temperature) if temperature is not None else None,
         gammas=parse_gammas(gamma) if gamma is not None else None,
         early_exit_layers=parse_ints("--early-exit-layers", early_exit_layers) if early_exit_layers else None,
@@ -55,7 +56,7 @@ def rebuild_command(options: dict) -> str:
     argv = ["draftverify", "bench"]
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
-        if value is None:
+        if value is None or (key == "backend" and value == "hf"):
             continue
         if isinstance(value, bool):
             if key in ("plots", "progress") and not value:
@@ -68,7 +69,7 @@ def rebuild_command(options: dict) -> str:
 
 
 # bench options the cost curve does not use: passing one with --cost-curve is a mistake, said so
-COST_IGNORES = ("temperature", "draft", "aligned_draft", "ngram", "heads", "bita", "nat", "bita_masks", "gamma", "early_exit_layers", "bild_fb", "bild_rb",
+COST_IGNORES = ("backend", "temperature", "draft", "aligned_draft", "ngram", "heads", "bita", "nat", "bita_masks", "gamma", "early_exit_layers", "bild_fb", "bild_rb",
                 "runners", "dtype", "compile")
 
 
@@ -76,7 +77,7 @@ def cost_config_from_options(options: dict, command: str):
     """The bench's options -> CostConfig: --num-prompts / --max-new-tokens size the greedy equality check."""
     from .cost_run import CostConfig
 
-    defaults = {"dtype": "float32", "compile": False}
+    defaults = {"dtype": "float32", "compile": False, "backend": "hf"}
     given = [k for k in COST_IGNORES if options.get(k) is not None and options.get(k) != defaults.get(k)]
     if given:
         raise DraftVerifyError("--cost-curve does not use " + ", ".join("--" + k.replace("_", "-") for k in given))

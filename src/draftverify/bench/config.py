@@ -13,7 +13,7 @@ GammaSpec = int | str
 
 # runner families: which rows a run has (the two baselines are always run); ours come from the method registry
 BASELINES = ("hf_generate", "ours_autoregressive")
-PEER_FAMILIES = ("hf_assisted", "hf_prompt_lookup", "llamacpp", "llamacpp_prompt_lookup")
+PEER_FAMILIES = ("hf_assisted", "hf_prompt_lookup", "llamacpp", "llamacpp_prompt_lookup", "llamacpp_draft")
 
 
 def families() -> tuple[str, ...]:
@@ -63,6 +63,9 @@ class BenchConfig:
     seed: int = 0
     warmup_tokens: int | None = None  # one warm-up generation of this many tokens per runner row (16; quick: 0)
     compile: bool = False  # our runners: preallocated caches + torch.compile per verify width (warm-up compiles)
+    # what runs our rows: "hf" (transformers) and/or "llamacpp" (llama.cpp via llama-cpp-python: rows named
+    # llamacpp:<row>, the target and draft converted to GGUF at --dtype, greedy, checked against llama.cpp greedy)
+    backends: tuple[str, ...] = ("hf",)
     out: str | Path = "benchmarks"
     name: str | None = None  # file stem; default from the prompt set (+ "-quick")
     quick: bool = False
@@ -138,6 +141,13 @@ class BenchConfig:
             if unknown:
                 raise DraftVerifyError(f"--runners: unknown runner famil{'y' if len(unknown) == 1 else 'ies'} "
                                        f"{', '.join(unknown)}; choose from {', '.join(known)}")
+        from ..backends import BACKENDS
+
+        if not self.backends or any(b not in BACKENDS for b in self.backends) or len(set(self.backends)) != len(self.backends):
+            raise DraftVerifyError(f"--backend takes a comma list of {', '.join(BACKENDS)} without repeats, "
+                                   f"got {','.join(self.backends)!r}")
+        if self.compile and "llamacpp" in self.backends:
+            raise DraftVerifyError("--compile is for the hf backend; run --backend llamacpp without it")
         if not self.name or "/" in self.name:
             raise DraftVerifyError(f"--name must be a non-empty file stem without '/', got {self.name!r}")
 

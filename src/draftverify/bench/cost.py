@@ -28,6 +28,8 @@ from ..few_row_linear import few_row_linears
 
 DEFAULT_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 MODES = ("eager-float32", "eager-float32-gemm", "eager-bfloat16", "compiled-float32", "compiled-bfloat16")
+# the llama.cpp backend (the target converted to GGUF at that precision): asked for by name, never by default
+LLAMACPP_MODES = ("llamacpp-float32", "llamacpp-float16", "llamacpp-bfloat16")
 REFERENCE_MODE = "eager-float32"  # the exact default every other mode is compared with
 
 
@@ -36,12 +38,15 @@ class Mode:
     compiled: bool
     dtype: str  # float32 | bfloat16
     few_row: bool = True  # eager float32 only: few-row linears as W @ x.T (the engine's eager path)
+    backend: str = "hf"  # "llamacpp": the llama.cpp backend's forward (LlamaCppForward)
 
     @classmethod
     def parse(cls, name: str) -> "Mode":
-        if name not in MODES:
-            raise DraftVerifyError(f"--cost-modes: unknown mode {name!r}; choose from {', '.join(MODES)}")
+        if name not in MODES + LLAMACPP_MODES:
+            raise DraftVerifyError(f"--cost-modes: unknown mode {name!r}; choose from {', '.join(MODES + LLAMACPP_MODES)}")
         kind, dtype, *layout = name.split("-")
+        if kind == "llamacpp":
+            return cls(compiled=False, dtype=dtype, few_row=False, backend="llamacpp")
         return cls(compiled=kind == "compiled", dtype=dtype, few_row=not layout)
 
 
@@ -105,7 +110,29 @@ class StaticForward:
         return self._call(self._forward, ids, start)
 
 
-def time_widths(runner: StaticForward, context: torch.Tensor, sizes: tuple[int, ...], warmup: int, repeats: int,
+class LlamaCppForward:
+    """StaticForward's two calls on the llama.cpp backend (backends/llamacpp.py): the same target converted to GGUF
+    at the mode's precision; a step at a position drops what earlier steps left after it (llama_memory_seq_rm)."""
+
+    def __init__(self, target: str | Path, dtype: str, threads: int | None = None):
+        from ..backends.llamacpp import LlamaCppLM, open_gguf
+
+        self.lm = LlamaCppLM(open_gguf(target, dtype, "target")[0], threads=threads)
+
+    def prefill(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [1, L] at positions 0..L-1; returns the logits at the last one [1, 1, V]."""
+        self.lm.start(torch.cat([ids, ids.new_zeros((1, 1))], dim=1))  # all but the appended token are prefilled
+        return self.lm.prefilled.logits
+
+    def step(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        keep = start - self.lm.committed  # tail tokens before `start` stay, the rest of the tail goes
+        if keep < 0 or keep > self.lm.length - self.lm.committed:
+            raise DraftVerifyError(f"cannot score at position {start}: {self.lm.committed} positions are settled")
+        self.lm.commit(keep)
+        return self.lm.forward(ids).logits
+
+
+def time_widths(runner: StaticForward | LlamaCppForward, context: torch.Tensor, sizes: tuple[int, ...], warmup: int, repeats: int,
                 progress: Callable[[str], None] | None = None) -> tuple[list[CurvePoint], dict[int, float]]:
     """Per width n: `warmup` untimed calls (the first compiles), then `repeats` timed calls; all after the same
     context [1, C] and at the same positions C..C+n-1. Returns the points and the first-call seconds per n.
@@ -134,7 +161,7 @@ def time_widths(runner: StaticForward, context: torch.Tensor, sizes: tuple[int, 
     return list(points.values()), first_call
 
 
-def greedy_tokens(runner: StaticForward, prompt: torch.Tensor, new_tokens: int) -> list[int]:
+def greedy_tokens(runner: StaticForward | LlamaCppForward, prompt: torch.Tensor, new_tokens: int) -> list[int]:
     """Greedy continuation of prompt [1, L]: eager prefill, then one token per `step` (the mode under test)."""
     out: list[int] = []
     with torch.no_grad():

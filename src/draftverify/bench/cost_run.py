@@ -9,8 +9,8 @@ import torch
 
 from ..errors import DraftVerifyError
 from . import environment
-from .cost import DEFAULT_SIZES, MODES, REFERENCE_MODE, Mode, StaticForward, check_sizes, compile_settings, equality, \
-    greedy_tokens, model_for, time_widths
+from .cost import DEFAULT_SIZES, MODES, REFERENCE_MODE, LlamaCppForward, Mode, StaticForward, check_sizes, \
+    compile_settings, equality, greedy_tokens, model_for, time_widths
 from .prompts import load_prompts
 from .report import write_json
 
@@ -110,6 +110,19 @@ def run_cost(config: CostConfig, progress: Callable[[str], None] | None = None) 
     for name in sorted(config.modes, key=lambda m: m != REFERENCE_MODE):  # the reference first
         mode = Mode.parse(name)
         say(f"{name}: loading")
+        if mode.backend == "llamacpp":  # the same target as GGUF on llama.cpp's kernels (converted once, cached)
+            runner = LlamaCppForward(target, mode.dtype, torch.get_num_threads())
+            config.notes.append(f"{name}: the target converted to GGUF ({runner.lm.model.path.name}) and scored by "
+                                f"the llama.cpp backend (llama_decode, {runner.lm.threads} threads, llama.cpp's "
+                                "default KV cache), not a StaticCache; its greedy tokens are llama.cpp's")
+            points, first_call = time_widths(runner, context, config.sizes, config.warmup, config.repeats,
+                                             lambda text: say(f"{name}: {text}"))
+            tokens = [greedy_tokens(runner, p, config.equality_tokens) for p in prompts]
+            modes[name] = {"compiled": False, "dtype": mode.dtype, "backend": "llamacpp",
+                           "first_call_seconds": first_call,
+                           "points": [{"n": p.n, "median_ms": p.median_ms, "min_ms": p.min_ms,
+                                       "seconds": p.seconds} for p in points], "greedy_tokens": tokens}
+            continue
         model = reference_model if name == REFERENCE_MODE else model_for(target, mode.dtype)
         with compile_settings(graphs=2 * len(config.sizes) + 4):
             runner = StaticForward(model, timing_len, mode.compiled, mode.few_row)

@@ -1,6 +1,8 @@
 """The runner rows of one run: the two baselines, the peers' rows (peers.py), ours from the registry (ours.py)."""
 from __future__ import annotations
 
+import torch
+
 from ..cached_lm import cached_model
 from ..methods import MethodOptions, build_drafter
 from .config import BenchConfig
@@ -23,11 +25,55 @@ def build_runners(config: BenchConfig, models: BenchModels, hooks: Hooks) -> tup
                    drafter=build_drafter(BASELINE_DRAFTER, target_lm, MethodOptions(compile=config.compile)), **ours),
     ]
     peers, notes = peer_runners(config, models, hooks)
-    rows, our_notes = plan_rows(config, models, target_lm)
     runners += peers
+    our_notes: list[str] = []
+    if "hf" in config.backends:
+        rows, hf_notes = plan_rows(config, models, target_lm)
+        our_notes += hf_notes
+        for row in rows:
+            runners.append(OursRunner(
+                row.name, row.family, gamma=row.gamma, lossless=row.lossless, greedy_only=not row.lossless,
+                settings=row.settings, drafter=build_drafter(row.method.drafter, target_lm, row.options),
+                verifier=row.method.verifier, options=row.options, **ours))
+    if "llamacpp" in config.backends:
+        llama_rows, llama_notes = llamacpp_backend_runners(config, models, hooks, runners)
+        runners += llama_rows
+        our_notes += llama_notes
+    return runners, notes + our_notes
+
+
+def llamacpp_backend_runners(config: BenchConfig, models: BenchModels, hooks: Hooks,
+                             others: list[Runner]) -> tuple[list[Runner], list[str]]:
+    """Our loop on the llama.cpp backend: llamacpp:ours_autoregressive and every lossless method it can run, greedy,
+    each checked token for token against llama.cpp's own greedy row `llamacpp` (when that row runs)."""
+    from ..backends.llamacpp import LlamaCppLM, installed, open_gguf
+    from ..errors import DraftVerifyError
+
+    if not installed():
+        return [], ['llamacpp backend rows skipped: llama-cpp-python is not installed (pip install -e ".[llamacpp]")']
+    threads = config.threads or torch.get_num_threads()
+    try:
+        target, _ = open_gguf(models.paths["target"], config.dtype, "target")
+        lms = [LlamaCppLM(open_gguf(models.paths[role], config.dtype, role)[0], role=role, threads=threads)
+               if models.paths.get(role) else None for role in ("draft", "aligned_draft")]
+    except DraftVerifyError as err:
+        return [], [f"llamacpp backend rows skipped: {err}"]
+    target_lm = LlamaCppLM(target, role="target", threads=threads)
+    reference = "llamacpp" if any(r.name == "llamacpp" for r in others) else None
+    common = dict(target=target_lm, hooks=hooks, eos_token_id=models.eos_token_id, greedy_only=True,
+                  reference=reference)
+    label = lambda name: f"llamacpp:{name}"  # noqa: E731
+    backend = {"backend": "llamacpp", "gguf": target.path.name, "threads": threads}
+    runners: list[Runner] = [OursRunner(label("ours_autoregressive"), "ours_autoregressive", settings=dict(backend),
+                                        drafter=build_drafter(BASELINE_DRAFTER, target_lm, MethodOptions()),
+                                        lossless=reference is not None, **common)]
+    rows, notes = plan_rows(config, models, target_lm, drafts=tuple(lms))
     for row in rows:
         runners.append(OursRunner(
-            row.name, row.family, gamma=row.gamma, lossless=row.lossless, greedy_only=not row.lossless,
-            settings=row.settings, drafter=build_drafter(row.method.drafter, target_lm, row.options),
-            verifier=row.method.verifier, options=row.options, **ours))
-    return runners, notes + our_notes
+            label(row.name), row.family, gamma=row.gamma, lossless=reference is not None,
+            settings={**row.settings, **backend}, drafter=build_drafter(row.method.drafter, target_lm, row.options),
+            verifier=row.method.verifier, options=row.options, **common))
+    notes.append("llamacpp:* rows: our loop on the llama.cpp backend (target and draft models converted to GGUF "
+                 f"({target.path.name}), {threads} threads), greedy; their '= baseline' is equality with llama.cpp's "
+                 "own greedy row `llamacpp`" + ("" if reference else " (not run here: add the llamacpp runner family)"))
+    return runners, notes

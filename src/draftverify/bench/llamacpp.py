@@ -8,16 +8,14 @@ llama.cpp computes with its own kernels, so a near-tie may flip a token without 
 from __future__ import annotations
 
 import importlib.util
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from time import perf_counter
 
 import torch
 
 from ..errors import DraftVerifyError
 from .config import BenchConfig
-from .gguf import convert, llama_cpp_dir
+from ..backends.gguf import gguf_for, llama_cpp_dir
 from .models import BenchModels
 from .runners import Measurement, Runner
 
@@ -51,7 +49,6 @@ class LlamaCppRunner(Runner):
     counter: EvalCounter | None = None
     lookup: object | None = None  # llama_cpp.llama_speculative.LlamaPromptLookupDecoding
     eos_token_id: int | None = None
-    gguf_dir: object | None = None  # the TemporaryDirectory holding the GGUF file, alive as long as the runner
 
     def run(self, input_ids, temperature, seed, max_new_tokens) -> Measurement:
         if temperature > 0:
@@ -83,7 +80,7 @@ def installed() -> bool:
 
 def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Runner], list[str]]:
     """The llama.cpp rows (plain; prompt lookup at each fixed gamma), or none and a note saying why."""
-    families = [f for f in ("llamacpp", "llamacpp_prompt_lookup") if config.wants(f)]
+    families = [f for f in ("llamacpp", "llamacpp_prompt_lookup", "llamacpp_draft") if config.wants(f)]
     if not families:
         return [], []
     if not installed():
@@ -93,16 +90,15 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
 
     try:
         source = llama_cpp_dir()
-        folder = tempfile.TemporaryDirectory(prefix="draftverify-gguf-")
         outtype = GGUF_TYPES[config.dtype]
-        gguf = convert(models.paths["target"], Path(folder.name) / f"target-{outtype}.gguf", source, outtype)
+        gguf = gguf_for(models.paths["target"], outtype, source)  # converted once, cached: shared with the backend
     except DraftVerifyError as err:
         return [], [f"llama.cpp rows skipped: {err}"]
     threads = config.threads or torch.get_num_threads()
     n_ctx = models.context_limit or 4096
     common = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
     shared = dict(family="llamacpp", greedy_only=True, lossless=False, eos_token_id=models.eos_token_id,
-                  gguf_dir=folder, settings={"gguf": outtype, "threads": threads})
+                  settings={"gguf": outtype, "threads": threads})
     runners: list[Runner] = []
     if "llamacpp" in families:
         plain = Llama(model_path=str(gguf), **common)
@@ -119,6 +115,65 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
                 lookup=LlamaPromptLookupDecoding(max_ngram_size=PROMPT_LOOKUP_NGRAM, num_pred_tokens=g),
                 **{**shared, "family": "llamacpp_prompt_lookup",
                    "settings": {**shared["settings"], "max_ngram_size": PROMPT_LOOKUP_NGRAM}}))
-    notes = [f"llama.cpp rows: the target converted to GGUF ({outtype}) with {source / 'convert_hf_to_gguf.py'}; "
+    notes = [f"llama.cpp rows: the target converted to GGUF ({outtype}, {gguf}) with {source / 'convert_hf_to_gguf.py'}; "
              "greedy only, compared with hf_generate token for token"]
+    if "llamacpp_draft" in families and fixed:
+        if not models.paths.get("draft"):
+            notes.append("llamacpp_draft skipped: no draft model")
+            return runners, notes
+        try:
+            draft_gguf = gguf_for(models.paths["draft"], outtype, source)
+        except DraftVerifyError as err:
+            notes.append(f"llamacpp_draft skipped: {err}")
+            return runners, notes
+        from ..backends.llamacpp import GGUFModel
+
+        draft_model = GGUFModel(draft_gguf)
+        first = GGUFDraftModel(draft_model, fixed[0], threads)
+        draft_llm = Llama(model_path=str(gguf), draft_model=first, **common)
+        counter = EvalCounter(draft_llm)
+        for g in fixed:
+            runners.append(LlamaCppRunner(
+                f"llamacpp_draft[g={g}]", gamma=g, llm=draft_llm, counter=counter,
+                lookup=first if g == fixed[0] else GGUFDraftModel(draft_model, g, threads),
+                **{**shared, "family": "llamacpp_draft", "settings": {**shared["settings"], "draft": draft_gguf.name}}))
+        notes.append("llamacpp_draft rows: llama-cpp-python's own speculative decoding (Llama(draft_model=...)) with "
+                     "the draft model's GGUF drafting g greedy tokens on a llama.cpp context of its own")
     return runners, notes
+
+
+def GGUFDraftModel(model, num_pred_tokens: int, threads: int):
+    """A llama_cpp LlamaDraftModel: the draft GGUF drafts num_pred_tokens greedy tokens per call, on a llama.cpp
+    context of its own that keeps the text it has seen (the llamacpp backend's LlamaCppLM) and drops its drafts."""
+    from llama_cpp.llama_speculative import LlamaDraftModel
+    import numpy as np
+
+    from ..backends.llamacpp import LlamaCppLM
+
+    class _Draft(LlamaDraftModel):
+        def __init__(self):
+            self.lm = LlamaCppLM(model, role="draft", threads=threads)
+            self.seen: list[int] = []  # the tokens in the draft's cache (committed)
+
+        def __call__(self, input_ids, /, **kwargs):
+            ids = [int(t) for t in input_ids]
+            if not ids:
+                return np.array([], dtype=np.intc)
+            if len(self.seen) < len(ids) and ids[: len(self.seen)] == self.seen:
+                pending = ids[len(self.seen):]
+            else:  # another text (a new prompt, or a rejection before what it has seen): start again
+                self.lm.check_fits(len(ids) + num_pred_tokens)
+                self.lm.start(torch.tensor([ids]))
+                self.seen, pending = ids[:-1], ids[-1:]
+            logits = self.lm.forward(torch.tensor([pending])).logits[0, -1]
+            self.lm.commit(len(pending))
+            self.seen += pending
+            drafted: list[int] = []
+            for i in range(num_pred_tokens):
+                drafted.append(int(logits.argmax()))
+                if i + 1 < num_pred_tokens:
+                    logits = self.lm.forward(torch.tensor([[drafted[-1]]])).logits[0, -1]
+            self.lm.commit(0)  # the drafts leave the cache; accepted ones come back as input next call
+            return np.array(drafted, dtype=np.intc)
+
+    return _Draft()

@@ -106,14 +106,22 @@ class MethodProbe:
         return False
 
 
-def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM) -> tuple[list[RowSpec], list[str]]:
-    """The rows of every drafting method this config wants, and notes on what was skipped and why."""
+def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
+              drafts: tuple | None = None) -> tuple[list[RowSpec], list[str]]:
+    """The rows of every drafting method this config wants, and notes on what was skipped and why.
+
+    target: the hf backend's CachedLM, or another backend (backends/base.py) with its draft models in `drafts`
+    (draft, aligned draft); on another backend only the lossless methods it can run get rows (greedy)."""
     notes: list[str] = []
     # one CachedLM per draft model, shared by every row (with --compile: preallocated and compiled, so the rows
     # share its compiled widths); early-exit drafters compile their own layer prefix through options.compile
     compile = config.compile
-    draft = cached_model(models.draft, "draft", compile) if models.draft is not None else None
-    aligned = cached_model(models.aligned_draft, "aligned draft", compile) if models.aligned_draft is not None else None
+    hf = target.name == "hf"
+    if drafts is not None:
+        draft, aligned = drafts
+    else:
+        draft = cached_model(models.draft, "draft", compile) if models.draft is not None else None
+        aligned = cached_model(models.aligned_draft, "aligned draft", compile) if models.aligned_draft is not None else None
     base = MethodOptions(draft_model=draft, ngram_path=models.ngram_path, heads_path=models.heads_path,
                          bita_path=models.bita_path, nat_path=models.nat_path, bita_topk=config.bita_topk, bita_masks=config.bita_masks,
                          compile=compile)
@@ -126,6 +134,17 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM) -> tup
         wanted = [f for f in (name, name + ALIGNED_SUFFIX) if config.wants(f)]
         if not wanted:
             continue
+        if not hf:
+            from ..backends.base import check_backend
+            from ..registry import DRAFTERS, lookup
+
+            try:
+                if method.verifier != "exact":
+                    raise DraftVerifyError("lossy methods run on the hf backend only here")
+                check_backend(target, lookup(DRAFTERS, "drafter", method.drafter), name)
+            except DraftVerifyError as err:
+                notes.append(f"{target.name}:{name} skipped: {err}")
+                continue
         probe = MethodProbe(method, target)
         try:
             probe.drafter(base)

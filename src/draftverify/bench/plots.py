@@ -13,7 +13,7 @@ COLORS = {
     "model": "#1f77b4", "hf_assisted": "#1f77b4",
     "prompt_lookup": "#ff7f0e", "hf_prompt_lookup": "#ff7f0e",
     "model_aligned": "#2ca02c", "ngram": "#9467bd", "early_exit": "#8c564b", "bild": "#d62728",
-    "llamacpp": "#e377c2", "llamacpp_prompt_lookup": "#ff7f0e",
+    "llamacpp": "#e377c2", "llamacpp_prompt_lookup": "#ff7f0e", "llamacpp_draft": "#1f77b4",
 }
 
 

@@ -53,6 +53,7 @@ class Runner(ABC):
     lossless: bool = True  # output distributed exactly as the target's (greedy: identical text)
     settings: dict = field(default_factory=dict)  # early-exit layers, BiLD thresholds, HF assistant settings
     greedy_only: bool = False
+    reference: str | None = None  # the row whose greedy tokens this one must equal (None: hf_generate)
     # filled by the warm-up (run.measure): its seconds (compilation included), torch.compile compilations then,
     # and compilations during the timed generations (must stay 0: a compilation there would be timed)
     warmup_seconds: float | None = None
@@ -83,7 +84,7 @@ class Runner(ABC):
         """Before the warm-up generation: compile what the runner will run (nothing for eager runners)."""
 
     def describe(self) -> dict:
-        return {"name": self.name, "family": self.family, "kind": self.kind,
+        return {"name": self.name, "family": self.family, "kind": self.kind, "reference": self.reference,
                 "gamma": self.gamma, "lossless": self.lossless, "settings": self.settings,
                 "compiled": self.compiled, "compiled_models": self.compiled_roles(), "warmup_seconds": self.warmup_seconds,
                 "warmup_compiles": self.warmup_compiles, "timed_compiles": self.timed_compiles}
@@ -164,7 +165,7 @@ class HFRunner(Runner):
 class OursRunner(Runner):
     """draftverify.generate with one drafter (built once, reused across prompts) and a verifier per call."""
 
-    target: CachedLM | None = None
+    target: CachedLM | None = None  # or any backend (backends/base.py): the llamacpp rows run a LlamaCppLM
     drafter: Drafter | None = None
     verifier: str = "exact"
     options: MethodOptions = field(default_factory=MethodOptions)

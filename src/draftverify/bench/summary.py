@@ -43,15 +43,23 @@ def summarize(runners: list[Runner], temperatures: tuple[float, ...], prompts: l
     rows: list[dict] = []
     for temperature in temperatures:
         greedy_texts = {r["prompt_index"]: r["text"] for r in by_key.get((BASELINE, 0.0), [])}
-        base_ids = {r["prompt_index"]: r["new_ids"] for r in by_key.get((BASELINE, temperature), [])}
-        single_step = _seconds_per_target_forward(by_key.get((OURS_BASELINE, temperature), []))
         for runner in runners:
             recs = by_key.get((runner.name, temperature))
             if not recs:
                 continue
+            # the same loop without drafting on the same backend (llamacpp:ours_autoregressive for llamacpp:* rows)
+            single_step = _seconds_per_target_forward(by_key.get((ours_baseline(runner.name), temperature), []))
+            reference = runner.reference or BASELINE  # e.g. llama.cpp greedy for the rows on the llamacpp backend
+            base_ids = {r["prompt_index"]: r["new_ids"] for r in by_key.get((reference, temperature), [])}
             rows.append(_row(runner, temperature, recs, references, greedy_texts, base_ids, single_step))
         _add_ratios([r for r in rows if r["temperature"] == temperature])
     return rows
+
+
+def ours_baseline(runner_name: str) -> str:
+    """The plain-decoding row of the backend a row runs on: rows named `<backend>:<row>` have their own."""
+    backend, sep, _ = runner_name.rpartition(":")
+    return f"{backend}:{OURS_BASELINE}" if sep and "[" not in backend else OURS_BASELINE
 
 
 def _seconds_per_target_forward(recs: list[dict]) -> float | None:
@@ -73,6 +81,7 @@ def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int
     row = {
         "runner": runner.name, "family": runner.family, "kind": runner.kind, "temperature": temperature,
         "gamma": runner.gamma, "lossless": runner.lossless, "settings": runner.settings, "prompts": len(recs),
+        "reference": runner.reference or BASELINE,
         "new_tokens": new, "seconds": seconds, "tokens_per_second": new / seconds if seconds > 0 else None,
         "target_calls": calls, "draft_calls": sum(r["draft_calls"] for r in recs), "drafted": drafted,
         "accepted": accepted, "tokens_per_call": new / calls if calls else None,
@@ -125,7 +134,7 @@ def _add_ratios(rows: list[dict]) -> None:
     tps = {r["runner"]: r["tokens_per_second"] for r in rows}
     for row in rows:
         row["speedup"] = _ratio(row["tokens_per_second"], tps.get(BASELINE))
-        row["speedup_vs_ours_autoregressive"] = _ratio(row["tokens_per_second"], tps.get(OURS_BASELINE))
+        row["speedup_vs_ours_autoregressive"] = _ratio(row["tokens_per_second"], tps.get(ours_baseline(row["runner"])))
         row["achieved_over_predicted"] = _ratio(row["speedup_vs_ours_autoregressive"], row["predicted_speedup"])
 
 

@@ -23,6 +23,9 @@ class Drafter(ABC):
     drafts_in_target_pass: bool = False  # the draft comes out of the verify forward itself (no separate cost)
     uses_draft_model: bool = False  # load(zoo=...) then supplies the zoo's draft model
     supports_batch: bool = False  # drafts for a batch of several left-padded rows (DecodingState.lengths)
+    # what of a Hugging Face target's modules the drafter reads or extends (a phrase for messages), or "" when it
+    # talks to the target through the backend protocol only (backends/base.py), so any backend can run it
+    needs_target_modules: str = ""
 
     def __init__(self) -> None:
         self.forward_calls = 0

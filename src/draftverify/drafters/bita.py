@@ -65,6 +65,7 @@ def mask_groups(tree: TreeSpec | None, draft_length: int, attach: list[int], num
 class BitaDrafter(Drafter):
     """Straightforward (chain) BiTA; the tree modes below differ in which tree they build and where masks hang."""
 
+    needs_target_modules = "extra embedded positions and a per-layer prefix in the target's verify pass"
     needs_target_hidden = True  # commit() reads the mask tokens' logits from the verify pass
     drafts_in_target_pass = True
     proposes_trees = False

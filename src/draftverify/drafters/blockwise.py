@@ -122,6 +122,7 @@ class BlockwiseDrafter(Drafter):
     filtered distribution, which is returned as q, so speculative sampling stays exact.
     """
 
+    needs_target_modules = "the target's hidden states and LM head (the heads read them)"
     needs_target_hidden = True
     drafts_in_target_pass = True
 

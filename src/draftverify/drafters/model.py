@@ -32,7 +32,7 @@ class ModelDrafter(Drafter):
     def __init__(self, model: PreTrainedModel | CachedLM, fallback_threshold: float = 0.0):
         super().__init__()
         self.fallback_threshold = check_number("fallback threshold alpha_FB", fallback_threshold, 0.0, 1.0)
-        self.lm = model if isinstance(model, CachedLM) else CachedLM(model, role="draft")
+        self.lm = cached_model(model, "draft")  # a CachedLM or any other backend as it is; HF models wrapped
         self.discard: torch.Tensor | None = None  # batches: rows whose drafts another drafter replaced (see commit)
         self._fed: torch.Tensor | None = None  # batches: each row's committed tokens when the last draft began
 

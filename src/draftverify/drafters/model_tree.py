@@ -39,7 +39,7 @@ class ModelTreeDrafter(Drafter):
 
     def __init__(self, model: PreTrainedModel | CachedLM, paths: Sequence[Sequence[int]] = DEFAULT_TREE_PATHS):
         super().__init__()
-        self.lm = model if isinstance(model, CachedLM) else CachedLM(model, role="draft")
+        self.lm = cached_model(model, "draft")  # a CachedLM or any other backend as it is; HF models wrapped
         self.paths = [tuple(p) for p in paths]
         self.full_tree = TreeSpec.from_paths(self.paths)
         self._trees: dict[int, TreeSpec] = {}

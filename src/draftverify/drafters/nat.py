@@ -238,6 +238,7 @@ class NatDrafter(Drafter):
     prefill and from each verify pass (needs_target_hidden); one row at a time (the loop refuses batches).
     """
 
+    needs_target_modules = "the target's Hugging Face modules (the NAT drafter runs over its layers)"
     def __init__(self, nat: NatDecoder):
         super().__init__()
         self.nat = nat.eval()

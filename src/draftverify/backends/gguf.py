@@ -1,4 +1,5 @@
-"""Convert a Hugging Face model folder to GGUF with llama.cpp's own converter, for the llama.cpp peer rows.
+"""Convert a Hugging Face model folder to GGUF with llama.cpp's own converter: for the llama.cpp backend
+(`gguf_for`: converted once, cached on disk) and the bench's llama.cpp peer rows (`convert`).
 
 llama.cpp's `convert_hf_to_gguf.py` (shipped with gguf-py in llama.cpp's source tree, e.g. vendor/llama.cpp of
 the llama-cpp-python sdist) recognises a BPE pre-tokenizer by hashing how it splits a test string, and refuses
@@ -7,35 +8,53 @@ from tokenizer.json), which llama.cpp implements as "gpt-2". Rather than fork th
 its extension point: it registers, for the model's architecture, a subclass of the converter's own model class
 whose `get_vocab_base_pre` answers "gpt-2" (and that reads the vocabulary through the converter's GPT-2 BPE
 path), then runs the converter's unchanged `main()`. It runs in a child
-process (`python -m draftverify.bench.gguf`), so the converter's sys.path, logging and class registry never
+process (`python -m draftverify.backends.gguf`), so the converter's sys.path, logging and class registry never
 touch the benchmark's process.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from ..errors import DraftVerifyError
 
 CONVERTER = "convert_hf_to_gguf.py"
 LLAMA_CPP_ENV = "DRAFTVERIFY_LLAMA_CPP"  # a llama.cpp source tree holding convert_hf_to_gguf.py and gguf-py/
+GGUF_CACHE_ENV = "DRAFTVERIFY_GGUF_CACHE"  # where converted models are kept (default ~/.cache/draftverify/gguf)
+# where scripts/fetch_llama_cpp_converter.sh unpacks the converter by default: .cache/llama.cpp of the checkout
+# (an editable install: src/draftverify/backends/gguf.py -> the repository root)
+CHECKOUT_CONVERTER = Path(__file__).resolve().parents[3] / ".cache" / "llama.cpp"
+FETCH_HINT = "scripts/fetch_llama_cpp_converter.sh unpacks the one llama-cpp-python was built from"
 GPT2_PRE_TOKENIZER = "gpt-2"  # llama.cpp's name for GPT-2's pre-tokenizer regex
 
 
 def llama_cpp_dir() -> Path:
-    """The llama.cpp source tree from $DRAFTVERIFY_LLAMA_CPP; a clear error when unset or incomplete."""
+    """The llama.cpp source tree: $DRAFTVERIFY_LLAMA_CPP, else the checkout's .cache/llama.cpp where the fetch
+    script puts it; a clear error when neither holds the converter."""
     value = os.environ.get(LLAMA_CPP_ENV)
     if not value:
+        if (CHECKOUT_CONVERTER / CONVERTER).is_file() and (CHECKOUT_CONVERTER / "gguf-py").is_dir():
+            return CHECKOUT_CONVERTER
         raise DraftVerifyError(f"set ${LLAMA_CPP_ENV} to a llama.cpp source tree with {CONVERTER} and gguf-py/ "
-                               "(scripts/fetch_llama_cpp_converter.sh unpacks the one llama-cpp-python was built from)")
+                               f"({FETCH_HINT})")
     folder = Path(value)
     for needed in (CONVERTER, "gguf-py"):
         if not (folder / needed).exists():
             raise DraftVerifyError(f"${LLAMA_CPP_ENV}={folder} has no {needed}; point it at llama.cpp's source tree")
     return folder
+
+
+def converter_available() -> bool:
+    try:
+        llama_cpp_dir()
+    except DraftVerifyError:
+        return False
+    return True
 
 
 def is_gpt2_pre_tokenizer(tokenizer_json: dict) -> bool:
@@ -62,11 +81,60 @@ def convert(model_dir: str | Path, out: str | Path, llama_cpp: Path, outtype: st
     """model_dir -> GGUF file `out` (f32 by default: the same weights and arithmetic width as our float32 rows)."""
     model_dir, out = Path(model_dir), Path(out)
     check_convertible(model_dir)
-    command = [sys.executable, "-m", "draftverify.bench.gguf", str(llama_cpp), str(model_dir), str(out), outtype]
+    command = [sys.executable, "-m", "draftverify.backends.gguf", str(llama_cpp), str(model_dir), str(out), outtype]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0 or not out.is_file():
-        raise DraftVerifyError(f"llama.cpp's converter failed on {model_dir}:\n{done.stderr[-2000:]}")
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        reason = lines[-1] if lines else f"exit status {done.returncode}"
+        raise DraftVerifyError(f"llama.cpp's converter cannot convert {model_dir}: {reason[-300:]}")
     return out
+
+
+def gguf_cache_dir() -> Path:
+    value = os.environ.get(GGUF_CACHE_ENV)
+    return Path(value) if value else Path.home() / ".cache" / "draftverify" / "gguf"
+
+
+MODEL_FILE_SUFFIXES = (".json", ".safetensors", ".bin", ".model", ".txt")
+
+
+def model_key(model_dir: Path, outtype: str) -> str:
+    """A hash of the model folder's files (names and contents: config, tokenizer, weights), the precision and the
+    llama-cpp-python version (its converter and its reader change together), naming the cached GGUF file."""
+    import importlib.metadata
+
+    digest = hashlib.sha256()
+    try:
+        version = importlib.metadata.version("llama-cpp-python")
+    except importlib.metadata.PackageNotFoundError:
+        version = "?"
+    digest.update(f"{outtype}\0{version}\0".encode())
+    for path in sorted(p for p in model_dir.iterdir() if p.is_file() and p.suffix in MODEL_FILE_SUFFIXES):
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()[:24]
+
+
+def gguf_for(model_dir: str | Path, outtype: str = "f32", llama_cpp: Path | None = None,
+             cache_dir: Path | None = None) -> Path:
+    """The GGUF file of a Hugging Face model folder at a precision: converted with llama.cpp's converter on first
+    use and kept in the cache folder ($DRAFTVERIFY_GGUF_CACHE, default ~/.cache/draftverify/gguf), so later runs
+    start at once. A half-written file never lands there (written beside it, then renamed)."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise DraftVerifyError(f"{model_dir} is neither a .gguf file nor a Hugging Face model folder")
+    check_convertible(model_dir)
+    cached = (cache_dir or gguf_cache_dir()) / f"{model_dir.name}-{model_key(model_dir, outtype)}-{outtype}.gguf"
+    if cached.is_file():
+        return cached
+    source = llama_cpp if llama_cpp is not None else llama_cpp_dir()
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cached.parent, prefix=".converting-") as work:
+        convert(model_dir, Path(work) / cached.name, source, outtype)
+        os.replace(Path(work) / cached.name, cached)
+    return cached
 
 
 def _run_converter(llama_cpp: Path, model_dir: Path, out: Path, outtype: str) -> None:

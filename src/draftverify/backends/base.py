@@ -1,0 +1,100 @@
+"""The target backend seam: what the decoding loop and the drafters need of a model that scores tokens.
+
+A backend holds one model and its KV cache for one generation at a time, and owns the positions: `length` is
+how many positions its cache holds, `committed` how many of those are settled. The loop's step is
+
+    out = backend.forward(tokens [B, n], position_ids, attention_mask)   # logits [B, n, V] (+ hidden [B, n, H])
+    backend.commit(kept)                                                  # a chain's prefix or a tree's branch
+
+and nothing else of the model is read: no cache object, no config, no modules. `CachedLM` (Hugging Face,
+eager or compiled) is one implementation, `LlamaCppLM` (llama.cpp through llama-cpp-python) another; a third
+(vLLM's or ONNX Runtime's forward) implements this protocol and plugs in without touching the loop.
+
+What a backend cannot do it declares with capability flags, so a method that needs it is refused at load time
+with one line naming a backend that can (`check_backend`), never halfway through a generation:
+- `takes_positions`: scores token trees (explicit position ids and an ancestor mask over its uncommitted tail);
+- `supports_rows`: decodes batches of several left-padded rows (commit_rows / drop_rows / join_rows);
+- `exposes_hidden`: returns the last hidden state (drafters with heads on the target's hidden states);
+- `has_modules`: a Hugging Face module tree the drafters may read or extend (early exit, BiTA's adapter and its
+  extra embedded positions, blockwise heads on the target's LM head, the NAT drafter over the target's layers).
+"""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from ..errors import DraftVerifyError
+from ..types import PrefixKV, TargetOutput
+
+
+@runtime_checkable
+class LMBackend(Protocol):
+    """One model and its cache (target or draft). Invariant between steps: the cache holds every committed token
+    but the last (the pending token, which the next forward scores first)."""
+
+    name: str  # the backend's name as --backend spells it: "hf", "llamacpp"
+    role: str  # "target" or "draft", for messages
+    device: torch.device  # where logits come back
+    vocab_size: int  # rows of the output logits
+    is_encoder_decoder: bool
+    max_positions: int | None  # context limit, or None when unbounded
+    takes_positions: bool
+    supports_rows: bool
+    exposes_hidden: bool
+    has_modules: bool
+    length: int  # positions held in the cache
+    committed: int  # settled positions; [committed, length) is the tail of the forwards since the last commit
+    prefilled: TargetOutput | None  # set by start(): logits at the last prefilled position (and hidden states)
+
+    def check_fits(self, decoder_positions: int) -> None:
+        """Raise DraftVerifyError when a request of this many positions cannot run (context, preallocated cache)."""
+
+    def start(self, input_ids: torch.Tensor, want_hidden: bool = False,
+              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Reset and prefill input_ids [B, L] (all but the last token); return the committed tokens [B, L0]."""
+
+    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, want_hidden: bool = False,
+                new_valid: torch.Tensor | None = None, extra_embeds: torch.Tensor | None = None,
+                prefix: PrefixKV | None = None) -> TargetOutput:
+        """Append tokens [B, n] to the uncommitted tail; their next-token logits [B, n, V].
+
+        position_ids [B or 1, n]: absolute positions (None: after the tail, as a chain); attention_mask bool
+        [n, tail + n] over the tail and the new tokens (None: causal); every committed position is always visible.
+        """
+
+    def commit(self, kept: int | torch.Tensor) -> None:
+        """Keep the tail's first `kept` positions (a chain), or the tail offsets kept [B, k] / [k] in order (a
+        tree's accepted branch), drop the rest of the tail and settle."""
+
+
+def is_backend(obj: object) -> bool:
+    return isinstance(obj, LMBackend)
+
+
+def as_backend(model, role: str = "target") -> LMBackend:
+    """A backend as it is; a Hugging Face model wrapped in a CachedLM (the hf backend), for callers of the loop
+    that pass a plain model."""
+    if is_backend(model):
+        return model
+    from ..cached_lm import CachedLM
+
+    return CachedLM(model, role=role)
+
+
+def check_backend(target: LMBackend, drafter_cls: type, method: str, batched: bool = False) -> None:
+    """Refuse, before anything runs, a method whose drafter needs what this target backend lacks."""
+    name = getattr(target, "name", type(target).__name__)
+    needs = []
+    if getattr(drafter_cls, "needs_target_modules", "") and not target.has_modules:
+        needs.append(drafter_cls.needs_target_modules)
+    elif getattr(drafter_cls, "needs_target_hidden", False) and not target.exposes_hidden:
+        needs.append("the target's hidden states")
+    if getattr(drafter_cls, "proposes_trees", False) and not target.takes_positions:
+        needs.append("token trees (explicit positions and an ancestor mask)")
+    if batched and not target.supports_rows:
+        needs.append("batches of several rows")
+    if needs:
+        raise DraftVerifyError(f"method {method!r} needs {' and '.join(needs)}, which the {name} backend does not "
+                               f"offer; run it with --backend hf (backend='hf')")

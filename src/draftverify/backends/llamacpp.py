@@ -1,0 +1,495 @@
+"""The llama.cpp backend: a GGUF model scored through llama-cpp-python's low-level C API (the optional extra
+`llamacpp`), behind the same protocol as CachedLM (backends/base.py), for the target or a draft model.
+
+One llama.cpp context per model, one row (batch size 1). Positions and the KV cache are llama.cpp's; this class
+keeps only the bookkeeping of its uncommitted tail: each tail token's position, parent and sequence id.
+
+- A chain lives in sequence 0. Scoring n tokens is one `llama_decode` with logits requested at every position;
+  rolling back rejected tokens is `llama_memory_seq_rm(0, kept_end, -1)`.
+- A token tree is scored in one `llama_decode` by giving each node the set of sequence ids of the branches that
+  contain it (as llama.cpp's speculative example does for several drafts): branch b is sequence b, the committed
+  prefix is copied to every branch's sequence first (`llama_memory_seq_cp`: with `kv_unified` the cells are shared,
+  not copied), and a node's first sequence id (the one llama.cpp masks its query by) is its first branch. A query
+  then sees exactly the committed prefix, its ancestors and itself. Keeping the accepted branch is
+  `llama_memory_seq_rm` of the other sequences and of the branch's tail beyond the kept node, then
+  `llama_memory_seq_cp` of the branch back into sequence 0.
+- The caller describes a tree as CachedLM's callers do (position ids plus an ancestor mask over the tail and the
+  new tokens); the mask is read back into parents here, and anything that is not a tree is refused.
+
+Not offered (see `check_backend`): batches of several rows, extra embedded positions (BiTA), the hidden states and
+modules that the heads / early-exit / NAT drafters read, encoder-decoder models.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import DraftVerifyError
+from ..types import PrefixKV, TargetOutput
+from . import LLAMACPP_INSTALL
+
+GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}  # our --dtype -> the converter's --outtype
+MAX_SEQUENCES = 64  # tree branches one decode may score (llama.cpp allows up to 256)
+BATCH = 512  # tokens per llama_decode (longer prompts are prefilled in chunks)
+DEFAULT_CELLS = 4096  # KV cells a context starts with (grown on demand up to the model's context length)
+TREE_ROOM = 256  # cells beyond the positions: a tree's siblings take cells too
+
+
+def installed() -> bool:
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def require_llama_cpp():
+    """The low-level module, or a one-line error saying how to install the extra."""
+    if not installed():
+        raise DraftVerifyError(f"the llamacpp backend needs llama-cpp-python: {LLAMACPP_INSTALL} "
+                               "(it builds llama.cpp from source, about 6-8 minutes)")
+    import llama_cpp.llama_cpp as lib
+
+    global _LOG
+    if _LOG is None:  # llama.cpp's load and context logs: errors only (kept referenced: C holds the pointer)
+        import sys
+
+        def log(level: int, text: bytes, user_data) -> None:
+            if level == 4:  # GGML_LOG_LEVEL_ERROR
+                sys.stderr.write(text.decode("utf-8", "replace"))
+
+        _LOG = lib.llama_log_callback(log)
+        lib.llama_log_set(_LOG, ctypes.c_void_p(0))
+    return lib
+
+
+_LOG = None
+
+
+_BACKEND_READY = False
+
+
+def _init(lib) -> None:
+    global _BACKEND_READY
+    if not _BACKEND_READY:
+        lib.llama_backend_init()
+        _BACKEND_READY = True
+
+
+@dataclass
+class _TailToken:
+    pos: int
+    parent: int  # tail index of the parent, -1: the last committed position
+    seq: int  # the sequence id its query is masked by (its first branch)
+    children: int = 0
+
+
+class GGUFModel:
+    """A loaded GGUF file (weights shared by every context made from it)."""
+
+    def __init__(self, path: str | Path):
+        lib = require_llama_cpp()
+        _init(lib)
+        path = Path(path)
+        if not path.is_file():
+            raise DraftVerifyError(f"no GGUF file at {path}")
+        params = lib.llama_model_default_params()
+        self.path = path
+        self.lib = lib
+        self.ptr = lib.llama_model_load_from_file(str(path).encode(), params)
+        if not self.ptr:
+            raise DraftVerifyError(f"llama.cpp could not load {path} (not a GGUF model, or an architecture this "
+                                   "llama-cpp-python build does not know)")
+        self.vocab = lib.llama_model_get_vocab(self.ptr)
+        self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
+        self.n_embd = int(lib.llama_model_n_embd(self.ptr))
+        self.n_ctx_train = int(lib.llama_model_n_ctx_train(self.ptr))
+        self.eos_token_id = int(lib.llama_vocab_eos(self.vocab))
+        self.bos_token_id = int(lib.llama_vocab_bos(self.vocab))
+        self.architecture = self.meta("general.architecture")
+
+    def vocab_fingerprint(self) -> str:
+        """A hash of every token's text: two GGUF files with one fingerprint share a vocabulary."""
+        import hashlib
+
+        digest = hashlib.sha256()
+        for token in range(self.n_vocab):
+            digest.update(self.lib.llama_vocab_get_text(self.vocab, token) + b"\0")
+        return digest.hexdigest()
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(256)
+        n = self.lib.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def __del__(self):
+        if getattr(self, "ptr", None):
+            self.lib.llama_model_free(self.ptr)
+            self.ptr = None
+
+
+class LlamaCppLM:
+    """One GGUF model, one llama.cpp context (backends/base.py: LMBackend). Invariant between steps: the KV cache
+    holds every committed token but the last, in sequence 0 only."""
+
+    name = "llamacpp"
+    is_encoder_decoder = False
+    takes_positions = True  # token trees: per-node sequence-id sets
+    supports_rows = False
+    exposes_hidden = False
+    has_modules = False
+
+    def __init__(self, model: GGUFModel | str | Path, role: str = "target", threads: int | None = None,
+                 n_ctx: int | None = None, max_sequences: int = MAX_SEQUENCES):
+        self.model = model if isinstance(model, GGUFModel) else GGUFModel(model)
+        lib = self.lib = self.model.lib
+        self.role = role
+        self.device = torch.device("cpu")
+        self.vocab_size = self.model.n_vocab
+        self.max_positions = self.model.n_ctx_train or None
+        self.threads = threads if threads is not None else torch.get_num_threads()
+        self.max_sequences = max_sequences
+        self.fixed_ctx = n_ctx is not None
+        # cells: the request's positions plus room for a wide tree's siblings, which take cells but no positions.
+        # The context starts at most DEFAULT_CELLS + TREE_ROOM cells (a 128k-context model would otherwise allocate
+        # its whole KV cache) and is made again, larger, by check_fits when a request needs more (between requests)
+        self.ctx = None
+        self._make_context(n_ctx if n_ctx is not None else min(self.max_positions or DEFAULT_CELLS, DEFAULT_CELLS) + TREE_ROOM)
+        self.batch = lib.llama_batch_init(BATCH, 0, max_sequences)
+        self.committed = 0
+        self.tail: list[_TailToken] = []
+        self.live: set[int] = {0}  # sequence ids that hold cells
+        self.root_children = 0
+        self.prefilled: TargetOutput | None = None
+
+    def _make_context(self, n_ctx: int) -> None:
+        lib = self.lib
+        if self.ctx:
+            lib.llama_free(self.ctx)
+            self.ctx = None
+        params = lib.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = BATCH
+        params.n_seq_max = self.max_sequences
+        params.n_threads = params.n_threads_batch = self.threads
+        params.kv_unified = True  # branches share the prefix's cells; needed for tokens of several sequences
+        params.no_perf = True
+        self.ctx = lib.llama_init_from_model(self.model.ptr, params)
+        if not self.ctx:
+            raise DraftVerifyError(f"llama.cpp could not create a context of {n_ctx} cells for {self.model.path}")
+        self.n_ctx = int(lib.llama_n_ctx(self.ctx))
+        self.memory = lib.llama_get_memory(self.ctx)
+        self.committed = 0
+        self.tail = []
+
+    # ---- the protocol -----------------------------------------------------------------------------------------
+    @property
+    def length(self) -> int:
+        return self.committed + len(self.tail)
+
+    def check_fits(self, decoder_positions: int) -> None:
+        if self.max_positions is not None and decoder_positions > self.max_positions:
+            raise DraftVerifyError(
+                f"the {self.role} model attends to at most {self.max_positions} positions, but this request needs "
+                f"{decoder_positions} (prompt + max_new_tokens); shorten the prompt or lower max_new_tokens"
+            )
+        if decoder_positions + TREE_ROOM > self.n_ctx:
+            if self.fixed_ctx:
+                raise DraftVerifyError(f"the {self.role}'s llama.cpp context holds {self.n_ctx} cells (n_ctx); this "
+                                       f"request needs {decoder_positions} plus room for the verify width")
+            self._make_context(decoder_positions + TREE_ROOM)
+
+    def start(self, input_ids: torch.Tensor, want_hidden: bool = False,
+              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if input_ids.shape[0] != 1 or attention_mask is not None:
+            raise DraftVerifyError("the llamacpp backend decodes one row at a time; batches of several rows run on "
+                                   "--backend hf (backend='hf')")
+        if want_hidden:
+            raise DraftVerifyError("the llamacpp backend does not return hidden states; run this method on --backend hf")
+        self.lib.llama_memory_clear(self.memory, True)
+        self.committed = 0
+        self.tail = []
+        self.live = {0}
+        self.root_children = 0
+        self.prefilled = None
+        ids = input_ids[0].tolist()
+        if len(ids) > 1:
+            prefix = ids[:-1]
+            for begin in range(0, len(prefix), BATCH):
+                chunk = prefix[begin : begin + BATCH]
+                last = begin + len(chunk) == len(prefix)
+                self._fill(chunk, list(range(begin, begin + len(chunk))), [[0]] * len(chunk),
+                           outputs=[last and i == len(chunk) - 1 for i in range(len(chunk))])
+                self._decode(len(chunk))
+            logits = self._logits(1)  # [1, V] at the last prefilled position
+            self.prefilled = TargetOutput(logits=logits[None])
+            self.committed = len(prefix)
+        return input_ids
+
+    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, want_hidden: bool = False,
+                new_valid: torch.Tensor | None = None, extra_embeds: torch.Tensor | None = None,
+                prefix: PrefixKV | None = None) -> TargetOutput:
+        """tokens [1, n] after the tail; logits [1, n, V] (float32). attention_mask: bool [n, tail + n], which
+        must describe a tree (each token sees its parent's view and itself); None: a chain after the tail."""
+        if tokens.shape[0] != 1 or new_valid is not None:
+            raise DraftVerifyError("the llamacpp backend decodes one row at a time")
+        if extra_embeds is not None or prefix:
+            raise DraftVerifyError("the llamacpp backend scores token ids only (no extra embedded positions); "
+                                   "run this method on --backend hf")
+        if want_hidden:
+            raise DraftVerifyError("the llamacpp backend does not return hidden states; run this method on --backend hf")
+        ids = tokens[0].tolist()
+        n = len(ids)
+        if n == 0:
+            return TargetOutput(logits=torch.empty(1, 0, self.vocab_size))
+        if n > BATCH:
+            raise DraftVerifyError(f"the llamacpp backend scores at most {BATCH} tokens per forward, got {n}")
+        base = len(self.tail)
+        parents = self._parents(n, attention_mask)  # tail indices (new tokens: base + i), -1 = after the prefix
+        positions: list[int] = []
+        for p in parents:
+            positions.append(self.committed if p < 0 else self.tail[p].pos + 1 if p < base else positions[p - base] + 1)
+        if position_ids is not None:
+            given = position_ids.reshape(-1)[-n:].tolist()
+            if given != positions:
+                raise DraftVerifyError(f"the llamacpp backend needs each token one position after its parent "
+                                       f"(expected {positions}, got {given})")
+        seq_sets = self._assign_sequences(parents, positions, base)
+        self._fill(ids, positions, seq_sets, outputs=[True] * n)
+        self._decode(n)
+        return TargetOutput(logits=self._logits(n)[None])  # [1, n, V]
+
+    def commit(self, kept: int | torch.Tensor) -> None:
+        if isinstance(kept, torch.Tensor):
+            if kept.dim() == 2:
+                if kept.shape[0] != 1:
+                    raise DraftVerifyError("the llamacpp backend keeps one row")
+                kept = kept[0]
+            offsets = kept.tolist()
+        else:
+            if not 0 <= kept <= len(self.tail):
+                raise DraftVerifyError(f"cannot keep {kept} positions of a {len(self.tail)}-position tail")
+            offsets = list(range(kept))
+        previous = -1
+        for j in offsets:  # a root-to-node path of the tail
+            if not 0 <= j < len(self.tail) or self.tail[j].parent != previous:
+                raise DraftVerifyError(f"the kept tail offsets {offsets} are not one branch of the scored tree")
+            previous = j
+        rm, cp = self.lib.llama_memory_seq_rm, self.lib.llama_memory_seq_cp
+        if not offsets:
+            for s in self.live:
+                rm(self.memory, s, self.committed, -1)
+        else:
+            last = self.tail[offsets[-1]]
+            branch = last.seq
+            rm(self.memory, branch, last.pos + 1, -1)  # the branch's nodes beyond the kept one
+            for s in self.live:
+                if s != branch:
+                    rm(self.memory, s, self.committed, -1)
+            if branch != 0:
+                cp(self.memory, branch, 0, self.committed, -1)
+        for s in self.live:
+            if s != 0:
+                rm(self.memory, s, -1, -1)
+        self.live = {0}
+        self.committed += len(offsets)
+        self.tail = []
+        self.root_children = 0
+
+    # ---- bookkeeping ------------------------------------------------------------------------------------------
+    def _parents(self, n: int, mask: torch.Tensor | None) -> list[int]:
+        """Each new token's parent (a tail index; new token i is base + i; -1: the committed prefix's end)."""
+        base = len(self.tail)
+        if mask is None:  # a chain after the tail, which must itself be a chain
+            if any(t.parent != j - 1 for j, t in enumerate(self.tail)):
+                raise DraftVerifyError("a token tree is pending in the llamacpp backend's tail: give the new "
+                                       "tokens' attention mask")
+            return [base + i - 1 for i in range(n)]
+        if mask.dim() == 3:
+            mask = mask[0]
+        if tuple(mask.shape) != (n, base + n):
+            raise DraftVerifyError(f"attention mask must cover {n} new tokens x {base + n} tail + new positions, "
+                                   f"got {tuple(mask.shape)}")
+        rows = mask.tolist()
+        parents = []
+        for i, row in enumerate(rows):
+            me = base + i
+            seen = [j for j in range(me) if row[j]]
+            if not row[me] or any(row[me + 1 :]):
+                raise DraftVerifyError("the llamacpp backend scores token trees: each token sees itself and no "
+                                       "later token")
+            parent = seen[-1] if seen else -1
+            expected = self._ancestors(parent, parents, base)
+            if seen != expected:
+                raise DraftVerifyError("the attention mask is not a token tree (a token must see exactly its "
+                                       "ancestors); the llamacpp backend scores chains and trees only")
+            parents.append(parent)
+        return parents
+
+    def _parent_of(self, j: int, parents: list[int], base: int) -> int:
+        return self.tail[j].parent if j < base else parents[j - base]
+
+    def _ancestors(self, j: int, parents: list[int], base: int) -> list[int]:
+        """Tail indices of j and its ancestors, in order (empty for -1)."""
+        out = []
+        while j >= 0:
+            out.append(j)
+            j = self._parent_of(j, parents, base)
+        return out[::-1]
+
+    def _assign_sequences(self, parents: list[int], positions: list[int], base: int) -> list[list[int]]:
+        """Sequence ids of each new token, its own branch first; copies the prefix / tail path into new branches."""
+        n = len(parents)
+        seqs: list[list[int]] = [[] for _ in range(n)]
+        new_tail: list[_TailToken] = []
+        cp = self.lib.llama_memory_seq_cp
+        for i, parent in enumerate(parents):
+            if parent < 0:
+                first = self.root_children == 0
+                self.root_children += 1
+                holder = None
+            else:
+                node = self.tail[parent] if parent < base else new_tail[parent - base]
+                first = node.children == 0
+                node.children += 1
+                holder = node
+            if first:
+                seq = 0 if holder is None else holder.seq
+            else:
+                seq = self._fresh_sequence()
+                # the new branch holds the prefix and the parent's path: copy what is in the cache already, and
+                # add the branch to the new tokens on the path (scored in this same decode)
+                j = parent
+                while j >= base:  # ancestors among the new tokens
+                    seqs[j - base].append(seq)
+                    j = parents[j - base]
+                if j < 0:
+                    cp(self.memory, 0, seq, 0, self.committed)
+                else:
+                    anchor = self.tail[j]
+                    cp(self.memory, anchor.seq, seq, 0, anchor.pos + 1)
+            seqs[i].insert(0, seq)
+            new_tail.append(_TailToken(pos=positions[i], parent=parent, seq=seq))
+        self.tail.extend(new_tail)
+        return seqs
+
+    def _fresh_sequence(self) -> int:
+        for s in range(1, self.max_sequences):
+            if s not in self.live:
+                self.live.add(s)
+                return s
+        raise DraftVerifyError(f"a token tree with more than {self.max_sequences} branches does not fit the "
+                               "llamacpp backend's sequences")
+
+    # ---- llama.cpp calls --------------------------------------------------------------------------------------
+    def _fill(self, ids: list[int], positions: list[int], seq_sets: list[list[int]], outputs: list[bool]) -> None:
+        b = self.batch
+        b.n_tokens = len(ids)
+        for i, (token, pos, seqs, out) in enumerate(zip(ids, positions, seq_sets, outputs)):
+            b.token[i] = token
+            b.pos[i] = pos
+            b.n_seq_id[i] = len(seqs)
+            row = b.seq_id[i]
+            for k, s in enumerate(seqs):
+                row[k] = s
+            b.logits[i] = out
+
+    def _decode(self, n: int) -> None:
+        status = self.lib.llama_decode(self.ctx, self.batch)
+        if status != 0:
+            raise DraftVerifyError(f"llama_decode failed on {n} tokens (status {status}) in the {self.role}'s "
+                                   "llama.cpp context")
+
+    def _logits(self, rows: int) -> torch.Tensor:
+        """The last decode's logits [rows, V] (every output row, in batch order), copied out of llama.cpp."""
+        pointer = self.lib.llama_get_logits(self.ctx)
+        array = np.ctypeslib.as_array(pointer, shape=(rows, self.vocab_size))
+        return torch.from_numpy(array.copy())
+
+    def __del__(self):
+        lib = getattr(self, "lib", None)
+        if lib is None:
+            return
+        if getattr(self, "batch", None) is not None:
+            lib.llama_batch_free(self.batch)
+            self.batch = None
+        if getattr(self, "ctx", None):
+            lib.llama_free(self.ctx)
+            self.ctx = None
+
+
+class GGUFTokenizer:
+    """The tokenizer stored in a GGUF file, for a `.gguf` given without its Hugging Face folder: the few calls the
+    pipeline makes of a Hugging Face tokenizer (encode with return_tensors="pt", decode, eos / pad ids)."""
+
+    def __init__(self, model: GGUFModel):
+        self.model = model
+        self.lib = model.lib
+        self.eos_token_id = model.eos_token_id if model.eos_token_id >= 0 else None
+        self.bos_token_id = model.bos_token_id if model.bos_token_id >= 0 else None
+        self.pad_token_id = None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        tokens = (ctypes.c_int32 * capacity)()
+        n = self.lib.llama_tokenize(self.model.vocab, data, len(data), tokens, capacity, add_special_tokens, False)
+        if n < 0:  # too small: -n is the count needed
+            capacity = -n
+            tokens = (ctypes.c_int32 * capacity)()
+            n = self.lib.llama_tokenize(self.model.vocab, data, len(data), tokens, capacity, add_special_tokens, False)
+        return list(tokens[:n])
+
+    def __call__(self, text: str, return_tensors: str | None = None):
+        from types import SimpleNamespace
+
+        ids = self.encode(text)
+        return SimpleNamespace(input_ids=torch.tensor([ids]) if return_tensors == "pt" else ids)
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        ids = [int(i) for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids)]
+        if not ids:
+            return ""
+        array = (ctypes.c_int32 * len(ids))(*ids)
+        capacity = 16 * len(ids) + 16
+        while True:
+            buffer = ctypes.create_string_buffer(capacity)
+            n = self.lib.llama_detokenize(self.model.vocab, array, len(ids), buffer, capacity, skip_special_tokens,
+                                          False)
+            if n >= 0:
+                return buffer.raw[:n].decode("utf-8", "replace")
+            capacity = -n + 16
+
+    def __len__(self) -> int:
+        return self.model.n_vocab
+
+
+def open_gguf(path: str | Path, dtype: str = "float32", role: str = "target") -> tuple[GGUFModel, object | None]:
+    """A `.gguf` file as it is, or a Hugging Face model folder converted with llama.cpp's converter at `dtype`
+    (cached on disk: backends/gguf.py). Returns the model and the folder's Hugging Face config (None for a .gguf)."""
+    require_llama_cpp()
+    path = Path(path)
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise DraftVerifyError(f"no GGUF file at {path}")
+        return GGUFModel(path), None
+    if not path.is_dir():
+        raise DraftVerifyError(f"the {role} {str(path)!r} is neither a .gguf file nor a local model folder (the "
+                               "llamacpp backend converts local Hugging Face folders to GGUF)")
+    from transformers import AutoConfig
+
+    from .gguf import gguf_for
+
+    config = AutoConfig.from_pretrained(path)
+    if getattr(config, "is_encoder_decoder", False):
+        raise DraftVerifyError(f"the {role} {path.name!r} is an encoder-decoder model, which the llamacpp backend "
+                               "does not run; use --backend hf")
+    if dtype not in GGUF_TYPES:
+        raise DraftVerifyError(f"dtype must be one of {', '.join(GGUF_TYPES)}, got {dtype!r}")
+    try:
+        return GGUFModel(gguf_for(path, GGUF_TYPES[dtype])), config
+    except DraftVerifyError as err:
+        raise DraftVerifyError(f"the {role} cannot run on llama.cpp: {err}; run it with --backend hf, or give a .gguf "
+                               "file converted for it") from None

@@ -1,0 +1,471 @@
+"""The llama.cpp backend: every chain and tree method it runs gives llama.cpp's own plain greedy text.
+
+The reference is llama.cpp decoding the same GGUF one token at a time through llama-cpp-python's low-level API (a
+context of its own with llama.cpp's default parameters: one sequence, no unified KV cache), written here and
+independent of the backend. Models are tiny random Llamas on the zoo's tokenizer, converted in the test with
+llama.cpp's own converter (what CI fetches with scripts/fetch_llama_cpp_converter.sh), and the zoo's target and
+draft. Where a text differs, the message gives the reference's logit margin at the first differing token, so a
+near-tie flip between a 1-token and an n-token evaluation is reported as one instead of hidden.
+"""
+from __future__ import annotations
+
+import copy
+import ctypes
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
+
+from conftest import save_llama  # noqa: E402
+from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
+
+from draftverify import DraftVerifyError, generate  # noqa: E402
+from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
+from draftverify.backends.llamacpp import GGUFModel, GGUFTokenizer, LlamaCppLM  # noqa: E402
+from draftverify.drafters import NgramTable  # noqa: E402
+from draftverify.methods import MethodOptions, build_drafter, build_verifier, resolve_method  # noqa: E402
+from draftverify.tree import TreeSpec  # noqa: E402
+from draftverify.types import SamplingParams  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not converter_available(),
+                                reason="no llama.cpp converter: scripts/fetch_llama_cpp_converter.sh")
+
+ROOT = Path(__file__).resolve().parents[1]
+ZOO = ROOT / "zoo" / "code"
+LIB = llama_cpp.llama_cpp
+CHAIN_METHODS = ("autoregressive", "prompt_lookup", "ngram", "model", "lookup_model")
+TREE_METHODS = ("model_tree", "prompt_lookup_tree")
+
+
+# ---- llama.cpp's own plain greedy decoding: the reference -----------------------------------------------------
+def plain_greedy(model: GGUFModel, prompt: list[int], new: int) -> tuple[list[int], list[float]]:
+    """llama.cpp decoding one token per llama_decode from a fresh default context; returns the tokens and the
+    logit margin (top 1 - top 2) at each step."""
+    params = LIB.llama_context_default_params()
+    params.n_ctx = max(512, len(prompt) + new + 8)
+    params.n_batch = 512
+    params.n_threads = params.n_threads_batch = 1
+    ctx = LIB.llama_init_from_model(model.ptr, params)
+    try:
+        tokens, margins = [], []
+        feed = list(prompt)
+        for _ in range(new):
+            for begin in range(0, len(feed), 512):  # a long prompt in chunks of at most n_batch tokens
+                chunk = feed[begin : begin + 512]
+                array = (ctypes.c_int32 * len(chunk))(*chunk)
+                assert LIB.llama_decode(ctx, LIB.llama_batch_get_one(array, len(chunk))) == 0
+            pointer = LIB.llama_get_logits_ith(ctx, -1)
+            logits = torch.tensor(pointer[: model.n_vocab])
+            top = logits.topk(2).values
+            token = int(logits.argmax())
+            tokens.append(token)
+            margins.append(float(top[0] - top[1]))
+            feed = [token]
+        return tokens, margins
+    finally:
+        LIB.llama_free(ctx)
+
+
+def explain(got: list[int], want: list[int], margins: list[float]) -> str:
+    for i, (a, b) in enumerate(zip(got, want)):
+        if a != b:
+            return (f"first difference at new token {i}: got {a}, llama.cpp greedy {b}; llama.cpp's logit margin "
+                    f"there {margins[i]:.3g} ({'a near tie: 1-token vs n-token arithmetic' if margins[i] < 1e-2 else 'not a near tie'})")
+    return f"lengths differ: {len(got)} vs {len(want)}"
+
+
+# ---- models ---------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """A tiny random Llama target on the zoo tokenizer, a noisy copy of it as the draft (accepts some tokens, not
+    all), both converted to GGUF (f32)."""
+    root = tmp_path_factory.mktemp("llamacpp")
+    tokenizer = AutoTokenizer.from_pretrained(ZOO / "tokenizer")
+    save_llama(root / "target", layers=2, seed=0, tokenizer=tokenizer)
+    target = LlamaForCausalLM.from_pretrained(root / "target")
+    draft = copy.deepcopy(target)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05 * p.std())  # agrees on about half the tokens
+    draft.save_pretrained(root / "draft")
+    tokenizer.save_pretrained(root / "draft")
+    cache = root / "gguf"
+    return {"root": root, "target": GGUFModel(gguf_for(root / "target", cache_dir=cache)),
+            "draft": GGUFModel(gguf_for(root / "draft", cache_dir=cache)), "cache": cache}
+
+
+PROMPT = [5, 17, 99, 230, 7, 5, 17, 99, 230, 7, 5, 17]
+
+
+@pytest.fixture(scope="session")
+def tiny_reference(tiny):
+    return plain_greedy(tiny["target"], PROMPT, 40)
+
+
+def run_method(target: GGUFModel, draft: GGUFModel | None, method: str, prompt: list[int], new: int,
+               gamma: int | str = 4, ngram: Path | None = None, eos: int | None = None):
+    spec = resolve_method(method)
+    options = MethodOptions(draft_model=LlamaCppLM(draft, role="draft", threads=1) if spec.needs_draft else None,
+                            ngram_path=ngram, prompt_lookup_min_ngram=1)
+    backend = LlamaCppLM(target, threads=1)
+    drafter = build_drafter(spec.drafter, backend, options)
+    verifier = build_verifier(spec.verifier, SamplingParams(), options)
+    return generate(backend, drafter, verifier, torch.tensor([prompt]), max_new_tokens=new, gamma=gamma,
+                    eos_token_id=eos)
+
+
+# ---- exactness ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("method", CHAIN_METHODS + TREE_METHODS)
+def test_every_method_gives_llama_cpp_greedy_text_on_a_tiny_llama(tiny, tiny_reference, method, tmp_path):
+    want, margins = tiny_reference
+    assert len(set(want)) > 10  # varied text: the equality is not vacuous
+    ngram = None
+    if method == "ngram":  # a table that knows part of the text: some drafts accepted, some rejected
+        ngram = tmp_path / "ngram.safetensors"
+        NgramTable.from_sequences([PROMPT + want[:20]], order=3, vocab_size=tiny["target"].n_vocab).save(ngram)
+    for gamma in (1, 4):
+        out = run_method(tiny["target"], tiny["draft"], method, PROMPT, len(want), gamma=gamma, ngram=ngram)
+        got = out.new_tokens[0].tolist()
+        assert got == want, f"{method} gamma={gamma}: {explain(got, want, margins)}"
+        if method != "autoregressive":
+            assert out.stats.target_calls < len(want), "no draft was ever accepted: the test exercises nothing"
+        if method in ("model", "model_tree", "lookup_model"):
+            assert out.stats.rejections > 0, "every draft accepted: rollback untested"
+
+
+def test_the_draft_equal_to_the_target_accepts_everything_on_trees_and_chains(tiny, tiny_reference):
+    want, margins = tiny_reference
+    for method in ("model", "model_tree"):
+        out = run_method(tiny["target"], tiny["target"], method, PROMPT, len(want), gamma=4)
+        assert out.new_tokens[0].tolist() == want, explain(out.new_tokens[0].tolist(), want, margins)
+        assert out.stats.target_calls == -(-len(want) // 5)  # 5 tokens per call: 4 drafts + the bonus token
+
+
+# ---- the backend's cache: rollback, trees in one decode, keeping a branch -------------------------------------
+def test_rollback_then_rescoring_gives_the_logits_of_a_fresh_run(tiny):
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    lm.start(torch.tensor([PROMPT]))
+    first = lm.forward(torch.tensor([[17, 40, 41, 42]])).logits  # [1, 4, V]
+    lm.commit(2)  # keep 17, 40; drop 41, 42
+    assert (lm.committed, lm.length) == (len(PROMPT) + 1, len(PROMPT) + 1)
+    again = lm.forward(torch.tensor([[41, 43]])).logits
+    fresh = LlamaCppLM(tiny["target"], threads=1)
+    fresh.start(torch.tensor([PROMPT]))
+    reference = fresh.forward(torch.tensor([[17, 40, 41, 43]])).logits[:, 2:]  # the same text, never rolled back
+    assert torch.allclose(first[0, 2], again[0, 0], atol=1e-3)  # 41 after the same text: kept state
+    assert torch.allclose(again, reference, atol=1e-3)
+
+
+def test_a_tree_scored_in_one_decode_equals_each_branch_scored_alone(tiny):
+    """Three branches from the pending token, one of them branching again; each node's logits equal its path's
+    logits scored as a chain; then keeping the second branch leaves the cache as if only it had been scored."""
+    tree = TreeSpec.from_parents([-1, -1, 0, 0, 1, 3])  # node: parent
+    nodes = [40, 50, 41, 42, 51, 43]
+    pending = PROMPT[-1]
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    lm.start(torch.tensor([PROMPT]))
+    positions = (lm.length + tree.verify_positions())[None]
+    out = lm.forward(torch.tensor([[pending] + nodes]), positions, tree.verify_mask()).logits[0]  # [7, V]
+    worst = 0.0
+    for leaf_path in tree.retrieve_indices.tolist():
+        path = [j for j in leaf_path if j >= 0]
+        alone = LlamaCppLM(tiny["target"], threads=1)
+        alone.start(torch.tensor([PROMPT]))
+        chain = alone.forward(torch.tensor([[pending] + [nodes[j] for j in path]])).logits[0]
+        worst = max(worst, float((chain[0] - out[0]).abs().max()))
+        for k, j in enumerate(path):
+            worst = max(worst, float((chain[1 + k] - out[1 + j]).abs().max()))
+    assert worst < 1e-3, worst
+    lm.commit(torch.tensor([[0, 2, 5]]))  # pending, node 1 (50), node 4 (51): the branch [1, 4]
+    assert lm.committed == len(PROMPT) + 2 and lm.live == {0}
+    after = lm.forward(torch.tensor([[60, 61]])).logits  # 60: the token the verifier would emit next
+    fresh = LlamaCppLM(tiny["target"], threads=1)
+    fresh.start(torch.tensor([PROMPT + [50, 51, 60, 61]]))  # prefills up to 60
+    assert torch.allclose(after[0, 0], fresh.prefilled.logits[0, 0], atol=1e-3)
+
+
+def test_keeping_something_that_is_not_a_branch_is_refused(tiny):
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    lm.start(torch.tensor([PROMPT]))
+    tree = TreeSpec.from_parents([-1, -1])
+    lm.forward(torch.tensor([[7, 40, 50]]), (lm.length + tree.verify_positions())[None], tree.verify_mask())
+    with pytest.raises(DraftVerifyError, match="not one branch"):
+        lm.commit(torch.tensor([[0, 1, 2]]))  # siblings 40 and 50 on one path
+    with pytest.raises(DraftVerifyError, match="not a token tree"):
+        bad = torch.ones(2, 2, dtype=torch.bool).tril()
+        bad[1, 0] = False  # the second token skips its parent: not a tree
+        lm2 = LlamaCppLM(tiny["target"], threads=1)
+        lm2.start(torch.tensor([PROMPT]))
+        lm2.forward(torch.tensor([[7, 40, 41]]), attention_mask=torch.tensor(
+            [[True, False, False], [True, True, False], [False, True, True]]))
+
+
+def test_one_row_only_and_no_hidden_states(tiny):
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    with pytest.raises(DraftVerifyError, match="one row at a time.*--backend hf"):
+        lm.start(torch.tensor([PROMPT, PROMPT]))
+    with pytest.raises(DraftVerifyError, match="hidden states"):
+        lm.start(torch.tensor([PROMPT]), want_hidden=True)
+
+
+# ---- the pipeline: load(backend="llamacpp") -------------------------------------------------------------------
+def test_load_converts_once_and_caches(tiny, monkeypatch):
+    from draftverify import load
+    from draftverify.backends import gguf
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tiny["cache"]))
+    calls = []
+    monkeypatch.setattr(gguf, "convert", lambda *a, **k: calls.append(a))  # the fixture converted them already
+    pipe = load(target=tiny["root"] / "target", draft=tiny["root"] / "draft", method="model", backend="llamacpp",
+                threads=1, gamma=3)
+    assert calls == [] and pipe.target.name == "llamacpp" and pipe.drafter.lm.name == "llamacpp"
+    result = pipe.generate("def add(a, b):", max_new_tokens=12)
+    hf = load(target=tiny["root"] / "target", method="autoregressive").generate("def add(a, b):", max_new_tokens=12)
+    assert result.output.new_tokens[0].tolist() == hf.output.new_tokens[0].tolist()  # peaked logits: no near tie
+
+
+def test_a_gguf_file_runs_with_its_own_tokenizer(tiny):
+    from draftverify import load
+
+    path = tiny["target"].path
+    pipe = load(target=path, method="prompt_lookup", backend="llamacpp", threads=1)
+    assert isinstance(pipe.tokenizer, GGUFTokenizer)
+    hf_tokenizer = AutoTokenizer.from_pretrained(ZOO / "tokenizer")
+    text = "def add(a, b):\n    return a + b\n"
+    assert pipe.tokenizer.encode(text, add_special_tokens=False) == hf_tokenizer(text, add_special_tokens=False).input_ids
+    ids = hf_tokenizer(text).input_ids
+    assert pipe.tokenizer.decode(ids, skip_special_tokens=True) == hf_tokenizer.decode(ids, skip_special_tokens=True)
+    assert pipe.generate(text, max_new_tokens=8).stats.new_tokens == 8
+
+
+@pytest.mark.parametrize("method", ["bpd", "bita", "early_exit", "specdec"])
+def test_methods_that_need_the_hf_model_are_refused_by_name(tiny, method):
+    from draftverify import load
+
+    with pytest.raises(DraftVerifyError, match=f"method '{method}' needs .*--backend hf"):
+        load(target=tiny["target"].path, method=method, backend="llamacpp")
+
+
+def test_a_draft_with_another_vocabulary_is_refused(tiny, tmp_path):
+    from draftverify import load
+
+    other = tmp_path / "other"
+    save_llama(other, layers=1, seed=3, tokenizer=AutoTokenizer.from_pretrained(ZOO / "tokenizer"))
+    data = json.loads((other / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[300:302]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # two token ids swapped: same size, another vocabulary
+    (other / "tokenizer.json").write_text(json.dumps(data))
+    with pytest.raises(DraftVerifyError, match="different vocabularies"):
+        load(target=tiny["target"].path, draft=GGUFModel(gguf_for(other, cache_dir=tiny["cache"])).path,
+             method="model", backend="llamacpp")
+
+
+def test_compile_and_batches_are_refused(tiny):
+    from draftverify import load
+
+    with pytest.raises(DraftVerifyError, match="--compile is for"):
+        load(target=tiny["target"].path, method="prompt_lookup", backend="llamacpp", compile=True)
+    pipe = load(target=tiny["target"].path, method="prompt_lookup", backend="llamacpp", threads=1)
+    with pytest.raises(DraftVerifyError, match="one row at a time"):
+        pipe.generate(["def a():", "def b():"], max_new_tokens=4)
+
+
+# ---- the zoo --------------------------------------------------------------------------------------------------
+ZOO_PROMPTS = ["def fibonacci(n):\n", "def is_palindrome(s: str) -> bool:\n    \"\"\"Return True if s reads the same "
+               "backwards.\"\"\"\n"]
+
+
+@pytest.fixture(scope="module")
+def zoo_models(tmp_path_factory):
+    cache = Path(os.environ["DRAFTVERIFY_GGUF_CACHE"]) if os.environ.get("DRAFTVERIFY_GGUF_CACHE") else \
+        tmp_path_factory.mktemp("zoo-gguf")
+    tokenizer = AutoTokenizer.from_pretrained(ZOO / "target")
+    return (GGUFModel(gguf_for(ZOO / "target", cache_dir=cache)), GGUFModel(gguf_for(ZOO / "draft", cache_dir=cache)),
+            tokenizer)
+
+
+@pytest.mark.parametrize("method", CHAIN_METHODS + TREE_METHODS)
+def test_every_method_gives_llama_cpp_greedy_text_on_the_zoo(zoo_models, method):
+    target, draft, tokenizer = zoo_models
+    for text in ZOO_PROMPTS:
+        prompt = tokenizer(text).input_ids
+        want, margins = _zoo_reference(target, tuple(prompt))
+        out = run_method(target, draft, method, prompt, 48, gamma=4, ngram=ZOO / "ngram.safetensors",
+                         eos=tokenizer.eos_token_id)
+        got = out.new_tokens[0].tolist()
+        assert got == want, f"{method} on {text!r}: {explain(got, want, margins)}"
+
+
+_ZOO_REFERENCES: dict = {}
+
+
+def _zoo_reference(target: GGUFModel, prompt: tuple) -> tuple[list[int], list[float]]:
+    if prompt not in _ZOO_REFERENCES:
+        tokens, margins = plain_greedy(target, list(prompt), 48)
+        eos = target.eos_token_id
+        if eos in tokens:
+            cut = tokens.index(eos) + 1
+            tokens, margins = tokens[:cut], margins[:cut]
+        _ZOO_REFERENCES[prompt] = (tokens, margins)
+    return _ZOO_REFERENCES[prompt]
+
+
+def test_n_token_and_1_token_evaluations_differ_only_by_rounding_on_the_zoo(zoo_models, record_property):
+    """llama.cpp's logits of a token scored inside a block of several differ from the same token scored alone by
+    float rounding (other kernel paths); measured here, with any argmax flip it causes and its margin."""
+    target, _, tokenizer = zoo_models
+    prompt = tokenizer(ZOO_PROMPTS[1]).input_ids
+    text, _ = _zoo_reference(target, tuple(prompt))
+    single = LlamaCppLM(target, threads=1)
+    single.start(torch.tensor([prompt]))
+    alone = []
+    for token in [prompt[-1]] + text[:-1]:
+        alone.append(single.forward(torch.tensor([[token]])).logits[0, 0])
+        single.commit(1)
+    alone = torch.stack(alone)  # [T, V], one token per decode
+    block = LlamaCppLM(target, threads=1)
+    block.start(torch.tensor([prompt]))
+    fed = [prompt[-1]] + text[:-1]
+    chunks = []
+    for begin in range(0, len(fed), 5):
+        chunks.append(block.forward(torch.tensor([fed[begin : begin + 5]])).logits[0])
+        block.commit(len(fed[begin : begin + 5]))
+    together = torch.cat(chunks)  # [T, V], five tokens per decode
+    difference = float((alone - together).abs().max())
+    top = alone.topk(2, dim=-1).values
+    margins = top[:, 0] - top[:, 1]
+    flips = [(i, float(margins[i])) for i in range(len(fed)) if alone[i].argmax() != together[i].argmax()]
+    record_property("max_logit_difference_1_vs_5_tokens", difference)
+    record_property("argmax_flips", flips)
+    print(f"\nzoo target, 1-token vs 5-token decodes: max logit difference {difference:.3g}, "
+          f"smallest greedy margin {float(margins.min()):.3g}, argmax flips {flips}")
+    assert difference < 0.05
+    assert all(margin <= 2 * difference for _, margin in flips), f"a flip that is not a near tie: {flips}"
+
+
+def test_serving_on_the_llamacpp_backend_answers_one_request_at_a_time(tiny):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from draftverify import load
+    from draftverify.serve.app import ServerSettings, create_app
+
+    pipe = load(target=tiny["root"] / "target", draft=tiny["root"] / "draft", method="model", backend="llamacpp",
+                threads=1, gamma=3)
+    assert not pipe.supports_batches  # the engine serves one request at a time
+    expected = pipe.generate("def add(a, b):", max_new_tokens=8).text
+    with TestClient(create_app(pipe, ServerSettings(model_name="tiny", max_batch=4))) as client:
+        reply = client.post("/v1/completions", json={"model": "tiny", "prompt": "def add(a, b):", "max_tokens": 8,
+                                                      "temperature": 0})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["text"] == expected
+
+
+def test_the_command_line(tiny, monkeypatch):
+    from typer.testing import CliRunner
+
+    from draftverify.cli import app
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tiny["cache"]))
+    runner = CliRunner()
+    base = ["generate", "--target", str(tiny["root"] / "target"), "-p", "def add(a, b):", "-n", "8", "--threads", "1",
+            "--backend", "llamacpp"]
+    ok = runner.invoke(app, base + ["--draft", str(tiny["root"] / "draft"), "--method", "model_tree", "--json"])
+    assert ok.exit_code == 0, ok.stderr
+    assert json.loads(ok.stdout)["stats"]["new_tokens"] == 8
+    for extra, message in ((["--method", "bita"], "method 'bita' needs extra embedded positions"),
+                           (["--compile"], "--compile is for --backend hf"),
+                           (["--method", "model", "--draft", str(tiny["root"] / "nowhere")], "neither a .gguf file nor")):
+        result = runner.invoke(app, base + extra)
+        assert result.exit_code == 2 and message in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) <= 2  # the loading line, then one error line
+
+
+def test_speculative_sampling_is_distributed_as_llama_cpps_softmax(tiny):
+    """The first sampled token of `model` (a noisy draft: accepted or resampled from the residual) against
+    llama.cpp's own softmax at that position (chi-square, 0.001 level); accepting every draft token (a wrong rule,
+    the draft's distribution) fails the same test."""
+    from conftest import chi2_critical, chi2_statistic
+
+    temperature, draws = 0.3, 1000  # peaked enough for ~35 chi-square bins, far enough from the draft
+    prompt = PROMPT[:6]
+    target_lm, draft_lm = LlamaCppLM(tiny["target"], threads=1), LlamaCppLM(tiny["draft"], role="draft", threads=1)
+    p = torch.softmax(_plain_last_logits(tiny["target"], prompt) / temperature, dim=-1).double()
+    q = torch.softmax(_plain_last_logits(tiny["draft"], prompt) / temperature, dim=-1).double()
+    assert float((p - q).abs().sum()) > 0.2  # the draft really differs: rejections happen
+    options = MethodOptions(draft_model=draft_lm)
+    drafter = build_drafter("model", target_lm, options)
+    counts = torch.zeros_like(p)
+    for seed in range(draws):
+        params = SamplingParams(temperature=temperature, seed=seed, coupling=False)
+        out = generate(target_lm, drafter, build_verifier("exact", params, options), torch.tensor([prompt]), params,
+                       max_new_tokens=1, gamma=1)
+        counts[out.new_tokens[0, 0]] += 1
+    assert chi2_statistic(counts, p) < chi2_critical(counts, p)
+    wrong = torch.bincount(torch.multinomial(q, draws, replacement=True, generator=torch.Generator().manual_seed(0)),
+                           minlength=p.numel()).double()
+    assert chi2_statistic(wrong, p) > chi2_critical(wrong, p)
+
+
+def _plain_last_logits(model: GGUFModel, prompt: list[int]) -> torch.Tensor:
+    """llama.cpp's logits after the prompt, from a fresh default context."""
+    params = LIB.llama_context_default_params()
+    params.n_ctx, params.n_threads, params.n_threads_batch = 512, 1, 1
+    ctx = LIB.llama_init_from_model(model.ptr, params)
+    try:
+        array = (ctypes.c_int32 * len(prompt))(*prompt)
+        assert LIB.llama_decode(ctx, LIB.llama_batch_get_one(array, len(prompt))) == 0
+        return torch.tensor(LIB.llama_get_logits_ith(ctx, -1)[: model.n_vocab])
+    finally:
+        LIB.llama_free(ctx)
+
+
+def test_the_context_grows_for_a_longer_request_unless_its_size_was_given(tiny):
+    lm = LlamaCppLM(tiny["target"], threads=1, n_ctx=300)  # llama.cpp pads it (to 512 here)
+    lm.max_positions = None  # as for a model with a long context: the cells, not the model, are the limit
+    cells = lm.n_ctx
+    with pytest.raises(DraftVerifyError, match="holds .* cells"):
+        lm.check_fits(cells)  # the positions + room for a tree's siblings do not fit
+    lm.fixed_ctx = False  # the default: sized on demand
+    lm.check_fits(cells)
+    assert lm.n_ctx >= cells + 256
+    lm.max_positions = 256
+    lm.start(torch.tensor([PROMPT]))
+    assert lm.forward(torch.tensor([[PROMPT[-1]]])).logits.shape == (1, 1, tiny["target"].n_vocab)
+    with pytest.raises(DraftVerifyError, match="attends to at most 256 positions"):
+        lm.check_fits(257)
+
+
+def test_unconvertible_folders_and_encoder_decoder_models_are_refused_in_one_line(tmp_path):
+    from transformers import T5Config
+
+    from draftverify import load
+
+    T5Config(vocab_size=96, d_model=32, num_layers=1, num_heads=2).save_pretrained(tmp_path / "t5")
+    with pytest.raises(DraftVerifyError, match="encoder-decoder model, which the llamacpp backend does not run; "
+                                               "use --backend hf"):
+        load(target=tmp_path / "t5", method="prompt_lookup", backend="llamacpp")
+    folder = tmp_path / "metaspace"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    (folder / "tokenizer.json").write_text(json.dumps({"pre_tokenizer": {"type": "Metaspace"}}))
+    with pytest.raises(DraftVerifyError) as caught:
+        load(target=folder, method="prompt_lookup", backend="llamacpp")
+    message = str(caught.value)
+    assert "cannot run on llama.cpp" in message and "--backend hf" in message and "\n" not in message
+
+
+def test_a_prompt_longer_than_one_decode_and_a_one_token_prompt(zoo_models):
+    target, draft, _ = zoo_models
+    long_prompt = list(range(300, 900))  # 600 tokens: prefilled in two llama_decode calls of at most 512
+    for prompt in (long_prompt, [42]):
+        want, margins = plain_greedy(target, prompt, 12)
+        for method in ("autoregressive", "model_tree"):
+            got = run_method(target, draft, method, prompt, 12).new_tokens[0].tolist()
+            assert got == want, f"{method}, {len(prompt)}-token prompt: {explain(got, want, margins)}"
