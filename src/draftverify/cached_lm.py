@@ -19,6 +19,7 @@ import inspect
 import torch
 from transformers import PreTrainedModel
 
+from .backends.base import is_backend
 from .cache import gather_positions, keep_positions, new_cache, self_attention_layers
 from .errors import DraftVerifyError
 from .few_row_linear import few_row_linears
@@ -507,8 +508,6 @@ def cached_model(model, role: str, compile: bool = False):
     """A CachedLM as load() and the CLI build it: with compile, preallocated to the model's context length and
     compiled per width bucket; otherwise a growing cache. A CachedLM, or any other backend (backends/base.py),
     given in is used as it is (shared caches)."""
-    from .backends.base import is_backend
-
     if isinstance(model, CachedLM) or is_backend(model):
         return model
     capacity = (context_limit(model.config) or DEFAULT_CAPACITY) if compile else None

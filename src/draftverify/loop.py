@@ -13,7 +13,8 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel
 
-from .backends.base import LMBackend, as_backend
+from .backends.base import LMBackend
+from .cached_lm import cached_model
 from .draft_length import DraftLength, make_draft_length
 from .drafters.base import Drafter, empty_draft
 from .errors import DraftVerifyError
@@ -163,7 +164,7 @@ def generate(
     """
     started = perf_counter()
     params = params or SamplingParams()
-    target = as_backend(target, "target")  # any backend (backends/base.py); a plain HF model gets a CachedLM
+    target = cached_model(target, "target")  # any backend (backends/base.py); a plain HF model gets a CachedLM
     input_ids = _check_input(input_ids, max_new_tokens).to(target.device)
     batch = input_ids.shape[0]
     batched = batch > 1 or attention_mask is not None or admit is not None

@@ -73,16 +73,6 @@ def is_backend(obj: object) -> bool:
     return isinstance(obj, LMBackend)
 
 
-def as_backend(model, role: str = "target") -> LMBackend:
-    """A backend as it is; a Hugging Face model wrapped in a CachedLM (the hf backend), for callers of the loop
-    that pass a plain model."""
-    if is_backend(model):
-        return model
-    from ..cached_lm import CachedLM
-
-    return CachedLM(model, role=role)
-
-
 def check_backend(target: LMBackend, drafter_cls: type, method: str, batched: bool = False) -> None:
     """Refuse, before anything runs, a method whose drafter needs what this target backend lacks."""
     name = getattr(target, "name", type(target).__name__)

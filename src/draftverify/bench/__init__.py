@@ -4,7 +4,7 @@ same prompts, same token ids; speed, calls, alpha, Theorem 8 prediction, BiLD qu
     from draftverify.bench import BenchConfig, run_bench
     result = run_bench(BenchConfig(zoo="code", num_prompts=20))      # writes benchmarks/bench-humaneval.{json,md,png}
 
-Modules: config (options), prompts (HumanEval / Spec-Bench, shipped in data/), models (loading), counting
+Modules: config (options), runner_families (which rows exist), prompts (HumanEval / Spec-Bench, shipped in data/), models (loading), counting
 (forward hooks), runners (HF and ours), peers (other libraries' rows), ours (our rows from the method registry),
 lineup (all rows of a run), summary (aggregation, Theorem 8), quality (chrF), report (JSON, markdown), plots
 (PNG), environment (machine, versions), run (orchestration).

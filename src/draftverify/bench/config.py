@@ -6,21 +6,11 @@ from pathlib import Path
 
 from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
+from .runner_families import BASELINES, families
 
 # an integer >= 1, "auto" (Theorem 8 online), "heuristic" (Hugging Face's +2/-1) or "conf[=T]" (auto's length as a
 # cap, ending early at the draft's first unconfident token)
 GammaSpec = int | str
-
-# runner families: which rows a run has (the two baselines are always run); ours come from the method registry
-BASELINES = ("hf_generate", "ours_autoregressive")
-PEER_FAMILIES = ("hf_assisted", "hf_prompt_lookup", "llamacpp", "llamacpp_prompt_lookup", "llamacpp_draft")
-
-
-def families() -> tuple[str, ...]:
-    """Every runner family: baselines, peers, and each registered method (+ its `_aligned` twin)."""
-    from .ours import family_names  # the registry imports the models' stack; only needed here
-
-    return BASELINES + PEER_FAMILIES + family_names()
 
 DEFAULT_GAMMAS: tuple[GammaSpec, ...] = (2, 3, 4, 5, 6, 8, "auto")
 DEFAULT_BILD_FB = (0.2, 0.4, 0.6, 0.8)

@@ -7,7 +7,8 @@ from ..cached_lm import cached_model
 from ..methods import MethodOptions, build_drafter
 from .config import BenchConfig
 from .models import BenchModels
-from .ours import BASELINE_DRAFTER, plan_rows
+from .runner_families import BASELINE_DRAFTER
+from .ours import plan_rows
 from .peers import peer_runners
 from .runners import HFRunner, Hooks, OursRunner, Runner
 

@@ -24,29 +24,18 @@ from typing import Callable
 
 from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError
-from ..methods import METHODS, Method, MethodOptions, build_drafter, build_verifier
+from ..methods import Method, MethodOptions, build_drafter, build_verifier
 from ..types import SamplingParams
 from .config import BenchConfig, GammaSpec
+from .runner_families import ALIGNED_SUFFIX, drafting_methods
 from .models import BenchModels
 
-ALIGNED_SUFFIX = "_aligned"
-BASELINE_DRAFTER = "none"  # the registry's drafter for plain decoding in our loop
 GREEDY = SamplingParams(temperature=0.0)
 # options swept by the bench, and the label each gets in a row name
 EARLY_EXIT = "early_exit_layers"
 LOSSY_GRID = ("alpha_fb", "alpha_rb")
 LABELS = {EARLY_EXIT: "L", "alpha_fb": "fb", "alpha_rb": "rb"}
 SETTING_NAMES = {EARLY_EXIT: "layers", "alpha_fb": "alpha_fb", "alpha_rb": "alpha_rb"}
-
-
-def drafting_methods() -> dict[str, Method]:
-    return {name: m for name, m in METHODS.items() if m.drafter != BASELINE_DRAFTER}
-
-
-def family_names() -> tuple[str, ...]:
-    """Every family --runners may name: each drafting method and its aligned-draft twin."""
-    names = list(drafting_methods())
-    return tuple(names + [n + ALIGNED_SUFFIX for n in names])
 
 
 def default_early_exit_layers(num_layers: int) -> tuple[int, ...]:

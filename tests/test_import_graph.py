@@ -1,0 +1,94 @@
+"""The package's import graph (every import, function-level ones included, read with ast): no cycles, and the
+library core never imports the applications built on it (cli, bench, serve, train)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "draftverify"
+APPLICATIONS = {"cli", "bench", "serve", "train"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    graph = {}
+    for name, path in mods.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(package[: len(package) - node.level + 1] + [node.module or ""]) if node.level \
+                    else node.module or ""
+                base = base.rstrip(".")
+                deps.update(f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names)
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+        graph[name] = {d for d in deps if d in mods and d != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def area(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_the_graph_sees_relative_and_lazy_imports():
+    graph = import_graph()
+    assert "draftverify.backends.base" in graph["draftverify.loop"]  # from .backends.base import ...
+    assert "draftverify.bench.runner_families" in graph["draftverify.bench.config"]
+    assert "draftverify.errors" in graph["draftverify.backends"]  # imported inside a function
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph()) == []
+
+
+def test_a_cycle_is_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_core_never_imports_the_applications():
+    upward = [(m, d) for m, deps in import_graph().items() for d in deps
+              if area(m) not in APPLICATIONS and area(d) in APPLICATIONS]
+    assert upward == []
