@@ -16,7 +16,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 from . import compiling
 from .cached_lm import cached_model
 from .checks import check_prompt_text
-from .draft_length import DraftLength, StepCosts, make_draft_length
+from .draft_length import DEFAULT_GAMMA, DraftLength, StepCosts, make_draft_length
 from .errors import DraftVerifyError
 from .healing import Healing, TokenTable
 from .hub import hub_unreachable_reason
@@ -119,7 +119,7 @@ class Pipeline:
     """A target, a method and its pieces, ready to turn text into text plus statistics."""
 
     def __init__(self, target: PreTrainedModel, tokenizer, method: str = "model", verifier: str | None = None,
-                 options: MethodOptions | None = None, gamma: int | str = 5, compile: bool = False,
+                 options: MethodOptions | None = None, gamma: int | str = DEFAULT_GAMMA, compile: bool = False,
                  heal: bool = False):
         """compile: preallocate the target's KV cache (its context length, else 4096 positions) and compile its
         forward for the verify widths this method and gamma use (compiling.py); options.compile does the same for
@@ -333,7 +333,7 @@ class _TextStreamer:
 
 
 def load(target: str | Path | None = None, draft: str | Path | None = None, method: str = "model",
-         verifier: str | None = None, zoo: str | None = None, dtype: str = "float32", gamma: int | str = 5,
+         verifier: str | None = None, zoo: str | None = None, dtype: str = "float32", gamma: int | str = DEFAULT_GAMMA,
          compile: bool = False, heal: bool = False, verbose: bool | None = None, backend: str = "hf",
          threads: int | None = None, **options) -> Pipeline:
     """Load a target (and draft) by path or zoo name and return a Pipeline for `method`.

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from . import __version__
 from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
-from .draft_length import parse_gamma
+from .draft_length import DEFAULT_GAMMA, parse_gamma
 from .errors import DraftVerifyError
 from .methods import METHODS, resolve_method
 from .train.cli import train_app
@@ -183,7 +183,7 @@ def generate(
     top_p: float = typer.Option(1.0, "--top-p", help="1 = off."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seeded sampling is coupled: the same seed gives the same text for every method and draft length."),
     coupling: Optional[bool] = typer.Option(None, "--coupling/--no-coupling", help="Position-keyed (Gumbel-max) sampling; default: on when --seed is given."),
-    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
+    gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
     alpha_fb: float = typer.Option(0.0, "--alpha-fb", help="BiLD fallback threshold in [0, 1] (0 = never)."),
     alpha_rb: float = typer.Option(2.0, "--alpha-rb", help="BiLD rollback threshold on -log p_target(x), >= 0."),
     lenience: float = typer.Option(1.0, "--lenience", help="Leviathan A.5 lenience l in (0, 1]; 1 = exact."),
@@ -410,7 +410,7 @@ def serve(
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Serve a shipped model set, e.g. 'code'."),
     method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1) needs a chain method: autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit; others serve one request at a time."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
-    gamma: str = typer.Option("4", "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
+    gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table for the ngram method."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
@@ -491,7 +491,7 @@ def bench_batch(
     target: Optional[str] = typer.Option(None, "--target", "-t"),
     draft: Optional[str] = typer.Option(None, "--draft", "-d"),
     methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (chain methods: model, prompt_lookup, ngram, lookup_model, early_exit), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]')."),
-    gamma: str = typer.Option("4", "--gamma", help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft), 'conf[=T]' or 'heuristic'."),
+    gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft), 'conf[=T]' or 'heuristic'."),
     batch_sizes: str = typer.Option("1,2,4,8", "--batch-sizes"),
     prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir"),

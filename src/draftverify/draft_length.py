@@ -203,6 +203,7 @@ class AutoGamma(DraftLength):
         self.costs.record(drafted, draft_seconds, target_seconds, rows)
 
 
+DEFAULT_GAMMA = 4  # the one default draft length (CLI, API, server, loop): the best fixed length of the main bench
 MAX_GAMMA = 64  # the longest fixed draft: the widest verify width the engine plans for (cached_lm.WIDTH_BUCKETS)
 
 

@@ -15,7 +15,7 @@ from transformers import PreTrainedModel
 
 from .backends.base import LMBackend
 from .cached_lm import cached_model
-from .draft_length import DraftLength, make_draft_length
+from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
 from .drafters.base import Drafter, empty_draft
 from .errors import DraftVerifyError
 from .types import (DecodingState, Draft, GenerationOutput, GenerationStats, SamplingParams, TargetOutput, Verdict,
@@ -130,7 +130,7 @@ def generate(
     params: SamplingParams | None = None,
     *,
     max_new_tokens: int | list[int] = 64,
-    gamma: int | str | DraftLength = 5,
+    gamma: int | str | DraftLength = DEFAULT_GAMMA,
     eos_token_id: int | list[int] | None = None,
     on_tokens: TokenCallback | None = None,
     attention_mask: torch.Tensor | None = None,

@@ -21,7 +21,6 @@ class Drafter(ABC):
     proposes_trees: bool = False  # Leviathan's chain theory (Theorem 8) does not predict these
     needs_target_hidden: bool = False  # heads / BiTA read the target's hidden states: commit() receives them
     drafts_in_target_pass: bool = False  # the draft comes out of the verify forward itself (no separate cost)
-    uses_draft_model: bool = False  # load(zoo=...) then supplies the zoo's draft model
     supports_batch: bool = False  # drafts for a batch of several left-padded rows (DecodingState.lengths)
     # what of a Hugging Face target's modules the drafter reads or extends (a phrase for messages), or "" when it
     # talks to the target through the backend protocol only (backends/base.py), so any backend can run it

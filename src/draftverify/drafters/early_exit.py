@@ -82,7 +82,6 @@ class EarlyExitDrafter(ModelDrafter):
     """A ModelDrafter whose model is a shallow view of the target; fallback (alpha_FB) works the same way."""
 
     needs_target_modules = "the target's own layers (the early-exit draft shares them)"
-    uses_draft_model = False  # its model is a view of the target
 
     def __init__(self, target_model: PreTrainedModel, num_layers: int = 1, fallback_threshold: float = 0.0,
                  compile: bool = False):

@@ -23,7 +23,6 @@ from .prompt_lookup import PromptLookupDrafter
 
 @register_drafter("lookup_model")
 class LookupModelDrafter(Drafter):
-    uses_draft_model = True
     supports_batch = True
 
     def __init__(self, model: PreTrainedModel | CachedLM, max_ngram: int = 3, min_ngram: int = 2,

@@ -26,7 +26,6 @@ class ModelDrafter(Drafter):
     each row ends on its own (Draft.lengths) while the draft forward goes on for the rows still drafting.
     """
 
-    uses_draft_model = True
     supports_batch = True
 
     def __init__(self, model: PreTrainedModel | CachedLM, fallback_threshold: float = 0.0):

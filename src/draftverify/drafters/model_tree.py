@@ -35,7 +35,6 @@ class ModelTreeDrafter(Drafter):
 
     proposes_trees = True
 
-    uses_draft_model = True
 
     def __init__(self, model: PreTrainedModel | CachedLM, paths: Sequence[Sequence[int]] = DEFAULT_TREE_PATHS):
         super().__init__()
