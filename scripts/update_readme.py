@@ -25,6 +25,9 @@ SOURCES = {
     "cold-start": ("benchmarks/cold-start.md", None),
     "cost-curve": ("benchmarks/cost-code.md", "## Milliseconds per forward"),
     "cost-equality": ("benchmarks/cost-code.md", "## Greedy equality"),
+    "healing": ("benchmarks/healing-humaneval.md", None),
+    "bench-llamacpp": ("benchmarks/bench-humaneval-llamacpp.md", "## Temperature 0 (greedy)"),
+    "cost-curve-llamacpp": ("benchmarks/cost-code-llamacpp.md", "## Milliseconds per forward"),
 }
 
 
