@@ -174,6 +174,7 @@ BAD_REQUESTS = [
     ({"model": "tiny", "prompt": ["a", "b"]}, 400, "one prompt per request", "prompt"),
     ({"model": "tiny", "prompt": [1, 2, 10**7]}, 400, "prompt token ids must be in", "prompt"),
     ({"model": "tiny", "prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4 stop strings", "stop"),
+    ({"model": "tiny", "prompt": "x", "heal": "yes"}, 400, "invalid value for heal", "heal"),
     ({"model": "gpt-4", "prompt": "x"}, 404, "does not exist", "model"),
 ]
 

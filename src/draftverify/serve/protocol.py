@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 
 class ApiError(Exception):
@@ -60,7 +60,7 @@ class CompletionRequest(_Sampling):
     best_of: Optional[int] = None
     logprobs: Optional[int] = None
     suffix: Optional[str] = None
-    heal: Optional[bool] = None  # not OpenAI's: token healing for this request (default: the server's --heal)
+    heal: Optional[StrictBool] = None  # not OpenAI's: token healing for this request (default: the server's --heal)
 
 
 class TextPart(BaseModel):
