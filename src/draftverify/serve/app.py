@@ -1,6 +1,8 @@
 """The OpenAI-compatible HTTP API: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics.
 
-create_app(pipe, ...) wraps a loaded Pipeline; the generation itself runs in the Engine's worker thread.
+create_app(pipe, settings) wraps a loaded Pipeline: a Service holds what the endpoints share (the pipeline, the
+settings, the Engine whose worker thread generates, the metrics), and the endpoints on `router` reach it through
+FastAPI's dependency injection (get_service), so each piece is a plain function or method with explicit inputs.
 """
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ import os
 import secrets
 import time
 import uuid
+from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
@@ -25,6 +28,13 @@ from .metrics import Metrics
 from .protocol import ApiError, ChatRequest, CompletionRequest
 
 MAX_STOP_STRINGS = 4
+
+
+class _Role(str):
+    """Marker for the first chat chunk (delta with the assistant role)."""
+
+
+ROLE = _Role("")
 
 
 class ServerSettings:
@@ -70,75 +80,90 @@ def _validation_message(err: ValidationError | RequestValidationError) -> tuple[
     return f"invalid value for {param}: {first.get('msg')}", param
 
 
-def create_app(pipe, settings: ServerSettings) -> FastAPI:
-    metrics = Metrics()
-    engine = Engine(pipe, metrics, max_queue=settings.max_queue, max_batch=settings.max_batch, gamma=settings.gamma)
-    window = context_window(pipe)
-    tokenizer = pipe.tokenizer
-    has_chat_template = bool(getattr(tokenizer, "chat_template", None))
+async def parse(request: Request, model_cls):
+    """The body parsed by hand (not as an endpoint parameter) so that bad JSON and bad fields are OpenAI-style 400s."""
+    try:
+        raw = await request.body()
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ApiError(400, f"the request body is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as err:
+        message, param = _validation_message(err)
+        raise ApiError(400, message, param=param) from None
 
-    from contextlib import asynccontextmanager
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        engine.start()
-        try:
-            yield
-        finally:
-            await asyncio.get_running_loop().run_in_executor(None, engine.stop)
+async def watch_disconnect(request: Request, job: Job) -> None:
+    while not job.done:
+        if await request.is_disconnected():
+            job.cancel()
+            return
+        await asyncio.sleep(0.05)
 
-    app = FastAPI(title="draftverify", lifespan=lifespan)
-    app.state.engine = engine
-    app.state.metrics = metrics
-    app.state.settings = settings
 
-    def error_response(err: ApiError, endpoint: str) -> JSONResponse:
-        metrics.requests.labels(endpoint, str(err.status)).inc()
+async def collect(request: Request, job: Job) -> tuple[str, str, dict]:
+    """A whole (non-streamed) generation: its text, finish reason and usage; a client that leaves cancels it."""
+    watcher = asyncio.ensure_future(watch_disconnect(request, job))
+    pieces: list[str] = []
+    try:
+        while True:
+            event = await job.sink.get()
+            if event[0] == "text":
+                pieces.append(event[1])
+            elif event[0] == "done":
+                return "".join(pieces), event[1], event[2]
+            else:
+                raise event[1]
+    finally:
+        watcher.cancel()
+        job.cancel()  # no-op once done; frees the row if this handler was cancelled
+
+
+def sse(obj) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+class Service:
+    """What every endpoint shares, built once per app: the pipeline, the settings, the engine and the metrics."""
+
+    def __init__(self, pipe, settings: ServerSettings):
+        self.pipe = pipe
+        self.settings = settings
+        self.metrics = Metrics()
+        self.engine = Engine(pipe, self.metrics, max_queue=settings.max_queue, max_batch=settings.max_batch,
+                             gamma=settings.gamma)
+        self.window = context_window(pipe)
+        self.tokenizer = pipe.tokenizer
+        self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+
+    def record(self, endpoint: str, status: str, started: float) -> None:
+        self.metrics.requests.labels(endpoint, status).inc()
+        self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+
+    def error_response(self, err: ApiError, endpoint: str) -> JSONResponse:
+        self.metrics.requests.labels(endpoint, str(err.status)).inc()
         return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, err: ApiError):
-        return error_response(err, request.url.path)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, err: RequestValidationError):
-        message, param = _validation_message(err)
-        return error_response(ApiError(400, message, param=param), request.url.path)
-
-    @app.exception_handler(404)
-    async def _not_found(request: Request, err):
-        return error_response(ApiError(404, f"no route {request.method} {request.url.path}", code="not_found"),
-                              request.url.path)
-
-    @app.exception_handler(405)
-    async def _bad_method(request: Request, err):
-        return error_response(ApiError(405, f"method {request.method} is not allowed on {request.url.path}"),
-                              request.url.path)
-
-    def check_key(request: Request) -> None:
-        if settings.api_key is None:
+    def check_key(self, request: Request) -> None:
+        api_key = self.settings.api_key
+        if api_key is None:
             return
         header = request.headers.get("authorization", "")
         scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), settings.api_key.encode()):
+        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), api_key.encode()):
             raise ApiError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'",
                            code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
-    async def parse(request: Request, model_cls):
-        try:
-            raw = await request.body()
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ApiError(400, f"the request body is not valid JSON: {err}") from None
-        if not isinstance(data, dict):
-            raise ApiError(400, "the request body must be a JSON object")
-        try:
-            return model_cls.model_validate(data)
-        except ValidationError as err:
-            message, param = _validation_message(err)
-            raise ApiError(400, message, param=param) from None
-
-    def check_common(body, max_tokens: int | None, prompt_tokens: int) -> tuple[SamplingParams, int, list[str]]:
+    def check_common(self, body, max_tokens: int | None, prompt_tokens: int) -> tuple[SamplingParams, int, list[str]]:
+        """The checks both generation endpoints make: the model, the sampling fields, the context window."""
+        settings, window = self.settings, self.window
         if body.model != settings.model_name:
             raise ApiError(404, f"the model {body.model!r} does not exist; this server serves {settings.model_name!r}",
                            param="model", code="model_not_found")
@@ -186,22 +211,24 @@ def create_app(pipe, settings: ServerSettings) -> FastAPI:
             raise ApiError(400, str(err)) from None
         return params, max_tokens, stop
 
-    def healing_for(body: CompletionRequest, ids: list[int]):
+    def healing_for(self, body: CompletionRequest, ids: list[int]):
         """Token healing of this prompt (the request's "heal", else the server's default), or None. The text
         streamed back is relative to the prompt as sent; usage counts the tokens the model saw and made."""
+        pipe = self.pipe
         if body.heal and pipe.target.is_encoder_decoder:
             raise ApiError(400, "heal: token healing continues a prompt; this model translates its source",
                            param="heal")
-        heal = settings.heal if body.heal is None else body.heal
+        heal = self.settings.heal if body.heal is None else body.heal
         return pipe.heal_ids(ids) if heal and not pipe.target.is_encoder_decoder else None
 
-    def encode_text(text: str) -> list[int]:
-        ids = tokenizer(text).input_ids
+    def encode_text(self, text: str) -> list[int]:
+        ids = self.tokenizer(text).input_ids
         if not ids:
             raise ApiError(400, "the prompt tokenizes to no tokens: give some text", param="prompt")
         return ids
 
-    def completion_prompt(body: CompletionRequest) -> tuple[list[int], str]:
+    def completion_prompt(self, body: CompletionRequest) -> tuple[list[int], str]:
+        """The prompt's token ids and its text (for echo), from a string or token ids."""
         prompt = body.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
             if len(prompt) != 1:
@@ -213,59 +240,64 @@ def create_app(pipe, settings: ServerSettings) -> FastAPI:
                 check_prompt_text(prompt)  # the CLI's and the API's rules: not empty, not only whitespace
             except DraftVerifyError as err:
                 raise ApiError(400, str(err), param="prompt") from None
-            return encode_text(prompt), prompt
+            return self.encode_text(prompt), prompt
         ids = list(prompt)
         if not ids:
             raise ApiError(400, "the prompt is empty: give at least one token", param="prompt")
-        vocab = pipe.target.vocab_size
+        vocab = self.pipe.target.vocab_size
         if any(t < 0 or t >= vocab for t in ids):
             raise ApiError(400, f"prompt token ids must be in [0, {vocab})", param="prompt")
-        return ids, tokenizer.decode(ids)
+        return ids, self.tokenizer.decode(ids)
 
-    def submit(ids: list[int], params: SamplingParams, max_tokens: int, stop: list[str], healing=None) -> Job:
+    def chat_prompt(self, body: ChatRequest) -> list[int]:
+        """The messages rendered by the tokenizer's chat template, as token ids."""
+        if not self.has_chat_template:
+            raise ApiError(400, f"the model {self.settings.model_name!r} has no chat template (its tokenizer defines "
+                                "none), so it cannot take chat messages; use /v1/completions with a plain prompt",
+                           param="messages", code="no_chat_template")
+        if body.logprobs or body.top_logprobs:
+            raise ApiError(400, "logprobs are not supported", param="logprobs")
+        if body.response_format not in (None, {"type": "text"}):
+            raise ApiError(400, "response_format other than {'type': 'text'} is not supported",
+                           param="response_format")
+        if body.max_tokens is not None and body.max_completion_tokens is not None:
+            raise ApiError(400, "give max_tokens or max_completion_tokens, not both", param="max_tokens")
+        messages = []
+        for m in body.messages:
+            content = m.content
+            if not (isinstance(content, str) or content is None):
+                content = "".join(p.text for p in content)
+            messages.append({"role": "system" if m.role == "developer" else m.role, "content": content or ""})
+        try:
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception as err:  # the template's own checks (e.g. roles must alternate)
+            raise ApiError(400, f"the chat template rejected these messages: {err}", param="messages") from None
+        ids = self.tokenizer(text, add_special_tokens=False).input_ids
+        if not ids:
+            raise ApiError(400, "the messages render to no tokens", param="messages")
+        return ids
+
+    def submit(self, ids: list[int], params: SamplingParams, max_tokens: int, stop: list[str], healing=None) -> Job:
+        """Queue a generation for the worker, or refuse it now: 429 when the queue is full, 503 when not running."""
+        settings = self.settings
         job = Job(ids=ids, params=params, max_tokens=max_tokens, stop=stop, loop=asyncio.get_running_loop(),
                   sink=asyncio.Queue(), healing=healing)
         try:
-            engine.submit(job)
+            self.engine.submit(job)
         except QueueFull:
-            metrics.rejected.labels("queue_full").inc()
+            self.metrics.rejected.labels("queue_full").inc()
             raise ApiError(429, f"the server is busy ({settings.max_queue} requests waiting); retry later",
                            type="rate_limit_error", code="queue_full",
                            headers={"Retry-After": str(settings.retry_after_s)}) from None
         except NotRunning:
-            metrics.rejected.labels("not_running").inc()
+            self.metrics.rejected.labels("not_running").inc()
             raise ApiError(503, "the generation worker is not running (starting or shutting down)",
                            type="server_error", headers={"Retry-After": str(5 * settings.retry_after_s)}) from None
         return job
 
-    async def watch_disconnect(request: Request, job: Job) -> None:
-        while not job.done:
-            if await request.is_disconnected():
-                job.cancel()
-                return
-            await asyncio.sleep(0.05)
-
-    async def collect(request: Request, job: Job) -> tuple[str, str, dict]:
-        watcher = asyncio.ensure_future(watch_disconnect(request, job))
-        pieces: list[str] = []
-        try:
-            while True:
-                event = await job.sink.get()
-                if event[0] == "text":
-                    pieces.append(event[1])
-                elif event[0] == "done":
-                    return "".join(pieces), event[1], event[2]
-                else:
-                    raise event[1]
-        finally:
-            watcher.cancel()
-            job.cancel()  # no-op once done; frees the row if this handler was cancelled
-
-    def sse(obj) -> str:
-        return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-    async def stream_events(job: Job, chunk, first: list[dict], endpoint: str, started: float,
+    async def stream_events(self, job: Job, chunk, first: list[str], endpoint: str, started: float,
                             include_usage: bool) -> AsyncIterator[str]:
+        """The SSE body of a streamed generation; the request is counted when the stream ends, however it ends."""
         status = "200"
         try:
             for piece in first:
@@ -289,121 +321,143 @@ def create_app(pipe, settings: ServerSettings) -> FastAPI:
             yield "data: [DONE]\n\n"
         finally:
             job.cancel()  # the client went away (or we finished): its row leaves the batch at the next step
-            metrics.requests.labels(endpoint, status).inc()
-            metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+            self.record(endpoint, status, started)
 
-    @app.get("/health")
-    async def health():
-        if not engine.alive:
-            return JSONResponse({"status": "unavailable"}, status_code=503)
-        return {"status": "ok", "model": settings.model_name, "pid": os.getpid(), **engine.snapshot()}
 
-    @app.get("/metrics")
-    async def metrics_endpoint():
-        return Response(metrics.render(), media_type=metrics.content_type)
+async def get_service(request: Request) -> Service:
+    """The app's Service (async: a plain def dependency would run in the thread pool on every request)."""
+    return request.app.state.service
 
-    @app.get("/v1/models")
-    async def models(request: Request):
-        check_key(request)
-        metrics.requests.labels("/v1/models", "200").inc()
-        return {"object": "list", "data": [{"id": settings.model_name, "object": "model", "created": 0,
-                                            "owned_by": "draftverify", "max_model_len": window}]}
 
-    @app.post("/v1/completions")
-    async def completions(request: Request):
-        endpoint = "/v1/completions"
-        started = time.perf_counter()
-        check_key(request)
-        body: CompletionRequest = await parse(request, CompletionRequest)
-        if body.best_of not in (None, 1):
-            raise ApiError(400, f"best_of={body.best_of} is not supported (only 1)", param="best_of")
-        if body.logprobs is not None:
-            raise ApiError(400, "logprobs are not supported", param="logprobs")
-        if body.suffix:
-            raise ApiError(400, "suffix (insertion) is not supported", param="suffix")
-        ids, prompt_text = completion_prompt(body)
-        params, max_tokens, stop = check_common(body, 16 if body.max_tokens is None else body.max_tokens, len(ids))
-        job = submit(ids, params, max_tokens, stop, healing=healing_for(body, ids))
-        cid = f"cmpl-{uuid.uuid4().hex}"
-        created = int(time.time())
-        echo = prompt_text if body.echo else ""
+router = APIRouter()
 
-        def chunk(text, finish):
-            return {"id": cid, "object": "text_completion", "created": created, "model": settings.model_name,
-                    "choices": [{"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish}]}
 
-        if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            first = [echo] if echo else []
-            return StreamingResponse(stream_events(job, chunk, first, endpoint, started, include_usage),
-                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        text, reason, usage = await collect(request, job)
-        out = chunk(echo + text, reason)
-        out["usage"] = usage
-        metrics.requests.labels(endpoint, "200").inc()
-        metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
-        return out
+@router.get("/health")
+async def health(service: Service = Depends(get_service)):
+    if not service.engine.alive:
+        return JSONResponse({"status": "unavailable"}, status_code=503)
+    return {"status": "ok", "model": service.settings.model_name, "pid": os.getpid(), **service.engine.snapshot()}
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        endpoint = "/v1/chat/completions"
-        started = time.perf_counter()
-        check_key(request)
-        body: ChatRequest = await parse(request, ChatRequest)
-        if not has_chat_template:
-            raise ApiError(400, f"the model {settings.model_name!r} has no chat template (its tokenizer defines "
-                                "none), so it cannot take chat messages; use /v1/completions with a plain prompt",
-                           param="messages", code="no_chat_template")
-        if body.logprobs or body.top_logprobs:
-            raise ApiError(400, "logprobs are not supported", param="logprobs")
-        if body.response_format not in (None, {"type": "text"}):
-            raise ApiError(400, "response_format other than {'type': 'text'} is not supported",
-                           param="response_format")
-        if body.max_tokens is not None and body.max_completion_tokens is not None:
-            raise ApiError(400, "give max_tokens or max_completion_tokens, not both", param="max_tokens")
-        messages = []
-        for m in body.messages:
-            content = m.content if isinstance(m.content, str) or m.content is None else "".join(p.text for p in m.content)
-            messages.append({"role": "system" if m.role == "developer" else m.role, "content": content or ""})
-        try:
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        except Exception as err:  # the template's own checks (e.g. roles must alternate)
-            raise ApiError(400, f"the chat template rejected these messages: {err}", param="messages") from None
-        ids = tokenizer(text, add_special_tokens=False).input_ids
-        if not ids:
-            raise ApiError(400, "the messages render to no tokens", param="messages")
-        max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-        params, max_tokens, stop = check_common(body, max_tokens, len(ids))
-        job = submit(ids, params, max_tokens, stop)
-        cid = f"chatcmpl-{uuid.uuid4().hex}"
-        created = int(time.time())
 
-        if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+@router.get("/metrics")
+async def metrics_endpoint(service: Service = Depends(get_service)):
+    return Response(service.metrics.render(), media_type=service.metrics.content_type)
 
-            def chunk(piece, finish):
-                delta = {} if piece is None else ({"role": "assistant", "content": ""} if piece is ROLE
-                                                  else {"content": piece})
-                return {"id": cid, "object": "chat.completion.chunk", "created": created,
-                        "model": settings.model_name,
-                        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
-            return StreamingResponse(stream_events(job, chunk, [ROLE], endpoint, started, include_usage),
-                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        text, reason, usage = await collect(request, job)
-        metrics.requests.labels(endpoint, "200").inc()
-        metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
-        return {"id": cid, "object": "chat.completion", "created": created, "model": settings.model_name,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                             "finish_reason": reason}],
-                "usage": usage}
+@router.get("/v1/models")
+async def models(request: Request, service: Service = Depends(get_service)):
+    service.check_key(request)
+    service.metrics.requests.labels("/v1/models", "200").inc()
+    return {"object": "list", "data": [{"id": service.settings.model_name, "object": "model", "created": 0,
+                                        "owned_by": "draftverify", "max_model_len": service.window}]}
 
+
+@router.post("/v1/completions")
+async def completions(request: Request, service: Service = Depends(get_service)):
+    endpoint = "/v1/completions"
+    started = time.perf_counter()
+    service.check_key(request)
+    body: CompletionRequest = await parse(request, CompletionRequest)
+    if body.best_of not in (None, 1):
+        raise ApiError(400, f"best_of={body.best_of} is not supported (only 1)", param="best_of")
+    if body.logprobs is not None:
+        raise ApiError(400, "logprobs are not supported", param="logprobs")
+    if body.suffix:
+        raise ApiError(400, "suffix (insertion) is not supported", param="suffix")
+    ids, prompt_text = service.completion_prompt(body)
+    params, max_tokens, stop = service.check_common(body, 16 if body.max_tokens is None else body.max_tokens, len(ids))
+    job = service.submit(ids, params, max_tokens, stop, healing=service.healing_for(body, ids))
+    cid = f"cmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
+    model = service.settings.model_name
+    echo = prompt_text if body.echo else ""
+
+    def chunk(text, finish):
+        return {"id": cid, "object": "text_completion", "created": created, "model": model,
+                "choices": [{"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish}]}
+
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        first = [echo] if echo else []
+        return event_stream(service.stream_events(job, chunk, first, endpoint, started, include_usage))
+    text, reason, usage = await collect(request, job)
+    out = chunk(echo + text, reason)
+    out["usage"] = usage
+    service.record(endpoint, "200", started)
+    return out
+
+
+@router.post("/v1/chat/completions")
+async def chat(request: Request, service: Service = Depends(get_service)):
+    endpoint = "/v1/chat/completions"
+    started = time.perf_counter()
+    service.check_key(request)
+    body: ChatRequest = await parse(request, ChatRequest)
+    ids = service.chat_prompt(body)
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    params, max_tokens, stop = service.check_common(body, max_tokens, len(ids))
+    job = service.submit(ids, params, max_tokens, stop)
+    cid = f"chatcmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
+    model = service.settings.model_name
+
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+        def chunk(piece, finish):
+            delta = {} if piece is None else ({"role": "assistant", "content": ""} if piece is ROLE
+                                              else {"content": piece})
+            return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+        return event_stream(service.stream_events(job, chunk, [ROLE], endpoint, started, include_usage))
+    text, reason, usage = await collect(request, job)
+    service.record(endpoint, "200", started)
+    return {"id": cid, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                         "finish_reason": reason}],
+            "usage": usage}
+
+
+async def _api_error(request: Request, err: ApiError):
+    return request.app.state.service.error_response(err, request.url.path)
+
+
+async def _invalid(request: Request, err: RequestValidationError):
+    message, param = _validation_message(err)
+    return request.app.state.service.error_response(ApiError(400, message, param=param), request.url.path)
+
+
+async def _not_found(request: Request, err):
+    return request.app.state.service.error_response(
+        ApiError(404, f"no route {request.method} {request.url.path}", code="not_found"), request.url.path)
+
+
+async def _bad_method(request: Request, err):
+    return request.app.state.service.error_response(
+        ApiError(405, f"method {request.method} is not allowed on {request.url.path}"), request.url.path)
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI):
+    """The worker runs while the app serves; stopping it joins a thread, so it runs off the event loop."""
+    engine = app.state.service.engine
+    engine.start()
+    try:
+        yield
+    finally:
+        await asyncio.get_running_loop().run_in_executor(None, engine.stop)
+
+
+def create_app(pipe, settings: ServerSettings) -> FastAPI:
+    """One app per pipeline, with its own Service (worker, queue, metrics registry): apps never share state."""
+    service = Service(pipe, settings)
+    app = FastAPI(title="draftverify", lifespan=_lifespan)
+    app.state.service = service
+    app.state.engine = service.engine  # the worker, for whoever holds the app (tests stop it, watch its queue)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(404, _not_found)
+    app.add_exception_handler(405, _bad_method)
+    app.include_router(router)
     return app
-
-
-class _Role(str):
-    """Marker for the first chat chunk (delta with the assistant role)."""
-
-
-ROLE = _Role("")
-
