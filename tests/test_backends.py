@@ -7,20 +7,20 @@ import torch
 from conftest import target_and_reference
 
 from draftverify import CachedLM, DraftVerifyError, generate
-from draftverify.backends.base import LMBackend, check_backend, is_backend
+from draftverify.backends.base import LMBackend, OneRow, check_backend, is_backend
 from draftverify.methods import MethodOptions, build_drafter, build_verifier
 from draftverify.registry import DRAFTERS, lookup
 from draftverify.types import SamplingParams, TargetOutput
 
 
-class RecomputingLM:
+class RecomputingLM(OneRow):
     """A deliberately naive backend: no KV cache, every forward recomputes the whole text with the HF model; chains
-    only. What the loop needs of a target is the protocol, so this runs every chain method unchanged."""
+    only, one row (OneRow answers the row calls from commit). What the loop needs of a target is the protocol, so
+    this runs every chain method unchanged."""
 
     name = "recompute"
     is_encoder_decoder = False
     takes_positions = False
-    supports_rows = False
     exposes_hidden = False
     has_modules = False
 

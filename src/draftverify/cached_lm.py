@@ -19,7 +19,7 @@ import inspect
 import torch
 from transformers import PreTrainedModel
 
-from .backends.base import is_backend
+from .backends.base import is_backend, one_row
 from .cache import gather_positions, keep_positions, new_cache, self_attention_layers
 from .errors import DraftVerifyError
 from .few_row_linear import few_row_linears
@@ -119,7 +119,7 @@ class CachedLM:
         # batch mode (start() with several rows or a padding mask): which cache slots hold a real token [B, length],
         # and how many real positions each row holds [B] (its next position id); None for one unpadded row
         self.valid: torch.Tensor | None = None
-        self.row_length: torch.Tensor | None = None
+        self._row_length: torch.Tensor | None = None  # read it as row_length (which also answers for one row)
         self.row_committed: torch.Tensor | None = None
         self.max_gap_share = 0.25  # batch mode: re-pack the cache once more than this share of its slots are gaps
 
@@ -139,7 +139,16 @@ class CachedLM:
 
     @property
     def batched(self) -> bool:
+        """True in the rows layout (several rows, or padding / gaps); False: one row, no gaps (plain layout)."""
         return self.valid is not None
+
+    @property
+    def row_length(self) -> torch.Tensor:
+        """Real positions each row holds [B] (its next position id). The plain layout is the no-gap case of the
+        rows layout: one row holding every slot."""
+        if self.valid is None:
+            return torch.tensor([self.length], device=self.device)
+        return self._row_length
 
     def start(self, input_ids: torch.Tensor, want_hidden: bool = False,
               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -155,7 +164,7 @@ class CachedLM:
         self.cache = new_cache(self.is_encoder_decoder, self.config, self.window)
         self.length = self.committed = 0
         self.prefilled = None
-        self.valid = self.row_length = self.row_committed = None
+        self.valid = self._row_length = self.row_committed = None
         if input_ids.shape[0] > 1 or attention_mask is not None:
             return self._start_rows(input_ids, attention_mask, want_hidden)
         if self.is_encoder_decoder:
@@ -254,7 +263,7 @@ class CachedLM:
         if self.valid is not None:
             if isinstance(kept, torch.Tensor):
                 raise DraftVerifyError("a batch of several rows keeps chains only: use commit_rows(counts)")
-            self.commit_rows(torch.full_like(self.row_length, kept))
+            self.commit_rows(torch.full_like(self._row_length, kept))
             return
         tail = self.length - self.committed
         if isinstance(kept, torch.Tensor):
@@ -276,7 +285,7 @@ class CachedLM:
     # changes nothing. A step appends the same number of slots to every row; commit_rows keeps a different number
     # per row, and the cache is re-packed to the right (a copy of every layer) once gaps exceed max_gap_share.
 
-    def _start_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, want_hidden: bool) -> torch.Tensor:
+    def _check_rows(self) -> None:
         if self.is_encoder_decoder or not self.takes_positions:
             raise DraftVerifyError(
                 f"batches of several rows need a decoder-only {self.role} that takes position_ids (Llama, Qwen2, "
@@ -284,6 +293,9 @@ class CachedLM:
             )
         if self.capacity is not None:
             raise DraftVerifyError("batches of several rows run on a growing KV cache: drop --compile / capacity")
+
+    def _start_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, want_hidden: bool) -> torch.Tensor:
+        self._check_rows()
         batch, width = input_ids.shape
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
@@ -292,8 +304,8 @@ class CachedLM:
             raise DraftVerifyError("a batch's attention mask must match input_ids [B, L] and pad on the left "
                                    "(every row's last column is a real token)")
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=self.device)
-        self.row_length = torch.zeros(batch, dtype=torch.long, device=self.device)
-        self.row_committed = self.row_length.clone()
+        self._row_length = torch.zeros(batch, dtype=torch.long, device=self.device)
+        self.row_committed = self._row_length.clone()
         if width > 1:
             out = self._forward_rows(input_ids[:, :-1], attention_mask[:, :-1], want_hidden, keep=1, keep_hidden=width - 1)
             self.prefilled = out
@@ -307,7 +319,7 @@ class CachedLM:
             new_valid = torch.ones(batch, n, dtype=torch.bool, device=self.device)
         new_valid = new_valid.to(self.device)
         steps = new_valid.long().cumsum(dim=1)  # [B, n]: real tokens up to and including each new slot
-        position_ids = (self.row_length[:, None] + steps - 1).clamp_min(0)
+        position_ids = (self._row_length[:, None] + steps - 1).clamp_min(0)
         keys = torch.cat([self.valid, new_valid], dim=1)  # [B, length + n]
         causal = torch.ones(n, self.length + n, dtype=torch.bool, device=self.device).tril(diagonal=self.length)
         visible = causal[None] & keys[:, None, :]
@@ -318,34 +330,44 @@ class CachedLM:
         out = self._run(tokens, keep=n if keep is None else keep, position_ids=position_ids,
                         additive_mask=mask, want_hidden=want_hidden, keep_hidden=keep_hidden)
         self.valid = keys
-        self.row_length = self.row_length + new_valid.sum(dim=1)
+        self._row_length = self._row_length + new_valid.sum(dim=1)
         return out
 
     def commit_rows(self, counts: torch.Tensor) -> None:
-        """Batch mode: row b keeps the first counts[b] real positions of its uncommitted tail; then every row's
-        positions are packed to the right again and the tail is settled."""
+        """Row b keeps the first counts[b] real positions of its uncommitted tail [B]; then every row's positions
+        are packed to the right again and the tail is settled."""
+        if self.valid is None:
+            self.commit(one_row(counts, "counts"))
+            return
         self.truncate_rows(self.row_committed + counts.to(self.device))
 
     def truncate_rows(self, upto: torch.Tensor) -> None:
         """Batch mode: row b keeps its first upto[b] real positions (upto >= what it has committed) and drops the
         rest of its tail; the tail is settled (see _pack for the layout)."""
+        if self.valid is None:
+            self.commit(one_row(upto, "upto") - self.committed)
+            return
         upto = upto.to(self.device)
-        if bool((upto < self.row_committed).any()) or bool((upto > self.row_length).any()):
+        if bool((upto < self.row_committed).any()) or bool((upto > self._row_length).any()):
             raise DraftVerifyError("cannot keep fewer positions than a row committed, or more than it holds")
         rank = self.valid.long().cumsum(dim=1)  # real positions up to and including each slot
         keep = self.valid & (rank <= upto[:, None])
         self._pack(keep)
-        self.row_length = upto.clone()
+        self._row_length = upto.clone()
         self.row_committed = upto.clone()
 
     def drop_rows(self, keep_rows: torch.Tensor) -> None:
-        """Batch mode: keep only the rows where keep_rows [B] (bool) is True (finished rows leave the batch)."""
+        """Keep only the rows where keep_rows [B] (bool) is True (finished rows leave the batch)."""
+        if self.valid is None:
+            if not bool(torch.as_tensor(keep_rows).all()):
+                raise DraftVerifyError("cannot drop the only row of a one-row cache; start() the next request instead")
+            return
         index = keep_rows.to(self.device).nonzero().flatten()
         for layer in self_attention_layers(self.cache):
             layer.keys = layer.keys.index_select(0, index)
             layer.values = layer.values.index_select(0, index)
         self.valid = self.valid.index_select(0, index)
-        self.row_length = self.row_length.index_select(0, index)
+        self._row_length = self._row_length.index_select(0, index)
         self.row_committed = self.row_committed.index_select(0, index)
         if self.length > self.committed:
             raise DraftVerifyError("drop rows between steps only (the tail is not committed)")
@@ -356,12 +378,14 @@ class CachedLM:
         batching). Their cache is left-padded to the batch's width (or the batch's to theirs) and concatenated."""
         if self.length > self.committed:
             raise DraftVerifyError("rows join between steps only (the tail is not committed)")
-        old = (self.cache, self.valid, self.row_length, self.row_committed, self.length)
+        if self.valid is None:
+            self._rows_layout()
+        old = (self.cache, self.valid, self._row_length, self.row_committed, self.length)
         self.cache = new_cache(False, self.config, None)
         self.length = self.committed = 0
         self._start_rows(input_ids, attention_mask, want_hidden=False)
         new_layers = self_attention_layers(self.cache) if self.length else []
-        new_valid, new_len, new_committed, new_width = self.valid, self.row_length, self.row_committed, self.length
+        new_valid, new_len, new_committed, new_width = self.valid, self._row_length, self.row_committed, self.length
         cache, valid, row_length, row_committed, width = old
         old_layers = self_attention_layers(cache) if width else []
         total = max(width, new_width)
@@ -392,9 +416,16 @@ class CachedLM:
             self.cache = cache
         pad = lambda m, have: torch.cat([m.new_zeros((m.shape[0], total - have)), m], dim=1)  # noqa: E731
         self.valid = torch.cat([pad(valid, width), pad(new_valid, new_width)])
-        self.row_length = torch.cat([row_length, new_len])
+        self._row_length = torch.cat([row_length, new_len])
         self.row_committed = torch.cat([row_committed, new_committed])
         self.length = self.committed = total
+
+    def _rows_layout(self) -> None:
+        """Plain -> rows layout (rows are about to join): every slot of the one row is valid."""
+        self._check_rows()
+        self.valid = torch.ones(1, self.length, dtype=torch.bool, device=self.device)
+        self._row_length = torch.tensor([self.length], device=self.device)
+        self.row_committed = torch.tensor([self.committed], device=self.device)
 
     def _pack(self, keep: torch.Tensor) -> None:
         """Keep the slots `keep` [B, held]: a slice when they form one right-aligned block, a cut of the unused

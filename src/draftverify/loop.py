@@ -94,31 +94,25 @@ def _verify_layout(target: LMBackend, draft: Draft, extras: VerifyExtras | None)
     return target.length + offsets[None], mask
 
 
-def _kept_positions(draft: Draft, verdict: Verdict, n: int) -> int | torch.Tensor:
-    """What the target's cache keeps of this step's verify pass: the pending token and the accepted draft
-    tokens. A chain keeps a prefix (count); a tree keeps its accepted branch (offsets [B, 1+n])."""
+def _kept_positions(draft: Draft, verdict: Verdict) -> torch.Tensor:
+    """What the target's cache keeps of this step's verify pass: each row's pending token and accepted draft
+    tokens. A chain keeps a prefix: counts [B]; a tree keeps its accepted branch: tail offsets [B, 1+n]."""
     if draft.tree is None:
-        return 1 + n
+        return verdict.num_accepted + 1
+    n = int(verdict.num_accepted.max())
     return torch.cat([verdict.path.new_zeros((verdict.path.shape[0], 1)), 1 + verdict.path[:, :n]], dim=1)
 
 
-def _scored_for_drafter(out: TargetOutput, kept: int | torch.Tensor, draft: Draft) -> TargetOutput:
-    """The verify pass's outputs at the kept positions, then at the drafter's extra positions."""
+def _scored_for_drafter(out: TargetOutput, kept: torch.Tensor, draft: Draft) -> TargetOutput:
+    """The verify pass's outputs at the kept positions, then at the drafter's extra positions (drafters that read
+    them draft one row: a chain's counts [1] are its kept prefix)."""
     batch = out.logits.shape[0]
-    if isinstance(kept, int):
-        kept = torch.arange(kept, device=out.logits.device).expand(batch, kept)
+    if kept.dim() == 1:
+        kept = torch.arange(int(kept.max()), device=out.logits.device).expand(batch, -1)
     extra = torch.arange(1 + draft.length, out.logits.shape[1], device=out.logits.device).expand(batch, -1)
     index = torch.cat([kept.to(out.logits.device), extra], dim=1)  # [B, k + E]
     pick = lambda x: None if x is None else x.gather(1, index[..., None].expand(-1, -1, x.shape[-1]))  # noqa: E731
     return TargetOutput(logits=pick(out.logits), hidden=pick(out.hidden))
-
-
-def _first_stop(emitted: torch.Tensor, eos_ids: torch.Tensor | None) -> int | None:
-    """Index of the first EOS in emitted [1, k], or None."""
-    if eos_ids is None:
-        return None
-    hits = torch.isin(emitted[0], eos_ids).nonzero()
-    return int(hits[0, 0]) if hits.numel() else None
 
 
 @torch.inference_mode()
@@ -143,12 +137,13 @@ def generate(
     Output equals the target's own greedy decoding (greedy verifier) or is distributed as the target's samples
     (speculative_sampling, l = 1) whatever the drafter proposes; other verifiers trade that for speed.
 
-    Batches (B > 1, or an attention_mask): rows of different lengths are left-padded, with attention_mask [B, L]
-    False at the padding. Each row keeps its own number of accepted draft tokens, stops at its own EOS or
-    max_new_tokens (an int, or one per row) and then leaves the batch; each row's output equals its own batch-1
-    output (greedy, and coupled sampling with seeds, one per row). on_tokens then receives [B, k] with -1 where a
-    row emitted fewer tokens (or has left) and may return the rows (indices into the batch) to stop now.
-    Batches need a decoder-only target and a chain drafter (BATCH_DRAFTERS).
+    Rows are the unit: one row is a batch of one, and every step's bookkeeping (commit, stopping, statistics) is
+    per row. Rows of different lengths are left-padded, with attention_mask [B, L] False at the padding. Each row
+    keeps its own number of accepted draft tokens, stops at its own EOS or max_new_tokens (an int, or one per row)
+    and then leaves the batch; each row's output equals its own batch-1 output (greedy, and coupled sampling with
+    seeds, one per row). on_tokens receives [B, k] with -1 where a row emitted fewer tokens (or has left) and may
+    return the rows (indices into the batch) to stop now. Several rows need a backend that decodes rows
+    (supports_rows) and a chain drafter (BATCH_DRAFTERS).
 
     admit (continuous batching; makes the run a batch even with one row): called between steps while rows are
     still decoding, returns new rows to join the batch as (prompt token ids, max_new_tokens, seed) or (prompt token
@@ -167,45 +162,45 @@ def generate(
     target = cached_model(target, "target")  # any backend (backends/base.py); a plain HF model gets a CachedLM
     input_ids = _check_input(input_ids, max_new_tokens).to(target.device)
     batch = input_ids.shape[0]
-    batched = batch > 1 or attention_mask is not None or admit is not None
-    if batched and attention_mask is None:
+    if admit is not None and attention_mask is None:  # rows will join: the target's cache takes the rows layout now
         attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
     limits = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) else [max_new_tokens] * batch
     length_policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)
     verifier.check_params(params)
-    if batched:
+    if batch > 1 or attention_mask is not None:
         if not target.supports_rows:
             raise DraftVerifyError(f"the {target.name} backend decodes one row at a time; batches of several rows "
                                    "run on --backend hf (backend='hf')")
         _check_batch_support(drafter, verifier, params)
-        if seeds is not None and len(seeds) != batch:
-            raise DraftVerifyError(f"seeds has {len(seeds)} entries for {batch} rows")
+    if seeds is not None and len(seeds) != batch:
+        raise DraftVerifyError(f"seeds has {len(seeds)} entries for {batch} rows")
     first_allowed = _allowed_rows(first_token_allowed, batch, target.vocab_size)
     decoder_start = 1 if target.is_encoder_decoder else input_ids.shape[1]
     target.check_fits(decoder_start + max(limits))
     drafter.bind(target, decoder_start + max(limits))
     if isinstance(eos_token_id, int):
         eos_token_id = [eos_token_id]
-    eos_ids = torch.tensor(eos_token_id, device=input_ids.device) if eos_token_id else None
     eos_set = set(eos_token_id or [])
     generator = None
     row_seeds = None
     if not params.greedy:  # our own generator: the process-global RNG is never reseeded
         generator = torch.Generator(device=input_ids.device)
-        seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        seed = params.seed if params.seed is not None else _fresh_seed()
         generator.manual_seed(seed)
-        if batched:  # each row's coupled noise is keyed by its own seed (a fresh one where none is given)
-            given = seeds if seeds is not None else [params.seed] * batch
-            row_seeds = [s if s is not None else int.from_bytes(os.urandom(8), "little") >> 1 for s in given]
+        # each row's coupled noise is keyed by its own seed (the run's where none is given)
+        given = seeds if seeds is not None else [params.seed] * batch
+        row_seeds = [s if s is not None else _fresh_seed() for s in given]
     if drafter.drafts_in_target_pass:
         length_policy.drafting_folded()
     now = _clock(target.device, length_policy.reads_timers)
 
-    stats = GenerationStats(prompt_tokens=input_ids.shape[1] if not batched else int(attention_mask.sum()))
     committed = target.start(input_ids, want_hidden=drafter.needs_target_hidden, attention_mask=attention_mask)
-    lengths = None
-    if batched:
-        lengths = attention_mask.to(input_ids.device).long().sum(dim=1)
+    real = attention_mask.to(input_ids.device).long() if attention_mask is not None else None  # [B, L] or None
+    if target.is_encoder_decoder or real is None:
+        lengths = torch.full((batch,), committed.shape[1], dtype=torch.long, device=input_ids.device)
+    else:
+        lengths = real.sum(dim=1)
+    stats = GenerationStats(prompt_tokens=input_ids.numel() if real is None else int(real.sum()))
     state = DecodingState(
         tokens=committed,
         source_ids=input_ids if target.is_encoder_decoder else None,
@@ -220,12 +215,10 @@ def generate(
     drafter_calls_before = drafter.forward_calls
     stats.time_prefill = perf_counter() - started
     callback_seconds = 0.0  # the caller's streaming time is not the loop's: excluded from time_total
-    if batched:
-        rows = _BatchRows(batch, limits, [state.row(b).tolist() for b in range(batch)])
-    produced = 0  # one row: tokens emitted so far
+    rows = _Rows(batch, limits, [state.row(b).tolist() for b in range(batch)])
 
-    while (produced < limits[0]) if not batched else rows.active:
-        remaining = limits[0] - produced if not batched else rows.most_remaining()
+    while rows.active:
+        remaining = rows.most_remaining()
         # drafting up to `remaining` (not remaining - 1) lets a drafter the target never overrules (BiLD with
         # alpha_FB = 0, huge alpha_RB) write the whole text; the surplus target token is then cut below
         step_rows = state.tokens.shape[0]  # the target scores step_rows x (1 + draft length) tokens
@@ -235,7 +228,7 @@ def generate(
         draft = drafter.propose(state, step_gamma) if step_gamma else empty_draft(state)
         if draft.tree is not None and not verifier.accepts_trees:
             raise DraftVerifyError(f"the {verifier.name} verifier checks chains only; this drafter proposed a tree")
-        draft.position = state.next_position()  # keys position-coupled sampling noise
+        draft.position = state.next_position()  # [B] keys position-coupled sampling noise
         draft.seeds = state.seeds
         extras = drafter.verify_inputs(draft)  # E embedded positions after the draft, or None
         t1 = now()
@@ -251,82 +244,60 @@ def generate(
             logits = _constrain_first(logits, first_allowed)
             first_allowed = None
         verdict = verifier.verify(draft, logits, params, generator)
-        if batched:
-            accepted = verdict.num_accepted.tolist()  # the step's one host sync
-            t3 = now()
-            emitted_rows = rows.emitted(verdict.tokens.tolist(), accepted, eos_set)
-            target.commit_rows(verdict.num_accepted + 1)
-            state.tokens, state.lengths = _append_rows(state.tokens, state.lengths, emitted_rows)
-            drafter.commit(state, verdict, None)
-            n = sum(accepted)  # the policy hears the batch's totals
-            row_lengths = [draft.depth] * len(accepted) if draft.lengths is None else draft.lengths.tolist()
-            rejected_rows = sum(a < length for a, length in zip(accepted, row_lengths))
-            stats.new_tokens += sum(len(r) for r in emitted_rows)
-            stats.drafted_tokens += draft.length * len(accepted) if draft.lengths is None else sum(row_lengths)
-            stats.accepted_tokens += sum(min(a, len(r)) for a, r in zip(accepted, emitted_rows))
-            stats.rejections += rejected_rows
-            rejected = rejected_rows
+        accepted = verdict.num_accepted.tolist()  # the step's one host sync
+        t3 = now()
+        emitted_rows = rows.emitted(verdict.tokens.tolist(), accepted, eos_set)
+        kept = _kept_positions(draft, verdict)
+        if draft.tree is None:
+            target.commit_rows(kept)  # each row: its pending token and accepted drafts; its last emitted is pending now
         else:
-            n = int(verdict.num_accepted[0])  # the step's one host sync
-            t3 = now()
-            emitted = verdict.tokens[:, : n + 1]  # [B, n+1]
-            stop_at = _first_stop(emitted, eos_ids)
-            if stop_at is not None:
-                emitted = emitted[:, : stop_at + 1]
-            emitted = emitted[:, :remaining]
-            kept = _kept_positions(draft, verdict, n)
-            target.commit(kept)  # the pending token and the accepted drafts; emitted[-1] is pending now
-            state.tokens = torch.cat([state.tokens, emitted], dim=1)
-            drafter.commit(state, verdict, _scored_for_drafter(out, kept, draft) if drafter.needs_target_hidden else None)
-            rejected = n < draft.depth
-            row_lengths, accepted = [draft.depth], [n]
-            stats.new_tokens += emitted.shape[1]
-            produced += emitted.shape[1]
-            stats.drafted_tokens += draft.length
-            stats.accepted_tokens += min(n, emitted.shape[1])
-            stats.rejections += int(rejected)
+            target.commit(kept)
+        state.tokens, state.lengths = _append_rows(state.tokens, state.lengths, emitted_rows)
+        drafter.commit(state, verdict, _scored_for_drafter(out, kept, draft) if drafter.needs_target_hidden else None)
+        row_lengths = [draft.depth] * len(accepted) if draft.lengths is None else draft.lengths.tolist()
+        rejected = sum(a < length for a, length in zip(accepted, row_lengths))
+        stats.new_tokens += sum(len(r) for r in emitted_rows)
+        stats.drafted_tokens += sum(row_lengths) if draft.lengths is not None else draft.length * len(accepted)
+        stats.accepted_tokens += sum(min(a, len(r)) for a, r in zip(accepted, emitted_rows))
+        stats.rejections += rejected
         stats.target_calls += 1
         stats.gammas.append(draft.length)
         stats.chosen_gammas.append(step_gamma)
         stats.time_draft += t1 - t0
         stats.time_target += t2 - t1
         stats.time_verify += t3 - t2
-        length_policy.update(draft.length, n, rejected, t1 - t0, t2 - t1, step_rows)
+        length_policy.update(draft.length, sum(accepted), rejected, t1 - t0, t2 - t1, step_rows)  # the batch's totals
         length_policy.update_rows(row_lengths, accepted)
         stop_rows = None
         if on_tokens is not None:
             t4 = perf_counter()
-            stop_rows = on_tokens(rows.padded(emitted_rows, input_ids.device) if batched else emitted)
+            stop_rows = on_tokens(rows.padded(emitted_rows, input_ids.device))
             callback_seconds += perf_counter() - t4
-        if batched:
-            leaving = rows.finish(stop_rows)
-            if leaving is not None:
-                if not rows.active:
-                    break
-                target.drop_rows(leaving)
-                drafter.drop_rows(leaving)
-                keep = leaving.to(state.tokens.device)
-                state.tokens, state.lengths = _trim_rows(state.tokens[keep], state.lengths[keep])
-                if state.seeds is not None:
-                    state.seeds = [s for s, k in zip(state.seeds, leaving.tolist()) if k]
-            if admit is not None:
-                joining = admit()
-                if joining:
-                    t5 = perf_counter()
-                    joined = [_allowed_row(row[3] if len(row) > 3 else None, target.vocab_size) for row in joining]
-                    _join(target, drafter, state, rows, joining, params, stats)
-                    stats.time_prefill += perf_counter() - t5
-                    if any(a is not None for a in joined):  # the joined rows take their first token next step
-                        first_allowed = [None] * (state.tokens.shape[0] - len(joined)) + joined
-        elif stop_at is not None or stop_rows:
-            break
+        leaving = rows.finish(stop_rows)
+        if leaving is not None and rows.active:
+            target.drop_rows(leaving)
+            drafter.drop_rows(leaving)
+            keep = leaving.to(state.tokens.device)
+            state.tokens, state.lengths = _trim_rows(state.tokens[keep], state.lengths[keep])
+            if state.seeds is not None:
+                state.seeds = [s for s, k in zip(state.seeds, leaving.tolist()) if k]
+        if admit is not None and rows.active:
+            joining = admit()
+            if joining:
+                t5 = perf_counter()
+                joined = [_allowed_row(row[3] if len(row) > 3 else None, target.vocab_size) for row in joining]
+                _join(target, drafter, state, rows, joining, params, stats)
+                stats.time_prefill += perf_counter() - t5
+                if any(a is not None for a in joined):  # the joined rows take their first token next step
+                    first_allowed = [None] * (state.tokens.shape[0] - len(joined)) + joined
 
     stats.draft_calls = drafter.forward_calls - drafter_calls_before
     stats.time_total = perf_counter() - started - callback_seconds
-    if batched:
-        return rows.output(input_ids, attention_mask, stats)
-    new = state.tokens[:, state.prompt_length :]
-    return GenerationOutput(sequences=state.tokens, new_tokens=new, stats=stats)
+    return rows.output(input_ids, stats)
+
+
+def _fresh_seed() -> int:
+    return int.from_bytes(os.urandom(8), "little") >> 1
 
 
 def _allowed_row(allowed, vocab_size: int) -> torch.Tensor | None:
@@ -368,7 +339,7 @@ def _constrain_first(logits: torch.Tensor, allowed: list[torch.Tensor | None]) -
     return logits
 
 
-def _join(target: LMBackend, drafter: Drafter, state: DecodingState, rows: "_BatchRows",
+def _join(target: LMBackend, drafter: Drafter, state: DecodingState, rows: "_Rows",
           joining: list[tuple], params: SamplingParams, stats: GenerationStats) -> None:
     """Continuous batching: prefill the joining rows and append them to the batch (target, drafter and state)."""
     prompts = [list(row[0]) for row in joining]
@@ -391,14 +362,14 @@ def _join(target: LMBackend, drafter: Drafter, state: DecodingState, rows: "_Bat
     state.tokens = torch.cat([pad(state.tokens), pad(ids)])
     state.lengths = torch.cat([state.lengths, mask.long().sum(dim=1)])
     if state.seeds is not None:
-        state.seeds = state.seeds + [row[2] if row[2] is not None else int.from_bytes(os.urandom(8), "little") >> 1
-                                     for row in joining]
+        state.seeds = state.seeds + [row[2] if row[2] is not None else _fresh_seed() for row in joining]
     stats.prompt_tokens += sum(len(r) for r in prompts)
     rows.add(prompts, limits)
 
 
-class _BatchRows:
-    """Bookkeeping of a batch: which original rows are still decoding, what each has emitted, when each ends."""
+class _Rows:
+    """Bookkeeping of the rows (one row is a batch of one): which are still decoding, what each has emitted, when
+    each ends."""
 
     def __init__(self, batch: int, limits: list[int], prompts: list[list[int]]):
         self.batch = batch
@@ -457,7 +428,7 @@ class _BatchRows:
         self.active = [row for row, k in zip(self.active, keep) if k]
         return torch.tensor(keep)
 
-    def output(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, stats) -> GenerationOutput:
+    def output(self, input_ids: torch.Tensor, stats) -> GenerationOutput:
         """new_tokens [B, max new] and sequences [B, max prompt + new] (each row's prompt and new tokens),
         right-padded with -1."""
         def grid(lists: list[list[int]]) -> torch.Tensor:

@@ -122,9 +122,7 @@ def draw(probs: torch.Tensor, params: SamplingParams, generator: torch.Generator
 
 def draw_next(probs: torch.Tensor, state, offset: int) -> torch.Tensor:
     """A drafter's token `offset` positions after the last committed one of each row (DecodingState `state`):
-    draw() for one row; in a batch, each row's coupled noise is keyed by its own seed and position. probs [B, V]."""
-    if state.lengths is None:
-        return draw(probs, state.params, state.generator, state.tokens.shape[1] + offset)
+    each row's coupled noise is keyed by its own seed and position. probs [B, V]."""
     params = state.params
     if not params.coupled:
         return draw(probs, params, state.generator, 0)

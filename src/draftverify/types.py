@@ -52,24 +52,31 @@ class DecodingState:
     prompt_length: int  # number of leading entries of `tokens` that came from the prompt
     params: SamplingParams
     generator: torch.Generator | None  # seeded RNG shared by drafter and verifier (None when greedy)
-    # batches of several rows: `tokens` is left-padded (every row ends in the last column) and lengths [B] counts
-    # each row's real tokens; seeds [B] key each row's coupled sampling noise. Both None for one row.
+    # rows are the unit (one row is a batch of one): `tokens` is left-padded (every row ends in the last column)
+    # and lengths [B] counts each row's real tokens; seeds [B] key each row's coupled sampling noise (None when
+    # greedy)
     lengths: torch.Tensor | None = None
     seeds: list[int] | None = None
     # the length policy's confidence stop (DraftLength.confidence): a drafter that draws from a model's q ends its
     # draft at the first token whose max q is <= this (that token included), each row on its own; 0 = never
     draft_confidence: float = 0.0
 
+    def __post_init__(self) -> None:
+        if self.lengths is None:  # no padding: every row holds all of `tokens`
+            self.lengths = torch.full((self.tokens.shape[0],), self.tokens.shape[1], dtype=torch.long,
+                                      device=self.tokens.device)
+
+    @property
+    def padded(self) -> bool:
+        """True when some row is shorter than `tokens` (left padding)."""
+        return bool((self.lengths < self.tokens.shape[1]).any())
+
     def row(self, b: int) -> torch.Tensor:
         """Row b's real tokens [L_b] (without the left padding of a batch)."""
-        if self.lengths is None:
-            return self.tokens[b]
         return self.tokens[b, self.tokens.shape[1] - int(self.lengths[b]) :]
 
-    def next_position(self, offset: int = 0) -> int | torch.Tensor:
-        """Decoder index of the token `offset` after the last committed one: an int for one row, [B] for a batch."""
-        if self.lengths is None:
-            return self.tokens.shape[1] + offset
+    def next_position(self, offset: int = 0) -> torch.Tensor:
+        """Decoder index [B] of each row's token `offset` after its last committed one."""
         return self.lengths + offset
 
 

@@ -54,6 +54,7 @@ def commit(drafter: ModelDrafter, st: DecodingState, draft_tokens: torch.Tensor,
     emitted = torch.cat([draft_tokens[:, :accepted], torch.tensor([[target_token]])], dim=1)
     verdict = make_verdict(draft_tokens, torch.tensor([accepted]), torch.tensor([target_token]))
     st.tokens = torch.cat([st.tokens, emitted], dim=1)
+    st.lengths = st.lengths + emitted.shape[1]  # the loop keeps each row's length with its tokens
     drafter.commit(st, verdict)
 
 

@@ -4,7 +4,8 @@ A backend holds one model and its KV cache for one generation at a time, and own
 how many positions its cache holds, `committed` how many of those are settled. The loop's step is
 
     out = backend.forward(tokens [B, n], position_ids, attention_mask)   # logits [B, n, V] (+ hidden [B, n, H])
-    backend.commit(kept)                                                  # a chain's prefix or a tree's branch
+    backend.commit_rows(counts [B])                                       # each row's chain prefix, or
+    backend.commit(kept [B, k])                                           # a tree's branch
 
 and nothing else of the model is read: no cache object, no config, no modules. `CachedLM` (Hugging Face,
 eager or compiled) is one implementation, `LlamaCppLM` (llama.cpp through llama-cpp-python) another; a third
@@ -13,7 +14,9 @@ eager or compiled) is one implementation, `LlamaCppLM` (llama.cpp through llama-
 What a backend cannot do it declares with capability flags, so a method that needs it is refused at load time
 with one line naming a backend that can (`check_backend`), never halfway through a generation:
 - `takes_positions`: scores token trees (explicit position ids and an ancestor mask over its uncommitted tail);
-- `supports_rows`: decodes batches of several left-padded rows (commit_rows / drop_rows / join_rows);
+- `supports_rows`: decodes batches of several left-padded rows (forward's new_valid, join_rows); one row is a
+  batch of one, so every backend answers the row calls (`OneRow` writes them for a one-row backend in terms of
+  commit and length);
 - `exposes_hidden`: returns the last hidden state (drafters with heads on the target's hidden states);
 - `has_modules`: a Hugging Face module tree the drafters may read or extend (early exit, BiTA's adapter and its
   extra embedded positions, blockwise heads on the target's LM head, the NAT drafter over the target's layers).
@@ -67,6 +70,47 @@ class LMBackend(Protocol):
     def commit(self, kept: int | torch.Tensor) -> None:
         """Keep the tail's first `kept` positions (a chain), or the tail offsets kept [B, k] / [k] in order (a
         tree's accepted branch), drop the rest of the tail and settle."""
+
+    @property
+    def row_length(self) -> torch.Tensor:
+        """Positions each row holds [B] (its next position id)."""
+
+    def commit_rows(self, counts: torch.Tensor) -> None:
+        """Row b keeps its tail's first counts[b] positions [B] (a chain), drops the rest and settles."""
+
+    def truncate_rows(self, upto: torch.Tensor) -> None:
+        """Row b keeps its first upto[b] positions [B] (at least what it committed) and settles."""
+
+    def drop_rows(self, keep_rows: torch.Tensor) -> None:
+        """Keep the rows where keep_rows [B] (bool) is True, between steps (finished rows leave)."""
+
+
+def one_row(values, name: str) -> int:
+    """The one entry of a one-row backend's per-row values [1], as an int."""
+    values = torch.as_tensor(values).reshape(-1)
+    if values.numel() != 1:
+        raise DraftVerifyError(f"{name} has {values.numel()} entries for a backend that holds one row")
+    return int(values[0])
+
+
+class OneRow:
+    """The protocol's row calls for a backend that holds one row, in terms of its commit and length."""
+
+    supports_rows = False
+
+    @property
+    def row_length(self) -> torch.Tensor:
+        return torch.tensor([self.length], device=self.device)
+
+    def commit_rows(self, counts: torch.Tensor) -> None:
+        self.commit(one_row(counts, "counts"))
+
+    def truncate_rows(self, upto: torch.Tensor) -> None:
+        self.commit(one_row(upto, "upto") - self.committed)
+
+    def drop_rows(self, keep_rows: torch.Tensor) -> None:
+        if not bool(torch.as_tensor(keep_rows).all()):
+            raise DraftVerifyError(f"the {self.name} backend holds one row; start() the next request instead")
 
 
 def is_backend(obj: object) -> bool:

@@ -32,6 +32,7 @@ import torch
 from ..errors import DraftVerifyError
 from ..types import PrefixKV, TargetOutput
 from . import LLAMACPP_INSTALL
+from .base import OneRow
 
 GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}  # our --dtype -> the converter's --outtype
 MAX_SEQUENCES = 64  # tree branches one decode may score (llama.cpp allows up to 256)
@@ -129,14 +130,13 @@ class GGUFModel:
             self.ptr = None
 
 
-class LlamaCppLM:
+class LlamaCppLM(OneRow):
     """One GGUF model, one llama.cpp context (backends/base.py: LMBackend). Invariant between steps: the KV cache
     holds every committed token but the last, in sequence 0 only."""
 
     name = "llamacpp"
     is_encoder_decoder = False
     takes_positions = True  # token trees: per-node sequence-id sets
-    supports_rows = False
     exposes_hidden = False
     has_modules = False
 

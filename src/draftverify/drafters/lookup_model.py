@@ -47,20 +47,9 @@ class LookupModelDrafter(Drafter):
         self.model.start(state, prefilled)
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
+        """Rows whose n-gram recurs copy, the others take the draft model's tokens; the model drafts only when
+        some row needs it (its drafts in the copying rows are then discarded at commit)."""
         copied = self.lookup.propose(state, gamma)
-        if state.lengths is not None:
-            return self._propose_rows(state, gamma, copied)
-        if copied.length:
-            self.lookup_steps += 1
-            return copied
-        before = self.model.forward_calls
-        draft = self.model.propose(state, gamma)
-        self.forward_calls += self.model.forward_calls - before
-        return draft
-
-    def _propose_rows(self, state: DecodingState, gamma: int, copied: Draft) -> Draft:
-        """A batch: rows whose n-gram recurs copy, the others take the draft model's tokens; the model drafts
-        only when some row needs it (its drafts in the copying rows are then discarded at commit)."""
         batch = state.tokens.shape[0]
         copy_len = torch.zeros(batch, dtype=torch.long, device=state.tokens.device)
         if copied.length:

@@ -61,29 +61,28 @@ class ModelDrafter(Drafter):
         draft.check_fits(max_positions)
 
     def start(self, state: DecodingState, prefilled=None) -> None:
-        if state.lengths is not None:  # a batch: the same left-padded rows as the target's
-            width = state.tokens.shape[1]
-            mask = torch.arange(width, device=state.tokens.device)[None] >= (width - state.lengths)[:, None]
-            self.lm.start(state.tokens, attention_mask=mask)
+        if self.lm.is_encoder_decoder:
+            self.lm.start(state.source_ids)
             return
-        self.lm.start(state.source_ids if self.lm.is_encoder_decoder else state.tokens)
+        width = state.tokens.shape[1]  # the same left-padded rows as the target's
+        mask = torch.arange(width, device=state.tokens.device)[None] >= (width - state.lengths)[:, None]  # [B, L]
+        self.lm.start(state.tokens, attention_mask=mask if state.padded else None)
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         params = state.params
+        # each row feeds the committed tokens its cache has not seen, right-aligned: rows needing fewer are padded
+        need = state.lengths - self.lm.row_length.to(state.lengths.device)  # [B] >= 1
+        width = int(need.max())
+        pending = state.tokens[:, -width:]  # [B, width]
         new_valid = None
-        if state.lengths is None:
-            pending = state.tokens[:, self.lm.length :]  # [B, k>=1] committed tokens the draft has not seen
-        else:  # each row feeds its own unseen tokens, right-aligned: the rows needing fewer are left-padded
-            need = state.lengths - self.lm.row_length  # [B] >= 1
-            width = int(need.max())
-            pending = state.tokens[:, -width:]
-            new_valid = torch.arange(width, device=pending.device)[None] >= (width - need)[:, None]
-            self._fed = state.lengths.clone()
-            self.discard = None
+        if bool((need < width).any()):
+            new_valid = torch.arange(width, device=pending.device)[None] >= (width - need)[:, None]  # [B, width]
+        self._fed = state.lengths.clone()
+        self.discard = None
         tokens: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
         stop = state.draft_confidence
-        drafting = lengths = None  # the confidence stop in a batch: rows still drafting [B], tokens per row [B]
+        drafting = lengths = None  # the confidence stop: rows still drafting [B], tokens per row [B]
         for i in range(gamma):
             logits = self.lm.forward(pending, new_valid=new_valid).logits[:, -1]  # [B, V]
             new_valid = None
@@ -97,10 +96,6 @@ class ModelDrafter(Drafter):
             pending = x[:, None]
             if stop > 0:  # the draft ends at its first unconfident token, that token included (ConfidenceGamma)
                 confident = q_i.max(dim=-1).values > stop  # [B]
-                if x.shape[0] == 1:
-                    if not bool(confident[0]):
-                        break
-                    continue
                 if drafting is None:
                     drafting, lengths = torch.ones_like(confident), torch.zeros_like(x)
                 lengths += drafting
@@ -114,19 +109,15 @@ class ModelDrafter(Drafter):
 
     def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
         # the tail holds the committed tokens fed this step and the drafts fed after them; only the accepted drafts
-        # stay valid, and the last committed token is pending
-        if state.lengths is not None:
-            upto = torch.minimum(self.lm.row_length, state.lengths - 1)
-            if self.discard is not None:  # these rows committed someone else's draft: ours are not their text
-                upto = torch.where(self.discard.to(upto.device), torch.minimum(upto, self._fed), upto)
-                self.discard = None
-            self.lm.truncate_rows(upto)
-            return
-        self.lm.commit(min(self.lm.length, state.tokens.shape[1] - 1) - self.lm.committed)
+        # stay valid, and each row's last committed token is pending
+        upto = torch.minimum(self.lm.row_length, (state.lengths - 1).to(self.lm.row_length.device))  # [B]
+        if self.discard is not None:  # these rows committed someone else's draft: ours are not their text
+            upto = torch.where(self.discard.to(upto.device), torch.minimum(upto, self._fed.to(upto.device)), upto)
+            self.discard = None
+        self.lm.truncate_rows(upto)
 
     def drop_rows(self, keep: torch.Tensor) -> None:
-        if self.lm.batched:
-            self.lm.drop_rows(keep)
+        self.lm.drop_rows(keep)
 
     def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         self.lm.join_rows(input_ids, attention_mask)

@@ -16,7 +16,7 @@ import torch
 
 from ..errors import DraftVerifyError
 from ..registry import register_verifier
-from ..sampling import coupling_seed, gumbel_argmax, gumbel_noise, probs_from_logits, row_seeds
+from ..sampling import gumbel_argmax, gumbel_noise, probs_from_logits, row_seeds
 from ..types import Draft, SamplingParams, Verdict
 from .base import Verifier, accepted_prefix_length, gather_at, make_verdict, within_draft
 from .tree import tree_greedy
@@ -46,15 +46,11 @@ class GumbelCouplingVerifier(Verifier):
             offsets = torch.arange(p.shape[1], device=p.device)  # chain: verify row i predicts position t + i
             if draft.tree is not None:
                 offsets = torch.cat([offsets[:1], draft.tree.depth.to(p.device)])  # row 1+j follows node j's depth
-            if isinstance(draft.position, torch.Tensor):  # a batch: each row's own seed and position
-                seeds = row_seeds(draft.seeds, generator, p.shape[0])
-                noise = torch.stack([gumbel_noise(seed, pos, int(offsets.max()) + 1, p.shape[-1], p.device)
-                                     for seed, pos in zip(seeds, draft.position.tolist())])  # [B, N+1, V]
-                choice = gumbel_argmax(p, noise[:, offsets])
-            else:
-                noise = gumbel_noise(coupling_seed(generator), draft.position, int(offsets.max()) + 1, p.shape[-1],
-                                     p.device)
-                choice = gumbel_argmax(p, noise[offsets])  # [B, N+1]: the target's own draws
+            positions = torch.as_tensor(draft.position).reshape(-1).expand(p.shape[0]).tolist()  # [B]
+            seeds = row_seeds(draft.seeds, generator, p.shape[0])  # each row's own seed and position
+            noise = torch.stack([gumbel_noise(seed, pos, int(offsets.max()) + 1, p.shape[-1], p.device)
+                                 for seed, pos in zip(seeds, positions)])  # [B, N+1, V]
+            choice = gumbel_argmax(p, noise[:, offsets])  # [B, N+1]: the target's own draws
         if draft.tree is not None:
             return tree_greedy(draft.tokens, draft.tree, choice)
         n = accepted_prefix_length(within_draft(draft, draft.tokens == choice[:, : draft.length]))  # [B]
