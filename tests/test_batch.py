@@ -313,3 +313,71 @@ def test_gaps_in_the_cache_and_full_repacks_give_the_same_text(gap_share):
     assert out.rows == refs
     assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens
     assert (max(gaps) > 0) == (gap_share == 1.0)
+
+
+MIXED = [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=3), SamplingParams(),
+         SamplingParams(temperature=1.3, top_k=20, seed=5)]
+
+
+def own_text(model, prompt: list[int], params: SamplingParams, new: int) -> list[int]:
+    """A row's batch-1 text under its own settings (the target alone)."""
+    if params.greedy:
+        return reference_greedy(model, torch.tensor([prompt]), new)
+    return generate(model, NoDrafter(), ExactVerifier(params), torch.tensor([prompt]), params,
+                    max_new_tokens=new).new_tokens[0].tolist()
+
+
+@pytest.mark.parametrize("kind", ["none", "model", "prompt_lookup", "ngram", "lookup_model"])
+def test_rows_with_their_own_sampling_settings_equal_their_own_text(kind):
+    """Per-row sampling: greedy rows and seeded rows of different temperature / top-k / top-p in one batch; each
+    row is drafted and judged by its own settings, so it equals its own batch-1 text."""
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 16) for p, s in zip(PROMPTS, MIXED)]
+    refs = [reference_greedy(model, torch.tensor([p]), 16) for p in PROMPTS]
+    assert expected[1] != refs[1] and expected[3] != refs[3]  # the sampled rows do sample
+    ids, mask = padded(PROMPTS)
+    out = generate(model, make_drafter(kind, model, refs), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
+                   max_new_tokens=16, gamma=3)
+    assert out.rows == expected
+
+
+def test_joining_rows_keep_their_own_sampling_settings():
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
+    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
+               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
+    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), ExactVerifier(MIXED[0]),
+                   torch.tensor([PROMPTS[0]]), MIXED[0], max_new_tokens=12, gamma=3,
+                   admit=lambda: pending.pop(0) if pending else [])
+    assert out.rows == expected
+
+
+def test_greedy_rows_beside_uncoupled_sampled_rows_stay_greedy_and_the_sampled_rows_follow_p():
+    """Half the rows greedy, half sampled without coupling, one batch: every greedy row takes the target's argmax
+    and the sampled rows' first tokens are distributed as the target's p (chi-square)."""
+    torch.manual_seed(0)
+    model = varied_model("llama")
+    prompt = [5, 17, 33, 8]
+    sampled = SamplingParams(temperature=1.0, coupling=False)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0, -1]
+    p = probs_from_logits(logits, sampled).double()
+    rows = 1200
+    params = [SamplingParams() if b % 2 == 0 else sampled for b in range(rows)]
+    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), ExactVerifier(params[0]),
+                   torch.tensor([prompt] * rows), params, max_new_tokens=2, gamma=3)
+    first = torch.tensor([r[0] for r in out.rows])
+    assert bool((first[0::2] == int(logits.argmax())).all())
+    counts = torch.bincount(first[1::2], minlength=p.shape[0]).double()
+    assert chi2_statistic(counts, p) < chi2_critical(counts, p)
+    wrong = torch.bincount(first[0::2], minlength=p.shape[0]).double()  # the greedy rows are not samples of p
+    assert chi2_statistic(wrong, p) > chi2_critical(wrong, p)
+
+
+def test_per_row_settings_need_a_rule_that_judges_rows_apart():
+    model = model_for("llama")
+    ids, mask = padded(PROMPTS)
+    with pytest.raises(DraftVerifyError, match="one sampling setting for the whole batch"):
+        generate(model, NoDrafter(), SpeculativeSamplingVerifier(), ids, MIXED, attention_mask=mask, max_new_tokens=4)
+    with pytest.raises(DraftVerifyError, match="params has 2 entries for 4 rows"):
+        generate(model, NoDrafter(), ExactVerifier(MIXED[0]), ids, MIXED[:2], attention_mask=mask, max_new_tokens=4)

@@ -23,6 +23,7 @@ from .hub import hub_unreachable_reason
 from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
 from .quiet import quiet
+from .sampling import row_params
 from .types import GenerationOutput, GenerationStats, SamplingParams
 from .zoo import check_zoo_has_nat, zoo_folder
 
@@ -236,6 +237,13 @@ class Pipeline:
         return (self.drafter.supports_batch and self.target.supports_rows
                 and _build(self.verifier_name, SamplingParams(), self.options).supports_batch)
 
+    @property
+    def mixes_sampling(self) -> bool:
+        """Whether one batch may hold rows with different sampling settings (the verifier judges rows apart)."""
+        from .methods import build_verifier as _build
+
+        return _build(self.verifier_name, SamplingParams(), self.options).per_row_params
+
     def generate_ids(self, ids: torch.Tensor, params: SamplingParams, max_new_tokens: int = 64,
                      gamma: int | str | DraftLength | None = None, on_tokens=None,
                      first_token_allowed: torch.Tensor | None = None) -> tuple[GenerationOutput, str]:
@@ -277,16 +285,24 @@ class Pipeline:
         return [GenerationResult(text=self.decode_new(r, h), output=output, verifier=verifier)
                 for r, h in zip(new_rows, healings)]
 
-    def generate_batch_ids(self, rows: list[list[int]], params: SamplingParams, max_new_tokens: int | list[int] = 64,
+    def generate_batch_ids(self, rows: list[list[int]], params: SamplingParams | list[SamplingParams],
+                           max_new_tokens: int | list[int] = 64,
                            seeds: list[int | None] | None = None, gamma: int | str | DraftLength | None = None,
                            on_tokens=None, admit=None,
                            first_token_allowed: list[torch.Tensor | None] | None = None) -> tuple[GenerationOutput, str]:
         """Several token-id prompts through the loop at once (left-padded, one row each); one row runs the
         batch-1 path unless admit is given. on_tokens receives [B, k] (-1 padded) and may return rows to stop;
         admit lets rows join between steps (continuous batching; see loop.generate); first_token_allowed: each
-        row's allowed first tokens or None (token healing)."""
+        row's allowed first tokens or None (token healing). params: one setting for all rows, or one per row
+        (each row drafted and judged by its own temperature / top-k / top-p / seed)."""
         if not rows or any(not r for r in rows):
             raise DraftVerifyError("every prompt needs at least one token")
+        if isinstance(params, (list, tuple)):
+            if len(params) != len(rows):
+                raise DraftVerifyError(f"{len(params)} sampling settings for {len(rows)} prompts")
+            if seeds is None:
+                seeds = [p.seed for p in params]
+            params = row_params(params)
         if len(rows) == 1 and admit is None:
             if seeds is not None and seeds[0] != params.seed:
                 params = replace(params, seed=seeds[0])

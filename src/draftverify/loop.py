@@ -18,6 +18,7 @@ from .cached_lm import cached_model
 from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
 from .drafters.base import Drafter, empty_draft
 from .errors import DraftVerifyError
+from .sampling import RowParams, params_rows, row_params
 from .types import (DecodingState, Draft, GenerationOutput, GenerationStats, SamplingParams, TargetOutput, Verdict,
                     VerifyExtras)
 from .verifiers.base import Verifier
@@ -121,7 +122,7 @@ def generate(
     drafter: Drafter,
     verifier: Verifier,
     input_ids: torch.Tensor,
-    params: SamplingParams | None = None,
+    params: SamplingParams | RowParams | list[SamplingParams] | None = None,
     *,
     max_new_tokens: int | list[int] = 64,
     gamma: int | str | DraftLength = DEFAULT_GAMMA,
@@ -145,10 +146,14 @@ def generate(
     return the rows (indices into the batch) to stop now. Several rows need a backend that decodes rows
     (supports_rows) and a chain drafter (BATCH_DRAFTERS).
 
+    params: one SamplingParams for every row, or one per row (a list, or sampling.RowParams): each row is then
+    drafted and judged by its own temperature / top-k / top-p and keyed by its own seed (the verifier must judge
+    per-row settings: the `exact` rule of the lossless methods does).
+
     admit (continuous batching; makes the run a batch even with one row): called between steps while rows are
     still decoding, returns new rows to join the batch as (prompt token ids, max_new_tokens, seed) or (prompt token
-    ids, max_new_tokens, seed, first_token_allowed of that row); they take the next indices (in the order they
-    joined) in on_tokens and in the output.
+    ids, max_new_tokens, seed, first_token_allowed of that row[, SamplingParams of that row]); they take the next
+    indices (in the order they joined) in on_tokens and in the output.
 
     first_token_allowed (token healing, healing.py): the tokens each row's FIRST new token may be, as token ids
     [K] for every row, or a list with one entry per row (ids, or None for a row without constraint). The target's
@@ -158,7 +163,7 @@ def generate(
     first token is constrained; drafts are unconstrained (a draft token outside the set is simply rejected).
     """
     started = perf_counter()
-    params = params or SamplingParams()
+    params = row_params(params if params is not None else SamplingParams())
     target = cached_model(target, "target")  # any backend (backends/base.py); a plain HF model gets a CachedLM
     input_ids = _check_input(input_ids, max_new_tokens).to(target.device)
     batch = input_ids.shape[0]
@@ -166,7 +171,9 @@ def generate(
         attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
     limits = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) else [max_new_tokens] * batch
     length_policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)
-    verifier.check_params(params)
+    if isinstance(params, RowParams) and len(params) != batch:
+        raise DraftVerifyError(f"params has {len(params)} entries for {batch} rows")
+    _check_row_params(verifier, params)
     if batch > 1 or attention_mask is not None:
         if not target.supports_rows:
             raise DraftVerifyError(f"the {target.name} backend decodes one row at a time; batches of several rows "
@@ -181,14 +188,15 @@ def generate(
     if isinstance(eos_token_id, int):
         eos_token_id = [eos_token_id]
     eos_set = set(eos_token_id or [])
+    # our own generator: the process-global RNG is never reseeded; rows that join later may sample
     generator = None
     row_seeds = None
-    if not params.greedy:  # our own generator: the process-global RNG is never reseeded
+    if not params.greedy or admit is not None:
         generator = torch.Generator(device=input_ids.device)
-        seed = params.seed if params.seed is not None else _fresh_seed()
+        seed = params.seed if isinstance(params, SamplingParams) and params.seed is not None else _fresh_seed()
         generator.manual_seed(seed)
-        # each row's coupled noise is keyed by its own seed (the run's where none is given)
-        given = seeds if seeds is not None else [params.seed] * batch
+        # each row's coupled noise is keyed by its own seed (a fresh one where none is given)
+        given = seeds if seeds is not None else [p.seed for p in params_rows(params, batch)]
         row_seeds = [s if s is not None else _fresh_seed() for s in given]
     if drafter.drafts_in_target_pass:
         length_policy.drafting_folded()
@@ -243,7 +251,7 @@ def generate(
         if first_allowed is not None:  # some rows take their first new token now: constrain it
             logits = _constrain_first(logits, first_allowed)
             first_allowed = None
-        verdict = verifier.verify(draft, logits, params, generator)
+        verdict = verifier.verify(draft, logits, state.params, generator)
         accepted = verdict.num_accepted.tolist()  # the step's one host sync
         t3 = now()
         emitted_rows = rows.emitted(verdict.tokens.tolist(), accepted, eos_set)
@@ -281,12 +289,15 @@ def generate(
             state.tokens, state.lengths = _trim_rows(state.tokens[keep], state.lengths[keep])
             if state.seeds is not None:
                 state.seeds = [s for s, k in zip(state.seeds, leaving.tolist()) if k]
+            if isinstance(state.params, RowParams):
+                state.params = row_params([p for p, k in zip(state.params.rows, leaving.tolist()) if k])
         if admit is not None and rows.active:
             joining = admit()
             if joining:
                 t5 = perf_counter()
                 joined = [_allowed_row(row[3] if len(row) > 3 else None, target.vocab_size) for row in joining]
-                _join(target, drafter, state, rows, joining, params, stats)
+                _join(target, drafter, state, rows, joining, stats)
+                _check_row_params(verifier, state.params)
                 stats.time_prefill += perf_counter() - t5
                 if any(a is not None for a in joined):  # the joined rows take their first token next step
                     first_allowed = [None] * (state.tokens.shape[0] - len(joined)) + joined
@@ -294,6 +305,13 @@ def generate(
     stats.draft_calls = drafter.forward_calls - drafter_calls_before
     stats.time_total = perf_counter() - started - callback_seconds
     return rows.output(input_ids, stats)
+
+
+def _check_row_params(verifier: Verifier, params: SamplingParams | RowParams) -> None:
+    if isinstance(params, RowParams) and not verifier.per_row_params:
+        raise DraftVerifyError(f"the {verifier.name} verifier takes one sampling setting for the whole batch; rows "
+                               "with different temperature / top-k / top-p need a lossless method (its 'exact' rule)")
+    verifier.check_params(params)
 
 
 def _fresh_seed() -> int:
@@ -340,8 +358,9 @@ def _constrain_first(logits: torch.Tensor, allowed: list[torch.Tensor | None]) -
 
 
 def _join(target: LMBackend, drafter: Drafter, state: DecodingState, rows: "_Rows",
-          joining: list[tuple], params: SamplingParams, stats: GenerationStats) -> None:
-    """Continuous batching: prefill the joining rows and append them to the batch (target, drafter and state)."""
+          joining: list[tuple], stats: GenerationStats) -> None:
+    """Continuous batching: prefill the joining rows and append them to the batch (target, drafter and state);
+    a row without its own SamplingParams takes the batch's first row's."""
     prompts = [list(row[0]) for row in joining]
     limits = [row[1] for row in joining]
     for ids, limit in zip(prompts, limits):
@@ -361,6 +380,9 @@ def _join(target: LMBackend, drafter: Drafter, state: DecodingState, rows: "_Row
     pad = lambda t: torch.cat([t.new_zeros((t.shape[0], total - t.shape[1])), t], dim=1)  # noqa: E731
     state.tokens = torch.cat([pad(state.tokens), pad(ids)])
     state.lengths = torch.cat([state.lengths, mask.long().sum(dim=1)])
+    batch_rows = params_rows(state.params, state.tokens.shape[0] - len(joining))
+    joined = [row[4] if len(row) > 4 and row[4] is not None else batch_rows[0] for row in joining]
+    state.params = row_params(batch_rows + joined)
     if state.seeds is not None:
         state.seeds = state.seeds + [row[2] if row[2] is not None else _fresh_seed() for row in joining]
     stats.prompt_tokens += sum(len(r) for r in prompts)
