@@ -381,3 +381,44 @@ def test_per_row_settings_need_a_rule_that_judges_rows_apart():
         generate(model, NoDrafter(), SpeculativeSamplingVerifier(), ids, MIXED, attention_mask=mask, max_new_tokens=4)
     with pytest.raises(DraftVerifyError, match="params has 2 entries for 4 rows"):
         generate(model, NoDrafter(), ExactVerifier(MIXED[0]), ids, MIXED[:2], attention_mask=mask, max_new_tokens=4)
+
+
+def tree_drafter(model, noise: float = 0.5):
+    from draftverify.drafters import ModelTreeDrafter
+
+    return ModelTreeDrafter(perturbed_copy(model, noise, seed=1))
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "qwen2"])
+def test_tree_rows_equal_their_own_greedy_text(arch):
+    """model_tree in a batch: one tree shape, each row its own tokens, per-row acceptance and branch commit in
+    both the target's and the draft's caches; rows of different prompt lengths and limits."""
+    model = model_for(arch)
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, tree_drafter(model), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
+                   max_new_tokens=limits, gamma=4)
+    assert out.rows == refs
+    assert out.stats.accepted_tokens > 0  # the trees were accepted in part
+    close = generate(model, tree_drafter(model, 0.1), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
+                     max_new_tokens=limits, gamma=4)  # a close draft: most of every tree is kept, rows diverge
+    assert close.rows == refs and close.stats.target_calls < max(limits) * 2 // 3
+
+
+def test_tree_rows_sample_with_their_own_seeds_and_settings():
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 14) for p, s in zip(PROMPTS, MIXED)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, tree_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
+                   max_new_tokens=14, gamma=3)
+    assert out.rows == expected
+
+
+def test_tree_rows_joining_between_steps_equal_their_own_text():
+    model = model_for("llama")
+    refs = [reference_greedy(model, torch.tensor([p]), 12) for p in PROMPTS]
+    pending = [[(PROMPTS[1], 12, None)], [], [(PROMPTS[2], 12, None), (PROMPTS[3], 12, None)]]
+    out = generate(model, tree_drafter(model), ExactVerifier(SamplingParams()), torch.tensor([PROMPTS[0]]),
+                   max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
+    assert out.rows == refs

@@ -121,6 +121,7 @@ class CachedLM:
         self.valid: torch.Tensor | None = None
         self._row_length: torch.Tensor | None = None  # read it as row_length (which also answers for one row)
         self.row_committed: torch.Tensor | None = None
+        self._chain_end = 0  # rows layout: slots up to the last chain forward or commit (a tree's slots come after)
         self.max_gap_share = 0.25  # batch mode: re-pack the cache once more than this share of its slots are gaps
 
     def check_fits(self, decoder_positions: int) -> None:
@@ -162,7 +163,7 @@ class CachedLM:
         first step from it (the blockwise heads from the last state, the NAT drafter from all of them).
         """
         self.cache = new_cache(self.is_encoder_decoder, self.config, self.window)
-        self.length = self.committed = 0
+        self.length = self.committed = self._chain_end = 0
         self.prefilled = None
         self.valid = self._row_length = self.row_committed = None
         if input_ids.shape[0] > 1 or attention_mask is not None:
@@ -207,8 +208,10 @@ class CachedLM:
                 "score a token tree; use a chain drafter, or a decoder-only model that takes position_ids"
             )
         if self.valid is not None:
-            if position_ids is not None or attention_mask is not None or extra_embeds is not None:
-                raise DraftVerifyError("a batch of several rows scores chains only (no token trees) for now")
+            if extra_embeds is not None or prefix:
+                raise DraftVerifyError("a batch of several rows scores token ids only (no extra embedded positions)")
+            if attention_mask is not None:
+                return self._forward_tree_rows(tokens, position_ids, attention_mask, want_hidden)
             return self._forward_rows(tokens, new_valid, want_hidden)
         if extra_embeds is not None or prefix:
             if attention_mask is None or self.is_encoder_decoder:
@@ -258,12 +261,14 @@ class CachedLM:
         """Keep part of the uncommitted tail and settle it.
 
         kept: an int k keeps the tail's first k positions (a chain's accepted prefix: a crop); a long tensor
-        [B, k] or [k] of tail offsets keeps those positions in that order (a tree's accepted branch: a gather).
+        [B, k] or [k] of tail offsets keeps those positions in that order (a tree's accepted branch: a gather); in
+        the rows layout each row keeps its own offsets, in increasing order, -1 padded.
         """
         if self.valid is not None:
             if isinstance(kept, torch.Tensor):
-                raise DraftVerifyError("a batch of several rows keeps chains only: use commit_rows(counts)")
-            self.commit_rows(torch.full_like(self._row_length, kept))
+                self._commit_branches(kept)
+            else:
+                self.commit_rows(torch.full_like(self._row_length, kept))
             return
         tail = self.length - self.committed
         if isinstance(kept, torch.Tensor):
@@ -315,6 +320,8 @@ class CachedLM:
     def _forward_rows(self, tokens: torch.Tensor, new_valid: torch.Tensor | None, want_hidden: bool,
                       keep: int | None = None, keep_hidden: int | None = None) -> TargetOutput:
         batch, n = tokens.shape
+        if self._chain_end != self.length:
+            raise DraftVerifyError("a chain cannot follow a token tree in the rows layout's tail: commit first")
         if new_valid is None:
             new_valid = torch.ones(batch, n, dtype=torch.bool, device=self.device)
         new_valid = new_valid.to(self.device)
@@ -331,7 +338,57 @@ class CachedLM:
                         additive_mask=mask, want_hidden=want_hidden, keep_hidden=keep_hidden)
         self.valid = keys
         self._row_length = self._row_length + new_valid.sum(dim=1)
+        self._chain_end = self.length
         return out
+
+    def _forward_tree_rows(self, tokens: torch.Tensor, position_ids: torch.Tensor | None,
+                           attention_mask: torch.Tensor, want_hidden: bool) -> TargetOutput:
+        """Rows layout: a token tree of one shape for every row (each row its own tokens [B, n]) after the tail.
+        position_ids count from `length` as for one row; each row's positions are shifted to its own length (the
+        tail's tree slots take no positions of their own: row_length moves only when a branch is committed)."""
+        batch, n = tokens.shape
+        tail = self.length - self.committed
+        mask = attention_mask.to(self.device)
+        mask = mask[0] if mask.dim() == 3 else mask
+        if tuple(mask.shape) != (n, tail + n):
+            raise DraftVerifyError(f"attention mask must cover {n} new tokens x {tail + n} tail + new positions, "
+                                   f"got {tuple(mask.shape)}")
+        if position_ids is None:
+            offsets = torch.arange(n, device=self.device)
+        else:
+            offsets = position_ids.to(self.device).reshape(-1)[-n:] - self._chain_end
+        position_ids = self._row_length[:, None] + offsets[None]  # [B, n]
+        keys = torch.cat([self.valid, torch.ones(batch, n, dtype=torch.bool, device=self.device)], dim=1)
+        visible = torch.zeros(batch, n, self.length + n, dtype=torch.bool, device=self.device)
+        visible[:, :, : self.committed] = self.valid[:, None, : self.committed]
+        visible[:, :, self.committed :] = mask[None] & keys[:, None, self.committed :]
+        blocked = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
+        additive = torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
+        out = self._run(tokens, keep=n, position_ids=position_ids, additive_mask=additive, want_hidden=want_hidden)
+        self.valid = keys
+        return out
+
+    def _commit_branches(self, kept: torch.Tensor) -> None:
+        """Rows layout: row b keeps the tail offsets kept[b] (increasing, -1 padded: a tree's accepted branch,
+        after the row's real fed tokens) and drops the rest of the tail."""
+        kept = kept.to(self.device)
+        kept = kept[None] if kept.dim() == 1 else kept
+        if kept.shape[0] != self.valid.shape[0]:
+            raise DraftVerifyError(f"kept has {kept.shape[0]} rows for a cache of {self.valid.shape[0]}")
+        tail = self.length - self.committed
+        if bool((kept >= tail).any()):
+            raise DraftVerifyError(f"cannot keep tail offset {int(kept.max())} of a {tail}-position tail")
+        keep = self.valid.clone()
+        keep[:, self.committed :] = False
+        real = kept >= 0
+        rows = torch.arange(kept.shape[0], device=self.device)[:, None].expand_as(kept)[real]
+        keep[rows, self.committed + kept[real]] = True
+        keep &= self.valid
+        counts = keep[:, self.committed :].sum(dim=1)
+        self._pack(keep)
+        self._row_length = self.row_committed + counts
+        self.row_committed = self._row_length.clone()
+        self._chain_end = self.length
 
     def commit_rows(self, counts: torch.Tensor) -> None:
         """Row b keeps the first counts[b] real positions of its uncommitted tail [B]; then every row's positions
@@ -382,7 +439,7 @@ class CachedLM:
             self._rows_layout()
         old = (self.cache, self.valid, self._row_length, self.row_committed, self.length)
         self.cache = new_cache(False, self.config, None)
-        self.length = self.committed = 0
+        self.length = self.committed = self._chain_end = 0
         self._start_rows(input_ids, attention_mask, want_hidden=False)
         new_layers = self_attention_layers(self.cache) if self.length else []
         new_valid, new_len, new_committed, new_width = self.valid, self._row_length, self.row_committed, self.length
@@ -418,7 +475,7 @@ class CachedLM:
         self.valid = torch.cat([pad(valid, width), pad(new_valid, new_width)])
         self._row_length = torch.cat([row_length, new_len])
         self.row_committed = torch.cat([row_committed, new_committed])
-        self.length = self.committed = total
+        self.length = self.committed = self._chain_end = total
 
     def _rows_layout(self) -> None:
         """Plain -> rows layout (rows are about to join): every slot of the one row is valid."""
@@ -426,6 +483,7 @@ class CachedLM:
         self.valid = torch.ones(1, self.length, dtype=torch.bool, device=self.device)
         self._row_length = torch.tensor([self.length], device=self.device)
         self.row_committed = torch.tensor([self.committed], device=self.device)
+        self._chain_end = self.length
 
     def _pack(self, keep: torch.Tensor) -> None:
         """Keep the slots `keep` [B, held]: a slice when they form one right-aligned block, a cut of the unused
@@ -454,7 +512,7 @@ class CachedLM:
                 layer.keys = layer.keys[..., :end, :]
                 layer.values = layer.values[..., :end, :]
             self.valid = keep[:, :end]
-            self.length = self.committed = end
+            self.length = self.committed = self._chain_end = end
             return
         else:
             order = torch.where(keep, slots, held + slots).argsort(dim=1)  # kept slots first, in order
@@ -466,7 +524,7 @@ class CachedLM:
                 layer.keys = layer.keys.gather(2, index)
                 layer.values = layer.values.gather(2, index)
         self.valid = new_valid
-        self.length = self.committed = width
+        self.length = self.committed = self._chain_end = width
 
     def _mask(self, attention_mask: torch.Tensor, batch: int, n: int, extra: int = 0, prefix: int = 0) -> torch.Tensor:
         """bool [(B,) n, t + n] over tail and new tokens -> additive [B, 1, n, prefix + keys] in the model's dtype,

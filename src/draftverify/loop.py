@@ -51,7 +51,7 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
         raise DraftVerifyError(
             f"the {drafter.name!r} drafter runs one row at a time; batches of several rows support the chain "
             f"drafters {', '.join(BATCH_DRAFTERS)} (methods autoregressive, model, prompt_lookup, ngram, lookup_model, "
-            "early_exit)"
+            "early_exit, model_tree)"
         )
     if not verifier.supports_batch:
         raise DraftVerifyError(
@@ -60,7 +60,7 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
         )
 
 
-BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit")
+BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit", "model_tree")
 
 
 def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
@@ -97,11 +97,13 @@ def _verify_layout(target: LMBackend, draft: Draft, extras: VerifyExtras | None)
 
 def _kept_positions(draft: Draft, verdict: Verdict) -> torch.Tensor:
     """What the target's cache keeps of this step's verify pass: each row's pending token and accepted draft
-    tokens. A chain keeps a prefix: counts [B]; a tree keeps its accepted branch: tail offsets [B, 1+n]."""
+    tokens. A chain keeps a prefix: counts [B]; a tree keeps its accepted branch: tail offsets [B, 1+n], -1 past a
+    row's own branch."""
     if draft.tree is None:
         return verdict.num_accepted + 1
     n = int(verdict.num_accepted.max())
-    return torch.cat([verdict.path.new_zeros((verdict.path.shape[0], 1)), 1 + verdict.path[:, :n]], dim=1)
+    path = verdict.path[:, :n]  # [B, n] -1 where a row accepted fewer
+    return torch.cat([path.new_zeros((path.shape[0], 1)), torch.where(path >= 0, 1 + path, -1)], dim=1)
 
 
 def _scored_for_drafter(out: TargetOutput, kept: torch.Tensor, draft: Draft) -> TargetOutput:
