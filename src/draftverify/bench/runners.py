@@ -15,7 +15,8 @@ from time import perf_counter
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
-from ..cached_lm import WIDTH_BUCKETS, CachedLM, bucket
+from ..cached_lm import CachedLM
+from ..compiled_widths import WIDTH_BUCKETS, bucket
 from ..compiling import compiled_models, max_verify_width
 from ..drafters.base import Drafter
 from ..loop import generate
