@@ -422,3 +422,42 @@ def test_tree_rows_joining_between_steps_equal_their_own_text():
     out = generate(model, tree_drafter(model), ExactVerifier(SamplingParams()), torch.tensor([PROMPTS[0]]),
                    max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
     assert out.rows == refs
+
+
+def bpd_drafter(model):
+    """Heads as initialised (each head starts as head 1: it proposes the target's next token again), so rows
+    accept different amounts: runs of a repeated token are accepted, the rest rejected."""
+    from draftverify.drafters import BlockwiseDrafter, BlockwiseHeads
+
+    torch.manual_seed(0)
+    return BlockwiseDrafter(BlockwiseHeads.for_target(model, 4))
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_bpd_rows_equal_their_own_greedy_text(arch):
+    """Blockwise heads in a batch: each row's heads read its own last kept hidden state of the verify pass."""
+    model = model_for(arch)
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, bpd_drafter(model), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
+                   max_new_tokens=limits, gamma=3)
+    assert out.rows == refs
+    singles = [generate(model, bpd_drafter(model), ExactVerifier(SamplingParams()), torch.tensor([p]),
+                        max_new_tokens=n, gamma=3).stats.accepted_tokens for p, n in zip(PROMPTS, limits)]
+    # each row drafts from its own state, as alone (a batched GEMM may round a head's near-tie differently)
+    assert abs(out.stats.accepted_tokens - sum(singles)) <= 2 and out.stats.accepted_tokens > 0
+
+
+def test_bpd_rows_sample_with_their_own_settings_and_join_between_steps():
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, bpd_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
+                   max_new_tokens=12, gamma=3)
+    assert out.rows == expected
+    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
+               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
+    joined = generate(model, bpd_drafter(model), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]), MIXED[0],
+                      max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
+    assert joined.rows == expected

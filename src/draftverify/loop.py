@@ -51,7 +51,7 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
         raise DraftVerifyError(
             f"the {drafter.name!r} drafter runs one row at a time; batches of several rows support the chain "
             f"drafters {', '.join(BATCH_DRAFTERS)} (methods autoregressive, model, prompt_lookup, ngram, lookup_model, "
-            "early_exit, model_tree)"
+            "early_exit, model_tree, bpd)"
         )
     if not verifier.supports_batch:
         raise DraftVerifyError(
@@ -60,7 +60,7 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
         )
 
 
-BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit", "model_tree")
+BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit", "model_tree", "bpd")
 
 
 def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
@@ -107,13 +107,22 @@ def _kept_positions(draft: Draft, verdict: Verdict) -> torch.Tensor:
 
 
 def _scored_for_drafter(out: TargetOutput, kept: torch.Tensor, draft: Draft) -> TargetOutput:
-    """The verify pass's outputs at the kept positions, then at the drafter's extra positions (drafters that read
-    them draft one row: a chain's counts [1] are its kept prefix)."""
+    """The verify pass's outputs at each row's kept positions, right-aligned (column -1 is every row's last kept
+    position; a row that kept fewer repeats its first kept one on the left), then at the drafter's extra
+    positions. kept: a chain's counts [B], or a tree's tail offsets [B, k] (-1 padded)."""
     batch = out.logits.shape[0]
-    if kept.dim() == 1:
-        kept = torch.arange(int(kept.max()), device=out.logits.device).expand(batch, -1)
-    extra = torch.arange(1 + draft.length, out.logits.shape[1], device=out.logits.device).expand(batch, -1)
-    index = torch.cat([kept.to(out.logits.device), extra], dim=1)  # [B, k + E]
+    device = out.logits.device
+    kept = kept.to(device)
+    if kept.dim() == 1:  # counts -> offsets 0..count-1
+        width = int(kept.max())
+        kept = torch.where(torch.arange(width, device=device)[None] < kept[:, None],
+                           torch.arange(width, device=device)[None], -1)
+    count = (kept >= 0).sum(dim=1, keepdim=True)  # [B, 1]
+    shift = kept.shape[1] - count  # right-align: column j takes the row's kept entry j - shift
+    source = (torch.arange(kept.shape[1], device=device)[None] - shift).clamp_min(0)
+    aligned = kept.gather(1, source)  # [B, k]
+    extra = torch.arange(1 + draft.length, out.logits.shape[1], device=device).expand(batch, -1)
+    index = torch.cat([aligned, extra], dim=1)  # [B, k + E]
     pick = lambda x: None if x is None else x.gather(1, index[..., None].expand(-1, -1, x.shape[-1]))  # noqa: E731
     return TargetOutput(logits=pick(out.logits), hidden=pick(out.hidden))
 

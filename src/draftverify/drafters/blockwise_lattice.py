@@ -24,6 +24,8 @@ from .prompt_lookup_tree import trie
 class BlockwiseNgramDrafter(BlockwiseDrafter):
     """The heads' top-k lattice rescored with an n-gram table; proposes the p best paths (p = 1: a chain)."""
 
+    supports_batch = False  # one lattice, one row
+
     def __init__(self, heads: BlockwiseHeads, table: NgramTable, k: int = 4, alpha: float = 0.5, p: int = 1):
         super().__init__(heads)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:

@@ -35,6 +35,8 @@ def rescore_locally(z: torch.Tensor, k: int, alpha: float, next_logits: Callable
 class BlockwiseNeuralDrafter(BlockwiseDrafter):
     """Heads' top-k candidates per position, chosen left to right by heads' logits + alpha * the draft model's."""
 
+    supports_batch = False  # the draft model rescores one row
+
     drafts_in_target_pass = False  # the rescorer runs one forward per draft token: drafting has a cost again
 
     def __init__(self, heads: BlockwiseHeads, rescorer: CachedLM, k: int = 4, alpha: float = 1.0):
