@@ -269,6 +269,15 @@ class CachedLM:
             keep_positions(self.cache, self.committed + count, self.length)
         self.length = self.committed = self.committed + count
 
+    def rollback(self, length: int) -> None:
+        """One row: drop every cached position from `length` on, settled or not. A draft with its own tokenizer
+        re-tokenizes the text at the boundary with new text, which can change tokens it had settled."""
+        if self.valid is not None:
+            raise DraftVerifyError("rollback is for one row; a batch keeps chains with commit_rows")
+        keep_positions(self.cache, length, self.length)
+        self.length = length
+        self.committed = min(self.committed, length)
+
     # ---- batch mode: rows of different lengths in one cache ---------------------------------------------------
     # Layout between steps: every row's real positions sit in order, ending at the cache's last slot or before it
     # (left padding, as in Hugging Face's batched generation, plus gaps where a row accepted fewer drafts than
