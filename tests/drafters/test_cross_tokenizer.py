@@ -129,13 +129,17 @@ def test_a_token_straddling_the_boundary_is_re_merged():
 B = 40_000
 
 
+def _peaked():
+    if "peaked" not in _models:
+        _models["peaked"] = llama(len(target_tokenizer()), seed=1, scale=4.0)
+    return _models["peaked"]
+
+
 def _proposal_and_logits(params: SamplingParams, own_draft: bool = True):
     """The drafter's proposal x [1, N] and the target's logits at the pending token and x [1, N+1, V]. A peaked
     target (weights x4) drafting for itself through the cross-tokenizer path gives proposals it likes, so later
     positions are reached; own_draft False: the other-tokenizer draft (only the first position is reached)."""
-    if "peaked" not in _models:
-        _models["peaked"] = llama(len(target_tokenizer()), seed=1, scale=4.0)
-    peaked = _models["peaked"]
+    peaked = _peaked()
     ids = prompt_ids("    def ")
     cross = drafter(peaked, target_tokenizer()) if own_draft else drafter()
     state = DecodingState(tokens=ids, source_ids=None, prompt_length=ids.shape[1], params=params,
@@ -198,11 +202,12 @@ def test_seeded_sampling_gives_the_targets_own_sample(seed):
     assert crossed.new_tokens.tolist() == plain.new_tokens.tolist()
 
 
-def test_unseeded_sampling_runs_speculative_sampling():
-    ids = prompt_ids(PROMPTS[0])
-    params = SamplingParams(temperature=0.9)
+def test_uncoupled_sampling_runs_speculative_sampling():
+    ids = prompt_ids("    def ")
+    params = SamplingParams(temperature=0.8, seed=1, coupling=False)  # seeded: the same run every time
     verifier = exact(params)
-    out = generate(target(), drafter(target(), target_tokenizer()), verifier, ids, params, max_new_tokens=32, gamma=3)
+    peaked = _peaked()
+    out = generate(peaked, drafter(peaked, target_tokenizer()), verifier, ids, params, max_new_tokens=32, gamma=3)
     assert verifier.name == "speculative_sampling" and out.stats.new_tokens == 32 and out.stats.accepted_tokens > 0
 
 

@@ -175,7 +175,7 @@ class CrossTokenizerDrafter(Drafter):
         stop = state.draft_confidence
         drafted: list[int] = []
         proposal: list[int] | None = None  # the target tokens of `drafted`, when converted at its present length
-        complete = False
+        complete = unsure = False
         for _ in range(limit):
             logits = self.lm.forward(torch.tensor([pending], device=self.lm.device)).logits[0, -1]  # [V_draft]
             self.forward_calls += 1
@@ -186,6 +186,7 @@ class CrossTokenizerDrafter(Drafter):
             drafted.append(x)
             proposal = None
             if stop > 0 and float(logits.float().softmax(dim=-1).max()) <= stop:  # unconfident: ends the draft
+                unsure = True
                 break
             if len(drafted) >= need:
                 began = perf_counter()
@@ -196,13 +197,15 @@ class CrossTokenizerDrafter(Drafter):
             pending = [x]
         if proposal is None:
             began = perf_counter()
-            proposal = self._to_target(drafted, complete, state)
+            proposal = self._to_target(drafted, complete, state, keep_last=unsure)
             self.time_retokenize += perf_counter() - began
         return drafted, proposal
 
-    def _to_target(self, drafted: list[int], complete: bool, state: DecodingState) -> list[int]:
+    def _to_target(self, drafted: list[int], complete: bool, state: DecodingState, keep_last: bool = False) -> list[int]:
         """The target tokens of the drafted text after the committed ones; the last one is dropped unless the
-        draft ended its text (then the target's end-of-text token follows)."""
+        draft ended its text (then the target's end-of-text token follows) or keep_last: a draft ended by the
+        confidence stop keeps it, as the model drafter keeps its unconfident token: dropping it would shorten
+        every such draft by one more token than the stop already does."""
         data = self.draft.bytes_of(drafted)
         whole = complete_prefix(data)
         try:
@@ -210,12 +213,13 @@ class CrossTokenizerDrafter(Drafter):
         except UnicodeDecodeError:
             return []
         tail = state.tokens[0, -self.lookbehind :].tolist() if self.lookbehind else []
-        while tail and not all(self.target.spells[i] if 0 <= i < len(self.target.spells) else False for i in tail):
-            tail = tail[1:]  # only tokens that spell text (a BOS is not part of it)
+        spells = self.target.spells
+        silent = [n for n, i in enumerate(tail) if not (0 <= i < len(spells) and spells[i])]
+        tail = tail[silent[-1] + 1 :] if silent else tail  # only tokens that spell text (a BOS is not part of it)
         ids = to_target(tail, text, self.target) if text else []
         if complete and whole == len(data):
             ids = ids + ([self.target_eos] if self.target_eos is not None else [])
-        else:
+        elif not keep_last:
             ids = ids[:-1]
         vocab = len(self.target.table)
         for n, i in enumerate(ids):
