@@ -118,6 +118,10 @@ def test_a_draft_with_another_tokenizer_gives_cross_tokenizer_rows_and_universal
     assert type(rows["model[g=3]"].drafter).name == "cross_tokenizer"
     assert rows["hf_assisted[g=3]"].assistant_tokenizer is models.draft_tokenizer
     assert rows["hf_assisted[g=3]"].settings["universal"] is True
+    # every draft token is in the target's vocabulary, where transformers' sampling path fails: greedy only, said so
+    assert rows["hf_assisted[g=3]"].greedy_only and not rows["model[g=3]"].greedy_only
+    sampled = BenchConfig(**{**config.as_dict(), "temperatures": (0.0, 1.0)}).resolved()
+    assert any("hf_assisted runs greedy only" in n for n in build_runners(sampled, models, hooks)[1])
     assert any(n.startswith("lookup_model skipped") and "own tokenizer" in n for n in notes), notes
     ids = models.tokenizer("def add(a, b):\n", return_tensors="pt").input_ids
     outputs = {name: rows[name].run(ids, 0.0, 0, 12) for name in ("hf_generate", "model[g=3]", "hf_assisted[g=3]")}
