@@ -289,6 +289,23 @@ def test_cli_generates_with_a_draft_of_another_tokenizer(folders):
     assert "Traceback" not in refused.output
 
 
+def test_the_server_answers_with_a_draft_of_another_tokenizer(folders):
+    """One request at a time (the drafter decodes one row); the text is the target's own greedy text."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from draftverify.serve.app import ServerSettings, create_app
+
+    pipe = load(target=folders / "target", draft=folders / "draft", method="model")
+    assert not pipe.supports_batches
+    expected = load(target=folders / "target", method="autoregressive").generate(PROMPTS[0], max_new_tokens=12).text
+    with TestClient(create_app(pipe, ServerSettings(model_name="tiny", max_batch=4))) as client:
+        reply = client.post("/v1/completions", json={"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 12,
+                                                      "temperature": 0})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["text"] == expected
+
+
 # ---- the code zoo: its target with a draft of another tokenizer (zoo/code/draft-othertok) ----------------------
 
 
