@@ -17,6 +17,7 @@ from . import compiling
 from .cached_lm import cached_model
 from .checks import check_prompt_text
 from .draft_length import DEFAULT_GAMMA, DraftLength, StepCosts, make_draft_length
+from .drafters.base import add_drafter_times
 from .errors import DraftVerifyError
 from .healing import Healing, TokenTable
 from .hub import hub_unreachable_reason
@@ -85,14 +86,20 @@ def load_model(path: str | Path, dtype: str = "float32", role: str = "target",
             raise DraftVerifyError(f"could not load the {role} model weights from {path!r}: {err}") from err
 
 
-def load_tokenizer(path: str | Path, verbose: bool | None = None):
-    """The target's tokenizer, which must live beside it (as save_pretrained writes it); quiet unless verbose."""
+def has_tokenizer_files(path: str | Path) -> bool:
+    """False for a local folder without any tokenizer file; True otherwise (a hub id is asked when loading)."""
+    folder = Path(path)
+    return not folder.is_dir() or any((folder / name).exists() for name in TOKENIZER_FILES)
+
+
+def load_tokenizer(path: str | Path, verbose: bool | None = None, role: str = "target"):
+    """A model's tokenizer, which must live beside it (as save_pretrained writes it); quiet unless verbose."""
     path = str(path)
     folder = Path(path)
-    if folder.is_dir() and not any((folder / name).exists() for name in TOKENIZER_FILES):
+    if not has_tokenizer_files(path):
         raise DraftVerifyError(
-            f"the model folder {path!r} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...): save the "
-            "tokenizer beside the model with tokenizer.save_pretrained(folder)"
+            f"the {role} model folder {path!r} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...): save "
+            "the tokenizer beside the model with tokenizer.save_pretrained(folder)"
         )
     hub, offline_reason = _hub_access(path)
     try:
@@ -100,9 +107,39 @@ def load_tokenizer(path: str | Path, verbose: bool | None = None):
             return AutoTokenizer.from_pretrained(path, **hub)
     except Exception as err:  # transformers raises OSError, ValueError, ImportError, ... with misleading hints
         if not folder.exists():
-            raise _not_found(path, "target", offline_reason, err) from err
+            raise _not_found(path, role, offline_reason, err) from err
         raise DraftVerifyError(f"could not load a tokenizer from {path!r}: {type(err).__name__}: "
                                f"{str(err).splitlines()[0] if str(err) else ''}") from err
+
+
+def output_width(model) -> int:
+    """Logits per position of a Hugging Face model (its vocabulary as the LM head sees it)."""
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def same_vocabulary(a, b) -> bool:
+    """Two tokenizers give every token string the same id (what a draft's ids must mean to the target)."""
+    return a is b or a.get_vocab() == b.get_vocab()
+
+
+def draft_tokenizer_for(path: str | Path, draft_model, target_tokenizer, target_model,
+                        verbose: bool | None = None):
+    """The draft's own tokenizer when the draft cannot share the target's vocabulary (the `model` method then
+    re-tokenizes its text: cross_tokenizer), or None when it shares it. A draft folder without tokenizer files
+    shares it when its logits are as wide as the target's (as before), and is refused otherwise."""
+    draft_width, target_width = output_width(draft_model), output_width(target_model)
+    if not has_tokenizer_files(path):
+        if draft_width == target_width:
+            return None
+        raise DraftVerifyError(
+            f"the draft {str(path)!r} has another vocabulary than the target ({draft_width} vs {target_width} output "
+            "logits) and no tokenizer files to translate between them: save the draft's tokenizer beside it "
+            "(tokenizer.save_pretrained(folder)), or use a draft trained with the target's tokenizer"
+        )
+    draft_tokenizer = load_tokenizer(path, verbose, role="draft")
+    if draft_width == target_width and same_vocabulary(draft_tokenizer, target_tokenizer):
+        return None
+    return draft_tokenizer
 
 
 @dataclass
@@ -132,6 +169,8 @@ class Pipeline:
         self.target = cached_model(target, "target", compile)  # a HF model, or any backend (backends/base.py)
         self.tokenizer = tokenizer
         self.options = options or MethodOptions()
+        if self.options.target_tokenizer is None:  # a draft with its own tokenizer translates to this one
+            self.options = replace(self.options, target_tokenizer=tokenizer)
         if self.target.name != "hf":
             from . import drafters  # noqa: F401  (fills the registry)
             from .backends.base import check_backend
@@ -254,9 +293,11 @@ class Pipeline:
         gamma = self.gamma if gamma is None else gamma
         policy = gamma if isinstance(gamma, DraftLength) else \
             make_draft_length(gamma, self.step_costs, self.target.max_positions)
+        timers = self.drafter.timers()
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
                           gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens,
                           first_token_allowed=first_token_allowed)
+        add_drafter_times(output.stats, self.drafter, timers)
         return output, verifier.name
 
 
@@ -318,9 +359,11 @@ class Pipeline:
         gamma = self.gamma if gamma is None else gamma
         policy = gamma if isinstance(gamma, DraftLength) else \
             make_draft_length(gamma, self.step_costs, self.target.max_positions)
+        timers = self.drafter.timers()
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
                           gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens, attention_mask=mask,
                           seeds=seeds, admit=admit, first_token_allowed=first_token_allowed)
+        add_drafter_times(output.stats, self.drafter, timers)
         return output, verifier.name
 
 
@@ -399,6 +442,9 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     method_options = replace(MethodOptions(), **options)
     if draft is not None:
         method_options.draft_model = load_model(draft, dtype, role="draft", verbose=verbose)
+        method_options.draft_tokenizer = draft_tokenizer_for(draft, method_options.draft_model, tokenizer,
+                                                             target_model, verbose)
+    method_options.target_tokenizer = tokenizer
     method_options.compile = compile
     return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma, compile=compile, heal=heal)
 

@@ -213,6 +213,15 @@ class CachedLM(RowsLayout, CompiledWidths):
             keep_positions(self.cache, self.committed + count, self.length)
         self.length = self.committed = self.committed + count
 
+    def rollback(self, length: int) -> None:
+        """One row: drop every cached position from `length` on, settled or not. A draft with its own tokenizer
+        re-tokenizes the text at the boundary with new text, which can change tokens it had settled."""
+        if self.valid is not None:
+            raise DraftVerifyError("rollback is for one row; a batch keeps chains with commit_rows")
+        keep_positions(self.cache, length, self.length)
+        self.length = length
+        self.committed = min(self.committed, length)
+
     def _mask(self, attention_mask: torch.Tensor, batch: int, n: int, extra: int = 0, prefix: int = 0) -> torch.Tensor:
         """bool [(B,) n, t + n] over tail and new tokens -> additive [B, 1, n, prefix + keys] in the model's dtype,
         where keys is length + n (growing cache) or the capacity (preallocated cache; slots past the new tokens are

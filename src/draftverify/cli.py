@@ -66,6 +66,9 @@ def stats_table(stats: GenerationStats, title: str = "statistics") -> Table:
         ("drafted / accepted tokens", f"{stats.drafted_tokens} / {stats.accepted_tokens}"),
         ("time: prefill", f"{stats.time_prefill:.3f} s ({100 * stats.time_prefill / total:.1f}%)"),
         ("time: draft", f"{stats.time_draft:.3f} s ({100 * stats.time_draft / total:.1f}%)"),
+        *([("  of which re-tokenizing (draft <-> target text)",
+            f"{stats.time_retokenize:.3f} s ({100 * stats.time_retokenize / total:.1f}%)")]
+          if stats.time_retokenize > 0 else []),
         ("time: target forward", f"{stats.time_target:.3f} s ({100 * stats.time_target / total:.1f}%)"),
         ("time: verify rule", f"{stats.time_verify:.3f} s ({100 * stats.time_verify / total:.1f}%)"),
         ("time: other (loop)", f"{stats.time_other:.3f} s ({100 * stats.time_other / total:.1f}%)"),
@@ -364,7 +367,8 @@ def _generate_batches(pipe, texts: list[str], batch_size: int, as_json: bool, me
                 print(json.dumps(record, ensure_ascii=False), flush=True)
         stats = results[0].stats
         for name in ("prompt_tokens", "new_tokens", "target_calls", "draft_calls", "drafted_tokens", "accepted_tokens",
-                     "rejections", "time_prefill", "time_draft", "time_target", "time_verify", "time_total"):
+                     "rejections", "time_prefill", "time_draft", "time_target", "time_verify", "time_retokenize",
+                     "time_total"):
             setattr(total, name, getattr(total, name) + getattr(stats, name))
         total.gammas.extend(stats.gammas)
         total.chosen_gammas.extend(stats.chosen_gammas)

@@ -30,7 +30,10 @@ class Method:
 
 METHODS: dict[str, Method] = {
     "autoregressive": Method("none", "exact", "the target alone in our loop (no drafting): the baseline"),
-    "model": Method("model", "exact", "speculative decoding with a small draft model (Leviathan et al.)", True),
+    "model": Method("model", "exact", "speculative decoding with a small draft model (Leviathan et al.); a draft "
+                    "with another tokenizer runs as cross_tokenizer", True),
+    "cross_tokenizer": Method("cross_tokenizer", "exact", "a draft model with its own tokenizer: its text re-tokenized "
+                              "into target tokens, a deterministic proposal (universal assisted generation)", True),
     "prompt_lookup": Method("prompt_lookup", "exact", "copy the continuation of the latest matching n-gram in the context"),
     "lookup_model": Method("lookup_model", "exact", "copy from the context when its last n-gram recurs, else the draft "
                            "model drafts (the code zoo's default)", True),
@@ -62,6 +65,10 @@ class MethodOptions:
     """Everything any drafter or verifier may need; each reads only its own fields."""
 
     draft_model: Any = None  # a transformers PreTrainedModel (or CachedLM) for methods with needs_draft
+    # the draft model's own tokenizer when its vocabulary differs from the target's (load() compares them): the
+    # `model` drafter then runs as `cross_tokenizer`; None: the draft shares the target's vocabulary
+    draft_tokenizer: Any = None
+    target_tokenizer: Any = None  # the target's tokenizer (cross_tokenizer reads it; Pipeline fills it in)
     ngram_path: str | Path | None = None
     heads_path: str | Path | None = None  # bpd*: folder of trained blockwise heads (heads.json + heads.safetensors)
     bita_path: str | Path | None = None  # bita*: folder of a trained adapter (bita.json + bita.safetensors)

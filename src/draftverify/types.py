@@ -169,6 +169,9 @@ class GenerationStats:
     time_target: float = 0.0
     time_verify: float = 0.0
     time_total: float = 0.0
+    # part of time_draft: moving text between the draft's tokenizer and the target's (cross_tokenizer drafter);
+    # filled from the drafter's timers() by Pipeline and the bench (drafters.base.add_drafter_times)
+    time_retokenize: float = 0.0
 
     @property
     def time_other(self) -> float:
@@ -218,6 +221,7 @@ class GenerationStats:
             "time_draft": self.time_draft,
             "time_target": self.time_target,
             "time_verify": self.time_verify,
+            "time_retokenize": self.time_retokenize,
             "time_other": self.time_other,
             "time_total": self.time_total,
             "tokens_per_second": self.tokens_per_second,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedModel
 
-from ..api import load_model, zoo_paths
+from ..api import draft_tokenizer_for, load_model, zoo_paths
 from ..cached_lm import context_limit
 from ..errors import DraftVerifyError
 from .config import BenchConfig
@@ -18,6 +18,10 @@ class BenchModels:
     tokenizer: object
     draft: PreTrainedModel | None = None
     aligned_draft: PreTrainedModel | None = None
+    # a draft's own tokenizer when its vocabulary is not the target's (api.draft_tokenizer_for): our `model` rows
+    # then re-tokenize its text (cross_tokenizer) and hf_assisted runs Hugging Face's universal assisted generation
+    draft_tokenizer: object | None = None
+    aligned_draft_tokenizer: object | None = None
     ngram_path: Path | None = None
     heads_path: Path | None = None
     bita_path: Path | None = None
@@ -57,6 +61,9 @@ class BenchModels:
                 "hidden_size": getattr(cfg, "hidden_size", getattr(cfg, "n_embd", None)),
                 "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
             }
+            own = getattr(self, f"{role}_tokenizer", None) if role != "target" else None
+            if role != "target":
+                out[role]["tokenizer"] = f"its own (vocabulary {len(own)})" if own is not None else "the target's"
         out["ngram"] = {"path": self.paths.get("ngram")} if self.ngram_path else None
         return out
 
@@ -104,8 +111,11 @@ def load_models(config: BenchConfig) -> BenchModels:
     models = BenchModels(target=target, tokenizer=tokenizer, paths={k: str(v) if v else None for k, v in paths.items()})
     if paths["draft"] is not None:
         models.draft = load_model(paths["draft"], config.dtype, role="draft")
+        models.draft_tokenizer = draft_tokenizer_for(paths["draft"], models.draft, tokenizer, target)
     if paths["aligned_draft"] is not None:
         models.aligned_draft = load_model(paths["aligned_draft"], config.dtype, role="aligned draft")
+        models.aligned_draft_tokenizer = draft_tokenizer_for(paths["aligned_draft"], models.aligned_draft, tokenizer,
+                                                             target)
     models.ngram_path = paths["ngram"]
     models.heads_path = paths["heads"]
     models.bita_path = paths["bita"]

@@ -111,7 +111,8 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
     else:
         draft = cached_model(models.draft, "draft", compile) if models.draft is not None else None
         aligned = cached_model(models.aligned_draft, "aligned draft", compile) if models.aligned_draft is not None else None
-    base = MethodOptions(draft_model=draft, ngram_path=models.ngram_path, heads_path=models.heads_path,
+    base = MethodOptions(draft_model=draft, draft_tokenizer=models.draft_tokenizer, target_tokenizer=models.tokenizer,
+                         ngram_path=models.ngram_path, heads_path=models.heads_path,
                          bita_path=models.bita_path, nat_path=models.nat_path, bita_topk=config.bita_topk, bita_masks=config.bita_masks,
                          compile=compile)
     total = getattr(models.target.config, "num_hidden_layers", None)
@@ -157,7 +158,8 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
             if aligned is None:
                 notes.append(f"{name}{ALIGNED_SUFFIX} skipped: no aligned draft model")
             else:
-                drafts.append((name + ALIGNED_SUFFIX, replace(base, draft_model=aligned)))
+                drafts.append((name + ALIGNED_SUFFIX, replace(base, draft_model=aligned,
+                                                              draft_tokenizer=models.aligned_draft_tokenizer)))
         for family, options in drafts:
             if not config.wants(family):
                 continue

@@ -18,7 +18,7 @@ from transformers import GenerationConfig, PreTrainedModel
 from ..cached_lm import CachedLM
 from ..compiled_widths import WIDTH_BUCKETS, bucket
 from ..compiling import compiled_models, max_verify_width
-from ..drafters.base import Drafter
+from ..drafters.base import Drafter, add_drafter_times
 from ..loop import generate
 from ..methods import MethodOptions, build_verifier
 from ..types import SamplingParams
@@ -124,6 +124,9 @@ class HFRunner(Runner):
     assistant_settings: dict = field(default_factory=dict)  # written on assistant.generation_config each call
     prompt_lookup: int | None = None
     max_matching_ngram_size: int | None = None
+    # an assistant with its own tokenizer: both tokenizers go to generate() (universal assisted generation)
+    tokenizer: object | None = None
+    assistant_tokenizer: object | None = None
 
     def generation_config(self, temperature: float, max_new_tokens: int) -> GenerationConfig:
         sampling = {"do_sample": True, "temperature": float(temperature), "top_k": 0, "top_p": 1.0} \
@@ -142,6 +145,8 @@ class HFRunner(Runner):
             for key, value in self.assistant_settings.items():
                 setattr(self.assistant.generation_config, key, value)
             kwargs["assistant_model"] = self.assistant
+            if self.assistant_tokenizer is not None:
+                kwargs.update(tokenizer=self.tokenizer, assistant_tokenizer=self.assistant_tokenizer)
         if temperature > 0:
             torch.manual_seed(seed)
         mask = torch.ones_like(input_ids)
@@ -214,11 +219,13 @@ class OursRunner(Runner):
         params = SamplingParams(temperature=float(temperature), seed=seed if temperature > 0 else None, coupling=False)
         verifier = build_verifier(self.verifier, params, self.options)
         self.hooks.reset()
+        timers = self.drafter.timers()
         started = perf_counter()
         out = generate(self.target, self.drafter, verifier, input_ids, params, max_new_tokens=max_new_tokens,
                        gamma=self.gamma if self.gamma is not None else 1, eos_token_id=self.eos_token_id)
         seconds = perf_counter() - started
         s = out.stats
+        add_drafter_times(s, self.drafter, timers)
         return Measurement(new_ids=out.new_tokens[0].tolist(), seconds=seconds, target_calls=s.target_calls,
                            draft_calls=s.draft_calls, drafted=s.drafted_tokens, accepted=s.accepted_tokens,
                            rejections=s.rejections, stats=s.as_dict(), hook_target_forwards=len(self.hooks.target.take()),

@@ -17,7 +17,7 @@ from ..registry import register_drafter
 from ..types import DecodingState, Draft, Verdict
 from .base import empty_draft
 from .blockwise import BlockwiseDrafter, BlockwiseHeads, load_heads
-from .model import ModelDrafter
+from .model import ModelDrafter, require_shared_vocabulary
 
 
 def rescore_locally(z: torch.Tensor, k: int, alpha: float, next_logits: Callable[[list[int]], torch.Tensor]) -> list[int]:
@@ -51,6 +51,7 @@ class BlockwiseNeuralDrafter(BlockwiseDrafter):
     def from_options(cls, target: CachedLM, options) -> "BlockwiseNeuralDrafter":
         if options.draft_model is None:
             raise DraftVerifyError("bpd_neural rescores with a small LM: pass draft=... (CLI: --draft PATH)")
+        require_shared_vocabulary(options, cls.name)
         rescorer = cached_model(options.draft_model, "draft", options.compile)
         return cls(load_heads(options), rescorer, options.lattice_k, options.rescore_weight)
 

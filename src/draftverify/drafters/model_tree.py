@@ -18,7 +18,7 @@ from ..sampling import probs_from_logits
 from ..tree import TreeSpec
 from ..types import DecodingState, Draft, Verdict
 from .base import Drafter
-from .model import ModelDrafter
+from .model import ModelDrafter, require_shared_vocabulary
 
 # 3 candidates at the root, 2 under the best, a chain along the best branch: 10 nodes, depth 4
 DEFAULT_TREE_PATHS: tuple[tuple[int, ...], ...] = (
@@ -51,6 +51,7 @@ class ModelTreeDrafter(Drafter):
     def from_options(cls, target: CachedLM, options) -> "ModelTreeDrafter":
         if options.draft_model is None:
             raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
+        require_shared_vocabulary(options, cls.name)
         paths = options.tree_paths if options.tree_paths is not None else DEFAULT_TREE_PATHS
         return cls(cached_model(options.draft_model, "draft", options.compile), paths)
 
