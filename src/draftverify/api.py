@@ -17,7 +17,6 @@ from . import compiling
 from .cached_lm import cached_model
 from .checks import check_prompt_text
 from .draft_length import DEFAULT_GAMMA, DraftLength, StepCosts, make_draft_length
-from .drafters.base import add_drafter_times
 from .errors import DraftVerifyError
 from .healing import Healing, TokenTable
 from .hub import hub_unreachable_reason
@@ -293,11 +292,9 @@ class Pipeline:
         gamma = self.gamma if gamma is None else gamma
         policy = gamma if isinstance(gamma, DraftLength) else \
             make_draft_length(gamma, self.step_costs, self.target.max_positions)
-        timers = self.drafter.timers()
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
                           gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens,
                           first_token_allowed=first_token_allowed)
-        add_drafter_times(output.stats, self.drafter, timers)
         return output, verifier.name
 
 
@@ -359,11 +356,9 @@ class Pipeline:
         gamma = self.gamma if gamma is None else gamma
         policy = gamma if isinstance(gamma, DraftLength) else \
             make_draft_length(gamma, self.step_costs, self.target.max_positions)
-        timers = self.drafter.timers()
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
                           gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens, attention_mask=mask,
                           seeds=seeds, admit=admit, first_token_allowed=first_token_allowed)
-        add_drafter_times(output.stats, self.drafter, timers)
         return output, verifier.name
 
 

@@ -16,7 +16,7 @@ from transformers import PreTrainedModel
 from .backends.base import LMBackend
 from .cached_lm import cached_model
 from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
-from .drafters.base import Drafter, empty_draft
+from .drafters.base import Drafter, add_drafter_times, empty_draft
 from .errors import DraftVerifyError
 from .sampling import RowParams, params_rows, row_params
 from .types import (DecodingState, Draft, GenerationOutput, GenerationStats, SamplingParams, TargetOutput, Verdict,
@@ -232,6 +232,7 @@ def generate(
     )
     drafter.start(state, target.prefilled if drafter.needs_target_hidden else None)
     drafter_calls_before = drafter.forward_calls
+    drafter_timers_before = drafter.timers()  # a drafter's own timers (re-tokenizing), added to stats at the end
     stats.time_prefill = perf_counter() - started
     callback_seconds = 0.0  # the caller's streaming time is not the loop's: excluded from time_total
     rows = _Rows(batch, limits, [state.row(b).tolist() for b in range(batch)])
@@ -314,6 +315,7 @@ def generate(
                     first_allowed = [None] * (state.tokens.shape[0] - len(joined)) + joined
 
     stats.draft_calls = drafter.forward_calls - drafter_calls_before
+    add_drafter_times(stats, drafter, drafter_timers_before)
     stats.time_total = perf_counter() - started - callback_seconds
     return rows.output(input_ids, stats)
 

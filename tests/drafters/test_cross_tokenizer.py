@@ -131,13 +131,13 @@ B = 40_000
 
 def _peaked():
     if "peaked" not in _models:
-        _models["peaked"] = llama(len(target_tokenizer()), seed=1, scale=4.0)
+        _models["peaked"] = llama(len(target_tokenizer()), seed=1, scale=6.0)
     return _models["peaked"]
 
 
 def _proposal_and_logits(params: SamplingParams, own_draft: bool = True):
     """The drafter's proposal x [1, N] and the target's logits at the pending token and x [1, N+1, V]. A peaked
-    target (weights x4) drafting for itself through the cross-tokenizer path gives proposals it likes, so later
+    target (weights x6) drafting for itself through the cross-tokenizer path gives proposals it likes, so later
     positions are reached; own_draft False: the other-tokenizer draft (only the first position is reached)."""
     peaked = _peaked()
     ids = prompt_ids("    def ")

@@ -1,12 +1,15 @@
 """Two different byte-level BPE tokenizers and tiny random models for them, for the cross-tokenizer tests.
 
-The tokenizers are trained with `tokenizers` on the package's own source files (ASCII lines only), each on other
-files and with another vocabulary size, so their merges differ. Their alphabets are the characters of that text,
+The tokenizers are trained with `tokenizers` on the HumanEval problems the package ships (prompt + canonical solution,
+ASCII lines only; a fixed text, so the tokenizers do not change when the package's code does), each on other
+problems and with another vocabulary size, so their merges differ. Their alphabets are the characters of that text,
 so any token sequence a random model emits is ASCII text both tokenizers can spell: the draft keeps drafting.
 Imported as `from tokenizer_pairs import ...` (pytest puts this folder on sys.path).
 """
 from __future__ import annotations
 
+import gzip
+import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -14,22 +17,28 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-PACKAGE = Path(__file__).resolve().parents[2] / "src" / "draftverify"
+HUMANEVAL = Path(__file__).resolve().parents[2] / "src" / "draftverify" / "bench" / "data" / "humaneval" / "HumanEval.jsonl.gz"
 EOS_TOKEN = "<|endoftext|>"
-TARGET_FILES = ("loop.py", "api.py", "cached_lm.py", "draft_length.py")
-DRAFT_FILES = ("cli.py", "healing.py", "sampling.py", "theory.py")
+TARGET_FILES = tuple(range(0, 164, 2))  # HumanEval problem indices each tokenizer is trained on
+DRAFT_FILES = tuple(range(1, 164, 2))
 TARGET_VOCAB, DRAFT_VOCAB = 420, 300
 
 
-def ascii_text(files: tuple[str, ...]) -> list[str]:
+@lru_cache(maxsize=None)
+def _problems() -> list[str]:
+    with gzip.open(HUMANEVAL, "rt") as f:
+        return [row["prompt"] + row["canonical_solution"] for row in map(json.loads, f)]
+
+
+def ascii_text(files: tuple[int, ...]) -> list[str]:
     lines = []
-    for name in files:
-        lines += [line for line in (PACKAGE / name).read_text().splitlines(keepends=True) if line.isascii()]
+    for index in files:
+        lines += [line for line in _problems()[index].splitlines(keepends=True) if line.isascii()]
     return ["".join(lines[i : i + 40]) for i in range(0, len(lines), 40)]
 
 
 @lru_cache(maxsize=None)
-def bpe_tokenizer(files: tuple[str, ...], vocab_size: int) -> PreTrainedTokenizerFast:
+def bpe_tokenizer(files: tuple[int, ...], vocab_size: int) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()

@@ -18,7 +18,7 @@ from transformers import GenerationConfig, PreTrainedModel
 from ..cached_lm import CachedLM
 from ..compiled_widths import WIDTH_BUCKETS, bucket
 from ..compiling import compiled_models, max_verify_width
-from ..drafters.base import Drafter, add_drafter_times
+from ..drafters.base import Drafter
 from ..loop import generate
 from ..methods import MethodOptions, build_verifier
 from ..types import SamplingParams
@@ -219,13 +219,11 @@ class OursRunner(Runner):
         params = SamplingParams(temperature=float(temperature), seed=seed if temperature > 0 else None, coupling=False)
         verifier = build_verifier(self.verifier, params, self.options)
         self.hooks.reset()
-        timers = self.drafter.timers()
         started = perf_counter()
         out = generate(self.target, self.drafter, verifier, input_ids, params, max_new_tokens=max_new_tokens,
                        gamma=self.gamma if self.gamma is not None else 1, eos_token_id=self.eos_token_id)
         seconds = perf_counter() - started
         s = out.stats
-        add_drafter_times(s, self.drafter, timers)
         return Measurement(new_ids=out.new_tokens[0].tolist(), seconds=seconds, target_calls=s.target_calls,
                            draft_calls=s.draft_calls, drafted=s.drafted_tokens, accepted=s.accepted_tokens,
                            rejections=s.rejections, stats=s.as_dict(), hook_target_forwards=len(self.hooks.target.take()),
