@@ -318,3 +318,9 @@ def test_zoo_target_with_a_draft_of_another_tokenizer():
     result = pipe.generate(prompt, max_new_tokens=32)
     assert result.text == baseline.text
     assert result.stats.accepted_tokens > 0 and result.stats.tokens_per_call > 1.0
+
+
+def test_the_loop_itself_reports_the_time_spent_re_tokenizing():
+    """loop.generate, not only the Pipeline, adds the drafter's own timers to the stats."""
+    out = generate(target(), drafter(), exact(SamplingParams()), prompt_ids(PROMPTS[0]), max_new_tokens=16, gamma=3)
+    assert 0 < out.stats.time_retokenize < out.stats.time_draft
