@@ -461,3 +461,66 @@ def test_bpd_rows_sample_with_their_own_settings_and_join_between_steps():
     joined = generate(model, bpd_drafter(model), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]), MIXED[0],
                       max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
     assert joined.rows == expected
+
+
+BITA = ["bita", "bita_tree", "bita_chain"]
+
+
+def bita_drafter(model, method: str, prompt: str = "deep", seed: int = 1):
+    """A random adapter (mask embeddings and a deep prompt): rows accept different, small amounts."""
+    from draftverify.drafters import BitaDrafter, BitaEfficientDrafter, BitaFullTreeDrafter
+    from draftverify.drafters.bita_adapter import BitaAdapter
+
+    torch.manual_seed(seed)
+    adapter = BitaAdapter.for_target(model, 3, prompt, 4)
+    cls, k = {"bita": (BitaEfficientDrafter, 2), "bita_tree": (BitaFullTreeDrafter, 2), "bita_chain": (BitaDrafter, 1)}[method]
+    return cls(adapter, k)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("method", BITA)
+def test_bita_rows_equal_their_own_greedy_text(arch, method):
+    """BiTA in a batch: the mask groups (learned embeddings + a deep prompt only they see) sit after each row's own
+    pending token and tree nodes, and each row drafts from the group after its own last kept position."""
+    model = model_for(arch)
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, bita_drafter(model, method), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
+                   max_new_tokens=limits, gamma=4)
+    assert out.rows == refs
+
+
+def test_bita_rows_keep_whole_trees_of_a_self_predicting_target():
+    """A target that always says token 0 and mask tokens that predict it: every row keeps whole trees, as alone."""
+    import copy
+
+    model = copy.deepcopy(model_for("llama"))
+    head = model.lm_head
+    model.lm_head = torch.nn.Linear(head.in_features, head.out_features, dtype=head.weight.dtype)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+        model.lm_head.bias.copy_(-torch.arange(head.out_features, dtype=head.weight.dtype))
+    ids, mask = padded(PROMPTS)
+    for method in BITA:
+        out = generate(model, bita_drafter(model, method), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
+                       max_new_tokens=NEW, gamma=4)
+        alone = generate(model, bita_drafter(model, method), ExactVerifier(SamplingParams()),
+                         torch.tensor([PROMPTS[0]]), max_new_tokens=NEW, gamma=4)
+        assert out.rows == [[0] * NEW] * len(PROMPTS)
+        assert out.stats.target_calls == alone.stats.target_calls, method
+
+
+@pytest.mark.parametrize("method", ["bita", "bita_chain"])
+def test_bita_rows_sample_with_their_own_settings_and_join_between_steps(method):
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, bita_drafter(model, method), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
+                   max_new_tokens=12, gamma=3)
+    assert out.rows == expected
+    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
+               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
+    joined = generate(model, bita_drafter(model, method), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]),
+                      MIXED[0], max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
+    assert joined.rows == expected

@@ -14,7 +14,8 @@ import torch
 from .backends.base import one_row
 from .cache import new_cache, self_attention_layers
 from .errors import DraftVerifyError
-from .types import TargetOutput
+from .prefix import prefix_columns, prefix_length
+from .types import PrefixKV, TargetOutput
 
 
 class RowsLayout:
@@ -85,11 +86,15 @@ class RowsLayout:
         return out
 
     def _forward_tree_rows(self, tokens: torch.Tensor, position_ids: torch.Tensor | None,
-                           attention_mask: torch.Tensor, want_hidden: bool) -> TargetOutput:
-        """Rows layout: a token tree of one shape for every row (each row its own tokens [B, n]) after the tail.
-        position_ids count from `length` as for one row; each row's positions are shifted to its own length (the
-        tail's tree slots take no positions of their own: row_length moves only when a branch is committed)."""
+                           attention_mask: torch.Tensor, want_hidden: bool, extra_embeds: torch.Tensor | None = None,
+                           prefix: PrefixKV | None = None) -> TargetOutput:
+        """Rows layout: a token tree of one shape for every row (each row its own tokens [B, n]) after the tail,
+        then extra_embeds [B, E, H] (E more positions; only they see `prefix`). position_ids count from `length`
+        as for one row; each row's positions are shifted to its own length (the tail's tree slots take no positions
+        of their own: row_length moves only when a branch is committed)."""
         batch, n = tokens.shape
+        extra = 0 if extra_embeds is None else extra_embeds.shape[1]
+        n += extra
         tail = self.length - self.committed
         mask = attention_mask.to(self.device)
         mask = mask[0] if mask.dim() == 3 else mask
@@ -105,9 +110,12 @@ class RowsLayout:
         visible = torch.zeros(batch, n, self.length + n, dtype=torch.bool, device=self.device)
         visible[:, :, : self.committed] = self.valid[:, None, : self.committed]
         visible[:, :, self.committed :] = mask[None] & keys[:, None, self.committed :]
+        if prefix:  # the prefix's key columns come first; only the extra positions see them
+            visible = prefix_columns(visible, torch.arange(n, device=self.device) >= n - extra, prefix_length(prefix))
         blocked = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
         additive = torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
-        out = self._run(tokens, keep=n, position_ids=position_ids, additive_mask=additive, want_hidden=want_hidden)
+        out = self._run(tokens, keep=n, position_ids=position_ids, additive_mask=additive, want_hidden=want_hidden,
+                        extra_embeds=extra_embeds, prefix=prefix)
         self.valid = keys
         return out
 
@@ -139,7 +147,13 @@ class RowsLayout:
         if self.valid is None:
             self.commit(one_row(counts, "counts"))
             return
-        self.truncate_rows(self.row_committed + counts.to(self.device))
+        counts = counts.to(self.device)
+        if self._chain_end != self.length:  # the tail was scored with a mask (extra positions): keep its prefixes
+            width = int(counts.max())
+            offsets = torch.arange(width, device=self.device)[None].expand(counts.shape[0], -1)
+            self._commit_branches(torch.where(offsets < counts[:, None], offsets, -1))
+            return
+        self.truncate_rows(self.row_committed + counts)
 
     def truncate_rows(self, upto: torch.Tensor) -> None:
         """Batch mode: row b keeps its first upto[b] real positions (upto >= what it has committed) and drops the

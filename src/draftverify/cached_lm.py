@@ -168,10 +168,10 @@ class CachedLM(RowsLayout, CompiledWidths):
                 "score a token tree; use a chain drafter, or a decoder-only model that takes position_ids"
             )
         if self.valid is not None:
-            if extra_embeds is not None or prefix:
-                raise DraftVerifyError("a batch of several rows scores token ids only (no extra embedded positions)")
             if attention_mask is not None:
-                return self._forward_tree_rows(tokens, position_ids, attention_mask, want_hidden)
+                return self._forward_tree_rows(tokens, position_ids, attention_mask, want_hidden, extra_embeds, prefix)
+            if extra_embeds is not None or prefix:
+                raise DraftVerifyError("extra embedded positions need an explicit attention mask")
             return self._forward_rows(tokens, new_valid, want_hidden)
         if extra_embeds is not None or prefix:
             if attention_mask is None or self.is_encoder_decoder:

@@ -51,7 +51,7 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
         raise DraftVerifyError(
             f"the {drafter.name!r} drafter runs one row at a time; batches of several rows support the chain "
             f"drafters {', '.join(BATCH_DRAFTERS)} (methods autoregressive, model, prompt_lookup, ngram, lookup_model, "
-            "early_exit, model_tree, bpd)"
+            "early_exit, model_tree, bpd, bita, bita_tree, bita_chain)"
         )
     if not verifier.supports_batch:
         raise DraftVerifyError(
@@ -60,7 +60,8 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
         )
 
 
-BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit", "model_tree", "bpd")
+BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit", "model_tree", "bpd", "bita",
+                  "bita_tree", "bita_chain")
 
 
 def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
