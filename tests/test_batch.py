@@ -524,3 +524,76 @@ def test_bita_rows_sample_with_their_own_settings_and_join_between_steps(method)
     joined = generate(model, bita_drafter(model, method), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]),
                       MIXED[0], max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
     assert joined.rows == expected
+
+
+LOOKUP_PROMPTS = [[5, 17, 33, 8, 41, 5, 17, 33, 9, 5, 17], [9, 4, 9, 4, 7, 9, 4], [60, 61, 62, 60, 61], [12]]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_prompt_lookup_tree_rows_equal_their_own_greedy_text(arch):
+    """Each row merges its own matches into its own trie; the batch scores them on one tree shape (the union of
+    the rows' shapes) and a node a row lacks is never accepted there."""
+    from draftverify.drafters import PromptLookupTreeDrafter
+
+    model = model_for(arch)
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(LOOKUP_PROMPTS, limits)]
+    ids, mask = padded(LOOKUP_PROMPTS)
+    out = generate(model, PromptLookupTreeDrafter(max_ngram=2), ExactVerifier(SamplingParams()), ids,
+                   attention_mask=mask, max_new_tokens=limits, gamma=4)
+    assert out.rows == refs
+
+
+def test_prompt_lookup_tree_rows_sample_with_their_own_settings():
+    from draftverify.drafters import PromptLookupTreeDrafter
+
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 14) for p, s in zip(LOOKUP_PROMPTS, MIXED)]
+    ids, mask = padded(LOOKUP_PROMPTS)
+    out = generate(model, PromptLookupTreeDrafter(max_ngram=2), ExactVerifier(MIXED[0]), ids, MIXED,
+                   attention_mask=mask, max_new_tokens=14, gamma=3)
+    assert out.rows == expected
+
+
+def test_row_trees_put_each_rows_trie_on_one_shape_and_tree_sampling_follows_p():
+    """Two prompts whose tries differ, many rows each, uncoupled tree sampling: each prompt's first sampled token
+    is distributed as the target's p for that prompt (chi-square); a node a row lacks is never a candidate."""
+    from draftverify.drafters.prompt_lookup_tree import trie
+    from draftverify.tree import row_trees
+    from draftverify.verifiers import TreeSpeculativeSamplingVerifier
+    from draftverify.types import Draft
+
+    tree, tokens, valid = row_trees([trie([[3, 4], [3, 5], [6]]), trie([[7]])])
+    assert tree.size == 4 and valid.tolist() == [[True, True, True, True], [True, False, False, False]]
+    assert tokens[1, 0] == 7 and tokens[0].tolist()[:2] == [3, 6]
+    torch.manual_seed(0)
+    vocab = 8
+    p = torch.softmax(torch.randn(2, tree.size + 1, vocab), dim=-1)  # [prompt, N+1, V]
+    rows = 20_000
+    which = torch.arange(rows) % 2
+    draft = Draft(tokens=tokens[which], tree=tree, valid=valid[which])
+    params = SamplingParams(temperature=1.0, coupling=False)
+    verdict = TreeSpeculativeSamplingVerifier().verify(draft, p[which].log(), params, torch.Generator().manual_seed(3))
+    first = verdict.tokens[:, 0]
+    for prompt in (0, 1):
+        counts = torch.bincount(first[which == prompt], minlength=vocab).double()
+        assert chi2_statistic(counts, p[prompt, 0].double()) < chi2_critical(counts, p[prompt, 0].double())
+    assert not bool(((verdict.path >= 1) & (which[:, None] == 1)).any())  # row kind 1 has node 0 only
+
+
+@pytest.mark.parametrize("p", [1, 3])
+def test_lattice_bpd_rows_equal_their_own_greedy_text(p):
+    """bpd_ngram (p = 1: each row's best rescored path, a chain) and bpd_pbest (p = 3: each row's trie of its p
+    best paths on one tree shape): every row rescores its own lattice with its own context."""
+    from draftverify.drafters import BlockwiseNgramDrafter, BlockwiseHeads
+
+    model = model_for("llama")
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([q]), n) for q, n in zip(PROMPTS, limits)]
+    table = NgramTable.from_sequences([q + r for q, r in zip(PROMPTS, refs)], order=3, vocab_size=VOCAB)
+    torch.manual_seed(0)
+    drafter = BlockwiseNgramDrafter(BlockwiseHeads.for_target(model, 4), table, k=3, alpha=0.5, p=p)
+    ids, mask = padded(PROMPTS)
+    out = generate(model, drafter, ExactVerifier(SamplingParams()), ids, attention_mask=mask, max_new_tokens=limits,
+                   gamma=3)
+    assert out.rows == refs and out.stats.accepted_tokens > 0

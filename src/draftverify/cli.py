@@ -173,7 +173,7 @@ def _check_backend_flags(backend: str, compile_: bool, batched: bool) -> None:
 @app.command()
 def generate(
     prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."),
-    prompts_file: Optional[Path] = typer.Option(None, "--prompts-file", help="Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a \"prompt\") or a text file (one prompt per line); prints one JSON line per prompt. Methods that batch: autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit, model_tree."),
+    prompts_file: Optional[Path] = typer.Option(None, "--prompts-file", help="Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a \"prompt\") or a text file (one prompt per line); prints one JSON line per prompt. Every method batches except bpd_neural, specdec, specdec++_nat, bild, bild_early_exit, specdec++ and a draft with its own tokenizer."),
     batch_size: int = typer.Option(8, "--batch-size", help="With --prompts-file: rows decoded together (the last batch may be smaller)."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, bild, specdec++)."),
@@ -412,7 +412,7 @@ def serve(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, ...)."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Serve a shipped model set, e.g. 'code'."),
-    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1) needs a method that batches: autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit, model_tree; others serve one request at a time."),
+    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1): every method but bpd_neural, specdec, specdec++_nat, bild, bild_early_exit, specdec++ and a draft with its own tokenizer, which serve one request at a time."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
     gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table for the ngram method."),
@@ -494,7 +494,7 @@ def bench_batch(
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set, e.g. 'code'."),
     target: Optional[str] = typer.Option(None, "--target", "-t"),
     draft: Optional[str] = typer.Option(None, "--draft", "-d"),
-    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (methods that batch: model, prompt_lookup, ngram, lookup_model, early_exit, model_tree), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]')."),
+    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (methods that batch: see README, Batches), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]')."),
     gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft), 'conf[=T]' or 'heuristic'."),
     batch_sizes: str = typer.Option("1,2,4,8", "--batch-sizes"),
     prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),

@@ -49,9 +49,8 @@ def _check_input(input_ids: torch.Tensor, max_new_tokens: int | list[int]) -> to
 def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingParams) -> None:
     if not drafter.supports_batch:
         raise DraftVerifyError(
-            f"the {drafter.name!r} drafter runs one row at a time; batches of several rows support the chain "
-            f"drafters {', '.join(BATCH_DRAFTERS)} (methods autoregressive, model, prompt_lookup, ngram, lookup_model, "
-            "early_exit, model_tree, bpd, bita, bita_tree, bita_chain)"
+            f"the {drafter.name!r} drafter runs one row at a time; batches of several rows support the drafters "
+            f"{', '.join(BATCH_DRAFTERS)} (method autoregressive: none)"
         )
     if not verifier.supports_batch:
         raise DraftVerifyError(
@@ -60,8 +59,8 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
         )
 
 
-BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit", "model_tree", "bpd", "bita",
-                  "bita_tree", "bita_chain")
+BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit", "model_tree",
+                  "prompt_lookup_tree", "bpd", "bpd_ngram", "bpd_pbest", "bita", "bita_tree", "bita_chain")
 
 
 def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
@@ -278,7 +277,8 @@ def generate(
         row_lengths = [draft.depth] * len(accepted) if draft.lengths is None else draft.lengths.tolist()
         rejected = sum(a < length for a, length in zip(accepted, row_lengths))
         stats.new_tokens += sum(len(r) for r in emitted_rows)
-        stats.drafted_tokens += sum(row_lengths) if draft.lengths is not None else draft.length * len(accepted)
+        stats.drafted_tokens += (sum(row_lengths) if draft.lengths is not None else int(draft.valid.sum())
+                                 if draft.valid is not None else draft.length * len(accepted))
         stats.accepted_tokens += sum(min(a, len(r)) for a, r in zip(accepted, emitted_rows))
         stats.rejections += rejected
         stats.target_calls += 1

@@ -100,6 +100,7 @@ class Draft:
     q_probs: torch.Tensor | None = None  # [B, N, V] drafter probabilities the tokens were drawn from
     tree: TreeSpec | None = None  # None = chain (node j's parent is node j-1)
     lengths: torch.Tensor | None = None  # [B] long, valid draft tokens per row (ragged batches)
+    valid: torch.Tensor | None = None  # [B, N] bool, a tree's nodes each row proposes (tree.row_trees); None: all
     position: int | torch.Tensor | None = None  # decoder index of tokens[:, 0] ([B] in a batch; set by the loop)
     seeds: list[int] | None = None  # per-row coupled-noise seeds of a batch (set by the loop)
 

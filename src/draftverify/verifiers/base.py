@@ -66,7 +66,7 @@ def rows_of(draft: Draft, rows: torch.Tensor) -> Draft:
     position = draft.position[rows.to(draft.position.device)] if isinstance(draft.position, torch.Tensor) else draft.position
     seeds = None if draft.seeds is None else [draft.seeds[b] for b in rows.tolist()]
     return Draft(tokens=draft.tokens[rows.to(draft.tokens.device)], q_probs=pick(draft.q_probs), tree=draft.tree,
-                 lengths=pick(draft.lengths), position=position, seeds=seeds)
+                 lengths=pick(draft.lengths), valid=pick(draft.valid), position=position, seeds=seeds)
 
 
 def verify_by_rows(verify, draft: Draft, target_logits: torch.Tensor, params, generator) -> Verdict:
