@@ -597,3 +597,62 @@ def test_lattice_bpd_rows_equal_their_own_greedy_text(p):
     out = generate(model, drafter, ExactVerifier(SamplingParams()), ids, attention_mask=mask, max_new_tokens=limits,
                    gamma=3)
     assert out.rows == refs and out.stats.accepted_tokens > 0
+
+
+def nat_drafter(model, window: int = 6):
+    """An untrained decoder-only NAT drafter (a window of the target's last hidden states): exact all the same."""
+    from draftverify.drafters import NatDecoder, NatDrafter
+
+    torch.manual_seed(0)
+    return NatDrafter(NatDecoder.for_target(model, layers=1, block_size=4, ffn_size=64, memory_window=window).to(
+        next(model.parameters()).dtype))
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_nat_rows_equal_their_own_greedy_text(arch):
+    """SpecDec's NAT drafter in a batch: each row keeps its own last W hidden states (right-aligned, padding
+    masked), including a one-token prompt row that holds none at first."""
+    model = model_for(arch)
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, nat_drafter(model), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
+                   max_new_tokens=limits, gamma=4)
+    assert out.rows == refs and out.stats.draft_calls > 0
+
+
+def test_nat_rows_draft_as_each_row_alone():
+    """The first draft of each row in a batch equals that row's first draft alone (same memory, masked padding)."""
+    model = model_for("llama")
+    ids, mask = padded(PROMPTS[:3])
+    seen: list = []
+
+    class Spy(type(nat_drafter(model))):
+        def propose(self, state, gamma):
+            draft = super().propose(state, gamma)
+            seen.append(draft.tokens.clone())
+            return draft
+
+    drafter = Spy(nat_drafter(model).nat)
+    generate(model, drafter, ExactVerifier(SamplingParams()), ids, attention_mask=mask, max_new_tokens=5, gamma=4)
+    batch_first = seen[0]
+    assert batch_first.shape[1] == 4
+    for b, prompt in enumerate(PROMPTS[:3]):
+        seen.clear()
+        generate(model, Spy(nat_drafter(model).nat), ExactVerifier(SamplingParams()), torch.tensor([prompt]),
+                 max_new_tokens=5, gamma=4)
+        assert torch.equal(batch_first[b], seen[0][0]), b
+
+
+def test_nat_rows_sample_with_their_own_settings_and_join_between_steps():
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, nat_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
+                   max_new_tokens=12, gamma=3)
+    assert out.rows == expected
+    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
+               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
+    joined = generate(model, nat_drafter(model), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]), MIXED[0],
+                      max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
+    assert joined.rows == expected

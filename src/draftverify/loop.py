@@ -60,7 +60,7 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
 
 
 BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit", "model_tree",
-                  "prompt_lookup_tree", "bpd", "bpd_ngram", "bpd_pbest", "bita", "bita_tree", "bita_chain")
+                  "prompt_lookup_tree", "bpd", "bpd_ngram", "bpd_pbest", "bita", "bita_tree", "bita_chain", "nat")
 
 
 def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
