@@ -4,24 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from .cost import REFERENCE_MODE
-from .report import markdown_table
+from .report import cost_table, markdown_table
 
 
 def _by_n(entry: dict) -> dict[int, float]:
     return {p["n"]: p["median_ms"] for p in entry["points"]}
-
-
-def cost_table(result: dict) -> list[str]:
-    """Milliseconds per forward and the cost relative to one token, one column pair per mode."""
-    modes, sizes = result["modes"], result["config"]["sizes"]
-    rows = []
-    for n in sizes:
-        row = [str(n)]
-        for name in modes:
-            ms = _by_n(modes[name])
-            row += [f"{ms[n]:.2f}", f"{ms[n] / ms[sizes[0]]:.2f}x" if sizes[0] == 1 else "-"]
-        rows.append(row)
-    return markdown_table(["n"] + [c for name in modes for c in (f"{name} ms", "x 1 token")], rows)
 
 
 def render_cost_markdown(result: dict) -> str:

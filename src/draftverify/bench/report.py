@@ -82,6 +82,19 @@ def markdown_table(columns, rows) -> list[str]:
     return lines
 
 
+def cost_table(result: dict) -> list[str]:
+    """Milliseconds per forward and the cost relative to one token, one column pair per mode."""
+    modes, sizes = result["modes"], result["config"]["sizes"]
+    rows = []
+    for n in sizes:
+        row = [str(n)]
+        for name in modes:
+            ms = {p["n"]: p["median_ms"] for p in modes[name]["points"]}
+            row += [f"{ms[n]:.2f}", f"{ms[n] / ms[sizes[0]]:.2f}x" if sizes[0] == 1 else "-"]
+        rows.append(row)
+    return markdown_table(["n"] + [c for name in modes for c in (f"{name} ms", "x 1 token")], rows)
+
+
 def render_markdown(result: dict) -> str:
     cfg, env, ver = result["config"], result["machine"], result["versions"]
     rows = result["runners"]
@@ -155,8 +168,6 @@ def render_markdown(result: dict) -> str:
                 _f(r["tokens_per_call"]), _f(r["chrf_reference"], 1), _f(r["chrf_target_greedy"], 1)])
         lines += markdown_table(cols, table_rows) + [""]
     if result.get("cost_curve"):
-        from .cost_report import cost_table
-
         cost = result["cost_curve"]
         lines += ["## Cost of scoring n tokens, per backend (this run)", "",
                   f"The target alone, one forward over n tokens after a {cost['context_tokens']}-token context, batch 1, "
