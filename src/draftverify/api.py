@@ -22,6 +22,8 @@ from .healing import Healing, TokenTable
 from .hub import hub_unreachable_reason
 from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
+from .options import check_files, check_names, fill_from_zoo
+from .options.checks import check_zoo_ships
 from .quiet import quiet
 from .types import GenerationOutput, GenerationStats, SamplingParams
 from .zoo import check_zoo_has_nat, zoo_folder
@@ -348,15 +350,18 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     extra: a `.gguf` path as it is, a model folder converted to GGUF at `dtype` on first use and cached; the draft
     model runs on llama.cpp as well; threads: its CPU threads, default torch's).
 
-    options are MethodOptions fields: alpha_fb, alpha_rb, lenience, beta, tau, early_exit_layers, ngram_path, ...
+    options are the declared method options (draftverify.options: each drafter's own, e.g. nat_path, and the
+    shared ones: alpha_fb, alpha_rb, lenience, beta, tau); an unknown name is a DraftVerifyError. With zoo, the
+    entry's files fill the file options not given (e.g. its nat/ folder fills nat_path).
     """
     from .backends import check_backend_name
 
     check_backend_name(backend)
-    unknown = set(options) - set(MethodOptions.__dataclass_fields__) - {"draft_model"}
-    if unknown:
-        raise DraftVerifyError(f"unknown option(s) {', '.join(sorted(unknown))}; see draftverify.methods.MethodOptions")
+    check_names(options)
+    check_files(options)
     if zoo is not None:
+        options = fill_from_zoo(options, zoo_folder(zoo))
+        check_zoo_ships(zoo, method, options)
         paths = zoo_paths(zoo)
         target = target or paths["target"]
         if draft is None and resolve_method(method).needs_draft:
@@ -380,7 +385,7 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
         return _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal)
     tokenizer = load_tokenizer(target, verbose)  # first: a folder without one fails before the weights are read
     target_model = load_model(target, dtype, role="target", verbose=verbose)
-    method_options = replace(MethodOptions(), **options)
+    method_options = MethodOptions(**options)
     if draft is not None:
         method_options.draft_model = load_model(draft, dtype, role="draft", verbose=verbose)
     method_options.compile = compile
@@ -403,7 +408,7 @@ def _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threa
     gguf_target, config = open_gguf(target, dtype, "target")
     tokenizer = load_tokenizer(target, verbose) if config is not None else GGUFTokenizer(gguf_target)
     target_lm = LlamaCppLM(gguf_target, role="target", threads=threads)
-    method_options = replace(MethodOptions(), **options)
+    method_options = MethodOptions(**options)
     if draft is not None:
         gguf_draft, _ = open_gguf(draft, dtype, "draft")
         if gguf_draft.vocab_fingerprint() != gguf_target.vocab_fingerprint():

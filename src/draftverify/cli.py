@@ -11,7 +11,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -20,9 +20,12 @@ from rich.table import Table
 
 from . import __version__
 from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
+from .cli_flags import declared_flags
 from .draft_length import DEFAULT_GAMMA, parse_gamma
 from .errors import DraftVerifyError
 from .methods import METHODS, resolve_method
+from .options import check_files, parse_values
+from .options.checks import check_zoo_ships, unused_flags
 from .train.cli import train_app
 from .zoo import ZOO_DEFAULT_METHOD, check_zoo_has_nat, nat_shipped, zoo_default_method
 
@@ -133,6 +136,16 @@ HEAL_HELP = ("Token healing: back the prompt up over its last token and let the 
              "targets), off otherwise; --no-heal for text equal to a peer that does not heal.")
 
 
+def _method_options(method: str, zoo: Optional[str], given: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The declared options' flags as load() takes them (parsed), checked before anything loads: files given
+    exist, and a zoo entry ships every file the method's drafter needs that was not given."""
+    options = parse_values(given or {})
+    check_files(options)
+    if zoo is not None:
+        check_zoo_ships(zoo, method, options)
+    return options
+
+
 def _heal_default(heal: Optional[bool], zoo: Optional[str], pipe) -> bool:
     """--heal/--no-heal as given; unset: on for a zoo's decoder-only target, off otherwise."""
     if heal is not None:
@@ -168,6 +181,7 @@ def _check_backend_flags(backend: str, compile_: bool, batched: bool) -> None:
 
 
 @app.command()
+@declared_flags()
 def generate(
     prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."),
     prompts_file: Optional[Path] = typer.Option(None, "--prompts-file", help="Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a \"prompt\") or a text file (one prompt per line); prints one JSON line per prompt. Chain methods only (autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit)."),
@@ -208,12 +222,14 @@ def generate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
     heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP),
     backend: str = typer.Option("hf", "--backend", help="What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: pip install -e \".[llamacpp]\"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only the target's logits."),
+    options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Generate text with a draft-then-verify method: the text on stdout, the statistics table on stderr."""
     try:
         method = method or _default_method(zoo, draft)
         # every check that needs no model runs before anything is imported, loaded or printed
         resolve_method(method)
+        options = _method_options(method, zoo, options)
         if zoo is not None:
             check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", nat)
         parse_gamma(_gamma(gamma))
@@ -230,7 +246,8 @@ def generate(
         _check_backend_flags(backend, compile_, prompts_file is not None and batch_size > 1)
         texts = read_prompts_file(prompts_file) if prompts_file is not None else None
         text_in = _read_prompt(prompt) if texts is None else texts[0]
-        for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, ngram, coupling, gamma):
+        for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, ngram, coupling, gamma) \
+                + unused_flags(method, options):
             err_console.print(f"[yellow]warning:[/yellow] {escape(note)}")
         source = f"zoo {zoo!r}" if zoo and not target else repr(target)
         loading = f"loading {method}: target {source}" + (f", draft {draft!r}" if draft else "") + " ..."
@@ -248,7 +265,7 @@ def generate(
                     bita_path=bita, bita_topk=bita_topk, bita_masks=bita_masks, lattice_k=lattice_k,
                     ngram_weight=ngram_weight, pbest=pbest, rescore_weight=rescore_weight,
                     tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_,
-                    **({"backend": backend, "threads": threads} if backend != "hf" else {}))
+                    **options, **({"backend": backend, "threads": threads} if backend != "hf" else {}))
         pipe.heal = _heal_default(heal, zoo, pipe)
         if texts is not None:
             _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
@@ -404,6 +421,7 @@ def check_port_free(host: str, port: int) -> None:
 
 
 @app.command()
+@declared_flags()
 def serve(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, ...)."),
@@ -427,12 +445,14 @@ def serve(
     heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP + " /v1/completions only; a request "
                                         "may set its own with the extension field \"heal\"."),
     backend: str = typer.Option("hf", "--backend", help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; one request at a time)."),
+    options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Serve a method over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models,
     /health, /metrics)."""
     try:
         method = method or _default_method(zoo, draft)
         resolve_method(method)
+        options = _method_options(method, zoo, options)
         if zoo is not None:
             check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", None)
         parse_gamma(_gamma(gamma))
@@ -452,7 +472,7 @@ def serve(
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
         _check_backend_flags(backend, False, False)
         load_args = dict(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
-                         gamma=_gamma(gamma), ngram_path=ngram,
+                         gamma=_gamma(gamma), ngram_path=ngram, **options,
                          **({"backend": backend, "threads": threads} if backend != "hf" else {}))
         from .serve.app import ServerSettings
 
@@ -535,6 +555,7 @@ def methods() -> None:
 
 
 @app.command()
+@declared_flags(shared=False, exclude=("early_exit_layers",))  # bench sweeps BiLD's thresholds and the layer counts
 def bench(
     prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category> (e.g. spec_bench:translation, spec_bench:mt_bench)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else the copies shipped with draftverify)."),
@@ -572,12 +593,14 @@ def bench(
     cost_modes: Optional[str] = typer.Option(None, "--cost-modes", help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm (stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all)."),
     cost_repeats: Optional[int] = typer.Option(None, "--cost-repeats", help="Timed calls per n for --cost-curve (default 20; --quick 2)."),
     backend: str = typer.Option("hf", "--backend", help="Comma list of what runs our rows: hf, llamacpp (rows llamacpp:<row>: our loop on llama.cpp's kernels, target and draft converted to GGUF at --dtype, greedy only, '= baseline' against llama.cpp's own greedy row `llamacpp`), e.g. hf,llamacpp."),
+    options: Optional[dict[str, Any]] = None,  # the declared drafter options' flags (cli_flags.py)
 ) -> None:
     """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
     from .bench.cli import main as bench_main
 
     _quiet_libraries()
-    code = bench_main(backend=backend, cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes,
+    code = bench_main(method_options=options or {}, backend=backend, cost_curve=cost_curve, cost_sizes=cost_sizes,
+                      cost_modes=cost_modes,
                       cost_repeats=cost_repeats,
                       prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,

@@ -77,13 +77,17 @@ TRAIN_NAT_TRANSLATION = ("draftverify train nat --target {target} --train-target
                          "--export {export}")
 
 
+def shipped(part: str) -> str:
+    """Which zoo entries ship `part`, as a phrase: "only the translate zoo ships one"."""
+    entries = zoos_with(part)
+    if not entries:
+        return "no zoo entry ships one"
+    return f"only the {entries[0]} zoo ships one" if len(entries) == 1 else f"the {', '.join(entries)} zoos ship one"
+
+
 def nat_shipped() -> str:
     """Which zoo entries ship a NAT drafter, as a phrase: "only the translate zoo ships one"."""
-    shipped = zoos_with("nat")
-    if not shipped:
-        return "no zoo entry ships one"
-    return f"only the {', '.join(shipped)} zoo ships one" if len(shipped) == 1 else \
-        f"the {', '.join(shipped)} zoos ship one"
+    return shipped("nat")
 
 
 def nat_advice(zoo: str | None = None, translation: bool = False) -> str:

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
+from ..options import check_files, check_names
 from .runner_families import BASELINES, families
 
 # an integer >= 1, "auto" (Theorem 8 online), "heuristic" (Hugging Face's +2/-1) or "conf[=T]" (auto's length as a
@@ -63,11 +65,14 @@ class BenchConfig:
     progress: bool = True
     command: str | None = None  # the command line to record; default: sys.argv
     notes: list[str] = field(default_factory=list)
+    # declared drafter options (options/), by field name, e.g. {"nat_path": DIR}: the rest take their declared
+    # defaults, and files not given come from the zoo entry
+    options: dict[str, Any] = field(default_factory=dict)
 
     def resolved(self) -> "BenchConfig":
         """Fill mode defaults and validate; raises DraftVerifyError naming the bad option."""
         quick = self.quick
-        cfg = replace(self, notes=list(self.notes))
+        cfg = replace(self, notes=list(self.notes), options=dict(self.options))
         if cfg.num_prompts is None:
             cfg.num_prompts = QUICK_PROMPTS if quick else FULL_PROMPTS
         if cfg.max_new_tokens is None:
@@ -96,6 +101,8 @@ class BenchConfig:
         return cfg
 
     def validate(self) -> None:
+        check_names(self.options)
+        check_files(self.options)
         _positive_int("--num-prompts", self.num_prompts)
         _positive_int("--max-new-tokens", self.max_new_tokens)
         _positive_int("--bild-gamma", self.bild_gamma)
@@ -145,11 +152,14 @@ class BenchConfig:
         return family in BASELINES or self.runners is None or family in self.runners
 
     def as_dict(self) -> dict:
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = str(value) if isinstance(value, Path) else list(value) if isinstance(value, tuple) else value
+        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+        out["options"] = {k: _plain(v) for k, v in self.options.items()}
         return out
+
+
+def _plain(value: object) -> object:
+    """A config value as JSON records it."""
+    return str(value) if isinstance(value, Path) else list(value) if isinstance(value, tuple) else value
 
 
 def _positive_int(option: str, value: object) -> int:

@@ -3,12 +3,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from transformers import AutoTokenizer, PreTrainedModel
 
 from ..api import load_model, zoo_paths
 from ..cached_lm import context_limit
 from ..errors import DraftVerifyError
+from ..options import all_fields, fill_from_zoo
+from ..options.checks import methods_reading
+from ..options.declare import declaration
+from ..zoo import zoo_folder
 from .config import BenchConfig
 
 
@@ -22,6 +27,7 @@ class BenchModels:
     heads_path: Path | None = None
     bita_path: Path | None = None
     nat_path: Path | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # declared drafter options, the zoo's files filled in
     paths: dict[str, str | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -58,6 +64,10 @@ class BenchModels:
                 "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
             }
         out["ngram"] = {"path": self.paths.get("ngram")} if self.ngram_path else None
+        for name, (_, f) in all_fields().items():  # the declared files: {"nat": {"path": ...}}
+            opt = declaration(f)
+            if opt is not None and opt.zoo is not None and self.options.get(name) is not None:
+                out[opt.flag.lstrip("-")] = {"path": str(self.options[name])}
         return out
 
 
@@ -94,6 +104,20 @@ def resolve_paths(config: BenchConfig) -> dict[str, Path | None]:
     return chosen
 
 
+def method_options(config: BenchConfig) -> tuple[dict[str, Any], list[str]]:
+    """The config's declared drafter options with the zoo entry's files filled in, and a note for each declared
+    file still missing (the methods that need it are skipped)."""
+    values = dict(config.options)
+    if config.zoo is not None:
+        values = fill_from_zoo(values, zoo_folder(config.zoo))
+    notes = []
+    for name, (_, f) in all_fields().items():
+        opt = declaration(f)
+        if opt is not None and opt.zoo is not None and values.get(name) is None:
+            notes.append(f"no {opt.what} (pass {opt.flag} or a zoo that has one): skipped {', '.join(methods_reading(name))}")
+    return values, notes
+
+
 def load_models(config: BenchConfig) -> BenchModels:
     paths = resolve_paths(config)
     target = load_model(paths["target"], config.dtype, role="target")
@@ -110,6 +134,8 @@ def load_models(config: BenchConfig) -> BenchModels:
     models.heads_path = paths["heads"]
     models.bita_path = paths["bita"]
     models.nat_path = paths["nat"]
+    models.options, notes = method_options(config)
+    models.notes += notes
     for role, families in (("draft", "hf_assisted, model, bild"), ("aligned_draft", "model_aligned"),
                            ("ngram", "ngram"), ("heads", "bpd"), ("bita", "bita"), ("nat", "specdec")):
         if paths[role] is None:
