@@ -26,7 +26,7 @@ from .options import check_files, check_names, fill_from_zoo
 from .options.checks import check_zoo_ships
 from .quiet import quiet
 from .types import GenerationOutput, GenerationStats, SamplingParams
-from .zoo import check_zoo_has_nat, zoo_folder
+from .zoo import zoo_folder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -34,8 +34,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def zoo_paths(name: str) -> dict[str, Path]:
     folder = zoo_folder(name)
     return {"target": folder / "target", "draft": folder / "draft", "draft_aligned": folder / "draft-aligned",
-            "ngram": folder / "ngram.safetensors", "heads": folder / "heads", "bita": folder / "bita",
-            "nat": folder / "nat"}
+            "ngram": folder / "ngram.safetensors", "heads": folder / "heads", "bita": folder / "bita"}
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model",
@@ -372,9 +371,6 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
             options["heads_path"] = paths["heads"]
         if options.get("bita_path") is None and paths["bita"].exists():
             options["bita_path"] = paths["bita"]
-        if options.get("nat_path") is None and paths["nat"].exists():
-            options["nat_path"] = paths["nat"]
-        check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", options.get("nat_path"))
     if target is None:
         raise DraftVerifyError("no target model: pass target=PATH or zoo=NAME")
     resolve_method(method)

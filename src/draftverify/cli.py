@@ -27,7 +27,7 @@ from .methods import METHODS, resolve_method
 from .options import check_files, parse_values
 from .options.checks import check_zoo_ships, unused_flags
 from .train.cli import train_app
-from .zoo import ZOO_DEFAULT_METHOD, check_zoo_has_nat, nat_shipped, zoo_default_method
+from .zoo import ZOO_DEFAULT_METHOD, zoo_default_method
 
 if TYPE_CHECKING:
     from .types import GenerationStats
@@ -209,7 +209,6 @@ def generate(
     bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita methods (default: the zoo's)."),
     bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree: candidates per mask token."),
     bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita*: use the adapter's first m mask tokens (default: all)."),
-    nat: Optional[Path] = typer.Option(None, "--nat", help=f"NAT drafter folder for specdec / specdec++_nat (default: the zoo's nat/; {nat_shipped()}; for another target train one with `draftverify train nat --target TARGET ...`, see the README)."),
     lattice_k: int = typer.Option(4, "--lattice-k", help="bpd_ngram / bpd_pbest / bpd_neural: candidates per head in the top-k lattice."),
     ngram_weight: float = typer.Option(0.5, "--ngram-weight", help="bpd_ngram / bpd_pbest: n-gram weight alpha (0 = heads only)."),
     pbest: int = typer.Option(4, "--pbest", help="bpd_pbest: rescored lattice paths merged into one tree."),
@@ -230,8 +229,6 @@ def generate(
         # every check that needs no model runs before anything is imported, loaded or printed
         resolve_method(method)
         options = _method_options(method, zoo, options)
-        if zoo is not None:
-            check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", nat)
         parse_gamma(_gamma(gamma))
         check_sampling(temperature, top_k, top_p, seed, coupling)
         check_max_new_tokens(max_new_tokens)
@@ -261,7 +258,7 @@ def generate(
             torch.set_num_threads(threads)
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                     gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
-                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads, nat_path=nat,
+                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads,
                     bita_path=bita, bita_topk=bita_topk, bita_masks=bita_masks, lattice_k=lattice_k,
                     ngram_weight=ngram_weight, pbest=pbest, rescore_weight=rescore_weight,
                     tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_,
@@ -453,8 +450,6 @@ def serve(
         method = method or _default_method(zoo, draft)
         resolve_method(method)
         options = _method_options(method, zoo, options)
-        if zoo is not None:
-            check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", None)
         parse_gamma(_gamma(gamma))
         if dtype not in DTYPE_NAMES:
             raise DraftVerifyError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
@@ -569,7 +564,6 @@ def bench(
     ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram runner."),
     heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd runners (default: the zoo's)."),
     bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita runners (default: the zoo's)."),
-    nat: Optional[Path] = typer.Option(None, "--nat", help=f"NAT drafter folder for the specdec runners (default: the zoo's nat/; {nat_shipped()})."),
     bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree runners: candidates per mask token."),
     bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita runners: the adapter's first m mask tokens (default: all)."),
     gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic', 'conf[=T]' (auto's length as a cap, drafts ending at the draft model's first token with max q <= T, default 0.4) (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
@@ -604,7 +598,7 @@ def bench(
                       cost_repeats=cost_repeats,
                       prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
-                      ngram=ngram, heads=heads, bita=bita, nat=nat, bita_topk=bita_topk, bita_masks=bita_masks, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
+                      ngram=ngram, heads=heads, bita=bita, bita_topk=bita_topk, bita_masks=bita_masks, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
                       bild_gamma=bild_gamma, runners=runners, seed=seed, warmup_tokens=warmup_tokens, threads=threads,
                       dtype=dtype, compile=compile_, out=out, name=name, quick=quick, plots=plots, progress=progress)
     if code:
@@ -656,6 +650,8 @@ def bench_translate(
         import torch
 
         from .api import load_model, load_tokenizer, zoo_paths
+        from .options import fill_from_zoo
+        from .zoo import zoo_folder
 
         if threads is not None:
             torch.set_num_threads(threads)
@@ -670,7 +666,7 @@ def bench_translate(
                 raise DraftVerifyError(f"{option} {explicit}: no such directory (an exported small translation model)")
             path = explicit or (default if default.exists() else None)
             small[role] = load_model(path, role=role) if path is not None else None
-        nat = paths["nat"] if paths["nat"].exists() else None
+        nat = fill_from_zoo({}, zoo_folder(zoo)).get("nat_path")
         result = run_sweep(target, small["draft"], nat, load_tokenizer(paths["target"]), prompts, max_new_tokens,
                            log=lambda m: err_console.print(f"[dim]{m}[/dim]"), aligned_model=small["aligned draft"],
                            counts_only=counts_only, **grid)

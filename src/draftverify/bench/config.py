@@ -41,7 +41,6 @@ class BenchConfig:
     ngram: str | Path | None = None
     heads: str | Path | None = None  # blockwise heads folder (bpd methods); the zoo's by default
     bita: str | Path | None = None  # BiTA adapter folder (bita methods); the zoo's by default
-    nat: str | Path | None = None  # NAT drafter folder (specdec methods); the zoo's by default
     bita_topk: int = 3  # bita / bita_tree: candidates per mask token
     bita_masks: int | None = None  # bita*: the adapter's first m mask tokens (None = all; quick: 1)
     dtype: str = "float32"

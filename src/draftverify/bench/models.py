@@ -26,7 +26,6 @@ class BenchModels:
     ngram_path: Path | None = None
     heads_path: Path | None = None
     bita_path: Path | None = None
-    nat_path: Path | None = None
     options: dict[str, Any] = field(default_factory=dict)  # declared drafter options, the zoo's files filled in
     paths: dict[str, str | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -80,7 +79,6 @@ def resolve_paths(config: BenchConfig) -> dict[str, Path | None]:
         "ngram": Path(config.ngram) if config.ngram else None,
         "heads": Path(config.heads) if config.heads else None,
         "bita": Path(config.bita) if config.bita else None,
-        "nat": Path(config.nat) if config.nat else None,
     }
     if config.zoo is not None:
         paths = zoo_paths(config.zoo)
@@ -91,12 +89,11 @@ def resolve_paths(config: BenchConfig) -> dict[str, Path | None]:
             "ngram": Path(paths["ngram"]),
             "heads": Path(paths["heads"]),
             "bita": Path(paths["bita"]),
-            "nat": Path(paths["nat"]),
         }
         for role, path in zoo.items():
             if chosen[role] is None:
                 chosen[role] = path if path.exists() or role == "target" else None
-    for role in ("draft", "aligned_draft", "ngram", "heads", "bita", "nat"):  # an explicit path that is not there is a mistake
+    for role in ("draft", "aligned_draft", "ngram", "heads", "bita"):  # an explicit path that is not there is a mistake
         explicit = getattr(config, role)
         if explicit and not Path(explicit).exists():
             option = "--" + role.replace("_", "-")
@@ -133,11 +130,10 @@ def load_models(config: BenchConfig) -> BenchModels:
     models.ngram_path = paths["ngram"]
     models.heads_path = paths["heads"]
     models.bita_path = paths["bita"]
-    models.nat_path = paths["nat"]
     models.options, notes = method_options(config)
     models.notes += notes
     for role, families in (("draft", "hf_assisted, model, bild"), ("aligned_draft", "model_aligned"),
-                           ("ngram", "ngram"), ("heads", "bpd"), ("bita", "bita"), ("nat", "specdec")):
+                           ("ngram", "ngram"), ("heads", "bpd"), ("bita", "bita")):
         if paths[role] is None:
             option = "--" + role.replace("_", "-")
             models.notes.append(f"no {role.replace('_', ' ')} (pass {option} or a zoo that has one): "

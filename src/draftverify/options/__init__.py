@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from ..registry import register_options
 from .declare import Option, option
+from .nat import NATOptions
 from .shared import SharedOptions
 from .union import (MethodOptions, all_fields, check_files, check_names, defaults, drafter_fields, drafters_reading,
                     fill_from_zoo, option_classes, parse_values, zoo_files)
 
-__all__ = ["MethodOptions", "Option", "SharedOptions", "all_fields", "check_files", "check_names", "defaults",
+# drafter -> the options it reads: one line per drafter with options of its own
+register_options("nat", NATOptions)
+
+__all__ = ["MethodOptions", "NATOptions", "Option", "SharedOptions", "all_fields", "check_files", "check_names", "defaults",
            "drafter_fields", "drafters_reading", "fill_from_zoo", "option", "option_classes", "parse_values",
            "register_options", "zoo_files"]

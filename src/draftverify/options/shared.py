@@ -16,7 +16,6 @@ class SharedOptions:
     bita_path: str | Path | None = None  # bita*: folder of a trained adapter (bita.json + bita.safetensors)
     bita_topk: int = 3  # bita / bita_tree: candidates per mask token (bita_chain uses the top-1 only)
     bita_masks: int | None = None  # bita*: use the adapter's first m mask tokens (None = all it was trained with)
-    nat_path: str | Path | None = None  # specdec*: folder of a trained NAT drafter (nat.json + nat.safetensors)
     lattice_k: int = 4  # bpd_ngram / bpd_pbest: candidates per head in the top-k lattice
     ngram_weight: float = 0.5  # alpha: weight of the n-gram score against the heads' log-probs
     pbest: int = 4  # bpd_pbest: rescored paths merged into the verified tree
