@@ -32,9 +32,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def zoo_paths(name: str) -> dict[str, Path]:
+    """The models of zoo entry `name`; the files its drafters read are declared with their options (options/)."""
     folder = zoo_folder(name)
-    return {"target": folder / "target", "draft": folder / "draft", "draft_aligned": folder / "draft-aligned",
-            "ngram": folder / "ngram.safetensors", "heads": folder / "heads", "bita": folder / "bita"}
+    return {"target": folder / "target", "draft": folder / "draft", "draft_aligned": folder / "draft-aligned"}
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model",
@@ -365,12 +365,6 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
         target = target or paths["target"]
         if draft is None and resolve_method(method).needs_draft:
             draft = paths["draft"]
-        if options.get("ngram_path") is None and paths["ngram"].exists():
-            options["ngram_path"] = paths["ngram"]
-        if options.get("heads_path") is None and paths["heads"].exists():
-            options["heads_path"] = paths["heads"]
-        if options.get("bita_path") is None and paths["bita"].exists():
-            options["bita_path"] = paths["bita"]
     if target is None:
         raise DraftVerifyError("no target model: pass target=PATH or zoo=NAME")
     resolve_method(method)

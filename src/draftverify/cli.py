@@ -81,19 +81,6 @@ def stats_table(stats: GenerationStats, title: str = "statistics") -> Table:
     return table
 
 
-def _tree_paths(value: str | None) -> list[tuple[int, ...]] | None:
-    """--tree-paths as JSON, e.g. '[[0], [1], [0, 0]]' (Medusa-style child-rank paths)."""
-    if value is None:
-        return None
-    try:
-        paths = json.loads(value)
-    except json.JSONDecodeError as err:
-        raise DraftVerifyError(f"--tree-paths must be JSON like '[[0], [1], [0, 0]]': {err}") from None
-    if not isinstance(paths, list) or not all(isinstance(p, list) for p in paths):
-        raise DraftVerifyError(f"--tree-paths must be a JSON list of lists of child ranks, got {value!r}")
-    return [tuple(p) for p in paths]
-
-
 def _gamma(value: str) -> int | str:
     return int(value) if value.lstrip("-").isdigit() else value
 
@@ -112,7 +99,7 @@ def _default_method(zoo: Optional[str], draft: Optional[str]) -> str:
 
 
 def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float, seed: Optional[int],
-                      draft: Optional[str], ngram: Optional[Path], coupling: Optional[bool], gamma: str) -> list[str]:
+                      draft: Optional[str], coupling: Optional[bool], gamma: str) -> list[str]:
     """Settings the user gave that this run will not use (or not as they expect): said out loud instead of
     silently dropped."""
     notes = []
@@ -126,8 +113,6 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
             notes.append(f"{', '.join(given)}: used only when sampling; ignored at --temperature 0 (greedy)")
     if draft is not None and not resolve_method(method).needs_draft:
         notes.append(f"--draft is not used by method {method!r} (it drafts without a draft model); ignored")
-    if ngram is not None and resolve_method(method).drafter != "ngram":
-        notes.append(f"--ngram is only used by method 'ngram', not {method!r}; ignored")
     return notes
 
 
@@ -198,23 +183,6 @@ def generate(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seeded sampling is coupled: the same seed gives the same text for every method and draft length."),
     coupling: Optional[bool] = typer.Option(None, "--coupling/--no-coupling", help="Position-keyed (Gumbel-max) sampling; default: on when --seed is given."),
     gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
-    alpha_fb: float = typer.Option(0.0, "--alpha-fb", help="BiLD fallback threshold in [0, 1] (0 = never)."),
-    alpha_rb: float = typer.Option(2.0, "--alpha-rb", help="BiLD rollback threshold on -log p_target(x), >= 0."),
-    lenience: float = typer.Option(1.0, "--lenience", help="Leviathan A.5 lenience l in (0, 1]; 1 = exact."),
-    beta: int = typer.Option(3, "--beta", help="SpecDec++ top-beta."),
-    tau: float = typer.Option(1.0, "--tau", help="SpecDec++ tolerance tau."),
-    early_exit_layers: int = typer.Option(1, "--early-exit-layers", help="Layers of the target used as the draft."),
-    ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram method."),
-    heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd methods (default: the zoo's heads)."),
-    bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita methods (default: the zoo's)."),
-    bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree: candidates per mask token."),
-    bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita*: use the adapter's first m mask tokens (default: all)."),
-    lattice_k: int = typer.Option(4, "--lattice-k", help="bpd_ngram / bpd_pbest / bpd_neural: candidates per head in the top-k lattice."),
-    ngram_weight: float = typer.Option(0.5, "--ngram-weight", help="bpd_ngram / bpd_pbest: n-gram weight alpha (0 = heads only)."),
-    pbest: int = typer.Option(4, "--pbest", help="bpd_pbest: rescored lattice paths merged into one tree."),
-    rescore_weight: float = typer.Option(1.0, "--rescore-weight", help="bpd_neural: weight alpha of the draft model's logits against the heads'."),
-    tree_paths: Optional[str] = typer.Option(None, "--tree-paths", help="model_tree shape as JSON paths of child ranks, e.g. '[[0],[1],[0,0]]'."),
-    lookup_matches: int = typer.Option(4, "--lookup-matches", help="prompt_lookup_tree: earlier matches merged into one tree."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses, compiled before generating (tens of seconds per graph on a CPU); pays off only over many generations in one process, and says after how many tokens."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
@@ -243,7 +211,7 @@ def generate(
         _check_backend_flags(backend, compile_, prompts_file is not None and batch_size > 1)
         texts = read_prompts_file(prompts_file) if prompts_file is not None else None
         text_in = _read_prompt(prompt) if texts is None else texts[0]
-        for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, ngram, coupling, gamma) \
+        for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, coupling, gamma) \
                 + unused_flags(method, options):
             err_console.print(f"[yellow]warning:[/yellow] {escape(note)}")
         source = f"zoo {zoo!r}" if zoo and not target else repr(target)
@@ -257,12 +225,8 @@ def generate(
 
             torch.set_num_threads(threads)
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
-                    gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
-                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads,
-                    bita_path=bita, bita_topk=bita_topk, bita_masks=bita_masks, lattice_k=lattice_k,
-                    ngram_weight=ngram_weight, pbest=pbest, rescore_weight=rescore_weight,
-                    tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_,
-                    **options, **({"backend": backend, "threads": threads} if backend != "hf" else {}))
+                    gamma=_gamma(gamma), compile=compile_, **options,
+                    **({"backend": backend, "threads": threads} if backend != "hf" else {}))
         pipe.heal = _heal_default(heal, zoo, pipe)
         if texts is not None:
             _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
@@ -426,7 +390,6 @@ def serve(
     method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1) needs a chain method: autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit; others serve one request at a time."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
     gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
-    ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table for the ngram method."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
@@ -467,7 +430,7 @@ def serve(
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
         _check_backend_flags(backend, False, False)
         load_args = dict(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
-                         gamma=_gamma(gamma), ngram_path=ngram, **options,
+                         gamma=_gamma(gamma), **options,
                          **({"backend": backend, "threads": threads} if backend != "hf" else {}))
         from .serve.app import ServerSettings
 
@@ -561,11 +524,6 @@ def bench(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (overrides the zoo's)."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (hf_assisted, model, bild)."),
     aligned_draft: Optional[str] = typer.Option(None, "--aligned-draft", help="Aligned draft model (model_aligned)."),
-    ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram runner."),
-    heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd runners (default: the zoo's)."),
-    bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita runners (default: the zoo's)."),
-    bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree runners: candidates per mask token."),
-    bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita runners: the adapter's first m mask tokens (default: all)."),
     gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic', 'conf[=T]' (auto's length as a cap, drafts ending at the draft model's first token with max q <= T, default 0.4) (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
     early_exit_layers: Optional[str] = typer.Option(None, "--early-exit-layers", help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers)."),
     bild_fb: Optional[str] = typer.Option(None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."),
@@ -598,7 +556,7 @@ def bench(
                       cost_repeats=cost_repeats,
                       prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
-                      ngram=ngram, heads=heads, bita=bita, bita_topk=bita_topk, bita_masks=bita_masks, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
+                      gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
                       bild_gamma=bild_gamma, runners=runners, seed=seed, warmup_tokens=warmup_tokens, threads=threads,
                       dtype=dtype, compile=compile_, out=out, name=name, quick=quick, plots=plots, progress=progress)
     if code:
@@ -697,6 +655,8 @@ def bpd_report(
 
     from .api import zoo_paths
     from .bench.bpd_report import main as report_main
+    from .options import zoo_files
+    from .zoo import zoo_folder
 
     if prompts < 2:
         err_console.print(f"[red]error:[/red] --prompts must be >= 2 (some tune the weights, the rest are reported), got {prompts}")
@@ -709,8 +669,8 @@ def bpd_report(
 
         torch.set_num_threads(threads)
     try:
-        paths = zoo_paths(zoo)
-        result = report_main(str(paths["target"]), str(heads or paths["heads"]), str(paths["ngram"]),
+        paths, files = zoo_paths(zoo), zoo_files(zoo_folder(zoo))
+        result = report_main(str(paths["target"]), str(heads or files["heads_path"]), str(files["ngram_path"]),
                              str(paths["draft"]), str(paths["target"]), prompts, tune, new_tokens, lattice_k, out,
                              shlex.join(["draftverify", *sys.argv[1:]]))
     except DraftVerifyError as err:
@@ -741,6 +701,8 @@ def bita_report(
 
     from .api import zoo_paths
     from .bench.bita_report import TABLES
+    from .options import zoo_files
+    from .zoo import zoo_folder
     from .bench.bita_report import main as report_main
 
     chosen = tuple(t.strip() for t in tables.split(",") if t.strip())
@@ -756,7 +718,7 @@ def bita_report(
         torch.set_num_threads(threads)
     try:
         paths = zoo_paths(zoo)
-        adapters = [str(p) for p in bita] if bita else [str(paths["bita"])]
+        adapters = [str(p) for p in bita] if bita else [str(zoo_files(zoo_folder(zoo))["bita_path"])]
         result = report_main(str(paths["target"]), adapters, prompts, new_tokens, topk, out,
                              shlex.join(["draftverify", *sys.argv[1:]]), str(cost) if cost else None,
                              log=lambda m: err_console.print(escape(m)), tables=chosen)

@@ -38,11 +38,6 @@ class BenchConfig:
     target: str | Path | None = None
     draft: str | Path | None = None
     aligned_draft: str | Path | None = None
-    ngram: str | Path | None = None
-    heads: str | Path | None = None  # blockwise heads folder (bpd methods); the zoo's by default
-    bita: str | Path | None = None  # BiTA adapter folder (bita methods); the zoo's by default
-    bita_topk: int = 3  # bita / bita_tree: candidates per mask token
-    bita_masks: int | None = None  # bita*: the adapter's first m mask tokens (None = all; quick: 1)
     dtype: str = "float32"
     threads: int | None = None
     gammas: tuple[GammaSpec, ...] | None = None  # (2,3,4,5,6,8,auto) (quick: (3, auto))
@@ -64,8 +59,8 @@ class BenchConfig:
     progress: bool = True
     command: str | None = None  # the command line to record; default: sys.argv
     notes: list[str] = field(default_factory=list)
-    # declared drafter options (options/), by field name, e.g. {"nat_path": DIR}: the rest take their declared
-    # defaults, and files not given come from the zoo entry
+    # declared drafter options (options/), by field name, e.g. {"ngram_path": FILE, "bita_topk": 2}: the rest take
+    # their declared defaults, and files not given come from the zoo entry (quick: bita_masks 1)
     options: dict[str, Any] = field(default_factory=dict)
 
     def resolved(self) -> "BenchConfig":
@@ -82,8 +77,8 @@ class BenchConfig:
             cfg.temperatures = QUICK_TEMPERATURES if quick else FULL_TEMPERATURES
         if cfg.warmup_tokens is None:
             cfg.warmup_tokens = QUICK_WARMUP_TOKENS if quick else FULL_WARMUP_TOKENS
-        if quick and cfg.bita_masks is None:
-            cfg.bita_masks = QUICK_BITA_MASKS
+        if quick and cfg.options.get("bita_masks") is None:
+            cfg.options["bita_masks"] = QUICK_BITA_MASKS
         if cfg.bild_fb is None:
             cfg.bild_fb = (0.4,) if quick else DEFAULT_BILD_FB
         if cfg.bild_rb is None:

@@ -1,4 +1,5 @@
-"""Load the benchmark's models once: target, draft, aligned draft, n-gram table path, tokenizer."""
+"""Load the benchmark's models once: target, draft, aligned draft, tokenizer; and the declared drafter options with
+the zoo's files (n-gram table, heads, adapter, ...) filled in."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,9 +24,6 @@ class BenchModels:
     tokenizer: object
     draft: PreTrainedModel | None = None
     aligned_draft: PreTrainedModel | None = None
-    ngram_path: Path | None = None
-    heads_path: Path | None = None
-    bita_path: Path | None = None
     options: dict[str, Any] = field(default_factory=dict)  # declared drafter options, the zoo's files filled in
     paths: dict[str, str | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -62,8 +60,7 @@ class BenchModels:
                 "hidden_size": getattr(cfg, "hidden_size", getattr(cfg, "n_embd", None)),
                 "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
             }
-        out["ngram"] = {"path": self.paths.get("ngram")} if self.ngram_path else None
-        for name, (_, f) in all_fields().items():  # the declared files: {"nat": {"path": ...}}
+        for name, (_, f) in all_fields().items():  # the declared files given or found: {"ngram": {"path": ...}}
             opt = declaration(f)
             if opt is not None and opt.zoo is not None and self.options.get(name) is not None:
                 out[opt.flag.lstrip("-")] = {"path": str(self.options[name])}
@@ -71,14 +68,12 @@ class BenchModels:
 
 
 def resolve_paths(config: BenchConfig) -> dict[str, Path | None]:
-    """Explicit paths win; --zoo fills the rest. Missing optional zoo files are None (their runners are skipped)."""
+    """The models' paths: explicit ones win; --zoo fills the rest. A missing zoo draft is None (its runners are
+    skipped)."""
     chosen: dict[str, Path | None] = {
         "target": Path(config.target) if config.target else None,
         "draft": Path(config.draft) if config.draft else None,
         "aligned_draft": Path(config.aligned_draft) if config.aligned_draft else None,
-        "ngram": Path(config.ngram) if config.ngram else None,
-        "heads": Path(config.heads) if config.heads else None,
-        "bita": Path(config.bita) if config.bita else None,
     }
     if config.zoo is not None:
         paths = zoo_paths(config.zoo)
@@ -86,14 +81,11 @@ def resolve_paths(config: BenchConfig) -> dict[str, Path | None]:
             "target": Path(paths["target"]),
             "draft": Path(paths["draft"]),
             "aligned_draft": Path(paths["draft_aligned"]),
-            "ngram": Path(paths["ngram"]),
-            "heads": Path(paths["heads"]),
-            "bita": Path(paths["bita"]),
         }
         for role, path in zoo.items():
             if chosen[role] is None:
                 chosen[role] = path if path.exists() or role == "target" else None
-    for role in ("draft", "aligned_draft", "ngram", "heads", "bita"):  # an explicit path that is not there is a mistake
+    for role in ("draft", "aligned_draft"):  # an explicit path that is not there is a mistake (files: config.validate)
         explicit = getattr(config, role)
         if explicit and not Path(explicit).exists():
             option = "--" + role.replace("_", "-")
@@ -127,15 +119,11 @@ def load_models(config: BenchConfig) -> BenchModels:
         models.draft = load_model(paths["draft"], config.dtype, role="draft")
     if paths["aligned_draft"] is not None:
         models.aligned_draft = load_model(paths["aligned_draft"], config.dtype, role="aligned draft")
-    models.ngram_path = paths["ngram"]
-    models.heads_path = paths["heads"]
-    models.bita_path = paths["bita"]
-    models.options, notes = method_options(config)
-    models.notes += notes
-    for role, families in (("draft", "hf_assisted, model, bild"), ("aligned_draft", "model_aligned"),
-                           ("ngram", "ngram"), ("heads", "bpd"), ("bita", "bita")):
+    for role, families in (("draft", "hf_assisted, model, bild"), ("aligned_draft", "model_aligned")):
         if paths[role] is None:
             option = "--" + role.replace("_", "-")
             models.notes.append(f"no {role.replace('_', ' ')} (pass {option} or a zoo that has one): "
                                 f"skipped {families}")
+    models.options, notes = method_options(config)
+    models.notes += notes
     return models

@@ -111,9 +111,7 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
     else:
         draft = cached_model(models.draft, "draft", compile) if models.draft is not None else None
         aligned = cached_model(models.aligned_draft, "aligned draft", compile) if models.aligned_draft is not None else None
-    base = MethodOptions(draft_model=draft, ngram_path=models.ngram_path, heads_path=models.heads_path,
-                         bita_path=models.bita_path, bita_topk=config.bita_topk, bita_masks=config.bita_masks,
-                         compile=compile, **models.options)
+    base = MethodOptions(draft_model=draft, compile=compile, **models.options)
     total = getattr(models.target.config, "num_hidden_layers", None)
     layers = config.early_exit_layers if config.early_exit_layers is not None else \
         default_early_exit_layers(total or 2)[: 1 if config.quick else None]
