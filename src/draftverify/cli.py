@@ -391,6 +391,7 @@ def serve(
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
     gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses; the first requests pay the compilation (tens of seconds per graph on a CPU)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8000, "--port"),
@@ -428,9 +429,9 @@ def serve(
             raise DraftVerifyError("serving needs the 'serve' extra: pip install 'draftverify[serve]'")
         check_port_free(host, port)  # before the model loads: a taken port is a one-line exit 2, not uvicorn's
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
-        _check_backend_flags(backend, False, False)
+        _check_backend_flags(backend, compile_, False)
         load_args = dict(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
-                         gamma=_gamma(gamma), **options,
+                         gamma=_gamma(gamma), compile=compile_, **options,
                          **({"backend": backend, "threads": threads} if backend != "hf" else {}))
         from .serve.app import ServerSettings
 
@@ -452,6 +453,10 @@ def serve(
 
         pipe = load(**load_args)
         settings.heal = _heal_default(heal, zoo, pipe)
+        if settings.max_batch > 1 and not pipe.supports_batches:
+            err_console.print(f"note: {escape(method)} decodes one row at a time: requests are served one at a time "
+                              "(--max-batch 1); the chain methods batch")
+            settings.max_batch = 1
         app_ = create_app(pipe, settings)
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
