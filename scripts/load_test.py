@@ -70,14 +70,27 @@ def percentile(values: list[float], q: float) -> float | None:
     return values[k]
 
 
+SAMPLED = {"temperature": 0.8, "top_p": 0.95}  # --mixed: every other request samples with these (and a seed)
+SEEDS = 4  # --mixed: sampled requests take seeds 0..SEEDS-1, so each (prompt, seed) has a single-request reference
+
+
+def settings(index: int, mixed: bool) -> dict:
+    """Request `index`'s sampling settings: greedy, or with --mixed every odd request seeded sampling."""
+    if not mixed or index % 2 == 0:
+        return {"temperature": 0}
+    return {**SAMPLED, "seed": (index // 2) % SEEDS}
+
+
 async def one_request(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int,
-                      api_key: str | None) -> dict:
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+                      api_key: str | None, sampling: dict | None = None) -> dict:
+    sampling = sampling if sampling is not None else {"temperature": 0}
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+            "stream_options": {"include_usage": True}, **sampling}
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     started = time.perf_counter()
     first = None
     tokens = 0
+    text = []
     try:
         async with client.stream("POST", url + "/v1/completions", json=body, headers=headers) as r:
             if r.status_code != 200:
@@ -89,17 +102,45 @@ async def one_request(client: httpx.AsyncClient, url: str, model: str, prompt: s
                 chunk = json.loads(line[6:])
                 if "error" in chunk:
                     return {"ok": False, "status": "stream-error", "seconds": time.perf_counter() - started}
-                if chunk.get("choices") and chunk["choices"][0].get("text") and first is None:
-                    first = time.perf_counter() - started
+                if chunk.get("choices") and chunk["choices"][0].get("text"):
+                    text.append(chunk["choices"][0]["text"])
+                    if first is None:
+                        first = time.perf_counter() - started
                 if chunk.get("usage"):
                     tokens = chunk["usage"]["completion_tokens"]
     except httpx.HTTPError as err:
         return {"ok": False, "status": type(err).__name__, "seconds": time.perf_counter() - started}
-    return {"ok": True, "seconds": time.perf_counter() - started, "ttft": first, "tokens": tokens}
+    return {"ok": True, "seconds": time.perf_counter() - started, "ttft": first, "tokens": tokens,
+            "text": "".join(text), "key": [prompt, json.dumps(sampling, sort_keys=True)]}
+
+
+async def references(url: str, model: str, max_tokens: int, api_key: str | None, mixed: bool) -> dict:
+    """Each (prompt, settings) pair's text as a single request on the idle server, one request at a time."""
+    out = {}
+    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0)) as client:
+        for prompt in PROMPTS:
+            for index in range(2 * SEEDS if mixed else 1):
+                r = await one_request(client, url, model, prompt, max_tokens, api_key, settings(index, mixed))
+                if r["ok"]:
+                    out[tuple(r["key"])] = r["text"]
+    return out
+
+
+def agreement(results: list[dict], refs: dict) -> dict:
+    """How many answered requests equal their single-request text, greedy and sampled apart."""
+    counts = {"greedy": [0, 0], "sampled": [0, 0]}
+    for r in results:
+        if not r["ok"] or tuple(r["key"]) not in refs:
+            continue
+        kind = "greedy" if json.loads(r["key"][1])["temperature"] == 0 else "sampled"
+        counts[kind][1] += 1
+        counts[kind][0] += r["text"] == refs[tuple(r["key"])]
+    return {f"{kind}_equal_single": f"{same}/{total}" for kind, (same, total) in counts.items() if total}
 
 
 async def run(url: str, model: str, clients: int, requests: int, duration: float, max_tokens: int,
-              api_key: str | None, pid: int | None = None, rss_every: int = 0) -> tuple[list[dict], float, list[dict]]:
+              api_key: str | None, pid: int | None = None, rss_every: int = 0,
+              mixed: bool = False) -> tuple[list[dict], float, list[dict]]:
     """Returns the requests' results, the wall time, and the server's RSS every rss_every completed requests
     (with pid; from 0 completed, and at the end)."""
     results: list[dict] = []
@@ -118,8 +159,9 @@ async def run(url: str, model: str, clients: int, requests: int, duration: float
         nonlocal issued
         while issued < requests and time.perf_counter() < deadline:
             prompt = PROMPTS[(issued + index) % len(PROMPTS)]
+            sampling = settings(issued, mixed)
             issued += 1
-            results.append(await one_request(client, url, model, prompt, max_tokens, api_key))
+            results.append(await one_request(client, url, model, prompt, max_tokens, api_key, sampling))
             if rss_every and len(results) % rss_every == 0:
                 sample()
 
@@ -162,7 +204,9 @@ def markdown(report: dict) -> str:
     errors = ", ".join(f"{k}: {v}" for k, v in report["errors"].items()) or "none"
     samples = report["rss_samples"]
     warm = report["rss_warm_sample"]
-    title = f"# Load test ({report['clients']} streaming clients, {report['max_tokens']} tokens per request, greedy)"
+    kind = ("greedy and seeded sampling (temperature 0.8, top-p 0.95) alternating" if report.get("mixed")
+            else "greedy")
+    title = f"# Load test ({report['clients']} streaming clients, {report['max_tokens']} tokens per request, {kind})"
     lines = [title, "",
              f"Command: `{report['command']}`", "", "## Summary", "",
              "| requests | answered | errors | tokens/s | requests/s | latency p50 / p99 ms | first token p50 / p99 ms "
@@ -173,6 +217,11 @@ def markdown(report: dict) -> str:
              f"{ms(report['ttft_p50_s'])} / {ms(report['ttft_p99_s'])} | "
              + (f"{samples[0]['rss_mib']:.1f} -> {samples[-1]['rss_mib']:.1f}" if samples else "")
              + f" | {mib(report['rss_growth_mib'])} | {mib(report['rss_growth_after_warmup_mib'])} |", ""]
+    if report.get("mixed"):
+        lines += ["Every answered request against the same prompt and settings sent alone to the idle server first "
+                  "(each row of a batch must equal its single-request text):", "",
+                  "| greedy equal to single request | seeded sampling equal to single request |", "|---:|---:|",
+                  f"| {report.get('greedy_equal_single', '-')} | {report.get('sampled_equal_single', '-')} |", ""]
     if samples:
         lines += ["## Resident memory", "",
                   f"The server's RSS every {report['rss_every']} completed requests; growth after warm-up is the last "
@@ -262,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-every", type=int, default=100, help="Sample the server's RSS every N completed requests")
     parser.add_argument("--rss-warm", type=int, default=200,
                         help="Growth after warm-up: the last RSS sample minus the first at or after N requests")
+    parser.add_argument("--mixed", action="store_true",
+                        help="Alternate greedy and seeded sampling requests (one batch holds both) and check every "
+                             "answer against the same request sent alone first")
     parser.add_argument("--out", type=Path,
                         help="Write the summary JSON here too, and a markdown report (.md) beside it")
     args = parser.parse_args(argv)
@@ -283,8 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.warmup:
             asyncio.run(run(url, model, min(args.clients, args.warmup), args.warmup, args.duration, args.max_tokens,
                             args.api_key))
+        refs = asyncio.run(references(url, model, args.max_tokens, args.api_key, args.mixed))
         results, wall, samples = asyncio.run(run(url, model, args.clients, args.requests, args.duration,
-                                                 args.max_tokens, args.api_key, pid, args.rss_every))
+                                                 args.max_tokens, args.api_key, pid, args.rss_every, args.mixed))
     finally:
         if proc is not None:
             proc.terminate()
@@ -294,15 +347,16 @@ def main(argv: list[str] | None = None) -> int:
                 proc.kill()
     command = shlex.join(["python", "scripts/load_test.py", *redacted(sys.argv[1:] if argv is None else argv)])
     report = {"command": command, "url": url, "model": model, "max_tokens": args.max_tokens,
-              "rss_every": args.rss_every, "rss_warm": args.rss_warm,
-              **summary(results, wall, samples, args.rss_warm, args.clients)}
+              "rss_every": args.rss_every, "rss_warm": args.rss_warm, "mixed": args.mixed,
+              **agreement(results, refs), **summary(results, wall, samples, args.rss_warm, args.clients)}
     text = json.dumps(report, indent=1)
     print(text)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
         args.out.with_suffix(".md").write_text(markdown(report))
-    return 0 if report["ok"] == report["requests"] else 1
+    agreed = all(a == b for a, b in (v.split("/") for k, v in report.items() if k.endswith("_equal_single")))
+    return 0 if report["ok"] == report["requests"] and agreed else 1
 
 
 if __name__ == "__main__":

@@ -100,8 +100,8 @@ def test_a_list_of_prompts_runs_as_one_batch_with_each_text_its_own(model_dirs, 
 
 
 def test_batches_of_one_row_methods_are_clear_errors(model_dirs):
-    pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method="model_tree")
-    with pytest.raises(DraftVerifyError, match="runs one row at a time"):
+    pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method="bild")
+    with pytest.raises(DraftVerifyError, match="one row at a time"):
         pipe.generate([PROMPT, "x"], max_new_tokens=4)
     pipe = load(target=model_dirs / "target", method="autoregressive")
     with pytest.raises(DraftVerifyError, match="2 seeds for 3 prompts"):

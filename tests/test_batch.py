@@ -313,3 +313,346 @@ def test_gaps_in_the_cache_and_full_repacks_give_the_same_text(gap_share):
     assert out.rows == refs
     assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens
     assert (max(gaps) > 0) == (gap_share == 1.0)
+
+
+MIXED = [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=3), SamplingParams(),
+         SamplingParams(temperature=1.3, top_k=20, seed=5)]
+
+
+def own_text(model, prompt: list[int], params: SamplingParams, new: int) -> list[int]:
+    """A row's batch-1 text under its own settings (the target alone)."""
+    if params.greedy:
+        return reference_greedy(model, torch.tensor([prompt]), new)
+    return generate(model, NoDrafter(), ExactVerifier(params), torch.tensor([prompt]), params,
+                    max_new_tokens=new).new_tokens[0].tolist()
+
+
+@pytest.mark.parametrize("kind", ["none", "model", "prompt_lookup", "ngram", "lookup_model"])
+def test_rows_with_their_own_sampling_settings_equal_their_own_text(kind):
+    """Per-row sampling: greedy rows and seeded rows of different temperature / top-k / top-p in one batch; each
+    row is drafted and judged by its own settings, so it equals its own batch-1 text."""
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 16) for p, s in zip(PROMPTS, MIXED)]
+    refs = [reference_greedy(model, torch.tensor([p]), 16) for p in PROMPTS]
+    assert expected[1] != refs[1] and expected[3] != refs[3]  # the sampled rows do sample
+    ids, mask = padded(PROMPTS)
+    out = generate(model, make_drafter(kind, model, refs), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
+                   max_new_tokens=16, gamma=3)
+    assert out.rows == expected
+
+
+def test_joining_rows_keep_their_own_sampling_settings():
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
+    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
+               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
+    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), ExactVerifier(MIXED[0]),
+                   torch.tensor([PROMPTS[0]]), MIXED[0], max_new_tokens=12, gamma=3,
+                   admit=lambda: pending.pop(0) if pending else [])
+    assert out.rows == expected
+
+
+def test_greedy_rows_beside_uncoupled_sampled_rows_stay_greedy_and_the_sampled_rows_follow_p():
+    """Half the rows greedy, half sampled without coupling, one batch: every greedy row takes the target's argmax
+    and the sampled rows' first tokens are distributed as the target's p (chi-square)."""
+    torch.manual_seed(0)
+    model = varied_model("llama")
+    prompt = [5, 17, 33, 8]
+    sampled = SamplingParams(temperature=1.0, coupling=False)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0, -1]
+    p = probs_from_logits(logits, sampled).double()
+    rows = 1200
+    params = [SamplingParams() if b % 2 == 0 else sampled for b in range(rows)]
+    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), ExactVerifier(params[0]),
+                   torch.tensor([prompt] * rows), params, max_new_tokens=2, gamma=3)
+    first = torch.tensor([r[0] for r in out.rows])
+    assert bool((first[0::2] == int(logits.argmax())).all())
+    counts = torch.bincount(first[1::2], minlength=p.shape[0]).double()
+    assert chi2_statistic(counts, p) < chi2_critical(counts, p)
+    wrong = torch.bincount(first[0::2], minlength=p.shape[0]).double()  # the greedy rows are not samples of p
+    assert chi2_statistic(wrong, p) > chi2_critical(wrong, p)
+
+
+def test_per_row_settings_need_a_rule_that_judges_rows_apart():
+    model = model_for("llama")
+    ids, mask = padded(PROMPTS)
+    with pytest.raises(DraftVerifyError, match="one sampling setting for the whole batch"):
+        generate(model, NoDrafter(), SpeculativeSamplingVerifier(), ids, MIXED, attention_mask=mask, max_new_tokens=4)
+    with pytest.raises(DraftVerifyError, match="params has 2 entries for 4 rows"):
+        generate(model, NoDrafter(), ExactVerifier(MIXED[0]), ids, MIXED[:2], attention_mask=mask, max_new_tokens=4)
+
+
+def tree_drafter(model, noise: float = 0.5):
+    from draftverify.drafters import ModelTreeDrafter
+
+    return ModelTreeDrafter(perturbed_copy(model, noise, seed=1))
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "qwen2"])
+def test_tree_rows_equal_their_own_greedy_text(arch):
+    """model_tree in a batch: one tree shape, each row its own tokens, per-row acceptance and branch commit in
+    both the target's and the draft's caches; rows of different prompt lengths and limits."""
+    model = model_for(arch)
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, tree_drafter(model), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
+                   max_new_tokens=limits, gamma=4)
+    assert out.rows == refs
+    assert out.stats.accepted_tokens > 0  # the trees were accepted in part
+    close = generate(model, tree_drafter(model, 0.1), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
+                     max_new_tokens=limits, gamma=4)  # a close draft: most of every tree is kept, rows diverge
+    assert close.rows == refs and close.stats.target_calls < max(limits) * 2 // 3
+
+
+def test_tree_rows_sample_with_their_own_seeds_and_settings():
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 14) for p, s in zip(PROMPTS, MIXED)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, tree_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
+                   max_new_tokens=14, gamma=3)
+    assert out.rows == expected
+
+
+def test_tree_rows_joining_between_steps_equal_their_own_text():
+    model = model_for("llama")
+    refs = [reference_greedy(model, torch.tensor([p]), 12) for p in PROMPTS]
+    pending = [[(PROMPTS[1], 12, None)], [], [(PROMPTS[2], 12, None), (PROMPTS[3], 12, None)]]
+    out = generate(model, tree_drafter(model), ExactVerifier(SamplingParams()), torch.tensor([PROMPTS[0]]),
+                   max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
+    assert out.rows == refs
+
+
+def bpd_drafter(model):
+    """Heads as initialised (each head starts as head 1: it proposes the target's next token again), so rows
+    accept different amounts: runs of a repeated token are accepted, the rest rejected."""
+    from draftverify.drafters import BlockwiseDrafter, BlockwiseHeads
+
+    torch.manual_seed(0)
+    return BlockwiseDrafter(BlockwiseHeads.for_target(model, 4))
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_bpd_rows_equal_their_own_greedy_text(arch):
+    """Blockwise heads in a batch: each row's heads read its own last kept hidden state of the verify pass."""
+    model = model_for(arch)
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, bpd_drafter(model), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
+                   max_new_tokens=limits, gamma=3)
+    assert out.rows == refs
+    singles = [generate(model, bpd_drafter(model), ExactVerifier(SamplingParams()), torch.tensor([p]),
+                        max_new_tokens=n, gamma=3).stats.accepted_tokens for p, n in zip(PROMPTS, limits)]
+    # each row drafts from its own state, as alone (a batched GEMM may round a head's near-tie differently)
+    assert abs(out.stats.accepted_tokens - sum(singles)) <= 2 and out.stats.accepted_tokens > 0
+
+
+def test_bpd_rows_sample_with_their_own_settings_and_join_between_steps():
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, bpd_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
+                   max_new_tokens=12, gamma=3)
+    assert out.rows == expected
+    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
+               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
+    joined = generate(model, bpd_drafter(model), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]), MIXED[0],
+                      max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
+    assert joined.rows == expected
+
+
+BITA = ["bita", "bita_tree", "bita_chain"]
+
+
+def bita_drafter(model, method: str, prompt: str = "deep", seed: int = 1):
+    """A random adapter (mask embeddings and a deep prompt): rows accept different, small amounts."""
+    from draftverify.drafters import BitaDrafter, BitaEfficientDrafter, BitaFullTreeDrafter
+    from draftverify.drafters.bita_adapter import BitaAdapter
+
+    torch.manual_seed(seed)
+    adapter = BitaAdapter.for_target(model, 3, prompt, 4)
+    cls, k = {"bita": (BitaEfficientDrafter, 2), "bita_tree": (BitaFullTreeDrafter, 2), "bita_chain": (BitaDrafter, 1)}[method]
+    return cls(adapter, k)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("method", BITA)
+def test_bita_rows_equal_their_own_greedy_text(arch, method):
+    """BiTA in a batch: the mask groups (learned embeddings + a deep prompt only they see) sit after each row's own
+    pending token and tree nodes, and each row drafts from the group after its own last kept position."""
+    model = model_for(arch)
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, bita_drafter(model, method), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
+                   max_new_tokens=limits, gamma=4)
+    assert out.rows == refs
+
+
+def test_bita_rows_keep_whole_trees_of_a_self_predicting_target():
+    """A target that always says token 0 and mask tokens that predict it: every row keeps whole trees, as alone."""
+    import copy
+
+    model = copy.deepcopy(model_for("llama"))
+    head = model.lm_head
+    model.lm_head = torch.nn.Linear(head.in_features, head.out_features, dtype=head.weight.dtype)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+        model.lm_head.bias.copy_(-torch.arange(head.out_features, dtype=head.weight.dtype))
+    ids, mask = padded(PROMPTS)
+    for method in BITA:
+        out = generate(model, bita_drafter(model, method), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
+                       max_new_tokens=NEW, gamma=4)
+        alone = generate(model, bita_drafter(model, method), ExactVerifier(SamplingParams()),
+                         torch.tensor([PROMPTS[0]]), max_new_tokens=NEW, gamma=4)
+        assert out.rows == [[0] * NEW] * len(PROMPTS)
+        assert out.stats.target_calls == alone.stats.target_calls, method
+
+
+@pytest.mark.parametrize("method", ["bita", "bita_chain"])
+def test_bita_rows_sample_with_their_own_settings_and_join_between_steps(method):
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, bita_drafter(model, method), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
+                   max_new_tokens=12, gamma=3)
+    assert out.rows == expected
+    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
+               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
+    joined = generate(model, bita_drafter(model, method), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]),
+                      MIXED[0], max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
+    assert joined.rows == expected
+
+
+LOOKUP_PROMPTS = [[5, 17, 33, 8, 41, 5, 17, 33, 9, 5, 17], [9, 4, 9, 4, 7, 9, 4], [60, 61, 62, 60, 61], [12]]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_prompt_lookup_tree_rows_equal_their_own_greedy_text(arch):
+    """Each row merges its own matches into its own trie; the batch scores them on one tree shape (the union of
+    the rows' shapes) and a node a row lacks is never accepted there."""
+    from draftverify.drafters import PromptLookupTreeDrafter
+
+    model = model_for(arch)
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(LOOKUP_PROMPTS, limits)]
+    ids, mask = padded(LOOKUP_PROMPTS)
+    out = generate(model, PromptLookupTreeDrafter(max_ngram=2), ExactVerifier(SamplingParams()), ids,
+                   attention_mask=mask, max_new_tokens=limits, gamma=4)
+    assert out.rows == refs
+
+
+def test_prompt_lookup_tree_rows_sample_with_their_own_settings():
+    from draftverify.drafters import PromptLookupTreeDrafter
+
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 14) for p, s in zip(LOOKUP_PROMPTS, MIXED)]
+    ids, mask = padded(LOOKUP_PROMPTS)
+    out = generate(model, PromptLookupTreeDrafter(max_ngram=2), ExactVerifier(MIXED[0]), ids, MIXED,
+                   attention_mask=mask, max_new_tokens=14, gamma=3)
+    assert out.rows == expected
+
+
+def test_row_trees_put_each_rows_trie_on_one_shape_and_tree_sampling_follows_p():
+    """Two prompts whose tries differ, many rows each, uncoupled tree sampling: each prompt's first sampled token
+    is distributed as the target's p for that prompt (chi-square); a node a row lacks is never a candidate."""
+    from draftverify.drafters.prompt_lookup_tree import trie
+    from draftverify.tree import row_trees
+    from draftverify.verifiers import TreeSpeculativeSamplingVerifier
+    from draftverify.types import Draft
+
+    tree, tokens, valid = row_trees([trie([[3, 4], [3, 5], [6]]), trie([[7]])])
+    assert tree.size == 4 and valid.tolist() == [[True, True, True, True], [True, False, False, False]]
+    assert tokens[1, 0] == 7 and tokens[0].tolist()[:2] == [3, 6]
+    torch.manual_seed(0)
+    vocab = 8
+    p = torch.softmax(torch.randn(2, tree.size + 1, vocab), dim=-1)  # [prompt, N+1, V]
+    rows = 20_000
+    which = torch.arange(rows) % 2
+    draft = Draft(tokens=tokens[which], tree=tree, valid=valid[which])
+    params = SamplingParams(temperature=1.0, coupling=False)
+    verdict = TreeSpeculativeSamplingVerifier().verify(draft, p[which].log(), params, torch.Generator().manual_seed(3))
+    first = verdict.tokens[:, 0]
+    for prompt in (0, 1):
+        counts = torch.bincount(first[which == prompt], minlength=vocab).double()
+        assert chi2_statistic(counts, p[prompt, 0].double()) < chi2_critical(counts, p[prompt, 0].double())
+    assert not bool(((verdict.path >= 1) & (which[:, None] == 1)).any())  # row kind 1 has node 0 only
+
+
+@pytest.mark.parametrize("p", [1, 3])
+def test_lattice_bpd_rows_equal_their_own_greedy_text(p):
+    """bpd_ngram (p = 1: each row's best rescored path, a chain) and bpd_pbest (p = 3: each row's trie of its p
+    best paths on one tree shape): every row rescores its own lattice with its own context."""
+    from draftverify.drafters import BlockwiseNgramDrafter, BlockwiseHeads
+
+    model = model_for("llama")
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([q]), n) for q, n in zip(PROMPTS, limits)]
+    table = NgramTable.from_sequences([q + r for q, r in zip(PROMPTS, refs)], order=3, vocab_size=VOCAB)
+    torch.manual_seed(0)
+    drafter = BlockwiseNgramDrafter(BlockwiseHeads.for_target(model, 4), table, k=3, alpha=0.5, p=p)
+    ids, mask = padded(PROMPTS)
+    out = generate(model, drafter, ExactVerifier(SamplingParams()), ids, attention_mask=mask, max_new_tokens=limits,
+                   gamma=3)
+    assert out.rows == refs and out.stats.accepted_tokens > 0
+
+
+def nat_drafter(model, window: int = 6):
+    """An untrained decoder-only NAT drafter (a window of the target's last hidden states): exact all the same."""
+    from draftverify.drafters import NatDecoder, NatDrafter
+
+    torch.manual_seed(0)
+    return NatDrafter(NatDecoder.for_target(model, layers=1, block_size=4, ffn_size=64, memory_window=window).to(
+        next(model.parameters()).dtype))
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_nat_rows_equal_their_own_greedy_text(arch):
+    """SpecDec's NAT drafter in a batch: each row keeps its own last W hidden states (right-aligned, padding
+    masked), including a one-token prompt row that holds none at first."""
+    model = model_for(arch)
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, nat_drafter(model), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
+                   max_new_tokens=limits, gamma=4)
+    assert out.rows == refs and out.stats.draft_calls > 0
+
+
+def test_nat_rows_draft_as_each_row_alone():
+    """The first draft of each row in a batch equals that row's first draft alone (same memory, masked padding)."""
+    model = model_for("llama")
+    ids, mask = padded(PROMPTS[:3])
+    seen: list = []
+
+    class Spy(type(nat_drafter(model))):
+        def propose(self, state, gamma):
+            draft = super().propose(state, gamma)
+            seen.append(draft.tokens.clone())
+            return draft
+
+    drafter = Spy(nat_drafter(model).nat)
+    generate(model, drafter, ExactVerifier(SamplingParams()), ids, attention_mask=mask, max_new_tokens=5, gamma=4)
+    batch_first = seen[0]
+    assert batch_first.shape[1] == 4
+    for b, prompt in enumerate(PROMPTS[:3]):
+        seen.clear()
+        generate(model, Spy(nat_drafter(model).nat), ExactVerifier(SamplingParams()), torch.tensor([prompt]),
+                 max_new_tokens=5, gamma=4)
+        assert torch.equal(batch_first[b], seen[0][0]), b
+
+
+def test_nat_rows_sample_with_their_own_settings_and_join_between_steps():
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, nat_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
+                   max_new_tokens=12, gamma=3)
+    assert out.rows == expected
+    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
+               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
+    joined = generate(model, nat_drafter(model), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]), MIXED[0],
+                      max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
+    assert joined.rows == expected

@@ -339,14 +339,14 @@ def test_prompts_file_runs_batches_and_prints_one_json_line_per_prompt(model_dir
     (["--prompts-file", "missing.txt"], "cannot read --prompts-file"),
     (["--prompts-file", "p.txt", "--batch-size", "0"], "--batch-size must be >= 1"),
     (["--prompts-file", "bad.jsonl"], "bad.jsonl:1 is not JSON"),
-    (["--prompts-file", "p.txt", "--method", "model_tree"], "runs one row at a time"),
+    (["--prompts-file", "p.txt", "--method", "bild", "--draft", "DRAFT"], "one row at a time"),
 ])
 def test_prompts_file_errors(model_dirs, tmp_path, monkeypatch, args, message):  # noqa: F811
     monkeypatch.chdir(tmp_path)
     (tmp_path / "p.txt").write_text("a\nb\n")
     (tmp_path / "bad.jsonl").write_text("{nope\n")
-    extra = ["--draft", str(model_dirs / "draft")] if "model_tree" in args else []
-    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "-n", "4", *extra, *args])
+    args = [str(model_dirs / "draft") if a == "DRAFT" else a for a in args]
+    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "-n", "4", *args])
     assert result.exit_code == 2, result.output
     assert message in result.stderr
 

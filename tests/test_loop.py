@@ -355,10 +355,13 @@ def test_bad_gamma_is_rejected(gamma):
 
 def test_batches_with_a_one_row_drafter_or_verifier_are_clear_errors():
     model, _ = target_and_reference("llama")
-    from draftverify.drafters.model_tree import ModelTreeDrafter
 
-    with pytest.raises(DraftVerifyError, match="'model_tree' drafter runs one row at a time"):
-        generate(model, ModelTreeDrafter(model), GreedyVerifier(), PROMPT.repeat(2, 1), max_new_tokens=4)
+    class OneRowDrafter(NoDrafter):
+        name = "one_row"
+        supports_batch = False
+
+    with pytest.raises(DraftVerifyError, match="'one_row' drafter runs one row at a time"):
+        generate(model, OneRowDrafter(), GreedyVerifier(), PROMPT.repeat(2, 1), max_new_tokens=4)
     with pytest.raises(DraftVerifyError, match="bild verifier checks one row at a time"):
         generate(model, NoDrafter(), BildVerifier(), PROMPT.repeat(2, 1), max_new_tokens=4)
     with pytest.raises(DraftVerifyError, match="max_new_tokens has 3 entries for 2 rows"):

@@ -381,3 +381,18 @@ def test_coupling_defaults_to_on_exactly_when_seeded():
     assert SamplingParams(temperature=1.0, coupling=True).coupled
     assert not SamplingParams(temperature=1.0, seed=0, coupling=False).coupled
     assert not SamplingParams(seed=0, coupling=True).coupled  # greedy has no noise to couple
+
+
+def test_row_params_group_rows_by_settings_and_collapse_when_uniform():
+    from draftverify.sampling import RowParams, row_params
+
+    a, b = SamplingParams(), SamplingParams(temperature=0.7, top_k=5, seed=1)
+    assert row_params([a, SamplingParams()]) == a  # one setting: a plain SamplingParams
+    assert row_params([b, SamplingParams(temperature=0.7, top_k=5, seed=9)]) == b  # seeds do not split groups
+    rows = row_params([a, b, a, b])
+    assert isinstance(rows, RowParams) and not rows.greedy
+    assert [(p, idx.tolist()) for p, idx in rows.groups()] == [(a, [0, 2]), (b, [1, 3])]
+    logits = torch.randn(4, 3, 11)
+    probs = probs_from_logits(logits, rows)
+    for i, p in enumerate([a, b, a, b]):
+        assert torch.equal(probs[i], probs_from_logits(logits[i : i + 1], p)[0])

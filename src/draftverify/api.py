@@ -25,6 +25,7 @@ from .methods import MethodOptions, build_drafter, build_verifier, resolve_metho
 from .options import check_files, check_names, fill_from_zoo
 from .options.checks import check_zoo_ships
 from .quiet import quiet
+from .sampling import row_params
 from .types import GenerationOutput, GenerationStats, SamplingParams
 from .zoo import zoo_folder
 
@@ -85,14 +86,20 @@ def load_model(path: str | Path, dtype: str = "float32", role: str = "target",
             raise DraftVerifyError(f"could not load the {role} model weights from {path!r}: {err}") from err
 
 
-def load_tokenizer(path: str | Path, verbose: bool | None = None):
-    """The target's tokenizer, which must live beside it (as save_pretrained writes it); quiet unless verbose."""
+def has_tokenizer_files(path: str | Path) -> bool:
+    """False for a local folder without any tokenizer file; True otherwise (a hub id is asked when loading)."""
+    folder = Path(path)
+    return not folder.is_dir() or any((folder / name).exists() for name in TOKENIZER_FILES)
+
+
+def load_tokenizer(path: str | Path, verbose: bool | None = None, role: str = "target"):
+    """A model's tokenizer, which must live beside it (as save_pretrained writes it); quiet unless verbose."""
     path = str(path)
     folder = Path(path)
-    if folder.is_dir() and not any((folder / name).exists() for name in TOKENIZER_FILES):
+    if not has_tokenizer_files(path):
         raise DraftVerifyError(
-            f"the model folder {path!r} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...): save the "
-            "tokenizer beside the model with tokenizer.save_pretrained(folder)"
+            f"the {role} model folder {path!r} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...): save "
+            "the tokenizer beside the model with tokenizer.save_pretrained(folder)"
         )
     hub, offline_reason = _hub_access(path)
     try:
@@ -100,9 +107,39 @@ def load_tokenizer(path: str | Path, verbose: bool | None = None):
             return AutoTokenizer.from_pretrained(path, **hub)
     except Exception as err:  # transformers raises OSError, ValueError, ImportError, ... with misleading hints
         if not folder.exists():
-            raise _not_found(path, "target", offline_reason, err) from err
+            raise _not_found(path, role, offline_reason, err) from err
         raise DraftVerifyError(f"could not load a tokenizer from {path!r}: {type(err).__name__}: "
                                f"{str(err).splitlines()[0] if str(err) else ''}") from err
+
+
+def output_width(model) -> int:
+    """Logits per position of a Hugging Face model (its vocabulary as the LM head sees it)."""
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def same_vocabulary(a, b) -> bool:
+    """Two tokenizers give every token string the same id (what a draft's ids must mean to the target)."""
+    return a is b or a.get_vocab() == b.get_vocab()
+
+
+def draft_tokenizer_for(path: str | Path, draft_model, target_tokenizer, target_model,
+                        verbose: bool | None = None):
+    """The draft's own tokenizer when the draft cannot share the target's vocabulary (the `model` method then
+    re-tokenizes its text: cross_tokenizer), or None when it shares it. A draft folder without tokenizer files
+    shares it when its logits are as wide as the target's (as before), and is refused otherwise."""
+    draft_width, target_width = output_width(draft_model), output_width(target_model)
+    if not has_tokenizer_files(path):
+        if draft_width == target_width:
+            return None
+        raise DraftVerifyError(
+            f"the draft {str(path)!r} has another vocabulary than the target ({draft_width} vs {target_width} output "
+            "logits) and no tokenizer files to translate between them: save the draft's tokenizer beside it "
+            "(tokenizer.save_pretrained(folder)), or use a draft trained with the target's tokenizer"
+        )
+    draft_tokenizer = load_tokenizer(path, verbose, role="draft")
+    if draft_width == target_width and same_vocabulary(draft_tokenizer, target_tokenizer):
+        return None
+    return draft_tokenizer
 
 
 @dataclass
@@ -132,6 +169,8 @@ class Pipeline:
         self.target = cached_model(target, "target", compile)  # a HF model, or any backend (backends/base.py)
         self.tokenizer = tokenizer
         self.options = options or MethodOptions()
+        if self.options.target_tokenizer is None:  # a draft with its own tokenizer translates to this one
+            self.options = self.options.replace(target_tokenizer=tokenizer)
         if self.target.name != "hf":
             from . import drafters  # noqa: F401  (fills the registry)
             from .backends.base import check_backend
@@ -196,8 +235,8 @@ class Pipeline:
 
         A list of texts runs as one batch through the decoding loop and returns one result per text (their
         stats are the batch's); seed may then be one per text: each row's text equals its own batch-1 text at
-        temperature 0 and with coupled (seeded) sampling. Batches need a chain method (autoregressive, model,
-        prompt_lookup, ngram, lookup_model, early_exit) and a decoder-only target; on_text is for single texts."""
+        temperature 0 and with coupled (seeded) sampling. Batches need a method that batches (every one but bpd_neural, specdec*,
+        bild*, specdec++ and a draft with its own tokenizer) and a decoder-only target; on_text is for single texts."""
         heal = self.heal if heal is None else self.check_heal(heal)
         if isinstance(text, (list, tuple)):
             return self._generate_texts(list(text), max_new_tokens, temperature, top_k, top_p, seed, gamma, coupling,
@@ -236,6 +275,13 @@ class Pipeline:
 
         return (self.drafter.supports_batch and self.target.supports_rows
                 and _build(self.verifier_name, SamplingParams(), self.options).supports_batch)
+
+    @property
+    def mixes_sampling(self) -> bool:
+        """Whether one batch may hold rows with different sampling settings (the verifier judges rows apart)."""
+        from .methods import build_verifier as _build
+
+        return _build(self.verifier_name, SamplingParams(), self.options).per_row_params
 
     def generate_ids(self, ids: torch.Tensor, params: SamplingParams, max_new_tokens: int = 64,
                      gamma: int | str | DraftLength | None = None, on_tokens=None,
@@ -278,16 +324,24 @@ class Pipeline:
         return [GenerationResult(text=self.decode_new(r, h), output=output, verifier=verifier)
                 for r, h in zip(new_rows, healings)]
 
-    def generate_batch_ids(self, rows: list[list[int]], params: SamplingParams, max_new_tokens: int | list[int] = 64,
+    def generate_batch_ids(self, rows: list[list[int]], params: SamplingParams | list[SamplingParams],
+                           max_new_tokens: int | list[int] = 64,
                            seeds: list[int | None] | None = None, gamma: int | str | DraftLength | None = None,
                            on_tokens=None, admit=None,
                            first_token_allowed: list[torch.Tensor | None] | None = None) -> tuple[GenerationOutput, str]:
         """Several token-id prompts through the loop at once (left-padded, one row each); one row runs the
         batch-1 path unless admit is given. on_tokens receives [B, k] (-1 padded) and may return rows to stop;
         admit lets rows join between steps (continuous batching; see loop.generate); first_token_allowed: each
-        row's allowed first tokens or None (token healing)."""
+        row's allowed first tokens or None (token healing). params: one setting for all rows, or one per row
+        (each row drafted and judged by its own temperature / top-k / top-p / seed)."""
         if not rows or any(not r for r in rows):
             raise DraftVerifyError("every prompt needs at least one token")
+        if isinstance(params, (list, tuple)):
+            if len(params) != len(rows):
+                raise DraftVerifyError(f"{len(params)} sampling settings for {len(rows)} prompts")
+            if seeds is None:
+                seeds = [p.seed for p in params]
+            params = row_params(params)
         if len(rows) == 1 and admit is None:
             if seeds is not None and seeds[0] != params.seed:
                 params = replace(params, seed=seeds[0])
@@ -378,6 +432,9 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     method_options = MethodOptions(**options)
     if draft is not None:
         method_options.draft_model = load_model(draft, dtype, role="draft", verbose=verbose)
+        method_options.draft_tokenizer = draft_tokenizer_for(draft, method_options.draft_model, tokenizer,
+                                                             target_model, verbose)
+    method_options.target_tokenizer = tokenizer
     method_options.compile = compile
     return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma, compile=compile, heal=heal)
 

@@ -8,9 +8,9 @@ and a tree's positions are not its cache slots): `length` is how many positions 
 how many of those are settled. `forward` appends an uncommitted tail; `commit` keeps part of it and settles.
 
 With `capacity` the cache is preallocated (HF StaticCache) and `commit` only moves its write position or copies a
-tree branch down. With `compile` as well, the model's forward is compiled once per verify width bucket: widths are
-padded up to the next bucket (padding sits after the real tokens, sees only itself, and is never kept), so a run
-compiles a handful of graphs instead of one per draft length.
+tree branch down. Three modules, one class: this one holds the model, the plain layout (one row) and the forward;
+cache_rows.py the rows layout (batches), compiled_widths.py the compiled graphs (width buckets, windows, recompile
+limits); the edits to Hugging Face cache internals live in cache.py and prefix.py.
 """
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ import inspect
 import torch
 from transformers import PreTrainedModel
 
-from .backends.base import is_backend, one_row
-from .cache import gather_positions, keep_positions, new_cache, self_attention_layers
+from .backends.base import is_backend
+from .cache import gather_positions, keep_positions, new_cache
+from .cache_rows import RowsLayout
+from .compiled_widths import WIDTH_BUCKETS, CompiledWidths, compile_forward, window_for
 from .errors import DraftVerifyError
 from .few_row_linear import few_row_linears
 from .prefix import attend_prefix, prefix_columns, prefix_length
@@ -36,39 +38,10 @@ def context_limit(config) -> int | None:
     return None
 
 
-WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_CAPACITY = 4096  # preallocated positions for models whose config states no context length (T5-style)
 
 
-def window_for(positions: int, capacity: int) -> int:
-    """Slots to preallocate for a request of `positions` plus the widest verify: the next power of two (at least
-    256), at most `capacity`. Every forward attends over all slots of a static cache, so a 2048-slot cache for a
-    400-token request costs ~5x the attention it needs; powers of two bound the compiled shapes to a handful."""
-    need = positions + WIDTH_BUCKETS[-1]
-    return min(capacity, max(256, 1 << (need - 1).bit_length()))
-
-
-GRAPH_ROOM = 256  # static graphs per forward function: every (model class, width bucket, window) pair is one
-
-
-def compile_forward(model: PreTrainedModel):
-    """torch.compile with inductor freezing: weights become constants, prepacked for the CPU GEMM kernels (without
-    it a one-token forward gains nothing on a CPU). Dynamo keys graphs by the forward's code, which a target and a
-    draft of one class share, so its recompile limit (8) is raised here: past it, later widths would run eager,
-    silently. The limits are process-wide and only ever raised."""
-    import torch._dynamo.config as dynamo
-
-    dynamo.recompile_limit = max(dynamo.recompile_limit, GRAPH_ROOM)
-    dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, GRAPH_ROOM)
-    return torch.compile(model, dynamic=False, options={"freezing": True})
-
-
-def bucket(width: int) -> int:
-    """The padded width a compiled forward runs at (the width itself beyond the last bucket)."""
-    return next((b for b in WIDTH_BUCKETS if b >= width), width)
-
-
-class CachedLM:
+class CachedLM(RowsLayout, CompiledWidths):
     """One model, one cache. Invariant between steps: the cache holds every committed token but the last.
 
     The Hugging Face implementation of the backend protocol (backends/base.py: LMBackend)."""
@@ -121,6 +94,7 @@ class CachedLM:
         self.valid: torch.Tensor | None = None
         self._row_length: torch.Tensor | None = None  # read it as row_length (which also answers for one row)
         self.row_committed: torch.Tensor | None = None
+        self._chain_end = 0  # rows layout: slots up to the last chain forward or commit (a tree's slots come after)
         self.max_gap_share = 0.25  # batch mode: re-pack the cache once more than this share of its slots are gaps
 
     def check_fits(self, decoder_positions: int) -> None:
@@ -137,19 +111,6 @@ class CachedLM:
                 f"{decoder_positions} (prompt + max_new_tokens); shorten the prompt or lower max_new_tokens"
             )
 
-    @property
-    def batched(self) -> bool:
-        """True in the rows layout (several rows, or padding / gaps); False: one row, no gaps (plain layout)."""
-        return self.valid is not None
-
-    @property
-    def row_length(self) -> torch.Tensor:
-        """Real positions each row holds [B] (its next position id). The plain layout is the no-gap case of the
-        rows layout: one row holding every slot."""
-        if self.valid is None:
-            return torch.tensor([self.length], device=self.device)
-        return self._row_length
-
     def start(self, input_ids: torch.Tensor, want_hidden: bool = False,
               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Reset the cache and prefill. input_ids: [B, L] (the source for encoder-decoder models).
@@ -162,7 +123,7 @@ class CachedLM:
         first step from it (the blockwise heads from the last state, the NAT drafter from all of them).
         """
         self.cache = new_cache(self.is_encoder_decoder, self.config, self.window)
-        self.length = self.committed = 0
+        self.length = self.committed = self._chain_end = 0
         self.prefilled = None
         self.valid = self._row_length = self.row_committed = None
         if input_ids.shape[0] > 1 or attention_mask is not None:
@@ -207,8 +168,10 @@ class CachedLM:
                 "score a token tree; use a chain drafter, or a decoder-only model that takes position_ids"
             )
         if self.valid is not None:
-            if position_ids is not None or attention_mask is not None or extra_embeds is not None:
-                raise DraftVerifyError("a batch of several rows scores chains only (no token trees) for now")
+            if attention_mask is not None:
+                return self._forward_tree_rows(tokens, position_ids, attention_mask, want_hidden, extra_embeds, prefix)
+            if extra_embeds is not None or prefix:
+                raise DraftVerifyError("extra embedded positions need an explicit attention mask")
             return self._forward_rows(tokens, new_valid, want_hidden)
         if extra_embeds is not None or prefix:
             if attention_mask is None or self.is_encoder_decoder:
@@ -224,46 +187,18 @@ class CachedLM:
                              extra_embeds=extra_embeds, prefix=prefix)
         return self._run_padded(tokens, position_ids, attention_mask, want_hidden)
 
-    def _run_padded(self, tokens, position_ids, attention_mask, want_hidden) -> TargetOutput:
-        """The compiled forward at the narrowest compiled width that holds n tokens; padding is dropped from the
-        outputs and the cache. Wider than every compiled width: the eager forward on the same preallocated cache (a
-        rare catch-up is cheaper run eagerly than compiled for once)."""
-        batch, n = tokens.shape
-        width = next((w for w in self.widths if w >= n), None)
-        model = self._compiled if width is not None else self.model
-        width = n if width is None else width
-        tail = self.length - self.committed
-        if position_ids is None:
-            position_ids = torch.arange(self.length, self.length + n, device=self.device)[None]
-        if attention_mask is None:
-            attention_mask = torch.ones(n, tail + n, dtype=torch.bool).tril(diagonal=tail)
-        pad = width - n
-        tokens = torch.cat([tokens, tokens.new_zeros((batch, pad))], dim=1)
-        last = position_ids[..., -1:].to(self.device)
-        position_ids = torch.cat([position_ids.to(self.device).expand(batch, n),
-                                  (last + 1 + torch.arange(pad, device=self.device)).expand(batch, pad)], dim=1)
-        mask = attention_mask.to(self.device)
-        mask = mask.expand(batch, n, tail + n) if mask.dim() == 2 else mask
-        wide = torch.zeros(batch, width, tail + width, dtype=torch.bool, device=self.device)
-        wide[:, :n, : tail + n] = mask
-        wide[:, n:, tail + n :] = torch.eye(pad, dtype=torch.bool, device=self.device)  # padding sees only itself
-        out = self._run(tokens, keep=width, position_ids=position_ids, attention_mask=wide, want_hidden=want_hidden,
-                        model=model)
-        if pad:
-            keep_positions(self.cache, self.length - pad, self.length)
-            self.length -= pad
-        return TargetOutput(logits=out.logits[:, :n], hidden=None if out.hidden is None else out.hidden[:, :n])
-
     def commit(self, kept: int | torch.Tensor) -> None:
         """Keep part of the uncommitted tail and settle it.
 
         kept: an int k keeps the tail's first k positions (a chain's accepted prefix: a crop); a long tensor
-        [B, k] or [k] of tail offsets keeps those positions in that order (a tree's accepted branch: a gather).
+        [B, k] or [k] of tail offsets keeps those positions in that order (a tree's accepted branch: a gather); in
+        the rows layout each row keeps its own offsets, in increasing order, -1 padded.
         """
         if self.valid is not None:
             if isinstance(kept, torch.Tensor):
-                raise DraftVerifyError("a batch of several rows keeps chains only: use commit_rows(counts)")
-            self.commit_rows(torch.full_like(self._row_length, kept))
+                self._commit_branches(kept)
+            else:
+                self.commit_rows(torch.full_like(self._row_length, kept))
             return
         tail = self.length - self.committed
         if isinstance(kept, torch.Tensor):
@@ -278,195 +213,14 @@ class CachedLM:
             keep_positions(self.cache, self.committed + count, self.length)
         self.length = self.committed = self.committed + count
 
-    # ---- batch mode: rows of different lengths in one cache ---------------------------------------------------
-    # Layout between steps: every row's real positions sit in order, ending at the cache's last slot or before it
-    # (left padding, as in Hugging Face's batched generation, plus gaps where a row accepted fewer drafts than
-    # another); slot validity hides padding and gaps from every query, and positions are counted per row, so a gap
-    # changes nothing. A step appends the same number of slots to every row; commit_rows keeps a different number
-    # per row, and the cache is re-packed to the right (a copy of every layer) once gaps exceed max_gap_share.
-
-    def _check_rows(self) -> None:
-        if self.is_encoder_decoder or not self.takes_positions:
-            raise DraftVerifyError(
-                f"batches of several rows need a decoder-only {self.role} that takes position_ids (Llama, Qwen2, "
-                f"GPT-2, GPT-NeoX, ...); {type(self.model).__name__} runs one row at a time"
-            )
-        if self.capacity is not None:
-            raise DraftVerifyError("batches of several rows run on a growing KV cache: drop --compile / capacity")
-
-    def _start_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, want_hidden: bool) -> torch.Tensor:
-        self._check_rows()
-        batch, width = input_ids.shape
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
-        attention_mask = attention_mask.to(device=self.device, dtype=torch.bool)
-        if attention_mask.shape != input_ids.shape or not bool(attention_mask[:, -1].all()):
-            raise DraftVerifyError("a batch's attention mask must match input_ids [B, L] and pad on the left "
-                                   "(every row's last column is a real token)")
-        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=self.device)
-        self._row_length = torch.zeros(batch, dtype=torch.long, device=self.device)
-        self.row_committed = self._row_length.clone()
-        if width > 1:
-            out = self._forward_rows(input_ids[:, :-1], attention_mask[:, :-1], want_hidden, keep=1, keep_hidden=width - 1)
-            self.prefilled = out
-            self.commit_rows(attention_mask[:, :-1].sum(dim=1))
-        return input_ids
-
-    def _forward_rows(self, tokens: torch.Tensor, new_valid: torch.Tensor | None, want_hidden: bool,
-                      keep: int | None = None, keep_hidden: int | None = None) -> TargetOutput:
-        batch, n = tokens.shape
-        if new_valid is None:
-            new_valid = torch.ones(batch, n, dtype=torch.bool, device=self.device)
-        new_valid = new_valid.to(self.device)
-        steps = new_valid.long().cumsum(dim=1)  # [B, n]: real tokens up to and including each new slot
-        position_ids = (self._row_length[:, None] + steps - 1).clamp_min(0)
-        keys = torch.cat([self.valid, new_valid], dim=1)  # [B, length + n]
-        causal = torch.ones(n, self.length + n, dtype=torch.bool, device=self.device).tril(diagonal=self.length)
-        visible = causal[None] & keys[:, None, :]
-        diagonal = torch.arange(n, device=self.device)
-        visible[:, diagonal, self.length + diagonal] = True  # padding sees itself (an all-hidden row would be NaN)
-        blocked = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
-        mask = torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
-        out = self._run(tokens, keep=n if keep is None else keep, position_ids=position_ids,
-                        additive_mask=mask, want_hidden=want_hidden, keep_hidden=keep_hidden)
-        self.valid = keys
-        self._row_length = self._row_length + new_valid.sum(dim=1)
-        return out
-
-    def commit_rows(self, counts: torch.Tensor) -> None:
-        """Row b keeps the first counts[b] real positions of its uncommitted tail [B]; then every row's positions
-        are packed to the right again and the tail is settled."""
-        if self.valid is None:
-            self.commit(one_row(counts, "counts"))
-            return
-        self.truncate_rows(self.row_committed + counts.to(self.device))
-
-    def truncate_rows(self, upto: torch.Tensor) -> None:
-        """Batch mode: row b keeps its first upto[b] real positions (upto >= what it has committed) and drops the
-        rest of its tail; the tail is settled (see _pack for the layout)."""
-        if self.valid is None:
-            self.commit(one_row(upto, "upto") - self.committed)
-            return
-        upto = upto.to(self.device)
-        if bool((upto < self.row_committed).any()) or bool((upto > self._row_length).any()):
-            raise DraftVerifyError("cannot keep fewer positions than a row committed, or more than it holds")
-        rank = self.valid.long().cumsum(dim=1)  # real positions up to and including each slot
-        keep = self.valid & (rank <= upto[:, None])
-        self._pack(keep)
-        self._row_length = upto.clone()
-        self.row_committed = upto.clone()
-
-    def drop_rows(self, keep_rows: torch.Tensor) -> None:
-        """Keep only the rows where keep_rows [B] (bool) is True (finished rows leave the batch)."""
-        if self.valid is None:
-            if not bool(torch.as_tensor(keep_rows).all()):
-                raise DraftVerifyError("cannot drop the only row of a one-row cache; start() the next request instead")
-            return
-        index = keep_rows.to(self.device).nonzero().flatten()
-        for layer in self_attention_layers(self.cache):
-            layer.keys = layer.keys.index_select(0, index)
-            layer.values = layer.values.index_select(0, index)
-        self.valid = self.valid.index_select(0, index)
-        self._row_length = self._row_length.index_select(0, index)
-        self.row_committed = self.row_committed.index_select(0, index)
-        if self.length > self.committed:
-            raise DraftVerifyError("drop rows between steps only (the tail is not committed)")
-        self._pack(self.valid)
-
-    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
-        """Batch mode, between steps: prefill new left-padded rows [b, L] and append them to the batch (continuous
-        batching). Their cache is left-padded to the batch's width (or the batch's to theirs) and concatenated."""
-        if self.length > self.committed:
-            raise DraftVerifyError("rows join between steps only (the tail is not committed)")
-        if self.valid is None:
-            self._rows_layout()
-        old = (self.cache, self.valid, self._row_length, self.row_committed, self.length)
-        self.cache = new_cache(False, self.config, None)
-        self.length = self.committed = 0
-        self._start_rows(input_ids, attention_mask, want_hidden=False)
-        new_layers = self_attention_layers(self.cache) if self.length else []
-        new_valid, new_len, new_committed, new_width = self.valid, self._row_length, self.row_committed, self.length
-        cache, valid, row_length, row_committed, width = old
-        old_layers = self_attention_layers(cache) if width else []
-        total = max(width, new_width)
-        if total:
-            template = (old_layers or new_layers)[0]
-            heads, dim = template.keys.shape[1], template.keys.shape[3]
-
-            def widen(layer, rows: int, have: int, like) -> tuple[torch.Tensor, torch.Tensor]:
-                if layer is None:  # nothing cached yet on this side (one-token prompts)
-                    empty = like.keys.new_zeros((rows, heads, total, dim))
-                    return empty, empty.clone()
-                pad = layer.keys.new_zeros((rows, heads, total - have, dim))
-                return torch.cat([pad, layer.keys], dim=2), torch.cat([pad, layer.values], dim=2)
-
-            count = max(len(old_layers), len(new_layers))
-            layers = []
-            for i in range(count):
-                a = old_layers[i] if i < len(old_layers) else None
-                b = new_layers[i] if i < len(new_layers) else None
-                ka, va = widen(a, valid.shape[0], width, b or a)
-                kb, vb = widen(b, new_valid.shape[0], new_width, a or b)
-                layers.append((torch.cat([ka, kb]), torch.cat([va, vb])))
-            target_cache = cache if old_layers else self.cache
-            for layer, (k, v) in zip(self_attention_layers(target_cache), layers):
-                layer.keys, layer.values = k, v
-            self.cache = target_cache
-        else:
-            self.cache = cache
-        pad = lambda m, have: torch.cat([m.new_zeros((m.shape[0], total - have)), m], dim=1)  # noqa: E731
-        self.valid = torch.cat([pad(valid, width), pad(new_valid, new_width)])
-        self._row_length = torch.cat([row_length, new_len])
-        self.row_committed = torch.cat([row_committed, new_committed])
-        self.length = self.committed = total
-
-    def _rows_layout(self) -> None:
-        """Plain -> rows layout (rows are about to join): every slot of the one row is valid."""
-        self._check_rows()
-        self.valid = torch.ones(1, self.length, dtype=torch.bool, device=self.device)
-        self._row_length = torch.tensor([self.length], device=self.device)
-        self.row_committed = torch.tensor([self.committed], device=self.device)
-
-    def _pack(self, keep: torch.Tensor) -> None:
-        """Keep the slots `keep` [B, held]: a slice when they form one right-aligned block, a cut of the unused
-        end while gaps are few, else a re-pack of each row's kept slots (in order) to the right end of a cache of
-        max(kept per row) slots."""
-        count = keep.sum(dim=1)  # [B]
-        width = int(count.max()) if count.numel() else 0
-        held = keep.shape[1]
-        slots = torch.arange(held, device=self.device)
-        dest = torch.arange(width, device=self.device)[None]
-        new_valid = dest >= (width - count[:, None])  # [B, width]
-        # fast path: the kept slots already sit right-aligned in one contiguous block of slots (every row kept
-        # the same number of this step's positions): a slice, no copy
-        ends = torch.where(keep, slots + 1, 0).amax(dim=1) if held else count
-        end = int(ends.max()) if ends.numel() else 0
-        start = end - width
-        if bool((ends == end).all()) and start >= 0 and not bool(keep[:, :start].any()) \
-                and bool((keep[:, start:end] == new_valid).all()):
-            for layer in self_attention_layers(self.cache):
-                layer.keys = layer.keys[..., start:end, :]
-                layer.values = layer.values[..., start:end, :]
-        elif end and int(count.sum()) >= (1.0 - self.max_gap_share) * keep.shape[0] * end:
-            # few gaps (rows that accepted fewer drafts than others): keep them, hidden by the validity mask, and
-            # only cut the slots no row keeps at the end; a full re-pack copies every layer's keys and values
-            for layer in self_attention_layers(self.cache):
-                layer.keys = layer.keys[..., :end, :]
-                layer.values = layer.values[..., :end, :]
-            self.valid = keep[:, :end]
-            self.length = self.committed = end
-            return
-        else:
-            order = torch.where(keep, slots, held + slots).argsort(dim=1)  # kept slots first, in order
-            src_rank = (dest - (width - count[:, None])).clamp(0, max(held - 1, 0))  # [B, width]
-            source = order.gather(1, src_rank)
-            for layer in self_attention_layers(self.cache):
-                b, h, _, d = layer.keys.shape
-                index = source[:, None, :, None].expand(b, h, width, d)
-                layer.keys = layer.keys.gather(2, index)
-                layer.values = layer.values.gather(2, index)
-        self.valid = new_valid
-        self.length = self.committed = width
+    def rollback(self, length: int) -> None:
+        """One row: drop every cached position from `length` on, settled or not. A draft with its own tokenizer
+        re-tokenizes the text at the boundary with new text, which can change tokens it had settled."""
+        if self.valid is not None:
+            raise DraftVerifyError("rollback is for one row; a batch keeps chains with commit_rows")
+        keep_positions(self.cache, length, self.length)
+        self.length = length
+        self.committed = min(self.committed, length)
 
     def _mask(self, attention_mask: torch.Tensor, batch: int, n: int, extra: int = 0, prefix: int = 0) -> torch.Tensor:
         """bool [(B,) n, t + n] over tail and new tokens -> additive [B, 1, n, prefix + keys] in the model's dtype,

@@ -69,6 +69,9 @@ def stats_table(stats: GenerationStats, title: str = "statistics") -> Table:
         ("drafted / accepted tokens", f"{stats.drafted_tokens} / {stats.accepted_tokens}"),
         ("time: prefill", f"{stats.time_prefill:.3f} s ({100 * stats.time_prefill / total:.1f}%)"),
         ("time: draft", f"{stats.time_draft:.3f} s ({100 * stats.time_draft / total:.1f}%)"),
+        *([("  of which re-tokenizing (draft <-> target text)",
+            f"{stats.time_retokenize:.3f} s ({100 * stats.time_retokenize / total:.1f}%)")]
+          if stats.time_retokenize > 0 else []),
         ("time: target forward", f"{stats.time_target:.3f} s ({100 * stats.time_target / total:.1f}%)"),
         ("time: verify rule", f"{stats.time_verify:.3f} s ({100 * stats.time_verify / total:.1f}%)"),
         ("time: other (loop)", f"{stats.time_other:.3f} s ({100 * stats.time_other / total:.1f}%)"),
@@ -169,7 +172,7 @@ def _check_backend_flags(backend: str, compile_: bool, batched: bool) -> None:
 @declared_flags()
 def generate(
     prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."),
-    prompts_file: Optional[Path] = typer.Option(None, "--prompts-file", help="Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a \"prompt\") or a text file (one prompt per line); prints one JSON line per prompt. Chain methods only (autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit)."),
+    prompts_file: Optional[Path] = typer.Option(None, "--prompts-file", help="Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a \"prompt\") or a text file (one prompt per line); prints one JSON line per prompt. Every method batches except bpd_neural, specdec, specdec++_nat, bild, bild_early_exit, specdec++ and a draft with its own tokenizer."),
     batch_size: int = typer.Option(8, "--batch-size", help="With --prompts-file: rows decoded together (the last batch may be smaller)."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, bild, specdec++)."),
@@ -342,7 +345,8 @@ def _generate_batches(pipe, texts: list[str], batch_size: int, as_json: bool, me
                 print(json.dumps(record, ensure_ascii=False), flush=True)
         stats = results[0].stats
         for name in ("prompt_tokens", "new_tokens", "target_calls", "draft_calls", "drafted_tokens", "accepted_tokens",
-                     "rejections", "time_prefill", "time_draft", "time_target", "time_verify", "time_total"):
+                     "rejections", "time_prefill", "time_draft", "time_target", "time_verify", "time_retokenize",
+                     "time_total"):
             setattr(total, name, getattr(total, name) + getattr(stats, name))
         total.gammas.extend(stats.gammas)
         total.chosen_gammas.extend(stats.chosen_gammas)
@@ -387,7 +391,7 @@ def serve(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, ...)."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Serve a shipped model set, e.g. 'code'."),
-    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1) needs a chain method: autoregressive, model, prompt_lookup, ngram, lookup_model, early_exit; others serve one request at a time."),
+    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1): every method but bpd_neural, specdec, specdec++_nat, bild, bild_early_exit, specdec++ and a draft with its own tokenizer, which serve one request at a time."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
     gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
@@ -455,7 +459,7 @@ def serve(
         settings.heal = _heal_default(heal, zoo, pipe)
         if settings.max_batch > 1 and not pipe.supports_batches:
             err_console.print(f"note: {escape(method)} decodes one row at a time: requests are served one at a time "
-                              "(--max-batch 1); the chain methods batch")
+                              "(--max-batch 1)")
             settings.max_batch = 1
         app_ = create_app(pipe, settings)
     except DraftVerifyError as err:
@@ -473,7 +477,7 @@ def bench_batch(
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set, e.g. 'code'."),
     target: Optional[str] = typer.Option(None, "--target", "-t"),
     draft: Optional[str] = typer.Option(None, "--draft", "-d"),
-    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (chain methods: model, prompt_lookup, ngram, lookup_model, early_exit), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]')."),
+    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (methods that batch: see README, Batches), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]')."),
     gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft), 'conf[=T]' or 'heuristic'."),
     batch_sizes: str = typer.Option("1,2,4,8", "--batch-sizes"),
     prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),

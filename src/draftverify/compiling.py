@@ -21,7 +21,8 @@ from typing import Callable
 
 import torch
 
-from .cached_lm import WIDTH_BUCKETS, CachedLM
+from .cached_lm import CachedLM
+from .compiled_widths import WIDTH_BUCKETS
 from .draft_length import make_draft_length, parse_gamma
 
 

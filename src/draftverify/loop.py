@@ -16,8 +16,9 @@ from transformers import PreTrainedModel
 from .backends.base import LMBackend
 from .cached_lm import cached_model
 from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
-from .drafters.base import Drafter, empty_draft
+from .drafters.base import Drafter, add_drafter_times, empty_draft
 from .errors import DraftVerifyError
+from .sampling import RowParams, params_rows, row_params
 from .types import (DecodingState, Draft, GenerationOutput, GenerationStats, SamplingParams, TargetOutput, Verdict,
                     VerifyExtras)
 from .verifiers.base import Verifier
@@ -48,9 +49,8 @@ def _check_input(input_ids: torch.Tensor, max_new_tokens: int | list[int]) -> to
 def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingParams) -> None:
     if not drafter.supports_batch:
         raise DraftVerifyError(
-            f"the {drafter.name!r} drafter runs one row at a time; batches of several rows support the chain "
-            f"drafters {', '.join(BATCH_DRAFTERS)} (methods autoregressive, model, prompt_lookup, ngram, lookup_model, "
-            "early_exit)"
+            f"the {drafter.name!r} drafter runs one row at a time; batches of several rows support the drafters "
+            f"{', '.join(BATCH_DRAFTERS)} (method autoregressive: none)"
         )
     if not verifier.supports_batch:
         raise DraftVerifyError(
@@ -59,7 +59,8 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
         )
 
 
-BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit")
+BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit", "model_tree",
+                  "prompt_lookup_tree", "bpd", "bpd_ngram", "bpd_pbest", "bita", "bita_tree", "bita_chain", "nat")
 
 
 def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
@@ -96,21 +97,32 @@ def _verify_layout(target: LMBackend, draft: Draft, extras: VerifyExtras | None)
 
 def _kept_positions(draft: Draft, verdict: Verdict) -> torch.Tensor:
     """What the target's cache keeps of this step's verify pass: each row's pending token and accepted draft
-    tokens. A chain keeps a prefix: counts [B]; a tree keeps its accepted branch: tail offsets [B, 1+n]."""
+    tokens. A chain keeps a prefix: counts [B]; a tree keeps its accepted branch: tail offsets [B, 1+n], -1 past a
+    row's own branch."""
     if draft.tree is None:
         return verdict.num_accepted + 1
     n = int(verdict.num_accepted.max())
-    return torch.cat([verdict.path.new_zeros((verdict.path.shape[0], 1)), 1 + verdict.path[:, :n]], dim=1)
+    path = verdict.path[:, :n]  # [B, n] -1 where a row accepted fewer
+    return torch.cat([path.new_zeros((path.shape[0], 1)), torch.where(path >= 0, 1 + path, -1)], dim=1)
 
 
 def _scored_for_drafter(out: TargetOutput, kept: torch.Tensor, draft: Draft) -> TargetOutput:
-    """The verify pass's outputs at the kept positions, then at the drafter's extra positions (drafters that read
-    them draft one row: a chain's counts [1] are its kept prefix)."""
+    """The verify pass's outputs at each row's kept positions, right-aligned (column -1 is every row's last kept
+    position; a row that kept fewer repeats its first kept one on the left), then at the drafter's extra
+    positions. kept: a chain's counts [B], or a tree's tail offsets [B, k] (-1 padded)."""
     batch = out.logits.shape[0]
-    if kept.dim() == 1:
-        kept = torch.arange(int(kept.max()), device=out.logits.device).expand(batch, -1)
-    extra = torch.arange(1 + draft.length, out.logits.shape[1], device=out.logits.device).expand(batch, -1)
-    index = torch.cat([kept.to(out.logits.device), extra], dim=1)  # [B, k + E]
+    device = out.logits.device
+    kept = kept.to(device)
+    if kept.dim() == 1:  # counts -> offsets 0..count-1
+        width = int(kept.max())
+        kept = torch.where(torch.arange(width, device=device)[None] < kept[:, None],
+                           torch.arange(width, device=device)[None], -1)
+    count = (kept >= 0).sum(dim=1, keepdim=True)  # [B, 1]
+    shift = kept.shape[1] - count  # right-align: column j takes the row's kept entry j - shift
+    source = (torch.arange(kept.shape[1], device=device)[None] - shift).clamp_min(0)
+    aligned = kept.gather(1, source)  # [B, k]
+    extra = torch.arange(1 + draft.length, out.logits.shape[1], device=device).expand(batch, -1)
+    index = torch.cat([aligned, extra], dim=1)  # [B, k + E]
     pick = lambda x: None if x is None else x.gather(1, index[..., None].expand(-1, -1, x.shape[-1]))  # noqa: E731
     return TargetOutput(logits=pick(out.logits), hidden=pick(out.hidden))
 
@@ -121,7 +133,7 @@ def generate(
     drafter: Drafter,
     verifier: Verifier,
     input_ids: torch.Tensor,
-    params: SamplingParams | None = None,
+    params: SamplingParams | RowParams | list[SamplingParams] | None = None,
     *,
     max_new_tokens: int | list[int] = 64,
     gamma: int | str | DraftLength = DEFAULT_GAMMA,
@@ -145,10 +157,14 @@ def generate(
     return the rows (indices into the batch) to stop now. Several rows need a backend that decodes rows
     (supports_rows) and a chain drafter (BATCH_DRAFTERS).
 
+    params: one SamplingParams for every row, or one per row (a list, or sampling.RowParams): each row is then
+    drafted and judged by its own temperature / top-k / top-p and keyed by its own seed (the verifier must judge
+    per-row settings: the `exact` rule of the lossless methods does).
+
     admit (continuous batching; makes the run a batch even with one row): called between steps while rows are
     still decoding, returns new rows to join the batch as (prompt token ids, max_new_tokens, seed) or (prompt token
-    ids, max_new_tokens, seed, first_token_allowed of that row); they take the next indices (in the order they
-    joined) in on_tokens and in the output.
+    ids, max_new_tokens, seed, first_token_allowed of that row[, SamplingParams of that row]); they take the next
+    indices (in the order they joined) in on_tokens and in the output.
 
     first_token_allowed (token healing, healing.py): the tokens each row's FIRST new token may be, as token ids
     [K] for every row, or a list with one entry per row (ids, or None for a row without constraint). The target's
@@ -158,7 +174,7 @@ def generate(
     first token is constrained; drafts are unconstrained (a draft token outside the set is simply rejected).
     """
     started = perf_counter()
-    params = params or SamplingParams()
+    params = row_params(params if params is not None else SamplingParams())
     target = cached_model(target, "target")  # any backend (backends/base.py); a plain HF model gets a CachedLM
     input_ids = _check_input(input_ids, max_new_tokens).to(target.device)
     batch = input_ids.shape[0]
@@ -166,7 +182,9 @@ def generate(
         attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
     limits = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) else [max_new_tokens] * batch
     length_policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)
-    verifier.check_params(params)
+    if isinstance(params, RowParams) and len(params) != batch:
+        raise DraftVerifyError(f"params has {len(params)} entries for {batch} rows")
+    _check_row_params(verifier, params)
     if batch > 1 or attention_mask is not None:
         if not target.supports_rows:
             raise DraftVerifyError(f"the {target.name} backend decodes one row at a time; batches of several rows "
@@ -181,14 +199,15 @@ def generate(
     if isinstance(eos_token_id, int):
         eos_token_id = [eos_token_id]
     eos_set = set(eos_token_id or [])
+    # our own generator: the process-global RNG is never reseeded; rows that join later may sample
     generator = None
     row_seeds = None
-    if not params.greedy:  # our own generator: the process-global RNG is never reseeded
+    if not params.greedy or admit is not None:
         generator = torch.Generator(device=input_ids.device)
-        seed = params.seed if params.seed is not None else _fresh_seed()
+        seed = params.seed if isinstance(params, SamplingParams) and params.seed is not None else _fresh_seed()
         generator.manual_seed(seed)
-        # each row's coupled noise is keyed by its own seed (the run's where none is given)
-        given = seeds if seeds is not None else [params.seed] * batch
+        # each row's coupled noise is keyed by its own seed (a fresh one where none is given)
+        given = seeds if seeds is not None else [p.seed for p in params_rows(params, batch)]
         row_seeds = [s if s is not None else _fresh_seed() for s in given]
     if drafter.drafts_in_target_pass:
         length_policy.drafting_folded()
@@ -213,6 +232,7 @@ def generate(
     )
     drafter.start(state, target.prefilled if drafter.needs_target_hidden else None)
     drafter_calls_before = drafter.forward_calls
+    drafter_timers_before = drafter.timers()  # a drafter's own timers (re-tokenizing), added to stats at the end
     stats.time_prefill = perf_counter() - started
     callback_seconds = 0.0  # the caller's streaming time is not the loop's: excluded from time_total
     rows = _Rows(batch, limits, [state.row(b).tolist() for b in range(batch)])
@@ -243,7 +263,7 @@ def generate(
         if first_allowed is not None:  # some rows take their first new token now: constrain it
             logits = _constrain_first(logits, first_allowed)
             first_allowed = None
-        verdict = verifier.verify(draft, logits, params, generator)
+        verdict = verifier.verify(draft, logits, state.params, generator)
         accepted = verdict.num_accepted.tolist()  # the step's one host sync
         t3 = now()
         emitted_rows = rows.emitted(verdict.tokens.tolist(), accepted, eos_set)
@@ -257,7 +277,8 @@ def generate(
         row_lengths = [draft.depth] * len(accepted) if draft.lengths is None else draft.lengths.tolist()
         rejected = sum(a < length for a, length in zip(accepted, row_lengths))
         stats.new_tokens += sum(len(r) for r in emitted_rows)
-        stats.drafted_tokens += sum(row_lengths) if draft.lengths is not None else draft.length * len(accepted)
+        stats.drafted_tokens += (sum(row_lengths) if draft.lengths is not None else int(draft.valid.sum())
+                                 if draft.valid is not None else draft.length * len(accepted))
         stats.accepted_tokens += sum(min(a, len(r)) for a, r in zip(accepted, emitted_rows))
         stats.rejections += rejected
         stats.target_calls += 1
@@ -281,19 +302,30 @@ def generate(
             state.tokens, state.lengths = _trim_rows(state.tokens[keep], state.lengths[keep])
             if state.seeds is not None:
                 state.seeds = [s for s, k in zip(state.seeds, leaving.tolist()) if k]
+            if isinstance(state.params, RowParams):
+                state.params = row_params([p for p, k in zip(state.params.rows, leaving.tolist()) if k])
         if admit is not None and rows.active:
             joining = admit()
             if joining:
                 t5 = perf_counter()
                 joined = [_allowed_row(row[3] if len(row) > 3 else None, target.vocab_size) for row in joining]
-                _join(target, drafter, state, rows, joining, params, stats)
+                _join(target, drafter, state, rows, joining, stats)
+                _check_row_params(verifier, state.params)
                 stats.time_prefill += perf_counter() - t5
                 if any(a is not None for a in joined):  # the joined rows take their first token next step
                     first_allowed = [None] * (state.tokens.shape[0] - len(joined)) + joined
 
     stats.draft_calls = drafter.forward_calls - drafter_calls_before
+    add_drafter_times(stats, drafter, drafter_timers_before)
     stats.time_total = perf_counter() - started - callback_seconds
     return rows.output(input_ids, stats)
+
+
+def _check_row_params(verifier: Verifier, params: SamplingParams | RowParams) -> None:
+    if isinstance(params, RowParams) and not verifier.per_row_params:
+        raise DraftVerifyError(f"the {verifier.name} verifier takes one sampling setting for the whole batch; rows "
+                               "with different temperature / top-k / top-p need a lossless method (its 'exact' rule)")
+    verifier.check_params(params)
 
 
 def _fresh_seed() -> int:
@@ -340,8 +372,9 @@ def _constrain_first(logits: torch.Tensor, allowed: list[torch.Tensor | None]) -
 
 
 def _join(target: LMBackend, drafter: Drafter, state: DecodingState, rows: "_Rows",
-          joining: list[tuple], params: SamplingParams, stats: GenerationStats) -> None:
-    """Continuous batching: prefill the joining rows and append them to the batch (target, drafter and state)."""
+          joining: list[tuple], stats: GenerationStats) -> None:
+    """Continuous batching: prefill the joining rows and append them to the batch (target, drafter and state);
+    a row without its own SamplingParams takes the batch's first row's."""
     prompts = [list(row[0]) for row in joining]
     limits = [row[1] for row in joining]
     for ids, limit in zip(prompts, limits):
@@ -361,6 +394,9 @@ def _join(target: LMBackend, drafter: Drafter, state: DecodingState, rows: "_Row
     pad = lambda t: torch.cat([t.new_zeros((t.shape[0], total - t.shape[1])), t], dim=1)  # noqa: E731
     state.tokens = torch.cat([pad(state.tokens), pad(ids)])
     state.lengths = torch.cat([state.lengths, mask.long().sum(dim=1)])
+    batch_rows = params_rows(state.params, state.tokens.shape[0] - len(joining))
+    joined = [row[4] if len(row) > 4 and row[4] is not None else batch_rows[0] for row in joining]
+    state.params = row_params(batch_rows + joined)
     if state.seeds is not None:
         state.seeds = state.seeds + [row[2] if row[2] is not None else _fresh_seed() for row in joining]
     stats.prompt_tokens += sum(len(r) for r in prompts)

@@ -30,7 +30,10 @@ class Method:
 
 METHODS: dict[str, Method] = {
     "autoregressive": Method("none", "exact", "the target alone in our loop (no drafting): the baseline"),
-    "model": Method("model", "exact", "speculative decoding with a small draft model (Leviathan et al.)", True),
+    "model": Method("model", "exact", "speculative decoding with a small draft model (Leviathan et al.); a draft "
+                    "with another tokenizer runs as cross_tokenizer", True),
+    "cross_tokenizer": Method("cross_tokenizer", "exact", "a draft model with its own tokenizer: its text re-tokenized "
+                              "into target tokens, a deterministic proposal (universal assisted generation)", True),
     "prompt_lookup": Method("prompt_lookup", "exact", "copy the continuation of the latest matching n-gram in the context"),
     "lookup_model": Method("lookup_model", "exact", "copy from the context when its last n-gram recurs, else the draft "
                            "model drafts (the code zoo's default)", True),

@@ -9,6 +9,67 @@ from .errors import DraftVerifyError
 from .types import SamplingParams
 
 
+class RowParams:
+    """Sampling settings per row of a batch whose rows differ (each row its own temperature / top-k / top-p / seed,
+    as vLLM serves requests): every transform runs once per group of rows that share their settings, so a row's
+    tokens are exactly what its own settings give alone. One shared setting is a plain SamplingParams instead
+    (`row_params`), so a uniform batch pays nothing for this."""
+
+    def __init__(self, rows: list[SamplingParams]):
+        self.rows = list(rows)
+
+    @staticmethod
+    def key(p: SamplingParams) -> tuple:
+        """What groups rows: everything but the seed, which each row keeps anyway (DecodingState.seeds)."""
+        return (p.temperature, p.top_k, p.top_p, p.coupled)
+
+    def groups(self) -> list[tuple[SamplingParams, torch.Tensor]]:
+        """(settings, row indices [G]) per group, in the order the groups first appear."""
+        found: dict[tuple, tuple[SamplingParams, list[int]]] = {}
+        for b, p in enumerate(self.rows):
+            found.setdefault(self.key(p), (p, []))[1].append(b)
+        return [(p, torch.tensor(rows)) for p, rows in found.values()]
+
+    @property
+    def greedy(self) -> bool:
+        return all(p.greedy for p in self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __repr__(self) -> str:
+        return f"RowParams({self.rows!r})"
+
+
+def row_params(params: SamplingParams | RowParams | list[SamplingParams]) -> SamplingParams | RowParams:
+    """One SamplingParams when every row shares the settings (seeds aside), else RowParams."""
+    rows = params.rows if isinstance(params, RowParams) else params
+    if isinstance(rows, SamplingParams):
+        return rows
+    rows = list(rows)
+    if not rows or not all(isinstance(p, SamplingParams) for p in rows):
+        raise DraftVerifyError("per-row sampling settings must be a non-empty list of SamplingParams")
+    return rows[0] if len({RowParams.key(p) for p in rows}) == 1 else RowParams(rows)
+
+
+def params_rows(params: SamplingParams | RowParams, batch: int) -> list[SamplingParams]:
+    """Each row's settings [B]."""
+    return list(params.rows) if isinstance(params, RowParams) else [params] * batch
+
+
+def by_rows(params: SamplingParams | RowParams, fn, rows: torch.Tensor) -> torch.Tensor:
+    """fn(settings, row indices) -> that group's result [G, ...], assembled over the rows (dim 0)."""
+    if isinstance(params, SamplingParams):
+        return fn(params, None)
+    out = None
+    for p, index in params.groups():
+        part = fn(p, index.to(rows.device))
+        if out is None:
+            out = part.new_empty((rows.shape[0],) + tuple(part.shape[1:]))
+        out[index.to(out.device)] = part
+    return out
+
+
 def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """Temperature, then top-k, then top-p (nucleus), as Hugging Face's warpers do. logits: [..., V]."""
     if params.temperature > 0 and params.temperature != 1.0:
@@ -27,8 +88,11 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return logits
 
 
-def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """The distribution tokens are drawn from. Greedy params give the untempered softmax (used by BiLD/lenience)."""
+def probs_from_logits(logits: torch.Tensor, params: SamplingParams | RowParams) -> torch.Tensor:
+    """The distribution tokens are drawn from. Greedy params give the untempered softmax (used by BiLD/lenience).
+    RowParams: logits [B, ..., V], each row by its own settings."""
+    if isinstance(params, RowParams):
+        return by_rows(params, lambda p, rows: probs_from_logits(logits[rows], p), logits)
     if params.greedy:
         return logits.float().softmax(dim=-1)
     return filter_logits(logits.float(), params).softmax(dim=-1)
@@ -122,14 +186,19 @@ def draw(probs: torch.Tensor, params: SamplingParams, generator: torch.Generator
 
 def draw_next(probs: torch.Tensor, state, offset: int) -> torch.Tensor:
     """A drafter's token `offset` positions after the last committed one of each row (DecodingState `state`):
-    each row's coupled noise is keyed by its own seed and position. probs [B, V]."""
-    params = state.params
-    if not params.coupled:
-        return draw(probs, params, state.generator, 0)
+    each row by its own settings, its coupled noise keyed by its own seed and position. probs [B, V] -> [B]."""
     positions = (state.lengths + offset).tolist()
-    noise = torch.stack([gumbel_noise(seed, pos, 1, probs.shape[-1], probs.device)[0]
-                         for seed, pos in zip(row_seeds(state.seeds, state.generator, len(positions)), positions)])
-    return gumbel_argmax(probs, noise)
+    seeds = row_seeds(state.seeds, state.generator, len(positions)) if not state.params.greedy else None
+
+    def draw_rows(params: SamplingParams, rows: torch.Tensor | None) -> torch.Tensor:
+        part = probs if rows is None else probs[rows]
+        if not params.coupled:
+            return draw(part, params, state.generator, 0)
+        picked = range(len(positions)) if rows is None else rows.tolist()
+        noise = torch.stack([gumbel_noise(seeds[b], positions[b], 1, probs.shape[-1], probs.device)[0] for b in picked])
+        return gumbel_argmax(part, noise)
+
+    return by_rows(state.params, draw_rows, probs)
 
 
 def row_seeds(seeds: list[int] | None, generator: torch.Generator | None, rows: int) -> list[int]:

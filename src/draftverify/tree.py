@@ -118,3 +118,30 @@ class TreeSpec:
 
     def to(self, device: torch.device | str) -> "TreeSpec":
         return TreeSpec(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+
+
+def row_trees(rows: Sequence[tuple[Sequence[int], Sequence[int]]], device: torch.device | str = "cpu"
+              ) -> tuple[TreeSpec, torch.Tensor, torch.Tensor | None]:
+    """Each row's own token tree (tokens [N_b] and parents [N_b], topological order) on one tree shape for the
+    batch: the union of the rows' child-rank paths, so one verify forward scores every row. Returns the shape,
+    tokens [B, N] (0 where a row lacks a node) and valid [B, N] (False there; None when every row has every node).
+    A node a row lacks has no descendants in that row, and is never accepted (verifiers read Draft.valid)."""
+    row_paths: list[list[tuple[int, ...]]] = []
+    for tokens, parents in rows:
+        paths: list[tuple[int, ...]] = []
+        taken: dict[int, int] = {}  # parent -> children so far (the next child's rank)
+        for parent in parents:
+            rank = taken.get(parent, 0)
+            taken[parent] = rank + 1
+            paths.append((paths[parent] if parent >= 0 else ()) + (rank,))
+        row_paths.append(paths)
+    union = sorted({path for paths in row_paths for path in paths}, key=lambda path: (len(path), path))
+    spec = TreeSpec.from_paths(union)
+    index = {path: j for j, path in enumerate(union)}
+    tokens = torch.zeros(len(rows), len(union), dtype=torch.long)
+    valid = torch.zeros(len(rows), len(union), dtype=torch.bool)
+    for b, ((row_tokens, _), paths) in enumerate(zip(rows, row_paths)):
+        columns = torch.tensor([index[path] for path in paths], dtype=torch.long)
+        tokens[b, columns] = torch.tensor(list(row_tokens), dtype=torch.long)
+        valid[b, columns] = True
+    return spec, tokens.to(device), None if bool(valid.all()) else valid.to(device)

@@ -100,6 +100,7 @@ class Draft:
     q_probs: torch.Tensor | None = None  # [B, N, V] drafter probabilities the tokens were drawn from
     tree: TreeSpec | None = None  # None = chain (node j's parent is node j-1)
     lengths: torch.Tensor | None = None  # [B] long, valid draft tokens per row (ragged batches)
+    valid: torch.Tensor | None = None  # [B, N] bool, a tree's nodes each row proposes (tree.row_trees); None: all
     position: int | torch.Tensor | None = None  # decoder index of tokens[:, 0] ([B] in a batch; set by the loop)
     seeds: list[int] | None = None  # per-row coupled-noise seeds of a batch (set by the loop)
 
@@ -169,6 +170,9 @@ class GenerationStats:
     time_target: float = 0.0
     time_verify: float = 0.0
     time_total: float = 0.0
+    # part of time_draft: moving text between the draft's tokenizer and the target's (cross_tokenizer drafter);
+    # filled from the drafter's timers() by Pipeline and the bench (drafters.base.add_drafter_times)
+    time_retokenize: float = 0.0
 
     @property
     def time_other(self) -> float:
@@ -218,6 +222,7 @@ class GenerationStats:
             "time_draft": self.time_draft,
             "time_target": self.time_target,
             "time_verify": self.time_verify,
+            "time_retokenize": self.time_retokenize,
             "time_other": self.time_other,
             "time_total": self.time_total,
             "tokens_per_second": self.tokens_per_second,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from bench_fixtures import model_dir  # noqa: F401  (fixture)
+from bench_fixtures import ROOT, model_dir  # noqa: F401  (fixture)
 
 from draftverify import DraftVerifyError
 from draftverify.bench import families
@@ -10,7 +10,7 @@ from draftverify.bench.config import BenchConfig
 from draftverify.bench.lineup import build_runners
 from draftverify.bench.models import load_models
 from draftverify.bench.ours import plan_rows
-from draftverify.bench.runners import Hooks
+from draftverify.bench.runners import Hooks, install_hooks
 from draftverify.cached_lm import CachedLM
 from draftverify.methods import METHODS, Method
 
@@ -36,7 +36,8 @@ def test_todays_methods_give_the_rows_the_bench_always_had(model_dir, models):
     assert set(by_name) == {"model[g=3]", "model[auto]", "model_aligned[g=3]", "prompt_lookup[g=3]", "ngram[g=3]",
                             "early_exit[L=1,g=3]", "bild[fb=0.4,rb=2]", "bild_early_exit[L=1,fb=0.4,rb=2]",
                             "specdec++[fb=0.4]", "lookup_model[g=3]", "lookup_model_aligned[g=3]", "model_tree[g=3]",
-                            "model_tree_aligned[g=3]", "prompt_lookup_tree[g=3]"}
+                            "model_tree_aligned[g=3]", "prompt_lookup_tree[g=3]", "cross_tokenizer[g=3]",
+                            "cross_tokenizer_aligned[g=3]"}
     # the tiny target has no trained blockwise heads, BiTA adapter nor NAT drafter: those methods are skipped, saying why
     assert sorted(n.split()[0] for n in notes) == ["bita", "bita_chain", "bita_tree", "bpd", "bpd_neural", "bpd_ngram",
                                                    "bpd_pbest", "specdec", "specdec++_nat"]
@@ -97,3 +98,33 @@ def test_a_method_without_its_resources_is_skipped_with_the_reason(model_dir):
 def test_unknown_runner_family_lists_the_registered_ones(model_dir):
     with pytest.raises(DraftVerifyError, match="unknown runner family medusa.*specdec\\+\\+"):
         _config(model_dir, runners=("model", "medusa"))
+
+
+OTHERTOK = ROOT / "zoo" / "code" / "draft-othertok"
+
+
+def test_a_draft_with_another_tokenizer_gives_cross_tokenizer_rows_and_universal_assisted_generation(model_dir):
+    """--draft with its own tokenizer: our `model` rows re-tokenize its text, hf_assisted passes both tokenizers
+    (Hugging Face's universal assisted generation, offline), the methods that read its logits are skipped saying
+    why; every greedy row gives the target's own tokens."""
+    config = BenchConfig(target=model_dir / "target", draft=OTHERTOK, quick=True, gammas=(3,),
+                         runners=("model", "lookup_model", "hf_assisted")).resolved()
+    models = load_models(config)
+    assert models.draft_tokenizer is not None and len(models.draft_tokenizer) != len(models.tokenizer)
+    assert models.describe()["draft"]["tokenizer"] == f"its own (vocabulary {len(models.draft_tokenizer)})"
+    hooks = install_hooks(models)
+    runners, notes = build_runners(config, models, hooks)
+    rows = {r.name: r for r in runners}
+    assert type(rows["model[g=3]"].drafter).name == "cross_tokenizer"
+    assert rows["hf_assisted[g=3]"].assistant_tokenizer is models.draft_tokenizer
+    assert rows["hf_assisted[g=3]"].settings["universal"] is True
+    # every draft token is in the target's vocabulary, where transformers' sampling path fails: greedy only, said so
+    assert rows["hf_assisted[g=3]"].greedy_only and not rows["model[g=3]"].greedy_only
+    sampled = BenchConfig(**{**config.as_dict(), "temperatures": (0.0, 1.0)}).resolved()
+    assert any("hf_assisted runs greedy only" in n for n in build_runners(sampled, models, hooks)[1])
+    assert any(n.startswith("lookup_model skipped") and "own tokenizer" in n for n in notes), notes
+    ids = models.tokenizer("def add(a, b):\n", return_tensors="pt").input_ids
+    outputs = {name: rows[name].run(ids, 0.0, 0, 12) for name in ("hf_generate", "model[g=3]", "hf_assisted[g=3]")}
+    hooks.remove()
+    assert outputs["model[g=3]"].new_ids == outputs["hf_generate"].new_ids == outputs["hf_assisted[g=3]"].new_ids
+    assert outputs["model[g=3]"].drafted > 0 and outputs["model[g=3]"].stats["time_retokenize"] > 0

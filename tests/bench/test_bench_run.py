@@ -23,7 +23,8 @@ QUICK_GAMMA = 3
 # the rows of today's registry (a new method adds its own: tests/bench/test_bench_lineup.py); lossy: greedy only
 LOSSLESS_FAMILIES = ("hf_generate", "ours_autoregressive", "hf_assisted", "hf_prompt_lookup", "model",
                      "model_aligned", "prompt_lookup", "lookup_model", "lookup_model_aligned", "ngram", "early_exit",
-                     "model_tree", "model_tree_aligned", "prompt_lookup_tree")
+                     "model_tree", "model_tree_aligned", "prompt_lookup_tree", "cross_tokenizer",
+                     "cross_tokenizer_aligned")
 LOSSY_FAMILIES = ("bild", "bild_early_exit", "specdec++")
 
 
@@ -148,7 +149,8 @@ def test_theorem8_prediction_is_walltime_factor_of_the_recorded_alpha_c_gamma(qu
     predicted = [r for r in payload["runners"] if r["predicted_speedup"] is not None]
     # chain drafters only: Theorem 8 has no model of a tree (model_tree, prompt_lookup_tree get no prediction)
     assert {r["family"] for r in predicted} == {"model", "model_aligned", "ngram", "prompt_lookup", "early_exit",
-                                                "lookup_model", "lookup_model_aligned"}
+                                                "lookup_model", "lookup_model_aligned", "cross_tokenizer",
+                                                "cross_tokenizer_aligned"}
     for row in predicted:
         assert row["predicted_speedup"] == pytest.approx(walltime_factor(row["alpha"], row["theory_gamma"], row["c"]))
         if isinstance(row["gamma"], int):

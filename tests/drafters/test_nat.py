@@ -294,7 +294,7 @@ def test_decoder_only_sampling_is_coupled_and_independent_of_k(fitted_lm):
     assert out.new_tokens.shape[1] == NEW
 
 
-def test_decoder_only_refusals(fitted_lm, tmp_path):
+def test_decoder_only_refusals_and_batches(fitted_lm, tmp_path):
     model, _, nat = fitted_lm
     other = build_model(model.config.model_type, layers=2, seed=7)  # same shapes, other weights
     with pytest.raises(DraftVerifyError, match="another target"):
@@ -302,8 +302,8 @@ def test_decoder_only_refusals(fitted_lm, tmp_path):
     seq2seq, _ = target_and_reference("marian", SOURCE, NEW)
     with pytest.raises(DraftVerifyError, match="trained for a decoder-only target"):
         generate(seq2seq, NatDrafter(nat), greedy(), SOURCE, max_new_tokens=4)
-    with pytest.raises(DraftVerifyError, match="one row at a time"):
-        generate(model, NatDrafter(nat), greedy(), PROMPT.repeat(2, 1), max_new_tokens=4)
+    alone = generate(model, NatDrafter(nat), greedy(), PROMPT, max_new_tokens=4).new_tokens[0].tolist()
+    assert generate(model, NatDrafter(nat), greedy(), PROMPT.repeat(2, 1), max_new_tokens=4).rows == [alone] * 2
 
 
 def test_decoder_only_save_load_and_older_files(fitted_lm, tmp_path):

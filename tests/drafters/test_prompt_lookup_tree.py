@@ -32,8 +32,9 @@ def test_trie_merges_shared_prefixes():
 def test_propose_builds_the_tree():
     state = DecodingState(torch.tensor([[7, 1, 2, 9, 1, 2, 8, 3, 2, 5, 6, 1, 2]]), None, 3, SamplingParams(), None)
     draft = PromptLookupTreeDrafter(max_ngram=2, num_matches=3).propose(state, 2)
-    assert draft.tokens.tolist() == [[8, 3, 9, 1, 5, 6]]
-    assert draft.tree.parents.tolist() == [-1, 0, -1, 2, -1, 4]
+    # the matches [8, 3], [9, 1], [5, 6] as one trie, nodes by depth then sibling rank (tree.row_trees)
+    assert draft.tokens.tolist() == [[8, 9, 5, 3, 1, 6]]
+    assert draft.tree.parents.tolist() == [-1, -1, -1, 0, 1, 2] and draft.valid is None
     empty = PromptLookupTreeDrafter().propose(DecodingState(torch.tensor([[4, 5, 6]]), None, 3, SamplingParams(), None), 4)
     assert empty.length == 0 and empty.tree is None
 

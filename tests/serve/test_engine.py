@@ -22,8 +22,10 @@ from draftverify.types import GenerationStats
 class StubPipe:
     """Emits token `7` per step, one step per `release()` (or at once when free-running)."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, mixes_sampling: bool = False):
         self.tokenizer = tokenizer
+        self.mixes_sampling = mixes_sampling  # the method judges each row by its own sampling settings
+        self.params: list = []  # the settings of every row each batch held
         self.target = SimpleNamespace(max_positions=64, vocab_size=len(tokenizer))
         self.drafter = SimpleNamespace()
         self.eos_token_id = tokenizer.eos_token_id
@@ -38,6 +40,8 @@ class StubPipe:
     def generate_batch_ids(self, rows, params, max_new_tokens, seeds=None, gamma=None, on_tokens=None, admit=None):
         rows = list(rows)
         self.batches.append(rows)
+        row_params = list(params) if isinstance(params, list) else [params] * len(rows)
+        self.params.append(row_params)
         limits = list(max_new_tokens) if isinstance(max_new_tokens, list) else [max_new_tokens] * len(rows)
         active = set(range(len(rows)))
         done = [0] * len(rows)
@@ -51,7 +55,8 @@ class StubPipe:
             stop = on_tokens(emitted) or []
             active -= set(stop) | {b for b in active if done[b] >= limits[b]}
             if active and admit is not None:  # continuous batching: rows join between steps
-                for ids, limit, _ in admit():
+                for ids, limit, _, _, joined in admit():
+                    row_params.append(joined)
                     active.add(len(rows))
                     rows.append(ids)
                     limits.append(limit)
@@ -189,6 +194,37 @@ def test_requests_with_the_same_settings_share_a_batch(tokenizer):
         assert sorted(len(b) for b in pipe.batches) == [1, 4]
         assert all(r.status_code == 200 for r in results)
         assert all(r.json()["usage"]["completion_tokens"] == 3 for r in results)
+    finally:
+        pipe.free = True
+        pipe.release()
+        server.stop()
+
+
+def test_requests_with_different_settings_share_a_batch_when_rows_keep_their_own(tokenizer):
+    """A method whose verifier judges rows apart (the lossless methods' exact rule): a sampled request joins the
+    greedy ones' batch and keeps its own settings."""
+    pipe = StubPipe(tokenizer, mixes_sampling=True)
+    app = create_app(pipe, ServerSettings(model_name="stub", max_queue=8, max_batch=4))
+    server = InProcessServer(app)
+    try:
+        results: list = []
+        first = threading.Thread(target=_post, args=(server.base, results))
+        first.start()
+        assert _wait(lambda: app.state.engine.busy_rows == 1)
+        others = [threading.Thread(target=_post, args=(server.base, results), kwargs=extra)
+                  for extra in ({}, {"temperature": 0.5, "seed": 3}, {})]
+        for t in others:
+            t.start()
+        assert _wait(lambda: app.state.engine.snapshot()["queued"] == 3)
+        pipe.free = True
+        pipe.release()
+        for t in [first, *others]:
+            t.join(30)
+        assert [len(b) for b in pipe.batches] == [4]  # one batch: the sampled request joined the greedy ones
+        temperatures = sorted(p.temperature for p in pipe.params[0])
+        assert temperatures == [0.0, 0.0, 0.0, 0.5]
+        assert [p.seed for p in pipe.params[0] if p.temperature == 0.5] == [3]
+        assert all(r.status_code == 200 for r in results)
     finally:
         pipe.free = True
         pipe.release()

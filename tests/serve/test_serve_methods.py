@@ -1,5 +1,6 @@
-"""`serve` offers every method with its declared flags: a tree method (one row at a time) with its own option,
-served one request at a time, its texts the library's own."""
+"""`serve` offers every method with its declared flags: a tree method with its own option (batched), and BiLD
+with the shared thresholds (one row at a time: served one request at a time, and said so); the texts are the
+library's own."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -11,7 +12,6 @@ from serve_fixtures import ServerProcess, make_models
 from draftverify.api import load
 
 PROMPTS = ["def quicksort(xs):\n    ", "import os\n"]
-PATHS = "[[0], [1], [0, 0]]"
 
 
 @pytest.fixture(scope="module")
@@ -19,26 +19,35 @@ def models(tmp_path_factory):
     return make_models(tmp_path_factory.mktemp("serve-methods"))
 
 
-@pytest.fixture(scope="module")
-def tree_server(models):
-    proc = ServerProcess(["--target", str(models / "target"), "--draft", str(models / "draft"), "--method",
-                          "model_tree", "--tree-paths", PATHS, "--served-model-name", "tree", "--max-batch", "4",
-                          "--threads", "1"])
-    yield proc
-    proc.stop()
+def serve_and_compare(models, flags: list[str], options: dict) -> tuple[int, str]:
+    """Start a server with these method flags, send both prompts at once; their texts must equal load(**options)'s.
+    Returns the server's max_batch and its output."""
+    proc = ServerProcess(["--target", str(models / "target"), "--draft", str(models / "draft"), *flags,
+                          "--served-model-name", "m", "--max-batch", "4", "--threads", "1"])
+    try:
+        max_batch = httpx.get(proc.base + "/health").json()["max_batch"]
+        pipe = load(target=models / "target", draft=models / "draft", **options)
+        expected = [pipe.generate(p, max_new_tokens=12).text for p in PROMPTS]
+
+        def complete(prompt: str) -> str:
+            body = {"model": "m", "prompt": prompt, "max_tokens": 12, "temperature": 0}
+            return httpx.post(proc.base + "/v1/completions", json=body, timeout=120).json()["choices"][0]["text"]
+
+        with ThreadPoolExecutor(2) as pool:  # both at once: one batch, or queued and run one after the other
+            assert list(pool.map(complete, PROMPTS)) == expected
+    finally:
+        output = proc.stop()
+    return max_batch, output
 
 
-def test_a_tree_method_serves_one_request_at_a_time_with_the_librarys_texts(tree_server, models):
-    assert httpx.get(tree_server.base + "/health").json()["max_batch"] == 1
-    pipe = load(target=models / "target", draft=models / "draft", method="model_tree",
-                tree_paths=[(0,), (1,), (0, 0)])
-    expected = [pipe.generate(p, max_new_tokens=12).text for p in PROMPTS]
+def test_a_tree_method_takes_its_declared_option_and_batches(models):
+    max_batch, output = serve_and_compare(models, ["--method", "model_tree", "--tree-paths", "[[0], [1], [0, 0]]"],
+                                          dict(method="model_tree", tree_paths=[(0,), (1,), (0, 0)]))
+    assert max_batch == 4 and "one row at a time" not in output
 
-    def complete(prompt: str) -> str:
-        body = {"model": "tree", "prompt": prompt, "max_tokens": 12, "temperature": 0}
-        return httpx.post(tree_server.base + "/v1/completions", json=body, timeout=120).json()["choices"][0]["text"]
 
-    with ThreadPoolExecutor(2) as pool:  # both at once: queued, then run one after the other
-        assert list(pool.map(complete, PROMPTS)) == expected
-    output = tree_server.stop()
-    assert "note: model_tree decodes one row at a time: requests are served one at a time" in output
+def test_bild_takes_the_shared_thresholds_and_serves_one_request_at_a_time(models):
+    max_batch, output = serve_and_compare(models, ["--method", "bild", "--alpha-fb", "0.3", "--alpha-rb", "1.5"],
+                                          dict(method="bild", alpha_fb=0.3, alpha_rb=1.5))
+    assert max_batch == 1
+    assert "note: bild decodes one row at a time: requests are served one at a time (--max-batch 1)" in output

@@ -281,6 +281,20 @@ def test_the_load_test_script_reports_on_a_bounded_run(server, tmp_path, capsys)
     load_test.check_loopback("http://[::1]:1")
 
 
+def test_the_mixed_load_test_batches_greedy_and_seeded_requests_and_each_equals_its_single_request(server, tmp_path):
+    """Greedy and seeded sampling requests alternate under load, so the server's batches mix settings; every
+    answer must equal the same request sent alone first (the script exits 1 otherwise)."""
+    load_test = _load_test_module()
+    out = tmp_path / "mixed.json"
+    code = load_test.main(["--url", server.base, "--api-key", API_KEY, "--clients", "4", "--requests", "16",
+                           "--duration", "120", "--max-tokens", "6", "--warmup", "0", "--mixed", "--out", str(out)])
+    report = json.loads(out.read_text())
+    greedy, sampled = report["greedy_equal_single"].split("/"), report["sampled_equal_single"].split("/")
+    assert code == 0 and report["ok"] == 16 and report["mixed"]
+    assert greedy[0] == greedy[1] == "8" and sampled[0] == sampled[1] == "8"
+    assert "seeded sampling equal to single request" in out.with_suffix(".md").read_text()
+
+
 def test_the_load_test_measures_rss_growth_after_warm_up():
     """Growth after warm-up: from the first sample at or after the warm-up count to the last one."""
     load_test = _load_test_module()

@@ -8,7 +8,7 @@ from typing import Any
 
 from transformers import AutoTokenizer, PreTrainedModel
 
-from ..api import load_model, zoo_paths
+from ..api import draft_tokenizer_for, load_model, zoo_paths
 from ..cached_lm import context_limit
 from ..errors import DraftVerifyError
 from ..options import all_fields, fill_from_zoo
@@ -24,6 +24,10 @@ class BenchModels:
     tokenizer: object
     draft: PreTrainedModel | None = None
     aligned_draft: PreTrainedModel | None = None
+    # a draft's own tokenizer when its vocabulary is not the target's (api.draft_tokenizer_for): our `model` rows
+    # then re-tokenize its text (cross_tokenizer) and hf_assisted runs Hugging Face's universal assisted generation
+    draft_tokenizer: object | None = None
+    aligned_draft_tokenizer: object | None = None
     options: dict[str, Any] = field(default_factory=dict)  # declared drafter options, the zoo's files filled in
     paths: dict[str, str | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -60,6 +64,9 @@ class BenchModels:
                 "hidden_size": getattr(cfg, "hidden_size", getattr(cfg, "n_embd", None)),
                 "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
             }
+            own = getattr(self, f"{role}_tokenizer", None) if role != "target" else None
+            if role != "target":
+                out[role]["tokenizer"] = f"its own (vocabulary {len(own)})" if own is not None else "the target's"
         for name, (_, f) in all_fields().items():  # the declared files given or found: {"ngram": {"path": ...}}
             opt = declaration(f)
             if opt is not None and opt.zoo is not None and self.options.get(name) is not None:
@@ -117,8 +124,11 @@ def load_models(config: BenchConfig) -> BenchModels:
     models = BenchModels(target=target, tokenizer=tokenizer, paths={k: str(v) if v else None for k, v in paths.items()})
     if paths["draft"] is not None:
         models.draft = load_model(paths["draft"], config.dtype, role="draft")
+        models.draft_tokenizer = draft_tokenizer_for(paths["draft"], models.draft, tokenizer, target)
     if paths["aligned_draft"] is not None:
         models.aligned_draft = load_model(paths["aligned_draft"], config.dtype, role="aligned draft")
+        models.aligned_draft_tokenizer = draft_tokenizer_for(paths["aligned_draft"], models.aligned_draft, tokenizer,
+                                                             target)
     for role, families in (("draft", "hf_assisted, model, bild"), ("aligned_draft", "model_aligned")):
         if paths[role] is None:
             option = "--" + role.replace("_", "-")

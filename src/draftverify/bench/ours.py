@@ -111,7 +111,8 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
     else:
         draft = cached_model(models.draft, "draft", compile) if models.draft is not None else None
         aligned = cached_model(models.aligned_draft, "aligned draft", compile) if models.aligned_draft is not None else None
-    base = MethodOptions(draft_model=draft, compile=compile, **models.options)
+    base = MethodOptions(draft_model=draft, draft_tokenizer=models.draft_tokenizer, target_tokenizer=models.tokenizer,
+                         compile=compile, **models.options)
     total = getattr(models.target.config, "num_hidden_layers", None)
     layers = config.early_exit_layers if config.early_exit_layers is not None else \
         default_early_exit_layers(total or 2)[: 1 if config.quick else None]
@@ -155,7 +156,8 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
             if aligned is None:
                 notes.append(f"{name}{ALIGNED_SUFFIX} skipped: no aligned draft model")
             else:
-                drafts.append((name + ALIGNED_SUFFIX, base.replace(draft_model=aligned)))
+                drafts.append((name + ALIGNED_SUFFIX, base.replace(draft_model=aligned,
+                                                                   draft_tokenizer=models.aligned_draft_tokenizer)))
         for family, options in drafts:
             if not config.wants(family):
                 continue

@@ -15,7 +15,8 @@ from time import perf_counter
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
-from ..cached_lm import WIDTH_BUCKETS, CachedLM, bucket
+from ..cached_lm import CachedLM
+from ..compiled_widths import WIDTH_BUCKETS, bucket
 from ..compiling import compiled_models, max_verify_width
 from ..drafters.base import Drafter
 from ..loop import generate
@@ -123,6 +124,9 @@ class HFRunner(Runner):
     assistant_settings: dict = field(default_factory=dict)  # written on assistant.generation_config each call
     prompt_lookup: int | None = None
     max_matching_ngram_size: int | None = None
+    # an assistant with its own tokenizer: both tokenizers go to generate() (universal assisted generation)
+    tokenizer: object | None = None
+    assistant_tokenizer: object | None = None
 
     def generation_config(self, temperature: float, max_new_tokens: int) -> GenerationConfig:
         sampling = {"do_sample": True, "temperature": float(temperature), "top_k": 0, "top_p": 1.0} \
@@ -141,6 +145,8 @@ class HFRunner(Runner):
             for key, value in self.assistant_settings.items():
                 setattr(self.assistant.generation_config, key, value)
             kwargs["assistant_model"] = self.assistant
+            if self.assistant_tokenizer is not None:
+                kwargs.update(tokenizer=self.tokenizer, assistant_tokenizer=self.assistant_tokenizer)
         if temperature > 0:
             torch.manual_seed(seed)
         mask = torch.ones_like(input_ids)

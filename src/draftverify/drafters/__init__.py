@@ -5,6 +5,7 @@ from .bita_adapter import BitaAdapter
 from .blockwise import BlockwiseDrafter, BlockwiseHeads
 from .blockwise_lattice import BlockwiseNgramDrafter, BlockwisePBestDrafter
 from .blockwise_neural import BlockwiseNeuralDrafter
+from .cross_tokenizer import CrossTokenizerDrafter
 from .early_exit import EarlyExitDrafter
 from .lookup_model import LookupModelDrafter
 from .model import ModelDrafter
@@ -17,4 +18,4 @@ from .prompt_lookup_tree import PromptLookupTreeDrafter
 __all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable",
            "ModelTreeDrafter", "PromptLookupTreeDrafter", "LookupModelDrafter", "BlockwiseDrafter", "BlockwiseHeads",
            "BlockwiseNgramDrafter", "BlockwisePBestDrafter", "BitaAdapter", "BitaDrafter", "BitaEfficientDrafter",
-           "BitaFullTreeDrafter", "NatDrafter", "NatDecoder"]
+           "BitaFullTreeDrafter", "NatDrafter", "NatDecoder", "CrossTokenizerDrafter"]

@@ -69,6 +69,11 @@ class Drafter(ABC):
         [B, E, ...]; the next draft can be prepared from them here, at no extra target call.
         """
 
+    def timers(self) -> dict[str, float]:
+        """Cumulative seconds of named parts of the drafter's own work that GenerationStats reports apart as
+        time_<name> (part of time_draft); see add_drafter_times. Empty for most drafters."""
+        return {}
+
     def drop_rows(self, keep: torch.Tensor) -> None:
         """Batches: keep only the rows where keep [B] (bool) is True; finished rows leave between steps."""
 
@@ -85,6 +90,13 @@ class NoDrafter(Drafter):
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         return empty_draft(state)
+
+
+def add_drafter_times(stats, drafter: Drafter, before: dict[str, float]) -> None:
+    """Add what the drafter's timers() gained since `before` (its timers() when the generation began) to stats."""
+    for name, seconds in drafter.timers().items():
+        field = f"time_{name}"
+        setattr(stats, field, getattr(stats, field) + seconds - before.get(name, 0.0))
 
 
 def stack_draft(tokens: list[torch.Tensor], q: list[torch.Tensor] | None, state: DecodingState) -> Draft:

@@ -69,6 +69,7 @@ class BitaDrafter(Drafter):
     needs_target_hidden = True  # commit() reads the mask tokens' logits from the verify pass
     drafts_in_target_pass = True
     proposes_trees = False
+    supports_batch = True  # every row's mask groups sit where its own kept tokens end
 
     def __init__(self, adapter: BitaAdapter, topk: int = 1, num_masks: int | None = None):
         super().__init__()
@@ -85,6 +86,7 @@ class BitaDrafter(Drafter):
         self._embeds: torch.Tensor | None = None  # [M, H] in the target's dtype
         self._prefix = None
         self._mask_logits: torch.Tensor | None = None  # [B, M, V] of the group after the last kept position
+        self._ahead: torch.Tensor | None = None  # chain: [B] the first mask still ahead of each row's pending token
         self._layouts: dict = {}
 
     @classmethod
@@ -111,6 +113,21 @@ class BitaDrafter(Drafter):
 
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
         self._mask_logits = None  # the first verify pass drafts nothing; its mask group gives the first candidates
+        self._ahead = None
+
+    def drop_rows(self, keep: torch.Tensor) -> None:
+        if self._mask_logits is not None:
+            self._mask_logits = self._mask_logits[keep.to(self._mask_logits.device)]
+            self._ahead = None if self._ahead is None else self._ahead[keep.to(self._ahead.device)]
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Rows that join have no mask group yet: their candidates are all-zero logits this once (whatever they
+        propose, the verifier keeps only the target's tokens; a chain row proposes nothing)."""
+        if self._mask_logits is not None:
+            fresh = self._mask_logits.new_zeros((input_ids.shape[0],) + tuple(self._mask_logits.shape[1:]))
+            self._mask_logits = torch.cat([self._mask_logits, fresh])
+            if self._ahead is not None:
+                self._ahead = torch.cat([self._ahead, self._ahead.new_full((input_ids.shape[0],), self.num_masks)])
 
     def _layout(self, tree: TreeSpec | None, length: int, attach: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         key = (id(tree), length, len(attach))
@@ -128,15 +145,26 @@ class BitaDrafter(Drafter):
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         if self._mask_logits is None:
             return empty_draft(state)
-        return Draft(tokens=self._mask_logits.argmax(dim=-1)[:, :gamma])  # [B, <= M]
+        tokens = self._mask_logits.argmax(dim=-1)  # [B, M]
+        masks = tokens.shape[1]
+        lengths = (masks - self._ahead).clamp(max=gamma)  # [B] each row's masks still ahead of its pending token
+        width = int(lengths.max())
+        if width == 0:
+            return empty_draft(state)
+        index = (self._ahead[:, None] + torch.arange(width, device=tokens.device)[None]).clamp(max=masks - 1)
+        draft = Draft(tokens=tokens.gather(1, index))  # [B, width]
+        if bool((lengths < width).any()):
+            draft.lengths = lengths
+        return draft
 
     def verify_inputs(self, draft: Draft) -> VerifyExtras:
         return self._extras(draft, *self._layout(None, draft.length, [-1]))
 
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
-        n = int(verdict.num_accepted[0])
-        masks = scored.logits[:, 1 + n : 1 + n + self.num_masks]  # [B, M, V], predicting offsets 2..M+1 of the pending
-        self._mask_logits = masks[:, n:]  # those still ahead of the next pending token
+        # scored: each row's kept positions right-aligned in 1 + max n columns, then the one mask group
+        first = 1 + int(verdict.num_accepted.max())
+        self._mask_logits = scored.logits[:, first : first + self.num_masks]  # [B, M, V]: offsets 2..M+1 of the pending
+        self._ahead = verdict.num_accepted.to(self._mask_logits.device)  # [B] masks now behind each row's pending
 
 
 class _TreeBita(BitaDrafter):
@@ -164,10 +192,17 @@ class _TreeBita(BitaDrafter):
         return self._extras(draft, *self._layout(draft.tree, draft.length, attach))
 
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
-        n = int(verdict.num_accepted[0])
-        group = 0 if n == 0 else int(verdict.path[0, n - 1]) + 1  # the group after the last kept position
-        start = 1 + n + group * self.num_masks
-        self._mask_logits = scored.logits[:, start : start + self.num_masks]  # [B, M, V]
+        # scored: each row's kept positions right-aligned in 1 + max n columns, then every mask group
+        n = verdict.num_accepted  # [B]
+        if verdict.path.shape[1]:
+            last = verdict.path.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0]  # [B] each row's last kept node
+            group = torch.where(n > 0, last + 1, 0)  # [B] the group after each row's last kept position
+        else:  # nothing was drafted: the one group after the pending token
+            group = torch.zeros_like(n)
+        start = 1 + int(n.max()) + group * self.num_masks  # [B]
+        index = start[:, None] + torch.arange(self.num_masks, device=start.device)[None]  # [B, M]
+        logits = scored.logits
+        self._mask_logits = logits.gather(1, index.to(logits.device)[..., None].expand(-1, -1, logits.shape[-1]))
 
 
 @register_drafter("bita")

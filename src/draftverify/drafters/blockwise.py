@@ -125,12 +125,14 @@ class BlockwiseDrafter(Drafter):
     needs_target_modules = "the target's hidden states and LM head (the heads read them)"
     needs_target_hidden = True
     drafts_in_target_pass = True
+    supports_batch = True  # each row's heads read its own last kept hidden state
 
     def __init__(self, heads: BlockwiseHeads):
         super().__init__()
         self.heads = heads.eval()
         self.lm_head: nn.Module | None = None
         self._hidden: torch.Tensor | None = None  # [B, H] at the position before the pending token
+        self._joined = 0  # rows that joined since the last step: no hidden state yet, they draft nothing once
 
     @classmethod
     def from_options(cls, target: CachedLM, options) -> "BlockwiseDrafter":
@@ -148,6 +150,7 @@ class BlockwiseDrafter(Drafter):
 
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
         self._hidden = None if prefilled is None else prefilled.hidden[:, -1]
+        self._joined = 0
 
     @torch.no_grad()
     def head_logits(self) -> torch.Tensor:
@@ -161,12 +164,29 @@ class BlockwiseDrafter(Drafter):
             return empty_draft(state)
         logits = self.head_logits()[:, :gamma]  # [B, n, V]
         if state.params.greedy:
-            return Draft(tokens=logits.argmax(dim=-1))
-        q = probs_from_logits(logits, state.params)  # [B, n, V]
-        return Draft(tokens=sample(q, state.generator), q_probs=q)
+            draft = Draft(tokens=logits.argmax(dim=-1))
+        else:
+            q = probs_from_logits(logits, state.params)  # [B, n, V]
+            draft = Draft(tokens=sample(q, state.generator), q_probs=q)
+        if self._joined:  # rows that just joined have no hidden state: they propose nothing this step
+            lengths = torch.full((draft.tokens.shape[0],), draft.length, dtype=torch.long, device=draft.tokens.device)
+            lengths[-self._joined :] = 0
+            draft.lengths = lengths
+        return draft
 
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
-        self._hidden = scored.hidden[:, -1]  # the last kept position (this drafter appends no extra positions)
+        self._hidden = scored.hidden[:, -1]  # each row's last kept position (this drafter appends no extra positions)
+        self._joined = 0
+
+    def drop_rows(self, keep: torch.Tensor) -> None:
+        if self._hidden is not None:
+            self._hidden = self._hidden[keep.to(self._hidden.device)]
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        if self._hidden is not None:
+            fresh = self._hidden.new_zeros((input_ids.shape[0], self._hidden.shape[1]))
+            self._hidden = torch.cat([self._hidden, fresh])
+            self._joined += input_ids.shape[0]
 
 
 def load_heads(options) -> BlockwiseHeads:

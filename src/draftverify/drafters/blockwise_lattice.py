@@ -11,7 +11,7 @@ import torch
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError, check_number
 from ..registry import register_drafter
-from ..tree import TreeSpec
+from ..tree import row_trees
 from ..types import DecodingState, Draft
 from .base import empty_draft
 from .blockwise import BlockwiseDrafter, BlockwiseHeads, load_heads
@@ -49,22 +49,22 @@ class BlockwiseNgramDrafter(BlockwiseDrafter):
         if self.p > 1 and not target.takes_positions:
             raise DraftVerifyError("p-best drafts are verified as a token tree, which needs a target taking position_ids")
 
-    def lattice(self, gamma: int) -> SausageLattice:
-        """The top-k lattice of heads 2..min(h, gamma + 1) at the last kept position (batch size 1)."""
-        return SausageLattice.top_k(self.head_logits()[0, :gamma], self.k)
-
     def propose(self, state: DecodingState, gamma: int) -> Draft:
+        """Each row's own lattice, rescored with its own context: one path per row is a chain (rows of one
+        length), p paths per row a trie per row on one tree shape (tree.row_trees)."""
         if self._hidden is None:
             return empty_draft(state)
-        if state.tokens.shape[0] != 1:
-            raise DraftVerifyError("lattice rescoring drafts one sequence at a time (batch size 1)")
-        context = state.tokens[0, -self.table.order :].tolist()
-        paths = kbest_paths(self.lattice(gamma), self.table, context, self.alpha, self.p)
+        head_logits = self.head_logits()[:, :gamma]  # [B, n, V]
+        found = []
+        for b in range(state.tokens.shape[0]):
+            lattice = SausageLattice.top_k(head_logits[b], self.k)
+            context = state.row(b)[-self.table.order :].tolist()
+            found.append(kbest_paths(lattice, self.table, context, self.alpha, self.p))
         device = state.tokens.device
-        if len(paths) == 1:
-            return Draft(tokens=torch.tensor(paths, device=device))
-        tokens, parents = trie(paths)
-        return Draft(tokens=torch.tensor([tokens], device=device), tree=TreeSpec.from_parents(parents))
+        if all(len(paths) == 1 for paths in found) and len({len(paths[0]) for paths in found}) == 1:
+            return Draft(tokens=torch.tensor([paths[0] for paths in found], device=device))
+        tree, tokens, valid = row_trees([trie(paths) for paths in found], device)
+        return Draft(tokens=tokens, tree=tree, valid=valid)
 
 
 @register_drafter("bpd_pbest")

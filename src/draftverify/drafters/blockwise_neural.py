@@ -17,7 +17,7 @@ from ..registry import register_drafter
 from ..types import DecodingState, Draft, Verdict
 from .base import empty_draft
 from .blockwise import BlockwiseDrafter, BlockwiseHeads, load_heads
-from .model import ModelDrafter
+from .model import ModelDrafter, require_shared_vocabulary
 
 
 def rescore_locally(z: torch.Tensor, k: int, alpha: float, next_logits: Callable[[list[int]], torch.Tensor]) -> list[int]:
@@ -35,6 +35,8 @@ def rescore_locally(z: torch.Tensor, k: int, alpha: float, next_logits: Callable
 class BlockwiseNeuralDrafter(BlockwiseDrafter):
     """Heads' top-k candidates per position, chosen left to right by heads' logits + alpha * the draft model's."""
 
+    supports_batch = False  # the draft model rescores one row
+
     drafts_in_target_pass = False  # the rescorer runs one forward per draft token: drafting has a cost again
 
     def __init__(self, heads: BlockwiseHeads, rescorer: CachedLM, k: int = 4, alpha: float = 1.0):
@@ -49,6 +51,7 @@ class BlockwiseNeuralDrafter(BlockwiseDrafter):
     def from_options(cls, target: CachedLM, options) -> "BlockwiseNeuralDrafter":
         if options.draft_model is None:
             raise DraftVerifyError("bpd_neural rescores with a small LM: pass draft=... (CLI: --draft PATH)")
+        require_shared_vocabulary(options, cls.name)
         rescorer = cached_model(options.draft_model, "draft", options.compile)
         return cls(load_heads(options), rescorer, options.lattice_k, options.rescore_weight)
 

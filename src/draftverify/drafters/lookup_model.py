@@ -17,7 +17,7 @@ from ..errors import DraftVerifyError
 from ..registry import register_drafter
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter
-from .model import ModelDrafter
+from .model import ModelDrafter, require_shared_vocabulary
 from .prompt_lookup import PromptLookupDrafter
 
 
@@ -36,6 +36,7 @@ class LookupModelDrafter(Drafter):
     def from_options(cls, target: CachedLM, options) -> "LookupModelDrafter":
         if options.draft_model is None:
             raise DraftVerifyError("the 'lookup_model' drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
+        require_shared_vocabulary(options, cls.name)
         return cls(cached_model(options.draft_model, "draft", options.compile), options.prompt_lookup_max_ngram, options.lookup_model_min_ngram,
                    options.alpha_fb)
 

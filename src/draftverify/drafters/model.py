@@ -12,6 +12,16 @@ from ..types import DecodingState, Draft, Verdict
 from .base import Drafter, stack_draft
 
 
+def require_shared_vocabulary(options, drafter: str) -> None:
+    """Drafters that read the draft model's logits over the target's vocabulary refuse a draft with its own."""
+    if options.draft_tokenizer is not None:
+        raise DraftVerifyError(
+            f"the draft model has its own tokenizer, but the {drafter!r} drafter reads its probabilities over the "
+            "target's vocabulary; use --method model (or cross_tokenizer) with it, or a draft trained with the "
+            "target's tokenizer"
+        )
+
+
 @register_drafter("model")
 class ModelDrafter(Drafter):
     """Drafts gamma tokens and returns their probabilities q (filtered exactly like the target's p).
@@ -39,6 +49,10 @@ class ModelDrafter(Drafter):
     def from_options(cls, target: CachedLM, options) -> "ModelDrafter":
         if options.draft_model is None:
             raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
+        if options.draft_tokenizer is not None:  # a draft with another vocabulary: its text is re-tokenized
+            from .cross_tokenizer import CrossTokenizerDrafter
+
+            return CrossTokenizerDrafter.from_options(target, options)
         return cls(cached_model(options.draft_model, "draft", options.compile), fallback_threshold=options.alpha_fb)
 
     def bind(self, target: CachedLM, max_positions: int) -> None:

@@ -18,7 +18,7 @@ from ..sampling import probs_from_logits
 from ..tree import TreeSpec
 from ..types import DecodingState, Draft, Verdict
 from .base import Drafter
-from .model import ModelDrafter
+from .model import ModelDrafter, require_shared_vocabulary
 
 # 3 candidates at the root, 2 under the best, a chain along the best branch: 10 nodes, depth 4
 DEFAULT_TREE_PATHS: tuple[tuple[int, ...], ...] = (
@@ -34,7 +34,7 @@ class ModelTreeDrafter(Drafter):
     confident (max q <= the threshold), as a chain draft ends at its first unconfident token."""
 
     proposes_trees = True
-
+    supports_batch = True  # one tree shape for every row, each row its own tokens
 
     def __init__(self, model: PreTrainedModel | CachedLM, paths: Sequence[Sequence[int]] = DEFAULT_TREE_PATHS):
         super().__init__()
@@ -51,6 +51,7 @@ class ModelTreeDrafter(Drafter):
     def from_options(cls, target: CachedLM, options) -> "ModelTreeDrafter":
         if options.draft_model is None:
             raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
+        require_shared_vocabulary(options, cls.name)
         paths = options.tree_paths if options.tree_paths is not None else DEFAULT_TREE_PATHS
         return cls(cached_model(options.draft_model, "draft", options.compile), paths)
 
@@ -63,7 +64,9 @@ class ModelTreeDrafter(Drafter):
             )
 
     def start(self, state: DecodingState, prefilled=None) -> None:
-        self.lm.start(state.tokens)
+        width = state.tokens.shape[1]  # the same left-padded rows as the target's
+        mask = torch.arange(width, device=state.tokens.device)[None] >= (width - state.lengths)[:, None]  # [B, L]
+        self.lm.start(state.tokens, attention_mask=mask if state.padded else None)
 
     def tree_for(self, gamma: int) -> TreeSpec:
         if gamma not in self._trees:
@@ -73,10 +76,16 @@ class ModelTreeDrafter(Drafter):
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         tree = self._tree = self.tree_for(gamma)
-        self._tokens_before = state.tokens.shape[1]
-        pending = state.tokens[:, self.lm.length :]  # [B, k>=1] committed tokens the draft has not seen
-        self._pending = pending.shape[1]
-        root_logits = self.lm.forward(pending).logits[:, -1]  # [B, V]
+        self._lengths_before = state.lengths.clone()
+        self._held_before = self.lm.row_length.to(state.lengths.device)  # [B] positions the draft held
+        need = state.lengths - self._held_before  # [B] >= 1 committed tokens each row's draft has not seen
+        width = int(need.max())
+        pending = state.tokens[:, -width:]  # [B, width] right-aligned, rows needing fewer are padded
+        new_valid = None
+        if bool((need < width).any()):
+            new_valid = torch.arange(width, device=pending.device)[None] >= (width - need)[:, None]
+        self._pending = width
+        root_logits = self.lm.forward(pending, new_valid=new_valid).logits[:, -1]  # [B, V]
         self.forward_calls += 1
         batch = pending.shape[0]
         width = int(tree.ranks.max()) + 1
@@ -120,16 +129,29 @@ class ModelTreeDrafter(Drafter):
         return mask
 
     def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
-        """Keep the pending tokens and the forwarded prefix of the accepted branch (the deepest level is never
-        forwarded). Levels are forwarded in node order, so node j of the branch sits at tail offset pending + j.
-        After a plain step (gamma 0: no proposal) the draft model fed nothing; the next proposal catches up."""
+        """Each row keeps its fed tokens and the forwarded prefix of its accepted branch (the deepest level is
+        never forwarded), up to its committed tokens but the last. Levels are forwarded in node order, so node j
+        sits at tail offset `pending width` + j; a row's fed tokens are the last of the pending slots (padding
+        first). After a plain step (gamma 0: no proposal) the draft model fed nothing; the next proposal catches
+        up."""
         if self._tree is None:
             return
-        accepted = max(0, state.tokens.shape[1] - self._tokens_before - 1)
-        forwarded = min(accepted, self._tree.max_depth - 1)
-        keep = min(self._pending + forwarded, state.tokens.shape[1] - 1 - self.lm.committed)
-        path = verdict.path  # stays on its device: no host sync
-        offsets = torch.cat([torch.arange(self._pending, device=path.device).expand(path.shape[0], -1),
-                             self._pending + path[:, :forwarded]], dim=1)  # [B, pending + forwarded]
-        self.lm.commit(offsets[:, :keep])
+        emitted = (state.lengths - self._lengths_before).tolist()  # [B] tokens each row committed this step
+        need = (self._lengths_before - self._held_before).tolist()
+        room = (state.lengths - 1 - self._held_before).tolist()  # positions a row may hold beyond what it held
+        path = verdict.path.tolist()
+        rows = []
+        for b in range(len(emitted)):
+            forwarded = min(max(0, emitted[b] - 1), self._tree.max_depth - 1)
+            fed = list(range(self._pending - need[b], self._pending))
+            rows.append((fed + [self._pending + j for j in path[b][:forwarded]])[: room[b]])
+        longest = max(len(r) for r in rows)
+        offsets = torch.tensor([r + [-1] * (longest - len(r)) for r in rows], dtype=torch.long)
+        self.lm.commit(offsets)
         self._tree = None
+
+    def drop_rows(self, keep: torch.Tensor) -> None:
+        self.lm.drop_rows(keep)
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        self.lm.join_rows(input_ids, attention_mask)

@@ -37,7 +37,7 @@ from torch import nn
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
-from ..sampling import draw, probs_from_logits
+from ..sampling import draw_next, probs_from_logits
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft
 from .weights_folder import WeightsFolder
@@ -181,6 +181,10 @@ class NatDecoder(nn.Module):
             pos = torch.arange(k, device=tokens.device).repeat(n)  # [n*k]: each block's slots from 0
             self_mask = self.block_mask(n, k, emb.dtype, emb.device)
             cross_mask = self.recency_bias(memory_end, k, memory.shape[1], emb.dtype)
+            if memory_mask is not None:  # a batch's left padding of the memory, folded into the float mask
+                padded = (memory_mask == 0).repeat_interleave(self.config.heads, dim=0)[:, None, :]  # [B*heads, 1, S]
+                cross_mask = cross_mask.masked_fill(padded, float("-inf"))
+                memory_mask = None
             memory = self.memory_norm(memory)
         x = emb + self.positions(pos)
         mem_pad = None if memory_mask is None else memory_mask == 0
@@ -235,10 +239,14 @@ class NatDrafter(Drafter):
     Greedy: each slot's argmax (the paper's draft). Sampling: each slot's token is drawn from its own filtered
     distribution, returned as q, so the exact sampling verifiers stay exact. For a decoder-only target it keeps the
     target's hidden states of the committed prefix, all but the pending token's (the last W of them), from the
-    prefill and from each verify pass (needs_target_hidden); one row at a time (the loop refuses batches).
+    prefill and from each verify pass (needs_target_hidden). In a batch each row keeps its own last W states,
+    right-aligned (rows that kept fewer are padded on the left and the padding is masked); a row with none yet (a
+    one-token prompt) drafts nothing that step.
     """
 
     needs_target_modules = "the target's Hugging Face modules (the NAT drafter runs over its layers)"
+    supports_batch = True
+
     def __init__(self, nat: NatDecoder):
         super().__init__()
         self.nat = nat.eval()
@@ -246,6 +254,7 @@ class NatDrafter(Drafter):
         self.needs_target_hidden = self.window > 0
         self.target: CachedLM | None = None
         self._memory: torch.Tensor | None = None  # [B, M <= W, H]: decoder-only targets' kept hidden states
+        self._held: torch.Tensor | None = None  # [B, M] bool: which of them are real (right-aligned per row)
 
     @classmethod
     def from_options(cls, target: CachedLM, options) -> "NatDrafter":
@@ -269,12 +278,42 @@ class NatDrafter(Drafter):
         self.target = target
 
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
-        self._memory = None if prefilled is None else prefilled.hidden[:, -self.window:]
+        self._memory = self._held = None
+        if prefilled is not None and self.window:
+            width = prefilled.hidden.shape[1]  # the prefilled positions, left-padded: each row's real ones last
+            real = torch.arange(width, device=state.lengths.device)[None] >= (width + 1 - state.lengths)[:, None]
+            self._keep(prefilled.hidden, real)
+
+    def _keep(self, states: torch.Tensor, real: torch.Tensor) -> None:
+        """Each row's real states [B, S, H] (real [B, S]) moved to the right, the last W of them kept."""
+        order = real.long().argsort(dim=1, stable=True)  # padding first, real states in their order last
+        held = real.gather(1, order)[:, -self.window:]  # [B, M]
+        self._memory = states.gather(1, order.to(states.device)[..., None].expand(-1, -1, states.shape[-1]))
+        self._memory = self._memory[:, -self.window:]  # [B, M <= W, H]
+        self._held = held.to(self._memory.device)
 
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
         if self.window:  # the states of the pending token and the kept drafts: all but the new pending token's
-            memory = scored.hidden if self._memory is None else torch.cat([self._memory, scored.hidden], dim=1)
-            self._memory = memory[:, -self.window:]  # [B, M <= W, H]
+            kept = verdict.num_accepted + 1  # [B] this step's states per row, right-aligned in scored
+            width = scored.hidden.shape[1]
+            new = torch.arange(width, device=kept.device)[None] >= (width - kept)[:, None]  # [B, K]
+            if self._memory is None:
+                self._keep(scored.hidden, new)
+            else:
+                self._keep(torch.cat([self._memory, scored.hidden], dim=1),
+                           torch.cat([self._held, new.to(self._held.device)], dim=1))
+
+    def drop_rows(self, keep: torch.Tensor) -> None:
+        if self._memory is not None:
+            self._memory = self._memory[keep.to(self._memory.device)]
+            self._held = self._held[keep.to(self._held.device)]
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Rows that join hold no states until their first verify pass: they draft nothing that step."""
+        if self._memory is not None:
+            rows = input_ids.shape[0]
+            self._memory = torch.cat([self._memory, self._memory.new_zeros((rows,) + tuple(self._memory.shape[1:]))])
+            self._held = torch.cat([self._held, self._held.new_zeros((rows, self._held.shape[1]))])
 
     @torch.no_grad()
     def slot_logits(self, state: DecodingState, gamma: int) -> torch.Tensor | None:
@@ -288,7 +327,10 @@ class NatDrafter(Drafter):
             slots = torch.ones_like(tokens, dtype=torch.bool)
             slots[:, 0] = False  # [y_j, MASK x (k-1)]
             end = torch.full((tokens.shape[0], 1), self._memory.shape[1], device=tokens.device)  # [B, 1]
-            return self.nat(target.model, tokens, slots, self._memory, memory_end=end)  # [B, k, V]
+            held = self._held.clone()
+            held[:, -1] = True  # a row with no states yet reads a zero one (its draft is dropped in propose)
+            mask = None if bool(held.all()) else held.long()
+            return self.nat(target.model, tokens, slots, self._memory, memory_mask=mask, memory_end=end)  # [B, k, V]
         k = min(gamma, self.nat.config.max_positions - 1)
         prefix = state.tokens[:, -(self.nat.config.max_positions - k + 1):]  # [B, L]
         B, L = prefix.shape
@@ -304,8 +346,11 @@ class NatDrafter(Drafter):
             return empty_draft(state)
         self.forward_calls += 1
         if state.params.greedy:
-            return Draft(tokens=logits.argmax(dim=-1))
-        q = probs_from_logits(logits, state.params)  # [B, k, V]
-        start = state.tokens.shape[1]
-        x = torch.stack([draw(q[:, i], state.params, state.generator, start + i) for i in range(q.shape[1])], dim=1)
-        return Draft(tokens=x, q_probs=q)
+            draft = Draft(tokens=logits.argmax(dim=-1))
+        else:
+            q = probs_from_logits(logits, state.params)  # [B, k, V]
+            draft = Draft(tokens=torch.stack([draw_next(q[:, i], state, i) for i in range(q.shape[1])], dim=1),
+                          q_probs=q)
+        if self._held is not None and not bool(self._held[:, -1].all()):  # rows without states propose nothing
+            draft.lengths = torch.where(self._held[:, -1].to(draft.tokens.device), draft.length, 0)
+        return draft

@@ -11,7 +11,7 @@ import torch
 
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
-from ..tree import TreeSpec
+from ..tree import row_trees
 from ..types import DecodingState, Draft
 from .base import Drafter, empty_draft
 
@@ -58,6 +58,7 @@ class PromptLookupTreeDrafter(Drafter):
     serves decoder-only targets."""
 
     proposes_trees = True
+    supports_batch = True  # each row its own trie, on one tree shape (tree.row_trees)
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_matches: int = 4):
         super().__init__()
@@ -80,10 +81,9 @@ class PromptLookupTreeDrafter(Drafter):
             )
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
-        if state.tokens.shape[0] != 1:
-            raise DraftVerifyError("prompt_lookup_tree drafts one sequence at a time")
-        found = find_continuations(state.tokens[0], self.max_ngram, self.min_ngram, gamma, self.num_matches)
-        tokens, parents = trie(found)
-        if not tokens:
+        rows = [trie(find_continuations(state.row(b), self.max_ngram, self.min_ngram, gamma, self.num_matches))
+                for b in range(state.tokens.shape[0])]
+        if not any(tokens for tokens, _ in rows):
             return empty_draft(state)
-        return Draft(tokens=torch.tensor([tokens], device=state.tokens.device), tree=TreeSpec.from_parents(parents))
+        tree, tokens, valid = row_trees(rows, state.tokens.device)
+        return Draft(tokens=tokens, tree=tree, valid=valid)

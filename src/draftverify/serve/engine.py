@@ -133,11 +133,11 @@ class Job:
     def first_allowed(self):
         return None if self.healing is None else self.healing.allowed
 
-    def batch_key(self) -> tuple:
-        """Requests with equal keys may share a batch: the loop takes one SamplingParams per batch, except the
-        seed, which each row keeps."""
+    def batch_key(self, mixed: bool) -> tuple:
+        """Requests with equal keys may share a batch: any request when the method judges each row by its own
+        sampling settings (mixed), else those with the same settings (the seed aside: each row keeps its own)."""
         p = self.params
-        return (p.temperature, p.top_k, p.top_p, p.coupled)
+        return () if mixed else (p.temperature, p.top_k, p.top_p, p.coupled)
 
 
 class Engine:
@@ -153,6 +153,7 @@ class Engine:
             max_batch = 1
         self.max_batch = max_batch
         self.continuous = max_batch > 1  # rows join a running batch between steps
+        self.mixed = max_batch > 1 and getattr(pipe, "mixes_sampling", False)  # rows keep their own settings
         self.gamma = gamma
         self.eos = pipe.eos_token_id
         self._eos_set = set([self.eos] if isinstance(self.eos, int) else (self.eos or []))
@@ -205,7 +206,7 @@ class Engine:
                     return None
                 self._cond.wait()
             first = self._waiting.popleft()
-            jobs = [first] + self._matching(first.batch_key(), self.max_batch - 1)
+            jobs = [first] + self._matching(first.batch_key(self.mixed), self.max_batch - 1)
             self.metrics.queue_depth.set(len(self._waiting))
             return jobs
 
@@ -215,17 +216,17 @@ class Engine:
         for job in list(self._waiting):
             if len(taken) >= room:
                 break
-            if job.batch_key() == key and not job.cancelled.is_set():
+            if job.batch_key(self.mixed) == key and not job.cancelled.is_set():
                 self._waiting.remove(job)
                 taken.append(job)
         return taken
 
     def _admitter(self, jobs: list[Job]):
-        """Continuous batching: between steps, waiting jobs with the batch's sampling settings join it while it
-        has room (rows that finished have left)."""
-        key = jobs[0].batch_key()
+        """Continuous batching: between steps, waiting jobs join the batch while it has room (rows that finished
+        have left): any job when rows keep their own sampling settings, else those with the batch's."""
+        key = jobs[0].batch_key(self.mixed)
 
-        def admit() -> list[tuple[list[int], int, int | None]]:
+        def admit() -> list[tuple]:
             active = sum(not job.done for job in jobs)
             room = self.max_batch - active
             if room <= 0 or not self._waiting:
@@ -242,8 +243,7 @@ class Engine:
             jobs.extend(new)
             self.busy_rows = active + len(new)
             self.metrics.running.set(self.busy_rows)
-            return [(job.prompt_ids, job.max_tokens, job.params.seed)
-                    + (() if job.healing is None else (job.first_allowed,)) for job in new]
+            return [(job.prompt_ids, job.max_tokens, job.params.seed, job.first_allowed, job.params) for job in new]
 
         return admit
 
@@ -284,7 +284,8 @@ class Engine:
             healed = {"first_token_allowed": [job.first_allowed for job in jobs]} \
                 if any(job.healing is not None for job in jobs) else {}
             output, _ = self.pipe.generate_batch_ids(
-                [job.prompt_ids for job in jobs], jobs[0].params, max_new_tokens=[job.max_tokens for job in jobs],
+                [job.prompt_ids for job in jobs], [job.params for job in jobs],
+                max_new_tokens=[job.max_tokens for job in jobs],
                 seeds=[job.params.seed for job in jobs], gamma=self.gamma, **healed,
                 on_tokens=lambda emitted: self._on_tokens(jobs, emitted),
                 admit=self._admitter(jobs) if self.continuous else None)

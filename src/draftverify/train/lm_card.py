@@ -45,7 +45,7 @@ def model_card(info: dict) -> str:
         "## Data",
         "",
         f"- Corpus: the `.py` files of the CPython {info['python_version']} standard library "
-        "(excluding `site-packages` / `dist-packages`), as listed in `zoo/code/manifest.json`.",
+        f"(excluding `site-packages` / `dist-packages`), as listed in `{info.get('manifest', 'zoo/code/manifest.json')}`.",
         f"- Files: {cnt.get('train', 0) + cnt.get('val', 0)} "
         f"({cnt.get('train', 0)} train / {cnt.get('val', 0)} held-out validation; split by file via a hash of the path), "
         f"{info['manifest_skipped']} non-UTF-8/empty files skipped.",

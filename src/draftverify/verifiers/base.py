@@ -13,6 +13,7 @@ class Verifier(ABC):
     lossless: bool = False  # True when the output provably equals (in distribution) the target's own decoding
     accepts_trees: bool = False  # chain rules read position i as "after draft[:, :i]", which a tree breaks
     supports_batch: bool = False  # judges several rows at once, each with its own draft length (Draft.lengths)
+    per_row_params: bool = False  # judges rows with different sampling settings at once (sampling.RowParams)
 
     @classmethod
     def from_options(cls, options) -> "Verifier":
@@ -57,3 +58,28 @@ def make_verdict(draft_tokens: torch.Tensor, num_accepted: torch.Tensor, next_to
 def gather_at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """values [B, M, ...], index [B] -> values[b, index[b]] : [B, ...]."""
     return values[torch.arange(values.shape[0], device=values.device), index]
+
+
+def rows_of(draft: Draft, rows: torch.Tensor) -> Draft:
+    """The draft of some rows (indices [G]): the same tree, each row's tokens, q, length, position and seed."""
+    pick = lambda x: None if x is None else x[rows.to(x.device)]  # noqa: E731
+    position = draft.position[rows.to(draft.position.device)] if isinstance(draft.position, torch.Tensor) else draft.position
+    seeds = None if draft.seeds is None else [draft.seeds[b] for b in rows.tolist()]
+    return Draft(tokens=draft.tokens[rows.to(draft.tokens.device)], q_probs=pick(draft.q_probs), tree=draft.tree,
+                 lengths=pick(draft.lengths), valid=pick(draft.valid), position=position, seeds=seeds)
+
+
+def verify_by_rows(verify, draft: Draft, target_logits: torch.Tensor, params, generator) -> Verdict:
+    """Judge each group of rows that share sampling settings (sampling.RowParams) by verify(draft of the group,
+    its logits, its settings, generator), and put the verdicts back in row order."""
+    parts = [(rows, verify(rows_of(draft, rows), target_logits[rows.to(target_logits.device)], p, generator))
+             for p, rows in params.groups()]
+    batch = draft.tokens.shape[0]
+    first = parts[0][1]
+    tokens = first.tokens.new_full((batch, first.tokens.shape[1]), -1)
+    num_accepted = first.num_accepted.new_zeros(batch)
+    path = first.path.new_full((batch, first.path.shape[1]), -1)
+    for rows, verdict in parts:
+        index = rows.to(tokens.device)
+        tokens[index], num_accepted[index], path[index] = verdict.tokens, verdict.num_accepted, verdict.path
+    return Verdict(tokens=tokens, num_accepted=num_accepted, path=path)

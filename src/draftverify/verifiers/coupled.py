@@ -52,6 +52,6 @@ class GumbelCouplingVerifier(Verifier):
                                  for seed, pos in zip(seeds, positions)])  # [B, N+1, V]
             choice = gumbel_argmax(p, noise[:, offsets])  # [B, N+1]: the target's own draws
         if draft.tree is not None:
-            return tree_greedy(draft.tokens, draft.tree, choice)
+            return tree_greedy(draft.tokens, draft.tree, choice, draft.valid)
         n = accepted_prefix_length(within_draft(draft, draft.tokens == choice[:, : draft.length]))  # [B]
         return make_verdict(draft.tokens, n, gather_at(choice, n))

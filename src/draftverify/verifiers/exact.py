@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 
 from ..errors import DraftVerifyError
+from ..sampling import RowParams, params_rows
 from ..types import Draft, SamplingParams, Verdict
-from .base import Verifier
+from .base import Verifier, verify_by_rows
 from .coupled import GumbelCouplingVerifier
 from .greedy import GreedyVerifier
 from .rejection import SpeculativeSamplingVerifier
@@ -19,35 +20,53 @@ from .tree import TreeGreedyVerifier, TreeSpeculativeSamplingVerifier
 
 
 class ExactVerifier(Verifier):
+    """Per-row sampling settings (sampling.RowParams) are judged group by group, each group by its own rule, so a
+    greedy row in a batch of sampled rows is still exactly greedy."""
+
     supports_batch = True
     accepts_trees = True
+    per_row_params = True
 
-    def __init__(self, params: SamplingParams, lenience: float = 1.0):
-        if lenience != 1.0:
-            self.chain: Verifier = SpeculativeSamplingVerifier(lenience)
-        elif params.greedy:
-            self.chain = GreedyVerifier()
-        else:
-            self.chain = GumbelCouplingVerifier() if params.coupled else SpeculativeSamplingVerifier()
-        if params.greedy:
-            self.tree: Verifier = TreeGreedyVerifier()
-        else:
-            self.tree = GumbelCouplingVerifier() if params.coupled else TreeSpeculativeSamplingVerifier()
+    def __init__(self, params: SamplingParams | RowParams, lenience: float = 1.0):
         self.lenience = lenience
+        self._rules: dict[tuple, tuple[Verifier, Verifier]] = {}
+        first = params.rows[0] if isinstance(params, RowParams) else params
+        self.chain, self.tree = self.rules(first)
         self.lossless = self.chain.lossless
+
+    def rules(self, params: SamplingParams) -> tuple[Verifier, Verifier]:
+        """(chain rule, tree rule) for one setting."""
+        key = RowParams.key(params)
+        if key not in self._rules:
+            if self.lenience != 1.0:
+                chain: Verifier = SpeculativeSamplingVerifier(self.lenience)
+            elif params.greedy:
+                chain = GreedyVerifier()
+            else:
+                chain = GumbelCouplingVerifier() if params.coupled else SpeculativeSamplingVerifier()
+            if params.greedy:
+                tree: Verifier = TreeGreedyVerifier()
+            else:
+                tree = GumbelCouplingVerifier() if params.coupled else TreeSpeculativeSamplingVerifier()
+            self._rules[key] = (chain, tree)
+        return self._rules[key]
 
     @property
     def name(self) -> str:
         """The chain rule's name (greedy, gumbel_coupling, speculative_sampling): what a user reads in reports."""
         return self.chain.name
 
-    def check_params(self, params: SamplingParams) -> None:
-        self.chain.check_params(params)
+    def check_params(self, params: SamplingParams | RowParams) -> None:
+        for p in params_rows(params, 1):
+            self.rules(p)[0].check_params(p)
 
-    def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
+    def verify(self, draft: Draft, target_logits: torch.Tensor, params, generator) -> Verdict:
+        if isinstance(params, RowParams):
+            return verify_by_rows(self.verify, draft, target_logits, params, generator)
+        chain, tree = self.rules(params)
         if draft.tree is None:
-            return self.chain.verify(draft, target_logits, params, generator)
+            return chain.verify(draft, target_logits, params, generator)
         if self.lenience != 1.0:
             raise DraftVerifyError("lenience applies to chain drafts only; tree drafts are verified exactly")
-        self.tree.check_params(params)
-        return self.tree.verify(draft, target_logits, params, generator)
+        tree.check_params(params)
+        return tree.verify(draft, target_logits, params, generator)

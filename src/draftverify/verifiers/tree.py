@@ -30,7 +30,7 @@ def tree_verdict(tokens: torch.Tensor, branch: torch.Tensor, num_accepted: torch
     return Verdict(tokens=out, num_accepted=num_accepted, path=path)
 
 
-def tree_greedy(tokens: torch.Tensor, tree: TreeSpec, choice: torch.Tensor) -> Verdict:
+def tree_greedy(tokens: torch.Tensor, tree: TreeSpec, choice: torch.Tensor, valid: torch.Tensor | None = None) -> Verdict:
     """Longest root-to-leaf branch whose every token equals the target's argmax at its parent, then the target's
     argmax after the branch. tokens [B, N], choice [B, N+1] (argmax at the pending token, then after each node).
 
@@ -39,6 +39,8 @@ def tree_greedy(tokens: torch.Tensor, tree: TreeSpec, choice: torch.Tensor) -> V
     retrieve = tree.retrieve_indices.to(tokens.device)  # [P, D]
     parent_choice = choice[:, tree.parents.to(tokens.device) + 1]  # [B, N] target's token where each node hangs
     match = tokens == parent_choice  # [B, N]
+    if valid is not None:  # a node a row does not propose (row_trees) is never kept
+        match &= valid.to(match.device)
     on_branch = match[:, retrieve.clamp(min=0)] & (retrieve >= 0)  # [B, P, D]
     accepted = on_branch.long().cumprod(dim=-1).sum(dim=-1)  # [B, P]
     num_accepted, best = accepted.max(dim=-1)  # [B], [B]
@@ -67,7 +69,7 @@ class TreeGreedyVerifier(Verifier):
             )
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
-        return tree_greedy(draft.tokens, _need_tree(draft, self.name), target_logits.argmax(dim=-1))
+        return tree_greedy(draft.tokens, _need_tree(draft, self.name), target_logits.argmax(dim=-1), draft.valid)
 
 
 @register_verifier("tree_speculative_sampling")
@@ -82,6 +84,6 @@ class TreeSpeculativeSamplingVerifier(Verifier):
         tree = _need_tree(draft, self.name)
         p = probs_from_logits(target_logits, params)  # [B, N+1, V]
         path, tokens, num_accepted = tree_speculative_sample(
-            tree.parents.to(p.device), draft.tokens, draft.q_probs, p, generator
+            tree.parents.to(p.device), draft.tokens, draft.q_probs, p, generator, draft.valid
         )
         return Verdict(tokens=tokens, num_accepted=num_accepted, path=path)

@@ -44,6 +44,7 @@ def tree_speculative_sample(
     q_probs: torch.Tensor | None,
     p_probs: torch.Tensor,
     generator: torch.Generator | None,
+    valid: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Verify a token tree by recursive rejection over siblings; exact for the target's p.
 
@@ -52,13 +53,14 @@ def tree_speculative_sample(
     q_probs: [B, N, V] the distribution each node's token was drawn from, or None (deterministic candidates).
     p_probs: [B, N+1, V] target probabilities (already filtered); [:, 0] at the root, [:, 1+j] after node j.
     generator: seeded RNG; draws one uniform per (row, node), then one multinomial draw per row.
+    valid: [B, N] bool, the nodes each row proposes (None: all); a node a row lacks is no candidate there.
 
     Returns path [B, N] (accepted node indices root-to-leaf, -1 padded), tokens [B, N+1] (the accepted nodes'
     tokens, then the final token, then -1) and num_accepted [B].
     """
     batch, n = _check(parents, draft_tokens, q_probs, p_probs)
     uniforms = torch.rand((batch, n), generator=generator, device=draft_tokens.device)  # [B, N]
-    path, num_accepted, p_next = tree_accept(parents, draft_tokens, q_probs, p_probs, uniforms)
+    path, num_accepted, p_next = tree_accept(parents, draft_tokens, q_probs, p_probs, uniforms, valid)
     final = sample(p_next, generator)  # [B]
     path_tokens = draft_tokens.gather(1, path.clamp_min(0))  # [B, N]; entries past num_accepted are masked below
     tokens = make_verdict(path_tokens, num_accepted, final).tokens  # [B, N+1]
@@ -71,8 +73,10 @@ def tree_accept(
     q_probs: torch.Tensor | None,
     p_probs: torch.Tensor,
     uniforms: torch.Tensor,
+    valid: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The acceptance walk with given uniforms [B, N] (uniforms[:, j] decides node j).
+    """The acceptance walk with given uniforms [B, N] (uniforms[:, j] decides node j; valid [B, N]: the nodes
+    each row proposes, None = all).
 
     Returns path [B, N] (-1 padded), num_accepted [B] and p_next [B, V], the distribution of the final token:
     p after the last accepted node (the root if none) with all of that node's rejected children taken out by the
@@ -97,6 +101,8 @@ def tree_accept(
         else:
             q_j = q[:, j]  # [B, V]
         trying = current == parents[j]  # [B] rows standing on j's parent and still trying its children
+        if valid is not None:
+            trying &= valid[:, j].to(trying.device)
         p_x = p_res.gather(-1, x).squeeze(-1)  # [B]
         q_x = q_j.gather(-1, x).squeeze(-1)  # [B]
         accept = trying & (uniforms[:, j] * q_x < p_x)  # [B]
