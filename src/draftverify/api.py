@@ -270,10 +270,11 @@ class Pipeline:
 
     @property
     def supports_batches(self) -> bool:
-        """Whether this pipeline's method decodes batches of several rows (a chain drafter and verifier)."""
+        """Whether this pipeline's method decodes batches of several rows (a drafter and verifier that batch, on
+        growing caches: compiled models preallocate one row)."""
         from .methods import build_verifier as _build
 
-        return (self.drafter.supports_batch and self.target.supports_rows
+        return (self.drafter.supports_batch and self.target.supports_rows and not self.compiled
                 and _build(self.verifier_name, SamplingParams(), self.options).supports_batch)
 
     @property

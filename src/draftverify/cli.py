@@ -458,8 +458,9 @@ def serve(
         pipe = load(**load_args)
         settings.heal = _heal_default(heal, zoo, pipe)
         if settings.max_batch > 1 and not pipe.supports_batches:
-            err_console.print(f"note: {escape(method)} decodes one row at a time: requests are served one at a time "
-                              "(--max-batch 1)")
+            why = "with --compile" if pipe.compiled else ""
+            err_console.print(f"note: {escape(method)} decodes one row at a time{why and ' ' + why}: requests are "
+                              "served one at a time (--max-batch 1)")
             settings.max_batch = 1
         app_ = create_app(pipe, settings)
     except DraftVerifyError as err:
