@@ -109,3 +109,19 @@ def test_llama_cpps_own_speculative_decoding_with_the_draft_gguf(model_dir, monk
         results.append(runner.run(prompt, 0.0, 0, 16))  # the draft's context starts again on a new prompt
     assert all(m.new_ids == results[0].new_ids for m in results)
     assert results[2].target_calls < 16 and results[2].drafted > 0  # the draft's tokens were accepted
+
+
+@needs_llama_cpp
+def test_a_run_on_both_backends_writes_their_cost_curves_in_the_same_file(model_dir, monkeypatch, tmp_path):
+    from draftverify.bench.run import run_bench
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path / "gguf"))
+    result = run_bench(_config(model_dir, quick=False, backends=("hf", "llamacpp"), runners=("llamacpp", "model"),
+                               draft=model_dir / "draft", gammas=(2,), temperatures=(0.0,), num_prompts=1,
+                               max_new_tokens=4, out=tmp_path, name="both", plots=False))
+    cost = result["cost_curve"]
+    assert list(cost["modes"]) == ["eager-float32", "llamacpp-float32"]
+    assert [p["n"] for p in cost["modes"]["llamacpp-float32"]["points"]] == [1, 2, 3, 4, 5, 6, 8, 12, 16]
+    text = (tmp_path / "both.md").read_text()
+    assert "## Cost of scoring n tokens, per backend (this run)" in text and "llamacpp-float32 ms" in text
+    assert not list(tmp_path.glob("cost*"))  # the curve's own files stay out of the bench's folder

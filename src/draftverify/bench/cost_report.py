@@ -11,6 +11,19 @@ def _by_n(entry: dict) -> dict[int, float]:
     return {p["n"]: p["median_ms"] for p in entry["points"]}
 
 
+def cost_table(result: dict) -> list[str]:
+    """Milliseconds per forward and the cost relative to one token, one column pair per mode."""
+    modes, sizes = result["modes"], result["config"]["sizes"]
+    rows = []
+    for n in sizes:
+        row = [str(n)]
+        for name in modes:
+            ms = _by_n(modes[name])
+            row += [f"{ms[n]:.2f}", f"{ms[n] / ms[sizes[0]]:.2f}x" if sizes[0] == 1 else "-"]
+        rows.append(row)
+    return markdown_table(["n"] + [c for name in modes for c in (f"{name} ms", "x 1 token")], rows)
+
+
 def render_cost_markdown(result: dict) -> str:
     cfg, env, ver = result["config"], result["machine"], result["versions"]
     modes = result["modes"]
@@ -33,15 +46,7 @@ def render_cost_markdown(result: dict) -> str:
         "## Milliseconds per forward (median)",
         "",
     ]
-    rows = []
-    for n in sizes:
-        row = [str(n)]
-        for name in names:
-            ms = _by_n(modes[name])
-            row += [f"{ms[n]:.2f}", f"{ms[n] / ms[sizes[0]]:.2f}x" if sizes[0] == 1 else "-"]
-        rows.append(row)
-    columns = ["n"] + [c for name in names for c in (f"{name} ms", "x 1 token")]
-    lines += markdown_table(columns, rows) + [""]
+    lines += cost_table(result) + [""]
     lines += [f"## Greedy equality with {REFERENCE_MODE}", "",
               f"{result['equality_prompts']} prompts of `{cfg['prompts']}`, {cfg['equality_tokens']} greedy tokens "
               "each (eager prefill, then one token per forward in the mode). First mismatch: token index where a "

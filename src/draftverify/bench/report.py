@@ -154,6 +154,15 @@ def render_markdown(result: dict) -> str:
                 _f(r.get("speedup"), 2, "x"), _f(1 / r["speedup"] if r.get("speedup") else None, 3),
                 _f(r["tokens_per_call"]), _f(r["chrf_reference"], 1), _f(r["chrf_target_greedy"], 1)])
         lines += markdown_table(cols, table_rows) + [""]
+    if result.get("cost_curve"):
+        from .cost_report import cost_table
+
+        cost = result["cost_curve"]
+        lines += ["## Cost of scoring n tokens, per backend (this run)", "",
+                  f"The target alone, one forward over n tokens after a {cost['context_tokens']}-token context, batch 1, "
+                  f"median of {cost['config']['repeats']} calls per width, measured after the runners in the same "
+                  "process (`bench/cost_run.py`; `x 1 token`: what verifying n tokens costs in decoding steps).", ""]
+        lines += cost_table(cost) + [""]
     plots = [(k, v) for k, v in files.items() if v.endswith(".png")]
     if plots:
         lines += ["## Plots", ""]

@@ -194,6 +194,8 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
     for warning in warnings:
         console.print(f"[bold red]WARNING: {warning}[/bold red]")
 
+    cost = _cost_curve(config) if len(config.backends) > 1 and not config.quick else None
+
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": str(out / f"{config.name}.json"), "markdown": str(out / f"{config.name}.md")}
@@ -215,6 +217,8 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
         "notes": config.notes + models.notes + runner_notes + prompt_notes,
         "files": files,
     }
+    if cost is not None:
+        result["cost_curve"] = cost
     write_json(result, Path(files["json"]))  # the measurements are safe on disk before any plotting
     _say(config, f"measured in {perf_counter() - started:.1f} s; writing {out / config.name}.md"
                  + (" and the plots" if config.plots else ""))
@@ -223,6 +227,24 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
     write_json(result, Path(files["json"]))
     Path(files["markdown"]).write_text(render_markdown(result))
     return result
+
+
+COST_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16)  # verify widths the bench's methods use
+
+
+def _cost_curve(config: BenchConfig) -> dict:
+    """With several backends, the target's cost of scoring n tokens on each (float32), measured in the same run
+    after the runners (cost_run.py), so the speedups and the verify costs that explain them sit in one file."""
+    import tempfile
+
+    from .cost_run import CostConfig, run_cost
+
+    _say(config, "measuring the cost curve of every backend ...")
+    modes = tuple(("eager" if b == "hf" else b) + "-float32" for b in config.backends)
+    with tempfile.TemporaryDirectory() as scratch:  # run_cost writes its own files; the bench keeps its result
+        return run_cost(CostConfig(zoo=config.zoo, target=config.target, sizes=COST_SIZES, modes=modes,
+                                   threads=config.threads, equality_prompts=2, equality_tokens=16, out=scratch,
+                                   name="cost", plots=False, data_dir=config.data_dir))
 
 
 def _plot_all(rows: list[dict], out: Path, config: BenchConfig, result: dict) -> None:
