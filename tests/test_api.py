@@ -344,3 +344,9 @@ def test_healing_an_encoder_decoder_target_is_a_clear_error():
 
     with pytest.raises(DraftVerifyError, match="encoder-decoder"):
         Pipeline(build_model("t5"), tokenizer=None, method="autoregressive", heal=True)
+
+
+def test_a_compiled_pipeline_decodes_one_row_at_a_time(model_dirs):
+    """Compiled models preallocate a one-row cache: the server then serves one request at a time."""
+    assert load(target=model_dirs / "target", method="prompt_lookup").supports_batches
+    assert not load(target=model_dirs / "target", method="prompt_lookup", compile=True).supports_batches

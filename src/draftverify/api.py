@@ -22,19 +22,20 @@ from .healing import Healing, TokenTable
 from .hub import hub_unreachable_reason
 from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
+from .options import check_files, check_names, fill_from_zoo
+from .options.checks import check_zoo_ships
 from .quiet import quiet
 from .sampling import row_params
 from .types import GenerationOutput, GenerationStats, SamplingParams
-from .zoo import check_zoo_has_nat, zoo_folder
+from .zoo import zoo_folder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def zoo_paths(name: str) -> dict[str, Path]:
+    """The models of zoo entry `name`; the files its drafters read are declared with their options (options/)."""
     folder = zoo_folder(name)
-    return {"target": folder / "target", "draft": folder / "draft", "draft_aligned": folder / "draft-aligned",
-            "ngram": folder / "ngram.safetensors", "heads": folder / "heads", "bita": folder / "bita",
-            "nat": folder / "nat"}
+    return {"target": folder / "target", "draft": folder / "draft", "draft_aligned": folder / "draft-aligned"}
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model",
@@ -169,7 +170,7 @@ class Pipeline:
         self.tokenizer = tokenizer
         self.options = options or MethodOptions()
         if self.options.target_tokenizer is None:  # a draft with its own tokenizer translates to this one
-            self.options = replace(self.options, target_tokenizer=tokenizer)
+            self.options = self.options.replace(target_tokenizer=tokenizer)
         if self.target.name != "hf":
             from . import drafters  # noqa: F401  (fills the registry)
             from .backends.base import check_backend
@@ -269,10 +270,11 @@ class Pipeline:
 
     @property
     def supports_batches(self) -> bool:
-        """Whether this pipeline's method decodes batches of several rows (a chain drafter and verifier)."""
+        """Whether this pipeline's method decodes batches of several rows (a drafter and verifier that batch, on
+        growing caches: compiled models preallocate one row)."""
         from .methods import build_verifier as _build
 
-        return (self.drafter.supports_batch and self.target.supports_rows
+        return (self.drafter.supports_batch and self.target.supports_rows and not self.compiled
                 and _build(self.verifier_name, SamplingParams(), self.options).supports_batch)
 
     @property
@@ -402,28 +404,22 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     extra: a `.gguf` path as it is, a model folder converted to GGUF at `dtype` on first use and cached; the draft
     model runs on llama.cpp as well; threads: its CPU threads, default torch's).
 
-    options are MethodOptions fields: alpha_fb, alpha_rb, lenience, beta, tau, early_exit_layers, ngram_path, ...
+    options are the declared method options (draftverify.options: each drafter's own, e.g. nat_path, and the
+    shared ones: alpha_fb, alpha_rb, lenience, beta, tau); an unknown name is a DraftVerifyError. With zoo, the
+    entry's files fill the file options not given (e.g. its nat/ folder fills nat_path).
     """
     from .backends import check_backend_name
 
     check_backend_name(backend)
-    unknown = set(options) - set(MethodOptions.__dataclass_fields__) - {"draft_model"}
-    if unknown:
-        raise DraftVerifyError(f"unknown option(s) {', '.join(sorted(unknown))}; see draftverify.methods.MethodOptions")
+    check_names(options)
+    check_files(options)
     if zoo is not None:
+        options = fill_from_zoo(options, zoo_folder(zoo))
+        check_zoo_ships(zoo, method, options)
         paths = zoo_paths(zoo)
         target = target or paths["target"]
         if draft is None and resolve_method(method).needs_draft:
             draft = paths["draft"]
-        if options.get("ngram_path") is None and paths["ngram"].exists():
-            options["ngram_path"] = paths["ngram"]
-        if options.get("heads_path") is None and paths["heads"].exists():
-            options["heads_path"] = paths["heads"]
-        if options.get("bita_path") is None and paths["bita"].exists():
-            options["bita_path"] = paths["bita"]
-        if options.get("nat_path") is None and paths["nat"].exists():
-            options["nat_path"] = paths["nat"]
-        check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", options.get("nat_path"))
     if target is None:
         raise DraftVerifyError("no target model: pass target=PATH or zoo=NAME")
     resolve_method(method)
@@ -434,7 +430,7 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
         return _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal)
     tokenizer = load_tokenizer(target, verbose)  # first: a folder without one fails before the weights are read
     target_model = load_model(target, dtype, role="target", verbose=verbose)
-    method_options = replace(MethodOptions(), **options)
+    method_options = MethodOptions(**options)
     if draft is not None:
         method_options.draft_model = load_model(draft, dtype, role="draft", verbose=verbose)
         method_options.draft_tokenizer = draft_tokenizer_for(draft, method_options.draft_model, tokenizer,
@@ -460,7 +456,7 @@ def _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threa
     gguf_target, config = open_gguf(target, dtype, "target")
     tokenizer = load_tokenizer(target, verbose) if config is not None else GGUFTokenizer(gguf_target)
     target_lm = LlamaCppLM(gguf_target, role="target", threads=threads)
-    method_options = replace(MethodOptions(), **options)
+    method_options = MethodOptions(**options)
     if draft is not None:
         gguf_draft, _ = open_gguf(draft, dtype, "draft")
         if gguf_draft.vocab_fingerprint() != gguf_target.vocab_fingerprint():

@@ -11,7 +11,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -20,11 +20,14 @@ from rich.table import Table
 
 from . import __version__
 from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
+from .cli_flags import declared_flags
 from .draft_length import DEFAULT_GAMMA, parse_gamma
 from .errors import DraftVerifyError
 from .methods import METHODS, resolve_method
+from .options import check_files, parse_values
+from .options.checks import check_zoo_ships, unused_flags
 from .train.cli import train_app
-from .zoo import ZOO_DEFAULT_METHOD, check_zoo_has_nat, nat_shipped, zoo_default_method
+from .zoo import ZOO_DEFAULT_METHOD, zoo_default_method
 
 if TYPE_CHECKING:
     from .types import GenerationStats
@@ -81,19 +84,6 @@ def stats_table(stats: GenerationStats, title: str = "statistics") -> Table:
     return table
 
 
-def _tree_paths(value: str | None) -> list[tuple[int, ...]] | None:
-    """--tree-paths as JSON, e.g. '[[0], [1], [0, 0]]' (Medusa-style child-rank paths)."""
-    if value is None:
-        return None
-    try:
-        paths = json.loads(value)
-    except json.JSONDecodeError as err:
-        raise DraftVerifyError(f"--tree-paths must be JSON like '[[0], [1], [0, 0]]': {err}") from None
-    if not isinstance(paths, list) or not all(isinstance(p, list) for p in paths):
-        raise DraftVerifyError(f"--tree-paths must be a JSON list of lists of child ranks, got {value!r}")
-    return [tuple(p) for p in paths]
-
-
 def _gamma(value: str) -> int | str:
     return int(value) if value.lstrip("-").isdigit() else value
 
@@ -112,7 +102,7 @@ def _default_method(zoo: Optional[str], draft: Optional[str]) -> str:
 
 
 def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float, seed: Optional[int],
-                      draft: Optional[str], ngram: Optional[Path], coupling: Optional[bool], gamma: str) -> list[str]:
+                      draft: Optional[str], coupling: Optional[bool], gamma: str) -> list[str]:
     """Settings the user gave that this run will not use (or not as they expect): said out loud instead of
     silently dropped."""
     notes = []
@@ -126,14 +116,22 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
             notes.append(f"{', '.join(given)}: used only when sampling; ignored at --temperature 0 (greedy)")
     if draft is not None and not resolve_method(method).needs_draft:
         notes.append(f"--draft is not used by method {method!r} (it drafts without a draft model); ignored")
-    if ngram is not None and resolve_method(method).drafter != "ngram":
-        notes.append(f"--ngram is only used by method 'ngram', not {method!r}; ignored")
     return notes
 
 
 HEAL_HELP = ("Token healing: back the prompt up over its last token and let the first new token start with its text "
              "(a prompt ending in a newline then continues as trained text does). Default: on with --zoo (decoder-only "
              "targets), off otherwise; --no-heal for text equal to a peer that does not heal.")
+
+
+def _method_options(method: str, zoo: Optional[str], given: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The declared options' flags as load() takes them (parsed), checked before anything loads: files given
+    exist, and a zoo entry ships every file the method's drafter needs that was not given."""
+    options = parse_values(given or {})
+    check_files(options)
+    if zoo is not None:
+        check_zoo_ships(zoo, method, options)
+    return options
 
 
 def _heal_default(heal: Optional[bool], zoo: Optional[str], pipe) -> bool:
@@ -171,6 +169,7 @@ def _check_backend_flags(backend: str, compile_: bool, batched: bool) -> None:
 
 
 @app.command()
+@declared_flags()
 def generate(
     prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."),
     prompts_file: Optional[Path] = typer.Option(None, "--prompts-file", help="Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a \"prompt\") or a text file (one prompt per line); prints one JSON line per prompt. Every method batches except bpd_neural, specdec, specdec++_nat, bild, bild_early_exit, specdec++ and a draft with its own tokenizer."),
@@ -187,38 +186,20 @@ def generate(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seeded sampling is coupled: the same seed gives the same text for every method and draft length."),
     coupling: Optional[bool] = typer.Option(None, "--coupling/--no-coupling", help="Position-keyed (Gumbel-max) sampling; default: on when --seed is given."),
     gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
-    alpha_fb: float = typer.Option(0.0, "--alpha-fb", help="BiLD fallback threshold in [0, 1] (0 = never)."),
-    alpha_rb: float = typer.Option(2.0, "--alpha-rb", help="BiLD rollback threshold on -log p_target(x), >= 0."),
-    lenience: float = typer.Option(1.0, "--lenience", help="Leviathan A.5 lenience l in (0, 1]; 1 = exact."),
-    beta: int = typer.Option(3, "--beta", help="SpecDec++ top-beta."),
-    tau: float = typer.Option(1.0, "--tau", help="SpecDec++ tolerance tau."),
-    early_exit_layers: int = typer.Option(1, "--early-exit-layers", help="Layers of the target used as the draft."),
-    ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram method."),
-    heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd methods (default: the zoo's heads)."),
-    bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita methods (default: the zoo's)."),
-    bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree: candidates per mask token."),
-    bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita*: use the adapter's first m mask tokens (default: all)."),
-    nat: Optional[Path] = typer.Option(None, "--nat", help=f"NAT drafter folder for specdec / specdec++_nat (default: the zoo's nat/; {nat_shipped()}; for another target train one with `draftverify train nat --target TARGET ...`, see the README)."),
-    lattice_k: int = typer.Option(4, "--lattice-k", help="bpd_ngram / bpd_pbest / bpd_neural: candidates per head in the top-k lattice."),
-    ngram_weight: float = typer.Option(0.5, "--ngram-weight", help="bpd_ngram / bpd_pbest: n-gram weight alpha (0 = heads only)."),
-    pbest: int = typer.Option(4, "--pbest", help="bpd_pbest: rescored lattice paths merged into one tree."),
-    rescore_weight: float = typer.Option(1.0, "--rescore-weight", help="bpd_neural: weight alpha of the draft model's logits against the heads'."),
-    tree_paths: Optional[str] = typer.Option(None, "--tree-paths", help="model_tree shape as JSON paths of child ranks, e.g. '[[0],[1],[0,0]]'."),
-    lookup_matches: int = typer.Option(4, "--lookup-matches", help="prompt_lookup_tree: earlier matches merged into one tree."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses, compiled before generating (tens of seconds per graph on a CPU); pays off only over many generations in one process, and says after how many tokens."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
     heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP),
     backend: str = typer.Option("hf", "--backend", help="What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: pip install -e \".[llamacpp]\"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only the target's logits."),
+    options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Generate text with a draft-then-verify method: the text on stdout, the statistics table on stderr."""
     try:
         method = method or _default_method(zoo, draft)
         # every check that needs no model runs before anything is imported, loaded or printed
         resolve_method(method)
-        if zoo is not None:
-            check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", nat)
+        options = _method_options(method, zoo, options)
         parse_gamma(_gamma(gamma))
         check_sampling(temperature, top_k, top_p, seed, coupling)
         check_max_new_tokens(max_new_tokens)
@@ -233,7 +214,8 @@ def generate(
         _check_backend_flags(backend, compile_, prompts_file is not None and batch_size > 1)
         texts = read_prompts_file(prompts_file) if prompts_file is not None else None
         text_in = _read_prompt(prompt) if texts is None else texts[0]
-        for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, ngram, coupling, gamma):
+        for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, coupling, gamma) \
+                + unused_flags(method, options):
             err_console.print(f"[yellow]warning:[/yellow] {escape(note)}")
         source = f"zoo {zoo!r}" if zoo and not target else repr(target)
         loading = f"loading {method}: target {source}" + (f", draft {draft!r}" if draft else "") + " ..."
@@ -246,11 +228,7 @@ def generate(
 
             torch.set_num_threads(threads)
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
-                    gamma=_gamma(gamma), alpha_fb=alpha_fb, alpha_rb=alpha_rb, lenience=lenience, beta=beta,
-                    tau=tau, early_exit_layers=early_exit_layers, ngram_path=ngram, heads_path=heads, nat_path=nat,
-                    bita_path=bita, bita_topk=bita_topk, bita_masks=bita_masks, lattice_k=lattice_k,
-                    ngram_weight=ngram_weight, pbest=pbest, rescore_weight=rescore_weight,
-                    tree_paths=_tree_paths(tree_paths), prompt_lookup_matches=lookup_matches, compile=compile_,
+                    gamma=_gamma(gamma), compile=compile_, **options,
                     **({"backend": backend, "threads": threads} if backend != "hf" else {}))
         pipe.heal = _heal_default(heal, zoo, pipe)
         if texts is not None:
@@ -408,6 +386,7 @@ def check_port_free(host: str, port: int) -> None:
 
 
 @app.command()
+@declared_flags()
 def serve(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, ...)."),
@@ -415,8 +394,8 @@ def serve(
     method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1): every method but bpd_neural, specdec, specdec++_nat, bild, bild_early_exit, specdec++ and a draft with its own tokenizer, which serve one request at a time."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
     gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
-    ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table for the ngram method."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
+    compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses; the first requests pay the compilation (tens of seconds per graph on a CPU)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8000, "--port"),
@@ -431,14 +410,14 @@ def serve(
     heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP + " /v1/completions only; a request "
                                         "may set its own with the extension field \"heal\"."),
     backend: str = typer.Option("hf", "--backend", help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; one request at a time)."),
+    options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Serve a method over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models,
     /health, /metrics)."""
     try:
         method = method or _default_method(zoo, draft)
         resolve_method(method)
-        if zoo is not None:
-            check_zoo_has_nat(zoo, resolve_method(method).drafter == "nat", None)
+        options = _method_options(method, zoo, options)
         parse_gamma(_gamma(gamma))
         if dtype not in DTYPE_NAMES:
             raise DraftVerifyError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
@@ -454,9 +433,9 @@ def serve(
             raise DraftVerifyError("serving needs the 'serve' extra: pip install 'draftverify[serve]'")
         check_port_free(host, port)  # before the model loads: a taken port is a one-line exit 2, not uvicorn's
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
-        _check_backend_flags(backend, False, False)
+        _check_backend_flags(backend, compile_, False)
         load_args = dict(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
-                         gamma=_gamma(gamma), ngram_path=ngram,
+                         gamma=_gamma(gamma), compile=compile_, **options,
                          **({"backend": backend, "threads": threads} if backend != "hf" else {}))
         from .serve.app import ServerSettings
 
@@ -478,6 +457,11 @@ def serve(
 
         pipe = load(**load_args)
         settings.heal = _heal_default(heal, zoo, pipe)
+        if settings.max_batch > 1 and not pipe.supports_batches:
+            why = "with --compile" if pipe.compiled else ""
+            err_console.print(f"note: {escape(method)} decodes one row at a time{why and ' ' + why}: requests are "
+                              "served one at a time (--max-batch 1)")
+            settings.max_batch = 1
         app_ = create_app(pipe, settings)
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
@@ -539,6 +523,7 @@ def methods() -> None:
 
 
 @app.command()
+@declared_flags(shared=False, exclude=("early_exit_layers",))  # bench sweeps BiLD's thresholds and the layer counts
 def bench(
     prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category> (e.g. spec_bench:translation, spec_bench:mt_bench)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else the copies shipped with draftverify)."),
@@ -549,12 +534,6 @@ def bench(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (overrides the zoo's)."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (hf_assisted, model, bild)."),
     aligned_draft: Optional[str] = typer.Option(None, "--aligned-draft", help="Aligned draft model (model_aligned)."),
-    ngram: Optional[Path] = typer.Option(None, "--ngram", help="n-gram table (safetensors) for the ngram runner."),
-    heads: Optional[Path] = typer.Option(None, "--heads", help="Blockwise heads folder for the bpd runners (default: the zoo's)."),
-    bita: Optional[Path] = typer.Option(None, "--bita", help="BiTA adapter folder for the bita runners (default: the zoo's)."),
-    nat: Optional[Path] = typer.Option(None, "--nat", help=f"NAT drafter folder for the specdec runners (default: the zoo's nat/; {nat_shipped()})."),
-    bita_topk: int = typer.Option(3, "--bita-topk", help="bita / bita_tree runners: candidates per mask token."),
-    bita_masks: Optional[int] = typer.Option(None, "--bita-masks", help="bita runners: the adapter's first m mask tokens (default: all)."),
     gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic', 'conf[=T]' (auto's length as a cap, drafts ending at the draft model's first token with max q <= T, default 0.4) (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
     early_exit_layers: Optional[str] = typer.Option(None, "--early-exit-layers", help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers)."),
     bild_fb: Optional[str] = typer.Option(None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."),
@@ -576,16 +555,18 @@ def bench(
     cost_modes: Optional[str] = typer.Option(None, "--cost-modes", help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm (stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all)."),
     cost_repeats: Optional[int] = typer.Option(None, "--cost-repeats", help="Timed calls per n for --cost-curve (default 20; --quick 2)."),
     backend: str = typer.Option("hf", "--backend", help="Comma list of what runs our rows: hf, llamacpp (rows llamacpp:<row>: our loop on llama.cpp's kernels, target and draft converted to GGUF at --dtype, greedy only, '= baseline' against llama.cpp's own greedy row `llamacpp`), e.g. hf,llamacpp."),
+    options: Optional[dict[str, Any]] = None,  # the declared drafter options' flags (cli_flags.py)
 ) -> None:
     """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
     from .bench.cli import main as bench_main
 
     _quiet_libraries()
-    code = bench_main(backend=backend, cost_curve=cost_curve, cost_sizes=cost_sizes, cost_modes=cost_modes,
+    code = bench_main(method_options=options or {}, backend=backend, cost_curve=cost_curve, cost_sizes=cost_sizes,
+                      cost_modes=cost_modes,
                       cost_repeats=cost_repeats,
                       prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
-                      ngram=ngram, heads=heads, bita=bita, nat=nat, bita_topk=bita_topk, bita_masks=bita_masks, gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
+                      gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
                       bild_gamma=bild_gamma, runners=runners, seed=seed, warmup_tokens=warmup_tokens, threads=threads,
                       dtype=dtype, compile=compile_, out=out, name=name, quick=quick, plots=plots, progress=progress)
     if code:
@@ -637,6 +618,8 @@ def bench_translate(
         import torch
 
         from .api import load_model, load_tokenizer, zoo_paths
+        from .options import fill_from_zoo
+        from .zoo import zoo_folder
 
         if threads is not None:
             torch.set_num_threads(threads)
@@ -651,7 +634,7 @@ def bench_translate(
                 raise DraftVerifyError(f"{option} {explicit}: no such directory (an exported small translation model)")
             path = explicit or (default if default.exists() else None)
             small[role] = load_model(path, role=role) if path is not None else None
-        nat = paths["nat"] if paths["nat"].exists() else None
+        nat = fill_from_zoo({}, zoo_folder(zoo)).get("nat_path")
         result = run_sweep(target, small["draft"], nat, load_tokenizer(paths["target"]), prompts, max_new_tokens,
                            log=lambda m: err_console.print(f"[dim]{m}[/dim]"), aligned_model=small["aligned draft"],
                            counts_only=counts_only, **grid)
@@ -682,6 +665,8 @@ def bpd_report(
 
     from .api import zoo_paths
     from .bench.bpd_report import main as report_main
+    from .options import zoo_files
+    from .zoo import zoo_folder
 
     if prompts < 2:
         err_console.print(f"[red]error:[/red] --prompts must be >= 2 (some tune the weights, the rest are reported), got {prompts}")
@@ -694,8 +679,8 @@ def bpd_report(
 
         torch.set_num_threads(threads)
     try:
-        paths = zoo_paths(zoo)
-        result = report_main(str(paths["target"]), str(heads or paths["heads"]), str(paths["ngram"]),
+        paths, files = zoo_paths(zoo), zoo_files(zoo_folder(zoo))
+        result = report_main(str(paths["target"]), str(heads or files["heads_path"]), str(files["ngram_path"]),
                              str(paths["draft"]), str(paths["target"]), prompts, tune, new_tokens, lattice_k, out,
                              shlex.join(["draftverify", *sys.argv[1:]]))
     except DraftVerifyError as err:
@@ -726,6 +711,8 @@ def bita_report(
 
     from .api import zoo_paths
     from .bench.bita_report import TABLES
+    from .options import zoo_files
+    from .zoo import zoo_folder
     from .bench.bita_report import main as report_main
 
     chosen = tuple(t.strip() for t in tables.split(",") if t.strip())
@@ -741,7 +728,7 @@ def bita_report(
         torch.set_num_threads(threads)
     try:
         paths = zoo_paths(zoo)
-        adapters = [str(p) for p in bita] if bita else [str(paths["bita"])]
+        adapters = [str(p) for p in bita] if bita else [str(zoo_files(zoo_folder(zoo))["bita_path"])]
         result = report_main(str(paths["target"]), adapters, prompts, new_tokens, topk, out,
                              shlex.join(["draftverify", *sys.argv[1:]]), str(cost) if cost else None,
                              log=lambda m: err_console.print(escape(m)), tables=chosen)

@@ -9,6 +9,9 @@ T = TypeVar("T")
 
 DRAFTERS: dict[str, type] = {}
 VERIFIERS: dict[str, type] = {}
+# drafter name -> the options classes it reads (draftverify.options declares them; no torch import, so the CLI can
+# build its flags from them)
+DRAFTER_OPTIONS: dict[str, tuple[type, ...]] = {}
 
 
 def _register(table: dict[str, type], kind: str, name: str) -> Callable[[type[T]], type[T]]:
@@ -24,6 +27,13 @@ def _register(table: dict[str, type], kind: str, name: str) -> Callable[[type[T]
 
 def register_drafter(name: str):
     return _register(DRAFTERS, "drafter", name)
+
+
+def register_options(drafter: str, *classes: type) -> None:
+    """Drafter `drafter` reads the fields of these options classes (see draftverify.options)."""
+    if drafter in DRAFTER_OPTIONS:
+        raise RuntimeError(f"options of drafter {drafter!r} registered twice")
+    DRAFTER_OPTIONS[drafter] = classes
 
 
 def register_verifier(name: str):

@@ -69,35 +69,9 @@ def zoos_with(part: str) -> list[str]:
     return sorted(entry.name for entry in root.iterdir() if (entry / part).exists())
 
 
-# how to make the NAT drafter (specdec, specdec++_nat): the README's recipes for a decoder-only target (the code
-# zoo's) and for a translation target (the translate zoo's, on `draftverify train distill` targets)
-TRAIN_NAT = ("draftverify train nat --target {target} --out runs/nat-code/run --work-dir runs/nat-code "
-             "--export {export} --max-minutes 15 --threads 1")
-TRAIN_NAT_TRANSLATION = ("draftverify train nat --target {target} --train-targets DISTILLED.de --out runs/nat "
-                         "--export {export}")
-
-
-def nat_shipped() -> str:
-    """Which zoo entries ship a NAT drafter, as a phrase: "only the translate zoo ships one"."""
-    shipped = zoos_with("nat")
-    if not shipped:
+def shipped(part: str) -> str:
+    """Which zoo entries ship `part`, as a phrase: "only the translate zoo ships one"."""
+    entries = zoos_with(part)
+    if not entries:
         return "no zoo entry ships one"
-    return f"only the {', '.join(shipped)} zoo ships one" if len(shipped) == 1 else \
-        f"the {', '.join(shipped)} zoos ship one"
-
-
-def nat_advice(zoo: str | None = None, translation: bool = False) -> str:
-    """What to do when a NAT method has no drafter: which zoo ships one, and how to train one (one line)."""
-    target = f"zoo/{zoo}/target" if zoo else "TARGET"
-    export = f"zoo/{zoo}/nat" if zoo else "DIR"
-    recipe = (TRAIN_NAT_TRANSLATION if translation else TRAIN_NAT).format(target=target, export=export)
-    other = f" (this zoo's default: {zoo_default_method(zoo)})" if zoo else ""
-    return (f"{nat_shipped()}; pass --nat DIR (API: nat_path=DIR) with a drafter trained for this target, e.g. "
-            f"`{recipe}`, or use another method{other}")
-
-
-def check_zoo_has_nat(zoo: str, uses_nat: bool, nat_path: object) -> None:
-    """A NAT method (uses_nat) on a zoo entry without a nat/ folder and no nat path given: a DraftVerifyError that
-    says which zoo has one and how to train one, before any model loads."""
-    if uses_nat and nat_path is None and not (zoo_root() / zoo / "nat").exists() and (zoo_root() / zoo).is_dir():
-        raise DraftVerifyError(f"the {zoo!r} zoo ships no NAT drafter for specdec / specdec++_nat: {nat_advice(zoo)}")
+    return f"only the {entries[0]} zoo ships one" if len(entries) == 1 else f"the {', '.join(entries)} zoos ship one"

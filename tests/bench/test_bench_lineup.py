@@ -17,7 +17,7 @@ from draftverify.methods import METHODS, Method
 
 def _config(model_dir, **overrides) -> BenchConfig:
     paths = dict(target=model_dir / "target", draft=model_dir / "draft", aligned_draft=model_dir / "aligned",
-                 ngram=model_dir / "ngram.safetensors")
+                 options={"ngram_path": model_dir / "ngram.safetensors"})
     return BenchConfig(**{**paths, "quick": True, **overrides}).resolved()
 
 

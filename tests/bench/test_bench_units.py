@@ -41,13 +41,14 @@ def test_quick_and_full_defaults():
     quick = BenchConfig(target="t", quick=True).resolved()
     assert (quick.num_prompts, quick.max_new_tokens, quick.gammas) == (2, 8, (3, "auto"))
     # a smoke test: greedy only, no warm-up, BiTA with one mask token (each still overridable)
-    assert (quick.temperatures, quick.warmup_tokens, quick.bita_masks) == ((0.0,), 0, 1)
-    assert BenchConfig(target="t", quick=True, temperatures=(0.0, 1.0), warmup_tokens=4,
-                       bita_masks=2).resolved().temperatures == (0.0, 1.0)
+    assert (quick.temperatures, quick.warmup_tokens, quick.options["bita_masks"]) == ((0.0,), 0, 1)
+    overridden = BenchConfig(target="t", quick=True, temperatures=(0.0, 1.0), warmup_tokens=4,
+                             options={"bita_masks": 2}).resolved()
+    assert overridden.temperatures == (0.0, 1.0) and overridden.options["bita_masks"] == 2
     assert quick.name == "bench-humaneval-quick"
     full = BenchConfig(zoo="code", prompts="spec_bench:qa").resolved()
     assert (full.num_prompts, full.max_new_tokens, full.temperatures) == (20, 128, (0.0, 1.0))
-    assert (full.warmup_tokens, full.bita_masks) == (16, None)
+    assert (full.warmup_tokens, full.options.get("bita_masks")) == (16, None)
     assert full.gammas == (2, 3, 4, 5, 6, 8, "auto") and full.name == "bench-spec_bench-qa"
     assert full.bild_fb == (0.2, 0.4, 0.6, 0.8) and full.bild_rb == (1.0, 2.0, 3.0, 5.0)
 

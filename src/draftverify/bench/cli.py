@@ -10,6 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import DraftVerifyError
+from ..options import all_fields, defaults, parse_values
+from ..options.declare import declaration
 from .config import BenchConfig, parse_floats, parse_gammas, parse_ints, parse_names
 from .cost import MODES
 from .report import overshoot_text
@@ -51,9 +53,18 @@ def summary_table(rows: list[dict]) -> Table:
     return table
 
 
-def rebuild_command(options: dict) -> str:
+def given_flags(method_options: dict) -> dict[str, object]:
+    """The declared options given a value other than their default, by flag: {"--nat": "zoo/x/nat"}."""
+    fields, default = all_fields(), defaults()
+    return {declaration(fields[name][1]).flag: value for name, value in method_options.items()
+            if value is not None and value != default.get(name)}
+
+
+def rebuild_command(options: dict, method_options: dict | None = None) -> str:
     """`draftverify bench ...` from parsed options, for when sys.argv is not ours (e.g. called in-process)."""
     argv = ["draftverify", "bench"]
+    for flag, value in given_flags(method_options or {}).items():
+        argv += [flag, str(value)]
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
         if value is None or (key == "backend" and value == "hf"):
@@ -69,18 +80,19 @@ def rebuild_command(options: dict) -> str:
 
 
 # bench options the cost curve does not use: passing one with --cost-curve is a mistake, said so
-COST_IGNORES = ("backend", "temperature", "draft", "aligned_draft", "ngram", "heads", "bita", "nat", "bita_masks", "gamma", "early_exit_layers", "bild_fb", "bild_rb",
-                "runners", "dtype", "compile")
+COST_IGNORES = ("backend", "temperature", "draft", "aligned_draft", "gamma", "early_exit_layers", "bild_fb", "bild_rb",
+                "runners", "dtype", "compile")  # and every declared drafter option (given_flags)
 
 
-def cost_config_from_options(options: dict, command: str):
+def cost_config_from_options(options: dict, command: str, method_options: dict | None = None):
     """The bench's options -> CostConfig: --num-prompts / --max-new-tokens size the greedy equality check."""
     from .cost_run import CostConfig
 
-    defaults = {"dtype": "float32", "compile": False, "backend": "hf"}
-    given = [k for k in COST_IGNORES if options.get(k) is not None and options.get(k) != defaults.get(k)]
+    plain = {"dtype": "float32", "compile": False, "backend": "hf"}
+    given = ["--" + k.replace("_", "-") for k in COST_IGNORES if options.get(k) is not None and options.get(k) != plain.get(k)]
+    given += list(given_flags(method_options or {}))
     if given:
-        raise DraftVerifyError("--cost-curve does not use " + ", ".join("--" + k.replace("_", "-") for k in given))
+        raise DraftVerifyError("--cost-curve does not use " + ", ".join(given))
     return CostConfig(
         zoo=options["zoo"], target=options["target"], prompts=options["prompts"], data_dir=options["data_dir"],
         sizes=parse_ints("--cost-sizes", options["cost_sizes"]) if options["cost_sizes"] is not None else None,
@@ -90,11 +102,11 @@ def cost_config_from_options(options: dict, command: str):
         name=options["name"], quick=options["quick"], plots=options["plots"], command=command)
 
 
-def run_cost_curve(options: dict, command: str) -> int:
+def run_cost_curve(options: dict, command: str, method_options: dict | None = None) -> int:
     from .cost_run import run_cost
 
     try:
-        result = run_cost(cost_config_from_options(options, command),
+        result = run_cost(cost_config_from_options(options, command, method_options),
                           progress=(lambda text: err_console.print(escape(text))) if options["progress"] else None)
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
@@ -108,21 +120,22 @@ def run_cost_curve(options: dict, command: str) -> int:
     return 0
 
 
-def main(**options) -> int:
+def main(method_options: dict | None = None, **options) -> int:
     """Run the benchmark (or, with cost_curve, the cost curve) from command-line strings; returns the process exit
-    code (2 for bad input)."""
+    code (2 for bad input). method_options: the declared drafter options' flags, by field name."""
     from .run import run_bench
 
+    method_options = method_options or {}
     ours = Path(sys.argv[0]).name in ("draftverify", "cli.py") and sys.argv[1:2] == ["bench"]
-    command = shlex.join(sys.argv) if ours else rebuild_command(options)
+    command = shlex.join(sys.argv) if ours else rebuild_command(options, method_options)
     cost = {k: options.pop(k) for k in ("cost_curve", "cost_sizes", "cost_modes", "cost_repeats")}
     if cost["cost_curve"]:
-        return run_cost_curve({**options, **cost}, command)
+        return run_cost_curve({**options, **cost}, command, method_options)
     unused = [f"--{k.replace('_', '-')}" for k, v in cost.items() if v is not None and k != "cost_curve"]
     try:
         if unused:
             raise DraftVerifyError(f"{', '.join(unused)} only apply with --cost-curve")
-        result = run_bench(config_from_options(**options, command=command))
+        result = run_bench(config_from_options(**options, options=parse_values(method_options), command=command))
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
         return 2

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
+from ..options import check_files, check_names
 from .runner_families import BASELINES, families
 
 # an integer >= 1, "auto" (Theorem 8 online), "heuristic" (Hugging Face's +2/-1) or "conf[=T]" (auto's length as a
@@ -36,12 +38,6 @@ class BenchConfig:
     target: str | Path | None = None
     draft: str | Path | None = None
     aligned_draft: str | Path | None = None
-    ngram: str | Path | None = None
-    heads: str | Path | None = None  # blockwise heads folder (bpd methods); the zoo's by default
-    bita: str | Path | None = None  # BiTA adapter folder (bita methods); the zoo's by default
-    nat: str | Path | None = None  # NAT drafter folder (specdec methods); the zoo's by default
-    bita_topk: int = 3  # bita / bita_tree: candidates per mask token
-    bita_masks: int | None = None  # bita*: the adapter's first m mask tokens (None = all; quick: 1)
     dtype: str = "float32"
     threads: int | None = None
     gammas: tuple[GammaSpec, ...] | None = None  # (2,3,4,5,6,8,auto) (quick: (3, auto))
@@ -63,11 +59,14 @@ class BenchConfig:
     progress: bool = True
     command: str | None = None  # the command line to record; default: sys.argv
     notes: list[str] = field(default_factory=list)
+    # declared drafter options (options/), by field name, e.g. {"ngram_path": FILE, "bita_topk": 2}: the rest take
+    # their declared defaults, and files not given come from the zoo entry (quick: bita_masks 1)
+    options: dict[str, Any] = field(default_factory=dict)
 
     def resolved(self) -> "BenchConfig":
         """Fill mode defaults and validate; raises DraftVerifyError naming the bad option."""
         quick = self.quick
-        cfg = replace(self, notes=list(self.notes))
+        cfg = replace(self, notes=list(self.notes), options=dict(self.options))
         if cfg.num_prompts is None:
             cfg.num_prompts = QUICK_PROMPTS if quick else FULL_PROMPTS
         if cfg.max_new_tokens is None:
@@ -78,8 +77,8 @@ class BenchConfig:
             cfg.temperatures = QUICK_TEMPERATURES if quick else FULL_TEMPERATURES
         if cfg.warmup_tokens is None:
             cfg.warmup_tokens = QUICK_WARMUP_TOKENS if quick else FULL_WARMUP_TOKENS
-        if quick and cfg.bita_masks is None:
-            cfg.bita_masks = QUICK_BITA_MASKS
+        if quick and cfg.options.get("bita_masks") is None:
+            cfg.options["bita_masks"] = QUICK_BITA_MASKS
         if cfg.bild_fb is None:
             cfg.bild_fb = (0.4,) if quick else DEFAULT_BILD_FB
         if cfg.bild_rb is None:
@@ -96,6 +95,8 @@ class BenchConfig:
         return cfg
 
     def validate(self) -> None:
+        check_names(self.options)
+        check_files(self.options)
         _positive_int("--num-prompts", self.num_prompts)
         _positive_int("--max-new-tokens", self.max_new_tokens)
         _positive_int("--bild-gamma", self.bild_gamma)
@@ -145,11 +146,14 @@ class BenchConfig:
         return family in BASELINES or self.runners is None or family in self.runners
 
     def as_dict(self) -> dict:
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = str(value) if isinstance(value, Path) else list(value) if isinstance(value, tuple) else value
+        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+        out["options"] = {k: _plain(v) for k, v in self.options.items()}
         return out
+
+
+def _plain(value: object) -> object:
+    """A config value as JSON records it."""
+    return str(value) if isinstance(value, Path) else list(value) if isinstance(value, tuple) else value
 
 
 def _positive_int(option: str, value: object) -> int:

@@ -1,14 +1,20 @@
-"""Load the benchmark's models once: target, draft, aligned draft, n-gram table path, tokenizer."""
+"""Load the benchmark's models once: target, draft, aligned draft, tokenizer; and the declared drafter options with
+the zoo's files (n-gram table, heads, adapter, ...) filled in."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from transformers import AutoTokenizer, PreTrainedModel
 
 from ..api import draft_tokenizer_for, load_model, zoo_paths
 from ..cached_lm import context_limit
 from ..errors import DraftVerifyError
+from ..options import all_fields, fill_from_zoo
+from ..options.checks import methods_reading
+from ..options.declare import declaration
+from ..zoo import zoo_folder
 from .config import BenchConfig
 
 
@@ -22,10 +28,7 @@ class BenchModels:
     # then re-tokenize its text (cross_tokenizer) and hf_assisted runs Hugging Face's universal assisted generation
     draft_tokenizer: object | None = None
     aligned_draft_tokenizer: object | None = None
-    ngram_path: Path | None = None
-    heads_path: Path | None = None
-    bita_path: Path | None = None
-    nat_path: Path | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # declared drafter options, the zoo's files filled in
     paths: dict[str, str | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -64,20 +67,20 @@ class BenchModels:
             own = getattr(self, f"{role}_tokenizer", None) if role != "target" else None
             if role != "target":
                 out[role]["tokenizer"] = f"its own (vocabulary {len(own)})" if own is not None else "the target's"
-        out["ngram"] = {"path": self.paths.get("ngram")} if self.ngram_path else None
+        for name, (_, f) in all_fields().items():  # the declared files given or found: {"ngram": {"path": ...}}
+            opt = declaration(f)
+            if opt is not None and opt.zoo is not None and self.options.get(name) is not None:
+                out[opt.flag.lstrip("-")] = {"path": str(self.options[name])}
         return out
 
 
 def resolve_paths(config: BenchConfig) -> dict[str, Path | None]:
-    """Explicit paths win; --zoo fills the rest. Missing optional zoo files are None (their runners are skipped)."""
+    """The models' paths: explicit ones win; --zoo fills the rest. A missing zoo draft is None (its runners are
+    skipped)."""
     chosen: dict[str, Path | None] = {
         "target": Path(config.target) if config.target else None,
         "draft": Path(config.draft) if config.draft else None,
         "aligned_draft": Path(config.aligned_draft) if config.aligned_draft else None,
-        "ngram": Path(config.ngram) if config.ngram else None,
-        "heads": Path(config.heads) if config.heads else None,
-        "bita": Path(config.bita) if config.bita else None,
-        "nat": Path(config.nat) if config.nat else None,
     }
     if config.zoo is not None:
         paths = zoo_paths(config.zoo)
@@ -85,20 +88,30 @@ def resolve_paths(config: BenchConfig) -> dict[str, Path | None]:
             "target": Path(paths["target"]),
             "draft": Path(paths["draft"]),
             "aligned_draft": Path(paths["draft_aligned"]),
-            "ngram": Path(paths["ngram"]),
-            "heads": Path(paths["heads"]),
-            "bita": Path(paths["bita"]),
-            "nat": Path(paths["nat"]),
         }
         for role, path in zoo.items():
             if chosen[role] is None:
                 chosen[role] = path if path.exists() or role == "target" else None
-    for role in ("draft", "aligned_draft", "ngram", "heads", "bita", "nat"):  # an explicit path that is not there is a mistake
+    for role in ("draft", "aligned_draft"):  # an explicit path that is not there is a mistake (files: config.validate)
         explicit = getattr(config, role)
         if explicit and not Path(explicit).exists():
             option = "--" + role.replace("_", "-")
             raise DraftVerifyError(f"{option} {explicit}: no such file or directory")
     return chosen
+
+
+def method_options(config: BenchConfig) -> tuple[dict[str, Any], list[str]]:
+    """The config's declared drafter options with the zoo entry's files filled in, and a note for each declared
+    file still missing (the methods that need it are skipped)."""
+    values = dict(config.options)
+    if config.zoo is not None:
+        values = fill_from_zoo(values, zoo_folder(config.zoo))
+    notes = []
+    for name, (_, f) in all_fields().items():
+        opt = declaration(f)
+        if opt is not None and opt.zoo is not None and values.get(name) is None:
+            notes.append(f"no {opt.what} (pass {opt.flag} or a zoo that has one): skipped {', '.join(methods_reading(name))}")
+    return values, notes
 
 
 def load_models(config: BenchConfig) -> BenchModels:
@@ -116,14 +129,11 @@ def load_models(config: BenchConfig) -> BenchModels:
         models.aligned_draft = load_model(paths["aligned_draft"], config.dtype, role="aligned draft")
         models.aligned_draft_tokenizer = draft_tokenizer_for(paths["aligned_draft"], models.aligned_draft, tokenizer,
                                                              target)
-    models.ngram_path = paths["ngram"]
-    models.heads_path = paths["heads"]
-    models.bita_path = paths["bita"]
-    models.nat_path = paths["nat"]
-    for role, families in (("draft", "hf_assisted, model, bild"), ("aligned_draft", "model_aligned"),
-                           ("ngram", "ngram"), ("heads", "bpd"), ("bita", "bita"), ("nat", "specdec")):
+    for role, families in (("draft", "hf_assisted, model, bild"), ("aligned_draft", "model_aligned")):
         if paths[role] is None:
             option = "--" + role.replace("_", "-")
             models.notes.append(f"no {role.replace('_', ' ')} (pass {option} or a zoo that has one): "
                                 f"skipped {families}")
+    models.options, notes = method_options(config)
+    models.notes += notes
     return models

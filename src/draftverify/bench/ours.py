@@ -18,7 +18,7 @@ Rows per method, from those facts:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import product
 from typing import Callable
 
@@ -77,7 +77,7 @@ class MethodProbe:
     def needs(self, options: MethodOptions, option: str) -> bool:
         """Building fails without `option` (e.g. no draft model) although it succeeds with it."""
         try:
-            self.drafter(replace(options, **{option: None}))
+            self.drafter(options.replace(**{option: None}))
         except DraftVerifyError:
             return True
         return False
@@ -87,7 +87,7 @@ class MethodProbe:
         builders: tuple[Callable, ...] = (self.drafter, self.verifier)
         for build in builders:
             try:
-                seen = [_plain_attributes(build(replace(options, **{option: v}))) for v in values]
+                seen = [_plain_attributes(build(options.replace(**{option: v}))) for v in values]
             except DraftVerifyError:  # a value the method rejects (e.g. as many layers as the target has)
                 return True
             if seen[0] != seen[1]:
@@ -112,9 +112,7 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
         draft = cached_model(models.draft, "draft", compile) if models.draft is not None else None
         aligned = cached_model(models.aligned_draft, "aligned draft", compile) if models.aligned_draft is not None else None
     base = MethodOptions(draft_model=draft, draft_tokenizer=models.draft_tokenizer, target_tokenizer=models.tokenizer,
-                         ngram_path=models.ngram_path, heads_path=models.heads_path,
-                         bita_path=models.bita_path, nat_path=models.nat_path, bita_topk=config.bita_topk, bita_masks=config.bita_masks,
-                         compile=compile)
+                         compile=compile, **models.options)
     total = getattr(models.target.config, "num_hidden_layers", None)
     layers = config.early_exit_layers if config.early_exit_layers is not None else \
         default_early_exit_layers(total or 2)[: 1 if config.quick else None]
@@ -158,8 +156,8 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
             if aligned is None:
                 notes.append(f"{name}{ALIGNED_SUFFIX} skipped: no aligned draft model")
             else:
-                drafts.append((name + ALIGNED_SUFFIX, replace(base, draft_model=aligned,
-                                                              draft_tokenizer=models.aligned_draft_tokenizer)))
+                drafts.append((name + ALIGNED_SUFFIX, base.replace(draft_model=aligned,
+                                                                   draft_tokenizer=models.aligned_draft_tokenizer)))
         for family, options in drafts:
             if not config.wants(family):
                 continue
@@ -170,7 +168,7 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
             for values in product(*grid.values()):
                 swept = dict(zip(grid, values))
                 for g in gammas:
-                    rows.append(_row(family, method, replace(options, **swept), swept, g, lossless, config))
+                    rows.append(_row(family, method, options.replace(**swept), swept, g, lossless, config))
     return rows, notes
 
 

@@ -259,7 +259,7 @@ class NatDrafter(Drafter):
     @classmethod
     def from_options(cls, target: CachedLM, options) -> "NatDrafter":
         if options.nat_path is None:
-            from ..zoo import nat_advice
+            from ..options.nat import nat_advice
 
             raise DraftVerifyError("the NAT drafter needs trained weights: "
                                    f"{nat_advice(translation=bool(getattr(target, 'is_encoder_decoder', False)))}")

@@ -1,0 +1,68 @@
+"""The method-option flags of `generate`, `serve` and `bench`, built from the declarations (options/): a command
+wrapped in declared_flags() takes its own parameters plus one flag per declared option, and receives their values
+as one dict. Typer reads the signature whenever it builds the command, so a drafter registered later (a plug-in,
+a test) gets its flags with no edit here."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Collection
+
+import typer
+
+from .options import SharedOptions, all_fields
+from .options.checks import methods_reading
+from .options.declare import declaration, default_of, field_types
+
+DRAFTER_PANEL = "Method options (each drafter's own)"
+SHARED_PANEL = "BiLD and verifier options"
+
+
+def declared_parameters(shared: bool = True, exclude: Collection[str] = ()) -> list[inspect.Parameter]:
+    """One keyword parameter per declared field (SharedOptions' too when shared), named as the field."""
+    params = []
+    for name, (cls, f) in all_fields().items():
+        opt = declaration(f)
+        is_shared = cls is SharedOptions
+        if opt is None or name in exclude or (is_shared and not shared):
+            continue
+        help_text = opt.help_text()
+        if not is_shared:
+            help_text += f" Methods: {', '.join(methods_reading(name)) or 'none'}."
+        if opt.zoo is not None:
+            help_text += f" Default with --zoo: the entry's {opt.zoo}, if it has one."
+        annotation = (str | None) if opt.parse is not None else field_types(cls)[name]
+        default = None if opt.parse is not None else default_of(f)  # parsed options: None is the declared default
+        info = typer.Option(default, opt.flag, help=help_text, rich_help_panel=SHARED_PANEL if is_shared else DRAFTER_PANEL)
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation))
+    return params
+
+
+class DeclaredFlags:
+    """A typer command: the wrapped function's parameters (less `options`) plus the declared flags; called with
+    all of them, it passes the declared ones' values (parsed) to the function as `options`."""
+
+    def __init__(self, func: Callable[..., Any], shared: bool, exclude: Collection[str]):
+        self.func, self.shared, self.exclude = func, shared, tuple(exclude)
+        self.__name__, self.__doc__, self.__module__ = func.__name__, func.__doc__, func.__module__
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        own = inspect.signature(self.func, eval_str=True)
+        kept = [p for p in own.parameters.values() if p.name != "options"]
+        return own.replace(parameters=kept + declared_parameters(self.shared, self.exclude))
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # typer reads type hints as well as the signature
+        return {p.name: p.annotation for p in self.__signature__.parameters.values()}
+
+    def __call__(self, **kwargs: Any) -> Any:
+        names = {p.name for p in declared_parameters(self.shared, self.exclude)}
+        options = {name: kwargs.pop(name) for name in list(kwargs) if name in names}
+        return self.func(**kwargs, options=options)  # parsed by the command (parse_values), where errors exit 2
+
+
+def declared_flags(shared: bool = True, exclude: Collection[str] = ()) -> Callable[[Callable[..., Any]], DeclaredFlags]:
+    """Decorator (under @app.command()): add the declared options' flags to a command; shared=False leaves out
+    SharedOptions' (bench sweeps those as grids of its own), exclude leaves out fields by name."""
+    return lambda func: DeclaredFlags(func, shared, exclude)
+

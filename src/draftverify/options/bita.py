@@ -1,0 +1,21 @@
+"""BiTA's options (drafters/bita.py): the trained adapter a zoo entry may ship as bita/, how many of its mask
+tokens draft, and the tree's width (bita_chain takes each mask's top-1 only)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .declare import option
+
+
+@dataclass(frozen=True)
+class BitaOptions:  # bita, bita_tree, bita_chain
+    bita_path: Path | None = option(None, "--bita", "BiTA adapter folder (bita.json + bita.safetensors; "
+                                    "`draftverify train bita` makes one).", zoo="bita", what="BiTA adapter")
+    bita_masks: int | None = option(None, "--bita-masks", "Use the adapter's first m mask tokens (default: all it "
+                                    "was trained with).")
+
+
+@dataclass(frozen=True)
+class BitaTreeOptions:  # bita, bita_tree
+    bita_topk: int = option(3, "--bita-topk", "Candidates per mask token.")

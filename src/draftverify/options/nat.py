@@ -1,0 +1,34 @@
+"""The NAT drafter's options (specdec, specdec++_nat; drafters/nat.py): the folder of a trained drafter, which a
+zoo entry may ship as nat/ and `draftverify train nat` makes, and what to say when there is none."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..zoo import shipped, zoo_default_method
+from .declare import option
+
+# the README's recipes: for a decoder-only target (the code zoo's) and for a translation target (the translate
+# zoo's, on `draftverify train distill` targets)
+TRAIN_NAT = ("draftverify train nat --target {target} --out runs/nat-code/run --work-dir runs/nat-code "
+             "--export {export} --max-minutes 15 --threads 1")
+TRAIN_NAT_TRANSLATION = ("draftverify train nat --target {target} --train-targets DISTILLED.de --out runs/nat "
+                         "--export {export}")
+
+
+def nat_advice(zoo: str | None = None, translation: bool = False) -> str:
+    """What to do when a NAT method has no drafter: which zoo ships one, and how to train one (one line)."""
+    target = f"zoo/{zoo}/target" if zoo else "TARGET"
+    export = f"zoo/{zoo}/nat" if zoo else "DIR"
+    recipe = (TRAIN_NAT_TRANSLATION if translation else TRAIN_NAT).format(target=target, export=export)
+    other = f" (this zoo's default: {zoo_default_method(zoo)})" if zoo else ""
+    return (f"{shipped('nat')}; pass --nat DIR (API: nat_path=DIR) with a drafter trained for this target, e.g. "
+            f"`{recipe}`, or use another method{other}")
+
+
+@dataclass(frozen=True)
+class NATOptions:
+    nat_path: Path | None = option(
+        None, "--nat", lambda: f"NAT drafter folder (nat.json + nat.safetensors; {shipped('nat')}; for another target "
+        "train one with `draftverify train nat --target TARGET ...`, see the README).",
+        zoo="nat", what="NAT drafter", advice=nat_advice)

@@ -1,0 +1,30 @@
+"""The prompt-lookup drafters' options (drafters/prompt_lookup*.py, lookup_model.py): which n-grams of the context
+may match, and how many matches a tree merges."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .declare import option
+
+
+@dataclass(frozen=True)
+class LookupNgramOptions:  # prompt_lookup, prompt_lookup_tree, lookup_model
+    prompt_lookup_max_ngram: int = option(3, "--lookup-max-ngram", "Longest n-gram of the context's end to look up.")
+
+
+@dataclass(frozen=True)
+class PromptLookupOptions:  # prompt_lookup, prompt_lookup_tree
+    prompt_lookup_min_ngram: int = option(1, "--lookup-min-ngram", "Shortest n-gram match that drafts.")
+
+
+@dataclass(frozen=True)
+class LookupTreeOptions:  # prompt_lookup_tree
+    prompt_lookup_matches: int = option(4, "--lookup-matches", "Earlier matches merged into one tree.")
+
+
+@dataclass(frozen=True)
+class LookupModelOptions:  # lookup_model
+    # a 1-token match is a weaker guess than the draft model's (code zoo v2, benchmarks/lookup-model-counts.md:
+    # 3.20 vs 2.95 tokens per call greedy, 2.36 vs 2.05 at T=0.8)
+    lookup_model_min_ngram: int = option(2, "--lookup-model-min-ngram", "Shortest n-gram match that copies; "
+                                         "shorter ones leave the step to the draft model.")
