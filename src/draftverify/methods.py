@@ -78,6 +78,8 @@ class MethodOptions:
     prompt_lookup_matches: int = 4  # prompt_lookup_tree: continuations merged into one tree
     tree_paths: list[tuple[int, ...]] | None = None  # model_tree: Medusa-style paths (None = the drafter's default)
     compile: bool = False  # draft models: preallocated cache + torch.compile, like the target's --compile
+    # draft models on the hf backend run on LeanLM where it applies (backends/lean_draft.py); False keeps CachedLM
+    lean_draft: bool = True
     # lookup_model copies only on a match of >= 2 tokens: a 1-token match is a weaker guess than the draft
     # model's (code zoo v2, benchmarks/lookup-model-counts.md: 3.20 vs 2.95 tokens per call greedy, 2.36 vs 2.05 at T=0.8)
     lookup_model_min_ngram: int = 2

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from itertools import product
 from typing import Callable
 
-from ..cached_lm import CachedLM, cached_model
+from ..backends.lean_draft import draft_backend
+from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
 from ..methods import Method, MethodOptions, build_drafter, build_verifier
 from ..types import SamplingParams
@@ -109,8 +110,9 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
     if drafts is not None:
         draft, aligned = drafts
     else:
-        draft = cached_model(models.draft, "draft", compile) if models.draft is not None else None
-        aligned = cached_model(models.aligned_draft, "aligned draft", compile) if models.aligned_draft is not None else None
+        # draft models run on LeanLM where it applies (DRAFTVERIFY_LEAN_DRAFT=0: CachedLM; backends/lean_draft.py)
+        draft = draft_backend(models.draft, "draft", compile) if models.draft is not None else None
+        aligned = draft_backend(models.aligned_draft, "aligned draft", compile) if models.aligned_draft is not None else None
     base = MethodOptions(draft_model=draft, ngram_path=models.ngram_path, heads_path=models.heads_path,
                          bita_path=models.bita_path, nat_path=models.nat_path, bita_topk=config.bita_topk, bita_masks=config.bita_masks,
                          compile=compile)
