@@ -31,6 +31,8 @@ SOURCES = {
     "healing": ("benchmarks/healing-humaneval.md", None),
     "bench-llamacpp": ("benchmarks/bench-humaneval-llamacpp.md", "## Temperature 0 (greedy)"),
     "cost-curve-llamacpp": ("benchmarks/cost-code-llamacpp.md", "## Milliseconds per forward"),
+    "lean-draft": ("benchmarks/lean-draft.md", "## Milliseconds per draft forward"),
+    "lean-draft-generation": ("benchmarks/lean-draft.md", "## Generation"),
 }
 
 

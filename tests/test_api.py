@@ -271,7 +271,9 @@ def test_compile_option_reaches_target_and_draft(model_dirs):
     assert pipe.target.capacity == 512 and pipe.drafter.lm.capacity == 512  # the models' context length
     assert pipe.options.compile
     plain = load(target=model_dirs / "target", draft=model_dirs / "draft", method="model")
-    assert plain.target.capacity is None and plain.drafter.lm.capacity is None
+    assert plain.target.capacity is None and plain.drafter.lm.name == "lean"  # eager drafts run on LeanLM
+    hf_draft = load(target=model_dirs / "target", draft=model_dirs / "draft", method="model", lean_draft=False)
+    assert hf_draft.drafter.lm.capacity is None
 
 
 # ---------------------------------------------------------------- token healing through the Pipeline

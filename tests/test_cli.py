@@ -207,6 +207,25 @@ def test_generate_with_a_tree_method_and_a_custom_shape(model_dirs):  # noqa: F8
     assert 3 * (calls - 1) <= drafted <= 3 * calls  # the 3-node shape (only the last step may be cut to depth 1)
 
 
+@pytest.mark.parametrize("flag, lean", [([], True), (["--no-lean-draft"], False)])
+def test_generate_lean_draft_switch(model_dirs, monkeypatch, flag, lean):  # noqa: F811
+    import draftverify.api as api
+
+    real, seen = api.load, {}
+
+    def load(**kwargs):
+        seen["pipe"] = real(**kwargs)
+        return seen["pipe"]
+
+    monkeypatch.setattr(api, "load", load)
+    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "--draft", str(model_dirs / "draft"),
+                                 "--method", "model", "--prompt", PROMPT, "-n", "12", "--gamma", "3", "--json", *flag])
+    assert result.exit_code == 0, result.output
+    assert (seen["pipe"].drafter.lm.name == "lean") == lean
+    expected = real(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=12)
+    assert json.loads(result.stdout)["text"] == expected.text
+
+
 def test_generate_compiled_gives_the_same_text(model_dirs):  # noqa: F811
     from draftverify.api import load
 

@@ -189,6 +189,7 @@ def generate(
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses, compiled before generating (tens of seconds per graph on a CPU); pays off only over many generations in one process, and says after how many tokens."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
+    lean_draft: bool = typer.Option(True, "--lean-draft/--no-lean-draft", help="Run a Llama / Mistral / Qwen2 draft model on the lean backend (plain torch ops over a preallocated KV buffer; one prompt, eager); --no-lean-draft keeps Hugging Face's forward (env DRAFTVERIFY_LEAN_DRAFT=0 does the same)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
     heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP),
     backend: str = typer.Option("hf", "--backend", help="What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: pip install -e \".[llamacpp]\"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only the target's logits."),
@@ -228,7 +229,7 @@ def generate(
 
             torch.set_num_threads(threads)
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
-                    gamma=_gamma(gamma), compile=compile_, **options,
+                    gamma=_gamma(gamma), compile=compile_, lean_draft=lean_draft, **options,
                     **({"backend": backend, "threads": threads} if backend != "hf" else {}))
         pipe.heal = _heal_default(heal, zoo, pipe)
         if texts is not None:

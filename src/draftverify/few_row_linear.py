@@ -35,11 +35,23 @@ class FewRowLinear(TorchFunctionMode):
             rows = x.numel() // max(x.shape[-1], 1) if x.dim() else 0
             if 2 <= rows <= MAX_ROWS and weight.dim() == 2 and x.dtype == weight.dtype == torch.float32 \
                     and x.device.type == "cpu" and not torch.is_grad_enabled():
-                out = torch.mm(weight, x.reshape(rows, -1).t()).t()  # [rows, out]
-                if bias is not None:
-                    out = out + bias
-                return out.reshape(*x.shape[:-1], weight.shape[0])
+                return few_row_linear(x, weight, bias)
         return func(*args, **kwargs)
+
+
+def few_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias) computed as W @ x.T: x [..., in], weight [out, in] -> [..., out]. For callers that
+    run their own linears (backends/lean.py) and so need no mode; `takes_few_rows` says when it pays."""
+    rows = x.numel() // max(x.shape[-1], 1)
+    out = torch.mm(weight, x.reshape(rows, -1).t()).t()  # [rows, out]
+    if bias is not None:
+        out = out + bias
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def takes_few_rows(device: torch.device, dtype: torch.dtype, rows: int) -> bool:
+    """Whether a linear over `rows` rows of a `dtype` input on `device` is faster as W @ x.T (and it is switched on)."""
+    return 2 <= rows <= MAX_ROWS and device.type == "cpu" and dtype == torch.float32 and enabled()
 
 
 def enabled() -> bool:
@@ -50,6 +62,6 @@ def few_row_linears(device: torch.device, dtype: torch.dtype, rows: int, on: boo
     """The mode for a forward of `rows` token rows (batch x tokens) of a model on `device` in `dtype`; a no-op
     context where it cannot help. A mode sees every torch call of the forward (about 3 ms per forward of the zoo
     target in Python dispatch), so it is entered only for 2..MAX_ROWS rows, never for one-token decoding."""
-    if on and 2 <= rows <= MAX_ROWS and enabled() and device.type == "cpu" and dtype == torch.float32:
+    if on and takes_few_rows(device, dtype, rows):
         return FewRowLinear()
     return contextlib.nullcontext()

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Callable
 
+from ..backends.lean_draft import draft_backend
 from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError
 from ..methods import Method, MethodOptions, build_drafter, build_verifier
@@ -109,8 +110,11 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
     if drafts is not None:
         draft, aligned = drafts
     else:
-        draft = cached_model(models.draft, "draft", compile) if models.draft is not None else None
-        aligned = cached_model(models.aligned_draft, "aligned draft", compile) if models.aligned_draft is not None else None
+        # draft models run on LeanLM where it applies (DRAFTVERIFY_LEAN_DRAFT=0: CachedLM; backends/lean_draft.py);
+        # a draft with its own tokenizer keeps CachedLM (cross_tokenizer rolls its cache back past settled tokens)
+        backend = draft_backend if models.draft_tokenizer is None else cached_model
+        draft = backend(models.draft, "draft", compile) if models.draft is not None else None
+        aligned = backend(models.aligned_draft, "aligned draft", compile) if models.aligned_draft is not None else None
     base = MethodOptions(draft_model=draft, draft_tokenizer=models.draft_tokenizer, target_tokenizer=models.tokenizer,
                          compile=compile, **models.options)
     total = getattr(models.target.config, "num_hidden_layers", None)

@@ -11,7 +11,8 @@ from typing import Callable
 
 import torch
 
-from ..cached_lm import CachedLM, cached_model
+from ..backends.lean_draft import draft_backend
+from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError, check_number
 from ..registry import register_drafter
 from ..types import DecodingState, Draft, Verdict
@@ -52,7 +53,7 @@ class BlockwiseNeuralDrafter(BlockwiseDrafter):
         if options.draft_model is None:
             raise DraftVerifyError("bpd_neural rescores with a small LM: pass draft=... (CLI: --draft PATH)")
         require_shared_vocabulary(options, cls.name)
-        rescorer = cached_model(options.draft_model, "draft", options.compile)
+        rescorer = draft_backend(options.draft_model, "draft", options.compile, options.lean_draft)
         return cls(load_heads(options), rescorer, options.lattice_k, options.rescore_weight)
 
     def bind(self, target: CachedLM, max_positions: int) -> None:

@@ -25,7 +25,7 @@ from time import perf_counter
 
 import torch
 
-from ..cached_lm import CachedLM, cached_model
+from ..cached_lm import cached_model
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
 from ..types import DecodingState, Draft
@@ -47,7 +47,7 @@ class CrossTokenizerDrafter(Drafter):
                  window: int = WINDOW, lookbehind: int = LOOKBEHIND):
         super().__init__()
         self.lm = cached_model(model, "draft")
-        if not isinstance(self.lm, CachedLM):
+        if not callable(getattr(self.lm, "rollback", None)):  # CachedLM and the lean draft backend can roll back
             raise DraftVerifyError(f"a draft with its own tokenizer runs on the hf backend (transformers), not on "
                                    f"{self.lm.name}: use --backend hf")
         if self.lm.is_encoder_decoder:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from ..cached_lm import CachedLM, cached_model
+from ..backends.lean_draft import draft_backend
+from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
 from ..types import DecodingState, Draft, TargetOutput, Verdict
@@ -37,8 +38,8 @@ class LookupModelDrafter(Drafter):
         if options.draft_model is None:
             raise DraftVerifyError("the 'lookup_model' drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
         require_shared_vocabulary(options, cls.name)
-        return cls(cached_model(options.draft_model, "draft", options.compile), options.prompt_lookup_max_ngram, options.lookup_model_min_ngram,
-                   options.alpha_fb)
+        draft = draft_backend(options.draft_model, "draft", options.compile, options.lean_draft)
+        return cls(draft, options.prompt_lookup_max_ngram, options.lookup_model_min_ngram, options.alpha_fb)
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
         self.model.bind(target, max_positions)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
+from ..backends.lean_draft import draft_backend
 from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError, check_number
 from ..registry import register_drafter
@@ -41,7 +42,9 @@ class ModelDrafter(Drafter):
     def __init__(self, model: PreTrainedModel | CachedLM, fallback_threshold: float = 0.0):
         super().__init__()
         self.fallback_threshold = check_number("fallback threshold alpha_FB", fallback_threshold, 0.0, 1.0)
-        self.lm = cached_model(model, "draft")  # a CachedLM or any other backend as it is; HF models wrapped
+        # a CachedLM or any other backend as it is; HF models wrapped in a CachedLM (from_options picks the lean
+        # backend where it applies: backends/lean_draft.py)
+        self.lm = cached_model(model, "draft")
         self.discard: torch.Tensor | None = None  # batches: rows whose drafts another drafter replaced (see commit)
         self._fed: torch.Tensor | None = None  # batches: each row's committed tokens when the last draft began
 
@@ -53,7 +56,8 @@ class ModelDrafter(Drafter):
             from .cross_tokenizer import CrossTokenizerDrafter
 
             return CrossTokenizerDrafter.from_options(target, options)
-        return cls(cached_model(options.draft_model, "draft", options.compile), fallback_threshold=options.alpha_fb)
+        draft = draft_backend(options.draft_model, "draft", options.compile, options.lean_draft)  # LeanLM or CachedLM
+        return cls(draft, fallback_threshold=options.alpha_fb)
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
         self.check_pair(self.lm, target, max_positions)

@@ -11,6 +11,7 @@ from typing import Sequence
 import torch
 from transformers import PreTrainedModel
 
+from ..backends.lean_draft import draft_backend
 from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
@@ -53,7 +54,7 @@ class ModelTreeDrafter(Drafter):
             raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
         require_shared_vocabulary(options, cls.name)
         paths = options.tree_paths if options.tree_paths is not None else DEFAULT_TREE_PATHS
-        return cls(cached_model(options.draft_model, "draft", options.compile), paths)
+        return cls(draft_backend(options.draft_model, "draft", options.compile, options.lean_draft), paths)
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
         ModelDrafter.check_pair(self.lm, target, max_positions)

@@ -17,6 +17,8 @@ class SharedOptions:
     draft_tokenizer: Any = None
     target_tokenizer: Any = None  # the target's tokenizer (cross_tokenizer reads it; Pipeline fills it in)
     compile: bool = False  # draft models: preallocated cache + torch.compile, like the target's --compile
+    # draft models on the hf backend run on LeanLM where it applies (backends/lean_draft.py); False keeps CachedLM
+    lean_draft: bool = True
     alpha_fb: float = option(0.0, "--alpha-fb", "BiLD fallback threshold in [0, 1] (0 = never); the drafters model, "
                              "lookup_model and early_exit stop drafting below it.")
     alpha_rb: float = option(2.0, "--alpha-rb", "BiLD rollback threshold on -log p_target(x), >= 0.")
