@@ -90,3 +90,17 @@ def _pick(states: torch.Tensor, start: int, offsets: torch.Tensor) -> torch.Tens
     batch, heads, _, dim = states.shape
     index = (start + offsets).to(states.device)[:, None, :, None].expand(batch, heads, -1, dim)
     return states.gather(2, index)
+
+
+def cache_argument(model) -> str:
+    """The name a model's forward takes its KV cache by: `cache` from transformers 5.24 on (`past_key_values` is then
+    deprecated, with a warning per call), `past_key_values` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def returned_cache(out):
+    """The KV cache a forward returned, under either name (see cache_argument)."""
+    cache = out.get("cache", None)
+    return cache if cache is not None else out.get("past_key_values", None)

@@ -20,7 +20,7 @@ import torch
 from transformers import PreTrainedModel
 
 from .backends.base import is_backend
-from .cache import gather_positions, keep_positions, new_cache
+from .cache import cache_argument, gather_positions, keep_positions, new_cache, returned_cache
 from .cache_rows import RowsLayout
 from .compiled_widths import WIDTH_BUCKETS, CompiledWidths, compile_forward, window_for
 from .errors import DraftVerifyError
@@ -69,6 +69,7 @@ class CachedLM(RowsLayout, CompiledWidths):
         self.dtype = next(model.parameters()).dtype
         accepted = inspect.signature(model.forward).parameters
         self._keeps_logits = "logits_to_keep" in accepted
+        self._cache_arg = cache_argument(model)
         # trees need each node's position to be its depth; models that derive positions from the cache alone
         # (T5's relative bias, BART / Marian decoders) cannot be told, so they score chains only
         self.takes_positions = "position_ids" in accepted and not self.is_encoder_decoder
@@ -253,7 +254,7 @@ class CachedLM(RowsLayout, CompiledWidths):
                 f"the {self.role}'s preallocated cache holds {self.window} positions; {self.length + n} needed"
             )
         model = model if model is not None else self.model
-        kwargs = {"past_key_values": self.cache, "use_cache": True, "output_hidden_states": want_hidden}
+        kwargs = {self._cache_arg: self.cache, "use_cache": True, "output_hidden_states": want_hidden}
         if self._keeps_logits:
             kwargs["logits_to_keep"] = keep
         if self.takes_positions:
@@ -284,7 +285,7 @@ class CachedLM(RowsLayout, CompiledWidths):
             else:
                 out = model(input_ids=tokens, **kwargs)
                 hidden = out.hidden_states[-1][:, -keep_hidden:] if want_hidden else None
-        self.cache = out.past_key_values
+        self.cache = returned_cache(out)
         self.length += n
         return TargetOutput(logits=out.logits[:, -keep:], hidden=hidden)  # [B, keep, V], [B, keep_hidden, H]
 

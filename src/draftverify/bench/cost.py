@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel, StaticCache
 
-from ..cache import keep_positions
+from ..cache import cache_argument, keep_positions
 
 from ..errors import DraftVerifyError
 from ..few_row_linear import few_row_linears
@@ -97,7 +97,7 @@ class StaticForward:
         if start > 0:  # move the write position back (transformers 5 counts it in the cache, not cache_position)
             keep_positions(self.cache, start, self.capacity)
         with few_row_linears(ids.device, self.model.dtype, rows=ids.numel(), on=self.few_row):
-            return forward(input_ids=ids, past_key_values=self.cache, cache_position=positions,
+            return forward(input_ids=ids, **{cache_argument(self.model): self.cache}, cache_position=positions,
                            position_ids=positions[None], use_cache=True).logits  # [1, n, V]
 
     def prefill(self, ids: torch.Tensor) -> torch.Tensor:

@@ -42,7 +42,7 @@ class ForwardCounter:
         if ids is None and args:
             ids = args[0]
         n_in = int(ids.shape[-1]) if isinstance(ids, torch.Tensor) else 0
-        self.calls.append((n_in, _cache_length(kwargs.get("past_key_values"))))
+        self.calls.append((n_in, _cache_length(kwargs.get("cache", kwargs.get("past_key_values")))))
         return None
 
     def reset(self) -> None:

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import DynamicCache
 
+from ..cache import cache_argument
 from ..errors import DraftVerifyError
 from ..types import PrefixKV
 from .blockwise import lm_head_fingerprint
@@ -61,7 +62,7 @@ def kv_layout(model: nn.Module) -> tuple[int, int, int]:
     """(layers, KV heads, head dim) of a decoder's cache, read from a one-token forward (any architecture)."""
     cache = DynamicCache()
     with torch.no_grad():
-        model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=model.device), past_key_values=cache, use_cache=True)
+        model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=model.device), **{cache_argument(model): cache}, use_cache=True)
     keys = cache.layers[0].keys  # [1, h, 1, d]
     return len(cache.layers), keys.shape[1], keys.shape[3]
 
@@ -95,7 +96,7 @@ class BitaAdapter(nn.Module):
             cache = DynamicCache()
             embeds = self.prompt_embeds.to(target.dtype)[None]  # [1, P, H]
             positions = torch.arange(self.config.num_prompts, device=embeds.device)[None]
-            target(inputs_embeds=embeds, position_ids=positions, past_key_values=cache, use_cache=True)
+            target(inputs_embeds=embeds, position_ids=positions, **{cache_argument(target): cache}, use_cache=True)
             return tuple((layer.keys[0], layer.values[0]) for layer in cache.layers)
         return None
 

@@ -25,6 +25,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..cache import cache_argument
 from . import align
 from . import corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
@@ -187,7 +188,7 @@ def mask_logits(model, adapter, ids, cut, prefix=None):
     m, c = adapter.config.num_masks, cut.shape[1]
     cache = DynamicCache()
     with torch.no_grad():
-        model.base_model(input_ids=ids, past_key_values=cache, use_cache=True)
+        model.base_model(input_ids=ids, **{cache_argument(model.base_model): cache}, use_cache=True)
     prefix = adapter.prefix(model) if prefix is None else prefix
     group = torch.arange(c * m) // m  # [C*M] which cut each mask row belongs to
     slot = torch.arange(c * m) % m  # [C*M] which mask token
@@ -200,7 +201,7 @@ def mask_logits(model, adapter, ids, cut, prefix=None):
     additive = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)[:, None]
     embeds = adapter.mask_embeds.to(dtype).repeat(c, 1)[None].expand(batch, -1, -1)  # [B, C*M, H]
     with attend_prefix(cache, prefix):
-        out = model(inputs_embeds=embeds, position_ids=positions, attention_mask=additive, past_key_values=cache,
+        out = model(inputs_embeds=embeds, position_ids=positions, attention_mask=additive, **{cache_argument(model): cache},
                     use_cache=True)
     return out.logits.view(batch, c, m, -1)
 
