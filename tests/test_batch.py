@@ -424,6 +424,21 @@ def test_tree_rows_joining_between_steps_equal_their_own_text():
     assert out.rows == refs
 
 
+def assert_mixed_rows_and_joining(make_drafter) -> None:
+    """Rows with their own sampling settings equal their own text, in one batch and when they join one."""
+    model = model_for("llama")
+    expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, make_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
+                   max_new_tokens=12, gamma=3)
+    assert out.rows == expected
+    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
+               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
+    joined = generate(model, make_drafter(model), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]), MIXED[0],
+                      max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
+    assert joined.rows == expected
+
+
 def bpd_drafter(model):
     """Heads as initialised (each head starts as head 1: it proposes the target's next token again), so rows
     accept different amounts: runs of a repeated token are accepted, the rest rejected."""
@@ -450,17 +465,7 @@ def test_bpd_rows_equal_their_own_greedy_text(arch):
 
 
 def test_bpd_rows_sample_with_their_own_settings_and_join_between_steps():
-    model = model_for("llama")
-    expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
-    ids, mask = padded(PROMPTS)
-    out = generate(model, bpd_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
-                   max_new_tokens=12, gamma=3)
-    assert out.rows == expected
-    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
-               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
-    joined = generate(model, bpd_drafter(model), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]), MIXED[0],
-                      max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
-    assert joined.rows == expected
+    assert_mixed_rows_and_joining(lambda m: bpd_drafter(m))
 
 
 BITA = ["bita", "bita_tree", "bita_chain"]
@@ -513,17 +518,7 @@ def test_bita_rows_keep_whole_trees_of_a_self_predicting_target():
 
 @pytest.mark.parametrize("method", ["bita", "bita_chain"])
 def test_bita_rows_sample_with_their_own_settings_and_join_between_steps(method):
-    model = model_for("llama")
-    expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
-    ids, mask = padded(PROMPTS)
-    out = generate(model, bita_drafter(model, method), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
-                   max_new_tokens=12, gamma=3)
-    assert out.rows == expected
-    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
-               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
-    joined = generate(model, bita_drafter(model, method), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]),
-                      MIXED[0], max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
-    assert joined.rows == expected
+    assert_mixed_rows_and_joining(lambda m: bita_drafter(m, method))
 
 
 LOOKUP_PROMPTS = [[5, 17, 33, 8, 41, 5, 17, 33, 9, 5, 17], [9, 4, 9, 4, 7, 9, 4], [60, 61, 62, 60, 61], [12]]
@@ -645,14 +640,4 @@ def test_nat_rows_draft_as_each_row_alone():
 
 
 def test_nat_rows_sample_with_their_own_settings_and_join_between_steps():
-    model = model_for("llama")
-    expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
-    ids, mask = padded(PROMPTS)
-    out = generate(model, nat_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
-                   max_new_tokens=12, gamma=3)
-    assert out.rows == expected
-    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
-               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
-    joined = generate(model, nat_drafter(model), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]), MIXED[0],
-                      max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
-    assert joined.rows == expected
+    assert_mixed_rows_and_joining(lambda m: nat_drafter(m))
