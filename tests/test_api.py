@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from draftverify import DraftVerifyError
+from draftverify import DraftVerifyError, SamplingParams
 from draftverify.api import load, zoo_paths
 from draftverify.drafters import NgramTable
 from conftest import save_llama
@@ -352,3 +352,11 @@ def test_a_compiled_pipeline_decodes_one_row_at_a_time(model_dirs):
     """Compiled models preallocate a one-row cache: the server then serves one request at a time."""
     assert load(target=model_dirs / "target", method="prompt_lookup").supports_batches
     assert not load(target=model_dirs / "target", method="prompt_lookup", compile=True).supports_batches
+
+
+def test_per_row_sampling_settings_of_the_wrong_count_or_type_are_clear_errors(model_dirs):
+    pipe = load(target=model_dirs / "target", method="autoregressive")
+    with pytest.raises(DraftVerifyError, match="1 sampling settings for 2 prompts"):
+        pipe.generate_batch_ids([[5, 6], [7, 8]], [SamplingParams()], max_new_tokens=4)
+    with pytest.raises(DraftVerifyError, match="must be a SamplingParams, got str"):
+        pipe.generate_batch_ids([[5, 6], [7, 8]], ["x", "y"], max_new_tokens=4)

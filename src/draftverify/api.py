@@ -340,6 +340,10 @@ class Pipeline:
         if isinstance(params, (list, tuple)):
             if len(params) != len(rows):
                 raise DraftVerifyError(f"{len(params)} sampling settings for {len(rows)} prompts")
+            wrong = next((p for p in params if not isinstance(p, SamplingParams)), None)
+            if wrong is not None:
+                raise DraftVerifyError(f"each row's sampling settings must be a SamplingParams, got "
+                                       f"{type(wrong).__name__} {wrong!r}")
             if seeds is None:
                 seeds = [p.seed for p in params]
             params = row_params(params)
