@@ -224,3 +224,22 @@ def save_llama(path: Path, layers: int, seed: int, tokenizer, context: int = 256
             p.mul_(3.0)  # peaked logits: varied, deterministic text
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
+
+
+@pytest.fixture
+def code_zoo_without_nat(tmp_path, monkeypatch):
+    """$DRAFTVERIFY_ZOO set to a copy of the shipped zoo (links) whose code entry lacks its NAT drafter."""
+    from draftverify.zoo import ZOO_ENV, zoo_root
+
+    root = tmp_path / "zoo"
+    for entry in zoo_root().iterdir():
+        if entry.name != "code":
+            (root / entry.name).parent.mkdir(parents=True, exist_ok=True)
+            (root / entry.name).symlink_to(entry)
+            continue
+        for item in entry.iterdir():
+            if item.name != "nat":
+                (root / "code").mkdir(parents=True, exist_ok=True)
+                (root / "code" / item.name).symlink_to(item)
+    monkeypatch.setenv(ZOO_ENV, str(root))
+    return root

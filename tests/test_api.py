@@ -214,7 +214,8 @@ def test_gamma_is_bounded_before_loading_and_by_the_target_context(model_dirs, t
 
 
 @pytest.mark.parametrize("method", ["specdec", "specdec++_nat"])
-def test_a_nat_method_on_the_code_zoo_says_which_zoo_has_a_drafter_and_how_to_train_one(method):
+def test_a_nat_method_on_a_zoo_without_a_drafter_says_which_zoo_has_one_and_how_to_train_one(
+        method, code_zoo_without_nat):
     started = time.perf_counter()
     with pytest.raises(DraftVerifyError) as caught:
         load(zoo="code", method=method)

@@ -155,7 +155,8 @@ def test_a_gamma_beyond_the_bound_exits_2_naming_the_bound(model_dirs, command):
 
 
 @pytest.mark.parametrize("method", ["specdec", "specdec++_nat"])
-def test_a_nat_method_on_the_code_zoo_says_which_zoo_ships_one_and_how_to_train_one(method):
+def test_a_nat_method_on_a_zoo_without_a_drafter_says_which_zoo_ships_one_and_how_to_train_one(
+        method, code_zoo_without_nat):
     result = runner.invoke(app, ["generate", "--zoo", "code", "--method", method, "--prompt", "def f(x):"])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()

@@ -50,6 +50,7 @@ class CachedLM(RowsLayout, CompiledWidths):
     supports_rows = True  # decoder-only models that take position_ids (checked in start)
     exposes_hidden = True
     has_modules = True
+    computes_in_torch = True
 
     def __init__(self, model: PreTrainedModel, role: str = "target", capacity: int | None = None, compile: bool = False):
         if not isinstance(model, PreTrainedModel):

@@ -12,6 +12,7 @@ class DraftLength(ABC):
     # drafters that draft from a model's distribution q end a draft at its first token whose max q is <= this
     # (DecodingState.draft_confidence; ConfidenceGamma); 0: never, every draft is as long as next() says
     confidence: float = 0.0
+    costs: StepCosts | None = None  # what a step costs, measured in this run (policies that measure it)
 
     @abstractmethod
     def next(self, rows: int = 1) -> int:

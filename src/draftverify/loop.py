@@ -19,6 +19,7 @@ from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
 from .drafters.base import Drafter, add_drafter_times, empty_draft
 from .errors import DraftVerifyError
 from .sampling import RowParams, params_rows, row_params
+from .threads import one_torch_thread_unless_models_use_it
 from .types import (DecodingState, Draft, GenerationOutput, GenerationStats, SamplingParams, TargetOutput, Verdict,
                     VerifyExtras)
 from .verifiers.base import Verifier
@@ -127,6 +128,7 @@ def _scored_for_drafter(out: TargetOutput, kept: torch.Tensor, draft: Draft) -> 
     return TargetOutput(logits=pick(out.logits), hidden=pick(out.hidden))
 
 
+@one_torch_thread_unless_models_use_it
 @torch.inference_mode()
 def generate(
     target: LMBackend | PreTrainedModel,
@@ -229,6 +231,7 @@ def generate(
         lengths=lengths,
         seeds=row_seeds,
         draft_confidence=length_policy.confidence,
+        costs=length_policy.costs,
     )
     drafter.start(state, target.prefilled if drafter.needs_target_hidden else None)
     drafter_calls_before = drafter.forward_calls

@@ -5,12 +5,16 @@ Shapes: B batch, N draft length (tree nodes), V vocabulary, H hidden size, n pos
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from .checks import check_sampling
 from .errors import DraftVerifyError
 from .tree import TreeSpec
+
+if TYPE_CHECKING:
+    from .draft_length import StepCosts
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,9 @@ class DecodingState:
     # the length policy's confidence stop (DraftLength.confidence): a drafter that draws from a model's q ends its
     # draft at the first token whose max q is <= this (that token included), each row on its own; 0 = never
     draft_confidence: float = 0.0
+    # the length policy's measured costs of this run (StepCosts: seconds of a target call over n tokens), when it
+    # measures them (gamma auto, conf); a drafter that sizes its draft by cost reads them (model_tree); else None
+    costs: StepCosts | None = None
 
     def __post_init__(self) -> None:
         if self.lengths is None:  # no padding: every row holds all of `tokens`

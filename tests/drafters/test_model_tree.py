@@ -9,6 +9,7 @@ from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.draft_length import FixedGamma
 from draftverify.drafters import ModelDrafter, ModelTreeDrafter, NoDrafter
 from draftverify.methods import MethodOptions, build_verifier
+from draftverify.types import DecodingState
 from draftverify.verifiers.tree import tree_speculative_sample
 
 torch.set_num_threads(1)
@@ -48,8 +49,11 @@ def test_tree_accepts_at_least_as_much_as_the_chain_twin(arch):
 def test_gamma_caps_the_tree_depth():
     model, ref = target_and_reference("qwen2", PROMPT, NEW)
     drafter = ModelTreeDrafter(model)
-    assert drafter.tree_for(2).max_depth == 2 and drafter.tree_for(2).size == 6
-    assert drafter.tree_for(9) is drafter.full_tree
+    state = DecodingState(tokens=PROMPT, source_ids=None, prompt_length=PROMPT.shape[1], params=SamplingParams(),
+                          generator=None)
+    tree_for = lambda gamma: drafter.subtree(drafter.nodes_for(state, gamma))  # noqa: E731
+    assert tree_for(2).max_depth == 2 and tree_for(2).size == 6
+    assert tree_for(9) is drafter.full_tree
     out = generate(model, drafter, exact(), PROMPT, max_new_tokens=NEW, gamma=2)
     assert out.new_tokens[0].tolist() == ref
     assert out.stats.target_calls == -(-NEW // 3)

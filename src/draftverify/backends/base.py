@@ -20,6 +20,10 @@ with one line naming a backend that can (`check_backend`), never halfway through
 - `exposes_hidden`: returns the last hidden state (drafters with heads on the target's hidden states);
 - `has_modules`: a Hugging Face module tree the drafters may read or extend (early exit, BiTA's adapter and its
   extra embedded positions, blockwise heads on the target's LM head, the NAT drafter over the target's layers).
+
+One optional flag (read with `computes_in_torch`, True where a backend does not declare it): `computes_in_torch`
+says whether the forward runs on torch's intra-op threads. When no model of a generation does (llama.cpp), the loop
+runs its own small tensor ops on one torch thread (loop.py).
 """
 from __future__ import annotations
 
@@ -111,6 +115,11 @@ class OneRow:
     def drop_rows(self, keep_rows: torch.Tensor) -> None:
         if not bool(torch.as_tensor(keep_rows).all()):
             raise DraftVerifyError(f"the {self.name} backend holds one row; start() the next request instead")
+
+
+def computes_in_torch(backend: object) -> bool:
+    """Whether a backend's forward runs on torch's intra-op threads (its optional flag; True when undeclared)."""
+    return bool(getattr(backend, "computes_in_torch", True))
 
 
 def is_backend(obj: object) -> bool:

@@ -44,6 +44,7 @@ class LeanLM(OneRow):
     takes_positions = True  # scores token trees: model_tree's draft forwards a level per call with an ancestor mask
     exposes_hidden = False  # logits only: the drafters read a draft model's logits
     has_modules = False
+    computes_in_torch = True  # plain torch ops
     is_encoder_decoder = False
 
     def __init__(self, model, role: str = "draft"):

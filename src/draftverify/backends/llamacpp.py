@@ -139,6 +139,7 @@ class LlamaCppLM(OneRow):
     takes_positions = True  # token trees: per-node sequence-id sets
     exposes_hidden = False
     has_modules = False
+    computes_in_torch = False  # llama.cpp's own threads
 
     def __init__(self, model: GGUFModel | str | Path, role: str = "target", threads: int | None = None,
                  n_ctx: int | None = None, max_sequences: int = MAX_SEQUENCES):

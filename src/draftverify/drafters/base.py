@@ -5,6 +5,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from ..backends.base import computes_in_torch
 from ..cached_lm import CachedLM
 from ..registry import register_drafter
 from ..types import DecodingState, Draft, TargetOutput, Verdict, VerifyExtras
@@ -25,9 +26,15 @@ class Drafter(ABC):
     # what of a Hugging Face target's modules the drafter reads or extends (a phrase for messages), or "" when it
     # talks to the target through the backend protocol only (backends/base.py), so any backend can run it
     needs_target_modules: str = ""
-
     def __init__(self) -> None:
         self.forward_calls = 0
+
+    @property
+    def computes_in_torch(self) -> bool:
+        """Whether proposing runs tensor work on torch's intra-op threads: a drafter with a draft model (`lm`)
+        asks that model's backend; model-free lookups override this with False; any other drafter says True."""
+        lm = getattr(self, "lm", None)
+        return True if lm is None else computes_in_torch(lm)
 
     @classmethod
     def from_options(cls, target: CachedLM, options) -> "Drafter":
@@ -87,6 +94,7 @@ class NoDrafter(Drafter):
     """Plain autoregressive decoding with the target in our loop (the no-drafting baseline)."""
 
     supports_batch = True
+    computes_in_torch = False
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         return empty_draft(state)

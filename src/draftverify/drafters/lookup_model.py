@@ -41,6 +41,10 @@ class LookupModelDrafter(Drafter):
         draft = draft_backend(options.draft_model, "draft", options.compile, options.lean_draft)
         return cls(draft, options.prompt_lookup_max_ngram, options.lookup_model_min_ngram, options.alpha_fb)
 
+    @property
+    def computes_in_torch(self) -> bool:
+        return self.model.computes_in_torch
+
     def bind(self, target: CachedLM, max_positions: int) -> None:
         self.model.bind(target, max_positions)
 

@@ -1,11 +1,14 @@
-"""A small draft LM expands a static token tree: each node's children are the draft's top-k tokens after it
-(SpecInfer's expansion-based token tree; Medusa's static tree shape given as a list of paths).
+"""A small draft LM expands a token tree: each node's children are the draft's top-k tokens after it
+(SpecInfer's expansion-based token tree; Medusa's tree shape given as a list of paths).
 
 The draft scores one tree level per forward with the same ancestor-mask machinery the target uses, in its own
-CachedLM, so a tree of depth D costs D draft forwards whatever its width.
+CachedLM, so a tree of depth D costs D draft forwards whatever its width. With a length policy that measures
+costs (gamma `auto`, `conf`) each step verifies the subtree of the given shape with the best expected tokens per
+second on this backend (tree_sizing.py); with a fixed gamma the whole shape, cut at depth gamma.
 """
 from __future__ import annotations
 
+from time import perf_counter
 from typing import Sequence
 
 import torch
@@ -17,6 +20,7 @@ from ..errors import DraftVerifyError
 from ..registry import register_drafter
 from ..sampling import probs_from_logits
 from ..tree import TreeSpec
+from ..tree_sizing import NodeRates, best_subtree
 from ..types import DecodingState, Draft, Verdict
 from .base import Drafter
 from .model import ModelDrafter, require_shared_vocabulary
@@ -25,6 +29,7 @@ from .model import ModelDrafter, require_shared_vocabulary
 DEFAULT_TREE_PATHS: tuple[tuple[int, ...], ...] = (
     (0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 0, 0, 0),
 )
+EXPLORE_EVERY = 8  # every 8th sized step verifies the whole shape, so the rates of dropped nodes stay measured
 
 
 @register_drafter("model_tree")
@@ -42,9 +47,14 @@ class ModelTreeDrafter(Drafter):
         self.lm = cached_model(model, "draft")  # a CachedLM or any other backend as it is; HF models wrapped
         self.paths = [tuple(p) for p in paths]
         self.full_tree = TreeSpec.from_paths(self.paths)
-        self._trees: dict[int, TreeSpec] = {}
+        self._depth = self.full_tree.depth.tolist()
+        self._trees: dict[tuple[int, ...], TreeSpec] = {}
+        self.rates = NodeRates(self.full_tree)  # how often each node of the shape is accepted (this drafter's runs)
+        self.level_seconds: float | None = None  # mean seconds of one draft forward (a tree level)
+        self._sized_steps = 0
         # what commit() needs to know about the last proposal (host ints: no device sync)
         self._tree: TreeSpec | None = None  # None: nothing proposed since the last commit (a plain step)
+        self._nodes: list[int] = []  # the proposed tree's nodes as indices into full_tree
         self._tokens_before = 0  # committed tokens when it was proposed
         self._pending = 0  # committed tokens the draft fed first
 
@@ -69,14 +79,33 @@ class ModelTreeDrafter(Drafter):
         mask = torch.arange(width, device=state.tokens.device)[None] >= (width - state.lengths)[:, None]  # [B, L]
         self.lm.start(state.tokens, attention_mask=mask if state.padded else None)
 
-    def tree_for(self, gamma: int) -> TreeSpec:
-        if gamma not in self._trees:
-            kept = [p for p in self.paths if len(p) <= gamma]
-            self._trees[gamma] = TreeSpec.from_paths(kept) if len(kept) < len(self.paths) else self.full_tree
-        return self._trees[gamma]
+    def subtree(self, nodes: list[int]) -> TreeSpec:
+        """The TreeSpec of these nodes of the full shape (ascending indices, every parent included)."""
+        key = tuple(nodes)
+        if key not in self._trees:
+            parents = self.full_tree.parents.tolist()
+            index = {j: i for i, j in enumerate(nodes)}
+            self._trees[key] = (self.full_tree if len(nodes) == self.full_tree.size
+                                else TreeSpec.from_parents([index[parents[j]] if parents[j] >= 0 else -1
+                                                            for j in nodes]))
+        return self._trees[key]
+
+    def nodes_for(self, state: DecodingState, gamma: int) -> list[int]:
+        """This step's nodes: the shape cut at depth gamma, sized by measured costs when the policy measures them."""
+        allowed = [j for j, d in enumerate(self._depth) if d <= gamma]
+        costs = state.costs
+        if costs is None or not costs.known or self.level_seconds is None:
+            return allowed
+        self._sized_steps += 1
+        if self._sized_steps % EXPLORE_EVERY == 0:
+            return allowed
+        return best_subtree(self.rates.rates(), self._depth, self.level_seconds, costs.target_seconds,
+                            rows=state.tokens.shape[0], allowed=allowed)
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
-        tree = self._tree = self.tree_for(gamma)
+        started = perf_counter()
+        self._nodes = self.nodes_for(state, gamma)
+        tree = self._tree = self.subtree(self._nodes)
         self._lengths_before = state.lengths.clone()
         self._held_before = self.lm.row_length.to(state.lengths.device)  # [B] positions the draft held
         need = state.lengths - self._held_before  # [B] >= 1 committed tokens each row's draft has not seen
@@ -88,8 +117,10 @@ class ModelTreeDrafter(Drafter):
         self._pending = width
         root_logits = self.lm.forward(pending, new_valid=new_valid).logits[:, -1]  # [B, V]
         self.forward_calls += 1
+        forwards = 1
         batch = pending.shape[0]
-        width = int(tree.ranks.max()) + 1
+        ranks = self.full_tree.ranks[self._nodes]  # [N] each node's candidate rank in the full shape (a subtree may
+        width = int(ranks.max()) + 1  # keep a third child without the second)
         tokens = pending.new_zeros((batch, tree.size))  # [B, N]
         parent_logits = root_logits[:, None]  # [B, 1, V] outputs of the previous level's nodes (root first)
         parent_slot = torch.zeros(tree.size, dtype=torch.long)  # where each node's parent sits in parent_logits
@@ -97,21 +128,31 @@ class ModelTreeDrafter(Drafter):
         for depth in range(1, tree.max_depth + 1):
             nodes = (tree.depth == depth).nonzero().flatten()  # [n_d] this level's node indices
             candidates = parent_logits.topk(min(width, parent_logits.shape[-1]), dim=-1).indices  # [B, m, width]
-            tokens[:, nodes] = candidates[:, parent_slot[nodes], tree.ranks[nodes]]
+            tokens[:, nodes] = candidates[:, parent_slot[nodes], ranks[nodes]]
             if depth == tree.max_depth:
                 break
             if state.draft_confidence > 0 and self._unconfident(parent_logits, state):
-                tree = self._tree = self.tree_for(depth)  # the nodes of depth <= this level come first
+                self._nodes = [j for j in self._nodes if self._depth[j] <= depth]
+                tree = self._tree = self.subtree(self._nodes)  # the nodes of depth <= this level come first
                 tokens = tokens[:, : tree.size]
                 break
             mask = self._level_mask(tree, nodes, pending.shape[1])  # [n_d, tail + n_d]
             positions = base + tree.depth[nodes][None]  # [1, n_d]
             parent_logits = self.lm.forward(tokens[:, nodes], positions, mask).logits  # [B, n_d, V]
             self.forward_calls += 1
+            forwards += 1
             slot_of = torch.full((tree.size,), -1, dtype=torch.long)
             slot_of[nodes] = torch.arange(nodes.numel())
             parent_slot = torch.where(tree.parents >= 0, slot_of[tree.parents.clamp(min=0)], parent_slot)
+        if tokens.device.type == "cuda":  # the clock must cover the device's work (the verify waits on it anyway)
+            torch.cuda.synchronize(tokens.device)
+        self._time_levels(perf_counter() - started, forwards)
         return Draft(tokens=tokens, tree=tree)
+
+    def _time_levels(self, seconds: float, forwards: int) -> None:
+        """A running mean of one draft forward's seconds: the tree's cost per level."""
+        per = seconds / forwards
+        self.level_seconds = per if self.level_seconds is None else 0.9 * self.level_seconds + 0.1 * per
 
     @staticmethod
     def _unconfident(parent_logits: torch.Tensor, state: DecodingState) -> bool:
@@ -141,8 +182,10 @@ class ModelTreeDrafter(Drafter):
         need = (self._lengths_before - self._held_before).tolist()
         room = (state.lengths - 1 - self._held_before).tolist()  # positions a row may hold beyond what it held
         path = verdict.path.tolist()
+        kept = verdict.num_accepted.tolist()
         rows = []
         for b in range(len(emitted)):
+            self.rates.record(self._nodes, [self._nodes[j] for j in path[b][: kept[b]]])
             forwarded = min(max(0, emitted[b] - 1), self._tree.max_depth - 1)
             fed = list(range(self._pending - need[b], self._pending))
             rows.append((fed + [self._pending + j for j in path[b][:forwarded]])[: room[b]])

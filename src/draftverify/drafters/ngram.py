@@ -198,6 +198,7 @@ class NgramDrafter(Drafter):
     """Drafts from an NgramTable; q is the table's next-token distribution after the target's sampling filters."""
 
     supports_batch = True
+    computes_in_torch = False
 
     def __init__(self, table: NgramTable):
         super().__init__()

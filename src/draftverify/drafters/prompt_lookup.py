@@ -31,6 +31,7 @@ class PromptLookupDrafter(Drafter):
     """For encoder-decoder targets the source is searched too (copying from the input, as in summarization)."""
 
     supports_batch = True
+    computes_in_torch = False
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         super().__init__()

@@ -59,6 +59,7 @@ class PromptLookupTreeDrafter(Drafter):
 
     proposes_trees = True
     supports_batch = True  # each row its own trie, on one tree shape (tree.row_trees)
+    computes_in_torch = False
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_matches: int = 4):
         super().__init__()
