@@ -30,6 +30,7 @@ SOURCES = {
     "cost-equality": ("benchmarks/cost-code.md", "## Greedy equality"),
     "healing": ("benchmarks/healing-humaneval.md", None),
     "bench-llamacpp": ("benchmarks/bench-humaneval-llamacpp.md", "## Temperature 0 (greedy)"),
+    "bench-llamacpp-duels": ("benchmarks/bench-humaneval-llamacpp.md", "## Head to head"),
     "cost-curve-llamacpp": ("benchmarks/cost-code-llamacpp.md", "## Milliseconds per forward"),
     "lean-draft": ("benchmarks/lean-draft.md", "## Milliseconds per draft forward"),
     "lean-draft-generation": ("benchmarks/lean-draft.md", "## Generation"),

@@ -37,7 +37,8 @@ def test_llama_cpp_greedy_tokens_equal_hf_generate(model_dir):
     config = _config(model_dir, gammas=(3,))
     models = load_models(config)
     runners, notes = llamacpp.llamacpp_runners(config, models)
-    assert [r.name for r in runners] == ["llamacpp", "llamacpp_prompt_lookup[g=3]"], notes
+    assert [r.name for r in runners] == ["llamacpp", "llamacpp_prompt_lookup[g=3]", "llamacpp_prompt_lookup[default]"], notes
+    assert runners[2].settings["num_pred_tokens"] == 10 and runners[2].settings["max_ngram_size"] == 2
     prompt = torch.tensor([[5, 17, 99, 230, 7, 5, 17, 99]])
     expected = models.target.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=16,
                                       do_sample=False, eos_token_id=None, pad_token_id=0)[0, 8:].tolist()

@@ -104,17 +104,20 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
         plain = Llama(model_path=str(gguf), **common)
         runners.append(LlamaCppRunner("llamacpp", llm=plain, counter=EvalCounter(plain), **shared))
     fixed = [g for g in config.gammas if isinstance(g, int)]
-    if "llamacpp_prompt_lookup" in families and fixed:
-        # one model for every lookup row: with a draft model llama-cpp-python keeps the logits of every position
-        first = LlamaPromptLookupDecoding(max_ngram_size=PROMPT_LOOKUP_NGRAM, num_pred_tokens=fixed[0])
-        lookup_llm = Llama(model_path=str(gguf), draft_model=first, **common)
+    if "llamacpp_prompt_lookup" in families:
+        # one model for every lookup row: with a draft model llama-cpp-python keeps the logits of every position.
+        # Each fixed gamma with our drafter's longest match, and llama-cpp-python's own defaults as they ship
+        # (LlamaPromptLookupDecoding(): 2-gram matches, 10 tokens), as the hf_assisted rows keep transformers'
+        lookups = [(f"g={g}", g, LlamaPromptLookupDecoding(max_ngram_size=PROMPT_LOOKUP_NGRAM, num_pred_tokens=g))
+                   for g in fixed] + [("default", "default", LlamaPromptLookupDecoding())]
+        lookup_llm = Llama(model_path=str(gguf), draft_model=lookups[0][2], **common)
         counter = EvalCounter(lookup_llm)
-        for g in fixed:
+        for label, gamma, lookup in lookups:
             runners.append(LlamaCppRunner(
-                f"llamacpp_prompt_lookup[g={g}]", gamma=g, llm=lookup_llm, counter=counter,
-                lookup=LlamaPromptLookupDecoding(max_ngram_size=PROMPT_LOOKUP_NGRAM, num_pred_tokens=g),
+                f"llamacpp_prompt_lookup[{label}]", gamma=gamma, llm=lookup_llm, counter=counter, lookup=lookup,
                 **{**shared, "family": "llamacpp_prompt_lookup",
-                   "settings": {**shared["settings"], "max_ngram_size": PROMPT_LOOKUP_NGRAM}}))
+                   "settings": {**shared["settings"], "max_ngram_size": lookup.max_ngram_size,
+                                "num_pred_tokens": lookup.num_pred_tokens}}))
     notes = [f"llama.cpp rows: the target converted to GGUF ({outtype}, {gguf}) with {source / 'convert_hf_to_gguf.py'}; "
              "greedy only, compared with hf_generate token for token"]
     if "llamacpp_draft" in families and fixed:

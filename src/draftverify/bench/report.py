@@ -151,6 +151,13 @@ def render_markdown(result: dict) -> str:
         lines += [f"## {_temperature_title(t)}", ""]
         lines += markdown_table(MAIN_COLUMNS, [_main_row(r) for r in t_rows])
         lines.append("")
+    duels = head_to_head(rows)
+    if duels:
+        lines += ["## Head to head", "",
+                  "Per temperature and backend, our fastest exact row whose every output equals its baseline, beside "
+                  "each other tool's fastest row (each family at its best setting in this run) and the ratio of "
+                  "their tok/s.", ""]
+        lines += markdown_table(("temperature", "ours", "tok/s", "peer", "peer tok/s", "ours / peer"), duels) + [""]
     bild = [r for r in rows if not r["lossless"] and r["kind"] == "ours"]
     if bild:
         lines += ["## Lossy methods (BiLD, SpecDec++, ...): quality vs latency (greedy)", "",
@@ -214,6 +221,42 @@ def _warmup_section(result: dict) -> list[str]:
              str(s.get("timed_compiles", 0)) if not s.get("timed_compiles") else f"**{s['timed_compiles']} (!)**"]
             for s in specs]
     return lines + markdown_table(columns, rows) + [""]
+
+
+def backend_of(runner: str) -> str:
+    """Our rows on another backend than HF are named "BACKEND:method"."""
+    return runner.split(":", 1)[0] if ":" in runner else "hf"
+
+
+def head_to_head(rows: list[dict]) -> list[list[str]]:
+    """Table rows: per temperature, each backend's fastest exact row of ours (every output equal to its baseline),
+    and its fastest `model` row (the draft model alone) when that is another, against each peer family's fastest row
+    (Hugging Face assisted generation, llama.cpp's plain, prompt lookup and draft-model decoding, ...), with
+    ours / peer."""
+    out = []
+    for t in dict.fromkeys(r["temperature"] for r in rows):
+        t_rows = [r for r in rows if r["temperature"] == t and r.get("tokens_per_second")]
+        ours = [r for r in t_rows if r["kind"] == "ours" and r["lossless"] and r["family"] != OURS_BASELINE
+                and r["equal_to_baseline"] in (None, 1.0)]
+        peers = [r for r in t_rows if r["kind"] != "ours" and r["runner"] != BASELINE]
+        best_ours = []
+        for backend in dict.fromkeys(backend_of(r["runner"]) for r in ours):
+            mine = [r for r in ours if backend_of(r["runner"]) == backend]
+            for group in (mine, [r for r in mine if r["family"] == "model"]):
+                if group:
+                    best = max(group, key=lambda r: r["tokens_per_second"])
+                    best_ours += [best] if best not in best_ours else []
+        best_peers = {}
+        for r in peers:
+            if r["family"] not in best_peers or r["tokens_per_second"] > best_peers[r["family"]]["tokens_per_second"]:
+                best_peers[r["family"]] = r
+        for mine in best_ours:
+            for peer in best_peers.values():
+                out.append(["0 (greedy)" if t == 0 else f"{t:g}",
+                            f"`{mine['runner']}`", _f(mine["tokens_per_second"], 1), f"`{peer['runner']}`",
+                            _f(peer["tokens_per_second"], 1),
+                            _f(mine["tokens_per_second"] / peer["tokens_per_second"], 2, "x")])
+    return out
 
 
 def comparison_rows(rows: list[dict]) -> list[dict]:
