@@ -93,3 +93,20 @@ def test_stdlib_manifest(tmp_path):
     assert any(f["path"] == "os.py" for f in m["files"])
     frac = m["counts"]["val"] / n
     assert 0.005 < frac < 0.05
+
+
+def test_a_packages_manifest_from_another_checkout_reads_this_ones_corpus_folder(tmp_path, monkeypatch):
+    """The shipped manifest records the absolute folder it was built in; on another machine the files are where
+    `draftverify train corpus` puts them here (runs/corpus-src under the working directory)."""
+    root = write_tiny_corpus(tmp_path / "elsewhere" / "runs" / "corpus-src", n_files=4)
+    m = _build(tmp_path, root, sources=[{"dir": "pkg0", "name": "pkg0", "version": "1", "license": "MIT",
+                                         "wheel": "pkg0.whl"}])
+    assert m["source"] == "packages"
+    here = tmp_path / "checkout"
+    (here / "runs").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "runs" / "corpus-src").rename(here / "runs" / "corpus-src")
+    monkeypatch.chdir(here)
+    assert len(list(corpus.iter_texts(m, "all"))) == 4
+    (here / "runs" / "corpus-src").rename(here / "runs" / "moved")
+    with pytest.raises(corpus.CorpusError, match="rebuild the files with `draftverify train corpus"):
+        list(corpus.iter_texts(m, "all"))

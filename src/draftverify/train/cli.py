@@ -14,6 +14,8 @@ from typing import Optional
 
 import typer
 
+from .corpus import PACKAGES_ROOT
+
 train_app = typer.Typer(
     name="train",
     help="Build the code corpus/tokenizer and train the project's small target/draft models.",
@@ -80,7 +82,7 @@ CODE_PACKAGES = (
 @train_app.command("corpus")
 def corpus_cmd(
     out: Path = typer.Option(Path("zoo/code/manifest.json"), "--out", help="Manifest JSON to write."),
-    src_root: Path = typer.Option(Path("runs/corpus-src"), "--src-root",
+    src_root: Path = typer.Option(PACKAGES_ROOT, "--src-root",
                                   help="Where the stdlib copy and the unpacked packages go (the corpus root)."),
     wheel_dir: Path = typer.Option(Path("runs/wheels"), "--wheel-dir", help="Where pip downloads the wheels."),
     package: Optional[list[str]] = typer.Option(

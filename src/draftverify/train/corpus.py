@@ -148,6 +148,23 @@ def load_manifest(manifest: str | os.PathLike | dict) -> dict:
     return m
 
 
+PACKAGES_ROOT = Path("runs/corpus-src")  # where `draftverify train corpus` unpacks the stdlib copy and the packages
+REBUILD = "draftverify train corpus --out runs/corpus-manifest.json"  # rebuilds the files (pinned versions)
+
+
+def corpus_root(m: dict) -> Path:
+    """Where the manifest's files are: its recorded root, else, on another machine or checkout, where this one would
+    have them: `draftverify train corpus`'s folder (relative to the working directory) or this Python's stdlib."""
+    recorded = Path(m["root"])
+    if recorded.is_dir():
+        return recorded
+    if m.get("source") == "packages":
+        return PACKAGES_ROOT
+    if m.get("source") == "python-stdlib":
+        return stdlib_root()
+    return recorded
+
+
 def manifest_hash(manifest: str | os.PathLike | dict) -> str:
     m = load_manifest(manifest)
     return m.get("files_sha256") or files_hash(m["files"])
@@ -167,7 +184,7 @@ def iter_texts(
     if split not in (*SPLITS, "all"):
         raise CorpusError(f"unknown split {split!r}; expected train, val or all")
     m = load_manifest(manifest)
-    base = Path(root) if root is not None else Path(m["root"])
+    base = Path(root) if root is not None else corpus_root(m)
     for f in m["files"]:
         if split != "all" and f["split"] != split:
             continue
@@ -175,7 +192,8 @@ def iter_texts(
         try:
             data = p.read_bytes()
         except OSError as e:
-            raise CorpusError(f"corpus file missing: {p} ({e.strerror})") from None
+            hint = f"; rebuild the files with `{REBUILD}`" if m.get("source") == "packages" else ""
+            raise CorpusError(f"corpus file missing: {p} ({e.strerror}){hint}") from None
         if verify and hashlib.sha256(data).hexdigest() != f["sha256"]:
             raise CorpusError(
                 f"corpus file {p} does not match the manifest sha256 "
