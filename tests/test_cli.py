@@ -165,7 +165,7 @@ def test_a_nat_method_on_a_zoo_without_a_drafter_says_which_zoo_ships_one_and_ho
     served = runner.invoke(app, ["serve", "--zoo", "code", "--method", method])
     assert served.exit_code == 2 and "only the translate zoo ships one" in served.stderr
     assert "only the translate zoo ships one" in runner.invoke(app, ["generate", "--help"], env={"COLUMNS": "400"}).stdout
-    assert "the translate zoo ships one" in runner.invoke(app, ["methods"], env={"COLUMNS": "400"}).stdout
+    assert "the code and translate zoos ship one" in runner.invoke(app, ["methods"], env={"COLUMNS": "400"}).stdout
 
 
 def test_serve_on_a_port_in_use_exits_2_at_once_without_loading(model_dirs):  # noqa: F811

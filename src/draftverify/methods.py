@@ -54,7 +54,7 @@ METHODS: dict[str, Method] = {
     "specdec++": Method("model", "topbeta", "SpecDec++ top-beta / tolerance-tau verification; not lossless", True),
     "specdec": Method("nat", "exact", "SpecDec: a non-autoregressive drafter fills k mask slots in one pass "
                       "(over the encoder states, or a decoder-only target's own hidden states); needs a trained "
-                      "NAT drafter (--nat; the translate zoo ships one, `draftverify train nat` makes one)"),
+                      "NAT drafter (--nat; the code and translate zoos ship one, `draftverify train nat` makes one)"),
     "specdec++_nat": Method("nat", "topbeta", "SpecDec++ as in the paper: the NAT drafter under top-beta / tau; "
                             "not lossless; needs a NAT drafter like specdec"),
 }

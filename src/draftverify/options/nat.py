@@ -11,7 +11,7 @@ from .declare import option
 # the README's recipes: for a decoder-only target (the code zoo's) and for a translation target (the translate
 # zoo's, on `draftverify train distill` targets)
 TRAIN_NAT = ("draftverify train nat --target {target} --out runs/nat-code/run --work-dir runs/nat-code "
-             "--export {export} --max-minutes 15 --threads 1")
+             "--export {export} --max-minutes 25 --threads 1")
 TRAIN_NAT_TRANSLATION = ("draftverify train nat --target {target} --train-targets DISTILLED.de --out runs/nat "
                          "--export {export}")
 
