@@ -83,3 +83,21 @@ def test_model_tree_sizes_its_tree_from_the_costs_it_is_given_and_stays_exact():
     out = generate(model, drafter, verifier, prompt, max_new_tokens=24, gamma="auto")
     assert out.new_tokens[0].tolist() == ref
     assert sum(drafter.rates.trials) > 0  # it measured the nodes it proposed
+
+
+def test_with_one_verify_width_timed_the_drafter_alternates_its_main_chain_to_measure_the_slope():
+    """A fixed shape scores one width every step, so the fitted cost curve has no slope (flat: the whole shape
+    always wins). Until a second width is timed, every other step verifies the main chain instead."""
+    one_width = StepCosts()
+    for _ in range(3):
+        one_width.record(10, 0.001, 2.0)
+    assert one_width.known and not one_width.slope_known and not StepCosts().slope_known
+    assert steep_costs().slope_known
+    prompt = torch.tensor([[5, 17, 42, 8]])
+    drafter = ModelTreeDrafter(target_and_reference("llama", prompt, 1)[0])
+    drafter.level_seconds = 0.01
+    state = DecodingState(tokens=prompt, source_ids=None, prompt_length=4, params=SamplingParams(), generator=None,
+                          costs=one_width)
+    sizes = [drafter.nodes_for(state, 4) for _ in range(4)]
+    assert sizes == [[0, 3, 6, 9], list(range(TREE.size))] * 2
+    assert drafter.nodes_for(state, 2) in ([0, 3], [0, 1, 2, 3, 4, 5])  # the depth cap still holds

@@ -74,6 +74,11 @@ class _LinearFit:
     def known(self) -> bool:
         return self.w > 0
 
+    @property
+    def varies(self) -> bool:
+        """Whether two different x were seen (the slope is measured, not assumed 0)."""
+        return self.w > 0 and self.wxx / self.w - (self.wx / self.w) ** 2 > 1e-9
+
     def __call__(self, x: float) -> float:
         mean_x, mean_y = self.wx / self.w, self.wy / self.w
         var_x = self.wxx / self.w - mean_x**2
@@ -112,6 +117,11 @@ class StepCosts:
     @property
     def known(self) -> bool:
         return self.target.known and self.target.wy > 0
+
+    @property
+    def slope_known(self) -> bool:
+        """Whether target calls over two different numbers of tokens were timed: until then the fit is flat."""
+        return self.target.varies
 
     def target_seconds(self, tokens: int) -> float:
         """Fitted seconds of one target call scoring `tokens` positions (rows x (gamma + 1))."""

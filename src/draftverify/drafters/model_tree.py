@@ -48,6 +48,11 @@ class ModelTreeDrafter(Drafter):
         self.paths = [tuple(p) for p in paths]
         self.full_tree = TreeSpec.from_paths(self.paths)
         self._depth = self.full_tree.depth.tolist()
+        ranks, parents = self.full_tree.ranks.tolist(), self.full_tree.parents.tolist()
+        self._main: list[int] = []  # the chain of first candidates (rank 0 all the way down)
+        for j in range(self.full_tree.size):
+            if ranks[j] == 0 and (parents[j] < 0 or parents[j] in self._main):
+                self._main.append(j)
         self._trees: dict[tuple[int, ...], TreeSpec] = {}
         self.rates = NodeRates(self.full_tree)  # how often each node of the shape is accepted (this drafter's runs)
         self.level_seconds: float | None = None  # mean seconds of one draft forward (a tree level)
@@ -97,6 +102,8 @@ class ModelTreeDrafter(Drafter):
         if costs is None or not costs.known or self.level_seconds is None:
             return allowed
         self._sized_steps += 1
+        if not costs.slope_known:  # every call so far scored one width: time the main chain too, every other step
+            return [j for j in self._main if j in allowed] if self._sized_steps % 2 else allowed
         if self._sized_steps % EXPLORE_EVERY == 0:
             return allowed
         return best_subtree(self.rates.rates(), self._depth, self.level_seconds, costs.target_seconds,
