@@ -101,3 +101,10 @@ def test_with_one_verify_width_timed_the_drafter_alternates_its_main_chain_to_me
     sizes = [drafter.nodes_for(state, 4) for _ in range(4)]
     assert sizes == [[0, 3, 6, 9], list(range(TREE.size))] * 2
     assert drafter.nodes_for(state, 2) in ([0, 3], [0, 1, 2, 3, 4, 5])  # the depth cap still holds
+
+
+def test_only_a_policy_that_chooses_the_length_itself_hands_its_costs_to_the_drafter():
+    from draftverify.draft_length import AutoGamma, ConfidenceGamma, FixedGamma
+
+    assert AutoGamma().sizing_costs is not None and ConfidenceGamma().sizing_costs is not None
+    assert FixedGamma(4).sizing_costs is None and ConfidenceGamma(fixed=4).sizing_costs is None

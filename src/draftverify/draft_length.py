@@ -12,7 +12,12 @@ class DraftLength(ABC):
     # drafters that draft from a model's distribution q end a draft at its first token whose max q is <= this
     # (DecodingState.draft_confidence; ConfidenceGamma); 0: never, every draft is as long as next() says
     confidence: float = 0.0
-    costs: StepCosts | None = None  # what a step costs, measured in this run (policies that measure it)
+
+    @property
+    def sizing_costs(self) -> StepCosts | None:
+        """What a step costs, measured in this run, for a drafter that sizes its draft by cost (model_tree's tree):
+        None where the draft length is the user's (a fixed gamma or cap)."""
+        return None
 
     @abstractmethod
     def next(self, rows: int = 1) -> int:
@@ -172,6 +177,10 @@ class AutoGamma(DraftLength):
     def alpha(self) -> float:
         return self.accepted / self.judged
 
+    @property
+    def sizing_costs(self) -> StepCosts | None:
+        return self.costs
+
     def c(self, rows: int = 1) -> float:
         return self.costs.c(rows)
 
@@ -320,6 +329,10 @@ class ConfidenceGamma(AutoGamma):
         self.explore_every = explore_every
         self.slack = slack
         self._steps = 0
+
+    @property
+    def sizing_costs(self) -> StepCosts | None:
+        return None if self.fixed is not None else self.costs
 
     @property
     def alpha_confident(self) -> float:

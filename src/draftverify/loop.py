@@ -231,7 +231,7 @@ def generate(
         lengths=lengths,
         seeds=row_seeds,
         draft_confidence=length_policy.confidence,
-        costs=length_policy.costs,
+        costs=length_policy.sizing_costs,
     )
     drafter.start(state, target.prefilled if drafter.needs_target_hidden else None)
     drafter_calls_before = drafter.forward_calls

@@ -64,8 +64,9 @@ class DecodingState:
     # the length policy's confidence stop (DraftLength.confidence): a drafter that draws from a model's q ends its
     # draft at the first token whose max q is <= this (that token included), each row on its own; 0 = never
     draft_confidence: float = 0.0
-    # the length policy's measured costs of this run (StepCosts: seconds of a target call over n tokens), when it
-    # measures them (gamma auto, conf); a drafter that sizes its draft by cost reads them (model_tree); else None
+    # the length policy's measured costs of this run (StepCosts: seconds of a target call over n tokens) when it
+    # chooses the draft length itself (gamma auto, conf); a drafter that sizes its draft by cost reads them
+    # (model_tree); None for a fixed gamma or cap
     costs: StepCosts | None = None
 
     def __post_init__(self) -> None:
