@@ -110,3 +110,13 @@ def test_a_packages_manifest_from_another_checkout_reads_this_ones_corpus_folder
     (here / "runs" / "corpus-src").rename(here / "runs" / "moved")
     with pytest.raises(corpus.CorpusError, match="rebuild the files with `draftverify train corpus"):
         list(corpus.iter_texts(m, "all"))
+
+
+def test_a_root_inside_the_working_directory_is_recorded_relative_to_it(tmp_path, monkeypatch):
+    root = write_tiny_corpus(tmp_path / "runs" / "corpus-src", n_files=3)
+    monkeypatch.chdir(tmp_path)
+    m = _build(tmp_path, root)
+    assert m["root"] == "runs/corpus-src"
+    assert len(list(corpus.iter_texts(m, "all"))) == 3
+    outside = write_tiny_corpus(tmp_path.parent / f"{tmp_path.name}-outside", n_files=3)
+    assert _build(tmp_path, outside, name="o.json")["root"] == str(outside.resolve())

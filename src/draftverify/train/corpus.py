@@ -113,7 +113,7 @@ def build_manifest(
         "sources": sources or [],
         "python_version": platform.python_version(),
         "python_implementation": platform.python_implementation(),
-        "root": str(root),
+        "root": _recorded(root),
         "val_fraction": val_fraction,
         "split_rule": f"sha256('{SPLIT_SALT}' + path)[:8] / 2**64 < val_fraction -> val",
         "counts": counts,
@@ -146,6 +146,15 @@ def load_manifest(manifest: str | os.PathLike | dict) -> dict:
     if not isinstance(m, dict) or "files" not in m or "root" not in m:
         raise CorpusError(f"{p} does not look like a draftverify corpus manifest")
     return m
+
+
+def _recorded(root: Path) -> str:
+    """The root as the manifest records it: relative to the working directory when inside it (a checkout's
+    runs/corpus-src), so the shipped manifest names no path of the machine that built it."""
+    try:
+        return root.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(root)
 
 
 PACKAGES_ROOT = Path("runs/corpus-src")  # where `draftverify train corpus` unpacks the stdlib copy and the packages
