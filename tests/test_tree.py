@@ -106,3 +106,16 @@ def test_make_verdict_names_the_kept_chain_positions():
     verdict = make_verdict(torch.tensor([[7, 8, 9], [4, 5, 6]]), torch.tensor([2, 0]), torch.tensor([1, 2]))
     assert verdict.tokens.tolist() == [[7, 8, 1, -1], [2, -1, -1, -1]]
     assert verdict.path.tolist() == [[0, 1, -1], [-1, -1, -1]]
+
+
+def test_each_row_of_a_batch_tree_can_accept_as_deep_as_its_own_nodes():
+    """Rows on one shape (tree.row_trees) propose different nodes: a row's depth is its own deepest node, so a row
+    whose shallow trie was all accepted is not counted as rejected (the loop's rejections)."""
+    from draftverify.tree import row_trees
+
+    spec, tokens, valid = row_trees([([7, 8, 9], [-1, 0, 1]), ([4, 5], [-1, -1]), ([], [])])
+    draft = Draft(tokens=tokens, tree=spec, valid=valid)
+    assert draft.depth == 3 and draft.row_depths(3) == [3, 1, 0]
+    assert Draft(tokens=tokens[:1], tree=spec).row_depths(1) == [3]
+    chain = Draft(tokens=torch.tensor([[1, 2, 3], [4, 5, 0]]), lengths=torch.tensor([3, 2]))
+    assert chain.row_depths(2) == [3, 2] and Draft(tokens=torch.tensor([[1, 2]])).row_depths(1) == [2]

@@ -277,7 +277,7 @@ def generate(
             target.commit(kept)
         state.tokens, state.lengths = _append_rows(state.tokens, state.lengths, emitted_rows)
         drafter.commit(state, verdict, _scored_for_drafter(out, kept, draft) if drafter.needs_target_hidden else None)
-        row_lengths = [draft.depth] * len(accepted) if draft.lengths is None else draft.lengths.tolist()
+        row_lengths = draft.row_depths(len(accepted))
         rejected = sum(a < length for a, length in zip(accepted, row_lengths))
         stats.new_tokens += sum(len(r) for r in emitted_rows)
         stats.drafted_tokens += (sum(row_lengths) if draft.lengths is not None else int(draft.valid.sum())

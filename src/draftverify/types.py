@@ -125,6 +125,16 @@ class Draft:
         """Most draft tokens one step can accept: N for a chain, the deepest path for a tree."""
         return self.tree.max_depth if self.tree is not None else self.length
 
+    def row_depths(self, rows: int) -> list[int]:
+        """Most draft tokens each of `rows` rows can accept: its own length (ragged chains), the deepest node it
+        proposes (a batch's trees on one shape, `valid`), else the draft's depth."""
+        if self.lengths is not None:
+            return self.lengths.tolist()
+        if self.tree is not None and self.valid is not None:
+            depth = self.tree.depth.to(self.valid.device)  # [N]
+            return (self.valid.long() * depth[None]).amax(dim=1).tolist()
+        return [self.depth] * rows
+
 
 @dataclass
 class VerifyExtras:
