@@ -8,6 +8,7 @@ from conftest import VOCAB, chi2_critical, chi2_statistic, perturbed_copy, varie
 from conftest import reference_greedy as _reference_greedy
 
 from draftverify import DraftVerifyError, SamplingParams, generate
+from draftverify.cached_lm import CachedLM
 from draftverify.draft_length import AutoGamma
 from draftverify.drafters import EarlyExitDrafter, LookupModelDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
 from draftverify.sampling import probs_from_logits
@@ -466,6 +467,35 @@ def test_bpd_rows_equal_their_own_greedy_text(arch):
 
 def test_bpd_rows_sample_with_their_own_settings_and_join_between_steps():
     assert_mixed_rows_and_joining(lambda m: bpd_drafter(m))
+
+
+def bpd_neural_drafter(model):
+    """bpd_drafter's heads, each head's top 3 rescored left to right by a perturbed copy of the target."""
+    from draftverify.drafters import BlockwiseNeuralDrafter
+
+    heads = bpd_drafter(model).heads
+    return BlockwiseNeuralDrafter(heads, CachedLM(perturbed_copy(model, 0.3, seed=5), role="draft"), k=3, alpha=1.0)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_bpd_neural_rows_equal_their_own_greedy_text_and_rescore_as_alone(arch):
+    """bpd_neural in a batch: the rescorer decodes the rows as `model`'s draft does (each row fed the tokens it has
+    not seen, its own accepted drafts kept), so each row drafts what it drafts alone."""
+    model = model_for(arch)
+    limits = [NEW, NEW - 7, NEW, 5]
+    refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
+    ids, mask = padded(PROMPTS)
+    out = generate(model, bpd_neural_drafter(model), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
+                   max_new_tokens=limits, gamma=3)
+    assert out.rows == refs
+    singles = [generate(model, bpd_neural_drafter(model), ExactVerifier(SamplingParams()), torch.tensor([p]),
+                        max_new_tokens=n, gamma=3).stats for p, n in zip(PROMPTS, limits)]
+    assert abs(out.stats.accepted_tokens - sum(s.accepted_tokens for s in singles)) <= 2
+    assert out.stats.accepted_tokens > 0 and out.stats.draft_calls > 0
+
+
+def test_bpd_neural_rows_sample_with_their_own_settings_and_join_between_steps():
+    assert_mixed_rows_and_joining(bpd_neural_drafter)
 
 
 BITA = ["bita", "bita_tree", "bita_chain"]

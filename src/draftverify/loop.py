@@ -49,9 +49,12 @@ def _check_input(input_ids: torch.Tensor, max_new_tokens: int | list[int]) -> to
 
 def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingParams) -> None:
     if not drafter.supports_batch:
+        from .registry import DRAFTERS
+
+        batched = sorted(name for name, cls in DRAFTERS.items() if cls.supports_batch)
         raise DraftVerifyError(
             f"the {drafter.name!r} drafter runs one row at a time; batches of several rows support the drafters "
-            f"{', '.join(BATCH_DRAFTERS)} (method autoregressive: none)"
+            f"{', '.join(batched)} (method autoregressive: none)"
         )
     if not verifier.supports_batch:
         raise DraftVerifyError(
@@ -59,9 +62,6 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
             "speculative_sampling and gumbel_coupling (the 'exact' rule of every lossless chain method)"
         )
 
-
-BATCH_DRAFTERS = ("none", "model", "prompt_lookup", "ngram", "lookup_model", "early_exit", "model_tree",
-                  "prompt_lookup_tree", "bpd", "bpd_ngram", "bpd_pbest", "bita", "bita_tree", "bita_chain", "nat")
 
 
 def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
@@ -157,7 +157,7 @@ def generate(
     and then leaves the batch; each row's output equals its own batch-1 output (greedy, and coupled sampling with
     seeds, one per row). on_tokens receives [B, k] with -1 where a row emitted fewer tokens (or has left) and may
     return the rows (indices into the batch) to stop now. Several rows need a backend that decodes rows
-    (supports_rows) and a chain drafter (BATCH_DRAFTERS).
+    (supports_rows) and a drafter that drafts for rows (supports_batch).
 
     params: one SamplingParams for every row, or one per row (a list, or sampling.RowParams): each row is then
     drafted and judged by its own temperature / top-k / top-p and keyed by its own seed (the verifier must judge

@@ -125,8 +125,13 @@ def neural_duel(steps: list[tuple[int, torch.Tensor]], drafts: list[list[int]], 
     with torch.no_grad():
         for (position, z), plain in zip(steps, drafts):
             context = truth[:position]
-            rescored = rescore_locally(z, k, alpha, lambda chosen: rescorer(
-                input_ids=torch.tensor([context + chosen])).logits[0, -1])
+            chosen: list[int] = []
+
+            def next_logits(last: torch.Tensor | None) -> torch.Tensor:
+                chosen.extend([] if last is None else last[0].tolist())
+                return rescorer(input_ids=torch.tensor([context + chosen])).logits[:, -1]  # [1, V]
+
+            rescored = rescore_locally(z[None], k, alpha, next_logits)[0].tolist()
             gain = accepted(rescored, truth, position) - accepted(plain, truth, position)
             outcome = "win" if gain > 0 else "loss" if gain < 0 else "tie"
             tally[outcome] += 1

@@ -21,30 +21,34 @@ from .blockwise import BlockwiseDrafter, BlockwiseHeads, load_heads
 from .model import ModelDrafter, require_shared_vocabulary
 
 
-def rescore_locally(z: torch.Tensor, k: int, alpha: float, next_logits: Callable[[list[int]], torch.Tensor]) -> list[int]:
-    """Algorithm 2, greedy: z [n, V] heads' logits; next_logits(chosen so far) -> the rescorer's logits r [V] for
-    the next draft position. Returns the n chosen tokens, each argmax over S_j = top-k(z_j) of z_j + alpha * r."""
-    z_top, candidates = z.topk(min(k, z.shape[-1]), dim=-1)  # [n, k] logits and token ids of each S_j
-    chosen: list[int] = []
-    for j in range(z.shape[0]):
-        r = next_logits(chosen)  # [V]
-        chosen.append(int(candidates[j, (z_top[j] + alpha * r[candidates[j]]).argmax()]))
-    return chosen
+def rescore_locally(z: torch.Tensor, k: int, alpha: float,
+                    next_logits: Callable[[torch.Tensor | None], torch.Tensor]) -> torch.Tensor:
+    """Algorithm 2, greedy, each row on its own: z [B, n, V] heads' logits; next_logits(the token chosen last [B, 1],
+    None before the first) -> the rescorer's logits r [B, V] for the next draft position. Returns the chosen tokens
+    [B, n], each argmax over S_j = top-k(z_j) of z_j + alpha * r."""
+    z_top, candidates = z.topk(min(k, z.shape[-1]), dim=-1)  # [B, n, k] logits and token ids of each S_j
+    chosen: list[torch.Tensor] = []
+    for j in range(z.shape[1]):
+        r = next_logits(chosen[-1] if chosen else None)  # [B, V]
+        pick = (z_top[:, j] + alpha * r.gather(1, candidates[:, j])).argmax(dim=-1, keepdim=True)  # [B, 1]
+        chosen.append(candidates[:, j].gather(1, pick))  # [B, 1]
+    return torch.cat(chosen, dim=1)
 
 
 @register_drafter("bpd_neural")
 class BlockwiseNeuralDrafter(BlockwiseDrafter):
-    """Heads' top-k candidates per position, chosen left to right by heads' logits + alpha * the draft model's."""
+    """Heads' top-k candidates per position, chosen left to right by heads' logits + alpha * the draft model's.
+    In a batch each row is rescored by its own text (the draft model decodes the rows as `model` does)."""
 
-    supports_batch = False  # the draft model rescores one row
-
+    supports_batch = True
     drafts_in_target_pass = False  # the rescorer runs one forward per draft token: drafting has a cost again
 
     def __init__(self, heads: BlockwiseHeads, rescorer: CachedLM, k: int = 4, alpha: float = 1.0):
         super().__init__(heads)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise DraftVerifyError(f"neural rescoring needs k >= 1 candidates per head, got {k!r}")
-        self.lm = rescorer
+        self.rescorer = ModelDrafter(rescorer)  # its rows, cache feeding and commit
+        self.lm = self.rescorer.lm
         self.k = k
         self.alpha = check_number("rescoring weight alpha", alpha, 0.0)
 
@@ -58,27 +62,33 @@ class BlockwiseNeuralDrafter(BlockwiseDrafter):
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
         super().bind(target, max_positions)
-        ModelDrafter.check_pair(self.lm, target, max_positions)
+        self.rescorer.bind(target, max_positions)
 
     def start(self, state: DecodingState, prefilled=None) -> None:
         super().start(state, prefilled)
-        self.lm.start(state.tokens)
+        self.rescorer.start(state)
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         if self._hidden is None:
             return empty_draft(state)
-        if state.tokens.shape[0] != 1:
-            raise DraftVerifyError("neural rescoring drafts one sequence at a time (batch size 1)")
+        unseen, new_valid = self.rescorer.unseen(state)  # the committed tokens the rescorer has not seen yet
 
-        def next_logits(chosen: list[int]) -> torch.Tensor:
-            # the committed tokens the rescorer has not seen yet, then one chosen draft token at a time
-            fed = state.tokens[:, self.lm.length :] if not chosen else state.tokens.new_tensor([chosen[-1:]])
+        def next_logits(last: torch.Tensor | None) -> torch.Tensor:
             self.forward_calls += 1
-            return self.lm.forward(fed).logits[0, -1]
+            if last is None:
+                return self.lm.forward(unseen, new_valid=new_valid).logits[:, -1]  # [B, V]
+            return self.lm.forward(last).logits[:, -1]
 
-        chosen = rescore_locally(self.head_logits()[0, :gamma], self.k, self.alpha, next_logits)
-        return Draft(tokens=state.tokens.new_tensor([chosen]))  # [1, n]
+        return Draft(tokens=rescore_locally(self.head_logits()[:, :gamma], self.k, self.alpha, next_logits))
 
     def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
         super().commit(state, verdict, scored)
-        self.lm.commit(min(self.lm.length, state.tokens.shape[1] - 1) - self.lm.committed)
+        self.rescorer.commit(state, verdict)
+
+    def drop_rows(self, keep: torch.Tensor) -> None:
+        super().drop_rows(keep)
+        self.rescorer.drop_rows(keep)
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        super().join_rows(input_ids, attention_mask)
+        self.rescorer.join_rows(input_ids, attention_mask)

@@ -86,9 +86,10 @@ class ModelDrafter(Drafter):
         mask = torch.arange(width, device=state.tokens.device)[None] >= (width - state.lengths)[:, None]  # [B, L]
         self.lm.start(state.tokens, attention_mask=mask if state.padded else None)
 
-    def propose(self, state: DecodingState, gamma: int) -> Draft:
-        params = state.params
-        # each row feeds the committed tokens its cache has not seen, right-aligned: rows needing fewer are padded
+    def unseen(self, state: DecodingState) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What the draft model feeds first this step: each row's committed tokens its cache has not seen,
+        right-aligned ([B, width]; rows needing fewer are padded, new_valid [B, width] marks the real ones, None
+        when none is padded)."""
         need = state.lengths - self.lm.row_length.to(state.lengths.device)  # [B] >= 1
         width = int(need.max())
         pending = state.tokens[:, -width:]  # [B, width]
@@ -97,6 +98,11 @@ class ModelDrafter(Drafter):
             new_valid = torch.arange(width, device=pending.device)[None] >= (width - need)[:, None]  # [B, width]
         self._fed = state.lengths.clone()
         self.discard = None
+        return pending, new_valid
+
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        params = state.params
+        pending, new_valid = self.unseen(state)
         tokens: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
         stop = state.draft_confidence
