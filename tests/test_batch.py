@@ -359,7 +359,7 @@ def test_greedy_rows_beside_uncoupled_sampled_rows_stay_greedy_and_the_sampled_r
     torch.manual_seed(0)
     model = varied_model("llama")
     prompt = [5, 17, 33, 8]
-    sampled = SamplingParams(temperature=1.0, coupling=False)
+    sampled = SamplingParams(temperature=1.0, coupling=False, seed=0)  # seeded: a reproducible draw
     with torch.no_grad():
         logits = model(torch.tensor([prompt])).logits[0, -1]
     p = probs_from_logits(logits, sampled).double()
@@ -373,6 +373,23 @@ def test_greedy_rows_beside_uncoupled_sampled_rows_stay_greedy_and_the_sampled_r
     assert chi2_statistic(counts, p) < chi2_critical(counts, p)
     wrong = torch.bincount(first[0::2], minlength=p.shape[0]).double()  # the greedy rows are not samples of p
     assert chi2_statistic(wrong, p) > chi2_critical(wrong, p)
+
+
+def test_uncoupled_rows_with_their_own_settings_repeat_when_every_sampled_row_is_seeded():
+    """Uncoupled sampling draws from the batch's one generator: seeded from the first sampled row's seed when every
+    sampled row has one (the same text every run), fresh otherwise."""
+    model = varied_model("llama")
+    ids = torch.tensor([[5, 17, 33, 8]] * 16)
+    seeded = [SamplingParams() if b % 4 == 0 else SamplingParams(temperature=1.0, coupling=False, seed=b)
+              for b in range(16)]
+    drafter = lambda: ModelDrafter(perturbed_copy(model, 0.5, seed=1))  # noqa: E731
+    runs = [generate(model, drafter(), ExactVerifier(seeded[1]), ids, seeded, max_new_tokens=4, gamma=3).rows
+            for _ in range(2)]
+    assert runs[0] == runs[1] and len({tuple(r) for r in runs[0]}) > 2
+    unseeded = [p if p.greedy else SamplingParams(temperature=1.0, coupling=False) for p in seeded]
+    fresh = [generate(model, drafter(), ExactVerifier(seeded[1]), ids, unseeded, max_new_tokens=4, gamma=3).rows
+             for _ in range(2)]
+    assert fresh[0] != fresh[1]
 
 
 def test_per_row_settings_need_a_rule_that_judges_rows_apart():

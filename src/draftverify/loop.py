@@ -206,8 +206,7 @@ def generate(
     row_seeds = None
     if not params.greedy or admit is not None:
         generator = torch.Generator(device=input_ids.device)
-        seed = params.seed if isinstance(params, SamplingParams) and params.seed is not None else _fresh_seed()
-        generator.manual_seed(seed)
+        generator.manual_seed(_generator_seed(params, batch))
         # each row's coupled noise is keyed by its own seed (a fresh one where none is given)
         given = seeds if seeds is not None else [p.seed for p in params_rows(params, batch)]
         row_seeds = [s if s is not None else _fresh_seed() for s in given]
@@ -333,6 +332,15 @@ def _check_row_params(verifier: Verifier, params: SamplingParams | RowParams) ->
 
 def _fresh_seed() -> int:
     return int.from_bytes(os.urandom(8), "little") >> 1
+
+
+def _generator_seed(params: SamplingParams | RowParams, batch: int) -> int:
+    """The shared generator's seed (uncoupled sampling draws from it): the given seed; with per-row settings the
+    first sampled row's seed when every sampled row has one, so a fully seeded batch is reproducible; else fresh."""
+    if isinstance(params, SamplingParams):
+        return params.seed if params.seed is not None else _fresh_seed()
+    sampled = [p.seed for p in params_rows(params, batch) if not p.greedy]
+    return sampled[0] if sampled and all(s is not None for s in sampled) else _fresh_seed()
 
 
 def _allowed_row(allowed, vocab_size: int) -> torch.Tensor | None:
