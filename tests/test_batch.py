@@ -425,12 +425,7 @@ def test_tree_rows_equal_their_own_greedy_text(arch):
 
 
 def test_tree_rows_sample_with_their_own_seeds_and_settings():
-    model = model_for("llama")
-    expected = [own_text(model, p, s, 14) for p, s in zip(PROMPTS, MIXED)]
-    ids, mask = padded(PROMPTS)
-    out = generate(model, tree_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
-                   max_new_tokens=14, gamma=3)
-    assert out.rows == expected
+    assert_mixed_rows_and_joining(tree_drafter)
 
 
 def test_tree_rows_joining_between_steps_equal_their_own_text():

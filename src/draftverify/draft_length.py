@@ -79,15 +79,17 @@ class _LinearFit:
     def known(self) -> bool:
         return self.w > 0
 
+    def _var_x(self) -> float:
+        return self.wxx / self.w - (self.wx / self.w) ** 2
+
     @property
     def varies(self) -> bool:
         """Whether two different x were seen (the slope is measured, not assumed 0)."""
-        return self.w > 0 and self.wxx / self.w - (self.wx / self.w) ** 2 > 1e-9
+        return self.w > 0 and self._var_x() > 1e-9
 
     def __call__(self, x: float) -> float:
         mean_x, mean_y = self.wx / self.w, self.wy / self.w
-        var_x = self.wxx / self.w - mean_x**2
-        slope = max(0.0, (self.wxy / self.w - mean_x * mean_y) / var_x) if var_x > 1e-9 else 0.0
+        slope = max(0.0, (self.wxy / self.w - mean_x * mean_y) / self._var_x()) if self.varies else 0.0
         return mean_y + slope * (x - mean_x)
 
 

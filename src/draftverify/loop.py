@@ -63,7 +63,6 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
         )
 
 
-
 def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
     """perf_counter, after waiting for queued GPU work when the caller reads the times (gamma auto): without the
     wait, CUDA's asynchronous launches would charge the target's forward to whatever syncs next."""

@@ -26,6 +26,7 @@ class Drafter(ABC):
     # what of a Hugging Face target's modules the drafter reads or extends (a phrase for messages), or "" when it
     # talks to the target through the backend protocol only (backends/base.py), so any backend can run it
     needs_target_modules: str = ""
+
     def __init__(self) -> None:
         self.forward_calls = 0
 

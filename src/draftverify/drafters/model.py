@@ -89,7 +89,7 @@ class ModelDrafter(Drafter):
     def unseen(self, state: DecodingState) -> tuple[torch.Tensor, torch.Tensor | None]:
         """What the draft model feeds first this step: each row's committed tokens its cache has not seen,
         right-aligned ([B, width]; rows needing fewer are padded, new_valid [B, width] marks the real ones, None
-        when none is padded)."""
+        when none is padded). Starts the step's bookkeeping that commit() reads (the rows' lengths now)."""
         need = state.lengths - self.lm.row_length.to(state.lengths.device)  # [B] >= 1
         width = int(need.max())
         pending = state.tokens[:, -width:]  # [B, width]
