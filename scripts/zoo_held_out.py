@@ -9,6 +9,7 @@ Usage: python scripts/zoo_held_out.py --model target=zoo/code/target --model old
 """
 import argparse
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -47,7 +48,7 @@ for spec in args.val:
     manifest = load_manifest(path)
     windows[name] = fixed_windows(tokenize_split(manifest, tok, "val", tok.eos_token_id), 64, 512)
 result = {"definition": "mean next-token cross-entropy (nats) over 64 evenly spaced 512-token windows of the "
-          "validation split, fp32 on CPU", "validation_sets": {s.split("=")[0]: s.split("=")[1] for s in args.val},
+          "validation split, fp32 on CPU", "validation_sets": {s.split("=")[0]: os.path.relpath(s.split("=")[1]) for s in args.val},
           "models": {}}
 for spec in args.model:
     name, path = spec.split("=", 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -72,6 +73,7 @@ def test_export_card_and_scores(trained):
     model = AutoModelForSeq2SeqLM.from_pretrained(str(export))
     assert type(model).__name__ == "MarianMTModel" and next(model.parameters()).dtype == torch.float16
     assert set(report["scores"]) == {"val", "test_2016_flickr"}
+    assert not Path(report["data"]).is_absolute()  # no path of the machine that trained it
     assert all(0 <= s["bleu"] <= 100 and s["sentences"] == 6 for s in report["scores"].values())
     card = (export / "README.md").read_text()
     assert "Flickr30k" in card and "research" in card  # the data's terms, on every card

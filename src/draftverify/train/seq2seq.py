@@ -16,6 +16,7 @@ The recipe on top of the shared trainer (train/trainer.py owns the loop, schedul
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -275,7 +276,7 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
         log(f"{split}: BLEU {s['bleu']:.2f} | chrF {s['chrf']:.2f} (greedy, {s['sentences']} sentences)")
     report = {
         "architecture": "MarianMTModel", "preset": opts.preset, "params": n_params, "config": model.config.to_dict(),
-        "data": str(opts.data), "data_terms": DATA_TERMS, "languages": [opts.src_lang, opts.tgt_lang],
+        "data": os.path.relpath(opts.data), "data_terms": DATA_TERMS, "languages": [opts.src_lang, opts.tgt_lang],
         "train_pairs": len(train_pairs), "train_targets": opts.train_targets, "init_from": opts.init_from,
         "train_target_tokens": int(sum(len(t) for t in train_pairs.tgt)),
         "tokenizer_hash": tokenizer_hash(opts.tokenizer), "vocab_size": len(tok),
