@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 import draftverify.threads as threads
-from draftverify import load
+from draftverify import DraftVerifyError, load
 from draftverify.bench.environment import machine, now
 from draftverify.bench.prompts import default_data_dir, load_humaneval
 
@@ -56,9 +56,14 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    if args.prompts < 1 or args.rounds < 1:
+        ap.error("--prompts and --rounds must be at least 1")
     torch.set_num_threads(2)
     prompts = [p.text for p in load_humaneval(default_data_dir())[: args.prompts]]
-    pipe = load(zoo="code", method=args.method, backend="llamacpp", gamma=args.gamma, threads=2)
+    try:
+        pipe = load(zoo="code", method=args.method, backend="llamacpp", gamma=args.gamma, threads=2)
+    except DraftVerifyError as err:
+        ap.exit(2, f"error: {err}\n")
     pipe.generate(prompts[0], max_new_tokens=32)
     rows = []
     for condition in ("idle", "one busy process beside it"):
