@@ -24,6 +24,7 @@ from conftest import save_llama  # noqa: E402
 from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
 
 from draftverify import DraftVerifyError, generate  # noqa: E402
+from draftverify.backends import DEFAULT_DRAFT_GGUF  # noqa: E402
 from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
 from draftverify.backends.llamacpp import GGUFModel, GGUFTokenizer, LlamaCppLM  # noqa: E402
 from draftverify.drafters import NgramTable  # noqa: E402
@@ -82,7 +83,7 @@ def explain(got: list[int], want: list[int], margins: list[float]) -> str:
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """A tiny random Llama target on the zoo tokenizer, a noisy copy of it as the draft (accepts some tokens, not
-    all), both converted to GGUF (f32)."""
+    all), converted to GGUF: the target at f32, the draft at the backend's default draft type (q8_0)."""
     root = tmp_path_factory.mktemp("llamacpp")
     tokenizer = AutoTokenizer.from_pretrained(ZOO / "tokenizer")
     save_llama(root / "target", layers=2, seed=0, tokenizer=tokenizer)
@@ -96,7 +97,7 @@ def tiny(tmp_path_factory):
     tokenizer.save_pretrained(root / "draft")
     cache = root / "gguf"
     return {"root": root, "target": GGUFModel(gguf_for(root / "target", cache_dir=cache)),
-            "draft": GGUFModel(gguf_for(root / "draft", cache_dir=cache)), "cache": cache}
+            "draft": GGUFModel(gguf_for(root / "draft", DEFAULT_DRAFT_GGUF, cache_dir=cache)), "cache": cache}
 
 
 PROMPT = [5, 17, 99, 230, 7, 5, 17, 99, 230, 7, 5, 17]
@@ -266,6 +267,27 @@ def test_a_draft_with_another_vocabulary_is_refused(tiny, tmp_path):
              method="model", backend="llamacpp")
 
 
+def test_the_draft_converts_at_its_own_gguf_type(tiny, monkeypatch):
+    """draft_gguf picks the draft's GGUF type (default q8_0) while the target keeps dtype's; the text is the
+    target's greedy text whatever the draft's precision."""
+    from draftverify import load
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tiny["cache"]))
+    texts = {}
+    for kind in (None, "f16"):
+        pipe = load(target=tiny["root"] / "target", draft=tiny["root"] / "draft", method="model", backend="llamacpp",
+                    threads=1, gamma=3, draft_gguf=kind)
+        assert pipe.target.model.path.name.endswith("-f32.gguf")
+        assert pipe.drafter.lm.model.path.name.endswith(f"-{kind or DEFAULT_DRAFT_GGUF}.gguf")
+        texts[kind] = pipe.generate("def add(a, b):", max_new_tokens=12).output.new_tokens[0].tolist()
+    want, _ = plain_greedy(tiny["target"], pipe.encode("def add(a, b):")[0].tolist(), 12)
+    assert texts[None] == texts["f16"] == want[: len(texts[None])] and len(texts[None]) > 0
+    with pytest.raises(DraftVerifyError, match="must be one of q8_0, f32, f16, bf16, got 'q4'"):
+        load(target=tiny["root"] / "target", draft=tiny["root"] / "draft", backend="llamacpp", draft_gguf="q4")
+    with pytest.raises(DraftVerifyError, match="on the hf backend the draft loads at dtype"):
+        load(target=tiny["root"] / "target", draft=tiny["root"] / "draft", draft_gguf="q8_0")
+
+
 def test_compile_and_batches_are_refused(tiny):
     from draftverify import load
 
@@ -286,8 +308,8 @@ def zoo_models(tmp_path_factory):
     cache = Path(os.environ["DRAFTVERIFY_GGUF_CACHE"]) if os.environ.get("DRAFTVERIFY_GGUF_CACHE") else \
         tmp_path_factory.mktemp("zoo-gguf")
     tokenizer = AutoTokenizer.from_pretrained(ZOO / "target")
-    return (GGUFModel(gguf_for(ZOO / "target", cache_dir=cache)), GGUFModel(gguf_for(ZOO / "draft", cache_dir=cache)),
-            tokenizer)
+    return (GGUFModel(gguf_for(ZOO / "target", cache_dir=cache)),
+            GGUFModel(gguf_for(ZOO / "draft", DEFAULT_DRAFT_GGUF, cache_dir=cache)), tokenizer)
 
 
 @pytest.mark.parametrize("method", CHAIN_METHODS + TREE_METHODS)
@@ -381,6 +403,7 @@ def test_the_command_line(tiny, monkeypatch):
     assert json.loads(ok.stdout)["stats"]["new_tokens"] == 8
     for extra, message in ((["--method", "bita"], "method 'bita' needs extra embedded positions"),
                            (["--compile"], "--compile is for --backend hf"),
+                           (["--draft-gguf", "q4"], "--draft-gguf) must be one of q8_0, f32, f16, bf16"),
                            (["--method", "model", "--draft", str(tiny["root"] / "nowhere")], "neither a .gguf file nor")):
         result = runner.invoke(app, base + extra)
         assert result.exit_code == 2 and message in result.stderr, result.stderr

@@ -372,6 +372,56 @@ def test_confidence_estimates_split_confident_and_unconfident_tokens():
     assert set(policy.next() for _ in range(3)) == {20}  # a fixed cap, whatever was measured
 
 
+def concave_seconds(n: int) -> float:
+    """A target call over n tokens on llama.cpp's kind of curve: steepest from 1 to 2 tokens (about 1.4x), 3.5x
+    at 16 (benchmarks/bench-humaneval-llamacpp.md)."""
+    return 0.004 + 0.0015 * (n - 1) ** 0.7
+
+
+def run_after_a_bad_start(policy: ConfidenceGamma, seed: int = 0) -> list[int]:
+    """30 steps of a poor draft (the policy learns that no cap pays), then 600 of a good one, on the concave
+    curve; returns the caps of the good phase."""
+    rng = random.Random(seed)
+    caps = []
+    for step in range(630):
+        good = step >= 30
+        b, a_sure, a_unsure = (0.9, 0.95, 0.5) if good else (0.5, 0.1, 0.05)
+        cap = policy.next()
+        if good:
+            caps.append(cap)
+        sure = []
+        while len(sure) < cap:
+            sure.append(rng.random() < b)
+            if not sure[-1]:
+                break
+        kept = 0
+        while kept < len(sure) and rng.random() < (a_sure if sure[kept] else a_unsure):
+            kept += 1
+        policy.update(len(sure), kept, kept < len(sure), len(sure) * 0.0003, concave_seconds(len(sure) + 1))
+        policy.update_rows([len(sure)], [kept])
+    return caps
+
+
+def test_confidence_probes_from_plain_decoding_reach_the_cap_and_find_the_drafts_again(monkeypatch):
+    """Once no cap pays, conf decodes plainly with a probe every probe_every steps; its probes draft up to
+    max_gamma (the stop ends them), so a draft that got good is found again within a few probes. One-token probes
+    (auto's) time only 1- and 2-token calls, whose steep slope the fit extrapolates, and measure only the first
+    position: the same runs stay plain about four times as long (the wrong rule, shown)."""
+    plain_steps = {}
+    for rule in ("to the cap", "one token"):
+        if rule == "one token":
+            monkeypatch.setattr(ConfidenceGamma, "probe", lambda self, rows=1: 1)
+        runs = [run_after_a_bad_start(ConfidenceGamma(0.4), seed) for seed in range(5)]
+        plain_steps[rule] = sum(caps.count(0) for caps in runs)
+        if rule == "to the cap":
+            for caps in runs:
+                assert set(c for c in caps[:16] if c) == {32}  # plain steps, and probes to the cap
+                assert caps[-200:].count(0) == 0 and sum(caps[-200:]) / 200 > 4  # drafting again
+    assert plain_steps["to the cap"] < 300 and plain_steps["one token"] > 2 * plain_steps["to the cap"], plain_steps
+    monkeypatch.undo()
+    assert ConfidenceGamma(0.4).probe(rows=2) == 1 and ConfidenceGamma(0.4, fixed=5).probe() == 1
+
+
 def test_confidence_update_rows_counts_each_position_by_hand():
     policy = ConfidenceGamma(0.4, fixed=10)
     policy.next()

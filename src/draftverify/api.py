@@ -395,7 +395,7 @@ class _TextStreamer:
 def load(target: str | Path | None = None, draft: str | Path | None = None, method: str = "model",
          verifier: str | None = None, zoo: str | None = None, dtype: str = "float32", gamma: int | str = DEFAULT_GAMMA,
          compile: bool = False, heal: bool = False, verbose: bool | None = None, backend: str = "hf",
-         threads: int | None = None, **options) -> Pipeline:
+         threads: int | None = None, draft_gguf: str | None = None, **options) -> Pipeline:
     """Load a target (and draft) by path or zoo name and return a Pipeline for `method`.
 
     Prints nothing: transformers' weight-loading bars and advice are off while it loads (and the settings found
@@ -406,7 +406,9 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
 
     backend: "hf" (Hugging Face transformers) or "llamacpp" (llama.cpp through llama-cpp-python, the `llamacpp`
     extra: a `.gguf` path as it is, a model folder converted to GGUF at `dtype` on first use and cached; the draft
-    model runs on llama.cpp as well; threads: its CPU threads, default torch's).
+    model runs on llama.cpp as well; threads: its CPU threads, default torch's; draft_gguf: the GGUF type a draft
+    folder is converted at, backends.llamacpp.DRAFT_GGUF_TYPES, default q8_0: a draft's precision changes what it
+    proposes, never the output).
 
     options are the declared method options (draftverify.options: each drafter's own, e.g. nat_path, and the
     shared ones: alpha_fb, alpha_rb, lenience, beta, tau); an unknown name is a DraftVerifyError. With zoo, the
@@ -431,7 +433,14 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     if not isinstance(heal, bool):
         raise DraftVerifyError(f"heal must be True or False, got {heal!r}")
     if backend == "llamacpp":
-        return _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal)
+        from .backends import DEFAULT_DRAFT_GGUF, check_draft_gguf
+
+        draft_gguf = check_draft_gguf(draft_gguf if draft_gguf is not None else DEFAULT_DRAFT_GGUF)
+        return _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal,
+                              draft_gguf)
+    if draft_gguf is not None:
+        raise DraftVerifyError("draft_gguf (--draft-gguf) is the draft's GGUF type on the llamacpp backend; on the hf "
+                               "backend the draft loads at dtype (--dtype)")
     tokenizer = load_tokenizer(target, verbose)  # first: a folder without one fails before the weights are read
     target_model = load_model(target, dtype, role="target", verbose=verbose)
     method_options = MethodOptions(**options)
@@ -445,7 +454,7 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
 
 
 def _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose,
-                   heal) -> Pipeline:
+                   heal, draft_gguf: str) -> Pipeline:
     """The llamacpp backend: target and draft as GGUF models on llama.cpp contexts (backends/llamacpp.py)."""
     from . import drafters  # noqa: F401  (fills the registry)
     from .backends.base import check_backend
@@ -462,7 +471,7 @@ def _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threa
     target_lm = LlamaCppLM(gguf_target, role="target", threads=threads)
     method_options = MethodOptions(**options)
     if draft is not None:
-        gguf_draft, _ = open_gguf(draft, dtype, "draft")
+        gguf_draft, _ = open_gguf(draft, dtype, "draft", outtype=draft_gguf)
         if gguf_draft.vocab_fingerprint() != gguf_target.vocab_fingerprint():
             raise DraftVerifyError(f"the draft {str(draft)!r} and the target {str(target)!r} have different "
                                    "vocabularies; speculative decoding needs a draft with the target's tokenizer")

@@ -152,12 +152,17 @@ def _quiet_libraries() -> None:
         quiet_libraries(process=True)
 
 
-def _check_backend_flags(backend: str, compile_: bool, batched: bool) -> None:
+def _check_backend_flags(backend: str, compile_: bool, batched: bool, draft_gguf: str | None = None) -> None:
     """--backend and what it cannot combine with, before anything loads."""
-    from .backends import BACKENDS, LLAMACPP_INSTALL
+    from .backends import BACKENDS, LLAMACPP_INSTALL, check_draft_gguf
 
     if backend not in BACKENDS:
         raise DraftVerifyError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if draft_gguf is not None:
+        check_draft_gguf(draft_gguf)
+        if backend != "llamacpp":
+            raise DraftVerifyError("--draft-gguf is the draft's GGUF type on --backend llamacpp; with --backend hf the "
+                                   "draft loads at --dtype")
     if backend == "llamacpp":
         if importlib.util.find_spec("llama_cpp") is None:
             raise DraftVerifyError(f"--backend llamacpp needs llama-cpp-python: {LLAMACPP_INSTALL}")
@@ -193,6 +198,7 @@ def generate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
     heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP),
     backend: str = typer.Option("hf", "--backend", help="What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: pip install -e \".[llamacpp]\"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only the target's logits."),
+    draft_gguf: Optional[str] = typer.Option(None, "--draft-gguf", help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or bf16; the draft's precision changes which tokens it proposes, never the output."),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Generate text with a draft-then-verify method: the text on stdout, the statistics table on stderr."""
@@ -212,7 +218,7 @@ def generate(
             raise DraftVerifyError("give exactly one of --prompt and --prompts-file")
         if batch_size < 1:
             raise DraftVerifyError(f"--batch-size must be >= 1, got {batch_size}")
-        _check_backend_flags(backend, compile_, prompts_file is not None and batch_size > 1)
+        _check_backend_flags(backend, compile_, prompts_file is not None and batch_size > 1, draft_gguf)
         texts = read_prompts_file(prompts_file) if prompts_file is not None else None
         text_in = _read_prompt(prompt) if texts is None else texts[0]
         for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, coupling, gamma) \
@@ -230,7 +236,7 @@ def generate(
             torch.set_num_threads(threads)
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                     gamma=_gamma(gamma), compile=compile_, lean_draft=lean_draft, **options,
-                    **({"backend": backend, "threads": threads} if backend != "hf" else {}))
+                    **({"backend": backend, "threads": threads, "draft_gguf": draft_gguf} if backend != "hf" else {}))
         pipe.heal = _heal_default(heal, zoo, pipe)
         if texts is not None:
             _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
@@ -411,6 +417,7 @@ def serve(
     heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP + " /v1/completions only; a request "
                                         "may set its own with the extension field \"heal\"."),
     backend: str = typer.Option("hf", "--backend", help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; one request at a time)."),
+    draft_gguf: Optional[str] = typer.Option(None, "--draft-gguf", help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or bf16; the draft's precision changes which tokens it proposes, never the output."),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Serve a method over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models,
@@ -434,10 +441,11 @@ def serve(
             raise DraftVerifyError("serving needs the 'serve' extra: pip install 'draftverify[serve]'")
         check_port_free(host, port)  # before the model loads: a taken port is a one-line exit 2, not uvicorn's
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
-        _check_backend_flags(backend, compile_, False)
+        _check_backend_flags(backend, compile_, False, draft_gguf)
         load_args = dict(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
                          gamma=_gamma(gamma), compile=compile_, **options,
-                         **({"backend": backend, "threads": threads} if backend != "hf" else {}))
+                         **({"backend": backend, "threads": threads, "draft_gguf": draft_gguf}
+                            if backend != "hf" else {}))
         from .serve.app import ServerSettings
 
         settings = ServerSettings(model_name=name, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
@@ -555,7 +563,8 @@ def bench(
     cost_sizes: Optional[str] = typer.Option(None, "--cost-sizes", help="Comma list of n for --cost-curve (default 1,2,3,4,5,6,8,10,12,16,24,32,48,64; --quick 1,2)."),
     cost_modes: Optional[str] = typer.Option(None, "--cost-modes", help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm (stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all)."),
     cost_repeats: Optional[int] = typer.Option(None, "--cost-repeats", help="Timed calls per n for --cost-curve (default 20; --quick 2)."),
-    backend: str = typer.Option("hf", "--backend", help="Comma list of what runs our rows: hf, llamacpp (rows llamacpp:<row>: our loop on llama.cpp's kernels, target and draft converted to GGUF at --dtype, greedy only, '= baseline' against llama.cpp's own greedy row `llamacpp`), e.g. hf,llamacpp."),
+    backend: str = typer.Option("hf", "--backend", help="Comma list of what runs our rows: hf, llamacpp (rows llamacpp:<row>: our loop on llama.cpp's kernels, the target converted to GGUF at --dtype, the draft at --draft-gguf, greedy only, '= baseline' against llama.cpp's own greedy row `llamacpp`), e.g. hf,llamacpp."),
+    draft_gguf: Optional[str] = typer.Option(None, "--draft-gguf", help="The draft model's GGUF type in the llama.cpp rows (llamacpp:* and llamacpp_draft alike): q8_0 (default), f32, f16 or bf16."),
     options: Optional[dict[str, Any]] = None,  # the declared drafter options' flags (cli_flags.py)
 ) -> None:
     """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
@@ -569,7 +578,8 @@ def bench(
                       temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
                       gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
                       bild_gamma=bild_gamma, runners=runners, seed=seed, warmup_tokens=warmup_tokens, threads=threads,
-                      dtype=dtype, compile=compile_, out=out, name=name, quick=quick, plots=plots, progress=progress)
+                      dtype=dtype, draft_gguf=draft_gguf, compile=compile_, out=out, name=name, quick=quick, plots=plots,
+                      progress=progress)
     if code:
         raise typer.Exit(code)
 

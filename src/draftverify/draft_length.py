@@ -216,8 +216,12 @@ class AutoGamma(DraftLength):
         self._plain_steps += 1
         if self._plain_steps >= self.probe_every:
             self._plain_steps = 0
-            return 1
+            return self.probe(rows)
         return 0
+
+    def probe(self, rows: int = 1) -> int:
+        """The draft length of a probe between plain steps: one token, which measures alpha."""
+        return 1
 
     def update(self, drafted, accepted, rejected, draft_seconds, target_seconds, rows=1) -> None:
         self.accepted += accepted
@@ -300,6 +304,8 @@ class ConfidenceGamma(AutoGamma):
       this took `model` from 6.02 to 6.32 tokens per call and `lookup_model` from 5.66 to 6.17, a modelled +1% and
       +6%). Batches do neither: there the longest row sets the cost, and the same slack cost `model` 17-20% at 4-8
       rows in the same replay.
+    - when no cap pays (gamma 0, plain decoding), a probe every probe_every plain steps drafts up to max_gamma for
+      one row (see probe()), so the rates and the cost curve go on being measured where the cap would use them.
     - until timings are known the cap is max_gamma for one row (the stop ends the drafts, as in Hugging Face's
       default behaviour, cap 20 and threshold 0.4), and AutoGamma's start value for a batch. With variable realised
       lengths StepCosts sees many shapes, each skipped once, so this start lasts longer than auto's.
@@ -348,6 +354,15 @@ class ConfidenceGamma(AutoGamma):
     def continue_rate(self) -> float:
         """b: the chance a drafted token is confident, so the draft goes on after it (all positions)."""
         return self.goes_on.pooled()
+
+    def probe(self, rows: int = 1) -> int:
+        """One row: as far as the confidence stop goes (max_gamma). A one-token probe would time only target calls
+        over 1 and 2 tokens and measure only the first position's rates; on a backend whose cost curve is steepest
+        there (llama.cpp: 1.4x for 2 tokens, 3.5x for 16) the fit then extrapolates that slope, long drafts look
+        dear, and the policy can stay in plain decoding for a whole run (it did, from one early estimate made of
+        the priors and 8 timed steps, in 4 of 7 fresh pipelines of `llamacpp:lookup_model[conf]`). A batch probes
+        one token, as auto does: there the longest row sets the cost."""
+        return self.max_gamma if rows == 1 and self.fixed is None else 1
 
     def next(self, rows: int = 1) -> int:
         self.cap = super().next(rows)

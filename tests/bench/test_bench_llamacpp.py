@@ -79,6 +79,7 @@ def test_our_rows_on_the_llamacpp_backend_equal_llama_cpp_greedy(model_dir, monk
             assert runner.reference == "llamacpp" and runner.lossless and runner.greedy_only
             runner.eos_token_id = None
             assert runner.run(prompt, 0.0, 0, 16).new_ids == expected, runner.name
+    assert next(r for r in runners if r.name == "llamacpp:model[g=3]").settings["draft_gguf"].endswith("-q8_0.gguf")
 
 
 @needs_llama_cpp
@@ -110,6 +111,16 @@ def test_llama_cpps_own_speculative_decoding_with_the_draft_gguf(model_dir, monk
         results.append(runner.run(prompt, 0.0, 0, 16))  # the draft's context starts again on a new prompt
     assert all(m.new_ids == results[0].new_ids for m in results)
     assert results[2].target_calls < 16 and results[2].drafted > 0  # the draft's tokens were accepted
+    assert runners[1].settings["draft"].endswith("-q8_0.gguf")  # the default draft type, as our llamacpp rows use
+
+
+def test_the_draft_gguf_type_is_checked(model_dir):
+    from draftverify.errors import DraftVerifyError
+
+    assert _config(model_dir).draft_gguf == "q8_0"
+    assert _config(model_dir, draft_gguf="f32").draft_gguf == "f32"
+    with pytest.raises(DraftVerifyError, match=r"--draft-gguf\) must be one of q8_0, f32, f16, bf16, got 'int4'"):
+        _config(model_dir, draft_gguf="int4")
 
 
 @needs_llama_cpp

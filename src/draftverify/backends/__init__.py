@@ -7,6 +7,11 @@ from __future__ import annotations
 
 BACKENDS = ("hf", "llamacpp")
 LLAMACPP_INSTALL = 'pip install -e ".[llamacpp]"'
+# a draft model's GGUF type on the llamacpp backend (llama.cpp's converter --outtype). Its precision changes which
+# tokens it proposes, never the output (the target verifies each one), so a draft defaults to 8-bit weights, whose
+# one-token forward is the cheaper one on a CPU (benchmarks/llamacpp-draft-gguf.md)
+DRAFT_GGUF_TYPES = ("q8_0", "f32", "f16", "bf16")
+DEFAULT_DRAFT_GGUF = "q8_0"
 
 
 def check_backend_name(name: str) -> str:
@@ -15,3 +20,13 @@ def check_backend_name(name: str) -> str:
     if name not in BACKENDS:
         raise DraftVerifyError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
     return name
+
+
+def check_draft_gguf(value: object) -> str:
+    """A draft GGUF type, or a one-line error naming the choices."""
+    from ..errors import DraftVerifyError
+
+    if value not in DRAFT_GGUF_TYPES:
+        raise DraftVerifyError(f"the draft's GGUF type (--draft-gguf) must be one of {', '.join(DRAFT_GGUF_TYPES)}, "
+                               f"got {value!r}")
+    return value

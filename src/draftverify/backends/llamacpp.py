@@ -26,7 +26,6 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..errors import DraftVerifyError
@@ -405,9 +404,9 @@ class LlamaCppLM(OneRow):
 
     def _logits(self, rows: int) -> torch.Tensor:
         """The last decode's logits [rows, V] (every output row, in batch order), copied out of llama.cpp."""
-        pointer = self.lib.llama_get_logits(self.ctx)
-        array = np.ctypeslib.as_array(pointer, shape=(rows, self.vocab_size))
-        return torch.from_numpy(array.copy())
+        out = torch.empty(rows, self.vocab_size, dtype=torch.float32)
+        ctypes.memmove(out.data_ptr(), self.lib.llama_get_logits(self.ctx), out.nbytes)  # one C copy
+        return out
 
     def __del__(self):
         lib = getattr(self, "lib", None)
@@ -467,9 +466,11 @@ class GGUFTokenizer:
         return self.model.n_vocab
 
 
-def open_gguf(path: str | Path, dtype: str = "float32", role: str = "target") -> tuple[GGUFModel, object | None]:
+def open_gguf(path: str | Path, dtype: str = "float32", role: str = "target",
+              outtype: str | None = None) -> tuple[GGUFModel, object | None]:
     """A `.gguf` file as it is, or a Hugging Face model folder converted with llama.cpp's converter at `dtype`
-    (cached on disk: backends/gguf.py). Returns the model and the folder's Hugging Face config (None for a .gguf)."""
+    (or at the converter's `outtype`, e.g. a draft's q8_0; cached on disk: backends/gguf.py). Returns the model
+    and the folder's Hugging Face config (None for a .gguf)."""
     require_llama_cpp()
     path = Path(path)
     if path.suffix == ".gguf":
@@ -487,10 +488,10 @@ def open_gguf(path: str | Path, dtype: str = "float32", role: str = "target") ->
     if getattr(config, "is_encoder_decoder", False):
         raise DraftVerifyError(f"the {role} {path.name!r} is an encoder-decoder model, which the llamacpp backend "
                                "does not run; use --backend hf")
-    if dtype not in GGUF_TYPES:
+    if outtype is None and dtype not in GGUF_TYPES:
         raise DraftVerifyError(f"dtype must be one of {', '.join(GGUF_TYPES)}, got {dtype!r}")
     try:
-        return GGUFModel(gguf_for(path, GGUF_TYPES[dtype])), config
+        return GGUFModel(gguf_for(path, outtype or GGUF_TYPES[dtype])), config
     except DraftVerifyError as err:
         raise DraftVerifyError(f"the {role} cannot run on llama.cpp: {err}; run it with --backend hf, or give a .gguf "
                                "file converted for it") from None

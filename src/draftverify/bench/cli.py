@@ -81,7 +81,7 @@ def rebuild_command(options: dict, method_options: dict | None = None) -> str:
 
 # bench options the cost curve does not use: passing one with --cost-curve is a mistake, said so
 COST_IGNORES = ("backend", "temperature", "draft", "aligned_draft", "gamma", "early_exit_layers", "bild_fb", "bild_rb",
-                "runners", "dtype", "compile")  # and every declared drafter option (given_flags)
+                "runners", "dtype", "draft_gguf", "compile")  # and every declared drafter option (given_flags)
 
 
 def cost_config_from_options(options: dict, command: str, method_options: dict | None = None):

@@ -52,6 +52,9 @@ class BenchConfig:
     # what runs our rows: "hf" (transformers) and/or "llamacpp" (llama.cpp via llama-cpp-python: rows named
     # llamacpp:<row>, the target and draft converted to GGUF at --dtype, greedy, checked against llama.cpp greedy)
     backends: tuple[str, ...] = ("hf",)
+    # the draft model's GGUF type in the llama.cpp rows (ours on that backend and the llamacpp_draft peer alike):
+    # None = backends.DEFAULT_DRAFT_GGUF
+    draft_gguf: str | None = None
     out: str | Path = "benchmarks"
     name: str | None = None  # file stem; default from the prompt set (+ "-quick")
     quick: bool = False
@@ -89,6 +92,10 @@ class BenchConfig:
                 cfg.early_exit_layers = cfg.early_exit_layers[:1]
         if cfg.zoo is None and cfg.target is None:
             cfg.zoo = DEFAULT_ZOO
+        if cfg.draft_gguf is None:
+            from ..backends import DEFAULT_DRAFT_GGUF
+
+            cfg.draft_gguf = DEFAULT_DRAFT_GGUF
         if cfg.name is None:
             cfg.name = "bench-" + cfg.prompts.replace(":", "-") + ("-quick" if quick else "")
         cfg.validate()
@@ -139,6 +146,10 @@ class BenchConfig:
                                    f"got {','.join(self.backends)!r}")
         if self.compile and "llamacpp" in self.backends:
             raise DraftVerifyError("--compile is for the hf backend; run --backend llamacpp without it")
+        if self.draft_gguf is not None:
+            from ..backends import check_draft_gguf
+
+            check_draft_gguf(self.draft_gguf)
         if not self.name or "/" in self.name:
             raise DraftVerifyError(f"--name must be a non-empty file stem without '/', got {self.name!r}")
 

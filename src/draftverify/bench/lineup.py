@@ -55,7 +55,8 @@ def llamacpp_backend_runners(config: BenchConfig, models: BenchModels, hooks: Ho
     threads = config.threads or torch.get_num_threads()
     try:
         target, _ = open_gguf(models.paths["target"], config.dtype, "target")
-        lms = [LlamaCppLM(open_gguf(models.paths[role], config.dtype, role)[0], role=role, threads=threads)
+        lms = [LlamaCppLM(open_gguf(models.paths[role], config.dtype, role, outtype=config.draft_gguf)[0], role=role,
+                          threads=threads)
                if models.paths.get(role) else None for role in ("draft", "aligned_draft")]
     except DraftVerifyError as err:
         return [], [f"llamacpp backend rows skipped: {err}"]
@@ -65,6 +66,8 @@ def llamacpp_backend_runners(config: BenchConfig, models: BenchModels, hooks: Ho
                   reference=reference)
     label = lambda name: f"llamacpp:{name}"  # noqa: E731
     backend = {"backend": "llamacpp", "gguf": target.path.name, "threads": threads}
+    if lms[0] is not None:
+        backend["draft_gguf"] = lms[0].model.path.name
     runners: list[Runner] = [OursRunner(label("ours_autoregressive"), "ours_autoregressive", settings=dict(backend),
                                         drafter=build_drafter(BASELINE_DRAFTER, target_lm, MethodOptions()),
                                         lossless=reference is not None, **common)]
@@ -74,7 +77,7 @@ def llamacpp_backend_runners(config: BenchConfig, models: BenchModels, hooks: Ho
             label(row.name), row.family, gamma=row.gamma, lossless=reference is not None,
             settings={**row.settings, **backend}, drafter=build_drafter(row.method.drafter, target_lm, row.options),
             verifier=row.method.verifier, options=row.options, **common))
-    notes.append("llamacpp:* rows: our loop on the llama.cpp backend (target and draft models converted to GGUF "
-                 f"({target.path.name}), {threads} threads), greedy; their '= baseline' is equality with llama.cpp's "
+    notes.append("llamacpp:* rows: our loop on the llama.cpp backend (the target converted to GGUF "
+                 f"({target.path.name}), draft models at {config.draft_gguf}, {threads} threads), greedy; their '= baseline' is equality with llama.cpp's "
                  "own greedy row `llamacpp`" + ("" if reference else " (not run here: add the llamacpp runner family)"))
     return runners, notes

@@ -16,6 +16,7 @@ import torch
 from ..errors import DraftVerifyError
 from .config import BenchConfig
 from ..backends.gguf import gguf_for, llama_cpp_dir
+from ..backends.llamacpp import GGUF_TYPES  # the target's GGUF weights have the bench's --dtype, as our rows run it
 from .models import BenchModels
 from .runners import Measurement, Runner
 
@@ -70,10 +71,6 @@ class LlamaCppRunner(Runner):
                            drafted=sum(n - 1 for n in calls[1:]), accepted=0, rejections=0)
 
 
-# the GGUF weights have the bench's --dtype, so llama.cpp runs the model at the precision our rows run it at
-GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
-
-
 def installed() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
@@ -125,7 +122,7 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
             notes.append("llamacpp_draft skipped: no draft model")
             return runners, notes
         try:
-            draft_gguf = gguf_for(models.paths["draft"], outtype, source)
+            draft_gguf = gguf_for(models.paths["draft"], config.draft_gguf, source)  # the draft our llama.cpp rows use
         except DraftVerifyError as err:
             notes.append(f"llamacpp_draft skipped: {err}")
             return runners, notes
