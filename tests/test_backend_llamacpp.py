@@ -408,6 +408,8 @@ def test_the_command_line(tiny, monkeypatch):
         result = runner.invoke(app, base + extra)
         assert result.exit_code == 2 and message in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) <= 2  # the loading line, then one error line
+    unused = runner.invoke(app, base + ["--method", "prompt_lookup", "--draft-gguf", "f16"])
+    assert unused.exit_code == 0 and "--draft-gguf is not used by method 'prompt_lookup'" in unused.stderr
 
 
 def test_speculative_sampling_is_distributed_as_llama_cpps_softmax(tiny):

@@ -102,7 +102,8 @@ def _default_method(zoo: Optional[str], draft: Optional[str]) -> str:
 
 
 def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float, seed: Optional[int],
-                      draft: Optional[str], coupling: Optional[bool], gamma: str) -> list[str]:
+                      draft: Optional[str], coupling: Optional[bool], gamma: str,
+                      draft_gguf: Optional[str] = None) -> list[str]:
     """Settings the user gave that this run will not use (or not as they expect): said out loud instead of
     silently dropped."""
     notes = []
@@ -116,6 +117,8 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
             notes.append(f"{', '.join(given)}: used only when sampling; ignored at --temperature 0 (greedy)")
     if draft is not None and not resolve_method(method).needs_draft:
         notes.append(f"--draft is not used by method {method!r} (it drafts without a draft model); ignored")
+    if draft_gguf is not None and not resolve_method(method).needs_draft:
+        notes.append(f"--draft-gguf is not used by method {method!r} (it drafts without a draft model); ignored")
     return notes
 
 
@@ -221,7 +224,7 @@ def generate(
         _check_backend_flags(backend, compile_, prompts_file is not None and batch_size > 1, draft_gguf)
         texts = read_prompts_file(prompts_file) if prompts_file is not None else None
         text_in = _read_prompt(prompt) if texts is None else texts[0]
-        for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, coupling, gamma) \
+        for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, coupling, gamma, draft_gguf) \
                 + unused_flags(method, options):
             err_console.print(f"[yellow]warning:[/yellow] {escape(note)}")
         source = f"zoo {zoo!r}" if zoo and not target else repr(target)
