@@ -26,6 +26,7 @@ def runs(model_dir, data_dir, tmp_path_factory):  # noqa: F811
     torch.set_num_threads(1)
     eager = _bench(model_dir, data_dir, tmp_path_factory.mktemp("eager"))
     out = tmp_path_factory.mktemp("compiled")
+    torch.compiler.reset()  # graphs an earlier test compiled would be reused, and the warm-up would compile nothing
     compiled = _bench(model_dir, data_dir, out, "--compile", "--name", "bench-humaneval-compiled")
     return eager, compiled, (out / "bench-humaneval-compiled.md").read_text()
 
