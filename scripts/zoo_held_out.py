@@ -3,7 +3,9 @@
 The two zoo generations were trained on different corpora, so each is measured on both validation splits with the
 same definition (`draftverify train lm`: 64 evenly spaced 512-token windows), which makes the loss figures
 comparable. Writes zoo/code/held_out.json and a markdown table (--markdown, default benchmarks/zoo-held-out.md);
---from-json re-renders the table from an earlier JSON without measuring again.
+--from-json re-renders the table from an earlier JSON without measuring again. The first zoo (its stdlib corpus
+manifest and its models) is in git history: `git worktree add ../oldzoo 60e4a64` gives ../oldzoo/zoo/code/manifest.json
+and ../oldzoo/zoo/code/{target,draft}.
 Usage: python scripts/zoo_held_out.py --model target=zoo/code/target --model old-target=/path/to/old/target \
            --val stdlib=old_manifest.json --val stdlib+packages=zoo/code/manifest.json --out zoo/code/held_out.json
 """
