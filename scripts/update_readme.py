@@ -33,7 +33,7 @@ SOURCES = {
     "bench-llamacpp-duels": ("benchmarks/bench-humaneval-llamacpp.md", "## Head to head"),
     "cost-curve-llamacpp": ("benchmarks/cost-code-llamacpp.md", "## Milliseconds per forward"),
     "llamacpp-draft-gguf": ("benchmarks/llamacpp-draft-gguf.md", None),
-    "llamacpp-duel": ("benchmarks/llamacpp-duel.md", None),
+    "bench-rounds": ("benchmarks/bench-rounds.md", None),
     "lean-draft": ("benchmarks/lean-draft.md", "## Milliseconds per draft forward"),
     "lean-draft-generation": ("benchmarks/lean-draft.md", "## Generation"),
 }
