@@ -86,6 +86,26 @@ def test_gamma_auto_keeps_its_cost_calibration_across_calls(model_dirs):
     assert pipe.step_costs.calls > calls
 
 
+def test_auto_and_conf_keep_their_policy_across_calls_one_per_temperature(model_dirs):
+    """The learning policies are made once per (gamma, temperature) and kept, with what they measured; a fixed
+    gamma is made fresh each call; a policy passed in is used as it is."""
+    from draftverify.draft_length import ConfidenceGamma, FixedGamma
+
+    pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method="model", gamma="conf")
+    pipe.generate(PROMPT, max_new_tokens=24)
+    policy = pipe.policies.get("conf", 0.0)
+    assert isinstance(policy, ConfidenceGamma)
+    judged = sum(policy.sure.trials) + sum(policy.unsure.trials)
+    assert judged > 0  # the first call's rates are in it
+    pipe.generate(PROMPT, max_new_tokens=24)
+    assert pipe.policies.get("conf", 0.0) is policy and sum(policy.sure.trials) + sum(policy.unsure.trials) > judged
+    assert pipe.policies.get("conf", 0.8) is not policy  # sampling measures its own rates
+    assert pipe.policies.get("auto", 0.0).costs is policy.costs  # one pipeline, one set of timings
+    assert isinstance(pipe.policies.get(3, 0.0), FixedGamma) and pipe.policies.get(3, 0.0) is not pipe.policies.get(3, 0.0)
+    mine = ConfidenceGamma(0.5, fixed=4)
+    assert pipe.policies.get(mine) is mine
+
+
 @pytest.mark.parametrize("method", ["autoregressive", "model", "lookup_model"])
 def test_a_list_of_prompts_runs_as_one_batch_with_each_text_its_own(model_dirs, method):
     prompts = [PROMPT, "import os\nimport sys", "x", PROMPT]

@@ -16,7 +16,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 from . import compiling
 from .cached_lm import cached_model
 from .checks import check_prompt_text
-from .draft_length import DEFAULT_GAMMA, DraftLength, StepCosts, make_draft_length
+from .draft_length import DEFAULT_GAMMA, DraftLength, KeptPolicies, StepCosts, make_draft_length
 from .errors import DraftVerifyError
 from .healing import Healing, TokenTable
 from .hub import hub_unreachable_reason
@@ -181,6 +181,7 @@ class Pipeline:
         self.gamma = gamma
         make_draft_length(gamma, context=self.target.max_positions)  # validate now, not at the first call
         self.step_costs = StepCosts()  # gamma auto's timings, kept across calls: calibrated once per pipeline
+        self.policies = KeptPolicies(self.step_costs, self.target.max_positions)  # auto / conf, kept across calls
         self.compiled = compiling.plan(self.target, self.drafter, gamma)  # the compiled models (none: eager)
         self.heal = self.check_heal(heal)
         self._token_table: TokenTable | None = None  # built at the first healing, then kept
@@ -291,9 +292,7 @@ class Pipeline:
         on_tokens receives each step's emitted tokens [1, k]; first_token_allowed [K] constrains the first new
         token (token healing; see loop.generate)."""
         verifier = build_verifier(self.verifier_name, params, self.options)
-        gamma = self.gamma if gamma is None else gamma
-        policy = gamma if isinstance(gamma, DraftLength) else \
-            make_draft_length(gamma, self.step_costs, self.target.max_positions)
+        policy = self.policies.get(self.gamma if gamma is None else gamma, getattr(params, "temperature", None))
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
                           gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens,
                           first_token_allowed=first_token_allowed)
@@ -359,9 +358,7 @@ class Pipeline:
         ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows])
         mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in rows])
         verifier = build_verifier(self.verifier_name, params, self.options)
-        gamma = self.gamma if gamma is None else gamma
-        policy = gamma if isinstance(gamma, DraftLength) else \
-            make_draft_length(gamma, self.step_costs, self.target.max_positions)
+        policy = self.policies.get(self.gamma if gamma is None else gamma, getattr(params, "temperature", None))
         output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
                           gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens, attention_mask=mask,
                           seeds=seeds, admit=admit, first_token_allowed=first_token_allowed)

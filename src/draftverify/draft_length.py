@@ -448,6 +448,30 @@ class ConfidenceGamma(AutoGamma):
                     self.sure.add(k, kept >= k)
 
 
+class KeptPolicies:
+    """The learning policies (auto, conf) of one pipeline or bench row, made once per (gamma, key) and kept, so
+    each call starts from what the earlier calls measured: the timings and the acceptance and confidence rates. A
+    policy made fresh for each call started every prompt from its priors, and conf then capped the prompt's first
+    drafts short (fewer tokens per call on both backends: benchmarks/kept-policy.md, scripts/kept_policy_ab.py). key: what the rates depend on besides the gamma (the temperature). Fixed and
+    heuristic lengths are made fresh each time (nothing measured; the heuristic restarts each call, as Hugging
+    Face's rows do). costs: one StepCosts shared by every kept policy (a Pipeline's), or None: each its own."""
+
+    def __init__(self, costs: StepCosts | None = None, context: int | None = None):
+        self.costs = costs
+        self.context = context
+        self._kept: dict[tuple[str, object], DraftLength] = {}
+
+    def get(self, gamma: int | str | DraftLength, key: object = None) -> DraftLength:
+        if isinstance(gamma, DraftLength):
+            return gamma  # the caller's own policy, as it is
+        policy = self._kept.get((str(gamma), key))
+        if policy is None:
+            policy = make_draft_length(gamma, self.costs, self.context)
+            if policy.reads_timers:
+                self._kept[(str(gamma), key)] = policy
+        return policy
+
+
 def parse_gamma(gamma: object, context: int | None = None) -> int | str:
     """Validate a draft length: an integer in 1..MAX_GAMMA (or its decimal string), "heuristic", "auto" (which may
     also choose 0, no draft, step by step) or "conf" / "conf=T" (auto's length as a cap, drafts ending early at a

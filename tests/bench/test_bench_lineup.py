@@ -128,3 +128,21 @@ def test_a_draft_with_another_tokenizer_gives_cross_tokenizer_rows_and_universal
     hooks.remove()
     assert outputs["model[g=3]"].new_ids == outputs["hf_generate"].new_ids == outputs["hf_assisted[g=3]"].new_ids
     assert outputs["model[g=3]"].drafted > 0 and outputs["model[g=3]"].stats["time_retokenize"] > 0
+
+
+def test_a_conf_row_keeps_its_policy_across_prompts_one_per_temperature(model_dir):
+    """Our conf / auto rows keep their length policy (timings and rates) from prompt to prompt, as a Pipeline does;
+    greedy and sampled runs of the row keep one each."""
+    config = BenchConfig(target=model_dir / "target", draft=model_dir / "draft", quick=True, gammas=("conf",),
+                         runners=("model",)).resolved()
+    models = load_models(config)
+    hooks = install_hooks(models)
+    runner = next(r for r in build_runners(config, models, hooks)[0] if r.name == "model[conf]")
+    ids = models.tokenizer("def add(a, b):\n", return_tensors="pt").input_ids
+    runner.run(ids, 0.0, 0, 12)
+    policy = runner.policies.get("conf", 0.0)
+    calls = policy.costs.calls
+    runner.run(ids, 0.0, 0, 12)
+    hooks.remove()
+    assert runner.policies.get("conf", 0.0) is policy and policy.costs.calls > calls
+    assert runner.policies.get("conf", 1.0) is not policy

@@ -18,6 +18,7 @@ from transformers import GenerationConfig, PreTrainedModel
 from ..cached_lm import CachedLM
 from ..compiled_widths import WIDTH_BUCKETS, bucket
 from ..compiling import compiled_models, max_verify_width
+from ..draft_length import KeptPolicies
 from ..drafters.base import Drafter
 from ..loop import generate
 from ..methods import MethodOptions, build_verifier
@@ -177,6 +178,8 @@ class OursRunner(Runner):
     options: MethodOptions = field(default_factory=MethodOptions)
     hooks: Hooks | None = None
     eos_token_id: int | None = None
+    # gamma auto / conf: one policy per temperature, kept across this row's prompts as a Pipeline keeps it
+    policies: KeptPolicies = field(default_factory=KeptPolicies, repr=False)
 
     def _compiled(self) -> list[tuple[CachedLM, bool]]:
         """(model, lags) for each compiled CachedLM this runner calls (compiling.compiled_models)."""
@@ -220,8 +223,9 @@ class OursRunner(Runner):
         verifier = build_verifier(self.verifier, params, self.options)
         self.hooks.reset()
         started = perf_counter()
+        gamma = self.policies.get(self.gamma if self.gamma is not None else 1, temperature)
         out = generate(self.target, self.drafter, verifier, input_ids, params, max_new_tokens=max_new_tokens,
-                       gamma=self.gamma if self.gamma is not None else 1, eos_token_id=self.eos_token_id)
+                       gamma=gamma, eos_token_id=self.eos_token_id)
         seconds = perf_counter() - started
         s = out.stats
         return Measurement(new_ids=out.new_tokens[0].tolist(), seconds=seconds, target_calls=s.target_calls,
