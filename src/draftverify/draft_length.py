@@ -36,12 +36,6 @@ class DraftLength(ABC):
         """The same step row by row (called after update()): each row's realised draft length (a tree: its depth)
         and its accepted draft tokens. Rows may draft fewer than next() said (a confidence stop, a short copy)."""
 
-    wants_confidences: bool = False  # the loop hands update_confidences each chain draft's max q per token
-
-    def update_confidences(self, confidences: list[list[float]], accepted: list[int]) -> None:
-        """Each row's drafted tokens' max q (its realised length) and its accepted draft tokens (called after
-        update_rows, for chain drafts drawn from a q, when wants_confidences)."""
-
 
 class FixedGamma(DraftLength):
     def __init__(self, gamma: int):
@@ -273,55 +267,6 @@ class _Rate:
         return (sum(self.hits) + self.weight * self.prior) / (sum(self.trials) + self.weight)
 
 
-CALIBRATED_ACCEPTANCE = 0.75  # gamma `conf`'s stop: never below a max q whose tokens are accepted less often than this
-CONFIDENCE_BINS = 20  # max q in [0, 1] cut in bins of 0.05
-MIN_JUDGED = 200  # judged draft tokens before the calibrated threshold replaces DEFAULT_CONFIDENCE
-
-
-class ConfidenceCalibration:
-    """How often a draft token is accepted, by its max q: counts of judged tokens (their draft so far accepted) per
-    bin of max q, made non-decreasing in q by pooling adjacent bins (isotonic regression, pool adjacent violators;
-    each bin's rate has one accepted and one rejected pseudo-count).
-
-    Why: the confidence stop's threshold is a statement about acceptance (stop where a token is no longer likely
-    to be kept), but a draft's max q is not a probability of acceptance: it is one draft's calibration. The zoo's
-    draft is accepted about 85% of the time at max q 0.35-0.45, its BiLD-aligned twin (fine-tuned on the target's
-    greedy text, so sure of itself) only about 73% at 0.75-0.8 (benchmarks/draft-stop-rules.md has the replay);
-    one raw threshold cannot suit both. The threshold is read off this curve instead."""
-
-    def __init__(self, bins: int = CONFIDENCE_BINS):
-        self.hits = [0] * bins
-        self.trials = [0] * bins
-
-    @property
-    def judged(self) -> int:
-        return sum(self.trials)
-
-    def add(self, confidence: float, accepted: bool) -> None:
-        b = min(int(confidence * len(self.trials)), len(self.trials) - 1)
-        self.trials[b] += 1
-        self.hits[b] += bool(accepted)
-
-    def rates(self) -> list[float]:
-        """[bins] the non-decreasing acceptance rate of each bin of max q."""
-        blocks: list[list[int]] = []  # [hits, trials, bins pooled]
-        rate = lambda block: (block[0] + 1) / (block[1] + 2)  # noqa: E731
-        for h, t in zip(self.hits, self.trials):
-            blocks.append([h, t, 1])
-            while len(blocks) > 1 and rate(blocks[-2]) > rate(blocks[-1]):
-                h2, t2, n2 = blocks.pop()
-                blocks[-1][0] += h2
-                blocks[-1][1] += t2
-                blocks[-1][2] += n2
-        return [rate(block) for block in blocks for _ in range(block[2])]
-
-    def threshold(self, acceptance: float) -> float:
-        """The max q at and below which a token is accepted less often than `acceptance`: the upper edge of the
-        highest bin whose rate is below it (0: no bin is)."""
-        below = [b for b, r in enumerate(self.rates()) if r < acceptance]
-        return (max(below) + 1) / len(self.trials) if below else 0.0
-
-
 class ConfidenceGamma(AutoGamma):
     """Draft while the drafter is confident, up to a cap: AutoGamma's cost model (or a fixed cap) bounds the draft
     and the drafter ends it early at its first token whose max q is <= `threshold` (BiLD's fallback rule used as a
@@ -370,29 +315,19 @@ class ConfidenceGamma(AutoGamma):
       rule, cap 20 at 0.4, 6.28 with as many draft forwards), a modelled 1.22x `auto`'s speed, level with Hugging
       Face's rule in our loop.
 
-    - calibrate (gamma `conf`, no T given): the threshold is learned from this policy's own counts
-      (ConfidenceCalibration): once MIN_JUDGED draft tokens were judged, the draft ends at its first token whose max
-      q is in a bin accepted less often than CALIBRATED_ACCEPTANCE (0.85), so a user's draft is stopped where *it*
-      stops being right, whatever its calibration. 0.85 puts the zoo draft's threshold at 0.35, beside the 0.4
-      tuned for it, and its aligned twin's at 0.8 (replayed over recorded drafts, llama.cpp costs: the aligned
-      draft at 0.8 beat it at 0.4 by a third and the plain draft at either; scripts/calibrated_conf_ab.py measures
-      it in generation). `conf=T` keeps T as given.
-
     fixed: a fixed cap instead of the cost model's (Hugging Face: 20); gamma 0 (plain decoding) is then never
     chosen.
     """
 
     def __init__(self, threshold: float = DEFAULT_CONFIDENCE, gamma: int = 4, max_gamma: int = 32,
                  costs: StepCosts | None = None, probe_every: int = 8, fixed: int | None = None,
-                 explore_every: int = 8, slack: float = 0.02, calibrate: bool = False):
+                 explore_every: int = 8, slack: float = 0.02):
         super().__init__(gamma, max_gamma, costs, probe_every)
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
             raise DraftVerifyError(f"the draft confidence threshold must be a number in [0, 1], got {threshold!r}")
         if fixed is not None and (isinstance(fixed, bool) or not isinstance(fixed, int) or fixed < 1):
             raise DraftVerifyError(f"a fixed cap must be an integer >= 1, got {fixed!r}")
         self.confidence = float(threshold)
-        self.calibration = ConfidenceCalibration() if calibrate else None
-        self.wants_confidences = calibrate
         self.fixed = fixed
         positions = max(max_gamma, fixed or 0)
         self.sure = _Rate(positions)  # acceptance of confident draft tokens
@@ -512,15 +447,6 @@ class ConfidenceGamma(AutoGamma):
                 if judged:
                     self.sure.add(k, kept >= k)
 
-    def update_confidences(self, confidences: list[list[float]], accepted: list[int]) -> None:
-        if self.calibration is None:
-            return
-        for row, kept in zip(confidences, accepted):
-            for k, q in enumerate(row[: kept + 1]):  # judged: the accepted ones and the first rejected one
-                self.calibration.add(q, k < kept)
-        if self.calibration.judged >= MIN_JUDGED:
-            self.confidence = max(DEFAULT_CONFIDENCE, self.calibration.threshold(CALIBRATED_ACCEPTANCE))
-
 
 class KeptPolicies:
     """The learning policies (auto, conf) of one pipeline or bench row, made once per (gamma, key) and kept, so
@@ -595,7 +521,7 @@ def make_draft_length(gamma: int | str, costs: StepCosts | None = None, context:
     if gamma == "auto":
         return AutoGamma(costs=costs)
     if gamma == "conf":
-        return ConfidenceGamma(costs=costs, calibrate=True)
+        return ConfidenceGamma(costs=costs)
     if isinstance(gamma, str) and gamma.startswith("conf="):
         return ConfidenceGamma(_confidence(gamma), costs=costs)
     if gamma == "heuristic":

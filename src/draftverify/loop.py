@@ -290,9 +290,6 @@ def generate(
         stats.time_verify += t3 - t2
         length_policy.update(draft.length, sum(accepted), rejected, t1 - t0, t2 - t1, step_rows)  # the batch's totals
         length_policy.update_rows(row_lengths, accepted)
-        if length_policy.wants_confidences and draft.q_probs is not None and draft.tree is None:
-            confidences = draft.q_probs.amax(dim=-1).tolist()  # [B][N] each drafted token's max q
-            length_policy.update_confidences([c[:n] for c, n in zip(confidences, row_lengths)], accepted)
         stop_rows = None
         if on_tokens is not None:
             t4 = perf_counter()
