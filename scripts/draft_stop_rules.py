@@ -11,8 +11,11 @@ for every rule. `oracle` drafts exactly the accepted tokens (an upper bound no r
 Rules: `per-token T` (gamma conf's stop: end at the first token whose max q <= T), `cumulative C` (end when the
 product of the max q's so far <= C), both together, and fixed lengths.
 
-Usage: python scripts/draft_stop_rules.py [--prompts 8] [--depth 32]
-Writes benchmarks/draft-stop-rules.md (and prints it)."""
+--draft picks the zoo's draft (`draft`, or its BiLD-aligned twin `draft-aligned`); --first N starts at HumanEval
+prompt N, so a threshold can be chosen on prompts the bench (the first 8) never uses.
+
+Usage: python scripts/draft_stop_rules.py [--draft draft] [--first 0] [--prompts 8] [--depth 32] [--out FILE]
+Writes benchmarks/draft-stop-rules.md (or --out; and prints it)."""
 from __future__ import annotations
 
 import argparse
@@ -112,17 +115,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--depth", type=int, default=32)
+    ap.add_argument("--draft", default="draft", choices=("draft", "draft-aligned"))
+    ap.add_argument("--first", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "draft-stop-rules.md")
     args = ap.parse_args()
-    if args.prompts < 1 or args.depth < 1:
-        ap.exit(2, "error: --prompts and --depth must be at least 1\n")
+    if args.prompts < 1 or args.depth < 1 or args.first < 0:
+        ap.exit(2, "error: --prompts and --depth must be at least 1, --first at least 0\n")
     torch.set_num_threads(2)
-    pipe = load(zoo="code", method="model", backend="llamacpp", gamma="conf", threads=2)
-    prompts = [p.text for p in load_humaneval(default_data_dir())[: args.prompts]]
+    pipe = load(zoo="code", draft=ROOT / "zoo" / "code" / args.draft, method="model", backend="llamacpp",
+                gamma="conf", threads=2)
+    prompts = [p.text for p in load_humaneval(default_data_dir())[args.first : args.first + args.prompts]]
     pipe.generate(prompts[0], max_new_tokens=32)
     curve, draft_ms, loop_ms = measured_costs(pipe, prompts)
     recorded = record(pipe, prompts, args.depth)
     rules = {f"fixed {g}": (lambda g: lambda c, a: g)(g) for g in (4, 6, 8)}
-    rules |= {f"per-token {t:g}": stop_rule(per_token=t) for t in (0.3, 0.35, 0.4, 0.45, 0.5, 0.6)}
+    rules |= {f"per-token {t:g}": stop_rule(per_token=t) for t in (0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9)}
     rules |= {f"cumulative {c:g}": stop_rule(cumulative=c) for c in (0.05, 0.1, 0.2, 0.3, 0.5)}
     rules |= {f"per-token 0.4 + cumulative {c:g}": stop_rule(0.4, c) for c in (0.02, 0.05, 0.1)}
     rules["oracle (drafts exactly the accepted tokens)"] = lambda c, a: max(a, 0)
@@ -133,16 +140,18 @@ def main() -> None:
     m = machine()
     text = "\n".join([
         "# Draft-length stop rules on recorded drafts (llama.cpp backend)", "",
-        f"`python scripts/draft_stop_rules.py --prompts {args.prompts} --depth {args.depth}`; {now()}; "
-        f"{m['cpu_model']} ({m['cores']} cores), 2 threads; the zoo target (f32 GGUF) and draft (q8_0 GGUF); "
-        f"{args.prompts} HumanEval prompts x {NEW_TOKENS} tokens, greedy. Costs measured in this run: target call "
+        f"`python scripts/draft_stop_rules.py --draft {args.draft} --first {args.first} --prompts {args.prompts} "
+        f"--depth {args.depth}" + ("" if args.out == ROOT / "benchmarks" / "draft-stop-rules.md" else
+                                   f" --out {args.out.relative_to(ROOT) if args.out.is_absolute() else args.out}")
+        + f"`; {now()}; {m['cpu_model']} ({m['cores']} cores), 2 threads; the zoo target (f32 GGUF) and "
+        f"`{args.draft}` (q8_0 GGUF); HumanEval prompts {args.first}..{args.first + len(prompts) - 1} x {NEW_TOKENS} "
+        f"tokens, greedy. Costs measured in this run: target call "
         f"over n tokens " + ", ".join(f"n={n}: {ms:.2f} ms" for n, ms in curve) + f"; a draft forward "
         f"{draft_ms:.3f} ms and the loop's work {loop_ms:.3f} ms per step (from `llamacpp:model[conf]` generations). "
         "Modelled tokens/s leave out the prefill (the same for every rule). `per-token 0.4` is gamma `conf`'s rule.",
         "", f"Fastest rule here (oracle aside): **{best}**.", "",
         "| rule | modelled tok/s | tokens / call | vs per-token 0.4 |", "|---|---:|---:|---:|", *lines, ""])
-    out = ROOT / "benchmarks" / "draft-stop-rules.md"
-    out.write_text(text)
+    args.out.write_text(text)
     print(text)
 
 
