@@ -115,7 +115,8 @@ def main() -> None:
         f"**forward ms**: the draft's one-token forward after {CONTEXT} tokens (median of 200). **vs {types[1]}**: "
         f"tok/s over the {types[1]} draft's. **draft ms / forward**: our loop's draft timer over the draft forwards "
         "(llama.cpp, then sampling and the confidence test).", "",
-        f"| row | draft GGUF | forward ms | tok/s | vs {types[1]} | tokens / call | draft forwards | draft ms / forward |",
+        f"| row | draft GGUF | forward ms | tok/s | vs {types[1]} | tokens / call | draft forwards | "
+        "draft ms / forward |",
         "|---|---|---:|---:|---:|---:|---:|---:|", *lines, ""])
     out = ROOT / "benchmarks" / "llamacpp-draft-gguf.md"
     out.write_text(text)

@@ -404,7 +404,7 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     backend: "hf" (Hugging Face transformers) or "llamacpp" (llama.cpp through llama-cpp-python, the `llamacpp`
     extra: a `.gguf` path as it is, a model folder converted to GGUF at `dtype` on first use and cached; the draft
     model runs on llama.cpp as well; threads: its CPU threads, default torch's; draft_gguf: the GGUF type a draft
-    folder is converted at, backends.llamacpp.DRAFT_GGUF_TYPES, default q8_0: a draft's precision changes what it
+    folder is converted at, backends.DRAFT_GGUF_TYPES, default q8_0: a draft's precision changes what it
     proposes, never the output).
 
     options are the declared method options (draftverify.options: each drafter's own, e.g. nat_path, and the

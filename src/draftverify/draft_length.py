@@ -452,9 +452,10 @@ class KeptPolicies:
     """The learning policies (auto, conf) of one pipeline or bench row, made once per (gamma, key) and kept, so
     each call starts from what the earlier calls measured: the timings and the acceptance and confidence rates. A
     policy made fresh for each call started every prompt from its priors, and conf then capped the prompt's first
-    drafts short (fewer tokens per call on both backends: benchmarks/kept-policy.md, scripts/kept_policy_ab.py). key: what the rates depend on besides the gamma (the temperature). Fixed and
-    heuristic lengths are made fresh each time (nothing measured; the heuristic restarts each call, as Hugging
-    Face's rows do). costs: one StepCosts shared by every kept policy (a Pipeline's), or None: each its own."""
+    drafts short (fewer tokens per call on both backends: benchmarks/kept-policy.md, scripts/kept_policy_ab.py).
+    key: what the rates depend on besides the gamma (the temperature). Fixed and heuristic lengths are made fresh
+    each time (nothing measured; the heuristic restarts each call, as Hugging Face's rows do). costs: one StepCosts
+    shared by every kept policy (a Pipeline's), or None: each its own."""
 
     def __init__(self, costs: StepCosts | None = None, context: int | None = None):
         self.costs = costs

@@ -78,6 +78,7 @@ def llamacpp_backend_runners(config: BenchConfig, models: BenchModels, hooks: Ho
             settings={**row.settings, **backend}, drafter=build_drafter(row.method.drafter, target_lm, row.options),
             verifier=row.method.verifier, options=row.options, **common))
     notes.append("llamacpp:* rows: our loop on the llama.cpp backend (the target converted to GGUF "
-                 f"({target.path.name}), draft models at {config.draft_gguf}, {threads} threads), greedy; their '= baseline' is equality with llama.cpp's "
+                 f"({target.path.name}), draft models at {config.draft_gguf}, {threads} threads), greedy; their "
+                 "'= baseline' is equality with llama.cpp's "
                  "own greedy row `llamacpp`" + ("" if reference else " (not run here: add the llamacpp runner family)"))
     return runners, notes
