@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from typing import Callable
 
 import pytest
 
@@ -338,28 +339,34 @@ def test_auto_gamma_hears_the_batch_totals():
 # ---------------------------------------------------------------- ConfidenceGamma (gamma conf)
 
 
+def confidence_step(policy: ConfidenceGamma, rng: random.Random, b: float, a_sure: float, a_unsure: float,
+                    draft_seconds: float, target_seconds: Callable[[int], float]) -> tuple[int, int]:
+    """One step: each drafted token is confident with probability b (the drafter ends the draft at the first
+    unconfident one, that token included); confident tokens are accepted with a_sure, unconfident ones with
+    a_unsure, until the first rejection. draft_seconds per drafted token, target_seconds(tokens scored) per call.
+    Feeds the policy; returns (the cap it chose, the realised draft length)."""
+    cap = policy.next()
+    sure = []
+    while len(sure) < cap:
+        sure.append(rng.random() < b)
+        if not sure[-1]:
+            break
+    accepted = 0
+    while accepted < len(sure) and rng.random() < (a_sure if sure[accepted] else a_unsure):
+        accepted += 1
+    length = len(sure)
+    policy.update(length, accepted, accepted < length, length * draft_seconds, target_seconds(length + 1))
+    policy.update_rows([length], [accepted])
+    return cap, length
+
+
 def simulate_confidence(policy: ConfidenceGamma, b: float, a_sure: float, a_unsure: float, c: float, steps: int,
                         seed: int = 0, target_seconds: float = 0.02) -> list[int]:
-    """Steps where each drafted token is confident with probability b (the drafter ends the draft at the first
-    unconfident one, that token included); confident tokens are accepted with a_sure, unconfident ones with
-    a_unsure, until the first rejection. Returns each step's realised draft length."""
+    """confidence_step `steps` times on a flat cost (drafting one token costs c target calls). Returns each step's
+    realised draft length."""
     rng = random.Random(seed)
-    realised = []
-    for _ in range(steps):
-        cap = policy.next()
-        sure = []
-        while len(sure) < cap:
-            sure.append(rng.random() < b)
-            if not sure[-1]:
-                break
-        accepted = 0
-        while accepted < len(sure) and rng.random() < (a_sure if sure[accepted] else a_unsure):
-            accepted += 1
-        length = len(sure)
-        realised.append(length)
-        policy.update(length, accepted, accepted < length, length * c * target_seconds, target_seconds)
-        policy.update_rows([length], [accepted])
-    return realised
+    return [confidence_step(policy, rng, b, a_sure, a_unsure, c * target_seconds, lambda n: target_seconds)[1]
+            for _ in range(steps)]
 
 
 def test_confidence_estimates_split_confident_and_unconfident_tokens():
@@ -382,31 +389,16 @@ def run_after_a_bad_start(policy: ConfidenceGamma, seed: int = 0) -> list[int]:
     """30 steps of a poor draft (the policy learns that no cap pays), then 600 of a good one, on the concave
     curve; returns the caps of the good phase."""
     rng = random.Random(seed)
-    caps = []
-    for step in range(630):
-        good = step >= 30
-        b, a_sure, a_unsure = (0.9, 0.95, 0.5) if good else (0.5, 0.1, 0.05)
-        cap = policy.next()
-        if good:
-            caps.append(cap)
-        sure = []
-        while len(sure) < cap:
-            sure.append(rng.random() < b)
-            if not sure[-1]:
-                break
-        kept = 0
-        while kept < len(sure) and rng.random() < (a_sure if sure[kept] else a_unsure):
-            kept += 1
-        policy.update(len(sure), kept, kept < len(sure), len(sure) * 0.0003, concave_seconds(len(sure) + 1))
-        policy.update_rows([len(sure)], [kept])
-    return caps
+    for _ in range(30):
+        confidence_step(policy, rng, 0.5, 0.1, 0.05, 0.0003, concave_seconds)
+    return [confidence_step(policy, rng, 0.9, 0.95, 0.5, 0.0003, concave_seconds)[0] for _ in range(600)]
 
 
 def test_confidence_probes_from_plain_decoding_reach_the_cap_and_find_the_drafts_again(monkeypatch):
     """Once no cap pays, conf decodes plainly with a probe every probe_every steps; its probes draft up to
     max_gamma (the stop ends them), so a draft that got good is found again within a few probes. One-token probes
     (auto's) time only 1- and 2-token calls, whose steep slope the fit extrapolates, and measure only the first
-    position: the same runs stay plain about four times as long (the wrong rule, shown)."""
+    position: the same runs stay plain three to four times as long (the wrong rule, shown)."""
     plain_steps = {}
     for rule in ("to the cap", "one token"):
         if rule == "one token":
