@@ -1,7 +1,8 @@
 """The llama.cpp backend: every chain and tree method it runs gives llama.cpp's own plain greedy text.
 
 The reference is llama.cpp decoding the same GGUF one token at a time through llama-cpp-python's low-level API (a
-context of its own with llama.cpp's default parameters: one sequence, no unified KV cache), written here and
+context of its own with llama.cpp's default parameters: one sequence, no unified KV cache; flash attention as
+the backend and the bench's llama.cpp peers run it), written here and
 independent of the backend. Models are tiny random Llamas on the zoo's tokenizer, converted in the test with
 llama.cpp's own converter (what CI fetches with scripts/fetch_llama_cpp_converter.sh), and the zoo's target and
 draft. Where a text differs, the message gives the reference's logit margin at the first differing token, so a
@@ -26,7 +27,7 @@ from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
 from draftverify import DraftVerifyError, generate  # noqa: E402
 from draftverify.backends import DEFAULT_DRAFT_GGUF  # noqa: E402
 from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
-from draftverify.backends.llamacpp import GGUFModel, GGUFTokenizer, LlamaCppLM  # noqa: E402
+from draftverify.backends.llamacpp import GGUFModel, GGUFTokenizer, LlamaCppLM, flash_attn_type  # noqa: E402
 from draftverify.drafters import NgramTable  # noqa: E402
 from draftverify.methods import MethodOptions, build_drafter, build_verifier, resolve_method  # noqa: E402
 from draftverify.tree import TreeSpec  # noqa: E402
@@ -50,6 +51,7 @@ def plain_greedy(model: GGUFModel, prompt: list[int], new: int) -> tuple[list[in
     params.n_ctx = max(512, len(prompt) + new + 8)
     params.n_batch = 512
     params.n_threads = params.n_threads_batch = 1
+    params.flash_attn_type = flash_attn_type(LIB)  # the attention kernels every llama.cpp row of the bench runs
     ctx = LIB.llama_init_from_model(model.ptr, params)
     try:
         tokens, margins = [], []

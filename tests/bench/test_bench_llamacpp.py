@@ -137,3 +137,36 @@ def test_a_run_on_both_backends_writes_their_cost_curves_in_the_same_file(model_
     text = (tmp_path / "both.md").read_text()
     assert "## Cost of scoring n tokens, per backend (this run)" in text and "llamacpp-float32 ms" in text
     assert not list(tmp_path.glob("cost*"))  # the curve's own files stay out of the bench's folder
+
+
+@needs_llama_cpp
+def test_the_peers_and_our_backend_compute_the_same_logits(model_dir, monkeypatch, tmp_path):
+    """The llama.cpp peers run the attention kernels our backend runs (FLASH_ATTENTION): scoring the same tokens in
+    one decode, the prompt-lookup peer (which keeps every position's logits) computes our logits to the bit; the
+    other setting computes other logits, so a mismatch would show. (The plain peer is made with the same
+    parameters; it asks llama.cpp for the last position's logits only, a one-row output matmul that rounds
+    differently from an n-row one, so its logits are compared through its greedy text elsewhere.)"""
+    import numpy as np
+    from llama_cpp import Llama
+
+    from draftverify.backends.llamacpp import FLASH_ATTENTION, LlamaCppLM
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path))
+    config = _config(model_dir, runners=("llamacpp", "llamacpp_prompt_lookup"))
+    runners, notes = llamacpp.llamacpp_runners(config, load_models(config))
+    plain, lookup = runners[0].llm, runners[1].llm
+    assert plain.context_params.flash_attn_type == lookup.context_params.flash_attn_type
+    prompt = [5, 17, 99, 230, 7, 5, 17, 99]
+    ours = LlamaCppLM(lookup.model_path, threads=1)
+    ours.start(torch.tensor([prompt[:1]]))  # nothing cached: the whole prompt is scored in one decode, as eval does
+    want = ours.forward(torch.tensor([prompt])).logits[0]  # [8, V]
+
+    def every_position(llm) -> torch.Tensor:
+        llm.reset()
+        llm.eval(prompt)
+        return torch.from_numpy(np.array(llm.scores[: len(prompt)]))
+
+    assert torch.equal(every_position(lookup), want)
+    other = Llama(model_path=lookup.model_path, n_ctx=lookup.n_ctx(), n_threads=1, n_threads_batch=1,
+                  logits_all=True, flash_attn=not FLASH_ATTENTION, verbose=False)
+    assert not torch.equal(every_position(other), want)

@@ -38,6 +38,10 @@ MAX_SEQUENCES = 64  # tree branches one decode may score (llama.cpp allows up to
 BATCH = 512  # tokens per llama_decode (longer prompts are prefilled in chunks)
 DEFAULT_CELLS = 4096  # KV cells a context starts with (grown on demand up to the model's context length)
 TREE_ROOM = 256  # cells beyond the positions: a tree's siblings take cells too
+# llama.cpp's own default (flash_attn_type auto) turns flash attention on for the CPU; it is said here, and given
+# to the bench's llama-cpp-python peers (whose Llama() turns it off unless asked), so that every llama.cpp row of a
+# comparison computes the same logits with the same kernels
+FLASH_ATTENTION = True
 
 
 def installed() -> bool:
@@ -75,6 +79,11 @@ def _init(lib) -> None:
     if not _BACKEND_READY:
         lib.llama_backend_init()
         _BACKEND_READY = True
+
+
+def flash_attn_type(lib) -> int:
+    """The context parameter for FLASH_ATTENTION."""
+    return lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if FLASH_ATTENTION else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
 
 
 @dataclass
@@ -161,6 +170,7 @@ class LlamaCppLM(OneRow):
         self.tail: list[_TailToken] = []
         self.live: set[int] = {0}  # sequence ids that hold cells
         self.root_children = 0
+        self.chain = True  # the tail is one chain in sequence 0 (no branch yet)
         self.prefilled: TargetOutput | None = None
 
     def _make_context(self, n_ctx: int) -> None:
@@ -174,6 +184,7 @@ class LlamaCppLM(OneRow):
         params.n_seq_max = self.max_sequences
         params.n_threads = params.n_threads_batch = self.threads
         params.kv_unified = True  # branches share the prefix's cells; needed for tokens of several sequences
+        params.flash_attn_type = flash_attn_type(lib)
         params.no_perf = True
         self.ctx = lib.llama_init_from_model(self.model.ptr, params)
         if not self.ctx:
@@ -212,6 +223,7 @@ class LlamaCppLM(OneRow):
         self.tail = []
         self.live = {0}
         self.root_children = 0
+        self.chain = True
         self.prefilled = None
         ids = input_ids[0].tolist()
         if len(ids) > 1:
@@ -246,17 +258,21 @@ class LlamaCppLM(OneRow):
             return TargetOutput(logits=torch.empty(1, 0, self.vocab_size))
         if n > BATCH:
             raise DraftVerifyError(f"the llamacpp backend scores at most {BATCH} tokens per forward, got {n}")
-        base = len(self.tail)
-        parents = self._parents(n, attention_mask)  # tail indices (new tokens: base + i), -1 = after the prefix
-        positions: list[int] = []
-        for p in parents:
-            positions.append(self.committed if p < 0 else self.tail[p].pos + 1 if p < base else positions[p - base] + 1)
-        if position_ids is not None:
-            given = position_ids.reshape(-1)[-n:].tolist()
-            if given != positions:
-                raise DraftVerifyError(f"the llamacpp backend needs each token one position after its parent "
-                                       f"(expected {positions}, got {given})")
-        seq_sets = self._assign_sequences(parents, positions, base)
+        if attention_mask is None and position_ids is None and self.chain:  # the drafts' and chains' common case
+            positions, seq_sets = self._extend_chain(n)
+        else:
+            base = len(self.tail)
+            parents = self._parents(n, attention_mask)  # tail indices (new tokens: base + i), -1: after the prefix
+            positions = []
+            for p in parents:
+                positions.append(self.committed if p < 0 else self.tail[p].pos + 1 if p < base
+                                 else positions[p - base] + 1)
+            if position_ids is not None:
+                given = position_ids.reshape(-1)[-n:].tolist()
+                if given != positions:
+                    raise DraftVerifyError(f"the llamacpp backend needs each token one position after its parent "
+                                           f"(expected {positions}, got {given})")
+            seq_sets = self._assign_sequences(parents, positions, base)
         self._fill(ids, positions, seq_sets, outputs=[True] * n)
         self._decode(n)
         return TargetOutput(logits=self._logits(n)[None])  # [1, n, V]
@@ -297,6 +313,7 @@ class LlamaCppLM(OneRow):
         self.committed += len(offsets)
         self.tail = []
         self.root_children = 0
+        self.chain = True
 
     # ---- bookkeeping ------------------------------------------------------------------------------------------
     def _parents(self, n: int, mask: torch.Tensor | None) -> list[int]:
@@ -327,6 +344,19 @@ class LlamaCppLM(OneRow):
                                        "ancestors); the llamacpp backend scores chains and trees only")
             parents.append(parent)
         return parents
+
+    def _extend_chain(self, n: int) -> tuple[list[int], list[list[int]]]:
+        """n tokens after a chain tail, all in sequence 0: their positions and sequence-id sets (the bookkeeping
+        _parents and _assign_sequences give a chain, without reading a mask)."""
+        base = len(self.tail)
+        if base:
+            self.tail[-1].children += 1
+        else:
+            self.root_children += 1
+        start = self.committed + base
+        self.tail.extend(_TailToken(pos=start + i, parent=base + i - 1, seq=0, children=int(i < n - 1))
+                         for i in range(n))
+        return list(range(start, start + n)), [[0]] * n
 
     def _parent_of(self, j: int, parents: list[int], base: int) -> int:
         return self.tail[j].parent if j < base else parents[j - base]
@@ -359,6 +389,7 @@ class LlamaCppLM(OneRow):
                 seq = 0 if holder is None else holder.seq
             else:
                 seq = self._fresh_sequence()
+                self.chain = False
                 # the new branch holds the prefix and the parent's path: copy what is in the cache already, and
                 # add the branch to the new tokens on the path (scored in this same decode)
                 j = parent

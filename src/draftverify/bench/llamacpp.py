@@ -16,7 +16,8 @@ import torch
 from ..errors import DraftVerifyError
 from .config import BenchConfig
 from ..backends.gguf import gguf_for, llama_cpp_dir
-from ..backends.llamacpp import GGUF_TYPES  # the target's GGUF weights have the bench's --dtype, as our rows run it
+# the target's GGUF weights have the bench's --dtype, and its attention our backend's kernels, as our rows run it
+from ..backends.llamacpp import FLASH_ATTENTION, GGUF_TYPES
 from .models import BenchModels
 from .runners import Measurement, Runner
 
@@ -93,7 +94,7 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
         return [], [f"llama.cpp rows skipped: {err}"]
     threads = config.threads or torch.get_num_threads()
     n_ctx = models.context_limit or 4096
-    common = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
+    common = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, flash_attn=FLASH_ATTENTION, verbose=False)
     shared = dict(family="llamacpp", greedy_only=True, lossless=False, eos_token_id=models.eos_token_id,
                   settings={"gguf": outtype, "threads": threads})
     runners: list[Runner] = []

@@ -9,7 +9,7 @@ from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError, check_number
 from ..registry import register_drafter
 from ..sampling import draw_next, probs_from_logits
-from ..types import DecodingState, Draft, Verdict
+from ..types import DecodingState, Draft, SamplingParams, Verdict
 from .base import Drafter, stack_draft
 
 
@@ -106,20 +106,26 @@ class ModelDrafter(Drafter):
         tokens: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
         stop = state.draft_confidence
+        greedy = isinstance(params, SamplingParams) and params.greedy
         drafting = lengths = None  # the confidence stop: rows still drafting [B], tokens per row [B]
         for i in range(gamma):
             logits = self.lm.forward(pending, new_valid=new_valid).logits[:, -1]  # [B, V]
             new_valid = None
             self.forward_calls += 1
             q_i = probs_from_logits(logits, params)  # [B, V]
-            if self.fallback_threshold > 0 and float(q_i.max()) <= self.fallback_threshold:
-                break
-            x = draw_next(q_i, state, i)  # [B]
+            # greedy: the token and its probability (max q) in one pass; sampling: a draw, and max q when read
+            top_q, x = q_i.max(dim=-1) if greedy else (None, None)  # [B], [B]
+            if self.fallback_threshold > 0:
+                top_q = q_i.max(dim=-1).values if top_q is None else top_q
+                if float(top_q.max()) <= self.fallback_threshold:
+                    break
+            if x is None:
+                x = draw_next(q_i, state, i)  # [B]
             tokens.append(x)
             q.append(q_i)
             pending = x[:, None]
             if stop > 0:  # the draft ends at its first unconfident token, that token included (ConfidenceGamma)
-                confident = q_i.max(dim=-1).values > stop  # [B]
+                confident = (q_i.max(dim=-1).values if top_q is None else top_q) > stop  # [B]
                 if drafting is None:
                     drafting, lengths = torch.ones_like(confident), torch.zeros_like(x)
                 lengths += drafting
