@@ -34,6 +34,7 @@ SOURCES = {
     "cost-curve-llamacpp": ("benchmarks/cost-code-llamacpp.md", "## Milliseconds per forward"),
     "llamacpp-draft-gguf": ("benchmarks/llamacpp-draft-gguf.md", None),
     "bench-rounds": ("benchmarks/bench-rounds.md", None),
+    "llamacpp-flash-attn": ("benchmarks/llamacpp-flash-attn.md", None),
     "lean-draft": ("benchmarks/lean-draft.md", "## Milliseconds per draft forward"),
     "lean-draft-generation": ("benchmarks/lean-draft.md", "## Generation"),
 }
