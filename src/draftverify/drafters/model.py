@@ -113,19 +113,15 @@ class ModelDrafter(Drafter):
             new_valid = None
             self.forward_calls += 1
             q_i = probs_from_logits(logits, params)  # [B, V]
-            # greedy: the token and its probability (max q) in one pass; sampling: a draw, and max q when read
-            top_q, x = q_i.max(dim=-1) if greedy else (None, None)  # [B], [B]
-            if self.fallback_threshold > 0:
-                top_q = q_i.max(dim=-1).values if top_q is None else top_q
-                if float(top_q.max()) <= self.fallback_threshold:
-                    break
-            if x is None:
-                x = draw_next(q_i, state, i)  # [B]
+            top_q, argmax = q_i.max(dim=-1)  # [B], [B]: max q (the stop rules read it) and, greedy, the token
+            if self.fallback_threshold > 0 and float(top_q.max()) <= self.fallback_threshold:
+                break
+            x = argmax if greedy else draw_next(q_i, state, i)  # [B]
             tokens.append(x)
             q.append(q_i)
             pending = x[:, None]
             if stop > 0:  # the draft ends at its first unconfident token, that token included (ConfidenceGamma)
-                confident = (q_i.max(dim=-1).values if top_q is None else top_q) > stop  # [B]
+                confident = top_q > stop  # [B]
                 if drafting is None:
                     drafting, lengths = torch.ones_like(confident), torch.zeros_like(x)
                 lengths += drafting
