@@ -25,7 +25,7 @@ from draftverify.bench.environment import machine, now
 from draftverify.bench.lineup import build_runners
 from draftverify.bench.models import load_models
 from draftverify.bench.prompts import load_prompts
-from draftverify.bench.run import measure, select_prompts
+from draftverify.bench.run import measure, select_prompts, tokens_per_second
 from draftverify.bench.runners import install_hooks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,10 +74,7 @@ def main() -> None:
             for i in range(len(chosen)):
                 if texts[ours, i] != texts[peer, i]:
                     raise SystemExit(f"round {r + 1}, prompt {i}: {ours} and {peer} gave different greedy text")
-        speed = {}
-        for row in rows:
-            mine = [rec for rec in records if rec["runner"] == row.name]
-            speed[row.name] = sum(rec["new_tokens"] for rec in mine) / sum(rec["seconds"] for rec in mine)
+        speed = tokens_per_second(records)
         per_round.append(speed)
         print(f"round {r + 1}: " + ", ".join(f"{n} {v:.1f}" for n, v in speed.items()), flush=True)
     hooks.remove()

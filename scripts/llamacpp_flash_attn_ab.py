@@ -27,7 +27,7 @@ from draftverify.bench.environment import machine, now
 from draftverify.bench.lineup import build_runners
 from draftverify.bench.models import load_models
 from draftverify.bench.prompts import load_prompts
-from draftverify.bench.run import measure, select_prompts
+from draftverify.bench.run import measure, select_prompts, tokens_per_second
 from draftverify.bench.runners import install_hooks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,10 +65,7 @@ def main() -> None:
         texts = {(rec["runner"], rec["prompt_index"]): rec["new_ids"] for rec in records}
         for row in rows:  # equal to the on-kernel plain greedy text, prompt by prompt
             same[row.name] += sum(texts[row.name, i] == texts["llamacpp", i] for i in range(len(chosen)))
-        speed = {}
-        for row in rows:
-            mine = [rec for rec in records if rec["runner"] == row.name]
-            speed[row.name] = sum(rec["new_tokens"] for rec in mine) / sum(rec["seconds"] for rec in mine)
+        speed = tokens_per_second(records)
         per_round.append(speed)
         print(f"round {r + 1}: " + ", ".join(f"{n} {v:.1f}" for n, v in speed.items()), flush=True)
     hooks.remove()

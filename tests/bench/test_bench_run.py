@@ -230,3 +230,11 @@ def test_python_api_returns_the_result_and_records_the_command(model_dir, data_d
     assert "my-command --x" in (tmp_path / "bench-humaneval-quick.md").read_text()
     assert not list(tmp_path.glob("*.png"))
     assert json.loads((tmp_path / "bench-humaneval-quick.json").read_text())["runners"][2]["equal_to_baseline"] == 1.0
+
+
+def test_tokens_per_second_sums_each_runners_prompts():
+    from draftverify.bench.run import tokens_per_second
+
+    records = [{"runner": "a", "new_tokens": 10, "seconds": 1.0}, {"runner": "b", "new_tokens": 30, "seconds": 1.0},
+               {"runner": "a", "new_tokens": 20, "seconds": 0.5}]
+    assert tokens_per_second(records) == {"a": 20.0, "b": 30.0}  # (10 + 20) / 1.5, not the mean of 10 and 40

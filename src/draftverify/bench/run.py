@@ -88,6 +88,16 @@ def compilations() -> int:
     return int(counters["frames"]["total"])
 
 
+def tokens_per_second(records: list[dict]) -> dict[str, float]:
+    """Each runner's new tokens over its seconds, summed over the prompts of a measure() call's records."""
+    totals: dict[str, list[float]] = {}
+    for rec in records:
+        total = totals.setdefault(rec["runner"], [0.0, 0.0])
+        total[0] += rec["new_tokens"]
+        total[1] += rec["seconds"]
+    return {name: tokens / seconds for name, (tokens, seconds) in totals.items()}
+
+
 def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer) -> list[dict]:
     """One warm-up per (runner, temperature) row, then prompt-major: each prompt through every row.
 
