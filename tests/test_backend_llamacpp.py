@@ -150,6 +150,25 @@ def test_the_draft_equal_to_the_target_accepts_everything_on_trees_and_chains(ti
 
 
 # ---- the backend's cache: rollback, trees in one decode, keeping a branch -------------------------------------
+def test_rollback_drops_the_tail_beyond_a_length_uncommitted(tiny):
+    """rollback (a staged draft's looked-up tokens it did not choose): the positions before `length` stay and the
+    tail stays uncommitted, so a later commit still keeps a prefix of it."""
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    lm.start(torch.tensor([PROMPT]))
+    lm.forward(torch.tensor([[17, 40, 41, 42]]))
+    lm.rollback(lm.committed + 2)  # keep 17, 40 in the tail
+    assert (lm.committed, lm.length) == (len(PROMPT) - 1, len(PROMPT) + 1)
+    again = lm.forward(torch.tensor([[43]])).logits
+    lm.commit(1)  # only 17 is kept after all
+    assert lm.length == len(PROMPT)
+    fresh = LlamaCppLM(tiny["target"], threads=1)
+    fresh.start(torch.tensor([PROMPT]))
+    reference = fresh.forward(torch.tensor([[17, 40, 43]])).logits[:, 2:]
+    assert torch.allclose(again, reference, atol=1e-3)
+    with pytest.raises(DraftVerifyError, match="cannot roll back to"):
+        lm.rollback(lm.length + 1)
+
+
 def test_rollback_then_rescoring_gives_the_logits_of_a_fresh_run(tiny):
     lm = LlamaCppLM(tiny["target"], threads=1)
     lm.start(torch.tensor([PROMPT]))

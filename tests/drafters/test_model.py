@@ -292,3 +292,53 @@ def test_bind_checks_vocabulary_and_kind():
         drafter.bind(CachedLM(model("t5")), 64)
     with pytest.raises(DraftVerifyError, match="positions"):
         drafter.bind(CachedLM(model("gpt2")), 10_000)
+
+
+# ---------------------------------------------------------------- staged drafting (looked-up tokens ride along)
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_staged_drafting_proposes_the_draft_models_own_tokens_with_fewer_forwards(lean):
+    """On text that repeats, a forward that also scores the prompt-lookup continuation keeps the looked-up tokens
+    equal to the draft's own greedy choices: the same draft (tokens and q) as one token per forward, in fewer
+    forwards, and after each commit the cache holds what a drafter without lookup holds."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from draftverify.backends.lean_draft import draft_backend
+
+    zoo = Path(__file__).resolve().parents[2] / "zoo" / "code"
+    tokenizer = AutoTokenizer.from_pretrained(zoo / "tokenizer")
+    weights = AutoModelForCausalLM.from_pretrained(zoo / "draft", dtype=torch.float32)
+    text = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef add(a, b):\n"
+    prompt = torch.tensor([tokenizer(text).input_ids])
+    drafters = [ModelDrafter(draft_backend(weights, "draft", False, lean), lookup_tokens=k) for k in (0, 5)]
+    states = []
+    for drafter in drafters:
+        st = DecodingState(tokens=prompt.clone(), source_ids=None, prompt_length=prompt.shape[1],
+                           params=SamplingParams(), generator=None)
+        drafter.start(st)
+        states.append(st)
+    for accepted in (6, 2, 8):
+        drafts = [d.propose(st, 8) for d, st in zip(drafters, states)]
+        assert torch.equal(drafts[0].tokens, drafts[1].tokens)
+        assert torch.allclose(drafts[0].q_probs, drafts[1].q_probs, atol=1e-4)
+        wrong = (int(drafts[0].tokens[0, accepted]) + 1) if accepted < 8 else 11  # the target disagrees there
+        for drafter, st, draft in zip(drafters, states, drafts):
+            commit(drafter, st, draft.tokens, accepted, wrong)
+        assert int(drafters[1].lm.row_length[0]) == int(drafters[0].lm.row_length[0])
+    assert drafters[1].forward_calls < drafters[0].forward_calls  # looked-up tokens were kept, not drafted one by one
+
+
+def test_staged_drafting_is_off_for_batches_and_without_lookup_tokens():
+    drafter = ModelDrafter(model("llama"), lookup_tokens=5)
+    st = DecodingState(tokens=torch.tensor([PROMPT, PROMPT]), source_ids=None, prompt_length=len(PROMPT),
+                       params=SamplingParams(), generator=None)
+    drafter.start(st)
+    assert not drafter.stages
+    start(drafter, "llama")
+    assert drafter.stages
+    plain = ModelDrafter(model("llama"))
+    start(plain, "llama")
+    assert not plain.stages

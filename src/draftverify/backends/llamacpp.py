@@ -315,6 +315,21 @@ class LlamaCppLM(OneRow):
         self.root_children = 0
         self.chain = True
 
+    def rollback(self, length: int) -> None:
+        """Drop every cached position from `length` on, settled or not (a chain in sequence 0: a staged draft's
+        looked-up tokens it did not choose)."""
+        if not self.chain:
+            raise DraftVerifyError("rollback needs a chain tail; a token tree is pending in the llamacpp backend")
+        if not 0 <= length <= self.length:
+            raise DraftVerifyError(f"cannot roll back to {length} positions of {self.length}")
+        self.lib.llama_memory_seq_rm(self.memory, 0, length, -1)
+        self.tail = self.tail[: max(0, length - self.committed)]
+        if self.tail:
+            self.tail[-1].children = 0
+        else:
+            self.root_children = 0
+        self.committed = min(self.committed, length)
+
     # ---- bookkeeping ------------------------------------------------------------------------------------------
     def _parents(self, n: int, mask: torch.Tensor | None) -> list[int]:
         """Each new token's parent (a tail index; new token i is base + i; -1: the committed prefix's end)."""

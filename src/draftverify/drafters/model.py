@@ -11,6 +11,12 @@ from ..registry import register_drafter
 from ..sampling import draw_next, probs_from_logits
 from ..types import DecodingState, Draft, SamplingParams, Verdict
 from .base import Drafter, stack_draft
+from .prompt_lookup import find_continuation
+
+# looked-up tokens a draft forward scores beside the pending one (staged drafting, see ModelDrafter.looked_up;
+# python scripts/staged_draft_ab.py -> benchmarks/staged-draft-ab.md: 1.07x on the HF backend at 5, 1.01-1.02x at
+# 3-10 on llama.cpp, whose draft forward over 11 tokens costs about 4x one token)
+LOOKUP_TOKENS = 5
 
 
 def require_shared_vocabulary(options, drafter: str) -> None:
@@ -39,13 +45,17 @@ class ModelDrafter(Drafter):
 
     supports_batch = True
 
-    def __init__(self, model: PreTrainedModel | CachedLM, fallback_threshold: float = 0.0):
+    def __init__(self, model: PreTrainedModel | CachedLM, fallback_threshold: float = 0.0, lookup_tokens: int = 0,
+                 lookup_ngrams: tuple[int, int] = (3, 2)):
         super().__init__()
         self.fallback_threshold = check_number("fallback threshold alpha_FB", fallback_threshold, 0.0, 1.0)
+        self.lookup_tokens = lookup_tokens  # staged drafting (see looked_up); 0: off
+        self.lookup_ngrams = lookup_ngrams  # longest and shortest n-gram the lookup matches
         # a CachedLM or any other backend as it is; HF models wrapped in a CachedLM (from_options picks the lean
         # backend where it applies: backends/lean_draft.py)
         self.lm = cached_model(model, "draft")
         self.discard: torch.Tensor | None = None  # batches: rows whose drafts another drafter replaced (see commit)
+        self.stages = False  # staged drafting this request: lookup_tokens > 0, one decoder-only row, no rows joined
         self._fed: torch.Tensor | None = None  # batches: each row's committed tokens when the last draft began
 
     @classmethod
@@ -57,7 +67,9 @@ class ModelDrafter(Drafter):
 
             return CrossTokenizerDrafter.from_options(target, options)
         draft = draft_backend(options.draft_model, "draft", options.compile, options.lean_draft)  # LeanLM or CachedLM
-        return cls(draft, fallback_threshold=options.alpha_fb)
+        # staged drafting on a growing cache (a compiled draft keeps fixed widths)
+        return cls(draft, fallback_threshold=options.alpha_fb, lookup_tokens=0 if options.compile else LOOKUP_TOKENS,
+                   lookup_ngrams=(options.prompt_lookup_max_ngram, options.lookup_model_min_ngram))
 
     def bind(self, target: CachedLM, max_positions: int) -> None:
         self.check_pair(self.lm, target, max_positions)
@@ -79,6 +91,8 @@ class ModelDrafter(Drafter):
         draft.check_fits(max_positions)
 
     def start(self, state: DecodingState, prefilled=None) -> None:
+        self.stages = self.lookup_tokens > 0 and not self.lm.is_encoder_decoder and state.tokens.shape[0] == 1 \
+            and not state.padded
         if self.lm.is_encoder_decoder:
             self.lm.start(state.source_ids)
             return
@@ -107,31 +121,54 @@ class ModelDrafter(Drafter):
         q: list[torch.Tensor] = []
         stop = state.draft_confidence
         greedy = isinstance(params, SamplingParams) and params.greedy
+        staged = self.stages  # one row on a one-row cache: looked-up tokens ride along (looked_up)
         drafting = lengths = None  # the confidence stop: rows still drafting [B], tokens per row [B]
-        for i in range(gamma):
-            logits = self.lm.forward(pending, new_valid=new_valid).logits[:, -1]  # [B, V]
+        done = False
+        while not done and len(tokens) < gamma:
+            found = self.looked_up(state, tokens, gamma) if staged else pending[:, :0]  # [1, L] or [B, 0]
+            held = int(self.lm.row_length[0]) if staged else 0
+            width = pending.shape[1]
+            logits = self.lm.forward(torch.cat([pending, found], dim=1), new_valid=new_valid).logits  # [B, w + L, V]
             new_valid = None
             self.forward_calls += 1
-            q_i = probs_from_logits(logits, params)  # [B, V]
-            top_q, argmax = q_i.max(dim=-1)  # [B], [B]: max q (the stop rules read it) and, greedy, the token
-            if self.fallback_threshold > 0 and float(top_q.max()) <= self.fallback_threshold:
-                break
-            x = argmax if greedy else draw_next(q_i, state, i)  # [B]
-            tokens.append(x)
-            q.append(q_i)
-            pending = x[:, None]
-            if stop > 0:  # the draft ends at its first unconfident token, that token included (ConfidenceGamma)
-                confident = top_q > stop  # [B]
-                if drafting is None:
-                    drafting, lengths = torch.ones_like(confident), torch.zeros_like(x)
-                lengths += drafting
-                drafting &= confident
-                if not bool(drafting.any()):  # the batch's forward goes on while any row is still drafting
+            kept = 0  # looked-up tokens equal to the draft's own, so their positions' logits are its next ones
+            for j in range(found.shape[1] + 1):
+                q_i = probs_from_logits(logits[:, width - 1 + j], params)  # [B, V]
+                top_q, argmax = q_i.max(dim=-1)  # [B], [B]: max q (the stop rules read it) and, greedy, the token
+                if self.fallback_threshold > 0 and float(top_q.max()) <= self.fallback_threshold:
+                    done = True
                     break
+                x = argmax if greedy else draw_next(q_i, state, len(tokens))  # [B]
+                tokens.append(x)
+                q.append(q_i)
+                pending = x[:, None]
+                if stop > 0:  # the draft ends at its first unconfident token, that token included (ConfidenceGamma)
+                    confident = top_q > stop  # [B]
+                    if drafting is None:
+                        drafting, lengths = torch.ones_like(confident), torch.zeros_like(x)
+                    lengths += drafting
+                    drafting &= confident
+                    done = not bool(drafting.any())  # the batch's forward goes on while any row is still drafting
+                matches = j < found.shape[1] and int(x[0]) == int(found[0, j])
+                kept += matches
+                if done or len(tokens) >= gamma or not matches:
+                    break
+            if kept < found.shape[1]:  # drop the looked-up tokens the draft did not choose from its cache
+                self.lm.rollback(held + width + kept)
         draft = stack_draft(tokens, q, state)
         if lengths is not None and bool((lengths < draft.length).any()):
             draft.lengths = lengths
         return draft
+
+    def looked_up(self, state: DecodingState, tokens: list[torch.Tensor], gamma: int) -> torch.Tensor:
+        """Staged drafting: the prompt-lookup continuation of the row's text and draft so far [1, L], scored in
+        the same draft forward as the pending token; the draft keeps the leading ones equal to its own choices,
+        so one forward can yield several of its tokens and the proposals are unchanged."""
+        room = min(self.lookup_tokens, gamma - len(tokens) - 1)
+        if room <= 0:
+            return state.tokens[:, :0]
+        haystack = torch.cat([state.row(0), *tokens])  # [L]
+        return find_continuation(haystack, self.lookup_ngrams[0], self.lookup_ngrams[1], room)[None]
 
     def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
         # the tail holds the committed tokens fed this step and the drafts fed after them; only the accepted drafts
@@ -146,4 +183,5 @@ class ModelDrafter(Drafter):
         self.lm.drop_rows(keep)
 
     def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        self.stages = False
         self.lm.join_rows(input_ids, attention_mask)
