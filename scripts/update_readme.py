@@ -35,6 +35,7 @@ SOURCES = {
     "llamacpp-draft-gguf": ("benchmarks/llamacpp-draft-gguf.md", None),
     "bench-rounds": ("benchmarks/bench-rounds.md", None),
     "llamacpp-flash-attn": ("benchmarks/llamacpp-flash-attn.md", None),
+    "staged-draft-ab": ("benchmarks/staged-draft-ab.md", None),
     "lean-draft": ("benchmarks/lean-draft.md", "## Milliseconds per draft forward"),
     "lean-draft-generation": ("benchmarks/lean-draft.md", "## Generation"),
 }
