@@ -12,7 +12,6 @@ Usage: python scripts/bench_rounds.py [--pairs OURS/PEER,...] [--prompts 8] [--r
 Writes benchmarks/bench-rounds.md (and prints it)."""
 from __future__ import annotations
 
-import argparse
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from draftverify.bench.models import load_models
 from draftverify.bench.prompts import load_prompts
 from draftverify.bench.run import measure, select_prompts, tokens_per_second
 from draftverify.bench.runners import install_hooks
+from ab_options import ab_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 # the issue's aims: ours on llama.cpp against llama.cpp plain (2x) and its prompt lookup at llama-cpp-python's
@@ -41,14 +41,12 @@ FAMILIES = ("llamacpp", "llamacpp_prompt_lookup", "hf_assisted", "model", "model
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = ab_parser(rounds=5)
     ap.add_argument("--pairs", default=PAIRS)
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     pairs = [tuple(p.split("/")) for p in args.pairs.split(",")]
-    if args.prompts < 1 or args.rounds < 1 or any(len(p) != 2 for p in pairs):
-        ap.exit(2, "error: --prompts and --rounds must be at least 1, --pairs a comma list of OURS/PEER row names\n")
+    if any(len(p) != 2 for p in pairs):
+        ap.exit(2, "error: --pairs takes a comma list of OURS/PEER row names\n")
     torch.set_num_threads(2)
     config = BenchConfig(zoo="code", backends=("hf", "llamacpp"), runners=FAMILIES, gammas=("conf", "conf=0.8"),
                          temperatures=(0.0,), threads=2, num_prompts=args.prompts, max_new_tokens=128,

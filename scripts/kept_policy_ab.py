@@ -7,7 +7,6 @@ Usage: python scripts/kept_policy_ab.py [--backends llamacpp,hf] [--method model
 Writes benchmarks/kept-policy.md (and prints it)."""
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
@@ -17,20 +16,17 @@ from draftverify import DraftVerifyError, load
 from draftverify.bench.environment import machine, now
 from draftverify.bench.prompts import default_data_dir, load_humaneval
 from draftverify.draft_length import make_draft_length
+from ab_options import ab_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 GAMMA = "conf"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = ab_parser()
     ap.add_argument("--backends", default="llamacpp,hf")
     ap.add_argument("--method", default="model")
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    if args.prompts < 1 or args.rounds < 1:
-        ap.exit(2, "error: --prompts and --rounds must be at least 1\n")
     torch.set_num_threads(2)
     prompts = [p.text for p in load_humaneval(default_data_dir())[: args.prompts]]
     lines = []

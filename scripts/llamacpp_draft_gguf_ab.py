@@ -11,7 +11,6 @@ Usage: python scripts/llamacpp_draft_gguf_ab.py [--types q8_0,f32] [--methods mo
 Writes benchmarks/llamacpp-draft-gguf.md (and prints it)."""
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from draftverify import DraftVerifyError, load
 from draftverify.backends import DRAFT_GGUF_TYPES
 from draftverify.bench.environment import machine, now
 from draftverify.bench.prompts import default_data_dir, load_humaneval
+from ab_options import ab_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 120  # tokens before the timed one-token draft forward, as the bench's cost curve
@@ -69,16 +69,12 @@ def measure(pipes: dict[str, object], prompts: list[str], rounds: int) -> dict[s
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = ab_parser()
     ap.add_argument("--types", default="q8_0,f32")
     ap.add_argument("--methods", default="model,lookup_model")
     ap.add_argument("--gamma", default="conf")
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     types = args.types.split(",")
-    if args.prompts < 1 or args.rounds < 1:
-        ap.exit(2, "error: --prompts and --rounds must be at least 1\n")
     if len(types) < 2 or any(t not in DRAFT_GGUF_TYPES for t in types):
         ap.exit(2, f"error: --types takes two or more of {', '.join(DRAFT_GGUF_TYPES)}, got {args.types!r}\n")
     torch.set_num_threads(2)

@@ -13,7 +13,6 @@ over rounds. Usage: python scripts/llamacpp_flash_attn_ab.py [--prompts 8] [--ro
 Writes benchmarks/llamacpp-flash-attn.md (and prints it)."""
 from __future__ import annotations
 
-import argparse
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +28,7 @@ from draftverify.bench.models import load_models
 from draftverify.bench.prompts import load_prompts
 from draftverify.bench.run import measure, select_prompts, tokens_per_second
 from draftverify.bench.runners import install_hooks
+from ab_options import ab_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = "llamacpp:model_aligned[conf=0.8]"
@@ -36,12 +36,8 @@ PEERS = ("llamacpp", "llamacpp_prompt_lookup[default]")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = ab_parser()
     args = ap.parse_args()
-    if args.prompts < 1 or args.rounds < 1:
-        ap.exit(2, "error: --prompts and --rounds must be at least 1\n")
     torch.set_num_threads(2)
     config = BenchConfig(zoo="code", backends=("llamacpp",), runners=("llamacpp", "llamacpp_prompt_lookup",
                                                                       "model_aligned"),

@@ -6,7 +6,6 @@ Usage: python scripts/loop_threads_ab.py [--method model] [--gamma conf] [--prom
 Writes benchmarks/loop-threads.md (and prints it)."""
 from __future__ import annotations
 
-import argparse
 import contextlib
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import draftverify.threads as threads
 from draftverify import DraftVerifyError, load
 from draftverify.bench.environment import machine, now
 from draftverify.bench.prompts import default_data_dir, load_humaneval
+from ab_options import ab_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,11 +50,9 @@ def measure(pipe, prompts, rounds: int) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = ab_parser()
     ap.add_argument("--method", default="model")
     ap.add_argument("--gamma", default="conf")
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     if args.prompts < 1 or args.rounds < 1:
         ap.error("--prompts and --rounds must be at least 1")

@@ -8,7 +8,6 @@ Usage: python scripts/staged_draft_ab.py [--prompts 8] [--rounds 3]
 Writes benchmarks/staged-draft-ab.md (and prints it)."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
@@ -16,6 +15,7 @@ import torch
 from draftverify import DraftVerifyError, load
 from draftverify.bench.environment import machine, now
 from draftverify.bench.prompts import default_data_dir, load_humaneval
+from ab_options import ab_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = (0, 3, 5, 10)
@@ -23,12 +23,8 @@ ROWS = (("hf", "draft", "conf"), ("llamacpp", "draft-aligned", "conf=0.8"))
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = ab_parser()
     args = ap.parse_args()
-    if args.prompts < 1 or args.rounds < 1:
-        ap.exit(2, "error: --prompts and --rounds must be at least 1\n")
     torch.set_num_threads(2)
     prompts = [p.text for p in load_humaneval(default_data_dir())[: args.prompts]]
     lines = []

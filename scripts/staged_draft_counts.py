@@ -13,7 +13,6 @@ forward at the widths the replay used. Usage: python scripts/staged_draft_counts
 Writes benchmarks/staged-draft-counts-<lookup>.md (and prints it)."""
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -27,6 +26,7 @@ from draftverify.bench.prompts import default_data_dir, load_humaneval
 from draftverify.drafters.model import ModelDrafter
 from draftverify.drafters.prompt_lookup import find_continuation
 from draftverify.methods import MethodOptions
+from ab_options import ab_parser, at_least_one
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW_TOKENS = 128
@@ -94,12 +94,9 @@ def forward_ms(pipe, context: list[int], width: int, after_verify: bool, repeats
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--lookup", type=int, default=LOOKUP_TOKENS, help="looked-up tokens scored per draft forward")
+    ap = ab_parser(rounds=None)
+    ap.add_argument("--lookup", type=at_least_one, default=LOOKUP_TOKENS, help="looked-up tokens per draft forward")
     args = ap.parse_args()
-    if args.prompts < 1 or args.lookup < 1:
-        ap.exit(2, "error: --prompts and --lookup must be at least 1\n")
     torch.set_num_threads(2)
     pipe = load(zoo="code", draft=ROOT / "zoo" / "code" / "draft-aligned", method="model", backend="llamacpp",
                 gamma="conf=0.8", threads=2)

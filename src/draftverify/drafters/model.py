@@ -128,7 +128,8 @@ class ModelDrafter(Drafter):
             found = self.looked_up(state, tokens, gamma) if staged else pending[:, :0]  # [1, L] or [B, 0]
             held = int(self.lm.row_length[0]) if staged else 0
             width = pending.shape[1]
-            logits = self.lm.forward(torch.cat([pending, found], dim=1), new_valid=new_valid).logits  # [B, w + L, V]
+            fed = torch.cat([pending, found], dim=1) if found.shape[1] else pending  # [B, w + L]
+            logits = self.lm.forward(fed, new_valid=new_valid).logits  # [B, w + L, V]
             new_valid = None
             self.forward_calls += 1
             kept = 0  # looked-up tokens equal to the draft's own, so their positions' logits are its next ones
