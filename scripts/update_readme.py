@@ -36,6 +36,9 @@ SOURCES = {
     "bench-rounds": ("benchmarks/bench-rounds.md", None),
     "llamacpp-flash-attn": ("benchmarks/llamacpp-flash-attn.md", None),
     "staged-draft-ab": ("benchmarks/staged-draft-ab.md", None),
+    "llamacpp-precision": ("benchmarks/llamacpp-precision.md", None),
+    "llamacpp-time-split": ("benchmarks/llamacpp-time-split.md", None),
+    "llamacpp-time-split-widths": ("benchmarks/llamacpp-time-split.md", "## Verify forwards by width"),
     "lean-draft": ("benchmarks/lean-draft.md", "## Milliseconds per draft forward"),
     "lean-draft-generation": ("benchmarks/lean-draft.md", "## Generation"),
 }
