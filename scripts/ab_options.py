@@ -3,6 +3,9 @@ value is argparse's one-line error and exit 2)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def at_least_one(text: str) -> int:
@@ -22,3 +25,9 @@ def ab_parser(rounds: int | None = 3, prompts: int = 8) -> argparse.ArgumentPars
     if rounds is not None:
         ap.add_argument("--rounds", type=at_least_one, default=rounds)
     return ap
+
+
+def write_report(name: str, text: str) -> None:
+    """Write a script's markdown report to benchmarks/<name> and print it."""
+    (BENCHMARKS / name).write_text(text)
+    print(text)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 
@@ -26,9 +25,8 @@ from draftverify.bench.models import load_models
 from draftverify.bench.prompts import load_prompts
 from draftverify.bench.run import measure, select_prompts, tokens_per_second
 from draftverify.bench.runners import install_hooks
-from ab_options import ab_parser
+from ab_options import ab_parser, write_report
 
-ROOT = Path(__file__).resolve().parents[1]
 # the issue's aims: ours on llama.cpp against llama.cpp plain (2x) and its prompt lookup at llama-cpp-python's
 # defaults (1.5x), with the zoo draft and with its aligned twin at the threshold chosen on held-out prompts
 # (benchmarks/draft-stop-rules-aligned.md); `model` with the confidence stop on HF against transformers' assisted
@@ -98,9 +96,7 @@ def main() -> None:
         "| round | " + " | ".join(f"`{n}`" for n in names) + " |",
         "|---|" + "---:|" * len(names),
         *[f"| {r + 1} | " + " | ".join(f"{x[n]:.1f}" for n in names) + " |" for r, x in enumerate(per_round)], ""])
-    out = ROOT / "benchmarks" / "bench-rounds.md"
-    out.write_text(text)
-    print(text)
+    write_report("bench-rounds.md", text)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ Writes benchmarks/draft-stop-rules.md (or --out; and prints it)."""
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
 
 import torch

@@ -8,7 +8,6 @@ Writes benchmarks/kept-policy.md (and prints it)."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 
@@ -16,9 +15,8 @@ from draftverify import DraftVerifyError, load
 from draftverify.bench.environment import machine, now
 from draftverify.bench.prompts import default_data_dir, load_humaneval
 from draftverify.draft_length import make_draft_length
-from ab_options import ab_parser
+from ab_options import ab_parser, write_report
 
-ROOT = Path(__file__).resolve().parents[1]
 GAMMA = "conf"
 
 
@@ -73,9 +71,7 @@ def main() -> None:
         "pipeline's one conf policy (timings, acceptance and confidence rates kept across calls); **fresh**: a new "
         "policy each call sharing only the pipeline's timings. Same text in both modes on every prompt.", "",
         "| backend | row | policy | tok/s | vs fresh | tokens / call |", "|---|---|---|---:|---:|---:|", *lines, ""])
-    out = ROOT / "benchmarks" / "kept-policy.md"
-    out.write_text(text)
-    print(text)
+    write_report("kept-policy.md", text)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
@@ -21,9 +20,8 @@ from draftverify import DraftVerifyError, load
 from draftverify.backends import DRAFT_GGUF_TYPES
 from draftverify.bench.environment import machine, now
 from draftverify.bench.prompts import default_data_dir, load_humaneval
-from ab_options import ab_parser
+from ab_options import ab_parser, write_report
 
-ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 120  # tokens before the timed one-token draft forward, as the bench's cost curve
 
 
@@ -114,9 +112,7 @@ def main() -> None:
         f"| row | draft GGUF | forward ms | tok/s | vs {types[1]} | tokens / call | draft forwards | "
         "draft ms / forward |",
         "|---|---|---:|---:|---:|---:|---:|---:|", *lines, ""])
-    out = ROOT / "benchmarks" / "llamacpp-draft-gguf.md"
-    out.write_text(text)
-    print(text)
+    write_report("llamacpp-draft-gguf.md", text)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 
@@ -28,9 +27,8 @@ from draftverify.bench.models import load_models
 from draftverify.bench.prompts import load_prompts
 from draftverify.bench.run import measure, select_prompts, tokens_per_second
 from draftverify.bench.runners import install_hooks
-from ab_options import ab_parser
+from ab_options import ab_parser, write_report
 
-ROOT = Path(__file__).resolve().parents[1]
 OURS = "llamacpp:model_aligned[conf=0.8]"
 PEERS = ("llamacpp", "llamacpp_prompt_lookup[default]")
 
@@ -88,9 +86,7 @@ def main() -> None:
         "|---|---:|---:|---:|", *lines, "",
         "Greedy text equal to the plain peer's with flash attention on, prompt by prompt over all rounds: "
         + ", ".join(f"`{n}` {same[n]}/{total}" for n in same) + ".", ""])
-    out = ROOT / "benchmarks" / "llamacpp-flash-attn.md"
-    out.write_text(text)
-    print(text)
+    write_report("llamacpp-flash-attn.md", text)
 
 
 if __name__ == "__main__":

@@ -31,9 +31,8 @@ from draftverify.bench.models import load_models
 from draftverify.bench.prompts import load_prompts
 from draftverify.bench.run import measure, select_prompts, tokens_per_second
 from draftverify.bench.runners import install_hooks
-from ab_options import ab_parser
+from ab_options import ab_parser, write_report
 
-ROOT = Path(__file__).resolve().parents[1]
 DTYPES = ("float32", "float16", "bfloat16")
 OURS = "llamacpp:model_aligned[conf=0.8]"
 PLAIN, LOOKUP = "llamacpp", "llamacpp_prompt_lookup[default]"
@@ -139,9 +138,7 @@ def main() -> None:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *lines, "",
         "Where our text differs from llama.cpp's plain text:" if flips else
         "Our text equals llama.cpp's plain text on every prompt at every precision.", *flips, ""])
-    out = ROOT / "benchmarks" / "llamacpp-precision.md"
-    out.write_text(text)
-    print(text)
+    write_report("llamacpp-precision.md", text)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from draftverify import DraftVerifyError, load
 from draftverify.backends import llamacpp
 from draftverify.bench.environment import machine, now
 from draftverify.bench.prompts import default_data_dir, load_humaneval
-from ab_options import ab_parser
+from ab_options import ab_parser, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTHS = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 32), (33, 64))  # verify width buckets (tokens per forward)
@@ -116,9 +116,7 @@ def main() -> None:
         "Target verify forwards by width (tokens scored; kept: tokens committed, the target's own included):", "",
         "| width | forwards | mean width | mean kept | ms / forward | seconds | ms / kept token |",
         "|---|---:|---:|---:|---:|---:|---:|", *buckets, ""])
-    out = ROOT / "benchmarks" / "llamacpp-time-split.md"
-    out.write_text(text)
-    print(text)
+    write_report("llamacpp-time-split.md", text)
 
 
 if __name__ == "__main__":

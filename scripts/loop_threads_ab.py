@@ -10,7 +10,6 @@ import contextlib
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -18,9 +17,8 @@ import draftverify.threads as threads
 from draftverify import DraftVerifyError, load
 from draftverify.bench.environment import machine, now
 from draftverify.bench.prompts import default_data_dir, load_humaneval
-from ab_options import ab_parser
+from ab_options import ab_parser, write_report
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
@@ -84,9 +82,7 @@ def main() -> None:
         f"alternating {args.rounds} rounds in one process (same text every time).", "",
         "| machine | one torch thread tok/s | torch's 2 threads tok/s | one / two |",
         "|---|---:|---:|---:|", *rows, ""])
-    out = ROOT / "benchmarks" / "loop-threads.md"
-    out.write_text(text)
-    print(text)
+    write_report("loop-threads.md", text)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import torch
 from draftverify import DraftVerifyError, load
 from draftverify.bench.environment import machine, now
 from draftverify.bench.prompts import default_data_dir, load_humaneval
-from ab_options import ab_parser
+from ab_options import ab_parser, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = (0, 3, 5, 10)
@@ -69,9 +69,7 @@ def main() -> None:
         "the draft's own choices.", "",
         "| backend | draft | gamma | lookup tokens | tok/s | vs 0 | tokens / call | draft forwards |",
         "|---|---|---|---:|---:|---:|---:|---:|", *lines, ""])
-    out = ROOT / "benchmarks" / "staged-draft-ab.md"
-    out.write_text(text)
-    print(text)
+    write_report("staged-draft-ab.md", text)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from draftverify.bench.prompts import default_data_dir, load_humaneval
 from draftverify.drafters.model import ModelDrafter
 from draftverify.drafters.prompt_lookup import find_continuation
 from draftverify.methods import MethodOptions
-from ab_options import ab_parser, at_least_one
+from ab_options import ab_parser, at_least_one, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW_TOKENS = 128
@@ -133,9 +133,7 @@ def main() -> None:
         "| width (tokens) | staged forwards | ms after a verify | ms after a draft forward |",
         "|---:|---:|---:|---:|",
         *[f"| {w} | {count[w]} | {cold[w]:.3f} | {warm[w]:.3f} |" for w in used], ""])
-    out = ROOT / "benchmarks" / f"staged-draft-counts-{args.lookup}.md"
-    out.write_text(text)
-    print(text)
+    write_report(f"staged-draft-counts-{args.lookup}.md", text)
 
 
 if __name__ == "__main__":
