@@ -185,17 +185,55 @@ def test_lookup_model_rows_drafted_by_the_model_keep_their_own_stops():
     assert draft.lengths[1:].tolist() == model_lengths(value)
 
 
+class LookupSays:
+    """Stands in for ModelDrafter.looked_up: prompt lookup 'finds' the given continuation (the tokens after those
+    drafted so far, as many as the drafter has room for), so a test decides where lookup agrees with the draft."""
+
+    def __init__(self, continuation: list[int]):
+        self.continuation = continuation
+
+    def __call__(self, st, tokens, gamma):
+        room = min(5, gamma - len(tokens) - 1)  # as looked_up: lookup_tokens, leaving the forward's own token
+        return torch.tensor([self.continuation[len(tokens) : len(tokens) + max(room, 0)]], dtype=torch.long)
+
+
+@torch.inference_mode()
+def test_a_token_prompt_lookup_proposes_too_counts_as_confident():
+    """Staged drafting with the stop at 1.0 (every max q is <= 1): alone, each draft is one token; where lookup
+    proposes the draft's own tokens the draft goes on through them, and it ends at the first token lookup does not
+    propose (that token included): a looked-up token it does not choose, or the forward's own token after the 5
+    looked-up ones. The tokens are the draft model's either way, and with lookup_confirms off the agreement is
+    ignored."""
+    full = ModelDrafter(draft_model("llama"))
+    full.start(state(PROMPT, 0.0))
+    own = full.propose(state(PROMPT, 0.0), 8).tokens[0].tolist()
+    # lookup agrees on the draft's first 4 tokens, then proposes something else
+    says = own[:4] + [(t + 1) % draft_model("llama").config.vocab_size for t in own[4:]]
+    for confirms, continuation, length in ((True, own, 6), (True, says, 5), (False, own, 1)):
+        drafter = ModelDrafter(draft_model("llama"), lookup_tokens=5)
+        drafter.lookup_confirms = confirms
+        st = state(PROMPT, 1.0)
+        drafter.start(st)
+        assert drafter.stages
+        drafter.looked_up = LookupSays(continuation)
+        draft = drafter.propose(st, 8)
+        assert draft.length == length, (confirms, continuation)
+        assert draft.tokens[0].tolist() == own[:length]
+
+
 # ---------------------------------------------------------------- through the loop: lossless
 
 
 def make(kind: str, arch: str):
     if kind == "model":
         return ModelDrafter(draft_model(arch))
+    if kind == "staged":  # looked-up tokens ride along, and a token lookup proposes too counts as confident
+        return ModelDrafter(draft_model(arch), lookup_tokens=5)
     return LookupModelDrafter(draft_model(arch), max_ngram=3, min_ngram=1)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("kind", ["model", "lookup_model"])
+@pytest.mark.parametrize("kind", ["model", "staged", "lookup_model"])
 def test_greedy_output_is_the_targets_own(arch, kind):
     value = threshold(arch)
     expected = reference_greedy(arch, PROMPT, NEW)

@@ -40,7 +40,10 @@ class ModelDrafter(Drafter):
 
     The length policy's confidence stop (DecodingState.draft_confidence, gamma `conf`) is the same test used as a
     draft length: the draft ends *at* (not before) its first token whose max q is <= the threshold, and in a batch
-    each row ends on its own (Draft.lengths) while the draft forward goes on for the rows still drafting.
+    each row ends on its own (Draft.lengths) while the draft forward goes on for the rows still drafting. With
+    staged drafting (one row), a token that prompt lookup proposes too counts as confident whatever its max q: two
+    drafters that agree are right far more often than the draft's q says (scripts/lookup_agreement_ab.py). The stop
+    still reads only the committed text and the draft, so every exact verifier stays exact.
     """
 
     supports_batch = True
@@ -51,6 +54,7 @@ class ModelDrafter(Drafter):
         self.fallback_threshold = check_number("fallback threshold alpha_FB", fallback_threshold, 0.0, 1.0)
         self.lookup_tokens = lookup_tokens  # staged drafting (see looked_up); 0: off
         self.lookup_ngrams = lookup_ngrams  # longest and shortest n-gram the lookup matches
+        self.lookup_confirms = True  # staged drafting: a token prompt lookup proposes too counts as confident
         # a CachedLM or any other backend as it is; HF models wrapped in a CachedLM (from_options picks the lean
         # backend where it applies: backends/lean_draft.py)
         self.lm = cached_model(model, "draft")
@@ -143,14 +147,14 @@ class ModelDrafter(Drafter):
                 tokens.append(x)
                 q.append(q_i)
                 pending = x[:, None]
+                matches = j < found.shape[1] and int(x[0]) == int(found[0, j])  # prompt lookup proposes x too
                 if stop > 0:  # the draft ends at its first unconfident token, that token included (ConfidenceGamma)
-                    confident = top_q > stop  # [B]
+                    confident = (top_q > stop) | (matches and self.lookup_confirms)  # [B]
                     if drafting is None:
                         drafting, lengths = torch.ones_like(confident), torch.zeros_like(x)
                     lengths += drafting
                     drafting &= confident
                     done = not bool(drafting.any())  # the batch's forward goes on while any row is still drafting
-                matches = j < found.shape[1] and int(x[0]) == int(found[0, j])
                 kept += matches
                 if done or len(tokens) >= gamma or not matches:
                     break
@@ -164,7 +168,9 @@ class ModelDrafter(Drafter):
     def looked_up(self, state: DecodingState, tokens: list[torch.Tensor], gamma: int) -> torch.Tensor:
         """Staged drafting: the prompt-lookup continuation of the row's text and draft so far [1, L], scored in
         the same draft forward as the pending token; the draft keeps the leading ones equal to its own choices,
-        so one forward can yield several of its tokens and the proposals are unchanged."""
+        so one forward can yield several of its tokens and the proposals are unchanged. Each of them that the
+        draft chooses counts as confident (lookup_confirms); the forward's last token, past the looked-up ones,
+        is judged by its max q alone."""
         room = min(self.lookup_tokens, gamma - len(tokens) - 1)
         if room <= 0:
             return state.tokens[:, :0]

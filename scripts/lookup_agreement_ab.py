@@ -1,0 +1,99 @@
+"""Prompt lookup's agreement as draft confidence, on and off, side by side in one process.
+
+With staged drafting the model drafter already knows, for each drafted token, whether prompt lookup proposes the
+same token there (drafters/model.py ModelDrafter.lookup_confirms). On: such a token counts as confident whatever the
+draft's max q, so the confidence stop ends a draft only where the two drafters disagree or lookup has nothing. The
+proposals and the text are the same either way (only the draft length changes; the script stops if a text
+differs), so only speed and tokens per call move. Rows: the llama.cpp backend with the aligned draft at the bench's
+conf=0.8 and at higher thresholds (which the agreement makes pay), and both backends with the zoo draft at `conf`.
+
+--first picks the first HumanEval prompt, so a threshold can be chosen on prompts the bench (the first 8) never
+uses. Each round runs every setting of a row on every prompt, the order rotated prompt by prompt; the ratio column
+is the median over rounds of on / the row's reference setting (the bench's: off at the row's first gamma).
+
+Usage: python scripts/lookup_agreement_ab.py [--prompts 8] [--rounds 5] [--first 0]
+Writes benchmarks/lookup-agreement-ab.md (--first 0) or lookup-agreement-ab-from-N.md (and prints it)."""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import torch
+
+from draftverify import DraftVerifyError, load
+from draftverify.bench.environment import machine, now
+from draftverify.bench.prompts import default_data_dir, load_humaneval
+from ab_options import ab_parser, write_report
+
+ROOT = Path(__file__).resolve().parents[1]
+NEW_TOKENS = 128
+ROWS = (("llamacpp", "draft-aligned", ("conf=0.8", "conf=0.9", "conf=0.95")),
+        ("llamacpp", "draft", ("conf",)),
+        ("hf", "draft", ("conf",)))
+
+
+def main() -> None:
+    ap = ab_parser(rounds=5)
+    ap.add_argument("--first", type=int, default=0)
+    args = ap.parse_args()
+    if args.first < 0:
+        ap.exit(2, f"error: --first must be at least 0, got {args.first}\n")
+    torch.set_num_threads(2)
+    prompts = [p.text for p in load_humaneval(default_data_dir())[args.first : args.first + args.prompts]]
+    if not prompts:
+        ap.exit(2, f"error: HumanEval has no prompt {args.first}\n")
+    lines = []
+    for backend, draft, gammas in ROWS:
+        settings = [(gamma, confirms) for gamma in gammas for confirms in (False, True)]
+        try:
+            pipes = {s: load(zoo="code", draft=ROOT / "zoo" / "code" / draft, method="model", backend=backend,
+                             gamma=s[0], threads=2) for s in settings}
+        except DraftVerifyError as err:
+            ap.exit(2, f"error: {err}\n")
+        for (_, confirms), pipe in pipes.items():
+            pipe.drafter.lookup_confirms = confirms
+            pipe.generate(prompts[0], max_new_tokens=32)  # warm-up
+        rounds = []  # per round: setting -> [new tokens, target calls, seconds]
+        for _ in range(args.rounds):
+            totals = {s: [0, 0, 0.0] for s in settings}
+            for i, text in enumerate(prompts):
+                shift = i % len(settings)
+                texts = set()
+                for s in settings[shift:] + settings[:shift]:
+                    result = pipes[s].generate(text, max_new_tokens=NEW_TOKENS)
+                    stats = result.output.stats
+                    texts.add(result.text)
+                    totals[s][0] += stats.new_tokens
+                    totals[s][1] += stats.target_calls
+                    totals[s][2] += stats.time_total
+                if len(texts) != 1:
+                    raise SystemExit(f"{backend}, prompt {args.first + i}: the settings gave different texts")
+            rounds.append(totals)
+        reference = settings[0]
+        for s in settings:
+            speeds = [r[s][0] / r[s][2] for r in rounds]
+            ratios = [r[s][0] / r[s][2] / (r[reference][0] / r[reference][2]) for r in rounds]
+            new = sum(r[s][0] for r in rounds)
+            calls = sum(r[s][1] for r in rounds)
+            lines.append(f"| {backend} | `{draft}` | {s[0]} | {'on' if s[1] else 'off'} | {statistics.median(speeds):.1f} "
+                         f"| {statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f}) | {new / calls:.2f} |")
+    m = machine()
+    last = args.first + len(prompts) - 1
+    command = f"python scripts/lookup_agreement_ab.py --prompts {args.prompts} --rounds {args.rounds}" + (
+        f" --first {args.first}" if args.first else "")
+    text = "\n".join([
+        "# Prompt lookup's agreement as draft confidence", "",
+        f"`{command}`; {now()}; {m['cpu_model']} ({m['cores']} cores), 2 threads; `model` on the zoo target "
+        f"(llama.cpp: the f32 target GGUF, the draft at q8_0), HumanEval prompts {args.first}..{last} x "
+        f"{NEW_TOKENS} tokens, greedy, {args.rounds} rounds in one process, the settings alternating prompt by "
+        "prompt; every setting gave the same text on every prompt. **agreement on**: a drafted token that prompt "
+        "lookup proposes too counts as confident (ModelDrafter.lookup_confirms); **off**: the draft's max q alone. "
+        "**vs reference**: median over rounds of tok/s over the row's first setting (off at its first gamma), "
+        "with the range over rounds.", "",
+        "| backend | draft | gamma | agreement | tok/s (median round) | vs reference | tokens / call |",
+        "|---|---|---|---|---:|---:|---:|", *lines, ""])
+    write_report("lookup-agreement-ab.md" if not args.first else f"lookup-agreement-ab-from-{args.first}.md", text)
+
+
+if __name__ == "__main__":
+    main()
