@@ -396,3 +396,17 @@ def test_row_params_group_rows_by_settings_and_collapse_when_uniform():
     probs = probs_from_logits(logits, rows)
     for i, p in enumerate([a, b, a, b]):
         assert torch.equal(probs[i], probs_from_logits(logits[i : i + 1], p)[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_argmax_is_torchs_first_maximal_index(dtype):
+    """sampling.argmax (NumPy on the CPU for float32 / float64, torch otherwise) picks what torch's argmax picks,
+    ties included (the first maximal index), for one vector, rows, a [B, N, V] block and a strided view."""
+    from draftverify.sampling import argmax
+
+    g = torch.Generator().manual_seed(0)
+    block = torch.randint(0, 4, (3, 5, 64), generator=g).to(dtype)  # few distinct values: many ties
+    for values in (block[0, 0], block[0], block, block[:, 1:4], block.transpose(0, 1)):
+        got = argmax(values)
+        assert got.dtype == torch.long and got.shape == values.shape[:-1]
+        assert torch.equal(got, values.argmax(dim=-1))

@@ -88,6 +88,15 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return logits
 
 
+def argmax(values: torch.Tensor) -> torch.Tensor:
+    """values.argmax(dim=-1): the first maximal index, as torch's. A float32 / float64 tensor on the CPU goes
+    through NumPy, whose vectorised argmax is about 10x faster over a vocabulary (33 x 8192 float32: 150 us in
+    torch, 15 us in NumPy, on this CPU): the greedy verifier and the draft model's drafts take one every step."""
+    if values.device.type != "cpu" or values.dtype not in (torch.float32, torch.float64) or values.requires_grad:
+        return values.argmax(dim=-1)
+    return torch.as_tensor(values.numpy().argmax(axis=-1))  # a 0-d tensor for one [V] vector
+
+
 def probs_from_logits(logits: torch.Tensor, params: SamplingParams | RowParams) -> torch.Tensor:
     """The distribution tokens are drawn from. Greedy params give the untempered softmax (used by BiLD/lenience).
     RowParams: logits [B, ..., V], each row by its own settings."""
@@ -107,7 +116,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
 def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
     """Argmax when greedy, else a draw from the filtered distribution. logits: [..., V] -> [...]."""
     if params.greedy:
-        return logits.argmax(dim=-1)
+        return argmax(logits)
     return sample(probs_from_logits(logits, params), generator)
 
 
@@ -163,7 +172,7 @@ def gumbel_noise(seed: int, start: int, count: int, vocab_size: int, device: tor
 
 def gumbel_argmax(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """argmax(log probs + noise): a draw from probs when noise is standard Gumbel. probs [..., V] -> [...]."""
-    return (probs.float().log() + noise).argmax(dim=-1)
+    return argmax(probs.float().log() + noise)
 
 
 def coupling_seed(generator: torch.Generator | None) -> int:
@@ -177,7 +186,7 @@ def draw(probs: torch.Tensor, params: SamplingParams, generator: torch.Generator
     """A drafter's token at decoder position `position`: argmax when greedy, the coupled Gumbel-max draw when
     params.coupled, else a plain draw from the generator's stream. probs [B, V] -> [B]."""
     if params.greedy:
-        return probs.argmax(dim=-1)
+        return argmax(probs)
     if params.coupled:
         noise = gumbel_noise(coupling_seed(generator), position, 1, probs.shape[-1], probs.device)[0]  # [V]
         return gumbel_argmax(probs, noise)

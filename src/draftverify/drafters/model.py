@@ -8,7 +8,7 @@ from ..backends.lean_draft import draft_backend
 from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError, check_number
 from ..registry import register_drafter
-from ..sampling import draw_next, probs_from_logits
+from ..sampling import argmax, draw_next, probs_from_logits
 from ..types import DecodingState, Draft, SamplingParams, Verdict
 from .base import Drafter, stack_draft
 from .prompt_lookup import find_continuation
@@ -126,7 +126,7 @@ class ModelDrafter(Drafter):
         stop = state.draft_confidence
         greedy = isinstance(params, SamplingParams) and params.greedy
         staged = self.stages  # one row on a one-row cache: looked-up tokens ride along (looked_up)
-        drafting = lengths = None  # the confidence stop: rows still drafting [B], tokens per row [B]
+        drafting = lengths = None  # the confidence stop: per row, still drafting / tokens drafted
         done = False
         while not done and len(tokens) < gamma:
             found = self.looked_up(state, tokens, gamma) if staged else pending[:, :0]  # [1, L] or [B, 0]
@@ -136,33 +136,41 @@ class ModelDrafter(Drafter):
             logits = self.lm.forward(fed, new_valid=new_valid).logits  # [B, w + L, V]
             new_valid = None
             self.forward_calls += 1
+            # q after the pending token and after each looked-up one, in one softmax; the loop below reads them
+            # as Python numbers (one row's bookkeeping is most of a draft's host time on llama.cpp)
+            q_all = probs_from_logits(logits[:, width - 1 :], params)  # [B, L + 1, V]
+            top_all = q_all.amax(dim=-1)  # [B, L + 1] max q: what the stop rules read
+            greedy_all = argmax(q_all) if greedy else None  # [B, L + 1] the greedy tokens
+            tops = top_all.tolist()
+            sure = (top_all > stop).tolist() if stop > 0 else None  # compared in float32, as q is
+            looked = found[0].tolist() if found.shape[1] else []
             kept = 0  # looked-up tokens equal to the draft's own, so their positions' logits are its next ones
-            for j in range(found.shape[1] + 1):
-                q_i = probs_from_logits(logits[:, width - 1 + j], params)  # [B, V]
-                top_q, argmax = q_i.max(dim=-1)  # [B], [B]: max q (the stop rules read it) and, greedy, the token
-                if self.fallback_threshold > 0 and float(top_q.max()) <= self.fallback_threshold:
+            for j in range(len(looked) + 1):
+                if self.fallback_threshold > 0 and max(row[j] for row in tops) <= self.fallback_threshold:
                     done = True
                     break
-                x = argmax if greedy else draw_next(q_i, state, len(tokens))  # [B]
+                q_i = q_all[:, j]  # [B, V]
+                x = greedy_all[:, j] if greedy else draw_next(q_i, state, len(tokens))  # [B]
                 tokens.append(x)
                 q.append(q_i)
                 pending = x[:, None]
-                matches = j < found.shape[1] and int(x[0]) == int(found[0, j])  # prompt lookup proposes x too
-                if stop > 0:  # the draft ends at its first unconfident token, that token included (ConfidenceGamma)
-                    confident = (top_q > stop) | (matches and self.lookup_confirms)  # [B]
+                matches = j < len(looked) and int(x[0]) == looked[j]  # prompt lookup proposes x too
+                if sure is not None:  # the draft ends at its first unconfident token, that token included
                     if drafting is None:
-                        drafting, lengths = torch.ones_like(confident), torch.zeros_like(x)
-                    lengths += drafting
-                    drafting &= confident
-                    done = not bool(drafting.any())  # the batch's forward goes on while any row is still drafting
+                        drafting, lengths = [True] * len(tops), [0] * len(tops)
+                    confirmed = matches and self.lookup_confirms
+                    for b, row in enumerate(sure):
+                        lengths[b] += drafting[b]
+                        drafting[b] = drafting[b] and (row[j] or confirmed)
+                    done = not any(drafting)  # the batch's forward goes on while any row is still drafting
                 kept += matches
                 if done or len(tokens) >= gamma or not matches:
                     break
             if kept < found.shape[1]:  # drop the looked-up tokens the draft did not choose from its cache
                 self.lm.rollback(held + width + kept)
         draft = stack_draft(tokens, q, state)
-        if lengths is not None and bool((lengths < draft.length).any()):
-            draft.lengths = lengths
+        if lengths is not None and min(lengths) < draft.length:
+            draft.lengths = torch.tensor(lengths, device=draft.tokens.device)  # [B]
         return draft
 
     def looked_up(self, state: DecodingState, tokens: list[torch.Tensor], gamma: int) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 
 from ..errors import DraftVerifyError
 from ..registry import register_verifier
-from ..sampling import gumbel_argmax, gumbel_noise, probs_from_logits, row_seeds
+from ..sampling import argmax, gumbel_argmax, gumbel_noise, probs_from_logits, row_seeds
 from ..types import Draft, SamplingParams, Verdict
 from .base import Verifier, accepted_prefix_length, gather_at, make_verdict, within_draft
 from .tree import tree_greedy
@@ -37,7 +37,7 @@ class GumbelCouplingVerifier(Verifier):
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
         if params.greedy:
-            choice = target_logits.argmax(dim=-1)  # [B, N+1]
+            choice = argmax(target_logits)  # [B, N+1]
         else:
             if draft.position is None:
                 raise DraftVerifyError("gumbel_coupling needs draft.position (the decoder index of the first draft "

@@ -5,6 +5,7 @@ import torch
 
 from ..errors import DraftVerifyError
 from ..registry import register_verifier
+from ..sampling import argmax
 from ..types import Draft, SamplingParams, Verdict
 from .base import Verifier, accepted_prefix_length, gather_at, make_verdict, within_draft
 
@@ -22,6 +23,6 @@ class GreedyVerifier(Verifier):
             )
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
-        choice = target_logits.argmax(dim=-1)  # [B, N+1]
+        choice = argmax(target_logits)  # [B, N+1]
         n = accepted_prefix_length(within_draft(draft, draft.tokens == choice[:, : draft.length]))  # [B]
         return make_verdict(draft.tokens, n, gather_at(choice, n))

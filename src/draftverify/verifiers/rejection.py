@@ -11,7 +11,7 @@ import torch
 
 from ..errors import check_number
 from ..registry import register_verifier
-from ..sampling import probs_from_logits, residual, sample
+from ..sampling import argmax, probs_from_logits, residual, sample
 from ..types import Draft, SamplingParams, Verdict
 from .base import Verifier, accepted_prefix_length, gather_at, make_verdict, within_draft
 
@@ -34,7 +34,7 @@ class SpeculativeSamplingVerifier(Verifier):
 
     def _verify_argmax(self, draft: Draft, target_logits: torch.Tensor) -> Verdict:
         x = draft.tokens  # [B, N]
-        choice = target_logits.argmax(dim=-1)  # [B, N+1]
+        choice = argmax(target_logits)  # [B, N+1]
         if self.lenience == 1.0:
             accept = x == choice[:, : draft.length]
         else:

@@ -9,7 +9,7 @@ import torch
 
 from ..errors import DraftVerifyError
 from ..registry import register_verifier
-from ..sampling import probs_from_logits
+from ..sampling import argmax, probs_from_logits
 from ..tree import TreeSpec
 from ..types import Draft, SamplingParams, Verdict
 from .base import Verifier
@@ -69,7 +69,7 @@ class TreeGreedyVerifier(Verifier):
             )
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
-        return tree_greedy(draft.tokens, _need_tree(draft, self.name), target_logits.argmax(dim=-1), draft.valid)
+        return tree_greedy(draft.tokens, _need_tree(draft, self.name), argmax(target_logits), draft.valid)
 
 
 @register_verifier("tree_speculative_sampling")
