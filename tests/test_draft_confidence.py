@@ -189,12 +189,13 @@ class LookupSays:
     """Stands in for ModelDrafter.looked_up: prompt lookup 'finds' the given continuation (the tokens after those
     drafted so far, as many as the drafter has room for), so a test decides where lookup agrees with the draft."""
 
-    def __init__(self, continuation: list[int]):
-        self.continuation = continuation
+    def __init__(self, continuation: list[int], prompt_length: int):
+        self.continuation, self.prompt_length = continuation, prompt_length
 
-    def __call__(self, st, tokens, gamma):
-        room = min(5, gamma - len(tokens) - 1)  # as looked_up: lookup_tokens, leaving the forward's own token
-        return torch.tensor([self.continuation[len(tokens) : len(tokens) + max(room, 0)]], dtype=torch.long)
+    def __call__(self, text: list[int], room: int) -> list[int]:
+        drafted = len(text) - self.prompt_length  # text: the committed tokens, then the draft so far
+        room = min(5, room - 1)  # as looked_up: lookup_tokens, leaving the forward's own token
+        return self.continuation[drafted : drafted + max(room, 0)]
 
 
 @torch.inference_mode()
@@ -215,7 +216,7 @@ def test_a_token_prompt_lookup_proposes_too_counts_as_confident():
         st = state(PROMPT, 1.0)
         drafter.start(st)
         assert drafter.stages
-        drafter.looked_up = LookupSays(continuation)
+        drafter.looked_up = LookupSays(continuation, len(PROMPT))
         draft = drafter.propose(st, 8)
         assert draft.length == length, (confirms, continuation)
         assert draft.tokens[0].tolist() == own[:length]

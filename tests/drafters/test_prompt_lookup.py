@@ -12,12 +12,8 @@ from draftverify.types import DecodingState, SamplingParams
 torch.set_num_threads(1)
 
 
-def t(*ids: int) -> torch.Tensor:
-    return torch.tensor(ids, dtype=torch.long)
-
-
 def cont(haystack, max_ngram=3, min_ngram=1, gamma=5) -> list[int]:
-    return find_continuation(t(*haystack), max_ngram, min_ngram, gamma).tolist()
+    return find_continuation(list(haystack), max_ngram, min_ngram, gamma)
 
 
 def state(tokens: list[int], source: list[int] | None = None) -> DecodingState:
@@ -62,8 +58,7 @@ def test_returns_at_most_gamma_tokens():
     assert cont(haystack, max_ngram=2, gamma=1) == [3]
     # fewer than gamma tokens follow the match: return what there is (the continuation may run into the pattern)
     assert cont([5, 8, 9, 5], max_ngram=1, gamma=10) == [8, 9, 5]
-    out = find_continuation(t(*haystack), 2, 1, 0)
-    assert out.shape == (0,)
+    assert find_continuation(haystack, 2, 1, 0) == []
 
 
 def test_never_matches_final_ngram_against_itself():
@@ -81,8 +76,7 @@ def test_haystack_shorter_than_ngram_is_skipped():
 
 
 def test_empty_when_nothing_matches():
-    out = find_continuation(t(1, 2, 3, 4, 5), 3, 1, 4)
-    assert out.shape == (0,) and out.dtype == torch.long
+    assert find_continuation([1, 2, 3, 4, 5], 3, 1, 4) == []
 
 
 # ---------------------------------------------------------------- PromptLookupDrafter

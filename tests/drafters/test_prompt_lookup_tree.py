@@ -16,11 +16,11 @@ torch.set_num_threads(1)
 
 def test_find_continuations_latest_first_longest_ngram_first():
     #                       0  1  2  3  4  5  6  7  8  9 10 11 12
-    haystack = torch.tensor([7, 1, 2, 9, 1, 2, 8, 3, 2, 5, 6, 1, 2])
+    haystack = [7, 1, 2, 9, 1, 2, 8, 3, 2, 5, 6, 1, 2]
     # pattern "1 2" occurs at 1 and 4 -> continuations after 4 (latest) first; then n=1 "2" adds after 8
     assert find_continuations(haystack, 2, 1, 2, limit=4) == [[8, 3], [9, 1], [5, 6]]
     assert find_continuations(haystack, 2, 1, 2, limit=1) == [[8, 3]]
-    assert find_continuations(torch.tensor([4, 5, 6]), 2, 1, 3, limit=4) == []
+    assert find_continuations([4, 5, 6], 2, 1, 3, limit=4) == []
 
 
 def test_trie_merges_shared_prefixes():

@@ -10,7 +10,7 @@ from ..errors import DraftVerifyError, check_number
 from ..registry import register_drafter
 from ..sampling import argmax, draw_next, probs_from_logits
 from ..types import DecodingState, Draft, SamplingParams, Verdict
-from .base import Drafter, stack_draft
+from .base import Drafter, empty_draft
 from .prompt_lookup import find_continuation
 
 # looked-up tokens a draft forward scores beside the pending one (staged drafting, see ModelDrafter.looked_up;
@@ -121,69 +121,84 @@ class ModelDrafter(Drafter):
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         params = state.params
         pending, new_valid = self.unseen(state)
-        tokens: list[torch.Tensor] = []
-        q: list[torch.Tensor] = []
+        chunks: list[torch.Tensor] = []  # each draft forward's tokens [B, k]
+        q: list[torch.Tensor] = []  # and their q [B, k, V]
+        count = 0  # draft tokens so far
         stop = state.draft_confidence
         greedy = isinstance(params, SamplingParams) and params.greedy
         staged = self.stages  # one row on a one-row cache: looked-up tokens ride along (looked_up)
+        text = state.row(0).tolist() if staged else None  # the row's committed tokens, then its draft so far
         drafting = lengths = None  # the confidence stop: per row, still drafting / tokens drafted
         done = False
-        while not done and len(tokens) < gamma:
-            found = self.looked_up(state, tokens, gamma) if staged else pending[:, :0]  # [1, L] or [B, 0]
+        while not done and count < gamma:
+            looked = self.looked_up(text, gamma - count) if staged else []  # L looked-up tokens
             held = int(self.lm.row_length[0]) if staged else 0
             width = pending.shape[1]
-            fed = torch.cat([pending, found], dim=1) if found.shape[1] else pending  # [B, w + L]
+            fed = torch.cat([pending, pending.new_tensor([looked])], dim=1) if looked else pending  # [B, w + L]
             logits = self.lm.forward(fed, new_valid=new_valid).logits  # [B, w + L, V]
             new_valid = None
             self.forward_calls += 1
-            # q after the pending token and after each looked-up one, in one softmax; the loop below reads them
-            # as Python numbers (one row's bookkeeping is most of a draft's host time on llama.cpp)
+            # q after the pending token and after each looked-up one, in one softmax; the loop below reads them as
+            # Python numbers: every small tensor op costs tens of microseconds once a llama.cpp forward has pushed
+            # torch's code out of the CPU's caches, and these are most of a draft's host time
             q_all = probs_from_logits(logits[:, width - 1 :], params)  # [B, L + 1, V]
             top_all = q_all.amax(dim=-1)  # [B, L + 1] max q: what the stop rules read
             greedy_all = argmax(q_all) if greedy else None  # [B, L + 1] the greedy tokens
-            tops = top_all.tolist()
+            picks = greedy_all.tolist() if greedy else None
+            tops = top_all.tolist() if self.fallback_threshold > 0 else None
             sure = (top_all > stop).tolist() if stop > 0 else None  # compared in float32, as q is
-            looked = found[0].tolist() if found.shape[1] else []
+            drawn: list[torch.Tensor] = []  # sampling: this forward's draws [B] each
             kept = 0  # looked-up tokens equal to the draft's own, so their positions' logits are its next ones
+            taken = 0  # this forward's draft tokens
             for j in range(len(looked) + 1):
-                if self.fallback_threshold > 0 and max(row[j] for row in tops) <= self.fallback_threshold:
+                if tops is not None and max(row[j] for row in tops) <= self.fallback_threshold:
                     done = True
                     break
-                q_i = q_all[:, j]  # [B, V]
-                x = greedy_all[:, j] if greedy else draw_next(q_i, state, len(tokens))  # [B]
-                tokens.append(x)
-                q.append(q_i)
-                pending = x[:, None]
-                matches = j < len(looked) and int(x[0]) == looked[j]  # prompt lookup proposes x too
+                if greedy:
+                    first = picks[0][j]
+                else:
+                    drawn.append(draw_next(q_all[:, j], state, count))  # [B]
+                    first = int(drawn[-1][0])
+                count += 1
+                taken += 1
+                if text is not None:
+                    text.append(first)
+                matches = j < len(looked) and first == looked[j]  # prompt lookup proposes it too
                 if sure is not None:  # the draft ends at its first unconfident token, that token included
                     if drafting is None:
-                        drafting, lengths = [True] * len(tops), [0] * len(tops)
+                        drafting, lengths = [True] * len(sure), [0] * len(sure)
                     confirmed = matches and self.lookup_confirms
                     for b, row in enumerate(sure):
                         lengths[b] += drafting[b]
                         drafting[b] = drafting[b] and (row[j] or confirmed)
                     done = not any(drafting)  # the batch's forward goes on while any row is still drafting
                 kept += matches
-                if done or len(tokens) >= gamma or not matches:
+                if done or count >= gamma or not matches:
                     break
-            if kept < found.shape[1]:  # drop the looked-up tokens the draft did not choose from its cache
+            if taken:
+                chunk = greedy_all[:, :taken] if greedy else torch.stack(drawn, dim=1)  # [B, taken]
+                chunks.append(chunk)
+                q.append(q_all[:, :taken])
+                pending = chunk[:, -1:]
+            if kept < len(looked):  # drop the looked-up tokens the draft did not choose from its cache
                 self.lm.rollback(held + width + kept)
-        draft = stack_draft(tokens, q, state)
+        if not chunks:
+            return empty_draft(state)
+        draft = Draft(tokens=torch.cat(chunks, dim=1), q_probs=torch.cat(q, dim=1))  # [B, N], [B, N, V]
         if lengths is not None and min(lengths) < draft.length:
             draft.lengths = torch.tensor(lengths, device=draft.tokens.device)  # [B]
         return draft
 
-    def looked_up(self, state: DecodingState, tokens: list[torch.Tensor], gamma: int) -> torch.Tensor:
-        """Staged drafting: the prompt-lookup continuation of the row's text and draft so far [1, L], scored in
-        the same draft forward as the pending token; the draft keeps the leading ones equal to its own choices,
-        so one forward can yield several of its tokens and the proposals are unchanged. Each of them that the
-        draft chooses counts as confident (lookup_confirms); the forward's last token, past the looked-up ones,
-        is judged by its max q alone."""
-        room = min(self.lookup_tokens, gamma - len(tokens) - 1)
+    def looked_up(self, text: list[int], room: int) -> list[int]:
+        """Staged drafting: the prompt-lookup continuation of the row's text and draft so far (`text`), scored in
+        the same draft forward as the pending token, leaving `room` draft tokens for this step; the draft keeps the
+        leading ones equal to its own choices, so one forward can yield several of its tokens and the proposals
+        are unchanged. Each of them that the draft chooses counts as confident (lookup_confirms); the forward's
+        last token, past the looked-up ones, is judged by its max q alone."""
+        room = min(self.lookup_tokens, room - 1)
         if room <= 0:
-            return state.tokens[:, :0]
-        haystack = torch.cat([state.row(0), *tokens])  # [L]
-        return find_continuation(haystack, self.lookup_ngrams[0], self.lookup_ngrams[1], room)[None]
+            return []
+        return find_continuation(text, self.lookup_ngrams[0], self.lookup_ngrams[1], room)
 
     def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
         # the tail holds the committed tokens fed this step and the drafts fed after them; only the accepted drafts

@@ -2,6 +2,8 @@
 context's final n-gram. Model-free, so its cost c is ~0; its proposals are deterministic (q one-hot)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 from ..errors import DraftVerifyError
@@ -10,20 +12,26 @@ from ..types import DecodingState, Draft
 from .base import Drafter, empty_draft
 
 
-def find_continuation(haystack: torch.Tensor, max_ngram: int, min_ngram: int, gamma: int) -> torch.Tensor:
-    """haystack: [L]; the pattern is its last n tokens. Returns up to gamma tokens following the latest
-    earlier occurrence, trying the longest n first; empty [0] if nothing matches."""
-    length = haystack.shape[0]
+def match_starts(haystack: list[int], n: int) -> Iterator[int]:
+    """Where each earlier occurrence of the haystack's last n tokens starts (one with a token after it), latest
+    first. Python lists, not tensors: a drafter looks up once or more per step, and a few dozen list comparisons cost
+    less than the dozen small tensor ops they replace, whose code a llama.cpp forward has just pushed out of the
+    CPU's caches."""
+    pattern = haystack[-n:]
+    first = pattern[0]
+    for i in range(len(haystack) - n - 1, -1, -1):
+        if haystack[i] == first and haystack[i : i + n] == pattern:
+            yield i
+
+
+def find_continuation(haystack: list[int], max_ngram: int, min_ngram: int, gamma: int) -> list[int]:
+    """The pattern is the haystack's last n tokens. Returns up to gamma tokens following its latest earlier
+    occurrence, trying the longest n first; [] if nothing matches."""
     for n in range(max_ngram, min_ngram - 1, -1):
-        if length <= n:
-            continue
-        pattern = haystack[-n:]  # [n]
-        windows = haystack[:-1].unfold(0, n, 1)  # [L-n, n] every window that has a token after it
-        hits = (windows == pattern).all(dim=-1).nonzero()  # [H, 1]
-        if hits.numel():
-            start = int(hits[-1, 0]) + n
-            return haystack[start : start + gamma]
-    return haystack[:0]
+        if len(haystack) > n:
+            for start in match_starts(haystack, n):
+                return haystack[start + n : start + n + gamma]
+    return []
 
 
 @register_drafter("prompt_lookup")
@@ -47,10 +55,11 @@ class PromptLookupDrafter(Drafter):
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         rows = []
         for b in range(state.tokens.shape[0]):
-            haystack = state.row(b)
+            haystack = state.row(b).tolist()
             if state.source_ids is not None:
-                haystack = torch.cat([state.source_ids[b], haystack])
-            rows.append(find_continuation(haystack, self.max_ngram, self.min_ngram, gamma))
+                haystack = state.source_ids[b].tolist() + haystack
+            found = find_continuation(haystack, self.max_ngram, self.min_ngram, gamma)
+            rows.append(torch.tensor(found, dtype=torch.long, device=state.tokens.device))
         if len(rows) == 1:
             return Draft(tokens=rows[0][None]) if rows[0].numel() else empty_draft(state)
         return ragged_draft(rows, state)

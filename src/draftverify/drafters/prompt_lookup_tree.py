@@ -7,27 +7,23 @@ Model-free and deterministic (q one-hot), like its chain twin.
 """
 from __future__ import annotations
 
-import torch
-
 from ..errors import DraftVerifyError
 from ..registry import register_drafter
 from ..tree import row_trees
 from ..types import DecodingState, Draft
 from .base import Drafter, empty_draft
+from .prompt_lookup import match_starts
 
 
-def find_continuations(haystack: torch.Tensor, max_ngram: int, min_ngram: int, gamma: int, limit: int) -> list[list[int]]:
-    """haystack: [L]; the pattern is its last n tokens. Up to `limit` distinct continuations (each up to gamma
-    tokens) following earlier occurrences, longest n first, latest occurrence first within an n."""
-    length = haystack.shape[0]
+def find_continuations(haystack: list[int], max_ngram: int, min_ngram: int, gamma: int, limit: int) -> list[list[int]]:
+    """The pattern is the haystack's last n tokens. Up to `limit` distinct continuations (each up to gamma tokens)
+    following earlier occurrences, longest n first, latest occurrence first within an n."""
     found: list[list[int]] = []
     for n in range(max_ngram, min_ngram - 1, -1):
-        if length <= n:
+        if len(haystack) <= n:
             continue
-        windows = haystack[:-1].unfold(0, n, 1)  # [L-n, n] every window that has a token after it
-        hits = (windows == haystack[-n:]).all(dim=-1).nonzero().flatten().tolist()
-        for start in reversed(hits):
-            continuation = haystack[start + n : start + n + gamma].tolist()
+        for start in match_starts(haystack, n):
+            continuation = haystack[start + n : start + n + gamma]
             if continuation not in found:
                 found.append(continuation)
             if len(found) == limit:
@@ -82,7 +78,7 @@ class PromptLookupTreeDrafter(Drafter):
             )
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
-        rows = [trie(find_continuations(state.row(b), self.max_ngram, self.min_ngram, gamma, self.num_matches))
+        rows = [trie(find_continuations(state.row(b).tolist(), self.max_ngram, self.min_ngram, gamma, self.num_matches))
                 for b in range(state.tokens.shape[0])]
         if not any(tokens for tokens, _ in rows):
             return empty_draft(state)
