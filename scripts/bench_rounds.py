@@ -8,7 +8,7 @@ round. In each pair ours must give the peer's greedy text on every prompt (both 
 same backend); a difference stops the script.
 
 Usage: python scripts/bench_rounds.py [--pairs OURS/PEER,...] [--prompts 8] [--rounds 5]
-(the rows are built with gammas conf and conf=0.8, so a pair names rows at those)
+(the rows are built with gammas conf and conf=0.9, so a pair names rows at those)
 Writes benchmarks/bench-rounds.md (and prints it)."""
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ from ab_options import ab_parser, write_report
 
 # the issue's aims: ours on llama.cpp against llama.cpp plain (2x) and its prompt lookup at llama-cpp-python's
 # defaults (1.5x), with the zoo draft and with its aligned twin at the threshold chosen on held-out prompts
-# (benchmarks/draft-stop-rules-aligned.md); `model` with the confidence stop on HF against transformers' assisted
-# generation at its defaults, the same zoo pair
+# (benchmarks/lookup-agreement-ab-from-100.md: 0.9 once lookup's agreement counts as confidence); `model` with the
+# confidence stop on HF against transformers' assisted generation at its defaults, the same zoo pair
 PAIRS = ",".join(["llamacpp:model[conf]/llamacpp", "llamacpp:model[conf]/llamacpp_prompt_lookup[default]",
-                  "llamacpp:model_aligned[conf=0.8]/llamacpp",
-                  "llamacpp:model_aligned[conf=0.8]/llamacpp_prompt_lookup[default]",
+                  "llamacpp:model_aligned[conf=0.9]/llamacpp",
+                  "llamacpp:model_aligned[conf=0.9]/llamacpp_prompt_lookup[default]",
                   "model[conf]/hf_assisted[hf-default]"])
 FAMILIES = ("llamacpp", "llamacpp_prompt_lookup", "hf_assisted", "model", "model_aligned")
 
@@ -46,7 +46,7 @@ def main() -> None:
     if any(len(p) != 2 for p in pairs):
         ap.exit(2, "error: --pairs takes a comma list of OURS/PEER row names\n")
     torch.set_num_threads(2)
-    config = BenchConfig(zoo="code", backends=("hf", "llamacpp"), runners=FAMILIES, gammas=("conf", "conf=0.8"),
+    config = BenchConfig(zoo="code", backends=("hf", "llamacpp"), runners=FAMILIES, gammas=("conf", "conf=0.9"),
                          temperatures=(0.0,), threads=2, num_prompts=args.prompts, max_new_tokens=128,
                          progress=False, plots=False).resolved()
     try:

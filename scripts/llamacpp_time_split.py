@@ -7,7 +7,7 @@ forward costs a fixed part and a part per token; only more kept tokens per forwa
 fixed part's share. Timers wrap the backend's calls (backends/llamacpp.py LlamaCppLM); the row is
 `model` with the given draft and gamma, greedy, 128 new tokens per prompt.
 
-Usage: python scripts/llamacpp_time_split.py [--prompts 8] [--rounds 2] [--draft draft-aligned] [--gamma conf=0.8]
+Usage: python scripts/llamacpp_time_split.py [--prompts 8] [--rounds 2] [--draft draft-aligned] [--gamma conf=0.9]
 Writes benchmarks/llamacpp-time-split.md (and prints it)."""
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class Timers:
 def main() -> None:
     ap = ab_parser(rounds=2)
     ap.add_argument("--draft", default="draft-aligned", help="a draft folder of zoo/code")
-    ap.add_argument("--gamma", default="conf=0.8")
+    ap.add_argument("--gamma", default="conf=0.9")
     args = ap.parse_args()
     torch.set_num_threads(2)
     timers = Timers()

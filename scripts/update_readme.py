@@ -36,6 +36,7 @@ SOURCES = {
     "bench-rounds": ("benchmarks/bench-rounds.md", None),
     "llamacpp-flash-attn": ("benchmarks/llamacpp-flash-attn.md", None),
     "staged-draft-ab": ("benchmarks/staged-draft-ab.md", None),
+    "lookup-agreement-ab": ("benchmarks/lookup-agreement-ab.md", None),
     "llamacpp-precision": ("benchmarks/llamacpp-precision.md", None),
     "llamacpp-time-split": ("benchmarks/llamacpp-time-split.md", None),
     "llamacpp-time-split-widths": ("benchmarks/llamacpp-time-split.md", "## Verify forwards by width"),
