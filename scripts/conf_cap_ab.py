@@ -1,0 +1,98 @@
+"""gamma `conf`'s longest draft (ConfidenceGamma.max_gamma), 32 against 64, side by side in one process.
+
+The confidence stop ends a draft where the drafter is unsure, and the cost model picks the cap below max_gamma;
+max_gamma only bounds the drafts that stay sure, the long copies of boilerplate. With prompt lookup's agreement
+counting as confidence those run longer, and a cap of 32 cuts them into several verify forwards; whether a longer
+cap pays is this script's question (the default stays 32: on held-out prompts 64 was faster for one row and slower
+for the two others, benchmarks/conf-cap-ab-from-100.md). Rows: the llama.cpp
+backend with the aligned draft at the bench's conf=0.9 and with the zoo draft at `conf`, and the HF backend with
+the zoo draft at `conf`. Each setting is one policy kept across the calls (as a pipeline keeps its own); the text
+must not change (the script stops if it does).
+
+--first picks the first HumanEval prompt, so the choice can be checked on prompts the bench (the first 8) never
+uses. The ratio column is the median over rounds of the setting's tok/s over max_gamma 32's.
+
+Usage: python scripts/conf_cap_ab.py [--prompts 8] [--rounds 4] [--first 0]
+Writes benchmarks/conf-cap-ab.md (--first 0) or conf-cap-ab-from-N.md (and prints it)."""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import torch
+
+from draftverify import DraftVerifyError, load
+from draftverify.bench.environment import machine, now
+from draftverify.bench.prompts import default_data_dir, load_humaneval
+from draftverify.draft_length import DEFAULT_CONFIDENCE, ConfidenceGamma
+from ab_options import ab_parser, write_report
+
+ROOT = Path(__file__).resolve().parents[1]
+NEW_TOKENS = 128
+CAPS = (32, 64)
+ROWS = (("llamacpp", "draft-aligned", 0.9), ("llamacpp", "draft", DEFAULT_CONFIDENCE), ("hf", "draft", DEFAULT_CONFIDENCE))
+
+
+def main() -> None:
+    ap = ab_parser(rounds=4)
+    ap.add_argument("--first", type=int, default=0)
+    args = ap.parse_args()
+    if args.first < 0:
+        ap.exit(2, f"error: --first must be at least 0, got {args.first}\n")
+    torch.set_num_threads(2)
+    prompts = [p.text for p in load_humaneval(default_data_dir())[args.first : args.first + args.prompts]]
+    if not prompts:
+        ap.exit(2, f"error: HumanEval has no prompt {args.first}\n")
+    lines = []
+    for backend, draft, threshold in ROWS:
+        try:
+            pipes = {cap: load(zoo="code", draft=ROOT / "zoo" / "code" / draft, method="model", backend=backend,
+                               threads=2) for cap in CAPS}
+        except DraftVerifyError as err:
+            ap.exit(2, f"error: {err}\n")
+        policies = {cap: ConfidenceGamma(threshold, max_gamma=cap, costs=pipes[cap].step_costs) for cap in CAPS}
+        for cap, pipe in pipes.items():
+            pipe.generate(prompts[0], max_new_tokens=32, gamma=policies[cap])  # warm-up
+        rounds = []  # per round: cap -> [new tokens, target calls, seconds]
+        for r in range(args.rounds):
+            totals = {cap: [0, 0, 0.0] for cap in CAPS}
+            for i, text in enumerate(prompts):
+                order = CAPS if (i + r) % 2 == 0 else CAPS[::-1]
+                texts = set()
+                for cap in order:
+                    result = pipes[cap].generate(text, max_new_tokens=NEW_TOKENS, gamma=policies[cap])
+                    stats = result.output.stats
+                    texts.add(result.text)
+                    totals[cap][0] += stats.new_tokens
+                    totals[cap][1] += stats.target_calls
+                    totals[cap][2] += stats.time_total
+                if len(texts) != 1:
+                    raise SystemExit(f"{backend}, prompt {args.first + i}: the caps gave different texts")
+            rounds.append(totals)
+        gamma = f"conf={threshold:g}" if threshold != DEFAULT_CONFIDENCE else "conf"
+        for cap in CAPS:
+            speeds = [r[cap][0] / r[cap][2] for r in rounds]
+            ratios = [r[cap][0] / r[cap][2] / (r[CAPS[0]][0] / r[CAPS[0]][2]) for r in rounds]
+            new = sum(r[cap][0] for r in rounds)
+            calls = sum(r[cap][1] for r in rounds)
+            lines.append(f"| {backend} | `{draft}` | {gamma} | {cap} | {statistics.median(speeds):.1f} "
+                         f"| {statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f}) | {new / calls:.2f} |")
+    m = machine()
+    last = args.first + len(prompts) - 1
+    command = f"python scripts/conf_cap_ab.py --prompts {args.prompts} --rounds {args.rounds}" + (
+        f" --first {args.first}" if args.first else "")
+    text = "\n".join([
+        "# gamma conf's longest draft, 32 against 64", "",
+        f"`{command}`; {now()}; {m['cpu_model']} ({m['cores']} cores), 2 threads; `model` on the zoo target "
+        f"(llama.cpp: the f32 target GGUF, the draft at q8_0), HumanEval prompts {args.first}..{last} x "
+        f"{NEW_TOKENS} tokens, greedy, {args.rounds} rounds in one process, the caps alternating prompt by prompt; "
+        "each cap gave the same text on every prompt. **max_gamma**: ConfidenceGamma's longest draft (the cost "
+        "model picks the cap at or below it). **vs 32**: median over rounds of tok/s over max_gamma 32's, with the "
+        "range over rounds.", "",
+        "| backend | draft | gamma | max_gamma | tok/s (median round) | vs 32 | tokens / call |",
+        "|---|---|---|---:|---:|---:|---:|", *lines, ""])
+    write_report("conf-cap-ab.md" if not args.first else f"conf-cap-ab-from-{args.first}.md", text)
+
+
+if __name__ == "__main__":
+    main()
