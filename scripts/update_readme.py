@@ -37,6 +37,8 @@ SOURCES = {
     "llamacpp-flash-attn": ("benchmarks/llamacpp-flash-attn.md", None),
     "staged-draft-ab": ("benchmarks/staged-draft-ab.md", None),
     "lookup-agreement-ab": ("benchmarks/lookup-agreement-ab.md", None),
+    "conf-cap-ab": ("benchmarks/conf-cap-ab.md", None),
+    "conf-cap-ab-heldout": ("benchmarks/conf-cap-ab-from-100.md", None),
     "llamacpp-precision": ("benchmarks/llamacpp-precision.md", None),
     "llamacpp-time-split": ("benchmarks/llamacpp-time-split.md", None),
     "llamacpp-time-split-widths": ("benchmarks/llamacpp-time-split.md", "## Verify forwards by width"),
