@@ -16,16 +16,14 @@ Usage: python scripts/conf_cap_ab.py [--prompts 8] [--rounds 4] [--first 0]
 Writes benchmarks/conf-cap-ab.md (--first 0) or conf-cap-ab-from-N.md (and prints it)."""
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import torch
 
 from draftverify import DraftVerifyError, load
 from draftverify.bench.environment import machine, now
-from draftverify.bench.prompts import default_data_dir, load_humaneval
 from draftverify.draft_length import DEFAULT_CONFIDENCE, ConfidenceGamma
-from ab_options import ab_parser, write_report
+from ab_options import ab_parser, humaneval_texts, round_cells, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW_TOKENS = 128
@@ -34,15 +32,10 @@ ROWS = (("llamacpp", "draft-aligned", 0.9), ("llamacpp", "draft", DEFAULT_CONFID
 
 
 def main() -> None:
-    ap = ab_parser(rounds=4)
-    ap.add_argument("--first", type=int, default=0)
+    ap = ab_parser(rounds=4, first=True)
     args = ap.parse_args()
-    if args.first < 0:
-        ap.exit(2, f"error: --first must be at least 0, got {args.first}\n")
     torch.set_num_threads(2)
-    prompts = [p.text for p in load_humaneval(default_data_dir())[args.first : args.first + args.prompts]]
-    if not prompts:
-        ap.exit(2, f"error: HumanEval has no prompt {args.first}\n")
+    prompts = humaneval_texts(ap, args)
     lines = []
     for backend, draft, threshold in ROWS:
         try:
@@ -71,12 +64,7 @@ def main() -> None:
             rounds.append(totals)
         gamma = f"conf={threshold:g}" if threshold != DEFAULT_CONFIDENCE else "conf"
         for cap in CAPS:
-            speeds = [r[cap][0] / r[cap][2] for r in rounds]
-            ratios = [r[cap][0] / r[cap][2] / (r[CAPS[0]][0] / r[CAPS[0]][2]) for r in rounds]
-            new = sum(r[cap][0] for r in rounds)
-            calls = sum(r[cap][1] for r in rounds)
-            lines.append(f"| {backend} | `{draft}` | {gamma} | {cap} | {statistics.median(speeds):.1f} "
-                         f"| {statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f}) | {new / calls:.2f} |")
+            lines.append(f"| {backend} | `{draft}` | {gamma} | {cap} | {round_cells(rounds, cap, CAPS[0])} |")
     m = machine()
     last = args.first + len(prompts) - 1
     command = f"python scripts/conf_cap_ab.py --prompts {args.prompts} --rounds {args.rounds}" + (

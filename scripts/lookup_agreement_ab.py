@@ -15,15 +15,13 @@ Usage: python scripts/lookup_agreement_ab.py [--prompts 8] [--rounds 5] [--first
 Writes benchmarks/lookup-agreement-ab.md (--first 0) or lookup-agreement-ab-from-N.md (and prints it)."""
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import torch
 
 from draftverify import DraftVerifyError, load
 from draftverify.bench.environment import machine, now
-from draftverify.bench.prompts import default_data_dir, load_humaneval
-from ab_options import ab_parser, write_report
+from ab_options import ab_parser, humaneval_texts, round_cells, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW_TOKENS = 128
@@ -33,15 +31,10 @@ ROWS = (("llamacpp", "draft-aligned", ("conf=0.8", "conf=0.9", "conf=0.95")),
 
 
 def main() -> None:
-    ap = ab_parser(rounds=5)
-    ap.add_argument("--first", type=int, default=0)
+    ap = ab_parser(rounds=5, first=True)
     args = ap.parse_args()
-    if args.first < 0:
-        ap.exit(2, f"error: --first must be at least 0, got {args.first}\n")
     torch.set_num_threads(2)
-    prompts = [p.text for p in load_humaneval(default_data_dir())[args.first : args.first + args.prompts]]
-    if not prompts:
-        ap.exit(2, f"error: HumanEval has no prompt {args.first}\n")
+    prompts = humaneval_texts(ap, args)
     lines = []
     for backend, draft, gammas in ROWS:
         settings = [(gamma, confirms) for gamma in gammas for confirms in (False, True)]
@@ -69,14 +62,9 @@ def main() -> None:
                 if len(texts) != 1:
                     raise SystemExit(f"{backend}, prompt {args.first + i}: the settings gave different texts")
             rounds.append(totals)
-        reference = settings[0]
         for s in settings:
-            speeds = [r[s][0] / r[s][2] for r in rounds]
-            ratios = [r[s][0] / r[s][2] / (r[reference][0] / r[reference][2]) for r in rounds]
-            new = sum(r[s][0] for r in rounds)
-            calls = sum(r[s][1] for r in rounds)
-            lines.append(f"| {backend} | `{draft}` | {s[0]} | {'on' if s[1] else 'off'} | {statistics.median(speeds):.1f} "
-                         f"| {statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f}) | {new / calls:.2f} |")
+            lines.append(f"| {backend} | `{draft}` | {s[0]} | {'on' if s[1] else 'off'} | "
+                         f"{round_cells(rounds, s, settings[0])} |")
     m = machine()
     last = args.first + len(prompts) - 1
     command = f"python scripts/lookup_agreement_ab.py --prompts {args.prompts} --rounds {args.rounds}" + (
