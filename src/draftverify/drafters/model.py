@@ -138,9 +138,8 @@ class ModelDrafter(Drafter):
             logits = self.lm.forward(fed, new_valid=new_valid).logits  # [B, w + L, V]
             new_valid = None
             self.forward_calls += 1
-            # q after the pending token and after each looked-up one, in one softmax; the loop below reads them as
-            # Python numbers: every small tensor op costs tens of microseconds once a llama.cpp forward has pushed
-            # torch's code out of the CPU's caches, and these are most of a draft's host time
+            # q after the pending token and after each looked-up one, in one softmax and one max; the loop below
+            # reads them as Python numbers (after a llama.cpp forward every small tensor op runs on cold caches)
             q_all = probs_from_logits(logits[:, width - 1 :], params)  # [B, L + 1, V]
             top_all = q_all.amax(dim=-1)  # [B, L + 1] max q: what the stop rules read
             greedy_all = argmax(q_all) if greedy else None  # [B, L + 1] the greedy tokens
