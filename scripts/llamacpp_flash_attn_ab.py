@@ -29,7 +29,7 @@ from draftverify.bench.run import measure, select_prompts, tokens_per_second
 from draftverify.bench.runners import install_hooks
 from ab_options import ab_parser, write_report
 
-OURS = "llamacpp:model_aligned[conf=0.8]"
+OURS = "llamacpp:model_aligned[conf=0.9]"
 PEERS = ("llamacpp", "llamacpp_prompt_lookup[default]")
 
 
@@ -39,7 +39,7 @@ def main() -> None:
     torch.set_num_threads(2)
     config = BenchConfig(zoo="code", backends=("llamacpp",), runners=("llamacpp", "llamacpp_prompt_lookup",
                                                                       "model_aligned"),
-                         gammas=("conf=0.8",), temperatures=(0.0,), threads=2, num_prompts=args.prompts,
+                         gammas=("conf=0.9",), temperatures=(0.0,), threads=2, num_prompts=args.prompts,
                          max_new_tokens=128, progress=False, plots=False).resolved()
     try:
         models = load_models(config)

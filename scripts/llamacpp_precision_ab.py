@@ -34,7 +34,7 @@ from draftverify.bench.runners import install_hooks
 from ab_options import ab_parser, write_report
 
 DTYPES = ("float32", "float16", "bfloat16")
-OURS = "llamacpp:model_aligned[conf=0.8]"
+OURS = "llamacpp:model_aligned[conf=0.9]"
 PLAIN, LOOKUP = "llamacpp", "llamacpp_prompt_lookup[default]"
 COST_WIDTHS = (1, 8)
 
@@ -83,7 +83,7 @@ def main() -> None:
     try:
         for dtype in DTYPES:
             config = BenchConfig(zoo="code", backends=("llamacpp",), dtype=dtype,
-                                 runners=("llamacpp", "llamacpp_prompt_lookup", "model_aligned"), gammas=("conf=0.8",),
+                                 runners=("llamacpp", "llamacpp_prompt_lookup", "model_aligned"), gammas=("conf=0.9",),
                                  temperatures=(0.0,), threads=2, num_prompts=args.prompts, max_new_tokens=128,
                                  progress=False, plots=False).resolved()
             models = load_models(config)
