@@ -65,3 +65,21 @@ def write_report(name: str, text: str) -> None:
     """Write a script's markdown report to benchmarks/<name> and print it."""
     (BENCHMARKS / name).write_text(text)
     print(text)
+
+
+def run_line(script: str, args) -> str:
+    """How a side-by-side run was made: its command (with --first when not 0), the date, the CPU and its cores."""
+    from draftverify.bench.environment import machine, now
+
+    m = machine()
+    first = getattr(args, "first", 0)
+    command = f"python scripts/{script} --prompts {args.prompts} --rounds {args.rounds}" + (
+        f" --first {first}" if first else "")
+    return f"`{command}`; {now()}; {m['cpu_model']} ({m['cores']} cores)"
+
+
+def report_name(stem: str, args) -> str:
+    """benchmarks/<stem>.md for the bench's prompts, <stem>-from-N.md for a run from HumanEval prompt N."""
+    first = getattr(args, "first", 0)
+    return f"{stem}.md" if not first else f"{stem}-from-{first}.md"
+

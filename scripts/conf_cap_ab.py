@@ -21,9 +21,8 @@ from pathlib import Path
 import torch
 
 from draftverify import DraftVerifyError, load
-from draftverify.bench.environment import machine, now
 from draftverify.draft_length import DEFAULT_CONFIDENCE, ConfidenceGamma
-from ab_options import ab_parser, humaneval_texts, round_cells, write_report
+from ab_options import ab_parser, humaneval_texts, report_name, round_cells, run_line, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW_TOKENS = 128
@@ -65,13 +64,10 @@ def main() -> None:
         gamma = f"conf={threshold:g}" if threshold != DEFAULT_CONFIDENCE else "conf"
         for cap in CAPS:
             lines.append(f"| {backend} | `{draft}` | {gamma} | {cap} | {round_cells(rounds, cap, CAPS[0])} |")
-    m = machine()
     last = args.first + len(prompts) - 1
-    command = f"python scripts/conf_cap_ab.py --prompts {args.prompts} --rounds {args.rounds}" + (
-        f" --first {args.first}" if args.first else "")
     text = "\n".join([
         "# gamma conf's longest draft, 32 against 64", "",
-        f"`{command}`; {now()}; {m['cpu_model']} ({m['cores']} cores), 2 threads; `model` on the zoo target "
+        f"{run_line('conf_cap_ab.py', args)}, 2 threads; `model` on the zoo target "
         f"(llama.cpp: the f32 target GGUF, the draft at q8_0), HumanEval prompts {args.first}..{last} x "
         f"{NEW_TOKENS} tokens, greedy, {args.rounds} rounds in one process, the caps alternating prompt by prompt; "
         "each cap gave the same text on every prompt. **max_gamma**: ConfidenceGamma's longest draft (the cost "
@@ -79,7 +75,7 @@ def main() -> None:
         "range over rounds.", "",
         "| backend | draft | gamma | max_gamma | tok/s (median round) | vs 32 | tokens / call |",
         "|---|---|---|---:|---:|---:|---:|", *lines, ""])
-    write_report("conf-cap-ab.md" if not args.first else f"conf-cap-ab-from-{args.first}.md", text)
+    write_report(report_name("conf-cap-ab", args), text)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,7 @@ from pathlib import Path
 import torch
 
 from draftverify import DraftVerifyError, load
-from draftverify.bench.environment import machine, now
-from ab_options import ab_parser, humaneval_texts, round_cells, write_report
+from ab_options import ab_parser, humaneval_texts, report_name, round_cells, run_line, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW_TOKENS = 128
@@ -65,13 +64,10 @@ def main() -> None:
         for s in settings:
             lines.append(f"| {backend} | `{draft}` | {s[0]} | {'on' if s[1] else 'off'} | "
                          f"{round_cells(rounds, s, settings[0])} |")
-    m = machine()
     last = args.first + len(prompts) - 1
-    command = f"python scripts/lookup_agreement_ab.py --prompts {args.prompts} --rounds {args.rounds}" + (
-        f" --first {args.first}" if args.first else "")
     text = "\n".join([
         "# Prompt lookup's agreement as draft confidence", "",
-        f"`{command}`; {now()}; {m['cpu_model']} ({m['cores']} cores), 2 threads; `model` on the zoo target "
+        f"{run_line('lookup_agreement_ab.py', args)}, 2 threads; `model` on the zoo target "
         f"(llama.cpp: the f32 target GGUF, the draft at q8_0), HumanEval prompts {args.first}..{last} x "
         f"{NEW_TOKENS} tokens, greedy, {args.rounds} rounds in one process, the settings alternating prompt by "
         "prompt; every setting gave the same text on every prompt. **agreement on**: a drafted token that prompt "
@@ -80,7 +76,7 @@ def main() -> None:
         "with the range over rounds.", "",
         "| backend | draft | gamma | agreement | tok/s (median round) | vs reference | tokens / call |",
         "|---|---|---|---|---:|---:|---:|", *lines, ""])
-    write_report("lookup-agreement-ab.md" if not args.first else f"lookup-agreement-ab-from-{args.first}.md", text)
+    write_report(report_name("lookup-agreement-ab", args), text)
 
 
 if __name__ == "__main__":
