@@ -14,9 +14,7 @@ from .base import Drafter, empty_draft
 
 def match_starts(haystack: list[int], n: int) -> Iterator[int]:
     """Where each earlier occurrence of the haystack's last n tokens starts (one with a token after it), latest
-    first. Python lists, not tensors: a drafter looks up once or more per step, and a few dozen list comparisons cost
-    less than the dozen small tensor ops they replace, whose code a llama.cpp forward has just pushed out of the
-    CPU's caches."""
+    first. On Python lists: one scan shared by the chain and tree lookups, with no tensor ops per draft forward."""
     pattern = haystack[-n:]
     first = pattern[0]
     for i in range(len(haystack) - n - 1, -1, -1):
