@@ -73,7 +73,8 @@ def run_line(script: str, args) -> str:
 
     m = machine()
     first = getattr(args, "first", 0)
-    command = f"python scripts/{script} --prompts {args.prompts} --rounds {args.rounds}" + (
+    rounds = getattr(args, "rounds", None)
+    command = f"python scripts/{script} --prompts {args.prompts}" + (f" --rounds {rounds}" if rounds else "") + (
         f" --first {first}" if first else "")
     return f"`{command}`; {now()}; {m['cpu_model']} ({m['cores']} cores)"
 

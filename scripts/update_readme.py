@@ -42,6 +42,8 @@ SOURCES = {
     "llamacpp-precision": ("benchmarks/llamacpp-precision.md", None),
     "llamacpp-time-split": ("benchmarks/llamacpp-time-split.md", None),
     "llamacpp-time-split-widths": ("benchmarks/llamacpp-time-split.md", "## Verify forwards by width"),
+    "draft-second-opinions": ("benchmarks/draft-second-opinions-from-100.md", None),
+    "draft-second-opinions-split": ("benchmarks/draft-second-opinions-from-100.md", "By second opinion"),
     "lean-draft": ("benchmarks/lean-draft.md", "## Milliseconds per draft forward"),
     "lean-draft-generation": ("benchmarks/lean-draft.md", "## Generation"),
 }
