@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from draftverify import DraftVerifyError, load
+from draftverify.backends import DEFAULT_DRAFT_GGUF
 from draftverify.backends.llamacpp import LlamaCppLM, open_gguf
 from draftverify.drafters.ngram import NgramTable
 from draftverify.drafters.prompt_lookup import find_continuation
@@ -51,7 +52,8 @@ def main() -> None:
     try:
         pipe = load(zoo="code", draft=ZOO / "draft-aligned", method="model", backend="llamacpp",
                     gamma=f"conf={THRESHOLD:g}", threads=2)
-        unaligned = LlamaCppLM(open_gguf(ZOO / "draft", role="draft", outtype="q8_0")[0], role="draft", threads=2)
+        unaligned = LlamaCppLM(open_gguf(ZOO / "draft", role="draft", outtype=DEFAULT_DRAFT_GGUF)[0], role="draft",
+                               threads=2)
     except DraftVerifyError as err:
         ap.exit(2, f"error: {err}\n")
     aligned = pipe.drafter.lm
@@ -104,10 +106,12 @@ def main() -> None:
         "# Where the draft is wrong, and what a second opinion says", "",
         f"{run_line('draft_second_opinions.py', args)}, 2 threads; HumanEval prompts {args.first}..{last}, the "
         f"first {NEW_TOKENS} tokens of llama.cpp's greedy output on the f32 target GGUF ({total} positions). At "
-        "each position, teacher-forced: the aligned draft's greedy token and max q (`draft-aligned`, q8_0 GGUF; "
+        f"each position, teacher-forced: the aligned draft's greedy token and max q (`draft-aligned`, "
+        f"{DEFAULT_DRAFT_GGUF} GGUF; "
         f"the bench's threshold {THRESHOLD:g}), prompt lookup's first token (max / min n-gram {longest} / "
         f"{shortest}, as staged drafting looks up), the zoo n-gram table's most frequent next token, and the "
-        "unaligned zoo draft's greedy token (q8_0 GGUF). **right**: equal to the target's greedy token.", "",
+        f"unaligned zoo draft's greedy token ({DEFAULT_DRAFT_GGUF} GGUF). **right**: equal to the target's greedy "
+        "token.", "",
         "| draft token | positions | draft right |", "|---|---:|---:|", *rows, "",
         "By second opinion (**opinion right**: the second opinion's own token equals the target's):", "",
         "| draft token | second opinion | it | positions | draft right | opinion right |",
