@@ -28,7 +28,8 @@ draftverify bench "${common[@]}" --temperature 0 --gamma 4,auto --name bench-hum
     --runners hf_generate,ours_autoregressive,lookup_model,model,bpd,bpd_ngram,bpd_neural,bpd_pbest,bita,bita_chain \
     --no-progress
 draftverify bench --target zoo/code/target --draft zoo/code/draft-othertok --runners model,hf_assisted --num-prompts 8 \
-    --max-new-tokens 128 --temperature 0 --gamma 4,auto,conf --threads 2 --out benchmarks --name bench-humaneval-othertok
+    --max-new-tokens 128 --temperature 0 --gamma 4,auto,conf --threads 2 --out benchmarks --name bench-humaneval-othertok \
+    --no-progress
 draftverify bench-healing --zoo code --methods lookup_model --num-prompts 8 --max-new-tokens 128 --threads 2 \
     --out benchmarks --name healing-humaneval
 python scripts/humaneval_sample.py --prompts 12 --show 2 --max-new-tokens 128
