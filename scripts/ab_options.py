@@ -61,6 +61,30 @@ def round_cells(rounds: list[dict], setting, reference) -> str:
             f"| {per_call:.2f}")
 
 
+def alternating_rounds(generate, settings: list, prompts: list[str], rounds: int, first: int = 0,
+                       label: str = "settings") -> list[dict]:
+    """Every setting on every prompt, `rounds` times, the settings' order rotated prompt by prompt and round by
+    round; generate(setting, text) returns a GenerationResult. Stops (exit 1) when the settings give different texts
+    on a prompt. Per round: setting -> [new tokens, target calls, seconds] (what round_cells reads)."""
+    out = []
+    for r in range(rounds):
+        totals = {s: [0, 0, 0.0] for s in settings}
+        for i, text in enumerate(prompts):
+            shift = (i + r) % len(settings)
+            texts = set()
+            for s in settings[shift:] + settings[:shift]:
+                result = generate(s, text)
+                stats = result.output.stats
+                texts.add(result.text)
+                totals[s][0] += stats.new_tokens
+                totals[s][1] += stats.target_calls
+                totals[s][2] += stats.time_total
+            if len(texts) != 1:
+                raise SystemExit(f"prompt {first + i}: the {label} gave different texts")
+        out.append(totals)
+    return out
+
+
 def write_report(name: str, text: str) -> None:
     """Write a script's markdown report to benchmarks/<name> and print it."""
     (BENCHMARKS / name).write_text(text)

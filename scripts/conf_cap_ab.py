@@ -22,7 +22,7 @@ import torch
 
 from draftverify import DraftVerifyError, load
 from draftverify.draft_length import DEFAULT_CONFIDENCE, ConfidenceGamma
-from ab_options import ab_parser, humaneval_texts, report_name, round_cells, run_line, write_report
+from ab_options import ab_parser, alternating_rounds, humaneval_texts, report_name, round_cells, run_line, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW_TOKENS = 128
@@ -45,22 +45,9 @@ def main() -> None:
         policies = {cap: ConfidenceGamma(threshold, max_gamma=cap, costs=pipes[cap].step_costs) for cap in CAPS}
         for cap, pipe in pipes.items():
             pipe.generate(prompts[0], max_new_tokens=32, gamma=policies[cap])  # warm-up
-        rounds = []  # per round: cap -> [new tokens, target calls, seconds]
-        for r in range(args.rounds):
-            totals = {cap: [0, 0, 0.0] for cap in CAPS}
-            for i, text in enumerate(prompts):
-                order = CAPS if (i + r) % 2 == 0 else CAPS[::-1]
-                texts = set()
-                for cap in order:
-                    result = pipes[cap].generate(text, max_new_tokens=NEW_TOKENS, gamma=policies[cap])
-                    stats = result.output.stats
-                    texts.add(result.text)
-                    totals[cap][0] += stats.new_tokens
-                    totals[cap][1] += stats.target_calls
-                    totals[cap][2] += stats.time_total
-                if len(texts) != 1:
-                    raise SystemExit(f"{backend}, prompt {args.first + i}: the caps gave different texts")
-            rounds.append(totals)
+        rounds = alternating_rounds(
+            lambda cap, text: pipes[cap].generate(text, max_new_tokens=NEW_TOKENS, gamma=policies[cap]), list(CAPS),
+            prompts, args.rounds, args.first, f"{backend} caps")
         gamma = f"conf={threshold:g}" if threshold != DEFAULT_CONFIDENCE else "conf"
         for cap in CAPS:
             lines.append(f"| {backend} | `{draft}` | {gamma} | {cap} | {round_cells(rounds, cap, CAPS[0])} |")

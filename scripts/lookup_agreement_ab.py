@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from draftverify import DraftVerifyError, load
-from ab_options import ab_parser, humaneval_texts, report_name, round_cells, run_line, write_report
+from ab_options import ab_parser, alternating_rounds, humaneval_texts, report_name, round_cells, run_line, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW_TOKENS = 128
@@ -45,22 +45,8 @@ def main() -> None:
         for (_, confirms), pipe in pipes.items():
             pipe.drafter.lookup_confirms = confirms
             pipe.generate(prompts[0], max_new_tokens=32)  # warm-up
-        rounds = []  # per round: setting -> [new tokens, target calls, seconds]
-        for _ in range(args.rounds):
-            totals = {s: [0, 0, 0.0] for s in settings}
-            for i, text in enumerate(prompts):
-                shift = i % len(settings)
-                texts = set()
-                for s in settings[shift:] + settings[:shift]:
-                    result = pipes[s].generate(text, max_new_tokens=NEW_TOKENS)
-                    stats = result.output.stats
-                    texts.add(result.text)
-                    totals[s][0] += stats.new_tokens
-                    totals[s][1] += stats.target_calls
-                    totals[s][2] += stats.time_total
-                if len(texts) != 1:
-                    raise SystemExit(f"{backend}, prompt {args.first + i}: the settings gave different texts")
-            rounds.append(totals)
+        rounds = alternating_rounds(lambda s, text: pipes[s].generate(text, max_new_tokens=NEW_TOKENS), settings,
+                                    prompts, args.rounds, args.first, f"{backend} settings")
         for s in settings:
             lines.append(f"| {backend} | `{draft}` | {s[0]} | {'on' if s[1] else 'off'} | "
                          f"{round_cells(rounds, s, settings[0])} |")
