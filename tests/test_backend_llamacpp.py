@@ -211,6 +211,63 @@ def test_a_tree_scored_in_one_decode_equals_each_branch_scored_alone(tiny):
     assert torch.allclose(after[0, 0], fresh.prefilled.logits[0, 0], atol=1e-3)
 
 
+def count_decodes(monkeypatch) -> list[int]:
+    """The token count of every llama_decode the backend makes from now on."""
+    counts: list[int] = []
+    inner = LlamaCppLM._decode
+
+    def counted(lm, n):
+        counts.append(n)
+        inner(lm, n)
+
+    monkeypatch.setattr(LlamaCppLM, "_decode", counted)
+    return counts
+
+
+def test_the_prompt_is_decoded_with_the_first_chain_forward(tiny, monkeypatch):
+    """start() defers the prefill; the first forward decodes the prompt and its tokens in one llama_decode and gives
+    the logits (and `prefilled`) of a prefill decoded on its own."""
+    counts = count_decodes(monkeypatch)
+    eager = LlamaCppLM(tiny["target"], threads=1)
+    eager.start(torch.tensor([PROMPT]))
+    prefilled = eager.prefilled.logits  # reading it decodes the deferred prompt
+    want = eager.forward(torch.tensor([[17, 40, 41]])).logits
+    assert counts == [len(PROMPT) - 1, 3]
+    counts.clear()
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    lm.start(torch.tensor([PROMPT]))
+    assert counts == [] and (lm.committed, lm.length) == (len(PROMPT) - 1, len(PROMPT) - 1)
+    got = lm.forward(torch.tensor([[17, 40, 41]])).logits
+    assert counts == [len(PROMPT) + 2] and got.shape == want.shape
+    assert torch.allclose(got, want, atol=1e-3) and torch.allclose(lm.prefilled.logits, prefilled, atol=1e-3)
+    lm.commit(2)
+    assert counts == [len(PROMPT) + 2] and (lm.committed, lm.length) == (len(PROMPT) + 1, len(PROMPT) + 1)
+
+
+def test_a_deferred_prompt_too_long_to_share_a_decode_goes_first_in_chunks(zoo_models, monkeypatch):
+    """510 prompt tokens and 5 new ones do not fit one decode of 512: the prompt's first 3 tokens are decoded alone,
+    the other 507 with the new tokens (a full decode); a tree decodes the whole deferred prompt first. Both give a plain prefill's
+    logits."""
+    target, _, _ = zoo_models
+    prompt = list(range(300, 811))  # 511 tokens: 510 prefilled
+    new = torch.tensor([[810, 40, 41, 42, 43]])
+    reference = LlamaCppLM(target, threads=2)
+    reference.start(torch.tensor([prompt]))
+    reference.prefilled  # noqa: B018 (decodes the prompt on its own)
+    want = reference.forward(new).logits
+    counts = count_decodes(monkeypatch)
+    lm = LlamaCppLM(target, threads=2)
+    lm.start(torch.tensor([prompt]))
+    got = lm.forward(new).logits
+    assert counts == [3, 507 + 5]
+    assert float((got - want).abs().max()) < 1e-2
+    counts.clear()
+    lm.start(torch.tensor([prompt]))
+    tree = TreeSpec.from_parents([-1, -1])
+    lm.forward(torch.tensor([[810, 40, 50]]), (lm.length + tree.verify_positions())[None], tree.verify_mask())
+    assert counts == [510, 3]
+
+
 def test_keeping_something_that_is_not_a_branch_is_refused(tiny):
     lm = LlamaCppLM(tiny["target"], threads=1)
     lm.start(torch.tensor([PROMPT]))

@@ -13,6 +13,9 @@ keeps only the bookkeeping of its uncommitted tail: each tail token's position, 
   then sees exactly the committed prefix, its ancestors and itself. Keeping the accepted branch is
   `llama_memory_seq_rm` of the other sequences and of the branch's tail beyond the kept node, then
   `llama_memory_seq_cp` of the branch back into sequence 0.
+- The prompt's prefill is deferred to the first forward of a chain and decoded in the same `llama_decode` as that
+  forward's tokens (one decode fewer per request; a long prompt's leading chunks go first). Anything else (a tree,
+  a commit, a rollback, reading `prefilled`) decodes the deferred prompt on its own first.
 - The caller describes a tree as CachedLM's callers do (position ids plus an ancestor mask over the tail and the
   new tokens); the mask is read back into parents here, and anything that is not a tree is refused.
 
@@ -167,11 +170,12 @@ class LlamaCppLM(OneRow):
         self._make_context(n_ctx if n_ctx is not None else min(self.max_positions or DEFAULT_CELLS, DEFAULT_CELLS) + TREE_ROOM)
         self.batch = lib.llama_batch_init(BATCH, 0, max_sequences)
         self.committed = 0
+        self.deferred: list[int] = []  # the committed prompt tokens not decoded yet (the last ones of committed)
         self.tail: list[_TailToken] = []
         self.live: set[int] = {0}  # sequence ids that hold cells
         self.root_children = 0
         self.chain = True  # the tail is one chain in sequence 0 (no branch yet)
-        self.prefilled: TargetOutput | None = None
+        self._prefilled: TargetOutput | None = None
 
     def _make_context(self, n_ctx: int) -> None:
         lib = self.lib
@@ -192,6 +196,7 @@ class LlamaCppLM(OneRow):
         self.n_ctx = int(lib.llama_n_ctx(self.ctx))
         self.memory = lib.llama_get_memory(self.ctx)
         self.committed = 0
+        self.deferred = []
         self.tail = []
 
     # ---- the protocol -----------------------------------------------------------------------------------------
@@ -219,25 +224,21 @@ class LlamaCppLM(OneRow):
         if want_hidden:
             raise DraftVerifyError("the llamacpp backend does not return hidden states; run this method on --backend hf")
         self.lib.llama_memory_clear(self.memory, True)
-        self.committed = 0
         self.tail = []
         self.live = {0}
         self.root_children = 0
         self.chain = True
-        self.prefilled = None
-        ids = input_ids[0].tolist()
-        if len(ids) > 1:
-            prefix = ids[:-1]
-            for begin in range(0, len(prefix), BATCH):
-                chunk = prefix[begin : begin + BATCH]
-                last = begin + len(chunk) == len(prefix)
-                self._fill(chunk, list(range(begin, begin + len(chunk))), [[0]] * len(chunk),
-                           outputs=[last and i == len(chunk) - 1 for i in range(len(chunk))])
-                self._decode(len(chunk))
-            logits = self._logits(1)  # [1, V] at the last prefilled position
-            self.prefilled = TargetOutput(logits=logits[None])
-            self.committed = len(prefix)
+        self._prefilled = None
+        self.deferred = input_ids[0, :-1].tolist()  # decoded with the first forward (_take_deferred)
+        self.committed = len(self.deferred)
         return input_ids
+
+    @property
+    def prefilled(self) -> TargetOutput | None:
+        """Logits at the last prefilled position [1, 1, V] (None for a one-token prompt); reading it before the
+        first forward decodes the deferred prompt now."""
+        self._flush_deferred()
+        return self._prefilled
 
     def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, want_hidden: bool = False,
@@ -259,25 +260,35 @@ class LlamaCppLM(OneRow):
         if n > BATCH:
             raise DraftVerifyError(f"the llamacpp backend scores at most {BATCH} tokens per forward, got {n}")
         if attention_mask is None and position_ids is None and self.chain:  # the drafts' and chains' common case
+            prompt, prompt_positions = self._take_deferred(room=n)  # the rest of a deferred prompt rides along
             positions, seq_sets = self._extend_chain(n)
-        else:
-            base = len(self.tail)
-            parents = self._parents(n, attention_mask)  # tail indices (new tokens: base + i), -1: after the prefix
-            positions = []
-            for p in parents:
-                positions.append(self.committed if p < 0 else self.tail[p].pos + 1 if p < base
-                                 else positions[p - base] + 1)
-            if position_ids is not None:
-                given = position_ids.reshape(-1)[-n:].tolist()
-                if given != positions:
-                    raise DraftVerifyError(f"the llamacpp backend needs each token one position after its parent "
-                                           f"(expected {positions}, got {given})")
-            seq_sets = self._assign_sequences(parents, positions, base)
+            self._fill(prompt + ids, prompt_positions + positions, [[0]] * (len(prompt) + n),
+                       outputs=[False] * (len(prompt) - 1) + [True] * (min(len(prompt), 1) + n))
+            self._decode(len(prompt) + n)
+            logits = self._logits(min(len(prompt), 1) + n)  # [(1 +) n, V]: the prompt's last position first
+            if prompt:
+                self._prefilled = TargetOutput(logits=logits[None, :1])
+                logits = logits[1:]
+            return TargetOutput(logits=logits[None])  # [1, n, V]
+        self._flush_deferred()  # a tree's new branches copy the prompt's cells (_assign_sequences)
+        base = len(self.tail)
+        parents = self._parents(n, attention_mask)  # tail indices (new tokens: base + i), -1: after the prefix
+        positions = []
+        for p in parents:
+            positions.append(self.committed if p < 0 else self.tail[p].pos + 1 if p < base
+                             else positions[p - base] + 1)
+        if position_ids is not None:
+            given = position_ids.reshape(-1)[-n:].tolist()
+            if given != positions:
+                raise DraftVerifyError(f"the llamacpp backend needs each token one position after its parent "
+                                       f"(expected {positions}, got {given})")
+        seq_sets = self._assign_sequences(parents, positions, base)
         self._fill(ids, positions, seq_sets, outputs=[True] * n)
         self._decode(n)
         return TargetOutput(logits=self._logits(n)[None])  # [1, n, V]
 
     def commit(self, kept: int | torch.Tensor) -> None:
+        self._flush_deferred()
         if isinstance(kept, torch.Tensor):
             if kept.dim() == 2:
                 if kept.shape[0] != 1:
@@ -320,6 +331,7 @@ class LlamaCppLM(OneRow):
         looked-up tokens it did not choose)."""
         if not self.chain:
             raise DraftVerifyError("rollback needs a chain tail; a token tree is pending in the llamacpp backend")
+        self._flush_deferred()
         if not 0 <= length <= self.length:
             raise DraftVerifyError(f"cannot roll back to {length} positions of {self.length}")
         self.lib.llama_memory_seq_rm(self.memory, 0, length, -1)
@@ -331,6 +343,29 @@ class LlamaCppLM(OneRow):
         self.committed = min(self.committed, length)
 
     # ---- bookkeeping ------------------------------------------------------------------------------------------
+    def _take_deferred(self, room: int) -> tuple[list[int], list[int]]:
+        """The deferred prompt's tokens and positions that fit one decode beside `room` new tokens; its leading
+        chunks, when they do not fit, are decoded now. Nothing is deferred afterwards."""
+        if len(self.deferred) + room > BATCH:
+            self._flush_deferred(keep=BATCH - room)
+        tokens, self.deferred = self.deferred, []
+        start = self.committed - len(tokens)
+        return tokens, list(range(start, self.committed))
+
+    def _flush_deferred(self, keep: int = 0) -> None:
+        """Decode the deferred prompt in chunks of at most BATCH, leaving its last `keep` tokens deferred; the
+        chunk that ends the prompt also gives `prefilled`."""
+        while len(self.deferred) > keep:
+            chunk = self.deferred[: min(BATCH, len(self.deferred) - keep)]
+            start = self.committed - len(self.deferred)
+            last = len(chunk) == len(self.deferred)
+            self._fill(chunk, list(range(start, start + len(chunk))), [[0]] * len(chunk),
+                       outputs=[last and i == len(chunk) - 1 for i in range(len(chunk))])
+            self._decode(len(chunk))
+            if last:
+                self._prefilled = TargetOutput(logits=self._logits(1)[None])  # [1, 1, V]
+            self.deferred = self.deferred[len(chunk) :]
+
     def _parents(self, n: int, mask: torch.Tensor | None) -> list[int]:
         """Each new token's parent (a tail index; new token i is base + i; -1: the committed prefix's end)."""
         base = len(self.tail)
