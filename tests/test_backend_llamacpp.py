@@ -268,6 +268,25 @@ def test_a_deferred_prompt_too_long_to_share_a_decode_goes_first_in_chunks(zoo_m
     assert counts == [510, 3]
 
 
+def test_the_step_that_decodes_the_prompt_is_timed_as_the_prefill(tiny, monkeypatch):
+    """The first step's forwards also decode the prompt (the target's and the draft's): the loop counts its time as
+    the prefill's and keeps it out of gamma auto's cost model; every later step is timed as a step."""
+    from draftverify.draft_length import StepCosts
+
+    recorded = []
+    inner = StepCosts.record
+
+    def record(costs, *args, **kwargs):
+        recorded.append(args)
+        inner(costs, *args, **kwargs)
+
+    monkeypatch.setattr(StepCosts, "record", record)
+    stats = run_method(tiny["target"], tiny["draft"], "model", PROMPT, 24, gamma="auto").stats
+    assert stats.target_calls > 2 and stats.prefill_steps == 1 and stats.prefill_draft_calls >= 1
+    assert len(recorded) == stats.target_calls - 1
+    assert stats.time_prefill > 0 and stats.time_target > 0 and stats.draft_calls > stats.prefill_draft_calls
+
+
 def test_keeping_something_that_is_not_a_branch_is_refused(tiny):
     lm = LlamaCppLM(tiny["target"], threads=1)
     lm.start(torch.tensor([PROMPT]))

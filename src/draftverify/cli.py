@@ -355,8 +355,8 @@ def _generate_batches(pipe, texts: list[str], batch_size: int, as_json: bool, me
                 print(json.dumps(record, ensure_ascii=False), flush=True)
         stats = results[0].stats
         for name in ("prompt_tokens", "new_tokens", "target_calls", "draft_calls", "drafted_tokens", "accepted_tokens",
-                     "rejections", "time_prefill", "time_draft", "time_target", "time_verify", "time_retokenize",
-                     "time_total"):
+                     "rejections", "prefill_steps", "prefill_draft_calls", "time_prefill", "time_draft", "time_target",
+                     "time_verify", "time_retokenize", "time_total"):
             setattr(total, name, getattr(total, name) + getattr(stats, name))
         total.gammas.extend(stats.gammas)
         total.chosen_gammas.extend(stats.chosen_gammas)

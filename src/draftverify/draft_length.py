@@ -27,10 +27,11 @@ class DraftLength(ABC):
         """Told once before generation when the drafter drafts inside the target's verify forward (heads, BiTA):
         drafting then has no cost of its own, whatever the draft timer shows."""
 
-    def update(self, drafted: int, accepted: int, rejected: int, draft_seconds: float, target_seconds: float,
-               rows: int = 1) -> None:
+    def update(self, drafted: int, accepted: int, rejected: int, draft_seconds: float | None,
+               target_seconds: float | None, rows: int = 1) -> None:
         """Feedback after a step of `rows` rows: the target scored rows x (drafted + 1) tokens; accepted draft
-        tokens and rejected (rows that stopped at a rejected draft token; a bool for one row) add up the rows."""
+        tokens and rejected (rows that stopped at a rejected draft token; a bool for one row) add up the rows. The
+        seconds are None for a step whose forward also decoded the prompt (not a step's cost)."""
 
     def update_rows(self, lengths: list[int], accepted: list[int]) -> None:
         """The same step row by row (called after update()): each row's realised draft length (a tree: its depth)
@@ -226,7 +227,8 @@ class AutoGamma(DraftLength):
     def update(self, drafted, accepted, rejected, draft_seconds, target_seconds, rows=1) -> None:
         self.accepted += accepted
         self.judged += accepted + int(rejected)
-        self.costs.record(drafted, draft_seconds, target_seconds, rows)
+        if target_seconds is not None:
+            self.costs.record(drafted, draft_seconds, target_seconds, rows)
 
 
 DEFAULT_GAMMA = 4  # the one default draft length (CLI, API, server, loop): the best fixed length of the main bench

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel
 
-from .backends.base import LMBackend
+from .backends.base import LMBackend, defers_prefill
 from .cached_lm import cached_model
 from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
 from .drafters.base import Drafter, add_drafter_times, empty_draft
@@ -214,6 +214,7 @@ def generate(
     now = _clock(target.device, length_policy.reads_timers)
 
     committed = target.start(input_ids, want_hidden=drafter.needs_target_hidden, attention_mask=attention_mask)
+    carries_prefill = defers_prefill(target)  # the first step's forward decodes the prompt too
     real = attention_mask.to(input_ids.device).long() if attention_mask is not None else None  # [B, L] or None
     if target.is_encoder_decoder or real is None:
         lengths = torch.full((batch,), committed.shape[1], dtype=torch.long, device=input_ids.device)
@@ -285,10 +286,17 @@ def generate(
         stats.target_calls += 1
         stats.gammas.append(draft.length)
         stats.chosen_gammas.append(step_gamma)
-        stats.time_draft += t1 - t0
-        stats.time_target += t2 - t1
         stats.time_verify += t3 - t2
-        length_policy.update(draft.length, sum(accepted), rejected, t1 - t0, t2 - t1, step_rows)  # the batch's totals
+        if carries_prefill:  # this step also decoded the prompt (the target's and a draft's): the prefill's time
+            carries_prefill = False
+            stats.prefill_steps += 1
+            stats.prefill_draft_calls += drafter.forward_calls - drafter_calls_before
+            stats.time_prefill += t2 - t0
+            length_policy.update(draft.length, sum(accepted), rejected, None, None, step_rows)  # untimed
+        else:
+            stats.time_draft += t1 - t0
+            stats.time_target += t2 - t1
+            length_policy.update(draft.length, sum(accepted), rejected, t1 - t0, t2 - t1, step_rows)  # batch totals
         length_policy.update_rows(row_lengths, accepted)
         stop_rows = None
         if on_tokens is not None:

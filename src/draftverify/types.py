@@ -184,6 +184,11 @@ class GenerationStats:
     gammas: list[int] = field(default_factory=list)  # each step's draft length
     chosen_gammas: list[int] = field(default_factory=list)  # each step's gamma from the length policy (0: no draft)
     time_prefill: float = 0.0
+    # steps whose time is in time_prefill: the first step of a backend that decodes the prompt with its first forward
+    # (backends/base.py defers_prefill); time_draft and time_target cover the other target_calls - prefill_steps
+    # steps and draft_calls - prefill_draft_calls draft forwards
+    prefill_steps: int = 0
+    prefill_draft_calls: int = 0
     time_draft: float = 0.0
     time_target: float = 0.0
     time_verify: float = 0.0
@@ -237,6 +242,8 @@ class GenerationStats:
             "tokens_per_call": self.tokens_per_call,
             "alpha": self.alpha,
             "time_prefill": self.time_prefill,
+            "prefill_steps": self.prefill_steps,
+            "prefill_draft_calls": self.prefill_draft_calls,
             "time_draft": self.time_draft,
             "time_target": self.time_target,
             "time_verify": self.time_verify,

@@ -24,6 +24,10 @@ with one line naming a backend that can (`check_backend`), never halfway through
 One optional flag (read with `computes_in_torch`, True where a backend does not declare it): `computes_in_torch`
 says whether the forward runs on torch's intra-op threads. When no model of a generation does (llama.cpp), the loop
 runs its own small tensor ops on one torch thread (loop.py).
+
+One more (read with `defers_prefill`, False where undeclared): `defers_prefill` says that start() only records the
+prompt and the first forward decodes it together with its own tokens (one decode fewer per request); the loop then
+counts that first step's time as the prefill's and keeps it out of the length policy's cost model.
 """
 from __future__ import annotations
 
@@ -120,6 +124,11 @@ class OneRow:
 def computes_in_torch(backend: object) -> bool:
     """Whether a backend's forward runs on torch's intra-op threads (its optional flag; True when undeclared)."""
     return bool(getattr(backend, "computes_in_torch", True))
+
+
+def defers_prefill(backend: object) -> bool:
+    """Whether a backend's first forward after start() also decodes the prompt (its optional flag)."""
+    return bool(getattr(backend, "defers_prefill", False))
 
 
 def is_backend(obj: object) -> bool:

@@ -62,12 +62,18 @@ def ours_baseline(runner_name: str) -> str:
     return f"{backend}:{OURS_BASELINE}" if sep and "[" not in backend else OURS_BASELINE
 
 
+def _timed(recs: list[dict], calls: str, prefill: str) -> int:
+    """Our loop's steps (or draft forwards) timed as steps: those of a step that also decoded the prompt are the
+    prefill's (GenerationStats.prefill_steps)."""
+    return sum(r[calls] - r["stats"].get(prefill, 0) for r in recs)
+
+
 def _seconds_per_target_forward(recs: list[dict]) -> float | None:
     """Mean seconds of one target forward in our loop (from ours_autoregressive: one token per forward)."""
-    calls = sum(r["target_calls"] for r in recs)
-    if not calls or not all(r.get("stats") for r in recs):
+    if not all(r.get("stats") for r in recs):
         return None
-    return sum(r["stats"]["time_target"] for r in recs) / calls
+    calls = _timed(recs, "target_calls", "prefill_steps")
+    return sum(r["stats"]["time_target"] for r in recs) / calls if calls else None
 
 
 def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int, Prompt],
@@ -105,16 +111,18 @@ def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int
                 "predicted_speedup_with_verify_cost": None, "draft_ms_per_step": None, "target_ms_per_call": None})
     if runner.kind == "ours" and calls and all(r.get("stats") for r in recs):
         # where a step's time goes: drafting (a draft model, heads, lattice or neural rescoring) beside the verify
-        row["draft_ms_per_step"] = 1000 * sum(r["stats"]["time_draft"] for r in recs) / calls
-        row["target_ms_per_call"] = 1000 * sum(r["stats"]["time_target"] for r in recs) / calls
+        steps = _timed(recs, "target_calls", "prefill_steps")
+        row["draft_ms_per_step"] = 1000 * sum(r["stats"]["time_draft"] for r in recs) / steps if steps else None
+        row["target_ms_per_call"] = 1000 * sum(r["stats"]["time_target"] for r in recs) / steps if steps else None
     if (runner.kind == "ours" and runner.family != OURS_BASELINE and runner.lossless and calls
             and not (runner.drafter is not None and runner.drafter.proposes_trees) and all(r.get("stats") for r in recs)):
         time_draft = sum(r["stats"]["time_draft"] for r in recs)
         time_target = sum(r["stats"]["time_target"] for r in recs)
+        steps = _timed(recs, "target_calls", "prefill_steps")
         gamma = theory_gamma(runner, drafted, calls)
-        c = cost_ratio(time_draft, row["draft_calls"] or calls * gamma, single_step)
-        if c is not None and row["alpha"] is not None:
-            verify_cost = (time_target / calls) / single_step
+        c = cost_ratio(time_draft, _timed(recs, "draft_calls", "prefill_draft_calls") or steps * gamma, single_step)
+        if c is not None and row["alpha"] is not None and steps:
+            verify_cost = (time_target / steps) / single_step
             row.update({"c": c, "theory_gamma": gamma, "predicted_speedup": walltime_factor(row["alpha"], gamma, c),
                         "verify_cost": verify_cost,
                         "predicted_speedup_with_verify_cost": walltime_factor(row["alpha"], gamma, c, verify_cost)})
