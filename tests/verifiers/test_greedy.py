@@ -104,3 +104,21 @@ def test_check_params_accepts_greedy_and_is_lossless():
     GreedyVerifier().check_params(SamplingParams())
     assert GreedyVerifier.lossless is True
     assert GreedyVerifier.name == "greedy"
+
+
+def test_one_row_verdict_equals_the_batched_rule():
+    """One row takes a list walk (verifiers/base.py greedy_verdict); its verdict is the tensor rule's, path included."""
+    from draftverify.verifiers.base import accepted_prefix_length, gather_at, greedy_verdict, make_verdict
+
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(200):
+        n = int(torch.randint(0, 7, (1,), generator=gen))
+        choice = torch.randint(0, 4, (1, n + 1), generator=gen)
+        draft = torch.where(torch.rand(1, n, generator=gen) < 0.3, torch.randint(0, 4, (1, n), generator=gen),
+                            choice[:, :n])
+        got = greedy_verdict(draft, choice)
+        accepted = accepted_prefix_length(draft == choice[:, :n])
+        want = make_verdict(draft, accepted, gather_at(choice, accepted))
+        for field in ("tokens", "num_accepted", "path"):
+            a, b = getattr(got, field), getattr(want, field)
+            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), field
