@@ -108,14 +108,16 @@ class ModelDrafter(Drafter):
         """What the draft model feeds first this step: each row's committed tokens its cache has not seen,
         right-aligned ([B, width]; rows needing fewer are padded, new_valid [B, width] marks the real ones, None
         when none is padded). Starts the step's bookkeeping that commit() reads (the rows' lengths now)."""
+        self._fed = state.lengths.clone()
+        self.discard = None
+        if self.stages:  # one unpadded row: plain ints (after a llama.cpp forward each small tensor op is dear)
+            return state.tokens[:, self.lm.length - state.tokens.shape[1] :], None
         need = state.lengths - self.lm.row_length.to(state.lengths.device)  # [B] >= 1
         width = int(need.max())
         pending = state.tokens[:, -width:]  # [B, width]
         new_valid = None
         if bool((need < width).any()):
             new_valid = torch.arange(width, device=pending.device)[None] >= (width - need)[:, None]  # [B, width]
-        self._fed = state.lengths.clone()
-        self.discard = None
         return pending, new_valid
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
@@ -132,7 +134,7 @@ class ModelDrafter(Drafter):
         done = False
         while not done and count < gamma:
             looked = self.looked_up(text, gamma - count) if staged else []  # L looked-up tokens
-            held = int(self.lm.row_length[0]) if staged else 0
+            held = self.lm.length if staged else 0
             width = pending.shape[1]
             fed = torch.cat([pending, pending.new_tensor([looked])], dim=1) if looked else pending  # [B, w + L]
             logits = self.lm.forward(fed, new_valid=new_valid).logits  # [B, w + L, V]
@@ -183,7 +185,9 @@ class ModelDrafter(Drafter):
                 self.lm.rollback(held + width + kept)
         if not chunks:
             return empty_draft(state)
-        draft = Draft(tokens=torch.cat(chunks, dim=1), q_probs=torch.cat(q, dim=1))  # [B, N], [B, N, V]
+        if len(chunks) > 1:
+            chunks, q = [torch.cat(chunks, dim=1)], [torch.cat(q, dim=1)]
+        draft = Draft(tokens=chunks[0], q_probs=q[0])  # [B, N], [B, N, V]
         if lengths is not None and min(lengths) < draft.length:
             draft.lengths = torch.tensor(lengths, device=draft.tokens.device)  # [B]
         return draft
