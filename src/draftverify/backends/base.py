@@ -95,10 +95,10 @@ class LMBackend(Protocol):
 
 def one_row(values, name: str) -> int:
     """The one entry of a one-row backend's per-row values [1], as an int."""
-    values = torch.as_tensor(values).reshape(-1)
+    values = torch.as_tensor(values)
     if values.numel() != 1:
         raise DraftVerifyError(f"{name} has {values.numel()} entries for a backend that holds one row")
-    return int(values[0])
+    return int(values)
 
 
 class OneRow:

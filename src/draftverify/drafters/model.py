@@ -206,6 +206,13 @@ class ModelDrafter(Drafter):
     def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
         # the tail holds the committed tokens fed this step and the drafts fed after them; only the accepted drafts
         # stay valid, and each row's last committed token is pending
+        if self.stages:  # one unpadded row: plain ints
+            upto = min(self.lm.length, state.tokens.shape[1] - 1)
+            if self.discard is not None and bool(self.discard[0]):
+                upto = min(upto, int(self._fed[0]))
+            self.discard = None
+            self.lm.commit(upto - self.lm.committed)
+            return
         upto = torch.minimum(self.lm.row_length, (state.lengths - 1).to(self.lm.row_length.device))  # [B]
         if self.discard is not None:  # these rows committed someone else's draft: ours are not their text
             upto = torch.where(self.discard.to(upto.device), torch.minimum(upto, self._fed.to(upto.device)), upto)
