@@ -88,15 +88,14 @@ class _LinearFit:
         """Whether two different x were seen (the slope is measured, not assumed 0)."""
         return self.w > 0 and self._var_x() > 1e-9
 
-    def line(self) -> tuple[float, float, float]:
-        """(mean x, mean y, slope): the fit is mean_y + slope * (x - mean_x)."""
+    def at(self, xs: list[float]) -> list[float]:
+        """The fit at each x, its line read once (a policy asks for every cap, every step)."""
         mean_x, mean_y = self.wx / self.w, self.wy / self.w
         slope = max(0.0, (self.wxy / self.w - mean_x * mean_y) / self._var_x()) if self.varies else 0.0
-        return mean_x, mean_y, slope
+        return [mean_y + slope * (x - mean_x) for x in xs]
 
     def __call__(self, x: float) -> float:
-        mean_x, mean_y, slope = self.line()
-        return mean_y + slope * (x - mean_x)
+        return self.at([x])[0]
 
 
 class StepCosts:
@@ -138,7 +137,11 @@ class StepCosts:
 
     def target_seconds(self, tokens: int) -> float:
         """Fitted seconds of one target call scoring `tokens` positions (rows x (gamma + 1))."""
-        return max(self.target(tokens), 1e-12)
+        return self.target_seconds_at([tokens])[0]
+
+    def target_seconds_at(self, tokens: list[int]) -> list[float]:
+        """target_seconds for each entry of `tokens`."""
+        return [max(y, 1e-12) for y in self.target.at(tokens)]
 
     def draft_seconds(self, rows: int = 1) -> float:
         """Fitted seconds of drafting one position for `rows` rows (0 when drafting is folded or never timed)."""
@@ -416,11 +419,11 @@ class ConfidenceGamma(AutoGamma):
         """[top + 1] expected time of a step with cap 0..top over `rows` rows, in plain steps of those rows: the
         longest row's drafting plus a target call over rows x (longest + 1) tokens."""
         reach, c, plain = self._reach(top), self.c(rows), self.target_seconds(rows)
-        mean_x, mean_y, slope = self.costs.target.line()  # target_seconds, read once (called for every g, every step)
+        verify = self.costs.target_seconds_at([rows * (g + 1) for g in range(top + 1)])  # [top + 1] seconds
         table = [1.0]
         done, below = 0.0, 0.0  # done: the steps whose longest row ended before the cap; below: their chance
         for g in range(1, top + 1):
-            cost = g * c + max(mean_y + slope * (rows * (g + 1) - mean_x), 1e-12) / plain
+            cost = g * c + verify[g] / plain
             table.append(done + (1.0 - below) * cost)
             upto = (1.0 - reach[g + 1]) ** rows  # P(every row ended by its g-th token)
             done += (upto - below) * cost
