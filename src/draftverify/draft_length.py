@@ -418,8 +418,8 @@ class ConfidenceGamma(AutoGamma):
     def _seconds_table(self, top: int, rows: int) -> list[float]:
         """[top + 1] expected time of a step with cap 0..top over `rows` rows, in plain steps of those rows: the
         longest row's drafting plus a target call over rows x (longest + 1) tokens."""
-        reach, c, plain = self._reach(top), self.c(rows), self.target_seconds(rows)
         verify = self.costs.target_seconds_at([rows * (g + 1) for g in range(top + 1)])  # [top + 1] seconds
+        reach, c, plain = self._reach(top), self.c(rows), verify[0]  # plain: a call over the rows' one token each
         table = [1.0]
         done, below = 0.0, 0.0  # done: the steps whose longest row ended before the cap; below: their chance
         for g in range(1, top + 1):
