@@ -84,6 +84,20 @@ def _init(lib) -> None:
         _BACKEND_READY = True
 
 
+def cpu_has_amx(cpuinfo: str | None = None) -> bool:
+    """Whether the CPU has AMX tiles (cpuinfo: /proc/cpuinfo's text; read when None, absent off Linux).
+
+    On such CPUs llama.cpp puts quantized weights in its AMX buffers, whose matmul crashes on small models (a
+    segmentation fault in ggml_backend_amx_mul_mat on the zoo's q8_0 draft; llama.cpp issue 20824): GGUFModel then
+    keeps every weight in plain CPU buffers (llama_model_params.use_extra_bufts off)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    return any(line.startswith("flags") and "amx_int8" in line.split() for line in cpuinfo.splitlines())
+
+
 def flash_attn_type(lib) -> int:
     """The context parameter for FLASH_ATTENTION."""
     return lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if FLASH_ATTENTION else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
@@ -107,6 +121,7 @@ class GGUFModel:
         if not path.is_file():
             raise DraftVerifyError(f"no GGUF file at {path}")
         params = lib.llama_model_default_params()
+        params.use_extra_bufts = not cpu_has_amx()
         self.path = path
         self.lib = lib
         self.ptr = lib.llama_model_load_from_file(str(path).encode(), params)
