@@ -138,3 +138,13 @@ def test_readme_links_point_at_files_and_headings_that_exist():
         elif anchor and path.suffix == ".md" and anchor not in headings(path):
             broken.append(link)
     assert broken == []
+
+
+def test_files_the_docs_name_exist():
+    """A benchmark file, script or test the docs name by its path is there (after files move, the docs follow)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    named = {m.group(0) for page in pages for m in re.finditer(
+        r"(?<![\w/.-])(?:benchmarks|scripts|tests|src|zoo)/[\w./-]*\w\.(?:md|py|sh|json|png|safetensors)\b",
+        page.read_text())}
+    assert len(named) > 50
+    assert sorted(path for path in named if not (ROOT / path).exists()) == []
