@@ -137,8 +137,14 @@ def refreshed(root: Path, tables: tuple[TableSource, ...] | None = None) -> dict
         if unknown:
             raise DraftVerifyError(f"{page} marks tables that TABLES in draftverify/docs_tables.py does not name "
                                    f"({', '.join(unknown)}): add their benchmark files there, or remove the markers")
-        new = _MARKER.sub(lambda m: m.group(0) if m.group(1) in NOT_TABLES else
-                          f"<!-- {m.group(1)}:begin -->\n{block(root, entries[m.group(1)])}<!-- {m.group(1)}:end -->", old)
+
+        def fill(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name in NOT_TABLES:
+                return m.group(0)
+            return f"<!-- {name}:begin -->\n{block(root, entries[name])}<!-- {name}:end -->"
+
+        new = _MARKER.sub(fill, old)
         pages[page] = (old, new)
     return pages
 
