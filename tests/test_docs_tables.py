@@ -148,3 +148,13 @@ def test_files_the_docs_name_exist():
         page.read_text())}
     assert len(named) > 50
     assert sorted(path for path in named if not (ROOT / path).exists()) == []
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/methods.md"])
+def test_the_methods_tables_list_every_registered_method(page):
+    from draftverify.methods import METHODS
+
+    text = (ROOT / page).read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    listed = {name for row in rows for name in re.findall(r"`([\w+]+)`", row.split("|")[1])}
+    assert set(METHODS) <= listed
