@@ -3,7 +3,7 @@
 #   1. BiLD prediction alignment of the draft on the target's greedy outputs -> zoo/code/draft-aligned/
 #   2. the n-gram table from the corpus                                      -> zoo/code/ngram.safetensors
 #   3. the benchmark against Hugging Face (run with nothing else on the machine) -> benchmarks/
-#   4. README tables refreshed from benchmarks/*.md
+#   4. the tables of README.md and docs/ refreshed from benchmarks/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ -n "${PYTHON:-}" ]]; then PY=$PYTHON; elif [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python; fi
@@ -17,4 +17,4 @@ $DV train ngram --out zoo/code/ngram.safetensors --cache-dir runs/token-cache
 $DV bench --zoo code --num-prompts "${BENCH_PROMPTS:-12}" --max-new-tokens 128 --temperature 0,1.0 \
   --gamma "${BENCH_GAMMAS:-2,3,4,6,auto}" --bild-fb 0.3,0.5,0.7 --bild-rb 1,2,4 --threads "$THREADS" --out benchmarks
 $PY scripts/loop_overhead.py --threads 1
-$PY scripts/update_readme.py
+$DV docs tables

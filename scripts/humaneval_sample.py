@@ -1,8 +1,8 @@
 """The zoo target's greedy completions of the first HumanEval prompts, as a reader sees them.
 
 Writes every completion (cut at HumanEval's stop sequences) to benchmarks/humaneval-samples.md, and copies into
-README.md (between <!-- humaneval-sample:begin/end --> markers) the first `--show` completions that end on their
-own, i.e. reach a stop sequence within the token budget: a mechanical rule, so the README shows no hand-picked text.
+docs/zoo.md (between <!-- humaneval-sample:begin/end --> markers) the first `--show` completions that end on their
+own, i.e. reach a stop sequence within the token budget: a mechanical rule, so the docs show no hand-picked text.
 Usage: python scripts/humaneval_sample.py [--prompts 12] [--show 2] [--max-new-tokens 128]
 """
 import argparse
@@ -40,8 +40,8 @@ command = f"python scripts/humaneval_sample.py --prompts {args.prompts} --show {
     + "\n\n".join(f"## {p.id} ({'ends on its own' if ended else 'runs to the token limit'})\n\n{block(p, b)}"
                   for p, b, ended in samples) + "\n")
 shown = [block(p, b) for p, b, ended in samples if ended][: args.show]
-readme = (ROOT / "README.md").read_text()
+readme = (ROOT / "docs" / "zoo.md").read_text()
 pattern = re.compile(r"(<!-- humaneval-sample:begin -->\n).*?(<!-- humaneval-sample:end -->)", re.S)
 readme = pattern.sub(lambda m: m.group(1) + "\n\n".join(shown) + "\n" + m.group(2), readme)
-(ROOT / "README.md").write_text(readme)
-print(f"{sum(e for _, _, e in samples)} of {len(samples)} end on their own; README shows {len(shown)}")
+(ROOT / "docs" / "zoo.md").write_text(readme)
+print(f"{sum(e for _, _, e in samples)} of {len(samples)} end on their own; docs/zoo.md shows {len(shown)}")

@@ -3,7 +3,7 @@ number of requests, whichever ends first; reports throughput, p50/p99 latency an
 and the server's resident memory (RSS): sampled every --rss-every completed requests, so growth after warm-up
 (the last sample minus the first at or after --rss-warm requests: the allocator's and caches' first fill is over)
 tells a leak from warm-up, which before-minus-after cannot. With --out it also writes a markdown report next to
-the JSON (its tables go into the README through scripts/update_readme.py).
+the JSON (its tables go into docs/serving.md through `draftverify docs tables`).
 
 Only loopback addresses are accepted (127.0.0.0/8, localhost, ::1), the request count and the duration are
 capped, and the script stops by itself.

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Every benchmark file the README quotes that the shipped zoo alone produces, in one go, each with the command its
+# Every benchmark file the docs quote that the shipped zoo alone produces, in one go, each with the command its
 # file records, on an otherwise idle machine (nothing else may run: the runs compete for the same cores). Rerun it
-# after any change to decoding, drafting, verification or the zoo, then `python scripts/update_readme.py` copies
-# the tables into README.md.
+# after any change to decoding, drafting, verification or the zoo, then `draftverify docs tables` copies
+# the tables into README.md and docs/.
 #   scripts/run_benchmarks.sh            (about 3 hours on 2 CPU cores, the parts' own run times added up; part 8
 #                                         needs the llamacpp extra)
 # Not here: the tables of models trained for an ablation or a comparison (bita-humaneval-ablation / -prompts,
-# translate-bild-aligned / -control, translate-counts: the training recipes in the README and in scripts/train_*.sh
+# translate-bild-aligned / -control, translate-counts: the training recipes in docs/zoo.md and in scripts/train_*.sh
 # make those models, and each file records its command), and the zoo's held-out losses (scripts/zoo_held_out.py,
 # when the zoo's models change).
 set -euo pipefail

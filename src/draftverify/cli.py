@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 app = typer.Typer(name="draftverify", help="Draft cheaply, verify with the target in one forward pass.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.add_typer(train_app, name="train")
+docs_app = typer.Typer(help="The documentation's measured tables, copied from benchmarks/.", no_args_is_help=True)
+app.add_typer(docs_app, name="docs")
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)  # messages unwrapped: readable when piped or grepped
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -793,6 +795,28 @@ def bench_healing(
 
     print(table(result["rows"]))  # plain: a markdown table, never wrapped or read as markup
     print(f"wrote {result['files']['json']} and {result['files']['markdown']}")
+
+
+
+@docs_app.command("tables")
+def docs_tables(
+    root: Path = typer.Option(Path("."), "--root", help="The repository root (README.md, docs/, benchmarks/)."),
+    check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if a page's tables differ from "
+                                                      "their benchmark files."),
+) -> None:
+    """Copy every marked table in README.md and docs/ afresh from its benchmark file."""
+    from .docs_tables import stale_pages, update_pages
+
+    try:
+        pages = stale_pages(root) if check else update_pages(root)
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    for page in pages:
+        print(f"{'stale' if check else 'updated'}: {page}")
+    if check and pages:
+        err_console.print("run `draftverify docs tables` to copy the tables from benchmarks/")
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":

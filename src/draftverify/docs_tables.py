@@ -1,0 +1,164 @@
+"""The measured tables of README.md and docs/, copied from the benchmark files that hold them.
+
+A page marks each table with `<!-- name:begin -->` / `<!-- name:end -->`; `draftverify docs tables` replaces what
+lies between with the table from the file `TABLES` names for it, followed by a line naming that file, so every
+figure in the docs is one a benchmark command printed. `TABLES` is the one place that says which table comes from
+where. No torch import: it runs as fast as `--help`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DraftVerifyError
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """One marked table: the page holding it, its marker, the benchmark file and where in it the table starts."""
+
+    page: str  # README.md or docs/<page>.md, relative to the repository root
+    marker: str  # the name in <!-- name:begin --> / <!-- name:end -->
+    source: str  # the benchmark markdown file, relative to the repository root
+    after: str | None = None  # the first table after this text is copied; None: the file's first table
+
+
+TABLES: tuple[TableSource, ...] = (
+    TableSource("README.md", "bench-llamacpp-duels", "benchmarks/bench-humaneval-llamacpp.md", "## Head to head"),
+    TableSource("docs/usage.md", "healing", "benchmarks/healing-humaneval.md"),
+    TableSource("docs/backends.md", "llamacpp-draft-gguf", "benchmarks/llamacpp-draft-gguf.md"),
+    TableSource("docs/backends.md", "llamacpp-precision", "benchmarks/llamacpp-precision.md"),
+    TableSource("docs/backends.md", "lean-draft", "benchmarks/lean-draft.md", "## Milliseconds per draft forward"),
+    TableSource("docs/backends.md", "lean-draft-generation", "benchmarks/lean-draft.md", "## Generation"),
+    TableSource("docs/serving.md", "bench-batch", "benchmarks/bench-batch.md"),
+    TableSource("docs/serving.md", "load-test", "benchmarks/load-test.md", "## Summary"),
+    TableSource("docs/serving.md", "load-test-rss", "benchmarks/load-test.md", "## Resident memory"),
+    TableSource("docs/serving.md", "load-test-mixed", "benchmarks/load-test-mixed.md", "## Summary"),
+    TableSource("docs/serving.md", "load-test-mixed-equal", "benchmarks/load-test-mixed.md", "Every answered request"),
+    TableSource("docs/zoo.md", "held-out", "benchmarks/zoo-held-out.md"),
+    TableSource("docs/zoo.md", "bpd-efficiency", "benchmarks/bpd-humaneval.md", "## Block efficiency"),
+    TableSource("docs/zoo.md", "bpd-duel", "benchmarks/bpd-humaneval.md", "## Neural-rescored vs plain"),
+    TableSource("docs/benchmarks.md", "bench-greedy", "benchmarks/bench-humaneval.md", "## Temperature 0 (greedy)"),
+    TableSource("docs/benchmarks.md", "bench-sampling", "benchmarks/bench-humaneval.md", "## Temperature 1"),
+    TableSource("docs/benchmarks.md", "bench-bild", "benchmarks/bench-humaneval.md", "## Lossy methods"),
+    TableSource("docs/benchmarks.md", "bench-compiled", "benchmarks/bench-humaneval-compiled.md",
+                "## Temperature 0 (greedy)"),
+    TableSource("docs/benchmarks.md", "gemv-floor", "benchmarks/gemv-floor.md"),
+    TableSource("docs/benchmarks.md", "bench-blockwise", "benchmarks/bench-humaneval-blockwise.md",
+                "## Temperature 0 (greedy)"),
+    TableSource("docs/benchmarks.md", "cost-curve", "benchmarks/cost-code.md", "## Milliseconds per forward"),
+    TableSource("docs/benchmarks.md", "cost-equality", "benchmarks/cost-code.md", "## Greedy equality"),
+    TableSource("docs/benchmarks.md", "bench-othertok", "benchmarks/bench-humaneval-othertok.md",
+                "## Temperature 0 (greedy)"),
+    TableSource("docs/benchmarks.md", "cold-start", "benchmarks/cold-start.md"),
+    TableSource("docs/benchmarks.md", "loop-overhead", "benchmarks/loop_overhead.md"),
+    TableSource("docs/benchmarks-llamacpp.md", "bench-llamacpp", "benchmarks/bench-humaneval-llamacpp.md",
+                "## Temperature 0 (greedy)"),
+    TableSource("docs/benchmarks-llamacpp.md", "bench-llamacpp-duels", "benchmarks/bench-humaneval-llamacpp.md",
+                "## Head to head"),
+    TableSource("docs/benchmarks-llamacpp.md", "bench-rounds", "benchmarks/bench-rounds.md"),
+    TableSource("docs/benchmarks-llamacpp.md", "llamacpp-flash-attn", "benchmarks/llamacpp-flash-attn.md"),
+    TableSource("docs/benchmarks-llamacpp.md", "llamacpp-time-split", "benchmarks/llamacpp-time-split.md"),
+    TableSource("docs/benchmarks-llamacpp.md", "llamacpp-time-split-widths", "benchmarks/llamacpp-time-split.md",
+                "## Verify forwards by width"),
+    TableSource("docs/benchmarks-llamacpp.md", "draft-second-opinions",
+                "benchmarks/draft-second-opinions-from-100.md"),
+    TableSource("docs/benchmarks-llamacpp.md", "draft-second-opinions-split",
+                "benchmarks/draft-second-opinions-from-100.md", "By second opinion"),
+    TableSource("docs/benchmarks-llamacpp.md", "staged-draft-ab", "benchmarks/staged-draft-ab.md"),
+    TableSource("docs/benchmarks-llamacpp.md", "lookup-agreement-ab", "benchmarks/lookup-agreement-ab.md"),
+    TableSource("docs/benchmarks-llamacpp.md", "conf-cap-ab", "benchmarks/conf-cap-ab.md"),
+    TableSource("docs/benchmarks-llamacpp.md", "conf-cap-ab-heldout", "benchmarks/conf-cap-ab-from-100.md"),
+    TableSource("docs/benchmarks-llamacpp.md", "cost-curve-llamacpp", "benchmarks/cost-code-llamacpp.md",
+                "## Milliseconds per forward"),
+    TableSource("docs/translation.md", "translate-specdec", "benchmarks/translate-specdec.md"),
+    TableSource("docs/translation.md", "translate-step-cost", "benchmarks/translate-specdec.md",
+                "## What a step costs"),
+)
+
+# marked blocks that are not tables, written by the commands that make them (the zoo target's sample completions)
+NOT_TABLES = frozenset({"humaneval-sample"})
+
+_MARKER = re.compile(r"<!-- ([\w.-]+):begin -->\n(.*?)<!-- \1:end -->", re.S)
+
+
+def first_table(text: str, after: str | None) -> str | None:
+    """The first markdown table in text (after the first occurrence of `after`, when given); None if there is none."""
+    if after is not None:
+        start = text.find(after)
+        if start < 0:
+            return None
+        text = text[start:]
+    table: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            table.append(line)
+        elif table:
+            break
+    return "\n".join(table) if table else None
+
+
+def block(root: Path, entry: TableSource) -> str:
+    """What goes between an entry's markers: the table, then the file it came from."""
+    path = root / entry.source
+    if not path.is_file():
+        raise DraftVerifyError(f"{entry.source} not found (table {entry.marker!r} of {entry.page}): run the "
+                               f"benchmark that writes it, or point TABLES in draftverify/docs_tables.py at its file")
+    table = first_table(path.read_text(encoding="utf-8"), entry.after)
+    if table is None:
+        where = f"after {entry.after!r}" if entry.after else "anywhere"
+        raise DraftVerifyError(f"{entry.source} has no table {where} (table {entry.marker!r} of {entry.page}): "
+                               f"fix the file or the entry in TABLES in draftverify/docs_tables.py")
+    return f"{table}\n\n<sub>From `{entry.source}`.</sub>\n"
+
+
+def refreshed(root: Path, tables: tuple[TableSource, ...] | None = None) -> dict[str, tuple[str, str]]:
+    """Each page named in tables -> (its text now, its text with every marked table copied afresh).
+
+    Raises DraftVerifyError when a page, a benchmark file or a table is missing, or a page marks a table that
+    tables does not name (a table nobody would refresh). tables defaults to TABLES.
+    """
+    tables = TABLES if tables is None else tables
+    pages: dict[str, tuple[str, str]] = {}
+    for page in dict.fromkeys(entry.page for entry in tables):
+        path = root / page
+        if not path.is_file():
+            raise DraftVerifyError(f"{page} not found under {root}: run this from the repository root (or give "
+                                   f"--root), or fix TABLES in draftverify/docs_tables.py")
+        old = path.read_text(encoding="utf-8")
+        entries = {entry.marker: entry for entry in tables if entry.page == page}
+        marked = [m.group(1) for m in _MARKER.finditer(old) if m.group(1) not in NOT_TABLES]
+        unmarked = sorted(entries.keys() - set(marked))
+        if unmarked:
+            raise DraftVerifyError(f"{page} has no <!-- NAME:begin --> / <!-- NAME:end --> pair for "
+                                   f"{', '.join(unmarked)}, which TABLES in draftverify/docs_tables.py copies there")
+        unknown = sorted(set(marked) - entries.keys())
+        if unknown:
+            raise DraftVerifyError(f"{page} marks tables that TABLES in draftverify/docs_tables.py does not name "
+                                   f"({', '.join(unknown)}): add their benchmark files there, or remove the markers")
+
+        def fill(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name in NOT_TABLES:
+                return m.group(0)
+            return f"<!-- {name}:begin -->\n{block(root, entries[name])}<!-- {name}:end -->"
+
+        new = _MARKER.sub(fill, old)
+        pages[page] = (old, new)
+    return pages
+
+
+def stale_pages(root: Path, tables: tuple[TableSource, ...] | None = None) -> list[str]:
+    """The pages whose marked tables differ from their benchmark files (nothing is written)."""
+    return [page for page, (old, new) in refreshed(root, tables).items() if old != new]
+
+
+def update_pages(root: Path, tables: tuple[TableSource, ...] | None = None) -> list[str]:
+    """Copy every marked table afresh from its benchmark file; returns the pages that changed."""
+    changed = []
+    for page, (old, new) in refreshed(root, tables).items():
+        if old != new:
+            (root / page).write_text(new, encoding="utf-8")
+            changed.append(page)
+    return changed
