@@ -3,9 +3,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..registry import DrafterSpec, MethodEntry, register_methods
 from .declare import option
 
 
 @dataclass(frozen=True)
 class EarlyExitOptions:
     early_exit_layers: int = option(1, "--early-exit-layers", "Layers of the target used as the draft.")
+
+
+register_methods(DrafterSpec("early_exit", "draftverify.drafters.early_exit:EarlyExitDrafter",
+                             options=(EarlyExitOptions,), methods={
+    "early_exit": MethodEntry("the target's first L layers + its LM head draft (shared weights)"),
+    "bild_early_exit": MethodEntry("BiLD with the early-exit small model (BiLD section 4.4)", verifier="bild",
+                                   lossless=False, batches=False),
+}))
