@@ -75,19 +75,24 @@ class LazyClasses(MutableMapping):
         self._refs[name] = ref
         if batches is not None:
             self._batches[name] = batches
+        if not isinstance(ref, str):
+            self._bind(name, ref)
 
     def __getitem__(self, name: str) -> type:
         ref = self._refs[name]
         if isinstance(ref, str):
             module, _, attr = ref.partition(":")
-            ref = getattr(importlib.import_module(module), attr)
-            ref.name = name
-            declared = self._batches.get(name)
-            if declared is not None and getattr(ref, "supports_batch", declared) != declared:
-                raise RuntimeError(f"drafter {name!r} is declared with batches={declared} but {ref.__name__}."
-                                   f"supports_batch is {ref.supports_batch}: make the declaration say what the class does")
-            self._refs[name] = ref
+            ref = self._bind(name, getattr(importlib.import_module(module), attr))
         return ref
+
+    def _bind(self, name: str, cls: type) -> type:
+        declared = self._batches.get(name)
+        if declared is not None and getattr(cls, "supports_batch", declared) != declared:
+            raise RuntimeError(f"drafter {name!r} is declared with batches={declared} but {cls.__name__}."
+                               f"supports_batch is {cls.supports_batch}: make the declaration say what the class does")
+        cls.name = name  # type: ignore[attr-defined]
+        self._refs[name] = cls
+        return cls
 
     def __setitem__(self, name: str, cls: type) -> None:
         self._refs[name] = cls
