@@ -7,8 +7,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Collection
 
-import typer
-
+from .cli_help import flag
 from .options import SharedOptions, all_fields
 from .options.checks import methods_reading
 from .options.declare import declaration, default_of, field_types
@@ -32,7 +31,7 @@ def declared_parameters(shared: bool = True, exclude: Collection[str] = ()) -> l
             help_text += f" Default with --zoo: the entry's {opt.zoo}, if it has one."
         annotation = (str | None) if opt.parse is not None else field_types(cls)[name]
         default = None if opt.parse is not None else default_of(f)  # parsed options: None is the declared default
-        info = typer.Option(default, opt.flag, help=help_text, rich_help_panel=SHARED_PANEL if is_shared else DRAFTER_PANEL)
+        info = flag(default, opt.flag, help=help_text, rich_help_panel=SHARED_PANEL if is_shared else DRAFTER_PANEL)
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation))
     return params
 

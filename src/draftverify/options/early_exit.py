@@ -4,12 +4,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..registry import DrafterSpec, MethodEntry, register_methods
+from ..zoo import trained_exit_layers
 from .declare import option
+
+
+def trained_exits_note() -> str:
+    """Which zoo targets were trained to exit early, and where (a draft of that many layers is the one trained)."""
+    layers = trained_exit_layers()
+    return "".join(f" The {zoo} zoo's target was trained to exit at layer {n}: --zoo {zoo} --early-exit-layers {n}."
+                   for zoo, n in layers.items())
 
 
 @dataclass(frozen=True)
 class EarlyExitOptions:
-    early_exit_layers: int = option(1, "--early-exit-layers", "Layers of the target used as the draft.")
+    early_exit_layers: int = option(1, "--early-exit-layers", lambda: "Layers of the target used as the draft."
+                                    + trained_exits_note())
 
 
 register_methods(DrafterSpec("early_exit", "draftverify.drafters.early_exit:EarlyExitDrafter",
