@@ -72,27 +72,29 @@ class LazyClasses(MutableMapping):
         self._batches: dict[str, bool] = {}
 
     def declare(self, name: str, ref: str | type, batches: bool | None = None) -> None:
+        if not isinstance(ref, str):
+            self._check(name, ref, batches)
         self._refs[name] = ref
         if batches is not None:
             self._batches[name] = batches
         if not isinstance(ref, str):
-            self._bind(name, ref)
+            ref.name = name  # type: ignore[attr-defined]
 
     def __getitem__(self, name: str) -> type:
         ref = self._refs[name]
         if isinstance(ref, str):
             module, _, attr = ref.partition(":")
-            ref = self._bind(name, getattr(importlib.import_module(module), attr))
+            ref = getattr(importlib.import_module(module), attr)
+            self._check(name, ref, self._batches.get(name))
+            ref.name = name  # type: ignore[attr-defined]
+            self._refs[name] = ref
         return ref
 
-    def _bind(self, name: str, cls: type) -> type:
-        declared = self._batches.get(name)
-        if declared is not None and getattr(cls, "supports_batch", declared) != declared:
-            raise RuntimeError(f"drafter {name!r} is declared with batches={declared} but {cls.__name__}."
+    @staticmethod
+    def _check(name: str, cls: type, batches: bool | None) -> None:
+        if batches is not None and getattr(cls, "supports_batch", batches) != batches:
+            raise RuntimeError(f"drafter {name!r} is declared with batches={batches} but {cls.__name__}."
                                f"supports_batch is {cls.supports_batch}: make the declaration say what the class does")
-        cls.name = name  # type: ignore[attr-defined]
-        self._refs[name] = cls
-        return cls
 
     def __setitem__(self, name: str, cls: type) -> None:
         self._refs[name] = cls
@@ -123,8 +125,8 @@ def register_methods(spec: DrafterSpec) -> DrafterSpec:
     taken = sorted(set(spec.methods) & set(METHODS))
     if taken:
         raise RuntimeError(f"method(s) {', '.join(taken)} registered twice")
+    DRAFTERS.declare(spec.name, spec.cls, spec.batches)  # first: a class that disagrees leaves no trace
     SPECS[spec.name] = spec
-    DRAFTERS.declare(spec.name, spec.cls, spec.batches)
     if spec.options:
         DRAFTER_OPTIONS[spec.name] = spec.options
     for name, entry in spec.methods.items():
