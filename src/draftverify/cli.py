@@ -124,9 +124,9 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
     return notes
 
 
-RUNNERS_HELP = (f"Comma list of runner families to run (the baselines {' and '.join(BASELINES)} always run): the peers "
-                f"{', '.join(PEER_FAMILIES)}; our methods {', '.join(drafting_methods())}; and <method>{ALIGNED_SUFFIX} "
-                "for a method with the aligned draft (--aligned-draft).")
+RUNNERS_HELP = (f"Comma list of runner families to run (the baselines {' and '.join(BASELINES)} always run): the "
+                f"peers {', '.join(PEER_FAMILIES)}; our methods {', '.join(drafting_methods())}; and "
+                f"<method>{ALIGNED_SUFFIX} for a method with the aligned draft (--aligned-draft).")
 HEAL_HELP = ("Token healing: back the prompt up over its last token and let the first new token start with its text "
              "(a prompt ending in a newline then continues as trained text does). Default: on with --zoo (decoder-only "
              "targets), off otherwise; --no-heal for text equal to a peer that does not heal.")
@@ -530,13 +530,16 @@ def bench_batch(
 
 @app.command()
 def methods() -> None:
-    """List the methods: which drafter and verifier each one plugs into the loop, and what its declaration says."""
+    """List the methods: which drafter and verifier each one plugs into the loop, and what its declaration says
+    (whether it needs a draft model, batches rows, is lossless)."""
     table = Table(show_header=True, header_style="bold")
-    for column in ("method", "drafter", "verifier", "lossless", "batches", "draft model", "what it does"):
+    for column in ("method", "drafter", "verifier", "what it does"):
         table.add_column(column)
     for name, m in METHODS.items():
-        table.add_row(name, m.drafter, m.verifier, *("yes" if v else "no" for v in (m.lossless, m.batches, m.needs_draft)),
-                      escape(m.summary))
+        facts = [fact for fact, holds in (("draft model", m.needs_draft), ("one row at a time", not m.batches),
+                                          ("not lossless", not m.lossless)) if holds]
+        notes = f" [dim]({', '.join(facts)})[/dim]" if facts else ""
+        table.add_row(name, m.drafter, m.verifier, escape(m.summary) + notes)
     console.print(table)
 
 

@@ -7,9 +7,9 @@ from ..registry import DrafterSpec, MethodEntry, register_methods
 register_methods(DrafterSpec("model", "draftverify.drafters.model:ModelDrafter", methods={
     "model": MethodEntry("speculative decoding with a small draft model (Leviathan et al.); a draft with another "
                          "tokenizer runs as cross_tokenizer", needs_draft=True),
-    "bild": MethodEntry("Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB); not lossless", verifier="bild",
+    "bild": MethodEntry("Big Little Decoder: fallback (alpha_FB) + rollback (alpha_RB)", verifier="bild",
                         needs_draft=True, lossless=False, batches=False),
-    "specdec++": MethodEntry("SpecDec++ top-beta / tolerance-tau verification; not lossless", verifier="topbeta",
+    "specdec++": MethodEntry("SpecDec++ top-beta / tolerance-tau verification", verifier="topbeta",
                              needs_draft=True, lossless=False, batches=False),
 }))
 

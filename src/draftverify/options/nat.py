@@ -39,6 +39,6 @@ register_methods(DrafterSpec("nat", "draftverify.drafters.nat:NatDrafter", optio
     "specdec": MethodEntry("SpecDec: a non-autoregressive drafter fills k mask slots in one pass (over the encoder "
                            "states, or a decoder-only target's own hidden states); needs a trained NAT drafter (--nat; "
                            "the code and translate zoos ship one, `draftverify train nat` makes one)"),
-    "specdec++_nat": MethodEntry("SpecDec++ as in the paper: the NAT drafter under top-beta / tau; not lossless; needs "
-                                 "a NAT drafter like specdec", verifier="topbeta", lossless=False, batches=False),
+    "specdec++_nat": MethodEntry("SpecDec++ as in the paper: the NAT drafter under top-beta / tau; needs a NAT drafter "
+                                 "like specdec", verifier="topbeta", lossless=False, batches=False),
 }))
