@@ -1,6 +1,6 @@
 """The method registry. A drafter is declared in one call, register_methods(DrafterSpec(...)): its class, the options
 classes it reads and the methods it serves (each with its verifier, summary, whether it needs a draft model, is
-lossless and batches). That call fills every table the CLI, the server, the bench, load() and compiling read:
+lossless and batches). That call fills every table the CLI, the server, the bench and load() read:
 METHODS (method -> Method), DRAFTERS (drafter -> class) and DRAFTER_OPTIONS (drafter -> options classes).
 
 The built-in declarations live in torch-free modules (draftverify/options/<family>.py) and name their drafter
