@@ -21,6 +21,8 @@ from rich.table import Table
 from . import __version__
 from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
 from .cli_flags import declared_flags
+from .bench.runner_families import ALIGNED_SUFFIX, BASELINES, PEER_FAMILIES, drafting_methods
+from .cli_help import batching_note, draft_methods, flag, one_row_methods
 from .draft_length import DEFAULT_GAMMA, parse_gamma
 from .errors import DraftVerifyError
 from .methods import METHODS, resolve_method
@@ -50,7 +52,7 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+def main(version: bool = flag(False, "--version", callback=_version, is_eager=True,
                                       help="Print the version and exit.")) -> None:
     """Draft cheaply, verify with the target in one forward pass."""
 
@@ -124,6 +126,9 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
     return notes
 
 
+RUNNERS_HELP = (f"Comma list of runner families to run (the baselines {' and '.join(BASELINES)} always run): the "
+                f"peers {', '.join(PEER_FAMILIES)}; our methods {', '.join(drafting_methods())}; and "
+                f"<method>{ALIGNED_SUFFIX} for a method with the aligned draft (--aligned-draft).")
 HEAL_HELP = ("Token healing: back the prompt up over its last token and let the first new token start with its text "
              "(a prompt ending in a newline then continues as trained text does). Default: on with --zoo (decoder-only "
              "targets), off otherwise; --no-heal for text equal to a peer that does not heal.")
@@ -181,29 +186,29 @@ def _check_backend_flags(backend: str, compile_: bool, batched: bool, draft_gguf
 @app.command()
 @declared_flags()
 def generate(
-    prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."),
-    prompts_file: Optional[Path] = typer.Option(None, "--prompts-file", help="Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a \"prompt\") or a text file (one prompt per line); prints one JSON line per prompt. Every method batches except bpd_neural, specdec, specdec++_nat, bild, bild_early_exit, specdec++ and a draft with its own tokenizer."),
-    batch_size: int = typer.Option(8, "--batch-size", help="With --prompts-file: rows decoded together (the last batch may be smaller)."),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
-    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, bild, specdec++)."),
-    zoo: Optional[str] = typer.Option(None, "--zoo", help="Use a shipped model set, e.g. 'code'."),
-    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"One of: {', '.join(METHODS)}. Default: the zoo's own (code: {ZOO_DEFAULT_METHOD}) with --zoo, model with --draft, else prompt_lookup."),
-    verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier: greedy, speculative_sampling, gumbel_coupling, bild, topbeta, tree_greedy, tree_speculative_sampling."),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", "-n"),
-    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
-    top_k: int = typer.Option(0, "--top-k", help="0 = off."),
-    top_p: float = typer.Option(1.0, "--top-p", help="1 = off."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seeded sampling is coupled: the same seed gives the same text for every method and draft length."),
-    coupling: Optional[bool] = typer.Option(None, "--coupling/--no-coupling", help="Position-keyed (Gumbel-max) sampling; default: on when --seed is given."),
-    gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
-    compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses, compiled before generating (tens of seconds per graph on a CPU); pays off only over many generations in one process, and says after how many tokens."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
-    lean_draft: bool = typer.Option(True, "--lean-draft/--no-lean-draft", help="Run a Llama / Mistral / Qwen2 draft model on the lean backend (plain torch ops over a preallocated KV buffer; one prompt, eager); --no-lean-draft keeps Hugging Face's forward (env DRAFTVERIFY_LEAN_DRAFT=0 does the same)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
-    heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP),
-    backend: str = typer.Option("hf", "--backend", help="What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: pip install -e \".[llamacpp]\"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only the target's logits."),
-    draft_gguf: Optional[str] = typer.Option(None, "--draft-gguf", help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or bf16; the draft's precision changes which tokens it proposes, never the output."),
+    prompt: Optional[str] = flag(None, "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."),
+    prompts_file: Optional[Path] = flag(None, "--prompts-file", help="Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a \"prompt\") or a text file (one prompt per line); prints one JSON line per prompt. " + batching_note()),
+    batch_size: int = flag(8, "--batch-size", help="With --prompts-file: rows decoded together (the last batch may be smaller)."),
+    target: Optional[str] = flag(None, "--target", "-t", help="Target model: local directory or hub id."),
+    draft: Optional[str] = flag(None, "--draft", "-d", help=f"Draft model (methods {draft_methods()})."),
+    zoo: Optional[str] = flag(None, "--zoo", help="Use a shipped model set, e.g. 'code'."),
+    method: Optional[str] = flag(None, "--method", "-m", help=f"One of: {', '.join(METHODS)}. Default: the zoo's own (code: {ZOO_DEFAULT_METHOD}) with --zoo, model with --draft, else prompt_lookup."),
+    verifier: Optional[str] = flag(None, "--verifier", help="Override the method's verifier: greedy, speculative_sampling, gumbel_coupling, bild, topbeta, tree_greedy, tree_speculative_sampling."),
+    max_new_tokens: int = flag(64, "--max-new-tokens", "-n"),
+    temperature: float = flag(0.0, "--temperature", help="0 = greedy."),
+    top_k: int = flag(0, "--top-k", help="0 = off."),
+    top_p: float = flag(1.0, "--top-p", help="1 = off."),
+    seed: Optional[int] = flag(None, "--seed", help="Seeded sampling is coupled: the same seed gives the same text for every method and draft length."),
+    coupling: Optional[bool] = flag(None, "--coupling/--no-coupling", help="Position-keyed (Gumbel-max) sampling; default: on when --seed is given."),
+    gamma: str = flag(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
+    dtype: str = flag("float32", "--dtype", help="float32, bfloat16 or float16."),
+    compile_: bool = flag(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses, compiled before generating (tens of seconds per graph on a CPU); pays off only over many generations in one process, and says after how many tokens."),
+    threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
+    lean_draft: bool = flag(True, "--lean-draft/--no-lean-draft", help="Run a Llama / Mistral / Qwen2 draft model on the lean backend (plain torch ops over a preallocated KV buffer; one prompt, eager); --no-lean-draft keeps Hugging Face's forward (env DRAFTVERIFY_LEAN_DRAFT=0 does the same)."),
+    as_json: bool = flag(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
+    heal: Optional[bool] = flag(None, "--heal/--no-heal", help=HEAL_HELP),
+    backend: str = flag("hf", "--backend", help="What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: pip install -e \".[llamacpp]\"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only the target's logits."),
+    draft_gguf: Optional[str] = flag(None, "--draft-gguf", help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or bf16; the draft's precision changes which tokens it proposes, never the output."),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Generate text with a draft-then-verify method: the text on stdout, the statistics table on stderr."""
@@ -400,29 +405,29 @@ def check_port_free(host: str, port: int) -> None:
 @app.command()
 @declared_flags()
 def serve(
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model: local directory or hub id."),
-    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (methods model, lookup_model, ...)."),
-    zoo: Optional[str] = typer.Option(None, "--zoo", help="Serve a shipped model set, e.g. 'code'."),
-    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1): every method but bpd_neural, specdec, specdec++_nat, bild, bild_early_exit, specdec++ and a draft with its own tokenizer, which serve one request at a time."),
-    verifier: Optional[str] = typer.Option(None, "--verifier", help="Override the method's verifier."),
-    gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
-    compile_: bool = typer.Option(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses; the first requests pay the compilation (tens of seconds per graph on a CPU)."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
-    port: int = typer.Option(8000, "--port"),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="DRAFTVERIFY_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1 (env DRAFTVERIFY_API_KEY)."),
-    served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="The model id clients send (default: the zoo name or the target folder's name)."),
-    max_queue: int = typer.Option(64, "--max-queue", help="Requests that may wait; more get 429 with Retry-After."),
-    max_batch: int = typer.Option(8, "--max-batch", help="Waiting requests with the same sampling settings decoded together as one batch (1: one at a time)."),
-    max_tokens_limit: Optional[int] = typer.Option(None, "--max-tokens-limit", help="Largest max_tokens a request may ask for (default: the model's context)."),
-    ray: bool = typer.Option(False, "--ray", help="Serve with Ray Serve (pip install 'draftverify[ray]')."),
-    replicas: int = typer.Option(1, "--replicas", help="With --ray: model replicas, each with its own worker."),
-    log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level."),
-    heal: Optional[bool] = typer.Option(None, "--heal/--no-heal", help=HEAL_HELP + " /v1/completions only; a request "
+    target: Optional[str] = flag(None, "--target", "-t", help="Target model: local directory or hub id."),
+    draft: Optional[str] = flag(None, "--draft", "-d", help=f"Draft model (methods {draft_methods()})."),
+    zoo: Optional[str] = flag(None, "--zoo", help="Serve a shipped model set, e.g. 'code'."),
+    method: Optional[str] = flag(None, "--method", "-m", help=f"One of: {', '.join(METHODS)}. Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1): every method but {one_row_methods()}, which serve one request at a time (a model draft with its own tokenizer runs as cross_tokenizer)."),
+    verifier: Optional[str] = flag(None, "--verifier", help="Override the method's verifier."),
+    gamma: str = flag(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
+    dtype: str = flag("float32", "--dtype", help="float32, bfloat16 or float16."),
+    compile_: bool = flag(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses; the first requests pay the compilation (tens of seconds per graph on a CPU)."),
+    threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch."),
+    host: str = flag("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = flag(8000, "--port"),
+    api_key: Optional[str] = flag(None, "--api-key", envvar="DRAFTVERIFY_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1 (env DRAFTVERIFY_API_KEY)."),
+    served_model_name: Optional[str] = flag(None, "--served-model-name", help="The model id clients send (default: the zoo name or the target folder's name)."),
+    max_queue: int = flag(64, "--max-queue", help="Requests that may wait; more get 429 with Retry-After."),
+    max_batch: int = flag(8, "--max-batch", help="Requests decoded together as one batch, whatever their sampling settings (each row keeps its own; a --verifier override batches only requests with equal settings); requests join and leave the batch between steps (1: one at a time)."),
+    max_tokens_limit: Optional[int] = flag(None, "--max-tokens-limit", help="Largest max_tokens a request may ask for (default: the model's context)."),
+    ray: bool = flag(False, "--ray", help="Serve with Ray Serve (pip install 'draftverify[ray]')."),
+    replicas: int = flag(1, "--replicas", help="With --ray: model replicas, each with its own worker."),
+    log_level: str = flag("info", "--log-level", help="uvicorn's log level."),
+    heal: Optional[bool] = flag(None, "--heal/--no-heal", help=HEAL_HELP + " /v1/completions only; a request "
                                         "may set its own with the extension field \"heal\"."),
-    backend: str = typer.Option("hf", "--backend", help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; one request at a time)."),
-    draft_gguf: Optional[str] = typer.Option(None, "--draft-gguf", help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or bf16; the draft's precision changes which tokens it proposes, never the output."),
+    backend: str = flag("hf", "--backend", help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; one request at a time)."),
+    draft_gguf: Optional[str] = flag(None, "--draft-gguf", help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or bf16; the draft's precision changes which tokens it proposes, never the output."),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Serve a method over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models,
@@ -489,19 +494,19 @@ def serve(
 
 @app.command("bench-batch")
 def bench_batch(
-    zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set, e.g. 'code'."),
-    target: Optional[str] = typer.Option(None, "--target", "-t"),
-    draft: Optional[str] = typer.Option(None, "--draft", "-d"),
-    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (methods that batch: see README, Batches), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]')."),
-    gamma: str = typer.Option(str(DEFAULT_GAMMA), "--gamma", help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft), 'conf[=T]' or 'heuristic'."),
-    batch_sizes: str = typer.Option("1,2,4,8", "--batch-sizes"),
-    prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
-    num_prompts: int = typer.Option(16, "--num-prompts", help="Prompts decoded at every batch size (at least the largest B)."),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
-    threads: Optional[int] = typer.Option(None, "--threads"),
-    out: Path = typer.Option(Path("benchmarks"), "--out"),
-    name: str = typer.Option("bench-batch", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
+    zoo: Optional[str] = flag(None, "--zoo", help="Shipped model set, e.g. 'code'."),
+    target: Optional[str] = flag(None, "--target", "-t"),
+    draft: Optional[str] = flag(None, "--draft", "-d"),
+    methods_: str = flag("lookup_model", "--methods", help=f"Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (methods that batch: every method but {one_row_methods()}), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]')."),
+    gamma: str = flag(str(DEFAULT_GAMMA), "--gamma", help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft), 'conf[=T]' or 'heuristic'."),
+    batch_sizes: str = flag("1,2,4,8", "--batch-sizes"),
+    prompts: str = flag("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
+    data_dir: Optional[Path] = flag(None, "--data-dir"),
+    num_prompts: int = flag(16, "--num-prompts", help="Prompts decoded at every batch size (at least the largest B)."),
+    max_new_tokens: int = flag(128, "--max-new-tokens", "-n"),
+    threads: Optional[int] = flag(None, "--threads"),
+    out: Path = flag(Path("benchmarks"), "--out"),
+    name: str = flag("bench-batch", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
 ) -> None:
     """Batch throughput: tokens/s at batch sizes 1, 2, 4, 8 for HF generate (batched), our loop without drafting
     and our drafting methods, greedy, on the same prompts; checks every row equals its batch-1 text."""
@@ -527,49 +532,53 @@ def bench_batch(
 
 @app.command()
 def methods() -> None:
-    """List the methods: which drafter and verifier each one plugs into the loop."""
+    """List the methods: which drafter and verifier each one plugs into the loop, and what its declaration says
+    (whether it needs a draft model, batches rows, is lossless)."""
     table = Table(show_header=True, header_style="bold")
     for column in ("method", "drafter", "verifier", "what it does"):
         table.add_column(column)
     for name, m in METHODS.items():
-        table.add_row(name, m.drafter, m.verifier, m.summary)
+        facts = [fact for fact, holds in (("draft model", m.needs_draft), ("one row at a time", not m.batches),
+                                          ("not lossless", not m.lossless)) if holds]
+        notes = f" [dim]({', '.join(facts)})[/dim]" if facts else ""
+        table.add_row(name, m.drafter, m.verifier, escape(m.summary) + notes)
     console.print(table)
 
 
 @app.command()
 @declared_flags(shared=False, exclude=("early_exit_layers",))  # bench sweeps BiLD's thresholds and the layer counts
 def bench(
-    prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category> (e.g. spec_bench:translation, spec_bench:mt_bench)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else the copies shipped with draftverify)."),
-    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts to run: the first N that fit the context (default 20; --quick 2)."),
-    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", "-n", help="New tokens per generation (default 128; --quick 8)."),
-    temperature: Optional[str] = typer.Option(None, "--temperature", help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling (default 0,1.0; --quick 0)."),
-    zoo: Optional[str] = typer.Option(None, "--zoo", help="Shipped model set (target, draft, draft-aligned, ngram table); default 'code' unless --target is given."),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (overrides the zoo's)."),
-    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (hf_assisted, model, bild)."),
-    aligned_draft: Optional[str] = typer.Option(None, "--aligned-draft", help="Aligned draft model (model_aligned)."),
-    gamma: Optional[str] = typer.Option(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic', 'conf[=T]' (auto's length as a cap, drafts ending at the draft model's first token with max q <= T, default 0.4) (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
-    early_exit_layers: Optional[str] = typer.Option(None, "--early-exit-layers", help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers)."),
-    bild_fb: Optional[str] = typer.Option(None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."),
-    bild_rb: Optional[str] = typer.Option(None, "--bild-rb", help="BiLD rollback thresholds alpha_RB (default 1,2,3,5)."),
-    bild_gamma: int = typer.Option(10, "--bild-gamma", help="Longest BiLD draft before the target is called anyway (BiLD: 10)."),
-    runners: Optional[str] = typer.Option(None, "--runners", help="Comma list of runner families to run (the baselines hf_generate and ours_autoregressive always run): hf_assisted, hf_prompt_lookup, model, model_aligned, ngram, prompt_lookup, early_exit, bild."),
-    seed: int = typer.Option(0, "--seed", help="Sampling seed of prompt i is seed + i, the same for every runner."),
-    warmup_tokens: Optional[int] = typer.Option(None, "--warmup-tokens", help="Tokens of the one warm-up generation per runner (0: none; default 16, --quick 0)."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
-    compile_: bool = typer.Option(False, "--compile", help="Our runners (ours_autoregressive and every method row) run the target and draft models compiled: preallocated KV cache + torch.compile per verify-width bucket; the warm-up compiles every width a runner uses (seconds recorded per runner), peers stay eager. Name the run apart, e.g. --name bench-humaneval-compiled."),
-    out: Path = typer.Option(Path("benchmarks"), "--out", help="Output folder for <name>.json, <name>.md and <name>-*.png."),
-    name: Optional[str] = typer.Option(None, "--name", help="File stem (default bench-<prompts>[-quick])."),
-    quick: bool = typer.Option(False, "--quick", help="Smoke test (about a minute on 2 CPU cores): every runner type once, greedy, 2 prompts, 8 tokens, gamma 3 (and auto once), no warm-up, BiTA with one mask token; each flag still overrides."),
-    plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the PNG plots."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr: a bar on a terminal, else a line per runner and prompt."),
-    cost_curve: bool = typer.Option(False, "--cost-curve", help="Instead: time one target forward scoring n tokens after a 120-token context, eager vs torch.compile, float32 vs bfloat16, with greedy equality rates (uses --zoo/--target, --threads, --num-prompts and --max-new-tokens for the equality check, --out, --name, --quick)."),
-    cost_sizes: Optional[str] = typer.Option(None, "--cost-sizes", help="Comma list of n for --cost-curve (default 1,2,3,4,5,6,8,10,12,16,24,32,48,64; --quick 1,2)."),
-    cost_modes: Optional[str] = typer.Option(None, "--cost-modes", help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm (stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all)."),
-    cost_repeats: Optional[int] = typer.Option(None, "--cost-repeats", help="Timed calls per n for --cost-curve (default 20; --quick 2)."),
-    backend: str = typer.Option("hf", "--backend", help="Comma list of what runs our rows: hf, llamacpp (rows llamacpp:<row>: our loop on llama.cpp's kernels, the target converted to GGUF at --dtype, the draft at --draft-gguf, greedy only, '= baseline' against llama.cpp's own greedy row `llamacpp`), e.g. hf,llamacpp."),
-    draft_gguf: Optional[str] = typer.Option(None, "--draft-gguf", help="The draft model's GGUF type in the llama.cpp rows (llamacpp:* and llamacpp_draft alike): q8_0 (default), f32, f16 or bf16."),
+    prompts: str = flag("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category> (e.g. spec_bench:translation, spec_bench:mt_bench)."),
+    data_dir: Optional[Path] = flag(None, "--data-dir", help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else the copies shipped with draftverify)."),
+    num_prompts: Optional[int] = flag(None, "--num-prompts", help="Prompts to run: the first N that fit the context (default 20; --quick 2)."),
+    max_new_tokens: Optional[int] = flag(None, "--max-new-tokens", "-n", help="New tokens per generation (default 128; --quick 8)."),
+    temperature: Optional[str] = flag(None, "--temperature", help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling (default 0,1.0; --quick 0)."),
+    zoo: Optional[str] = flag(None, "--zoo", help="Shipped model set (target, draft, draft-aligned, ngram table); default 'code' unless --target is given."),
+    target: Optional[str] = flag(None, "--target", "-t", help="Target model directory (overrides the zoo's)."),
+    draft: Optional[str] = flag(None, "--draft", "-d", help=f"Draft model (the hf_assisted rows and methods {draft_methods()})."),
+    aligned_draft: Optional[str] = flag(None, "--aligned-draft", help="Aligned draft model (the <method>_aligned rows of the methods that take a draft)."),
+    gamma: Optional[str] = flag(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic', 'conf[=T]' (auto's length as a cap, drafts ending at the draft model's first token with max q <= T, default 0.4) (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
+    early_exit_layers: Optional[str] = flag(None, "--early-exit-layers", help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers)."),
+    bild_fb: Optional[str] = flag(None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."),
+    bild_rb: Optional[str] = flag(None, "--bild-rb", help="BiLD rollback thresholds alpha_RB (default 1,2,3,5)."),
+    bild_gamma: int = flag(10, "--bild-gamma", help="Longest BiLD draft before the target is called anyway (BiLD: 10)."),
+    runners: Optional[str] = flag(None, "--runners", help=RUNNERS_HELP),
+    seed: int = flag(0, "--seed", help="Sampling seed of prompt i is seed + i, the same for every runner."),
+    warmup_tokens: Optional[int] = flag(None, "--warmup-tokens", help="Tokens of the one warm-up generation per runner (0: none; default 16, --quick 0)."),
+    threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
+    dtype: str = flag("float32", "--dtype", help="float32, bfloat16 or float16."),
+    compile_: bool = flag(False, "--compile", help="Our runners (ours_autoregressive and every method row) run the target and draft models compiled: preallocated KV cache + torch.compile per verify-width bucket; the warm-up compiles every width a runner uses (seconds recorded per runner), peers stay eager. Name the run apart, e.g. --name bench-humaneval-compiled."),
+    out: Path = flag(Path("benchmarks"), "--out", help="Output folder for <name>.json, <name>.md and <name>-*.png."),
+    name: Optional[str] = flag(None, "--name", help="File stem (default bench-<prompts>[-quick])."),
+    quick: bool = flag(False, "--quick", help="Smoke test (about a minute on 2 CPU cores): every runner type once, greedy, 2 prompts, 8 tokens, gamma 3 (and auto once), no warm-up, BiTA with one mask token; each flag still overrides."),
+    plots: bool = flag(True, "--plots/--no-plots", help="Write the PNG plots."),
+    progress: bool = flag(True, "--progress/--no-progress", help="Show progress on stderr: a bar on a terminal, else a line per runner and prompt."),
+    cost_curve: bool = flag(False, "--cost-curve", help="Instead: time one target forward scoring n tokens after a 120-token context, eager vs torch.compile, float32 vs bfloat16, with greedy equality rates (uses --zoo/--target, --threads, --num-prompts and --max-new-tokens for the equality check, --out, --name, --quick)."),
+    cost_sizes: Optional[str] = flag(None, "--cost-sizes", help="Comma list of n for --cost-curve (default 1,2,3,4,5,6,8,10,12,16,24,32,48,64; --quick 1,2)."),
+    cost_modes: Optional[str] = flag(None, "--cost-modes", help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm (stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all)."),
+    cost_repeats: Optional[int] = flag(None, "--cost-repeats", help="Timed calls per n for --cost-curve (default 20; --quick 2)."),
+    backend: str = flag("hf", "--backend", help="Comma list of what runs our rows: hf, llamacpp (rows llamacpp:<row>: our loop on llama.cpp's kernels, the target converted to GGUF at --dtype, the draft at --draft-gguf, greedy only, '= baseline' against llama.cpp's own greedy row `llamacpp`), e.g. hf,llamacpp."),
+    draft_gguf: Optional[str] = flag(None, "--draft-gguf", help="The draft model's GGUF type in the llama.cpp rows (llamacpp:* and llamacpp_draft alike): q8_0 (default), f32, f16 or bf16."),
     options: Optional[dict[str, Any]] = None,  # the declared drafter options' flags (cli_flags.py)
 ) -> None:
     """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
@@ -591,29 +600,29 @@ def bench(
 
 @app.command("bench-translate")
 def bench_translate(
-    zoo: str = typer.Option("translate", "--zoo", help="Zoo entry with an encoder-decoder target (and draft, nat)."),
-    draft: Optional[Path] = typer.Option(None, "--draft", help="Small model of the hf_assisted, model and bild rows "
+    zoo: str = flag("translate", "--zoo", help="Zoo entry with an encoder-decoder target (and draft, nat)."),
+    draft: Optional[Path] = flag(None, "--draft", help="Small model of the hf_assisted, model and bild rows "
                                          "(default: the zoo's draft, if it has one)."),
-    aligned_draft: Optional[Path] = typer.Option(
+    aligned_draft: Optional[Path] = flag(
         None, "--aligned-draft", help="Aligned small model (BiLD prediction alignment) for the model_aligned and "
         "bild_aligned rows (default: the zoo's draft-aligned, if it has one)."),
-    data_dir: Path = typer.Option(Path("../shared/data"), "--data-dir", help="Folder holding multi30k_en_de/."),
-    split: str = typer.Option("test_2016_flickr", "--split", help="Multi30k split whose sources are translated."),
-    num_prompts: int = typer.Option(100, "--num-prompts", help="The first N sentences."),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", "-n"),
-    ks: str = typer.Option("2,4,6,8", "--ks", help="SpecDec block sizes k (comma list)."),
-    betas: str = typer.Option("3,5", "--betas", help="SpecDec++ top-beta values."),
-    taus: str = typer.Option("1,3,6", "--taus", help="SpecDec++ tolerances tau."),
-    plus_k: int = typer.Option(8, "--plus-k", help="Block size of the SpecDec++ rows."),
-    gammas: str = typer.Option("3", "--gammas", help="Draft lengths of the small model's rows (model, hf_assisted)."),
-    bild_fb: str = typer.Option("0.2,0.4,0.6,0.8", "--bild-fb", help="BiLD fallback thresholds."),
-    bild_rb: str = typer.Option("1,2,3,5", "--bild-rb", help="BiLD rollback thresholds."),
-    bild_gamma: int = typer.Option(10, "--bild-gamma", help="Longest BiLD draft."),
-    beams: int = typer.Option(5, "--beams", help="Beam size of the AT beam baseline."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
-    out: Path = typer.Option(Path("benchmarks"), "--out", help="Writes <name>.json, <name>.md, <name>-bild.png."),
-    name: str = typer.Option("translate-multi30k", "--name"),
-    counts_only: bool = typer.Option(False, "--counts-only", help="No timings (a busy machine): BLEU, tokens per "
+    data_dir: Path = flag(Path("../shared/data"), "--data-dir", help="Folder holding multi30k_en_de/."),
+    split: str = flag("test_2016_flickr", "--split", help="Multi30k split whose sources are translated."),
+    num_prompts: int = flag(100, "--num-prompts", help="The first N sentences."),
+    max_new_tokens: int = flag(64, "--max-new-tokens", "-n"),
+    ks: str = flag("2,4,6,8", "--ks", help="SpecDec block sizes k (comma list)."),
+    betas: str = flag("3,5", "--betas", help="SpecDec++ top-beta values."),
+    taus: str = flag("1,3,6", "--taus", help="SpecDec++ tolerances tau."),
+    plus_k: int = flag(8, "--plus-k", help="Block size of the SpecDec++ rows."),
+    gammas: str = flag("3", "--gammas", help="Draft lengths of the small model's rows (model, hf_assisted)."),
+    bild_fb: str = flag("0.2,0.4,0.6,0.8", "--bild-fb", help="BiLD fallback thresholds."),
+    bild_rb: str = flag("1,2,3,5", "--bild-rb", help="BiLD rollback thresholds."),
+    bild_gamma: int = flag(10, "--bild-gamma", help="Longest BiLD draft."),
+    beams: int = flag(5, "--beams", help="Beam size of the AT beam baseline."),
+    threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch."),
+    out: Path = flag(Path("benchmarks"), "--out", help="Writes <name>.json, <name>.md, <name>-bild.png."),
+    name: str = flag("translate-multi30k", "--name"),
+    counts_only: bool = flag(False, "--counts-only", help="No timings (a busy machine): BLEU, tokens per "
                                      "target call, large- and small-model calls; the BiLD plot against calls."),
 ) -> None:
     """SpecDec (k sweep), SpecDec++ (beta x tau), BiLD (thresholds) vs AT greedy / beam / HF assisted: BLEU, speed."""
@@ -666,14 +675,14 @@ def bench_translate(
 
 @app.command("bpd-report")
 def bpd_report(
-    zoo: str = typer.Option("code", "--zoo", help="Zoo entry whose target, heads, n-gram table and tokenizer are used."),
-    heads: Optional[Path] = typer.Option(None, "--heads", help="Heads folder (default: the zoo's heads)."),
-    prompts: int = typer.Option(16, "--prompts", help="HumanEval prompts (the first N)."),
-    tune: int = typer.Option(4, "--tune", help="Prompts, of those, used to tune the n-gram weight alpha."),
-    new_tokens: int = typer.Option(64, "--new-tokens"),
-    lattice_k: int = typer.Option(4, "--lattice-k", help="Candidates per head for rescoring and p-best."),
-    out: str = typer.Option("benchmarks/bpd-humaneval", "--out", help="Writes OUT.json and OUT.md."),
-    threads: Optional[int] = typer.Option(None, "--threads"),
+    zoo: str = flag("code", "--zoo", help="Zoo entry whose target, heads, n-gram table and tokenizer are used."),
+    heads: Optional[Path] = flag(None, "--heads", help="Heads folder (default: the zoo's heads)."),
+    prompts: int = flag(16, "--prompts", help="HumanEval prompts (the first N)."),
+    tune: int = flag(4, "--tune", help="Prompts, of those, used to tune the n-gram weight alpha."),
+    new_tokens: int = flag(64, "--new-tokens"),
+    lattice_k: int = flag(4, "--lattice-k", help="Candidates per head for rescoring and p-best."),
+    out: str = flag("benchmarks/bpd-humaneval", "--out", help="Writes OUT.json and OUT.md."),
+    threads: Optional[int] = flag(None, "--threads"),
 ) -> None:
     """Blockwise drafts on the zoo: block efficiency of bpd, oracle top-k, n-gram and neural rescoring, p-best;
     repetition in drafts before/after rescoring; per-head entropy; neural vs plain wins/ties/losses (counts only)."""
@@ -711,15 +720,15 @@ def bpd_report(
 
 @app.command("bita-report")
 def bita_report(
-    zoo: str = typer.Option("code", "--zoo", help="Zoo entry whose target (and default adapter) are used."),
-    bita: Optional[list[Path]] = typer.Option(None, "--bita", help="Adapter folder(s); the first drives the mode and mask tables and is the reference the prompts, prompt-count and mask-count tables compare the others with (same M and P / kind and M / kind and P) (default: the zoo's)."),
-    prompts: int = typer.Option(8, "--prompts", help="HumanEval prompts (the first N)."),
-    new_tokens: int = typer.Option(64, "--new-tokens"),
-    topk: int = typer.Option(3, "--topk", help="Efficient-tree candidates per mask token for the prompt and mask tables."),
-    tables: str = typer.Option("modes,prompts,masks", "--tables", help="Comma list of the tables to run: modes, prompts, prompt-count, mask-count, masks."),
-    cost: Optional[Path] = typer.Option(None, "--cost", help="A cost-curve JSON (draftverify bench --cost-curve) for estimated speedups."),
-    out: str = typer.Option("benchmarks/bita-humaneval", "--out", help="Writes OUT.json and OUT.md."),
-    threads: Optional[int] = typer.Option(None, "--threads"),
+    zoo: str = flag("code", "--zoo", help="Zoo entry whose target (and default adapter) are used."),
+    bita: Optional[list[Path]] = flag(None, "--bita", help="Adapter folder(s); the first drives the mode and mask tables and is the reference the prompts, prompt-count and mask-count tables compare the others with (same M and P / kind and M / kind and P) (default: the zoo's)."),
+    prompts: int = flag(8, "--prompts", help="HumanEval prompts (the first N)."),
+    new_tokens: int = flag(64, "--new-tokens"),
+    topk: int = flag(3, "--topk", help="Efficient-tree candidates per mask token for the prompt and mask tables."),
+    tables: str = flag("modes,prompts,masks", "--tables", help="Comma list of the tables to run: modes, prompts, prompt-count, mask-count, masks."),
+    cost: Optional[Path] = flag(None, "--cost", help="A cost-curve JSON (draftverify bench --cost-curve) for estimated speedups."),
+    out: str = flag("benchmarks/bita-humaneval", "--out", help="Writes OUT.json and OUT.md."),
+    threads: Optional[int] = flag(None, "--threads"),
 ) -> None:
     """BiTA ablations on the zoo: decoding modes, prompt designs, numbers of prompt and mask tokens (tokens per
     target call, verify width, greedy equality; counts only, no timing claims)."""
@@ -756,16 +765,16 @@ def bita_report(
 
 @app.command("bench-healing")
 def bench_healing(
-    zoo: Optional[str] = typer.Option("code", "--zoo", help="Shipped model set (its target; its draft for --methods)."),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
-    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model for --methods that need one."),
-    methods_: str = typer.Option("lookup_model", "--methods", help="Comma list of our methods that also run the published prompts, healing off and on, compared token for token with autoregressive ('' for none)."),
-    num_prompts: int = typer.Option(8, "--num-prompts", help="The first N HumanEval prompts that fit the context."),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ (default: the shipped copy)."),
-    threads: Optional[int] = typer.Option(None, "--threads"),
-    out: Path = typer.Option(Path("benchmarks"), "--out"),
-    name: str = typer.Option("healing-humaneval", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
+    zoo: Optional[str] = flag("code", "--zoo", help="Shipped model set (its target; its draft for --methods)."),
+    target: Optional[str] = flag(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
+    draft: Optional[str] = flag(None, "--draft", "-d", help="Draft model for --methods that need one."),
+    methods_: str = flag("lookup_model", "--methods", help="Comma list of our methods that also run the published prompts, healing off and on, compared token for token with autoregressive ('' for none)."),
+    num_prompts: int = flag(8, "--num-prompts", help="The first N HumanEval prompts that fit the context."),
+    max_new_tokens: int = flag(128, "--max-new-tokens", "-n"),
+    data_dir: Optional[Path] = flag(None, "--data-dir", help="Folder holding humaneval/ (default: the shipped copy)."),
+    threads: Optional[int] = flag(None, "--threads"),
+    out: Path = flag(Path("benchmarks"), "--out"),
+    name: str = flag("healing-humaneval", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
 ) -> None:
     """Token healing on HumanEval: chrF against the canonical solutions for prompts trimmed of their final newline
     and as published (ending in a newline), healing off and on (greedy). `draftverify bench --prompts

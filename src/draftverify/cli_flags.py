@@ -1,17 +1,17 @@
-"""The method-option flags of `generate`, `serve` and `bench`, built from the declarations (options/): a command
-wrapped in declared_flags() takes its own parameters plus one flag per declared option, and receives their values
-as one dict. Typer reads the signature whenever it builds the command, so a drafter registered later (a plug-in,
-a test) gets its flags with no edit here."""
+"""Flags built from declared dataclass fields (options/declare.option). The method-option flags of `generate`,
+`serve` and `bench`: a command wrapped in declared_flags() takes its own parameters plus one flag per declared
+option, and receives their values as one dict; typer reads the signature whenever it builds the command, so a
+drafter registered later (a plug-in, a test) gets its flags with no edit here. The train commands: a command
+wrapped in settings_command(cls) takes one flag per field of cls and receives one cls instance."""
 from __future__ import annotations
 
 import inspect
 from typing import Any, Callable, Collection
 
-import typer
-
+from .cli_help import flag
 from .options import SharedOptions, all_fields
 from .options.checks import methods_reading
-from .options.declare import declaration, default_of, field_types
+from .options.declare import declaration, declared, default_of, field_types
 
 DRAFTER_PANEL = "Method options (each drafter's own)"
 SHARED_PANEL = "BiLD and verifier options"
@@ -32,7 +32,7 @@ def declared_parameters(shared: bool = True, exclude: Collection[str] = ()) -> l
             help_text += f" Default with --zoo: the entry's {opt.zoo}, if it has one."
         annotation = (str | None) if opt.parse is not None else field_types(cls)[name]
         default = None if opt.parse is not None else default_of(f)  # parsed options: None is the declared default
-        info = typer.Option(default, opt.flag, help=help_text, rich_help_panel=SHARED_PANEL if is_shared else DRAFTER_PANEL)
+        info = flag(default, opt.flag, help=help_text, rich_help_panel=SHARED_PANEL if is_shared else DRAFTER_PANEL)
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation))
     return params
 
@@ -66,3 +66,30 @@ def declared_flags(shared: bool = True, exclude: Collection[str] = ()) -> Callab
     SharedOptions' (bench sweeps those as grids of its own), exclude leaves out fields by name."""
     return lambda func: DeclaredFlags(func, shared, exclude)
 
+
+
+def field_parameters(cls: type) -> list[inspect.Parameter]:
+    """One keyword parameter per declared field of dataclass cls, named as the field, with its default and help."""
+    types = field_types(cls)
+    return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=types[f.name],
+                              default=flag(default_of(f), opt.flag, help=opt.help_text()))
+            for f, opt in declared(cls)]
+
+
+class SettingsCommand:
+    """A typer command whose flags are the fields of a settings dataclass; called with them, it passes the
+    function one instance."""
+
+    def __init__(self, func: Callable[[Any], Any], cls: type):
+        self.func, self.cls = func, cls
+        self.__name__, self.__doc__, self.__module__ = func.__name__, func.__doc__, func.__module__
+        self.__signature__ = inspect.Signature(field_parameters(cls))
+        self.__annotations__ = {p.name: p.annotation for p in self.__signature__.parameters.values()}
+
+    def __call__(self, **kwargs: Any) -> Any:
+        return self.func(self.cls(**kwargs))
+
+
+def settings_command(cls: type) -> Callable[[Callable[[Any], Any]], SettingsCommand]:
+    """Decorator (under @app.command()): the command's flags are cls's declared fields (see train/flags.py)."""
+    return lambda func: SettingsCommand(func, cls)

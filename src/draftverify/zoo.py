@@ -75,3 +75,17 @@ def shipped(part: str) -> str:
     if not entries:
         return "no zoo entry ships one"
     return f"only the {entries[0]} zoo ships one" if len(entries) == 1 else f"the {', '.join(entries)} zoos ship one"
+
+
+def trained_exit_layers() -> dict[str, int]:
+    """Zoo entry -> the early-exit layer its target was trained with and kept (its training_report.json)."""
+    root = zoo_root()
+    out = {}
+    for report in sorted(root.glob("*/target/training_report.json")) if root.is_dir() else []:
+        try:
+            data = json.loads(report.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(data, dict) and data.get("early_exit_kept") and isinstance(data.get("early_exit_layer"), int):
+            out[report.parents[1].name] = data["early_exit_layer"]
+    return out

@@ -1,12 +1,13 @@
-"""A drafter with its own weights file, written here: its options class, its drafter class and one registry line
-(register_options) give it flags in `generate`, `serve` and `bench`, a keyword of load(), its file from a zoo
-entry and the zoo's missing-file message, with no edit anywhere else in the package (issue #20)."""
+"""A method with its own weights file, declared in one file (toy_method.py: its options class, its drafter class and
+one register_methods call) and registered by one line (here the plug-in entry point that names it): it gets flags
+in `generate`, `serve` and `bench`, a line in `draftverify methods`, a keyword of load(), its file from a zoo entry
+and the zoo's missing-file message, and a place in registered_methods(), with no edit anywhere in the package."""
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import shutil
-from dataclasses import dataclass
-from pathlib import Path
+import sys
 
 import pytest
 from test_api import PROMPT, model_dirs  # noqa: F401  (shared fixture)
@@ -15,47 +16,36 @@ from typer.testing import CliRunner
 from draftverify import DraftVerifyError
 from draftverify.api import load
 from draftverify.cli import app
-from draftverify.drafters.base import Drafter, empty_draft
-from draftverify.methods import METHODS, Method
-from draftverify.options import option, register_options
-from draftverify.registry import DRAFTER_OPTIONS, DRAFTERS
+from draftverify.methods import METHODS, registered_methods
+from draftverify.registry import DRAFTER_OPTIONS, DRAFTERS, PLUGIN_GROUP, load_plugins, unregister_methods
 from draftverify.zoo import ZOO_ENV
 
 runner = CliRunner()
 
 
-@dataclass(frozen=True)
-class ToyOptions:
-    toy_path: Path | None = option(None, "--toy", "The toy drafter's weights file.", zoo="toy.json",
-                                   what="toy weights")
-    toy_scale: float = option(0.5, "--toy-scale", "How far the toy trusts itself.")
-
-
-class ToyDrafter(Drafter):
-    """Reads its weights file and drafts nothing (so its text is the target's own)."""
-
-    built: list[tuple[Path, float, dict]] = []
-
-    @classmethod
-    def from_options(cls, target, options) -> "ToyDrafter":
-        if options.toy_path is None:
-            raise DraftVerifyError("the toy drafter needs its weights: pass --toy FILE")
-        cls.built.append((Path(options.toy_path), options.toy_scale, json.loads(Path(options.toy_path).read_text())))
-        return cls()
-
-    def propose(self, state, gamma: int):
-        return empty_draft(state)
-
-
 @pytest.fixture
 def toy(monkeypatch):
-    """The toy's registration, undone after the test: its class, its method, and the one options line."""
-    monkeypatch.setitem(DRAFTERS, "toy", ToyDrafter)
-    monkeypatch.setitem(METHODS, "toy", Method("toy", "exact", "a toy drafter with a weights file"))
-    register_options("toy", ToyOptions)
-    ToyDrafter.built.clear()
-    yield
-    DRAFTER_OPTIONS.pop("toy")
+    """The toy registered as a plug-in is: one entry point naming its module, loaded by load_plugins(); undone after
+    the test. Returns its drafter class."""
+    point = importlib.metadata.EntryPoint("toy", "toy_method", PLUGIN_GROUP)
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group=None: [point] if group == PLUGIN_GROUP else [])
+    sys.modules.pop("toy_method", None)
+    load_plugins()
+    drafter = sys.modules["toy_method"].ToyDrafter
+    drafter.built.clear()
+    yield drafter
+    unregister_methods("toy")
+    sys.modules.pop("toy_method", None)
+
+
+def test_the_toy_is_a_registered_method_with_its_declaration(toy):
+    spec = next(m for m in registered_methods() if m.name == "toy")
+    assert (spec.drafter, spec.verifier, spec.lossless, spec.batches, spec.needs_draft) == ("toy", "exact", True, True,
+                                                                                            False)
+    assert spec.drafter_class() is toy and spec.needs_target_modules == ""
+    text = runner.invoke(app, ["methods"], env={"COLUMNS": "400"}).stdout
+    assert "a toy drafter with a weights file" in text
 
 
 @pytest.fixture
@@ -75,16 +65,16 @@ def test_the_toy_gets_its_flags_in_every_command(toy):
         assert "The toy drafter's weights file." in text and "[default: 0.5]" in text
 
 
-def test_the_toy_is_not_there_without_its_registry_line():
+def test_the_toy_is_not_there_without_its_registration_line():
     text = runner.invoke(app, ["generate", "--help"], env={"COLUMNS": "400"}).stdout
-    assert "--toy" not in text and "toy" not in DRAFTER_OPTIONS
+    assert "--toy" not in text and "toy" not in DRAFTER_OPTIONS and "toy" not in METHODS and "toy" not in DRAFTERS
 
 
 def test_the_zoo_fills_the_toys_file_for_the_cli_and_load(toy, toy_zoo, model_dirs):  # noqa: F811
     result = runner.invoke(app, ["generate", "--zoo", "toyzoo", "--method", "toy", "--toy-scale", "0.25",
                                  "--prompt", PROMPT, "-n", "6", "--json", "--no-heal"])
     assert result.exit_code == 0, result.output
-    assert ToyDrafter.built == [(toy_zoo / "toyzoo" / "toy.json", 0.25, {"weights": [1, 2]})]
+    assert toy.built == [(toy_zoo / "toyzoo" / "toy.json", 0.25, {"weights": [1, 2]})]
     expected = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=6)
     assert json.loads(result.stdout)["text"] == expected.text
     pipe = load(zoo="toyzoo", method="toy")

@@ -9,8 +9,15 @@ Modules: config (options), runner_families (which rows exist), prompts (HumanEva
 lineup (all rows of a run), summary (aggregation, Theorem 8), quality (chrF), report (JSON, markdown), plots
 (PNG), environment (machine, versions), run (orchestration).
 """
-from .config import BenchConfig, families
-from .prompts import Prompt, load_prompts
-from .run import run_bench
+from importlib import import_module
 
+# name -> its module, imported on first use: the CLI's --help reads bench.runner_families without torch
+_HOMES = {"BenchConfig": ".config", "families": ".config", "Prompt": ".prompts", "load_prompts": ".prompts",
+          "run_bench": ".run"}
 __all__ = ["BenchConfig", "Prompt", "families", "load_prompts", "run_bench"]
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(import_module(_HOMES[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

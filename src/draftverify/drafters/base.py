@@ -7,7 +7,6 @@ import torch
 
 from ..backends.base import computes_in_torch
 from ..cached_lm import CachedLM
-from ..registry import register_drafter
 from ..types import DecodingState, Draft, TargetOutput, Verdict, VerifyExtras
 
 
@@ -16,7 +15,8 @@ def empty_draft(state: DecodingState) -> Draft:
 
 
 class Drafter(ABC):
-    """Subclasses register with @register_drafter(name). `forward_calls` counts model forwards (0 if model-free)."""
+    """Subclasses are declared with registry.register_methods (options/<family>.py). `forward_calls` counts model
+    forwards (0 if model-free)."""
 
     name: str = "?"
     proposes_trees: bool = False  # Leviathan's chain theory (Theorem 8) does not predict these
@@ -90,7 +90,6 @@ class Drafter(ABC):
         batching); a drafter with a cache prefills them like start() does."""
 
 
-@register_drafter("none")
 class NoDrafter(Drafter):
     """Plain autoregressive decoding with the target in our loop (the no-drafting baseline)."""
 

@@ -22,7 +22,6 @@ import torch
 
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
-from ..registry import register_drafter
 from ..tree import TreeSpec
 from ..types import DecodingState, Draft, TargetOutput, Verdict, VerifyExtras
 from .base import Drafter, empty_draft
@@ -205,14 +204,9 @@ class _TreeBita(BitaDrafter):
         self._mask_logits = logits.gather(1, index.to(logits.device)[..., None].expand(-1, -1, logits.shape[-1]))
 
 
-@register_drafter("bita")
 class BitaEfficientDrafter(_TreeBita):
     build_tree = staticmethod(efficient_tree)
 
 
-@register_drafter("bita_tree")
 class BitaFullTreeDrafter(_TreeBita):
     build_tree = staticmethod(full_tree)
-
-
-register_drafter("bita_chain")(BitaDrafter)

@@ -23,7 +23,6 @@ from torch import nn
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
 from ..few_row_linear import few_row_linears
-from ..registry import register_drafter
 from ..sampling import probs_from_logits, sample
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft
@@ -114,7 +113,6 @@ class BlockwiseHeads(nn.Module):
         return FOLDER.load(cls, HeadsConfig, folder)
 
 
-@register_drafter("bpd")
 class BlockwiseDrafter(Drafter):
     """Proposes heads 2..h's predictions from the hidden state of the last kept position (up to h - 1 tokens).
 

@@ -10,7 +10,6 @@ import torch
 
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError, check_number
-from ..registry import register_drafter
 from ..tree import row_trees
 from ..types import DecodingState, Draft
 from .base import empty_draft
@@ -20,7 +19,6 @@ from .ngram import NgramTable
 from .prompt_lookup_tree import trie
 
 
-@register_drafter("bpd_ngram")
 class BlockwiseNgramDrafter(BlockwiseDrafter):
     """The heads' top-k lattice rescored with an n-gram table; proposes the p best paths (p = 1: a chain)."""
 
@@ -67,7 +65,6 @@ class BlockwiseNgramDrafter(BlockwiseDrafter):
         return Draft(tokens=tokens, tree=tree, valid=valid)
 
 
-@register_drafter("bpd_pbest")
 class BlockwisePBestDrafter(BlockwiseNgramDrafter):
     """p > 1 rescored paths as one tree (p-best n-gram BPD; alpha = 0 gives p-best 0-gram BPD)."""
 

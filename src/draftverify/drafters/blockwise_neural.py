@@ -14,7 +14,6 @@ import torch
 from ..backends.lean_draft import draft_backend
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError, check_number
-from ..registry import register_drafter
 from ..types import DecodingState, Draft, Verdict
 from .base import empty_draft
 from .blockwise import BlockwiseDrafter, BlockwiseHeads, load_heads
@@ -35,7 +34,6 @@ def rescore_locally(z: torch.Tensor, k: int, alpha: float,
     return torch.cat(chosen, dim=1)
 
 
-@register_drafter("bpd_neural")
 class BlockwiseNeuralDrafter(BlockwiseDrafter):
     """Heads' top-k candidates per position, chosen left to right by heads' logits + alpha * the draft model's.
     In a batch each row is rescored by its own text (the draft model decodes the rows as `model` does)."""

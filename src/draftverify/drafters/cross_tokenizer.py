@@ -27,7 +27,6 @@ import torch
 
 from ..cached_lm import cached_model
 from ..errors import DraftVerifyError
-from ..registry import register_drafter
 from ..types import DecodingState, Draft
 from .base import Drafter, empty_draft
 from .retokenize import TokenBytes, TokenTrack, common_prefix, complete_prefix, to_target
@@ -36,7 +35,6 @@ WINDOW = 4  # draft tokens encoded again at the boundary with new text (a token 
 LOOKBEHIND = 4  # committed target tokens encoded together with the draft's text (see retokenize.to_target)
 
 
-@register_drafter("cross_tokenizer")
 class CrossTokenizerDrafter(Drafter):
     """Drafts with any causal LM and its own tokenizer; proposals are target tokens with a one-hot q.
 

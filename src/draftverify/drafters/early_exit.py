@@ -11,7 +11,6 @@ from transformers import PreTrainedModel
 
 from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError
-from ..registry import register_drafter
 from .model import ModelDrafter
 
 # (attribute path of the decoder body, name of its layer list, config field holding the layer count)
@@ -77,7 +76,6 @@ def _body_path(model: nn.Module, body: nn.Module) -> list[str]:
     raise AssertionError("decoder body not found in its own model")
 
 
-@register_drafter("early_exit")
 class EarlyExitDrafter(ModelDrafter):
     """A ModelDrafter whose model is a shallow view of the target; fallback (alpha_FB) works the same way."""
 

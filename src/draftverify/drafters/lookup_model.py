@@ -15,14 +15,12 @@ from transformers import PreTrainedModel
 from ..backends.lean_draft import draft_backend
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
-from ..registry import register_drafter
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter
 from .model import ModelDrafter, require_shared_vocabulary
 from .prompt_lookup import PromptLookupDrafter
 
 
-@register_drafter("lookup_model")
 class LookupModelDrafter(Drafter):
     supports_batch = True
 

@@ -7,7 +7,6 @@ from transformers import PreTrainedModel
 from ..backends.lean_draft import draft_backend
 from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError, check_number
-from ..registry import register_drafter
 from ..sampling import argmax, draw_next, probs_from_logits
 from ..types import DecodingState, Draft, SamplingParams, Verdict
 from .base import Drafter, empty_draft
@@ -29,7 +28,6 @@ def require_shared_vocabulary(options, drafter: str) -> None:
         )
 
 
-@register_drafter("model")
 class ModelDrafter(Drafter):
     """Drafts gamma tokens and returns their probabilities q (filtered exactly like the target's p).
 

@@ -17,7 +17,6 @@ from transformers import PreTrainedModel
 from ..backends.lean_draft import draft_backend
 from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError
-from ..registry import register_drafter
 from ..sampling import probs_from_logits
 from ..tree import TreeSpec
 from ..tree_sizing import NodeRates, best_subtree
@@ -32,7 +31,6 @@ DEFAULT_TREE_PATHS: tuple[tuple[int, ...], ...] = (
 EXPLORE_EVERY = 8  # every 8th sized step verifies the whole shape, so the rates of dropped nodes stay measured
 
 
-@register_drafter("model_tree")
 class ModelTreeDrafter(Drafter):
     """Proposes the tree's nodes as top-k candidates (deterministic: q_probs None, so tree sampling treats them
     as fixed candidates). gamma caps the depth: the tree keeps its paths of length <= gamma. With the length

@@ -36,7 +36,6 @@ from torch import nn
 
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
-from ..registry import register_drafter
 from ..sampling import draw_next, probs_from_logits
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft
@@ -232,7 +231,6 @@ class NatDecoder(nn.Module):
         return FOLDER.load(cls, NatConfig, folder)
 
 
-@register_drafter("nat")
 class NatDrafter(Drafter):
     """Fills gamma [MASK] slots after the committed tokens in one forward (gamma = SpecDec's block size k).
 

@@ -13,7 +13,6 @@ from safetensors.torch import save_file
 
 from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
-from ..registry import register_drafter
 from ..sampling import draw_next, probs_from_logits
 from ..types import DecodingState, Draft
 from .base import Drafter, stack_draft
@@ -193,7 +192,6 @@ class NgramTable:
         return cls.from_arrays(order, vocab_size, arrays)
 
 
-@register_drafter("ngram")
 class NgramDrafter(Drafter):
     """Drafts from an NgramTable; q is the table's next-token distribution after the target's sampling filters."""
 

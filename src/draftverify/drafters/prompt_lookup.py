@@ -7,7 +7,6 @@ from collections.abc import Iterator
 import torch
 
 from ..errors import DraftVerifyError
-from ..registry import register_drafter
 from ..types import DecodingState, Draft
 from .base import Drafter, empty_draft
 
@@ -32,7 +31,6 @@ def find_continuation(haystack: list[int], max_ngram: int, min_ngram: int, gamma
     return []
 
 
-@register_drafter("prompt_lookup")
 class PromptLookupDrafter(Drafter):
     """For encoder-decoder targets the source is searched too (copying from the input, as in summarization)."""
 

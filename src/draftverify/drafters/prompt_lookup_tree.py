@@ -8,7 +8,6 @@ Model-free and deterministic (q one-hot), like its chain twin.
 from __future__ import annotations
 
 from ..errors import DraftVerifyError
-from ..registry import register_drafter
 from ..tree import row_trees
 from ..types import DecodingState, Draft
 from .base import Drafter, empty_draft
@@ -48,7 +47,6 @@ def trie(continuations: list[list[int]]) -> tuple[list[int], list[int]]:
     return tokens, parents
 
 
-@register_drafter("prompt_lookup_tree")
 class PromptLookupTreeDrafter(Drafter):
     """For encoder-decoder targets the source would be searched too, but trees need position ids, so this drafter
     serves decoder-only targets."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..registry import DrafterSpec, MethodEntry, register_methods
 from .declare import option
+from .ngram import NgramOptions
 
 
 @dataclass(frozen=True)
@@ -35,3 +37,25 @@ class PBestOptions:  # bpd_pbest
 class NeuralRescoreOptions:  # bpd_neural
     rescore_weight: float = option(1.0, "--rescore-weight", "Weight alpha of the draft model's logits against the "
                                    "heads'.")
+
+
+register_methods(DrafterSpec("bpd", "draftverify.drafters.blockwise:BlockwiseDrafter", options=(HeadsOptions,), methods={
+    "bpd": MethodEntry("blockwise parallel decoding: heads on the target's hidden state draft in its verify pass"),
+}))
+
+register_methods(DrafterSpec("bpd_ngram", "draftverify.drafters.blockwise_lattice:BlockwiseNgramDrafter",
+                             options=(HeadsOptions, NgramOptions, LatticeOptions, NgramRescoreOptions), methods={
+    "bpd_ngram": MethodEntry("bpd with the heads' top-k lattice rescored by an n-gram table (best path)"),
+}))
+
+register_methods(DrafterSpec("bpd_neural", "draftverify.drafters.blockwise_neural:BlockwiseNeuralDrafter",
+                             options=(HeadsOptions, LatticeOptions, NeuralRescoreOptions), methods={
+    "bpd_neural": MethodEntry("bpd with each head's top-k rescored left to right by the draft model (local neural "
+                              "rescoring)", needs_draft=True),
+}))
+
+register_methods(DrafterSpec("bpd_pbest", "draftverify.drafters.blockwise_lattice:BlockwisePBestDrafter",
+                             options=(HeadsOptions, NgramOptions, LatticeOptions, NgramRescoreOptions, PBestOptions),
+                             methods={
+    "bpd_pbest": MethodEntry("bpd's p best n-gram-rescored lattice paths merged into one token tree"),
+}))

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 
 from ..errors import DraftVerifyError
+from ..registry import DrafterSpec, MethodEntry, register_methods
 from .declare import option
 
 
@@ -25,3 +26,10 @@ class TreeOptions:
     tree_paths: list[tuple[int, ...]] | None = option(
         None, "--tree-paths", "Tree shape as JSON paths of child ranks, e.g. '[[0],[1],[0,0]]' (default: the "
         "drafter's).", parse=parse_tree_paths)
+
+
+register_methods(DrafterSpec("model_tree", "draftverify.drafters.model_tree:ModelTreeDrafter", options=(TreeOptions,),
+                             methods={
+    "model_tree": MethodEntry("the draft model's top-k expansion as a static token tree, verified at once",
+                              needs_draft=True),
+}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..registry import DrafterSpec, MethodEntry, register_methods
 from ..zoo import shipped, zoo_default_method
 from .declare import option
 
@@ -32,3 +33,12 @@ class NATOptions:
         None, "--nat", lambda: f"NAT drafter folder (nat.json + nat.safetensors; {shipped('nat')}; for another target "
         "train one with `draftverify train nat --target TARGET ...`, see the README).",
         zoo="nat", what="NAT drafter", advice=nat_advice)
+
+
+register_methods(DrafterSpec("nat", "draftverify.drafters.nat:NatDrafter", options=(NATOptions,), methods={
+    "specdec": MethodEntry("SpecDec: a non-autoregressive drafter fills k mask slots in one pass (over the encoder "
+                           "states, or a decoder-only target's own hidden states); needs a trained NAT drafter (--nat; "
+                           "the code and translate zoos ship one, `draftverify train nat` makes one)"),
+    "specdec++_nat": MethodEntry("SpecDec++ as in the paper: the NAT drafter under top-beta / tau; needs a NAT drafter "
+                                 "like specdec", verifier="topbeta", lossless=False, batches=False),
+}))

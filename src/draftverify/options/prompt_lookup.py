@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..registry import DrafterSpec, MethodEntry, register_methods
 from .declare import option
 
 
@@ -28,3 +29,20 @@ class LookupModelOptions:  # lookup_model
     # 3.20 vs 2.95 tokens per call greedy, 2.36 vs 2.05 at T=0.8)
     lookup_model_min_ngram: int = option(2, "--lookup-model-min-ngram", "Shortest n-gram match that copies; "
                                          "shorter ones leave the step to the draft model.")
+
+
+register_methods(DrafterSpec("prompt_lookup", "draftverify.drafters.prompt_lookup:PromptLookupDrafter",
+                             options=(LookupNgramOptions, PromptLookupOptions), methods={
+    "prompt_lookup": MethodEntry("copy the continuation of the latest matching n-gram in the context"),
+}))
+
+register_methods(DrafterSpec("lookup_model", "draftverify.drafters.lookup_model:LookupModelDrafter",
+                             options=(LookupNgramOptions, LookupModelOptions), methods={
+    "lookup_model": MethodEntry("copy from the context when its last n-gram recurs, else the draft model drafts "
+                                "(the code zoo's default)", needs_draft=True),
+}))
+
+register_methods(DrafterSpec("prompt_lookup_tree", "draftverify.drafters.prompt_lookup_tree:PromptLookupTreeDrafter",
+                             options=(LookupNgramOptions, PromptLookupOptions, LookupTreeOptions), methods={
+    "prompt_lookup_tree": MethodEntry("several earlier matches of the last n-gram, merged into one tree"),
+}))

@@ -1,5 +1,5 @@
 """MethodOptions, the union of the declarations: one value per field of SharedOptions and of every options class a
-drafter registered (registry.register_options), each defaulting to its declaration. Built from the registry when
+drafter declared (registry.register_methods), each defaulting to its declaration. Built from the registry when
 used, so a drafter registered later (a plug-in, a test) is part of it at once."""
 from __future__ import annotations
 

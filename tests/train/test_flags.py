@@ -1,0 +1,51 @@
+"""The train commands' flags come from their dataclasses (train/flags.py): every flag of a command is a field of
+its class with the declared default, a flag shared by several recipes is declared once (SHARED) whatever default
+each recipe gives it, and the values reach the recipe's options as text paths."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import fields
+from pathlib import Path
+
+import typer
+
+from draftverify.options.declare import declared, default_of
+from draftverify.train import flags as train_flags
+from draftverify.train.cli import train_app
+
+COMMANDS = {"tokenizer": train_flags.TokenizerFlags, "corpus": train_flags.CorpusFlags, "lm": train_flags.LmFlags,
+            "early-exit": train_flags.EarlyExitFlags, "bench": train_flags.BenchFlags,
+            "ngram": train_flags.NgramFlags, "align": train_flags.AlignFlags, "heads": train_flags.HeadsFlags,
+            "bita": train_flags.BitaFlags, "translate-tokenizer": train_flags.TranslateTokenizerFlags,
+            "seq2seq": train_flags.Seq2SeqFlags, "distill": train_flags.DistillFlags, "nat": train_flags.NatFlags}
+
+
+def test_every_train_command_takes_the_fields_of_its_class_with_their_defaults():
+    group = typer.main.get_command(train_app)
+    assert set(group.commands) == set(COMMANDS)
+    for name, cls in COMMANDS.items():
+        params = {p.name: p for p in group.commands[name].params}
+        assert set(params) == {f.name for f in fields(cls)}, name
+        for f, opt in declared(cls):
+            assert params[f.name].opts[0] == opt.flag.split("/")[0], (name, f.name)
+            default = default_of(f)
+            assert params[f.name].required == (default is ...), (name, f.name)
+            if default is not ...:
+                assert params[f.name].default == default, (name, f.name)
+
+
+def test_a_shared_flag_is_declared_once_and_used_by_several_recipes():
+    uses = Counter(f.name for cls in COMMANDS.values() for f in fields(cls) if f.name in train_flags.SHARED)
+    assert {"seed", "lr", "max_minutes", "max_steps", "threads", "out_dir", "progress", "bf16"} <= set(uses)
+    assert all(count >= 2 for count in uses.values()), uses
+    for cls in COMMANDS.values():
+        for f, opt in declared(cls):
+            if f.name in train_flags.SHARED:
+                assert opt.flag == train_flags.SHARED[f.name][0], (cls.__name__, f.name)
+    assert {default_of(f) for cls in COMMANDS.values() for f in fields(cls) if f.name == "lr"} >= {8e-4, 1e-4, 3e-2}
+
+
+def test_values_are_the_recipes_options_as_text():
+    flags = train_flags.DistillFlags(out=Path("o.txt"), threads=2)
+    assert train_flags.values(flags, "data") == {"model": "zoo/translate/target", "out": "o.txt", "split": "train",
+                                                 "src_lang": "en", "tgt_lang": "de", "threads": 2}
