@@ -14,7 +14,7 @@ from .errors import DraftVerifyError
 from .options import MethodOptions  # the union of the declared options (options/)
 
 if TYPE_CHECKING:  # the table is read by `draftverify methods` and argument checks, which must not wait for torch
-    from .cached_lm import CachedLM
+    from .backends.base import LMBackend
     from .drafters.base import Drafter
     from .types import SamplingParams
     from .verifiers.base import Verifier
@@ -67,7 +67,7 @@ def resolve_method(name: str) -> Method:
         raise DraftVerifyError(f"unknown method {name!r}; choose one of: {', '.join(METHODS)}") from None
 
 
-def build_drafter(name: str, target: CachedLM, options: MethodOptions) -> Drafter:
+def build_drafter(name: str, target: LMBackend, options: MethodOptions) -> Drafter:
     from . import drafters  # noqa: F401  (fills the registry)
     from .registry import DRAFTERS, lookup
 
