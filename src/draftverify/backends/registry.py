@@ -24,6 +24,9 @@ class BackendEntry:
     # "module:function" that load() calls to load a target (and draft) by path and return the Pipeline; None for a
     # backend that runs draft models only, chosen per model (lean)
     loader: str | None = None
+    # "module:function" putting a bare torch model on this backend, (model, role, compile) -> LMBackend: what
+    # generate() and the drafters do with a model given in place of a backend (as_backend); None: it takes none
+    wraps: str | None = None
     compiles: bool = False  # --compile (torch.compile) applies to its models
     batches: bool = False  # decodes several prompts at once (--batch-size > 1)
     requires: str | None = None  # a module that an optional extra installs, or None
@@ -81,17 +84,17 @@ def target_backend(name: object, what: str = "backend") -> BackendEntry:
 
 
 def as_backend(model, role: str, compile: bool = False):
-    """A backend as it is; a Hugging Face model on the hf backend (a CachedLM: with compile, preallocated and
-    compiled)."""
+    """A backend as it is; a bare model on the first registered backend that wraps models (the hf backend: a
+    CachedLM, with compile preallocated and compiled)."""
     if is_backend(model):
         return model
-    from ..cached_lm import cached_model
-
-    return cached_model(model, role, compile)
+    wrap = next(entry.wraps for entry in BACKENDS.values() if entry.wraps is not None)
+    return _attribute(wrap)(model, role, compile)
 
 
 register_backend(BackendEntry("hf", "Hugging Face transformers", "draftverify.cached_lm:CachedLM",
-                              loader="draftverify.api:load_hf", compiles=True, batches=True))
+                              loader="draftverify.api:load_hf", wraps="draftverify.cached_lm:cached_model",
+                              compiles=True, batches=True))
 register_backend(BackendEntry("llamacpp", "llama.cpp through llama-cpp-python",
                               "draftverify.backends.llamacpp:LlamaCppLM", loader="draftverify.api:load_llamacpp",
                               requires="llama_cpp", package="llama-cpp-python", install=LLAMACPP_INSTALL,
