@@ -36,3 +36,24 @@ def test_break_even_counts_the_tokens_the_saved_milliseconds_need():
         pytest.approx(32.0 / 0.016 * 3)
     slower = Comparison(roles=["target"], widths=[5], eager_ms=[30.0], compiled_ms=[31.0])
     assert break_even_tokens(32.0, slower, 3.0, 0.0) is None
+
+
+def test_drafters_declare_the_models_they_call_and_the_widths_they_verify(models):
+    """What compiling reads of a drafter is its declaration (Drafter.models, Drafter.verify_width), never its
+    attributes: the draft models it calls (a nested drafter's lagging), and its widest verify at a draft length."""
+    from draftverify.compiling import compiled_models, max_verify_width
+    from draftverify.drafters import (EarlyExitDrafter, LookupModelDrafter, ModelDrafter, ModelTreeDrafter,
+                                      PromptLookupDrafter, PromptLookupTreeDrafter)
+
+    model = models("llama", layers=3)
+    chain = ModelDrafter(model)
+    assert chain.models() == [(chain.lm, False)] and chain.verify_width(4) == 5
+    nested = LookupModelDrafter(model)
+    assert nested.models() == [(nested.model.lm, True)]  # idle on lookup steps, then it catches up
+    assert EarlyExitDrafter(model, 1).models()[0].lm.config.num_hidden_layers == 1
+    assert PromptLookupDrafter().models() == [] and PromptLookupDrafter().computes_in_torch is False
+    assert PromptLookupTreeDrafter(num_matches=3).verify_width(2) == 7
+    tree = ModelTreeDrafter(model, paths=[(0,), (1,), (0, 0)])
+    assert tree.verify_width(1) == tree.verify_width(9) == 4 and max_verify_width(tree, 2) == 4
+    assert max_verify_width(chain, "auto") == 17
+    assert compiled_models(chain.lm, chain) == []  # eager models: nothing to compile

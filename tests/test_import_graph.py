@@ -92,3 +92,46 @@ def test_the_core_never_imports_the_applications():
     upward = [(m, d) for m, deps in import_graph().items() for d in deps
               if area(m) not in APPLICATIONS and area(d) in APPLICATIONS]
     assert upward == []
+
+
+# the library core: what runs a method against any backend (backends/base.py's protocol), whatever the backend
+CORE = ("loop", "engine", "types", "sampling", "verifiers", "registry", "methods", "options", "draft_length", "tree",
+        "theory", "backends.base", "backends.registry")
+# the hf backend: the modules that hold a Hugging Face model and its cache
+HF_BACKEND = {"cached_lm", "cache", "cache_rows", "compiled_widths", "prefix", "shallow_view"}
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module name an import statement in the file names (absolute imports only: the package's own are
+    in import_graph)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            names.add(node.module or "")
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def core_modules() -> list[str]:
+    return [m for m in modules() if any(m == f"draftverify.{c}" or m.startswith(f"draftverify.{c}.") for c in CORE)]
+
+
+def test_the_core_imports_neither_transformers_nor_the_hf_backend():
+    mods, graph = modules(), import_graph()
+    assert "draftverify.loop" in core_modules() and "draftverify.verifiers.exact" in core_modules()
+    hf = [(m, name) for m in core_modules() for name in imported_names(mods[m]) if name.split(".")[0] == "transformers"]
+    backend = [(m, d) for m in core_modules() for d in graph[m] if d.removeprefix("draftverify.") in HF_BACKEND]
+    assert hf == [] and backend == []
+
+
+def test_importing_the_core_loads_no_transformers():
+    """The loop is left out: it imports the drafters package, whose __init__ registers every drafter, the
+    Hugging Face ones included."""
+    import subprocess
+    import sys
+
+    names = [f"draftverify.{c}" for c in CORE if c not in ("loop", "engine") and f"draftverify.{c}" in modules()]
+    code = f"import sys\nfor name in {names!r}:\n    __import__(name)\nprint('transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -171,12 +171,11 @@ class Pipeline:
         self.options = options or MethodOptions()
         if self.options.target_tokenizer is None:  # a draft with its own tokenizer translates to this one
             self.options = self.options.replace(target_tokenizer=tokenizer)
-        if self.target.name != "hf":
-            from . import drafters  # noqa: F401  (fills the registry)
-            from .backends.base import check_backend
-            from .registry import DRAFTERS, lookup
+        from . import drafters  # noqa: F401  (fills the registry)
+        from .backends.base import check_backend
+        from .registry import DRAFTERS, lookup
 
-            check_backend(self.target, lookup(DRAFTERS, "drafter", self.method.drafter), method)
+        check_backend(self.target, lookup(DRAFTERS, "drafter", self.method.drafter), method)
         self.drafter = build_drafter(self.method.drafter, self.target, self.options)
         self.gamma = gamma
         make_draft_length(gamma, context=self.target.max_positions)  # validate now, not at the first call
@@ -401,19 +400,19 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     heal: token healing by default in this pipeline's generate() (healing.py); off unless asked, so the text is
     the target's plain decoding of the prompt as tokenized (what a peer that does not heal produces).
 
-    backend: "hf" (Hugging Face transformers) or "llamacpp" (llama.cpp through llama-cpp-python, the `llamacpp`
-    extra: a `.gguf` path as it is, a model folder converted to GGUF at `dtype` on first use and cached; the draft
-    model runs on llama.cpp as well; threads: its CPU threads, default torch's; draft_gguf: the GGUF type a draft
-    folder is converted at, backends.DRAFT_GGUF_TYPES, default q8_0: a draft's precision changes what it
-    proposes, never the output).
+    backend: a name in the backend registry (backends/registry.py): "hf" (Hugging Face transformers) or
+    "llamacpp" (llama.cpp through llama-cpp-python, the `llamacpp` extra: a `.gguf` path as it is, a model folder
+    converted to GGUF at `dtype` on first use and cached; the draft model runs on llama.cpp as well; threads: its
+    CPU threads, default torch's; draft_gguf: the GGUF type a draft folder is converted at,
+    backends.DRAFT_GGUF_TYPES, default q8_0: a draft's precision changes what it proposes, never the output).
 
     options are the declared method options (draftverify.options: each drafter's own, e.g. nat_path, and the
     shared ones: alpha_fb, alpha_rb, lenience, beta, tau); an unknown name is a DraftVerifyError. With zoo, the
     entry's files fill the file options not given (e.g. its nat/ folder fills nat_path).
     """
-    from .backends import check_backend_name
+    from .backends.registry import target_backend
 
-    check_backend_name(backend)
+    entry = target_backend(backend)
     check_names(options)
     check_files(options)
     if zoo is not None:
@@ -429,15 +428,17 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     make_draft_length(gamma)  # bad arguments fail before anything is loaded
     if not isinstance(heal, bool):
         raise DraftVerifyError(f"heal must be True or False, got {heal!r}")
-    if backend == "llamacpp":
-        from .backends import DEFAULT_DRAFT_GGUF, check_draft_gguf
+    if draft_gguf is not None and "draft_gguf" not in entry.own_options:
+        raise DraftVerifyError(f"draft_gguf (--draft-gguf) is the draft's GGUF type on the llamacpp backend; on the "
+                               f"{entry.name} backend the draft loads at dtype (--dtype)")
+    return entry.load(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal,
+                      draft_gguf)
 
-        draft_gguf = check_draft_gguf(draft_gguf if draft_gguf is not None else DEFAULT_DRAFT_GGUF)
-        return _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal,
-                              draft_gguf)
-    if draft_gguf is not None:
-        raise DraftVerifyError("draft_gguf (--draft-gguf) is the draft's GGUF type on the llamacpp backend; on the hf "
-                               "backend the draft loads at dtype (--dtype)")
+
+def load_hf(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal,
+            draft_gguf) -> Pipeline:
+    """The hf backend's loader (backends/registry.py): target and draft as Hugging Face models, each on a
+    CachedLM (threads and draft_gguf are not its: torch's threads are the process's)."""
     tokenizer = load_tokenizer(target, verbose)  # first: a folder without one fails before the weights are read
     target_model = load_model(target, dtype, role="target", verbose=verbose)
     method_options = MethodOptions(**options)
@@ -450,14 +451,17 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma, compile=compile, heal=heal)
 
 
-def _load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose,
-                   heal, draft_gguf: str) -> Pipeline:
-    """The llamacpp backend: target and draft as GGUF models on llama.cpp contexts (backends/llamacpp.py)."""
+def load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal,
+                  draft_gguf) -> Pipeline:
+    """The llamacpp backend's loader (backends/registry.py): target and draft as GGUF models on llama.cpp contexts
+    (backends/llamacpp.py)."""
     from . import drafters  # noqa: F401  (fills the registry)
+    from .backends import DEFAULT_DRAFT_GGUF, check_draft_gguf
     from .backends.base import check_backend
     from .backends.llamacpp import GGUFTokenizer, LlamaCppLM, open_gguf, require_llama_cpp
     from .registry import DRAFTERS, lookup
 
+    draft_gguf = check_draft_gguf(draft_gguf if draft_gguf is not None else DEFAULT_DRAFT_GGUF)
     if compile:
         raise DraftVerifyError("--compile is for the hf backend (torch.compile); llama.cpp runs its own kernels")
     require_llama_cpp()

@@ -19,13 +19,14 @@ import inspect
 import torch
 from transformers import PreTrainedModel
 
-from .backends.base import is_backend
+from .backends.base import LMBackend, TargetModules, is_backend
 from .cache import cache_argument, gather_positions, keep_positions, new_cache, returned_cache
 from .cache_rows import RowsLayout
 from .compiled_widths import WIDTH_BUCKETS, CompiledWidths, compile_forward, window_for
 from .errors import DraftVerifyError
 from .few_row_linear import few_row_linears
 from .prefix import attend_prefix, prefix_columns, prefix_length
+from .shallow_view import shallow_view
 from .types import PrefixKV, TargetOutput
 
 
@@ -44,7 +45,8 @@ DEFAULT_CAPACITY = 4096  # preallocated positions for models whose config states
 class CachedLM(RowsLayout, CompiledWidths):
     """One model, one cache. Invariant between steps: the cache holds every committed token but the last.
 
-    The Hugging Face implementation of the backend protocol (backends/base.py: LMBackend)."""
+    The Hugging Face implementation of the backend protocol (backends/base.py: LMBackend, and ModuleBackend's
+    module calls)."""
 
     name = "hf"
     supports_rows = True  # decoder-only models that take position_ids (checked in start)
@@ -215,6 +217,25 @@ class CachedLM(RowsLayout, CompiledWidths):
             keep_positions(self.cache, self.committed + count, self.length)
         self.length = self.committed = self.committed + count
 
+    @property
+    def compiled(self) -> bool:
+        """Whether its forward runs compiled graphs (compile=True)."""
+        return self._compiled is not None
+
+    def modules(self) -> TargetModules:
+        return TargetModules.of(self.model)
+
+    def first_layers(self, count: int, role: str, compile: bool = False) -> LMBackend:
+        return cached_model(shallow_view(self.model, count), role, compile)
+
+    def module(self) -> PreTrainedModel:
+        return self.model
+
+    def encoder_states(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.encoder_outputs is None:
+            raise DraftVerifyError(f"the {self.role} has no encoder states: it is decoder-only, or start() has not run")
+        return self.encoder_outputs.last_hidden_state, self.source_mask  # [B, S, H], [B, S]
+
     def rollback(self, length: int) -> None:
         """One row: drop every cached position from `length` on, settled or not. A draft with its own tokenizer
         re-tokenizes the text at the boundary with new text, which can change tokens it had settled."""
@@ -295,7 +316,7 @@ def cached_model(model, role: str, compile: bool = False):
     """A CachedLM as load() and the CLI build it: with compile, preallocated to the model's context length and
     compiled per width bucket; otherwise a growing cache. A CachedLM, or any other backend (backends/base.py),
     given in is used as it is (shared caches)."""
-    if isinstance(model, CachedLM) or is_backend(model):
+    if is_backend(model):
         return model
     capacity = (context_limit(model.config) or DEFAULT_CAPACITY) if compile else None
     return CachedLM(model, role=role, capacity=capacity, compile=compile)

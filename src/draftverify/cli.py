@@ -164,23 +164,23 @@ def _quiet_libraries() -> None:
 
 def _check_backend_flags(backend: str, compile_: bool, batched: bool, draft_gguf: str | None = None) -> None:
     """--backend and what it cannot combine with, before anything loads."""
-    from .backends import BACKENDS, LLAMACPP_INSTALL, check_draft_gguf
+    from .backends import check_draft_gguf
+    from .backends.registry import backends_that, target_backend
 
-    if backend not in BACKENDS:
-        raise DraftVerifyError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    entry = target_backend(backend, "--backend")
     if draft_gguf is not None:
         check_draft_gguf(draft_gguf)
-        if backend != "llamacpp":
-            raise DraftVerifyError("--draft-gguf is the draft's GGUF type on --backend llamacpp; with --backend hf the "
-                                   "draft loads at --dtype")
-    if backend == "llamacpp":
-        if importlib.util.find_spec("llama_cpp") is None:
-            raise DraftVerifyError(f"--backend llamacpp needs llama-cpp-python: {LLAMACPP_INSTALL}")
-        if compile_:
-            raise DraftVerifyError("--compile is for --backend hf (torch.compile); llama.cpp runs its own kernels")
-        if batched:
-            raise DraftVerifyError("--backend llamacpp decodes one prompt at a time: add --batch-size 1, or use "
-                                   "--backend hf for batches")
+        if "draft_gguf" not in entry.own_options:
+            raise DraftVerifyError(f"--draft-gguf is the draft's GGUF type on --backend llamacpp; with --backend "
+                                   f"{backend} the draft loads at --dtype")
+    if not entry.installed():
+        raise DraftVerifyError(f"--backend {backend} needs {entry.package}: {entry.install}")
+    if compile_ and not entry.compiles:
+        raise DraftVerifyError(f"--compile is for --backend {backends_that('compiles')} (torch.compile); --backend "
+                               f"{backend} runs its own kernels")
+    if batched and not entry.batches:
+        raise DraftVerifyError(f"--backend {backend} decodes one prompt at a time: add --batch-size 1, or use "
+                               f"--backend {backends_that('batches')} for batches")
 
 
 @app.command()
@@ -245,8 +245,8 @@ def generate(
 
             torch.set_num_threads(threads)
         pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
-                    gamma=_gamma(gamma), compile=compile_, lean_draft=lean_draft, **options,
-                    **({"backend": backend, "threads": threads, "draft_gguf": draft_gguf} if backend != "hf" else {}))
+                    gamma=_gamma(gamma), compile=compile_, lean_draft=lean_draft, backend=backend, threads=threads,
+                    draft_gguf=draft_gguf, **options)
         pipe.heal = _heal_default(heal, zoo, pipe)
         if texts is not None:
             _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
@@ -453,9 +453,8 @@ def serve(
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
         _check_backend_flags(backend, compile_, False, draft_gguf)
         load_args = dict(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
-                         gamma=_gamma(gamma), compile=compile_, **options,
-                         **({"backend": backend, "threads": threads, "draft_gguf": draft_gguf}
-                            if backend != "hf" else {}))
+                         gamma=_gamma(gamma), compile=compile_, backend=backend, threads=threads,
+                         draft_gguf=draft_gguf, **options)
         from .serve.app import ServerSettings
 
         settings = ServerSettings(model_name=name, api_key=api_key, max_queue=max_queue, max_batch=max_batch,

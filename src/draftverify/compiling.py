@@ -21,43 +21,27 @@ from typing import Callable
 
 import torch
 
+from .backends.base import LMBackend, is_compiled
 from .cached_lm import CachedLM
 from .compiled_widths import WIDTH_BUCKETS
 from .draft_length import make_draft_length, parse_gamma
+from .drafters.base import Drafter, DraftModel
 
 
-def compiled_models(target: CachedLM, drafter) -> list[tuple[CachedLM, bool]]:
-    """(model, lags) for each compiled CachedLM a run calls: the target, and the drafter's models (nested drafters
-    too). lags: the model belongs to a drafter inside another drafter (lookup_model's draft model), which sits idle
-    while the other drafts and then catches up on many tokens in one forward."""
-    from .drafters.base import Drafter
-
-    found: list[tuple[CachedLM, bool]] = []
-
-    def visit(obj, depth: int) -> None:
-        if isinstance(obj, CachedLM):
-            if obj._compiled is not None and all(obj is not lm for lm, _ in found):
-                found.append((obj, depth >= 2))
-        elif isinstance(obj, Drafter) and depth < 3:
-            for value in vars(obj).values():
-                visit(value, depth + 1)
-
-    visit(target, 0)
-    visit(drafter, 0)
+def compiled_models(target: LMBackend, drafter: Drafter) -> list[DraftModel]:
+    """(model, lags) for each compiled model a run calls: the target, then the models the drafter declares
+    (Drafter.models), each once."""
+    found: list[DraftModel] = []
+    for lm, lags in [DraftModel(target)] + drafter.models():
+        if is_compiled(lm) and all(lm is not seen for seen, _ in found):
+            found.append(DraftModel(lm, lags))
     return found
 
 
-def max_verify_width(drafter, gamma: int | str) -> int:
-    """The widest verify forward a run of `drafter` at `gamma` needs: the longest draft + 1 (a tree: its nodes + 1;
-    several continuations merged into one tree, prompt_lookup_tree's matches or bpd_pbest's paths: each as long)."""
+def max_verify_width(drafter: Drafter, gamma: int | str) -> int:
+    """The widest verify forward a run of `drafter` at `gamma` needs (Drafter.verify_width of its longest draft)."""
     policy = make_draft_length(gamma)
-    longest = int(getattr(policy, "max_gamma", getattr(policy, "gamma", 1)))
-    full_tree = getattr(drafter, "full_tree", None)
-    if full_tree is not None:
-        return int(full_tree.size) + 1
-    branches = [getattr(drafter, a, None) for a in ("num_matches", "p")]
-    branches = max([b for b in branches if isinstance(b, int) and not isinstance(b, bool)] or [1])
-    return longest * branches + 1
+    return drafter.verify_width(int(getattr(policy, "max_gamma", getattr(policy, "gamma", 1))))
 
 
 def compile_widths(max_width: int, fixed: bool) -> tuple[int, ...]:
@@ -68,7 +52,7 @@ def compile_widths(max_width: int, fixed: bool) -> tuple[int, ...]:
     return tuple(b for b in WIDTH_BUCKETS if b < max_width) + (max_width,)
 
 
-def plan(target: CachedLM, drafter, gamma: int | str) -> list[CachedLM]:
+def plan(target: LMBackend, drafter: Drafter, gamma: int | str) -> list[CachedLM]:
     """Give every compiled model of this run the widths its method uses; return those models (none: eager run)."""
     models = [lm for lm, _ in compiled_models(target, drafter)]
     widths = compile_widths(max_verify_width(drafter, gamma), fixed=isinstance(parse_gamma(gamma), int))
@@ -82,7 +66,7 @@ def graph_count(models: list[CachedLM]) -> int:
 
 
 @torch.inference_mode()
-def precompile(target: CachedLM, drafter, input_ids: torch.Tensor, positions: int,
+def precompile(target: LMBackend, drafter: Drafter, input_ids: torch.Tensor, positions: int,
                log: Callable[[str], None] | None = None) -> float:
     """Compile every graph of every compiled model for a request of `positions` decoder positions (prompt +
     max_new_tokens: the cache is sized per request, see CachedLM.check_fits), after prefilling input_ids [1, L];
@@ -130,7 +114,7 @@ class Comparison:
 
 
 @torch.inference_mode()
-def compare(target: CachedLM, drafter, input_ids: torch.Tensor, repeats: int = 5) -> Comparison:
+def compare(target: LMBackend, drafter: Drafter, input_ids: torch.Tensor, repeats: int = 5) -> Comparison:
     """Time each compiled model's usual forward (the target at its widest compiled width, a draft model at width 1)
     eager and compiled after prefilling input_ids [1, L]; the median of `repeats` timed calls after one untimed."""
     result = Comparison()

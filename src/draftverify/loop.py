@@ -11,10 +11,10 @@ from time import perf_counter
 from typing import Callable
 
 import torch
-from transformers import PreTrainedModel
+from torch import nn
 
 from .backends.base import LMBackend, defers_prefill
-from .cached_lm import cached_model
+from .backends.registry import as_backend
 from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
 from .drafters.base import Drafter, add_drafter_times, empty_draft
 from .errors import DraftVerifyError
@@ -130,7 +130,7 @@ def _scored_for_drafter(out: TargetOutput, kept: torch.Tensor, draft: Draft) -> 
 @one_torch_thread_unless_models_use_it
 @torch.inference_mode()
 def generate(
-    target: LMBackend | PreTrainedModel,
+    target: LMBackend | nn.Module,
     drafter: Drafter,
     verifier: Verifier,
     input_ids: torch.Tensor,
@@ -176,7 +176,7 @@ def generate(
     """
     started = perf_counter()
     params = row_params(params if params is not None else SamplingParams())
-    target = cached_model(target, "target")  # any backend (backends/base.py); a plain HF model gets a CachedLM
+    target = as_backend(target, "target")  # any backend (backends/base.py); a plain HF model gets a CachedLM
     input_ids = _check_input(input_ids, max_new_tokens).to(target.device)
     batch = input_ids.shape[0]
     if admit is not None and attention_mask is None:  # rows will join: the target's cache takes the rows layout now

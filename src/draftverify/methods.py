@@ -19,7 +19,7 @@ from .options import (
 from .registry import METHODS, Method
 
 if TYPE_CHECKING:  # the table is read by `draftverify methods` and argument checks, which must not wait for torch
-    from .cached_lm import CachedLM
+    from .backends.base import LMBackend
     from .drafters.base import Drafter
     from .types import SamplingParams
     from .verifiers.base import Verifier
@@ -40,7 +40,7 @@ def resolve_method(name: str) -> Method:
         raise DraftVerifyError(f"unknown method {name!r}; choose one of: {', '.join(METHODS)}") from None
 
 
-def build_drafter(name: str, target: CachedLM, options: MethodOptions) -> Drafter:
+def build_drafter(name: str, target: LMBackend, options: MethodOptions) -> Drafter:
     from .registry import DRAFTERS, lookup
 
     return lookup(DRAFTERS, "drafter", name).from_options(target, options)

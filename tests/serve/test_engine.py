@@ -27,7 +27,7 @@ class StubPipe:
         self.mixes_sampling = mixes_sampling  # the method judges each row by its own sampling settings
         self.params: list = []  # the settings of every row each batch held
         self.target = SimpleNamespace(max_positions=64, vocab_size=len(tokenizer))
-        self.drafter = SimpleNamespace()
+        self.drafter = SimpleNamespace(models=lambda: [])  # calls no draft model
         self.eos_token_id = tokenizer.eos_token_id
         self.gate = threading.Semaphore(0)
         self.free = False

@@ -12,7 +12,8 @@ from draftverify.serve.protocol import ApiError, CompletionRequest
 
 def _service(max_tokens_limit: int | None = None) -> Service:
     pipe = SimpleNamespace(tokenizer=SimpleNamespace(), target=SimpleNamespace(max_positions=64, vocab_size=100),
-                           drafter=SimpleNamespace(lm=SimpleNamespace(max_positions=32)), eos_token_id=0)
+                           drafter=SimpleNamespace(models=lambda: [SimpleNamespace(lm=SimpleNamespace(max_positions=32))]),
+                           eos_token_id=0)
     return Service(pipe, ServerSettings(model_name="m", max_tokens_limit=max_tokens_limit))
 
 

@@ -1,25 +1,17 @@
-"""Target backends: what scores tokens for the loop (base.py: the protocol). `hf` is cached_lm.CachedLM;
-`llamacpp` is llamacpp.LlamaCppLM (llama.cpp through llama-cpp-python, the optional extra `llamacpp`).
+"""Target backends: what scores tokens for the loop (base.py: the protocol; registry.py: the backends by name).
+`hf` is cached_lm.CachedLM; `llamacpp` is llamacpp.LlamaCppLM (llama.cpp through llama-cpp-python, the optional
+extra `llamacpp`); `lean` runs draft models only (lean_draft.py).
 
 Nothing heavy is imported here: the GGUF conversion runs `python -m draftverify.backends.gguf` in a child.
 """
 from __future__ import annotations
 
-BACKENDS = ("hf", "llamacpp")
 LLAMACPP_INSTALL = 'pip install -e ".[llamacpp]"'
 # a draft model's GGUF type on the llamacpp backend (llama.cpp's converter --outtype). Its precision changes which
 # tokens it proposes, never the output (the target verifies each one), so a draft defaults to 8-bit weights, whose
 # one-token forward is the cheaper one on a CPU (benchmarks/llamacpp-draft-gguf.md)
 DRAFT_GGUF_TYPES = ("q8_0", "f32", "f16", "bf16")
 DEFAULT_DRAFT_GGUF = "q8_0"
-
-
-def check_backend_name(name: str) -> str:
-    from ..errors import DraftVerifyError
-
-    if name not in BACKENDS:
-        raise DraftVerifyError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
-    return name
 
 
 def check_draft_gguf(value: object) -> str:

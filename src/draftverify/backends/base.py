@@ -18,8 +18,9 @@ with one line naming a backend that can (`check_backend`), never halfway through
   batch of one, so every backend answers the row calls (`OneRow` writes them for a one-row backend in terms of
   commit and length);
 - `exposes_hidden`: returns the last hidden state (drafters with heads on the target's hidden states);
-- `has_modules`: a Hugging Face module tree the drafters may read or extend (early exit, BiTA's adapter and its
-  extra embedded positions, blockwise heads on the target's LM head, the NAT drafter over the target's layers).
+- `has_modules`: answers the module calls of `ModuleBackend` (its weights' dtype, its token embedding and LM head,
+  a backend over its first layers, an encoder-decoder's encoder states), which drafters with weights of their
+  own read through (blockwise heads on the target's LM head, the NAT drafter, early exit, BiTA's adapter).
 
 One optional flag (read with `computes_in_torch`, True where a backend does not declare it): `computes_in_torch`
 says whether the forward runs on torch's intra-op threads. When no model of a generation does (llama.cpp), the loop
@@ -31,9 +32,11 @@ counts that first step's time as the prefill's and keeps it out of the length po
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
+from torch import nn
 
 from ..errors import DraftVerifyError
 from ..types import PrefixKV, TargetOutput
@@ -44,7 +47,7 @@ class LMBackend(Protocol):
     """One model and its cache (target or draft). Invariant between steps: the cache holds every committed token
     but the last (the pending token, which the next forward scores first)."""
 
-    name: str  # the backend's name as --backend spells it: "hf", "llamacpp"
+    name: str  # its name in the backend registry (backends/registry.py): "hf", "llamacpp", "lean"
     role: str  # "target" or "draft", for messages
     device: torch.device  # where logits come back
     vocab_size: int  # rows of the output logits
@@ -93,6 +96,61 @@ class LMBackend(Protocol):
         """Keep the rows where keep_rows [B] (bool) is True, between steps (finished rows leave)."""
 
 
+@dataclass(frozen=True)
+class TargetModules:
+    """A model's token embedding and output layer: what a drafter with layers of its own reads tokens through and
+    scores its outputs with (frozen, never copied, so the drafter's files hold only its own weights)."""
+
+    input_embeddings: nn.Module  # token ids [...] -> embeddings [..., H]
+    output_embeddings: nn.Module  # the LM head: hidden states [..., H] -> logits [..., V]
+    logits_bias: torch.Tensor | None = None  # [1, V], added after the LM head (BART / Marian), or None
+
+    @classmethod
+    def of(cls, model: nn.Module) -> "TargetModules":
+        """A Hugging Face model's (its get_input_embeddings, get_output_embeddings and final_logits_bias)."""
+        return cls(model.get_input_embeddings(), model.get_output_embeddings(),
+                   getattr(model, "final_logits_bias", None))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output layer on hidden [..., H] -> logits [..., V], in the LM head's dtype."""
+        logits = self.output_embeddings(hidden.to(self.output_embeddings.weight.dtype))
+        return logits if self.logits_bias is None else logits + self.logits_bias.to(logits.dtype)
+
+
+@runtime_checkable
+class ModuleBackend(LMBackend, Protocol):
+    """The calls of a backend whose `has_modules` is True: what drafters with weights of their own need of the
+    target's internals. A backend without them says so with has_modules = False, and `check_backend` refuses the
+    methods that need them at load time."""
+
+    dtype: torch.dtype  # its weights' dtype, which a drafter's own weights are cast to
+
+    def modules(self) -> TargetModules:
+        """Its token embedding, LM head and logits bias (blockwise heads, the NAT drafter)."""
+
+    def first_layers(self, count: int, role: str, compile: bool = False) -> LMBackend:
+        """A backend over this model's first `count` decoder layers, then its own final norm and LM head, sharing
+        its weights and keeping a cache of its own (early exit's draft)."""
+
+    def encoder_states(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder-decoder models: this generation's encoder states [B, S, H] and source mask [B, S], set by
+        start()."""
+
+    def module(self) -> nn.Module:
+        """The whole model, for a peer that runs it on its own (the bench's Hugging Face generate rows); drafters
+        use the calls above."""
+
+
+def require_modules(backend: LMBackend, needs: str) -> ModuleBackend:
+    """The backend as a ModuleBackend, or a one-line error naming what needs its modules and a backend that has
+    them (for drafters built by hand, which check_backend never saw)."""
+    if not getattr(backend, "has_modules", False):
+        name = getattr(backend, "name", type(backend).__name__)
+        raise DraftVerifyError(f"{needs} needs the target's modules, which the {name} backend does not offer; run "
+                               f"it with --backend hf (backend='hf')")
+    return backend  # type: ignore[return-value]
+
+
 def one_row(values, name: str) -> int:
     """The one entry of a one-row backend's per-row values [1], as an int."""
     values = torch.as_tensor(values)
@@ -131,21 +189,36 @@ def defers_prefill(backend: object) -> bool:
     return bool(getattr(backend, "defers_prefill", False))
 
 
+def is_compiled(backend: object) -> bool:
+    """Whether a backend runs compiled graphs that --compile plans and warms up (its optional flag `compiled`;
+    False when undeclared: only the hf backend compiles)."""
+    return bool(getattr(backend, "compiled", False))
+
+
 def is_backend(obj: object) -> bool:
     return isinstance(obj, LMBackend)
 
 
-def check_backend(target: LMBackend, drafter_cls: type, method: str, batched: bool = False) -> None:
-    """Refuse, before anything runs, a method whose drafter needs what this target backend lacks."""
-    name = getattr(target, "name", type(target).__name__)
+def check_backend(target: LMBackend | type, drafter_cls: type, method: str, batched: bool = False) -> None:
+    """Refuse, before anything runs, a method whose drafter needs what this kind of target backend lacks.
+
+    target: a backend or its class; the flags its class declares are read (what the backend offers). What one
+    model cannot do on a backend that can (a T5 on the hf backend takes no positions) is the drafter's bind's to
+    refuse, with that model's reason."""
+    kind = target if isinstance(target, type) else type(target)
+    name = getattr(kind, "name", kind.__name__)
+
+    def offers(flag: str) -> bool:
+        return bool(getattr(kind, flag, True))  # a flag set per model (in __init__) is not the backend's to refuse
+
     needs = []
-    if getattr(drafter_cls, "needs_target_modules", "") and not target.has_modules:
+    if getattr(drafter_cls, "needs_target_modules", "") and not offers("has_modules"):
         needs.append(drafter_cls.needs_target_modules)
-    elif getattr(drafter_cls, "needs_target_hidden", False) and not target.exposes_hidden:
+    elif getattr(drafter_cls, "needs_target_hidden", False) and not offers("exposes_hidden"):
         needs.append("the target's hidden states")
-    if getattr(drafter_cls, "proposes_trees", False) and not target.takes_positions:
+    if getattr(drafter_cls, "proposes_trees", False) and not offers("takes_positions"):
         needs.append("token trees (explicit positions and an ancestor mask)")
-    if batched and not target.supports_rows:
+    if batched and not offers("supports_rows"):
         needs.append("batches of several rows")
     if needs:
         raise DraftVerifyError(f"method {method!r} needs {' and '.join(needs)}, which the {name} backend does not "

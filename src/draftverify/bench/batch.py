@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..backends.base import require_modules
 from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
 
@@ -71,7 +72,7 @@ def _batches(items: list, size: int) -> list[list]:
 
 def _hf_generate(pipe, rows: list[list[int]], max_new_tokens: int, gamma) -> tuple[list[list[int]], int, list[int]]:
     """Hugging Face generate on one left-padded batch; each row's tokens up to and including its EOS."""
-    model = pipe.target.model
+    model = require_modules(pipe.target, "Hugging Face generate").module()
     eos = pipe.eos_token_id
     eos_set = set([eos] if isinstance(eos, int) else (eos or []))
     pad = pipe.tokenizer.pad_token_id if pipe.tokenizer.pad_token_id is not None else (min(eos_set) if eos_set else 0)

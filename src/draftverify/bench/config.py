@@ -139,10 +139,11 @@ class BenchConfig:
             if unknown:
                 raise DraftVerifyError(f"--runners: unknown runner famil{'y' if len(unknown) == 1 else 'ies'} "
                                        f"{', '.join(unknown)}; choose from {', '.join(known)}")
-        from ..backends import BACKENDS
+        from ..backends.registry import target_backends
 
-        if not self.backends or any(b not in BACKENDS for b in self.backends) or len(set(self.backends)) != len(self.backends):
-            raise DraftVerifyError(f"--backend takes a comma list of {', '.join(BACKENDS)} without repeats, "
+        names = target_backends()
+        if not self.backends or any(b not in names for b in self.backends) or len(set(self.backends)) != len(self.backends):
+            raise DraftVerifyError(f"--backend takes a comma list of {', '.join(names)} without repeats, "
                                    f"got {','.join(self.backends)!r}")
         if self.compile and "llamacpp" in self.backends:
             raise DraftVerifyError("--compile is for the hf backend; run --backend llamacpp without it")

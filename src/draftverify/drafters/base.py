@@ -2,12 +2,21 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import NamedTuple
 
 import torch
 
-from ..backends.base import computes_in_torch
-from ..cached_lm import CachedLM
+from ..backends.base import LMBackend, computes_in_torch
 from ..types import DecodingState, Draft, TargetOutput, Verdict, VerifyExtras
+
+
+class DraftModel(NamedTuple):
+    """A model a drafter calls, as compiling and the bench's warm-up read it (Drafter.models)."""
+
+    lm: LMBackend
+    # it sits idle while another drafter drafts and then catches up on many tokens in one forward (lookup_model's
+    # draft model), so its compiled widths are every bucket
+    lags: bool = False
 
 
 def empty_draft(state: DecodingState) -> Draft:
@@ -32,18 +41,28 @@ class Drafter(ABC):
 
     @property
     def computes_in_torch(self) -> bool:
-        """Whether proposing runs tensor work on torch's intra-op threads: a drafter with a draft model (`lm`)
-        asks that model's backend; model-free lookups override this with False; any other drafter says True."""
-        lm = getattr(self, "lm", None)
-        return True if lm is None else computes_in_torch(lm)
+        """Whether proposing runs tensor work on torch's intra-op threads: a drafter with draft models (models())
+        asks their backends; model-free lookups override this with False; any other drafter says True."""
+        models = self.models()
+        return True if not models else any(computes_in_torch(m.lm) for m in models)
 
     @classmethod
-    def from_options(cls, target: CachedLM, options) -> "Drafter":
+    def from_options(cls, target: LMBackend, options) -> "Drafter":
         """Build from a methods.MethodOptions (the CLI / load() path); reads only this drafter's fields."""
         return cls()
 
-    def bind(self, target: CachedLM, max_positions: int) -> None:
+    def bind(self, target: LMBackend, max_positions: int) -> None:
         """Check compatibility with the target before generation starts (vocabulary, context length)."""
+
+    def models(self) -> list[DraftModel]:
+        """The draft models this drafter calls, each once (what --compile plans and compiles beside the target);
+        none for a drafter that runs no model of its own."""
+        return []
+
+    def verify_width(self, longest: int) -> int:
+        """The widest verify forward of a step whose drafts hold at most `longest` tokens: the draft and the
+        pending token (a drafter that merges several continuations into one tree counts each)."""
+        return longest + 1
 
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
         """Called once after the target's prefill.

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..cached_lm import CachedLM
+from ..backends.base import LMBackend, require_modules
 from ..errors import DraftVerifyError
 from ..few_row_linear import few_row_linears
 from ..sampling import probs_from_logits, sample
@@ -86,9 +86,9 @@ class BlockwiseHeads(nn.Module):
         out = x + torch.einsum("...kf,kfh->...kh", inner, self.w2) + self.b2  # [..., h-1, H]
         return lm_head(out.to(lm_head.weight.dtype))
 
-    def check_target(self, target: nn.Module) -> None:
-        """Refuse heads trained for another target: their hidden states and LM head would mean something else."""
-        lm_head = target.get_output_embeddings()
+    def check_target(self, lm_head: nn.Module) -> None:
+        """Refuse heads trained for another target (its LM head given): their hidden states and LM head would mean
+        something else."""
         vocab, hidden = lm_head.weight.shape
         if (hidden, vocab) != (self.config.hidden_size, self.config.vocab_size):
             raise DraftVerifyError(
@@ -133,17 +133,18 @@ class BlockwiseDrafter(Drafter):
         self._joined = 0  # rows that joined since the last step: no hidden state yet, they draft nothing once
 
     @classmethod
-    def from_options(cls, target: CachedLM, options) -> "BlockwiseDrafter":
+    def from_options(cls, target: LMBackend, options) -> "BlockwiseDrafter":
         return cls(load_heads(options))
 
-    def bind(self, target: CachedLM, max_positions: int) -> None:
+    def bind(self, target: LMBackend, max_positions: int) -> None:
+        target = require_modules(target, "blockwise decoding")
         if target.is_encoder_decoder:
             raise DraftVerifyError(
                 "blockwise heads read a decoder-only target's last hidden state through its LM head; encoder-decoder "
                 "targets (T5, BART, Marian) scale or bias the decoder output first: use a draft model instead"
             )
-        self.heads.check_target(target.model)
-        self.lm_head = target.model.get_output_embeddings()
+        self.lm_head = target.modules().output_embeddings
+        self.heads.check_target(self.lm_head)
         self.heads.to(device=target.device, dtype=target.dtype)
 
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:

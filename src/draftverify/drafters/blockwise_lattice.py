@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..cached_lm import CachedLM
+from ..backends.base import LMBackend
 from ..errors import DraftVerifyError, check_number
 from ..tree import row_trees
 from ..types import DecodingState, Draft
@@ -34,10 +34,10 @@ class BlockwiseNgramDrafter(BlockwiseDrafter):
         self.p = p
 
     @classmethod
-    def from_options(cls, target: CachedLM, options) -> "BlockwiseNgramDrafter":
+    def from_options(cls, target: LMBackend, options) -> "BlockwiseNgramDrafter":
         return cls(load_heads(options), _load_table(options), options.lattice_k, options.ngram_weight, 1)
 
-    def bind(self, target: CachedLM, max_positions: int) -> None:
+    def bind(self, target: LMBackend, max_positions: int) -> None:
         super().bind(target, max_positions)
         if self.table.vocab_size != target.vocab_size:
             raise DraftVerifyError(
@@ -46,6 +46,9 @@ class BlockwiseNgramDrafter(BlockwiseDrafter):
             )
         if self.p > 1 and not target.takes_positions:
             raise DraftVerifyError("p-best drafts are verified as a token tree, which needs a target taking position_ids")
+
+    def verify_width(self, longest: int) -> int:
+        return longest * self.p + 1  # p paths merged into one tree, each as long
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         """Each row's own lattice, rescored with its own context: one path per row is a chain (rows of one
@@ -69,7 +72,7 @@ class BlockwisePBestDrafter(BlockwiseNgramDrafter):
     """p > 1 rescored paths as one tree (p-best n-gram BPD; alpha = 0 gives p-best 0-gram BPD)."""
 
     @classmethod
-    def from_options(cls, target: CachedLM, options) -> "BlockwisePBestDrafter":
+    def from_options(cls, target: LMBackend, options) -> "BlockwisePBestDrafter":
         return cls(load_heads(options), _load_table(options), options.lattice_k, options.ngram_weight, options.pbest)
 
 

@@ -11,11 +11,11 @@ from typing import Callable
 
 import torch
 
+from ..backends.base import LMBackend
 from ..backends.lean_draft import draft_backend
-from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError, check_number
 from ..types import DecodingState, Draft, Verdict
-from .base import empty_draft
+from .base import DraftModel, empty_draft
 from .blockwise import BlockwiseDrafter, BlockwiseHeads, load_heads
 from .model import ModelDrafter, require_shared_vocabulary
 
@@ -41,7 +41,7 @@ class BlockwiseNeuralDrafter(BlockwiseDrafter):
     supports_batch = True
     drafts_in_target_pass = False  # the rescorer runs one forward per draft token: drafting has a cost again
 
-    def __init__(self, heads: BlockwiseHeads, rescorer: CachedLM, k: int = 4, alpha: float = 1.0):
+    def __init__(self, heads: BlockwiseHeads, rescorer: LMBackend, k: int = 4, alpha: float = 1.0):
         super().__init__(heads)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise DraftVerifyError(f"neural rescoring needs k >= 1 candidates per head, got {k!r}")
@@ -51,16 +51,19 @@ class BlockwiseNeuralDrafter(BlockwiseDrafter):
         self.alpha = check_number("rescoring weight alpha", alpha, 0.0)
 
     @classmethod
-    def from_options(cls, target: CachedLM, options) -> "BlockwiseNeuralDrafter":
+    def from_options(cls, target: LMBackend, options) -> "BlockwiseNeuralDrafter":
         if options.draft_model is None:
             raise DraftVerifyError("bpd_neural rescores with a small LM: pass draft=... (CLI: --draft PATH)")
         require_shared_vocabulary(options, cls.name)
         rescorer = draft_backend(options.draft_model, "draft", options.compile, options.lean_draft)
         return cls(load_heads(options), rescorer, options.lattice_k, options.rescore_weight)
 
-    def bind(self, target: CachedLM, max_positions: int) -> None:
+    def bind(self, target: LMBackend, max_positions: int) -> None:
         super().bind(target, max_positions)
         self.rescorer.bind(target, max_positions)
+
+    def models(self) -> list[DraftModel]:
+        return [DraftModel(self.lm, lags=True)]  # catches up on each step's committed tokens in its first forward
 
     def start(self, state: DecodingState, prefilled=None) -> None:
         super().start(state, prefilled)

@@ -25,10 +25,10 @@ from time import perf_counter
 
 import torch
 
-from ..cached_lm import cached_model
+from ..backends.registry import as_backend
 from ..errors import DraftVerifyError
 from ..types import DecodingState, Draft
-from .base import Drafter, empty_draft
+from .base import Drafter, DraftModel, empty_draft
 from .retokenize import TokenBytes, TokenTrack, common_prefix, complete_prefix, to_target
 
 WINDOW = 4  # draft tokens encoded again at the boundary with new text (a token straddling it is re-merged)
@@ -44,7 +44,7 @@ class CrossTokenizerDrafter(Drafter):
     def __init__(self, model, draft_tokenizer, target_tokenizer, target_vocab_size: int | None = None,
                  window: int = WINDOW, lookbehind: int = LOOKBEHIND):
         super().__init__()
-        self.lm = cached_model(model, "draft")
+        self.lm = as_backend(model, "draft")
         if not callable(getattr(self.lm, "rollback", None)):  # CachedLM and the lean draft backend can roll back
             raise DraftVerifyError(f"a draft with its own tokenizer runs on the hf backend (transformers), not on "
                                    f"{self.lm.name}: use --backend hf")
@@ -75,7 +75,7 @@ class CrossTokenizerDrafter(Drafter):
                                    "vocabulary; a draft with its own tokenizer has none: use --alpha-fb 0, or a draft "
                                    "trained with the target's tokenizer")
         draft_tokenizer = options.draft_tokenizer or options.target_tokenizer  # None: the draft shares the target's
-        return cls(cached_model(options.draft_model, "draft", options.compile), draft_tokenizer,
+        return cls(as_backend(options.draft_model, "draft", options.compile), draft_tokenizer,
                    options.target_tokenizer, target.vocab_size)
 
     def bind(self, target, max_positions: int) -> None:
@@ -84,6 +84,9 @@ class CrossTokenizerDrafter(Drafter):
                                    "encoder-decoder model, which does not continue its source")
         if target.vocab_size != len(self.target.table):
             self.target = TokenBytes(self.target_tokenizer, target.vocab_size, "target")
+
+    def models(self) -> list[DraftModel]:
+        return [DraftModel(self.lm)]
 
     def timers(self) -> dict[str, float]:
         return {"retokenize": self.time_retokenize}

@@ -1,79 +1,16 @@
 """BiLD's early-exit small model (section 4.4): the target's first L layers plus its own final norm and LM head.
 
-The view shares every weight with the target (no copy); it keeps its own KV cache for its L layers.
+The view shares every weight with the target (no copy); it keeps its own KV cache for its L layers. The target's
+backend builds it (ModuleBackend.first_layers; the hf backend's is shallow_view.py).
 """
 from __future__ import annotations
 
-import copy
-
 from torch import nn
-from transformers import PreTrainedModel
 
-from ..cached_lm import CachedLM, cached_model
-from ..errors import DraftVerifyError
+from ..backends.base import LMBackend, require_modules
+from ..backends.registry import as_backend
+from ..shallow_view import shallow_view  # noqa: F401  (the hf backend's view, importable from here as before)
 from .model import ModelDrafter
-
-# (attribute path of the decoder body, name of its layer list, config field holding the layer count)
-_LAYER_LAYOUTS = (
-    ("model", "layers", "num_hidden_layers"),  # Llama, Qwen2, Mistral, Gemma, Phi, ...
-    ("transformer", "h", "n_layer"),  # GPT-2, GPT-J, Bloom
-    ("gpt_neox", "layers", "num_hidden_layers"),  # GPT-NeoX, Pythia
-    ("model.decoder", "layers", "num_hidden_layers"),  # OPT
-)
-
-
-def _find_layers(model: PreTrainedModel) -> tuple[nn.Module, str, str]:
-    for body_path, layers_attr, count_attr in _LAYER_LAYOUTS:
-        body = model
-        for part in body_path.split("."):
-            body = getattr(body, part, None)
-            if body is None:
-                break
-        if body is not None and isinstance(getattr(body, layers_attr, None), nn.ModuleList):
-            return body, layers_attr, count_attr
-    raise DraftVerifyError(
-        f"early_exit does not know where the decoder layers of {type(model).__name__} are; supported: "
-        "Llama-style (model.layers), GPT-2 style (transformer.h), GPT-NeoX (gpt_neox.layers), OPT (model.decoder.layers)"
-    )
-
-
-def shallow_view(model: PreTrainedModel, num_layers: int) -> PreTrainedModel:
-    """A model object running only the first num_layers decoder layers of `model`, sharing its weights."""
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise DraftVerifyError("early_exit supports decoder-only targets; for encoder-decoder targets use a draft model")
-    body, layers_attr, count_attr = _find_layers(model)
-    total = len(getattr(body, layers_attr))
-    if not (1 <= num_layers < total):
-        raise DraftVerifyError(f"early-exit layer count must be in [1, {total - 1}] for this {total}-layer target, got {num_layers}")
-    config = copy.deepcopy(model.config)  # never mutate the target's config
-    config.num_hidden_layers = num_layers
-    if hasattr(config, count_attr):
-        setattr(config, count_attr, num_layers)
-    if getattr(config, "layer_types", None) is not None:
-        config.layer_types = config.layer_types[:num_layers]
-    new_body = copy.copy(body)
-    new_body._modules = dict(body._modules)
-    new_body._modules[layers_attr] = nn.ModuleList(list(getattr(body, layers_attr))[:num_layers])
-    new_body.config = config
-    view = copy.copy(model)
-    view._modules = dict(model._modules)
-    view.config = config
-    # re-attach the shallow body at the same path
-    parent, path = view, _body_path(model, body)
-    for part in path[:-1]:
-        child = copy.copy(getattr(parent, part))
-        child._modules = dict(child._modules)
-        parent._modules[part] = child
-        parent = child
-    parent._modules[path[-1]] = new_body
-    return view
-
-
-def _body_path(model: nn.Module, body: nn.Module) -> list[str]:
-    for name, module in model.named_modules():
-        if module is body:
-            return name.split(".")
-    raise AssertionError("decoder body not found in its own model")
 
 
 class EarlyExitDrafter(ModelDrafter):
@@ -81,14 +18,13 @@ class EarlyExitDrafter(ModelDrafter):
 
     needs_target_modules = "the target's own layers (the early-exit draft shares them)"
 
-    def __init__(self, target_model: PreTrainedModel, num_layers: int = 1, fallback_threshold: float = 0.0,
+    def __init__(self, target: LMBackend | nn.Module, num_layers: int = 1, fallback_threshold: float = 0.0,
                  compile: bool = False):
-        if isinstance(target_model, CachedLM):
-            target_model = target_model.model
-        view = shallow_view(target_model, num_layers)
-        super().__init__(cached_model(view, "early-exit draft", compile), fallback_threshold)
+        """target: its backend, or a Hugging Face model (put on the hf backend to build the view)."""
+        modules = require_modules(as_backend(target, "target"), "early_exit")
+        super().__init__(modules.first_layers(num_layers, "early-exit draft", compile), fallback_threshold)
         self.num_layers = num_layers
 
     @classmethod
-    def from_options(cls, target: CachedLM, options) -> "EarlyExitDrafter":
-        return cls(target.model, options.early_exit_layers, fallback_threshold=options.alpha_fb, compile=options.compile)
+    def from_options(cls, target: LMBackend, options) -> "EarlyExitDrafter":
+        return cls(target, options.early_exit_layers, fallback_threshold=options.alpha_fb, compile=options.compile)

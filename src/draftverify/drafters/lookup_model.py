@@ -10,13 +10,13 @@ equal to the target's.
 from __future__ import annotations
 
 import torch
-from transformers import PreTrainedModel
+from torch import nn
 
+from ..backends.base import LMBackend
 from ..backends.lean_draft import draft_backend
-from ..cached_lm import CachedLM
 from ..errors import DraftVerifyError
 from ..types import DecodingState, Draft, TargetOutput, Verdict
-from .base import Drafter
+from .base import Drafter, DraftModel
 from .model import ModelDrafter, require_shared_vocabulary
 from .prompt_lookup import PromptLookupDrafter
 
@@ -24,7 +24,7 @@ from .prompt_lookup import PromptLookupDrafter
 class LookupModelDrafter(Drafter):
     supports_batch = True
 
-    def __init__(self, model: PreTrainedModel | CachedLM, max_ngram: int = 3, min_ngram: int = 2,
+    def __init__(self, model: LMBackend | nn.Module, max_ngram: int = 3, min_ngram: int = 2,
                  fallback_threshold: float = 0.0):
         super().__init__()
         self.lookup = PromptLookupDrafter(max_ngram, min_ngram)
@@ -32,7 +32,7 @@ class LookupModelDrafter(Drafter):
         self.lookup_steps = 0  # steps drafted by copying (the rest were drafted by the model)
 
     @classmethod
-    def from_options(cls, target: CachedLM, options) -> "LookupModelDrafter":
+    def from_options(cls, target: LMBackend, options) -> "LookupModelDrafter":
         if options.draft_model is None:
             raise DraftVerifyError("the 'lookup_model' drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
         require_shared_vocabulary(options, cls.name)
@@ -43,8 +43,11 @@ class LookupModelDrafter(Drafter):
     def computes_in_torch(self) -> bool:
         return self.model.computes_in_torch
 
-    def bind(self, target: CachedLM, max_positions: int) -> None:
+    def bind(self, target: LMBackend, max_positions: int) -> None:
         self.model.bind(target, max_positions)
+
+    def models(self) -> list[DraftModel]:
+        return [DraftModel(m.lm, lags=True) for m in self.model.models()]  # idle on lookup steps, then catches up
 
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
         self.lookup_steps = 0

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import torch
-from transformers import PreTrainedModel
+from torch import nn
 
+from ..backends.base import LMBackend
 from ..backends.lean_draft import draft_backend
-from ..cached_lm import CachedLM, cached_model
+from ..backends.registry import as_backend
 from ..errors import DraftVerifyError, check_number
 from ..sampling import argmax, draw_next, probs_from_logits
 from ..types import DecodingState, Draft, SamplingParams, Verdict
-from .base import Drafter, empty_draft
+from .base import Drafter, DraftModel, empty_draft
 from .prompt_lookup import find_continuation
 
 # looked-up tokens a draft forward scores beside the pending one (staged drafting, see ModelDrafter.looked_up;
@@ -46,22 +47,22 @@ class ModelDrafter(Drafter):
 
     supports_batch = True
 
-    def __init__(self, model: PreTrainedModel | CachedLM, fallback_threshold: float = 0.0, lookup_tokens: int = 0,
+    def __init__(self, model: LMBackend | nn.Module, fallback_threshold: float = 0.0, lookup_tokens: int = 0,
                  lookup_ngrams: tuple[int, int] = (3, 2)):
         super().__init__()
         self.fallback_threshold = check_number("fallback threshold alpha_FB", fallback_threshold, 0.0, 1.0)
         self.lookup_tokens = lookup_tokens  # staged drafting (see looked_up); 0: off
         self.lookup_ngrams = lookup_ngrams  # longest and shortest n-gram the lookup matches
         self.lookup_confirms = True  # staged drafting: a token prompt lookup proposes too counts as confident
-        # a CachedLM or any other backend as it is; HF models wrapped in a CachedLM (from_options picks the lean
-        # backend where it applies: backends/lean_draft.py)
-        self.lm = cached_model(model, "draft")
+        # a backend as it is; HF models on the hf backend (from_options picks the lean backend where it applies:
+        # backends/lean_draft.py)
+        self.lm = as_backend(model, "draft")
         self.discard: torch.Tensor | None = None  # batches: rows whose drafts another drafter replaced (see commit)
         self.stages = False  # staged drafting this request: lookup_tokens > 0, one decoder-only row, no rows joined
         self._fed: torch.Tensor | None = None  # batches: each row's committed tokens when the last draft began
 
     @classmethod
-    def from_options(cls, target: CachedLM, options) -> "ModelDrafter":
+    def from_options(cls, target: LMBackend, options) -> "ModelDrafter":
         if options.draft_model is None:
             raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
         if options.draft_tokenizer is not None:  # a draft with another vocabulary: its text is re-tokenized
@@ -73,11 +74,14 @@ class ModelDrafter(Drafter):
         return cls(draft, fallback_threshold=options.alpha_fb, lookup_tokens=0 if options.compile else LOOKUP_TOKENS,
                    lookup_ngrams=(options.prompt_lookup_max_ngram, options.lookup_model_min_ngram))
 
-    def bind(self, target: CachedLM, max_positions: int) -> None:
+    def bind(self, target: LMBackend, max_positions: int) -> None:
         self.check_pair(self.lm, target, max_positions)
 
+    def models(self) -> list[DraftModel]:
+        return [DraftModel(self.lm)]
+
     @staticmethod
-    def check_pair(draft: CachedLM, target: CachedLM, max_positions: int) -> None:
+    def check_pair(draft: LMBackend, target: LMBackend, max_positions: int) -> None:
         """A draft model must share the target's vocabulary and kind, and fit the request's positions."""
         if draft.vocab_size != target.vocab_size:
             raise DraftVerifyError(

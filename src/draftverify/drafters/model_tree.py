@@ -2,7 +2,7 @@
 (SpecInfer's expansion-based token tree; Medusa's tree shape given as a list of paths).
 
 The draft scores one tree level per forward with the same ancestor-mask machinery the target uses, in its own
-CachedLM, so a tree of depth D costs D draft forwards whatever its width. With a length policy that measures
+backend, so a tree of depth D costs D draft forwards whatever its width. With a length policy that measures
 costs (gamma `auto`, `conf`) each step verifies the subtree of the given shape with the best expected tokens per
 second on this backend (tree_sizing.py); with a fixed gamma the whole shape, cut at depth gamma.
 """
@@ -12,16 +12,17 @@ from time import perf_counter
 from typing import Sequence
 
 import torch
-from transformers import PreTrainedModel
+from torch import nn
 
+from ..backends.base import LMBackend
 from ..backends.lean_draft import draft_backend
-from ..cached_lm import CachedLM, cached_model
+from ..backends.registry import as_backend
 from ..errors import DraftVerifyError
 from ..sampling import probs_from_logits
 from ..tree import TreeSpec
 from ..tree_sizing import NodeRates, best_subtree
 from ..types import DecodingState, Draft, Verdict
-from .base import Drafter
+from .base import Drafter, DraftModel
 from .model import ModelDrafter, require_shared_vocabulary
 
 # 3 candidates at the root, 2 under the best, a chain along the best branch: 10 nodes, depth 4
@@ -40,9 +41,9 @@ class ModelTreeDrafter(Drafter):
     proposes_trees = True
     supports_batch = True  # one tree shape for every row, each row its own tokens
 
-    def __init__(self, model: PreTrainedModel | CachedLM, paths: Sequence[Sequence[int]] = DEFAULT_TREE_PATHS):
+    def __init__(self, model: LMBackend | nn.Module, paths: Sequence[Sequence[int]] = DEFAULT_TREE_PATHS):
         super().__init__()
-        self.lm = cached_model(model, "draft")  # a CachedLM or any other backend as it is; HF models wrapped
+        self.lm = as_backend(model, "draft")  # a backend as it is; HF models on the hf backend
         self.paths = [tuple(p) for p in paths]
         self.full_tree = TreeSpec.from_paths(self.paths)
         self._depth = self.full_tree.depth.tolist()
@@ -62,20 +63,26 @@ class ModelTreeDrafter(Drafter):
         self._pending = 0  # committed tokens the draft fed first
 
     @classmethod
-    def from_options(cls, target: CachedLM, options) -> "ModelTreeDrafter":
+    def from_options(cls, target: LMBackend, options) -> "ModelTreeDrafter":
         if options.draft_model is None:
             raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
         require_shared_vocabulary(options, cls.name)
         paths = options.tree_paths if options.tree_paths is not None else DEFAULT_TREE_PATHS
         return cls(draft_backend(options.draft_model, "draft", options.compile, options.lean_draft), paths)
 
-    def bind(self, target: CachedLM, max_positions: int) -> None:
+    def bind(self, target: LMBackend, max_positions: int) -> None:
         ModelDrafter.check_pair(self.lm, target, max_positions)
         if not (self.lm.takes_positions and target.takes_positions):
             raise DraftVerifyError(
                 "model_tree needs decoder-only draft and target models that take position_ids; "
                 "use the chain method 'model' for encoder-decoder models"
             )
+
+    def models(self) -> list[DraftModel]:
+        return [DraftModel(self.lm)]
+
+    def verify_width(self, longest: int) -> int:
+        return self.full_tree.size + 1  # the whole shape, whatever the draft length
 
     def start(self, state: DecodingState, prefilled=None) -> None:
         width = state.tokens.shape[1]  # the same left-padded rows as the target's

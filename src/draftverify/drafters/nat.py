@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..cached_lm import CachedLM
+from ..backends.base import LMBackend, ModuleBackend, TargetModules, require_modules
 from ..errors import DraftVerifyError
 from ..sampling import draw_next, probs_from_logits
 from ..types import DecodingState, Draft, TargetOutput, Verdict
@@ -45,18 +45,11 @@ NAT_FORMAT = "draftverify-nat-drafter"
 FOLDER = WeightsFolder("nat", NAT_FORMAT, "NAT drafter", "draftverify train nat")
 
 
-def embedding_fingerprint(model: nn.Module) -> str:
+def embedding_fingerprint(embeddings: nn.Module) -> str:
     """sha256 (16 hex digits) of the target's input embedding in fp16: ties a drafter to the target it was
     trained on (it reads that matrix and that encoder), whatever dtype either is loaded in."""
-    weight = model.get_input_embeddings().weight.detach().to("cpu", torch.float16).contiguous()
+    weight = embeddings.weight.detach().to("cpu", torch.float16).contiguous()
     return hashlib.sha256(weight.view(torch.int16).numpy().tobytes()).hexdigest()[:16]
-
-
-def output_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """The target's output layer on hidden [..., H] -> [..., V] (with the bias BART / Marian add after it)."""
-    logits = model.get_output_embeddings()(hidden.to(model.get_output_embeddings().weight.dtype))
-    bias = getattr(model, "final_logits_bias", None)
-    return logits if bias is None else logits + bias.to(logits.dtype)
 
 
 @dataclass(frozen=True)
@@ -127,7 +120,7 @@ class NatDecoder(nn.Module):
             ffn_size = ffn_size or getattr(cfg, "intermediate_size", None) or 4 * hidden
             scale, window, max_positions = 1.0, memory_window, block_size
         config = NatConfig(hidden, scale, layers, heads, ffn_size, max_positions, block_size, vocab,
-                           embedding_fingerprint(target), window)
+                           embedding_fingerprint(target.get_input_embeddings()), window)
         nat = cls(config)
         decoder = getattr(getattr(target, "model", None), "decoder", None)
         if getattr(cfg, "model_type", None) == "marian" and getattr(cfg, "activation_function", None) == "relu":
@@ -156,19 +149,22 @@ class NatDecoder(nn.Module):
         n = min(len(table), self.config.max_positions)
         self.positions.weight[:n] = table[:n]
 
-    def forward(self, target: nn.Module, tokens: torch.Tensor, slots: torch.Tensor, memory: torch.Tensor,
+    def forward(self, target: TargetModules | nn.Module, tokens: torch.Tensor, slots: torch.Tensor, memory: torch.Tensor,
                 memory_mask: torch.Tensor | None = None, padding: torch.Tensor | None = None,
                 memory_end: torch.Tensor | None = None, last: int = 0) -> torch.Tensor:
         """Logits [B, T, V] at every input position (only the last `last` when > 0: decoding needs just the slots',
         and the output layer over the vocabulary is the drafter's largest matmul): t predicts the token of t + 1.
 
+        target: the target's TargetModules (a backend's modules()), or the Hugging Face model itself (training);
         tokens [B, T]: the prefix ids (any id where slots is True); slots [B, T] bool: [MASK] positions;
         memory [B, S, H]: the target's encoder states (or a decoder-only target's hidden states);
         memory_mask [B, S]: 1 for real source tokens; padding [B, T] bool: True at padded positions (training).
         memory_end [B, n] (decoder-only drafters): tokens are n blocks of k = T / n, each [y_p, MASK x (k-1)];
         block j attends only to itself and to the memory positions [end - W, end) (the states before its y_p).
         """
-        emb = target.get_input_embeddings()(tokens).to(self.mask_embedding.dtype) * self.config.embed_scale
+        if not isinstance(target, TargetModules):
+            target = TargetModules.of(target)
+        emb = target.input_embeddings(tokens).to(self.mask_embedding.dtype) * self.config.embed_scale
         emb = torch.where(slots[..., None], self.mask_embedding, emb)  # [B, T, H]
         memory = memory.to(emb.dtype)
         self_mask = cross_mask = None
@@ -189,7 +185,7 @@ class NatDecoder(nn.Module):
         mem_pad = None if memory_mask is None else memory_mask == 0
         x = self.layers(x, memory, tgt_mask=self_mask, memory_mask=cross_mask, tgt_key_padding_mask=padding,
                         memory_key_padding_mask=mem_pad)
-        return output_logits(target, x[:, -last:] if last else x)
+        return target.logits(x[:, -last:] if last else x)
 
     @staticmethod
     def block_mask(n: int, k: int, dtype: torch.dtype, device) -> torch.Tensor:
@@ -208,15 +204,15 @@ class NatDecoder(nn.Module):
         bias = bias.masked_fill(~visible[:, None], float("-inf")).repeat_interleave(k, dim=2)  # [B, heads, n*k, S]
         return bias.reshape(B * self.config.heads, n * k, S).to(dtype)
 
-    def check_target(self, target: nn.Module) -> None:
+    def check_target(self, target: TargetModules) -> None:
         """Refuse a drafter trained for another target: it reads that target's embeddings and encoder."""
-        vocab, hidden = target.get_input_embeddings().weight.shape
+        vocab, hidden = target.input_embeddings.weight.shape
         if (hidden, vocab) != (self.config.hidden_size, self.config.vocab_size):
             raise DraftVerifyError(
                 f"the NAT drafter was trained for a target with d_model {self.config.hidden_size} and "
                 f"{self.config.vocab_size} tokens, but this target has {hidden} and {vocab}; train one for it with "
                 "`draftverify train nat`")
-        found = embedding_fingerprint(target)
+        found = embedding_fingerprint(target.input_embeddings)
         if found != self.config.target_fingerprint:
             raise DraftVerifyError(
                 f"the NAT drafter was trained for another target (embedding fingerprint {self.config.target_fingerprint}"
@@ -250,12 +246,13 @@ class NatDrafter(Drafter):
         self.nat = nat.eval()
         self.window = nat.config.memory_window  # 0: encoder-decoder target
         self.needs_target_hidden = self.window > 0
-        self.target: CachedLM | None = None
+        self.target: ModuleBackend | None = None
+        self._modules: TargetModules | None = None  # the target's embedding and output layer (bind)
         self._memory: torch.Tensor | None = None  # [B, M <= W, H]: decoder-only targets' kept hidden states
         self._held: torch.Tensor | None = None  # [B, M] bool: which of them are real (right-aligned per row)
 
     @classmethod
-    def from_options(cls, target: CachedLM, options) -> "NatDrafter":
+    def from_options(cls, target: LMBackend, options) -> "NatDrafter":
         if options.nat_path is None:
             from ..options.nat import nat_advice
 
@@ -263,7 +260,8 @@ class NatDrafter(Drafter):
                                    f"{nat_advice(translation=bool(getattr(target, 'is_encoder_decoder', False)))}")
         return cls(NatDecoder.load(options.nat_path))
 
-    def bind(self, target: CachedLM, max_positions: int) -> None:
+    def bind(self, target: LMBackend, max_positions: int) -> None:
+        target = require_modules(target, "the NAT drafter")
         if target.is_encoder_decoder and self.window:
             raise DraftVerifyError("this NAT drafter was trained for a decoder-only target (it reads its hidden states); "
                                    "for this encoder-decoder target train one with `draftverify train nat --target DIR`")
@@ -271,7 +269,8 @@ class NatDrafter(Drafter):
             raise DraftVerifyError("this NAT drafter was trained for an encoder-decoder target (it reads its encoder "
                                    "states); for this decoder-only target train one with `draftverify train nat "
                                    "--target DIR`")
-        self.nat.check_target(target.model)
+        self._modules = target.modules()
+        self.nat.check_target(self._modules)
         self.nat.to(device=target.device, dtype=target.dtype)
         self.target = target
 
@@ -316,7 +315,6 @@ class NatDrafter(Drafter):
     @torch.no_grad()
     def slot_logits(self, state: DecodingState, gamma: int) -> torch.Tensor | None:
         """[B, k, V]: the logits of the k slots after the committed tokens (None: nothing to read yet)."""
-        target = self.target
         if self.window:
             if self._memory is None:  # a one-token prompt: nothing was prefilled, so the first step drafts nothing
                 return None
@@ -328,15 +326,15 @@ class NatDrafter(Drafter):
             held = self._held.clone()
             held[:, -1] = True  # a row with no states yet reads a zero one (its draft is dropped in propose)
             mask = None if bool(held.all()) else held.long()
-            return self.nat(target.model, tokens, slots, self._memory, memory_mask=mask, memory_end=end)  # [B, k, V]
+            return self.nat(self._modules, tokens, slots, self._memory, memory_mask=mask, memory_end=end)  # [B, k, V]
         k = min(gamma, self.nat.config.max_positions - 1)
         prefix = state.tokens[:, -(self.nat.config.max_positions - k + 1):]  # [B, L]
         B, L = prefix.shape
         tokens = torch.cat([prefix, prefix.new_zeros((B, k - 1))], dim=1)  # [B, L+k-1]: k-1 masks
         slots = torch.zeros_like(tokens, dtype=torch.bool)
         slots[:, L:] = True
-        return self.nat(target.model, tokens, slots, target.encoder_outputs.last_hidden_state,
-                        target.source_mask, last=k)  # [B, k, V]: from the last committed token on
+        states, source_mask = self.target.encoder_states()  # [B, S, H], [B, S]
+        return self.nat(self._modules, tokens, slots, states, source_mask, last=k)  # [B, k, V]: from the last token on
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         logits = self.slot_logits(state, gamma)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from ..cached_lm import CachedLM
+from ..backends.base import LMBackend
 from ..errors import DraftVerifyError
 from ..sampling import draw_next, probs_from_logits
 from ..types import DecodingState, Draft
@@ -203,12 +203,12 @@ class NgramDrafter(Drafter):
         self.table = table
 
     @classmethod
-    def from_options(cls, target: CachedLM, options) -> "NgramDrafter":
+    def from_options(cls, target: LMBackend, options) -> "NgramDrafter":
         if options.ngram_path is None:
             raise DraftVerifyError("the 'ngram' drafter needs a table: pass ngram_path=... (CLI: --ngram PATH)")
         return cls(NgramTable.load(options.ngram_path))
 
-    def bind(self, target: CachedLM, max_positions: int) -> None:
+    def bind(self, target: LMBackend, max_positions: int) -> None:
         if self.table.vocab_size != target.vocab_size:
             raise DraftVerifyError(
                 f"the n-gram table was built for a vocabulary of {self.table.vocab_size} tokens but the target has "

@@ -75,6 +75,9 @@ class PromptLookupTreeDrafter(Drafter):
                 "prompt_lookup_tree needs a decoder-only target that takes position_ids; use prompt_lookup instead"
             )
 
+    def verify_width(self, longest: int) -> int:
+        return longest * self.num_matches + 1  # the matches merged into one tree, each as long
+
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         rows = [trie(find_continuations(state.row(b).tolist(), self.max_ngram, self.min_ngram, gamma, self.num_matches))
                 for b in range(state.tokens.shape[0])]

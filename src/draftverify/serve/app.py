@@ -52,12 +52,8 @@ class ServerSettings:
 
 
 def context_window(pipe) -> int | None:
-    """Decoder positions a request may use: the target's limit, and the draft model's when there is one."""
-    limits = [pipe.target.max_positions]
-    drafter = pipe.drafter
-    for lm in (getattr(drafter, "lm", None), getattr(getattr(drafter, "model", None), "lm", None)):
-        if lm is not None:
-            limits.append(lm.max_positions)
+    """Decoder positions a request may use: the target's limit, and those of the draft models the drafter calls."""
+    limits = [pipe.target.max_positions] + [model.lm.max_positions for model in pipe.drafter.models()]
     limits = [x for x in limits if x is not None]
     return min(limits) if limits else None
 
