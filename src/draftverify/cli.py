@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
+from .bench import folders
 from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
 from .cli_flags import declared_flags
 from .draft_length import DEFAULT_GAMMA, parse_gamma
@@ -498,7 +499,7 @@ def bench_batch(
     num_prompts: int = typer.Option(16, "--num-prompts", help="Prompts decoded at every batch size (at least the largest B)."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
     threads: Optional[int] = typer.Option(None, "--threads"),
-    out: Path = typer.Option(Path("benchmarks"), "--out"),
+    out: Path = typer.Option(folders.BATCH, "--out"),
     name: str = typer.Option("bench-batch", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
 ) -> None:
     """Batch throughput: tokens/s at batch sizes 1, 2, 4, 8 for HF generate (batched), our loop without drafting
@@ -557,7 +558,7 @@ def bench(
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
     compile_: bool = typer.Option(False, "--compile", help="Our runners (ours_autoregressive and every method row) run the target and draft models compiled: preallocated KV cache + torch.compile per verify-width bucket; the warm-up compiles every width a runner uses (seconds recorded per runner), peers stay eager. Name the run apart, e.g. --name bench-humaneval-compiled."),
-    out: Path = typer.Option(Path("benchmarks"), "--out", help="Output folder for <name>.json, <name>.md and <name>-*.png."),
+    out: Optional[Path] = typer.Option(None, "--out", help=f"Output folder for <name>.json, <name>.md and <name>-*.png (default {folders.SPEED}, with --cost-curve {folders.COST})."),
     name: Optional[str] = typer.Option(None, "--name", help="File stem (default bench-<prompts>[-quick])."),
     quick: bool = typer.Option(False, "--quick", help="Smoke test (about a minute on 2 CPU cores): every runner type once, greedy, 2 prompts, 8 tokens, gamma 3 (and auto once), no warm-up, BiTA with one mask token; each flag still overrides."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the PNG plots."),
@@ -609,7 +610,7 @@ def bench_translate(
     bild_gamma: int = typer.Option(10, "--bild-gamma", help="Longest BiLD draft."),
     beams: int = typer.Option(5, "--beams", help="Beam size of the AT beam baseline."),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch."),
-    out: Path = typer.Option(Path("benchmarks"), "--out", help="Writes <name>.json, <name>.md, <name>-bild.png."),
+    out: Path = typer.Option(folders.TRANSLATION, "--out", help="Writes <name>.json, <name>.md, <name>-bild.png."),
     name: str = typer.Option("translate-multi30k", "--name"),
     counts_only: bool = typer.Option(False, "--counts-only", help="No timings (a busy machine): BLEU, tokens per "
                                      "target call, large- and small-model calls; the BiLD plot against calls."),
@@ -670,7 +671,7 @@ def bpd_report(
     tune: int = typer.Option(4, "--tune", help="Prompts, of those, used to tune the n-gram weight alpha."),
     new_tokens: int = typer.Option(64, "--new-tokens"),
     lattice_k: int = typer.Option(4, "--lattice-k", help="Candidates per head for rescoring and p-best."),
-    out: str = typer.Option("benchmarks/bpd-humaneval", "--out", help="Writes OUT.json and OUT.md."),
+    out: str = typer.Option(str(folders.METHODS / "bpd-humaneval"), "--out", help="Writes OUT.json and OUT.md."),
     threads: Optional[int] = typer.Option(None, "--threads"),
 ) -> None:
     """Blockwise drafts on the zoo: block efficiency of bpd, oracle top-k, n-gram and neural rescoring, p-best;
@@ -716,7 +717,7 @@ def bita_report(
     topk: int = typer.Option(3, "--topk", help="Efficient-tree candidates per mask token for the prompt and mask tables."),
     tables: str = typer.Option("modes,prompts,masks", "--tables", help="Comma list of the tables to run: modes, prompts, prompt-count, mask-count, masks."),
     cost: Optional[Path] = typer.Option(None, "--cost", help="A cost-curve JSON (draftverify bench --cost-curve) for estimated speedups."),
-    out: str = typer.Option("benchmarks/bita-humaneval", "--out", help="Writes OUT.json and OUT.md."),
+    out: str = typer.Option(str(folders.METHODS / "bita-humaneval"), "--out", help="Writes OUT.json and OUT.md."),
     threads: Optional[int] = typer.Option(None, "--threads"),
 ) -> None:
     """BiTA ablations on the zoo: decoding modes, prompt designs, numbers of prompt and mask tokens (tokens per
@@ -762,7 +763,7 @@ def bench_healing(
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ (default: the shipped copy)."),
     threads: Optional[int] = typer.Option(None, "--threads"),
-    out: Path = typer.Option(Path("benchmarks"), "--out"),
+    out: Path = typer.Option(folders.METHODS, "--out"),
     name: str = typer.Option("healing-humaneval", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
 ) -> None:
     """Token healing on HumanEval: chrF against the canonical solutions for prompts trimmed of their final newline

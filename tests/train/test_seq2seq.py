@@ -205,5 +205,5 @@ def test_card_of_an_aligned_model_reports_bild_before_and_after(trained):
                  "bild": {"no_loss": 12.5, "within_1_bleu": None}, "bild_aligned": {"no_loss": 9.25, "within_1_bleu": 7.0}}}}
     card = model_card({**report, "role": "small-aligned", "bild_alignment": bench})
     assert "| original (`draft`) | 12.50 | - |" in card and "| aligned (this model) | 9.25 | 7.00 |" in card
-    assert "benchmarks/translate-bild-aligned.md" in card
+    assert "benchmarks/translation/translate-bild-aligned.md" in card
     assert "BiLD with this model" not in model_card({**report, "bild_alignment": {"aligned": {}}})

@@ -2,15 +2,26 @@
 same prompts, same token ids; speed, calls, alpha, Theorem 8 prediction, BiLD quality/latency.
 
     from draftverify.bench import BenchConfig, run_bench
-    result = run_bench(BenchConfig(zoo="code", num_prompts=20))      # writes benchmarks/bench-humaneval.{json,md,png}
+    result = run_bench(BenchConfig(zoo="code", num_prompts=20))      # writes bench-humaneval.{json,md,png}
 
 Modules: config (options), runner_families (which rows exist), prompts (HumanEval / Spec-Bench, shipped in data/), models (loading), counting
 (forward hooks), runners (HF and ours), peers (other libraries' rows), ours (our rows from the method registry),
 lineup (all rows of a run), summary (aggregation, Theorem 8), quality (chrF), report (JSON, markdown), plots
-(PNG), environment (machine, versions), run (orchestration).
+(PNG), environment (machine, versions), run (orchestration), folders (where each command writes).
+
+The names below load on first use, so the command line reads bench.folders without importing torch.
 """
-from .config import BenchConfig, families
-from .prompts import Prompt, load_prompts
-from .run import run_bench
+from __future__ import annotations
+
+from importlib import import_module
+
+_HOMES = {"BenchConfig": ".config", "families": ".config", "Prompt": ".prompts", "load_prompts": ".prompts",
+          "run_bench": ".run"}
 
 __all__ = ["BenchConfig", "Prompt", "families", "load_prompts", "run_bench"]
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_HOMES[name], __name__), name)

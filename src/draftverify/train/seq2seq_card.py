@@ -3,6 +3,8 @@ from its training_report.json (scripts/translate_cards.py rewrites every card of
 
 from __future__ import annotations
 
+from ..bench.folders import TRANSLATION
+
 
 def _scores_lines(report: dict) -> list[str]:
     lines = []
@@ -28,7 +30,7 @@ def _alignment_lines(bench: dict) -> list[str]:
             "| small model | at no BLEU loss | within 1 BLEU |", "|---|---|---|",
             *[f"| {label} | {f2(fewest[family]['no_loss'])} | {f2(fewest[family]['within_1_bleu'])} |"
               for family, label in (("bild", "original (`draft`)"), ("bild_aligned", "aligned (this model)"))],
-            "", f"Every row: `benchmarks/{bench['name']}.md`.", ""]
+            "", f"Every row: `{(TRANSLATION / bench['name']).as_posix()}.md`.", ""]
 
 
 def model_card(report: dict) -> str:
