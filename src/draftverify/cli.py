@@ -20,6 +20,7 @@ from rich.table import Table
 
 from . import __version__
 from .bench import folders
+from .bench.ab_command import bench_ab
 from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
 from .cli_flags import declared_flags
 from .draft_length import DEFAULT_GAMMA, parse_gamma
@@ -794,6 +795,9 @@ def bench_healing(
 
     print(table(result["rows"]))  # plain: a markdown table, never wrapped or read as markup
     print(f"wrote {result['files']['json']} and {result['files']['markdown']}")
+
+
+app.command("bench-ab")(bench_ab)  # bench/ab_command.py: public options side by side
 
 
 if __name__ == "__main__":
