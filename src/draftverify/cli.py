@@ -20,7 +20,7 @@ from rich.table import Table
 
 from . import __version__
 from .bench import folders
-from .bench.ab_command import bench_ab
+from .bench.commands import register as register_bench_commands
 from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
 from .cli_flags import declared_flags
 from .draft_length import DEFAULT_GAMMA, parse_gamma
@@ -797,7 +797,7 @@ def bench_healing(
     print(f"wrote {result['files']['json']} and {result['files']['markdown']}")
 
 
-app.command("bench-ab")(bench_ab)  # bench/ab_command.py: public options side by side
+register_bench_commands(app)  # bench-ab, bench-rounds, bench-cold-start, bench-overhead, bench-samples
 
 
 if __name__ == "__main__":

@@ -100,8 +100,7 @@ def load_setting(cfg: ABConfig, setting: dict[str, Any]):
 
     values = {**cfg.fixed, **setting}
     args = {k: values.pop(k) for k in LOAD_ARGUMENTS if k in values}
-    if "threads" not in args and cfg.threads is not None and args.get("backend") == "llamacpp":
-        args["threads"] = cfg.threads
+    args.setdefault("threads", cfg.threads)  # llama.cpp's threads (torch's are set once for the run)
     return load(target=cfg.target, zoo=None if cfg.target else cfg.zoo, **args, **values)
 
 
