@@ -797,7 +797,7 @@ def bench_healing(
     print(f"wrote {result['files']['json']} and {result['files']['markdown']}")
 
 
-register_bench_commands(app)  # bench-ab, bench-rounds, bench-cold-start, bench-overhead, bench-samples
+register_bench_commands(app)  # bench-ab, -rounds, -cold-start, -overhead, -samples, -serve
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The bench commands beside `bench` itself (bench-ab, bench-rounds, bench-cold-start, bench-overhead,
-bench-samples): typer functions only, each running its module of bench/; cli.py adds them with register(app).
-Nothing heavy is imported here, so --help stays fast."""
+bench-samples, bench-serve): typer functions only, each running its module of bench/; cli.py adds them with
+register(app). Nothing heavy is imported here, so --help stays fast."""
 from __future__ import annotations
 
 import shlex
@@ -19,7 +19,7 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 def recorded_command(ctx: typer.Context, always: tuple[str, ...] = ("out", "name")) -> str:
     """The running command as parsed (not sys.argv, which is the caller's when invoked in-process): every option
-    given a value other than its default, and `always` ones whatever their value."""
+    given a value other than its default, and `always` ones whatever their value; secrets (--api-key) as KEY."""
     argv = ["draftverify", ctx.info_name or ""]
     for param in ctx.command.params:
         if not getattr(param, "opts", None) or param.param_type_name != "option":
@@ -27,6 +27,8 @@ def recorded_command(ctx: typer.Context, always: tuple[str, ...] = ("out", "name
         value = ctx.params.get(param.name)
         if value is None or (value == param.default and param.name not in always) or value == []:
             continue
+        if param.name == "api_key":
+            value = "KEY"
         if param.is_flag and param.secondary_opts:
             argv.append(param.opts[0] if value else param.secondary_opts[0])
         elif param.is_flag:
@@ -191,9 +193,50 @@ def bench_samples(
     print(f"{ended} of {len(result['samples'])} end on their own")
 
 
+def bench_serve(
+    ctx: typer.Context,
+    url: Optional[str] = typer.Option(None, "--url", help="A running server (loopback only), e.g. "
+                                      "http://127.0.0.1:8000."),
+    spawn: Optional[str] = typer.Option(None, "--spawn", help="Start `draftverify serve` with these arguments "
+                                        "instead (e.g. \"--zoo code --max-batch 8\"); its RSS is sampled."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model id to send (default: the server's /v1/models)."),
+    pid: Optional[int] = typer.Option(None, "--pid", help="The server's process id, for RSS (automatic with --spawn)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="DRAFTVERIFY_API_KEY", show_default=False),
+    clients: int = typer.Option(8, "--clients", help="Concurrent streaming clients (1..256)."),
+    requests: int = typer.Option(1000, "--requests", help="Stop after this many requests."),
+    duration: float = typer.Option(300.0, "--duration", help="Stop after this many seconds."),
+    max_tokens: int = typer.Option(64, "--max-tokens"),
+    warmup: int = typer.Option(4, "--warmup", help="Untimed requests before measuring (and RSS before)."),
+    rss_every: int = typer.Option(100, "--rss-every", help="Sample the server's RSS every N completed requests."),
+    rss_warm: int = typer.Option(200, "--rss-warm", help="Growth after warm-up: the last RSS sample minus the first "
+                                 "at or after N requests."),
+    mixed: bool = typer.Option(False, "--mixed", help="Alternate greedy and seeded sampling requests (one batch "
+                               "holds both) and check every answer against the same request sent alone first."),
+    out: Optional[Path] = typer.Option(None, "--out", help=f"Write the report JSON here (e.g. {folders.SERVING}/"
+                                       "load-test.json) and a markdown report (.md) beside it."),
+) -> None:
+    """Bounded loopback load test of `draftverify serve`: throughput, latency and time to first token, errors and
+    the server's resident memory over the run; exit 1 when a request failed or (--mixed) an answer differed from
+    its request sent alone."""
+    import json
+
+    from .load_test import run_load_test
+
+    command = recorded_command(ctx, always=())
+    try:
+        report = run_load_test(url, spawn, model, pid, api_key, clients, requests, duration, max_tokens, warmup,
+                               rss_every, rss_warm, mixed, out, command)
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    print(json.dumps(report, indent=1))
+    if not report["passed"]:
+        raise typer.Exit(1)
+
+
 COMMANDS: dict[str, Callable[..., Any]] = {"bench-ab": bench_ab, "bench-rounds": bench_rounds,
                                            "bench-cold-start": bench_cold_start, "bench-overhead": bench_overhead,
-                                           "bench-samples": bench_samples}
+                                           "bench-samples": bench_samples, "bench-serve": bench_serve}
 
 
 def register(app: typer.Typer) -> None:
