@@ -286,7 +286,7 @@ def test_the_mixed_load_test_batches_greedy_and_seeded_requests_and_each_equals_
     answer must equal the same request sent alone first (the command exits 1 otherwise)."""
     out = tmp_path / "mixed.json"
     code = _bench_serve(["--url", server.base, "--api-key", API_KEY, "--clients", "4", "--requests", "16",
-                           "--duration", "120", "--max-tokens", "6", "--warmup", "0", "--mixed", "--out", str(out)])
+                         "--duration", "120", "--max-tokens", "6", "--warmup", "0", "--mixed", "--out", str(out)])
     report = json.loads(out.read_text())
     greedy, sampled = report["greedy_equal_single"].split("/"), report["sampled_equal_single"].split("/")
     assert code == 0 and report["ok"] == 16 and report["mixed"]

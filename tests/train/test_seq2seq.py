@@ -193,7 +193,7 @@ def test_cli_alignment_fine_tune_learns_the_given_train_targets(trained, tmp_pat
 
 
 def test_card_of_an_aligned_model_reports_bild_before_and_after(trained):
-    """scripts/translate_cards.py attaches bench-translate's before / after figures to draft-aligned's report; the
+    """scripts/zoo_cards.py translate attaches bench-translate's before / after figures to draft-aligned's report; the
     card prints both small models' fewest large-model calls (a missing operating point as '-')."""
     from draftverify.train.seq2seq_card import model_card
 

@@ -91,7 +91,7 @@ def model_card(report: dict) -> str:
         *_scores_lines(report),
         "",
         "Measured at the end of training by the training command (HF `generate`, greedy); "
-        "`python scripts/translate_cards.py --rescore` measures them again.",
+        "`python scripts/zoo_cards.py translate --rescore` measures them again.",
         "",
         *(_alignment_lines(report["bild_alignment"]) if (report.get("bild_alignment") or {}).get("aligned") else []),
         "## Usage",
