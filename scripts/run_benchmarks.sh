@@ -84,7 +84,8 @@ if [ "$llamacpp" = 1 ]; then
     draftverify "${ab[@]}" --rounds 3 --set backend=llamacpp --set draft="$aligned" --set gamma=conf=0.8 \
         --set lookup_confirms=false --vary lookup_tokens=0,3,5,10 --name staged-draft-ab-llamacpp
     for first in 0 100; do
-        if [ "$first" = 0 ]; then held=(--rounds 5); suffix=""; else held=(--rounds 2 --num-prompts 32 --first 100); suffix="-from-100"; fi
+        held=(--rounds 5) suffix=""
+        if [ "$first" = 100 ]; then held=(--rounds 2 --num-prompts 32 --first 100) suffix="-from-100"; fi
         draftverify "${ab[@]}" "${held[@]}" --set backend=llamacpp --set draft="$aligned" \
             --vary gamma=conf=0.8,conf=0.9,conf=0.95 --vary lookup_confirms=false,true \
             --name "lookup-agreement-ab-llamacpp-aligned$suffix"

@@ -244,7 +244,8 @@ def held_out(argv: list[str]) -> None:
 
 def held_out_markdown(result: dict) -> str:
     sets = list(result["validation_sets"])
-    lines = ["# Held-out loss of the zoo models", "", result["definition"] + "; written by `scripts/zoo_cards.py held-out`.", "",
+    lines = ["# Held-out loss of the zoo models", "",
+             result["definition"] + "; written by `scripts/zoo_cards.py held-out`.", "",
              "| model | " + " | ".join(f"val: {s}" for s in sets) + " |", "|---|" + "---|" * len(sets)]
     lines += [f"| `{m}` | " + " | ".join(f"{v[s]:.3f}" for s in sets) + " |" for m, v in result["models"].items()]
     return "\n".join(lines) + "\n"

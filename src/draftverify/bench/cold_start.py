@@ -57,8 +57,8 @@ def render(record: dict) -> str:
     lines = ["# Cold start: one `draftverify generate` per fresh process", "",
              f"`{record['command']}`: {record['runs_per_prompt']} runs x {len(record['prompts'])} prompts per "
              f"configuration, {record['new_tokens']} new tokens, greedy, {record['threads']} threads, the "
-             f"{record['zoo']} zoo. tok/s is the CLI's own figure (generation only, model loading excluded); the process column "
-             "includes imports and loading.", "",
+             f"{record['zoo']} zoo. tok/s is the CLI's own figure (generation only, model loading excluded); the "
+             "process column includes imports and loading.", "",
              f"| configuration | median tok/s | min - max | vs {record['reference']} | tokens/call | mean gamma | "
              "process s |", "|---|---|---|---|---|---|---|"]
     for label, s in record["summary"].items():

@@ -1,5 +1,5 @@
 """The model card (README.md) of a translation model trained by `draftverify train seq2seq` or `train nat`, written
-from its training_report.json (scripts/translate_cards.py rewrites every card of zoo/translate from the reports)."""
+from its training_report.json, so every figure on a card is one the training measured (never typed by hand)."""
 
 from __future__ import annotations
 
