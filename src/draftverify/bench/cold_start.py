@@ -39,8 +39,8 @@ def cli() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "draftverify.cli"]
 
 
-def one_run(zoo: str, extra: list[str], prompt: str, new_tokens: int, threads: int) -> dict:
-    args = cli() + ["generate", "--zoo", zoo, "--prompt", prompt, "-n", str(new_tokens), "--threads", str(threads),
+def one_run(models: list[str], extra: list[str], prompt: str, new_tokens: int, threads: int) -> dict:
+    args = cli() + ["generate", *models, "--prompt", prompt, "-n", str(new_tokens), "--threads", str(threads),
                     "--json", *extra]
     started = time.perf_counter()
     done = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
@@ -56,9 +56,9 @@ def one_run(zoo: str, extra: list[str], prompt: str, new_tokens: int, threads: i
 def render(record: dict) -> str:
     lines = ["# Cold start: one `draftverify generate` per fresh process", "",
              f"`{record['command']}`: {record['runs_per_prompt']} runs x {len(record['prompts'])} prompts per "
-             f"configuration, {record['new_tokens']} new tokens, greedy, {record['threads']} threads, the "
-             f"{record['zoo']} zoo. tok/s is the CLI's own figure (generation only, model loading excluded); the "
-             "process column includes imports and loading.", "",
+             f"configuration, {record['new_tokens']} new tokens, greedy, {record['threads']} threads, "
+             f"{record['target'] or 'the ' + str(record['zoo']) + ' zoo'}. tok/s is the CLI's own figure "
+             "(generation only, model loading excluded); the process column includes imports and loading.", "",
              f"| configuration | median tok/s | min - max | vs {record['reference']} | tokens/call | mean gamma | "
              "process s |", "|---|---|---|---|---|---|---|"]
     for label, s in record["summary"].items():
@@ -70,19 +70,20 @@ def render(record: dict) -> str:
 
 def run_cold_start(configs: tuple[str, ...] = DEFAULT_CONFIGS, runs: int = 5, prompts: int = len(PROMPTS),
                    new_tokens: int = 128, threads: int = 2, zoo: str = "code", out: str | Path = SPEED,
-                   name: str = "cold-start", command: str = "",
-                   echo: Callable[[str], None] = lambda line: None) -> dict:
+                   name: str = "cold-start", command: str = "", echo: Callable[[str], None] = lambda line: None,
+                   target: str | None = None, draft: str | None = None) -> dict:
     if runs < 1 or not 1 <= prompts <= len(PROMPTS):
         raise DraftVerifyError(f"--runs must be >= 1 and --prompts 1..{len(PROMPTS)}, got {runs} and {prompts}")
     if len(configs) < 1:
         raise DraftVerifyError("--configs names no configuration")
     arguments = {c: config_arguments(c) for c in configs}
+    models = ["--target", str(target)] + (["--draft", str(draft)] if draft else []) if target else ["--zoo", zoo]
     texts = PROMPTS[:prompts]
     measured: dict[str, list[dict]] = {c: [] for c in configs}
     for r in range(runs):
         for prompt in texts:
             for c in configs:
-                measured[c].append(one_run(zoo, arguments[c], prompt, new_tokens, threads))
+                measured[c].append(one_run(models, arguments[c], prompt, new_tokens, threads))
                 echo(f"run {r + 1}/{runs} {c}: {measured[c][-1]['tokens_per_second']:.1f} tok/s")
     base = statistics.median(x["tokens_per_second"] for x in measured[configs[0]])
     summary = {}
@@ -93,7 +94,8 @@ def run_cold_start(configs: tuple[str, ...] = DEFAULT_CONFIGS, runs: int = 5, pr
                       "median_process_seconds": statistics.median(x["process_seconds"] for x in measured[c]),
                       "median_tokens_per_call": statistics.median(x["tokens_per_call"] for x in measured[c]),
                       "median_mean_gamma": statistics.median(x["mean_gamma"] for x in measured[c])}
-    record = {"command": command, "zoo": zoo, "configs": arguments, "reference": configs[0], "prompts": list(texts),
+    record = {"command": command, "zoo": zoo if not target else None, "target": target, "configs": arguments,
+              "reference": configs[0], "prompts": list(texts),
               "runs_per_prompt": runs, "new_tokens": new_tokens, "threads": threads,
               "machine": platform.machine(), "processor": platform.processor(), "python": platform.python_version(),
               "summary": summary, "runs": measured}

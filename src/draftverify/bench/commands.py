@@ -114,6 +114,11 @@ def bench_rounds(
                               "at (a pair names rows at these)."),
     backend: str = typer.Option("hf,llamacpp", "--backend", help="Comma list of what runs our rows: hf, llamacpp."),
     zoo: str = typer.Option("code", "--zoo"),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
+    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (instead of the zoo's)."),
+    aligned_draft: Optional[str] = typer.Option(None, "--aligned-draft", help="Aligned draft (model_aligned rows)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ (default: the "
+                                            "shipped copy)."),
     threads: Optional[int] = typer.Option(2, "--threads"),
     out: Path = typer.Option(folders.SPEED, "--out", help="Folder of NAME.json and NAME.md."),
     name: str = typer.Option("bench-rounds", "--name", help="File stem."),
@@ -125,7 +130,7 @@ def bench_rounds(
     command = recorded_command(ctx)
     run_reporting(lambda: run_rounds(parse_pairs(pairs or ",".join(DEFAULT_PAIRS)), rounds, num_prompts,
                                      max_new_tokens, parse_gammas(gamma), parse_names("--backend", backend), zoo,
-                                     threads, out, name, command, echo))
+                                     threads, out, name, command, echo, target, draft, aligned_draft, data_dir))
 
 
 def bench_cold_start(
@@ -138,6 +143,8 @@ def bench_cold_start(
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
     threads: int = typer.Option(2, "--threads"),
     zoo: str = typer.Option("code", "--zoo"),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
+    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model, with --target."),
     out: Path = typer.Option(folders.SPEED, "--out", help="Folder of NAME.json and NAME.md."),
     name: str = typer.Option("cold-start", "--name", help="File stem."),
 ) -> None:
@@ -148,7 +155,7 @@ def bench_cold_start(
     command = recorded_command(ctx)
     chosen = tuple(c.strip() for c in configs.split(",") if c.strip()) if configs is not None else DEFAULT_CONFIGS
     result = run_reporting(lambda: run_cold_start(chosen, runs, prompts, max_new_tokens, threads, zoo, out, name,
-                                                  command, echo))
+                                                  command, echo, target, draft))
     print(Path(result["files"]["markdown"]).read_text())
 
 
@@ -180,6 +187,8 @@ def bench_samples(
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
     zoo: str = typer.Option("code", "--zoo"),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ (default: the "
+                                            "shipped copy)."),
     out: Path = typer.Option(folders.METHODS, "--out", help="Folder of NAME.md."),
     name: str = typer.Option("humaneval-samples", "--name", help="File stem."),
 ) -> None:
@@ -188,7 +197,8 @@ def bench_samples(
     from .samples import run_samples
 
     command = recorded_command(ctx)
-    result = run_reporting(lambda: run_samples(num_prompts, max_new_tokens, zoo, target, out, name, command))
+    result = run_reporting(lambda: run_samples(num_prompts, max_new_tokens, zoo, target, out, name, command,
+                                                       data_dir))
     ended = sum(s["ends_on_its_own"] for s in result["samples"])
     print(f"{ended} of {len(result['samples'])} end on their own")
 

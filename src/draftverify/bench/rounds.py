@@ -58,8 +58,9 @@ def render(result: dict) -> str:
 
 def run_rounds(pairs: list[tuple[str, str]], rounds: int = 5, num_prompts: int = 8, max_new_tokens: int = 128,
                gammas: tuple = ("conf", "conf=0.9"), backends: tuple[str, ...] = ("hf", "llamacpp"),
-               zoo: str = "code", threads: int | None = 2, out: str | Path = SPEED, name: str = "bench-rounds",
-               command: str = "", echo: Callable[[str], None] = lambda line: None) -> dict:
+               zoo: str | None = "code", threads: int | None = 2, out: str | Path = SPEED, name: str = "bench-rounds",
+               command: str = "", echo: Callable[[str], None] = lambda line: None, target: str | None = None,
+               draft: str | None = None, aligned_draft: str | None = None, data_dir: str | Path | None = None) -> dict:
     """Measure every row the pairs name `rounds` times; write OUT/NAME.json and OUT/NAME.md."""
     import torch
 
@@ -77,7 +78,8 @@ def run_rounds(pairs: list[tuple[str, str]], rounds: int = 5, num_prompts: int =
     if threads is not None:
         torch.set_num_threads(threads)
     wanted = {n for pair in pairs for n in pair}
-    config = BenchConfig(zoo=zoo, backends=backends, runners=tuple(sorted({family(n) for n in wanted})),
+    config = BenchConfig(zoo=None if target else zoo, target=target, draft=draft, aligned_draft=aligned_draft,
+                         data_dir=data_dir, backends=backends, runners=tuple(sorted({family(n) for n in wanted})),
                          gammas=gammas, temperatures=(0.0,), threads=threads, num_prompts=num_prompts,
                          max_new_tokens=max_new_tokens, progress=False, plots=False).resolved()
     models = load_models(config)

@@ -14,19 +14,19 @@ def block(prompt_text: str, body: str) -> str:
 
 def run_samples(num_prompts: int = 12, max_new_tokens: int = 128, zoo: str | None = "code",
                 target: str | None = None, out: str | Path = METHODS, name: str = "humaneval-samples",
-                command: str = "") -> dict:
+                command: str = "", data_dir: str | Path | None = None) -> dict:
     from ..api import load
     from .prompts import load_prompts, truncate_at_stops
 
-    pipe = load(target=target, zoo=None if target else zoo)  # the default method: exact, the target's greedy text
+    pipe = load(target=target, zoo=None if target else zoo, method="autoregressive")  # the target's greedy text
     samples = []
-    for prompt in load_prompts("humaneval")[:num_prompts]:
+    for prompt in load_prompts("humaneval", data_dir)[:num_prompts]:
         completion = pipe.generate(prompt.text, max_new_tokens=max_new_tokens).text  # the new text only
         body = truncate_at_stops(completion, prompt.stops)
         samples.append({"id": prompt.id, "prompt": prompt.text, "completion": body.rstrip(),
                         "ends_on_its_own": len(body) < len(completion)})
-    text = (f"# The target's greedy HumanEval completions\n\n`{command}` (drafter `{pipe.method.drafter}`, verifier "
-            f"`{pipe.verifier_name}`: the target's own greedy text), cut at HumanEval's stop sequences.\n\n"
+    text = (f"# The target's greedy HumanEval completions\n\n`{command}` (the target alone, greedy: the text every "
+            "exact method gives), cut at HumanEval's stop sequences.\n\n"
             + "\n\n".join(f"## {s['id']} ({'ends on its own' if s['ends_on_its_own'] else 'runs to the token limit'})"
                           f"\n\n{block(s['prompt'], s['completion'])}" for s in samples) + "\n")
     folder = Path(out)
