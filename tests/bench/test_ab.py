@@ -66,7 +66,8 @@ def test_rounds_rotate_the_order_prompt_by_prompt_and_stop_on_a_different_text()
 
 
 def test_summary_ratios_are_per_round_medians_over_the_first_setting():
-    rounds = [[[10, 5, 3, 1.0], [10, 2, 3, 0.5]], [[10, 5, 3, 1.0], [10, 2, 3, 0.25]], [[10, 5, 3, 2.0], [10, 2, 3, 1.0]]]
+    rounds = [[[10, 5, 3, 1.0], [10, 2, 3, 0.5]], [[10, 5, 3, 1.0], [10, 2, 3, 0.25]],
+              [[10, 5, 3, 2.0], [10, 2, 3, 1.0]]]
     rows = summarize(rounds, [{"k": 0}, {"k": 1}])
     assert rows[0]["vs_reference"] == 1.0 and rows[1]["vs_reference"] == 2.0
     assert rows[1]["vs_reference_range"] == [2.0, 4.0] and rows[1]["tokens_per_second"] == 20.0

@@ -106,8 +106,9 @@ def bench_rounds(
     ctx: typer.Context,
     pairs: Optional[str] = typer.Option(None, "--pairs", help="Comma list of OURS/PEER bench row names (default: "
                                         "ours on llama.cpp against llama.cpp plain and its prompt lookup, with the "
-                                        "zoo draft and the aligned one, and model at gamma conf against hf_assisted at its "
-                                        "defaults); the rows' names are the bench's, as its summary prints them."),
+                                        "zoo draft and the aligned one, and model at gamma conf against hf_assisted "
+                                        "at its defaults); the rows' names are the bench's, as its summary prints "
+                                        "them."),
     rounds: int = typer.Option(5, "--rounds"),
     num_prompts: int = typer.Option(8, "--num-prompts"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
@@ -136,7 +137,8 @@ def bench_rounds(
 
 def bench_cold_start(
     ctx: typer.Context,
-    configs: Optional[str] = typer.Option(None, "--configs", help="Comma list of METHOD or METHOD:GAMMA, or `default` (the "
+    configs: Optional[str] = typer.Option(None, "--configs", help="Comma list of METHOD or METHOD:GAMMA, or "
+                                          "`default` (the "
                                           "zoo's method); the first is the reference (default: autoregressive, "
                                           "default, and model, prompt_lookup, lookup_model at gamma 4 and auto)."),
     runs: int = typer.Option(5, "--runs", help="Fresh processes per configuration and prompt."),
