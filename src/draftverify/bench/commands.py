@@ -138,8 +138,8 @@ def bench_rounds(
 def bench_cold_start(
     ctx: typer.Context,
     configs: Optional[str] = typer.Option(None, "--configs", help="Comma list of METHOD or METHOD:GAMMA, or "
-                                          "`default` (the "
-                                          "zoo's method); the first is the reference (default: autoregressive, "
+                                          "`default` (the zoo's method); the first is the reference (default: "
+                                          "autoregressive, "
                                           "default, and model, prompt_lookup, lookup_model at gamma 4 and auto)."),
     runs: int = typer.Option(5, "--runs", help="Fresh processes per configuration and prompt."),
     prompts: int = typer.Option(2, "--prompts", help="How many of the two built-in prompts."),
