@@ -2,13 +2,15 @@
 # Every benchmark file the docs quote that the shipped zoo alone produces, in one go, each with the command its
 # file records, on an otherwise idle machine (nothing else may run: the runs compete for the same cores). Rerun it
 # after any change to decoding, drafting, verification or the zoo, then `draftverify docs tables` copies
-# the tables into README.md and docs/.
+# the tables into README.md and docs/. Each command writes to its own folder of benchmarks/ (speed/, cost/, methods/, batch/,
+# serving/, translation/, draft-policy/, llamacpp/); benchmarks/README.md lists every file and what made it.
 #   scripts/run_benchmarks.sh            (about 3 hours on 2 CPU cores, the parts' own run times added up; part 8
 #                                         needs the llamacpp extra)
 # Not here: the tables of models trained for an ablation or a comparison (bita-humaneval-ablation / -prompts,
-# translate-bild-aligned / -control, translate-counts: the training recipes in docs/zoo.md and in scripts/train_*.sh
-# make those models, and each file records its command), and the zoo's held-out losses (scripts/zoo_held_out.py,
-# when the zoo's models change).
+# translate-bild-aligned / -control, translate-counts: the training recipes in the docs and in scripts/train_*.sh
+# make those models, and each file records its command), the zoo's held-out losses (scripts/zoo_cards.py held-out,
+# when the zoo's models change), and the one-off probes whose question is answered (benchmarks/README.md names the
+# commit whose scripts made them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 llamacpp=0
@@ -18,7 +20,7 @@ if python -c "import llama_cpp" 2>/dev/null; then
         eval "$(scripts/fetch_llama_cpp_converter.sh)"   # llama.cpp rows need its converter
     fi
 fi
-common=(--zoo code --num-prompts 8 --max-new-tokens 128 --threads 2 --out benchmarks)
+common=(--zoo code --num-prompts 8 --max-new-tokens 128 --threads 2)
 runners=hf_generate,ours_autoregressive,hf_assisted,hf_prompt_lookup,llamacpp,llamacpp_prompt_lookup,model,model_aligned,lookup_model,model_tree,prompt_lookup,prompt_lookup_tree,ngram,early_exit,bpd,bpd_ngram,bpd_neural,bpd_pbest,bild,specdec++
 # 1. every method, eager float32 (the exact default), greedy and T=1; the blockwise family (and BiTA) greedy beside
 #    the target alone and the zoo's default method; a draft with its own tokenizer; token healing; sample outputs
@@ -28,76 +30,70 @@ draftverify bench "${common[@]}" --temperature 0 --gamma 4,auto --name bench-hum
     --runners hf_generate,ours_autoregressive,lookup_model,model,bpd,bpd_ngram,bpd_neural,bpd_pbest,bita,bita_chain \
     --no-progress
 draftverify bench --target zoo/code/target --draft zoo/code/draft-othertok --runners model,hf_assisted --num-prompts 8 \
-    --max-new-tokens 128 --temperature 0 --gamma 4,auto,conf --threads 2 --out benchmarks --name bench-humaneval-othertok \
+    --max-new-tokens 128 --temperature 0 --gamma 4,auto,conf --threads 2 --name bench-humaneval-othertok \
     --no-progress
 draftverify bench-healing --zoo code --methods lookup_model --num-prompts 8 --max-new-tokens 128 --threads 2 \
-    --out benchmarks --name healing-humaneval
-python scripts/humaneval_sample.py --prompts 12 --show 2 --max-new-tokens 128
+    --name healing-humaneval
+draftverify bench-samples --num-prompts 12 --max-new-tokens 128
 # 2. the compiled path (preallocated cache + torch.compile per verify width), greedy
 draftverify bench "${common[@]}" --temperature 0 --gamma 4 --compile --name bench-humaneval-compiled \
     --runners hf_generate,ours_autoregressive,llamacpp,llamacpp_prompt_lookup,lookup_model,model_tree,prompt_lookup \
     --no-progress
-# 2b. where a one-token forward's time goes: PyTorch's matrix-vector floor against llama.cpp's time per token
-python scripts/gemv_floor.py --threads 2 --rounds 40
 # 3. the cost of scoring n tokens, eager: float32 with the engine's few-row layout and with torch's stock one,
 #    bfloat16; greedy equality rates; then BiTA's decoding modes with estimated speedups from that curve
 draftverify bench --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,3,4,6,8,12,16,24,32,48,64 \
-    --cost-modes eager-float32,eager-float32-gemm,eager-bfloat16 --out benchmarks --no-progress
-draftverify bita-report --prompts 6 --new-tokens 48 --tables modes --threads 1 --cost benchmarks/cost-code.json \
-    --out benchmarks/bita-humaneval
+    --cost-modes eager-float32,eager-float32-gemm,eager-bfloat16 --no-progress
+draftverify bita-report --prompts 6 --new-tokens 48 --tables modes --threads 1 --cost benchmarks/cost/cost-code.json
 draftverify bpd-report --prompts 12 --tune 3 --new-tokens 48 --threads 1
-# 4. a user's first call (fresh processes, ratio to --method autoregressive); the loop's own share of the time;
-#    the draft model on LeanLM against CachedLM; exact coupling's acceptance; the draft-length policy's replays
-python scripts/cold_start.py --runs 3 --threads 2
-python scripts/loop_overhead.py --threads 1 --new-tokens 128
-python scripts/lean_draft_bench.py --threads 2 --rounds 6 --reps 40 --context 120 --prompts 4 --new-tokens 128
-python scripts/coupling_acceptance.py --new-tokens 96 --seeds 3
-python scripts/lookup_model_counts.py --new-tokens 96 --gamma 4
+# 4. a user's first call (fresh processes, ratio to --method autoregressive); the loop's own share of the time
+draftverify bench-cold-start --runs 3 --threads 2
+draftverify bench-overhead --threads 1 --max-new-tokens 128
 # 5. batch throughput: HF generate (batched) against our loop without drafting and our methods, B = 1, 2, 4, 8
 draftverify bench-batch --zoo code --methods 'lookup_model,lookup_model[auto],model_tree,prompt_lookup_tree,bpd,bpd_neural,bita,specdec' \
-    --batch-sizes 1,2,4,8 --num-prompts 8 --max-new-tokens 64 --threads 2 --out benchmarks
+    --batch-sizes 1,2,4,8 --num-prompts 8 --max-new-tokens 64 --threads 2
 # 6. the server under load: 8 concurrent streaming clients (loopback only), RSS sampled every 100 requests; then
 #    greedy and seeded sampling mixed, every answer checked against the same request sent alone
-python scripts/load_test.py --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 1000 \
-    --duration 900 --max-tokens 16 --rss-every 100 --rss-warm 200 --out benchmarks/load-test.json
-python scripts/load_test.py --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 400 \
-    --duration 600 --max-tokens 16 --mixed --out benchmarks/load-test-mixed.json
+draftverify bench-serve --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 1000 \
+    --duration 900 --max-tokens 16 --rss-every 100 --rss-warm 200 --out benchmarks/serving/load-test.json
+draftverify bench-serve --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 400 \
+    --duration 600 --max-tokens 16 --mixed --out benchmarks/serving/load-test-mixed.json
 # 7. translation (Multi30k test_2016_flickr): SpecDec over k, SpecDec++ over beta x tau, BiLD's threshold sweep with
 #    the small model before and after prediction alignment, speculative sampling on the same pair, HF baselines
 draftverify bench-translate --zoo translate --data-dir ../shared/data --num-prompts 200 -n 64 --ks 2,4,6,8 \
     --betas 3,5 --taus 1,3 --plus-k 8 --gammas 3 --bild-fb 0.2,0.4,0.6,0.8 --bild-rb 2,5 --bild-gamma 10 \
-    --aligned-draft zoo/translate/draft-aligned --threads 2 --out benchmarks --name translate-specdec
+    --aligned-draft zoo/translate/draft-aligned --threads 2 --name translate-specdec
 # 8. the llama.cpp backend: our methods beside llama.cpp's own decoders in one run, then the same head to head over
-#    rounds, the cost curve, where a row's time goes, and the side-by-side choices (precision, flash attention, the
-#    draft's GGUF type, staged drafting, lookup's agreement, conf's cap, kept policies, torch threads, stop rules,
-#    what the draft gets wrong); the held-out (--first 100) runs are the ones the choices were made on
+#    rounds, the cost curve, and the side-by-side choices of public options (the draft's GGUF type, staged drafting,
+#    lookup's agreement as confidence); the held-out (--first 100) runs are the ones the choices were made on
 if [ "$llamacpp" = 1 ]; then
     draftverify bench --zoo code --backend hf,llamacpp --temperature 0 --threads 2 --num-prompts 8 --max-new-tokens 128 \
         --gamma 4,auto,conf,conf=0.9 \
         --runners llamacpp,llamacpp_prompt_lookup,llamacpp_draft,hf_assisted,model,model_aligned,prompt_lookup,lookup_model,model_tree,prompt_lookup_tree \
-        --name bench-humaneval-llamacpp --out benchmarks --no-progress
-    python scripts/bench_rounds.py --prompts 8 --rounds 5
+        --name bench-humaneval-llamacpp --no-progress
+    draftverify bench-rounds --num-prompts 8 --rounds 5
     draftverify bench --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,3,4,5,6,8,12,16,24,32,48,64 \
-        --cost-modes eager-float32,llamacpp-float32 --name cost-code-llamacpp --out benchmarks
-    python scripts/llamacpp_time_split.py --prompts 8 --rounds 2 --draft draft-aligned --gamma conf=0.9
-    python scripts/llamacpp_precision_ab.py --prompts 8 --rounds 3
-    python scripts/llamacpp_flash_attn_ab.py --prompts 8 --rounds 3
-    python scripts/llamacpp_draft_gguf_ab.py --types q8_0,f32 --methods model,lookup_model --gamma conf --prompts 8 --rounds 3
-    python scripts/staged_draft_ab.py --prompts 8 --rounds 3
-    for lookup in 3 5 10; do python scripts/staged_draft_counts.py --prompts 8 --lookup "$lookup"; done
-    python scripts/lookup_agreement_ab.py --prompts 8 --rounds 5
-    python scripts/lookup_agreement_ab.py --prompts 32 --rounds 2 --first 100
-    python scripts/conf_cap_ab.py --prompts 8 --rounds 4
-    python scripts/conf_cap_ab.py --prompts 32 --rounds 2 --first 100
-    python scripts/kept_policy_ab.py --backends llamacpp,hf --method model --prompts 8 --rounds 3
-    python scripts/loop_threads_ab.py --method model --gamma conf --prompts 8 --rounds 3
-    python scripts/draft_stop_rules.py --draft draft --first 0 --prompts 8 --depth 32
-    python scripts/draft_stop_rules.py --draft draft --first 100 --prompts 32 --depth 32 \
-        --out benchmarks/draft-stop-rules-heldout.md
-    python scripts/draft_stop_rules.py --draft draft-aligned --first 100 --prompts 32 --depth 32 \
-        --out benchmarks/draft-stop-rules-aligned.md
-    python scripts/draft_second_opinions.py --prompts 8
-    python scripts/draft_second_opinions.py --prompts 32 --first 100
+        --cost-modes eager-float32,llamacpp-float32 --name cost-code-llamacpp
+    ab=(bench-ab --threads 2 --num-prompts 8)
+    aligned=zoo/code/draft-aligned
+    for method in model lookup_model; do
+        draftverify "${ab[@]}" --rounds 3 --set backend=llamacpp --set method="$method" --set gamma=conf \
+            --vary draft_gguf=q8_0,f32 --out benchmarks/llamacpp --name "llamacpp-draft-gguf-$method"
+    done
+    draftverify "${ab[@]}" --rounds 3 --set gamma=conf --set lookup_confirms=false --vary lookup_tokens=0,3,5,10 \
+        --name staged-draft-ab-hf
+    draftverify "${ab[@]}" --rounds 3 --set backend=llamacpp --set draft="$aligned" --set gamma=conf=0.8 \
+        --set lookup_confirms=false --vary lookup_tokens=0,3,5,10 --name staged-draft-ab-llamacpp
+    for first in 0 100; do
+        held=(--rounds 5) suffix=""
+        if [ "$first" = 100 ]; then held=(--rounds 2 --num-prompts 32 --first 100) suffix="-from-100"; fi
+        draftverify "${ab[@]}" "${held[@]}" --set backend=llamacpp --set draft="$aligned" \
+            --vary gamma=conf=0.8,conf=0.9,conf=0.95 --vary lookup_confirms=false,true \
+            --name "lookup-agreement-ab-llamacpp-aligned$suffix"
+        draftverify "${ab[@]}" "${held[@]}" --set backend=llamacpp --set gamma=conf --vary lookup_confirms=false,true \
+            --name "lookup-agreement-ab-llamacpp$suffix"
+        draftverify "${ab[@]}" "${held[@]}" --set gamma=conf --vary lookup_confirms=false,true \
+            --name "lookup-agreement-ab-hf$suffix"
+    done
 else
     echo "llama-cpp-python is not installed: part 8 (the llama.cpp backend) skipped" >&2
 fi

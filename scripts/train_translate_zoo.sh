@@ -30,4 +30,4 @@ draftverify bench-translate --zoo translate --data-dir "$(dirname "$DATA")" --al
     --num-prompts 100 -n 64 --ks "" --betas "" --gammas 3 --bild-fb 0.2,0.4,0.6,0.8 --bild-rb 2,5 --bild-gamma 10 \
     --threads 1 --counts-only --out benchmarks --name translate-bild-aligned
 # 6. the cards, from the training reports (--rescore measures BLEU / chrF again: greedy val + test, beam-5 test)
-python scripts/translate_cards.py --data "$DATA" --rescore
+python scripts/zoo_cards.py translate --data "$DATA" --rescore

@@ -211,8 +211,7 @@ def test_a_token_prompt_lookup_proposes_too_counts_as_confident():
     # lookup agrees on the draft's first 4 tokens, then proposes something else
     says = own[:4] + [(t + 1) % draft_model("llama").config.vocab_size for t in own[4:]]
     for confirms, continuation, length in ((True, own, 6), (True, says, 5), (False, own, 1)):
-        drafter = ModelDrafter(draft_model("llama"), lookup_tokens=5)
-        drafter.lookup_confirms = confirms
+        drafter = ModelDrafter(draft_model("llama"), lookup_tokens=5, lookup_confirms=confirms)
         st = state(PROMPT, 1.0)
         drafter.start(st)
         assert drafter.stages

@@ -381,7 +381,7 @@ def test_confidence_estimates_split_confident_and_unconfident_tokens():
 
 def concave_seconds(n: int) -> float:
     """A target call over n tokens on llama.cpp's kind of curve: steepest from 1 to 2 tokens (about 1.4x), 3.5x
-    at 16 (benchmarks/bench-humaneval-llamacpp.md)."""
+    at 16 (benchmarks/speed/bench-humaneval-llamacpp.md)."""
     return 0.004 + 0.0015 * (n - 1) ** 0.7
 
 

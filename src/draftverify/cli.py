@@ -19,6 +19,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
+from .bench import folders
+from .bench.commands import register as register_bench_commands
 from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
 from .cli_flags import declared_flags
 from .bench.runner_families import ALIGNED_SUFFIX, BASELINES, PEER_FAMILIES, drafting_methods
@@ -504,7 +506,7 @@ def bench_batch(
     num_prompts: int = flag(16, "--num-prompts", help="Prompts decoded at every batch size (at least the largest B)."),
     max_new_tokens: int = flag(128, "--max-new-tokens", "-n"),
     threads: Optional[int] = flag(None, "--threads"),
-    out: Path = flag(Path("benchmarks"), "--out"),
+    out: Path = flag(folders.BATCH, "--out"),
     name: str = flag("bench-batch", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
 ) -> None:
     """Batch throughput: tokens/s at batch sizes 1, 2, 4, 8 for HF generate (batched), our loop without drafting
@@ -567,7 +569,7 @@ def bench(
     threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     dtype: str = flag("float32", "--dtype", help="float32, bfloat16 or float16."),
     compile_: bool = flag(False, "--compile", help="Our runners (ours_autoregressive and every method row) run the target and draft models compiled: preallocated KV cache + torch.compile per verify-width bucket; the warm-up compiles every width a runner uses (seconds recorded per runner), peers stay eager. Name the run apart, e.g. --name bench-humaneval-compiled."),
-    out: Path = flag(Path("benchmarks"), "--out", help="Output folder for <name>.json, <name>.md and <name>-*.png."),
+    out: Optional[Path] = flag(None, "--out", help=f"Output folder for <name>.json, <name>.md and <name>-*.png (default {folders.SPEED}, with --cost-curve {folders.COST})."),
     name: Optional[str] = flag(None, "--name", help="File stem (default bench-<prompts>[-quick])."),
     quick: bool = flag(False, "--quick", help="Smoke test (about a minute on 2 CPU cores): every runner type once, greedy, 2 prompts, 8 tokens, gamma 3 (and auto once), no warm-up, BiTA with one mask token; each flag still overrides."),
     plots: bool = flag(True, "--plots/--no-plots", help="Write the PNG plots."),
@@ -619,7 +621,7 @@ def bench_translate(
     bild_gamma: int = flag(10, "--bild-gamma", help="Longest BiLD draft."),
     beams: int = flag(5, "--beams", help="Beam size of the AT beam baseline."),
     threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch."),
-    out: Path = flag(Path("benchmarks"), "--out", help="Writes <name>.json, <name>.md, <name>-bild.png."),
+    out: Path = flag(folders.TRANSLATION, "--out", help="Writes <name>.json, <name>.md, <name>-bild.png."),
     name: str = flag("translate-multi30k", "--name"),
     counts_only: bool = flag(False, "--counts-only", help="No timings (a busy machine): BLEU, tokens per "
                                      "target call, large- and small-model calls; the BiLD plot against calls."),
@@ -680,7 +682,7 @@ def bpd_report(
     tune: int = flag(4, "--tune", help="Prompts, of those, used to tune the n-gram weight alpha."),
     new_tokens: int = flag(64, "--new-tokens"),
     lattice_k: int = flag(4, "--lattice-k", help="Candidates per head for rescoring and p-best."),
-    out: str = flag("benchmarks/bpd-humaneval", "--out", help="Writes OUT.json and OUT.md."),
+    out: str = flag(str(folders.METHODS / "bpd-humaneval"), "--out", help="Writes OUT.json and OUT.md."),
     threads: Optional[int] = flag(None, "--threads"),
 ) -> None:
     """Blockwise drafts on the zoo: block efficiency of bpd, oracle top-k, n-gram and neural rescoring, p-best;
@@ -726,7 +728,7 @@ def bita_report(
     topk: int = flag(3, "--topk", help="Efficient-tree candidates per mask token for the prompt and mask tables."),
     tables: str = flag("modes,prompts,masks", "--tables", help="Comma list of the tables to run: modes, prompts, prompt-count, mask-count, masks."),
     cost: Optional[Path] = flag(None, "--cost", help="A cost-curve JSON (draftverify bench --cost-curve) for estimated speedups."),
-    out: str = flag("benchmarks/bita-humaneval", "--out", help="Writes OUT.json and OUT.md."),
+    out: str = flag(str(folders.METHODS / "bita-humaneval"), "--out", help="Writes OUT.json and OUT.md."),
     threads: Optional[int] = flag(None, "--threads"),
 ) -> None:
     """BiTA ablations on the zoo: decoding modes, prompt designs, numbers of prompt and mask tokens (tokens per
@@ -772,7 +774,7 @@ def bench_healing(
     max_new_tokens: int = flag(128, "--max-new-tokens", "-n"),
     data_dir: Optional[Path] = flag(None, "--data-dir", help="Folder holding humaneval/ (default: the shipped copy)."),
     threads: Optional[int] = flag(None, "--threads"),
-    out: Path = flag(Path("benchmarks"), "--out"),
+    out: Path = flag(folders.METHODS, "--out"),
     name: str = flag("healing-humaneval", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
 ) -> None:
     """Token healing on HumanEval: chrF against the canonical solutions for prompts trimmed of their final newline
@@ -825,6 +827,9 @@ def docs_tables(
     if check and pages:
         err_console.print("run `draftverify docs tables` to copy the tables from benchmarks/")
         raise typer.Exit(1)
+
+
+register_bench_commands(app)  # bench-ab, -rounds, -cold-start, -overhead, -samples, -serve
 
 
 if __name__ == "__main__":

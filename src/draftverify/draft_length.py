@@ -169,8 +169,8 @@ class AutoGamma(DraftLength):
     (StepCosts) and gamma maximises E(tokens) / (gamma * c + verify_cost(rows x (gamma + 1)) / cost(rows)): with a
     flat fit this is Theorem 8 exactly. gamma 0 (plain decoding, factor 1) wins when no draft beats it, e.g. a
     large batch on a compute-bound target; a drafted step every probe_every plain ones keeps alpha measured (it would
-    otherwise freeze where it was). Until a timing is known gamma stays at its start value (4, the best fixed
-    length of the code-zoo benchmark for both the draft model and prompt lookup).
+    otherwise freeze where it was). Until a timing is known gamma stays at its start value (4: a fixed length
+    that suits both the draft model and prompt lookup on the code zoo, so the first steps are not wasted).
     """
 
     reads_timers = True
@@ -290,13 +290,13 @@ class ConfidenceGamma(AutoGamma):
       stays exact: only the draft length changes, never what is kept.
     - the unconfident token is still proposed (as Hugging Face does, unlike BiLD's fallback, which hands that
       position to the target): its draft forward is already paid for, and one more verified position costs little
-      beside the chance it is right (about 1 in 2 on the code zoo at 0.4).
+      beside the chance it is right, which is far from zero at the default threshold.
     - the cap maximises expected tokens per unit of time over the *realised* lengths L = min(S, cap), S the
       position of the draft's first unconfident token. Three rates are measured per draft position k: the chance
       the k-th token is confident (so the draft goes on), and the acceptance of confident and of unconfident
-      tokens. They are not constant: on the code zoo a first token is accepted 91% of the time and tokens past
-      the 5th about 99% (a draft that stayed confident that long is copying boilerplate), and long confident runs
-      are far likelier than one constant rate predicts, so a single alpha (Theorem 8's) undervalues long caps.
+      tokens. They are not constant: deep tokens of a draft that stayed confident are accepted more often than
+      its first (such a draft is copying boilerplate), and long confident runs are far likelier than one constant
+      rate predicts, so a single alpha (Theorem 8's) undervalues long caps.
       A step costs L draft positions and a target call over L + 1 tokens (StepCosts' fitted curve). In a batch
       every row stops on its own and the draft forward goes on while any row drafts, so a step costs the longest
       row (the max of the rows' lengths) while each row emits its own tokens. A drafter that never stops early
@@ -309,21 +309,17 @@ class ConfidenceGamma(AutoGamma):
     - the rates past the cap are never measured, and one early rejection deep in a draft can hold the cap short
       for the rest of the run; so for one row, every explore_every-th drafting step the cap is max_gamma (cheap:
       the confidence stop still ends that draft), and the cap is the longest whose expected speed is within
-      `slack` (2%) of the best: with the stop doing the work the expected speed is nearly flat over long caps,
-      flatter than the estimates are sure, and a longer cap is what measures the deep positions (on the code zoo
-      this took `model` from 6.02 to 6.32 tokens per call and `lookup_model` from 5.66 to 6.17, a modelled +1% and
-      +6%). Batches do neither: there the longest row sets the cost, and the same slack cost `model` 17-20% at 4-8
-      rows in the same replay.
+      `slack` of the best: with the stop doing the work the expected speed is nearly flat over long caps,
+      flatter than the estimates are sure, and a longer cap is what measures the deep positions. Batches do
+      neither: there the longest row sets the cost, so a slack towards long caps makes every row wait for it.
     - when no cap pays (gamma 0, plain decoding), a probe every probe_every plain steps drafts up to max_gamma for
       one row (see probe()), so the rates and the cost curve go on being measured where the cap would use them.
     - until timings are known the cap is max_gamma for one row (the stop ends the drafts, as in Hugging Face's
       default behaviour, cap 20 and threshold 0.4), and AutoGamma's start value for a batch. With variable realised
       lengths StepCosts sees many shapes, each skipped once, so this start lasts longer than auto's.
-    - max_gamma 32 and threshold 0.4 were tuned on the code zoo's pair, greedy, 8 HumanEval prompts x 128 tokens,
-      with the policy fed the idle machine's modelled timings (scripts/draft_length_replay.py, so shared-CPU noise
-      did not pick them; 0.3 and 0.5 were slower): `model` makes 6.32 tokens per call (`auto` 4.74; Hugging Face's
-      rule, cap 20 at 0.4, 6.28 with as many draft forwards), a modelled 1.22x `auto`'s speed, level with Hugging
-      Face's rule in our loop.
+    - max_gamma 32 and threshold 0.4 were tuned on the code zoo's pair, greedy, with the policy fed an idle
+      machine's modelled timings, so shared-CPU noise did not pick them: a lower threshold drafts past tokens that
+      are wrong, a higher one stops drafts that would have been kept.
 
     fixed: a fixed cap instead of the cost model's (Hugging Face: 20); gamma 0 (plain decoding) is then never
     chosen.
@@ -368,10 +364,9 @@ class ConfidenceGamma(AutoGamma):
     def probe(self, rows: int = 1) -> int:
         """One row: as far as the confidence stop goes (max_gamma). A one-token probe would time only target calls
         over 1 and 2 tokens and measure only the first position's rates; on a backend whose cost curve is steepest
-        there (llama.cpp: 1.4x for 2 tokens, 3.5x for 16) the fit then extrapolates that slope, long drafts look
-        dear, and the policy can stay in plain decoding for a whole run (it did, from one early estimate made of
-        the priors and 8 timed steps, in 4 of 7 fresh pipelines of `llamacpp:lookup_model[conf]`). A batch probes
-        one token, as auto does: there the longest row sets the cost."""
+        there (llama.cpp's) the fit then extrapolates that slope, long drafts look dear, and the policy can stay in
+        plain decoding for a whole run, from one early estimate made of the priors and a few timed steps. A batch
+        probes one token, as auto does: there the longest row sets the cost."""
         return self.max_gamma if rows == 1 and self.fixed is None else 1
 
     def next(self, rows: int = 1) -> int:
@@ -463,7 +458,7 @@ class KeptPolicies:
     """The learning policies (auto, conf) of one pipeline or bench row, made once per (gamma, key) and kept, so
     each call starts from what the earlier calls measured: the timings and the acceptance and confidence rates. A
     policy made fresh for each call started every prompt from its priors, and conf then capped the prompt's first
-    drafts short (fewer tokens per call on both backends: benchmarks/kept-policy.md, scripts/kept_policy_ab.py).
+    drafts short, for fewer tokens per call.
     key: what the rates depend on besides the gamma (the temperature). Fixed and heuristic lengths are made fresh
     each time (nothing measured; the heuristic restarts each call, as Hugging Face's rows do). costs: one StepCosts
     shared by every kept policy (a Pipeline's), or None: each its own."""

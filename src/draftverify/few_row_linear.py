@@ -2,8 +2,8 @@
 
 `F.linear(x, W)` computes x @ W.T. For one row the CPU BLAS takes its matrix-vector path; for 2-16 rows (a verify
 pass of n tokens runs every linear of the model at n rows) MKL on x86 takes a GEMM path that streams the
-model's weights far more slowly, so scoring 2-4 tokens cost 1.4-1.6x one token on the machine this project is
-measured on (`python scripts/skinny_linear.py`). The same product as W @ x.T costs about what one row does.
+model's weights far more slowly, so scoring a few tokens costs well over one token's time although the weights
+read are the same. The same product as W @ x.T stays near the one-row time.
 
 The switch is a torch function mode entered around a model's forward: it changes no module, holds no state
 (modes are per thread, so concurrent requests in a server are safe) and applies to every architecture that calls
@@ -19,7 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-MAX_ROWS = 8  # at 12-16 rows the stock GEMM path is as fast or faster (benchmarks/cost-code.md, -gemm mode)
+# past a few rows the product is compute-bound and the stock GEMM path catches up (`bench --cost-curve`'s
+# eager-float32-gemm mode shows where on a given machine)
+MAX_ROWS = 8
 ENV_SWITCH = "DRAFTVERIFY_FEW_ROW_LINEAR"  # "0" turns the layout off for a process
 
 
@@ -60,8 +62,8 @@ def enabled() -> bool:
 
 def few_row_linears(device: torch.device, dtype: torch.dtype, rows: int, on: bool = True):
     """The mode for a forward of `rows` token rows (batch x tokens) of a model on `device` in `dtype`; a no-op
-    context where it cannot help. A mode sees every torch call of the forward (about 3 ms per forward of the zoo
-    target in Python dispatch), so it is entered only for 2..MAX_ROWS rows, never for one-token decoding."""
+    context where it cannot help. A mode sees every torch call of the forward (a Python dispatch per call, a
+    cost one-token decoding need not pay), so it is entered only for 2..MAX_ROWS rows."""
     if on and takes_few_rows(device, dtype, rows):
         return FewRowLinear()
     return contextlib.nullcontext()

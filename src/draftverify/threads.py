@@ -27,8 +27,8 @@ def torch_threads(threads: int | None) -> Iterator[None]:
 def one_torch_thread_unless_models_use_it(generate: Callable) -> Callable:
     """Run generate(target, drafter, ...) on one torch thread when neither the target nor the drafter computes in
     torch. The loop's own tensor ops are then small (a softmax and an argmax over the vocabulary), and a second
-    torch thread only has to wait for a core that llama.cpp's workers or a neighbour process hold: no difference on
-    an idle machine, faster beside a busy process (benchmarks/loop-threads.md, scripts/loop_threads_ab.py)."""
+    torch thread only has to wait for a core that llama.cpp's workers or a neighbour process hold: nothing to gain
+    on an idle machine, and a wait avoided beside a busy process."""
 
     @functools.wraps(generate)
     def wrapper(target, drafter, *args, **kwargs):

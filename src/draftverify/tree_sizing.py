@@ -6,7 +6,7 @@ the nodes in order of that chance, ties to the lower index, form a valid subtree
 the best prefix length k. Its expected tokens are 1 + the sum of the first k chances (the target's own token plus
 the accepted drafts), its cost is one draft forward per level (the root's included) plus a target call over
 k + 1 tokens. On a GPU scoring 16 tokens costs about what scoring one does, and the whole tree pays; on a CPU the
-cost grows with the tokens (llama.cpp: about 1.3x for 5 tokens, 2x for 12), and the unlikely side branches do not.
+cost grows with the tokens (a forward over more tokens is more compute), and the unlikely side branches do not pay.
 """
 from __future__ import annotations
 

@@ -342,3 +342,19 @@ def test_staged_drafting_is_off_for_batches_and_without_lookup_tokens():
     plain = ModelDrafter(model("llama"))
     start(plain, "llama")
     assert not plain.stages
+
+
+def test_staged_drafting_is_set_by_the_declared_options():
+    """lookup_tokens and lookup_confirms are method options (load(), bench-ab), read once by from_options; a
+    compiled draft keeps fixed widths and stages nothing."""
+    from draftverify.methods import MethodOptions
+
+    draft = model("llama")
+    made = ModelDrafter.from_options(draft, MethodOptions(draft_model=draft))
+    assert (made.lookup_tokens, made.lookup_confirms) == (5, True)
+    made = ModelDrafter.from_options(draft, MethodOptions(draft_model=draft, lookup_tokens=3, lookup_confirms=False))
+    assert (made.lookup_tokens, made.lookup_confirms) == (3, False)
+    compiled = MethodOptions(draft_model=draft, lookup_tokens=3, compile=True)
+    assert ModelDrafter.from_options(draft, compiled).lookup_tokens == 0
+    with pytest.raises(DraftVerifyError, match="lookup_tokens"):
+        ModelDrafter.from_options(draft, MethodOptions(draft_model=draft, lookup_tokens=-1))

@@ -12,6 +12,7 @@ import pytest
 from serve_fixtures import API_KEY, CONTEXT, ServerProcess, make_models
 
 from draftverify.api import load
+from draftverify.errors import DraftVerifyError
 
 PROMPTS = ["def quicksort(xs):\n    ", "import os\n", "class Stack:\n    def push(self, x):", "x = [1, 2, 3]\n"]
 
@@ -245,23 +246,22 @@ def test_metrics_count_requests_and_tokens(server, client):
     assert _metric(server, "draftverify_requests_total", '{endpoint="/v1/completions",status="400"}') >= 1
 
 
-def _load_test_module():
-    import importlib.util
+def _bench_serve(args: list[str]) -> int:
+    """`draftverify bench-serve ARGS` in-process; its exit code."""
+    from typer.testing import CliRunner
 
-    from serve_fixtures import ROOT
+    from draftverify.cli import app
 
-    spec = importlib.util.spec_from_file_location("load_test", ROOT / "scripts" / "load_test.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return CliRunner().invoke(app, ["bench-serve", *args]).exit_code
 
 
-def test_the_load_test_script_reports_on_a_bounded_run(server, tmp_path, capsys):
-    load_test = _load_test_module()
+def test_the_load_test_reports_on_a_bounded_run(server, tmp_path, capsys):
+    from draftverify.bench import load_test
+
     out = tmp_path / "load.json"
-    code = load_test.main(["--url", server.base, "--api-key", API_KEY, "--clients", "3", "--requests", "9",
-                           "--duration", "60", "--max-tokens", "4", "--warmup", "1", "--pid", str(server.proc.pid),
-                           "--rss-every", "4", "--rss-warm", "4", "--out", str(out)])
+    code = _bench_serve(["--url", server.base, "--api-key", API_KEY, "--clients", "3", "--requests", "9",
+                         "--duration", "60", "--max-tokens", "4", "--warmup", "1", "--pid", str(server.proc.pid),
+                         "--rss-every", "4", "--rss-warm", "4", "--out", str(out)])
     report = json.loads(out.read_text())
     assert code == 0 and report["requests"] == 9 and report["ok"] == 9 and report["errors"] == {}
     assert report["tokens"] > 0 and report["latency_p50_s"] <= report["latency_p99_s"]
@@ -275,7 +275,7 @@ def test_the_load_test_script_reports_on_a_bounded_run(server, tmp_path, capsys)
     text = out.with_suffix(".md").read_text()
     assert "## Summary" in text and "## Resident memory" in text and "| 9 | 9 | none |" in text
     assert text.count("\n| ") == 2 + len(report["rss_samples"]) + 1  # both tables' header and rows
-    with pytest.raises(SystemExit, match="only targets loopback"):
+    with pytest.raises(DraftVerifyError, match="only targets loopback"):
         load_test.check_loopback("http://10.0.0.1:8000")
     load_test.check_loopback("http://127.0.0.1:1")
     load_test.check_loopback("http://[::1]:1")
@@ -283,11 +283,10 @@ def test_the_load_test_script_reports_on_a_bounded_run(server, tmp_path, capsys)
 
 def test_the_mixed_load_test_batches_greedy_and_seeded_requests_and_each_equals_its_single_request(server, tmp_path):
     """Greedy and seeded sampling requests alternate under load, so the server's batches mix settings; every
-    answer must equal the same request sent alone first (the script exits 1 otherwise)."""
-    load_test = _load_test_module()
+    answer must equal the same request sent alone first (the command exits 1 otherwise)."""
     out = tmp_path / "mixed.json"
-    code = load_test.main(["--url", server.base, "--api-key", API_KEY, "--clients", "4", "--requests", "16",
-                           "--duration", "120", "--max-tokens", "6", "--warmup", "0", "--mixed", "--out", str(out)])
+    code = _bench_serve(["--url", server.base, "--api-key", API_KEY, "--clients", "4", "--requests", "16",
+                         "--duration", "120", "--max-tokens", "6", "--warmup", "0", "--mixed", "--out", str(out)])
     report = json.loads(out.read_text())
     greedy, sampled = report["greedy_equal_single"].split("/"), report["sampled_equal_single"].split("/")
     assert code == 0 and report["ok"] == 16 and report["mixed"]
@@ -297,7 +296,8 @@ def test_the_mixed_load_test_batches_greedy_and_seeded_requests_and_each_equals_
 
 def test_the_load_test_measures_rss_growth_after_warm_up():
     """Growth after warm-up: from the first sample at or after the warm-up count to the last one."""
-    load_test = _load_test_module()
+    from draftverify.bench import load_test
+
     samples = [{"requests": n, "rss_mib": m} for n, m in [(0, 600.0), (100, 640.0), (200, 650.0), (300, 651.5)]]
     assert load_test.rss_growth(samples, 150) == {"rss_growth_mib": 51.5, "rss_warm_sample": samples[2],
                                                   "rss_growth_after_warmup_mib": 1.5}

@@ -1,4 +1,4 @@
-"""The next-token losses the recipes and scripts/train_zoo_gpu.py share."""
+"""The next-token losses the CPU recipes and the GPU one (scripts/gpu_zoo.py train) share."""
 from __future__ import annotations
 
 import pytest

@@ -193,7 +193,7 @@ def test_cli_alignment_fine_tune_learns_the_given_train_targets(trained, tmp_pat
 
 
 def test_card_of_an_aligned_model_reports_bild_before_and_after(trained):
-    """scripts/translate_cards.py attaches bench-translate's before / after figures to draft-aligned's report; the
+    """scripts/zoo_cards.py translate attaches bench-translate's before / after figures to draft-aligned's report; the
     card prints both small models' fewest large-model calls (a missing operating point as '-')."""
     from draftverify.train.seq2seq_card import model_card
 
@@ -205,5 +205,5 @@ def test_card_of_an_aligned_model_reports_bild_before_and_after(trained):
                  "bild": {"no_loss": 12.5, "within_1_bleu": None}, "bild_aligned": {"no_loss": 9.25, "within_1_bleu": 7.0}}}}
     card = model_card({**report, "role": "small-aligned", "bild_alignment": bench})
     assert "| original (`draft`) | 12.50 | - |" in card and "| aligned (this model) | 9.25 | 7.00 |" in card
-    assert "benchmarks/translate-bild-aligned.md" in card
+    assert "benchmarks/translation/translate-bild-aligned.md" in card
     assert "BiLD with this model" not in model_card({**report, "bild_alignment": {"aligned": {}}})

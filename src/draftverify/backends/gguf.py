@@ -26,8 +26,8 @@ from ..errors import DraftVerifyError
 CONVERTER = "convert_hf_to_gguf.py"
 LLAMA_CPP_ENV = "DRAFTVERIFY_LLAMA_CPP"  # a llama.cpp source tree holding convert_hf_to_gguf.py and gguf-py/
 GGUF_CACHE_ENV = "DRAFTVERIFY_GGUF_CACHE"  # where converted models are kept (default ~/.cache/draftverify/gguf)
-# where scripts/fetch_llama_cpp_converter.sh unpacks the converter by default: .cache/llama.cpp of the checkout
-# (an editable install: src/draftverify/backends/gguf.py -> the repository root)
+# a source checkout's own converter, .cache/llama.cpp (FETCH_HINT says how to fill it; an editable install:
+# src/draftverify/backends/gguf.py -> the repository root)
 CHECKOUT_CONVERTER = Path(__file__).resolve().parents[3] / ".cache" / "llama.cpp"
 FETCH_HINT = "scripts/fetch_llama_cpp_converter.sh unpacks the one llama-cpp-python was built from"
 GPT2_PRE_TOKENIZER = "gpt-2"  # llama.cpp's name for GPT-2's pre-tokenizer regex

@@ -1,8 +1,8 @@
 """Which backend a drafter's Hugging Face draft model runs on: LeanLM where it applies, CachedLM otherwise.
 
 `draft_backend` is what the drafters' from_options and the bench call for a draft model. LeanLM (lean.py) runs a
-Llama / Mistral / Qwen2 draft in a few plain torch ops per layer, faster per forward than CachedLM
-(scripts/lean_draft_bench.py measures both; benchmarks/lean-draft.md). It is used for draft models only, eager,
+Llama / Mistral / Qwen2 draft in a few plain torch ops per layer, without the Python overhead of a Hugging Face
+forward that a small draft's forward is mostly made of. It is used for draft models only, eager,
 on the hf backend; everything else keeps CachedLM: other architectures, encoder-decoder models, --compile (a
 compiled CachedLM has its own kernels), batches of several rows (LeanDraft hands those to the model's CachedLM)
 and, always, the target, whose greedy output must equal HF generate token for token.

@@ -239,8 +239,8 @@ class LlamaCppLM(OneRow):
                                    "--backend hf (backend='hf')")
         if want_hidden:
             raise DraftVerifyError("the llamacpp backend does not return hidden states; run this method on --backend hf")
-        self.lib.llama_memory_clear(self.memory, False)  # cells only: freed cells are masked until rewritten (0.65 ms
-        # of zeroing per request on the zoo target)
+        self.lib.llama_memory_clear(self.memory, False)  # cells only: freed cells are masked until rewritten, so
+        # zeroing the buffers too would only cost time per request
         self.tail = []
         self.live = {0}
         self.root_children = 0

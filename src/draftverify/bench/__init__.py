@@ -2,16 +2,18 @@
 same prompts, same token ids; speed, calls, alpha, Theorem 8 prediction, BiLD quality/latency.
 
     from draftverify.bench import BenchConfig, run_bench
-    result = run_bench(BenchConfig(zoo="code", num_prompts=20))      # writes benchmarks/bench-humaneval.{json,md,png}
+    result = run_bench(BenchConfig(zoo="code", num_prompts=20))      # writes bench-humaneval.{json,md,png}
 
 Modules: config (options), runner_families (which rows exist), prompts (HumanEval / Spec-Bench, shipped in data/), models (loading), counting
 (forward hooks), runners (HF and ours), peers (other libraries' rows), ours (our rows from the method registry),
 lineup (all rows of a run), summary (aggregation, Theorem 8), quality (chrF), report (JSON, markdown), plots
-(PNG), environment (machine, versions), run (orchestration).
+(PNG), environment (machine, versions), run (orchestration), folders (where each command writes).
+
+The names below load on first use, so the command line reads bench.folders without importing torch.
 """
 from importlib import import_module
 
-# name -> its module, imported on first use: the CLI's --help reads bench.runner_families without torch
+# name -> its module, imported on first use: the CLI reads bench.runner_families and bench.folders without torch
 _HOMES = {"BenchConfig": ".config", "families": ".config", "Prompt": ".prompts", "load_prompts": ".prompts",
           "run_bench": ".run"}
 __all__ = ["BenchConfig", "Prompt", "families", "load_prompts", "run_bench"]

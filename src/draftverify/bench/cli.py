@@ -14,6 +14,7 @@ from ..options import all_fields, defaults, parse_values
 from ..options.declare import declaration
 from .config import BenchConfig, parse_floats, parse_gammas, parse_ints, parse_names
 from .cost import MODES
+from .folders import COST, SPEED
 from .report import overshoot_text
 
 console = Console(soft_wrap=True)  # notes and paths printed whole, not broken at 80 columns when piped
@@ -129,6 +130,8 @@ def main(method_options: dict | None = None, **options) -> int:
     ours = Path(sys.argv[0]).name in ("draftverify", "cli.py") and sys.argv[1:2] == ["bench"]
     command = shlex.join(sys.argv) if ours else rebuild_command(options, method_options)
     cost = {k: options.pop(k) for k in ("cost_curve", "cost_sizes", "cost_modes", "cost_repeats")}
+    if options.get("out") is None:
+        options["out"] = COST if cost["cost_curve"] else SPEED
     if cost["cost_curve"]:
         return run_cost_curve({**options, **cost}, command, method_options)
     unused = [f"--{k.replace('_', '-')}" for k, v in cost.items() if v is not None and k != "cost_curve"]

@@ -8,6 +8,7 @@ from typing import Any
 from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
 from ..options import check_files, check_names
+from .folders import SPEED
 from .runner_families import BASELINES, families
 
 # an integer >= 1, "auto" (Theorem 8 online), "heuristic" (Hugging Face's +2/-1) or "conf[=T]" (auto's length as a
@@ -55,7 +56,7 @@ class BenchConfig:
     # the draft model's GGUF type in the llama.cpp rows (ours on that backend and the llamacpp_draft peer alike):
     # None = backends.DEFAULT_DRAFT_GGUF
     draft_gguf: str | None = None
-    out: str | Path = "benchmarks"
+    out: str | Path = SPEED
     name: str | None = None  # file stem; default from the prompt set (+ "-quick")
     quick: bool = False
     plots: bool = True

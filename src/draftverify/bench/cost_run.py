@@ -11,6 +11,7 @@ from ..errors import DraftVerifyError
 from . import environment
 from .cost import DEFAULT_SIZES, MODES, REFERENCE_MODE, LlamaCppForward, Mode, StaticForward, check_sizes, \
     compile_settings, equality, greedy_tokens, model_for, time_widths
+from .folders import COST
 from .prompts import load_prompts
 from .report import write_json
 
@@ -31,7 +32,7 @@ class CostConfig:
     prompts: str = "humaneval"
     data_dir: str | Path | None = None
     threads: int | None = None
-    out: str | Path = "benchmarks"
+    out: str | Path = COST
     name: str | None = None  # default cost-<zoo or target folder>[-quick]
     quick: bool = False
     plots: bool = True

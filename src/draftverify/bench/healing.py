@@ -20,6 +20,7 @@ from time import perf_counter
 
 from ..errors import DraftVerifyError
 from . import environment
+from .folders import METHODS
 from .prompts import load_prompts, truncate_at_stops
 from .quality import chrf
 from .report import write_json
@@ -87,7 +88,7 @@ def _run(pipe, runner: str, form: str, heal: bool, prompts: list, max_new_tokens
 
 def run_healing(zoo: str | None = "code", target: str | None = None, draft: str | None = None,
                 methods: tuple[str, ...] = (), num_prompts: int = 8, max_new_tokens: int = 128,
-                data_dir: str | Path | None = None, threads: int | None = None, out: str | Path = "benchmarks",
+                data_dir: str | Path | None = None, threads: int | None = None, out: str | Path = METHODS,
                 name: str = "healing-humaneval", command: str | None = None, echo=None) -> dict:
     """Run the table (see the module) and write <out>/<name>.json and .md; returns the result dict."""
     import torch

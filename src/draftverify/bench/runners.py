@@ -217,8 +217,8 @@ class OursRunner(Runner):
                     lm.commit(0)
 
     def run(self, input_ids, temperature, seed, max_new_tokens) -> Measurement:
-        # standard speculative sampling, like the Hugging Face runners (seeded sampling is coupled by default;
-        # its acceptance cost is measured by scripts/coupling_acceptance.py)
+        # standard speculative sampling, like the Hugging Face runners (seeded sampling is coupled by default,
+        # which accepts somewhat less; the bench compares methods at the peers' own rule)
         params = SamplingParams(temperature=float(temperature), seed=seed if temperature > 0 else None, coupling=False)
         verifier = build_verifier(self.verifier, params, self.options)
         self.hooks.reset()

@@ -13,12 +13,6 @@ from ..types import DecodingState, Draft, SamplingParams, Verdict
 from .base import Drafter, DraftModel, empty_draft
 from .prompt_lookup import find_continuation
 
-# looked-up tokens a draft forward scores beside the pending one (staged drafting, see ModelDrafter.looked_up;
-# python scripts/staged_draft_ab.py -> benchmarks/staged-draft-ab.md: 1.07x on the HF backend at 5, 1.01-1.02x at
-# 3-10 on llama.cpp, whose draft forward over 11 tokens costs about 4x one token)
-LOOKUP_TOKENS = 5
-
-
 def require_shared_vocabulary(options, drafter: str) -> None:
     """Drafters that read the draft model's logits over the target's vocabulary refuse a draft with its own."""
     if options.draft_tokenizer is not None:
@@ -41,19 +35,22 @@ class ModelDrafter(Drafter):
     draft length: the draft ends *at* (not before) its first token whose max q is <= the threshold, and in a batch
     each row ends on its own (Draft.lengths) while the draft forward goes on for the rows still drafting. With
     staged drafting (one row), a token that prompt lookup proposes too counts as confident whatever its max q: two
-    drafters that agree are right far more often than the draft's q says (scripts/lookup_agreement_ab.py). The stop
+    drafters that agree are right far more often than the draft's q says (options: lookup_confirms). The stop
     still reads only the committed text and the draft, so every exact verifier stays exact.
     """
 
     supports_batch = True
 
     def __init__(self, model: LMBackend | nn.Module, fallback_threshold: float = 0.0, lookup_tokens: int = 0,
-                 lookup_ngrams: tuple[int, int] = (3, 2)):
+                 lookup_ngrams: tuple[int, int] = (3, 2), lookup_confirms: bool = True):
         super().__init__()
         self.fallback_threshold = check_number("fallback threshold alpha_FB", fallback_threshold, 0.0, 1.0)
+        if isinstance(lookup_tokens, bool) or not isinstance(lookup_tokens, int) or lookup_tokens < 0:
+            raise DraftVerifyError(f"lookup_tokens (--lookup-tokens) must be a whole number >= 0, got "
+                                   f"{lookup_tokens!r}")
         self.lookup_tokens = lookup_tokens  # staged drafting (see looked_up); 0: off
         self.lookup_ngrams = lookup_ngrams  # longest and shortest n-gram the lookup matches
-        self.lookup_confirms = True  # staged drafting: a token prompt lookup proposes too counts as confident
+        self.lookup_confirms = lookup_confirms  # staged drafting: a token lookup proposes too counts as confident
         # a backend as it is; HF models on the hf backend (from_options picks the lean backend where it applies:
         # backends/lean_draft.py)
         self.lm = as_backend(model, "draft")
@@ -71,8 +68,10 @@ class ModelDrafter(Drafter):
             return CrossTokenizerDrafter.from_options(target, options)
         draft = draft_backend(options.draft_model, "draft", options.compile, options.lean_draft)  # LeanLM or CachedLM
         # staged drafting on a growing cache (a compiled draft keeps fixed widths)
-        return cls(draft, fallback_threshold=options.alpha_fb, lookup_tokens=0 if options.compile else LOOKUP_TOKENS,
-                   lookup_ngrams=(options.prompt_lookup_max_ngram, options.lookup_model_min_ngram))
+        return cls(draft, fallback_threshold=options.alpha_fb,
+                   lookup_tokens=0 if options.compile else options.lookup_tokens,
+                   lookup_ngrams=(options.prompt_lookup_max_ngram, options.lookup_model_min_ngram),
+                   lookup_confirms=options.lookup_confirms)
 
     def bind(self, target: LMBackend, max_positions: int) -> None:
         self.check_pair(self.lm, target, max_positions)

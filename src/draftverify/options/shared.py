@@ -25,3 +25,10 @@ class SharedOptions:
     lenience: float = option(1.0, "--lenience", "Leviathan A.5 lenience l in (0, 1]; 1 = exact.")
     beta: int = option(3, "--beta", "SpecDec++ top-beta.")
     tau: float = option(1.0, "--tau", "SpecDec++ tolerance tau.")
+    # staged drafting (drafters/model.py ModelDrafter.looked_up): the draft model's forward also scores a prompt-lookup
+    # continuation and keeps the tokens it would have chosen anyway, so one forward can yield several draft tokens
+    lookup_tokens: int = option(5, "--lookup-tokens", "Staged drafting: prompt-lookup tokens each draft-model "
+                                "forward also scores, kept where the draft chooses them too (0 = off; a compiled "
+                                "draft stages nothing). Methods model, bild and specdec++.")
+    lookup_confirms: bool = option(True, "--lookup-confirms", "Staged drafting: a drafted token that prompt lookup "
+                                   "proposes too counts as confident for gamma conf's stop, whatever its max q.")

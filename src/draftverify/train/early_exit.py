@@ -2,7 +2,7 @@
 
 The target is fine-tuned on the corpus with the average of its last layer's next-token loss and layer L's (layer
 L's hidden state through the model's own final norm and LM head, as the `early_exit` drafter runs it; the loss
-is train/losses.py's, the one scripts/train_zoo_gpu.py trains the zoo with). Both held-out losses are measured
+is train/losses.py's, the one the zoo's GPU recipe trains with). Both held-out losses are measured
 on the fixed validation windows of `train lm` before and after. Training for the early layer costs the full
 model some quality, so the result is exported only when the full model's held-out loss rose by at most
 ``max_degradation`` nats (``force`` exports anyway): a target that got worse would slow down every method,

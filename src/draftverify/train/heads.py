@@ -3,7 +3,7 @@
 1. **Data.** Prompts are windows of the corpus (``align.sample_prompts``: train split for training, val split for
    the held-out accuracy); the target's greedy continuations are generated in batches of equal-length prompts
    (``batched_continuations``; HF ``generate``, no padding) and cached in a resumable JSONL. Training on what the
-   target *will say*, not on the corpus, is what makes the heads' drafts acceptable; batching makes 10x more of it
+   target *will say*, not on the corpus, is what makes the heads' drafts acceptable; batching makes far more of it
    affordable on a CPU (batched float arithmetic may flip a rare near-tie, which training data can live with).
 2. **Features.** One frozen target forward per prompt + continuation gives the last hidden state (after the final
    norm, the one the LM head reads) at every position whose next token is a continuation token. Position t's

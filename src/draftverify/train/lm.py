@@ -8,7 +8,7 @@ and resume):
 * the model is a preset (train/presets.py), the architecture of an existing checkpoint, or ``--init-from`` an
   exported model (fresh optimizer);
 * ``--early-exit-layer L``: the last ``early_exit_share`` of the run (same schedule) trains with BiLD section
-  4.4's averaged loss of layer L and the last layer (train/losses.py, as scripts/train_zoo_gpu.py does); the
+  4.4's averaged loss of layer L and the last layer (train/losses.py, as the zoo's GPU recipe does); the
   weights from before that phase are kept on disk and exported instead when the full model's held-out loss
   rose by more than ``max_degradation`` nats in it;
 * at the end the model is exported in fp16 safetensors with the tokenizer and a model card (train/lm_card.py).

@@ -1,8 +1,7 @@
 """Next-token losses of a causal LM on token windows ``x [B, T+1]`` (inputs ``x[:, :-1]``, targets ``x[:, 1:]``).
 
-One implementation for the CPU recipes (`train lm`, `train early-exit`) and the GPU script
-(scripts/train_zoo_gpu.py), so the early-exit layer the zoo ships was trained with exactly the loss the
-recipe reports and checks.
+One implementation for the CPU recipes (`train lm`, `train early-exit`) and the zoo's GPU recipe, so the
+early-exit layer the zoo ships was trained with exactly the loss the recipe reports and checks.
 
 BiLD section 4.4 (Kim et al.): to make the target's first L layers a usable small model, fine-tune with the
 average of the last layer's loss and layer L's, where layer L's hidden state goes through the model's own

@@ -1,7 +1,7 @@
 """Model architectures of the code zoo: the presets `draftverify train lm --preset` builds, as LlamaConfigs.
 
-Kept apart from the training loop because the GPU script (scripts/train_zoo_gpu.py), the benchmark of training
-step time and the tests build the same configurations.
+Kept apart from the training loop because the GPU recipe, the timing of a training step (`train bench`) and the
+tests build the same configurations.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from .trainer import TrainError
 
 # Architecture presets (vocab_size is filled in from the tokenizer).
 PRESETS: dict[str, dict[str, Any]] = {
-    # ~52.5M parameters with an 8192 vocab (tied embeddings); fp16 export ~105 MB. 14x the draft (the papers use
-    # 10-150x); ~1.8x the per-token cost of the first zoo's 29.9M target on CPU, for a far lower loss.
+    # ~52.5M parameters with an 8192 vocab (tied embeddings); fp16 export ~105 MB. 14x the draft, within the
+    # target / draft ratios of the papers; deeper than the first zoo's target, for a far lower loss.
     "target": dict(
         hidden_size=576, num_hidden_layers=12, num_attention_heads=9, num_key_value_heads=9,
         intermediate_size=1536, max_position_embeddings=2048,
     ),
-    # ~3.8M parameters with an 8192 vocab (tied embeddings). Two layers, not four: on CPU a decode step costs
-    # ~0.11 of the target's with 2 layers vs ~0.25 with 4 (measured, 1 thread), and Theorem 8 rewards low c.
+    # ~3.8M parameters with an 8192 vocab (tied embeddings). Two layers, not four: a CPU decode step's cost grows
+    # with the layers, and Theorem 8 rewards a low cost ratio c more than the acceptance two more layers buy.
     "draft": dict(
         hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
         intermediate_size=768, max_position_embeddings=2048,
@@ -32,8 +32,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
 }
 
-# Measured on the dev box (AMD EPYC with avx512_bf16, 1 thread, target preset, seq 512,
-# fwd+bwd+AdamW, `draftverify train bench`): bf16 autocast is ~2.5-3x faster than fp32.
+# `draftverify train bench`'s comparison of fp32 and bf16 autocast training steps (fwd+bwd+AdamW) on the dev box
+# (AMD EPYC with avx512_bf16): why bf16 is the default where the CPU has bf16 instructions.
 BF16_MEASUREMENT = (
     "target preset, 1 thread: batch 4x512 fp32 4.78-5.02 s/step (408-429 tok/s) vs bf16 1.68-2.03 s/step "
     "(1009-1216 tok/s); batch 8x512 fp32 10.1-10.6 s/step (387-407 tok/s) vs bf16 3.34-4.19 s/step "

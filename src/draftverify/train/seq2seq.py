@@ -10,7 +10,7 @@ The recipe on top of the shared trainer (train/trainer.py owns the loop, schedul
 * held-out figures: the val cross-entropy (the trainer's metric), and sacrebleu BLEU / chrF of greedy
   translations of the first ``bleu_sentences`` val sources at every evaluation;
 * at the end: fp16 export with the tokenizer, BLEU / chrF on the full val and test sets (greedy, as the card says),
-  and ``training_report.json`` from which scripts/translate_cards.py writes the model card.
+  and ``training_report.json``, from which the model card is written (seq2seq_card.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The model card (README.md) of a translation model trained by `draftverify train seq2seq` or `train nat`, written
-from its training_report.json (scripts/translate_cards.py rewrites every card of zoo/translate from the reports)."""
+from its training_report.json, so every figure on a card is one the training measured (never typed by hand)."""
 
 from __future__ import annotations
+
+from ..bench.folders import TRANSLATION
 
 
 def _scores_lines(report: dict) -> list[str]:
@@ -28,7 +30,7 @@ def _alignment_lines(bench: dict) -> list[str]:
             "| small model | at no BLEU loss | within 1 BLEU |", "|---|---|---|",
             *[f"| {label} | {f2(fewest[family]['no_loss'])} | {f2(fewest[family]['within_1_bleu'])} |"
               for family, label in (("bild", "original (`draft`)"), ("bild_aligned", "aligned (this model)"))],
-            "", f"Every row: `benchmarks/{bench['name']}.md`.", ""]
+            "", f"Every row: `{(TRANSLATION / bench['name']).as_posix()}.md`.", ""]
 
 
 def model_card(report: dict) -> str:
@@ -89,7 +91,7 @@ def model_card(report: dict) -> str:
         *_scores_lines(report),
         "",
         "Measured at the end of training by the training command (HF `generate`, greedy); "
-        "`python scripts/translate_cards.py --rescore` measures them again.",
+        "`python scripts/zoo_cards.py translate --rescore` measures them again.",
         "",
         *(_alignment_lines(report["bild_alignment"]) if (report.get("bild_alignment") or {}).get("aligned") else []),
         "## Usage",

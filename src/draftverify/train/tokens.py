@@ -1,7 +1,7 @@
 """The corpus as token arrays: each split tokenized once into a flat ``uint16`` array (documents joined with the
 eos token), cached on disk under ``cache_dir/<manifest-hash>-<tokenizer-hash>/``, and the windows cut from it.
 
-Shared by `train lm`, `train early-exit`, `train ngram` and scripts/zoo_held_out.py, so every held-out figure the
+Shared by `train lm`, `train early-exit`, `train ngram` and the zoo's held-out figures, so every held-out loss the
 project reports is measured on the same windows.
 """
 

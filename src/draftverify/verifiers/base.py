@@ -58,7 +58,7 @@ def make_verdict(draft_tokens: torch.Tensor, num_accepted: torch.Tensor, next_to
 def greedy_verdict(draft_tokens: torch.Tensor, choice: torch.Tensor) -> Verdict:
     """make_verdict for a chain draft judged by greedy choices: the prefix of draft_tokens [B, N] equal to
     choice [B, N+1], then the choice after it. One row on the CPU walks Python lists instead: after a llama.cpp
-    forward has streamed the target's weights through the caches, the ten small tensor ops cost ~0.2 ms a step."""
+    forward has streamed the target's weights through the caches, each small tensor op pays its dispatch again."""
     if draft_tokens.shape[0] != 1 or draft_tokens.device.type != "cpu":
         n = accepted_prefix_length(draft_tokens == choice[:, : draft_tokens.shape[1]])  # [B]
         return make_verdict(draft_tokens, n, gather_at(choice, n))

@@ -1,26 +1,18 @@
-"""Bounded loopback load test of `draftverify serve`: N concurrent streaming clients for a fixed time or a fixed
-number of requests, whichever ends first; reports throughput, p50/p99 latency and time to first token, errors,
-and the server's resident memory (RSS): sampled every --rss-every completed requests, so growth after warm-up
-(the last sample minus the first at or after --rss-warm requests: the allocator's and caches' first fill is over)
-tells a leak from warm-up, which before-minus-after cannot. With --out it also writes a markdown report next to
-the JSON (its tables go into docs/serving.md through `draftverify docs tables`).
+"""`draftverify bench-serve`: a bounded loopback load test of `draftverify serve`: N concurrent streaming clients
+for a fixed time or a fixed number of requests, whichever ends first; reports throughput, p50/p99 latency and time
+to first token, errors, and the server's resident memory (RSS): sampled every rss_every completed requests, so
+growth after warm-up (the last sample minus the first at or after rss_warm requests: the allocator's and caches'
+first fill is over) tells a leak from warm-up, which before-minus-after cannot. With out it also writes a markdown
+report next to the JSON (its tables go into docs/serving.md through `draftverify docs tables`).
 
 Only loopback addresses are accepted (127.0.0.0/8, localhost, ::1), the request count and the duration are
-capped, and the script stops by itself.
-
-    # start a server and test it (the script owns the process, so it reads its RSS):
-    python scripts/load_test.py --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 1000 \
-        --rss-every 100 --rss-warm 200 --out benchmarks/load-test.json
-    # or test a running one (pass its pid for RSS):
-    python scripts/load_test.py --url http://127.0.0.1:8000 --model code --pid 12345 --clients 4 --duration 60
+capped, and the run stops by itself.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import ipaddress
 import json
-import os
 import shlex
 import socket
 import subprocess
@@ -31,7 +23,10 @@ from urllib.parse import urlparse
 
 import httpx
 
-PROMPTS = ["def quicksort(xs):\n    ", "import os\nimport sys\n\n\ndef main():\n", "class Stack:\n    def __init__(self):",
+from ..errors import DraftVerifyError
+
+PROMPTS = ["def quicksort(xs):\n    ", "import os\nimport sys\n\n\ndef main():\n",
+           "class Stack:\n    def __init__(self):",
            "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", "for i in range(10):\n    ",
            "def read_json(path):\n    with open(path) as f:\n"]
 MAX_REQUESTS = 100_000
@@ -47,7 +42,8 @@ def check_loopback(url: str) -> None:
             return
     except ValueError:
         pass
-    raise SystemExit(f"refusing {url!r}: the load test only targets loopback addresses (127.0.0.0/8, localhost, ::1)")
+    raise DraftVerifyError(f"refusing {url!r}: the load test only targets loopback addresses (127.0.0.0/8, "
+                           "localhost, ::1)")
 
 
 def rss_mib(pid: int | None) -> float | None:
@@ -253,7 +249,7 @@ def spawn(args: str) -> tuple[subprocess.Popen, str]:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"the server exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            raise DraftVerifyError(f"the server exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
         try:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
                 return proc, url
@@ -261,7 +257,7 @@ def spawn(args: str) -> tuple[subprocess.Popen, str]:
             pass
         time.sleep(0.25)
     proc.terminate()
-    raise SystemExit("the server did not become healthy within 300 s")
+    raise DraftVerifyError("the server did not become healthy within 300 s")
 
 
 def summary(results: list[dict], wall: float, samples: list[dict], warm: int, clients: int) -> dict:
@@ -285,59 +281,33 @@ def summary(results: list[dict], wall: float, samples: list[dict], warm: int, cl
     }
 
 
-def redacted(argv: list[str]) -> list[str]:
-    """The command line to record, without the API key's value."""
-    out = list(argv)
-    for i, arg in enumerate(out):
-        if arg.startswith("--api-key="):
-            out[i] = "--api-key=KEY"
-        elif arg == "--api-key" and i + 1 < len(out):
-            out[i + 1] = "KEY"
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", help="A running server (loopback only), e.g. http://127.0.0.1:8000")
-    parser.add_argument("--spawn", help="Start `draftverify serve` with these arguments instead (e.g. \"--zoo code\")")
-    parser.add_argument("--model", help="Model id to send (default: the server's /v1/models)")
-    parser.add_argument("--pid", type=int, help="The server's process id, for RSS (automatic with --spawn)")
-    parser.add_argument("--api-key", default=os.environ.get("DRAFTVERIFY_API_KEY"))
-    parser.add_argument("--clients", type=int, default=8, help="Concurrent streaming clients")
-    parser.add_argument("--requests", type=int, default=1000, help="Stop after this many requests")
-    parser.add_argument("--duration", type=float, default=300.0, help="Stop after this many seconds")
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--warmup", type=int, default=4, help="Untimed requests before measuring (and RSS before)")
-    parser.add_argument("--rss-every", type=int, default=100, help="Sample the server's RSS every N completed requests")
-    parser.add_argument("--rss-warm", type=int, default=200,
-                        help="Growth after warm-up: the last RSS sample minus the first at or after N requests")
-    parser.add_argument("--mixed", action="store_true",
-                        help="Alternate greedy and seeded sampling requests (one batch holds both) and check every "
-                             "answer against the same request sent alone first")
-    parser.add_argument("--out", type=Path,
-                        help="Write the summary JSON here too, and a markdown report (.md) beside it")
-    args = parser.parse_args(argv)
-    if (args.url is None) == (args.spawn is None):
-        parser.error("give exactly one of --url and --spawn")
-    if not 1 <= args.clients <= 256 or not 1 <= args.requests <= MAX_REQUESTS or not 0 < args.duration <= MAX_DURATION:
-        parser.error(f"--clients 1..256, --requests 1..{MAX_REQUESTS}, --duration (0, {MAX_DURATION:.0f}] seconds")
-    if args.rss_every < 1 or args.rss_warm < 0:
-        parser.error("--rss-every must be >= 1 and --rss-warm >= 0")
+def run_load_test(url: str | None = None, spawn_args: str | None = None, model: str | None = None,
+                  pid: int | None = None, api_key: str | None = None, clients: int = 8, requests: int = 1000,
+                  duration: float = 300.0, max_tokens: int = 64, warmup: int = 4, rss_every: int = 100,
+                  rss_warm: int = 200, mixed: bool = False, out: Path | None = None, command: str = "") -> dict:
+    """Run the load test (against url, or a server started with spawn_args); the report, with "passed": every
+    request answered and, with mixed, every answer equal to its request sent alone."""
+    if (url is None) == (spawn_args is None):
+        raise DraftVerifyError("give exactly one of --url and --spawn")
+    if not 1 <= clients <= 256 or not 1 <= requests <= MAX_REQUESTS or not 0 < duration <= MAX_DURATION:
+        raise DraftVerifyError(f"--clients 1..256, --requests 1..{MAX_REQUESTS}, --duration (0, {MAX_DURATION:.0f}] "
+                               "seconds")
+    if rss_every < 1 or rss_warm < 0:
+        raise DraftVerifyError("--rss-every must be >= 1 and --rss-warm >= 0")
     proc = None
-    url, pid = args.url, args.pid
-    if args.spawn is not None:
-        proc, url = spawn(args.spawn)
+    if spawn_args is not None:
+        proc, url = spawn(spawn_args)
         pid = proc.pid
-    check_loopback(url)
+    assert url is not None
     try:
-        headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-        model = args.model or httpx.get(url + "/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
-        if args.warmup:
-            asyncio.run(run(url, model, min(args.clients, args.warmup), args.warmup, args.duration, args.max_tokens,
-                            args.api_key))
-        refs = asyncio.run(references(url, model, args.max_tokens, args.api_key, args.mixed))
-        results, wall, samples = asyncio.run(run(url, model, args.clients, args.requests, args.duration,
-                                                 args.max_tokens, args.api_key, pid, args.rss_every, args.mixed))
+        check_loopback(url)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        model = model or httpx.get(url + "/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
+        if warmup:
+            asyncio.run(run(url, model, min(clients, warmup), warmup, duration, max_tokens, api_key))
+        refs = asyncio.run(references(url, model, max_tokens, api_key, mixed))
+        results, wall, samples = asyncio.run(run(url, model, clients, requests, duration, max_tokens, api_key, pid,
+                                                 rss_every, mixed))
     finally:
         if proc is not None:
             proc.terminate()
@@ -345,19 +315,14 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    command = shlex.join(["python", "scripts/load_test.py", *redacted(sys.argv[1:] if argv is None else argv)])
-    report = {"command": command, "url": url, "model": model, "max_tokens": args.max_tokens,
-              "rss_every": args.rss_every, "rss_warm": args.rss_warm, "mixed": args.mixed,
-              **agreement(results, refs), **summary(results, wall, samples, args.rss_warm, args.clients)}
+    report = {"command": command, "url": url, "model": model, "max_tokens": max_tokens, "rss_every": rss_every,
+              "rss_warm": rss_warm, "mixed": mixed, **agreement(results, refs),
+              **summary(results, wall, samples, rss_warm, clients)}
     text = json.dumps(report, indent=1)
-    print(text)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-        args.out.with_suffix(".md").write_text(markdown(report))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+        out.with_suffix(".md").write_text(markdown(report))
     agreed = all(a == b for a, b in (v.split("/") for k, v in report.items() if k.endswith("_equal_single")))
-    return 0 if report["ok"] == report["requests"] and agreed else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    report["passed"] = report["ok"] == report["requests"] and agreed
+    return report
