@@ -3,10 +3,13 @@ whether its rule is lossless. Every other file of the suite reads the registry t
 from __future__ import annotations
 
 import pytest
+import torch
 
 from draftverify.methods import METHODS, Method, MethodOptions, build_verifier
 from draftverify.options import drafter_fields
 from draftverify.types import SamplingParams
+
+torch.set_num_threads(1)  # tiny models: threads cost more than they give (as in tests/drafters)
 
 DRAFT_MODEL = "draft_model"  # the need of a method that runs a separate draft model (its option's name)
 
