@@ -47,13 +47,11 @@ def subjects(tmp_path_factory):
     from .subjects import HFSubject, LlamaCppSubject, Subject
 
     made: dict[tuple[str, str], Subject] = {}
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path_factory.mktemp("gguf")))  # converted once, under tmp
 
-        def get(backend: str, arch: str) -> Subject:
-            if (backend, arch) not in made:
-                folder = tmp_path_factory.mktemp(f"{backend}-{arch}")
-                made[backend, arch] = HFSubject(arch, folder) if backend == "hf" else LlamaCppSubject(folder)
-            return made[backend, arch]
+    def get(backend: str, arch: str) -> Subject:
+        if (backend, arch) not in made:
+            folder = tmp_path_factory.mktemp(f"{backend}-{arch}")
+            made[backend, arch] = HFSubject(arch, folder) if backend == "hf" else LlamaCppSubject(folder)
+        return made[backend, arch]
 
-        yield get
+    return get

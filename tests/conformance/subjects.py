@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from conftest import VOCAB, perturbed_copy, reference_greedy, save_llama, varied_model
 from tokenizer_pairs import TARGET_FILES, bpe_tokenizer
 
 from draftverify.api import Pipeline, load
+from draftverify.backends.gguf import GGUF_CACHE_ENV, converter_available
 from draftverify.errors import DraftVerifyError
 from draftverify.methods import MethodOptions
 from draftverify.types import GenerationOutput, SamplingParams
@@ -138,8 +141,6 @@ def llamacpp_missing() -> str | None:
     """Why the llamacpp backend cannot run here, or None."""
     if importlib.util.find_spec("llama_cpp") is None:
         return "llama-cpp-python is not installed (pip install -e '.[llamacpp]')"
-    from draftverify.backends.gguf import converter_available
-
     if not converter_available():
         return "no llama.cpp converter: scripts/fetch_llama_cpp_converter.sh"
     return None
@@ -177,6 +178,9 @@ class LlamaCppSubject(Subject):
     def build(self, name: str, options: dict[str, Any]) -> Pipeline:
         files = dict(options)
         draft = files.pop(DRAFT_MODEL, None)
-        # the draft converts at f32 like the target; the default q8_0 draft is tests/test_backend_llamacpp.py's
-        return load(target=self.folder / "target", draft=draft, method=name, backend="llamacpp", threads=1,
-                    gamma=GAMMA, draft_gguf="f32" if draft else None, **files)
+        # converted once: into $DRAFTVERIFY_GGUF_CACHE where it is set, else beside the models (never ~/.cache)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(GGUF_CACHE_ENV, os.environ.get(GGUF_CACHE_ENV) or str(self.folder / "gguf"))
+            # the draft converts at f32 like the target; the default q8_0 draft is tests/test_backend_llamacpp.py's
+            return load(target=self.folder / "target", draft=draft, method=name, backend="llamacpp", threads=1,
+                        gamma=GAMMA, draft_gguf="f32" if draft else None, **files)
