@@ -37,8 +37,8 @@ VOCAB = 96
 EOS = 3
 
 
-def _causal(arch: str, layers: int, seed: int):
-    common = dict(vocab_size=VOCAB, eos_token_id=EOS, bos_token_id=1, pad_token_id=0)
+def _causal(arch: str, layers: int, seed: int, vocab: int = VOCAB):
+    common = dict(vocab_size=vocab, eos_token_id=EOS, bos_token_id=1, pad_token_id=0)
     if arch == "llama":
         cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
                           num_key_value_heads=2, max_position_embeddings=256, **common)
@@ -98,9 +98,10 @@ def forward_atol(model, values: torch.Tensor) -> float:
     return 64 * eps * (layers + 1) * scale
 
 
-def build_model(arch: str, layers: int = 2, seed: int = 0, scale: float = 1.0):
-    """A random model; `scale` multiplies every weight so the logits are peaked enough to give varied text."""
-    cls, cfg = _causal(arch, layers, seed) if arch in CAUSAL_ARCHS else _seq2seq(arch, layers)
+def build_model(arch: str, layers: int = 2, seed: int = 0, scale: float = 1.0, vocab: int = VOCAB):
+    """A random model; `scale` multiplies every weight so the logits are peaked enough to give varied text; vocab:
+    decoder-only models only (a smaller one makes exact distributions small enough to test by chi-square)."""
+    cls, cfg = _causal(arch, layers, seed, vocab) if arch in CAUSAL_ARCHS else _seq2seq(arch, layers)
     cfg._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = cls(cfg).double().eval()

@@ -16,6 +16,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 from . import compiling
 from .cached_lm import cached_model
 from .checks import check_prompt_text
+from .detokenize import IncrementalDecoder
 from .draft_length import DEFAULT_GAMMA, DraftLength, KeptPolicies, StepCosts, make_draft_length
 from .errors import DraftVerifyError
 from .healing import Healing, TokenTable
@@ -250,6 +251,8 @@ class Pipeline:
         output, verifier = self.generate_ids(ids, params, max_new_tokens=max_new_tokens, gamma=gamma,
                                              on_tokens=streamer.push if streamer else None,
                                              first_token_allowed=None if healing is None else healing.allowed)
+        if streamer is not None:
+            streamer.finish()
         return GenerationResult(text=self.decode_new(output.new_tokens[0].tolist(), healing), output=output,
                                 verifier=verifier)
 
@@ -365,27 +368,30 @@ class Pipeline:
 
 
 class _TextStreamer:
-    """Decodes the growing output and forwards only new, complete characters (byte-level BPE can split them);
-    with healing, only the text after the original prompt (the removed text is not sent again)."""
+    """Forwards the new, complete characters of the growing output after each step, decoding only the ids since
+    the last boundary (detokenize.IncrementalDecoder); with healing, only the text after the original prompt (the
+    removed text is not sent again)."""
 
     def __init__(self, tokenizer, on_text: Callable[[str], None], healing: Healing | None = None):
-        self.tokenizer = tokenizer
+        self.decoder = IncrementalDecoder(tokenizer, healing)
         self.on_text = on_text
-        self.healing = healing
-        self.ids: list[int] = []
         self.printed = 0
 
     def push(self, tokens: torch.Tensor) -> None:
-        self.ids.extend(tokens[0].tolist())
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if text.endswith("\ufffd"):
+        """tokens [1, k]: the step's emitted ids."""
+        self.decoder.push(tokens[0].tolist())
+        self._send()
+
+    def finish(self) -> None:
+        """After the last step: what was held back (an incomplete character) goes out as the whole decode has it."""
+        self.decoder.finish()
+        self._send()
+
+    def _send(self) -> None:
+        if self.decoder.pending or len(self.decoder.text) == self.printed:
             return
-        if self.healing is not None:
-            text = self.healing.completion(text)
-            if text is None:
-                return
-        self.on_text(text[self.printed :])
-        self.printed = len(text)
+        self.on_text(self.decoder.text[self.printed :])
+        self.printed = len(self.decoder.text)
 
 
 def load(target: str | Path | None = None, draft: str | Path | None = None, method: str = "model",

@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..detokenize import IncrementalDecoder
 from ..errors import DraftVerifyError
 from ..types import SamplingParams
 from .metrics import Metrics
@@ -36,42 +37,26 @@ class NotRunning(Exception):
 
 class StopText:
     """Detokenizes a growing list of token ids into new text, holding back characters that may still turn into
-    a stop string (or a multi-byte character), and ends the text before the first stop string.
-
-    Incremental: each push decodes only the tokens since the last emitted boundary (two decodes from a shared
-    prefix, as vLLM does, so tokenizers that treat a leading space specially stay right), not the whole text."""
+    a stop string (or a multi-byte character), and ends the text before the first stop string. Incremental: each
+    push decodes only the tokens since the last emitted boundary (detokenize.IncrementalDecoder)."""
 
     def __init__(self, tokenizer, stop: list[str], healing=None):
-        self.tokenizer = tokenizer
-        self.healing = healing  # token healing: the removed text the first token re-emits is not part of the text
+        self.decoder = IncrementalDecoder(tokenizer, healing)  # healing: the re-emitted removed text is cut
         self.stop = [s for s in stop if s]
         self.hold = max((len(s) for s in self.stop), default=1) - 1
-        self.ids: list[int] = []
-        self.text = ""  # decoded so far (complete characters only)
-        self.prefix = 0  # ids[prefix:read] decode to the end of self.text
-        self.read = 0
         self.sent = 0  # characters already returned
         self.stopped = False
 
-    def _decode(self, final: bool = False) -> None:
-        before = self.tokenizer.decode(self.ids[self.prefix : self.read], skip_special_tokens=True)
-        after = self.tokenizer.decode(self.ids[self.prefix :], skip_special_tokens=True)
-        if len(after) > len(before) and (final or not after.endswith("\ufffd")):
-            self.text += after[len(before) :]
-            self.prefix, self.read = self.read, len(self.ids)
-        if self.healing is not None:  # the first decoded text re-emits the removed text: cut it, once
-            cut = self.healing.completion(self.text)
-            if cut is not None or final:
-                self.text = self.text if cut is None else cut
-                self.healing = None
+    @property
+    def ids(self) -> list[int]:
+        return self.decoder.ids
 
     def push(self, ids: list[int]) -> str:
         """New text to emit after these tokens; sets .stopped when a stop string appeared (text before it only)."""
-        self.ids.extend(ids)
-        self._decode()
-        if self.healing is not None:  # the removed text is not all decoded yet: nothing to say
+        self.decoder.push(ids)
+        if self.decoder.pending:  # the removed text is not all decoded yet: nothing to say
             return ""
-        text = self.text
+        text = self.decoder.text
         for s in self.stop:
             at = text.find(s, max(0, self.sent - len(s) + 1))
             if at >= 0:
@@ -84,8 +69,8 @@ class StopText:
     def finish(self) -> str:
         if self.stopped:
             return ""
-        self._decode(final=True)
-        return self._take(self.text, len(self.text))
+        self.decoder.finish()
+        return self._take(self.decoder.text, len(self.decoder.text))
 
     def _take(self, text: str, end: int) -> str:
         if end <= self.sent:

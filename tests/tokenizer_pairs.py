@@ -4,7 +4,7 @@ The tokenizers are trained with `tokenizers` on the HumanEval problems the packa
 ASCII lines only; a fixed text, so the tokenizers do not change when the package's code does), each on other
 problems and with another vocabulary size, so their merges differ. Their alphabets are the characters of that text,
 so any token sequence a random model emits is ASCII text both tokenizers can spell: the draft keeps drafting.
-Imported as `from tokenizer_pairs import ...` (pytest puts this folder on sys.path).
+Imported as `from tokenizer_pairs import ...` (tests/ is on sys.path: its conftest.py lives there).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-HUMANEVAL = Path(__file__).resolve().parents[2] / "src" / "draftverify" / "bench" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+HUMANEVAL = Path(__file__).resolve().parents[1] / "src" / "draftverify" / "bench" / "data" / "humaneval" / "HumanEval.jsonl.gz"
 EOS_TOKEN = "<|endoftext|>"
 TARGET_FILES = tuple(range(0, 164, 2))  # HumanEval problem indices each tokenizer is trained on
 DRAFT_FILES = tuple(range(1, 164, 2))
