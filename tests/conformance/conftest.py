@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draftverify.methods import METHODS, Method, MethodOptions, build_verifier
+from draftverify.methods import Method, MethodOptions, build_verifier, registered_methods as declared_methods
 from draftverify.options import drafter_fields
 from draftverify.types import SamplingParams
 
@@ -15,8 +15,8 @@ DRAFT_MODEL = "draft_model"  # the need of a method that runs a separate draft m
 
 
 def registered_methods() -> dict[str, Method]:
-    """Every registered method by name."""
-    return dict(METHODS)
+    """Every registered method by name (each drafter's one declaration, registry.register_methods)."""
+    return {method.name: method for method in declared_methods()}
 
 
 def declared_needs(name: str) -> dict[str, str]:
@@ -31,8 +31,12 @@ def declared_needs(name: str) -> dict[str, str]:
 
 
 def is_lossless(name: str) -> bool:
-    """Whether the method's rule promises the target's own output (its verifier at its declared defaults)."""
-    return build_verifier(registered_methods()[name].verifier, SamplingParams(), MethodOptions()).lossless
+    """Whether the method's rule promises the target's own output: what its declaration says, which must be what its
+    verifier at its declared defaults says."""
+    method = registered_methods()[name]
+    rule = build_verifier(method.verifier, SamplingParams(), MethodOptions()).lossless
+    assert method.lossless == rule, f"method {name!r} is declared lossless={method.lossless}, its verifier says {rule}"
+    return method.lossless
 
 
 def pytest_configure(config) -> None:

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from draftverify.drafters import NgramDrafter
-from draftverify.methods import METHODS, Method
-from draftverify.options import NgramOptions, option, register_options
-from draftverify.registry import DRAFTER_OPTIONS, DRAFTERS
+from draftverify.options import NgramOptions, option
+from draftverify.registry import DrafterSpec, MethodEntry, register_methods, unregister_methods
 
 from .cases import MODES, cases, check
 from .conftest import declared_needs
@@ -34,15 +33,14 @@ def register(monkeypatch):
     added: list[str] = []
 
     def add(name: str, drafter: type, *options: type) -> None:
-        monkeypatch.setitem(DRAFTERS, name, drafter)
         monkeypatch.setattr(drafter, "name", name, raising=False)
-        monkeypatch.setitem(METHODS, name, Method(name, "exact", f"{name}: registered by a test"))
-        register_options(name, *options)
+        register_methods(DrafterSpec(name, drafter, methods={name: MethodEntry(f"{name}: registered by a test")},
+                                     options=options))
         added.append(name)
 
     yield add
     for name in added:
-        DRAFTER_OPTIONS.pop(name)
+        unregister_methods(name)
 
 
 def test_a_new_method_is_a_case_and_keeps_its_promise_with_no_edit_to_the_suite(register, subjects):
