@@ -154,7 +154,7 @@ def _f(value, digits: int = 1) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    """The markdown table (also what the README copies)."""
+    """The markdown table (also what docs/usage.md copies)."""
     lines = ["| prompt form | healing | runner | prompts healed | first token changed | chrF ref | "
              "= autoregressive (same form, healing) | new tokens |",
              "|---|---|---|---:|---:|---:|---|---:|"]

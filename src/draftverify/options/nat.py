@@ -9,7 +9,7 @@ from ..registry import DrafterSpec, MethodEntry, register_methods
 from ..zoo import shipped, zoo_default_method
 from .declare import option
 
-# the README's recipes: for a decoder-only target (the code zoo's) and for a translation target (the translate
+# docs/zoo.md's training recipes: for a decoder-only target (the code zoo's) and for a translation target (the translate
 # zoo's, on `draftverify train distill` targets)
 TRAIN_NAT = ("draftverify train nat --target {target} --out runs/nat-code/run --work-dir runs/nat-code "
              "--export {export} --max-minutes 25 --threads 1")
@@ -31,7 +31,7 @@ def nat_advice(zoo: str | None = None, translation: bool = False) -> str:
 class NATOptions:
     nat_path: Path | None = option(
         None, "--nat", lambda: f"NAT drafter folder (nat.json + nat.safetensors; {shipped('nat')}; for another target "
-        "train one with `draftverify train nat --target TARGET ...`, see the README).",
+        "train one with `draftverify train nat --target TARGET ...`, see docs/zoo.md).",
         zoo="nat", what="NAT drafter", advice=nat_advice)
 
 
