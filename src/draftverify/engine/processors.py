@@ -59,7 +59,8 @@ class FirstTokenAllowed:
     def join(self, joined: list[torch.Tensor | None], batch: int) -> None:
         """The last len(joined) of `batch` rows just joined (checked sets): they take their first token next."""
         if any(a is not None for a in joined):
-            self.rows = [None] * (batch - len(joined)) + joined
+            present: list[torch.Tensor | None] = [None] * (batch - len(joined))
+            self.rows = present + joined
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         if self.rows is None:

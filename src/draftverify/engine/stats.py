@@ -11,7 +11,7 @@ from ..types import Draft, GenerationStats
 
 @dataclass(slots=True)
 class StepRecord:
-    """What one step did: plain numbers, summed over the step's rows."""
+    """What one step did: plain numbers summed over the step's rows, and the per-row lists the step made anyway."""
 
     gamma: int  # the length policy's choice (0: a plain decoding step)
     length: int  # the draft's length (tree nodes)
@@ -45,8 +45,9 @@ def step_record(draft: Draft, accepted: list[int], emitted: list[list[int]], gam
 
 def inform_policy(policy: DraftLength, record: StepRecord) -> None:
     """The length policy learns from the step (batch totals); a prefill step's times are not a step's cost."""
-    seconds = (None, None) if record.prefill else (record.draft_s, record.target_s)
-    policy.update(record.length, sum(record.accepted), record.rejections, *seconds, record.rows)
+    timed = not record.prefill
+    policy.update(record.length, sum(record.accepted), record.rejections, record.draft_s if timed else None,
+                  record.target_s if timed else None, record.rows)
     policy.update_rows(record.depths, record.accepted)
 
 
