@@ -48,8 +48,8 @@ def generate(target: LMBackend | torch.nn.Module, drafter: Drafter, verifier: Ve
     equals its own batch-1 output (greedy, and coupled sampling with seeds, one per row). params: one
     SamplingParams, or one per row (a list, or sampling.RowParams). on_tokens receives [B, k] (-1 where a row
     emitted fewer or has left) and may return the rows to stop now. admit (continuous batching): called between
-    steps, returns RowRequests of rows that join (engine/scheduler.py). first_token_allowed (token healing): the
-    token ids each row's first new token may be, for every row or one entry per row (engine/processors.py).
+    steps, returns a list of RowRequest (types.py), rows that join (engine/scheduler.py). first_token_allowed: the
+    token ids each row's first new token may be (token healing), for every row or one per row (engine/processors.py).
     """
     started = perf_counter()
     target = drafter.wrap_target(cached_model(target, "target"))
