@@ -17,7 +17,7 @@ from conftest import VOCAB, build_model, forward_atol, perturbed_copy, reference
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM)
 
-from draftverify import DraftVerifyError, SamplingParams, generate
+from draftverify import DraftVerifyError, RowRequest, SamplingParams, generate
 from draftverify.backends.base import is_backend
 from draftverify.backends.lean import LeanLM
 from draftverify.backends.lean_draft import ENV_SWITCH, LeanDraft, draft_backend, lean_reason
@@ -258,7 +258,7 @@ def test_batches_run_on_cached_lm_and_a_lone_row_moves_there_when_rows_join():
     assert out.rows == refs and drafter.lm.active is drafter.lm._rows
     single = generate(target, drafter, exact(), torch.tensor([PROMPTS[0]]), max_new_tokens=12, gamma=3)
     assert single.new_tokens[0].tolist() == refs[0] and drafter.lm.active is drafter.lm.lean
-    pending = [[], [(PROMPTS[1], 12, None), (PROMPTS[2], 12, None)], [], [(PROMPTS[3], 12, None)]]
+    pending = [[], [RowRequest(PROMPTS[1], 12), RowRequest(PROMPTS[2], 12)], [], [RowRequest(PROMPTS[3], 12)]]
     drafter = ModelDrafter(LeanDraft(draft))
     out = generate(target, drafter, exact(), torch.tensor([PROMPTS[0]]), max_new_tokens=12, gamma=3,
                    admit=lambda: pending.pop(0) if pending else [])

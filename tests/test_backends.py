@@ -44,8 +44,8 @@ class RecomputingLM(OneRow):
         self.ids, self.committed = input_ids[0, :-1].tolist(), input_ids.shape[1] - 1
         return input_ids
 
-    def forward(self, tokens, position_ids=None, attention_mask=None, want_hidden=False, new_valid=None,
-                extra_embeds=None, prefix=None) -> TargetOutput:
+    def forward(self, tokens, position_ids=None, attention_mask=None, want_hidden=False,
+                new_valid=None) -> TargetOutput:
         assert position_ids is None and attention_mask is None, "chains only"
         self.ids += tokens[0].tolist()
         logits = self.model(input_ids=torch.tensor([self.ids])).logits

@@ -7,7 +7,7 @@ import torch
 from conftest import VOCAB, chi2_critical, chi2_statistic, perturbed_copy, varied_model
 from conftest import reference_greedy as _reference_greedy
 
-from draftverify import DraftVerifyError, SamplingParams, generate
+from draftverify import DraftVerifyError, RowRequest, SamplingParams, generate
 from draftverify.cached_lm import CachedLM
 from draftverify.draft_length import AutoGamma
 from draftverify.drafters import EarlyExitDrafter, LookupModelDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
@@ -237,7 +237,7 @@ def test_rows_joining_between_steps_equal_their_own_text(arch, kind):
 
     def admit():
         calls.append(len(calls) + 1)
-        return [(PROMPTS[i], limits[i], None) for i in schedule.get(len(calls), [])]
+        return [RowRequest(PROMPTS[i], limits[i]) for i in schedule.get(len(calls), [])]
 
     out = generate(model, make_drafter(kind, model, refs), GreedyVerifier(), torch.tensor([PROMPTS[0]]),
                    max_new_tokens=limits[0], gamma=3, admit=admit)
@@ -251,7 +251,7 @@ def test_gamma_auto_with_rows_joining_equals_their_own_text(gamma):
     model = model_for("llama")
     limits = [NEW, 6, NEW, 9]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
-    join = lambda *rows: [(PROMPTS[i], limits[i], None) for i in rows]  # noqa: E731
+    join = lambda *rows: [RowRequest(PROMPTS[i], limits[i]) for i in rows]  # noqa: E731
     pending = [[], join(1, 2), [], [], join(3)]
     policy = ComputeBoundTimings() if gamma == "compute_bound" else gamma
     out = generate(model, make_drafter("model", model, refs), GreedyVerifier(), torch.tensor([PROMPTS[0]]),
@@ -268,7 +268,8 @@ def test_joining_rows_sample_with_their_own_seeds():
     expected = [generate(model, NoDrafter(), GumbelCouplingVerifier(), torch.tensor([p]),
                          SamplingParams(temperature=0.9, seed=s), max_new_tokens=12).new_tokens[0].tolist()
                 for p, s in zip(PROMPTS, seeds)]
-    pending = [[(PROMPTS[1], 12, seeds[1]), (PROMPTS[2], 12, seeds[2])], [], [(PROMPTS[3], 12, seeds[3])]]
+    pending = [[RowRequest(PROMPTS[1], 12, seeds[1]), RowRequest(PROMPTS[2], 12, seeds[2])], [],
+               [RowRequest(PROMPTS[3], 12, seeds[3])]]
     out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), ExactVerifier(params),
                    torch.tensor([PROMPTS[0]]), params, max_new_tokens=12, gamma=3, seeds=[seeds[0]],
                    admit=lambda: pending.pop(0) if pending else [])
@@ -280,12 +281,12 @@ def test_one_token_prompts_start_and_join_a_batch():
     model = model_for("llama")
     prompts = [[12], [9], [5], [60, 61, 62]]
     refs = [reference_greedy(model, torch.tensor([p]), 10) for p in prompts]
-    pending = [[(prompts[2], 10, None)], [(prompts[3], 10, None)]]
+    pending = [[RowRequest(prompts[2], 10)], [RowRequest(prompts[3], 10)]]
     out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), GreedyVerifier(),
                    torch.tensor([prompts[0], prompts[1]]), max_new_tokens=10, gamma=2,
                    admit=lambda: pending.pop(0) if pending else [])
     assert out.rows == refs
-    first = [[(prompts[3], 10, None)]]
+    first = [[RowRequest(prompts[3], 10)]]
     out = generate(model, NoDrafter(), GreedyVerifier(), torch.tensor([prompts[0]]), max_new_tokens=10,
                    admit=lambda: first.pop(0) if first else [])
     assert out.rows == [refs[0], refs[3]]
@@ -345,8 +346,8 @@ def test_rows_with_their_own_sampling_settings_equal_their_own_text(kind):
 def test_joining_rows_keep_their_own_sampling_settings():
     model = model_for("llama")
     expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
-    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
-               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
+    pending = [[RowRequest(PROMPTS[1], 12, MIXED[1].seed, params=MIXED[1])], [],
+               [RowRequest(PROMPTS[2], 12, params=MIXED[2]), RowRequest(PROMPTS[3], 12, MIXED[3].seed, params=MIXED[3])]]
     out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), ExactVerifier(MIXED[0]),
                    torch.tensor([PROMPTS[0]]), MIXED[0], max_new_tokens=12, gamma=3,
                    admit=lambda: pending.pop(0) if pending else [])
@@ -431,7 +432,7 @@ def test_tree_rows_sample_with_their_own_seeds_and_settings():
 def test_tree_rows_joining_between_steps_equal_their_own_text():
     model = model_for("llama")
     refs = [reference_greedy(model, torch.tensor([p]), 12) for p in PROMPTS]
-    pending = [[(PROMPTS[1], 12, None)], [], [(PROMPTS[2], 12, None), (PROMPTS[3], 12, None)]]
+    pending = [[RowRequest(PROMPTS[1], 12)], [], [RowRequest(PROMPTS[2], 12), RowRequest(PROMPTS[3], 12)]]
     out = generate(model, tree_drafter(model), ExactVerifier(SamplingParams()), torch.tensor([PROMPTS[0]]),
                    max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
     assert out.rows == refs
@@ -445,8 +446,8 @@ def assert_mixed_rows_and_joining(make_drafter) -> None:
     out = generate(model, make_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
                    max_new_tokens=12, gamma=3)
     assert out.rows == expected
-    pending = [[(PROMPTS[1], 12, MIXED[1].seed, None, MIXED[1])], [],
-               [(PROMPTS[2], 12, None, None, MIXED[2]), (PROMPTS[3], 12, MIXED[3].seed, None, MIXED[3])]]
+    pending = [[RowRequest(PROMPTS[1], 12, MIXED[1].seed, params=MIXED[1])], [],
+               [RowRequest(PROMPTS[2], 12, params=MIXED[2]), RowRequest(PROMPTS[3], 12, MIXED[3].seed, params=MIXED[3])]]
     joined = generate(model, make_drafter(model), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]), MIXED[0],
                       max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
     assert joined.rows == expected

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import ALL_ARCHS, CAUSAL_ARCHS, VOCAB, perturbed_copy, reference_greedy, varied_model
 
-from draftverify import DraftVerifyError, SamplingParams, generate
+from draftverify import DraftVerifyError, RowRequest, SamplingParams, generate
 from draftverify.drafters import EarlyExitDrafter, LookupModelDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
 from draftverify.draft_length import DraftLength, make_draft_length
 from draftverify.drafters.base import Drafter
@@ -14,7 +14,8 @@ from draftverify.drafters.early_exit import shallow_view
 from draftverify.methods import MethodOptions, build_verifier
 from draftverify.sampling import gumbel_argmax, gumbel_noise, probs_from_logits
 from draftverify.tree import TreeSpec
-from draftverify.types import Draft, VerifyExtras
+from draftverify.drafters.extra_positions import ExtraPositionsTarget, VerifyExtras
+from draftverify.types import Draft
 from draftverify.verifiers import (BildVerifier, GreedyVerifier, GumbelCouplingVerifier, SpeculativeSamplingVerifier,
                                   TopBetaVerifier)
 
@@ -492,14 +493,16 @@ class HiddenReadingDrafter(Drafter):
         size = self.tree.size if self.tree is not None else gamma
         return Draft(tokens=torch.randint(0, VOCAB, (1, size), generator=self.gen), tree=self.tree)
 
-    def verify_inputs(self, draft):
-        width = 1 + draft.length + 2
-        mask = torch.ones(2, width, dtype=torch.bool).tril(diagonal=1 + draft.length)  # each sees everything before it
+    def extras(self, tree, length, batch):
+        width = 1 + length + 2
+        mask = torch.ones(2, width, dtype=torch.bool).tril(diagonal=1 + length)  # each sees everything before it
         embeds = self.embedding(torch.tensor([[VOCAB - 1, VOCAB - 1]]))  # [1, 2, H]
-        return VerifyExtras(embeds=embeds, positions=draft.depth + 1 + torch.arange(2), mask=mask)
+        depth = self.tree.max_depth if tree else length
+        return VerifyExtras(embeds=embeds, positions=depth + 1 + torch.arange(2), mask=mask)
 
-    def bind(self, target, max_positions):
+    def wrap_target(self, target):
         self.embedding = target.model.get_input_embeddings()
+        return ExtraPositionsTarget(target, self.extras, "extra positions")
 
     def commit(self, state, verdict, scored=None):
         self.seen.append((int(verdict.num_accepted[0]), int(state.tokens[0, -1]), scored))
@@ -609,7 +612,7 @@ def test_constrained_first_token_in_a_batch_is_per_row_and_joining_rows_get_thei
     width = max(len(p) for p in prompts[:3])
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts[:3]])
     mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts[:3]])
-    pending = [[(prompts[3], 12, None, allowed[3])]]
+    pending = [[RowRequest(prompts[3], 12, first_token_allowed=allowed[3])]]
     out = generate(model, make_drafter("perturbed", model, "llama"), GreedyVerifier(), ids, max_new_tokens=[16, 10, 6],
                    gamma=3, attention_mask=mask, first_token_allowed=sets,
                    admit=lambda: pending.pop(0) if pending else [])

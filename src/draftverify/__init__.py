@@ -19,6 +19,7 @@ _EXPORTS = {
     "GenerationOutput": ".types",
     "GenerationStats": ".types",
     "Pipeline": ".api",
+    "RowRequest": ".types",
     "SamplingParams": ".types",
     "Verdict": ".types",
     "generate": ".loop",

@@ -333,9 +333,9 @@ class Pipeline:
                            first_token_allowed: list[torch.Tensor | None] | None = None) -> tuple[GenerationOutput, str]:
         """Several token-id prompts through the loop at once (left-padded, one row each); one row runs the
         batch-1 path unless admit is given. on_tokens receives [B, k] (-1 padded) and may return rows to stop;
-        admit lets rows join between steps (continuous batching; see loop.generate); first_token_allowed: each
-        row's allowed first tokens or None (token healing). params: one setting for all rows, or one per row
-        (each row drafted and judged by its own temperature / top-k / top-p / seed)."""
+        admit lets rows join between steps (continuous batching: it returns a list of RowRequest);
+        first_token_allowed: each row's allowed first tokens or None (token healing). params: one setting for all
+        rows, or one per row (each row drafted and judged by its own temperature / top-k / top-p / seed)."""
         if not rows or any(not r for r in rows):
             raise DraftVerifyError("every prompt needs at least one token")
         if isinstance(params, (list, tuple)):

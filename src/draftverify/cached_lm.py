@@ -144,16 +144,9 @@ class CachedLM(RowsLayout, CompiledWidths):
             self.commit(input_ids.shape[1] - 1)
         return input_ids
 
-    def forward(
-        self,
-        tokens: torch.Tensor,
-        position_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        want_hidden: bool = False,
-        new_valid: torch.Tensor | None = None,
-        extra_embeds: torch.Tensor | None = None,
-        prefix: PrefixKV | None = None,
-    ) -> TargetOutput:
+    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, want_hidden: bool = False,
+                new_valid: torch.Tensor | None = None) -> TargetOutput:
         """Append tokens [B, n] to the cache's tail; return their next-token logits [B, n, V] (and hidden [B, n, H]).
 
         new_valid (batch mode only): bool [B, n], False for padding among the new tokens (a row that has fewer
@@ -163,33 +156,45 @@ class CachedLM(RowsLayout, CompiledWidths):
         pending token's position plus each node's depth.
         attention_mask: bool [n, t + n] or [B, n, t + n] over the uncommitted tail t = length - committed and the
         new tokens (True = may attend); every committed position is always visible. None = causal.
-        extra_embeds: [B, E, H] input embeddings of E more positions after the tokens (n counts them too in the
-        positions and the mask); prefix: per-layer keys and values that these E positions alone attend to.
         """
+        self._check_positions(position_ids, attention_mask)
+        if self.valid is not None:
+            if attention_mask is not None:
+                return self._forward_tree_rows(tokens, position_ids, attention_mask, want_hidden)
+            return self._forward_rows(tokens, new_valid, want_hidden)
+        if self._compiled is None:
+            return self._run(tokens, keep=tokens.shape[1], position_ids=position_ids, attention_mask=attention_mask,
+                             want_hidden=want_hidden)
+        return self._run_padded(tokens, position_ids, attention_mask, want_hidden)
+
+    def forward_extra(self, tokens: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      extra_embeds: torch.Tensor, prefix: PrefixKV | None = None,
+                      want_hidden: bool = False) -> TargetOutput:
+        """forward() of tokens [B, n] followed by E embedded positions extra_embeds [B, E, H] (not vocabulary
+        tokens), which alone attend to `prefix` (per-layer keys and values of a deep prompt); outputs [B, n + E,
+        ...]. position_ids [B or 1, n + E] and attention_mask bool [n + E, t + n + E] count the E positions too.
+        Hugging Face only: the target wrapper of a method that appends them calls it (drafters/extra_positions.py).
+        """
+        self._check_positions(position_ids, attention_mask)
+        if self.is_encoder_decoder:
+            raise DraftVerifyError("extra embedded positions need a decoder-only model")
+        if self._compiled is not None:
+            raise DraftVerifyError(
+                f"the compiled {self.role} scores token ids only; methods that append learned embeddings (bita) "
+                "run without --compile"
+            )
+        if self.valid is not None:
+            return self._forward_tree_rows(tokens, position_ids, attention_mask, want_hidden, extra_embeds, prefix)
+        return self._run(tokens, keep=tokens.shape[1] + extra_embeds.shape[1], position_ids=position_ids,
+                         attention_mask=attention_mask, want_hidden=want_hidden, extra_embeds=extra_embeds,
+                         prefix=prefix)
+
+    def _check_positions(self, position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> None:
         if (position_ids is not None or attention_mask is not None) and not self.takes_positions:
             raise DraftVerifyError(
                 f"the {self.role} ({type(self.model).__name__}) derives positions from its cache alone, so it cannot "
                 "score a token tree; use a chain drafter, or a decoder-only model that takes position_ids"
             )
-        if self.valid is not None:
-            if attention_mask is not None:
-                return self._forward_tree_rows(tokens, position_ids, attention_mask, want_hidden, extra_embeds, prefix)
-            if extra_embeds is not None or prefix:
-                raise DraftVerifyError("extra embedded positions need an explicit attention mask")
-            return self._forward_rows(tokens, new_valid, want_hidden)
-        if extra_embeds is not None or prefix:
-            if attention_mask is None or self.is_encoder_decoder:
-                raise DraftVerifyError("extra embedded positions need a decoder-only model and an explicit attention mask")
-            if self._compiled is not None:
-                raise DraftVerifyError(
-                    f"the compiled {self.role} scores token ids only; methods that append learned embeddings (bita) "
-                    "run without --compile"
-                )
-        if self._compiled is None:
-            return self._run(tokens, keep=tokens.shape[1] + (0 if extra_embeds is None else extra_embeds.shape[1]),
-                             position_ids=position_ids, attention_mask=attention_mask, want_hidden=want_hidden,
-                             extra_embeds=extra_embeds, prefix=prefix)
-        return self._run_padded(tokens, position_ids, attention_mask, want_hidden)
 
     def commit(self, kept: int | torch.Tensor) -> None:
         """Keep part of the uncommitted tail and settle it.

@@ -4,6 +4,7 @@ Shapes: B batch, N draft length (tree nodes), V vocabulary, H hidden size, n pos
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -89,6 +90,43 @@ class DecodingState:
 
 
 @dataclass
+class RowRequest:
+    """A row that joins a running batch (generate's admit returns a list of them); it takes the next row index.
+
+    prompt_ids: its prompt token ids (at least one); max_new_tokens: its own limit; seed: keys its coupled sampling
+    noise (None: a fresh one); first_token_allowed: the token ids its first new token may be (token healing), or
+    None; params: its own SamplingParams, or None for the batch's first row's."""
+
+    prompt_ids: list[int]
+    max_new_tokens: int
+    seed: int | None = None
+    first_token_allowed: torch.Tensor | list[int] | None = None
+    params: SamplingParams | None = None
+
+    def __post_init__(self) -> None:
+        ids = self.prompt_ids
+        if isinstance(ids, torch.Tensor):
+            ids = ids.reshape(-1).tolist() if not ids.is_floating_point() else ids
+        try:
+            if isinstance(ids, (str, bytes, torch.Tensor)) or any(isinstance(t, bool) for t in ids):
+                raise TypeError
+            self.prompt_ids = [operator.index(t) for t in ids]
+        except TypeError:
+            raise DraftVerifyError(f"a joining row's prompt_ids must be a list of token ids (ints), got "
+                                   f"{self.prompt_ids!r}") from None
+        if not self.prompt_ids:
+            raise DraftVerifyError("a joining row needs at least one prompt token")
+        limit = self.max_new_tokens
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise DraftVerifyError(f"max_new_tokens must be an integer >= 1, got {limit!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise DraftVerifyError(f"a joining row's seed must be an integer or None, got {self.seed!r}")
+        if self.params is not None and not isinstance(self.params, SamplingParams):
+            raise DraftVerifyError(f"a joining row's params must be a SamplingParams or None, got "
+                                   f"{type(self.params).__name__}")
+
+
+@dataclass
 class TargetOutput:
     """What one model forward returns: next-token logits and, only when asked for, the last hidden state."""
 
@@ -134,24 +172,6 @@ class Draft:
             depth = self.tree.depth.to(self.valid.device)  # [N]
             return (self.valid.long() * depth[None]).amax(dim=1).tolist()
         return [self.depth] * rows
-
-
-@dataclass
-class VerifyExtras:
-    """Extra positions a drafter appends to the verify pass after the draft (BiTA's mask tokens): given as input
-    embeddings, never committed, each with its own position and visibility. The draft's own positions never see
-    them, and only they see `prefix` (per-layer keys and values of a deep prompt), so the target's outputs at the
-    pending token and the draft are what they would be without them.
-    """
-
-    embeds: torch.Tensor  # [B, E, H] input embeddings (learned vectors, not vocabulary tokens)
-    positions: torch.Tensor  # [E] long, position offsets after the pending token's
-    mask: torch.Tensor  # [E, 1+N+E] bool, which verify positions (pending, draft nodes, extras) each extra sees
-    prefix: "PrefixKV | None" = None  # per layer (keys, values) [KV heads, P, head dim], seen by the extras only
-
-    @property
-    def count(self) -> int:
-        return self.embeds.shape[1]
 
 
 PrefixKV = tuple  # tuple over layers of (keys, values), each [KV heads, P, head dim]

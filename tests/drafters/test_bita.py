@@ -94,16 +94,12 @@ def test_ordinary_positions_score_the_same_with_and_without_the_adapter(arch, pr
     outs = []
     for with_adapter in (False, True):
         target.start(PROMPT)
-        drafter.bind(target, 64)
-        from draftverify.loop import _verify_layout
+        from draftverify.engine.step import verify_layout
         from draftverify.types import Draft
 
-        draft = Draft(tokens=draft_tokens, tree=tree)
-        extras = drafter.verify_inputs(draft) if with_adapter else None
-        positions, mask = _verify_layout(target, draft, extras)
-        out = target.forward(torch.cat([PROMPT[:, -1:], draft_tokens], 1), positions, mask,
-                             extra_embeds=None if extras is None else extras.embeds,
-                             prefix=None if extras is None else extras.prefix)
+        scoring = drafter.wrap_target(target) if with_adapter else target
+        positions, mask = verify_layout(target, Draft(tokens=draft_tokens, tree=tree))
+        out = scoring.forward(torch.cat([PROMPT[:, -1:], draft_tokens], 1), positions, mask)
         outs.append(out.logits)
     plain, adapted = outs
     assert adapted.shape[1] == plain.shape[1] + (tree.size + 1) * 3

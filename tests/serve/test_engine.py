@@ -55,11 +55,11 @@ class StubPipe:
             stop = on_tokens(emitted) or []
             active -= set(stop) | {b for b in active if done[b] >= limits[b]}
             if active and admit is not None:  # continuous batching: rows join between steps
-                for ids, limit, _, _, joined in admit():
-                    row_params.append(joined)
+                for request in admit():
+                    row_params.append(request.params)
                     active.add(len(rows))
-                    rows.append(ids)
-                    limits.append(limit)
+                    rows.append(request.prompt_ids)
+                    limits.append(request.max_new_tokens)
                     done.append(0)
         return SimpleNamespace(stats=GenerationStats(target_calls=1)), "greedy"
 

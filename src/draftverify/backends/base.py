@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from ..errors import DraftVerifyError
-from ..types import PrefixKV, TargetOutput
+from ..types import TargetOutput
 
 
 @runtime_checkable
@@ -70,8 +70,7 @@ class LMBackend(Protocol):
 
     def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, want_hidden: bool = False,
-                new_valid: torch.Tensor | None = None, extra_embeds: torch.Tensor | None = None,
-                prefix: PrefixKV | None = None) -> TargetOutput:
+                new_valid: torch.Tensor | None = None) -> TargetOutput:
         """Append tokens [B, n] to the uncommitted tail; their next-token logits [B, n, V].
 
         position_ids [B or 1, n]: absolute positions (None: after the tail, as a chain); attention_mask bool

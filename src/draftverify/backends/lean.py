@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from ..cached_lm import context_limit
 from ..errors import DraftVerifyError
 from ..few_row_linear import few_row_linear, takes_few_rows
-from ..types import PrefixKV, TargetOutput
+from ..types import TargetOutput
 from .base import OneRow
 from .lean_weights import LeanWeights, Rope, unsupported
 
@@ -116,15 +116,11 @@ class LeanLM(OneRow):
 
     def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, want_hidden: bool = False,
-                new_valid: torch.Tensor | None = None, extra_embeds: torch.Tensor | None = None,
-                prefix: PrefixKV | None = None) -> TargetOutput:
+                new_valid: torch.Tensor | None = None) -> TargetOutput:
         """Append tokens [1, n] to the tail; their next-token logits [1, n, V]. position_ids [1, n] (None: a chain
         after the tail); attention_mask bool [n, tail + n] or [1, n, tail + n] (None: causal)."""
         if tokens.shape[0] != 1 or (new_valid is not None and not bool(new_valid.all())):
             raise DraftVerifyError("the lean backend scores one row; run batches on CachedLM")
-        if extra_embeds is not None or prefix:
-            raise DraftVerifyError("the lean backend scores token ids only (no extra embedded positions); "
-                                   "it runs draft models, not a BiTA target")
         self._logits_only(want_hidden)
         n = tokens.shape[1]
         positions = None if position_ids is None else position_ids.reshape(-1)

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from ..errors import DraftVerifyError
-from ..types import PrefixKV, TargetOutput
+from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
 from .base import OneRow
 
@@ -259,15 +259,11 @@ class LlamaCppLM(OneRow):
 
     def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, want_hidden: bool = False,
-                new_valid: torch.Tensor | None = None, extra_embeds: torch.Tensor | None = None,
-                prefix: PrefixKV | None = None) -> TargetOutput:
+                new_valid: torch.Tensor | None = None) -> TargetOutput:
         """tokens [1, n] after the tail; logits [1, n, V] (float32). attention_mask: bool [n, tail + n], which
         must describe a tree (each token sees its parent's view and itself); None: a chain after the tail."""
         if tokens.shape[0] != 1 or new_valid is not None:
             raise DraftVerifyError("the llamacpp backend decodes one row at a time")
-        if extra_embeds is not None or prefix:
-            raise DraftVerifyError("the llamacpp backend scores token ids only (no extra embedded positions); "
-                                   "run this method on --backend hf")
         if want_hidden:
             raise DraftVerifyError("the llamacpp backend does not return hidden states; run this method on --backend hf")
         ids = tokens[0].tolist()

@@ -103,15 +103,22 @@ def measure(target, make, prompts: list[torch.Tensor], references: list[list[int
     calls = tokens = positions = equal = 0
     for ids, ref in zip(prompts, references):
         drafter = make()
-        widths = []
-        original = drafter.verify_inputs
+        widths = []  # each verify pass's positions: the pending token, the draft and the mask tokens
+        original = drafter.wrap_target
 
-        def counted(draft, original=original, widths=widths):
-            extras = original(draft)
-            widths.append(1 + draft.length + extras.count)
-            return extras
+        def counting(target, original=original, widths=widths):
+            wrapped = original(target)
+            forward = wrapped.forward
 
-        drafter.verify_inputs = counted
+            def counted(*args, **kwargs):
+                out = forward(*args, **kwargs)
+                widths.append(out.logits.shape[1])
+                return out
+
+            wrapped.forward = counted
+            return wrapped
+
+        drafter.wrap_target = counting
         out = generate(target, drafter, verifier, ids, max_new_tokens=new_tokens, eos_token_id=eos)
         calls += out.stats.target_calls
         tokens += out.stats.new_tokens

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import torch
 
 from ..backends.base import LMBackend, computes_in_torch
-from ..types import DecodingState, Draft, TargetOutput, Verdict, VerifyExtras
+from ..types import DecodingState, Draft, TargetOutput, Verdict
 
 
 class DraftModel(NamedTuple):
@@ -76,14 +76,12 @@ class Drafter(ABC):
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         """Return at most gamma tokens continuing state.tokens."""
 
-    def verify_inputs(self, draft: Draft) -> VerifyExtras | None:
-        """Extra positions to append to this step's verify pass after the draft (BiTA's mask tokens), or None.
-
-        They are given as embeddings with their own positions and visibility (and optionally a deep prompt that
-        only they see); they are never committed, and their outputs reach commit() (when needs_target_hidden)
-        after those of the kept positions.
-        """
-        return None
+    def wrap_target(self, target: LMBackend) -> LMBackend:
+        """The target the loop decodes with, given the one it was handed (called once per generation, before
+        bind): itself, or a backend wrapping it when the method changes the target's forward (BiTA appends its
+        mask tokens to every verify pass: drafters/extra_positions.py). Outputs a wrapper appends after the
+        scored positions reach commit() after those of the kept positions."""
+        return target
 
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
         """state.tokens now includes the verdict's emitted tokens; drop anything the drafter holds beyond them.
@@ -92,8 +90,8 @@ class Drafter(ABC):
         drafter then catches up on the committed tokens at its next proposal.
 
         scored (only for needs_target_hidden drafters): the target's logits and hidden states at the pending
-        token and the kept draft tokens [B, 1 + num_accepted, ...], then at the verify_inputs positions
-        [B, E, ...]; the next draft can be prepared from them here, at no extra target call.
+        token and the kept draft tokens [B, 1 + num_accepted, ...], then at the positions a wrapping target
+        (wrap_target) appended [B, E, ...]; the next draft can be prepared from them here, at no extra target call.
         """
 
     def timers(self) -> dict[str, float]:

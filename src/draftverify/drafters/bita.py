@@ -20,12 +20,13 @@ from itertools import product
 
 import torch
 
-from ..cached_lm import CachedLM
+from ..backends.base import LMBackend, require_modules
 from ..errors import DraftVerifyError
 from ..tree import TreeSpec
-from ..types import DecodingState, Draft, TargetOutput, Verdict, VerifyExtras
+from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft
 from .bita_adapter import BitaAdapter
+from .extra_positions import ExtraPositionsTarget, VerifyExtras
 
 
 def efficient_tree(k: int, depth: int) -> TreeSpec:
@@ -89,7 +90,7 @@ class BitaDrafter(Drafter):
         self._layouts: dict = {}
 
     @classmethod
-    def from_options(cls, target: CachedLM, options) -> "BitaDrafter":
+    def from_options(cls, target: LMBackend, options) -> "BitaDrafter":
         if options.bita_path is None:
             raise DraftVerifyError("bita needs a trained adapter: pass bita_path=... (CLI: --bita DIR)")
         if options.compile:
@@ -97,18 +98,22 @@ class BitaDrafter(Drafter):
                                    "target does not take: run it without --compile")
         return cls(BitaAdapter.load(options.bita_path), options.bita_topk, options.bita_masks)
 
-    def bind(self, target: CachedLM, max_positions: int) -> None:
+    def wrap_target(self, target: LMBackend) -> LMBackend:
+        """The target with this adapter's mask groups (and deep prompt) appended to every verify pass."""
+        model = require_modules(target, "bita").module()
         if target.is_encoder_decoder or not target.takes_positions:
             raise DraftVerifyError(
                 "bita places mask tokens at chosen positions of a decoder-only target that takes position_ids; "
-                f"{type(target.model).__name__} does not"
+                f"{type(model).__name__} does not"
             )
-        self.adapter.check_target(target.model)
+        wrapped = ExtraPositionsTarget(target, self._extras, "bita")
+        self.adapter.check_target(model)
         self.adapter.to(target.device)
         with torch.no_grad():
             self._embeds = self.adapter.mask_embeds[: self.num_masks].to(target.dtype)
-            prefix = self.adapter.prefix(target.model)
+            prefix = self.adapter.prefix(model)
         self._prefix = None if prefix is None else tuple((k.to(target.dtype), v.to(target.dtype)) for k, v in prefix)
+        return wrapped
 
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
         self._mask_logits = None  # the first verify pass drafts nothing; its mask group gives the first candidates
@@ -134,8 +139,13 @@ class BitaDrafter(Drafter):
             self._layouts[key] = mask_groups(tree, length, attach, self.num_masks)
         return self._layouts[key]
 
-    def _extras(self, draft: Draft, positions: torch.Tensor, mask: torch.Tensor) -> VerifyExtras:
-        batch = draft.tokens.shape[0]
+    def _groups(self, tree: bool, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mask-group layout of a verify pass over a chain of `length` drafts: one group after the pending token."""
+        return self._layout(None, length, [-1])
+
+    def _extras(self, tree: bool, length: int, batch: int) -> VerifyExtras:
+        """The mask groups of a verify pass over a tree (True) or a chain of `length` drafts, for `batch` rows."""
+        positions, mask = self._groups(tree, length)
         groups = positions.shape[0] // self.num_masks
         embeds = self._embeds.repeat(groups, 1)[None].expand(batch, -1, -1)  # [B, G*M, H]
         return VerifyExtras(embeds=embeds, positions=positions, mask=mask, prefix=self._prefix)
@@ -155,9 +165,6 @@ class BitaDrafter(Drafter):
         if bool((lengths < width).any()):
             draft.lengths = lengths
         return draft
-
-    def verify_inputs(self, draft: Draft) -> VerifyExtras:
-        return self._extras(draft, *self._layout(None, draft.length, [-1]))
 
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
         # scored: each row's kept positions right-aligned in 1 + max n columns, then the one mask group
@@ -186,9 +193,10 @@ class _TreeBita(BitaDrafter):
         level, rank = self._level.to(top.device), self.tree.ranks.to(top.device)
         return Draft(tokens=top[:, level, rank], tree=self.tree)  # [B, N]
 
-    def verify_inputs(self, draft: Draft) -> VerifyExtras:
-        attach = self._attach if draft.tree is not None else [-1]
-        return self._extras(draft, *self._layout(draft.tree, draft.length, attach))
+    def _groups(self, tree: bool, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A group after the pending token and after every node of a tree; one after the pending token of a chain
+        (an empty draft)."""
+        return self._layout(self.tree, length, self._attach) if tree else self._layout(None, length, [-1])
 
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
         # scored: each row's kept positions right-aligned in 1 + max n columns, then every mask group

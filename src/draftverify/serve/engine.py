@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ..detokenize import IncrementalDecoder
 from ..errors import DraftVerifyError
-from ..types import SamplingParams
+from ..types import RowRequest, SamplingParams
 from .metrics import Metrics
 from .protocol import ApiError
 
@@ -211,7 +211,7 @@ class Engine:
         have left): any job when rows keep their own sampling settings, else those with the batch's."""
         key = jobs[0].batch_key(self.mixed)
 
-        def admit() -> list[tuple]:
+        def admit() -> list[RowRequest]:
             active = sum(not job.done for job in jobs)
             room = self.max_batch - active
             if room <= 0 or not self._waiting:
@@ -228,7 +228,8 @@ class Engine:
             jobs.extend(new)
             self.busy_rows = active + len(new)
             self.metrics.running.set(self.busy_rows)
-            return [(job.prompt_ids, job.max_tokens, job.params.seed, job.first_allowed, job.params) for job in new]
+            return [RowRequest(job.prompt_ids, job.max_tokens, seed=job.params.seed,
+                               first_token_allowed=job.first_allowed, params=job.params) for job in new]
 
         return admit
 

@@ -1,0 +1,193 @@
+"""The rows of a generation (one row is a batch of one): which are still decoding, what each has emitted, when each
+ends, and rows leaving and joining the batch between steps (continuous batching, with typed RowRequests)."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..backends.base import LMBackend
+from ..drafters.base import Drafter
+from ..errors import DraftVerifyError
+from ..sampling import RowParams, params_rows, row_params
+from ..types import DecodingState, GenerationOutput, GenerationStats, RowRequest, SamplingParams
+from .processors import FirstTokenAllowed
+
+
+def checked_requests(joining) -> list[RowRequest]:
+    """What admit() returned, as a list of RowRequest (refused otherwise, naming what to build instead)."""
+    joining = list(joining or ())
+    for row in joining:
+        if not isinstance(row, RowRequest):
+            raise DraftVerifyError(f"admit() must return a list of RowRequest, got {type(row).__name__} {row!r}; "
+                                   "build each joining row as RowRequest(prompt_ids, max_new_tokens, seed=..., "
+                                   "first_token_allowed=..., params=...) (from draftverify import RowRequest)")
+    return joining
+
+
+def fresh_seed() -> int:
+    return int.from_bytes(os.urandom(8), "little") >> 1
+
+
+def _generator_seed(params: SamplingParams | RowParams, batch: int) -> int:
+    """The shared generator's seed (uncoupled sampling draws from it): the given seed; with per-row settings the
+    first sampled row's seed when every sampled row has one, so a fully seeded batch is reproducible; else fresh."""
+    if isinstance(params, SamplingParams):
+        return params.seed if params.seed is not None else fresh_seed()
+    sampled = [p.seed for p in params_rows(params, batch) if not p.greedy]
+    return sampled[0] if sampled and all(s is not None for s in sampled) else fresh_seed()
+
+
+def row_generator(params: SamplingParams | RowParams, batch: int, seeds: list[int | None] | None, joins: bool,
+                  device: torch.device) -> tuple[torch.Generator | None, list[int] | None]:
+    """Our own generator (the process-global RNG is never reseeded) and each row's coupled-noise seed (a fresh
+    one where none is given); (None, None) when every row is greedy and none will join (they may sample)."""
+    if params.greedy and not joins:
+        return None, None
+    generator = torch.Generator(device=device)
+    generator.manual_seed(_generator_seed(params, batch))
+    given = seeds if seeds is not None else [p.seed for p in params_rows(params, batch)]
+    return generator, [s if s is not None else fresh_seed() for s in given]
+
+
+class Scheduler:
+    """Bookkeeping of the rows: which are still decoding (`active`, original indices in batch order), what each
+    has emitted, when each ends; rows leave (leave) and join (join) between steps."""
+
+    def __init__(self, limits: list[int], prompts: list[list[int]]):
+        self.batch = len(prompts)
+        self.limits = list(limits)
+        self.prompts = prompts
+        self.active = list(range(self.batch))
+        self.new: list[list[int]] = [[] for _ in prompts]
+        self.ended: list[bool] = [False] * self.batch
+
+    def most_remaining(self) -> int:
+        return max(self.limits[r] - len(self.new[r]) for r in self.active)
+
+    def emitted(self, tokens: list[list[int]], accepted: list[int], eos: set[int]) -> list[list[int]]:
+        """Each active row's emitted tokens this step: accepted drafts + the target's token, cut after the first
+        EOS and at the row's max_new_tokens."""
+        out = []
+        for i, row in enumerate(self.active):
+            toks = tokens[i][: accepted[i] + 1]
+            for j, t in enumerate(toks):
+                if t in eos:
+                    toks = toks[: j + 1]
+                    self.ended[row] = True
+                    break
+            toks = toks[: self.limits[row] - len(self.new[row])]
+            self.new[row].extend(toks)
+            if len(self.new[row]) >= self.limits[row]:
+                self.ended[row] = True
+            out.append(toks)
+        return out
+
+    def padded(self, emitted: list[list[int]], device) -> torch.Tensor:
+        """[B_original, k] of this step's tokens, -1 where a row emitted fewer (or has left the batch)."""
+        width = max((len(r) for r in emitted), default=0)
+        grid = torch.full((self.batch, width), -1, dtype=torch.long)
+        for i, row in enumerate(self.active):
+            if emitted[i]:
+                grid[row, : len(emitted[i])] = torch.tensor(emitted[i])
+        return grid.to(device)
+
+    def finish(self, stop_rows) -> torch.Tensor | None:
+        """Mark rows the caller stopped; returns keep [B_active] (bool) when some rows leave, else None."""
+        for row in stop_rows or ():
+            self.ended[int(row)] = True
+        keep = [not self.ended[row] for row in self.active]
+        if all(keep):
+            return None
+        self.active = [row for row, k in zip(self.active, keep) if k]
+        return torch.tensor(keep)
+
+    def leave(self, stop_rows, target: LMBackend, drafter: Drafter, state: DecodingState) -> None:
+        """Rows that ended (EOS, max_new_tokens, or stopped by the caller: stop_rows) leave the target, the drafter
+        and the state; when none is left the generation is over and nothing needs dropping."""
+        keep = self.finish(stop_rows)
+        if keep is None or not self.active:
+            return
+        target.drop_rows(keep)
+        drafter.drop_rows(keep)
+        rows = keep.to(state.tokens.device)
+        state.tokens, state.lengths = trim_rows(state.tokens[rows], state.lengths[rows])
+        kept = keep.tolist()
+        if state.seeds is not None:
+            state.seeds = [s for s, k in zip(state.seeds, kept) if k]
+        if isinstance(state.params, RowParams):
+            state.params = row_params([p for p, k in zip(state.params.rows, kept) if k])
+
+    def join(self, joining, target: LMBackend, drafter: Drafter, state: DecodingState,
+             first_token: FirstTokenAllowed) -> int:
+        """Continuous batching: prefill the rows admit() returned (RowRequests) and append them to the batch
+        (target, drafter, state, first-token constraints); a row without its own SamplingParams takes the batch's
+        first row's. Returns the prompt tokens that joined."""
+        requests = checked_requests(joining)
+        allowed = first_token.check([r.first_token_allowed for r in requests])
+        prompts = [r.prompt_ids for r in requests]
+        for request in requests:
+            target.check_fits(len(request.prompt_ids) + request.max_new_tokens)
+            drafter.bind(target, len(request.prompt_ids) + request.max_new_tokens)
+        width = max(len(r) for r in prompts)
+        device = state.tokens.device
+        ids = torch.tensor([[0] * (width - len(r)) + r for r in prompts], device=device)
+        mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in prompts], device=device)
+        target.join_rows(ids, mask)
+        drafter.join_rows(ids, mask)
+        total = max(width, state.tokens.shape[1])
+        pad = lambda t: torch.cat([t.new_zeros((t.shape[0], total - t.shape[1])), t], dim=1)
+        state.tokens = torch.cat([pad(state.tokens), pad(ids)])
+        state.lengths = torch.cat([state.lengths, mask.long().sum(dim=1)])
+        batch_rows = params_rows(state.params, state.tokens.shape[0] - len(requests))
+        state.params = row_params(batch_rows + [r.params if r.params is not None else batch_rows[0]
+                                                for r in requests])
+        if state.seeds is not None:
+            state.seeds = state.seeds + [r.seed if r.seed is not None else fresh_seed() for r in requests]
+        first_token.join(allowed, state.tokens.shape[0])
+        self.active.extend(range(self.batch, self.batch + len(prompts)))
+        self.batch += len(prompts)
+        self.prompts.extend(prompts)
+        self.limits.extend(r.max_new_tokens for r in requests)
+        self.new.extend([] for _ in prompts)
+        self.ended.extend(False for _ in prompts)
+        return sum(len(r) for r in prompts)
+
+    def output(self, input_ids: torch.Tensor, stats: GenerationStats) -> GenerationOutput:
+        """new_tokens [B, max new] and sequences [B, max prompt + new] (each row's prompt and new tokens),
+        right-padded with -1."""
+        def grid(lists: list[list[int]]) -> torch.Tensor:
+            out = torch.full((len(lists), max((len(r) for r in lists), default=0)), -1, dtype=torch.long)
+            for b, r in enumerate(lists):
+                if r:
+                    out[b, : len(r)] = torch.tensor(r)
+            return out.to(input_ids.device)
+
+        return GenerationOutput(sequences=grid([p + n for p, n in zip(self.prompts, self.new)]),
+                                new_tokens=grid(self.new), stats=stats, rows=[list(r) for r in self.new])
+
+
+def append_rows(tokens: torch.Tensor, lengths: torch.Tensor, emitted: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded tokens [B, T] plus each row's new tokens -> left-padded [B, T'] (every row ends in the last
+    column again) and the new lengths."""
+    counts = [len(r) for r in emitted]
+    if len(set(counts)) == 1:  # every row emitted as many: plain concatenation keeps the alignment
+        if counts[0] == 0:
+            return tokens, lengths
+        new = torch.tensor(emitted, dtype=tokens.dtype, device=tokens.device)
+        return torch.cat([tokens, new], dim=1), lengths + counts[0]
+    grow = max(counts)
+    out = torch.cat([tokens.new_zeros((tokens.shape[0], grow)), tokens], dim=1)
+    width = out.shape[1]
+    for b, r in enumerate(emitted):
+        if r:  # move the row left by what it emits, then write its tokens at the end
+            out[b, : width - len(r)] = out[b, len(r) :].clone()
+            out[b, width - len(r) :] = torch.tensor(r, dtype=tokens.dtype, device=tokens.device)
+    new_lengths = lengths + torch.tensor(counts, device=lengths.device)
+    return trim_rows(out, new_lengths)
+
+
+def trim_rows(tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop leading columns that are padding in every row."""
+    width = int(lengths.max())
+    return tokens[:, tokens.shape[1] - width :], lengths

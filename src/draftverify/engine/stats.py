@@ -1,0 +1,108 @@
+"""GenerationStats built from one StepRecord per step, so the step's verbs only report what happened."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from time import perf_counter
+
+from ..draft_length import DraftLength
+from ..drafters.base import Drafter, add_drafter_times
+from ..types import Draft, GenerationStats
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """What one step did: plain numbers summed over the step's rows, and the per-row lists the step made anyway."""
+
+    gamma: int  # the length policy's choice (0: a plain decoding step)
+    length: int  # the draft's length (tree nodes)
+    rows: int  # rows the target scored
+    depths: list[int]  # per row: most draft tokens it could accept
+    accepted: list[int]  # per row: draft tokens the verifier accepted
+    drafted: int  # draft tokens proposed, over rows
+    emitted_accepted: int  # accepted draft tokens that were emitted (a row's EOS or limit cuts the rest)
+    rejections: int  # rows that stopped at a rejected draft token
+    new_tokens: int  # tokens emitted
+    draft_s: float  # seconds proposing
+    target_s: float  # seconds of the target's forward
+    verify_s: float  # seconds of the verification rule
+    prefill: bool  # this step's forward also decoded the prompt (backends/base.py defers_prefill)
+
+
+def step_record(draft: Draft, accepted: list[int], emitted: list[list[int]], gamma: int, rows: int,
+                times: tuple[float, float, float, float], prefill: bool) -> StepRecord:
+    """The record of a step that proposed `draft`, accepted `accepted` [B] and emitted `emitted` (per row), timed
+    at the start, after proposing, after the target's forward and after verifying."""
+    depths = draft.row_depths(len(accepted))
+    drafted = (sum(depths) if draft.lengths is not None else int(draft.valid.sum()) if draft.valid is not None
+               else draft.length * len(accepted))
+    t0, t1, t2, t3 = times
+    return StepRecord(gamma=gamma, length=draft.length, rows=rows, depths=depths, accepted=accepted, drafted=drafted,
+                      emitted_accepted=sum(min(a, len(r)) for a, r in zip(accepted, emitted)),
+                      rejections=sum(a < depth for a, depth in zip(accepted, depths)),
+                      new_tokens=sum(len(r) for r in emitted), draft_s=t1 - t0, target_s=t2 - t1, verify_s=t3 - t2,
+                      prefill=prefill)
+
+
+def inform_policy(policy: DraftLength, record: StepRecord) -> None:
+    """The length policy learns from the step (batch totals); a prefill step's times are not a step's cost."""
+    timed = not record.prefill
+    policy.update(record.length, sum(record.accepted), record.rejections, record.draft_s if timed else None,
+                  record.target_s if timed else None, record.rows)
+    policy.update_rows(record.depths, record.accepted)
+
+
+class StatsRecorder:
+    """Adds up the step records of one generation, made right after the prefill (which it times from `started`);
+    times outside the steps come through joined() and callback().
+
+    carries_prefill: the first step's forward also decodes the prompt (backends/base.py defers_prefill), so its
+    time is the prefill's."""
+
+    def __init__(self, drafter: Drafter, prompt_tokens: int, started: float, carries_prefill: bool = False):
+        self.stats = GenerationStats(prompt_tokens=prompt_tokens, time_prefill=perf_counter() - started)
+        self.drafter = drafter
+        self.started = started
+        self.carries_prefill = carries_prefill
+        self.calls_before = drafter.forward_calls  # the drafter's forwards in its start() are not the loop's
+        self.timers_before = drafter.timers()  # a drafter's own timers (re-tokenizing), added at the end
+        self.callback_seconds = 0.0  # the caller's streaming time is not the loop's: excluded from time_total
+
+    def joined(self, prompt_tokens: int, seconds: float) -> None:
+        """Rows joined between steps (continuous batching): their prefill is prefill time."""
+        self.stats.prompt_tokens += prompt_tokens
+        self.stats.time_prefill += seconds
+
+    def callback(self, seconds: float) -> None:
+        self.callback_seconds += seconds
+
+    def step(self, draft: Draft, accepted: list[int], emitted: list[list[int]], gamma: int, rows: int,
+             times: tuple[float, float, float, float]) -> StepRecord:
+        """Record a step (see step_record) and return its record."""
+        record = step_record(draft, accepted, emitted, gamma, rows, times, self.carries_prefill)
+        self.carries_prefill = False
+        self.add(record)
+        return record
+
+    def add(self, record: StepRecord) -> None:
+        stats = self.stats
+        stats.new_tokens += record.new_tokens
+        stats.drafted_tokens += record.drafted
+        stats.accepted_tokens += record.emitted_accepted
+        stats.rejections += record.rejections
+        stats.target_calls += 1
+        stats.gammas.append(record.length)
+        stats.chosen_gammas.append(record.gamma)
+        stats.time_verify += record.verify_s
+        if record.prefill:  # this step also decoded the prompt (the target's and a draft's): the prefill's time
+            stats.prefill_steps += 1
+            stats.prefill_draft_calls += self.drafter.forward_calls - self.calls_before
+            stats.time_prefill += record.draft_s + record.target_s
+        else:
+            stats.time_draft += record.draft_s
+            stats.time_target += record.target_s
+
+    def finish(self) -> GenerationStats:
+        self.stats.draft_calls = self.drafter.forward_calls - self.calls_before
+        add_drafter_times(self.stats, self.drafter, self.timers_before)
+        self.stats.time_total = perf_counter() - self.started - self.callback_seconds
+        return self.stats

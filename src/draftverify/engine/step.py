@@ -1,0 +1,120 @@
+"""One decoding step as four verbs, after one prefill: propose (the drafter's draft), score (one target forward over
+the pending token and the draft), verify (the verifier's verdict on the target's logits), commit (the target's
+cache, the state and the drafter keep the verdict's tokens).
+
+A draft is a chain or a token tree; the verbs treat both alike: the verify pass scores the pending token and the
+draft tokens, with the tree's ancestor mask and depth positions when there is a tree, and the target's cache keeps
+the verdict's path. A method that changes the target's forward wraps the target (Drafter.wrap_target); the verify
+pass's outputs past the scored positions then reach the drafter after the kept ones. Nothing here depends on the
+method.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..backends.base import LMBackend
+from ..draft_length import DraftLength
+from ..drafters.base import Drafter, empty_draft
+from ..errors import DraftVerifyError
+from ..sampling import RowParams
+from ..types import DecodingState, Draft, SamplingParams, TargetOutput, Verdict
+from ..verifiers.base import Verifier
+from .scheduler import append_rows
+
+
+def prefill(target: LMBackend, drafter: Drafter, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+            params: SamplingParams | RowParams, generator: torch.Generator | None, seeds: list[int] | None,
+            policy: DraftLength) -> tuple[DecodingState, int]:
+    """The target's prefill of input_ids [B, L] (left-padded where attention_mask [B, L] is False) and the
+    drafter's start; returns the decoding state and the prompt's real tokens."""
+    committed = target.start(input_ids, want_hidden=drafter.needs_target_hidden, attention_mask=attention_mask)
+    real = attention_mask.to(input_ids.device).long() if attention_mask is not None else None  # [B, L] or None
+    if target.is_encoder_decoder or real is None:
+        lengths = torch.full((input_ids.shape[0],), committed.shape[1], dtype=torch.long, device=input_ids.device)
+    else:
+        lengths = real.sum(dim=1)
+    state = DecodingState(tokens=committed, source_ids=input_ids if target.is_encoder_decoder else None,
+                          prompt_length=committed.shape[1], params=params, generator=generator, lengths=lengths,
+                          seeds=seeds, draft_confidence=policy.confidence, costs=policy.sizing_costs)
+    drafter.start(state, target.prefilled if drafter.needs_target_hidden else None)
+    return state, input_ids.numel() if real is None else int(real.sum())
+
+
+def propose(drafter: Drafter, verifier: Verifier, state: DecodingState, gamma: int) -> Draft:
+    """The drafter's draft of at most gamma tokens; gamma 0 (gamma auto, when no draft pays) is a plain decoding
+    step: an empty draft, and the drafter only hears the commit."""
+    draft = drafter.propose(state, gamma) if gamma else empty_draft(state)
+    if draft.tree is not None and not verifier.accepts_trees:
+        raise DraftVerifyError(f"the {verifier.name} verifier checks chains only; this drafter proposed a tree")
+    draft.position = state.next_position()  # [B] keys position-coupled sampling noise
+    draft.seeds = state.seeds
+    return draft
+
+
+def score(target: LMBackend, drafter: Drafter, state: DecodingState, draft: Draft) -> TargetOutput:
+    """One target forward over each row's pending token (the one committed token its cache does not hold yet) and
+    the draft: logits [B, 1+N, V] (and hidden states), then whatever a wrapping target appends."""
+    scored = torch.cat([state.tokens[:, -1:], draft.tokens], dim=1)  # [B, 1+N]
+    position_ids, mask = verify_layout(target, draft)
+    return target.forward(scored, position_ids, mask, want_hidden=drafter.needs_target_hidden)
+
+
+def verify(verifier: Verifier, draft: Draft, logits: torch.Tensor, state: DecodingState) -> tuple[Verdict, list[int]]:
+    """The verifier's verdict on the target's logits [B, 1+N, V] and each row's accepted count (the step's one
+    host sync)."""
+    verdict = verifier.verify(draft, logits, state.params, state.generator)
+    return verdict, verdict.num_accepted.tolist()
+
+
+def commit(target: LMBackend, drafter: Drafter, state: DecodingState, draft: Draft, verdict: Verdict,
+           out: TargetOutput, emitted: list[list[int]]) -> None:
+    """The target's cache keeps each row's pending token and accepted drafts (its last emitted token is pending
+    now), the state appends each row's emitted tokens, and the drafter hears the verdict."""
+    kept = kept_positions(draft, verdict)
+    if draft.tree is None:
+        target.commit_rows(kept)
+    else:
+        target.commit(kept)
+    state.tokens, state.lengths = append_rows(state.tokens, state.lengths, emitted)
+    drafter.commit(state, verdict, scored_for_drafter(out, kept, draft) if drafter.needs_target_hidden else None)
+
+
+def verify_layout(target: LMBackend, draft: Draft) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Position ids [1, 1+N] and attention mask [1+N, 1+N] of a tree's verify pass, or (None, None) for a chain
+    (causal order)."""
+    if draft.tree is None:
+        return None, None
+    return target.length + draft.tree.verify_positions()[None], draft.tree.verify_mask()
+
+
+def kept_positions(draft: Draft, verdict: Verdict) -> torch.Tensor:
+    """What the target's cache keeps of this step's verify pass: each row's pending token and accepted draft
+    tokens. A chain keeps a prefix: counts [B]; a tree keeps its accepted branch: tail offsets [B, 1+n], -1 past a
+    row's own branch."""
+    if draft.tree is None:
+        return verdict.num_accepted + 1
+    n = int(verdict.num_accepted.max())
+    path = verdict.path[:, :n]  # [B, n] -1 where a row accepted fewer
+    return torch.cat([path.new_zeros((path.shape[0], 1)), torch.where(path >= 0, 1 + path, -1)], dim=1)
+
+
+def scored_for_drafter(out: TargetOutput, kept: torch.Tensor, draft: Draft) -> TargetOutput:
+    """The verify pass's outputs at each row's kept positions, right-aligned (column -1 is every row's last kept
+    position; a row that kept fewer repeats its first kept one on the left), then at any positions a wrapping
+    target appended after the scored ones. kept: a chain's counts [B], or a tree's tail offsets [B, k] (-1
+    padded)."""
+    batch = out.logits.shape[0]
+    device = out.logits.device
+    kept = kept.to(device)
+    if kept.dim() == 1:  # counts -> offsets 0..count-1
+        width = int(kept.max())
+        kept = torch.where(torch.arange(width, device=device)[None] < kept[:, None],
+                           torch.arange(width, device=device)[None], -1)
+    count = (kept >= 0).sum(dim=1, keepdim=True)  # [B, 1]
+    shift = kept.shape[1] - count  # right-align: column j takes the row's kept entry j - shift
+    source = (torch.arange(kept.shape[1], device=device)[None] - shift).clamp_min(0)
+    aligned = kept.gather(1, source)  # [B, k]
+    extra = torch.arange(1 + draft.length, out.logits.shape[1], device=device).expand(batch, -1)
+    index = torch.cat([aligned, extra], dim=1)  # [B, k + E]
+    pick = lambda x: None if x is None else x.gather(1, index[..., None].expand(-1, -1, x.shape[-1]))
+    return TargetOutput(logits=pick(out.logits), hidden=pick(out.hidden))

@@ -1,0 +1,86 @@
+"""The stats recorder: GenerationStats from one StepRecord per step."""
+from __future__ import annotations
+
+import torch
+
+from draftverify.draft_length import DraftLength
+from draftverify.drafters.base import NoDrafter
+from draftverify.engine.stats import StatsRecorder, inform_policy, step_record
+from draftverify.tree import TreeSpec
+from draftverify.types import Draft
+
+
+class CountingDrafter(NoDrafter):
+    def timers(self):
+        return {"retokenize": float(self.forward_calls)}
+
+
+def chain(batch: int, n: int, lengths: list[int] | None = None) -> Draft:
+    return Draft(tokens=torch.zeros(batch, n, dtype=torch.long),
+                 lengths=None if lengths is None else torch.tensor(lengths))
+
+
+def test_a_step_record_adds_up_its_rows():
+    # two rows, chain of 3: row 0 accepts 3 but EOS cuts it after 2 tokens; row 1 is rejected at its first draft
+    record = step_record(chain(2, 3), [3, 0], [[7, 8], [9]], gamma=3, rows=2, times=(0.0, 1.0, 3.0, 6.0),
+                         prefill=False)
+    assert (record.drafted, record.emitted_accepted, record.rejections, record.new_tokens) == (6, 2, 1, 3)
+    assert (record.draft_s, record.target_s, record.verify_s) == (1.0, 2.0, 3.0)
+    ragged = step_record(chain(2, 3, [3, 1]), [1, 1], [[1, 2], [3, 4]], 3, 2, (0, 0, 0, 0), False)
+    assert ragged.drafted == 4 and ragged.rejections == 1 and ragged.depths == [3, 1]
+    tree = TreeSpec.from_paths([(0,), (1,), (0, 0)])
+    valid = torch.tensor([[True, True, True], [True, False, False]])
+    trees = step_record(Draft(tokens=torch.zeros(2, 3, dtype=torch.long), tree=tree, valid=valid), [2, 1],
+                        [[1, 2, 3], [4, 5]], 3, 2, (0, 0, 0, 0), False)
+    assert trees.drafted == 4 and trees.depths == [2, 1] and trees.rejections == 0
+
+
+def test_the_recorder_builds_generation_stats():
+    drafter = CountingDrafter()
+    recorder = StatsRecorder(drafter, prompt_tokens=10, started=0.0)
+    assert recorder.stats.time_prefill > 0  # the prefill's time, counted from `started`
+    drafter.forward_calls += 2
+    recorder.step(chain(1, 2), [2], [[1, 2, 3]], 2, 1, (0.0, 0.5, 1.5, 1.75))
+    recorder.step(chain(1, 2), [0], [[4]], 2, 1, (2.0, 2.25, 3.25, 3.5))
+    recorder.joined(prompt_tokens=4, seconds=0.0)
+    recorder.callback(1.0)
+    stats = recorder.finish()
+    assert (stats.prompt_tokens, stats.new_tokens, stats.target_calls) == (14, 4, 2)
+    assert (stats.drafted_tokens, stats.accepted_tokens, stats.rejections) == (4, 2, 1)
+    assert stats.gammas == [2, 2] and stats.chosen_gammas == [2, 2]
+    assert (stats.time_draft, stats.time_target, stats.time_verify) == (0.75, 2.0, 0.5)
+    assert stats.draft_calls == 2 and stats.time_retokenize == 2.0 and stats.prefill_steps == 0
+
+
+def test_a_step_that_decoded_the_prompt_counts_as_prefill():
+    drafter = CountingDrafter()
+    recorder = StatsRecorder(drafter, prompt_tokens=5, started=0.0, carries_prefill=True)
+    before = recorder.stats.time_prefill
+    drafter.forward_calls += 3
+    first = recorder.step(chain(1, 1), [1], [[1, 2]], 1, 1, (0.0, 1.0, 3.0, 3.5))
+    second = recorder.step(chain(1, 1), [1], [[3, 4]], 1, 1, (4.0, 5.0, 7.0, 7.5))
+    assert first.prefill and not second.prefill
+    stats = recorder.finish()
+    assert stats.prefill_steps == 1 and stats.prefill_draft_calls == 3
+    assert stats.time_prefill == before + 3.0 and stats.time_draft == 1.0 and stats.time_target == 2.0
+
+
+class Listening(DraftLength):
+    def __init__(self):
+        self.heard = []
+
+    def next(self, rows=1):
+        return 1
+
+    def update(self, *args):
+        self.heard.append(args)
+
+    def update_rows(self, depths, accepted):
+        self.heard.append((depths, accepted))
+
+
+def test_the_length_policy_hears_batch_totals_and_no_prefill_times():
+    policy = Listening()
+    inform_policy(policy, step_record(chain(2, 2), [2, 1], [[1, 2, 3], [4, 5]], 2, 2, (0, 1, 3, 4), True))
+    inform_policy(policy, step_record(chain(2, 2), [2, 1], [[1, 2, 3], [4, 5]], 2, 2, (0, 1, 3, 4), False))
+    assert policy.heard == [(2, 3, 1, None, None, 2), ([2, 2], [2, 1]), (2, 3, 1, 1, 2, 2), ([2, 2], [2, 1])]
