@@ -3,6 +3,7 @@ Theorem 8's length as a cap that the drafter's own confidence ends early (Confid
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 from .errors import DraftVerifyError
 
@@ -88,7 +89,7 @@ class _LinearFit:
         """Whether two different x were seen (the slope is measured, not assumed 0)."""
         return self.w > 0 and self._var_x() > 1e-9
 
-    def at(self, xs: list[float]) -> list[float]:
+    def at(self, xs: Sequence[float]) -> list[float]:
         """The fit at each x, its line read once (a policy asks for every cap, every step)."""
         mean_x, mean_y = self.wx / self.w, self.wy / self.w
         slope = max(0.0, (self.wxy / self.w - mean_x * mean_y) / self._var_x()) if self.varies else 0.0
@@ -533,4 +534,5 @@ def make_draft_length(gamma: int | str, costs: StepCosts | None = None, context:
         return ConfidenceGamma(_confidence(gamma), costs=costs)
     if gamma == "heuristic":
         return HeuristicGamma(5)
+    assert isinstance(gamma, int)  # parse_gamma returns an int or one of the names above
     return FixedGamma(gamma)

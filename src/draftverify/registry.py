@@ -10,13 +10,18 @@ imported when a drafter is first looked up. A plug-in may pass its class itself 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from .errors import DraftVerifyError
 
+if TYPE_CHECKING:  # the drafter and verifier modules import torch; the registry stays torch-free
+    from .drafters.base import Drafter
+    from .verifiers.base import Verifier
+
 T = TypeVar("T")
+V = TypeVar("V", bound="Verifier")
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ class Method:
     batches: bool = False
     name: str = ""
 
-    def drafter_class(self) -> type:
+    def drafter_class(self) -> type[Drafter]:
         """The drafter's class (imports its module: torch)."""
         return lookup(DRAFTERS, "drafter", self.drafter)
 
@@ -63,40 +68,41 @@ class Method:
         return self.drafter_class().needs_target_modules
 
 
-class LazyClasses(MutableMapping):
+class LazyClasses(MutableMapping[str, "type[Drafter]"]):
     """name -> class, where a class may be given as "module:Class" and is imported when first read. On import the
     class gets its registry name (cls.name) and is checked against the declaration (whether it batches)."""
 
     def __init__(self) -> None:
-        self._refs: dict[str, str | type] = {}
+        self._refs: dict[str, str | type[Drafter]] = {}
         self._batches: dict[str, bool] = {}
 
-    def declare(self, name: str, ref: str | type, batches: bool | None = None) -> None:
+    def declare(self, name: str, ref: str | type[Drafter], batches: bool | None = None) -> None:
         if not isinstance(ref, str):
             self._check(name, ref, batches)
         self._refs[name] = ref
         if batches is not None:
             self._batches[name] = batches
         if not isinstance(ref, str):
-            ref.name = name  # type: ignore[attr-defined]
+            ref.name = name
 
-    def __getitem__(self, name: str) -> type:
+    def __getitem__(self, name: str) -> type[Drafter]:
         ref = self._refs[name]
         if isinstance(ref, str):
             module, _, attr = ref.partition(":")
             ref = getattr(importlib.import_module(module), attr)
+            assert isinstance(ref, type), f"{module}:{attr} is not a class"
             self._check(name, ref, self._batches.get(name))
-            ref.name = name  # type: ignore[attr-defined]
+            ref.name = name
             self._refs[name] = ref
         return ref
 
     @staticmethod
-    def _check(name: str, cls: type, batches: bool | None) -> None:
+    def _check(name: str, cls: type[Drafter], batches: bool | None) -> None:
         if batches is not None and getattr(cls, "supports_batch", batches) != batches:
             raise RuntimeError(f"drafter {name!r} is declared with batches={batches} but {cls.__name__}."
                                f"supports_batch is {cls.supports_batch}: make the declaration say what the class does")
 
-    def __setitem__(self, name: str, cls: type) -> None:
+    def __setitem__(self, name: str, cls: type[Drafter]) -> None:
         self._refs[name] = cls
 
     def __delitem__(self, name: str) -> None:
@@ -112,7 +118,7 @@ class LazyClasses(MutableMapping):
 
 METHODS: dict[str, Method] = {}
 DRAFTERS = LazyClasses()
-VERIFIERS: dict[str, type] = {}
+VERIFIERS: dict[str, type[Verifier]] = {}
 # drafter name -> the options classes it reads (torch-free declarations: the CLI builds its flags from them)
 DRAFTER_OPTIONS: dict[str, tuple[type, ...]] = {}
 SPECS: dict[str, DrafterSpec] = {}  # drafter name -> its declaration
@@ -157,18 +163,18 @@ def load_plugins() -> None:
         point.load()
 
 
-def register_verifier(name: str) -> Callable[[type[T]], type[T]]:
-    def decorator(cls: type[T]) -> type[T]:
+def register_verifier(name: str) -> Callable[[type[V]], type[V]]:
+    def decorator(cls: type[V]) -> type[V]:
         if name in VERIFIERS:
             raise RuntimeError(f"verifier {name!r} registered twice")
         VERIFIERS[name] = cls
-        cls.name = name  # type: ignore[attr-defined]
+        cls.name = name
         return cls
 
     return decorator
 
 
-def lookup(table: MutableMapping | dict, kind: str, name: str) -> type:
+def lookup(table: Mapping[str, T], kind: str, name: str) -> T:
     try:
         return table[name]
     except KeyError:

@@ -6,39 +6,7 @@ from collections import OrderedDict
 import torch
 
 from .errors import DraftVerifyError
-from .types import SamplingParams
-
-
-class RowParams:
-    """Sampling settings per row of a batch whose rows differ (each row its own temperature / top-k / top-p / seed,
-    as vLLM serves requests): every transform runs once per group of rows that share their settings, so a row's
-    tokens are exactly what its own settings give alone. One shared setting is a plain SamplingParams instead
-    (`row_params`), so a uniform batch pays nothing for this."""
-
-    def __init__(self, rows: list[SamplingParams]):
-        self.rows = list(rows)
-
-    @staticmethod
-    def key(p: SamplingParams) -> tuple:
-        """What groups rows: everything but the seed, which each row keeps anyway (DecodingState.seeds)."""
-        return (p.temperature, p.top_k, p.top_p, p.coupled)
-
-    def groups(self) -> list[tuple[SamplingParams, torch.Tensor]]:
-        """(settings, row indices [G]) per group, in the order the groups first appear."""
-        found: dict[tuple, tuple[SamplingParams, list[int]]] = {}
-        for b, p in enumerate(self.rows):
-            found.setdefault(self.key(p), (p, []))[1].append(b)
-        return [(p, torch.tensor(rows)) for p, rows in found.values()]
-
-    @property
-    def greedy(self) -> bool:
-        return all(p.greedy for p in self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __repr__(self) -> str:
-        return f"RowParams({self.rows!r})"
+from .types import RowParams, SamplingParams
 
 
 def row_params(params: SamplingParams | RowParams | list[SamplingParams]) -> SamplingParams | RowParams:
@@ -67,6 +35,7 @@ def by_rows(params: SamplingParams | RowParams, fn, rows: torch.Tensor) -> torch
         if out is None:
             out = part.new_empty((rows.shape[0],) + tuple(part.shape[1:]))
         out[index.to(out.device)] = part
+    assert out is not None  # a RowParams holds at least one row
     return out
 
 
@@ -204,6 +173,7 @@ def draw_next(probs: torch.Tensor, state, offset: int) -> torch.Tensor:
         if not params.coupled:
             return draw(part, params, state.generator, 0)
         picked = range(len(positions)) if rows is None else rows.tolist()
+        assert seeds is not None  # a coupled row is not greedy, so neither is the batch: its seeds were drawn
         noise = torch.stack([gumbel_noise(seeds[b], positions[b], 1, probs.shape[-1], probs.device)[0] for b in picked])
         return gumbel_argmax(part, noise)
 

@@ -53,7 +53,7 @@ class TreeSpec:
         children: dict[int, int] = {}
         for j, p in enumerate(parents.tolist()):  # built once per tree shape, not per step
             ranks[j] = children.get(p, 0)
-            children[p] = ranks[j].item() + 1
+            children[p] = int(ranks[j]) + 1
             if p >= 0:
                 ancestor[j] |= ancestor[p]
                 depth[j] = depth[p] + 1
@@ -127,7 +127,7 @@ def row_trees(rows: Sequence[tuple[Sequence[int], Sequence[int]]], device: torch
     tokens [B, N] (0 where a row lacks a node) and valid [B, N] (False there; None when every row has every node).
     A node a row lacks has no descendants in that row, and is never accepted (verifiers read Draft.valid)."""
     row_paths: list[list[tuple[int, ...]]] = []
-    for tokens, parents in rows:
+    for _, parents in rows:
         paths: list[tuple[int, ...]] = []
         taken: dict[int, int] = {}  # parent -> children so far (the next child's rank)
         for parent in parents:

@@ -48,6 +48,38 @@ class SamplingParams:
         return self.coupling if self.coupling is not None else self.seed is not None
 
 
+class RowParams:
+    """Sampling settings per row of a batch whose rows differ (each row its own temperature / top-k / top-p / seed,
+    as vLLM serves requests): every transform runs once per group of rows that share their settings, so a row's
+    tokens are exactly what its own settings give alone. One shared setting is a plain SamplingParams instead
+    (`sampling.row_params`), so a uniform batch pays nothing for this."""
+
+    def __init__(self, rows: list[SamplingParams]):
+        self.rows = list(rows)
+
+    @staticmethod
+    def key(p: SamplingParams) -> tuple:
+        """What groups rows: everything but the seed, which each row keeps anyway (DecodingState.seeds)."""
+        return (p.temperature, p.top_k, p.top_p, p.coupled)
+
+    def groups(self) -> list[tuple[SamplingParams, torch.Tensor]]:
+        """(settings, row indices [G]) per group, in the order the groups first appear."""
+        found: dict[tuple, tuple[SamplingParams, list[int]]] = {}
+        for b, p in enumerate(self.rows):
+            found.setdefault(self.key(p), (p, []))[1].append(b)
+        return [(p, torch.tensor(rows)) for p, rows in found.values()]
+
+    @property
+    def greedy(self) -> bool:
+        return all(p.greedy for p in self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __repr__(self) -> str:
+        return f"RowParams({self.rows!r})"
+
+
 @dataclass
 class DecodingState:
     """What a drafter may read when proposing: the committed sequence so far."""
@@ -55,7 +87,7 @@ class DecodingState:
     tokens: torch.Tensor  # [B, L] committed decoder-side tokens (prompt + generated); last one not yet in the target cache
     source_ids: torch.Tensor | None  # [B, S] encoder input for encoder-decoder targets, else None
     prompt_length: int  # number of leading entries of `tokens` that came from the prompt
-    params: SamplingParams
+    params: SamplingParams | RowParams  # RowParams: rows with settings of their own
     generator: torch.Generator | None  # seeded RNG shared by drafter and verifier (None when greedy)
     # rows are the unit (one row is a batch of one): `tokens` is left-padded (every row ends in the last column)
     # and lengths [B] counts each row's real tokens; seeds [B] key each row's coupled sampling noise (None when
@@ -78,14 +110,17 @@ class DecodingState:
     @property
     def padded(self) -> bool:
         """True when some row is shorter than `tokens` (left padding)."""
+        assert self.lengths is not None  # set by __post_init__
         return bool((self.lengths < self.tokens.shape[1]).any())
 
     def row(self, b: int) -> torch.Tensor:
         """Row b's real tokens [L_b] (without the left padding of a batch)."""
+        assert self.lengths is not None  # set by __post_init__
         return self.tokens[b, self.tokens.shape[1] - int(self.lengths[b]) :]
 
     def next_position(self, offset: int = 0) -> torch.Tensor:
         """Decoder index [B] of each row's token `offset` after its last committed one."""
+        assert self.lengths is not None  # set by __post_init__
         return self.lengths + offset
 
 

@@ -32,8 +32,9 @@ counts that first step's time as the prefill's and keeps it out of the length po
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -105,14 +106,16 @@ class TargetModules:
     logits_bias: torch.Tensor | None = None  # [1, V], added after the LM head (BART / Marian), or None
 
     @classmethod
-    def of(cls, model: nn.Module) -> "TargetModules":
+    def of(cls, model: Any) -> "TargetModules":  # a transformers PreTrainedModel (the core imports no transformers)
         """A Hugging Face model's (its get_input_embeddings, get_output_embeddings and final_logits_bias)."""
         return cls(model.get_input_embeddings(), model.get_output_embeddings(),
                    getattr(model, "final_logits_bias", None))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The output layer on hidden [..., H] -> logits [..., V], in the LM head's dtype."""
-        logits = self.output_embeddings(hidden.to(self.output_embeddings.weight.dtype))
+        weight = self.output_embeddings.weight
+        assert isinstance(weight, torch.Tensor)  # an LM head holds its weight as a tensor
+        logits = self.output_embeddings(hidden.to(weight.dtype))
         return logits if self.logits_bias is None else logits + self.logits_bias.to(logits.dtype)
 
 
@@ -162,6 +165,12 @@ class OneRow:
     """The protocol's row calls for a backend that holds one row, in terms of its commit and length."""
 
     supports_rows = False
+    # what the backend itself declares (annotations only: the backend's own attributes and methods are the ones read)
+    name: str
+    device: torch.device
+    length: int  # positions in its cache
+    committed: int  # of them, the settled ones
+    commit: Callable[[int], None]
 
     @property
     def row_length(self) -> torch.Tensor:
@@ -211,8 +220,9 @@ def check_backend(target: LMBackend | type, drafter_cls: type, method: str, batc
         return bool(getattr(kind, flag, True))  # a flag set per model (in __init__) is not the backend's to refuse
 
     needs = []
-    if getattr(drafter_cls, "needs_target_modules", "") and not offers("has_modules"):
-        needs.append(drafter_cls.needs_target_modules)
+    modules = getattr(drafter_cls, "needs_target_modules", "")
+    if modules and not offers("has_modules"):
+        needs.append(modules)
     elif getattr(drafter_cls, "needs_target_hidden", False) and not offers("exposes_hidden"):
         needs.append("the target's hidden states")
     if getattr(drafter_cls, "proposes_trees", False) and not offers("takes_positions"):

@@ -43,6 +43,7 @@ class BackendEntry:
 
     def load(self, *args: Any, **kwargs: Any):
         """Its loader on load()'s arguments (api.load hands them over after checking them)."""
+        assert self.loader is not None  # target_backend hands out only the entries that run a target
         return _attribute(self.loader)(*args, **kwargs)
 
     def installed(self) -> bool:

@@ -35,7 +35,8 @@ def _generator_seed(params: SamplingParams | RowParams, batch: int) -> int:
     if isinstance(params, SamplingParams):
         return params.seed if params.seed is not None else fresh_seed()
     sampled = [p.seed for p in params_rows(params, batch) if not p.greedy]
-    return sampled[0] if sampled and all(s is not None for s in sampled) else fresh_seed()
+    seeded = [s for s in sampled if s is not None]
+    return seeded[0] if sampled and len(seeded) == len(sampled) else fresh_seed()
 
 
 def row_generator(params: SamplingParams | RowParams, batch: int, seeds: list[int | None] | None, joins: bool,
@@ -111,6 +112,7 @@ class Scheduler:
         target.drop_rows(keep)
         drafter.drop_rows(keep)
         rows = keep.to(state.tokens.device)
+        assert state.lengths is not None  # set by DecodingState.__post_init__
         state.tokens, state.lengths = trim_rows(state.tokens[rows], state.lengths[rows])
         kept = keep.tolist()
         if state.seeds is not None:
@@ -133,11 +135,12 @@ class Scheduler:
         device = state.tokens.device
         ids = torch.tensor([[0] * (width - len(r)) + r for r in prompts], device=device)
         mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in prompts], device=device)
-        target.join_rows(ids, mask)
+        target.join_rows(ids, mask)  # type: ignore[attr-defined]  # only supports_rows backends join (check_backend)
         drafter.join_rows(ids, mask)
         total = max(width, state.tokens.shape[1])
         pad = lambda t: torch.cat([t.new_zeros((t.shape[0], total - t.shape[1])), t], dim=1)
         state.tokens = torch.cat([pad(state.tokens), pad(ids)])
+        assert state.lengths is not None  # set by DecodingState.__post_init__
         state.lengths = torch.cat([state.lengths, mask.long().sum(dim=1)])
         batch_rows = params_rows(state.params, state.tokens.shape[0] - len(requests))
         state.params = row_params(batch_rows + [r.params if r.params is not None else batch_rows[0]

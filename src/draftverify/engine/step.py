@@ -62,7 +62,8 @@ def score(target: LMBackend, drafter: Drafter, state: DecodingState, draft: Draf
 def verify(verifier: Verifier, draft: Draft, logits: torch.Tensor, state: DecodingState) -> tuple[Verdict, list[int]]:
     """The verifier's verdict on the target's logits [B, 1+N, V] and each row's accepted count (the step's one
     host sync)."""
-    verdict = verifier.verify(draft, logits, state.params, state.generator)
+    # RowParams reach only per_row_params verifiers (exact), which take them (loop's _check_row_params)
+    verdict = verifier.verify(draft, logits, state.params, state.generator)  # type: ignore[arg-type]
     return verdict, verdict.num_accepted.tolist()
 
 
@@ -75,6 +76,7 @@ def commit(target: LMBackend, drafter: Drafter, state: DecodingState, draft: Dra
         target.commit_rows(kept)
     else:
         target.commit(kept)
+    assert state.lengths is not None  # set by DecodingState.__post_init__
     state.tokens, state.lengths = append_rows(state.tokens, state.lengths, emitted)
     drafter.commit(state, verdict, scored_for_drafter(out, kept, draft) if drafter.needs_target_hidden else None)
 
@@ -116,5 +118,5 @@ def scored_for_drafter(out: TargetOutput, kept: torch.Tensor, draft: Draft) -> T
     aligned = kept.gather(1, source)  # [B, k]
     extra = torch.arange(1 + draft.length, out.logits.shape[1], device=device).expand(batch, -1)
     index = torch.cat([aligned, extra], dim=1)  # [B, k + E]
-    pick = lambda x: None if x is None else x.gather(1, index[..., None].expand(-1, -1, x.shape[-1]))
-    return TargetOutput(logits=pick(out.logits), hidden=pick(out.hidden))
+    pick = lambda x: x.gather(1, index[..., None].expand(-1, -1, x.shape[-1]))
+    return TargetOutput(logits=pick(out.logits), hidden=None if out.hidden is None else pick(out.hidden))

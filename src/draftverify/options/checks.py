@@ -21,6 +21,7 @@ def missing_file_advice(name: str, opt: Option, zoo: str | None) -> str:
     """What to do when a needed file is missing: the declaration's own advice, else where one ships and the flag."""
     if opt.advice is not None:
         return opt.advice(zoo)
+    assert opt.zoo is not None  # only a zoo-filled field misses a file
     return f"{shipped(opt.zoo)}; pass {opt.flag} PATH (API: {name}=PATH), or use another method"
 
 

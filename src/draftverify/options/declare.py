@@ -38,7 +38,10 @@ def declaration(f: Field) -> Option | None:
 
 
 def default_of(f: Field) -> Any:
-    return f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
+    if f.default is not MISSING:
+        return f.default
+    assert callable(f.default_factory)  # a declared field has a default or a factory
+    return f.default_factory()
 
 
 def field_types(cls: type) -> dict[str, Any]:

@@ -60,8 +60,8 @@ def greedy_verdict(draft_tokens: torch.Tensor, choice: torch.Tensor) -> Verdict:
     choice [B, N+1], then the choice after it. One row on the CPU walks Python lists instead: after a llama.cpp
     forward has streamed the target's weights through the caches, each small tensor op pays its dispatch again."""
     if draft_tokens.shape[0] != 1 or draft_tokens.device.type != "cpu":
-        n = accepted_prefix_length(draft_tokens == choice[:, : draft_tokens.shape[1]])  # [B]
-        return make_verdict(draft_tokens, n, gather_at(choice, n))
+        accepted = accepted_prefix_length(draft_tokens == choice[:, : draft_tokens.shape[1]])  # [B]
+        return make_verdict(draft_tokens, accepted, gather_at(choice, accepted))
     drafted, chosen = draft_tokens[0].tolist(), choice[0].tolist()
     n = 0
     while n < len(drafted) and drafted[n] == chosen[n]:

@@ -52,7 +52,7 @@ class ExactVerifier(Verifier):
         return self._rules[key]
 
     @property
-    def name(self) -> str:
+    def name(self) -> str:  # type: ignore[override]  # read-only by design: the chain rule in use names it
         """The chain rule's name (greedy, gumbel_coupling, speculative_sampling): what a user reads in reports."""
         return self.chain.name
 
