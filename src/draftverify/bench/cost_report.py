@@ -15,7 +15,6 @@ def render_cost_markdown(result: dict) -> str:
     cfg, env, ver = result["config"], result["machine"], result["versions"]
     modes = result["modes"]
     names = list(modes)
-    sizes = cfg["sizes"]
     lines = [
         f"# Cost of one target forward scoring n tokens ({result['label']}: `{result['target']}`)",
         "",

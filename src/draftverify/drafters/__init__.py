@@ -17,5 +17,5 @@ from .prompt_lookup_tree import PromptLookupTreeDrafter
 
 __all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable",
            "ModelTreeDrafter", "PromptLookupTreeDrafter", "LookupModelDrafter", "BlockwiseDrafter", "BlockwiseHeads",
-           "BlockwiseNgramDrafter", "BlockwisePBestDrafter", "BitaAdapter", "BitaDrafter", "BitaEfficientDrafter",
+           "BlockwiseNgramDrafter", "BlockwisePBestDrafter", "BlockwiseNeuralDrafter", "BitaAdapter", "BitaDrafter", "BitaEfficientDrafter",
            "BitaFullTreeDrafter", "NatDrafter", "NatDecoder", "CrossTokenizerDrafter"]

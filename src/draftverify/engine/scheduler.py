@@ -138,7 +138,10 @@ class Scheduler:
         target.join_rows(ids, mask)  # type: ignore[attr-defined]  # only supports_rows backends join (check_backend)
         drafter.join_rows(ids, mask)
         total = max(width, state.tokens.shape[1])
-        pad = lambda t: torch.cat([t.new_zeros((t.shape[0], total - t.shape[1])), t], dim=1)
+
+        def pad(t: torch.Tensor) -> torch.Tensor:  # [R, W] -> [R, total], zeros on the left
+            return torch.cat([t.new_zeros((t.shape[0], total - t.shape[1])), t], dim=1)
+
         state.tokens = torch.cat([pad(state.tokens), pad(ids)])
         assert state.lengths is not None  # set by DecodingState.__post_init__
         state.lengths = torch.cat([state.lengths, mask.long().sum(dim=1)])

@@ -118,5 +118,8 @@ def scored_for_drafter(out: TargetOutput, kept: torch.Tensor, draft: Draft) -> T
     aligned = kept.gather(1, source)  # [B, k]
     extra = torch.arange(1 + draft.length, out.logits.shape[1], device=device).expand(batch, -1)
     index = torch.cat([aligned, extra], dim=1)  # [B, k + E]
-    pick = lambda x: x.gather(1, index[..., None].expand(-1, -1, x.shape[-1]))
+
+    def pick(x: torch.Tensor) -> torch.Tensor:  # [B, n, D] -> [B, k + E, D]
+        return x.gather(1, index[..., None].expand(-1, -1, x.shape[-1]))
+
     return TargetOutput(logits=pick(out.logits), hidden=None if out.hidden is None else pick(out.hidden))

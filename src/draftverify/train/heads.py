@@ -20,7 +20,7 @@ import json
 import time
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .tokenizer import tokenizer_hash
 from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything
+
+if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
+    import torch
 
 IGNORE = -100
 FEATURES_VERSION = 1
