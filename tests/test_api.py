@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
+from conftest import save_llama
 from draftverify import DraftVerifyError, SamplingParams
 from draftverify.api import load, zoo_paths
 from draftverify.drafters import NgramTable
-from conftest import save_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "zoo" / "code" / "tokenizer"
@@ -306,8 +306,9 @@ def healed_reference(model_dirs, prompt: str, new: int) -> tuple[list[int], str]
     """Computed here without draftverify: back up over the last token, let the first new token be any token whose
     own text starts with the removed text (brute force over the vocabulary), greedy after that."""
     import torch
-    from conftest import reference_greedy
     from transformers import AutoModelForCausalLM
+
+    from conftest import reference_greedy
 
     tokenizer = AutoTokenizer.from_pretrained(model_dirs / "target")
     model = AutoModelForCausalLM.from_pretrained(model_dirs / "target").eval()
@@ -362,7 +363,6 @@ def test_a_batch_heals_each_row_on_its_own(model_dirs):
 
 def test_healing_an_encoder_decoder_target_is_a_clear_error():
     from conftest import build_model
-
     from draftverify.api import Pipeline
 
     with pytest.raises(DraftVerifyError, match="encoder-decoder"):

@@ -13,10 +13,9 @@ import copy
 
 import pytest
 import torch
-from conftest import VOCAB, build_model, forward_atol, perturbed_copy, reference_greedy, target_and_reference
-from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM)
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from conftest import VOCAB, build_model, forward_atol, perturbed_copy, reference_greedy, target_and_reference
 from draftverify import DraftVerifyError, RowRequest, SamplingParams, generate
 from draftverify.backends.base import is_backend
 from draftverify.backends.lean import LeanLM

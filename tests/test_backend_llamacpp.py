@@ -21,9 +21,9 @@ import torch
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
 
-from conftest import save_llama  # noqa: E402
 from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
 
+from conftest import save_llama  # noqa: E402
 from draftverify import DraftVerifyError, generate  # noqa: E402
 from draftverify.backends import DEFAULT_DRAFT_GGUF  # noqa: E402
 from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402

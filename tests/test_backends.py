@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import target_and_reference
 
+from conftest import target_and_reference
 from draftverify import CachedLM, DraftVerifyError, generate
 from draftverify.backends.base import LMBackend, OneRow, check_backend, is_backend
 from draftverify.methods import MethodOptions, build_drafter, build_verifier

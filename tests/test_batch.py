@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import VOCAB, chi2_critical, chi2_statistic, perturbed_copy, varied_model
-from conftest import reference_greedy as _reference_greedy
 
+from conftest import (
+    VOCAB,
+    chi2_critical,
+    chi2_statistic,
+    perturbed_copy,
+    reference_greedy as _reference_greedy,
+    varied_model,
+)
 from draftverify import DraftVerifyError, RowRequest, SamplingParams, generate
 from draftverify.cached_lm import CachedLM
 from draftverify.draft_length import AutoGamma
-from draftverify.drafters import EarlyExitDrafter, LookupModelDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
+from draftverify.drafters import (
+    EarlyExitDrafter,
+    LookupModelDrafter,
+    ModelDrafter,
+    NgramDrafter,
+    NgramTable,
+    NoDrafter,
+    PromptLookupDrafter,
+)
 from draftverify.sampling import probs_from_logits
 from draftverify.verifiers import GreedyVerifier, GumbelCouplingVerifier, SpeculativeSamplingVerifier
 from draftverify.verifiers.exact import ExactVerifier
@@ -598,8 +612,8 @@ def test_row_trees_put_each_rows_trie_on_one_shape_and_tree_sampling_follows_p()
     is distributed as the target's p for that prompt (chi-square); a node a row lacks is never a candidate."""
     from draftverify.drafters.prompt_lookup_tree import trie
     from draftverify.tree import row_trees
-    from draftverify.verifiers import TreeSpeculativeSamplingVerifier
     from draftverify.types import Draft
+    from draftverify.verifiers import TreeSpeculativeSamplingVerifier
 
     tree, tokens, valid = row_trees([trie([[3, 4], [3, 5], [6]]), trie([[7]])])
     assert tree.size == 4 and valid.tolist() == [[True, True, True, True], [True, False, False, False]]
@@ -623,7 +637,7 @@ def test_row_trees_put_each_rows_trie_on_one_shape_and_tree_sampling_follows_p()
 def test_lattice_bpd_rows_equal_their_own_greedy_text(p):
     """bpd_ngram (p = 1: each row's best rescored path, a chain) and bpd_pbest (p = 3: each row's trie of its p
     best paths on one tree shape): every row rescores its own lattice with its own context."""
-    from draftverify.drafters import BlockwiseNgramDrafter, BlockwiseHeads
+    from draftverify.drafters import BlockwiseHeads, BlockwiseNgramDrafter
 
     model = model_for("llama")
     limits = [NEW, NEW - 7, NEW, 5]

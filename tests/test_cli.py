@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from test_api import PROMPT, model_dirs  # noqa: F401  (shared fixture)
 from typer.testing import CliRunner
 
 from draftverify.cli import app
+from test_api import PROMPT, model_dirs  # noqa: F401  (shared fixture)
 
 runner = CliRunner()
 SCRIPT = Path(sys.executable).with_name("draftverify")

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import pytest
-from test_api import PROMPT, model_dirs  # noqa: F401  (shared fixture)
 
 from draftverify.api import load
 from draftverify.compiling import Comparison, break_even_tokens, compile_widths
+from test_api import PROMPT, model_dirs  # noqa: F401  (shared fixture)
 
 
 @pytest.mark.parametrize("max_width, fixed, widths", [(5, True, (1, 5)), (1, True, (1,)), (4, True, (1, 4)),
@@ -42,8 +42,14 @@ def test_drafters_declare_the_models_they_call_and_the_widths_they_verify(models
     """What compiling reads of a drafter is its declaration (Drafter.models, Drafter.verify_width), never its
     attributes: the draft models it calls (a nested drafter's lagging), and its widest verify at a draft length."""
     from draftverify.compiling import compiled_models, max_verify_width
-    from draftverify.drafters import (EarlyExitDrafter, LookupModelDrafter, ModelDrafter, ModelTreeDrafter,
-                                      PromptLookupDrafter, PromptLookupTreeDrafter)
+    from draftverify.drafters import (
+        EarlyExitDrafter,
+        LookupModelDrafter,
+        ModelDrafter,
+        ModelTreeDrafter,
+        PromptLookupDrafter,
+        PromptLookupTreeDrafter,
+    )
 
     model = models("llama", layers=3)
     chain = ModelDrafter(model)

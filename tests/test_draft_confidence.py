@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import perturbed_copy, varied_model
-from conftest import reference_greedy as _reference_greedy
 
+from conftest import perturbed_copy, reference_greedy as _reference_greedy, varied_model
 from draftverify import SamplingParams, generate
 from draftverify.draft_length import ConfidenceGamma
 from draftverify.drafters import LookupModelDrafter, ModelDrafter, NoDrafter
@@ -318,7 +317,6 @@ def test_uncoupled_sampling_with_the_stop_follows_the_target_distribution():
     first token and not others: each row's second token is distributed as the target's two-step marginal
     sum_x1 p(x1) p(x2 | x1)."""
     from conftest import chi2_critical, chi2_statistic
-
     from draftverify.sampling import probs_from_logits
     from draftverify.verifiers import SpeculativeSamplingVerifier
 

@@ -6,8 +6,16 @@ from typing import Callable
 
 import pytest
 
-from draftverify.draft_length import (AutoGamma, ConfidenceGamma, DraftLength, FixedGamma, HeuristicGamma, StepCosts,
-                                      make_draft_length, parse_gamma)
+from draftverify.draft_length import (
+    AutoGamma,
+    ConfidenceGamma,
+    DraftLength,
+    FixedGamma,
+    HeuristicGamma,
+    StepCosts,
+    make_draft_length,
+    parse_gamma,
+)
 from draftverify.errors import DraftVerifyError
 from draftverify.theory import optimal_gamma
 

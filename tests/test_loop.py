@@ -4,20 +4,33 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ALL_ARCHS, CAUSAL_ARCHS, VOCAB, perturbed_copy, reference_greedy, varied_model
 
+from conftest import ALL_ARCHS, CAUSAL_ARCHS, VOCAB, perturbed_copy, reference_greedy, varied_model
 from draftverify import DraftVerifyError, RowRequest, SamplingParams, generate
-from draftverify.drafters import EarlyExitDrafter, LookupModelDrafter, ModelDrafter, NgramDrafter, NgramTable, NoDrafter, PromptLookupDrafter
 from draftverify.draft_length import DraftLength, make_draft_length
+from draftverify.drafters import (
+    EarlyExitDrafter,
+    LookupModelDrafter,
+    ModelDrafter,
+    NgramDrafter,
+    NgramTable,
+    NoDrafter,
+    PromptLookupDrafter,
+)
 from draftverify.drafters.base import Drafter
 from draftverify.drafters.early_exit import shallow_view
+from draftverify.drafters.extra_positions import ExtraPositionsTarget, VerifyExtras
 from draftverify.methods import MethodOptions, build_verifier
 from draftverify.sampling import gumbel_argmax, gumbel_noise, probs_from_logits
 from draftverify.tree import TreeSpec
-from draftverify.drafters.extra_positions import ExtraPositionsTarget, VerifyExtras
 from draftverify.types import Draft
-from draftverify.verifiers import (BildVerifier, GreedyVerifier, GumbelCouplingVerifier, SpeculativeSamplingVerifier,
-                                  TopBetaVerifier)
+from draftverify.verifiers import (
+    BildVerifier,
+    GreedyVerifier,
+    GumbelCouplingVerifier,
+    SpeculativeSamplingVerifier,
+    TopBetaVerifier,
+)
 
 PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
 NEW = 40

@@ -9,8 +9,15 @@ import pytest
 
 from draftverify.methods import METHODS, build_verifier, registered_methods
 from draftverify.options import MethodOptions
-from draftverify.registry import (DRAFTER_OPTIONS, DRAFTERS, SPECS, DrafterSpec, MethodEntry, register_methods,
-                                  unregister_methods)
+from draftverify.registry import (
+    DRAFTER_OPTIONS,
+    DRAFTERS,
+    SPECS,
+    DrafterSpec,
+    MethodEntry,
+    register_methods,
+    unregister_methods,
+)
 from draftverify.types import SamplingParams
 
 LOSSY_VERIFIERS = {"bild", "topbeta"}  # they trade the target's distribution for speed

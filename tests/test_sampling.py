@@ -11,8 +11,17 @@ import pytest
 import torch
 
 from draftverify.errors import DraftVerifyError
-from draftverify.sampling import (choose, draw, filter_logits, gumbel_argmax, gumbel_noise, position_seed, probs_from_logits,
-                                  residual, sample)
+from draftverify.sampling import (
+    choose,
+    draw,
+    filter_logits,
+    gumbel_argmax,
+    gumbel_noise,
+    position_seed,
+    probs_from_logits,
+    residual,
+    sample,
+)
 from draftverify.types import SamplingParams
 
 torch.set_num_threads(1)

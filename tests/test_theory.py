@@ -13,8 +13,7 @@ import re
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from draftverify.theory import (
     OptimalGamma,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_backends import RecomputingLM
 
 from draftverify import DraftVerifyError, generate
 from draftverify.drafters.base import NoDrafter
@@ -12,6 +11,7 @@ from draftverify.drafters.prompt_lookup import PromptLookupDrafter
 from draftverify.methods import MethodOptions, build_verifier
 from draftverify.threads import torch_threads
 from draftverify.types import SamplingParams
+from test_backends import RecomputingLM
 
 
 class ThreadsSeen(PromptLookupDrafter):

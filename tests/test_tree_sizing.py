@@ -4,10 +4,9 @@ exact while it sizes."""
 from __future__ import annotations
 
 import torch
-from conftest import perturbed_copy, target_and_reference
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
+from conftest import perturbed_copy, target_and_reference
 from draftverify import SamplingParams, generate
 from draftverify.draft_length import StepCosts
 from draftverify.drafters import ModelTreeDrafter

@@ -21,9 +21,9 @@ from rich.table import Table
 from . import __version__
 from .bench import folders
 from .bench.commands import register as register_bench_commands
+from .bench.runner_families import ALIGNED_SUFFIX, BASELINES, PEER_FAMILIES, drafting_methods
 from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
 from .cli_flags import declared_flags
-from .bench.runner_families import ALIGNED_SUFFIX, BASELINES, PEER_FAMILIES, drafting_methods
 from .cli_help import batching_note, draft_methods, flag, one_row_methods
 from .draft_length import DEFAULT_GAMMA, parse_gamma
 from .errors import DraftVerifyError
@@ -736,10 +736,9 @@ def bita_report(
     import shlex
 
     from .api import zoo_paths
-    from .bench.bita_report import TABLES
+    from .bench.bita_report import TABLES, main as report_main
     from .options import zoo_files
     from .zoo import zoo_folder
-    from .bench.bita_report import main as report_main
 
     chosen = tuple(t.strip() for t in tables.split(",") if t.strip())
     if not chosen or any(t not in TABLES for t in chosen):

@@ -9,8 +9,14 @@ from bench_fixtures import TOKENIZER
 
 from draftverify import DraftVerifyError
 from draftverify.backends import gguf as gguf_module
-from draftverify.backends.gguf import (LLAMA_CPP_ENV, check_convertible, convert, converter_available, is_gpt2_pre_tokenizer,
-                                       llama_cpp_dir)
+from draftverify.backends.gguf import (
+    LLAMA_CPP_ENV,
+    check_convertible,
+    convert,
+    converter_available,
+    is_gpt2_pre_tokenizer,
+    llama_cpp_dir,
+)
 
 ZOO_TARGET = Path(__file__).resolve().parents[2] / "zoo" / "code" / "target"
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 from bench_fixtures import model_dir  # noqa: F401  (fixture)
 
-from draftverify.bench import llamacpp
 from draftverify.backends.gguf import converter_available
+from draftverify.bench import llamacpp
 from draftverify.bench.config import BenchConfig
 from draftverify.bench.models import load_models
 

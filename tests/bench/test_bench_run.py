@@ -13,8 +13,8 @@ from bench_fixtures import data_dir, model_args, model_dir  # noqa: F401  (fixtu
 from typer.testing import CliRunner
 
 import draftverify
-from draftverify.bench import llamacpp, run_bench
 from draftverify.backends.gguf import converter_available
+from draftverify.bench import llamacpp, run_bench
 from draftverify.bench.summary import cost_ratio
 from draftverify.cli import app
 from draftverify.theory import walltime_factor

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from parallel_corpus import write_parallel_corpus
 from typer.testing import CliRunner
 
 from draftverify.bench.prompts import load_prompts
@@ -15,6 +14,7 @@ from draftverify.cli import app
 from draftverify.drafters import NatDecoder
 from draftverify.train.seq2seq import make_config
 from draftverify.train.translation_data import train_joint_tokenizer
+from parallel_corpus import write_parallel_corpus
 
 torch.set_num_threads(1)
 

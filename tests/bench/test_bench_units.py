@@ -8,12 +8,12 @@ from torch import nn
 from typer.testing import CliRunner
 
 from draftverify import DraftVerifyError
-from draftverify.bench.config import BenchConfig, parse_floats, parse_gammas
 from draftverify.bench.cli import summary_table
+from draftverify.bench.config import BenchConfig, parse_floats, parse_gammas
 from draftverify.bench.counting import ForwardCounter, step_accounting
+from draftverify.bench.ours import default_early_exit_layers
 from draftverify.bench.prompts import Prompt
 from draftverify.bench.report import overshoot_text, render_markdown
-from draftverify.bench.ours import default_early_exit_layers
 from draftverify.bench.runners import HFRunner, Hooks, OursRunner
 from draftverify.bench.summary import equality_failures, summarize
 from draftverify.cli import app

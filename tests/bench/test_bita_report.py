@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import torch
-from conftest import varied_model
 
+from conftest import varied_model
 from draftverify.bench import bita_report as br
 from draftverify.drafters import BitaAdapter
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from conftest import VOCAB, build_model, varied_model
 
+from conftest import VOCAB, build_model, varied_model
 from draftverify.bench import bpd_report as br
 from draftverify.drafters import BlockwiseHeads
 from draftverify.drafters.ngram import NgramTable

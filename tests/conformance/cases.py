@@ -3,8 +3,8 @@ registered method among them)."""
 from __future__ import annotations
 
 import pytest
-from conftest import ALL_ARCHS
 
+from conftest import ALL_ARCHS
 from draftverify.types import SamplingParams
 
 from .conftest import is_lossless, registered_methods

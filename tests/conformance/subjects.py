@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import VOCAB, perturbed_copy, reference_greedy, save_llama, varied_model
-from tokenizer_pairs import TARGET_FILES, bpe_tokenizer
 
+from conftest import VOCAB, perturbed_copy, reference_greedy, save_llama, varied_model
 from draftverify.api import Pipeline, load
 from draftverify.backends.gguf import GGUF_CACHE_ENV, converter_available
 from draftverify.errors import DraftVerifyError
 from draftverify.methods import MethodOptions
 from draftverify.types import GenerationOutput, SamplingParams
+from tokenizer_pairs import TARGET_FILES, bpe_tokenizer
 
 from .conftest import DRAFT_MODEL
 from .pieces import method_options

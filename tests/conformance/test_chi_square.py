@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build_model, chi2_critical, chi2_statistic
 
+from conftest import build_model, chi2_critical, chi2_statistic
 from draftverify import generate
 from draftverify.cached_lm import CachedLM
 from draftverify.methods import (

@@ -3,13 +3,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import chi2_critical, chi2_statistic, forward_atol, target_and_reference, varied_model
 
+from conftest import chi2_critical, chi2_statistic, forward_atol, target_and_reference, varied_model
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.cached_lm import CachedLM
 from draftverify.drafters import NoDrafter
-from draftverify.drafters.bita import (BitaDrafter, BitaEfficientDrafter, BitaFullTreeDrafter, efficient_tree, full_tree,
-                                       mask_groups)
+from draftverify.drafters.bita import (
+    BitaDrafter,
+    BitaEfficientDrafter,
+    BitaFullTreeDrafter,
+    efficient_tree,
+    full_tree,
+    mask_groups,
+)
 from draftverify.drafters.bita_adapter import BitaAdapter
 from draftverify.methods import METHODS, MethodOptions, build_drafter, build_verifier
 from draftverify.train.bita import mask_logits

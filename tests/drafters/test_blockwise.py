@@ -5,8 +5,8 @@ import copy
 
 import pytest
 import torch
-from conftest import CAUSAL_ARCHS, chi2_critical, chi2_statistic, reference_greedy, varied_model, target_and_reference
 
+from conftest import CAUSAL_ARCHS, chi2_critical, chi2_statistic, reference_greedy, target_and_reference, varied_model
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.cached_lm import CachedLM
 from draftverify.drafters import BlockwiseDrafter, BlockwiseHeads

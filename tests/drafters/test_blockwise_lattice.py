@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import CAUSAL_ARCHS, VOCAB, chi2_critical, chi2_statistic, target_and_reference
 
+from conftest import CAUSAL_ARCHS, VOCAB, chi2_critical, chi2_statistic, target_and_reference
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.cached_lm import CachedLM
 from draftverify.drafters import BlockwiseHeads, BlockwiseNgramDrafter, BlockwisePBestDrafter

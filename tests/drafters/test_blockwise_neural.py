@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import CAUSAL_ARCHS, build_model, target_and_reference
 from test_blockwise_lattice import NEW, PROMPT, exact, first_token_follows_the_target, random_heads
 
+from conftest import CAUSAL_ARCHS, build_model, target_and_reference
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.cached_lm import CachedLM
 from draftverify.drafters import BlockwiseDrafter, BlockwiseNeuralDrafter

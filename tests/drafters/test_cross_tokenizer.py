@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import chi2_critical, chi2_statistic, reference_greedy
-from tokenizer_pairs import draft_tokenizer, gpt2, llama, save, target_tokenizer
 
+from conftest import chi2_critical, chi2_statistic, reference_greedy
 from draftverify.api import load
 from draftverify.drafters import CrossTokenizerDrafter, ModelDrafter
 from draftverify.drafters.retokenize import TokenBytes
@@ -23,6 +22,7 @@ from draftverify.loop import generate
 from draftverify.methods import MethodOptions, build_drafter, build_verifier
 from draftverify.types import DecodingState, Draft, SamplingParams
 from draftverify.verifiers import SpeculativeSamplingVerifier
+from tokenizer_pairs import draft_tokenizer, gpt2, llama, save, target_tokenizer
 
 torch.set_num_threads(1)
 

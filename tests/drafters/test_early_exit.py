@@ -5,8 +5,8 @@ import copy
 
 import pytest
 import torch
-from conftest import build_model, forward_atol
 
+from conftest import build_model, forward_atol
 from draftverify.cached_lm import CachedLM
 from draftverify.drafters import EarlyExitDrafter
 from draftverify.drafters.early_exit import shallow_view

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import varied_model
 
+from conftest import varied_model
 from draftverify import DraftVerifyError
 from draftverify.cached_lm import CachedLM
 from draftverify.drafters.extra_positions import ExtraPositionsTarget, VerifyExtras

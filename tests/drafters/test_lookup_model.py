@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build_model, perturbed_copy, reference_greedy
 
+from conftest import build_model, perturbed_copy, reference_greedy
 from draftverify import SamplingParams, generate
 from draftverify.drafters import LookupModelDrafter, ModelDrafter
 from draftverify.errors import DraftVerifyError

@@ -5,8 +5,8 @@ import math
 
 import pytest
 import torch
-from conftest import build_model, forward_atol, reference_greedy
 
+from conftest import build_model, forward_atol, reference_greedy
 from draftverify.drafters import ModelDrafter
 from draftverify.errors import DraftVerifyError
 from draftverify.sampling import filter_logits

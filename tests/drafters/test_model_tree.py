@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import CAUSAL_ARCHS, perturbed_copy, target_and_reference, varied_model
 
+from conftest import CAUSAL_ARCHS, perturbed_copy, target_and_reference, varied_model
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.draft_length import FixedGamma
 from draftverify.drafters import ModelDrafter, ModelTreeDrafter, NoDrafter

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import build_model, forward_atol, target_and_reference
 
+from conftest import build_model, forward_atol, target_and_reference
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import NatDecoder, NatDrafter
 from draftverify.methods import MethodOptions, build_drafter, build_verifier

@@ -5,8 +5,8 @@ from collections import Counter
 
 import pytest
 import torch
-from conftest import VOCAB, build_model
 
+from conftest import VOCAB, build_model
 from draftverify.cached_lm import CachedLM
 from draftverify.drafters import NgramDrafter, NgramTable
 from draftverify.errors import DraftVerifyError

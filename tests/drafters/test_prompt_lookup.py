@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draftverify.errors import DraftVerifyError
 from draftverify.drafters import PromptLookupDrafter
 from draftverify.drafters.prompt_lookup import find_continuation
+from draftverify.errors import DraftVerifyError
 from draftverify.types import DecodingState, SamplingParams
 
 torch.set_num_threads(1)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import CAUSAL_ARCHS, reference_greedy, varied_model
 
+from conftest import CAUSAL_ARCHS, reference_greedy, varied_model
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import PromptLookupDrafter, PromptLookupTreeDrafter
 from draftverify.drafters.prompt_lookup_tree import find_continuations, trie

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import pytest
-from tokenizer_pairs import draft_tokenizer, target_tokenizer
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from draftverify.drafters.retokenize import TokenBytes, TokenTrack, common_prefix, complete_prefix, to_target
 from draftverify.errors import DraftVerifyError
+from tokenizer_pairs import draft_tokenizer, target_tokenizer
 
 
 @pytest.mark.parametrize("text", ["", "abc", "\u00e9t\u00e9", "a\u2192b", "x\U0001f600"])

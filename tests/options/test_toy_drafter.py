@@ -10,7 +10,6 @@ import shutil
 import sys
 
 import pytest
-from test_api import PROMPT, model_dirs  # noqa: F401  (shared fixture)
 from typer.testing import CliRunner
 
 from draftverify import DraftVerifyError
@@ -19,6 +18,7 @@ from draftverify.cli import app
 from draftverify.methods import METHODS, registered_methods
 from draftverify.registry import DRAFTER_OPTIONS, DRAFTERS, PLUGIN_GROUP, load_plugins, unregister_methods
 from draftverify.zoo import ZOO_ENV
+from test_api import PROMPT, model_dirs  # noqa: F401  (shared fixture)
 
 runner = CliRunner()
 

@@ -6,14 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-
 from tiny_corpus import tiny_llama, train_tiny_target
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from draftverify.train import align as al  # noqa: E402
-from draftverify.train import lm  # noqa: E402
+from draftverify.train import align as al, lm  # noqa: E402
 
 TINY = tiny_llama()
 

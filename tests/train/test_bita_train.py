@@ -6,14 +6,12 @@ import json
 
 import numpy as np
 import pytest
-
 from tiny_corpus import write_tiny_corpus
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from draftverify.train import bita as tb  # noqa: E402
-from draftverify.train import lm  # noqa: E402
+from draftverify.train import bita as tb, lm  # noqa: E402
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
             intermediate_size=64, max_position_embeddings=256)
@@ -60,7 +58,6 @@ def test_sar_batch_labels_are_the_tokens_two_to_m_plus_one_after_the_cut():
 
 def test_batched_generation_equals_the_target_greedy(assets):
     from conftest import reference_greedy
-
     from draftverify.api import load_model
 
     target = load_model(assets / "target", "float32")
@@ -72,7 +69,6 @@ def test_batched_generation_equals_the_target_greedy(assets):
 
 def test_train_bita_learns_resumes_and_drives_the_decoder(assets, tmp_path):
     from conftest import reference_greedy
-
     from draftverify import SamplingParams, generate
     from draftverify.api import load_model
     from draftverify.drafters import BitaAdapter, BitaEfficientDrafter

@@ -3,7 +3,6 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-
 from tiny_corpus import write_tiny_corpus
 
 from draftverify.train import corpus

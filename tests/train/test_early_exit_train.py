@@ -4,12 +4,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from tiny_corpus import train_tiny_target
 
 torch = pytest.importorskip("torch")
 
 from draftverify.train import early_exit as ee  # noqa: E402
+
 
 def _quiet(msg):
     pass

@@ -4,7 +4,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-
 from tiny_corpus import train_tiny_target
 
 torch = pytest.importorskip("torch")

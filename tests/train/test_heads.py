@@ -6,14 +6,13 @@ import json
 
 import numpy as np
 import pytest
-
 from tiny_corpus import train_tiny_target
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from draftverify.train import heads as th  # noqa: E402
-from draftverify.train import lm  # noqa: E402
+from draftverify.train import heads as th, lm  # noqa: E402
+
 
 def _quiet(msg):
     pass
@@ -42,7 +41,6 @@ def test_head_labels_are_the_tokens_i_positions_ahead():
 
 def test_batched_continuations_are_the_targets_greedy_text_and_resume(assets, tmp_path):
     from conftest import reference_greedy
-
     from draftverify.api import load_model
 
     target = load_model(assets / "target", "float32")

@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from tiny_corpus import write_tiny_corpus
 
 from draftverify.train import lm

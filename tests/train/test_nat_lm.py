@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-
 from tiny_corpus import train_tiny_target
 
 torch = pytest.importorskip("torch")
@@ -43,14 +42,13 @@ def test_block_batch_cuts_labels_and_memory_ends():
 
 
 def test_train_nat_on_a_decoder_only_target_resumes_exports_and_drives_specdec(assets, tmp_path):
+    from typer.testing import CliRunner
+
     from draftverify import SamplingParams, generate
     from draftverify.api import load_model
     from draftverify.drafters import NatDecoder, NatDrafter
     from draftverify.methods import MethodOptions, build_verifier
     from draftverify.train.align import read_generations
-
-    from typer.testing import CliRunner
-
     from draftverify.train.cli import train_app
 
     logs: list[str] = []

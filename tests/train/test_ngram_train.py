@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from tiny_corpus import SHORT_SNIPPETS, write_tiny_corpus
 
 torch = pytest.importorskip("torch")

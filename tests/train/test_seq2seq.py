@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from parallel_corpus import write_parallel_corpus
 
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import NatDecoder, NatDrafter
 from draftverify.methods import MethodOptions, build_verifier
-from draftverify.train import nat as nat_recipe
-from draftverify.train import seq2seq
+from draftverify.train import nat as nat_recipe, seq2seq
 from draftverify.train.trainer import TrainError
 from draftverify.train.translation_data import train_joint_tokenizer
+from parallel_corpus import write_parallel_corpus
 
 torch.set_num_threads(1)
 

@@ -3,11 +3,14 @@ import json
 from pathlib import Path
 
 import pytest
-
 from tiny_corpus import write_tiny_corpus
 
 from draftverify.train.tokenizer import (
-    EOS_TOKEN, TokenizerError, build_tokenizer_from_corpus, load_tokenizer, train_tokenizer,
+    EOS_TOKEN,
+    TokenizerError,
+    build_tokenizer_from_corpus,
+    load_tokenizer,
+    train_tokenizer,
 )
 
 TRICKY = [

@@ -1,5 +1,4 @@
 import pytest
-
 from tiny_corpus import write_tiny_corpus
 
 from draftverify.train import tokens

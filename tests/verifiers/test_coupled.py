@@ -15,8 +15,7 @@ from draftverify.errors import DraftVerifyError
 from draftverify.sampling import draw, gumbel_noise
 from draftverify.theory import acceptance_rate, gumbel_acceptance_rate
 from draftverify.types import Draft, SamplingParams
-from draftverify.verifiers import GumbelCouplingVerifier, GreedyVerifier
-from draftverify.verifiers import coupled as coupled_module
+from draftverify.verifiers import GreedyVerifier, GumbelCouplingVerifier, coupled as coupled_module
 
 RUNS = 4000
 

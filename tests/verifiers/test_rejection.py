@@ -23,8 +23,7 @@ from draftverify.errors import DraftVerifyError
 from draftverify.sampling import probs_from_logits, residual, sample
 from draftverify.theory import acceptance_rate, lenient_acceptance_rate
 from draftverify.types import Draft, SamplingParams
-from draftverify.verifiers import GreedyVerifier, SpeculativeSamplingVerifier
-from draftverify.verifiers import rejection as rejection_module
+from draftverify.verifiers import GreedyVerifier, SpeculativeSamplingVerifier, rejection as rejection_module
 from draftverify.verifiers.base import accepted_prefix_length, gather_at, make_verdict
 
 torch.set_num_threads(1)

@@ -22,7 +22,6 @@ import torch
 from transformers import PreTrainedModel, StaticCache
 
 from ..cache import cache_argument, keep_positions
-
 from ..errors import DraftVerifyError
 from ..few_row_linear import few_row_linears
 

@@ -9,8 +9,20 @@ import torch
 
 from ..errors import DraftVerifyError
 from . import environment
-from .cost import DEFAULT_SIZES, MODES, REFERENCE_MODE, LlamaCppForward, Mode, StaticForward, check_sizes, \
-    compile_settings, equality, greedy_tokens, model_for, time_widths
+from .cost import (
+    DEFAULT_SIZES,
+    MODES,
+    REFERENCE_MODE,
+    LlamaCppForward,
+    Mode,
+    StaticForward,
+    check_sizes,
+    compile_settings,
+    equality,
+    greedy_tokens,
+    model_for,
+    time_widths,
+)
 from .folders import COST
 from .prompts import load_prompts
 from .report import write_json

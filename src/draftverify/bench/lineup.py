@@ -7,9 +7,9 @@ from ..cached_lm import cached_model
 from ..methods import MethodOptions, build_drafter
 from .config import BenchConfig
 from .models import BenchModels
-from .runner_families import BASELINE_DRAFTER
 from .ours import plan_rows
 from .peers import peer_runners
+from .runner_families import BASELINE_DRAFTER
 from .runners import HFRunner, Hooks, OursRunner, Runner
 
 

@@ -13,11 +13,12 @@ from time import perf_counter
 
 import torch
 
-from ..errors import DraftVerifyError
-from .config import BenchConfig
 from ..backends.gguf import gguf_for, llama_cpp_dir
+
 # the target's GGUF weights have the bench's --dtype, and its attention our backend's kernels, as our rows run it
 from ..backends.llamacpp import FLASH_ATTENTION, GGUF_TYPES
+from ..errors import DraftVerifyError
+from .config import BenchConfig
 from .models import BenchModels
 from .runners import Measurement, Runner
 
@@ -146,8 +147,8 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
 def GGUFDraftModel(model, num_pred_tokens: int, threads: int):
     """A llama_cpp LlamaDraftModel: the draft GGUF drafts num_pred_tokens greedy tokens per call, on a llama.cpp
     context of its own that keeps the text it has seen (the llamacpp backend's LlamaCppLM) and drops its drafts."""
-    from llama_cpp.llama_speculative import LlamaDraftModel
     import numpy as np
+    from llama_cpp.llama_speculative import LlamaDraftModel
 
     from ..backends.llamacpp import LlamaCppLM
 

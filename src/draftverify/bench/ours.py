@@ -28,8 +28,8 @@ from ..errors import DraftVerifyError
 from ..methods import Method, MethodOptions, build_drafter, build_verifier
 from ..types import SamplingParams
 from .config import BenchConfig, GammaSpec
-from .runner_families import ALIGNED_SUFFIX, drafting_methods
 from .models import BenchModels
+from .runner_families import ALIGNED_SUFFIX, drafting_methods
 
 GREEDY = SamplingParams(temperature=0.0)
 # options swept by the bench, and the label each gets in a row name

@@ -14,10 +14,10 @@ from ..errors import DraftVerifyError
 from ..quiet import quiet
 from . import environment, plots
 from .config import BenchConfig
+from .lineup import build_runners
 from .models import BenchModels, load_models
 from .prompts import Prompt, load_prompts
 from .report import render_markdown, write_json
-from .lineup import build_runners
 from .runners import Runner, install_hooks
 from .summary import equality_failures, summarize
 

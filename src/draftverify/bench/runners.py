@@ -6,10 +6,9 @@ exist is decided in lineup.py: peers.py for other libraries, ours.py from the me
 """
 from __future__ import annotations
 
-from itertools import product
-
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from itertools import product
 from time import perf_counter
 
 import torch

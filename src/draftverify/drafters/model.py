@@ -13,6 +13,7 @@ from ..types import DecodingState, Draft, SamplingParams, Verdict
 from .base import Drafter, DraftModel, empty_draft
 from .prompt_lookup import find_continuation
 
+
 def require_shared_vocabulary(options, drafter: str) -> None:
     """Drafters that read the draft model's logits over the target's vocabulary refuse a draft with its own."""
     if options.draft_tokenizer is not None:

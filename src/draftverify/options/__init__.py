@@ -12,7 +12,9 @@ from __future__ import annotations
 from ..registry import load_plugins
 
 # the registration order is the order of `draftverify methods`, of the help's method lists and of the bench's rows
+# isort: off
 from . import autoregressive, model, prompt_lookup, ngram, early_exit, model_tree, blockwise, bita, nat  # noqa: F401
+# isort: on
 from .bita import BitaOptions, BitaTreeOptions
 from .blockwise import (
                     HeadsOptions,

@@ -23,7 +23,6 @@ from ..types import RowRequest, SamplingParams
 from .metrics import Metrics
 from .protocol import ApiError
 
-
 logger = logging.getLogger("draftverify.serve")
 
 

@@ -35,8 +35,16 @@ from .export import export_model
 from .losses import autocast
 from .presets import count_params
 from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
-from .trainer import (TrainError, Trainer, TrainerOptions, command_line, cpu_name, load_checkpoint,
-                      seed_everything, set_threads)
+from .trainer import (
+    Trainer,
+    TrainerOptions,
+    TrainError,
+    command_line,
+    cpu_name,
+    load_checkpoint,
+    seed_everything,
+    set_threads,
+)
 
 CACHE_VERSION = 1
 IGNORE = -100

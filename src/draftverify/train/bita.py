@@ -26,8 +26,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..cache import cache_argument
-from . import align
-from . import corpus as corpus_mod
+from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything

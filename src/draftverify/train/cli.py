@@ -14,8 +14,22 @@ from pathlib import Path
 import typer
 
 from ..cli_flags import settings_command
-from .flags import (AlignFlags, BenchFlags, BitaFlags, CorpusFlags, DistillFlags, EarlyExitFlags, HeadsFlags, LmFlags,
-                    NatFlags, NgramFlags, Seq2SeqFlags, TokenizerFlags, TranslateTokenizerFlags, values)
+from .flags import (
+    AlignFlags,
+    BenchFlags,
+    BitaFlags,
+    CorpusFlags,
+    DistillFlags,
+    EarlyExitFlags,
+    HeadsFlags,
+    LmFlags,
+    NatFlags,
+    NgramFlags,
+    Seq2SeqFlags,
+    TokenizerFlags,
+    TranslateTokenizerFlags,
+    values,
+)
 
 train_app = typer.Typer(
     name="train",

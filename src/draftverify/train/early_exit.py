@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .export import export_model
-from .losses import averaged_loss, autocast, held_out_losses, next_token_losses
+from .losses import autocast, averaged_loss, held_out_losses, next_token_losses
 from .presets import count_params
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
-from .trainer import (TrainError, Trainer, TrainerOptions, command_line, cpu_name, seed_everything,
-                      set_threads)
+from .trainer import Trainer, TrainerOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
 
 
 class DegradedError(TrainError):

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
 
-from . import align
-from . import corpus as corpus_mod
+from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .tokenizer import tokenizer_hash

@@ -28,8 +28,16 @@ from .losses import autocast, averaged_loss, evaluate, held_out_losses, lm_loss,
 from .presets import PRESETS, count_params, make_config
 from .tokenizer import tokenizer_hash
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
-from .trainer import (TrainError, Trainer, TrainerOptions, command_line, cpu_name, load_checkpoint,
-                      seed_everything, set_threads)
+from .trainer import (
+    Trainer,
+    TrainerOptions,
+    TrainError,
+    command_line,
+    cpu_name,
+    load_checkpoint,
+    seed_everything,
+    set_threads,
+)
 
 
 @dataclass

@@ -19,7 +19,16 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .trainer import TrainError, Trainer, TrainerOptions, command_line, cpu_name, load_checkpoint, seed_everything, set_threads
+from .trainer import (
+    Trainer,
+    TrainerOptions,
+    TrainError,
+    command_line,
+    cpu_name,
+    load_checkpoint,
+    seed_everything,
+    set_threads,
+)
 
 GLANCE_START, GLANCE_END = 0.5, 0.3
 

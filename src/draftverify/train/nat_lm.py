@@ -28,7 +28,7 @@ import numpy as np
 from . import heads
 from .frozen import FrozenTarget, load_frozen_target
 from .nat import GLANCE_END, GLANCE_START, glance
-from .trainer import TrainError, Trainer, TrainerOptions, command_line, cpu_name, load_checkpoint, seed_everything
+from .trainer import Trainer, TrainerOptions, TrainError, command_line, cpu_name, load_checkpoint, seed_everything
 
 IGNORE = -100
 STATES_VERSION = 1

@@ -21,8 +21,16 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from .trainer import (TrainError, Trainer, TrainerOptions, command_line, cpu_name, load_checkpoint, seed_everything,
-                      set_threads)
+from .trainer import (
+    Trainer,
+    TrainerOptions,
+    TrainError,
+    command_line,
+    cpu_name,
+    load_checkpoint,
+    seed_everything,
+    set_threads,
+)
 
 # Architectures (vocab_size, token ids filled in from the tokenizer). Sized for one CPU thread: see the card.
 PRESETS: dict[str, dict] = {
@@ -215,11 +223,19 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
     from transformers import __version__ as tf_version
 
     from .export import export_model
-    from .seq2seq_card import model_card
     from .presets import count_params
+    from .seq2seq_card import model_card
     from .tokenizer import load_tokenizer, tokenizer_hash
-    from .translation_data import (DATA_TERMS, TEST_SPLIT, Pairs, collate, encode, read_pairs, read_targets,
-                                   token_batches)
+    from .translation_data import (
+        DATA_TERMS,
+        TEST_SPLIT,
+        Pairs,
+        collate,
+        encode,
+        read_pairs,
+        read_targets,
+        token_batches,
+    )
 
     set_threads(opts.threads)
     out_dir = Path(opts.out_dir)

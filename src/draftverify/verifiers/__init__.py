@@ -1,8 +1,8 @@
 """Verifiers decide how much of a draft to keep; importing this package registers them all."""
 from .base import Verifier
 from .bild import BildVerifier
-from .exact import ExactVerifier
 from .coupled import GumbelCouplingVerifier
+from .exact import ExactVerifier
 from .greedy import GreedyVerifier
 from .rejection import SpeculativeSamplingVerifier
 from .topbeta import TopBetaVerifier

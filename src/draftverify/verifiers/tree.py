@@ -13,7 +13,6 @@ from ..sampling import argmax, probs_from_logits
 from ..tree import TreeSpec
 from ..types import Draft, SamplingParams, Verdict
 from .base import Verifier
-
 from .tree_sampling import tree_speculative_sample
 
 
