@@ -28,6 +28,7 @@ validation split: the share of positions where the draft's argmax equals the tar
 greedy acceptance rate alpha of speculative decoding. The early-exit view (first L target layers + the target's
 norm and head) is measured on the same data.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,7 +78,9 @@ def load_tokens(bundle: Path, split: str, tokenizer: Tokenizer, eos: int) -> tor
     return torch.tensor(np.asarray(ids, dtype=np.int32))
 
 
-def evaluate(model, windows: torch.Tensor, exit_layer: int | None = None, batch: int = 32) -> tuple[float, float | None]:
+def evaluate(
+    model, windows: torch.Tensor, exit_layer: int | None = None, batch: int = 32
+) -> tuple[float, float | None]:
     return held_out_losses(model, windows, True, batch, exit_layer, DEVICE)
 
 
@@ -98,8 +101,12 @@ def train(argv: list[str]) -> None:
     ap.add_argument("--max-degradation", type=float, default=0.03)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-every", type=int, default=200)
-    ap.add_argument("--finish-by", type=float, default=None,
-                    help="Unix time by which the export must be done (the budget shrinks to fit; 60 s kept for export).")
+    ap.add_argument(
+        "--finish-by",
+        type=float,
+        default=None,
+        help="Unix time by which the export must be done (the budget shrinks to fit; 60 s kept for export).",
+    )
     args = ap.parse_args(argv)
 
     t_start = time.time()
@@ -152,8 +159,15 @@ def train(argv: list[str]) -> None:
         tokens_seen += args.batch * args.seq_len
         if step % args.eval_every == 0:
             v = evaluate(model, val64, args.early_exit_layer)
-            entry = {"step": step, "minutes": (time.time() - t0) / 60, "tokens": tokens_seen, "train_loss": final.item(),
-                     "val_loss": v[0], "val_loss_early_exit": v[1], "joint": joint}
+            entry = {
+                "step": step,
+                "minutes": (time.time() - t0) / 60,
+                "tokens": tokens_seen,
+                "train_loss": final.item(),
+                "val_loss": v[0],
+                "val_loss_early_exit": v[1],
+                "joint": joint,
+            }
             log.append(entry)
             print(json.dumps(entry), flush=True)
     train_minutes = (time.time() - t0) / 60
@@ -166,15 +180,31 @@ def train(argv: list[str]) -> None:
             final_val = plain_val
     val_all_loss = evaluate(model, val_all)[0]
     report = {
-        "role": args.role, "parameters": n_params, "config": config.to_dict(), "steps": step, "tokens_seen": tokens_seen,
-        "train_tokens": len(train), "val_tokens": len(val), "epochs": tokens_seen / len(train),
-        "train_minutes": train_minutes, "total_minutes": (time.time() - t_start) / 60,
-        "device": torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu", "torch": torch.__version__,
-        "seq_len": args.seq_len, "batch": args.batch, "lr": args.lr, "warmup_steps": args.warmup_steps,
-        "val_loss_64x512": final_val[0], "val_loss_early_exit_64x512": final_val[1],
-        "val_loss_all_windows": val_all_loss, "val_windows_all": len(val_all),
-        "early_exit_layer": args.early_exit_layer, "early_exit_share": args.early_exit_share if args.early_exit_layer else None,
-        "before_early_exit_phase": plain_val, "early_exit_kept": kept_joint, "max_degradation": args.max_degradation,
+        "role": args.role,
+        "parameters": n_params,
+        "config": config.to_dict(),
+        "steps": step,
+        "tokens_seen": tokens_seen,
+        "train_tokens": len(train),
+        "val_tokens": len(val),
+        "epochs": tokens_seen / len(train),
+        "train_minutes": train_minutes,
+        "total_minutes": (time.time() - t_start) / 60,
+        "device": torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "seq_len": args.seq_len,
+        "batch": args.batch,
+        "lr": args.lr,
+        "warmup_steps": args.warmup_steps,
+        "val_loss_64x512": final_val[0],
+        "val_loss_early_exit_64x512": final_val[1],
+        "val_loss_all_windows": val_all_loss,
+        "val_windows_all": len(val_all),
+        "early_exit_layer": args.early_exit_layer,
+        "early_exit_share": args.early_exit_share if args.early_exit_layer else None,
+        "before_early_exit_phase": plain_val,
+        "early_exit_kept": kept_joint,
+        "max_degradation": args.max_degradation,
         "log": log,
     }
     args.out.mkdir(parents=True, exist_ok=True)
@@ -200,8 +230,14 @@ def continuations(target, prompts: torch.Tensor, new: int, batch: int) -> torch.
     out = []
     for i in range(0, len(prompts), batch):
         p = prompts[i : i + batch].to(DEVICE)
-        seq = target.generate(p, attention_mask=torch.ones_like(p), max_new_tokens=new, min_new_tokens=new,
-                              do_sample=False, pad_token_id=0)
+        seq = target.generate(
+            p,
+            attention_mask=torch.ones_like(p),
+            max_new_tokens=new,
+            min_new_tokens=new,
+            do_sample=False,
+            pad_token_id=0,
+        )
         out.append(seq.cpu())
     return torch.cat(out)
 
@@ -254,8 +290,11 @@ def align(argv: list[str]) -> None:
     gen_minutes = (time.time() - t_gen) / 60
     before = agreement(draft, val_seqs, args.prompt_len)
     early = agreement(target, val_seqs, args.prompt_len, layers=args.early_exit_layers)
-    print(f"generated {len(train_seqs)} + {len(val_seqs)} continuations in {gen_minutes:.1f} min; "
-          f"draft agreement {before:.4f}, early exit L={args.early_exit_layers} {early:.4f}", flush=True)
+    print(
+        f"generated {len(train_seqs)} + {len(val_seqs)} continuations in {gen_minutes:.1f} min; "
+        f"draft agreement {before:.4f}, early exit L={args.early_exit_layers} {early:.4f}",
+        flush=True,
+    )
 
     opt = torch.optim.AdamW(draft.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0, fused=DEVICE == "cuda")
     draft.train()
@@ -274,12 +313,22 @@ def align(argv: list[str]) -> None:
     draft.eval()
     after = agreement(draft, val_seqs, args.prompt_len)
     report = {
-        "device": torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu", "torch": torch.__version__,
-        "num_prompts": len(train_seqs), "val_prompts": len(val_seqs), "prompt_len": args.prompt_len,
-        "new_tokens": args.new_tokens, "generation_minutes": gen_minutes, "steps": step, "batch": args.batch,
-        "lr": args.lr, "train_minutes": args.minutes, "total_minutes": (time.time() - t_start) / 60,
-        "greedy_agreement_before": before, "greedy_agreement_after": after,
-        "early_exit_layers": args.early_exit_layers, "early_exit_greedy_agreement": early,
+        "device": torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "num_prompts": len(train_seqs),
+        "val_prompts": len(val_seqs),
+        "prompt_len": args.prompt_len,
+        "new_tokens": args.new_tokens,
+        "generation_minutes": gen_minutes,
+        "steps": step,
+        "batch": args.batch,
+        "lr": args.lr,
+        "train_minutes": args.minutes,
+        "total_minutes": (time.time() - t_start) / 60,
+        "greedy_agreement_before": before,
+        "greedy_agreement_after": after,
+        "early_exit_layers": args.early_exit_layers,
+        "early_exit_greedy_agreement": early,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     draft.to(torch.float16).save_pretrained(args.out)

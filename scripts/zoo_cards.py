@@ -23,6 +23,7 @@ manifest and its models) is in git history: `git worktree add ../oldzoo 60e4a64`
 
 A BiTA adapter's card is written by `draftverify train bita` itself (draftverify.train.bita.write_card).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,7 +72,7 @@ license: apache-2.0
 tags: [draftverify, code, python, llama, speculative-decoding]
 ---
 
-# draftverify code-{kind} ({report['parameters'] / 1e6:.2f}M parameters)
+# draftverify code-{kind} ({report["parameters"] / 1e6:.2f}M parameters)
 
 A small `LlamaForCausalLM` trained from scratch as the *{kind}* model of draftverify's code pair (speculative
 decoding experiments). It completes Python source; it is a toy, not a general code assistant.
@@ -79,9 +80,9 @@ decoding experiments). It completes Python source; it is a toy, not a general co
 {data_section(manifest)}
 ## Model
 
-- Parameters: {report['parameters']:,} (tied input/output embeddings)
-- hidden {c['hidden_size']}, layers {c['num_hidden_layers']}, heads {c['num_attention_heads']} (kv {c['num_key_value_heads']}), intermediate {c['intermediate_size']}, max positions {c['max_position_embeddings']}
-- Tokenizer: the zoo's byte-level BPE (vocab {c['vocab_size']}, `<|endoftext|>` = bos/eos), documents joined with eos.
+- Parameters: {report["parameters"]:,} (tied input/output embeddings)
+- hidden {c["hidden_size"]}, layers {c["num_hidden_layers"]}, heads {c["num_attention_heads"]} (kv {c["num_key_value_heads"]}), intermediate {c["intermediate_size"]}, max positions {c["max_position_embeddings"]}
+- Tokenizer: the zoo's byte-level BPE (vocab {c["vocab_size"]}, `<|endoftext|>` = bos/eos), documents joined with eos.
 - Weights in float16 (safetensors); trained in bf16 autocast with fp32 master weights.
 
 ## Training
@@ -90,11 +91,11 @@ decoding experiments). It completes Python source; it is a toy, not a general co
 {command}
 ```
 
-- Hardware: one {report['device']} (torch {report['torch']}), lent to a development session for minutes.
-- Sequence length {report['seq_len']}, batch {report['batch']} sequences, AdamW (0.9, 0.95), weight decay 0.1, peak LR {report['lr']}, {report['warmup_steps']} warm-up steps, cosine decay to 0.1x over the time budget, grad clip 1.0.
-- Steps: {report['steps']:,}; tokens seen: {report['tokens_seen']:,} ({report['epochs']:.2f} epochs of {report['train_tokens']:,} training tokens)
-- Training time: {report['train_minutes']:.1f} min ({report['total_minutes']:.1f} min with tokenization and export).
-- Held-out loss: {report['val_loss_64x512']:.4f} nats/token on 64 evenly spaced 512-token validation windows; {report['val_loss_all_windows']:.4f} on all {report['val_windows_all']:,} non-overlapping windows ({report['val_tokens']:,} validation tokens).
+- Hardware: one {report["device"]} (torch {report["torch"]}), lent to a development session for minutes.
+- Sequence length {report["seq_len"]}, batch {report["batch"]} sequences, AdamW (0.9, 0.95), weight decay 0.1, peak LR {report["lr"]}, {report["warmup_steps"]} warm-up steps, cosine decay to 0.1x over the time budget, grad clip 1.0.
+- Steps: {report["steps"]:,}; tokens seen: {report["tokens_seen"]:,} ({report["epochs"]:.2f} epochs of {report["train_tokens"]:,} training tokens)
+- Training time: {report["train_minutes"]:.1f} min ({report["total_minutes"]:.1f} min with tokenization and export).
+- Held-out loss: {report["val_loss_64x512"]:.4f} nats/token on 64 evenly spaced 512-token validation windows; {report["val_loss_all_windows"]:.4f} on all {report["val_windows_all"]:,} non-overlapping windows ({report["val_tokens"]:,} validation tokens).
 {held}{extra}
 ## Usage
 
@@ -123,15 +124,22 @@ def code(argv: list[str]) -> None:
         f"{target['val_loss_64x512']:.4f} (kept: the bound is +{target['max_degradation']} nats). `--method early_exit "
         f"--early-exit-layers {target['early_exit_layer']}` uses it as a shared-weight small model.\n"
     )
-    (zoo / "target" / "README.md").write_text(lm_card(
-        "target", target, f"{gpu} --role target --out zoo/code/target --minutes 9 --early-exit-layer 2 --early-exit-share 0.2",
-        manifest, held_out, early))
-    (zoo / "draft" / "README.md").write_text(lm_card(
-        "draft", draft, f"{gpu} --role draft --out zoo/code/draft --minutes 7 --lr 2e-3", manifest,
-        held_out))
-    aligned_card = lm_card("draft", draft, f"{gpu} --role draft --out zoo/code/draft --minutes 7 --lr 2e-3", manifest,
-                           held_out).replace(
-        "# draftverify code-draft", "# draftverify code-draft-aligned", 1)
+    (zoo / "target" / "README.md").write_text(
+        lm_card(
+            "target",
+            target,
+            f"{gpu} --role target --out zoo/code/target --minutes 9 --early-exit-layer 2 --early-exit-share 0.2",
+            manifest,
+            held_out,
+            early,
+        )
+    )
+    (zoo / "draft" / "README.md").write_text(
+        lm_card("draft", draft, f"{gpu} --role draft --out zoo/code/draft --minutes 7 --lr 2e-3", manifest, held_out)
+    )
+    aligned_card = lm_card(
+        "draft", draft, f"{gpu} --role draft --out zoo/code/draft --minutes 7 --lr 2e-3", manifest, held_out
+    ).replace("# draftverify code-draft", "# draftverify code-draft-aligned", 1)
     aligned_card += f"""
 ## Prediction alignment (BiLD section 3.2)
 
@@ -139,12 +147,12 @@ The draft above, fine-tuned on the target's own greedy continuations:
 
 ```
 PYTHONPATH=src python scripts/gpu_zoo.py align --target zoo/code/target --draft zoo/code/draft --out zoo/code/draft-aligned \\
-    --num-prompts {aligned['num_prompts']} --minutes {aligned['train_minutes']} --lr {aligned['lr']}
+    --num-prompts {aligned["num_prompts"]} --minutes {aligned["train_minutes"]} --lr {aligned["lr"]}
 ```
 
-- {aligned['num_prompts']:,} prompts of {aligned['prompt_len']} tokens from the training split, {aligned['new_tokens']} target greedy tokens each (bf16 on the GPU, {aligned['generation_minutes']:.1f} min); {aligned['steps']:,} steps of {aligned['batch']} sequences, loss on the continuation tokens only, on one {aligned['device']}.
-- Greedy agreement with the target on {aligned['val_prompts']} held-out prompts (validation split), i.e. the greedy acceptance rate alpha: {aligned['greedy_agreement_before']:.4f} before -> {aligned['greedy_agreement_after']:.4f} after.
-- The target's early-exit view (first {aligned['early_exit_layers']} layers) on the same data: {aligned['early_exit_greedy_agreement']:.4f}.
+- {aligned["num_prompts"]:,} prompts of {aligned["prompt_len"]} tokens from the training split, {aligned["new_tokens"]} target greedy tokens each (bf16 on the GPU, {aligned["generation_minutes"]:.1f} min); {aligned["steps"]:,} steps of {aligned["batch"]} sequences, loss on the continuation tokens only, on one {aligned["device"]}.
+- Greedy agreement with the target on {aligned["val_prompts"]} held-out prompts (validation split), i.e. the greedy acceptance rate alpha: {aligned["greedy_agreement_before"]:.4f} before -> {aligned["greedy_agreement_after"]:.4f} after.
+- The target's early-exit view (first {aligned["early_exit_layers"]} layers) on the same data: {aligned["early_exit_greedy_agreement"]:.4f}.
 """
     (zoo / "draft-aligned" / "README.md").write_text(aligned_card)
     print("cards written:", *(zoo / d / "README.md" for d in ("target", "draft", "draft-aligned")))
@@ -161,8 +169,12 @@ def translate(argv: list[str]) -> None:
     ap.add_argument("--rescore", action="store_true")
     ap.add_argument("--beam", type=int, default=0, help="with --rescore: also test_2016_flickr with this beam size")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--alignment-bench", type=Path, default=Path("benchmarks/translation/translate-bild-aligned.json"),
-                    help="bench-translate JSON with the original and aligned small models (draft-aligned's card)")
+    ap.add_argument(
+        "--alignment-bench",
+        type=Path,
+        default=Path("benchmarks/translation/translate-bild-aligned.json"),
+        help="bench-translate JSON with the original and aligned small models (draft-aligned's card)",
+    )
     args = ap.parse_args(argv)
     for folder, role in ROLES.items():
         path = args.zoo / folder / "training_report.json"
@@ -177,7 +189,10 @@ def translate(argv: list[str]) -> None:
             report["scores"] = rescore(args.zoo / folder, args.data, report["languages"], args.threads, args.beam)
             path.write_text(json.dumps(report, indent=1, default=str) + "\n")
         (args.zoo / folder / "README.md").write_text(model_card(report))
-        print(f"{folder}: " + ", ".join(f"{k} BLEU {v['bleu']:.2f} chrF {v['chrf']:.2f}" for k, v in report["scores"].items()))
+        print(
+            f"{folder}: "
+            + ", ".join(f"{k} BLEU {v['bleu']:.2f} chrF {v['chrf']:.2f}" for k, v in report["scores"].items())
+        )
     nat = args.zoo / "nat" / "nat.json"
     if nat.is_file():
         (args.zoo / "nat" / "README.md").write_text(nat_card(json.loads(nat.read_text())))
@@ -194,10 +209,14 @@ def rescore(folder: Path, data: str, languages: list[str], threads: int, beam: i
     model = AutoModelForSeq2SeqLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(str(folder))
     src, tgt = languages
-    scores = {"val": score_split(model, tok, data, "val", src, tgt),
-              "test_2016_flickr": score_split(model, tok, data, "test_2016_flickr", src, tgt)}
+    scores = {
+        "val": score_split(model, tok, data, "val", src, tgt),
+        "test_2016_flickr": score_split(model, tok, data, "test_2016_flickr", src, tgt),
+    }
     if beam > 1:
-        scores[f"test_2016_flickr_beam{beam}"] = score_split(model, tok, data, "test_2016_flickr", src, tgt, num_beams=beam)
+        scores[f"test_2016_flickr_beam{beam}"] = score_split(
+            model, tok, data, "test_2016_flickr", src, tgt, num_beams=beam
+        )
     return scores
 
 
@@ -230,9 +249,12 @@ def held_out(argv: list[str]) -> None:
         name, path = spec.split("=", 1)
         manifest = load_manifest(path)
         windows[name] = fixed_windows(tokenize_split(manifest, tok, "val", tok.eos_token_id), 64, 512)
-    result = {"definition": "mean next-token cross-entropy (nats) over 64 evenly spaced 512-token windows of the "
-              "validation split, fp32 on CPU", "validation_sets": {s.split("=")[0]: os.path.relpath(s.split("=")[1]) for s in args.val},
-              "models": {}}
+    result = {
+        "definition": "mean next-token cross-entropy (nats) over 64 evenly spaced 512-token windows of the "
+        "validation split, fp32 on CPU",
+        "validation_sets": {s.split("=")[0]: os.path.relpath(s.split("=")[1]) for s in args.val},
+        "models": {},
+    }
     for spec in args.model:
         name, path = spec.split("=", 1)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -244,11 +266,17 @@ def held_out(argv: list[str]) -> None:
 
 def held_out_markdown(result: dict) -> str:
     sets = list(result["validation_sets"])
-    lines = ["# Held-out loss of the zoo models", "",
-             result["definition"] + "; written by `scripts/zoo_cards.py held-out`.", "",
-             "| model | " + " | ".join(f"val: {s}" for s in sets) + " |", "|---|" + "---|" * len(sets)]
+    lines = [
+        "# Held-out loss of the zoo models",
+        "",
+        result["definition"] + "; written by `scripts/zoo_cards.py held-out`.",
+        "",
+        "| model | " + " | ".join(f"val: {s}" for s in sets) + " |",
+        "|---|" + "---|" * len(sets),
+    ]
     lines += [f"| `{m}` | " + " | ".join(f"{v[s]:.3f}" for s in sets) + " |" for m, v in result["models"].items()]
     return "\n".join(lines) + "\n"
+
 
 STEPS = {"code": code, "translate": translate, "held-out": held_out}
 

@@ -7,6 +7,7 @@ rather than float rounding. Value comparisons between two evaluations use `forwa
 that float32 floor and the size of the computation, so they hold on any x86 CPU (vectorised kernels round
 differently on different instruction sets); token equality stays the strict exactness check.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,19 +41,39 @@ EOS = 3
 def _causal(arch: str, layers: int, seed: int, vocab: int = VOCAB):
     common = dict(vocab_size=vocab, eos_token_id=EOS, bos_token_id=1, pad_token_id=0)
     if arch == "llama":
-        cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
-                          num_key_value_heads=2, max_position_embeddings=256, **common)
+        cfg = LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            **common,
+        )
         cls = LlamaForCausalLM
     elif arch == "qwen2":
-        cfg = Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
-                          num_key_value_heads=2, max_position_embeddings=256, **common)
+        cfg = Qwen2Config(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            **common,
+        )
         cls = Qwen2ForCausalLM
     elif arch == "gpt2":
         cfg = GPT2Config(n_embd=32, n_layer=layers, n_head=4, n_positions=256, **common)
         cls = GPT2LMHeadModel
     elif arch == "gpt_neox":
-        cfg = GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
-                            max_position_embeddings=256, **common)
+        cfg = GPTNeoXConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            max_position_embeddings=256,
+            **common,
+        )
         cls = GPTNeoXForCausalLM
     else:
         raise ValueError(arch)
@@ -61,20 +82,53 @@ def _causal(arch: str, layers: int, seed: int, vocab: int = VOCAB):
 
 def _seq2seq(arch: str, layers: int):
     if arch == "t5":
-        cfg = T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=layers, num_decoder_layers=layers,
-                       num_heads=4, decoder_start_token_id=0, pad_token_id=0, eos_token_id=EOS)
+        cfg = T5Config(
+            vocab_size=VOCAB,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=layers,
+            num_decoder_layers=layers,
+            num_heads=4,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+            eos_token_id=EOS,
+        )
         return T5ForConditionalGeneration, cfg
     if arch == "bart":
-        cfg = BartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=layers, decoder_layers=layers,
-                         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                         max_position_embeddings=256, decoder_start_token_id=2, pad_token_id=0, eos_token_id=EOS,
-                         bos_token_id=1, forced_eos_token_id=None)
+        cfg = BartConfig(
+            vocab_size=VOCAB,
+            d_model=32,
+            encoder_layers=layers,
+            decoder_layers=layers,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=256,
+            decoder_start_token_id=2,
+            pad_token_id=0,
+            eos_token_id=EOS,
+            bos_token_id=1,
+            forced_eos_token_id=None,
+        )
         return BartForConditionalGeneration, cfg
     if arch == "marian":
-        cfg = MarianConfig(vocab_size=VOCAB, d_model=32, encoder_layers=layers, decoder_layers=layers,
-                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                           max_position_embeddings=256, decoder_start_token_id=0, pad_token_id=0, eos_token_id=EOS,
-                           forced_eos_token_id=None)
+        cfg = MarianConfig(
+            vocab_size=VOCAB,
+            d_model=32,
+            encoder_layers=layers,
+            decoder_layers=layers,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=256,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+            eos_token_id=EOS,
+            forced_eos_token_id=None,
+        )
         return MarianMTModel, cfg
     raise ValueError(arch)
 
@@ -92,8 +146,14 @@ def forward_atol(model, values: torch.Tensor) -> float:
     dtype = next(model.parameters()).dtype
     eps = torch.finfo(torch.float32 if dtype in (torch.float32, torch.float64) else dtype).eps
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    layers = next((getattr(config, name) for name in ("num_hidden_layers", "num_layers", "layers")
-                   if isinstance(getattr(config, name, None), int)), 1)
+    layers = next(
+        (
+            getattr(config, name)
+            for name in ("num_hidden_layers", "num_layers", "layers")
+            if isinstance(getattr(config, name, None), int)
+        ),
+        1,
+    )
     scale = max(1.0, float(values.detach().abs().max()))
     return 64 * eps * (layers + 1) * scale
 
@@ -158,7 +218,15 @@ def models():
 
 # (scale, seed) per architecture chosen so greedy text has many distinct tokens (a collapsed model that repeats
 # one token would make equivalence tests vacuous); tests assert the variety before relying on it.
-VARIED = {"llama": (2.5, 1), "qwen2": (1.5, 1), "gpt2": (2.0, 0), "gpt_neox": (1.5, 0), "t5": (5.0, 1), "bart": (8.0, 0), "marian": (1.0, 1)}
+VARIED = {
+    "llama": (2.5, 1),
+    "qwen2": (1.5, 1),
+    "gpt2": (2.0, 0),
+    "gpt_neox": (1.5, 0),
+    "t5": (5.0, 1),
+    "bart": (8.0, 0),
+    "marian": (1.0, 1),
+}
 
 
 def varied_model(arch: str, layers: int = 2):
@@ -199,7 +267,6 @@ def chi2_critical(counts: torch.Tensor, p: torch.Tensor, z: float = 3.09) -> flo
     return df * (1 - 2 / (9 * df) + z * (2 / (9 * df)) ** 0.5) ** 3
 
 
-
 _REFERENCES: dict = {}
 
 
@@ -216,9 +283,17 @@ def target_and_reference(arch: str, prompt: torch.Tensor, new: int):
 def save_llama(path: Path, layers: int, seed: int, tokenizer, context: int = 256) -> None:
     """A tiny random Llama for the zoo tokenizer, saved with it: peaked logits give varied, deterministic text."""
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
     model = LlamaForCausalLM(config)
     with torch.no_grad():
         for p in model.parameters():

@@ -1,4 +1,5 @@
 """A tiny synthetic English-German corpus in Multi30k's layout ({split}.{lang}.gz), for the translation tests."""
+
 from __future__ import annotations
 
 import gzip

@@ -7,6 +7,7 @@ clone may read: the clone itself, the Python installation and its environment, t
 included, when it lies there) and the operating system's own trees. A test that opens anything else fails in
 its teardown with the path and the test named. Child processes (the CLI tests' subprocesses) are not audited.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,15 @@ SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/usr", "/lib", "/lib64", "/bin
 
 
 def allowed_roots(repo: Path) -> tuple[str, ...]:
-    roots = {str(repo), sys.prefix, sys.base_prefix, sys.exec_prefix, tempfile.gettempdir(), *SYSTEM_TREES,
-             *(sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib"))}
+    roots = {
+        str(repo),
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        tempfile.gettempdir(),
+        *SYSTEM_TREES,
+        *(sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")),
+    }
     roots.add(os.path.expanduser("~"))  # .ci/run points HOME at an empty folder of its own
     return tuple(sorted({os.path.realpath(r) for r in roots}))
 
@@ -70,8 +78,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[AUDIT_KEY] = audit
 
 
-
-
 @pytest.fixture(autouse=True)
 def _no_paths_outside_the_clone(request: pytest.FixtureRequest):
     audit = request.config.stash.get(AUDIT_KEY, None)
@@ -79,8 +85,11 @@ def _no_paths_outside_the_clone(request: pytest.FixtureRequest):
         yield
         return
     yield
-    opened = sorted(set(audit.seen[audit.reported:]))  # a session fixture's opens are charged to its first user
+    opened = sorted(set(audit.seen[audit.reported :]))  # a session fixture's opens are charged to its first user
     audit.reported = len(audit.seen)
     if opened:
-        pytest.fail(f"{request.node.nodeid} opened paths outside the clone, the Python environment and the "
-                    f"temporary folder (a fresh machine has none of them): {', '.join(opened[:5])}", pytrace=False)
+        pytest.fail(
+            f"{request.node.nodeid} opened paths outside the clone, the Python environment and the "
+            f"temporary folder (a fresh machine has none of them): {', '.join(opened[:5])}",
+            pytrace=False,
+        )

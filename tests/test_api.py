@@ -1,4 +1,5 @@
 """load() / Pipeline: models from disk, methods by name, text in and text out, clear errors."""
+
 from __future__ import annotations
 
 import time
@@ -30,12 +31,18 @@ def model_dirs(tmp_path_factory):
 PROMPT = "def quicksort(xs):\n    "
 
 
-@pytest.mark.parametrize("method", ["model", "prompt_lookup", "lookup_model", "ngram", "early_exit", "model_tree",
-                                    "prompt_lookup_tree"])
+@pytest.mark.parametrize(
+    "method", ["model", "prompt_lookup", "lookup_model", "ngram", "early_exit", "model_tree", "prompt_lookup_tree"]
+)
 def test_lossless_methods_give_the_autoregressive_text(model_dirs, method):
     baseline = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=24)
-    pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method=method,
-                ngram_path=model_dirs / "ngram.safetensors", early_exit_layers=1)
+    pipe = load(
+        target=model_dirs / "target",
+        draft=model_dirs / "draft",
+        method=method,
+        ngram_path=model_dirs / "ngram.safetensors",
+        early_exit_layers=1,
+    )
     result = pipe.generate(PROMPT, max_new_tokens=24)
     assert result.text == baseline.text
     assert result.stats.new_tokens == baseline.stats.new_tokens
@@ -60,19 +67,28 @@ def test_sampling_through_the_pipeline_is_seeded(model_dirs):
     assert a.text != greedy
     assert pipe.verifier_name == "exact" and a.verifier == "gumbel_coupling"  # resolved per call
     assert pipe.generate(PROMPT, max_new_tokens=4, temperature=1.0).verifier == "speculative_sampling"
-    plain = [pipe.generate(PROMPT, max_new_tokens=16, temperature=1.0, top_p=0.9, seed=3, coupling=False)
-             for _ in range(2)]
+    plain = [
+        pipe.generate(PROMPT, max_new_tokens=16, temperature=1.0, top_p=0.9, seed=3, coupling=False) for _ in range(2)
+    ]
     assert plain[0].verifier == "speculative_sampling" and plain[0].text == plain[1].text  # seeded, fixed gamma
     assert pipe.generate(PROMPT, max_new_tokens=4).verifier == "greedy"
 
 
 @pytest.mark.parametrize("gamma", [2, "auto"])
 def test_a_seed_gives_the_same_text_for_every_method_and_draft_length(model_dirs, gamma):
-    expected = load(target=model_dirs / "target", method="autoregressive").generate(
-        PROMPT, max_new_tokens=24, temperature=0.8, seed=7).text
+    expected = (
+        load(target=model_dirs / "target", method="autoregressive")
+        .generate(PROMPT, max_new_tokens=24, temperature=0.8, seed=7)
+        .text
+    )
     for method in ("model", "prompt_lookup", "lookup_model", "ngram"):
-        pipe = load(target=model_dirs / "target", draft=model_dirs / "draft", method=method, gamma=gamma,
-                    ngram_path=model_dirs / "ngram.safetensors")
+        pipe = load(
+            target=model_dirs / "target",
+            draft=model_dirs / "draft",
+            method=method,
+            gamma=gamma,
+            ngram_path=model_dirs / "ngram.safetensors",
+        )
         for _ in range(2):  # the second call starts from the pipeline's calibrated costs: other draft lengths
             assert pipe.generate(PROMPT, max_new_tokens=24, temperature=0.8, seed=7).text == expected, method
 
@@ -101,7 +117,9 @@ def test_auto_and_conf_keep_their_policy_across_calls_one_per_temperature(model_
     assert pipe.policies.get("conf", 0.0) is policy and sum(policy.sure.trials) + sum(policy.unsure.trials) > judged
     assert pipe.policies.get("conf", 0.8) is not policy  # sampling measures its own rates
     assert pipe.policies.get("auto", 0.0).costs is policy.costs  # one pipeline, one set of timings
-    assert isinstance(pipe.policies.get(3, 0.0), FixedGamma) and pipe.policies.get(3, 0.0) is not pipe.policies.get(3, 0.0)
+    assert isinstance(pipe.policies.get(3, 0.0), FixedGamma) and pipe.policies.get(3, 0.0) is not pipe.policies.get(
+        3, 0.0
+    )
     mine = ConfidenceGamma(0.5, fixed=4)
     assert pipe.policies.get(mine) is mine
 
@@ -130,22 +148,28 @@ def test_batches_of_one_row_methods_are_clear_errors(model_dirs):
         pipe.generate([], max_new_tokens=4)
 
 
-@pytest.mark.parametrize("prompt, message", [
-    ("def f(\ud800x):", "unpaired surrogate"),
-    (b"def f(x):", "must be a str"),
-])
+@pytest.mark.parametrize(
+    "prompt, message",
+    [
+        ("def f(\ud800x):", "unpaired surrogate"),
+        (b"def f(x):", "must be a str"),
+    ],
+)
 def test_bad_prompts_name_the_problem(model_dirs, prompt, message):
     pipe = load(target=model_dirs / "target", method="autoregressive")
     with pytest.raises(DraftVerifyError, match=message):
         pipe.generate(prompt, max_new_tokens=4)
 
 
-@pytest.mark.parametrize("settings, message", [
-    (dict(temperature=1.0, seed="abc"), "seed must be an integer"),
-    (dict(temperature=1.0, seed=1.5), "seed must be an integer"),
-    (dict(temperature=float("inf")), "finite"),
-    (dict(temperature=1.0, coupling="yes"), "coupling must be"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(temperature=1.0, seed="abc"), "seed must be an integer"),
+        (dict(temperature=1.0, seed=1.5), "seed must be an integer"),
+        (dict(temperature=float("inf")), "finite"),
+        (dict(temperature=1.0, coupling="yes"), "coupling must be"),
+    ],
+)
 def test_bad_sampling_settings_name_the_problem(model_dirs, settings, message):
     pipe = load(target=model_dirs / "target", method="autoregressive")
     with pytest.raises(DraftVerifyError, match=message):
@@ -235,7 +259,8 @@ def test_gamma_is_bounded_before_loading_and_by_the_target_context(model_dirs, t
 
 @pytest.mark.parametrize("method", ["specdec", "specdec++_nat"])
 def test_a_nat_method_on_a_zoo_without_a_drafter_says_which_zoo_has_one_and_how_to_train_one(
-        method, code_zoo_without_nat):
+    method, code_zoo_without_nat
+):
     started = time.perf_counter()
     with pytest.raises(DraftVerifyError) as caught:
         load(zoo="code", method=method)
@@ -246,7 +271,8 @@ def test_a_nat_method_on_a_zoo_without_a_drafter_says_which_zoo_has_one_and_how_
 
 
 def test_load_is_quiet_by_default_verbose_on_request_and_leaves_transformers_settings_as_found(
-        model_dirs, capfd, monkeypatch):
+    model_dirs, capfd, monkeypatch
+):
     from transformers.utils import logging as hf_logging
 
     monkeypatch.delenv("DRAFTVERIFY_VERBOSE", raising=False)
@@ -314,8 +340,11 @@ def healed_reference(model_dirs, prompt: str, new: int) -> tuple[list[int], str]
     model = AutoModelForCausalLM.from_pretrained(model_dirs / "target").eval()
     ids = tokenizer(prompt).input_ids
     removed = tokenizer.decode(ids[-1:])
-    allowed = [i for i in range(len(tokenizer)) if i not in tokenizer.all_special_ids
-               and tokenizer.decode([i]).startswith(removed)]
+    allowed = [
+        i
+        for i in range(len(tokenizer))
+        if i not in tokenizer.all_special_ids and tokenizer.decode([i]).startswith(removed)
+    ]
     backed = torch.tensor([ids[:-1]])
     with torch.no_grad():
         logits = model(input_ids=backed).logits[0, -1]
@@ -323,7 +352,7 @@ def healed_reference(model_dirs, prompt: str, new: int) -> tuple[list[int], str]
     new_ids = [first] + reference_greedy(model, torch.cat([backed, torch.tensor([[first]])], dim=1), new - 1)
     text = tokenizer.decode(new_ids)
     assert text.startswith(removed)
-    return new_ids, text[len(removed):]
+    return new_ids, text[len(removed) :]
 
 
 @pytest.mark.parametrize("method", ["autoregressive", "model", "prompt_lookup", "lookup_model", "model_tree"])
@@ -344,12 +373,18 @@ def test_healing_is_off_by_default_in_the_api_and_per_call_wins(model_dirs):
     plain = load(target=model_dirs / "target", method="autoregressive")
     assert plain.heal is False
     healed = load(target=model_dirs / "target", method="autoregressive", heal=True)
-    assert healed.generate(HEAL_PROMPT, max_new_tokens=12, heal=False).text == \
-        plain.generate(HEAL_PROMPT, max_new_tokens=12).text
-    assert plain.generate(HEAL_PROMPT, max_new_tokens=12, heal=True).text == \
-        healed.generate(HEAL_PROMPT, max_new_tokens=12).text
-    assert healed.generate(HEAL_PROMPT, max_new_tokens=12).output.new_tokens[0].tolist() == \
-        healed_reference(model_dirs, HEAL_PROMPT, 12)[0]
+    assert (
+        healed.generate(HEAL_PROMPT, max_new_tokens=12, heal=False).text
+        == plain.generate(HEAL_PROMPT, max_new_tokens=12).text
+    )
+    assert (
+        plain.generate(HEAL_PROMPT, max_new_tokens=12, heal=True).text
+        == healed.generate(HEAL_PROMPT, max_new_tokens=12).text
+    )
+    assert (
+        healed.generate(HEAL_PROMPT, max_new_tokens=12).output.new_tokens[0].tolist()
+        == healed_reference(model_dirs, HEAL_PROMPT, 12)[0]
+    )
     with pytest.raises(DraftVerifyError, match="heal must be True or False"):
         load(target=model_dirs / "target", method="autoregressive", heal="yes")
 

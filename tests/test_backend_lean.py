@@ -7,6 +7,7 @@ rollback and re-forward, a token tree with its ancestor mask and the commit of a
 model give the target's own greedy text with a lean draft (the target verifies) at CachedLM's acceptance, and what
 LeanLM cannot run stays on CachedLM.
 """
+
 from __future__ import annotations
 
 import copy
@@ -28,30 +29,61 @@ from draftverify.tree import TreeSpec
 torch.set_num_threads(1)
 
 PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
-SMALL = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             eos_token_id=3, bos_token_id=1, pad_token_id=0)
+SMALL = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    eos_token_id=3,
+    bos_token_id=1,
+    pad_token_id=0,
+)
 ROPES = {
     "linear": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
-    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 16, "rope_theta": 10000.0},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+        "rope_theta": 10000.0,
+    },
     "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 10000.0},
     "dynamic": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
 }
 # name -> (config class, model class, config options): GQA (4 query heads on 2 kv heads) unless said otherwise
 CONFIGS = {
     "llama": (LlamaConfig, LlamaForCausalLM, dict(num_key_value_heads=2, max_position_embeddings=256)),
-    "llama-mha-tied": (LlamaConfig, LlamaForCausalLM, dict(num_key_value_heads=4, max_position_embeddings=256,
-                                                           tie_word_embeddings=True)),
-    "llama-bias": (LlamaConfig, LlamaForCausalLM, dict(num_key_value_heads=2, max_position_embeddings=256,
-                                                       attention_bias=True, mlp_bias=True)),
-    "mistral": (MistralConfig, MistralForCausalLM, dict(num_key_value_heads=2, max_position_embeddings=256,
-                                                        sliding_window=None, head_dim=16)),
+    "llama-mha-tied": (
+        LlamaConfig,
+        LlamaForCausalLM,
+        dict(num_key_value_heads=4, max_position_embeddings=256, tie_word_embeddings=True),
+    ),
+    "llama-bias": (
+        LlamaConfig,
+        LlamaForCausalLM,
+        dict(num_key_value_heads=2, max_position_embeddings=256, attention_bias=True, mlp_bias=True),
+    ),
+    "mistral": (
+        MistralConfig,
+        MistralForCausalLM,
+        dict(num_key_value_heads=2, max_position_embeddings=256, sliding_window=None, head_dim=16),
+    ),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(num_key_value_heads=2, max_position_embeddings=256)),
-    "qwen2-tied": (Qwen2Config, Qwen2ForCausalLM, dict(num_key_value_heads=1, max_position_embeddings=256,
-                                                       tie_word_embeddings=True)),
-    **{f"llama-rope-{name}": (LlamaConfig, LlamaForCausalLM, dict(num_key_value_heads=2, rope_parameters=rope,
-                                                                  max_position_embeddings=24 if name == "dynamic" else 256))
-       for name, rope in ROPES.items()},
+    "qwen2-tied": (
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        dict(num_key_value_heads=1, max_position_embeddings=256, tie_word_embeddings=True),
+    ),
+    **{
+        f"llama-rope-{name}": (
+            LlamaConfig,
+            LlamaForCausalLM,
+            dict(num_key_value_heads=2, rope_parameters=rope, max_position_embeddings=24 if name == "dynamic" else 256),
+        )
+        for name, rope in ROPES.items()
+    },
 }
 
 
@@ -98,8 +130,16 @@ def test_chain_logits_equal_hf_through_prefill_chains_and_rollback(name):
     for lm in (lean, hf):
         lm.start(PROMPT)  # no check_fits: the dynamic-rope model runs past its 24 positions, where its rope scales
     close(lean.prefilled.logits, hf.prefilled.logits, model)
-    calls = [([17], 1), ([9, 10, 11], 1), ([12, 13], 2), ([14], 0), ([15, 16, 18, 19, 20], 3), ([21] * 9, 9),
-             ([22, 23], 2), (list(range(30, 50)), 20)]  # (tokens fed, how many of the tail to keep)
+    calls = [
+        ([17], 1),
+        ([9, 10, 11], 1),
+        ([12, 13], 2),
+        ([14], 0),
+        ([15, 16, 18, 19, 20], 3),
+        ([21] * 9, 9),
+        ([22, 23], 2),
+        (list(range(30, 50)), 20),
+    ]  # (tokens fed, how many of the tail to keep)
     for tokens, keep in calls:
         step = torch.tensor([tokens])
         close(lean.forward(step).logits, hf.forward(step).logits, model)
@@ -259,6 +299,13 @@ def test_batches_run_on_cached_lm_and_a_lone_row_moves_there_when_rows_join():
     assert single.new_tokens[0].tolist() == refs[0] and drafter.lm.active is drafter.lm.lean
     pending = [[], [RowRequest(PROMPTS[1], 12), RowRequest(PROMPTS[2], 12)], [], [RowRequest(PROMPTS[3], 12)]]
     drafter = ModelDrafter(LeanDraft(draft))
-    out = generate(target, drafter, exact(), torch.tensor([PROMPTS[0]]), max_new_tokens=12, gamma=3,
-                   admit=lambda: pending.pop(0) if pending else [])
+    out = generate(
+        target,
+        drafter,
+        exact(),
+        torch.tensor([PROMPTS[0]]),
+        max_new_tokens=12,
+        gamma=3,
+        admit=lambda: pending.pop(0) if pending else [],
+    )
     assert out.rows == refs and drafter.lm.active is drafter.lm._rows

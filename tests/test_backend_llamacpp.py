@@ -8,6 +8,7 @@ llama.cpp's own converter (what CI fetches with scripts/fetch_llama_cpp_converte
 draft. Where a text differs, the message gives the reference's logit margin at the first differing token, so a
 near-tie flip between a 1-token and an n-token evaluation is reported as one instead of hidden.
 """
+
 from __future__ import annotations
 
 import copy
@@ -33,8 +34,9 @@ from draftverify.methods import MethodOptions, build_drafter, build_verifier, re
 from draftverify.tree import TreeSpec  # noqa: E402
 from draftverify.types import SamplingParams  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not converter_available(),
-                                reason="no llama.cpp converter: scripts/fetch_llama_cpp_converter.sh")
+pytestmark = pytest.mark.skipif(
+    not converter_available(), reason="no llama.cpp converter: scripts/fetch_llama_cpp_converter.sh"
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO = ROOT / "zoo" / "code"
@@ -76,8 +78,10 @@ def plain_greedy(model: GGUFModel, prompt: list[int], new: int) -> tuple[list[in
 def explain(got: list[int], want: list[int], margins: list[float]) -> str:
     for i, (a, b) in enumerate(zip(got, want)):
         if a != b:
-            return (f"first difference at new token {i}: got {a}, llama.cpp greedy {b}; llama.cpp's logit margin "
-                    f"there {margins[i]:.3g} ({'a near tie: 1-token vs n-token arithmetic' if margins[i] < 1e-2 else 'not a near tie'})")
+            return (
+                f"first difference at new token {i}: got {a}, llama.cpp greedy {b}; llama.cpp's logit margin "
+                f"there {margins[i]:.3g} ({'a near tie: 1-token vs n-token arithmetic' if margins[i] < 1e-2 else 'not a near tie'})"
+            )
     return f"lengths differ: {len(got)} vs {len(want)}"
 
 
@@ -98,8 +102,12 @@ def tiny(tmp_path_factory):
     draft.save_pretrained(root / "draft")
     tokenizer.save_pretrained(root / "draft")
     cache = root / "gguf"
-    return {"root": root, "target": GGUFModel(gguf_for(root / "target", cache_dir=cache)),
-            "draft": GGUFModel(gguf_for(root / "draft", DEFAULT_DRAFT_GGUF, cache_dir=cache)), "cache": cache}
+    return {
+        "root": root,
+        "target": GGUFModel(gguf_for(root / "target", cache_dir=cache)),
+        "draft": GGUFModel(gguf_for(root / "draft", DEFAULT_DRAFT_GGUF, cache_dir=cache)),
+        "cache": cache,
+    }
 
 
 PROMPT = [5, 17, 99, 230, 7, 5, 17, 99, 230, 7, 5, 17]
@@ -110,16 +118,28 @@ def tiny_reference(tiny):
     return plain_greedy(tiny["target"], PROMPT, 40)
 
 
-def run_method(target: GGUFModel, draft: GGUFModel | None, method: str, prompt: list[int], new: int,
-               gamma: int | str = 4, ngram: Path | None = None, eos: int | None = None):
+def run_method(
+    target: GGUFModel,
+    draft: GGUFModel | None,
+    method: str,
+    prompt: list[int],
+    new: int,
+    gamma: int | str = 4,
+    ngram: Path | None = None,
+    eos: int | None = None,
+):
     spec = resolve_method(method)
-    options = MethodOptions(draft_model=LlamaCppLM(draft, role="draft", threads=1) if spec.needs_draft else None,
-                            ngram_path=ngram, prompt_lookup_min_ngram=1)
+    options = MethodOptions(
+        draft_model=LlamaCppLM(draft, role="draft", threads=1) if spec.needs_draft else None,
+        ngram_path=ngram,
+        prompt_lookup_min_ngram=1,
+    )
     backend = LlamaCppLM(target, threads=1)
     drafter = build_drafter(spec.drafter, backend, options)
     verifier = build_verifier(spec.verifier, SamplingParams(), options)
-    return generate(backend, drafter, verifier, torch.tensor([prompt]), max_new_tokens=new, gamma=gamma,
-                    eos_token_id=eos)
+    return generate(
+        backend, drafter, verifier, torch.tensor([prompt]), max_new_tokens=new, gamma=gamma, eos_token_id=eos
+    )
 
 
 # ---- exactness ------------------------------------------------------------------------------------------------
@@ -299,8 +319,10 @@ def test_keeping_something_that_is_not_a_branch_is_refused(tiny):
         bad[1, 0] = False  # the second token skips its parent: not a tree
         lm2 = LlamaCppLM(tiny["target"], threads=1)
         lm2.start(torch.tensor([PROMPT]))
-        lm2.forward(torch.tensor([[7, 40, 41]]), attention_mask=torch.tensor(
-            [[True, False, False], [True, True, False], [False, True, True]]))
+        lm2.forward(
+            torch.tensor([[7, 40, 41]]),
+            attention_mask=torch.tensor([[True, False, False], [True, True, False], [False, True, True]]),
+        )
 
 
 def test_one_row_only_and_no_hidden_states(tiny):
@@ -319,8 +341,14 @@ def test_load_converts_once_and_caches(tiny, monkeypatch):
     monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tiny["cache"]))
     calls = []
     monkeypatch.setattr(gguf, "convert", lambda *a, **k: calls.append(a))  # the fixture converted them already
-    pipe = load(target=tiny["root"] / "target", draft=tiny["root"] / "draft", method="model", backend="llamacpp",
-                threads=1, gamma=3)
+    pipe = load(
+        target=tiny["root"] / "target",
+        draft=tiny["root"] / "draft",
+        method="model",
+        backend="llamacpp",
+        threads=1,
+        gamma=3,
+    )
     assert calls == [] and pipe.target.name == "llamacpp" and pipe.drafter.lm.name == "llamacpp"
     result = pipe.generate("def add(a, b):", max_new_tokens=12)
     hf = load(target=tiny["root"] / "target", method="autoregressive").generate("def add(a, b):", max_new_tokens=12)
@@ -335,7 +363,9 @@ def test_a_gguf_file_runs_with_its_own_tokenizer(tiny):
     assert isinstance(pipe.tokenizer, GGUFTokenizer)
     hf_tokenizer = AutoTokenizer.from_pretrained(ZOO / "tokenizer")
     text = "def add(a, b):\n    return a + b\n"
-    assert pipe.tokenizer.encode(text, add_special_tokens=False) == hf_tokenizer(text, add_special_tokens=False).input_ids
+    assert (
+        pipe.tokenizer.encode(text, add_special_tokens=False) == hf_tokenizer(text, add_special_tokens=False).input_ids
+    )
     ids = hf_tokenizer(text).input_ids
     assert pipe.tokenizer.decode(ids, skip_special_tokens=True) == hf_tokenizer.decode(ids, skip_special_tokens=True)
     assert pipe.generate(text, max_new_tokens=8).stats.new_tokens == 8
@@ -360,8 +390,12 @@ def test_a_draft_with_another_vocabulary_is_refused(tiny, tmp_path):
     vocab[a], vocab[b] = vocab[b], vocab[a]  # two token ids swapped: same size, another vocabulary
     (other / "tokenizer.json").write_text(json.dumps(data))
     with pytest.raises(DraftVerifyError, match="different vocabularies"):
-        load(target=tiny["target"].path, draft=GGUFModel(gguf_for(other, cache_dir=tiny["cache"])).path,
-             method="model", backend="llamacpp")
+        load(
+            target=tiny["target"].path,
+            draft=GGUFModel(gguf_for(other, cache_dir=tiny["cache"])).path,
+            method="model",
+            backend="llamacpp",
+        )
 
 
 def test_the_draft_converts_at_its_own_gguf_type(tiny, monkeypatch):
@@ -372,8 +406,15 @@ def test_the_draft_converts_at_its_own_gguf_type(tiny, monkeypatch):
     monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tiny["cache"]))
     texts = {}
     for kind in (None, "f16"):
-        pipe = load(target=tiny["root"] / "target", draft=tiny["root"] / "draft", method="model", backend="llamacpp",
-                    threads=1, gamma=3, draft_gguf=kind)
+        pipe = load(
+            target=tiny["root"] / "target",
+            draft=tiny["root"] / "draft",
+            method="model",
+            backend="llamacpp",
+            threads=1,
+            gamma=3,
+            draft_gguf=kind,
+        )
         assert pipe.target.model.path.name.endswith("-f32.gguf")
         assert pipe.drafter.lm.model.path.name.endswith(f"-{kind or DEFAULT_DRAFT_GGUF}.gguf")
         texts[kind] = pipe.generate("def add(a, b):", max_new_tokens=12).output.new_tokens[0].tolist()
@@ -396,17 +437,25 @@ def test_compile_and_batches_are_refused(tiny):
 
 
 # ---- the zoo --------------------------------------------------------------------------------------------------
-ZOO_PROMPTS = ["def fibonacci(n):\n", "def is_palindrome(s: str) -> bool:\n    \"\"\"Return True if s reads the same "
-               "backwards.\"\"\"\n"]
+ZOO_PROMPTS = [
+    "def fibonacci(n):\n",
+    'def is_palindrome(s: str) -> bool:\n    """Return True if s reads the same backwards."""\n',
+]
 
 
 @pytest.fixture(scope="module")
 def zoo_models(tmp_path_factory):
-    cache = Path(os.environ["DRAFTVERIFY_GGUF_CACHE"]) if os.environ.get("DRAFTVERIFY_GGUF_CACHE") else \
-        tmp_path_factory.mktemp("zoo-gguf")
+    cache = (
+        Path(os.environ["DRAFTVERIFY_GGUF_CACHE"])
+        if os.environ.get("DRAFTVERIFY_GGUF_CACHE")
+        else tmp_path_factory.mktemp("zoo-gguf")
+    )
     tokenizer = AutoTokenizer.from_pretrained(ZOO / "target")
-    return (GGUFModel(gguf_for(ZOO / "target", cache_dir=cache)),
-            GGUFModel(gguf_for(ZOO / "draft", DEFAULT_DRAFT_GGUF, cache_dir=cache)), tokenizer)
+    return (
+        GGUFModel(gguf_for(ZOO / "target", cache_dir=cache)),
+        GGUFModel(gguf_for(ZOO / "draft", DEFAULT_DRAFT_GGUF, cache_dir=cache)),
+        tokenizer,
+    )
 
 
 @pytest.mark.parametrize("method", CHAIN_METHODS + TREE_METHODS)
@@ -415,8 +464,9 @@ def test_every_method_gives_llama_cpp_greedy_text_on_the_zoo(zoo_models, method)
     for text in ZOO_PROMPTS:
         prompt = tokenizer(text).input_ids
         want, margins = _zoo_reference(target, tuple(prompt))
-        out = run_method(target, draft, method, prompt, 48, gamma=4, ngram=ZOO / "ngram.safetensors",
-                         eos=tokenizer.eos_token_id)
+        out = run_method(
+            target, draft, method, prompt, 48, gamma=4, ngram=ZOO / "ngram.safetensors", eos=tokenizer.eos_token_id
+        )
         got = out.new_tokens[0].tolist()
         assert got == want, f"{method} on {text!r}: {explain(got, want, margins)}"
 
@@ -462,8 +512,10 @@ def test_n_token_and_1_token_evaluations_differ_only_by_rounding_on_the_zoo(zoo_
     flips = [(i, float(margins[i])) for i in range(len(fed)) if alone[i].argmax() != together[i].argmax()]
     record_property("max_logit_difference_1_vs_5_tokens", difference)
     record_property("argmax_flips", flips)
-    print(f"\nzoo target, 1-token vs 5-token decodes: max logit difference {difference:.3g}, "
-          f"smallest greedy margin {float(margins.min()):.3g}, argmax flips {flips}")
+    print(
+        f"\nzoo target, 1-token vs 5-token decodes: max logit difference {difference:.3g}, "
+        f"smallest greedy margin {float(margins.min()):.3g}, argmax flips {flips}"
+    )
     assert difference < 0.05
     assert all(margin <= 2 * difference for _, margin in flips), f"a flip that is not a near tie: {flips}"
 
@@ -475,13 +527,20 @@ def test_serving_on_the_llamacpp_backend_answers_one_request_at_a_time(tiny):
     from draftverify import load
     from draftverify.serve.app import ServerSettings, create_app
 
-    pipe = load(target=tiny["root"] / "target", draft=tiny["root"] / "draft", method="model", backend="llamacpp",
-                threads=1, gamma=3)
+    pipe = load(
+        target=tiny["root"] / "target",
+        draft=tiny["root"] / "draft",
+        method="model",
+        backend="llamacpp",
+        threads=1,
+        gamma=3,
+    )
     assert not pipe.supports_batches  # the engine serves one request at a time
     expected = pipe.generate("def add(a, b):", max_new_tokens=8).text
     with TestClient(create_app(pipe, ServerSettings(model_name="tiny", max_batch=4))) as client:
-        reply = client.post("/v1/completions", json={"model": "tiny", "prompt": "def add(a, b):", "max_tokens": 8,
-                                                      "temperature": 0})
+        reply = client.post(
+            "/v1/completions", json={"model": "tiny", "prompt": "def add(a, b):", "max_tokens": 8, "temperature": 0}
+        )
     assert reply.status_code == 200, reply.text
     assert reply.json()["choices"][0]["text"] == expected
 
@@ -493,15 +552,28 @@ def test_the_command_line(tiny, monkeypatch):
 
     monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tiny["cache"]))
     runner = CliRunner()
-    base = ["generate", "--target", str(tiny["root"] / "target"), "-p", "def add(a, b):", "-n", "8", "--threads", "1",
-            "--backend", "llamacpp"]
+    base = [
+        "generate",
+        "--target",
+        str(tiny["root"] / "target"),
+        "-p",
+        "def add(a, b):",
+        "-n",
+        "8",
+        "--threads",
+        "1",
+        "--backend",
+        "llamacpp",
+    ]
     ok = runner.invoke(app, base + ["--draft", str(tiny["root"] / "draft"), "--method", "model_tree", "--json"])
     assert ok.exit_code == 0, ok.stderr
     assert json.loads(ok.stdout)["stats"]["new_tokens"] == 8
-    for extra, message in ((["--method", "bita"], "method 'bita' needs extra embedded positions"),
-                           (["--compile"], "--compile is for --backend hf"),
-                           (["--draft-gguf", "q4"], "--draft-gguf) must be one of q8_0, f32, f16, bf16"),
-                           (["--method", "model", "--draft", str(tiny["root"] / "nowhere")], "neither a .gguf file nor")):
+    for extra, message in (
+        (["--method", "bita"], "method 'bita' needs extra embedded positions"),
+        (["--compile"], "--compile is for --backend hf"),
+        (["--draft-gguf", "q4"], "--draft-gguf) must be one of q8_0, f32, f16, bf16"),
+        (["--method", "model", "--draft", str(tiny["root"] / "nowhere")], "neither a .gguf file nor"),
+    ):
         result = runner.invoke(app, base + extra)
         assert result.exit_code == 2 and message in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) <= 2  # the loading line, then one error line
@@ -526,12 +598,20 @@ def test_speculative_sampling_is_distributed_as_llama_cpps_softmax(tiny):
     counts = torch.zeros_like(p)
     for seed in range(draws):
         params = SamplingParams(temperature=temperature, seed=seed, coupling=False)
-        out = generate(target_lm, drafter, build_verifier("exact", params, options), torch.tensor([prompt]), params,
-                       max_new_tokens=1, gamma=1)
+        out = generate(
+            target_lm,
+            drafter,
+            build_verifier("exact", params, options),
+            torch.tensor([prompt]),
+            params,
+            max_new_tokens=1,
+            gamma=1,
+        )
         counts[out.new_tokens[0, 0]] += 1
     assert chi2_statistic(counts, p) < chi2_critical(counts, p)
-    wrong = torch.bincount(torch.multinomial(q, draws, replacement=True, generator=torch.Generator().manual_seed(0)),
-                           minlength=p.numel()).double()
+    wrong = torch.bincount(
+        torch.multinomial(q, draws, replacement=True, generator=torch.Generator().manual_seed(0)), minlength=p.numel()
+    ).double()
     assert chi2_statistic(wrong, p) > chi2_critical(wrong, p)
 
 
@@ -570,8 +650,9 @@ def test_unconvertible_folders_and_encoder_decoder_models_are_refused_in_one_lin
     from draftverify import load
 
     T5Config(vocab_size=96, d_model=32, num_layers=1, num_heads=2).save_pretrained(tmp_path / "t5")
-    with pytest.raises(DraftVerifyError, match="encoder-decoder model, which the llamacpp backend does not run; "
-                                               "use --backend hf"):
+    with pytest.raises(
+        DraftVerifyError, match="encoder-decoder model, which the llamacpp backend does not run; use --backend hf"
+    ):
         load(target=tmp_path / "t5", method="prompt_lookup", backend="llamacpp")
     folder = tmp_path / "metaspace"
     folder.mkdir()

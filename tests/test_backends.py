@@ -1,5 +1,6 @@
 """The target backend seam (backends/base.py): CachedLM is one implementation; a third backend plugs into the
 loop and the drafters without touching them; methods a backend cannot run are refused by name."""
+
 from __future__ import annotations
 
 import pytest
@@ -44,12 +45,13 @@ class RecomputingLM(OneRow):
         self.ids, self.committed = input_ids[0, :-1].tolist(), input_ids.shape[1] - 1
         return input_ids
 
-    def forward(self, tokens, position_ids=None, attention_mask=None, want_hidden=False,
-                new_valid=None) -> TargetOutput:
+    def forward(
+        self, tokens, position_ids=None, attention_mask=None, want_hidden=False, new_valid=None
+    ) -> TargetOutput:
         assert position_ids is None and attention_mask is None, "chains only"
         self.ids += tokens[0].tolist()
         logits = self.model(input_ids=torch.tensor([self.ids])).logits
-        return TargetOutput(logits=logits[:, -tokens.shape[1]:])
+        return TargetOutput(logits=logits[:, -tokens.shape[1] :])
 
     def commit(self, kept) -> None:
         self.committed += int(kept)
@@ -68,16 +70,29 @@ def test_a_third_backend_runs_the_loop_unchanged(drafter):
     model, want = target_and_reference("llama", prompt, 16)
     backend = RecomputingLM(model)
     options = MethodOptions(draft_model=model)  # the HF draft on its own CachedLM beside a non-HF target
-    out = generate(backend, build_drafter(drafter, backend, options), build_verifier("exact", SamplingParams(), options),
-                   prompt, max_new_tokens=16, gamma=3)
+    out = generate(
+        backend,
+        build_drafter(drafter, backend, options),
+        build_verifier("exact", SamplingParams(), options),
+        prompt,
+        max_new_tokens=16,
+        gamma=3,
+    )
     assert out.new_tokens[0].tolist() == want
     if drafter == "model":
         assert out.stats.target_calls < 16
 
 
-@pytest.mark.parametrize("method, needs", [("bpd", "hidden states and LM head"), ("bita", "extra embedded positions"),
-                                            ("early_exit", "own layers"), ("specdec", "Hugging Face modules"),
-                                            ("model_tree", "token trees")])
+@pytest.mark.parametrize(
+    "method, needs",
+    [
+        ("bpd", "hidden states and LM head"),
+        ("bita", "extra embedded positions"),
+        ("early_exit", "own layers"),
+        ("specdec", "Hugging Face modules"),
+        ("model_tree", "token trees"),
+    ],
+)
 def test_a_method_needing_what_a_backend_lacks_is_refused_by_name(method, needs):
     from draftverify import drafters  # noqa: F401
     from draftverify.methods import resolve_method
@@ -90,9 +105,13 @@ def test_a_method_needing_what_a_backend_lacks_is_refused_by_name(method, needs)
 def test_a_batch_on_a_one_row_backend_is_refused(models):
     backend = RecomputingLM(models("llama"))
     with pytest.raises(DraftVerifyError, match="recompute backend decodes one row at a time"):
-        generate(backend, build_drafter("none", backend, MethodOptions()),
-                 build_verifier("exact", SamplingParams(), MethodOptions()), torch.tensor([[5, 6], [7, 8]]),
-                 max_new_tokens=2)
+        generate(
+            backend,
+            build_drafter("none", backend, MethodOptions()),
+            build_verifier("exact", SamplingParams(), MethodOptions()),
+            torch.tensor([[5, 6], [7, 8]]),
+            max_new_tokens=2,
+        )
 
 
 def test_generate_backend_llamacpp_without_the_extra_exits_2_with_the_install_command(monkeypatch):

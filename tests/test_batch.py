@@ -1,5 +1,6 @@
 """Batches of several rows in the one decoding loop: prompts of different lengths (left padding), ragged acceptance,
 per-row EOS / max_new_tokens, rows leaving the batch. Every row must equal its own batch-1 output."""
+
 from __future__ import annotations
 
 import pytest
@@ -77,8 +78,12 @@ def make_drafter(kind: str, model, refs: list[list[int]]):
 
 
 KINDS = ["none", "model", "prompt_lookup", "ngram", "lookup_model"]
-GRID = [(arch, kind) for arch in ("llama", "gpt2") for kind in KINDS] + [("qwen2", "model"), ("gpt_neox", "model"),
-                                                                         ("llama", "early_exit"), ("gpt2", "early_exit")]
+GRID = [(arch, kind) for arch in ("llama", "gpt2") for kind in KINDS] + [
+    ("qwen2", "model"),
+    ("gpt_neox", "model"),
+    ("llama", "early_exit"),
+    ("gpt2", "early_exit"),
+]
 
 
 @pytest.mark.parametrize("arch, kind", GRID)
@@ -89,15 +94,23 @@ def test_every_row_equals_its_own_greedy_text(arch, kind):
     assert len({tuple(r) for r in refs}) == len(refs)
     ids, mask = padded(PROMPTS)
     seen: list[torch.Tensor] = []
-    out = generate(model, make_drafter(kind, model, refs), GreedyVerifier(), ids, attention_mask=mask,
-                   max_new_tokens=limits, gamma=3, on_tokens=seen.append)
+    out = generate(
+        model,
+        make_drafter(kind, model, refs),
+        GreedyVerifier(),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=limits,
+        gamma=3,
+        on_tokens=seen.append,
+    )
     assert out.rows == refs
     assert out.stats.new_tokens == sum(limits)
     # the streamed tokens, row by row without the -1 padding, are the output
     streamed = [[t for step in seen for t in step[b].tolist() if t >= 0] for b in range(len(PROMPTS))]
     assert streamed == refs and all(step.shape[0] == len(PROMPTS) for step in seen)
     for b, r in enumerate(refs):
-        assert out.new_tokens[b, : len(r)].tolist() == r and (out.new_tokens[b, len(r):] == -1).all()
+        assert out.new_tokens[b, : len(r)].tolist() == r and (out.new_tokens[b, len(r) :] == -1).all()
     if kind in ("model", "ngram", "lookup_model", "early_exit"):
         assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens  # partial, ragged acceptance
 
@@ -119,17 +132,31 @@ def test_gamma_auto_rows_equal_their_own_greedy_text(kind):
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
     ids, mask = padded(PROMPTS)
-    out = generate(model, make_drafter(kind, model, refs), GreedyVerifier(), ids, attention_mask=mask,
-                   max_new_tokens=limits, gamma="auto")
+    out = generate(
+        model,
+        make_drafter(kind, model, refs),
+        GreedyVerifier(),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=limits,
+        gamma="auto",
+    )
     assert out.rows == refs and len(out.stats.chosen_gammas) == out.stats.target_calls
     policy = ComputeBoundTimings()
-    out = generate(model, make_drafter(kind, model, refs), GreedyVerifier(), ids, attention_mask=mask,
-                   max_new_tokens=limits, gamma=policy)
+    out = generate(
+        model,
+        make_drafter(kind, model, refs),
+        GreedyVerifier(),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=limits,
+        gamma=policy,
+    )
     assert out.rows == refs
     chosen = out.stats.chosen_gammas
     # the start value until a step is timed (then long drafts while the fit has seen one size of call), then,
     # once the fit sees the cost grow with the tokens scored, plain steps and one-token probes to the end
-    assert chosen[:2] == [4, 4] and set(chosen[chosen.index(0):]) == {0, 1}
+    assert chosen[:2] == [4, 4] and set(chosen[chosen.index(0) :]) == {0, 1}
     assert policy.costs.calls == out.stats.target_calls - len(policy.costs.seen_shapes)  # every other step timed
 
 
@@ -144,8 +171,9 @@ def test_rows_stop_at_their_own_eos(arch):
     assert len(refs[0]) == at + 1 and any(len(r) == NEW for r in refs)
     ids, mask = padded(PROMPTS)
     for drafter in (NoDrafter(), ModelDrafter(perturbed_copy(model, 0.5, seed=1)), PromptLookupDrafter()):
-        out = generate(model, drafter, GreedyVerifier(), ids, attention_mask=mask, max_new_tokens=NEW, gamma=4,
-                       eos_token_id=eos)
+        out = generate(
+            model, drafter, GreedyVerifier(), ids, attention_mask=mask, max_new_tokens=NEW, gamma=4, eos_token_id=eos
+        )
         assert out.rows == refs
 
 
@@ -153,8 +181,14 @@ def test_equal_length_rows_need_no_mask_and_one_row_with_a_mask_is_a_batch():
     model = model_for("llama")
     prompts = [[5, 17, 33], [9, 4, 7], [60, 61, 62]]
     refs = [reference_greedy(model, torch.tensor([p]), 12) for p in prompts]
-    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), GreedyVerifier(), torch.tensor(prompts),
-                   max_new_tokens=12, gamma=2)
+    out = generate(
+        model,
+        ModelDrafter(perturbed_copy(model, 0.5, seed=1)),
+        GreedyVerifier(),
+        torch.tensor(prompts),
+        max_new_tokens=12,
+        gamma=2,
+    )
     assert out.rows == refs
     ids, mask = padded([[1, 2], [5, 17, 33]])
     out = generate(model, NoDrafter(), GreedyVerifier(), ids[1:], attention_mask=mask[1:], max_new_tokens=5)
@@ -172,8 +206,9 @@ def test_a_row_the_caller_stops_leaves_and_the_others_go_on_unchanged():
         return [1] if len(steps) == 2 else None
 
     drafter = ModelDrafter(perturbed_copy(model, 0.5, seed=1))
-    out = generate(model, drafter, GreedyVerifier(), ids, attention_mask=mask, max_new_tokens=NEW, gamma=3,
-                   on_tokens=on_tokens)
+    out = generate(
+        model, drafter, GreedyVerifier(), ids, attention_mask=mask, max_new_tokens=NEW, gamma=3, on_tokens=on_tokens
+    )
     assert out.rows[0] == refs[0] and out.rows[2] == refs[2] and out.rows[3] == refs[3]
     assert out.rows[1] == refs[1][: len(out.rows[1])] and 2 <= len(out.rows[1]) < NEW
     assert all((step[1] == -1).all() for step in steps[2:])  # a row that left emits nothing more
@@ -188,15 +223,30 @@ def test_coupled_sampling_rows_equal_their_own_seeded_text(kind):
     seeds = [3, 4, 5, 6]
     expected = []
     for prompt, seed in zip(PROMPTS, seeds):
-        one = generate(model, NoDrafter(), GumbelCouplingVerifier(), torch.tensor([prompt]),
-                       SamplingParams(temperature=0.9, top_p=0.95, seed=seed), max_new_tokens=16)
+        one = generate(
+            model,
+            NoDrafter(),
+            GumbelCouplingVerifier(),
+            torch.tensor([prompt]),
+            SamplingParams(temperature=0.9, top_p=0.95, seed=seed),
+            max_new_tokens=16,
+        )
         expected.append(one.new_tokens[0].tolist())
     greedy = [reference_greedy(model, torch.tensor([p]), 16) for p in PROMPTS]
     assert expected != greedy
     ids, mask = padded(PROMPTS)
     refs = [reference_greedy(model, torch.tensor([p]), 16) for p in PROMPTS]
-    out = generate(model, make_drafter(kind, model, refs), ExactVerifier(params), ids, params, attention_mask=mask,
-                   max_new_tokens=16, gamma=3, seeds=seeds)
+    out = generate(
+        model,
+        make_drafter(kind, model, refs),
+        ExactVerifier(params),
+        ids,
+        params,
+        attention_mask=mask,
+        max_new_tokens=16,
+        gamma=3,
+        seeds=seeds,
+    )
     assert out.rows == expected
 
 
@@ -204,8 +254,15 @@ def test_speculative_sampling_at_temperature_zero_is_greedy_per_row():
     model = model_for("gpt2")
     refs = [reference_greedy(model, torch.tensor([p]), NEW) for p in PROMPTS]
     ids, mask = padded(PROMPTS)
-    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), SpeculativeSamplingVerifier(), ids,
-                   attention_mask=mask, max_new_tokens=NEW, gamma=4)
+    out = generate(
+        model,
+        ModelDrafter(perturbed_copy(model, 0.5, seed=1)),
+        SpeculativeSamplingVerifier(),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=NEW,
+        gamma=4,
+    )
     assert out.rows == refs
 
 
@@ -220,8 +277,15 @@ def test_uncoupled_sampling_in_a_batch_follows_the_target_distribution():
         p = probs_from_logits(model(torch.tensor([prompt])).logits[0, -1], params).double()
     rows = 1500
     ids = torch.tensor([prompt] * rows)
-    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), SpeculativeSamplingVerifier(), ids,
-                   params, max_new_tokens=2, gamma=3)
+    out = generate(
+        model,
+        ModelDrafter(perturbed_copy(model, 0.5, seed=1)),
+        SpeculativeSamplingVerifier(),
+        ids,
+        params,
+        max_new_tokens=2,
+        gamma=3,
+    )
     first = torch.tensor([r[0] for r in out.rows])
     counts = torch.bincount(first, minlength=p.shape[0]).double()
     assert chi2_statistic(counts, p) < chi2_critical(counts, p)
@@ -234,12 +298,21 @@ def test_bad_batches_are_clear_errors():
     with pytest.raises(DraftVerifyError, match="pad on the left"):
         generate(model, NoDrafter(), GreedyVerifier(), ids, attention_mask=right_padded, max_new_tokens=4)
     with pytest.raises(DraftVerifyError, match="seeds has 2 entries for 4 rows"):
-        generate(model, NoDrafter(), GumbelCouplingVerifier(), ids, SamplingParams(temperature=1.0, seed=1),
-                 attention_mask=mask, max_new_tokens=4, seeds=[1, 2])
+        generate(
+            model,
+            NoDrafter(),
+            GumbelCouplingVerifier(),
+            ids,
+            SamplingParams(temperature=1.0, seed=1),
+            attention_mask=mask,
+            max_new_tokens=4,
+            seeds=[1, 2],
+        )
 
 
-@pytest.mark.parametrize("arch, kind", [("llama", "none"), ("llama", "model"), ("gpt2", "lookup_model"),
-                                        ("gpt2", "prompt_lookup")])
+@pytest.mark.parametrize(
+    "arch, kind", [("llama", "none"), ("llama", "model"), ("gpt2", "lookup_model"), ("gpt2", "prompt_lookup")]
+)
 def test_rows_joining_between_steps_equal_their_own_text(arch, kind):
     """Continuous batching: rows join a running batch (and others leave) between steps; each row's text is still
     its own batch-1 text."""
@@ -253,8 +326,15 @@ def test_rows_joining_between_steps_equal_their_own_text(arch, kind):
         calls.append(len(calls) + 1)
         return [RowRequest(PROMPTS[i], limits[i]) for i in schedule.get(len(calls), [])]
 
-    out = generate(model, make_drafter(kind, model, refs), GreedyVerifier(), torch.tensor([PROMPTS[0]]),
-                   max_new_tokens=limits[0], gamma=3, admit=admit)
+    out = generate(
+        model,
+        make_drafter(kind, model, refs),
+        GreedyVerifier(),
+        torch.tensor([PROMPTS[0]]),
+        max_new_tokens=limits[0],
+        gamma=3,
+        admit=admit,
+    )
     assert out.rows == refs
     assert out.sequences[3, : len(PROMPTS[3]) + limits[3]].tolist() == PROMPTS[3] + refs[3]
 
@@ -268,8 +348,15 @@ def test_gamma_auto_with_rows_joining_equals_their_own_text(gamma):
     join = lambda *rows: [RowRequest(PROMPTS[i], limits[i]) for i in rows]  # noqa: E731
     pending = [[], join(1, 2), [], [], join(3)]
     policy = ComputeBoundTimings() if gamma == "compute_bound" else gamma
-    out = generate(model, make_drafter("model", model, refs), GreedyVerifier(), torch.tensor([PROMPTS[0]]),
-                   max_new_tokens=limits[0], gamma=policy, admit=lambda: pending.pop(0) if pending else [])
+    out = generate(
+        model,
+        make_drafter("model", model, refs),
+        GreedyVerifier(),
+        torch.tensor([PROMPTS[0]]),
+        max_new_tokens=limits[0],
+        gamma=policy,
+        admit=lambda: pending.pop(0) if pending else [],
+    )
     assert out.rows == refs
     if gamma == "compute_bound":
         assert 0 in out.stats.chosen_gammas
@@ -279,14 +366,35 @@ def test_joining_rows_sample_with_their_own_seeds():
     model = model_for("llama")
     params = SamplingParams(temperature=0.9, coupling=True)
     seeds = [3, 4, 5, 6]
-    expected = [generate(model, NoDrafter(), GumbelCouplingVerifier(), torch.tensor([p]),
-                         SamplingParams(temperature=0.9, seed=s), max_new_tokens=12).new_tokens[0].tolist()
-                for p, s in zip(PROMPTS, seeds)]
-    pending = [[RowRequest(PROMPTS[1], 12, seeds[1]), RowRequest(PROMPTS[2], 12, seeds[2])], [],
-               [RowRequest(PROMPTS[3], 12, seeds[3])]]
-    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), ExactVerifier(params),
-                   torch.tensor([PROMPTS[0]]), params, max_new_tokens=12, gamma=3, seeds=[seeds[0]],
-                   admit=lambda: pending.pop(0) if pending else [])
+    expected = [
+        generate(
+            model,
+            NoDrafter(),
+            GumbelCouplingVerifier(),
+            torch.tensor([p]),
+            SamplingParams(temperature=0.9, seed=s),
+            max_new_tokens=12,
+        )
+        .new_tokens[0]
+        .tolist()
+        for p, s in zip(PROMPTS, seeds)
+    ]
+    pending = [
+        [RowRequest(PROMPTS[1], 12, seeds[1]), RowRequest(PROMPTS[2], 12, seeds[2])],
+        [],
+        [RowRequest(PROMPTS[3], 12, seeds[3])],
+    ]
+    out = generate(
+        model,
+        ModelDrafter(perturbed_copy(model, 0.5, seed=1)),
+        ExactVerifier(params),
+        torch.tensor([PROMPTS[0]]),
+        params,
+        max_new_tokens=12,
+        gamma=3,
+        seeds=[seeds[0]],
+        admit=lambda: pending.pop(0) if pending else [],
+    )
     assert out.rows == expected
 
 
@@ -296,13 +404,25 @@ def test_one_token_prompts_start_and_join_a_batch():
     prompts = [[12], [9], [5], [60, 61, 62]]
     refs = [reference_greedy(model, torch.tensor([p]), 10) for p in prompts]
     pending = [[RowRequest(prompts[2], 10)], [RowRequest(prompts[3], 10)]]
-    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), GreedyVerifier(),
-                   torch.tensor([prompts[0], prompts[1]]), max_new_tokens=10, gamma=2,
-                   admit=lambda: pending.pop(0) if pending else [])
+    out = generate(
+        model,
+        ModelDrafter(perturbed_copy(model, 0.5, seed=1)),
+        GreedyVerifier(),
+        torch.tensor([prompts[0], prompts[1]]),
+        max_new_tokens=10,
+        gamma=2,
+        admit=lambda: pending.pop(0) if pending else [],
+    )
     assert out.rows == refs
     first = [[RowRequest(prompts[3], 10)]]
-    out = generate(model, NoDrafter(), GreedyVerifier(), torch.tensor([prompts[0]]), max_new_tokens=10,
-                   admit=lambda: first.pop(0) if first else [])
+    out = generate(
+        model,
+        NoDrafter(),
+        GreedyVerifier(),
+        torch.tensor([prompts[0]]),
+        max_new_tokens=10,
+        admit=lambda: first.pop(0) if first else [],
+    )
     assert out.rows == [refs[0], refs[3]]
 
 
@@ -324,23 +444,38 @@ def test_gaps_in_the_cache_and_full_repacks_give_the_same_text(gap_share):
         valid = target.valid
         gaps.append(int(((valid.long().cumsum(dim=1) > 0) & ~valid).sum()))
 
-    out = generate(target, ModelDrafter(draft), GreedyVerifier(), ids, attention_mask=mask, max_new_tokens=NEW,
-                   gamma=4, on_tokens=record)
+    out = generate(
+        target,
+        ModelDrafter(draft),
+        GreedyVerifier(),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=NEW,
+        gamma=4,
+        on_tokens=record,
+    )
     assert out.rows == refs
     assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens
     assert (max(gaps) > 0) == (gap_share == 1.0)
 
 
-MIXED = [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=3), SamplingParams(),
-         SamplingParams(temperature=1.3, top_k=20, seed=5)]
+MIXED = [
+    SamplingParams(),
+    SamplingParams(temperature=0.9, top_p=0.95, seed=3),
+    SamplingParams(),
+    SamplingParams(temperature=1.3, top_k=20, seed=5),
+]
 
 
 def own_text(model, prompt: list[int], params: SamplingParams, new: int) -> list[int]:
     """A row's batch-1 text under its own settings (the target alone)."""
     if params.greedy:
         return reference_greedy(model, torch.tensor([prompt]), new)
-    return generate(model, NoDrafter(), ExactVerifier(params), torch.tensor([prompt]), params,
-                    max_new_tokens=new).new_tokens[0].tolist()
+    return (
+        generate(model, NoDrafter(), ExactVerifier(params), torch.tensor([prompt]), params, max_new_tokens=new)
+        .new_tokens[0]
+        .tolist()
+    )
 
 
 @pytest.mark.parametrize("kind", ["none", "model", "prompt_lookup", "ngram", "lookup_model"])
@@ -352,19 +487,37 @@ def test_rows_with_their_own_sampling_settings_equal_their_own_text(kind):
     refs = [reference_greedy(model, torch.tensor([p]), 16) for p in PROMPTS]
     assert expected[1] != refs[1] and expected[3] != refs[3]  # the sampled rows do sample
     ids, mask = padded(PROMPTS)
-    out = generate(model, make_drafter(kind, model, refs), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
-                   max_new_tokens=16, gamma=3)
+    out = generate(
+        model,
+        make_drafter(kind, model, refs),
+        ExactVerifier(MIXED[0]),
+        ids,
+        MIXED,
+        attention_mask=mask,
+        max_new_tokens=16,
+        gamma=3,
+    )
     assert out.rows == expected
 
 
 def test_joining_rows_keep_their_own_sampling_settings():
     model = model_for("llama")
     expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
-    pending = [[RowRequest(PROMPTS[1], 12, MIXED[1].seed, params=MIXED[1])], [],
-               [RowRequest(PROMPTS[2], 12, params=MIXED[2]), RowRequest(PROMPTS[3], 12, MIXED[3].seed, params=MIXED[3])]]
-    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), ExactVerifier(MIXED[0]),
-                   torch.tensor([PROMPTS[0]]), MIXED[0], max_new_tokens=12, gamma=3,
-                   admit=lambda: pending.pop(0) if pending else [])
+    pending = [
+        [RowRequest(PROMPTS[1], 12, MIXED[1].seed, params=MIXED[1])],
+        [],
+        [RowRequest(PROMPTS[2], 12, params=MIXED[2]), RowRequest(PROMPTS[3], 12, MIXED[3].seed, params=MIXED[3])],
+    ]
+    out = generate(
+        model,
+        ModelDrafter(perturbed_copy(model, 0.5, seed=1)),
+        ExactVerifier(MIXED[0]),
+        torch.tensor([PROMPTS[0]]),
+        MIXED[0],
+        max_new_tokens=12,
+        gamma=3,
+        admit=lambda: pending.pop(0) if pending else [],
+    )
     assert out.rows == expected
 
 
@@ -380,8 +533,15 @@ def test_greedy_rows_beside_uncoupled_sampled_rows_stay_greedy_and_the_sampled_r
     p = probs_from_logits(logits, sampled).double()
     rows = 1200
     params = [SamplingParams() if b % 2 == 0 else sampled for b in range(rows)]
-    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1)), ExactVerifier(params[0]),
-                   torch.tensor([prompt] * rows), params, max_new_tokens=2, gamma=3)
+    out = generate(
+        model,
+        ModelDrafter(perturbed_copy(model, 0.5, seed=1)),
+        ExactVerifier(params[0]),
+        torch.tensor([prompt] * rows),
+        params,
+        max_new_tokens=2,
+        gamma=3,
+    )
     first = torch.tensor([r[0] for r in out.rows])
     assert bool((first[0::2] == int(logits.argmax())).all())
     counts = torch.bincount(first[1::2], minlength=p.shape[0]).double()
@@ -395,15 +555,20 @@ def test_uncoupled_rows_with_their_own_settings_repeat_when_every_sampled_row_is
     sampled row has one (the same text every run), fresh otherwise."""
     model = varied_model("llama")
     ids = torch.tensor([[5, 17, 33, 8]] * 16)
-    seeded = [SamplingParams() if b % 4 == 0 else SamplingParams(temperature=1.0, coupling=False, seed=b)
-              for b in range(16)]
+    seeded = [
+        SamplingParams() if b % 4 == 0 else SamplingParams(temperature=1.0, coupling=False, seed=b) for b in range(16)
+    ]
     drafter = lambda: ModelDrafter(perturbed_copy(model, 0.5, seed=1))  # noqa: E731
-    runs = [generate(model, drafter(), ExactVerifier(seeded[1]), ids, seeded, max_new_tokens=4, gamma=3).rows
-            for _ in range(2)]
+    runs = [
+        generate(model, drafter(), ExactVerifier(seeded[1]), ids, seeded, max_new_tokens=4, gamma=3).rows
+        for _ in range(2)
+    ]
     assert runs[0] == runs[1] and len({tuple(r) for r in runs[0]}) > 2
     unseeded = [p if p.greedy else SamplingParams(temperature=1.0, coupling=False) for p in seeded]
-    fresh = [generate(model, drafter(), ExactVerifier(seeded[1]), ids, unseeded, max_new_tokens=4, gamma=3).rows
-             for _ in range(2)]
+    fresh = [
+        generate(model, drafter(), ExactVerifier(seeded[1]), ids, unseeded, max_new_tokens=4, gamma=3).rows
+        for _ in range(2)
+    ]
     assert fresh[0] != fresh[1]
 
 
@@ -430,12 +595,26 @@ def test_tree_rows_equal_their_own_greedy_text(arch):
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
     ids, mask = padded(PROMPTS)
-    out = generate(model, tree_drafter(model), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
-                   max_new_tokens=limits, gamma=4)
+    out = generate(
+        model,
+        tree_drafter(model),
+        ExactVerifier(SamplingParams()),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=limits,
+        gamma=4,
+    )
     assert out.rows == refs
     assert out.stats.accepted_tokens > 0  # the trees were accepted in part
-    close = generate(model, tree_drafter(model, 0.1), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
-                     max_new_tokens=limits, gamma=4)  # a close draft: most of every tree is kept, rows diverge
+    close = generate(
+        model,
+        tree_drafter(model, 0.1),
+        ExactVerifier(SamplingParams()),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=limits,
+        gamma=4,
+    )  # a close draft: most of every tree is kept, rows diverge
     assert close.rows == refs and close.stats.target_calls < max(limits) * 2 // 3
 
 
@@ -447,8 +626,15 @@ def test_tree_rows_joining_between_steps_equal_their_own_text():
     model = model_for("llama")
     refs = [reference_greedy(model, torch.tensor([p]), 12) for p in PROMPTS]
     pending = [[RowRequest(PROMPTS[1], 12)], [], [RowRequest(PROMPTS[2], 12), RowRequest(PROMPTS[3], 12)]]
-    out = generate(model, tree_drafter(model), ExactVerifier(SamplingParams()), torch.tensor([PROMPTS[0]]),
-                   max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
+    out = generate(
+        model,
+        tree_drafter(model),
+        ExactVerifier(SamplingParams()),
+        torch.tensor([PROMPTS[0]]),
+        max_new_tokens=12,
+        gamma=3,
+        admit=lambda: pending.pop(0) if pending else [],
+    )
     assert out.rows == refs
 
 
@@ -457,13 +643,25 @@ def assert_mixed_rows_and_joining(make_drafter) -> None:
     model = model_for("llama")
     expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
     ids, mask = padded(PROMPTS)
-    out = generate(model, make_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask,
-                   max_new_tokens=12, gamma=3)
+    out = generate(
+        model, make_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask, max_new_tokens=12, gamma=3
+    )
     assert out.rows == expected
-    pending = [[RowRequest(PROMPTS[1], 12, MIXED[1].seed, params=MIXED[1])], [],
-               [RowRequest(PROMPTS[2], 12, params=MIXED[2]), RowRequest(PROMPTS[3], 12, MIXED[3].seed, params=MIXED[3])]]
-    joined = generate(model, make_drafter(model), ExactVerifier(MIXED[0]), torch.tensor([PROMPTS[0]]), MIXED[0],
-                      max_new_tokens=12, gamma=3, admit=lambda: pending.pop(0) if pending else [])
+    pending = [
+        [RowRequest(PROMPTS[1], 12, MIXED[1].seed, params=MIXED[1])],
+        [],
+        [RowRequest(PROMPTS[2], 12, params=MIXED[2]), RowRequest(PROMPTS[3], 12, MIXED[3].seed, params=MIXED[3])],
+    ]
+    joined = generate(
+        model,
+        make_drafter(model),
+        ExactVerifier(MIXED[0]),
+        torch.tensor([PROMPTS[0]]),
+        MIXED[0],
+        max_new_tokens=12,
+        gamma=3,
+        admit=lambda: pending.pop(0) if pending else [],
+    )
     assert joined.rows == expected
 
 
@@ -483,11 +681,22 @@ def test_bpd_rows_equal_their_own_greedy_text(arch):
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
     ids, mask = padded(PROMPTS)
-    out = generate(model, bpd_drafter(model), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
-                   max_new_tokens=limits, gamma=3)
+    out = generate(
+        model,
+        bpd_drafter(model),
+        ExactVerifier(SamplingParams()),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=limits,
+        gamma=3,
+    )
     assert out.rows == refs
-    singles = [generate(model, bpd_drafter(model), ExactVerifier(SamplingParams()), torch.tensor([p]),
-                        max_new_tokens=n, gamma=3).stats.accepted_tokens for p, n in zip(PROMPTS, limits)]
+    singles = [
+        generate(
+            model, bpd_drafter(model), ExactVerifier(SamplingParams()), torch.tensor([p]), max_new_tokens=n, gamma=3
+        ).stats.accepted_tokens
+        for p, n in zip(PROMPTS, limits)
+    ]
     # each row drafts from its own state, as alone (a batched GEMM may round a head's near-tie differently)
     assert abs(out.stats.accepted_tokens - sum(singles)) <= 2 and out.stats.accepted_tokens > 0
 
@@ -512,11 +721,27 @@ def test_bpd_neural_rows_equal_their_own_greedy_text_and_rescore_as_alone(arch):
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
     ids, mask = padded(PROMPTS)
-    out = generate(model, bpd_neural_drafter(model), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
-                   max_new_tokens=limits, gamma=3)
+    out = generate(
+        model,
+        bpd_neural_drafter(model),
+        ExactVerifier(SamplingParams()),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=limits,
+        gamma=3,
+    )
     assert out.rows == refs
-    singles = [generate(model, bpd_neural_drafter(model), ExactVerifier(SamplingParams()), torch.tensor([p]),
-                        max_new_tokens=n, gamma=3).stats for p, n in zip(PROMPTS, limits)]
+    singles = [
+        generate(
+            model,
+            bpd_neural_drafter(model),
+            ExactVerifier(SamplingParams()),
+            torch.tensor([p]),
+            max_new_tokens=n,
+            gamma=3,
+        ).stats
+        for p, n in zip(PROMPTS, limits)
+    ]
     assert abs(out.stats.accepted_tokens - sum(s.accepted_tokens for s in singles)) <= 2
     assert out.stats.accepted_tokens > 0 and out.stats.draft_calls > 0
 
@@ -535,7 +760,9 @@ def bita_drafter(model, method: str, prompt: str = "deep", seed: int = 1):
 
     torch.manual_seed(seed)
     adapter = BitaAdapter.for_target(model, 3, prompt, 4)
-    cls, k = {"bita": (BitaEfficientDrafter, 2), "bita_tree": (BitaFullTreeDrafter, 2), "bita_chain": (BitaDrafter, 1)}[method]
+    cls, k = {"bita": (BitaEfficientDrafter, 2), "bita_tree": (BitaFullTreeDrafter, 2), "bita_chain": (BitaDrafter, 1)}[
+        method
+    ]
     return cls(adapter, k)
 
 
@@ -548,8 +775,15 @@ def test_bita_rows_equal_their_own_greedy_text(arch, method):
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
     ids, mask = padded(PROMPTS)
-    out = generate(model, bita_drafter(model, method), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
-                   max_new_tokens=limits, gamma=4)
+    out = generate(
+        model,
+        bita_drafter(model, method),
+        ExactVerifier(SamplingParams()),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=limits,
+        gamma=4,
+    )
     assert out.rows == refs
 
 
@@ -565,10 +799,23 @@ def test_bita_rows_keep_whole_trees_of_a_self_predicting_target():
         model.lm_head.bias.copy_(-torch.arange(head.out_features, dtype=head.weight.dtype))
     ids, mask = padded(PROMPTS)
     for method in BITA:
-        out = generate(model, bita_drafter(model, method), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
-                       max_new_tokens=NEW, gamma=4)
-        alone = generate(model, bita_drafter(model, method), ExactVerifier(SamplingParams()),
-                         torch.tensor([PROMPTS[0]]), max_new_tokens=NEW, gamma=4)
+        out = generate(
+            model,
+            bita_drafter(model, method),
+            ExactVerifier(SamplingParams()),
+            ids,
+            attention_mask=mask,
+            max_new_tokens=NEW,
+            gamma=4,
+        )
+        alone = generate(
+            model,
+            bita_drafter(model, method),
+            ExactVerifier(SamplingParams()),
+            torch.tensor([PROMPTS[0]]),
+            max_new_tokens=NEW,
+            gamma=4,
+        )
         assert out.rows == [[0] * NEW] * len(PROMPTS)
         assert out.stats.target_calls == alone.stats.target_calls, method
 
@@ -591,8 +838,15 @@ def test_prompt_lookup_tree_rows_equal_their_own_greedy_text(arch):
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(LOOKUP_PROMPTS, limits)]
     ids, mask = padded(LOOKUP_PROMPTS)
-    out = generate(model, PromptLookupTreeDrafter(max_ngram=2), ExactVerifier(SamplingParams()), ids,
-                   attention_mask=mask, max_new_tokens=limits, gamma=4)
+    out = generate(
+        model,
+        PromptLookupTreeDrafter(max_ngram=2),
+        ExactVerifier(SamplingParams()),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=limits,
+        gamma=4,
+    )
     assert out.rows == refs
 
 
@@ -602,8 +856,16 @@ def test_prompt_lookup_tree_rows_sample_with_their_own_settings():
     model = model_for("llama")
     expected = [own_text(model, p, s, 14) for p, s in zip(LOOKUP_PROMPTS, MIXED)]
     ids, mask = padded(LOOKUP_PROMPTS)
-    out = generate(model, PromptLookupTreeDrafter(max_ngram=2), ExactVerifier(MIXED[0]), ids, MIXED,
-                   attention_mask=mask, max_new_tokens=14, gamma=3)
+    out = generate(
+        model,
+        PromptLookupTreeDrafter(max_ngram=2),
+        ExactVerifier(MIXED[0]),
+        ids,
+        MIXED,
+        attention_mask=mask,
+        max_new_tokens=14,
+        gamma=3,
+    )
     assert out.rows == expected
 
 
@@ -646,8 +908,9 @@ def test_lattice_bpd_rows_equal_their_own_greedy_text(p):
     torch.manual_seed(0)
     drafter = BlockwiseNgramDrafter(BlockwiseHeads.for_target(model, 4), table, k=3, alpha=0.5, p=p)
     ids, mask = padded(PROMPTS)
-    out = generate(model, drafter, ExactVerifier(SamplingParams()), ids, attention_mask=mask, max_new_tokens=limits,
-                   gamma=3)
+    out = generate(
+        model, drafter, ExactVerifier(SamplingParams()), ids, attention_mask=mask, max_new_tokens=limits, gamma=3
+    )
     assert out.rows == refs and out.stats.accepted_tokens > 0
 
 
@@ -656,8 +919,11 @@ def nat_drafter(model, window: int = 6):
     from draftverify.drafters import NatDecoder, NatDrafter
 
     torch.manual_seed(0)
-    return NatDrafter(NatDecoder.for_target(model, layers=1, block_size=4, ffn_size=64, memory_window=window).to(
-        next(model.parameters()).dtype))
+    return NatDrafter(
+        NatDecoder.for_target(model, layers=1, block_size=4, ffn_size=64, memory_window=window).to(
+            next(model.parameters()).dtype
+        )
+    )
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
@@ -668,8 +934,15 @@ def test_nat_rows_equal_their_own_greedy_text(arch):
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
     ids, mask = padded(PROMPTS)
-    out = generate(model, nat_drafter(model), ExactVerifier(SamplingParams()), ids, attention_mask=mask,
-                   max_new_tokens=limits, gamma=4)
+    out = generate(
+        model,
+        nat_drafter(model),
+        ExactVerifier(SamplingParams()),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=limits,
+        gamma=4,
+    )
     assert out.rows == refs and out.stats.draft_calls > 0
 
 
@@ -691,8 +964,14 @@ def test_nat_rows_draft_as_each_row_alone():
     assert batch_first.shape[1] == 4
     for b, prompt in enumerate(PROMPTS[:3]):
         seen.clear()
-        generate(model, Spy(nat_drafter(model).nat), ExactVerifier(SamplingParams()), torch.tensor([prompt]),
-                 max_new_tokens=5, gamma=4)
+        generate(
+            model,
+            Spy(nat_drafter(model).nat),
+            ExactVerifier(SamplingParams()),
+            torch.tensor([prompt]),
+            max_new_tokens=5,
+            gamma=4,
+        )
         assert torch.equal(batch_first[b], seen[0][0]), b
 
 

@@ -11,6 +11,7 @@ reduction order depends on the key length. A prefix scored in different block sh
 softmax float64 for the duration of a test so the round trips can be checked at atol 1e-10; one test keeps the
 stock float32 softmax and checks the same round trip at float32-softmax precision.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -141,7 +142,7 @@ def test_commit_beyond_the_tail_raises(models, arch):
     lm = CachedLM(models(arch, layers=1, seed=2))
     gen = torch.Generator().manual_seed(3)
     committed = lm.start(_prompt(arch, gen))
-    lm.forward(torch.cat([committed[:, lm.length:], torch.randint(4, VOCAB, (1, 3), generator=gen)], dim=1))
+    lm.forward(torch.cat([committed[:, lm.length :], torch.randint(4, VOCAB, (1, 3), generator=gen)], dim=1))
     held = lm.length
     with pytest.raises(DraftVerifyError):
         lm.commit(held - lm.committed + 1)

@@ -3,6 +3,7 @@ of it (a gather along the sequence axis), the hidden-state channel, and a clear 
 
 Every check compares against a cache-free forward over the plain sequence a node or branch stands for.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -194,7 +195,10 @@ def test_a_forward_wider_than_every_compiled_width_runs_eagerly_without_compilin
     lm.widths = (3,)
     verifier = build_verifier("exact", SamplingParams(), MethodOptions())
     expected = reference_greedy(model, prompt, 9)
-    assert generate(lm, ModelDrafter(model), verifier, prompt, max_new_tokens=9, gamma=2).new_tokens[0].tolist() == expected
+    assert (
+        generate(lm, ModelDrafter(model), verifier, prompt, max_new_tokens=9, gamma=2).new_tokens[0].tolist()
+        == expected
+    )
     frames = counters["frames"]["total"]
     out = generate(lm, ModelDrafter(model), verifier, prompt, max_new_tokens=9, gamma=4)
     assert out.new_tokens[0].tolist() == expected and out.stats.target_calls == 2

@@ -4,6 +4,7 @@ exit-2 message (never a traceback, never after echoing the prompt), Ctrl-C an ex
 Most tests use typer's runner (in-process, fast); the ones about the process itself (argv bytes, signals,
 imports, the hub) run the installed `draftverify` script in a subprocess.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,12 +41,20 @@ def generate_args(model_dirs, *extra: str, prompt: str = PROMPT) -> list[str]:  
 
 
 def test_text_goes_to_stdout_and_the_statistics_table_to_stderr(model_dirs):  # noqa: F811
-    result = runner.invoke(app, generate_args(model_dirs, "--draft", str(model_dirs / "draft"), "--method", "model",
-                                              "-n", "16"))
+    result = runner.invoke(
+        app, generate_args(model_dirs, "--draft", str(model_dirs / "draft"), "--method", "model", "-n", "16")
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(PROMPT) and len(result.stdout) > len(PROMPT) + 1
-    for measure in ("target calls", "mean tokens per target call", "acceptance rate alpha (kept / judged drafts)",
-                    "time: draft", "time: target forward", "loop overhead", "tokens / s"):
+    for measure in (
+        "target calls",
+        "mean tokens per target call",
+        "acceptance rate alpha (kept / judged drafts)",
+        "time: draft",
+        "time: target forward",
+        "loop overhead",
+        "tokens / s",
+    ):
         assert measure in result.stderr and measure not in result.stdout
     assert "alpha: share of the draft tokens the verifier judged" in result.stderr
     assert "loading model: target" in result.stderr
@@ -54,8 +63,9 @@ def test_text_goes_to_stdout_and_the_statistics_table_to_stderr(model_dirs):  # 
 def test_generate_json_is_one_object_on_stdout_matching_the_python_api(model_dirs):  # noqa: F811
     from draftverify.api import load
 
-    result = runner.invoke(app, generate_args(model_dirs, "--method", "prompt_lookup", "-n", "16", "--gamma", "auto",
-                                              "--json"))
+    result = runner.invoke(
+        app, generate_args(model_dirs, "--method", "prompt_lookup", "-n", "16", "--gamma", "auto", "--json")
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     expected = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=16)
@@ -63,18 +73,21 @@ def test_generate_json_is_one_object_on_stdout_matching_the_python_api(model_dir
     assert payload["stats"]["new_tokens"] == 16
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--method", "nope"], "unknown method"),
-    (["--method", "bild", "--alpha-fb", "1.5"], "alpha_FB"),
-    (["--method", "autoregressive", "--gamma", "0"], "gamma"),
-    (["--method", "autoregressive", "--temperature", "-1"], "temperature"),
-    (["--method", "autoregressive", "--temperature", "inf"], "finite"),
-    (["--method", "autoregressive", "-n", "0"], "max_new_tokens"),
-    (["--method", "autoregressive", "--verifier", "nucleus"], "unknown verifier"),
-    (["--method", "ngram", "--ngram", "README.md"], "not an n-gram table"),
-    (["--method", "model_tree", "--tree-paths", "[[0], [0, 0, 0]]"], "no parent path"),
-    (["--method", "model_tree", "--tree-paths", "[0, 1]"], "--tree-paths"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--method", "nope"], "unknown method"),
+        (["--method", "bild", "--alpha-fb", "1.5"], "alpha_FB"),
+        (["--method", "autoregressive", "--gamma", "0"], "gamma"),
+        (["--method", "autoregressive", "--temperature", "-1"], "temperature"),
+        (["--method", "autoregressive", "--temperature", "inf"], "finite"),
+        (["--method", "autoregressive", "-n", "0"], "max_new_tokens"),
+        (["--method", "autoregressive", "--verifier", "nucleus"], "unknown verifier"),
+        (["--method", "ngram", "--ngram", "README.md"], "not an n-gram table"),
+        (["--method", "model_tree", "--tree-paths", "[[0], [0, 0, 0]]"], "no parent path"),
+        (["--method", "model_tree", "--tree-paths", "[0, 1]"], "--tree-paths"),
+    ],
+)
 def test_bad_inputs_exit_2_with_a_message_and_echo_nothing(model_dirs, extra, message):  # noqa: F811
     args = generate_args(model_dirs, "--draft", str(model_dirs / "draft"), *extra)
     result = runner.invoke(app, args)
@@ -103,25 +116,70 @@ def test_model_folder_without_tokenizer_files_is_an_exit_2_message(model_dirs, t
 
 
 def test_ignored_settings_are_warned_about(model_dirs):  # noqa: F811
-    result = runner.invoke(app, generate_args(model_dirs, "--method", "prompt_lookup", "--top-p", "0.9", "--seed", "1",
-                                              "--draft", str(model_dirs / "draft")))
+    result = runner.invoke(
+        app,
+        generate_args(
+            model_dirs,
+            "--method",
+            "prompt_lookup",
+            "--top-p",
+            "0.9",
+            "--seed",
+            "1",
+            "--draft",
+            str(model_dirs / "draft"),
+        ),
+    )
     assert result.exit_code == 0, result.output
     assert "warning: --top-p, --seed: used only when sampling" in result.stderr
     assert "warning: --draft is not used by method 'prompt_lookup'" in result.stderr
-    quiet = runner.invoke(app, generate_args(model_dirs, "--method", "prompt_lookup", "--temperature", "1", "--seed", "1",
-                                             "--gamma", "auto"))
+    quiet = runner.invoke(
+        app,
+        generate_args(model_dirs, "--method", "prompt_lookup", "--temperature", "1", "--seed", "1", "--gamma", "auto"),
+    )
     assert quiet.exit_code == 0 and "warning" not in quiet.stderr
-    uncoupled = runner.invoke(app, generate_args(model_dirs, "--method", "prompt_lookup", "--temperature", "1",
-                                                 "--seed", "1", "--no-coupling", "--gamma", "auto"))
+    uncoupled = runner.invoke(
+        app,
+        generate_args(
+            model_dirs,
+            "--method",
+            "prompt_lookup",
+            "--temperature",
+            "1",
+            "--seed",
+            "1",
+            "--no-coupling",
+            "--gamma",
+            "auto",
+        ),
+    )
     assert "warning: --seed with --no-coupling and --gamma auto does not fix the text" in uncoupled.stderr
 
 
 def test_the_same_seed_prints_the_same_text_for_every_method_and_gamma(model_dirs):  # noqa: F811
     texts = set()
-    for extra in (["--method", "autoregressive"], ["--method", "model", "--gamma", "auto"],
-                  ["--method", "lookup_model", "--gamma", "2"], ["--method", "prompt_lookup", "--gamma", "heuristic"]):
-        result = runner.invoke(app, generate_args(model_dirs, "--draft", str(model_dirs / "draft"), "--temperature",
-                                                  "0.8", "--seed", "0", "-n", "24", "--json", *extra))
+    for extra in (
+        ["--method", "autoregressive"],
+        ["--method", "model", "--gamma", "auto"],
+        ["--method", "lookup_model", "--gamma", "2"],
+        ["--method", "prompt_lookup", "--gamma", "heuristic"],
+    ):
+        result = runner.invoke(
+            app,
+            generate_args(
+                model_dirs,
+                "--draft",
+                str(model_dirs / "draft"),
+                "--temperature",
+                "0.8",
+                "--seed",
+                "0",
+                "-n",
+                "24",
+                "--json",
+                *extra,
+            ),
+        )
         assert result.exit_code == 0, result.output
         texts.add(json.loads(result.stdout)["text"])
     assert len(texts) == 1
@@ -146,8 +204,11 @@ def test_a_whitespace_only_prompt_exits_2_before_loading(model_dirs, prompt):  #
 
 @pytest.mark.parametrize("command", ["generate", "serve"])
 def test_a_gamma_beyond_the_bound_exits_2_naming_the_bound(model_dirs, command):  # noqa: F811
-    args = generate_args(model_dirs, "--gamma", "1000") if command == "generate" else \
-        ["serve", "--target", str(model_dirs / "target"), "--gamma", "1000"]
+    args = (
+        generate_args(model_dirs, "--gamma", "1000")
+        if command == "generate"
+        else ["serve", "--target", str(model_dirs / "target"), "--gamma", "1000"]
+    )
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert "gamma (draft length) 1000 is above 64" in result.stderr and "loading" not in result.stderr
@@ -156,15 +217,20 @@ def test_a_gamma_beyond_the_bound_exits_2_naming_the_bound(model_dirs, command):
 
 @pytest.mark.parametrize("method", ["specdec", "specdec++_nat"])
 def test_a_nat_method_on_a_zoo_without_a_drafter_says_which_zoo_ships_one_and_how_to_train_one(
-        method, code_zoo_without_nat):
+    method, code_zoo_without_nat
+):
     result = runner.invoke(app, ["generate", "--zoo", "code", "--method", method, "--prompt", "def f(x):"])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "loading" not in result.stderr, result.stderr
-    assert "only the translate zoo ships one" in lines[0] and "draftverify train nat --target zoo/code/target" in lines[0]
+    assert (
+        "only the translate zoo ships one" in lines[0] and "draftverify train nat --target zoo/code/target" in lines[0]
+    )
     served = runner.invoke(app, ["serve", "--zoo", "code", "--method", method])
     assert served.exit_code == 2 and "only the translate zoo ships one" in served.stderr
-    assert "only the translate zoo ships one" in runner.invoke(app, ["generate", "--help"], env={"COLUMNS": "400"}).stdout
+    assert (
+        "only the translate zoo ships one" in runner.invoke(app, ["generate", "--help"], env={"COLUMNS": "400"}).stdout
+    )
     assert "the code and translate zoos ship one" in runner.invoke(app, ["methods"], env={"COLUMNS": "400"}).stdout
 
 
@@ -180,8 +246,10 @@ def test_serve_on_a_port_in_use_exits_2_at_once_without_loading(model_dirs):  # 
         seconds = time.monotonic() - started
     err = result.stderr.decode()
     assert result.returncode == 2, err
-    assert err.strip() == f"error: port {port} on 127.0.0.1 is already in use (another server?): stop what listens " \
-                          "there or pick a free port with --port"
+    assert (
+        err.strip() == f"error: port {port} on 127.0.0.1 is already in use (another server?): stop what listens "
+        "there or pick a free port with --port"
+    )
     assert "loading" not in err and "serving" not in err and "Errno" not in err
     assert seconds < 20  # no model load, no torch import (a few seconds of interpreter start-up on a busy machine)
 
@@ -189,17 +257,43 @@ def test_serve_on_a_port_in_use_exits_2_at_once_without_loading(model_dirs):  # 
 def test_methods_lists_every_method():
     result = runner.invoke(app, ["methods"])
     assert result.exit_code == 0
-    for name in ("autoregressive", "model", "prompt_lookup", "ngram", "early_exit", "bild", "specdec++", "model_tree",
-                 "prompt_lookup_tree", "lookup_model"):
+    for name in (
+        "autoregressive",
+        "model",
+        "prompt_lookup",
+        "ngram",
+        "early_exit",
+        "bild",
+        "specdec++",
+        "model_tree",
+        "prompt_lookup_tree",
+        "lookup_model",
+    ):
         assert name in result.output
 
 
 def test_generate_with_a_tree_method_and_a_custom_shape(model_dirs):  # noqa: F811
     from draftverify.api import load
 
-    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "--draft", str(model_dirs / "draft"),
-                                 "--method", "model_tree", "--tree-paths", "[[0], [1], [0, 0]]", "--prompt", PROMPT,
-                                 "-n", "12", "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "generate",
+            "--target",
+            str(model_dirs / "target"),
+            "--draft",
+            str(model_dirs / "draft"),
+            "--method",
+            "model_tree",
+            "--tree-paths",
+            "[[0], [1], [0, 0]]",
+            "--prompt",
+            PROMPT,
+            "-n",
+            "12",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     expected = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=12)
@@ -219,8 +313,26 @@ def test_generate_lean_draft_switch(model_dirs, monkeypatch, flag, lean):  # noq
         return seen["pipe"]
 
     monkeypatch.setattr(api, "load", load)
-    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "--draft", str(model_dirs / "draft"),
-                                 "--method", "model", "--prompt", PROMPT, "-n", "12", "--gamma", "3", "--json", *flag])
+    result = runner.invoke(
+        app,
+        [
+            "generate",
+            "--target",
+            str(model_dirs / "target"),
+            "--draft",
+            str(model_dirs / "draft"),
+            "--method",
+            "model",
+            "--prompt",
+            PROMPT,
+            "-n",
+            "12",
+            "--gamma",
+            "3",
+            "--json",
+            *flag,
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert (seen["pipe"].drafter.lm.name == "lean") == lean
     expected = real(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=12)
@@ -230,8 +342,24 @@ def test_generate_lean_draft_switch(model_dirs, monkeypatch, flag, lean):  # noq
 def test_generate_compiled_gives_the_same_text(model_dirs):  # noqa: F811
     from draftverify.api import load
 
-    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "--method", "prompt_lookup",
-                                 "--compile", "--prompt", PROMPT, "-n", "8", "--gamma", "3", "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "generate",
+            "--target",
+            str(model_dirs / "target"),
+            "--method",
+            "prompt_lookup",
+            "--compile",
+            "--prompt",
+            PROMPT,
+            "-n",
+            "8",
+            "--gamma",
+            "3",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     expected = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=8)
     assert json.loads(result.stdout)["text"] == expected.text
@@ -241,8 +369,10 @@ def test_generate_compiled_gives_the_same_text(model_dirs):  # noqa: F811
     assert "compiling 2 graphs with torch.compile before generating (target at widths 1, 4)" in err
     assert "compiled graph 1/2: target at width 1" in err and "compiled graph 2/2: target at width 4" in err
     assert "compiled 2 graphs in " in err
-    assert "warning: --compile pays off only over many generations in one process" in err \
+    assert (
+        "warning: --compile pays off only over many generations in one process" in err
         or "warning: --compile does not pay off on this machine" in err
+    )
 
 
 # ---- the real process -------------------------------------------------------------------------------------
@@ -250,10 +380,12 @@ def test_generate_compiled_gives_the_same_text(model_dirs):  # noqa: F811
 
 def test_help_version_methods_and_argument_errors_never_import_torch():
     """What makes them fast: the CLI module and the argument checks import neither torch nor transformers."""
-    code = ("import sys; from typer.testing import CliRunner; from draftverify.cli import app; r = CliRunner();"
-            "codes = [r.invoke(app, a).exit_code for a in (['--help'], ['--version'], ['methods'],"
-            " ['generate', '--prompt', 'x', '--temperature', 'inf'], ['generate', '--prompt', 'x', '--gamma', 'fast'])];"
-            "print(codes, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    code = (
+        "import sys; from typer.testing import CliRunner; from draftverify.cli import app; r = CliRunner();"
+        "codes = [r.invoke(app, a).exit_code for a in (['--help'], ['--version'], ['methods'],"
+        " ['generate', '--prompt', 'x', '--temperature', 'inf'], ['generate', '--prompt', 'x', '--gamma', 'fast'])];"
+        "print(codes, 'torch' in sys.modules, 'transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[0, 0, 0, 2, 2] False False", out.stderr
     version = run_process(["--version"])
@@ -298,9 +430,13 @@ def test_ctrl_c_while_loading_exits_130_without_a_traceback(model_dirs):  # noqa
     # the child starts with Ctrl-C's default disposition, as a terminal gives it: pytest run as a background job
     # (`... &` in a script) ignores SIGINT, a child inherits that, and Python then installs no KeyboardInterrupt
     # handler (the cause of this test's failures in fresh clones tested in the background)
-    proc = subprocess.Popen([sys.executable, "-c", HELD_LOAD, *generate_args(model_dirs, "--method", "autoregressive")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HELD_LOAD, *generate_args(model_dirs, "--method", "autoregressive")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     status = b""
     while b"LOAD-ENTERED" not in status:
         chunk = proc.stderr.read1(256)
@@ -323,8 +459,10 @@ def test_transformers_warnings_do_not_reach_the_user(model_dirs, tmp_path):  # n
     shutil.copytree(model_dirs / "target", short)
     config = json.loads((short / "tokenizer_config.json").read_text())
     (short / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 8}))
-    result = run_process(["generate", "--target", str(short), "--method", "autoregressive", "-n", "4",
-                          "--prompt", PROMPT * 4], env={"TRANSFORMERS_VERBOSITY": ""})
+    result = run_process(
+        ["generate", "--target", str(short), "--method", "autoregressive", "-n", "4", "--prompt", PROMPT * 4],
+        env={"TRANSFORMERS_VERBOSITY": ""},
+    )
     assert result.returncode == 0, result.stderr
     assert b"Token indices" not in result.stderr and b"Warning" not in result.stderr
 
@@ -335,8 +473,24 @@ def test_prompts_file_runs_batches_and_prints_one_json_line_per_prompt(model_dir
     prompts = [PROMPT, "import os\n", "x = 1\n", "class A:\n    pass\n\n"]
     jsonl = tmp_path / "prompts.jsonl"
     jsonl.write_text("\n".join(json.dumps(p) if i % 2 else json.dumps({"prompt": p}) for i, p in enumerate(prompts)))
-    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "--draft", str(model_dirs / "draft"),
-                                 "--method", "model", "--prompts-file", str(jsonl), "--batch-size", "3", "-n", "12"])
+    result = runner.invoke(
+        app,
+        [
+            "generate",
+            "--target",
+            str(model_dirs / "target"),
+            "--draft",
+            str(model_dirs / "draft"),
+            "--method",
+            "model",
+            "--prompts-file",
+            str(jsonl),
+            "--batch-size",
+            "3",
+            "-n",
+            "12",
+        ],
+    )
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     pipe = load(target=model_dirs / "target", method="autoregressive")
@@ -345,22 +499,26 @@ def test_prompts_file_runs_batches_and_prints_one_json_line_per_prompt(model_dir
     assert "target calls" in result.stderr
     plain = tmp_path / "prompts.txt"
     plain.write_text("def f(x):\n\nimport sys\n")
-    result = runner.invoke(app, ["generate", "--target", str(model_dirs / "target"), "--prompts-file", str(plain),
-                                 "-n", "4", "--json"])
+    result = runner.invoke(
+        app, ["generate", "--target", str(model_dirs / "target"), "--prompts-file", str(plain), "-n", "4", "--json"]
+    )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert [r["prompt"] for r in payload["results"]] == ["def f(x):", "import sys"]
     assert payload["stats"]["new_tokens"] == 8
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--prompt", "x", "--prompts-file", "p.txt"], "exactly one of --prompt and --prompts-file"),
-    ([], "exactly one of --prompt and --prompts-file"),
-    (["--prompts-file", "missing.txt"], "cannot read --prompts-file"),
-    (["--prompts-file", "p.txt", "--batch-size", "0"], "--batch-size must be >= 1"),
-    (["--prompts-file", "bad.jsonl"], "bad.jsonl:1 is not JSON"),
-    (["--prompts-file", "p.txt", "--method", "bild", "--draft", "DRAFT"], "one row at a time"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--prompt", "x", "--prompts-file", "p.txt"], "exactly one of --prompt and --prompts-file"),
+        ([], "exactly one of --prompt and --prompts-file"),
+        (["--prompts-file", "missing.txt"], "cannot read --prompts-file"),
+        (["--prompts-file", "p.txt", "--batch-size", "0"], "--batch-size must be >= 1"),
+        (["--prompts-file", "bad.jsonl"], "bad.jsonl:1 is not JSON"),
+        (["--prompts-file", "p.txt", "--method", "bild", "--draft", "DRAFT"], "one row at a time"),
+    ],
+)
 def test_prompts_file_errors(model_dirs, tmp_path, monkeypatch, args, message):  # noqa: F811
     monkeypatch.chdir(tmp_path)
     (tmp_path / "p.txt").write_text("a\nb\n")
@@ -371,12 +529,15 @@ def test_prompts_file_errors(model_dirs, tmp_path, monkeypatch, args, message): 
     assert message in result.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--target", "x", "--max-batch", "0"], "--max-batch must be >= 1"),
-    (["--target", "x", "--port", "70000"], "--port must be in 0..65535"),
-    ([], "no model: give --zoo NAME or --target PATH"),
-    (["--zoo", "nope"], "no zoo entry 'nope'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--target", "x", "--max-batch", "0"], "--max-batch must be >= 1"),
+        (["--target", "x", "--port", "70000"], "--port must be in 0..65535"),
+        ([], "no model: give --zoo NAME or --target PATH"),
+        (["--zoo", "nope"], "no zoo entry 'nope'"),
+    ],
+)
 def test_serve_argument_errors_exit_2(args, message):
     result = runner.invoke(app, ["serve", *args])
     assert result.exit_code == 2, result.output
@@ -395,8 +556,10 @@ def test_serve_without_the_serve_extra_says_how_to_install_it(monkeypatch):
 
 # ---------------------------------------------------------------- token healing (--heal / --no-heal)
 
-DOCSTRING_PROMPT = ('def is_palindrome(text: str) -> bool:\n    """Return True if text reads the same backwards.\n'
-                    '    >>> is_palindrome("aba")\n    True\n    """\n')
+DOCSTRING_PROMPT = (
+    'def is_palindrome(text: str) -> bool:\n    """Return True if text reads the same backwards.\n'
+    '    >>> is_palindrome("aba")\n    True\n    """\n'
+)
 
 
 def test_zoo_heals_a_prompt_ending_in_a_newline_by_default_and_no_heal_does_not():
@@ -407,7 +570,9 @@ def test_zoo_heals_a_prompt_ending_in_a_newline_by_default_and_no_heal_does_not(
 
     texts = {}
     for flag in ("", "--heal", "--no-heal"):
-        args = ["generate", "--zoo", "code", "--prompt", DOCSTRING_PROMPT, "-n", "10", "--json"] + ([flag] if flag else [])
+        args = ["generate", "--zoo", "code", "--prompt", DOCSTRING_PROMPT, "-n", "10", "--json"] + (
+            [flag] if flag else []
+        )
         result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
         texts[flag] = json.loads(result.stdout)["text"]
@@ -429,7 +594,8 @@ def test_heal_is_off_without_a_zoo_unless_asked(model_dirs):  # noqa: F811
     prompt = 'def add(a, b):\n    """Add two numbers."""\n'
     pipe = load(target=model_dirs / "target", method="autoregressive")
     for flags, heal in (([], False), (["--heal"], True), (["--no-heal"], False)):
-        result = runner.invoke(app, generate_args(model_dirs, "--method", "autoregressive", "--json", *flags,
-                                                  prompt=prompt))
+        result = runner.invoke(
+            app, generate_args(model_dirs, "--method", "autoregressive", "--json", *flags, prompt=prompt)
+        )
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout)["text"] == pipe.generate(prompt, max_new_tokens=8, heal=heal).text, flags

@@ -1,6 +1,7 @@
 """The CLI's method-option flags come from the declarations: every declared option is a flag of `generate`,
 `serve` and `bench` (bench: the drafters' own; it sweeps BiLD's thresholds and the layer counts as grids), with
 the declared default, and reaches what runs."""
+
 from __future__ import annotations
 
 import typer
@@ -56,16 +57,18 @@ def test_the_help_lists_each_flag_with_its_help_and_methods():
 
 
 def test_an_option_the_method_does_not_read_is_warned_about_before_loading(tmp_path):
-    result = runner.invoke(app, ["generate", "--target", str(tmp_path), "--method", "prompt_lookup", "--prompt", "x",
-                                 "--pbest", "2"])
+    result = runner.invoke(
+        app, ["generate", "--target", str(tmp_path), "--method", "prompt_lookup", "--prompt", "x", "--pbest", "2"]
+    )
     assert result.exit_code == 2  # the empty folder, after the warning
     assert "warning: --pbest is used by bpd_pbest, not 'prompt_lookup'; ignored" in result.stderr
 
 
 def test_a_missing_declared_file_and_bad_tree_paths_exit_2_before_loading(tmp_path):
     for command in (["generate", "--prompt", "x"], ["serve"]):
-        result = runner.invoke(app, [*command, "--target", str(tmp_path), "--method", "bpd", "--heads",
-                                     str(tmp_path / "nowhere")])
+        result = runner.invoke(
+            app, [*command, "--target", str(tmp_path), "--method", "bpd", "--heads", str(tmp_path / "nowhere")]
+        )
         assert result.exit_code == 2 and "--heads" in result.stderr and "no such file or directory" in result.stderr
         assert "loading" not in result.stderr
     bad = runner.invoke(app, ["serve", "--target", str(tmp_path), "--method", "model_tree", "--tree-paths", "[0]"])

@@ -1,6 +1,7 @@
 """Every command's and subcommand's --help, rendered as a user sees it on a wide terminal, tells the truth: no text in
 square brackets eaten as rich markup, every method list agrees with the registry (which methods batch, which take
 a draft, the runner families), and every declared option shows its declared default."""
+
 from __future__ import annotations
 
 import re
@@ -50,8 +51,16 @@ def methods_where(test) -> set[str]:
 
 
 def test_every_command_has_a_help():
-    assert {" ".join(p) for p, _ in ALL} >= {"generate", "serve", "bench", "bench-batch", "methods", "train",
-                                              "train lm", "train nat"}
+    assert {" ".join(p) for p, _ in ALL} >= {
+        "generate",
+        "serve",
+        "bench",
+        "bench-batch",
+        "methods",
+        "train",
+        "train lm",
+        "train nat",
+    }
     for path, _ in ALL:
         rendered(path)
 
@@ -70,7 +79,8 @@ def test_the_install_hints_and_length_syntax_survive():
     assert 'pip install -e ".[llamacpp]"' in rendered(("generate",))
     assert "pip install 'draftverify[ray]'" in rendered(("serve",))
     assert "METHOD[auto]" in rendered(("bench-batch",)) and "'lookup_model,lookup_model[auto]'" in rendered(
-        ("bench-batch",))
+        ("bench-batch",)
+    )
 
 
 def test_the_method_lists_agree_with_the_registry():
@@ -102,7 +112,7 @@ def test_declared_options_show_their_declared_defaults(command):
         if opt is None or (command == "bench" and (cls is SharedOptions or name == "early_exit_layers")):
             continue
         start = text.index(f" {opt.flag} ")
-        row = text[start:start + len(opt.help_text()) + 400]
+        row = text[start : start + len(opt.help_text()) + 400]
         default = default_of(f)
         if default is not None and opt.parse is None:
             assert f"[default: {default}]" in row, (command, opt.flag, row)
@@ -112,4 +122,5 @@ def test_the_early_exit_help_names_the_layer_the_zoo_target_was_trained_at():
     layers = trained_exit_layers()
     assert layers.get("code") == 2  # zoo/code/target/training_report.json
     assert "The code zoo's target was trained to exit at layer 2: --zoo code --early-exit-layers 2." in rendered(
-        ("generate",))
+        ("generate",)
+    )

@@ -2,6 +2,7 @@
 BPE that splits multi-byte characters over several tokens and for a SentencePiece-style tokenizer whose decode
 of one token alone drops its leading space (a token decoded in context differs from the same token alone); each
 push decodes a short window, never the whole output again; the API's on_text streamer sends exactly that."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,8 +31,9 @@ def metaspace():
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    tok.train_from_iterator([TEXT] * 4, trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "</s>"],
-                                                            show_progress=False))
+    tok.train_from_iterator(
+        [TEXT] * 4, trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "</s>"], show_progress=False)
+    )
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="</s>")
 
 
@@ -61,7 +63,9 @@ def test_random_ids_that_split_characters_stream_as_their_whole_decode(byte_leve
     gen = torch.Generator().manual_seed(0)
     for _ in range(5):
         ids = torch.randint(0, len(byte_level), (300,), generator=gen).tolist()
-        assert "".join(stream(IncrementalDecoder(byte_level), ids, 3)) == byte_level.decode(ids, skip_special_tokens=True)
+        assert "".join(stream(IncrementalDecoder(byte_level), ids, 3)) == byte_level.decode(
+            ids, skip_special_tokens=True
+        )
 
 
 def test_a_character_left_incomplete_comes_out_at_the_end_as_the_whole_decode_has_it(byte_level):
@@ -92,7 +96,7 @@ def test_with_healing_the_text_starts_after_the_original_prompt(byte_level):
     prompt = 'def f(x):\n    """Return x."""\n'
     healing = TokenTable(byte_level).heal(byte_level(prompt).input_ids)
     assert healing is not None and healing.removed == "\n"
-    new = byte_level(prompt + "    return x\n").input_ids[len(healing.ids):]
+    new = byte_level(prompt + "    return x\n").input_ids[len(healing.ids) :]
     decoder = IncrementalDecoder(byte_level, healing)
     assert "".join(stream(decoder, new, 1)) == "    return x\n" and not decoder.pending
 

@@ -1,5 +1,6 @@
 """The docs' measured tables match benchmarks/, `draftverify docs tables` refreshes them and fails loudly on a missing
 file, and README.md's relative links (into docs/ above all) point at files and headings that exist."""
+
 from __future__ import annotations
 
 import re
@@ -40,10 +41,13 @@ def small_repo(tmp_path: Path, page_text: str) -> Path:
     return tmp_path
 
 
-MARKED = ("# Page\n\n<!-- first:begin -->\nold\n<!-- first:end -->\n\ntext\n\n"
-          "<!-- second:begin -->\n<!-- second:end -->\n")
-ENTRIES = (TableSource("docs/page.md", "first", "benchmarks/x.md"),
-           TableSource("docs/page.md", "second", "benchmarks/x.md", "## Second"))
+MARKED = (
+    "# Page\n\n<!-- first:begin -->\nold\n<!-- first:end -->\n\ntext\n\n<!-- second:begin -->\n<!-- second:end -->\n"
+)
+ENTRIES = (
+    TableSource("docs/page.md", "first", "benchmarks/x.md"),
+    TableSource("docs/page.md", "second", "benchmarks/x.md", "## Second"),
+)
 
 
 def test_the_repository_tables_match_their_benchmark_files():
@@ -94,10 +98,13 @@ def test_the_check_command_exits_1_on_a_stale_table(tmp_path, monkeypatch):
     assert (repo / "docs" / "page.md").read_text() == MARKED
 
 
-@pytest.mark.parametrize("page_text, problem", [
-    ("<!-- first:begin -->\n<!-- first:end -->\n", "no <!-- NAME:begin --> / <!-- NAME:end --> pair for second"),
-    (MARKED + "<!-- third:begin -->\n<!-- third:end -->\n", r"does not name \(third\)"),
-])
+@pytest.mark.parametrize(
+    "page_text, problem",
+    [
+        ("<!-- first:begin -->\n<!-- first:end -->\n", "no <!-- NAME:begin --> / <!-- NAME:end --> pair for second"),
+        (MARKED + "<!-- third:begin -->\n<!-- third:end -->\n", r"does not name \(third\)"),
+    ],
+)
 def test_markers_and_entries_must_agree(tmp_path, page_text, problem):
     repo = small_repo(tmp_path, page_text)
     with pytest.raises(DraftVerifyError, match=problem):
@@ -144,10 +151,15 @@ def test_files_the_docs_name_exist():
     """A benchmark file, script or test the docs name by its path is there (after files move, the docs follow); a
     deleted probe is named with the commit that still has it ("`scripts/x.py` at commit `fa3270a`")."""
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    named = {m.group(0) for page in pages for m in re.finditer(
-        r"(?<![\w/.-])(?:benchmarks|scripts|tests|src|zoo)/[\w./-]*\w\.(?:md|py|sh|json|png|safetensors)\b"
-        r"(?!`?\s+at\s+commit\b)",
-        page.read_text())}
+    named = {
+        m.group(0)
+        for page in pages
+        for m in re.finditer(
+            r"(?<![\w/.-])(?:benchmarks|scripts|tests|src|zoo)/[\w./-]*\w\.(?:md|py|sh|json|png|safetensors)\b"
+            r"(?!`?\s+at\s+commit\b)",
+            page.read_text(),
+        )
+    }
     assert len(named) > 50
     assert sorted(path for path in named if not (ROOT / path).exists()) == []
 

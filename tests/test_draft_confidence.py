@@ -2,6 +2,7 @@
 its first token whose max q is <= the threshold (that token included), each row of a batch on its own; through the
 loop the output stays the target's for `model` and `lookup_model` (greedy on several architectures, batch rows =
 batch-1 rows, coupled sampling = autoregressive coupled sampling)."""
+
 from __future__ import annotations
 
 import pytest
@@ -47,8 +48,14 @@ def reference_greedy(arch: str, prompt: list[int], new: int) -> list[int]:
 
 
 def state(prompt: list[int], confidence: float, params: SamplingParams | None = None) -> DecodingState:
-    return DecodingState(tokens=torch.tensor([prompt]), source_ids=None, prompt_length=len(prompt),
-                         params=params or SamplingParams(), generator=None, draft_confidence=confidence)
+    return DecodingState(
+        tokens=torch.tensor([prompt]),
+        source_ids=None,
+        prompt_length=len(prompt),
+        params=params or SamplingParams(),
+        generator=None,
+        draft_confidence=confidence,
+    )
 
 
 def padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,8 +154,15 @@ def test_each_row_of_a_batch_stops_on_its_own(arch):
     alone = alone_drafts(arch, value)
     ids, mask = padded(PROMPTS)
     drafter = ModelDrafter(draft_model(arch))
-    st = DecodingState(tokens=ids, source_ids=None, prompt_length=ids.shape[1], params=SamplingParams(),
-                       generator=None, lengths=mask.sum(dim=1), draft_confidence=value)
+    st = DecodingState(
+        tokens=ids,
+        source_ids=None,
+        prompt_length=ids.shape[1],
+        params=SamplingParams(),
+        generator=None,
+        lengths=mask.sum(dim=1),
+        draft_confidence=value,
+    )
     drafter.start(st)
     draft = drafter.propose(st, 8)
     assert draft.length == max(len(a) for a in alone)  # the forward went on while any row drafted
@@ -176,8 +190,15 @@ def test_lookup_model_rows_drafted_by_the_model_keep_their_own_stops():
     value = next(v for v in candidates if len(set(model_lengths(v))) > 1)
     ids, mask = padded(rows)
     drafter = LookupModelDrafter(draft_model(arch), max_ngram=3, min_ngram=2)
-    st = DecodingState(tokens=ids, source_ids=None, prompt_length=ids.shape[1], params=SamplingParams(),
-                       generator=None, lengths=mask.sum(dim=1), draft_confidence=value)
+    st = DecodingState(
+        tokens=ids,
+        source_ids=None,
+        prompt_length=ids.shape[1],
+        params=SamplingParams(),
+        generator=None,
+        lengths=mask.sum(dim=1),
+        draft_confidence=value,
+    )
     drafter.start(st)
     draft = drafter.propose(st, 8)
     assert draft.tokens[0, :3].tolist() == [33, 8, 41]  # the copy
@@ -240,8 +261,9 @@ def test_greedy_output_is_the_targets_own(arch, kind):
     stopped = False
     for policy in (ConfidenceGamma(value, fixed=6), ConfidenceGamma(value), f"conf={value!r}", "conf"):
         drafter = make(kind, arch)
-        out = generate(target(arch), drafter, GreedyVerifier(), torch.tensor([PROMPT]), max_new_tokens=NEW,
-                       gamma=policy)
+        out = generate(
+            target(arch), drafter, GreedyVerifier(), torch.tensor([PROMPT]), max_new_tokens=NEW, gamma=policy
+        )
         assert out.new_tokens[0].tolist() == expected, policy
         s = out.stats
         stopped |= any(0 < g < c for g, c in zip(s.gammas, s.chosen_gammas))
@@ -253,18 +275,37 @@ def test_batch_rows_equal_their_batch_one_rows(kind):
     arch = "llama"
     value = threshold(arch)
     limits = [NEW, NEW - 9, NEW, 6]
-    alone = [generate(target(arch), make(kind, arch), GreedyVerifier(), torch.tensor([p]), max_new_tokens=n,
-                      gamma=ConfidenceGamma(value, fixed=6)).new_tokens[0].tolist() for p, n in zip(PROMPTS, limits)]
+    alone = [
+        generate(
+            target(arch),
+            make(kind, arch),
+            GreedyVerifier(),
+            torch.tensor([p]),
+            max_new_tokens=n,
+            gamma=ConfidenceGamma(value, fixed=6),
+        )
+        .new_tokens[0]
+        .tolist()
+        for p, n in zip(PROMPTS, limits)
+    ]
     assert alone == [reference_greedy(arch, p, n) for p, n in zip(PROMPTS, limits)]
     ids, mask = padded(PROMPTS)
     drafter = make(kind, arch)
     recording = Recording(drafter.model if kind == "lookup_model" else drafter)
-    out = generate(target(arch), drafter, GreedyVerifier(), ids, attention_mask=mask, max_new_tokens=limits,
-                   gamma=ConfidenceGamma(value, fixed=6))
+    out = generate(
+        target(arch),
+        drafter,
+        GreedyVerifier(),
+        ids,
+        attention_mask=mask,
+        max_new_tokens=limits,
+        gamma=ConfidenceGamma(value, fixed=6),
+    )
     assert out.rows == alone
     assert any(d.lengths is not None for d in recording.drafts)  # rows of one draft stopped at different lengths
-    out = generate(target(arch), make(kind, arch), GreedyVerifier(), ids, attention_mask=mask, max_new_tokens=limits,
-                   gamma="conf")
+    out = generate(
+        target(arch), make(kind, arch), GreedyVerifier(), ids, attention_mask=mask, max_new_tokens=limits, gamma="conf"
+    )
     assert out.rows == alone
 
 
@@ -272,24 +313,55 @@ def test_batch_rows_equal_their_batch_one_rows(kind):
 def test_coupled_sampling_text_is_the_autoregressive_text(kind):
     arch = "llama"
     params = SamplingParams(temperature=0.9, top_p=0.95, seed=7)
-    plain = generate(target(arch), NoDrafter(), GumbelCouplingVerifier(), torch.tensor([PROMPT]), params,
-                     max_new_tokens=NEW).new_tokens[0].tolist()
+    plain = (
+        generate(
+            target(arch), NoDrafter(), GumbelCouplingVerifier(), torch.tensor([PROMPT]), params, max_new_tokens=NEW
+        )
+        .new_tokens[0]
+        .tolist()
+    )
     assert plain != reference_greedy(arch, PROMPT, NEW)
     # under sampling the confidence is q's max as the draft samples from it (tempered, top-p filtered)
     value = sorted(confidences(arch, PROMPT))[6]
     for policy in (ConfidenceGamma(value, fixed=6), "conf"):
-        out = generate(target(arch), make(kind, arch), ExactVerifier(params), torch.tensor([PROMPT]), params,
-                       max_new_tokens=NEW, gamma=policy)
+        out = generate(
+            target(arch),
+            make(kind, arch),
+            ExactVerifier(params),
+            torch.tensor([PROMPT]),
+            params,
+            max_new_tokens=NEW,
+            gamma=policy,
+        )
         assert out.new_tokens[0].tolist() == plain
     # a batch with one seed per row: each row is its own autoregressive coupled text
     seeds = [3, 4, 5, 6]
-    expected = [generate(target(arch), NoDrafter(), GumbelCouplingVerifier(), torch.tensor([p]),
-                         SamplingParams(temperature=0.9, top_p=0.95, seed=s), max_new_tokens=16).new_tokens[0].tolist()
-                for p, s in zip(PROMPTS, seeds)]
+    expected = [
+        generate(
+            target(arch),
+            NoDrafter(),
+            GumbelCouplingVerifier(),
+            torch.tensor([p]),
+            SamplingParams(temperature=0.9, top_p=0.95, seed=s),
+            max_new_tokens=16,
+        )
+        .new_tokens[0]
+        .tolist()
+        for p, s in zip(PROMPTS, seeds)
+    ]
     ids, mask = padded(PROMPTS)
     batch_params = SamplingParams(temperature=0.9, top_p=0.95, coupling=True)
-    out = generate(target(arch), make(kind, arch), ExactVerifier(batch_params), ids, batch_params,
-                   attention_mask=mask, max_new_tokens=16, gamma=ConfidenceGamma(value, fixed=6), seeds=seeds)
+    out = generate(
+        target(arch),
+        make(kind, arch),
+        ExactVerifier(batch_params),
+        ids,
+        batch_params,
+        attention_mask=mask,
+        max_new_tokens=16,
+        gamma=ConfidenceGamma(value, fixed=6),
+        seeds=seeds,
+    )
     assert out.rows == expected
 
 
@@ -301,14 +373,26 @@ def test_model_tree_ends_at_its_first_unconfident_level_and_stays_the_targets_gr
     expected = reference_greedy(arch, PROMPT, NEW)
     drafter = ModelTreeDrafter(draft_model(arch))
     recording = Recording(drafter)
-    out = generate(target(arch), drafter, ExactVerifier(SamplingParams()), torch.tensor([PROMPT]), max_new_tokens=NEW,
-                   gamma=ConfidenceGamma(value, fixed=4))
+    out = generate(
+        target(arch),
+        drafter,
+        ExactVerifier(SamplingParams()),
+        torch.tensor([PROMPT]),
+        max_new_tokens=NEW,
+        gamma=ConfidenceGamma(value, fixed=4),
+    )
     assert out.new_tokens[0].tolist() == expected
     depths = [d.depth for d in recording.drafts]
     assert min(depths) < 4 and max(depths) == 4  # some trees ended early, some grew to the cap
     for policy in ("conf", ConfidenceGamma(1.0, fixed=4)):  # 1.0: every tree ends at its first level
-        out = generate(target(arch), ModelTreeDrafter(draft_model(arch)), ExactVerifier(SamplingParams()), torch.tensor([PROMPT]),
-                       max_new_tokens=NEW, gamma=policy)
+        out = generate(
+            target(arch),
+            ModelTreeDrafter(draft_model(arch)),
+            ExactVerifier(SamplingParams()),
+            torch.tensor([PROMPT]),
+            max_new_tokens=NEW,
+            gamma=policy,
+        )
         assert out.new_tokens[0].tolist() == expected
 
 
@@ -337,8 +421,15 @@ def test_uncoupled_sampling_with_the_stop_follows_the_target_distribution():
     rows = 1500
     drafter = ModelDrafter(draft_model(arch))
     recording = Recording(drafter)
-    out = generate(model, drafter, SpeculativeSamplingVerifier(), torch.tensor([prompt] * rows), params,
-                   max_new_tokens=3, gamma=ConfidenceGamma(value, fixed=3))
+    out = generate(
+        model,
+        drafter,
+        SpeculativeSamplingVerifier(),
+        torch.tensor([prompt] * rows),
+        params,
+        max_new_tokens=3,
+        gamma=ConfidenceGamma(value, fixed=3),
+    )
     first = recording.drafts[0]
     assert first.lengths is not None and {2, 3} <= set(first.lengths.tolist())
     second = torch.tensor([r[1] for r in out.rows])

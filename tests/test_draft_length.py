@@ -1,4 +1,5 @@
 """Draft-length policies: fixed gamma, Hugging Face's heuristic schedule, and AutoGamma (Leviathan section 3.5)."""
+
 from __future__ import annotations
 
 import random
@@ -92,7 +93,9 @@ def simulate(policy: DraftLength, alpha: float, c: float, steps: int, seed: int 
 
 
 # (alpha, c) whose optimal gamma is the same for every alpha within +-0.03, so estimation noise cannot flip it
-@pytest.mark.parametrize("alpha, c, expected", [(0.6, 0.03, 5), (0.5, 0.1, 2), (0.8, 0.3, 3), (0.7, 0.1, 4), (0.9, 0.02, 16)])
+@pytest.mark.parametrize(
+    "alpha, c, expected", [(0.6, 0.03, 5), (0.5, 0.1, 2), (0.8, 0.3, 3), (0.7, 0.1, 4), (0.9, 0.02, 16)]
+)
 def test_auto_gamma_converges_to_theory_optimum(alpha, c, expected):
     assert optimal_gamma(alpha, c, max_gamma=16).gamma == expected  # the parameters mean what the test says
     policy = AutoGamma()
@@ -211,8 +214,9 @@ def test_make_rejects(bad):
         make_draft_length(bad)
 
 
-@pytest.mark.parametrize("gamma, context, bound", [(65, None, 64), ("1000", None, 64), (1000, 2048, 64),
-                                                   (16, 16, 15), (9, 8, 7)])
+@pytest.mark.parametrize(
+    "gamma, context, bound", [(65, None, 64), ("1000", None, 64), (1000, 2048, 64), (16, 16, 15), (9, 8, 7)]
+)
 def test_a_gamma_beyond_the_cap_or_the_context_is_an_error_naming_the_bound(gamma, context, bound):
     with pytest.raises(DraftVerifyError, match=rf"gamma \(draft length\) {gamma} is above {bound}\b"):
         make_draft_length(gamma, context=context)
@@ -347,8 +351,15 @@ def test_auto_gamma_hears_the_batch_totals():
 # ---------------------------------------------------------------- ConfidenceGamma (gamma conf)
 
 
-def confidence_step(policy: ConfidenceGamma, rng: random.Random, b: float, a_sure: float, a_unsure: float,
-                    draft_seconds: float, target_seconds: Callable[[int], float]) -> tuple[int, int]:
+def confidence_step(
+    policy: ConfidenceGamma,
+    rng: random.Random,
+    b: float,
+    a_sure: float,
+    a_unsure: float,
+    draft_seconds: float,
+    target_seconds: Callable[[int], float],
+) -> tuple[int, int]:
     """One step: each drafted token is confident with probability b (the drafter ends the draft at the first
     unconfident one, that token included); confident tokens are accepted with a_sure, unconfident ones with
     a_unsure, until the first rejection. draft_seconds per drafted token, target_seconds(tokens scored) per call.
@@ -368,13 +379,23 @@ def confidence_step(policy: ConfidenceGamma, rng: random.Random, b: float, a_sur
     return cap, length
 
 
-def simulate_confidence(policy: ConfidenceGamma, b: float, a_sure: float, a_unsure: float, c: float, steps: int,
-                        seed: int = 0, target_seconds: float = 0.02) -> list[int]:
+def simulate_confidence(
+    policy: ConfidenceGamma,
+    b: float,
+    a_sure: float,
+    a_unsure: float,
+    c: float,
+    steps: int,
+    seed: int = 0,
+    target_seconds: float = 0.02,
+) -> list[int]:
     """confidence_step `steps` times on a flat cost (drafting one token costs c target calls). Returns each step's
     realised draft length."""
     rng = random.Random(seed)
-    return [confidence_step(policy, rng, b, a_sure, a_unsure, c * target_seconds, lambda n: target_seconds)[1]
-            for _ in range(steps)]
+    return [
+        confidence_step(policy, rng, b, a_sure, a_unsure, c * target_seconds, lambda n: target_seconds)[1]
+        for _ in range(steps)
+    ]
 
 
 def test_confidence_estimates_split_confident_and_unconfident_tokens():
@@ -560,15 +581,17 @@ def test_make_conf_with_and_without_a_threshold():
     assert make_draft_length("auto").confidence == 0.0 and make_draft_length(4).confidence == 0.0
 
 
-@pytest.mark.parametrize("bad", ["conf=1.5", "conf=-0.1", "conf=", "conf=x", "conf=nan", "conf=inf", "Conf",
-                                 "confidence", "conf 0.4"])
+@pytest.mark.parametrize(
+    "bad", ["conf=1.5", "conf=-0.1", "conf=", "conf=x", "conf=nan", "conf=inf", "Conf", "confidence", "conf 0.4"]
+)
 def test_make_rejects_bad_conf(bad):
     with pytest.raises(DraftVerifyError, match="gamma|conf"):
         make_draft_length(bad)
 
 
-@pytest.mark.parametrize("kwargs", [{"threshold": 1.5}, {"threshold": -0.1}, {"threshold": True}, {"fixed": 0},
-                                    {"fixed": 2.0}])
+@pytest.mark.parametrize(
+    "kwargs", [{"threshold": 1.5}, {"threshold": -0.1}, {"threshold": True}, {"fixed": 0}, {"fixed": 2.0}]
+)
 def test_confidence_gamma_rejects_bad_settings(kwargs):
     with pytest.raises(DraftVerifyError):
         ConfidenceGamma(**kwargs)

@@ -1,5 +1,6 @@
 """Token healing's candidate sets: on the zoo's byte-level BPE, on tiny tokenizers built here (byte-level with
 partial UTF-8 tokens, SentencePiece-style with byte fallback), and the no-op cases."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -87,8 +88,16 @@ def tiny():
     for b in range(256):
         vocab[byte_level(bytes([b]))] = len(vocab)
     merges = []
-    for left, right in [(b" ", b"\xe2"), (b" \xe2", b"\x82"), (b" \xe2\x82", b"\xac"), (b"\n", b" "), (b"\n ", b" "),
-                        (b"\n", b"\n"), (b"d", b"e"), (b"de", b"f")]:
+    for left, right in [
+        (b" ", b"\xe2"),
+        (b" \xe2", b"\x82"),
+        (b" \xe2\x82", b"\xac"),
+        (b"\n", b" "),
+        (b"\n ", b" "),
+        (b"\n", b"\n"),
+        (b"d", b"e"),
+        (b"de", b"f"),
+    ]:
         merges.append((byte_level(left), byte_level(right)))
         vocab[byte_level(left + right)] = len(vocab)
     backend = Tokenizer(models.BPE(vocab=vocab, merges=merges))
@@ -132,8 +141,9 @@ def test_sentencepiece_style_tokens_map_their_space_mark_and_byte_tokens():
     vocab = {"<unk>": 0, "<0x0A>": 1, "<0xE2>": 2, "\u2581": 3, "a": 4, "\u2581a": 5, "b": 6, "\u2581ab": 7, "ab": 8}
     merges = [("\u2581", "a"), ("a", "b"), ("\u2581a", "b")]
     backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True, unk_token="<unk>"))
-    backend.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                         decoders.Strip(" ", 1, 0)])
+    backend.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
     got = token_bytes(tokenizer)
     assert got[1] == b"\n" and got[2] == b"\xe2" and got[5] == b" a" and got[7] == b" ab" and got[0] is None

@@ -1,4 +1,5 @@
 """hub_unreachable_reason: decided quickly, from the environment or one TCP probe, and remembered briefly."""
+
 from __future__ import annotations
 
 import socket

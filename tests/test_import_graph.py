@@ -1,5 +1,6 @@
 """The package's import graph (every import, function-level ones included, read with ast): no cycles, and the
 library core never imports the applications built on it (cli, bench, serve, train)."""
+
 from __future__ import annotations
 
 import ast
@@ -27,8 +28,11 @@ def import_graph() -> dict[str, set[str]]:
         deps = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
-                base = ".".join(package[: len(package) - node.level + 1] + [node.module or ""]) if node.level \
+                base = (
+                    ".".join(package[: len(package) - node.level + 1] + [node.module or ""])
+                    if node.level
                     else node.module or ""
+                )
                 base = base.rstrip(".")
                 deps.update(f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names)
             elif isinstance(node, ast.Import):
@@ -89,14 +93,31 @@ def test_a_cycle_is_found():
 
 
 def test_the_core_never_imports_the_applications():
-    upward = [(m, d) for m, deps in import_graph().items() for d in deps
-              if area(m) not in APPLICATIONS and area(d) in APPLICATIONS]
+    upward = [
+        (m, d)
+        for m, deps in import_graph().items()
+        for d in deps
+        if area(m) not in APPLICATIONS and area(d) in APPLICATIONS
+    ]
     assert upward == []
 
 
 # the library core: what runs a method against any backend (backends/base.py's protocol), whatever the backend
-CORE = ("loop", "engine", "types", "sampling", "verifiers", "registry", "methods", "options", "draft_length", "tree",
-        "theory", "backends.base", "backends.registry")
+CORE = (
+    "loop",
+    "engine",
+    "types",
+    "sampling",
+    "verifiers",
+    "registry",
+    "methods",
+    "options",
+    "draft_length",
+    "tree",
+    "theory",
+    "backends.base",
+    "backends.registry",
+)
 # the hf backend: the modules that hold a Hugging Face model and its cache
 HF_BACKEND = {"cached_lm", "cache", "cache_rows", "compiled_widths", "prefix", "shallow_view"}
 

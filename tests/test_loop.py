@@ -1,5 +1,6 @@
 """The decoding loop: exactness at the extremes of acceptance, with other verifiers and draft lengths (every registered
 method on every architecture: tests/conformance), limits of BiLD, stop conditions, errors."""
+
 from __future__ import annotations
 
 import pytest
@@ -100,7 +101,9 @@ def check_lossless_greedy_run(arch: str, drafter_kind: str, verifier) -> None:
     stats = out.stats
     assert stats.new_tokens == NEW
     # each call adds one target token, except that the last call's bonus may fall past max_new_tokens
-    assert stats.accepted_tokens + stats.target_calls - 1 <= stats.new_tokens <= stats.accepted_tokens + stats.target_calls
+    assert (
+        stats.accepted_tokens + stats.target_calls - 1 <= stats.new_tokens <= stats.accepted_tokens + stats.target_calls
+    )
     if drafter_kind == "self":
         assert stats.alpha == 1.0 and stats.rejections == 0
         assert stats.target_calls == -(-NEW // 5)  # gamma 4 drafts + 1 bonus per call
@@ -130,7 +133,9 @@ def test_greedy_equivalent_verifiers_equal_target_greedy(arch, drafter_kind, ver
 @pytest.mark.parametrize("gamma", [1, 3, "heuristic", "auto"])
 def test_draft_length_policies_stay_exact(arch, gamma):
     model, ref = target_and_reference(arch)
-    out = generate(model, make_drafter("perturbed", model, arch), GreedyVerifier(), PROMPT, max_new_tokens=NEW, gamma=gamma)
+    out = generate(
+        model, make_drafter("perturbed", model, arch), GreedyVerifier(), PROMPT, max_new_tokens=NEW, gamma=gamma
+    )
     assert out.new_tokens[0].tolist() == ref
 
 
@@ -156,7 +161,7 @@ def test_plain_steps_between_drafts_stay_exact(arch, drafter_kind):
     drafter = make_drafter(drafter_kind, model, arch)
     out = generate(model, drafter, GreedyVerifier(), PROMPT, max_new_tokens=NEW, gamma=PlainStepsBetween())
     assert out.new_tokens[0].tolist() == ref
-    assert 0 in out.stats.chosen_gammas and out.stats.gammas[: 2] == [0, 0]  # the plain steps drafted nothing
+    assert 0 in out.stats.chosen_gammas and out.stats.gammas[:2] == [0, 0]  # the plain steps drafted nothing
     if drafter_kind == "self":
         assert out.stats.rejections == 0 and out.stats.accepted_tokens > 0
 
@@ -166,8 +171,15 @@ def test_eos_inside_an_accepted_draft_stops_there(arch):
     model, ref = target_and_reference(arch)
     eos = ref[9]  # a token the target emits at step 10: inside a draft of the perfect drafter
     expected = ref[: ref.index(eos) + 1]
-    out = generate(model, make_drafter("self", model, arch), GreedyVerifier(), PROMPT, max_new_tokens=NEW,
-                   gamma=6, eos_token_id=eos)
+    out = generate(
+        model,
+        make_drafter("self", model, arch),
+        GreedyVerifier(),
+        PROMPT,
+        max_new_tokens=NEW,
+        gamma=6,
+        eos_token_id=eos,
+    )
     assert out.new_tokens[0].tolist() == expected
     assert out.stats.new_tokens == len(expected)
 
@@ -175,7 +187,9 @@ def test_eos_inside_an_accepted_draft_stops_there(arch):
 @pytest.mark.parametrize("max_new", [1, 2, 7, 11])
 def test_max_new_tokens_hit_mid_draft(max_new):
     model, ref = target_and_reference("qwen2")
-    out = generate(model, make_drafter("self", model, "qwen2"), GreedyVerifier(), PROMPT, max_new_tokens=max_new, gamma=5)
+    out = generate(
+        model, make_drafter("self", model, "qwen2"), GreedyVerifier(), PROMPT, max_new_tokens=max_new, gamma=5
+    )
     assert out.new_tokens[0].tolist() == ref[:max_new]
     assert out.stats.drafted_tokens <= max_new  # never drafts past the budget
 
@@ -183,8 +197,14 @@ def test_max_new_tokens_hit_mid_draft(max_new):
 def test_streamed_tokens_are_the_output():
     model, ref = target_and_reference("llama")
     seen: list[int] = []
-    out = generate(model, make_drafter("perturbed", model, "llama"), GreedyVerifier(), PROMPT, max_new_tokens=NEW,
-                   on_tokens=lambda t: seen.extend(t[0].tolist()))
+    out = generate(
+        model,
+        make_drafter("perturbed", model, "llama"),
+        GreedyVerifier(),
+        PROMPT,
+        max_new_tokens=NEW,
+        on_tokens=lambda t: seen.extend(t[0].tolist()),
+    )
     assert seen == out.new_tokens[0].tolist() == ref
 
 
@@ -197,8 +217,14 @@ def test_bild_never_falling_back_gives_the_small_models_greedy_text(arch):
     small = perturbed_copy(model, 0.5, seed=1)
     small_text = reference_greedy(small, PROMPT, NEW)
     # alpha_FB = 0 never falls back; no cap on consecutive small tokens; alpha_RB huge never rolls back
-    out = generate(model, ModelDrafter(small, fallback_threshold=0.0), BildVerifier(rollback_threshold=1e9), PROMPT,
-                   max_new_tokens=NEW, gamma=NEW)
+    out = generate(
+        model,
+        ModelDrafter(small, fallback_threshold=0.0),
+        BildVerifier(rollback_threshold=1e9),
+        PROMPT,
+        max_new_tokens=NEW,
+        gamma=NEW,
+    )
     assert out.new_tokens[0].tolist() == small_text
     assert small_text != reference_greedy(model, PROMPT, NEW)  # the limit is distinguishable from the target's text
 
@@ -206,15 +232,23 @@ def test_bild_never_falling_back_gives_the_small_models_greedy_text(arch):
 @pytest.mark.parametrize("arch", ["llama", "gpt_neox", "t5"])
 def test_bild_always_falling_back_gives_the_targets_text(arch):
     model, ref = target_and_reference(arch)
-    out = generate(model, ModelDrafter(perturbed_copy(model, 0.5, seed=1), fallback_threshold=1.0),
-                   BildVerifier(rollback_threshold=1e9), PROMPT, max_new_tokens=NEW, gamma=10)
+    out = generate(
+        model,
+        ModelDrafter(perturbed_copy(model, 0.5, seed=1), fallback_threshold=1.0),
+        BildVerifier(rollback_threshold=1e9),
+        PROMPT,
+        max_new_tokens=NEW,
+        gamma=10,
+    )
     assert out.new_tokens[0].tolist() == ref
     assert out.stats.drafted_tokens == 0
 
 
 def test_bild_zero_rollback_threshold_only_keeps_tokens_the_target_is_sure_of():
     model, ref = target_and_reference("llama")
-    out = generate(model, ModelDrafter(model), BildVerifier(rollback_threshold=0.0), PROMPT, max_new_tokens=NEW, gamma=4)
+    out = generate(
+        model, ModelDrafter(model), BildVerifier(rollback_threshold=0.0), PROMPT, max_new_tokens=NEW, gamma=4
+    )
     # -log p(x) > 0 for every token with p(x) < 1, so every draft is rolled back and the target decodes alone
     assert out.new_tokens[0].tolist() == ref
     assert out.stats.accepted_tokens == 0
@@ -225,14 +259,22 @@ def test_bild_early_exit_variant_runs_and_uses_the_shallow_model():
     shallow_text = reference_greedy(shallow_view(model, 1), PROMPT, NEW)
     assert shallow_text != ref  # the two models are distinguishable by their text
     # never falling back and never rolling back, BiLD writes exactly the 1-layer view's greedy text
-    out = generate(model, EarlyExitDrafter(model, num_layers=1, fallback_threshold=0.0), BildVerifier(1e9), PROMPT,
-                   max_new_tokens=NEW, gamma=NEW)
+    out = generate(
+        model,
+        EarlyExitDrafter(model, num_layers=1, fallback_threshold=0.0),
+        BildVerifier(1e9),
+        PROMPT,
+        max_new_tokens=NEW,
+        gamma=NEW,
+    )
     assert out.new_tokens[0].tolist() == shallow_text
     assert out.stats.draft_calls == out.stats.drafted_tokens == NEW
     # with a finite rollback threshold the target keeps part of the shallow model's tokens and replaces the rest
     # (a 1-layer view of a random 2-layer model is nearly uniform, so alpha_RB = 3 is where both happen)
     model, ref = target_and_reference("llama")
-    out = generate(model, EarlyExitDrafter(model, num_layers=1), BildVerifier(3.0), PROMPT, max_new_tokens=NEW, gamma=10)
+    out = generate(
+        model, EarlyExitDrafter(model, num_layers=1), BildVerifier(3.0), PROMPT, max_new_tokens=NEW, gamma=10
+    )
     assert out.stats.new_tokens == NEW and out.stats.accepted_tokens > 0 and out.stats.rejections > 0
     assert out.new_tokens[0].tolist() not in (ref, reference_greedy(shallow_view(model, 1), PROMPT, NEW))
 
@@ -243,11 +285,26 @@ def test_bild_early_exit_variant_runs_and_uses_the_shallow_model():
 def test_sampling_is_reproducible_with_a_seed_and_varies_without():
     model, _ = target_and_reference("llama")
     params = SamplingParams(temperature=1.0, seed=7)
-    runs = [generate(model, make_drafter("perturbed", model, "llama"), SpeculativeSamplingVerifier(), PROMPT, params,
-                     max_new_tokens=20).new_tokens for _ in range(2)]
+    runs = [
+        generate(
+            model,
+            make_drafter("perturbed", model, "llama"),
+            SpeculativeSamplingVerifier(),
+            PROMPT,
+            params,
+            max_new_tokens=20,
+        ).new_tokens
+        for _ in range(2)
+    ]
     assert torch.equal(runs[0], runs[1])
-    other = generate(model, make_drafter("perturbed", model, "llama"), SpeculativeSamplingVerifier(), PROMPT,
-                     SamplingParams(temperature=1.0, seed=8), max_new_tokens=20).new_tokens
+    other = generate(
+        model,
+        make_drafter("perturbed", model, "llama"),
+        SpeculativeSamplingVerifier(),
+        PROMPT,
+        SamplingParams(temperature=1.0, seed=8),
+        max_new_tokens=20,
+    ).new_tokens
     assert not torch.equal(runs[0], other)
 
 
@@ -265,13 +322,24 @@ def test_sampled_first_token_follows_target_distribution_through_the_loop(coupli
     drafter = ModelDrafter(draft_model)
     verifier = GumbelCouplingVerifier() if coupling else SpeculativeSamplingVerifier()
     for seed in range(draws):
-        out = generate(model, drafter, verifier, PROMPT, SamplingParams(1.0, seed=seed, coupling=coupling),
-                       max_new_tokens=2, gamma=1)
+        out = generate(
+            model,
+            drafter,
+            verifier,
+            PROMPT,
+            SamplingParams(1.0, seed=seed, coupling=coupling),
+            max_new_tokens=2,
+            gamma=1,
+        )
         counts[out.new_tokens[0, 0]] += 1
     tv = lambda freq, dist: 0.5 * (freq - dist).abs().sum()  # noqa: E731
     gen = torch.Generator().manual_seed(0)
-    null = torch.stack([tv(torch.bincount(torch.multinomial(p, draws, True, generator=gen), minlength=VOCAB) / draws, p)
-                        for _ in range(300)])
+    null = torch.stack(
+        [
+            tv(torch.bincount(torch.multinomial(p, draws, True, generator=gen), minlength=VOCAB) / draws, p)
+            for _ in range(300)
+        ]
+    )
     threshold = float(null.max())
     assert float(tv(counts / draws, p)) <= threshold
     assert float(tv(q, p)) > 2 * threshold
@@ -308,8 +376,15 @@ def test_seeded_coupled_text_is_the_targets_own_gumbel_max_draw(arch):
     expected = reference_coupled(model, COUPLED, seed=5)
     assert len(set(expected)) >= 4
     for kind in ("none", "self", "random", "perturbed"):
-        out = generate(model, make_drafter(kind, model, arch), GumbelCouplingVerifier(), PROMPT, COUPLED,
-                       max_new_tokens=NEW, gamma=4)
+        out = generate(
+            model,
+            make_drafter(kind, model, arch),
+            GumbelCouplingVerifier(),
+            PROMPT,
+            COUPLED,
+            max_new_tokens=NEW,
+            gamma=4,
+        )
         assert out.new_tokens[0].tolist() == expected, kind
         if kind == "self":
             assert out.stats.alpha == 1.0  # the same noise over the same distribution: every draft is kept
@@ -318,21 +393,46 @@ def test_seeded_coupled_text_is_the_targets_own_gumbel_max_draw(arch):
 @pytest.mark.parametrize("gamma", [1, 2, 5, "heuristic", "auto"])
 def test_seeded_coupled_text_does_not_depend_on_the_draft_length(gamma):
     model, _ = target_and_reference("gpt_neox")
-    out = generate(model, make_drafter("perturbed", model, "gpt_neox"), GumbelCouplingVerifier(), PROMPT, COUPLED,
-                   max_new_tokens=NEW, gamma=gamma)
+    out = generate(
+        model,
+        make_drafter("perturbed", model, "gpt_neox"),
+        GumbelCouplingVerifier(),
+        PROMPT,
+        COUPLED,
+        max_new_tokens=NEW,
+        gamma=gamma,
+    )
     assert out.new_tokens[0].tolist() == reference_coupled(model, COUPLED, seed=5)
     assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens
 
 
 def test_coupled_text_changes_with_the_seed_and_unseeded_coupling_still_samples():
     model, _ = target_and_reference("qwen2")
-    texts = {tuple(generate(model, make_drafter("perturbed", model, "qwen2"), GumbelCouplingVerifier(), PROMPT,
-                            SamplingParams(temperature=1.0, seed=seed), max_new_tokens=12).new_tokens[0].tolist())
-             for seed in range(4)}
+    texts = {
+        tuple(
+            generate(
+                model,
+                make_drafter("perturbed", model, "qwen2"),
+                GumbelCouplingVerifier(),
+                PROMPT,
+                SamplingParams(temperature=1.0, seed=seed),
+                max_new_tokens=12,
+            )
+            .new_tokens[0]
+            .tolist()
+        )
+        for seed in range(4)
+    }
     assert len(texts) == 4
     unseeded = SamplingParams(temperature=1.0, coupling=True)
-    runs = {tuple(generate(model, NoDrafter(), GumbelCouplingVerifier(), PROMPT, unseeded,
-                           max_new_tokens=12).new_tokens[0].tolist()) for _ in range(3)}
+    runs = {
+        tuple(
+            generate(model, NoDrafter(), GumbelCouplingVerifier(), PROMPT, unseeded, max_new_tokens=12)
+            .new_tokens[0]
+            .tolist()
+        )
+        for _ in range(3)
+    }
     assert len(runs) == 3
 
 
@@ -452,8 +552,10 @@ class HiddenAnswerTreeDrafter(Drafter):
     def propose(self, state, gamma):
         done = state.tokens.shape[1] - state.prompt_length
         answer = self.reference[done:] + [0] * self.tree.max_depth
-        tokens = [answer[self.true_nodes[j]] if j in self.true_nodes else (answer[d - 1] + 1 + j) % VOCAB
-                  for j, d in enumerate(self.tree.depth.tolist())]
+        tokens = [
+            answer[self.true_nodes[j]] if j in self.true_nodes else (answer[d - 1] + 1 + j) % VOCAB
+            for j, d in enumerate(self.tree.depth.tolist())
+        ]
         return Draft(tokens=torch.tensor([tokens]), tree=self.tree)
 
 
@@ -541,8 +643,14 @@ def test_sampling_without_a_seed_leaves_the_global_rng_alone():
     model, _ = target_and_reference("gpt2")
     torch.manual_seed(1234)
     before = torch.random.get_rng_state()
-    generate(model, make_drafter("perturbed", model, "gpt2"), SpeculativeSamplingVerifier(), PROMPT,
-             SamplingParams(temperature=1.0), max_new_tokens=8)
+    generate(
+        model,
+        make_drafter("perturbed", model, "gpt2"),
+        SpeculativeSamplingVerifier(),
+        PROMPT,
+        SamplingParams(temperature=1.0),
+        max_new_tokens=8,
+    )
     assert torch.equal(torch.random.get_rng_state(), before)
 
 
@@ -602,8 +710,15 @@ def test_constrained_first_token_equals_the_targets_constrained_greedy(arch, kin
     expected = reference_constrained_greedy(model, PROMPT, allowed, NEW)
     assert expected[0] in allowed and expected[0] != plain[0] and len(set(expected)) >= 4
     verifier = build_verifier("exact", SamplingParams(), MethodOptions())
-    out = generate(model, constrained_drafter(kind, model, expected), verifier, PROMPT, max_new_tokens=NEW, gamma=4,
-                   first_token_allowed=torch.tensor(allowed))
+    out = generate(
+        model,
+        constrained_drafter(kind, model, expected),
+        verifier,
+        PROMPT,
+        max_new_tokens=NEW,
+        gamma=4,
+        first_token_allowed=torch.tensor(allowed),
+    )
     assert out.new_tokens[0].tolist() == expected
     assert out.stats.new_tokens == NEW
     if kind == "answer":  # the constrained first draft token is accepted like any other
@@ -612,8 +727,14 @@ def test_constrained_first_token_equals_the_targets_constrained_greedy(arch, kin
 
 def test_a_set_holding_the_unconstrained_choice_changes_nothing():
     model, plain = target_and_reference("llama")
-    out = generate(model, make_drafter("perturbed", model, "llama"), GreedyVerifier(), PROMPT, max_new_tokens=NEW,
-                   first_token_allowed=[[plain[0], 1, 2]])
+    out = generate(
+        model,
+        make_drafter("perturbed", model, "llama"),
+        GreedyVerifier(),
+        PROMPT,
+        max_new_tokens=NEW,
+        first_token_allowed=[[plain[0], 1, 2]],
+    )
     assert out.new_tokens[0].tolist() == plain
 
 
@@ -626,9 +747,17 @@ def test_constrained_first_token_in_a_batch_is_per_row_and_joining_rows_get_thei
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts[:3]])
     mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts[:3]])
     pending = [[RowRequest(prompts[3], 12, first_token_allowed=allowed[3])]]
-    out = generate(model, make_drafter("perturbed", model, "llama"), GreedyVerifier(), ids, max_new_tokens=[16, 10, 6],
-                   gamma=3, attention_mask=mask, first_token_allowed=sets,
-                   admit=lambda: pending.pop(0) if pending else [])
+    out = generate(
+        model,
+        make_drafter("perturbed", model, "llama"),
+        GreedyVerifier(),
+        ids,
+        max_new_tokens=[16, 10, 6],
+        gamma=3,
+        attention_mask=mask,
+        first_token_allowed=sets,
+        admit=lambda: pending.pop(0) if pending else [],
+    )
     limits = [16, 10, 6, 12]
     for row, (prompt, constraint, limit) in enumerate(zip(prompts, sets + [allowed[3]], limits)):
         expected = reference_constrained_greedy(model, torch.tensor([prompt]), constraint, limit)
@@ -653,16 +782,29 @@ def test_sampled_first_token_is_always_allowed_and_follows_the_renormalised_dist
     counts = torch.zeros(VOCAB, dtype=torch.float64)
     draws = 300
     for seed in range(draws):
-        out = generate(model, drafter, verifier, PROMPT, SamplingParams(1.0, seed=seed, coupling=coupling),
-                       max_new_tokens=1, gamma=1, first_token_allowed=torch.tensor(allowed))
+        out = generate(
+            model,
+            drafter,
+            verifier,
+            PROMPT,
+            SamplingParams(1.0, seed=seed, coupling=coupling),
+            max_new_tokens=1,
+            gamma=1,
+            first_token_allowed=torch.tensor(allowed),
+        )
         counts[out.new_tokens[0, 0]] += 1
     assert counts[[t for t in range(VOCAB) if t not in allowed]].sum() == 0
     assert chi2_statistic(counts, renormalised) < chi2_critical(counts, renormalised)
 
 
-@pytest.mark.parametrize("allowed, match", [(torch.tensor([], dtype=torch.long), "empty"),
-                                            (torch.tensor([VOCAB]), r"\[0, 96\)"),
-                                            ([[1], [2]], "2 entries for 1 rows")])
+@pytest.mark.parametrize(
+    "allowed, match",
+    [
+        (torch.tensor([], dtype=torch.long), "empty"),
+        (torch.tensor([VOCAB]), r"\[0, 96\)"),
+        ([[1], [2]], "2 entries for 1 rows"),
+    ],
+)
 def test_bad_first_token_sets_are_clear_errors(allowed, match):
     model, _ = target_and_reference("llama")
     with pytest.raises(DraftVerifyError, match=match):

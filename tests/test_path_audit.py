@@ -1,4 +1,5 @@
 """The CI guard against tests that read this machine's own paths (tests/path_audit.py)."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """The method registry (registry.py): each declaration agrees with the classes it names (whether its methods batch,
 whether they are lossless), a drafter class is imported only when looked up, and a name taken twice is refused."""
+
 from __future__ import annotations
 
 import subprocess
@@ -35,8 +36,10 @@ def test_every_declaration_says_what_its_classes_do():
 
 
 def test_the_declarations_import_no_drafter_until_one_is_looked_up():
-    code = ("import sys; from draftverify.methods import METHODS, registered_methods; m = registered_methods();"
-            "print(len(m), 'torch' in sys.modules, 'draftverify.drafters.nat' in sys.modules)")
+    code = (
+        "import sys; from draftverify.methods import METHODS, registered_methods; m = registered_methods();"
+        "print(len(m), 'torch' in sys.modules, 'draftverify.drafters.nat' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split()[1:] == ["False", "False"], out.stderr
 
@@ -49,8 +52,14 @@ def test_a_declaration_that_disagrees_with_its_class_is_refused():
     with pytest.raises(RuntimeError, match="declared with batches=True but Plain.supports_batch is False"):
         register_methods(DrafterSpec("plain", Plain, methods={"plain": MethodEntry("x")}))
     assert "plain" not in DRAFTERS and "plain" not in SPECS
-    register_methods(DrafterSpec("plain", "test_registry:Plain", batches=False, methods={
-        "plain": MethodEntry("x"), "plain_lossy": MethodEntry("y", verifier="bild", lossless=False)}))
+    register_methods(
+        DrafterSpec(
+            "plain",
+            "test_registry:Plain",
+            batches=False,
+            methods={"plain": MethodEntry("x"), "plain_lossy": MethodEntry("y", verifier="bild", lossless=False)},
+        )
+    )
     try:
         assert METHODS["plain"].batches is False and METHODS["plain_lossy"].lossless is False
         assert DRAFTERS["plain"] is Plain and Plain.name == "plain" and "plain" not in DRAFTER_OPTIONS

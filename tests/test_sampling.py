@@ -3,6 +3,7 @@
 The expected kept sets are computed here by an independent reference (plain Python sort over float64), so a
 wrong order of the filters, an off-by-one in top-p, or a top-k that keeps k+1 tokens is caught.
 """
+
 from __future__ import annotations
 
 import math
@@ -243,8 +244,16 @@ def test_probs_from_logits_greedy_is_untempered_unfiltered_softmax():
 
 
 def test_sampling_params_validation():
-    for bad in (dict(temperature=-0.1), dict(top_k=-1), dict(top_k=1.5), dict(top_k=True), dict(top_p=0.0),
-                dict(top_p=1.1), dict(temperature=float("nan")), dict(top_p=float("nan"))):
+    for bad in (
+        dict(temperature=-0.1),
+        dict(top_k=-1),
+        dict(top_k=1.5),
+        dict(top_k=True),
+        dict(top_p=0.0),
+        dict(top_p=1.1),
+        dict(temperature=float("nan")),
+        dict(top_p=float("nan")),
+    ):
         with pytest.raises(DraftVerifyError):
             SamplingParams(**bad)
 

@@ -417,7 +417,9 @@ def test_walltime_factor_with_verify_cost_generalises_theorem_8():
     from draftverify.theory import expected_tokens_per_call, walltime_factor
 
     assert walltime_factor(0.8, 5, 0.1, verify_cost=1.0) == walltime_factor(0.8, 5, 0.1)
-    assert walltime_factor(0.8, 5, 0.1, verify_cost=1.7) == pytest.approx(expected_tokens_per_call(0.8, 5) / (0.5 + 1.7))
+    assert walltime_factor(0.8, 5, 0.1, verify_cost=1.7) == pytest.approx(
+        expected_tokens_per_call(0.8, 5) / (0.5 + 1.7)
+    )
     assert walltime_factor(0.8, 0, 0.1, verify_cost=1.7) == 1.0  # no drafting: plain decoding
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="verify_cost"):

@@ -1,5 +1,6 @@
 """torch's threads around a generation (threads.py): one thread when no model computes in torch (llama.cpp's
 backend declares computes_in_torch = False), the caller's setting otherwise and after."""
+
 from __future__ import annotations
 
 import pytest
@@ -37,12 +38,17 @@ def two_threads():
 
 
 @pytest.mark.parametrize("backend, during", [(ElsewhereLM, 1), (RecomputingLM, 2)])
-def test_the_loop_runs_on_one_torch_thread_only_when_no_model_computes_in_torch(models, two_threads, backend,
-                                                                                during):
+def test_the_loop_runs_on_one_torch_thread_only_when_no_model_computes_in_torch(models, two_threads, backend, during):
     drafter = ThreadsSeen()
     prompt = torch.tensor([[5, 17, 42, 8, 5, 17, 42, 8, 5]])
-    generate(backend(models("llama")), drafter, build_verifier("greedy", SamplingParams(), MethodOptions()), prompt,
-             max_new_tokens=6, gamma=3)
+    generate(
+        backend(models("llama")),
+        drafter,
+        build_verifier("greedy", SamplingParams(), MethodOptions()),
+        prompt,
+        max_new_tokens=6,
+        gamma=3,
+    )
     assert drafter.seen and set(drafter.seen) == {during}
     assert torch.get_num_threads() == 2  # the caller's setting, restored
 
@@ -60,6 +66,11 @@ def test_a_drafter_with_a_torch_model_keeps_torch_threads(models):
 
 def test_threads_are_restored_when_generation_fails(models, two_threads):
     with pytest.raises(DraftVerifyError, match="max_new_tokens"):
-        generate(ElsewhereLM(models("llama")), NoDrafter(), build_verifier("greedy", SamplingParams(), MethodOptions()),
-                 torch.tensor([[5, 17]]), max_new_tokens=-1)
+        generate(
+            ElsewhereLM(models("llama")),
+            NoDrafter(),
+            build_verifier("greedy", SamplingParams(), MethodOptions()),
+            torch.tensor([[5, 17]]),
+            max_new_tokens=-1,
+        )
     assert torch.get_num_threads() == 2

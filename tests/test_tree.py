@@ -9,6 +9,7 @@ The tree used throughout (node index: path):
     |   +-- 3: (0, 1)
     +-- 1: (1,)
 """
+
 from __future__ import annotations
 
 import pytest

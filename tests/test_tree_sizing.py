@@ -1,6 +1,7 @@
 """Sizing a draft tree by measured costs (tree_sizing.py): rates never rise down a branch, every size is a valid
 subtree, a flat verify cost keeps the whole shape and a steep one keeps only the likely nodes; model_tree stays
 exact while it sizes."""
+
 from __future__ import annotations
 
 import torch
@@ -39,8 +40,7 @@ def test_rates_follow_the_counts_never_rise_down_a_branch_and_guess_half_the_par
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.floats(0.0, 1.0), min_size=TREE.size, max_size=TREE.size), st.floats(0.0, 1.0),
-       st.floats(0.0, 3.0))
+@given(st.lists(st.floats(0.0, 1.0), min_size=TREE.size, max_size=TREE.size), st.floats(0.0, 1.0), st.floats(0.0, 3.0))
 def test_every_size_is_a_subtree_with_its_parents(raw, level, slope):
     rates: list[float] = []
     for j, p in enumerate(PARENTS):  # any rates that never rise down a branch
@@ -70,8 +70,14 @@ def test_model_tree_sizes_its_tree_from_the_costs_it_is_given_and_stays_exact():
     prompt = torch.tensor([[5, 17, 42, 8, 5, 17, 42, 8, 5]])
     model, ref = target_and_reference("llama", prompt, 24)
     drafter = ModelTreeDrafter(perturbed_copy(model, 0.3, seed=1))
-    state = DecodingState(tokens=prompt, source_ids=None, prompt_length=prompt.shape[1], params=SamplingParams(),
-                          generator=None, costs=steep_costs())
+    state = DecodingState(
+        tokens=prompt,
+        source_ids=None,
+        prompt_length=prompt.shape[1],
+        params=SamplingParams(),
+        generator=None,
+        costs=steep_costs(),
+    )
     assert drafter.nodes_for(state, 4) == list(range(TREE.size))  # no draft forward timed yet: the whole shape
     drafter.level_seconds = 0.01
     drafter.rates = measured({0: 90, 3: 80, 6: 70, 9: 60}, steps=100)
@@ -95,8 +101,9 @@ def test_with_one_verify_width_timed_the_drafter_alternates_its_main_chain_to_me
     prompt = torch.tensor([[5, 17, 42, 8]])
     drafter = ModelTreeDrafter(target_and_reference("llama", prompt, 1)[0])
     drafter.level_seconds = 0.01
-    state = DecodingState(tokens=prompt, source_ids=None, prompt_length=4, params=SamplingParams(), generator=None,
-                          costs=one_width)
+    state = DecodingState(
+        tokens=prompt, source_ids=None, prompt_length=4, params=SamplingParams(), generator=None, costs=one_width
+    )
     sizes = [drafter.nodes_for(state, 4) for _ in range(4)]
     assert sizes == [[0, 3, 6, 9], list(range(TREE.size))] * 2
     assert drafter.nodes_for(state, 2) in ([0, 3], [0, 1, 2, 3, 4, 5])  # the depth cap still holds

@@ -1,4 +1,5 @@
 """Where the shipped models are found: a checkout, $DRAFTVERIFY_ZOO, or the user's data folder after `pip install .`."""
+
 from __future__ import annotations
 
 import pytest
@@ -37,7 +38,9 @@ def test_an_install_looks_in_the_user_data_folder(installed):
 
 
 def test_no_zoo_names_the_variable_and_the_folder(installed):
-    with pytest.raises(DraftVerifyError, match=r"no zoo folder at .*data/draftverify/zoo: copy .* or set \$DRAFTVERIFY_ZOO"):
+    with pytest.raises(
+        DraftVerifyError, match=r"no zoo folder at .*data/draftverify/zoo: copy .* or set \$DRAFTVERIFY_ZOO"
+    ):
         zoo.zoo_folder("code")
 
 

@@ -6,6 +6,7 @@ problems and with another vocabulary size, so their merges differ. Their alphabe
 so any token sequence a random model emits is ASCII text both tokenizers can spell: the draft keeps drafting.
 Imported as `from tokenizer_pairs import ...` (tests/ is on sys.path: its conftest.py lives there).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -17,7 +18,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-HUMANEVAL = Path(__file__).resolve().parents[1] / "src" / "draftverify" / "bench" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+HUMANEVAL = (
+    Path(__file__).resolve().parents[1] / "src" / "draftverify" / "bench" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+)
 EOS_TOKEN = "<|endoftext|>"
 TARGET_FILES = tuple(range(0, 164, 2))  # HumanEval problem indices each tokenizer is trained on
 DRAFT_FILES = tuple(range(1, 164, 2))
@@ -44,8 +47,13 @@ def bpe_tokenizer(files: tuple[int, ...], vocab_size: int) -> PreTrainedTokenize
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_TOKEN], show_progress=False)
     tok.train_from_iterator(ascii_text(files), trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN,
-                                   pad_token=EOS_TOKEN, clean_up_tokenization_spaces=False)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=EOS_TOKEN,
+        bos_token=EOS_TOKEN,
+        pad_token=EOS_TOKEN,
+        clean_up_tokenization_spaces=False,
+    )
 
 
 def target_tokenizer() -> PreTrainedTokenizerFast:
@@ -57,15 +65,25 @@ def draft_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def llama(vocab_size: int, seed: int, scale: float = 2.5, eos: int = 0) -> LlamaForCausalLM:
-    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, eos_token_id=eos,
-                      bos_token_id=eos, pad_token_id=None)
+    cfg = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=eos,
+        bos_token_id=eos,
+        pad_token_id=None,
+    )
     return _random(LlamaForCausalLM, cfg, seed, scale)
 
 
 def gpt2(vocab_size: int, seed: int, scale: float = 2.0, eos: int = 0) -> GPT2LMHeadModel:
-    cfg = GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=512, eos_token_id=eos,
-                     bos_token_id=eos)
+    cfg = GPT2Config(
+        vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=512, eos_token_id=eos, bos_token_id=eos
+    )
     return _random(GPT2LMHeadModel, cfg, seed, scale)
 
 

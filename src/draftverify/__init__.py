@@ -6,6 +6,7 @@ Names are imported on first use (PEP 562), so `import draftverify` and the CLI's
 and argument errors do not wait seconds for torch and transformers. Importing draftverify.drafters or
 draftverify.verifiers (which building any method does) registers every drafter and verifier.
 """
+
 from __future__ import annotations
 
 import importlib

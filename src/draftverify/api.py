@@ -1,9 +1,10 @@
 """The convenience layer: load models by path, pick a method by name, generate from text.
 
-    pipe = draftverify.load(target="path/to/target", draft="path/to/draft", method="model")
-    result = pipe.generate("def quicksort(xs):", max_new_tokens=64)
-    print(result.text, result.stats.tokens_per_call)
+pipe = draftverify.load(target="path/to/target", draft="path/to/draft", method="model")
+result = pipe.generate("def quicksort(xs):", max_new_tokens=64)
+print(result.text, result.stats.tokens_per_call)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -39,8 +40,16 @@ def zoo_paths(name: str) -> dict[str, Path]:
     return {"target": folder / "target", "draft": folder / "draft", "draft_aligned": folder / "draft-aligned"}
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model",
-                   "sentencepiece.bpe.model", "vocab.txt", "source.spm")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.txt",
+    "source.spm",
+)
 
 
 def _hub_access(path: str) -> tuple[dict, str | None]:
@@ -67,8 +76,9 @@ def _not_found(path: str, role: str, offline_reason: str | None, err: Exception)
     )
 
 
-def load_model(path: str | Path, dtype: str = "float32", role: str = "target",
-               verbose: bool | None = None) -> PreTrainedModel:
+def load_model(
+    path: str | Path, dtype: str = "float32", role: str = "target", verbose: bool | None = None
+) -> PreTrainedModel:
     """A causal LM or encoder-decoder from a local directory (or the hub, when it can be reached). Quiet unless
     verbose (or DRAFTVERIFY_VERBOSE=1): no progress bars or advice from transformers (see quiet.py)."""
     if dtype not in DTYPES:
@@ -109,8 +119,10 @@ def load_tokenizer(path: str | Path, verbose: bool | None = None, role: str = "t
     except Exception as err:  # transformers raises OSError, ValueError, ImportError, ... with misleading hints
         if not folder.exists():
             raise _not_found(path, role, offline_reason, err) from err
-        raise DraftVerifyError(f"could not load a tokenizer from {path!r}: {type(err).__name__}: "
-                               f"{str(err).splitlines()[0] if str(err) else ''}") from err
+        raise DraftVerifyError(
+            f"could not load a tokenizer from {path!r}: {type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}"
+        ) from err
 
 
 def output_width(model) -> int:
@@ -123,8 +135,7 @@ def same_vocabulary(a, b) -> bool:
     return a is b or a.get_vocab() == b.get_vocab()
 
 
-def draft_tokenizer_for(path: str | Path, draft_model, target_tokenizer, target_model,
-                        verbose: bool | None = None):
+def draft_tokenizer_for(path: str | Path, draft_model, target_tokenizer, target_model, verbose: bool | None = None):
     """The draft's own tokenizer when the draft cannot share the target's vocabulary (the `model` method then
     re-tokenizes its text: cross_tokenizer), or None when it shares it. A draft folder without tokenizer files
     shares it when its logits are as wide as the target's (as before), and is refused otherwise."""
@@ -157,9 +168,17 @@ class GenerationResult:
 class Pipeline:
     """A target, a method and its pieces, ready to turn text into text plus statistics."""
 
-    def __init__(self, target: PreTrainedModel, tokenizer, method: str = "model", verifier: str | None = None,
-                 options: MethodOptions | None = None, gamma: int | str = DEFAULT_GAMMA, compile: bool = False,
-                 heal: bool = False):
+    def __init__(
+        self,
+        target: PreTrainedModel,
+        tokenizer,
+        method: str = "model",
+        verifier: str | None = None,
+        options: MethodOptions | None = None,
+        gamma: int | str = DEFAULT_GAMMA,
+        compile: bool = False,
+        heal: bool = False,
+    ):
         """compile: preallocate the target's KV cache (its context length, else 4096 positions) and compile its
         forward for the verify widths this method and gamma use (compiling.py); options.compile does the same for
         a draft model. The first generation pays the compilation, unless precompile() ran first. heal: token
@@ -198,8 +217,10 @@ class Pipeline:
         if not isinstance(heal, bool):
             raise DraftVerifyError(f"heal must be True or False, got {heal!r}")
         if heal and self.target.is_encoder_decoder:
-            raise DraftVerifyError("token healing continues a prompt; an encoder-decoder target does not continue "
-                                   "its source (translate without heal)")
+            raise DraftVerifyError(
+                "token healing continues a prompt; an encoder-decoder target does not continue "
+                "its source (translate without heal)"
+            )
         return heal
 
     @property
@@ -221,10 +242,19 @@ class Pipeline:
             raise DraftVerifyError(f"the prompt {text!r} tokenizes to no tokens")
         return ids
 
-    def generate(self, text: str | list[str], max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int | None | list[int | None] = None,
-                 gamma: int | str | DraftLength | None = None, on_text: Callable[[str], None] | None = None,
-                 coupling: bool | None = None, heal: bool | None = None) -> GenerationResult | list[GenerationResult]:
+    def generate(
+        self,
+        text: str | list[str],
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None | list[int | None] = None,
+        gamma: int | str | DraftLength | None = None,
+        on_text: Callable[[str], None] | None = None,
+        coupling: bool | None = None,
+        heal: bool | None = None,
+    ) -> GenerationResult | list[GenerationResult]:
         """coupling (default: on when seeded) samples with position-keyed noise: the same seed then gives the
         same text for every method and draft length. Nothing is streamed before every check has passed.
 
@@ -240,21 +270,28 @@ class Pipeline:
         bild*, specdec++ and a draft with its own tokenizer) and a decoder-only target; on_text is for single texts."""
         heal = self.heal if heal is None else self.check_heal(heal)
         if isinstance(text, (list, tuple)):
-            return self._generate_texts(list(text), max_new_tokens, temperature, top_k, top_p, seed, gamma, coupling,
-                                        on_text, heal)
+            return self._generate_texts(
+                list(text), max_new_tokens, temperature, top_k, top_p, seed, gamma, coupling, on_text, heal
+            )
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling)
         ids = self.encode(text)
         healing = self.heal_ids(ids[0].tolist()) if heal else None
         if healing is not None:
             ids = torch.tensor([healing.ids])
         streamer = _TextStreamer(self.tokenizer, on_text, healing) if on_text else None
-        output, verifier = self.generate_ids(ids, params, max_new_tokens=max_new_tokens, gamma=gamma,
-                                             on_tokens=streamer.push if streamer else None,
-                                             first_token_allowed=None if healing is None else healing.allowed)
+        output, verifier = self.generate_ids(
+            ids,
+            params,
+            max_new_tokens=max_new_tokens,
+            gamma=gamma,
+            on_tokens=streamer.push if streamer else None,
+            first_token_allowed=None if healing is None else healing.allowed,
+        )
         if streamer is not None:
             streamer.finish()
-        return GenerationResult(text=self.decode_new(output.new_tokens[0].tolist(), healing), output=output,
-                                verifier=verifier)
+        return GenerationResult(
+            text=self.decode_new(output.new_tokens[0].tolist(), healing), output=output, verifier=verifier
+        )
 
     def decode_new(self, new_ids: list[int], healing: Healing | None = None) -> str:
         """The text of new token ids after the prompt; with healing, after the ORIGINAL prompt (the removed text
@@ -277,8 +314,12 @@ class Pipeline:
         growing caches: compiled models preallocate one row)."""
         from .methods import build_verifier as _build
 
-        return (self.drafter.supports_batch and self.target.supports_rows and not self.compiled
-                and _build(self.verifier_name, SamplingParams(), self.options).supports_batch)
+        return (
+            self.drafter.supports_batch
+            and self.target.supports_rows
+            and not self.compiled
+            and _build(self.verifier_name, SamplingParams(), self.options).supports_batch
+        )
 
     @property
     def mixes_sampling(self) -> bool:
@@ -287,26 +328,53 @@ class Pipeline:
 
         return _build(self.verifier_name, SamplingParams(), self.options).per_row_params
 
-    def generate_ids(self, ids: torch.Tensor, params: SamplingParams, max_new_tokens: int = 64,
-                     gamma: int | str | DraftLength | None = None, on_tokens=None,
-                     first_token_allowed: torch.Tensor | None = None) -> tuple[GenerationOutput, str]:
+    def generate_ids(
+        self,
+        ids: torch.Tensor,
+        params: SamplingParams,
+        max_new_tokens: int = 64,
+        gamma: int | str | DraftLength | None = None,
+        on_tokens=None,
+        first_token_allowed: torch.Tensor | None = None,
+    ) -> tuple[GenerationOutput, str]:
         """Token ids in, GenerationOutput and the verifier's name out (the server's entry point): ids [1, L];
         on_tokens receives each step's emitted tokens [1, k]; first_token_allowed [K] constrains the first new
         token (token healing; see loop.generate)."""
         verifier = build_verifier(self.verifier_name, params, self.options)
         policy = self.policies.get(self.gamma if gamma is None else gamma, getattr(params, "temperature", None))
-        output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
-                          gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens,
-                          first_token_allowed=first_token_allowed)
+        output = generate(
+            self.target,
+            self.drafter,
+            verifier,
+            ids,
+            params,
+            max_new_tokens=max_new_tokens,
+            gamma=policy,
+            eos_token_id=self.eos_token_id,
+            on_tokens=on_tokens,
+            first_token_allowed=first_token_allowed,
+        )
         return output, verifier.name
 
-
-    def _generate_texts(self, texts: list[str], max_new_tokens, temperature, top_k, top_p, seed, gamma, coupling,
-                        on_text, heal: bool = False) -> list[GenerationResult]:
+    def _generate_texts(
+        self,
+        texts: list[str],
+        max_new_tokens,
+        temperature,
+        top_k,
+        top_p,
+        seed,
+        gamma,
+        coupling,
+        on_text,
+        heal: bool = False,
+    ) -> list[GenerationResult]:
         if not texts:
             raise DraftVerifyError("the list of prompts is empty")
         if on_text is not None:
-            raise DraftVerifyError("on_text streams one text; for a batch of prompts use generate_batch_ids(on_tokens=...)")
+            raise DraftVerifyError(
+                "on_text streams one text; for a batch of prompts use generate_batch_ids(on_tokens=...)"
+            )
         seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * len(texts)
         if len(seeds) != len(texts):
             raise DraftVerifyError(f"{len(seeds)} seeds for {len(texts)} prompts")
@@ -320,17 +388,26 @@ class Pipeline:
         healings = [self.heal_ids(r) if heal else None for r in rows]
         rows = [r if h is None else h.ids for r, h in zip(rows, healings)]
         allowed = [None if h is None else h.allowed for h in healings] if any(healings) else None
-        output, verifier = self.generate_batch_ids(rows, params, max_new_tokens=max_new_tokens, seeds=seeds,
-                                                   gamma=gamma, first_token_allowed=allowed)
+        output, verifier = self.generate_batch_ids(
+            rows, params, max_new_tokens=max_new_tokens, seeds=seeds, gamma=gamma, first_token_allowed=allowed
+        )
         new_rows = output.rows if output.rows is not None else [output.new_tokens[0].tolist()]
-        return [GenerationResult(text=self.decode_new(r, h), output=output, verifier=verifier)
-                for r, h in zip(new_rows, healings)]
+        return [
+            GenerationResult(text=self.decode_new(r, h), output=output, verifier=verifier)
+            for r, h in zip(new_rows, healings)
+        ]
 
-    def generate_batch_ids(self, rows: list[list[int]], params: SamplingParams | list[SamplingParams],
-                           max_new_tokens: int | list[int] = 64,
-                           seeds: list[int | None] | None = None, gamma: int | str | DraftLength | None = None,
-                           on_tokens=None, admit=None,
-                           first_token_allowed: list[torch.Tensor | None] | None = None) -> tuple[GenerationOutput, str]:
+    def generate_batch_ids(
+        self,
+        rows: list[list[int]],
+        params: SamplingParams | list[SamplingParams],
+        max_new_tokens: int | list[int] = 64,
+        seeds: list[int | None] | None = None,
+        gamma: int | str | DraftLength | None = None,
+        on_tokens=None,
+        admit=None,
+        first_token_allowed: list[torch.Tensor | None] | None = None,
+    ) -> tuple[GenerationOutput, str]:
         """Several token-id prompts through the loop at once (left-padded, one row each); one row runs the
         batch-1 path unless admit is given. on_tokens receives [B, k] (-1 padded) and may return rows to stop;
         admit lets rows join between steps (continuous batching: it returns a list of RowRequest);
@@ -343,8 +420,9 @@ class Pipeline:
                 raise DraftVerifyError(f"{len(params)} sampling settings for {len(rows)} prompts")
             wrong = next((p for p in params if not isinstance(p, SamplingParams)), None)
             if wrong is not None:
-                raise DraftVerifyError(f"each row's sampling settings must be a SamplingParams, got "
-                                       f"{type(wrong).__name__} {wrong!r}")
+                raise DraftVerifyError(
+                    f"each row's sampling settings must be a SamplingParams, got {type(wrong).__name__} {wrong!r}"
+                )
             if seeds is None:
                 seeds = [p.seed for p in params]
             params = row_params(params)
@@ -352,18 +430,35 @@ class Pipeline:
             if seeds is not None and seeds[0] != params.seed:
                 params = replace(params, seed=seeds[0])
             limit = max_new_tokens[0] if isinstance(max_new_tokens, (list, tuple)) else max_new_tokens
-            return self.generate_ids(torch.tensor([rows[0]]), params, max_new_tokens=limit, gamma=gamma,
-                                     on_tokens=on_tokens,
-                                     first_token_allowed=None if first_token_allowed is None else first_token_allowed[0])
+            return self.generate_ids(
+                torch.tensor([rows[0]]),
+                params,
+                max_new_tokens=limit,
+                gamma=gamma,
+                on_tokens=on_tokens,
+                first_token_allowed=None if first_token_allowed is None else first_token_allowed[0],
+            )
         width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows])
         mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in rows])
         verifier = build_verifier(self.verifier_name, params, self.options)
         policy = self.policies.get(self.gamma if gamma is None else gamma, getattr(params, "temperature", None))
-        output = generate(self.target, self.drafter, verifier, ids, params, max_new_tokens=max_new_tokens,
-                          gamma=policy, eos_token_id=self.eos_token_id, on_tokens=on_tokens, attention_mask=mask,
-                          seeds=seeds, admit=admit, first_token_allowed=first_token_allowed)
+        output = generate(
+            self.target,
+            self.drafter,
+            verifier,
+            ids,
+            params,
+            max_new_tokens=max_new_tokens,
+            gamma=policy,
+            eos_token_id=self.eos_token_id,
+            on_tokens=on_tokens,
+            attention_mask=mask,
+            seeds=seeds,
+            admit=admit,
+            first_token_allowed=first_token_allowed,
+        )
         return output, verifier.name
 
 
@@ -394,10 +489,22 @@ class _TextStreamer:
         self.printed = len(self.decoder.text)
 
 
-def load(target: str | Path | None = None, draft: str | Path | None = None, method: str = "model",
-         verifier: str | None = None, zoo: str | None = None, dtype: str = "float32", gamma: int | str = DEFAULT_GAMMA,
-         compile: bool = False, heal: bool = False, verbose: bool | None = None, backend: str = "hf",
-         threads: int | None = None, draft_gguf: str | None = None, **options) -> Pipeline:
+def load(
+    target: str | Path | None = None,
+    draft: str | Path | None = None,
+    method: str = "model",
+    verifier: str | None = None,
+    zoo: str | None = None,
+    dtype: str = "float32",
+    gamma: int | str = DEFAULT_GAMMA,
+    compile: bool = False,
+    heal: bool = False,
+    verbose: bool | None = None,
+    backend: str = "hf",
+    threads: int | None = None,
+    draft_gguf: str | None = None,
+    **options,
+) -> Pipeline:
     """Load a target (and draft) by path or zoo name and return a Pipeline for `method`.
 
     Prints nothing: transformers' weight-loading bars and advice are off while it loads (and the settings found
@@ -435,14 +542,18 @@ def load(target: str | Path | None = None, draft: str | Path | None = None, meth
     if not isinstance(heal, bool):
         raise DraftVerifyError(f"heal must be True or False, got {heal!r}")
     if draft_gguf is not None and "draft_gguf" not in entry.own_options:
-        raise DraftVerifyError(f"draft_gguf (--draft-gguf) is the draft's GGUF type on the llamacpp backend; on the "
-                               f"{entry.name} backend the draft loads at dtype (--dtype)")
-    return entry.load(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal,
-                      draft_gguf)
+        raise DraftVerifyError(
+            f"draft_gguf (--draft-gguf) is the draft's GGUF type on the llamacpp backend; on the "
+            f"{entry.name} backend the draft loads at dtype (--dtype)"
+        )
+    return entry.load(
+        target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, draft_gguf
+    )
 
 
-def load_hf(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal,
-            draft_gguf) -> Pipeline:
+def load_hf(
+    target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, draft_gguf
+) -> Pipeline:
     """The hf backend's loader (backends/registry.py): target and draft as Hugging Face models, each on a
     CachedLM (threads and draft_gguf are not its: torch's threads are the process's)."""
     tokenizer = load_tokenizer(target, verbose)  # first: a folder without one fails before the weights are read
@@ -450,15 +561,17 @@ def load_hf(target, draft, method, verifier, dtype, gamma, compile, threads, opt
     method_options = MethodOptions(**options)
     if draft is not None:
         method_options.draft_model = load_model(draft, dtype, role="draft", verbose=verbose)
-        method_options.draft_tokenizer = draft_tokenizer_for(draft, method_options.draft_model, tokenizer,
-                                                             target_model, verbose)
+        method_options.draft_tokenizer = draft_tokenizer_for(
+            draft, method_options.draft_model, tokenizer, target_model, verbose
+        )
     method_options.target_tokenizer = tokenizer
     method_options.compile = compile
     return Pipeline(target_model, tokenizer, method, verifier, method_options, gamma, compile=compile, heal=heal)
 
 
-def load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal,
-                  draft_gguf) -> Pipeline:
+def load_llamacpp(
+    target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, draft_gguf
+) -> Pipeline:
     """The llamacpp backend's loader (backends/registry.py): target and draft as GGUF models on llama.cpp contexts
     (backends/llamacpp.py)."""
     from . import drafters  # noqa: F401  (fills the registry)
@@ -480,7 +593,9 @@ def load_llamacpp(target, draft, method, verifier, dtype, gamma, compile, thread
     if draft is not None:
         gguf_draft, _ = open_gguf(draft, dtype, "draft", outtype=draft_gguf)
         if gguf_draft.vocab_fingerprint() != gguf_target.vocab_fingerprint():
-            raise DraftVerifyError(f"the draft {str(draft)!r} and the target {str(target)!r} have different "
-                                   "vocabularies; speculative decoding needs a draft with the target's tokenizer")
+            raise DraftVerifyError(
+                f"the draft {str(draft)!r} and the target {str(target)!r} have different "
+                "vocabularies; speculative decoding needs a draft with the target's tokenizer"
+            )
         method_options.draft_model = LlamaCppLM(gguf_draft, role="draft", threads=threads)
     return Pipeline(target_lm, tokenizer, method, verifier, method_options, gamma, heal=heal)

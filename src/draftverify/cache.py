@@ -9,6 +9,7 @@ A preallocated cache (HF StaticCache, gpt-fast style) is indexed by position: dr
 position back (stale slots beyond it are hidden by the causal mask and overwritten by the next forward), keeping a
 tree branch is copying the branch's slots down in place, so the tensors keep their addresses for torch.compile.
 """
+
 from __future__ import annotations
 
 import torch

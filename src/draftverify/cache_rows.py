@@ -7,6 +7,7 @@ step appends the same number of slots to every row; commit_rows keeps a differen
 re-packed to the right (a copy of every layer) once gaps exceed max_gap_share. The plain layout (one row, no gaps:
 `valid` None) is its no-gap case and answers the same row calls.
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,26 +44,38 @@ class RowsLayout:
         if self.capacity is not None:
             raise DraftVerifyError("batches of several rows run on a growing KV cache: drop --compile / capacity")
 
-    def _start_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, want_hidden: bool) -> torch.Tensor:
+    def _start_rows(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, want_hidden: bool
+    ) -> torch.Tensor:
         self._check_rows()
         batch, width = input_ids.shape
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
         attention_mask = attention_mask.to(device=self.device, dtype=torch.bool)
         if attention_mask.shape != input_ids.shape or not bool(attention_mask[:, -1].all()):
-            raise DraftVerifyError("a batch's attention mask must match input_ids [B, L] and pad on the left "
-                                   "(every row's last column is a real token)")
+            raise DraftVerifyError(
+                "a batch's attention mask must match input_ids [B, L] and pad on the left "
+                "(every row's last column is a real token)"
+            )
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=self.device)
         self._row_length = torch.zeros(batch, dtype=torch.long, device=self.device)
         self.row_committed = self._row_length.clone()
         if width > 1:
-            out = self._forward_rows(input_ids[:, :-1], attention_mask[:, :-1], want_hidden, keep=1, keep_hidden=width - 1)
+            out = self._forward_rows(
+                input_ids[:, :-1], attention_mask[:, :-1], want_hidden, keep=1, keep_hidden=width - 1
+            )
             self.prefilled = out
             self.commit_rows(attention_mask[:, :-1].sum(dim=1))
         return input_ids
 
-    def _forward_rows(self, tokens: torch.Tensor, new_valid: torch.Tensor | None, want_hidden: bool,
-                      keep: int | None = None, keep_hidden: int | None = None) -> TargetOutput:
+    def _forward_rows(
+        self,
+        tokens: torch.Tensor,
+        new_valid: torch.Tensor | None,
+        want_hidden: bool,
+        keep: int | None = None,
+        keep_hidden: int | None = None,
+    ) -> TargetOutput:
         batch, n = tokens.shape
         if self._chain_end != self.length:
             raise DraftVerifyError("a chain cannot follow a token tree in the rows layout's tail: commit first")
@@ -78,16 +91,28 @@ class RowsLayout:
         visible[:, diagonal, self.length + diagonal] = True  # padding sees itself (an all-hidden row would be NaN)
         blocked = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
         mask = torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
-        out = self._run(tokens, keep=n if keep is None else keep, position_ids=position_ids,
-                        additive_mask=mask, want_hidden=want_hidden, keep_hidden=keep_hidden)
+        out = self._run(
+            tokens,
+            keep=n if keep is None else keep,
+            position_ids=position_ids,
+            additive_mask=mask,
+            want_hidden=want_hidden,
+            keep_hidden=keep_hidden,
+        )
         self.valid = keys
         self._row_length = self._row_length + new_valid.sum(dim=1)
         self._chain_end = self.length
         return out
 
-    def _forward_tree_rows(self, tokens: torch.Tensor, position_ids: torch.Tensor | None,
-                           attention_mask: torch.Tensor, want_hidden: bool, extra_embeds: torch.Tensor | None = None,
-                           prefix: PrefixKV | None = None) -> TargetOutput:
+    def _forward_tree_rows(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor,
+        want_hidden: bool,
+        extra_embeds: torch.Tensor | None = None,
+        prefix: PrefixKV | None = None,
+    ) -> TargetOutput:
         """Rows layout: a token tree of one shape for every row (each row its own tokens [B, n]) after the tail,
         then extra_embeds [B, E, H] (E more positions; only they see `prefix`). position_ids count from `length`
         as for one row; each row's positions are shifted to its own length (the tail's tree slots take no positions
@@ -99,8 +124,9 @@ class RowsLayout:
         mask = attention_mask.to(self.device)
         mask = mask[0] if mask.dim() == 3 else mask
         if tuple(mask.shape) != (n, tail + n):
-            raise DraftVerifyError(f"attention mask must cover {n} new tokens x {tail + n} tail + new positions, "
-                                   f"got {tuple(mask.shape)}")
+            raise DraftVerifyError(
+                f"attention mask must cover {n} new tokens x {tail + n} tail + new positions, got {tuple(mask.shape)}"
+            )
         if position_ids is None:
             offsets = torch.arange(n, device=self.device)
         else:
@@ -114,8 +140,15 @@ class RowsLayout:
             visible = prefix_columns(visible, torch.arange(n, device=self.device) >= n - extra, prefix_length(prefix))
         blocked = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
         additive = torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
-        out = self._run(tokens, keep=n, position_ids=position_ids, additive_mask=additive, want_hidden=want_hidden,
-                        extra_embeds=extra_embeds, prefix=prefix)
+        out = self._run(
+            tokens,
+            keep=n,
+            position_ids=position_ids,
+            additive_mask=additive,
+            want_hidden=want_hidden,
+            extra_embeds=extra_embeds,
+            prefix=prefix,
+        )
         self.valid = keys
         return out
 
@@ -257,8 +290,12 @@ class RowsLayout:
         ends = torch.where(keep, slots + 1, 0).amax(dim=1) if held else count
         end = int(ends.max()) if ends.numel() else 0
         start = end - width
-        if bool((ends == end).all()) and start >= 0 and not bool(keep[:, :start].any()) \
-                and bool((keep[:, start:end] == new_valid).all()):
+        if (
+            bool((ends == end).all())
+            and start >= 0
+            and not bool(keep[:, :start].any())
+            and bool((keep[:, start:end] == new_valid).all())
+        ):
             for layer in self_attention_layers(self.cache):
                 layer.keys = layer.keys[..., start:end, :]
                 layer.values = layer.values[..., start:end, :]

@@ -12,6 +12,7 @@ tree branch down. Three modules, one class: this one holds the model, the plain 
 cache_rows.py the rows layout (batches), compiled_widths.py the compiled graphs (width buckets, windows, recompile
 limits); the edits to Hugging Face cache internals live in cache.py and prefix.py.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -54,7 +55,9 @@ class CachedLM(RowsLayout, CompiledWidths):
     has_modules = True
     computes_in_torch = True
 
-    def __init__(self, model: PreTrainedModel, role: str = "target", capacity: int | None = None, compile: bool = False):
+    def __init__(
+        self, model: PreTrainedModel, role: str = "target", capacity: int | None = None, compile: bool = False
+    ):
         if not isinstance(model, PreTrainedModel):
             raise DraftVerifyError(f"the {role} must be a Hugging Face PreTrainedModel, got {type(model).__name__}")
         if model.get_output_embeddings() is None:
@@ -115,8 +118,9 @@ class CachedLM(RowsLayout, CompiledWidths):
                 f"{decoder_positions} (prompt + max_new_tokens); shorten the prompt or lower max_new_tokens"
             )
 
-    def start(self, input_ids: torch.Tensor, want_hidden: bool = False,
-              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def start(
+        self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Reset the cache and prefill. input_ids: [B, L] (the source for encoder-decoder models).
 
         Returns the committed decoder-side tokens [B, L0]: the prompt for decoder-only models,
@@ -135,18 +139,27 @@ class CachedLM(RowsLayout, CompiledWidths):
         if self.is_encoder_decoder:
             start_id = getattr(self.config, "decoder_start_token_id", None)
             if start_id is None:
-                raise DraftVerifyError(f"the {self.role} is encoder-decoder but its config has no decoder_start_token_id")
+                raise DraftVerifyError(
+                    f"the {self.role} is encoder-decoder but its config has no decoder_start_token_id"
+                )
             self.source_mask = torch.ones_like(input_ids)
             self.encoder_outputs = self.model.get_encoder()(input_ids=input_ids, attention_mask=self.source_mask)
             return torch.full((input_ids.shape[0], 1), start_id, dtype=torch.long, device=input_ids.device)
         if input_ids.shape[1] > 1:
-            self.prefilled = self._run(input_ids[:, :-1], keep=1, want_hidden=want_hidden, keep_hidden=input_ids.shape[1] - 1)
+            self.prefilled = self._run(
+                input_ids[:, :-1], keep=1, want_hidden=want_hidden, keep_hidden=input_ids.shape[1] - 1
+            )
             self.commit(input_ids.shape[1] - 1)
         return input_ids
 
-    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, want_hidden: bool = False,
-                new_valid: torch.Tensor | None = None) -> TargetOutput:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        want_hidden: bool = False,
+        new_valid: torch.Tensor | None = None,
+    ) -> TargetOutput:
         """Append tokens [B, n] to the cache's tail; return their next-token logits [B, n, V] (and hidden [B, n, H]).
 
         new_valid (batch mode only): bool [B, n], False for padding among the new tokens (a row that has fewer
@@ -163,13 +176,24 @@ class CachedLM(RowsLayout, CompiledWidths):
                 return self._forward_tree_rows(tokens, position_ids, attention_mask, want_hidden)
             return self._forward_rows(tokens, new_valid, want_hidden)
         if self._compiled is None:
-            return self._run(tokens, keep=tokens.shape[1], position_ids=position_ids, attention_mask=attention_mask,
-                             want_hidden=want_hidden)
+            return self._run(
+                tokens,
+                keep=tokens.shape[1],
+                position_ids=position_ids,
+                attention_mask=attention_mask,
+                want_hidden=want_hidden,
+            )
         return self._run_padded(tokens, position_ids, attention_mask, want_hidden)
 
-    def forward_extra(self, tokens: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      extra_embeds: torch.Tensor, prefix: PrefixKV | None = None,
-                      want_hidden: bool = False) -> TargetOutput:
+    def forward_extra(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        extra_embeds: torch.Tensor,
+        prefix: PrefixKV | None = None,
+        want_hidden: bool = False,
+    ) -> TargetOutput:
         """forward() of tokens [B, n] followed by E embedded positions extra_embeds [B, E, H] (not vocabulary
         tokens), which alone attend to `prefix` (per-layer keys and values of a deep prompt); outputs [B, n + E,
         ...]. position_ids [B or 1, n + E] and attention_mask bool [n + E, t + n + E] count the E positions too.
@@ -185,9 +209,15 @@ class CachedLM(RowsLayout, CompiledWidths):
             )
         if self.valid is not None:
             return self._forward_tree_rows(tokens, position_ids, attention_mask, want_hidden, extra_embeds, prefix)
-        return self._run(tokens, keep=tokens.shape[1] + extra_embeds.shape[1], position_ids=position_ids,
-                         attention_mask=attention_mask, want_hidden=want_hidden, extra_embeds=extra_embeds,
-                         prefix=prefix)
+        return self._run(
+            tokens,
+            keep=tokens.shape[1] + extra_embeds.shape[1],
+            position_ids=position_ids,
+            attention_mask=attention_mask,
+            want_hidden=want_hidden,
+            extra_embeds=extra_embeds,
+            prefix=prefix,
+        )
 
     def _check_positions(self, position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> None:
         if (position_ids is not None or attention_mask is not None) and not self.takes_positions:
@@ -268,8 +298,19 @@ class CachedLM(RowsLayout, CompiledWidths):
         blocked = torch.tensor(torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
         return torch.where(visible, torch.zeros((), dtype=self.dtype, device=self.device), blocked)[:, None]
 
-    def _run(self, tokens, keep, position_ids=None, attention_mask=None, want_hidden=False, model=None,
-             additive_mask=None, extra_embeds=None, prefix=None, keep_hidden=None) -> TargetOutput:
+    def _run(
+        self,
+        tokens,
+        keep,
+        position_ids=None,
+        attention_mask=None,
+        want_hidden=False,
+        model=None,
+        additive_mask=None,
+        extra_embeds=None,
+        prefix=None,
+        keep_hidden=None,
+    ) -> TargetOutput:
         """Append tokens [B, n] (and extra_embeds [B, E, H]); logits at the last `keep` positions, hidden states at
         the last `keep_hidden` (default keep) when want_hidden."""
         batch, n = tokens.shape

@@ -1,6 +1,7 @@
 """Input validation shared by the Python API and the CLI. Imports neither torch nor transformers, so the CLI
 rejects a bad argument in a fraction of a second instead of after loading them (and never after echoing the
 prompt or loading models)."""
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,10 @@ def check_sampling(temperature: object, top_k: object, top_p: object, seed: obje
     """The rules of SamplingParams (which calls this), so the CLI can apply them before importing torch."""
     check_number("temperature (0 = greedy)", temperature, 0.0)
     if math.isinf(temperature):
-        raise DraftVerifyError("temperature must be a finite number >= 0 (0 = greedy; large values flatten the "
-                               "distribution towards uniform), got inf")
+        raise DraftVerifyError(
+            "temperature must be a finite number >= 0 (0 = greedy; large values flatten the "
+            "distribution towards uniform), got inf"
+        )
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise DraftVerifyError(f"top_k must be an integer >= 0 (0 = disabled), got {top_k!r}")
     check_number("top_p (1 = disabled)", top_p, 0.0, 1.0, low_open=True)
@@ -61,5 +64,6 @@ def decode_prompt_bytes(data: bytes, source: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise DraftVerifyError(f"the prompt from {source} is not UTF-8 (byte {err.start} is {data[err.start]:#04x}); "
-                               "pass UTF-8 text") from None
+        raise DraftVerifyError(
+            f"the prompt from {source} is not UTF-8 (byte {err.start} is {data[err.start]:#04x}); pass UTF-8 text"
+        ) from None

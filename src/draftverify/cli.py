@@ -5,6 +5,7 @@ under a second, and torch/transformers load only when a model does (with a statu
 contract of `generate`: the text on stdout, status, warnings and the statistics table on stderr, so
 `> file` captures only the text; --json prints one object on stdout.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,8 +37,13 @@ from .zoo import ZOO_DEFAULT_METHOD, zoo_default_method
 if TYPE_CHECKING:
     from .types import GenerationStats
 
-app = typer.Typer(name="draftverify", help="Draft cheaply, verify with the target in one forward pass.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app = typer.Typer(
+    name="draftverify",
+    help="Draft cheaply, verify with the target in one forward pass.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 app.add_typer(train_app, name="train")
 docs_app = typer.Typer(help="The documentation's measured tables, copied from benchmarks/.", no_args_is_help=True)
 app.add_typer(docs_app, name="docs")
@@ -54,15 +60,20 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def main(version: bool = flag(False, "--version", callback=_version, is_eager=True,
-                                      help="Print the version and exit.")) -> None:
+def main(
+    version: bool = flag(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
     """Draft cheaply, verify with the target in one forward pass."""
 
 
 def stats_table(stats: GenerationStats, title: str = "statistics") -> Table:
-    table = Table(title=title, show_header=True, header_style="bold",
-                  caption="alpha: share of the draft tokens the verifier judged that it kept (tokens after a "
-                          "rejection are never judged, so it is not accepted / drafted)")
+    table = Table(
+        title=title,
+        show_header=True,
+        header_style="bold",
+        caption="alpha: share of the draft tokens the verifier judged that it kept (tokens after a "
+        "rejection are never judged, so it is not accepted / drafted)",
+    )
     table.add_column("measure")
     table.add_column("value", justify="right")
     total = stats.time_total or 1.0
@@ -75,9 +86,16 @@ def stats_table(stats: GenerationStats, title: str = "statistics") -> Table:
         ("drafted / accepted tokens", f"{stats.drafted_tokens} / {stats.accepted_tokens}"),
         ("time: prefill", f"{stats.time_prefill:.3f} s ({100 * stats.time_prefill / total:.1f}%)"),
         ("time: draft", f"{stats.time_draft:.3f} s ({100 * stats.time_draft / total:.1f}%)"),
-        *([("  of which re-tokenizing (draft <-> target text)",
-            f"{stats.time_retokenize:.3f} s ({100 * stats.time_retokenize / total:.1f}%)")]
-          if stats.time_retokenize > 0 else []),
+        *(
+            [
+                (
+                    "  of which re-tokenizing (draft <-> target text)",
+                    f"{stats.time_retokenize:.3f} s ({100 * stats.time_retokenize / total:.1f}%)",
+                )
+            ]
+            if stats.time_retokenize > 0
+            else []
+        ),
         ("time: target forward", f"{stats.time_target:.3f} s ({100 * stats.time_target / total:.1f}%)"),
         ("time: verify rule", f"{stats.time_verify:.3f} s ({100 * stats.time_verify / total:.1f}%)"),
         ("time: other (loop)", f"{stats.time_other:.3f} s ({100 * stats.time_other / total:.1f}%)"),
@@ -107,18 +125,31 @@ def _default_method(zoo: Optional[str], draft: Optional[str]) -> str:
     return "model" if draft is not None else "prompt_lookup"
 
 
-def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float, seed: Optional[int],
-                      draft: Optional[str], coupling: Optional[bool], gamma: str,
-                      draft_gguf: Optional[str] = None) -> list[str]:
+def _ignored_settings(
+    method: str,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    seed: Optional[int],
+    draft: Optional[str],
+    coupling: Optional[bool],
+    gamma: str,
+    draft_gguf: Optional[str] = None,
+) -> list[str]:
     """Settings the user gave that this run will not use (or not as they expect): said out loud instead of
     silently dropped."""
     notes = []
     if temperature > 0 and seed is not None and coupling is False and (gamma == "auto" or gamma.startswith("conf")):
-        notes.append(f"--seed with --no-coupling and --gamma {gamma} does not fix the text: it depends on where drafts "
-                     "end, which auto picks from timings; drop --no-coupling (or fix --gamma) to reproduce it")
+        notes.append(
+            f"--seed with --no-coupling and --gamma {gamma} does not fix the text: it depends on where drafts "
+            "end, which auto picks from timings; drop --no-coupling (or fix --gamma) to reproduce it"
+        )
     if temperature == 0:
-        given = [flag for flag, used in (("--top-k", top_k != 0), ("--top-p", top_p != 1.0),
-                                         ("--seed", seed is not None)) if used]
+        given = [
+            flag
+            for flag, used in (("--top-k", top_k != 0), ("--top-p", top_p != 1.0), ("--seed", seed is not None))
+            if used
+        ]
         if given:
             notes.append(f"{', '.join(given)}: used only when sampling; ignored at --temperature 0 (greedy)")
     if draft is not None and not resolve_method(method).needs_draft:
@@ -128,12 +159,16 @@ def _ignored_settings(method: str, temperature: float, top_k: int, top_p: float,
     return notes
 
 
-RUNNERS_HELP = (f"Comma list of runner families to run (the baselines {' and '.join(BASELINES)} always run): the "
-                f"peers {', '.join(PEER_FAMILIES)}; our methods {', '.join(drafting_methods())}; and "
-                f"<method>{ALIGNED_SUFFIX} for a method with the aligned draft (--aligned-draft).")
-HEAL_HELP = ("Token healing: back the prompt up over its last token and let the first new token start with its text "
-             "(a prompt ending in a newline then continues as trained text does). Default: on with --zoo (decoder-only "
-             "targets), off otherwise; --no-heal for text equal to a peer that does not heal.")
+RUNNERS_HELP = (
+    f"Comma list of runner families to run (the baselines {' and '.join(BASELINES)} always run): the "
+    f"peers {', '.join(PEER_FAMILIES)}; our methods {', '.join(drafting_methods())}; and "
+    f"<method>{ALIGNED_SUFFIX} for a method with the aligned draft (--aligned-draft)."
+)
+HEAL_HELP = (
+    "Token healing: back the prompt up over its last token and let the first new token start with its text "
+    "(a prompt ending in a newline then continues as trained text does). Default: on with --zoo (decoder-only "
+    "targets), off otherwise; --no-heal for text equal to a peer that does not heal."
+)
 
 
 def _method_options(method: str, zoo: Optional[str], given: Optional[dict[str, Any]]) -> dict[str, Any]:
@@ -173,44 +208,94 @@ def _check_backend_flags(backend: str, compile_: bool, batched: bool, draft_gguf
     if draft_gguf is not None:
         check_draft_gguf(draft_gguf)
         if "draft_gguf" not in entry.own_options:
-            raise DraftVerifyError(f"--draft-gguf is the draft's GGUF type on --backend llamacpp; with --backend "
-                                   f"{backend} the draft loads at --dtype")
+            raise DraftVerifyError(
+                f"--draft-gguf is the draft's GGUF type on --backend llamacpp; with --backend "
+                f"{backend} the draft loads at --dtype"
+            )
     if not entry.installed():
         raise DraftVerifyError(f"--backend {backend} needs {entry.package}: {entry.install}")
     if compile_ and not entry.compiles:
-        raise DraftVerifyError(f"--compile is for --backend {backends_that('compiles')} (torch.compile); --backend "
-                               f"{backend} runs its own kernels")
+        raise DraftVerifyError(
+            f"--compile is for --backend {backends_that('compiles')} (torch.compile); --backend "
+            f"{backend} runs its own kernels"
+        )
     if batched and not entry.batches:
-        raise DraftVerifyError(f"--backend {backend} decodes one prompt at a time: add --batch-size 1, or use "
-                               f"--backend {backends_that('batches')} for batches")
+        raise DraftVerifyError(
+            f"--backend {backend} decodes one prompt at a time: add --batch-size 1, or use "
+            f"--backend {backends_that('batches')} for batches"
+        )
 
 
 @app.command()
 @declared_flags()
 def generate(
-    prompt: Optional[str] = flag(None, "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."),
-    prompts_file: Optional[Path] = flag(None, "--prompts-file", help="Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a \"prompt\") or a text file (one prompt per line); prints one JSON line per prompt. " + batching_note()),
-    batch_size: int = flag(8, "--batch-size", help="With --prompts-file: rows decoded together (the last batch may be smaller)."),
+    prompt: Optional[str] = flag(
+        None, "--prompt", "-p", help="Text to continue (the source text for seq2seq models); '-' reads stdin."
+    ),
+    prompts_file: Optional[Path] = flag(
+        None,
+        "--prompts-file",
+        help='Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a "prompt") or a text file (one prompt per line); prints one JSON line per prompt. '
+        + batching_note(),
+    ),
+    batch_size: int = flag(
+        8, "--batch-size", help="With --prompts-file: rows decoded together (the last batch may be smaller)."
+    ),
     target: Optional[str] = flag(None, "--target", "-t", help="Target model: local directory or hub id."),
     draft: Optional[str] = flag(None, "--draft", "-d", help=f"Draft model (methods {draft_methods()})."),
     zoo: Optional[str] = flag(None, "--zoo", help="Use a shipped model set, e.g. 'code'."),
-    method: Optional[str] = flag(None, "--method", "-m", help=f"One of: {', '.join(METHODS)}. Default: the zoo's own (code: {ZOO_DEFAULT_METHOD}) with --zoo, model with --draft, else prompt_lookup."),
-    verifier: Optional[str] = flag(None, "--verifier", help="Override the method's verifier: greedy, speculative_sampling, gumbel_coupling, bild, topbeta, tree_greedy, tree_speculative_sampling."),
+    method: Optional[str] = flag(
+        None,
+        "--method",
+        "-m",
+        help=f"One of: {', '.join(METHODS)}. Default: the zoo's own (code: {ZOO_DEFAULT_METHOD}) with --zoo, model with --draft, else prompt_lookup.",
+    ),
+    verifier: Optional[str] = flag(
+        None,
+        "--verifier",
+        help="Override the method's verifier: greedy, speculative_sampling, gumbel_coupling, bild, topbeta, tree_greedy, tree_speculative_sampling.",
+    ),
     max_new_tokens: int = flag(64, "--max-new-tokens", "-n"),
     temperature: float = flag(0.0, "--temperature", help="0 = greedy."),
     top_k: int = flag(0, "--top-k", help="0 = off."),
     top_p: float = flag(1.0, "--top-p", help="1 = off."),
-    seed: Optional[int] = flag(None, "--seed", help="Seeded sampling is coupled: the same seed gives the same text for every method and draft length."),
-    coupling: Optional[bool] = flag(None, "--coupling/--no-coupling", help="Position-keyed (Gumbel-max) sampling; default: on when --seed is given."),
-    gamma: str = flag(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
+    seed: Optional[int] = flag(
+        None,
+        "--seed",
+        help="Seeded sampling is coupled: the same seed gives the same text for every method and draft length.",
+    ),
+    coupling: Optional[bool] = flag(
+        None, "--coupling/--no-coupling", help="Position-keyed (Gumbel-max) sampling; default: on when --seed is given."
+    ),
+    gamma: str = flag(
+        str(DEFAULT_GAMMA),
+        "--gamma",
+        help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4).",
+    ),
     dtype: str = flag("float32", "--dtype", help="float32, bfloat16 or float16."),
-    compile_: bool = flag(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses, compiled before generating (tens of seconds per graph on a CPU); pays off only over many generations in one process, and says after how many tokens."),
+    compile_: bool = flag(
+        False,
+        "--compile",
+        help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses, compiled before generating (tens of seconds per graph on a CPU); pays off only over many generations in one process, and says after how many tokens.",
+    ),
     threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
-    lean_draft: bool = flag(True, "--lean-draft/--no-lean-draft", help="Run a Llama / Mistral / Qwen2 draft model on the lean backend (plain torch ops over a preallocated KV buffer; one prompt, eager); --no-lean-draft keeps Hugging Face's forward (env DRAFTVERIFY_LEAN_DRAFT=0 does the same)."),
+    lean_draft: bool = flag(
+        True,
+        "--lean-draft/--no-lean-draft",
+        help="Run a Llama / Mistral / Qwen2 draft model on the lean backend (plain torch ops over a preallocated KV buffer; one prompt, eager); --no-lean-draft keeps Hugging Face's forward (env DRAFTVERIFY_LEAN_DRAFT=0 does the same).",
+    ),
     as_json: bool = flag(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
     heal: Optional[bool] = flag(None, "--heal/--no-heal", help=HEAL_HELP),
-    backend: str = flag("hf", "--backend", help="What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: pip install -e \".[llamacpp]\"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only the target's logits."),
-    draft_gguf: Optional[str] = flag(None, "--draft-gguf", help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or bf16; the draft's precision changes which tokens it proposes, never the output."),
+    backend: str = flag(
+        "hf",
+        "--backend",
+        help='What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: pip install -e ".[llamacpp]"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only the target\'s logits.',
+    ),
+    draft_gguf: Optional[str] = flag(
+        None,
+        "--draft-gguf",
+        help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or bf16; the draft's precision changes which tokens it proposes, never the output.",
+    ),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Generate text with a draft-then-verify method: the text on stdout, the statistics table on stderr."""
@@ -233,8 +318,9 @@ def generate(
         _check_backend_flags(backend, compile_, prompts_file is not None and batch_size > 1, draft_gguf)
         texts = read_prompts_file(prompts_file) if prompts_file is not None else None
         text_in = _read_prompt(prompt) if texts is None else texts[0]
-        for note in _ignored_settings(method, temperature, top_k, top_p, seed, draft, coupling, gamma, draft_gguf) \
-                + unused_flags(method, options):
+        for note in _ignored_settings(
+            method, temperature, top_k, top_p, seed, draft, coupling, gamma, draft_gguf
+        ) + unused_flags(method, options):
             err_console.print(f"[yellow]warning:[/yellow] {escape(note)}")
         source = f"zoo {zoo!r}" if zoo and not target else repr(target)
         loading = f"loading {method}: target {source}" + (f", draft {draft!r}" if draft else "") + " ..."
@@ -246,13 +332,36 @@ def generate(
             import torch
 
             torch.set_num_threads(threads)
-        pipe = load(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
-                    gamma=_gamma(gamma), compile=compile_, lean_draft=lean_draft, backend=backend, threads=threads,
-                    draft_gguf=draft_gguf, **options)
+        pipe = load(
+            target=target,
+            draft=draft,
+            method=method,
+            verifier=verifier,
+            zoo=zoo,
+            dtype=dtype,
+            gamma=_gamma(gamma),
+            compile=compile_,
+            lean_draft=lean_draft,
+            backend=backend,
+            threads=threads,
+            draft_gguf=draft_gguf,
+            **options,
+        )
         pipe.heal = _heal_default(heal, zoo, pipe)
         if texts is not None:
-            _generate_batches(pipe, texts, batch_size, as_json, method, max_new_tokens=max_new_tokens,
-                              temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling)
+            _generate_batches(
+                pipe,
+                texts,
+                batch_size,
+                as_json,
+                method,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                seed=seed,
+                coupling=coupling,
+            )
             return
         compiled = _precompile(pipe, text_in, max_new_tokens) if pipe.compiled else None
         echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed
@@ -267,8 +376,16 @@ def generate(
 
         on_text = None if as_json else stream
 
-        result = pipe.generate(text_in, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                               top_p=top_p, seed=seed, coupling=coupling, on_text=on_text)
+        result = pipe.generate(
+            text_in,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            coupling=coupling,
+            on_text=on_text,
+        )
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
@@ -294,10 +411,13 @@ def _precompile(pipe, text: str, max_new_tokens: int):
     from .compiling import compare, graph_count
 
     models = pipe.compiled
-    shapes = "; ".join(f"{lm.role} at width{'s' if len(lm.widths) > 1 else ''} {', '.join(map(str, lm.widths))}"
-                       for lm in models)
-    err_console.print(f"compiling {graph_count(models)} graphs with torch.compile before generating ({shapes}): "
-                      "tens of seconds each on a CPU, once per process")
+    shapes = "; ".join(
+        f"{lm.role} at width{'s' if len(lm.widths) > 1 else ''} {', '.join(map(str, lm.widths))}" for lm in models
+    )
+    err_console.print(
+        f"compiling {graph_count(models)} graphs with torch.compile before generating ({shapes}): "
+        "tens of seconds each on a CPU, once per process"
+    )
     seconds = pipe.precompile(text, max_new_tokens, log=lambda line: err_console.print(f"[dim]{escape(line)}[/dim]"))
     err_console.print(f"compiled {graph_count(models)} graphs in {seconds:.1f} s")
     return seconds, compare(pipe.target, pipe.drafter, pipe.encode(text))
@@ -311,15 +431,19 @@ def _compile_verdict(seconds: float, comparison, stats) -> None:
     tokens = break_even_tokens(seconds, comparison, stats.tokens_per_call, per_call)
     measured = escape(comparison.describe())
     if tokens is None:
-        err_console.print(f"[yellow]warning:[/yellow] --compile does not pay off on this machine: compiled forwards "
-                          f"were no faster than eager ({measured}) and compiling took {seconds:.0f} s; run without "
-                          "--compile")
+        err_console.print(
+            f"[yellow]warning:[/yellow] --compile does not pay off on this machine: compiled forwards "
+            f"were no faster than eager ({measured}) and compiling took {seconds:.0f} s; run without "
+            "--compile"
+        )
     elif tokens > stats.new_tokens:
-        err_console.print(f"[yellow]warning:[/yellow] --compile pays off only over many generations in one process "
-                          f"(the Python API's load(compile=True), bench --compile), not for one: compiling took "
-                          f"{seconds:.0f} s and saves {comparison.saving_ms(per_call):.1f} ms per target call here "
-                          f"({measured}), so it breaks even after about {tokens:,.0f} generated tokens; this run "
-                          f"made {stats.new_tokens}")
+        err_console.print(
+            f"[yellow]warning:[/yellow] --compile pays off only over many generations in one process "
+            f"(the Python API's load(compile=True), bench --compile), not for one: compiling took "
+            f"{seconds:.0f} s and saves {comparison.saving_ms(per_call):.1f} ms per target call here "
+            f"({measured}), so it breaks even after about {tokens:,.0f} generated tokens; this run "
+            f"made {stats.new_tokens}"
+        )
 
 
 def read_prompts_file(path: Path) -> list[str]:
@@ -363,18 +487,39 @@ def _generate_batches(pipe, texts: list[str], batch_size: int, as_json: bool, me
             if not as_json:
                 print(json.dumps(record, ensure_ascii=False), flush=True)
         stats = results[0].stats
-        for name in ("prompt_tokens", "new_tokens", "target_calls", "draft_calls", "drafted_tokens", "accepted_tokens",
-                     "rejections", "prefill_steps", "prefill_draft_calls", "time_prefill", "time_draft", "time_target",
-                     "time_verify", "time_retokenize", "time_total"):
+        for name in (
+            "prompt_tokens",
+            "new_tokens",
+            "target_calls",
+            "draft_calls",
+            "drafted_tokens",
+            "accepted_tokens",
+            "rejections",
+            "prefill_steps",
+            "prefill_draft_calls",
+            "time_prefill",
+            "time_draft",
+            "time_target",
+            "time_verify",
+            "time_retokenize",
+            "time_total",
+        ):
             setattr(total, name, getattr(total, name) + getattr(stats, name))
         total.gammas.extend(stats.gammas)
         total.chosen_gammas.extend(stats.chosen_gammas)
     if as_json:
-        print(json.dumps({"method": method, "batch_size": batch_size, "results": records, "stats": total.as_dict()},
-                         ensure_ascii=False))
+        print(
+            json.dumps(
+                {"method": method, "batch_size": batch_size, "results": records, "stats": total.as_dict()},
+                ensure_ascii=False,
+            )
+        )
         return
-    err_console.print(stats_table(total, title=f"{method}, {len(texts)} prompts in batches of {batch_size} "
-                                               "(target calls are batch steps)"))
+    err_console.print(
+        stats_table(
+            total, title=f"{method}, {len(texts)} prompts in batches of {batch_size} (target calls are batch steps)"
+        )
+    )
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -387,8 +532,10 @@ def check_port_free(host: str, port: int) -> None:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as err:
-        raise DraftVerifyError(f"--host {host!r} is not an address of this machine ({err.strerror}); "
-                               "use 127.0.0.1, 0.0.0.0 or one of its addresses") from None
+        raise DraftVerifyError(
+            f"--host {host!r} is not an address of this machine ({err.strerror}); "
+            "use 127.0.0.1, 0.0.0.0 or one of its addresses"
+        ) from None
     family, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -396,11 +543,14 @@ def check_port_free(host: str, port: int) -> None:
             sock.bind(address)
         except OSError as err:
             if err.errno == errno.EADDRINUSE:
-                raise DraftVerifyError(f"port {port} on {host} is already in use (another server?): stop what "
-                                       "listens there or pick a free port with --port") from None
+                raise DraftVerifyError(
+                    f"port {port} on {host} is already in use (another server?): stop what "
+                    "listens there or pick a free port with --port"
+                ) from None
             if err.errno == errno.EACCES:
-                raise DraftVerifyError(f"no permission to listen on port {port} (ports below 1024 need root): pick "
-                                       "--port 1024 or above") from None
+                raise DraftVerifyError(
+                    f"no permission to listen on port {port} (ports below 1024 need root): pick --port 1024 or above"
+                ) from None
             raise DraftVerifyError(f"cannot listen on {host}:{port}: {err.strerror}; check --host and --port") from None
 
 
@@ -410,26 +560,63 @@ def serve(
     target: Optional[str] = flag(None, "--target", "-t", help="Target model: local directory or hub id."),
     draft: Optional[str] = flag(None, "--draft", "-d", help=f"Draft model (methods {draft_methods()})."),
     zoo: Optional[str] = flag(None, "--zoo", help="Serve a shipped model set, e.g. 'code'."),
-    method: Optional[str] = flag(None, "--method", "-m", help=f"One of: {', '.join(METHODS)}. Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1): every method but {one_row_methods()}, which serve one request at a time (a model draft with its own tokenizer runs as cross_tokenizer)."),
+    method: Optional[str] = flag(
+        None,
+        "--method",
+        "-m",
+        help=f"One of: {', '.join(METHODS)}. Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1): every method but {one_row_methods()}, which serve one request at a time (a model draft with its own tokenizer runs as cross_tokenizer).",
+    ),
     verifier: Optional[str] = flag(None, "--verifier", help="Override the method's verifier."),
-    gamma: str = flag(str(DEFAULT_GAMMA), "--gamma", help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4)."),
+    gamma: str = flag(
+        str(DEFAULT_GAMMA),
+        "--gamma",
+        help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4).",
+    ),
     dtype: str = flag("float32", "--dtype", help="float32, bfloat16 or float16."),
-    compile_: bool = flag(False, "--compile", help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses; the first requests pay the compilation (tens of seconds per graph on a CPU)."),
+    compile_: bool = flag(
+        False,
+        "--compile",
+        help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses; the first requests pay the compilation (tens of seconds per graph on a CPU).",
+    ),
     threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch."),
     host: str = flag("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = flag(8000, "--port"),
-    api_key: Optional[str] = flag(None, "--api-key", envvar="DRAFTVERIFY_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1 (env DRAFTVERIFY_API_KEY)."),
-    served_model_name: Optional[str] = flag(None, "--served-model-name", help="The model id clients send (default: the zoo name or the target folder's name)."),
+    api_key: Optional[str] = flag(
+        None,
+        "--api-key",
+        envvar="DRAFTVERIFY_API_KEY",
+        help="Require 'Authorization: Bearer KEY' on /v1 (env DRAFTVERIFY_API_KEY).",
+    ),
+    served_model_name: Optional[str] = flag(
+        None,
+        "--served-model-name",
+        help="The model id clients send (default: the zoo name or the target folder's name).",
+    ),
     max_queue: int = flag(64, "--max-queue", help="Requests that may wait; more get 429 with Retry-After."),
-    max_batch: int = flag(8, "--max-batch", help="Requests decoded together as one batch, whatever their sampling settings (each row keeps its own; a --verifier override batches only requests with equal settings); requests join and leave the batch between steps (1: one at a time)."),
-    max_tokens_limit: Optional[int] = flag(None, "--max-tokens-limit", help="Largest max_tokens a request may ask for (default: the model's context)."),
+    max_batch: int = flag(
+        8,
+        "--max-batch",
+        help="Requests decoded together as one batch, whatever their sampling settings (each row keeps its own; a --verifier override batches only requests with equal settings); requests join and leave the batch between steps (1: one at a time).",
+    ),
+    max_tokens_limit: Optional[int] = flag(
+        None, "--max-tokens-limit", help="Largest max_tokens a request may ask for (default: the model's context)."
+    ),
     ray: bool = flag(False, "--ray", help="Serve with Ray Serve (pip install 'draftverify[ray]')."),
     replicas: int = flag(1, "--replicas", help="With --ray: model replicas, each with its own worker."),
     log_level: str = flag("info", "--log-level", help="uvicorn's log level."),
-    heal: Optional[bool] = flag(None, "--heal/--no-heal", help=HEAL_HELP + " /v1/completions only; a request "
-                                        "may set its own with the extension field \"heal\"."),
-    backend: str = flag("hf", "--backend", help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; one request at a time)."),
-    draft_gguf: Optional[str] = flag(None, "--draft-gguf", help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or bf16; the draft's precision changes which tokens it proposes, never the output."),
+    heal: Optional[bool] = flag(
+        None,
+        "--heal/--no-heal",
+        help=HEAL_HELP + ' /v1/completions only; a request may set its own with the extension field "heal".',
+    ),
+    backend: str = flag(
+        "hf", "--backend", help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; one request at a time)."
+    ),
+    draft_gguf: Optional[str] = flag(
+        None,
+        "--draft-gguf",
+        help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or bf16; the draft's precision changes which tokens it proposes, never the output.",
+    ),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Serve a method over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models,
@@ -441,8 +628,13 @@ def serve(
         parse_gamma(_gamma(gamma))
         if dtype not in DTYPE_NAMES:
             raise DraftVerifyError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
-        for flag, value in (("--threads", threads), ("--max-queue", max_queue), ("--max-batch", max_batch),
-                            ("--max-tokens-limit", max_tokens_limit), ("--replicas", replicas)):
+        for flag, value in (
+            ("--threads", threads),
+            ("--max-queue", max_queue),
+            ("--max-batch", max_batch),
+            ("--max-tokens-limit", max_tokens_limit),
+            ("--replicas", replicas),
+        ):
             if value is not None and value < 1:
                 raise DraftVerifyError(f"{flag} must be >= 1, got {value}")
         if not 0 <= port <= 65535:
@@ -454,13 +646,30 @@ def serve(
         check_port_free(host, port)  # before the model loads: a taken port is a one-line exit 2, not uvicorn's
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
         _check_backend_flags(backend, compile_, False, draft_gguf)
-        load_args = dict(target=target, draft=draft, method=method, verifier=verifier, zoo=zoo, dtype=dtype,
-                         gamma=_gamma(gamma), compile=compile_, backend=backend, threads=threads,
-                         draft_gguf=draft_gguf, **options)
+        load_args = dict(
+            target=target,
+            draft=draft,
+            method=method,
+            verifier=verifier,
+            zoo=zoo,
+            dtype=dtype,
+            gamma=_gamma(gamma),
+            compile=compile_,
+            backend=backend,
+            threads=threads,
+            draft_gguf=draft_gguf,
+            **options,
+        )
         from .serve.app import ServerSettings
 
-        settings = ServerSettings(model_name=name, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
-                                  max_tokens_limit=max_tokens_limit, heal=heal if heal is not None else zoo is not None)
+        settings = ServerSettings(
+            model_name=name,
+            api_key=api_key,
+            max_queue=max_queue,
+            max_batch=max_batch,
+            max_tokens_limit=max_tokens_limit,
+            heal=heal if heal is not None else zoo is not None,
+        )
         if ray:
             from .serve.ray_serve import run_ray
 
@@ -479,8 +688,10 @@ def serve(
         settings.heal = _heal_default(heal, zoo, pipe)
         if settings.max_batch > 1 and not pipe.supports_batches:
             why = "with --compile" if pipe.compiled else ""
-            err_console.print(f"note: {escape(method)} decodes one row at a time{why and ' ' + why}: requests are "
-                              "served one at a time (--max-batch 1)")
+            err_console.print(
+                f"note: {escape(method)} decodes one row at a time{why and ' ' + why}: requests are "
+                "served one at a time (--max-batch 1)"
+            )
             settings.max_batch = 1
         app_ = create_app(pipe, settings)
     except DraftVerifyError as err:
@@ -488,8 +699,10 @@ def serve(
         raise typer.Exit(2) from None
     import uvicorn
 
-    err_console.print(f"serving {escape(name)} ({escape(method)}) on http://{host}:{port}/v1"
-                      + (" (API key required)" if api_key else ""))
+    err_console.print(
+        f"serving {escape(name)} ({escape(method)}) on http://{host}:{port}/v1"
+        + (" (API key required)" if api_key else "")
+    )
     uvicorn.run(app_, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
 
 
@@ -498,8 +711,16 @@ def bench_batch(
     zoo: Optional[str] = flag(None, "--zoo", help="Shipped model set, e.g. 'code'."),
     target: Optional[str] = flag(None, "--target", "-t"),
     draft: Optional[str] = flag(None, "--draft", "-d"),
-    methods_: str = flag("lookup_model", "--methods", help=f"Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (methods that batch: every method but {one_row_methods()}), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]')."),
-    gamma: str = flag(str(DEFAULT_GAMMA), "--gamma", help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft), 'conf[=T]' or 'heuristic'."),
+    methods_: str = flag(
+        "lookup_model",
+        "--methods",
+        help=f"Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (methods that batch: every method but {one_row_methods()}), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]').",
+    ),
+    gamma: str = flag(
+        str(DEFAULT_GAMMA),
+        "--gamma",
+        help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft), 'conf[=T]' or 'heuristic'.",
+    ),
     batch_sizes: str = flag("1,2,4,8", "--batch-sizes"),
     prompts: str = flag("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
     data_dir: Optional[Path] = flag(None, "--data-dir"),
@@ -518,17 +739,32 @@ def bench_batch(
             raise DraftVerifyError("no model: give --zoo NAME or --target PATH")
         check_max_new_tokens(max_new_tokens)
         _quiet_libraries()
-        results = batch_main(zoo, target, draft, [m for m in methods_.split(",") if m], parse_sizes(batch_sizes),
-                             prompts, num_prompts, max_new_tokens, out, name, threads, data_dir,
-                             echo=lambda line: err_console.print(escape(line)), gamma=_gamma(gamma))
+        results = batch_main(
+            zoo,
+            target,
+            draft,
+            [m for m in methods_.split(",") if m],
+            parse_sizes(batch_sizes),
+            prompts,
+            num_prompts,
+            max_new_tokens,
+            out,
+            name,
+            threads,
+            data_dir,
+            echo=lambda line: err_console.print(escape(line)),
+            gamma=_gamma(gamma),
+        )
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
     console.print(f"wrote {out / name}.json and {out / name}.md")
     differ = [f"{r.runner} B={r.batch_size}" for r in results if r.equal_rows is not None and r.equal_rows < r.prompts]
     if differ:
-        err_console.print(f"[yellow]warning:[/yellow] rows differ from their batch-1 text in {', '.join(differ)} "
-                          "(float rounding of batched matrix products can flip near-ties; see the last column)")
+        err_console.print(
+            f"[yellow]warning:[/yellow] rows differ from their batch-1 text in {', '.join(differ)} "
+            "(float rounding of batched matrix products can flip near-ties; see the last column)"
+        )
 
 
 @app.command()
@@ -539,8 +775,15 @@ def methods() -> None:
     for column in ("method", "drafter", "verifier", "what it does"):
         table.add_column(column)
     for name, m in METHODS.items():
-        facts = [fact for fact, holds in (("draft model", m.needs_draft), ("one row at a time", not m.batches),
-                                          ("not lossless", not m.lossless)) if holds]
+        facts = [
+            fact
+            for fact, holds in (
+                ("draft model", m.needs_draft),
+                ("one row at a time", not m.batches),
+                ("not lossless", not m.lossless),
+            )
+            if holds
+        ]
         notes = f" [dim]({', '.join(facts)})[/dim]" if facts else ""
         table.add_row(name, m.drafter, m.verifier, escape(m.summary) + notes)
     console.print(table)
@@ -549,52 +792,157 @@ def methods() -> None:
 @app.command()
 @declared_flags(shared=False, exclude=("early_exit_layers",))  # bench sweeps BiLD's thresholds and the layer counts
 def bench(
-    prompts: str = flag("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category> (e.g. spec_bench:translation, spec_bench:mt_bench)."),
-    data_dir: Optional[Path] = flag(None, "--data-dir", help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else the copies shipped with draftverify)."),
-    num_prompts: Optional[int] = flag(None, "--num-prompts", help="Prompts to run: the first N that fit the context (default 20; --quick 2)."),
-    max_new_tokens: Optional[int] = flag(None, "--max-new-tokens", "-n", help="New tokens per generation (default 128; --quick 8)."),
-    temperature: Optional[str] = flag(None, "--temperature", help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling (default 0,1.0; --quick 0)."),
-    zoo: Optional[str] = flag(None, "--zoo", help="Shipped model set (target, draft, draft-aligned, ngram table); default 'code' unless --target is given."),
+    prompts: str = flag(
+        "humaneval",
+        "--prompts",
+        help="humaneval, spec_bench or spec_bench:<category> (e.g. spec_bench:translation, spec_bench:mt_bench).",
+    ),
+    data_dir: Optional[Path] = flag(
+        None,
+        "--data-dir",
+        help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else the copies shipped with draftverify).",
+    ),
+    num_prompts: Optional[int] = flag(
+        None, "--num-prompts", help="Prompts to run: the first N that fit the context (default 20; --quick 2)."
+    ),
+    max_new_tokens: Optional[int] = flag(
+        None, "--max-new-tokens", "-n", help="New tokens per generation (default 128; --quick 8)."
+    ),
+    temperature: Optional[str] = flag(
+        None,
+        "--temperature",
+        help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling (default 0,1.0; --quick 0).",
+    ),
+    zoo: Optional[str] = flag(
+        None,
+        "--zoo",
+        help="Shipped model set (target, draft, draft-aligned, ngram table); default 'code' unless --target is given.",
+    ),
     target: Optional[str] = flag(None, "--target", "-t", help="Target model directory (overrides the zoo's)."),
-    draft: Optional[str] = flag(None, "--draft", "-d", help=f"Draft model (the hf_assisted rows and methods {draft_methods()})."),
-    aligned_draft: Optional[str] = flag(None, "--aligned-draft", help="Aligned draft model (the <method>_aligned rows of the methods that take a draft)."),
-    gamma: Optional[str] = flag(None, "--gamma", help="Comma list of draft lengths: integers, 'auto', 'heuristic', 'conf[=T]' (auto's length as a cap, drafts ending at the draft model's first token with max q <= T, default 0.4) (default 2,3,4,5,6,8,auto; --quick 3,auto)."),
-    early_exit_layers: Optional[str] = flag(None, "--early-exit-layers", help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers)."),
-    bild_fb: Optional[str] = flag(None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."),
+    draft: Optional[str] = flag(
+        None, "--draft", "-d", help=f"Draft model (the hf_assisted rows and methods {draft_methods()})."
+    ),
+    aligned_draft: Optional[str] = flag(
+        None,
+        "--aligned-draft",
+        help="Aligned draft model (the <method>_aligned rows of the methods that take a draft).",
+    ),
+    gamma: Optional[str] = flag(
+        None,
+        "--gamma",
+        help="Comma list of draft lengths: integers, 'auto', 'heuristic', 'conf[=T]' (auto's length as a cap, drafts ending at the draft model's first token with max q <= T, default 0.4) (default 2,3,4,5,6,8,auto; --quick 3,auto).",
+    ),
+    early_exit_layers: Optional[str] = flag(
+        None,
+        "--early-exit-layers",
+        help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers).",
+    ),
+    bild_fb: Optional[str] = flag(
+        None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."
+    ),
     bild_rb: Optional[str] = flag(None, "--bild-rb", help="BiLD rollback thresholds alpha_RB (default 1,2,3,5)."),
-    bild_gamma: int = flag(10, "--bild-gamma", help="Longest BiLD draft before the target is called anyway (BiLD: 10)."),
+    bild_gamma: int = flag(
+        10, "--bild-gamma", help="Longest BiLD draft before the target is called anyway (BiLD: 10)."
+    ),
     runners: Optional[str] = flag(None, "--runners", help=RUNNERS_HELP),
     seed: int = flag(0, "--seed", help="Sampling seed of prompt i is seed + i, the same for every runner."),
-    warmup_tokens: Optional[int] = flag(None, "--warmup-tokens", help="Tokens of the one warm-up generation per runner (0: none; default 16, --quick 0)."),
+    warmup_tokens: Optional[int] = flag(
+        None,
+        "--warmup-tokens",
+        help="Tokens of the one warm-up generation per runner (0: none; default 16, --quick 0).",
+    ),
     threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     dtype: str = flag("float32", "--dtype", help="float32, bfloat16 or float16."),
-    compile_: bool = flag(False, "--compile", help="Our runners (ours_autoregressive and every method row) run the target and draft models compiled: preallocated KV cache + torch.compile per verify-width bucket; the warm-up compiles every width a runner uses (seconds recorded per runner), peers stay eager. Name the run apart, e.g. --name bench-humaneval-compiled."),
-    out: Optional[Path] = flag(None, "--out", help=f"Output folder for <name>.json, <name>.md and <name>-*.png (default {folders.SPEED}, with --cost-curve {folders.COST})."),
+    compile_: bool = flag(
+        False,
+        "--compile",
+        help="Our runners (ours_autoregressive and every method row) run the target and draft models compiled: preallocated KV cache + torch.compile per verify-width bucket; the warm-up compiles every width a runner uses (seconds recorded per runner), peers stay eager. Name the run apart, e.g. --name bench-humaneval-compiled.",
+    ),
+    out: Optional[Path] = flag(
+        None,
+        "--out",
+        help=f"Output folder for <name>.json, <name>.md and <name>-*.png (default {folders.SPEED}, with --cost-curve {folders.COST}).",
+    ),
     name: Optional[str] = flag(None, "--name", help="File stem (default bench-<prompts>[-quick])."),
-    quick: bool = flag(False, "--quick", help="Smoke test (about a minute on 2 CPU cores): every runner type once, greedy, 2 prompts, 8 tokens, gamma 3 (and auto once), no warm-up, BiTA with one mask token; each flag still overrides."),
+    quick: bool = flag(
+        False,
+        "--quick",
+        help="Smoke test (about a minute on 2 CPU cores): every runner type once, greedy, 2 prompts, 8 tokens, gamma 3 (and auto once), no warm-up, BiTA with one mask token; each flag still overrides.",
+    ),
     plots: bool = flag(True, "--plots/--no-plots", help="Write the PNG plots."),
-    progress: bool = flag(True, "--progress/--no-progress", help="Show progress on stderr: a bar on a terminal, else a line per runner and prompt."),
-    cost_curve: bool = flag(False, "--cost-curve", help="Instead: time one target forward scoring n tokens after a 120-token context, eager vs torch.compile, float32 vs bfloat16, with greedy equality rates (uses --zoo/--target, --threads, --num-prompts and --max-new-tokens for the equality check, --out, --name, --quick)."),
-    cost_sizes: Optional[str] = flag(None, "--cost-sizes", help="Comma list of n for --cost-curve (default 1,2,3,4,5,6,8,10,12,16,24,32,48,64; --quick 1,2)."),
-    cost_modes: Optional[str] = flag(None, "--cost-modes", help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm (stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all)."),
-    cost_repeats: Optional[int] = flag(None, "--cost-repeats", help="Timed calls per n for --cost-curve (default 20; --quick 2)."),
-    backend: str = flag("hf", "--backend", help="Comma list of what runs our rows: hf, llamacpp (rows llamacpp:<row>: our loop on llama.cpp's kernels, the target converted to GGUF at --dtype, the draft at --draft-gguf, greedy only, '= baseline' against llama.cpp's own greedy row `llamacpp`), e.g. hf,llamacpp."),
-    draft_gguf: Optional[str] = flag(None, "--draft-gguf", help="The draft model's GGUF type in the llama.cpp rows (llamacpp:* and llamacpp_draft alike): q8_0 (default), f32, f16 or bf16."),
+    progress: bool = flag(
+        True,
+        "--progress/--no-progress",
+        help="Show progress on stderr: a bar on a terminal, else a line per runner and prompt.",
+    ),
+    cost_curve: bool = flag(
+        False,
+        "--cost-curve",
+        help="Instead: time one target forward scoring n tokens after a 120-token context, eager vs torch.compile, float32 vs bfloat16, with greedy equality rates (uses --zoo/--target, --threads, --num-prompts and --max-new-tokens for the equality check, --out, --name, --quick).",
+    ),
+    cost_sizes: Optional[str] = flag(
+        None,
+        "--cost-sizes",
+        help="Comma list of n for --cost-curve (default 1,2,3,4,5,6,8,10,12,16,24,32,48,64; --quick 1,2).",
+    ),
+    cost_modes: Optional[str] = flag(
+        None,
+        "--cost-modes",
+        help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm (stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all).",
+    ),
+    cost_repeats: Optional[int] = flag(
+        None, "--cost-repeats", help="Timed calls per n for --cost-curve (default 20; --quick 2)."
+    ),
+    backend: str = flag(
+        "hf",
+        "--backend",
+        help="Comma list of what runs our rows: hf, llamacpp (rows llamacpp:<row>: our loop on llama.cpp's kernels, the target converted to GGUF at --dtype, the draft at --draft-gguf, greedy only, '= baseline' against llama.cpp's own greedy row `llamacpp`), e.g. hf,llamacpp.",
+    ),
+    draft_gguf: Optional[str] = flag(
+        None,
+        "--draft-gguf",
+        help="The draft model's GGUF type in the llama.cpp rows (llamacpp:* and llamacpp_draft alike): q8_0 (default), f32, f16 or bf16.",
+    ),
     options: Optional[dict[str, Any]] = None,  # the declared drafter options' flags (cli_flags.py)
 ) -> None:
     """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
     from .bench.cli import main as bench_main
 
     _quiet_libraries()
-    code = bench_main(method_options=options or {}, backend=backend, cost_curve=cost_curve, cost_sizes=cost_sizes,
-                      cost_modes=cost_modes,
-                      cost_repeats=cost_repeats,
-                      prompts=prompts, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
-                      temperature=temperature, zoo=zoo, target=target, draft=draft, aligned_draft=aligned_draft,
-                      gamma=gamma, early_exit_layers=early_exit_layers, bild_fb=bild_fb, bild_rb=bild_rb,
-                      bild_gamma=bild_gamma, runners=runners, seed=seed, warmup_tokens=warmup_tokens, threads=threads,
-                      dtype=dtype, draft_gguf=draft_gguf, compile=compile_, out=out, name=name, quick=quick, plots=plots,
-                      progress=progress)
+    code = bench_main(
+        method_options=options or {},
+        backend=backend,
+        cost_curve=cost_curve,
+        cost_sizes=cost_sizes,
+        cost_modes=cost_modes,
+        cost_repeats=cost_repeats,
+        prompts=prompts,
+        data_dir=data_dir,
+        num_prompts=num_prompts,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        zoo=zoo,
+        target=target,
+        draft=draft,
+        aligned_draft=aligned_draft,
+        gamma=gamma,
+        early_exit_layers=early_exit_layers,
+        bild_fb=bild_fb,
+        bild_rb=bild_rb,
+        bild_gamma=bild_gamma,
+        runners=runners,
+        seed=seed,
+        warmup_tokens=warmup_tokens,
+        threads=threads,
+        dtype=dtype,
+        draft_gguf=draft_gguf,
+        compile=compile_,
+        out=out,
+        name=name,
+        quick=quick,
+        plots=plots,
+        progress=progress,
+    )
     if code:
         raise typer.Exit(code)
 
@@ -602,11 +950,17 @@ def bench(
 @app.command("bench-translate")
 def bench_translate(
     zoo: str = flag("translate", "--zoo", help="Zoo entry with an encoder-decoder target (and draft, nat)."),
-    draft: Optional[Path] = flag(None, "--draft", help="Small model of the hf_assisted, model and bild rows "
-                                         "(default: the zoo's draft, if it has one)."),
+    draft: Optional[Path] = flag(
+        None,
+        "--draft",
+        help="Small model of the hf_assisted, model and bild rows (default: the zoo's draft, if it has one).",
+    ),
     aligned_draft: Optional[Path] = flag(
-        None, "--aligned-draft", help="Aligned small model (BiLD prediction alignment) for the model_aligned and "
-        "bild_aligned rows (default: the zoo's draft-aligned, if it has one)."),
+        None,
+        "--aligned-draft",
+        help="Aligned small model (BiLD prediction alignment) for the model_aligned and "
+        "bild_aligned rows (default: the zoo's draft-aligned, if it has one).",
+    ),
     data_dir: Path = flag(Path("../shared/data"), "--data-dir", help="Folder holding multi30k_en_de/."),
     split: str = flag("test_2016_flickr", "--split", help="Multi30k split whose sources are translated."),
     num_prompts: int = flag(100, "--num-prompts", help="The first N sentences."),
@@ -623,8 +977,12 @@ def bench_translate(
     threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch."),
     out: Path = flag(folders.TRANSLATION, "--out", help="Writes <name>.json, <name>.md, <name>-bild.png."),
     name: str = flag("translate-multi30k", "--name"),
-    counts_only: bool = flag(False, "--counts-only", help="No timings (a busy machine): BLEU, tokens per "
-                                     "target call, large- and small-model calls; the BiLD plot against calls."),
+    counts_only: bool = flag(
+        False,
+        "--counts-only",
+        help="No timings (a busy machine): BLEU, tokens per "
+        "target call, large- and small-model calls; the BiLD plot against calls.",
+    ),
 ) -> None:
     """SpecDec (k sweep), SpecDec++ (beta x tau), BiLD (thresholds) vs AT greedy / beam / HF assisted: BLEU, speed."""
     import shlex
@@ -634,9 +992,17 @@ def bench_translate(
     from .bench.translate import _grid, run_sweep, write
 
     try:
-        grid = dict(ks=_grid(ks, int), betas=_grid(betas, int), taus=_grid(taus, float), plus_k=plus_k,
-                    gammas=_grid(gammas, int), fbs=_grid(bild_fb, float), rbs=_grid(bild_rb, float),
-                    bild_gamma=bild_gamma, beams=beams)
+        grid = dict(
+            ks=_grid(ks, int),
+            betas=_grid(betas, int),
+            taus=_grid(taus, float),
+            plus_k=plus_k,
+            gammas=_grid(gammas, int),
+            fbs=_grid(bild_fb, float),
+            rbs=_grid(bild_rb, float),
+            bild_gamma=bild_gamma,
+            beams=beams,
+        )
         if num_prompts < 1:
             raise DraftVerifyError(f"--num-prompts must be >= 1, got {num_prompts}")
         prompts = load_multi30k(data_dir, split)[:num_prompts]
@@ -654,22 +1020,38 @@ def bench_translate(
         if not getattr(target.config, "is_encoder_decoder", False):
             raise DraftVerifyError(f"bench-translate needs an encoder-decoder target; zoo {zoo!r}'s is decoder-only")
         small = {}
-        for role, option, explicit, default in (("draft", "--draft", draft, paths["draft"]),
-                                                ("aligned draft", "--aligned-draft", aligned_draft, paths["draft_aligned"])):
+        for role, option, explicit, default in (
+            ("draft", "--draft", draft, paths["draft"]),
+            ("aligned draft", "--aligned-draft", aligned_draft, paths["draft_aligned"]),
+        ):
             if explicit is not None and not explicit.exists():
                 raise DraftVerifyError(f"{option} {explicit}: no such directory (an exported small translation model)")
             path = explicit or (default if default.exists() else None)
             small[role] = load_model(path, role=role) if path is not None else None
         nat = fill_from_zoo({}, zoo_folder(zoo)).get("nat_path")
-        result = run_sweep(target, small["draft"], nat, load_tokenizer(paths["target"]), prompts, max_new_tokens,
-                           log=lambda m: err_console.print(f"[dim]{m}[/dim]"), aligned_model=small["aligned draft"],
-                           counts_only=counts_only, **grid)
+        result = run_sweep(
+            target,
+            small["draft"],
+            nat,
+            load_tokenizer(paths["target"]),
+            prompts,
+            max_new_tokens,
+            log=lambda m: err_console.print(f"[dim]{m}[/dim]"),
+            aligned_model=small["aligned draft"],
+            counts_only=counts_only,
+            **grid,
+        )
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
-    result.update(name=name, command=shlex.join(["draftverify", *sys.argv[1:]]), prompts=f"multi30k:{split}",
-                  threads=torch.get_num_threads(), date=environment.now(),
-                  machine="{cpu_model}, load average {load_average[0]:.1f} at the end".format(**environment.machine()))
+    result.update(
+        name=name,
+        command=shlex.join(["draftverify", *sys.argv[1:]]),
+        prompts=f"multi30k:{split}",
+        threads=torch.get_num_threads(),
+        date=environment.now(),
+        machine="{cpu_model}, load average {load_average[0]:.1f} at the end".format(**environment.machine()),
+    )
     files = write(result, out, name)
     console.print(f"wrote {', '.join(files.values())}")
 
@@ -695,10 +1077,14 @@ def bpd_report(
     from .zoo import zoo_folder
 
     if prompts < 2:
-        err_console.print(f"[red]error:[/red] --prompts must be >= 2 (some tune the weights, the rest are reported), got {prompts}")
+        err_console.print(
+            f"[red]error:[/red] --prompts must be >= 2 (some tune the weights, the rest are reported), got {prompts}"
+        )
         raise typer.Exit(2)
     if not 0 < tune < prompts:
-        err_console.print(f"[red]error:[/red] --tune must be in 1..{prompts - 1} (some prompts must stay for the report)")
+        err_console.print(
+            f"[red]error:[/red] --tune must be in 1..{prompts - 1} (some prompts must stay for the report)"
+        )
         raise typer.Exit(2)
     if threads is not None:
         import torch
@@ -706,28 +1092,57 @@ def bpd_report(
         torch.set_num_threads(threads)
     try:
         paths, files = zoo_paths(zoo), zoo_files(zoo_folder(zoo))
-        result = report_main(str(paths["target"]), str(heads or files["heads_path"]), str(files["ngram_path"]),
-                             str(paths["draft"]), str(paths["target"]), prompts, tune, new_tokens, lattice_k, out,
-                             shlex.join(["draftverify", *sys.argv[1:]]))
+        result = report_main(
+            str(paths["target"]),
+            str(heads or files["heads_path"]),
+            str(files["ngram_path"]),
+            str(paths["draft"]),
+            str(paths["target"]),
+            prompts,
+            tune,
+            new_tokens,
+            lattice_k,
+            out,
+            shlex.join(["draftverify", *sys.argv[1:]]),
+        )
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
-    console.print(json.dumps({"block_efficiency": result["block_efficiency"], "tuned_alpha": result["tuned_alpha"],
-                              "tuned_neural_alpha": result["tuned_neural_alpha"], "neural_vs_plain": result["neural_vs_plain"],
-                              "repetition": result["repetition"], "h_max": result["h_max"]}, indent=1))
+    console.print(
+        json.dumps(
+            {
+                "block_efficiency": result["block_efficiency"],
+                "tuned_alpha": result["tuned_alpha"],
+                "tuned_neural_alpha": result["tuned_neural_alpha"],
+                "neural_vs_plain": result["neural_vs_plain"],
+                "repetition": result["repetition"],
+                "h_max": result["h_max"],
+            },
+            indent=1,
+        )
+    )
     console.print(f"wrote {out}.json and {out}.md")
-
 
 
 @app.command("bita-report")
 def bita_report(
     zoo: str = flag("code", "--zoo", help="Zoo entry whose target (and default adapter) are used."),
-    bita: Optional[list[Path]] = flag(None, "--bita", help="Adapter folder(s); the first drives the mode and mask tables and is the reference the prompts, prompt-count and mask-count tables compare the others with (same M and P / kind and M / kind and P) (default: the zoo's)."),
+    bita: Optional[list[Path]] = flag(
+        None,
+        "--bita",
+        help="Adapter folder(s); the first drives the mode and mask tables and is the reference the prompts, prompt-count and mask-count tables compare the others with (same M and P / kind and M / kind and P) (default: the zoo's).",
+    ),
     prompts: int = flag(8, "--prompts", help="HumanEval prompts (the first N)."),
     new_tokens: int = flag(64, "--new-tokens"),
     topk: int = flag(3, "--topk", help="Efficient-tree candidates per mask token for the prompt and mask tables."),
-    tables: str = flag("modes,prompts,masks", "--tables", help="Comma list of the tables to run: modes, prompts, prompt-count, mask-count, masks."),
-    cost: Optional[Path] = flag(None, "--cost", help="A cost-curve JSON (draftverify bench --cost-curve) for estimated speedups."),
+    tables: str = flag(
+        "modes,prompts,masks",
+        "--tables",
+        help="Comma list of the tables to run: modes, prompts, prompt-count, mask-count, masks.",
+    ),
+    cost: Optional[Path] = flag(
+        None, "--cost", help="A cost-curve JSON (draftverify bench --cost-curve) for estimated speedups."
+    ),
     out: str = flag(str(folders.METHODS / "bita-humaneval"), "--out", help="Writes OUT.json and OUT.md."),
     threads: Optional[int] = flag(None, "--threads"),
 ) -> None:
@@ -754,9 +1169,18 @@ def bita_report(
     try:
         paths = zoo_paths(zoo)
         adapters = [str(p) for p in bita] if bita else [str(zoo_files(zoo_folder(zoo))["bita_path"])]
-        result = report_main(str(paths["target"]), adapters, prompts, new_tokens, topk, out,
-                             shlex.join(["draftverify", *sys.argv[1:]]), str(cost) if cost else None,
-                             log=lambda m: err_console.print(escape(m)), tables=chosen)
+        result = report_main(
+            str(paths["target"]),
+            adapters,
+            prompts,
+            new_tokens,
+            topk,
+            out,
+            shlex.join(["draftverify", *sys.argv[1:]]),
+            str(cost) if cost else None,
+            log=lambda m: err_console.print(escape(m)),
+            tables=chosen,
+        )
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
@@ -768,7 +1192,11 @@ def bench_healing(
     zoo: Optional[str] = flag("code", "--zoo", help="Shipped model set (its target; its draft for --methods)."),
     target: Optional[str] = flag(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
     draft: Optional[str] = flag(None, "--draft", "-d", help="Draft model for --methods that need one."),
-    methods_: str = flag("lookup_model", "--methods", help="Comma list of our methods that also run the published prompts, healing off and on, compared token for token with autoregressive ('' for none)."),
+    methods_: str = flag(
+        "lookup_model",
+        "--methods",
+        help="Comma list of our methods that also run the published prompts, healing off and on, compared token for token with autoregressive ('' for none).",
+    ),
     num_prompts: int = flag(8, "--num-prompts", help="The first N HumanEval prompts that fit the context."),
     max_new_tokens: int = flag(128, "--max-new-tokens", "-n"),
     data_dir: Optional[Path] = flag(None, "--data-dir", help="Folder holding humaneval/ (default: the shipped copy)."),
@@ -783,8 +1211,14 @@ def bench_healing(
 
     # the command as parsed (not sys.argv, which is the caller's when invoked in-process)
     command = ["draftverify", "bench-healing"] + (["--target", target] if target else ["--zoo", str(zoo)])
-    command += (["--draft", draft] if draft else []) + ["--methods", methods_, "--num-prompts", str(num_prompts),
-                                                        "--max-new-tokens", str(max_new_tokens)]
+    command += (["--draft", draft] if draft else []) + [
+        "--methods",
+        methods_,
+        "--num-prompts",
+        str(num_prompts),
+        "--max-new-tokens",
+        str(max_new_tokens),
+    ]
     command += (["--data-dir", str(data_dir)] if data_dir else []) + (["--threads", str(threads)] if threads else [])
     command += ["--out", str(out), "--name", name]
     try:
@@ -792,11 +1226,20 @@ def bench_healing(
 
         check_max_new_tokens(max_new_tokens)
         _quiet_libraries()
-        result = run_healing(zoo=None if target else zoo, target=target, draft=draft,
-                             methods=tuple(m.strip() for m in methods_.split(",") if m.strip()),
-                             num_prompts=num_prompts, max_new_tokens=max_new_tokens, data_dir=data_dir,
-                             threads=threads, out=out, name=name, command=shlex.join(command),
-                             echo=lambda line: err_console.print(f"[dim]{escape(line)}[/dim]"))
+        result = run_healing(
+            zoo=None if target else zoo,
+            target=target,
+            draft=draft,
+            methods=tuple(m.strip() for m in methods_.split(",") if m.strip()),
+            num_prompts=num_prompts,
+            max_new_tokens=max_new_tokens,
+            data_dir=data_dir,
+            threads=threads,
+            out=out,
+            name=name,
+            command=shlex.join(command),
+            echo=lambda line: err_console.print(f"[dim]{escape(line)}[/dim]"),
+        )
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
@@ -806,12 +1249,12 @@ def bench_healing(
     print(f"wrote {result['files']['json']} and {result['files']['markdown']}")
 
 
-
 @docs_app.command("tables")
 def docs_tables(
     root: Path = typer.Option(Path("."), "--root", help="The repository root (README.md, docs/, benchmarks/)."),
-    check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if a page's tables differ from "
-                                                      "their benchmark files."),
+    check: bool = typer.Option(
+        False, "--check", help="Write nothing; exit 1 if a page's tables differ from their benchmark files."
+    ),
 ) -> None:
     """Copy every marked table in README.md and docs/ afresh from its benchmark file."""
     from .docs_tables import stale_pages, update_pages

@@ -3,6 +3,7 @@
 option, and receives their values as one dict; typer reads the signature whenever it builds the command, so a
 drafter registered later (a plug-in, a test) gets its flags with no edit here. The train commands: a command
 wrapped in settings_command(cls) takes one flag per field of cls and receives one cls instance."""
+
 from __future__ import annotations
 
 import inspect
@@ -67,13 +68,18 @@ def declared_flags(shared: bool = True, exclude: Collection[str] = ()) -> Callab
     return lambda func: DeclaredFlags(func, shared, exclude)
 
 
-
 def field_parameters(cls: type) -> list[inspect.Parameter]:
     """One keyword parameter per declared field of dataclass cls, named as the field, with its default and help."""
     types = field_types(cls)
-    return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=types[f.name],
-                              default=flag(default_of(f), opt.flag, help=opt.help_text()))
-            for f, opt in declared(cls)]
+    return [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=types[f.name],
+            default=flag(default_of(f), opt.flag, help=opt.help_text()),
+        )
+        for f, opt in declared(cls)
+    ]
 
 
 class SettingsCommand:

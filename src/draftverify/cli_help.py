@@ -2,6 +2,7 @@
 methods.METHODS), so a list in --help cannot drift from what batches or takes a draft; and flag(), typer.Option
 with its help escaped, because typer renders help as rich markup, which would eat `.[llamacpp]` or `[auto]`.
 No torch import: --help reads this."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -32,6 +33,7 @@ def one_row_methods() -> str:
 
 
 def batching_note() -> str:
-    return (f"Every method batches except {one_row_methods()} (a model draft with its own tokenizer runs as "
-            "cross_tokenizer).")
-
+    return (
+        f"Every method batches except {one_row_methods()} (a model draft with its own tokenizer runs as "
+        "cross_tokenizer)."
+    )

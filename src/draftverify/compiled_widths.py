@@ -5,6 +5,7 @@ seconds. So a forward is padded up to the next width bucket (padding sits after 
 and is never kept), the preallocated cache's window is a power of two (window_for), and dynamo's recompile limit is
 raised so a target and a draft of one class (one forward function) can hold all their graphs.
 """
+
 from __future__ import annotations
 
 import torch
@@ -47,7 +48,6 @@ def bucket(width: int) -> int:
 class CompiledWidths:
     """CachedLM's forward through its compiled graphs (mixed into CachedLM: reads its cache and _run)."""
 
-
     def _run_padded(self, tokens, position_ids, attention_mask, want_hidden) -> TargetOutput:
         """The compiled forward at the narrowest compiled width that holds n tokens; padding is dropped from the
         outputs and the cache. Wider than every compiled width: the eager forward on the same preallocated cache (a
@@ -64,15 +64,21 @@ class CompiledWidths:
         pad = width - n
         tokens = torch.cat([tokens, tokens.new_zeros((batch, pad))], dim=1)
         last = position_ids[..., -1:].to(self.device)
-        position_ids = torch.cat([position_ids.to(self.device).expand(batch, n),
-                                  (last + 1 + torch.arange(pad, device=self.device)).expand(batch, pad)], dim=1)
+        position_ids = torch.cat(
+            [
+                position_ids.to(self.device).expand(batch, n),
+                (last + 1 + torch.arange(pad, device=self.device)).expand(batch, pad),
+            ],
+            dim=1,
+        )
         mask = attention_mask.to(self.device)
         mask = mask.expand(batch, n, tail + n) if mask.dim() == 2 else mask
         wide = torch.zeros(batch, width, tail + width, dtype=torch.bool, device=self.device)
         wide[:, :n, : tail + n] = mask
         wide[:, n:, tail + n :] = torch.eye(pad, dtype=torch.bool, device=self.device)  # padding sees only itself
-        out = self._run(tokens, keep=width, position_ids=position_ids, attention_mask=wide, want_hidden=want_hidden,
-                        model=model)
+        out = self._run(
+            tokens, keep=width, position_ids=position_ids, attention_mask=wide, want_hidden=want_hidden, model=model
+        )
         if pad:
             keep_positions(self.cache, self.length - pad, self.length)
             self.length -= pad

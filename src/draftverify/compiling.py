@@ -12,6 +12,7 @@ graph takes tens of seconds. So:
   timings are the compiled ones; `compare` times one forward of each model eager vs compiled, from which the CLI
   says after how many tokens compilation pays for itself (`break_even_tokens`), or that it does not.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -66,8 +67,13 @@ def graph_count(models: list[CachedLM]) -> int:
 
 
 @torch.inference_mode()
-def precompile(target: LMBackend, drafter: Drafter, input_ids: torch.Tensor, positions: int,
-               log: Callable[[str], None] | None = None) -> float:
+def precompile(
+    target: LMBackend,
+    drafter: Drafter,
+    input_ids: torch.Tensor,
+    positions: int,
+    log: Callable[[str], None] | None = None,
+) -> float:
     """Compile every graph of every compiled model for a request of `positions` decoder positions (prompt +
     max_new_tokens: the cache is sized per request, see CachedLM.check_fits), after prefilling input_ids [1, L];
     returns the seconds it took. The target verifies with hidden states when the drafter reads them (other graphs)."""
@@ -82,8 +88,10 @@ def precompile(target: LMBackend, drafter: Drafter, input_ids: torch.Tensor, pos
                 continue
             begun = perf_counter()
             lm.start(input_ids)
-            lm.forward(torch.zeros((input_ids.shape[0], width), dtype=torch.long, device=lm.device),
-                       want_hidden=hidden and lm is target)
+            lm.forward(
+                torch.zeros((input_ids.shape[0], width), dtype=torch.long, device=lm.device),
+                want_hidden=hidden and lm is target,
+            )
             lm.commit(0)
             done += 1
             if log is not None:
@@ -109,8 +117,10 @@ class Comparison:
         return total
 
     def describe(self) -> str:
-        return ", ".join(f"{r} {c:.1f} ms compiled vs {e:.1f} ms eager (width {w})"
-                         for r, w, e, c in zip(self.roles, self.widths, self.eager_ms, self.compiled_ms))
+        return ", ".join(
+            f"{r} {c:.1f} ms compiled vs {e:.1f} ms eager (width {w})"
+            for r, w, e, c in zip(self.roles, self.widths, self.eager_ms, self.compiled_ms)
+        )
 
 
 @torch.inference_mode()
@@ -139,8 +149,9 @@ def compare(target: LMBackend, drafter: Drafter, input_ids: torch.Tensor, repeat
     return result
 
 
-def break_even_tokens(compile_seconds: float, comparison: Comparison, tokens_per_call: float,
-                      draft_calls_per_target_call: float) -> float | None:
+def break_even_tokens(
+    compile_seconds: float, comparison: Comparison, tokens_per_call: float, draft_calls_per_target_call: float
+) -> float | None:
     """Generated tokens after which the compiled forwards have saved the compilation's seconds; None when they
     save nothing."""
     saving = comparison.saving_ms(draft_calls_per_target_call) / 1000

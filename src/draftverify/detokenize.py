@@ -6,6 +6,7 @@ the new text is what the second adds to the first. Decoding from a few ids back 
 alone keeps tokenizers right that drop or add a leading space at the start of a decode (SentencePiece), and a
 byte-level token that ends inside a UTF-8 character is held back until the character is complete.
 """
+
 from __future__ import annotations
 
 from .healing import Healing

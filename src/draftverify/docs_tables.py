@@ -5,6 +5,7 @@ lies between with the table from the file `TABLES` names for it, followed by a l
 figure in the docs is one a benchmark command printed. `TABLES` is the one place that says which table comes from
 where. No torch import: it runs as fast as `--help`.
 """
+
 from __future__ import annotations
 
 import re
@@ -35,46 +36,91 @@ TABLES: tuple[TableSource, ...] = (
     TableSource("docs/serving.md", "load-test", "benchmarks/serving/load-test.md", "## Summary"),
     TableSource("docs/serving.md", "load-test-rss", "benchmarks/serving/load-test.md", "## Resident memory"),
     TableSource("docs/serving.md", "load-test-mixed", "benchmarks/serving/load-test-mixed.md", "## Summary"),
-    TableSource("docs/serving.md", "load-test-mixed-equal", "benchmarks/serving/load-test-mixed.md", "Every answered request"),
+    TableSource(
+        "docs/serving.md", "load-test-mixed-equal", "benchmarks/serving/load-test-mixed.md", "Every answered request"
+    ),
     TableSource("docs/zoo.md", "held-out", "benchmarks/zoo/zoo-held-out.md"),
     TableSource("docs/zoo.md", "bpd-efficiency", "benchmarks/methods/bpd-humaneval.md", "## Block efficiency"),
     TableSource("docs/zoo.md", "bpd-duel", "benchmarks/methods/bpd-humaneval.md", "## Neural-rescored vs plain"),
-    TableSource("docs/benchmarks.md", "bench-greedy", "benchmarks/speed/bench-humaneval.md", "## Temperature 0 (greedy)"),
+    TableSource(
+        "docs/benchmarks.md", "bench-greedy", "benchmarks/speed/bench-humaneval.md", "## Temperature 0 (greedy)"
+    ),
     TableSource("docs/benchmarks.md", "bench-sampling", "benchmarks/speed/bench-humaneval.md", "## Temperature 1"),
     TableSource("docs/benchmarks.md", "bench-bild", "benchmarks/speed/bench-humaneval.md", "## Lossy methods"),
-    TableSource("docs/benchmarks.md", "bench-compiled", "benchmarks/speed/bench-humaneval-compiled.md",
-                "## Temperature 0 (greedy)"),
+    TableSource(
+        "docs/benchmarks.md",
+        "bench-compiled",
+        "benchmarks/speed/bench-humaneval-compiled.md",
+        "## Temperature 0 (greedy)",
+    ),
     TableSource("docs/benchmarks.md", "gemv-floor", "benchmarks/cost/gemv-floor.md"),
-    TableSource("docs/benchmarks.md", "bench-blockwise", "benchmarks/speed/bench-humaneval-blockwise.md",
-                "## Temperature 0 (greedy)"),
+    TableSource(
+        "docs/benchmarks.md",
+        "bench-blockwise",
+        "benchmarks/speed/bench-humaneval-blockwise.md",
+        "## Temperature 0 (greedy)",
+    ),
     TableSource("docs/benchmarks.md", "cost-curve", "benchmarks/cost/cost-code.md", "## Milliseconds per forward"),
     TableSource("docs/benchmarks.md", "cost-equality", "benchmarks/cost/cost-code.md", "## Greedy equality"),
-    TableSource("docs/benchmarks.md", "bench-othertok", "benchmarks/speed/bench-humaneval-othertok.md",
-                "## Temperature 0 (greedy)"),
+    TableSource(
+        "docs/benchmarks.md",
+        "bench-othertok",
+        "benchmarks/speed/bench-humaneval-othertok.md",
+        "## Temperature 0 (greedy)",
+    ),
     TableSource("docs/benchmarks.md", "cold-start", "benchmarks/speed/cold-start.md"),
     TableSource("docs/benchmarks.md", "loop-overhead", "benchmarks/cost/loop-overhead.md"),
-    TableSource("docs/benchmarks-llamacpp.md", "bench-llamacpp", "benchmarks/speed/bench-humaneval-llamacpp.md",
-                "## Temperature 0 (greedy)"),
-    TableSource("docs/benchmarks-llamacpp.md", "bench-llamacpp-duels", "benchmarks/speed/bench-humaneval-llamacpp.md",
-                "## Head to head"),
+    TableSource(
+        "docs/benchmarks-llamacpp.md",
+        "bench-llamacpp",
+        "benchmarks/speed/bench-humaneval-llamacpp.md",
+        "## Temperature 0 (greedy)",
+    ),
+    TableSource(
+        "docs/benchmarks-llamacpp.md",
+        "bench-llamacpp-duels",
+        "benchmarks/speed/bench-humaneval-llamacpp.md",
+        "## Head to head",
+    ),
     TableSource("docs/benchmarks-llamacpp.md", "bench-rounds", "benchmarks/speed/bench-rounds.md"),
     TableSource("docs/benchmarks-llamacpp.md", "llamacpp-flash-attn", "benchmarks/llamacpp/llamacpp-flash-attn.md"),
     TableSource("docs/benchmarks-llamacpp.md", "llamacpp-time-split", "benchmarks/cost/llamacpp-time-split.md"),
-    TableSource("docs/benchmarks-llamacpp.md", "llamacpp-time-split-widths", "benchmarks/cost/llamacpp-time-split.md",
-                "## Verify forwards by width"),
-    TableSource("docs/benchmarks-llamacpp.md", "draft-second-opinions",
-                "benchmarks/draft-policy/draft-second-opinions-from-100.md"),
-    TableSource("docs/benchmarks-llamacpp.md", "draft-second-opinions-split",
-                "benchmarks/draft-policy/draft-second-opinions-from-100.md", "By second opinion"),
+    TableSource(
+        "docs/benchmarks-llamacpp.md",
+        "llamacpp-time-split-widths",
+        "benchmarks/cost/llamacpp-time-split.md",
+        "## Verify forwards by width",
+    ),
+    TableSource(
+        "docs/benchmarks-llamacpp.md",
+        "draft-second-opinions",
+        "benchmarks/draft-policy/draft-second-opinions-from-100.md",
+    ),
+    TableSource(
+        "docs/benchmarks-llamacpp.md",
+        "draft-second-opinions-split",
+        "benchmarks/draft-policy/draft-second-opinions-from-100.md",
+        "By second opinion",
+    ),
     TableSource("docs/benchmarks-llamacpp.md", "staged-draft-ab", "benchmarks/draft-policy/staged-draft-ab.md"),
     TableSource("docs/benchmarks-llamacpp.md", "lookup-agreement-ab", "benchmarks/draft-policy/lookup-agreement-ab.md"),
     TableSource("docs/benchmarks-llamacpp.md", "conf-cap-ab", "benchmarks/draft-policy/conf-cap-ab.md"),
-    TableSource("docs/benchmarks-llamacpp.md", "conf-cap-ab-heldout", "benchmarks/draft-policy/conf-cap-ab-from-100.md"),
-    TableSource("docs/benchmarks-llamacpp.md", "cost-curve-llamacpp", "benchmarks/cost/cost-code-llamacpp.md",
-                "## Milliseconds per forward"),
+    TableSource(
+        "docs/benchmarks-llamacpp.md", "conf-cap-ab-heldout", "benchmarks/draft-policy/conf-cap-ab-from-100.md"
+    ),
+    TableSource(
+        "docs/benchmarks-llamacpp.md",
+        "cost-curve-llamacpp",
+        "benchmarks/cost/cost-code-llamacpp.md",
+        "## Milliseconds per forward",
+    ),
     TableSource("docs/translation.md", "translate-specdec", "benchmarks/translation/translate-specdec.md"),
-    TableSource("docs/translation.md", "translate-step-cost", "benchmarks/translation/translate-specdec.md",
-                "## What a step costs"),
+    TableSource(
+        "docs/translation.md",
+        "translate-step-cost",
+        "benchmarks/translation/translate-specdec.md",
+        "## What a step costs",
+    ),
 )
 
 # marked blocks that are not tables, written by the commands that make them (the zoo target's sample completions)
@@ -103,13 +149,17 @@ def block(root: Path, entry: TableSource) -> str:
     """What goes between an entry's markers: the table, then the file it came from."""
     path = root / entry.source
     if not path.is_file():
-        raise DraftVerifyError(f"{entry.source} not found (table {entry.marker!r} of {entry.page}): run the "
-                               f"benchmark that writes it, or point TABLES in draftverify/docs_tables.py at its file")
+        raise DraftVerifyError(
+            f"{entry.source} not found (table {entry.marker!r} of {entry.page}): run the "
+            f"benchmark that writes it, or point TABLES in draftverify/docs_tables.py at its file"
+        )
     table = first_table(path.read_text(encoding="utf-8"), entry.after)
     if table is None:
         where = f"after {entry.after!r}" if entry.after else "anywhere"
-        raise DraftVerifyError(f"{entry.source} has no table {where} (table {entry.marker!r} of {entry.page}): "
-                               f"fix the file or the entry in TABLES in draftverify/docs_tables.py")
+        raise DraftVerifyError(
+            f"{entry.source} has no table {where} (table {entry.marker!r} of {entry.page}): "
+            f"fix the file or the entry in TABLES in draftverify/docs_tables.py"
+        )
     return f"{table}\n\n<sub>From `{entry.source}`.</sub>\n"
 
 
@@ -124,19 +174,25 @@ def refreshed(root: Path, tables: tuple[TableSource, ...] | None = None) -> dict
     for page in dict.fromkeys(entry.page for entry in tables):
         path = root / page
         if not path.is_file():
-            raise DraftVerifyError(f"{page} not found under {root}: run this from the repository root (or give "
-                                   f"--root), or fix TABLES in draftverify/docs_tables.py")
+            raise DraftVerifyError(
+                f"{page} not found under {root}: run this from the repository root (or give "
+                f"--root), or fix TABLES in draftverify/docs_tables.py"
+            )
         old = path.read_text(encoding="utf-8")
         entries = {entry.marker: entry for entry in tables if entry.page == page}
         marked = [m.group(1) for m in _MARKER.finditer(old) if m.group(1) not in NOT_TABLES]
         unmarked = sorted(entries.keys() - set(marked))
         if unmarked:
-            raise DraftVerifyError(f"{page} has no <!-- NAME:begin --> / <!-- NAME:end --> pair for "
-                                   f"{', '.join(unmarked)}, which TABLES in draftverify/docs_tables.py copies there")
+            raise DraftVerifyError(
+                f"{page} has no <!-- NAME:begin --> / <!-- NAME:end --> pair for "
+                f"{', '.join(unmarked)}, which TABLES in draftverify/docs_tables.py copies there"
+            )
         unknown = sorted(set(marked) - entries.keys())
         if unknown:
-            raise DraftVerifyError(f"{page} marks tables that TABLES in draftverify/docs_tables.py does not name "
-                                   f"({', '.join(unknown)}): add their benchmark files there, or remove the markers")
+            raise DraftVerifyError(
+                f"{page} marks tables that TABLES in draftverify/docs_tables.py does not name "
+                f"({', '.join(unknown)}): add their benchmark files there, or remove the markers"
+            )
 
         def fill(m: re.Match[str]) -> str:
             name = m.group(1)

@@ -1,5 +1,6 @@
 """How many tokens to draft each step: fixed gamma, Hugging Face's heuristic, Theorem 8 with measured alpha, c, or
 Theorem 8's length as a cap that the drafter's own confidence ends early (ConfidenceGamma)."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -28,8 +29,15 @@ class DraftLength(ABC):
         """Told once before generation when the drafter drafts inside the target's verify forward (heads, BiTA):
         drafting then has no cost of its own, whatever the draft timer shows."""
 
-    def update(self, drafted: int, accepted: int, rejected: int, draft_seconds: float | None,
-               target_seconds: float | None, rows: int = 1) -> None:
+    def update(
+        self,
+        drafted: int,
+        accepted: int,
+        rejected: int,
+        draft_seconds: float | None,
+        target_seconds: float | None,
+        rows: int = 1,
+    ) -> None:
         """Feedback after a step of `rows` rows: the target scored rows x (drafted + 1) tokens; accepted draft
         tokens and rejected (rows that stopped at a rejected draft token; a bool for one row) add up the rows. The
         seconds are None for a step whose forward also decoded the prompt (not a step's cost)."""
@@ -214,8 +222,10 @@ class AutoGamma(DraftLength):
             return self.gamma
         alpha, c = min(self.alpha, 1.0 - 1e-6), self.c(rows)
         plain = self.target_seconds(rows)
-        factors = {g: walltime_factor(alpha, g, c, verify_cost=self.target_seconds(rows * (g + 1)) / plain)
-                   for g in range(self.max_gamma + 1)}
+        factors = {
+            g: walltime_factor(alpha, g, c, verify_cost=self.target_seconds(rows * (g + 1)) / plain)
+            for g in range(self.max_gamma + 1)
+        }
         return max(factors, key=lambda g: (factors[g], -g))
 
     def next(self, rows: int = 1) -> int:
@@ -326,9 +336,17 @@ class ConfidenceGamma(AutoGamma):
     chosen.
     """
 
-    def __init__(self, threshold: float = DEFAULT_CONFIDENCE, gamma: int = 4, max_gamma: int = 32,
-                 costs: StepCosts | None = None, probe_every: int = 8, fixed: int | None = None,
-                 explore_every: int = 8, slack: float = 0.02):
+    def __init__(
+        self,
+        threshold: float = DEFAULT_CONFIDENCE,
+        gamma: int = 4,
+        max_gamma: int = 32,
+        costs: StepCosts | None = None,
+        probe_every: int = 8,
+        fixed: int | None = None,
+        explore_every: int = 8,
+        slack: float = 0.02,
+    ):
         super().__init__(gamma, max_gamma, costs, probe_every)
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
             raise DraftVerifyError(f"the draft confidence threshold must be a number in [0, 1], got {threshold!r}")
@@ -373,8 +391,13 @@ class ConfidenceGamma(AutoGamma):
     def next(self, rows: int = 1) -> int:
         self.cap = super().next(rows)
         self._steps += 1
-        if (rows == 1 and self.fixed is None and self.explore_every and self.cap
-                and self._steps % self.explore_every == 0):
+        if (
+            rows == 1
+            and self.fixed is None
+            and self.explore_every
+            and self.cap
+            and self._steps % self.explore_every == 0
+        ):
             self.cap = self.max_gamma  # explore: the rates past a short cap are never measured otherwise
         return self.cap
 
@@ -497,14 +520,17 @@ def parse_gamma(gamma: object, context: int | None = None) -> int | str:
             raise DraftVerifyError(f"gamma must be an integer >= 1, 'heuristic', 'auto' or 'conf[=T]', got {gamma!r}")
         gamma = int(gamma)
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise DraftVerifyError(f"gamma (draft length) must be an integer >= 1, 'heuristic', 'auto' or 'conf[=T]', "
-                               f"got {gamma!r}")
+        raise DraftVerifyError(
+            f"gamma (draft length) must be an integer >= 1, 'heuristic', 'auto' or 'conf[=T]', got {gamma!r}"
+        )
     bound, why = MAX_GAMMA, "the longest draft one verify forward is planned for"
     if context is not None and context - 1 < bound:
         bound, why = context - 1, f"the target attends to {context} positions, one of them the prompt's"
     if gamma > bound:
-        raise DraftVerifyError(f"gamma (draft length) {gamma} is above {bound}, {why}: use a gamma in 1..{bound}, "
-                               "or 'auto' (picks 0..16 from the measured acceptance and costs)")
+        raise DraftVerifyError(
+            f"gamma (draft length) {gamma} is above {bound}, {why}: use a gamma in 1..{bound}, "
+            "or 'auto' (picks 0..16 from the measured acceptance and costs)"
+        )
     return gamma
 
 
@@ -516,8 +542,9 @@ def _confidence(spec: str) -> float:
     except ValueError:
         value = float("nan")
     if not 0.0 <= value <= 1.0:
-        raise DraftVerifyError(f"gamma {spec!r}: the confidence threshold T of 'conf=T' must be a number in [0, 1], "
-                               f"got {text!r}")
+        raise DraftVerifyError(
+            f"gamma {spec!r}: the confidence threshold T of 'conf=T' must be a number in [0, 1], got {text!r}"
+        )
     return value
 
 

@@ -10,6 +10,7 @@ The switch is a torch function mode entered around a model's forward: it changes
 `F.linear` (all Hugging Face models do). Results equal `F.linear`'s up to float32 summation order (about 1e-5 on
 the zoo's logits); one row, other dtypes and other devices pass through untouched.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,13 @@ class FewRowLinear(TorchFunctionMode):
             x, weight = args[0], args[1]
             bias = args[2] if len(args) > 2 else kwargs.get("bias")
             rows = x.numel() // max(x.shape[-1], 1) if x.dim() else 0
-            if 2 <= rows <= MAX_ROWS and weight.dim() == 2 and x.dtype == weight.dtype == torch.float32 \
-                    and x.device.type == "cpu" and not torch.is_grad_enabled():
+            if (
+                2 <= rows <= MAX_ROWS
+                and weight.dim() == 2
+                and x.dtype == weight.dtype == torch.float32
+                and x.device.type == "cpu"
+                and not torch.is_grad_enabled()
+            ):
                 return few_row_linear(x, weight, bias)
         return func(*args, **kwargs)
 

@@ -21,6 +21,7 @@ original prompt (the removed text, which the first token re-emits, is cut from t
 Healing is a no-op (None) when the prompt has one token, its last token is a special token or not whole UTF-8
 characters, or no other token's text extends the last token's.
 """
+
 from __future__ import annotations
 
 import re
@@ -36,8 +37,11 @@ _SP_SPACE = "\u2581"  # SentencePiece's visible space
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte-level alphabet: each byte 0..255 as one printable character (what byte-level BPE vocabularies
     are written in)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
-        list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("\u00a1"), ord("\u00ac") + 1))
+        + list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    )
     chars = list(printable)
     extra = 0
     for b in range(256):
@@ -110,9 +114,9 @@ class Healing:
         while the decoded text does not yet hold the removed text. A SentencePiece decoder drops the leading
         space of the first token it decodes, so a removed text that starts with a space may come back without it."""
         if decoded.startswith(self.removed):
-            return decoded[len(self.removed):]
+            return decoded[len(self.removed) :]
         if self.removed.startswith(" ") and decoded.startswith(self.removed[1:]) and decoded:
-            return decoded[len(self.removed) - 1:]
+            return decoded[len(self.removed) - 1 :]
         return None if len(decoded) < len(self.removed) else decoded
 
 

@@ -1,5 +1,6 @@
 """Whether the Hugging Face hub can be reached, decided in about a second, so a hub id on an offline machine
 is answered from the local cache (or a clear error) instead of after ~30 s of connection retries."""
+
 from __future__ import annotations
 
 import os

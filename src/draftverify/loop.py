@@ -4,6 +4,7 @@ constrain what the target may say (engine/processors.py) and a recorder keeps th
 Nothing here depends on the method: a method that changes the target's forward wraps the target
 (Drafter.wrap_target).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -30,13 +31,22 @@ TokenCallback = Callable[[torch.Tensor], None]  # receives each step's emitted t
 
 @one_torch_thread_unless_models_use_it
 @torch.inference_mode()
-def generate(target: LMBackend | torch.nn.Module, drafter: Drafter, verifier: Verifier, input_ids: torch.Tensor,
-             params: SamplingParams | RowParams | list[SamplingParams] | None = None, *,
-             max_new_tokens: int | list[int] = 64, gamma: int | str | DraftLength = DEFAULT_GAMMA,
-             eos_token_id: int | list[int] | None = None, on_tokens: TokenCallback | None = None,
-             attention_mask: torch.Tensor | None = None, seeds: list[int | None] | None = None,
-             admit: Callable[[], list[RowRequest]] | None = None,
-             first_token_allowed: torch.Tensor | list | None = None) -> GenerationOutput:
+def generate(
+    target: LMBackend | torch.nn.Module,
+    drafter: Drafter,
+    verifier: Verifier,
+    input_ids: torch.Tensor,
+    params: SamplingParams | RowParams | list[SamplingParams] | None = None,
+    *,
+    max_new_tokens: int | list[int] = 64,
+    gamma: int | str | DraftLength = DEFAULT_GAMMA,
+    eos_token_id: int | list[int] | None = None,
+    on_tokens: TokenCallback | None = None,
+    attention_mask: torch.Tensor | None = None,
+    seeds: list[int | None] | None = None,
+    admit: Callable[[], list[RowRequest]] | None = None,
+    first_token_allowed: torch.Tensor | list | None = None,
+) -> GenerationOutput:
     """Decode up to max_new_tokens after input_ids [B, L] (the source, for encoder-decoder targets) with any backend
     as target (a plain Hugging Face model gets a CachedLM).
 
@@ -53,8 +63,9 @@ def generate(target: LMBackend | torch.nn.Module, drafter: Drafter, verifier: Ve
     """
     started = perf_counter()
     target = drafter.wrap_target(as_backend(target, "target"))
-    input_ids, params, limits, attention_mask = _checked(target, drafter, verifier, input_ids, params,
-                                                         max_new_tokens, attention_mask, seeds, admit)
+    input_ids, params, limits, attention_mask = _checked(
+        target, drafter, verifier, input_ids, params, max_new_tokens, attention_mask, seeds, admit
+    )
     policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)
     first_token = FirstTokenAllowed(target.vocab_size, first_token_allowed, input_ids.shape[0])
     positions = (1 if target.is_encoder_decoder else input_ids.shape[1]) + max(limits)
@@ -99,9 +110,17 @@ def generate(target: LMBackend | torch.nn.Module, drafter: Drafter, verifier: Ve
     return rows.output(input_ids, recorder.finish())
 
 
-def _checked(target: LMBackend, drafter: Drafter, verifier: Verifier, input_ids: torch.Tensor, params,
-             max_new_tokens: int | list[int], attention_mask: torch.Tensor | None, seeds: list | None,
-             admit) -> tuple[torch.Tensor, SamplingParams | RowParams, list[int], torch.Tensor | None]:
+def _checked(
+    target: LMBackend,
+    drafter: Drafter,
+    verifier: Verifier,
+    input_ids: torch.Tensor,
+    params,
+    max_new_tokens: int | list[int],
+    attention_mask: torch.Tensor | None,
+    seeds: list | None,
+    admit,
+) -> tuple[torch.Tensor, SamplingParams | RowParams, list[int], torch.Tensor | None]:
     """The request checked against the target, drafter and verifier: input_ids on the target's device, the
     sampling settings (one, or per row), each row's limit and the attention mask (rows that will join need the
     rows layout from the start)."""
@@ -116,8 +135,10 @@ def _checked(target: LMBackend, drafter: Drafter, verifier: Verifier, input_ids:
     _check_row_params(verifier, params)
     if batch > 1 or attention_mask is not None:
         if not target.supports_rows:
-            raise DraftVerifyError(f"the {target.name} backend decodes one row at a time; batches of several rows "
-                                   "run on --backend hf (backend='hf')")
+            raise DraftVerifyError(
+                f"the {target.name} backend decodes one row at a time; batches of several rows "
+                "run on --backend hf (backend='hf')"
+            )
         _check_batch_support(drafter, verifier, params)
     if seeds is not None and len(seeds) != batch:
         raise DraftVerifyError(f"seeds has {len(seeds)} entries for {batch} rows")
@@ -130,7 +151,9 @@ def _check_input(input_ids: torch.Tensor, max_new_tokens: int | list[int]) -> to
     if input_ids.dim() == 1:
         input_ids = input_ids[None]
     if input_ids.dim() != 2 or input_ids.dtype not in (torch.long, torch.int32, torch.int64):
-        raise DraftVerifyError(f"input_ids must be integer token ids of shape [batch, length], got {tuple(input_ids.shape)} {input_ids.dtype}")
+        raise DraftVerifyError(
+            f"input_ids must be integer token ids of shape [batch, length], got {tuple(input_ids.shape)} {input_ids.dtype}"
+        )
     if input_ids.shape[1] == 0:
         raise DraftVerifyError("the prompt is empty: give at least one token (e.g. the tokenizer's BOS token)")
     if input_ids.shape[0] == 0:
@@ -162,8 +185,10 @@ def _check_batch_support(drafter: Drafter, verifier: Verifier, params: SamplingP
 
 def _check_row_params(verifier: Verifier, params: SamplingParams | RowParams) -> None:
     if isinstance(params, RowParams) and not verifier.per_row_params:
-        raise DraftVerifyError(f"the {verifier.name} verifier takes one sampling setting for the whole batch; rows "
-                               "with different temperature / top-k / top-p need a lossless method (its 'exact' rule)")
+        raise DraftVerifyError(
+            f"the {verifier.name} verifier takes one sampling setting for the whole batch; rows "
+            "with different temperature / top-k / top-p need a lossless method (its 'exact' rule)"
+        )
     # past the check above, RowParams reach only per_row_params verifiers (exact), which take them
     verifier.check_params(params)  # type: ignore[arg-type]
 
@@ -172,6 +197,7 @@ def _clock(device: torch.device, synchronise: bool) -> Callable[[], float]:
     """perf_counter, after waiting for queued GPU work when the caller reads the times (gamma auto): without the
     wait, CUDA's asynchronous launches would charge the target's forward to whatever syncs next."""
     if synchronise and device.type == "cuda":
+
         def now() -> float:
             torch.cuda.synchronize(device)
             return perf_counter()

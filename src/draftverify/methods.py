@@ -7,6 +7,7 @@ draft's shape (verifiers/exact.py): greedy at temperature 0, Gumbel-max coupling
 (seeded, by default: the text is then the same for every method and draft length), speculative sampling
 otherwise, and their tree versions for tree drafts.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -24,8 +25,15 @@ if TYPE_CHECKING:  # the table is read by `draftverify methods` and argument che
     from .types import SamplingParams
     from .verifiers.base import Verifier
 
-__all__ = ["METHODS", "Method", "MethodOptions", "build_drafter", "build_verifier", "registered_methods",
-           "resolve_method"]
+__all__ = [
+    "METHODS",
+    "Method",
+    "MethodOptions",
+    "build_drafter",
+    "build_verifier",
+    "registered_methods",
+    "resolve_method",
+]
 
 
 def registered_methods() -> list[Method]:

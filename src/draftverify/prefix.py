@@ -7,6 +7,7 @@ sits in key columns [0, P) of every layer. The attention mask (CachedLM._mask, o
 who sees those columns: BiTA's mask tokens do, ordinary tokens never, so their outputs are unchanged.
 The prefix keys are used as given (no rotary embedding is applied to them): they are learned post-rotation.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -34,7 +35,9 @@ def attend_prefix(cache: Cache, prefix: PrefixKV | None) -> Iterator[None]:
     def update(key_states, value_states, layer_idx, *args, **kwargs):
         keys, values = original(key_states, value_states, layer_idx, *args, **kwargs)  # [B, h, S, d]
         if layer_idx >= len(prefix):
-            raise DraftVerifyError(f"the prefix has {len(prefix)} layers but the model has more; it was made for another model")
+            raise DraftVerifyError(
+                f"the prefix has {len(prefix)} layers but the model has more; it was made for another model"
+            )
         pk, pv = prefix[layer_idx]  # [h, P, d]
         batch = keys.shape[0]
         pk = pk.to(keys.dtype)[None].expand(batch, -1, -1, -1)

@@ -12,6 +12,7 @@ piped or --json output. One mechanism keeps it quiet for both:
   transformers' default, warning), the log level is left alone.
 - `verbose=True` (API) or DRAFTVERIFY_VERBOSE=1 (API and CLI) leaves everything as transformers has it.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -7,6 +7,7 @@ The built-in declarations live in torch-free modules (draftverify/options/<famil
 class lazily, as "module:Class": `draftverify --help` and `draftverify methods` read every declaration (flags,
 which methods batch or take a draft) without importing torch, which every drafter module does; the class is
 imported when a drafter is first looked up. A plug-in may pass its class itself (its import is its own cost)."""
+
 from __future__ import annotations
 
 import importlib
@@ -99,8 +100,10 @@ class LazyClasses(MutableMapping[str, "type[Drafter]"]):
     @staticmethod
     def _check(name: str, cls: type[Drafter], batches: bool | None) -> None:
         if batches is not None and getattr(cls, "supports_batch", batches) != batches:
-            raise RuntimeError(f"drafter {name!r} is declared with batches={batches} but {cls.__name__}."
-                               f"supports_batch is {cls.supports_batch}: make the declaration say what the class does")
+            raise RuntimeError(
+                f"drafter {name!r} is declared with batches={batches} but {cls.__name__}."
+                f"supports_batch is {cls.supports_batch}: make the declaration say what the class does"
+            )
 
     def __setitem__(self, name: str, cls: type[Drafter]) -> None:
         self._refs[name] = cls
@@ -137,8 +140,9 @@ def register_methods(spec: DrafterSpec) -> DrafterSpec:
         DRAFTER_OPTIONS[spec.name] = spec.options
     for name, entry in spec.methods.items():
         batches = spec.batches if entry.batches is None else entry.batches and spec.batches
-        METHODS[name] = Method(spec.name, entry.verifier, entry.summary, entry.needs_draft, entry.lossless, batches,
-                               name)
+        METHODS[name] = Method(
+            spec.name, entry.verifier, entry.summary, entry.needs_draft, entry.lossless, batches, name
+        )
     return spec
 
 

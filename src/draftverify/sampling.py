@@ -1,4 +1,5 @@
 """Pure functions from logits to probabilities and tokens. The same transform serves p (target) and q (drafter)."""
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -131,7 +132,9 @@ def _noise_row(seed: int, position: int, vocab_size: int) -> torch.Tensor:
     return row
 
 
-def gumbel_noise(seed: int, start: int, count: int, vocab_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+def gumbel_noise(
+    seed: int, start: int, count: int, vocab_size: int, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     """Gumbel noise G_t [count, V] for positions start .. start+count-1; drawn on the CPU so a seed means the
     same noise on every device."""
     if count == 0:

@@ -1,5 +1,6 @@
 """A Hugging Face model's first layers as a model of their own, sharing its weights (the HF backend's
 first_layers: BiLD's early-exit draft, section 4.4; the early-exit trainer's losses)."""
+
 from __future__ import annotations
 
 import copy
@@ -36,11 +37,15 @@ def _find_layers(model: PreTrainedModel) -> tuple[nn.Module, str, str]:
 def shallow_view(model: PreTrainedModel, num_layers: int) -> PreTrainedModel:
     """A model object running only the first num_layers decoder layers of `model`, sharing its weights."""
     if getattr(model.config, "is_encoder_decoder", False):
-        raise DraftVerifyError("early_exit supports decoder-only targets; for encoder-decoder targets use a draft model")
+        raise DraftVerifyError(
+            "early_exit supports decoder-only targets; for encoder-decoder targets use a draft model"
+        )
     body, layers_attr, count_attr = _find_layers(model)
     total = len(getattr(body, layers_attr))
     if not (1 <= num_layers < total):
-        raise DraftVerifyError(f"early-exit layer count must be in [1, {total - 1}] for this {total}-layer target, got {num_layers}")
+        raise DraftVerifyError(
+            f"early-exit layer count must be in [1, {total - 1}] for this {total}-layer target, got {num_layers}"
+        )
     config = copy.deepcopy(model.config)  # never mutate the target's config
     config.num_hidden_layers = num_layers
     if hasattr(config, count_attr):

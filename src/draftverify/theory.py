@@ -137,9 +137,7 @@ def _distribution(name: str, value: Distribution) -> torch.Tensor:
     return t
 
 
-def _pair(
-    p: Distribution, q: Distribution, p_name: str = "p", q_name: str = "q"
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _pair(p: Distribution, q: Distribution, p_name: str = "p", q_name: str = "q") -> tuple[torch.Tensor, torch.Tensor]:
     pt, qt = _distribution(p_name, p), _distribution(q_name, q)
     if pt.shape[-1] != qt.shape[-1]:
         raise ValueError(

@@ -1,4 +1,5 @@
 """torch's intra-op threads around a generation whose models compute elsewhere (llama.cpp)."""
+
 from __future__ import annotations
 
 import functools

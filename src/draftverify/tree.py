@@ -5,6 +5,7 @@ pending token: the last committed token, not yet in the target's cache, which th
 Nodes are in topological order (a parent's index is below its children's), so a chain is the tree whose
 parents are -1, 0, 1, ..., N-2. Shapes: N nodes, P leaves (root-to-leaf paths), D the deepest depth.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -120,8 +121,9 @@ class TreeSpec:
         return TreeSpec(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
 
 
-def row_trees(rows: Sequence[tuple[Sequence[int], Sequence[int]]], device: torch.device | str = "cpu"
-              ) -> tuple[TreeSpec, torch.Tensor, torch.Tensor | None]:
+def row_trees(
+    rows: Sequence[tuple[Sequence[int], Sequence[int]]], device: torch.device | str = "cpu"
+) -> tuple[TreeSpec, torch.Tensor, torch.Tensor | None]:
     """Each row's own token tree (tokens [N_b] and parents [N_b], topological order) on one tree shape for the
     batch: the union of the rows' child-rank paths, so one verify forward scores every row. Returns the shape,
     tokens [B, N] (0 where a row lacks a node) and valid [B, N] (False there; None when every row has every node).

@@ -8,6 +8,7 @@ the accepted drafts), its cost is one draft forward per level (the root's includ
 k + 1 tokens. On a GPU scoring 16 tokens costs about what scoring one does, and the whole tree pays; on a CPU the
 cost grows with the tokens (a forward over more tokens is more compute), and the unlikely side branches do not pay.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -45,9 +46,14 @@ class NodeRates:
         return out
 
 
-def best_subtree(rates: Sequence[float], depth: Sequence[int], level_seconds: float,
-                 verify_seconds: Callable[[int], float], rows: int = 1, allowed: Sequence[int] | None = None
-                 ) -> list[int]:
+def best_subtree(
+    rates: Sequence[float],
+    depth: Sequence[int],
+    level_seconds: float,
+    verify_seconds: Callable[[int], float],
+    rows: int = 1,
+    allowed: Sequence[int] | None = None,
+) -> list[int]:
     """The nodes (indices into the full tree, ascending) of the prefix of nodes by acceptance rate whose expected
     tokens per second is highest. level_seconds: one draft forward; verify_seconds(n): a target call scoring n
     tokens (rows x (k + 1) for a batch); allowed: the nodes that may be kept (e.g. within a depth cap)."""

@@ -2,6 +2,7 @@
 
 Shapes: B batch, N draft length (tree nodes), V vocabulary, H hidden size, n positions of one forward.
 """
+
 from __future__ import annotations
 
 import operator
@@ -84,7 +85,9 @@ class RowParams:
 class DecodingState:
     """What a drafter may read when proposing: the committed sequence so far."""
 
-    tokens: torch.Tensor  # [B, L] committed decoder-side tokens (prompt + generated); last one not yet in the target cache
+    tokens: (
+        torch.Tensor
+    )  # [B, L] committed decoder-side tokens (prompt + generated); last one not yet in the target cache
     source_ids: torch.Tensor | None  # [B, S] encoder input for encoder-decoder targets, else None
     prompt_length: int  # number of leading entries of `tokens` that came from the prompt
     params: SamplingParams | RowParams  # RowParams: rows with settings of their own
@@ -104,8 +107,9 @@ class DecodingState:
 
     def __post_init__(self) -> None:
         if self.lengths is None:  # no padding: every row holds all of `tokens`
-            self.lengths = torch.full((self.tokens.shape[0],), self.tokens.shape[1], dtype=torch.long,
-                                      device=self.tokens.device)
+            self.lengths = torch.full(
+                (self.tokens.shape[0],), self.tokens.shape[1], dtype=torch.long, device=self.tokens.device
+            )
 
     @property
     def padded(self) -> bool:
@@ -147,8 +151,9 @@ class RowRequest:
                 raise TypeError
             self.prompt_ids = [operator.index(t) for t in ids]
         except TypeError:
-            raise DraftVerifyError(f"a joining row's prompt_ids must be a list of token ids (ints), got "
-                                   f"{self.prompt_ids!r}") from None
+            raise DraftVerifyError(
+                f"a joining row's prompt_ids must be a list of token ids (ints), got {self.prompt_ids!r}"
+            ) from None
         if not self.prompt_ids:
             raise DraftVerifyError("a joining row needs at least one prompt token")
         limit = self.max_new_tokens
@@ -157,8 +162,9 @@ class RowRequest:
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise DraftVerifyError(f"a joining row's seed must be an integer or None, got {self.seed!r}")
         if self.params is not None and not isinstance(self.params, SamplingParams):
-            raise DraftVerifyError(f"a joining row's params must be a SamplingParams or None, got "
-                                   f"{type(self.params).__name__}")
+            raise DraftVerifyError(
+                f"a joining row's params must be a SamplingParams or None, got {type(self.params).__name__}"
+            )
 
 
 @dataclass

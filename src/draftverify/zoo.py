@@ -1,5 +1,6 @@
 """Where the shipped model sets live, and what each one runs by default (no torch import: the CLI reads this
 before anything heavy loads)."""
+
 from __future__ import annotations
 
 import json
@@ -44,10 +45,12 @@ def zoo_folder(name: str) -> Path:
     if available:
         raise DraftVerifyError(f"no zoo entry {name!r} under {root}; available: {', '.join(available)}")
     if os.environ.get(ZOO_ENV):
-        raise DraftVerifyError(f"${ZOO_ENV}={root} is not a zoo folder: point it at the zoo/ folder of a draftverify "
-                               "checkout")
-    raise DraftVerifyError(f"no zoo folder at {root}: copy the zoo/ folder of a draftverify checkout there, or set "
-                           f"${ZOO_ENV} to it")
+        raise DraftVerifyError(
+            f"${ZOO_ENV}={root} is not a zoo folder: point it at the zoo/ folder of a draftverify checkout"
+        )
+    raise DraftVerifyError(
+        f"no zoo folder at {root}: copy the zoo/ folder of a draftverify checkout there, or set ${ZOO_ENV} to it"
+    )
 
 
 def zoo_default_method(name: str) -> str:

@@ -1,5 +1,6 @@
 """The backend registry (backends/registry.py): --backend and load(backend=...) are a lookup, with one error that
 lists the names; a backend of one's own plugs in with register_backend."""
+
 from __future__ import annotations
 
 import pytest
@@ -39,7 +40,9 @@ def test_an_unknown_backend_is_one_line_listing_the_known_ones(name):
 
 def test_a_backend_of_ones_own_is_chosen_by_load(monkeypatch):
     monkeypatch.setattr(registry, "BACKENDS", dict(BACKENDS))
-    entry = register_backend(BackendEntry("toy", "a toy", "draftverify.cached_lm:CachedLM", loader=f"{__name__}:toy_loader"))
+    entry = register_backend(
+        BackendEntry("toy", "a toy", "draftverify.cached_lm:CachedLM", loader=f"{__name__}:toy_loader")
+    )
     assert registry.target_backends() == ["hf", "llamacpp", "toy"]
     assert load(target="t", draft="d", method="model", backend="toy") == "a pipeline"
     assert CALLS[-1] == ("t", "d", "model")

@@ -1,5 +1,6 @@
 """The protocol's module calls (backends/base.py: ModuleBackend), which drafters with weights of their own read the
 target through: the hf backend answers them, the others declare has_modules False and are refused by name."""
+
 from __future__ import annotations
 
 import pytest
@@ -80,8 +81,11 @@ def test_a_backend_without_modules_is_refused_by_name():
 
     lm = CachedLM.__new__(CachedLM)
     assert require_modules(lm, "x") is lm
-    with pytest.raises(DraftVerifyError, match="^early_exit needs the target's modules, which the plain backend does "
-                                               "not offer; run it with --backend hf"):
+    with pytest.raises(
+        DraftVerifyError,
+        match="^early_exit needs the target's modules, which the plain backend does "
+        "not offer; run it with --backend hf",
+    ):
         require_modules(Plain(), "early_exit")
 
 

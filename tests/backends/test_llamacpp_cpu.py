@@ -1,4 +1,5 @@
 """Which CPUs keep llama.cpp's weights out of its AMX buffers (backends/llamacpp.cpu_has_amx); no llama.cpp needed."""
+
 from draftverify.backends.llamacpp import cpu_has_amx
 
 SAPPHIRE = "processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n"

@@ -1,4 +1,5 @@
 """`draftverify bench-ab`: public options side by side, through the real command, and its parts."""
+
 from __future__ import annotations
 
 import json
@@ -14,10 +15,35 @@ from draftverify.errors import DraftVerifyError
 
 
 def test_bench_ab_runs_every_setting_of_a_declared_option_and_writes_its_table(model_dir, data_dir, tmp_path):  # noqa: F811
-    args = ["bench-ab", "--target", str(model_dir / "target"), "--set", f"draft={model_dir / 'draft'}",
-            "--set", "gamma=4", "--vary", "lookup-confirms=false,true", "--vary", "lookup_tokens=0,5",
-            "--num-prompts", "1", "-n", "8", "--rounds", "2", "--warmup-tokens", "0", "--threads", "1",
-            "--data-dir", str(data_dir), "--out", str(tmp_path), "--name", "ab"]
+    args = [
+        "bench-ab",
+        "--target",
+        str(model_dir / "target"),
+        "--set",
+        f"draft={model_dir / 'draft'}",
+        "--set",
+        "gamma=4",
+        "--vary",
+        "lookup-confirms=false,true",
+        "--vary",
+        "lookup_tokens=0,5",
+        "--num-prompts",
+        "1",
+        "-n",
+        "8",
+        "--rounds",
+        "2",
+        "--warmup-tokens",
+        "0",
+        "--threads",
+        "1",
+        "--data-dir",
+        str(data_dir),
+        "--out",
+        str(tmp_path),
+        "--name",
+        "ab",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "ab.json").read_text())
@@ -34,11 +60,20 @@ def test_bench_ab_runs_every_setting_of_a_declared_option_and_writes_its_table(m
 
 def test_assignments_take_public_options_only_and_parse_them_as_the_option_does():
     assert parse_assignments(["gamma=conf=0.9,4", "lookup-tokens=0,3", "lookup_confirms=off,ON"], many=True) == {
-        "gamma": ["conf=0.9", 4], "lookup_tokens": [0, 3], "lookup_confirms": [False, True]}
+        "gamma": ["conf=0.9", 4],
+        "lookup_tokens": [0, 3],
+        "lookup_confirms": [False, True],
+    }
     assert parse_assignments(["backend=llamacpp"], many=False) == {"backend": ["llamacpp"]}
-    for bad, match in ((["nonsense=1,2"], "unknown option 'nonsense'"), (["lean_draft=true,false"], "not a declared"),
-                       (["lookup_confirms=maybe,true"], "is not a bool"), (["lookup_tokens=x,1"], "is not a int"),
-                       (["gamma"], "NAME=VALUE"), (["gamma=4,"], "NAME=VALUE"), (["gamma=4", "gamma=3"], "twice")):
+    for bad, match in (
+        (["nonsense=1,2"], "unknown option 'nonsense'"),
+        (["lean_draft=true,false"], "not a declared"),
+        (["lookup_confirms=maybe,true"], "is not a bool"),
+        (["lookup_tokens=x,1"], "is not a int"),
+        (["gamma"], "NAME=VALUE"),
+        (["gamma=4,"], "NAME=VALUE"),
+        (["gamma=4", "gamma=3"], "twice"),
+    ):
         with pytest.raises(DraftVerifyError, match=match):
             parse_assignments(bad, many=True)
     with pytest.raises(DraftVerifyError, match="at least two values"):
@@ -66,8 +101,11 @@ def test_rounds_rotate_the_order_prompt_by_prompt_and_stop_on_a_different_text()
 
 
 def test_summary_ratios_are_per_round_medians_over_the_first_setting():
-    rounds = [[[10, 5, 3, 1.0], [10, 2, 3, 0.5]], [[10, 5, 3, 1.0], [10, 2, 3, 0.25]],
-              [[10, 5, 3, 2.0], [10, 2, 3, 1.0]]]
+    rounds = [
+        [[10, 5, 3, 1.0], [10, 2, 3, 0.5]],
+        [[10, 5, 3, 1.0], [10, 2, 3, 0.25]],
+        [[10, 5, 3, 2.0], [10, 2, 3, 1.0]],
+    ]
     rows = summarize(rounds, [{"k": 0}, {"k": 1}])
     assert rows[0]["vs_reference"] == 1.0 and rows[1]["vs_reference"] == 2.0
     assert rows[1]["vs_reference_range"] == [2.0, 4.0] and rows[1]["tokens_per_second"] == 20.0

@@ -1,5 +1,6 @@
 """`draftverify bench --quick --compile` on tiny models: the same greedy tokens as the eager run, compiled in the
 warm-up only, with the warm-up seconds recorded. Slow-ish (it compiles a few graphs): one gamma, one method, greedy."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,26 @@ from draftverify.cli import app
 
 
 def _bench(model_dir, data_dir, out, *extra) -> dict:
-    args = ["bench", "--quick", *model_args(model_dir), "--data-dir", str(data_dir), "--out", str(out),
-            "--threads", "1", "--no-progress", "--no-plots", "--temperature", "0", "--gamma", "1",
-            "--runners", "model", *extra]
+    args = [
+        "bench",
+        "--quick",
+        *model_args(model_dir),
+        "--data-dir",
+        str(data_dir),
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+        "--no-progress",
+        "--no-plots",
+        "--temperature",
+        "0",
+        "--gamma",
+        "1",
+        "--runners",
+        "model",
+        *extra,
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     return json.loads(next(out.glob("*.json")).read_text())

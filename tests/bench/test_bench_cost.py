@@ -1,4 +1,5 @@
 """The cost curve: widths timed in place on a static cache, greedy equality, files, and bad options."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,14 @@ def target(model_dir):
 
 def test_greedy_on_the_static_cache_equals_hf_generate(target):
     prompt = torch.tensor([[5, 17, 99, 230, 7]])
-    expected = target.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False,
-                                eos_token_id=None, pad_token_id=0)[0, prompt.shape[1]:].tolist()
+    expected = target.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=12,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+    )[0, prompt.shape[1] :].tolist()
     assert greedy_tokens(StaticForward(target, 32, compiled=False), prompt, 12) == expected
 
 
@@ -56,9 +63,22 @@ def test_unknown_mode_is_named():
 
 
 def test_cost_curve_command_writes_json_markdown_and_plot(model_dir, tmp_path):
-    args = ["bench", "--cost-curve", "--quick", "--target", str(model_dir / "target"), "--cost-sizes", "1,2,4",
-            "--cost-modes", "eager-float32,eager-float32-gemm,eager-bfloat16", "--threads", "1", "--out", str(tmp_path),
-            "--no-progress"]
+    args = [
+        "bench",
+        "--cost-curve",
+        "--quick",
+        "--target",
+        str(model_dir / "target"),
+        "--cost-sizes",
+        "1,2,4",
+        "--cost-modes",
+        "eager-float32,eager-float32-gemm,eager-bfloat16",
+        "--threads",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     payload = json.loads((tmp_path / "cost-target-quick.json").read_text())
@@ -76,12 +96,15 @@ def test_cost_curve_command_writes_json_markdown_and_plot(model_dir, tmp_path):
     assert (tmp_path / "cost-target-quick.png").read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--cost-curve", "--cost-modes", "eager-float32,turbo"], "unknown mode 'turbo'"),
-    (["--cost-curve", "--cost-sizes", "1,0"], "--cost-sizes must be integers >= 1"),
-    (["--cost-curve", "--gamma", "3"], "--cost-curve does not use --gamma"),
-    (["--cost-sizes", "1,2"], "--cost-sizes only apply with --cost-curve"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--cost-curve", "--cost-modes", "eager-float32,turbo"], "unknown mode 'turbo'"),
+        (["--cost-curve", "--cost-sizes", "1,0"], "--cost-sizes must be integers >= 1"),
+        (["--cost-curve", "--gamma", "3"], "--cost-curve does not use --gamma"),
+        (["--cost-sizes", "1,2"], "--cost-sizes only apply with --cost-curve"),
+    ],
+)
 def test_bad_cost_options_exit_2_with_a_message(extra, message, tmp_path):
     result = CliRunner().invoke(app, ["bench", "--target", "t", "--out", str(tmp_path), *extra])
     assert result.exit_code == 2, result.output

@@ -1,4 +1,5 @@
 """GGUF conversion for the llama.cpp rows: which tokenizers map to llama.cpp's GPT-2 pre-tokenizer, clear errors."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """`draftverify bench-healing`: HumanEval trimmed vs as published, healing off and on, through the real command."""
+
 from __future__ import annotations
 
 import json
@@ -13,23 +14,43 @@ from draftverify.cli import app
 
 
 def test_bench_healing_writes_the_table_and_its_rows_are_the_librarys_texts(model_dir, data_dir, tmp_path):  # noqa: F811
-    args = ["bench-healing", "--target", str(model_dir / "target"), "--draft", str(model_dir / "draft"),
-            "--methods", "model", "--num-prompts", "3", "--max-new-tokens", "12", "--data-dir", str(data_dir),
-            "--out", str(tmp_path), "--name", "heal", "--threads", "1"]
+    args = [
+        "bench-healing",
+        "--target",
+        str(model_dir / "target"),
+        "--draft",
+        str(model_dir / "draft"),
+        "--methods",
+        "model",
+        "--num-prompts",
+        "3",
+        "--max-new-tokens",
+        "12",
+        "--data-dir",
+        str(data_dir),
+        "--out",
+        str(tmp_path),
+        "--name",
+        "heal",
+        "--threads",
+        "1",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "| published | on | `autoregressive` |" in result.stdout
     saved = json.loads((tmp_path / "heal.json").read_text())
     rows = {(r["runner"], r["form"], r["heal"]): r for r in saved["rows"]}
-    assert set(rows) == {("autoregressive", f, h) for f in ("trimmed", "published") for h in (False, True)} | \
-        {("model", "published", h) for h in (False, True)}
+    assert set(rows) == {("autoregressive", f, h) for f in ("trimmed", "published") for h in (False, True)} | {
+        ("model", "published", h) for h in (False, True)
+    }
     pipe = load(target=model_dir / "target", method="autoregressive")
     for heal in (False, True):
         row = rows[("autoregressive", "published", heal)]
         expected = [pipe.generate(r["prompt"], max_new_tokens=12, heal=heal).text for r in HUMANEVAL]
         assert row["texts"] == expected
-        score = chrf([truncate_at_stops(t, HUMANEVAL_STOPS) for t in expected],
-                     [r["canonical_solution"] for r in HUMANEVAL])
+        score = chrf(
+            [truncate_at_stops(t, HUMANEVAL_STOPS) for t in expected], [r["canonical_solution"] for r in HUMANEVAL]
+        )
         assert row["chrf_reference"] == score
         assert row["healed_prompts"] == (3 if heal else 0)  # every prompt ends in "\n", which longer tokens extend
         newline = pipe.tokenizer("\n").input_ids
@@ -43,6 +64,7 @@ def test_bench_healing_writes_the_table_and_its_rows_are_the_librarys_texts(mode
 
 
 def test_bench_healing_rejects_an_unknown_method_before_loading(model_dir, tmp_path):  # noqa: F811
-    result = CliRunner().invoke(app, ["bench-healing", "--target", str(model_dir / "target"), "--methods", "medusa",
-                                      "--out", str(tmp_path)])
+    result = CliRunner().invoke(
+        app, ["bench-healing", "--target", str(model_dir / "target"), "--methods", "medusa", "--out", str(tmp_path)]
+    )
     assert result.exit_code == 2 and "unknown method" in result.stderr

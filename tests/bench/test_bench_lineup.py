@@ -1,4 +1,5 @@
 """Our rows come from the method registry: today's methods, a newly registered one, skips with reasons."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,8 +17,12 @@ from draftverify.methods import METHODS, Method
 
 
 def _config(model_dir, **overrides) -> BenchConfig:
-    paths = dict(target=model_dir / "target", draft=model_dir / "draft", aligned_draft=model_dir / "aligned",
-                 options={"ngram_path": model_dir / "ngram.safetensors"})
+    paths = dict(
+        target=model_dir / "target",
+        draft=model_dir / "draft",
+        aligned_draft=model_dir / "aligned",
+        options={"ngram_path": model_dir / "ngram.safetensors"},
+    )
     return BenchConfig(**{**paths, "quick": True, **overrides}).resolved()
 
 
@@ -33,14 +38,36 @@ def _plan(config, models):
 def test_todays_methods_give_the_rows_the_bench_always_had(model_dir, models):
     rows, notes = _plan(_config(model_dir), models)
     by_name = {r.name: r for r in rows}
-    assert set(by_name) == {"model[g=3]", "model[auto]", "model_aligned[g=3]", "prompt_lookup[g=3]", "ngram[g=3]",
-                            "early_exit[L=1,g=3]", "bild[fb=0.4,rb=2]", "bild_early_exit[L=1,fb=0.4,rb=2]",
-                            "specdec++[fb=0.4]", "lookup_model[g=3]", "lookup_model_aligned[g=3]", "model_tree[g=3]",
-                            "model_tree_aligned[g=3]", "prompt_lookup_tree[g=3]", "cross_tokenizer[g=3]",
-                            "cross_tokenizer_aligned[g=3]"}
+    assert set(by_name) == {
+        "model[g=3]",
+        "model[auto]",
+        "model_aligned[g=3]",
+        "prompt_lookup[g=3]",
+        "ngram[g=3]",
+        "early_exit[L=1,g=3]",
+        "bild[fb=0.4,rb=2]",
+        "bild_early_exit[L=1,fb=0.4,rb=2]",
+        "specdec++[fb=0.4]",
+        "lookup_model[g=3]",
+        "lookup_model_aligned[g=3]",
+        "model_tree[g=3]",
+        "model_tree_aligned[g=3]",
+        "prompt_lookup_tree[g=3]",
+        "cross_tokenizer[g=3]",
+        "cross_tokenizer_aligned[g=3]",
+    }
     # the tiny target has no trained blockwise heads, BiTA adapter nor NAT drafter: those methods are skipped, saying why
-    assert sorted(n.split()[0] for n in notes) == ["bita", "bita_chain", "bita_tree", "bpd", "bpd_neural", "bpd_ngram",
-                                                   "bpd_pbest", "specdec", "specdec++_nat"]
+    assert sorted(n.split()[0] for n in notes) == [
+        "bita",
+        "bita_chain",
+        "bita_tree",
+        "bpd",
+        "bpd_neural",
+        "bpd_ngram",
+        "bpd_pbest",
+        "specdec",
+        "specdec++_nat",
+    ]
     assert all("needs trained heads" in n for n in notes if n.startswith("bpd"))
     assert all("needs a trained adapter" in n for n in notes if n.startswith("bita"))
     assert all("NAT drafter needs trained weights" in n for n in notes if n.startswith("specdec"))
@@ -60,11 +87,18 @@ def test_conf_gammas_give_method_conf_rows(model_dir, models):
 
 
 def test_full_mode_sweeps_gammas_layers_and_the_lossy_grid(model_dir, models):
-    config = _config(model_dir, quick=False, gammas=(2, 4), bild_fb=(0.2, 0.6), bild_rb=(1.0, 3.0),
-                     early_exit_layers=(1, 2))
+    config = _config(
+        model_dir, quick=False, gammas=(2, 4), bild_fb=(0.2, 0.6), bild_rb=(1.0, 3.0), early_exit_layers=(1, 2)
+    )
     names = {r.name for r in _plan(config, models)[0]}
-    assert {"early_exit[L=1,g=2]", "early_exit[L=2,g=4]", "bild[fb=0.6,rb=1]", "bild[fb=0.2,rb=3]",
-            "bild_early_exit[L=2,fb=0.6,rb=3]", "ngram[g=4]"} <= names
+    assert {
+        "early_exit[L=1,g=2]",
+        "early_exit[L=2,g=4]",
+        "bild[fb=0.6,rb=1]",
+        "bild[fb=0.2,rb=3]",
+        "bild_early_exit[L=2,fb=0.6,rb=3]",
+        "ngram[g=4]",
+    } <= names
     assert sum(n.startswith("bild[") for n in names) == 4 and sum(n.startswith("early_exit[") for n in names) == 4
 
 
@@ -76,8 +110,13 @@ def test_a_newly_registered_method_appears_without_editing_the_bench(model_dir, 
     config = _config(model_dir, runners=("lookup_new", "model_new", "model_new_aligned", "lookup_lossy"))
     runners, notes = build_runners(config, models, Hooks(target=None))
     rows = {r.name: r for r in runners}
-    assert {"lookup_new[g=3]", "lookup_new[auto]", "model_new[g=3]", "model_new_aligned[g=3]",
-            "lookup_lossy[rb=2]"} <= set(rows)
+    assert {
+        "lookup_new[g=3]",
+        "lookup_new[auto]",
+        "model_new[g=3]",
+        "model_new_aligned[g=3]",
+        "lookup_lossy[rb=2]",
+    } <= set(rows)
     assert not any(name.startswith("lookup_new_aligned") for name in rows)  # no draft model, no aligned twin
     assert rows["lookup_new[g=3]"].lossless and not rows["lookup_new[g=3]"].greedy_only
     assert not rows["lookup_lossy[rb=2]"].lossless and rows["lookup_lossy[rb=2]"].greedy_only
@@ -107,8 +146,13 @@ def test_a_draft_with_another_tokenizer_gives_cross_tokenizer_rows_and_universal
     """--draft with its own tokenizer: our `model` rows re-tokenize its text, hf_assisted passes both tokenizers
     (Hugging Face's universal assisted generation, offline), the methods that read its logits are skipped saying
     why; every greedy row gives the target's own tokens."""
-    config = BenchConfig(target=model_dir / "target", draft=OTHERTOK, quick=True, gammas=(3,),
-                         runners=("model", "lookup_model", "hf_assisted")).resolved()
+    config = BenchConfig(
+        target=model_dir / "target",
+        draft=OTHERTOK,
+        quick=True,
+        gammas=(3,),
+        runners=("model", "lookup_model", "hf_assisted"),
+    ).resolved()
     models = load_models(config)
     assert models.draft_tokenizer is not None and len(models.draft_tokenizer) != len(models.tokenizer)
     assert models.describe()["draft"]["tokenizer"] == f"its own (vocabulary {len(models.draft_tokenizer)})"
@@ -133,8 +177,9 @@ def test_a_draft_with_another_tokenizer_gives_cross_tokenizer_rows_and_universal
 def test_a_conf_row_keeps_its_policy_across_prompts_one_per_temperature(model_dir):
     """Our conf / auto rows keep their length policy (timings and rates) from prompt to prompt, as a Pipeline does;
     greedy and sampled runs of the row keep one each."""
-    config = BenchConfig(target=model_dir / "target", draft=model_dir / "draft", quick=True, gammas=("conf",),
-                         runners=("model",)).resolved()
+    config = BenchConfig(
+        target=model_dir / "target", draft=model_dir / "draft", quick=True, gammas=("conf",), runners=("model",)
+    ).resolved()
     models = load_models(config)
     hooks = install_hooks(models)
     runner = next(r for r in build_runners(config, models, hooks)[0] if r.name == "model[conf]")

@@ -1,4 +1,5 @@
 """llama.cpp rows: skipped with a reason when unavailable; when available, greedy tokens equal Hugging Face's."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,9 +11,10 @@ from draftverify.bench import llamacpp
 from draftverify.bench.config import BenchConfig
 from draftverify.bench.models import load_models
 
-needs_llama_cpp = pytest.mark.skipif(not (llamacpp.installed() and converter_available()),
-                                     reason="llama-cpp-python not installed or no llama.cpp converter "
-                                            "(scripts/fetch_llama_cpp_converter.sh)")
+needs_llama_cpp = pytest.mark.skipif(
+    not (llamacpp.installed() and converter_available()),
+    reason="llama-cpp-python not installed or no llama.cpp converter (scripts/fetch_llama_cpp_converter.sh)",
+)
 
 
 def _config(model_dir, **overrides):
@@ -23,8 +25,9 @@ def test_not_installed_is_a_note_with_the_install_command(model_dir, monkeypatch
     monkeypatch.setattr(llamacpp, "installed", lambda: False)
     config = _config(model_dir)
     runners, notes = llamacpp.llamacpp_runners(config, load_models(config))
-    assert runners == [] and notes == [f"llama.cpp rows skipped: llama-cpp-python is not installed "
-                                       f"({llamacpp.INSTALL_HINT})"]
+    assert runners == [] and notes == [
+        f"llama.cpp rows skipped: llama-cpp-python is not installed ({llamacpp.INSTALL_HINT})"
+    ]
 
 
 def test_no_llama_cpp_rows_unless_wanted(model_dir):
@@ -37,11 +40,21 @@ def test_llama_cpp_greedy_tokens_equal_hf_generate(model_dir):
     config = _config(model_dir, gammas=(3,))
     models = load_models(config)
     runners, notes = llamacpp.llamacpp_runners(config, models)
-    assert [r.name for r in runners] == ["llamacpp", "llamacpp_prompt_lookup[g=3]", "llamacpp_prompt_lookup[default]"], notes
+    assert [r.name for r in runners] == [
+        "llamacpp",
+        "llamacpp_prompt_lookup[g=3]",
+        "llamacpp_prompt_lookup[default]",
+    ], notes
     assert runners[2].settings["num_pred_tokens"] == 10 and runners[2].settings["max_ngram_size"] == 2
     prompt = torch.tensor([[5, 17, 99, 230, 7, 5, 17, 99]])
-    expected = models.target.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=16,
-                                      do_sample=False, eos_token_id=None, pad_token_id=0)[0, 8:].tolist()
+    expected = models.target.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=16,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+    )[0, 8:].tolist()
     for runner in runners:
         runner.eos_token_id = None  # 16 tokens on every row, EOS or not
         m = runner.run(prompt, 0.0, 0, 16)
@@ -57,8 +70,14 @@ def test_our_rows_on_the_llamacpp_backend_equal_llama_cpp_greedy(model_dir, monk
     from draftverify.bench.runners import install_hooks
 
     monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path))
-    config = _config(model_dir, gammas=(3,), backends=("llamacpp",), temperatures=(0.0,), draft=model_dir / "draft",
-                     runners=("llamacpp", "model", "model_tree", "prompt_lookup", "bpd", "bild"))
+    config = _config(
+        model_dir,
+        gammas=(3,),
+        backends=("llamacpp",),
+        temperatures=(0.0,),
+        draft=model_dir / "draft",
+        runners=("llamacpp", "model", "model_tree", "prompt_lookup", "bpd", "bild"),
+    )
     models = load_models(config)
     hooks = install_hooks(models)
     try:
@@ -66,8 +85,12 @@ def test_our_rows_on_the_llamacpp_backend_equal_llama_cpp_greedy(model_dir, monk
     finally:
         hooks.remove()
     names = [r.name for r in runners]
-    assert {"llamacpp:ours_autoregressive", "llamacpp:model[g=3]", "llamacpp:model_tree[g=3]",
-            "llamacpp:prompt_lookup[g=3]"} <= set(names), names
+    assert {
+        "llamacpp:ours_autoregressive",
+        "llamacpp:model[g=3]",
+        "llamacpp:model_tree[g=3]",
+        "llamacpp:prompt_lookup[g=3]",
+    } <= set(names), names
     assert not any(n.startswith(("model", "prompt_lookup")) for n in names)  # --backend llamacpp: no hf rows
     assert any("llamacpp:bild skipped" in n for n in notes) and any("llamacpp:bpd skipped" in n for n in notes)
     prompt = torch.tensor([[5, 17, 99, 230, 7, 5, 17, 99]])
@@ -128,9 +151,22 @@ def test_a_run_on_both_backends_writes_their_cost_curves_in_the_same_file(model_
     from draftverify.bench.run import run_bench
 
     monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path / "gguf"))
-    result = run_bench(_config(model_dir, quick=False, backends=("hf", "llamacpp"), runners=("llamacpp", "model"),
-                               draft=model_dir / "draft", gammas=(2,), temperatures=(0.0,), num_prompts=1,
-                               max_new_tokens=4, out=tmp_path, name="both", plots=False))
+    result = run_bench(
+        _config(
+            model_dir,
+            quick=False,
+            backends=("hf", "llamacpp"),
+            runners=("llamacpp", "model"),
+            draft=model_dir / "draft",
+            gammas=(2,),
+            temperatures=(0.0,),
+            num_prompts=1,
+            max_new_tokens=4,
+            out=tmp_path,
+            name="both",
+            plots=False,
+        )
+    )
     cost = result["cost_curve"]
     assert list(cost["modes"]) == ["eager-float32", "llamacpp-float32"]
     assert [p["n"] for p in cost["modes"]["llamacpp-float32"]["points"]] == [1, 2, 3, 4, 5, 6, 8, 12, 16]
@@ -167,6 +203,13 @@ def test_the_peers_and_our_backend_compute_the_same_logits(model_dir, monkeypatc
         return torch.from_numpy(np.array(llm.scores[: len(prompt)]))
 
     assert torch.equal(every_position(lookup), want)
-    other = Llama(model_path=lookup.model_path, n_ctx=lookup.n_ctx(), n_threads=1, n_threads_batch=1,
-                  logits_all=True, flash_attn=not FLASH_ATTENTION, verbose=False)
+    other = Llama(
+        model_path=lookup.model_path,
+        n_ctx=lookup.n_ctx(),
+        n_threads=1,
+        n_threads_batch=1,
+        logits_all=True,
+        flash_attn=not FLASH_ATTENTION,
+        verbose=False,
+    )
     assert not torch.equal(every_position(other), want)

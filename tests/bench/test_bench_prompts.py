@@ -1,5 +1,6 @@
 """Prompt sets: HumanEval and Spec-Bench shipped in the package or from a data folder, clear errors for missing files
 and bad names."""
+
 from __future__ import annotations
 
 import gzip
@@ -29,8 +30,10 @@ def test_humaneval_published_keeps_the_prompts_as_published(data_dir):
 
 def test_spec_bench_category_takes_the_first_turn(data_dir):
     prompts = load_prompts("spec_bench:translation", data_dir)
-    assert [p.text for p in prompts] == ["Translate German to English: Guten Tag .",
-                                         "Translate German to English: Danke ."]
+    assert [p.text for p in prompts] == [
+        "Translate German to English: Guten Tag .",
+        "Translate German to English: Danke .",
+    ]
     assert [p.reference for p in prompts] == ["Good day .", None]
     mt = load_prompts("spec_bench:mt_bench", data_dir)  # the MT-Bench categories (writing, ...)
     assert [p.text for p in mt] == ["Write a haiku."]

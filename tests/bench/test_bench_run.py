@@ -1,4 +1,5 @@
 """`draftverify bench --quick` end to end on tiny random models: files, rows, losslessness, HF agreement, theory."""
+
 from __future__ import annotations
 
 import json
@@ -21,17 +22,34 @@ from draftverify.theory import walltime_factor
 
 QUICK_GAMMA = 3
 # the rows of today's registry (a new method adds its own: tests/bench/test_bench_lineup.py); lossy: greedy only
-LOSSLESS_FAMILIES = ("hf_generate", "ours_autoregressive", "hf_assisted", "hf_prompt_lookup", "model",
-                     "model_aligned", "prompt_lookup", "lookup_model", "lookup_model_aligned", "ngram", "early_exit",
-                     "model_tree", "model_tree_aligned", "prompt_lookup_tree", "cross_tokenizer",
-                     "cross_tokenizer_aligned")
+LOSSLESS_FAMILIES = (
+    "hf_generate",
+    "ours_autoregressive",
+    "hf_assisted",
+    "hf_prompt_lookup",
+    "model",
+    "model_aligned",
+    "prompt_lookup",
+    "lookup_model",
+    "lookup_model_aligned",
+    "ngram",
+    "early_exit",
+    "model_tree",
+    "model_tree_aligned",
+    "prompt_lookup_tree",
+    "cross_tokenizer",
+    "cross_tokenizer_aligned",
+)
 LOSSY_FAMILIES = ("bild", "bild_early_exit", "specdec++")
 
 
 def llama_cpp_families() -> set[str]:
     """Greedy-only peer rows, present where llama-cpp-python and llama.cpp's converter are (test_bench_llamacpp)."""
-    return {"llamacpp", "llamacpp_prompt_lookup", "llamacpp_draft"} if llamacpp.installed() and converter_available() \
+    return (
+        {"llamacpp", "llamacpp_prompt_lookup", "llamacpp_draft"}
+        if llamacpp.installed() and converter_available()
         else set()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +57,20 @@ def quick(model_dir, data_dir, tmp_path_factory):
     """One `draftverify bench --quick` through the CLI; returns (result JSON, output folder, CLI output)."""
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("bench-out")
-    args = ["bench", "--quick", *model_args(model_dir), "--data-dir", str(data_dir), "--out", str(out),
-            "--threads", "1", "--no-progress", "--temperature", "0,1"]  # --quick alone runs greedy only
+    args = [
+        "bench",
+        "--quick",
+        *model_args(model_dir),
+        "--data-dir",
+        str(data_dir),
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+        "--no-progress",
+        "--temperature",
+        "0,1",
+    ]  # --quick alone runs greedy only
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     payload = json.loads((out / "bench-humaneval-quick.json").read_text())
@@ -48,19 +78,29 @@ def quick(model_dir, data_dir, tmp_path_factory):
 
 
 def _rows(payload, temperature=None, family=None):
-    return [r for r in payload["runners"] if (temperature is None or r["temperature"] == temperature)
-            and (family is None or r["family"] == family)]
+    return [
+        r
+        for r in payload["runners"]
+        if (temperature is None or r["temperature"] == temperature) and (family is None or r["family"] == family)
+    ]
 
 
 def _measurements(payload, runner, temperature):
-    return sorted((m for m in payload["measurements"] if m["runner"] == runner and m["temperature"] == temperature),
-                  key=lambda m: m["prompt_index"])
+    return sorted(
+        (m for m in payload["measurements"] if m["runner"] == runner and m["temperature"] == temperature),
+        key=lambda m: m["prompt_index"],
+    )
 
 
 def test_quick_run_writes_json_markdown_and_plots(quick):
     payload, out, output = quick
-    for name in ("bench-humaneval-quick.json", "bench-humaneval-quick.md", "bench-humaneval-quick-speedup.png",
-                 "bench-humaneval-quick-tokens-per-call.png", "bench-humaneval-quick-bild.png"):
+    for name in (
+        "bench-humaneval-quick.json",
+        "bench-humaneval-quick.md",
+        "bench-humaneval-quick-speedup.png",
+        "bench-humaneval-quick-tokens-per-call.png",
+        "bench-humaneval-quick-bild.png",
+    ):
         path = out / name
         assert path.is_file() and path.stat().st_size > 0, name
         if name.endswith(".png"):
@@ -85,9 +125,16 @@ def test_quick_run_has_every_runner_type_at_every_temperature(quick):
         expected = set(LOSSLESS_FAMILIES) | (set(LOSSY_FAMILIES) | llama_cpp_families() if t == 0 else set())
         assert families == expected, (t, expected ^ families)
     names = {r["runner"] for r in _rows(payload, 0.0)}
-    assert {f"hf_assisted[g={QUICK_GAMMA}]", "hf_assisted[heuristic]", "hf_assisted[hf-default]",
-            f"hf_prompt_lookup[g={QUICK_GAMMA}]", f"model[g={QUICK_GAMMA}]", "model[auto]",
-            f"early_exit[L=1,g={QUICK_GAMMA}]", "bild[fb=0.4,rb=2]"} <= names
+    assert {
+        f"hf_assisted[g={QUICK_GAMMA}]",
+        "hf_assisted[heuristic]",
+        "hf_assisted[hf-default]",
+        f"hf_prompt_lookup[g={QUICK_GAMMA}]",
+        f"model[g={QUICK_GAMMA}]",
+        "model[auto]",
+        f"early_exit[L=1,g={QUICK_GAMMA}]",
+        "bild[fb=0.4,rb=2]",
+    } <= names
     # every row measured on every prompt, each with real token counts and timings
     assert len(payload["measurements"]) == len(payload["runners"]) * 2
     for m in payload["measurements"]:
@@ -140,7 +187,9 @@ def test_speedup_is_the_ratio_of_aggregate_tokens_per_second(quick):
             tps = sum(m["new_tokens"] for m in ms) / sum(m["seconds"] for m in ms)
             assert row["tokens_per_second"] == pytest.approx(tps)
             assert row["speedup"] == pytest.approx(tps / rows["hf_generate"]["tokens_per_second"])
-            assert row["tokens_per_call"] == pytest.approx(sum(m["new_tokens"] for m in ms) / sum(m["target_calls"] for m in ms))
+            assert row["tokens_per_call"] == pytest.approx(
+                sum(m["new_tokens"] for m in ms) / sum(m["target_calls"] for m in ms)
+            )
         assert rows["hf_generate"]["speedup"] == pytest.approx(1.0)
 
 
@@ -148,9 +197,17 @@ def test_theorem8_prediction_is_walltime_factor_of_the_recorded_alpha_c_gamma(qu
     payload, _, _ = quick
     predicted = [r for r in payload["runners"] if r["predicted_speedup"] is not None]
     # chain drafters only: Theorem 8 has no model of a tree (model_tree, prompt_lookup_tree get no prediction)
-    assert {r["family"] for r in predicted} == {"model", "model_aligned", "ngram", "prompt_lookup", "early_exit",
-                                                "lookup_model", "lookup_model_aligned", "cross_tokenizer",
-                                                "cross_tokenizer_aligned"}
+    assert {r["family"] for r in predicted} == {
+        "model",
+        "model_aligned",
+        "ngram",
+        "prompt_lookup",
+        "early_exit",
+        "lookup_model",
+        "lookup_model_aligned",
+        "cross_tokenizer",
+        "cross_tokenizer_aligned",
+    }
     for row in predicted:
         assert row["predicted_speedup"] == pytest.approx(walltime_factor(row["alpha"], row["theory_gamma"], row["c"]))
         if isinstance(row["gamma"], int):
@@ -164,10 +221,13 @@ def test_theorem8_prediction_is_walltime_factor_of_the_recorded_alpha_c_gamma(qu
         assert row["c"] == pytest.approx(c) and row["c"] > 0
         assert row["verify_cost"] == pytest.approx(sum(m["stats"]["time_target"] for m in ms) / calls / single)
         assert row["predicted_speedup_with_verify_cost"] == pytest.approx(
-            walltime_factor(row["alpha"], row["theory_gamma"], row["c"], row["verify_cost"]))
+            walltime_factor(row["alpha"], row["theory_gamma"], row["c"], row["verify_cost"])
+        )
         accepted = sum(m["accepted"] for m in ms)
         assert row["alpha"] == pytest.approx(accepted / (accepted + sum(m["rejections"] for m in ms)))
-        assert row["achieved_over_predicted"] == pytest.approx(row["speedup_vs_ours_autoregressive"] / row["predicted_speedup"])
+        assert row["achieved_over_predicted"] == pytest.approx(
+            row["speedup_vs_ours_autoregressive"] / row["predicted_speedup"]
+        )
     assert all(r["predicted_speedup"] is None for r in payload["runners"] if r["kind"] == "hf" or r["family"] == "bild")
 
 
@@ -196,11 +256,36 @@ def test_markdown_has_the_command_line_and_a_row_per_runner(quick):
 def test_quick_piped_says_each_phase_runner_and_prompt_on_stderr_without_loading_bars(model_dir, data_dir, tmp_path):
     """The real `draftverify bench --quick` with stderr a pipe (not a terminal): a line per phase and per (runner,
     prompt) as it goes, greedy only and no warm-up (the smoke test's defaults), no transformers bars."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(Path(draftverify.__file__).resolve().parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "draftverify.cli", "bench", "--quick", *model_args(model_dir),
-                           "--data-dir", str(data_dir), "--out", str(tmp_path), "--threads", "1", "--no-plots",
-                           "--runners", "model,prompt_lookup"], capture_output=True, text=True, env=env, timeout=600)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(Path(draftverify.__file__).resolve().parents[1])
+        + os.pathsep
+        + os.environ.get("PYTHONPATH", ""),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "draftverify.cli",
+            "bench",
+            "--quick",
+            *model_args(model_dir),
+            "--data-dir",
+            str(data_dir),
+            "--out",
+            str(tmp_path),
+            "--threads",
+            "1",
+            "--no-plots",
+            "--runners",
+            "model,prompt_lookup",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     err = done.stderr
     assert "Loading weights" not in err and "━" not in err  # no bars: neither transformers' nor a stuck rich one
@@ -208,8 +293,13 @@ def test_quick_piped_says_each_phase_runner_and_prompt_on_stderr_without_loading
     assert lines[0].startswith("bench bench-humaneval-quick: loading the models")
     assert any(line.startswith("building the runners") for line in lines)
     assert any(line.startswith("5 runners, 5 (runner, temperature) rows x 2 prompts of 8 tokens") for line in lines)
-    runners = ["hf_generate", "ours_autoregressive", f"model[g={QUICK_GAMMA}]", "model[auto]",
-               f"prompt_lookup[g={QUICK_GAMMA}]"]
+    runners = [
+        "hf_generate",
+        "ours_autoregressive",
+        f"model[g={QUICK_GAMMA}]",
+        "model[auto]",
+        f"prompt_lookup[g={QUICK_GAMMA}]",
+    ]
     progress = [line for line in lines if line.startswith("[")]
     assert len(progress) == 10 and progress[-1].startswith("[10/10] ")
     for index, prompt in enumerate(("HumanEval/0", "HumanEval/1")):
@@ -221,11 +311,25 @@ def test_quick_piped_says_each_phase_runner_and_prompt_on_stderr_without_loading
 
 def test_python_api_returns_the_result_and_records_the_command(model_dir, data_dir, tmp_path):
     torch.set_num_threads(1)
-    result = run_bench(target=model_dir / "target", draft=model_dir / "draft", data_dir=data_dir, out=tmp_path,
-                       quick=True, temperatures=(0.0,), runners=("model",), plots=False, progress=False,
-                       num_prompts=1, command="my-command --x")
-    assert [r["runner"] for r in result["runners"]] == ["hf_generate", "ours_autoregressive",
-                                                         f"model[g={QUICK_GAMMA}]", "model[auto]"]
+    result = run_bench(
+        target=model_dir / "target",
+        draft=model_dir / "draft",
+        data_dir=data_dir,
+        out=tmp_path,
+        quick=True,
+        temperatures=(0.0,),
+        runners=("model",),
+        plots=False,
+        progress=False,
+        num_prompts=1,
+        command="my-command --x",
+    )
+    assert [r["runner"] for r in result["runners"]] == [
+        "hf_generate",
+        "ours_autoregressive",
+        f"model[g={QUICK_GAMMA}]",
+        "model[auto]",
+    ]
     assert result["command"] == "my-command --x"
     assert "my-command --x" in (tmp_path / "bench-humaneval-quick.md").read_text()
     assert not list(tmp_path.glob("*.png"))
@@ -235,6 +339,9 @@ def test_python_api_returns_the_result_and_records_the_command(model_dir, data_d
 def test_tokens_per_second_sums_each_runners_prompts():
     from draftverify.bench.run import tokens_per_second
 
-    records = [{"runner": "a", "new_tokens": 10, "seconds": 1.0}, {"runner": "b", "new_tokens": 30, "seconds": 1.0},
-               {"runner": "a", "new_tokens": 20, "seconds": 0.5}]
+    records = [
+        {"runner": "a", "new_tokens": 10, "seconds": 1.0},
+        {"runner": "b", "new_tokens": 30, "seconds": 1.0},
+        {"runner": "a", "new_tokens": 20, "seconds": 0.5},
+    ]
     assert tokens_per_second(records) == {"a": 20.0, "b": 30.0}  # (10 + 20) / 1.5, not the mean of 10 and 40

@@ -1,5 +1,6 @@
 """`draftverify bench-translate` on a tiny zoo (random Marian target and small model, an untrained NAT drafter):
 every row runs, lossless rows equal AT greedy, the tables and the BiLD plot are written, bad input exits 2."""
+
 from __future__ import annotations
 
 import json
@@ -63,16 +64,50 @@ def test_multi30k_prompts_pair_sources_with_references(tiny_zoo):
 
 def test_bench_translate_runs_every_row(tiny_zoo, monkeypatch, tmp_path):
     monkeypatch.setenv("DRAFTVERIFY_ZOO", str(tiny_zoo / "zoo"))
-    result = CliRunner().invoke(app, ["bench-translate", "--data-dir", str(tiny_zoo / "data"), "--num-prompts", "2",
-                                      "-n", "6", "--ks", "2,4", "--betas", "3", "--taus", "1", "--plus-k", "4",
-                                      "--gammas", "2", "--bild-fb", "0.5", "--bild-rb", "2", "--threads", "1",
-                                      "--out", str(tmp_path), "--name", "t"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench-translate",
+            "--data-dir",
+            str(tiny_zoo / "data"),
+            "--num-prompts",
+            "2",
+            "-n",
+            "6",
+            "--ks",
+            "2,4",
+            "--betas",
+            "3",
+            "--taus",
+            "1",
+            "--plus-k",
+            "4",
+            "--gammas",
+            "2",
+            "--bild-fb",
+            "0.5",
+            "--bild-rb",
+            "2",
+            "--threads",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "t",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "t.json").read_text())
     names = [r["name"] for r in data["rows"]]
     assert names[:3] == ["hf_greedy", "hf_beam[b=5]", "autoregressive"]
-    assert {"specdec[k=2]", "specdec[k=4]", "specdec++[k=4,b=3,t=1]", "hf_assisted[g=2]", "model[g=2]",
-            "bild[fb=0.5,rb=2]"} <= set(names)
+    assert {
+        "specdec[k=2]",
+        "specdec[k=4]",
+        "specdec++[k=4,b=3,t=1]",
+        "hf_assisted[g=2]",
+        "model[g=2]",
+        "bild[fb=0.5,rb=2]",
+    } <= set(names)
     for row in data["rows"]:
         if row["lossless"]:
             assert row["same_as_greedy"] == 1.0, row["name"]
@@ -81,7 +116,9 @@ def test_bench_translate_runs_every_row(tiny_zoo, monkeypatch, tmp_path):
     # a step's cost: the verifier forward and the drafter are parts of it; AR runs 1 token per call, so 2.0x needs 2
     rows = {r["name"]: r for r in data["rows"]}
     spec = rows["specdec[k=4]"]
-    assert 0 < spec["ms_per_verifier_call"] < spec["ms_per_step"] and 0 < spec["ms_per_drafter_call"] < spec["ms_per_step"]
+    assert (
+        0 < spec["ms_per_verifier_call"] < spec["ms_per_step"] and 0 < spec["ms_per_drafter_call"] < spec["ms_per_step"]
+    )
     assert rows["autoregressive"]["ms_per_drafter_call"] is None
     ar = rows["autoregressive"]["ms_per_step"]
     assert tokens_per_call_needed(rows["autoregressive"], ar) == 2.0
@@ -98,10 +135,36 @@ def test_bench_translate_bad_input_exits_2(tiny_zoo, monkeypatch, tmp_path):
 
 
 def _bench_counts(tiny_zoo, out, *extra):
-    return CliRunner().invoke(app, ["bench-translate", "--data-dir", str(tiny_zoo / "data"), "--num-prompts", "3",
-                                    "-n", "6", "--ks", "", "--betas", "", "--gammas", "2", "--bild-fb", "0.3,0.9",
-                                    "--bild-rb", "2", "--threads", "1", "--counts-only", "--out", str(out),
-                                    "--name", "c", *extra])
+    return CliRunner().invoke(
+        app,
+        [
+            "bench-translate",
+            "--data-dir",
+            str(tiny_zoo / "data"),
+            "--num-prompts",
+            "3",
+            "-n",
+            "6",
+            "--ks",
+            "",
+            "--betas",
+            "",
+            "--gammas",
+            "2",
+            "--bild-fb",
+            "0.3,0.9",
+            "--bild-rb",
+            "2",
+            "--threads",
+            "1",
+            "--counts-only",
+            "--out",
+            str(out),
+            "--name",
+            "c",
+            *extra,
+        ],
+    )
 
 
 def test_counts_only_before_and_after_with_a_perfectly_aligned_small_model(tiny_zoo, monkeypatch, tmp_path):
@@ -109,8 +172,16 @@ def test_counts_only_before_and_after_with_a_perfectly_aligned_small_model(tiny_
     small model's. With the target itself as the "aligned" small model (perfect prediction alignment) every draft is
     accepted: more tokens per target call and fewer large-model calls than the random small model, AT greedy's text."""
     monkeypatch.setenv("DRAFTVERIFY_ZOO", str(tiny_zoo / "zoo"))
-    result = _bench_counts(tiny_zoo, tmp_path, "--aligned-draft", str(tiny_zoo / "zoo" / "translate" / "target"),
-                           "--bild-fb", "0,0.9", "--bild-rb", "10")
+    result = _bench_counts(
+        tiny_zoo,
+        tmp_path,
+        "--aligned-draft",
+        str(tiny_zoo / "zoo" / "translate" / "target"),
+        "--bild-fb",
+        "0,0.9",
+        "--bild-rb",
+        "10",
+    )
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "c.json").read_text())
     rows = {r["name"]: r for r in data["rows"]}
@@ -126,7 +197,10 @@ def test_counts_only_before_and_after_with_a_perfectly_aligned_small_model(tiny_
     assert after["target_calls_per_sentence"] < rows["autoregressive"]["target_calls_per_sentence"]
     pairs = data["aligned"]["pairs"]
     assert [p["row"] for p in pairs] == ["model[g=2]", "bild[fb=0,rb=10]", "bild[fb=0.9,rb=10]"]
-    assert pairs[1]["target_calls_per_sentence"] == [before["target_calls_per_sentence"], after["target_calls_per_sentence"]]
+    assert pairs[1]["target_calls_per_sentence"] == [
+        before["target_calls_per_sentence"],
+        after["target_calls_per_sentence"],
+    ]
     fewest = data["aligned"]["fewest_target_calls"]
     assert fewest["bild_aligned"]["no_loss"] == after["target_calls_per_sentence"]
     md = (tmp_path / "c.md").read_text()

@@ -1,4 +1,5 @@
 """Bench pieces without models: option parsing and errors, HF step accounting, summary and the loud warning."""
+
 from __future__ import annotations
 
 import pytest
@@ -42,8 +43,9 @@ def test_quick_and_full_defaults():
     assert (quick.num_prompts, quick.max_new_tokens, quick.gammas) == (2, 8, (3, "auto"))
     # a smoke test: greedy only, no warm-up, BiTA with one mask token (each still overridable)
     assert (quick.temperatures, quick.warmup_tokens, quick.options["bita_masks"]) == ((0.0,), 0, 1)
-    overridden = BenchConfig(target="t", quick=True, temperatures=(0.0, 1.0), warmup_tokens=4,
-                             options={"bita_masks": 2}).resolved()
+    overridden = BenchConfig(
+        target="t", quick=True, temperatures=(0.0, 1.0), warmup_tokens=4, options={"bita_masks": 2}
+    ).resolved()
     assert overridden.temperatures == (0.0, 1.0) and overridden.options["bita_masks"] == 2
     assert quick.name == "bench-humaneval-quick"
     full = BenchConfig(zoo="code", prompts="spec_bench:qa").resolved()
@@ -53,14 +55,17 @@ def test_quick_and_full_defaults():
     assert full.bild_fb == (0.2, 0.4, 0.6, 0.8) and full.bild_rb == (1.0, 2.0, 3.0, 5.0)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(num_prompts=0), "--num-prompts"),
-    (dict(max_new_tokens=-3), "--max-new-tokens"),
-    (dict(temperatures=(-1.0,)), "--temperature"),
-    (dict(runners=("model", "medusa")), "unknown runner family medusa"),
-    (dict(bild_fb=(1.5,)), "--bild-fb"),
-    (dict(threads=0), "--threads"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(num_prompts=0), "--num-prompts"),
+        (dict(max_new_tokens=-3), "--max-new-tokens"),
+        (dict(temperatures=(-1.0,)), "--temperature"),
+        (dict(runners=("model", "medusa")), "unknown runner family medusa"),
+        (dict(bild_fb=(1.5,)), "--bild-fb"),
+        (dict(threads=0), "--threads"),
+    ],
+)
 def test_bad_options_name_the_option(overrides, message):
     with pytest.raises(DraftVerifyError, match=message):
         BenchConfig(**{"target": "t", **overrides}).resolved()
@@ -105,16 +110,33 @@ def test_step_accounting_reconstructs_hf_assisted_steps():
 
 
 def _record(runner, prompt, ids, seconds=1.0, temperature=0.0, overshoot=0):
-    return {"runner": runner, "temperature": temperature, "prompt_index": prompt, "new_ids": ids,
-            "new_tokens": len(ids), "seconds": seconds, "target_calls": len(ids), "draft_calls": 0, "drafted": 0,
-            "accepted": 0, "rejections": 0, "stats": None, "text": " ".join(map(str, ids)), "overshoot": overshoot}
+    return {
+        "runner": runner,
+        "temperature": temperature,
+        "prompt_index": prompt,
+        "new_ids": ids,
+        "new_tokens": len(ids),
+        "seconds": seconds,
+        "target_calls": len(ids),
+        "draft_calls": 0,
+        "drafted": 0,
+        "accepted": 0,
+        "rejections": 0,
+        "stats": None,
+        "text": " ".join(map(str, ids)),
+        "overshoot": overshoot,
+    }
 
 
 def test_a_lossless_runner_that_differs_from_the_baseline_raises_a_loud_warning():
     runners = [OursRunner("hf_generate", "hf_generate"), OursRunner("model[g=2]", "model", gamma=2)]
     prompts = [Prompt("a", "x", reference="1 2"), Prompt("b", "y")]
-    records = [_record("hf_generate", 0, [1, 2]), _record("hf_generate", 1, [3, 4], seconds=3.0),
-               _record("model[g=2]", 0, [1, 2], seconds=0.5), _record("model[g=2]", 1, [3, 5], seconds=1.5)]
+    records = [
+        _record("hf_generate", 0, [1, 2]),
+        _record("hf_generate", 1, [3, 4], seconds=3.0),
+        _record("model[g=2]", 0, [1, 2], seconds=0.5),
+        _record("model[g=2]", 1, [3, 5], seconds=1.5),
+    ]
     rows = summarize(runners, (0.0,), prompts, records)
     by_name = {r["runner"]: r for r in rows}
     assert by_name["hf_generate"]["equal_to_baseline"] == 1.0
@@ -128,11 +150,24 @@ def test_a_lossless_runner_that_differs_from_the_baseline_raises_a_loud_warning(
 def test_markdown_shows_warnings_first():
     result = {
         "config": {"prompts": "humaneval", "quick": False, "temperatures": [0.0], "max_new_tokens": 4},
-        "machine": {"cpu_model": "cpu", "cores": 2}, "date": "today", "prompts": [],
-        "versions": {"torch_threads": 1, "python": "3", "torch": "t", "transformers": "x", "draftverify": "0",
-                     "git_commit": "abc", "git_dirty": False},
-        "runners": [], "files": {"json": "x.json"}, "notes": ["a note"], "command": "cmd --a",
-        "reproduce": "draftverify bench --a", "warnings": ["model differs"],
+        "machine": {"cpu_model": "cpu", "cores": 2},
+        "date": "today",
+        "prompts": [],
+        "versions": {
+            "torch_threads": 1,
+            "python": "3",
+            "torch": "t",
+            "transformers": "x",
+            "draftverify": "0",
+            "git_commit": "abc",
+            "git_dirty": False,
+        },
+        "runners": [],
+        "files": {"json": "x.json"},
+        "notes": ["a note"],
+        "command": "cmd --a",
+        "reproduce": "draftverify bench --a",
+        "warnings": ["model differs"],
     }
     markdown = render_markdown(result)
     assert "> **WARNING**: model differs" in markdown
@@ -158,21 +193,40 @@ class _Overshooting(nn.Module):
 
 def test_hf_runner_cuts_the_overshoot_and_reports_it():
     model = _Overshooting(extra=3)
-    runner = HFRunner("hf_prompt_lookup[g=4]", "hf_prompt_lookup", gamma=4, model=model,
-                      hooks=Hooks(target=ForwardCounter(model)), prompt_lookup=4, max_matching_ngram_size=3)
+    runner = HFRunner(
+        "hf_prompt_lookup[g=4]",
+        "hf_prompt_lookup",
+        gamma=4,
+        model=model,
+        hooks=Hooks(target=ForwardCounter(model)),
+        prompt_lookup=4,
+        max_matching_ngram_size=3,
+    )
     m = runner.run(torch.tensor([[1, 2, 3]]), temperature=0.0, seed=0, max_new_tokens=5)
     assert m.new_ids == [10, 11, 12, 13, 14] and m.new_tokens == 5
     assert m.overshoot == 3
-    assert HFRunner("hf_generate", "hf_generate", model=_Overshooting(0), hooks=Hooks(
-        target=ForwardCounter(nn.Linear(1, 1)))).run(torch.tensor([[1]]), 0.0, 0, 4).overshoot == 0
+    assert (
+        HFRunner(
+            "hf_generate", "hf_generate", model=_Overshooting(0), hooks=Hooks(target=ForwardCounter(nn.Linear(1, 1)))
+        )
+        .run(torch.tensor([[1]]), 0.0, 0, 4)
+        .overshoot
+        == 0
+    )
 
 
 def test_overshoot_is_not_an_inequality_and_is_its_own_column():
-    runners = [OursRunner("hf_generate", "hf_generate"),
-               OursRunner("hf_prompt_lookup[g=4]", "hf_prompt_lookup", gamma=4)]
+    runners = [
+        OursRunner("hf_generate", "hf_generate"),
+        OursRunner("hf_prompt_lookup[g=4]", "hf_prompt_lookup", gamma=4),
+    ]
     prompts = [Prompt("a", "x"), Prompt("b", "y")]
-    records = [_record("hf_generate", 0, [1, 2]), _record("hf_generate", 1, [3, 4]),
-               _record("hf_prompt_lookup[g=4]", 0, [1, 2], overshoot=3), _record("hf_prompt_lookup[g=4]", 1, [3, 4])]
+    records = [
+        _record("hf_generate", 0, [1, 2]),
+        _record("hf_generate", 1, [3, 4]),
+        _record("hf_prompt_lookup[g=4]", 0, [1, 2], overshoot=3),
+        _record("hf_prompt_lookup[g=4]", 1, [3, 4]),
+    ]
     rows = {r["runner"]: r for r in summarize(runners, (0.0,), prompts, records)}
     lookup = rows["hf_prompt_lookup[g=4]"]
     assert lookup["equal_to_baseline"] == 1.0 and equality_failures(list(rows.values())) == []
@@ -183,9 +237,22 @@ def test_overshoot_is_not_an_inequality_and_is_its_own_column():
 
 def test_terminal_summary_keeps_the_bracketed_labels():
     names = ["hf_assisted[g=2]", "hf_assisted[g=3]", "hf_assisted[heuristic]", "model[L=1,g=3]"]
-    rows = [{"runner": n, "temperature": 0.0, "tokens_per_second": 1.0, "speedup": 1.0, "tokens_per_call": 1.0,
-             "alpha": None, "equal_to_baseline": 1.0, "lossless": True, "overshoot_tokens": 0,
-             "overshoot_prompts": 0, "prompts": 1} for n in names]
+    rows = [
+        {
+            "runner": n,
+            "temperature": 0.0,
+            "tokens_per_second": 1.0,
+            "speedup": 1.0,
+            "tokens_per_call": 1.0,
+            "alpha": None,
+            "equal_to_baseline": 1.0,
+            "lossless": True,
+            "overshoot_tokens": 0,
+            "overshoot_prompts": 0,
+            "prompts": 1,
+        }
+        for n in names
+    ]
     console = Console(record=True, width=200)
     console.print(summary_table(rows))
     text = console.export_text()

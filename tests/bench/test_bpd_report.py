@@ -1,4 +1,5 @@
 """bpd-report's pieces on a tiny model: repetition statistics, the oracle drafter, the tables."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,8 +57,10 @@ def test_report_runs_every_variant_and_the_top1_oracle_is_plain_bpd(tmp_path):
 
 def test_entropy_bins_sort_steps_by_entropy_and_average_what_was_kept():
     bins = br.entropy_bins([3.0, 1.0, 2.0, 4.0], [0, 3, 2, 1], bins=2)
-    assert bins == [{"low": 1.0, "high": 2.0, "steps": 2, "mean_kept": 2.5},
-                    {"low": 3.0, "high": 4.0, "steps": 2, "mean_kept": 0.5}]
+    assert bins == [
+        {"low": 1.0, "high": 2.0, "steps": 2, "mean_kept": 2.5},
+        {"low": 3.0, "high": 4.0, "steps": 2, "mean_kept": 0.5},
+    ]
 
 
 def test_neural_duel_with_alpha_zero_ties_every_step():

@@ -1,4 +1,5 @@
 """`draftverify bench-cold-start`: one `draftverify generate` per fresh process."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,23 @@ def test_configurations_are_generate_arguments():
 
 
 def test_bench_cold_start_runs_fresh_processes_and_takes_ratios_to_the_first(model_dir, tmp_path):  # noqa: F811
-    args = ["bench-cold-start", "--target", str(model_dir / "target"), "--configs", "autoregressive,prompt_lookup:4",
-            "--runs", "1", "--prompts", "1", "-n", "6", "--threads", "1", "--out", str(tmp_path)]
+    args = [
+        "bench-cold-start",
+        "--target",
+        str(model_dir / "target"),
+        "--configs",
+        "autoregressive,prompt_lookup:4",
+        "--runs",
+        "1",
+        "--prompts",
+        "1",
+        "-n",
+        "6",
+        "--threads",
+        "1",
+        "--out",
+        str(tmp_path),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "cold-start.json").read_text())

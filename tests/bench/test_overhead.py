@@ -1,4 +1,5 @@
 """`draftverify bench-overhead`: the loop's own share of wall time, from each generation's timers."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,19 @@ from draftverify.cli import app
 
 
 def test_bench_overhead_reports_each_methods_shares(model_dir, tmp_path):  # noqa: F811
-    args = ["bench-overhead", "--target", str(model_dir / "target"), "--draft", str(model_dir / "draft"),
-            "--methods", "autoregressive,model", "-n", "6", "--out", str(tmp_path)]
+    args = [
+        "bench-overhead",
+        "--target",
+        str(model_dir / "target"),
+        "--draft",
+        str(model_dir / "draft"),
+        "--methods",
+        "autoregressive,model",
+        "-n",
+        "6",
+        "--out",
+        str(tmp_path),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     rows = {r["method"]: r for r in json.loads((tmp_path / "loop-overhead.json").read_text())["rows"]}

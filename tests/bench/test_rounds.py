@@ -1,4 +1,5 @@
 """`draftverify bench-rounds`: head-to-head ratios over rounds, through the real command."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,31 @@ from draftverify.errors import DraftVerifyError
 
 
 def test_bench_rounds_measures_each_pair_every_round(model_dir, data_dir, tmp_path):  # noqa: F811
-    args = ["bench-rounds", "--target", str(model_dir / "target"), "--draft", str(model_dir / "draft"),
-            "--pairs", "model[g=4]/hf_assisted[g=4]", "--backend", "hf", "--gamma", "4", "--rounds", "2",
-            "--num-prompts", "1", "-n", "6", "--threads", "1", "--data-dir", str(data_dir), "--out", str(tmp_path)]
+    args = [
+        "bench-rounds",
+        "--target",
+        str(model_dir / "target"),
+        "--draft",
+        str(model_dir / "draft"),
+        "--pairs",
+        "model[g=4]/hf_assisted[g=4]",
+        "--backend",
+        "hf",
+        "--gamma",
+        "4",
+        "--rounds",
+        "2",
+        "--num-prompts",
+        "1",
+        "-n",
+        "6",
+        "--threads",
+        "1",
+        "--data-dir",
+        str(data_dir),
+        "--out",
+        str(tmp_path),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "bench-rounds.json").read_text())
@@ -28,9 +51,29 @@ def test_bench_rounds_measures_each_pair_every_round(model_dir, data_dir, tmp_pa
 
 
 def test_bench_rounds_names_the_rows_when_a_pair_names_none(model_dir, data_dir, tmp_path):  # noqa: F811
-    args = ["bench-rounds", "--target", str(model_dir / "target"), "--draft", str(model_dir / "draft"),
-            "--pairs", "model[g=9]/hf_assisted[g=4]", "--backend", "hf", "--gamma", "4", "--rounds", "1",
-            "--num-prompts", "1", "-n", "4", "--data-dir", str(data_dir), "--out", str(tmp_path)]
+    args = [
+        "bench-rounds",
+        "--target",
+        str(model_dir / "target"),
+        "--draft",
+        str(model_dir / "draft"),
+        "--pairs",
+        "model[g=9]/hf_assisted[g=4]",
+        "--backend",
+        "hf",
+        "--gamma",
+        "4",
+        "--rounds",
+        "1",
+        "--num-prompts",
+        "1",
+        "-n",
+        "4",
+        "--data-dir",
+        str(data_dir),
+        "--out",
+        str(tmp_path),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "no bench row named model[g=9]" in result.output
     assert "model[g=4]" in result.output and not (tmp_path / "bench-rounds.json").exists()
@@ -42,4 +85,9 @@ def test_pairs_and_families():
         with pytest.raises(DraftVerifyError, match="OURS/PEER"):
             parse_pairs(bad)
     assert {family(n) for pair in parse_pairs(",".join(DEFAULT_PAIRS)) for n in pair} == {
-        "model", "model_aligned", "llamacpp", "llamacpp_prompt_lookup", "hf_assisted"}
+        "model",
+        "model_aligned",
+        "llamacpp",
+        "llamacpp_prompt_lookup",
+        "hf_assisted",
+    }

@@ -1,4 +1,5 @@
 """`draftverify bench-samples`: the target's greedy completions, cut at HumanEval's stop sequences."""
+
 from __future__ import annotations
 
 from bench_fixtures import data_dir, model_dir  # noqa: F401  (fixtures)
@@ -10,8 +11,19 @@ from draftverify.cli import app
 
 
 def test_bench_samples_writes_the_targets_own_completions(model_dir, data_dir, tmp_path):  # noqa: F811
-    args = ["bench-samples", "--target", str(model_dir / "target"), "--num-prompts", "2", "-n", "10",
-            "--data-dir", str(data_dir), "--out", str(tmp_path)]
+    args = [
+        "bench-samples",
+        "--target",
+        str(model_dir / "target"),
+        "--num-prompts",
+        "2",
+        "-n",
+        "10",
+        "--data-dir",
+        str(data_dir),
+        "--out",
+        str(tmp_path),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     text = (tmp_path / "humaneval-samples.md").read_text()

@@ -1,5 +1,6 @@
 """The suite's cases and the promise each is held to (test_methods.py runs them; test_registry.py shows a newly
 registered method among them)."""
+
 from __future__ import annotations
 
 import pytest
@@ -46,7 +47,11 @@ def check(subject: Subject, name: str, params: SamplingParams) -> None:
         assert tokens == reference, f"{name} on {subject}"
         stats = out.stats
         # each target call adds one token of its own, except that the last call's may fall past max_new_tokens
-        assert stats.accepted_tokens + stats.target_calls - 1 <= stats.new_tokens <= stats.accepted_tokens + stats.target_calls
+        assert (
+            stats.accepted_tokens + stats.target_calls - 1
+            <= stats.new_tokens
+            <= stats.accepted_tokens + stats.target_calls
+        )
         return
     assert subject.run(name, params).new_tokens[0].tolist() == tokens  # the same seed (or none), the same text
     eos = tokens[len(tokens) // 2]

@@ -1,5 +1,6 @@
 """The conformance suite's one view of the method registry: which methods exist, what each declares it needs, and
 whether its rule is lossless. Every other file of the suite reads the registry through these functions only."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,8 +41,11 @@ def is_lossless(name: str) -> bool:
 
 
 def pytest_configure(config) -> None:
-    config.addinivalue_line("markers", "lossy: a method whose rule does not promise the target's output; the suite "
-                                       "checks what it does promise (valid, bounded, stops at EOS, seeded)")
+    config.addinivalue_line(
+        "markers",
+        "lossy: a method whose rule does not promise the target's output; the suite "
+        "checks what it does promise (valid, bounded, stops at EOS, seeded)",
+    )
 
 
 @pytest.fixture(scope="session")

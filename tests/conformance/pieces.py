@@ -2,6 +2,7 @@
 (conftest.declared_needs: a draft model, or a file option of its drafter), never by the method's name, so a new
 method that needs one of these is tested as soon as it is registered, and one that needs something else fails the
 suite naming the method and the need."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -50,7 +51,9 @@ def bita_adapter(subject: Subject, path: Path) -> Path:
     torch.manual_seed(0)
     if model.config.is_encoder_decoder:
         hidden = model.get_input_embeddings().weight.shape[1]
-        adapter = BitaAdapter(BitaConfig(3, 0, "none", hidden, 1, 1, 1, lm_head_fingerprint(model.get_output_embeddings())))
+        adapter = BitaAdapter(
+            BitaConfig(3, 0, "none", hidden, 1, 1, 1, lm_head_fingerprint(model.get_output_embeddings()))
+        )
     else:
         adapter = BitaAdapter.for_target(model, 3, "deep", 4)
     adapter.save(path)
@@ -85,6 +88,8 @@ def method_options(name: str, subject: Subject) -> dict[str, Any]:
         elif need in FILE_BUILDERS:
             options[need] = subject.piece(need, FILE_BUILDERS[need])
         else:
-            raise MissingBuilder(f"method {name!r} needs {need} ({what}), which the conformance suite cannot build: "
-                                 "add a builder for it to tests/conformance/pieces.py FILE_BUILDERS")
+            raise MissingBuilder(
+                f"method {name!r} needs {need} ({what}), which the conformance suite cannot build: "
+                "add a builder for it to tests/conformance/pieces.py FILE_BUILDERS"
+            )
     return options

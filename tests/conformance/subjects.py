@@ -7,6 +7,7 @@ the zoo's tokenizer, converted with llama.cpp's converter (skipped where llama-c
 missing, as tests/test_backend_llamacpp.py is); its references are our `autoregressive` method on that backend.
 Either way the seeded reference is `autoregressive` with the same seed: coupled sampling gives the target's own
 draw, whatever the method."""
+
 from __future__ import annotations
 
 import copy
@@ -100,8 +101,9 @@ class Subject:
             pipe.tokenizer = WithEos(pipe.tokenizer, eos)
         emitted: list[torch.Tensor] = []
         try:
-            output, _ = pipe.generate_ids(torch.tensor([self.prompt]), params, max_new_tokens=NEW,
-                                          on_tokens=emitted.append)
+            output, _ = pipe.generate_ids(
+                torch.tensor([self.prompt]), params, max_new_tokens=NEW, on_tokens=emitted.append
+            )
         except DraftVerifyError as err:
             if emitted:  # a failure while decoding is a bug, not a refusal
                 raise
@@ -182,5 +184,13 @@ class LlamaCppSubject(Subject):
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv(GGUF_CACHE_ENV, os.environ.get(GGUF_CACHE_ENV) or str(self.folder / "gguf"))
             # the draft converts at f32 like the target; the default q8_0 draft is tests/test_backend_llamacpp.py's
-            return load(target=self.folder / "target", draft=draft, method=name, backend="llamacpp", threads=1,
-                        gamma=GAMMA, draft_gguf="f32" if draft else None, **files)
+            return load(
+                target=self.folder / "target",
+                draft=draft,
+                method=name,
+                backend="llamacpp",
+                threads=1,
+                gamma=GAMMA,
+                draft_gguf="f32" if draft else None,
+                **files,
+            )

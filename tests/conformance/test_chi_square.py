@@ -6,6 +6,7 @@ p(x1) p(x2 | x1), by chi-square at the 0.001 level.
 The same run with a deliberately wrong rule fails the same test, so the test can catch one: resampling from p
 instead of the residual norm(max(0, p - q)) after a rejection, and judging only the first draft token (which
 leaves the first token's distribution right, so only a test past the first position sees it)."""
+
 from __future__ import annotations
 
 import pytest

@@ -8,6 +8,7 @@ max_new_tokens, a stop at EOS, the same text for the same seed. The cases come f
 build fails (pieces.MissingBuilder). A subject may refuse a method only where refusals are documented (an
 encoder-decoder target, a backend other than hf), with a DraftVerifyError before any token: the case is then
 skipped with the library's own message."""
+
 from __future__ import annotations
 
 import pytest

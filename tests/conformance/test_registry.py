@@ -1,6 +1,7 @@
 """The suite follows the registry: a method registered here (a new drafter name, with the options it reads) is
 among the cases and held to its promise with no edit to the suite, its pieces built from what it declares; a
 method that needs something the suite cannot build fails, naming the method and the need."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,8 +20,9 @@ from .pieces import MissingBuilder
 
 @dataclass(frozen=True)
 class ToyWeightsOptions:
-    toy_weights: Path | None = option(None, "--toy-weights", "The toy's weights file.", zoo="toy.bin",
-                                      what="toy weights")
+    toy_weights: Path | None = option(
+        None, "--toy-weights", "The toy's weights file.", zoo="toy.bin", what="toy weights"
+    )
 
 
 class ToyNgramDrafter(NgramDrafter):
@@ -34,8 +36,9 @@ def register(monkeypatch):
 
     def add(name: str, drafter: type, *options: type) -> None:
         monkeypatch.setattr(drafter, "name", name, raising=False)
-        register_methods(DrafterSpec(name, drafter, methods={name: MethodEntry(f"{name}: registered by a test")},
-                                     options=options))
+        register_methods(
+            DrafterSpec(name, drafter, methods={name: MethodEntry(f"{name}: registered by a test")}, options=options)
+        )
         added.append(name)
 
     yield add
@@ -45,8 +48,10 @@ def register(monkeypatch):
 
 def test_a_new_method_is_a_case_and_keeps_its_promise_with_no_edit_to_the_suite(register, subjects):
     register("toy_ngram", ToyNgramDrafter, NgramOptions)
-    assert {p.id for p in cases() if p.values[0] == "toy_ngram"} >= {"toy_ngram-hf-llama-greedy",
-                                                                       "toy_ngram-hf-t5-seeded"}
+    assert {p.id for p in cases() if p.values[0] == "toy_ngram"} >= {
+        "toy_ngram-hf-llama-greedy",
+        "toy_ngram-hf-t5-seeded",
+    }
     assert declared_needs("toy_ngram") == {"ngram_path": "n-gram table"}
     for mode in MODES.values():
         check(subjects("hf", "llama"), "toy_ngram", mode)

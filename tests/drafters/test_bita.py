@@ -1,4 +1,5 @@
 """BiTA: mask tokens (+ a prompt only they see) on a frozen target; chain, full-tree and efficient-tree decoding."""
+
 from __future__ import annotations
 
 import pytest
@@ -64,16 +65,18 @@ def test_mask_groups_see_their_node_its_ancestors_and_their_own_group():
     # group g = pending, node 0..3: masks at depth(node) + 1, + 2
     assert positions.tolist() == [1, 2, 2, 3, 2, 3, 3, 4, 3, 4]
     #            pend n0 n1 n2 n3 | g0    g1    g2    g3    g4
-    expected = [[1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0],  # group of the pending token, mask 1
-                [1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0],  # ... mask 2 sees mask 1
-                [1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0],  # group of node 0
-                [1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0],
-                [1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0],  # node 1 (a root child, not node 0's)
-                [1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0],
-                [1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0],  # node 2 = node 0's child
-                [1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0],
-                [1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0],  # node 3 = node 0's other child
-                [1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1]]
+    expected = [
+        [1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0],  # group of the pending token, mask 1
+        [1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0],  # ... mask 2 sees mask 1
+        [1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0],  # group of node 0
+        [1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0],
+        [1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0],  # node 1 (a root child, not node 0's)
+        [1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0],
+        [1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0],  # node 2 = node 0's child
+        [1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0],
+        [1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0],  # node 3 = node 0's other child
+        [1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1],
+    ]
     assert mask.int().tolist() == expected
 
 
@@ -172,7 +175,9 @@ def test_a_self_predicting_target_accepts_whole_trees():
     for method, (cls, k) in MODES.items():
         out = generate(model, cls(adapter_for(model), k), exact(), PROMPT, max_new_tokens=NEW)
         assert out.new_tokens[0].tolist() == [0] * NEW
-        expected = 1 + NEW // 4 if method != "bita_chain" else 1 + 2 * NEW // 5  # chain: 4 tokens, then 1 (no draft left)
+        expected = (
+            1 + NEW // 4 if method != "bita_chain" else 1 + 2 * NEW // 5
+        )  # chain: 4 tokens, then 1 (no draft left)
         assert out.stats.target_calls <= expected, method
 
 
@@ -180,8 +185,9 @@ def test_a_preallocated_cache_gives_the_same_text():
     """The prompt's keys are prepended to a static cache's full window too (keys = prefix + capacity)."""
     model, ref = target_and_reference("qwen2", PROMPT, NEW)
     for method, (cls, k) in MODES.items():
-        out = generate(CachedLM(model, capacity=96), cls(adapter_for(model, seed=2), k), exact(), PROMPT,
-                       max_new_tokens=NEW)
+        out = generate(
+            CachedLM(model, capacity=96), cls(adapter_for(model, seed=2), k), exact(), PROMPT, max_new_tokens=NEW
+        )
         assert out.new_tokens[0].tolist() == ref, method
 
 

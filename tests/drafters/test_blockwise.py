@@ -1,4 +1,5 @@
 """bpd: blockwise heads on the target's hidden state; exact under greedy and sampling, one target call per step."""
+
 from __future__ import annotations
 
 import copy
@@ -40,7 +41,11 @@ def test_prefill_hidden_state_read_through_the_lm_head_is_head_one(arch):
     lm = CachedLM(model)
     lm.start(PROMPT, want_hidden=True)
     out = lm.prefilled
-    assert out.hidden.shape == (1, PROMPT.shape[1] - 1, model.config.hidden_size if arch != "gpt2" else model.config.n_embd)
+    assert out.hidden.shape == (
+        1,
+        PROMPT.shape[1] - 1,
+        model.config.hidden_size if arch != "gpt2" else model.config.n_embd,
+    )
     assert torch.allclose(model.get_output_embeddings()(out.hidden[:, -1:]), out.logits, atol=1e-9)
     full = model(PROMPT[:, :-1]).logits[:, -1:]
     assert torch.allclose(out.logits, full, atol=1e-6)
@@ -51,7 +56,9 @@ def test_prefill_hidden_state_read_through_the_lm_head_is_head_one(arch):
 def test_bpd_equals_target_greedy(arch, num_heads):
     model, ref = target_and_reference(arch, PROMPT, NEW)
     assert len(set(ref)) > 8  # varied text, so equivalence is not vacuous
-    out = generate(model, BlockwiseDrafter(random_heads(model, num_heads)), exact(), PROMPT, max_new_tokens=NEW, gamma=8)
+    out = generate(
+        model, BlockwiseDrafter(random_heads(model, num_heads)), exact(), PROMPT, max_new_tokens=NEW, gamma=8
+    )
     assert out.new_tokens[0].tolist() == ref
     assert out.stats.draft_calls == 0  # the heads cost no model forward of their own
     assert max(out.stats.gammas) == min(8, num_heads - 1)
@@ -85,8 +92,9 @@ def test_every_draft_accepted_gives_the_block_size_per_call():
     model = copy.deepcopy(target_and_reference("llama", PROMPT, NEW)[0])
     with torch.no_grad():
         model.model.norm.weight.zero_()
-    out = generate(model, BlockwiseDrafter(BlockwiseHeads.for_target(model, 4)), exact(), PROMPT, max_new_tokens=24,
-                   gamma=8)
+    out = generate(
+        model, BlockwiseDrafter(BlockwiseHeads.for_target(model, 4)), exact(), PROMPT, max_new_tokens=24, gamma=8
+    )
     assert out.new_tokens[0].tolist() == reference_greedy(model, PROMPT, 24) == [0] * 24
     assert out.stats.target_calls == 6 and out.stats.rejections == 0
 
@@ -105,8 +113,10 @@ def test_sampling_is_reproducible_and_follows_the_target():
     model, _ = target_and_reference("llama", PROMPT, NEW)
     heads = random_heads(model, 3, seed=5, scale=3.0)
     params = SamplingParams(temperature=1.0, seed=11)
-    runs = [generate(model, BlockwiseDrafter(heads), exact(params), PROMPT, params, max_new_tokens=NEW, gamma=2)
-            for _ in range(2)]
+    runs = [
+        generate(model, BlockwiseDrafter(heads), exact(params), PROMPT, params, max_new_tokens=NEW, gamma=2)
+        for _ in range(2)
+    ]
     assert runs[0].new_tokens.tolist() == runs[1].new_tokens.tolist()
 
     with torch.no_grad():

@@ -1,4 +1,5 @@
 """bpd_ngram / bpd_pbest: lattice-rescored blockwise drafts (a chain, or p paths as one tree) stay exact."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -92,7 +93,9 @@ def test_method_options_and_bad_input(tmp_path):
     model, ref = target_and_reference("qwen2", PROMPT, NEW)
     random_heads(model).save(tmp_path / "heads")
     table().save(tmp_path / "ngram.safetensors")
-    options = MethodOptions(heads_path=tmp_path / "heads", ngram_path=tmp_path / "ngram.safetensors", pbest=3, lattice_k=2)
+    options = MethodOptions(
+        heads_path=tmp_path / "heads", ngram_path=tmp_path / "ngram.safetensors", pbest=3, lattice_k=2
+    )
     for name in ("bpd_ngram", "bpd_pbest"):
         drafter = build_drafter(name, CachedLM(model), options)
         assert drafter.p == (3 if name == "bpd_pbest" else 1) and drafter.k == 2

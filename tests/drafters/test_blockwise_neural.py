@@ -1,4 +1,5 @@
 """bpd_neural: blockwise drafts locally rescored by a draft LM (Algorithm 2) stay exact and follow the rule."""
+
 from __future__ import annotations
 
 import pytest
@@ -56,7 +57,8 @@ def test_samples_follow_the_target():
     heads = random_heads(model, 3, seed=4)
     rescorer = build_model("gpt2", seed=5)
     assert first_token_follows_the_target(
-        model, lambda: BlockwiseNeuralDrafter(heads, CachedLM(rescorer, role="draft"), k=4, alpha=1.0))
+        model, lambda: BlockwiseNeuralDrafter(heads, CachedLM(rescorer, role="draft"), k=4, alpha=1.0)
+    )
 
 
 def test_method_options_and_bad_input(tmp_path):

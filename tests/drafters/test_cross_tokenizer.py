@@ -6,6 +6,7 @@ speculative sampling over it emits tokens distributed as p (chi-square); treatin
 a soft q is shown to fail the same check. Plus: the draft's ids are kept incrementally and a token straddling the
 boundary is re-merged, and a draft that cannot be used is refused with one line naming the problem.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -44,8 +45,12 @@ def draft():
 
 
 def drafter(model=None, tokenizer=None) -> CrossTokenizerDrafter:
-    return CrossTokenizerDrafter(model if model is not None else draft(), tokenizer or draft_tokenizer(),
-                                 target_tokenizer(), len(target_tokenizer()))
+    return CrossTokenizerDrafter(
+        model if model is not None else draft(),
+        tokenizer or draft_tokenizer(),
+        target_tokenizer(),
+        len(target_tokenizer()),
+    )
 
 
 def prompt_ids(text: str) -> torch.Tensor:
@@ -77,8 +82,9 @@ def test_the_target_as_its_own_draft_keeps_most_drafts():
     """Same model and tokenizer through the cross-tokenizer path: its drafts are the target's own text, so most
     are kept (the boundary handling loses only the dropped last token and re-merged tokens)."""
     ids = prompt_ids(PROMPTS[1])
-    out = generate(target(), drafter(target(), target_tokenizer()), exact(SamplingParams()), ids, max_new_tokens=48,
-                   gamma=4)
+    out = generate(
+        target(), drafter(target(), target_tokenizer()), exact(SamplingParams()), ids, max_new_tokens=48, gamma=4
+    )
     assert out.new_tokens[0].tolist() == reference_greedy(target(), ids, 48)
     assert out.stats.alpha > 0.6 and out.stats.tokens_per_call > 2.0
 
@@ -100,8 +106,9 @@ def test_the_draft_keeps_its_ids_incrementally(monkeypatch):
     text = cross.target.bytes_of(out.sequences[0].tolist())
     assert encoded[0] == len(PROMPTS[1]) and len(text) > 2 * len(PROMPTS[1])
     assert max(encoded[1:]) < 64 < len(text)  # windows, never the whole text again
-    state = DecodingState(tokens=out.sequences, source_ids=None, prompt_length=ids.shape[1], params=SamplingParams(),
-                          generator=None)
+    state = DecodingState(
+        tokens=out.sequences, source_ids=None, prompt_length=ids.shape[1], params=SamplingParams(), generator=None
+    )
     cut = cross._sync(state)
     assert cut is not None and bytes(cross.spelled) == text
     assert cross.draft.bytes_of(cross.track.ids) == text
@@ -113,8 +120,9 @@ def test_a_token_straddling_the_boundary_is_re_merged():
     tt, dt = target_tokenizer(), draft_tokenizer()
     cross = drafter()
     first, rest = tt("if x: re").input_ids, tt("turn y\n").input_ids
-    state = DecodingState(tokens=torch.tensor([first]), source_ids=None, prompt_length=len(first),
-                          params=SamplingParams(), generator=None)
+    state = DecodingState(
+        tokens=torch.tensor([first]), source_ids=None, prompt_length=len(first), params=SamplingParams(), generator=None
+    )
     cross.start(state)
     cross.propose(state, 3)
     assert cross.track.ids[: len(dt("if x: re").input_ids)] == dt("if x: re").input_ids
@@ -142,8 +150,13 @@ def _proposal_and_logits(params: SamplingParams, own_draft: bool = True):
     peaked = _peaked()
     ids = prompt_ids("    def ")
     cross = drafter(peaked, target_tokenizer()) if own_draft else drafter()
-    state = DecodingState(tokens=ids, source_ids=None, prompt_length=ids.shape[1], params=params,
-                          generator=torch.Generator().manual_seed(0))
+    state = DecodingState(
+        tokens=ids,
+        source_ids=None,
+        prompt_length=ids.shape[1],
+        params=params,
+        generator=torch.Generator().manual_seed(0),
+    )
     cross.start(state)
     proposal = cross.propose(state, 3)
     assert proposal.q_probs is None and proposal.length >= 1  # deterministic, as prompt lookup's
@@ -156,8 +169,9 @@ def _emitted_statistics(proposal: Draft, logits: torch.Tensor, params: SamplingP
     reached by at least 2000 rows, the emitted token tested against p at that position."""
     n = proposal.length
     rows = Draft(tokens=proposal.tokens.expand(B, n), q_probs=q_probs)
-    verdict = SpeculativeSamplingVerifier().verify(rows, logits.expand(B, n + 1, -1), params,
-                                                   torch.Generator().manual_seed(1))
+    verdict = SpeculativeSamplingVerifier().verify(
+        rows, logits.expand(B, n + 1, -1), params, torch.Generator().manual_seed(1)
+    )
     p = torch.softmax(logits[0].double() / params.temperature, dim=-1)  # [N+1, V]
     out = []
     for j in range(n + 1):
@@ -196,8 +210,9 @@ def test_seeded_sampling_gives_the_targets_own_sample(seed):
     """Coupled sampling emits the target's own position-keyed draws: the same text as plain decoding."""
     ids = prompt_ids(PROMPTS[0])
     params = SamplingParams(temperature=0.9, seed=seed)
-    plain = generate(target(), build_drafter("none", None, MethodOptions()), exact(params), ids, params,
-                     max_new_tokens=32)
+    plain = generate(
+        target(), build_drafter("none", None, MethodOptions()), exact(params), ids, params, max_new_tokens=32
+    )
     crossed = generate(target(), drafter(), exact(params), ids, params, max_new_tokens=32, gamma=3)
     assert crossed.new_tokens.tolist() == plain.new_tokens.tolist()
 
@@ -248,14 +263,22 @@ def test_a_draft_with_the_targets_vocabulary_keeps_the_model_drafter(folders, fo
 
 
 def test_a_draft_with_another_vocabulary_and_no_tokenizer_is_refused(folders):
-    with pytest.raises(DraftVerifyError, match=r"another vocabulary than the target \(300 vs 420 output logits\) "
-                                               r"and no tokenizer files") as err:
+    with pytest.raises(
+        DraftVerifyError,
+        match=r"another vocabulary than the target \(300 vs 420 output logits\) "
+        r"and no tokenizer files",
+    ) as err:
         load(target=folders / "target", draft=folders / "draft-without-tokenizer", method="model")
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("method, message", [("lookup_model", "'lookup_model' drafter reads its probabilities"),
-                                             ("model_tree", "'model_tree' drafter reads its probabilities")])
+@pytest.mark.parametrize(
+    "method, message",
+    [
+        ("lookup_model", "'lookup_model' drafter reads its probabilities"),
+        ("model_tree", "'model_tree' drafter reads its probabilities"),
+    ],
+)
 def test_methods_that_read_the_drafts_logits_refuse_another_vocabulary(folders, method, message):
     with pytest.raises(DraftVerifyError, match=message):
         load(target=folders / "target", draft=folders / "draft", method=method)
@@ -269,9 +292,20 @@ def test_bild_fallback_is_refused_with_another_vocabulary(folders):
 def test_an_encoder_decoder_draft_is_refused(tmp_path):
     from transformers import T5Config, T5ForConditionalGeneration
 
-    cfg = T5Config(vocab_size=len(draft_tokenizer()), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2,
-                   decoder_start_token_id=0, pad_token_id=0, eos_token_id=0)
-    with pytest.raises(DraftVerifyError, match="encoder-decoder model; a draft with its own tokenizer must be a decoder-only"):
+    cfg = T5Config(
+        vocab_size=len(draft_tokenizer()),
+        d_model=16,
+        d_kv=4,
+        d_ff=32,
+        num_layers=1,
+        num_heads=2,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=0,
+    )
+    with pytest.raises(
+        DraftVerifyError, match="encoder-decoder model; a draft with its own tokenizer must be a decoder-only"
+    ):
         drafter(T5ForConditionalGeneration(cfg).eval())
 
 
@@ -300,8 +334,9 @@ def test_the_server_answers_with_a_draft_of_another_tokenizer(folders):
     assert not pipe.supports_batches
     expected = load(target=folders / "target", method="autoregressive").generate(PROMPTS[0], max_new_tokens=12).text
     with TestClient(create_app(pipe, ServerSettings(model_name="tiny", max_batch=4))) as client:
-        reply = client.post("/v1/completions", json={"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 12,
-                                                      "temperature": 0})
+        reply = client.post(
+            "/v1/completions", json={"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 12, "temperature": 0}
+        )
     assert reply.status_code == 200, reply.text
     assert reply.json()["choices"][0]["text"] == expected
 

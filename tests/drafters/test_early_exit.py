@@ -1,4 +1,5 @@
 """shallow_view (BiLD section 4.4 early exit): the target's first L layers, sharing its weights, config untouched."""
+
 from __future__ import annotations
 
 import copy

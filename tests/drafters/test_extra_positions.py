@@ -1,4 +1,5 @@
 """A target wrapped with extra embedded positions: its verify passes carry them, everything else is the target's."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,11 @@ def two_extras(model):
 
     def extras(tree, length, batch):
         mask = torch.ones(2, 1 + length + 2, dtype=torch.bool).tril(diagonal=1 + length)  # [E, 1+N+E]
-        return VerifyExtras(embeds=embedding(torch.tensor([[3, 4]])).expand(batch, -1, -1),
-                            positions=length + 1 + torch.arange(2), mask=mask)
+        return VerifyExtras(
+            embeds=embedding(torch.tensor([[3, 4]])).expand(batch, -1, -1),
+            positions=length + 1 + torch.arange(2),
+            mask=mask,
+        )
 
     return extras
 

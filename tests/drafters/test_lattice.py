@@ -1,4 +1,5 @@
 """The top-k sausage lattice, its oracle length and the k-best n-gram Viterbi (checked against brute force)."""
+
 from __future__ import annotations
 
 import itertools
@@ -24,14 +25,16 @@ def lattice(seed: int = 0, depth: int = 4, k: int = 3) -> SausageLattice:
     return SausageLattice.top_k(torch.randn(depth, V, generator=gen) * 2, k)
 
 
-def brute_force(lat: SausageLattice, tab: NgramTable, context: list[int], alpha: float) -> list[tuple[float, list[int]]]:
+def brute_force(
+    lat: SausageLattice, tab: NgramTable, context: list[int], alpha: float
+) -> list[tuple[float, list[int]]]:
     scored = []
     for choice in itertools.product(range(lat.tokens.shape[1]), repeat=lat.depth):
         path = [int(lat.tokens[j, c]) for j, c in enumerate(choice)]
         score = sum(float(lat.logprobs[j, c]) for j, c in enumerate(choice))
         history = list(context)
         for token in path:
-            score += alpha * float(tab.backoff_logprobs(history[-(tab.order - 1):])[token])
+            score += alpha * float(tab.backoff_logprobs(history[-(tab.order - 1) :])[token])
             history.append(token)
         scored.append((score, path))
     return sorted(scored, key=lambda x: -x[0])

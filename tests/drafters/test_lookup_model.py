@@ -1,5 +1,6 @@
 """LookupModelDrafter: the lookup's draft when the context's last n-gram recurs, the draft model's otherwise,
 with the model's cache catching up on the tokens it skipped; through the loop the output stays the target's."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,9 @@ def target():
 
 
 def state(tokens: torch.Tensor) -> DecodingState:
-    return DecodingState(tokens=tokens, source_ids=None, prompt_length=tokens.shape[1], params=SamplingParams(),
-                         generator=None)
+    return DecodingState(
+        tokens=tokens, source_ids=None, prompt_length=tokens.shape[1], params=SamplingParams(), generator=None
+    )
 
 
 @torch.inference_mode()
@@ -45,13 +47,22 @@ def test_a_match_is_copied_without_a_model_forward_and_a_miss_asks_the_model(tar
     assert drafter.forward_calls == 3 and drafter.lookup_steps == 0
 
 
-@pytest.mark.parametrize("params, verifier", [(SamplingParams(), GreedyVerifier()),
-                                              (SamplingParams(temperature=1.0, seed=4), GumbelCouplingVerifier())])
+@pytest.mark.parametrize(
+    "params, verifier",
+    [(SamplingParams(), GreedyVerifier()), (SamplingParams(temperature=1.0, seed=4), GumbelCouplingVerifier())],
+)
 def test_mixing_both_drafters_keeps_the_targets_output(target, params, verifier):
     drafter = LookupModelDrafter(perturbed_copy(target, 0.5, seed=2), max_ngram=3, min_ngram=2)
     out = generate(target, drafter, verifier, REPEATING, params, max_new_tokens=40, gamma=4)
-    alone = generate(target, ModelDrafter(perturbed_copy(target, 0.5, seed=2)), verifier, REPEATING, params,
-                     max_new_tokens=40, gamma=4)
+    alone = generate(
+        target,
+        ModelDrafter(perturbed_copy(target, 0.5, seed=2)),
+        verifier,
+        REPEATING,
+        params,
+        max_new_tokens=40,
+        gamma=4,
+    )
     assert out.new_tokens.tolist() == alone.new_tokens.tolist()
     if params.greedy:
         assert out.new_tokens[0].tolist() == reference_greedy(target, REPEATING, 40)

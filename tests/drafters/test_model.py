@@ -1,4 +1,5 @@
 """ModelDrafter: gamma tokens, BiLD fallback (alpha_FB), KV-cache bookkeeping on commit, q = the draft's (filtered) softmax."""
+
 from __future__ import annotations
 
 import math
@@ -44,7 +45,9 @@ def start(drafter: ModelDrafter, arch: str, params: SamplingParams | None = None
         source = torch.tensor([SOURCE])
     else:
         tokens, source = torch.tensor([PROMPT]), None
-    st = DecodingState(tokens=tokens, source_ids=source, prompt_length=tokens.shape[1], params=params, generator=generator)
+    st = DecodingState(
+        tokens=tokens, source_ids=source, prompt_length=tokens.shape[1], params=params, generator=generator
+    )
     drafter.start(st)
     return st
 
@@ -274,7 +277,11 @@ def test_q_is_softmax_when_greedy(arch):
 
 @pytest.mark.parametrize(
     "params",
-    [SamplingParams(temperature=0.7), SamplingParams(temperature=1.0, top_k=5), SamplingParams(temperature=1.3, top_p=0.5)],
+    [
+        SamplingParams(temperature=0.7),
+        SamplingParams(temperature=1.0, top_k=5),
+        SamplingParams(temperature=1.3, top_p=0.5),
+    ],
     ids=["t0.7", "top_k5", "top_p0.5"],
 )
 def test_q_is_filtered_softmax_when_sampling(params):
@@ -316,8 +323,13 @@ def test_staged_drafting_proposes_the_draft_models_own_tokens_with_fewer_forward
     drafters = [ModelDrafter(draft_backend(weights, "draft", False, lean), lookup_tokens=k) for k in (0, 5)]
     states = []
     for drafter in drafters:
-        st = DecodingState(tokens=prompt.clone(), source_ids=None, prompt_length=prompt.shape[1],
-                           params=SamplingParams(), generator=None)
+        st = DecodingState(
+            tokens=prompt.clone(),
+            source_ids=None,
+            prompt_length=prompt.shape[1],
+            params=SamplingParams(),
+            generator=None,
+        )
         drafter.start(st)
         states.append(st)
     for accepted in (6, 2, 8):
@@ -333,8 +345,13 @@ def test_staged_drafting_proposes_the_draft_models_own_tokens_with_fewer_forward
 
 def test_staged_drafting_is_off_for_batches_and_without_lookup_tokens():
     drafter = ModelDrafter(model("llama"), lookup_tokens=5)
-    st = DecodingState(tokens=torch.tensor([PROMPT, PROMPT]), source_ids=None, prompt_length=len(PROMPT),
-                       params=SamplingParams(), generator=None)
+    st = DecodingState(
+        tokens=torch.tensor([PROMPT, PROMPT]),
+        source_ids=None,
+        prompt_length=len(PROMPT),
+        params=SamplingParams(),
+        generator=None,
+    )
     drafter.start(st)
     assert not drafter.stages
     start(drafter, "llama")

@@ -1,4 +1,5 @@
 """model_tree: the draft model's top-k expansion as a static tree; exact, at least as good as its chain twin."""
+
 from __future__ import annotations
 
 import pytest
@@ -49,8 +50,9 @@ def test_tree_accepts_at_least_as_much_as_the_chain_twin(arch):
 def test_gamma_caps_the_tree_depth():
     model, ref = target_and_reference("qwen2", PROMPT, NEW)
     drafter = ModelTreeDrafter(model)
-    state = DecodingState(tokens=PROMPT, source_ids=None, prompt_length=PROMPT.shape[1], params=SamplingParams(),
-                          generator=None)
+    state = DecodingState(
+        tokens=PROMPT, source_ids=None, prompt_length=PROMPT.shape[1], params=SamplingParams(), generator=None
+    )
     tree_for = lambda gamma: drafter.subtree(drafter.nodes_for(state, gamma))  # noqa: E731
     assert tree_for(2).max_depth == 2 and tree_for(2).size == 6
     assert tree_for(9) is drafter.full_tree
@@ -74,8 +76,14 @@ class PlainStepsBetween(FixedGamma):
 def test_plain_steps_between_trees_stay_exact():
     """After a step without a proposal the tree drafter has nothing to commit; its next proposal catches up."""
     model, ref = target_and_reference("llama", PROMPT, NEW)
-    out = generate(model, ModelTreeDrafter(perturbed_copy(model, 0.5, seed=1)), exact(), PROMPT, max_new_tokens=NEW,
-                   gamma=PlainStepsBetween())
+    out = generate(
+        model,
+        ModelTreeDrafter(perturbed_copy(model, 0.5, seed=1)),
+        exact(),
+        PROMPT,
+        max_new_tokens=NEW,
+        gamma=PlainStepsBetween(),
+    )
     assert out.new_tokens[0].tolist() == ref
     assert out.stats.gammas[2] == 0 and out.stats.accepted_tokens > 0
 
@@ -96,8 +104,18 @@ def test_model_tree_samples_reproducibly_at_temperature_one():
     model, _ = target_and_reference("llama", PROMPT, NEW)
     params = SamplingParams(temperature=1.0, seed=7, coupling=False)  # multi-draft speculative sampling
     verifier = build_verifier("exact", params, MethodOptions())
-    runs = [generate(model, ModelTreeDrafter(perturbed_copy(model, 0.5, seed=1)), verifier, PROMPT, params,
-                     max_new_tokens=NEW, gamma=4) for _ in range(2)]
+    runs = [
+        generate(
+            model,
+            ModelTreeDrafter(perturbed_copy(model, 0.5, seed=1)),
+            verifier,
+            PROMPT,
+            params,
+            max_new_tokens=NEW,
+            gamma=4,
+        )
+        for _ in range(2)
+    ]
     assert runs[0].new_tokens.tolist() == runs[1].new_tokens.tolist()
     assert runs[0].stats.new_tokens == NEW and runs[0].stats.accepted_tokens > 0
 

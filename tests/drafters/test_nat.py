@@ -2,6 +2,7 @@
 or over the target's own kept hidden states (decoder-only targets); vanilla SpecDec (greedy verification) is exactly
 the target's greedy decoding on tiny random models of both kinds, SpecDec++ (top-beta) keeps at least what greedy
 keeps, and the drafter refuses targets it was not trained for."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -88,7 +89,7 @@ def test_draft_is_one_bidirectional_pass_over_prefix_and_slots(fitted):
             inputs = torch.cat([tokens, tokens.new_zeros((1, k - 1))], dim=1)  # k - 1 masks after the prefix
             slots = torch.zeros_like(inputs, dtype=torch.bool)
             slots[:, L:] = True
-            expected = nat(model, inputs, slots, memory).argmax(dim=-1)[:, L - 1:]
+            expected = nat(model, inputs, slots, memory).argmax(dim=-1)[:, L - 1 :]
             assert torch.equal(draft, expected)
         # bidirectional: a later mask's content changes the prediction at the last committed token
         tokens = seen[0][0]
@@ -109,8 +110,15 @@ def test_specdec_plus_plus_keeps_at_least_what_greedy_keeps(fitted):
     def run(beta, tau):
         steps = []
         verifier = build_verifier("topbeta", SamplingParams(), MethodOptions(beta=beta, tau=tau))
-        out = generate(model, NatDrafter(nat), verifier, SOURCE, max_new_tokens=NEW, gamma=4,
-                       on_tokens=lambda t: steps.append(t.shape[1]))
+        out = generate(
+            model,
+            NatDrafter(nat),
+            verifier,
+            SOURCE,
+            max_new_tokens=NEW,
+            gamma=4,
+            on_tokens=lambda t: steps.append(t.shape[1]),
+        )
         return out, steps
 
     exact_again, strict_steps = run(1, 0.0)
@@ -122,11 +130,25 @@ def test_specdec_plus_plus_keeps_at_least_what_greedy_keeps(fitted):
 
 def test_sampling_returns_the_slot_distributions(fitted):
     model, _, nat = fitted
-    out = generate(model, NatDrafter(nat), build_verifier("exact", SamplingParams(temperature=1.0, seed=3), MethodOptions()),
-                   SOURCE, SamplingParams(temperature=1.0, seed=3), max_new_tokens=NEW, gamma=4)
+    out = generate(
+        model,
+        NatDrafter(nat),
+        build_verifier("exact", SamplingParams(temperature=1.0, seed=3), MethodOptions()),
+        SOURCE,
+        SamplingParams(temperature=1.0, seed=3),
+        max_new_tokens=NEW,
+        gamma=4,
+    )
     assert out.new_tokens.shape[1] >= 1
-    coupled_ref = generate(model, NatDrafter(nat), build_verifier("exact", SamplingParams(temperature=1.0, seed=3), MethodOptions()),
-                           SOURCE, SamplingParams(temperature=1.0, seed=3), max_new_tokens=NEW, gamma=1)
+    coupled_ref = generate(
+        model,
+        NatDrafter(nat),
+        build_verifier("exact", SamplingParams(temperature=1.0, seed=3), MethodOptions()),
+        SOURCE,
+        SamplingParams(temperature=1.0, seed=3),
+        max_new_tokens=NEW,
+        gamma=1,
+    )
     assert out.new_tokens[0].tolist() == coupled_ref.new_tokens[0].tolist()  # coupled: independent of k
 
 
@@ -251,7 +273,9 @@ def test_decoder_only_draft_reads_the_last_w_states_before_the_pending_token(fit
     with torch.no_grad():
         for tokens, memory, draft in seen:
             states = model(tokens[:, :-1], output_hidden_states=True).hidden_states[-1][:, -WINDOW:]
-            assert torch.allclose(memory, states, rtol=0, atol=forward_atol(model, states)), (memory - states).abs().max()
+            assert torch.allclose(memory, states, rtol=0, atol=forward_atol(model, states)), (
+                (memory - states).abs().max()
+            )
             k = draft.shape[1]
             inputs = torch.cat([tokens[:, -1:], tokens.new_zeros((1, k - 1))], dim=1)
             slots = torch.ones_like(inputs, dtype=torch.bool)
@@ -273,9 +297,14 @@ def test_blocks_of_one_pass_equal_blocks_run_alone(fitted_lm):
         slots[:, ::k] = False
         packed = nat(model, inputs, slots, states, memory_end=torch.tensor([cuts]))
         for j, p in enumerate(cuts):
-            alone = nat(model, inputs[:, j * k:(j + 1) * k], slots[:, :k], states[:, max(0, p - WINDOW):p],
-                        memory_end=torch.tensor([[min(p, WINDOW)]]))
-            assert torch.allclose(packed[:, j * k:(j + 1) * k], alone, rtol=0, atol=forward_atol(nat, alone))
+            alone = nat(
+                model,
+                inputs[:, j * k : (j + 1) * k],
+                slots[:, :k],
+                states[:, max(0, p - WINDOW) : p],
+                memory_end=torch.tensor([[min(p, WINDOW)]]),
+            )
+            assert torch.allclose(packed[:, j * k : (j + 1) * k], alone, rtol=0, atol=forward_atol(nat, alone))
 
 
 def test_decoder_only_sampling_is_coupled_and_independent_of_k(fitted_lm):
@@ -289,8 +318,15 @@ def test_decoder_only_sampling_is_coupled_and_independent_of_k(fitted_lm):
     assert run(4).new_tokens[0].tolist() == run(1).new_tokens[0].tolist()
     drafter = NatDrafter(nat)
     uncoupled = SamplingParams(temperature=1.0, coupling=False, seed=5)
-    out = generate(model, drafter, build_verifier("exact", uncoupled, MethodOptions()), PROMPT, uncoupled,
-                   max_new_tokens=NEW, gamma=4)  # speculative sampling: the drafter returns q
+    out = generate(
+        model,
+        drafter,
+        build_verifier("exact", uncoupled, MethodOptions()),
+        PROMPT,
+        uncoupled,
+        max_new_tokens=NEW,
+        gamma=4,
+    )  # speculative sampling: the drafter returns q
     assert out.new_tokens.shape[1] == NEW
 
 

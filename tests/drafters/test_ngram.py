@@ -1,4 +1,5 @@
 """NgramTable (counts, backoff, safetensors round trip) and NgramDrafter (greedy chain, q, sampling, bind)."""
+
 from __future__ import annotations
 
 from collections import Counter

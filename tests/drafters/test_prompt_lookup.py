@@ -1,4 +1,5 @@
 """Prompt lookup / copy drafter (Leviathan section 4): continue the latest earlier match of the final n-gram."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """prompt_lookup_tree: several earlier matches merged into one trie; exact, at least as good as its chain twin."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,7 +36,9 @@ def test_propose_builds_the_tree():
     # the matches [8, 3], [9, 1], [5, 6] as one trie, nodes by depth then sibling rank (tree.row_trees)
     assert draft.tokens.tolist() == [[8, 9, 5, 3, 1, 6]]
     assert draft.tree.parents.tolist() == [-1, -1, -1, 0, 1, 2] and draft.valid is None
-    empty = PromptLookupTreeDrafter().propose(DecodingState(torch.tensor([[4, 5, 6]]), None, 3, SamplingParams(), None), 4)
+    empty = PromptLookupTreeDrafter().propose(
+        DecodingState(torch.tensor([[4, 5, 6]]), None, 3, SamplingParams(), None), 4
+    )
     assert empty.length == 0 and empty.tree is None
 
 

@@ -1,4 +1,5 @@
 """retokenize: UTF-8 boundaries, common prefixes, the token track, the tokenizer as a byte codec, to_target."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,10 +22,17 @@ def test_complete_prefix_cuts_only_a_trailing_partial_character(text):
             assert complete_prefix(partial) == len(data) - len(last)
 
 
-@pytest.mark.parametrize("a, b, start, expected", [
-    (b"", b"abc", 0, 0), (b"abc", b"abc", 0, 3), (b"abcd", b"abxd", 0, 2), (b"abcd", b"abxd", 2, 2),
-    (b"x" * 200 + b"a", b"x" * 200 + b"b", 64, 200), (b"x" * 130, b"x" * 140, 0, 130),
-])
+@pytest.mark.parametrize(
+    "a, b, start, expected",
+    [
+        (b"", b"abc", 0, 0),
+        (b"abc", b"abc", 0, 3),
+        (b"abcd", b"abxd", 0, 2),
+        (b"abcd", b"abxd", 2, 2),
+        (b"x" * 200 + b"a", b"x" * 200 + b"b", 64, 200),
+        (b"x" * 130, b"x" * 140, 0, 130),
+    ],
+)
 def test_common_prefix(a, b, start, expected):
     assert common_prefix(a, b, start) == expected
 
@@ -70,7 +78,7 @@ def test_to_target_continues_the_committed_tokens():
     committed = target.encode("def f(x):\n    return")
     ids = to_target(committed[-4:], " x + 1\n", target)
     assert target.bytes_of(ids) == b" x + 1\n"
-    assert ids == target.encode("def f(x):\n    return x + 1\n")[len(committed):]  # as running text tokenizes
+    assert ids == target.encode("def f(x):\n    return x + 1\n")[len(committed) :]  # as running text tokenizes
 
 
 def test_to_target_encodes_the_draft_alone_when_it_re_merges_a_committed_token():

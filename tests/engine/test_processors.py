@@ -1,4 +1,5 @@
 """The first-token logits processor (token healing): one verify pass, position 0, each row's own set."""
+
 from __future__ import annotations
 
 import pytest
@@ -48,7 +49,9 @@ def test_joining_rows_take_their_own_sets_at_the_next_pass():
     assert torch.isfinite(out[1, 0]).nonzero().flatten().tolist() == [3, 4]
 
 
-@pytest.mark.parametrize("allowed, message", [([], "is empty"), ([VOCAB], r"must be in \[0, 8\)"), ([-1], "must be in")])
+@pytest.mark.parametrize(
+    "allowed, message", [([], "is empty"), ([VOCAB], r"must be in \[0, 8\)"), ([-1], "must be in")]
+)
 def test_bad_sets_are_refused(allowed, message):
     with pytest.raises(DraftVerifyError, match=message):
         allowed_ids(allowed, VOCAB)

@@ -1,4 +1,5 @@
 """The scheduler: rows emitting, ending, leaving and joining (typed RowRequests), and the left-padded token rows."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,8 +36,15 @@ class RecordingTarget:
 def state_of(rows: list[list[int]], params=SamplingParams(), seeds=None) -> DecodingState:
     width = max(len(r) for r in rows)
     tokens = torch.tensor([[0] * (width - len(r)) + r for r in rows])
-    return DecodingState(tokens=tokens, source_ids=None, prompt_length=width, params=params, generator=None,
-                         lengths=torch.tensor([len(r) for r in rows]), seeds=seeds)
+    return DecodingState(
+        tokens=tokens,
+        source_ids=None,
+        prompt_length=width,
+        params=params,
+        generator=None,
+        lengths=torch.tensor([len(r) for r in rows]),
+        seeds=seeds,
+    )
 
 
 def test_rows_emit_until_their_eos_or_limit():
@@ -74,12 +82,23 @@ def test_rows_join_with_their_own_limits_seeds_settings_and_first_tokens():
     state = state_of([[1, 2, 3]], SamplingParams(temperature=1.0, seed=5), seeds=[5])
     first = FirstTokenAllowed(VOCAB)
     mine = SamplingParams(temperature=0.5)
-    joined = rows.join([RowRequest([7], 2, seed=9, first_token_allowed=[3, 4]),
-                        RowRequest(torch.tensor([8, 9, 10, 11]), 6, params=mine)], target, NoDrafter(), state, first)
+    joined = rows.join(
+        [
+            RowRequest([7], 2, seed=9, first_token_allowed=[3, 4]),
+            RowRequest(torch.tensor([8, 9, 10, 11]), 6, params=mine),
+        ],
+        target,
+        NoDrafter(),
+        state,
+        first,
+    )
     assert joined == 5 and rows.active == [0, 1, 2] and rows.limits == [4, 2, 6]
     assert target.calls[:2] == [("check_fits", 3), ("check_fits", 10)]
-    assert target.calls[2] == ("join_rows", [[0, 0, 0, 7], [8, 9, 10, 11]],
-                               [[False, False, False, True], [True, True, True, True]])
+    assert target.calls[2] == (
+        "join_rows",
+        [[0, 0, 0, 7], [8, 9, 10, 11]],
+        [[False, False, False, True], [True, True, True, True]],
+    )
     assert state.tokens.tolist() == [[0, 1, 2, 3], [0, 0, 0, 7], [8, 9, 10, 11]]
     assert state.lengths.tolist() == [3, 1, 4]
     assert state.seeds[:2] == [5, 9] and isinstance(state.seeds[2], int)  # no seed given: a fresh one
@@ -97,20 +116,28 @@ def test_admit_returns_typed_row_requests():
     with pytest.raises(DraftVerifyError, match="RowRequest"):
         rows.join([([5], 3)], RecordingTarget(), NoDrafter(), state_of([[1]]), FirstTokenAllowed(VOCAB))
     with pytest.raises(DraftVerifyError, match="must be in"):  # checked before anything joins
-        rows.join([RowRequest([5], 3, first_token_allowed=[VOCAB])], RecordingTarget(), NoDrafter(),
-                  state_of([[1]]), FirstTokenAllowed(VOCAB))
+        rows.join(
+            [RowRequest([5], 3, first_token_allowed=[VOCAB])],
+            RecordingTarget(),
+            NoDrafter(),
+            state_of([[1]]),
+            FirstTokenAllowed(VOCAB),
+        )
     assert rows.active == [0]
 
 
-@pytest.mark.parametrize("fields, message", [
-    (([], 3), "at least one prompt token"),
-    (([1, 2.5], 3), "list of token ids"),
-    (("abc", 3), "list of token ids"),
-    (([True], 3), "list of token ids"),
-    (([1], 0), "max_new_tokens must be an integer >= 1"),
-    (([1], 2.0), "max_new_tokens must be an integer >= 1"),
-    (([1], 2, "7"), "seed must be an integer"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (([], 3), "at least one prompt token"),
+        (([1, 2.5], 3), "list of token ids"),
+        (("abc", 3), "list of token ids"),
+        (([True], 3), "list of token ids"),
+        (([1], 0), "max_new_tokens must be an integer >= 1"),
+        (([1], 2.0), "max_new_tokens must be an integer >= 1"),
+        (([1], 2, "7"), "seed must be an integer"),
+    ],
+)
 def test_a_bad_row_request_is_refused(fields, message):
     with pytest.raises(DraftVerifyError, match=message):
         RowRequest(*fields)

@@ -1,4 +1,5 @@
 """The stats recorder: GenerationStats from one StepRecord per step."""
+
 from __future__ import annotations
 
 import torch
@@ -16,22 +17,29 @@ class CountingDrafter(NoDrafter):
 
 
 def chain(batch: int, n: int, lengths: list[int] | None = None) -> Draft:
-    return Draft(tokens=torch.zeros(batch, n, dtype=torch.long),
-                 lengths=None if lengths is None else torch.tensor(lengths))
+    return Draft(
+        tokens=torch.zeros(batch, n, dtype=torch.long), lengths=None if lengths is None else torch.tensor(lengths)
+    )
 
 
 def test_a_step_record_adds_up_its_rows():
     # two rows, chain of 3: row 0 accepts 3 but EOS cuts it after 2 tokens; row 1 is rejected at its first draft
-    record = step_record(chain(2, 3), [3, 0], [[7, 8], [9]], gamma=3, rows=2, times=(0.0, 1.0, 3.0, 6.0),
-                         prefill=False)
+    record = step_record(chain(2, 3), [3, 0], [[7, 8], [9]], gamma=3, rows=2, times=(0.0, 1.0, 3.0, 6.0), prefill=False)
     assert (record.drafted, record.emitted_accepted, record.rejections, record.new_tokens) == (6, 2, 1, 3)
     assert (record.draft_s, record.target_s, record.verify_s) == (1.0, 2.0, 3.0)
     ragged = step_record(chain(2, 3, [3, 1]), [1, 1], [[1, 2], [3, 4]], 3, 2, (0, 0, 0, 0), False)
     assert ragged.drafted == 4 and ragged.rejections == 1 and ragged.depths == [3, 1]
     tree = TreeSpec.from_paths([(0,), (1,), (0, 0)])
     valid = torch.tensor([[True, True, True], [True, False, False]])
-    trees = step_record(Draft(tokens=torch.zeros(2, 3, dtype=torch.long), tree=tree, valid=valid), [2, 1],
-                        [[1, 2, 3], [4, 5]], 3, 2, (0, 0, 0, 0), False)
+    trees = step_record(
+        Draft(tokens=torch.zeros(2, 3, dtype=torch.long), tree=tree, valid=valid),
+        [2, 1],
+        [[1, 2, 3], [4, 5]],
+        3,
+        2,
+        (0, 0, 0, 0),
+        False,
+    )
     assert trees.drafted == 4 and trees.depths == [2, 1] and trees.rejections == 0
 
 

@@ -1,4 +1,5 @@
 """The step's verbs on their own: the verify layout, what the cache keeps, what the drafter hears."""
+
 from __future__ import annotations
 
 import torch
@@ -22,12 +23,18 @@ def test_a_chain_is_scored_in_causal_order_and_a_tree_with_its_ancestor_mask():
 
 def test_the_cache_keeps_each_rows_pending_token_and_accepted_drafts():
     chain = Draft(tokens=torch.zeros(2, 3, dtype=torch.long))
-    verdict = Verdict(tokens=torch.zeros(2, 4, dtype=torch.long), num_accepted=torch.tensor([2, 0]),
-                      path=torch.tensor([[0, 1, -1], [-1, -1, -1]]))
+    verdict = Verdict(
+        tokens=torch.zeros(2, 4, dtype=torch.long),
+        num_accepted=torch.tensor([2, 0]),
+        path=torch.tensor([[0, 1, -1], [-1, -1, -1]]),
+    )
     assert kept_positions(chain, verdict).tolist() == [3, 1]
     tree = Draft(tokens=torch.zeros(2, 3, dtype=torch.long), tree=TreeSpec.from_paths([(0,), (1,), (0, 0)]))
-    verdict = Verdict(tokens=torch.zeros(2, 4, dtype=torch.long), num_accepted=torch.tensor([2, 1]),
-                      path=torch.tensor([[0, 2, -1], [1, -1, -1]]))
+    verdict = Verdict(
+        tokens=torch.zeros(2, 4, dtype=torch.long),
+        num_accepted=torch.tensor([2, 1]),
+        path=torch.tensor([[0, 2, -1], [1, -1, -1]]),
+    )
     assert kept_positions(tree, verdict).tolist() == [[0, 1, 3], [0, 2, -1]]
 
 

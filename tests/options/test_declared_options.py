@@ -1,5 +1,6 @@
 """The declarations (options/): MethodOptions is their union with one default each, the zoo fills the declared
 files, names and flags are unique, every registered drafter exists, and none of it imports torch."""
+
 from __future__ import annotations
 
 import subprocess
@@ -26,8 +27,19 @@ def test_method_options_is_the_union_with_the_declared_defaults():
     options = MethodOptions()
     for name, default in defaults().items():
         assert getattr(options, name) == default, name
-    assert {"nat_path", "ngram_path", "heads_path", "bita_path", "bita_topk", "tree_paths", "early_exit_layers",
-            "alpha_fb", "tau", "draft_model", "compile"} <= set(defaults())
+    assert {
+        "nat_path",
+        "ngram_path",
+        "heads_path",
+        "bita_path",
+        "bita_topk",
+        "tree_paths",
+        "early_exit_layers",
+        "alpha_fb",
+        "tau",
+        "draft_model",
+        "compile",
+    } <= set(defaults())
     changed = options.replace(bita_topk=5, nat_path="x")
     assert (changed.bita_topk, changed.nat_path, options.bita_topk) == (5, "x", 3)
     assert changed != options and options.replace() == options
@@ -58,7 +70,9 @@ def test_the_zoo_fills_the_declared_files_that_it_has_and_were_not_given(tmp_pat
 
 
 def test_a_declared_file_given_that_is_not_there_is_named_before_loading(tmp_path):
-    with pytest.raises(DraftVerifyError, match=r"^--heads .*nowhere: no such file or directory \(API: heads_path=\.\.\.\)$"):
+    with pytest.raises(
+        DraftVerifyError, match=r"^--heads .*nowhere: no such file or directory \(API: heads_path=\.\.\.\)$"
+    ):
         check_files({"heads_path": tmp_path / "nowhere"})
     check_files({"heads_path": tmp_path, "bita_topk": 7})  # there, and not a file option
 
@@ -67,7 +81,9 @@ def test_a_zoo_without_a_file_the_method_needs_says_which_entry_ships_one():
     with pytest.raises(DraftVerifyError) as caught:
         check_zoo_ships("translate", "bpd_pbest", {})
     message = str(caught.value)
-    assert message.startswith("the 'translate' zoo ships no blockwise heads for bpd / bpd_ngram / bpd_neural / bpd_pbest")
+    assert message.startswith(
+        "the 'translate' zoo ships no blockwise heads for bpd / bpd_ngram / bpd_neural / bpd_pbest"
+    )
     assert "only the code zoo ships one; pass --heads PATH (API: heads_path=PATH)" in message
     check_zoo_ships("translate", "bpd_pbest", {"heads_path": "given", "ngram_path": "given"})
     check_zoo_ships("code", "bpd_pbest", {})  # the code zoo ships heads and an n-gram table
@@ -104,7 +120,9 @@ def test_a_zoo_file_must_say_what_it_is():
 
 
 def test_the_declarations_import_no_torch():
-    code = ("import sys, draftverify.options, draftverify.options.checks, draftverify.cli_flags;"
-            "print('torch' in sys.modules, 'transformers' in sys.modules)")
+    code = (
+        "import sys, draftverify.options, draftverify.options.checks, draftverify.cli_flags;"
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False False", out.stderr

@@ -2,6 +2,7 @@
 one register_methods call) and registered by one line (here the plug-in entry point that names it): it gets flags
 in `generate`, `serve` and `bench`, a line in `draftverify methods`, a keyword of load(), its file from a zoo entry
 and the zoo's missing-file message, and a place in registered_methods(), with no edit anywhere in the package."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -28,8 +29,7 @@ def toy(monkeypatch):
     """The toy registered as a plug-in is: one entry point naming its module, loaded by load_plugins(); undone after
     the test. Returns its drafter class."""
     point = importlib.metadata.EntryPoint("toy", "toy_method", PLUGIN_GROUP)
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda group=None: [point] if group == PLUGIN_GROUP else [])
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [point] if group == PLUGIN_GROUP else [])
     sys.modules.pop("toy_method", None)
     load_plugins()
     drafter = sys.modules["toy_method"].ToyDrafter
@@ -41,8 +41,13 @@ def toy(monkeypatch):
 
 def test_the_toy_is_a_registered_method_with_its_declaration(toy):
     spec = next(m for m in registered_methods() if m.name == "toy")
-    assert (spec.drafter, spec.verifier, spec.lossless, spec.batches, spec.needs_draft) == ("toy", "exact", True, True,
-                                                                                            False)
+    assert (spec.drafter, spec.verifier, spec.lossless, spec.batches, spec.needs_draft) == (
+        "toy",
+        "exact",
+        True,
+        True,
+        False,
+    )
     assert spec.drafter_class() is toy and spec.needs_target_modules == ""
     text = runner.invoke(app, ["methods"], env={"COLUMNS": "400"}).stdout
     assert "a toy drafter with a weights file" in text
@@ -71,8 +76,24 @@ def test_the_toy_is_not_there_without_its_registration_line():
 
 
 def test_the_zoo_fills_the_toys_file_for_the_cli_and_load(toy, toy_zoo, model_dirs):  # noqa: F811
-    result = runner.invoke(app, ["generate", "--zoo", "toyzoo", "--method", "toy", "--toy-scale", "0.25",
-                                 "--prompt", PROMPT, "-n", "6", "--json", "--no-heal"])
+    result = runner.invoke(
+        app,
+        [
+            "generate",
+            "--zoo",
+            "toyzoo",
+            "--method",
+            "toy",
+            "--toy-scale",
+            "0.25",
+            "--prompt",
+            PROMPT,
+            "-n",
+            "6",
+            "--json",
+            "--no-heal",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert toy.built == [(toy_zoo / "toyzoo" / "toy.json", 0.25, {"weights": [1, 2]})]
     expected = load(target=model_dirs / "target", method="autoregressive").generate(PROMPT, max_new_tokens=6)
@@ -87,8 +108,10 @@ def test_the_zoo_fills_the_toys_file_for_the_cli_and_load(toy, toy_zoo, model_di
 def test_a_zoo_without_the_toys_file_says_so_before_loading(toy, toy_zoo):
     result = runner.invoke(app, ["generate", "--zoo", "plain", "--method", "toy", "--prompt", "x"])
     assert result.exit_code == 2 and "loading" not in result.stderr
-    assert result.stderr.strip() == ("error: the 'plain' zoo ships no toy weights for toy: only the toyzoo zoo ships "
-                                     "one; pass --toy PATH (API: toy_path=PATH), or use another method")
+    assert result.stderr.strip() == (
+        "error: the 'plain' zoo ships no toy weights for toy: only the toyzoo zoo ships "
+        "one; pass --toy PATH (API: toy_path=PATH), or use another method"
+    )
     with pytest.raises(DraftVerifyError, match="the 'plain' zoo ships no toy weights for toy"):
         load(zoo="plain", method="toy")
     served = runner.invoke(app, ["serve", "--zoo", "plain", "--method", "toy"])

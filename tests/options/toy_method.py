@@ -1,6 +1,7 @@
 """A toy method with options, declared the way a new method is: this one file (its options, its drafter, one
 register_methods call) plus one registration line elsewhere (an import, or a plug-in's entry point
 [project.entry-points."draftverify.methods"] toy = "toy_method"). Nothing in the package is edited."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,7 @@ from draftverify.registry import DrafterSpec, MethodEntry, register_methods
 
 @dataclass(frozen=True)
 class ToyOptions:
-    toy_path: Path | None = option(None, "--toy", "The toy drafter's weights file.", zoo="toy.json",
-                                   what="toy weights")
+    toy_path: Path | None = option(None, "--toy", "The toy drafter's weights file.", zoo="toy.json", what="toy weights")
     toy_scale: float = option(0.5, "--toy-scale", "How far the toy trusts itself.")
 
 
@@ -37,6 +37,13 @@ class ToyDrafter(Drafter):
         return empty_draft(state)
 
 
-register_methods(DrafterSpec("toy", ToyDrafter, options=(ToyOptions,), methods={
-    "toy": MethodEntry("a toy drafter with a weights file"),
-}))
+register_methods(
+    DrafterSpec(
+        "toy",
+        ToyDrafter,
+        options=(ToyOptions,),
+        methods={
+            "toy": MethodEntry("a toy drafter with a weights file"),
+        },
+    )
+)

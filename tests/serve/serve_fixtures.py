@@ -1,5 +1,6 @@
 """A tiny target and draft (random Llamas with the zoo's tokenizer) on disk, and a real server process on a
 loopback port, started once per test module and stopped after it."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = ROOT / "zoo" / "code" / "tokenizer"
 SRC = Path(draftverify.__file__).resolve().parents[1]
 API_KEY = "test-key-123"
-CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
 CONTEXT = 256
 
 
@@ -44,11 +47,28 @@ class ServerProcess:
     def __init__(self, args: list[str], env: dict | None = None, startup_s: float = 120):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        environment = {**os.environ, "PYTHONPATH": str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                       **(env or {})}
-        self.proc = subprocess.Popen([sys.executable, "-m", "draftverify.cli", "serve", "--port", str(self.port),
-                                      "--log-level", "warning", *args], env=environment,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        environment = {
+            **os.environ,
+            "PYTHONPATH": str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            **(env or {}),
+        }
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "draftverify.cli",
+                "serve",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+                *args,
+            ],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         deadline = time.monotonic() + startup_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

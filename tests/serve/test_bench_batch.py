@@ -1,4 +1,5 @@
 """bench-batch on tiny models: every runner at every batch size, rows equal to their batch-1 texts, files written."""
+
 from __future__ import annotations
 
 import json
@@ -16,10 +17,23 @@ def models(tmp_path_factory):
 
 
 def test_bench_batch_writes_every_runner_and_batch_size(models, tmp_path):
-    results = main(None, str(models / "target"), str(models / "draft"), ["model", "prompt_lookup"], [1, 2, 4],
-                   "humaneval", 4, 6, tmp_path, "bb", threads=1, echo=lambda line: None)
+    results = main(
+        None,
+        str(models / "target"),
+        str(models / "draft"),
+        ["model", "prompt_lookup"],
+        [1, 2, 4],
+        "humaneval",
+        4,
+        6,
+        tmp_path,
+        "bb",
+        threads=1,
+        echo=lambda line: None,
+    )
     assert [(r.runner, r.batch_size) for r in results] == [
-        (name, b) for name in ("hf_generate", "ours_autoregressive", "model", "prompt_lookup") for b in (1, 2, 4)]
+        (name, b) for name in ("hf_generate", "ours_autoregressive", "model", "prompt_lookup") for b in (1, 2, 4)
+    ]
     assert all(r.equal_rows == 4 for r in results if r.runner != "hf_generate")
     assert all(r.new_tokens > 0 and r.tokens_per_second > 0 for r in results)
     assert all(r.speedup_vs_hf is not None for r in results)
@@ -29,11 +43,29 @@ def test_bench_batch_writes_every_runner_and_batch_size(models, tmp_path):
 
 
 def test_bench_batch_runs_a_method_at_several_draft_lengths_and_reports_the_mean_gamma(models, tmp_path):
-    results = main(None, str(models / "target"), str(models / "draft"), ["model", "model[auto]", "model[g=2]"],
-                   [1, 2], "humaneval", 2, 8, tmp_path, "bb", threads=1, echo=lambda line: None, gamma=3)
+    results = main(
+        None,
+        str(models / "target"),
+        str(models / "draft"),
+        ["model", "model[auto]", "model[g=2]"],
+        [1, 2],
+        "humaneval",
+        2,
+        8,
+        tmp_path,
+        "bb",
+        threads=1,
+        echo=lambda line: None,
+        gamma=3,
+    )
     by = {(r.runner, r.batch_size): r for r in results}
-    assert [name for name, b in by if b == 1] == ["hf_generate", "ours_autoregressive", "model", "model[auto]",
-                                                  "model[g=2]"]
+    assert [name for name, b in by if b == 1] == [
+        "hf_generate",
+        "ours_autoregressive",
+        "model",
+        "model[auto]",
+        "model[g=2]",
+    ]
     assert all(r.equal_rows == 2 for r in results if r.runner != "hf_generate")
     assert all(by[(n, b)].mean_gamma is None for n in ("hf_generate", "ours_autoregressive") for b in (1, 2))
     for b in (1, 2):  # the cap at the tokens left can only shorten a fixed gamma
@@ -63,5 +95,16 @@ def test_bench_batch_argument_errors(models, tmp_path):
     with pytest.raises(DraftVerifyError, match="integers >= 1"):
         parse_sizes("0,1")
     with pytest.raises(DraftVerifyError, match="lists a runner twice"):
-        main(None, str(models / "target"), None, ["prompt_lookup", "prompt_lookup"], [1], "humaneval", 1, 4,
-             tmp_path, "x", None)
+        main(
+            None,
+            str(models / "target"),
+            None,
+            ["prompt_lookup", "prompt_lookup"],
+            [1],
+            "humaneval",
+            1,
+            4,
+            tmp_path,
+            "x",
+            None,
+        )

@@ -1,6 +1,7 @@
 """The server's queue and worker with a stub pipeline (no model): 429 when the queue is full, 503 when the worker
 is not running, requests cancelled while queued never run, a tokenizer without a chat template is a clear 400,
 and StopText's streaming detokenization."""
+
 from __future__ import annotations
 
 import threading
@@ -158,8 +159,10 @@ def test_a_stopped_worker_answers_503(stub_server):
 
 
 def test_chat_without_a_template_is_a_clear_400(stub_server):
-    r = httpx.post(stub_server.base + "/v1/chat/completions",
-                   json={"model": "stub", "messages": [{"role": "user", "content": "hi"}]})
+    r = httpx.post(
+        stub_server.base + "/v1/chat/completions",
+        json={"model": "stub", "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert r.status_code == 400
     error = r.json()["error"]
     assert error["code"] == "no_chat_template" and "use /v1/completions" in error["message"]
@@ -181,8 +184,10 @@ def test_requests_with_the_same_settings_share_a_batch(tokenizer):
         first = threading.Thread(target=_post, args=(server.base, results))
         first.start()
         assert _wait(lambda: app.state.engine.busy_rows == 1)
-        others = [threading.Thread(target=_post, args=(server.base, results), kwargs=extra)
-                  for extra in ({}, {}, {"temperature": 0.5}, {})]
+        others = [
+            threading.Thread(target=_post, args=(server.base, results), kwargs=extra)
+            for extra in ({}, {}, {"temperature": 0.5}, {})
+        ]
         for t in others:
             t.start()
         assert _wait(lambda: app.state.engine.snapshot()["queued"] == 4)
@@ -211,8 +216,10 @@ def test_requests_with_different_settings_share_a_batch_when_rows_keep_their_own
         first = threading.Thread(target=_post, args=(server.base, results))
         first.start()
         assert _wait(lambda: app.state.engine.busy_rows == 1)
-        others = [threading.Thread(target=_post, args=(server.base, results), kwargs=extra)
-                  for extra in ({}, {"temperature": 0.5, "seed": 3}, {})]
+        others = [
+            threading.Thread(target=_post, args=(server.base, results), kwargs=extra)
+            for extra in ({}, {"temperature": 0.5, "seed": 3}, {})
+        ]
         for t in others:
             t.start()
         assert _wait(lambda: app.state.engine.snapshot()["queued"] == 3)
@@ -266,7 +273,7 @@ def test_stop_text_of_a_healed_prompt_starts_after_the_original_prompt(tokenizer
     prompt = 'def f(x):\n    """Return x."""\n'
     healing = TokenTable(tokenizer).heal(tokenizer(prompt).input_ids)
     assert healing is not None and healing.removed == "\n"
-    new = tokenizer(prompt + "    return x\n\ndef g():\n    pass\n").input_ids[len(healing.ids):]
+    new = tokenizer(prompt + "    return x\n\ndef g():\n    pass\n").input_ids[len(healing.ids) :]
     assert tokenizer.decode(new).startswith("\n    return")  # the first new token is "\n" + indentation
     completion = "    return x\n\ndef g():\n    pass\n"
     for stops, expected in (([], completion), (["\ndef "], "    return x\n"), (["\n    "], "    return x\n\ndef g():")):

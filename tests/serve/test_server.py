@@ -1,5 +1,6 @@
 """`draftverify serve` as a real process on a loopback port, driven by the official openai client (and httpx for
 what the client hides: raw error bodies, status codes, disconnects). The texts must equal the library's own."""
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,27 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(models):
-    proc = ServerProcess(["--target", str(models / "target"), "--draft", str(models / "draft"), "--method", "model",
-                          "--served-model-name", "tiny", "--max-batch", "4", "--max-queue", "16", "--threads", "1",
-                          "--max-tokens-limit", "200"], env={"DRAFTVERIFY_API_KEY": API_KEY})
+    proc = ServerProcess(
+        [
+            "--target",
+            str(models / "target"),
+            "--draft",
+            str(models / "draft"),
+            "--method",
+            "model",
+            "--served-model-name",
+            "tiny",
+            "--max-batch",
+            "4",
+            "--max-queue",
+            "16",
+            "--threads",
+            "1",
+            "--max-tokens-limit",
+            "200",
+        ],
+        env={"DRAFTVERIFY_API_KEY": API_KEY},
+    )
     yield proc
     proc.stop()
 
@@ -63,8 +82,7 @@ def test_completion_equals_the_library_text(client, pipe):
 def test_streamed_completion_equals_the_whole_one(client):
     whole = client.completions.create(model="tiny", prompt=PROMPTS[1], max_tokens=30, temperature=0)
     pieces, reasons = [], []
-    for chunk in client.completions.create(model="tiny", prompt=PROMPTS[1], max_tokens=30, temperature=0,
-                                           stream=True):
+    for chunk in client.completions.create(model="tiny", prompt=PROMPTS[1], max_tokens=30, temperature=0, stream=True):
         pieces.append(chunk.choices[0].text)
         reasons.append(chunk.choices[0].finish_reason)
     assert "".join(pieces) == whole.choices[0].text
@@ -79,8 +97,12 @@ def test_echo_and_stop_strings(client):
     cut = whole[: whole.index(stop)]
     for stream in (False, True):
         if stream:
-            text = "".join(c.choices[0].text for c in client.completions.create(
-                model="tiny", prompt=PROMPTS[0], max_tokens=30, temperature=0, stop=[stop], stream=True))
+            text = "".join(
+                c.choices[0].text
+                for c in client.completions.create(
+                    model="tiny", prompt=PROMPTS[0], max_tokens=30, temperature=0, stop=[stop], stream=True
+                )
+            )
         else:
             out = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=30, temperature=0, stop=stop)
             text = out.choices[0].text
@@ -94,20 +116,43 @@ def test_chat_completion_uses_the_template(client, pipe):
     expected = pipe.generate(rendered, max_new_tokens=20).text
     out = client.chat.completions.create(model="tiny", messages=messages, max_tokens=20, temperature=0)
     assert out.choices[0].message.role == "assistant" and out.choices[0].message.content == expected
-    chunks = list(client.chat.completions.create(model="tiny", messages=messages, max_completion_tokens=20,
-                                                 temperature=0, stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=messages,
+            max_completion_tokens=20,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected
     assert chunks[-1].usage.completion_tokens == out.usage.completion_tokens and not chunks[-1].choices
 
 
 def test_seeded_sampling_is_reproducible_and_equals_the_library(client, pipe):
-    texts = {client.completions.create(model="tiny", prompt=PROMPTS[2], max_tokens=20, temperature=0.9, seed=11,
-                                       top_p=0.95).choices[0].text for _ in range(2)}
+    texts = {
+        client.completions.create(model="tiny", prompt=PROMPTS[2], max_tokens=20, temperature=0.9, seed=11, top_p=0.95)
+        .choices[0]
+        .text
+        for _ in range(2)
+    }
     assert len(texts) == 1
     assert texts == {pipe.generate(PROMPTS[2], max_new_tokens=20, temperature=0.9, top_p=0.95, seed=11).text}
-    other = client.completions.create(model="tiny", prompt=PROMPTS[2], max_tokens=20, temperature=0.9, seed=12,
-                                      top_p=0.95, extra_body={"top_k": 50}).choices[0].text
+    other = (
+        client.completions.create(
+            model="tiny",
+            prompt=PROMPTS[2],
+            max_tokens=20,
+            temperature=0.9,
+            seed=12,
+            top_p=0.95,
+            extra_body={"top_k": 50},
+        )
+        .choices[0]
+        .text
+    )
     assert other != texts.pop()
 
 
@@ -120,8 +165,9 @@ def test_concurrent_requests_share_a_batch_and_keep_their_texts(server, client, 
 
     def ask(i: int, sampled: bool) -> None:
         extra = dict(temperature=0.8, seed=i) if sampled else dict(temperature=0)
-        results[(i, sampled)] = client.completions.create(model="tiny", prompt=PROMPTS[i], max_tokens=40,
-                                                          **extra).choices[0].text
+        results[(i, sampled)] = (
+            client.completions.create(model="tiny", prompt=PROMPTS[i], max_tokens=40, **extra).choices[0].text
+        )
 
     threads = [threading.Thread(target=ask, args=(i, s)) for s in (False, True) for i in range(len(PROMPTS))]
     for t in threads:
@@ -156,7 +202,7 @@ def test_api_key_is_required(server):
 
 BAD_REQUESTS = [
     (b'{"model": "tiny", "prompt": ', 400, "not valid JSON", None),
-    (b'[1, 2]', 400, "must be a JSON object", None),
+    (b"[1, 2]", 400, "must be a JSON object", None),
     ({"model": "tiny", "prompt": "x", "logprobz": 3}, 400, "unknown field", "logprobz"),
     ({"prompt": "x"}, 400, "missing required field: model", "model"),
     ({"model": "tiny", "prompt": "x", "max_tokens": 0}, 400, "max_tokens must be an integer >= 1", "max_tokens"),
@@ -204,8 +250,11 @@ def test_chat_errors(server):
     url = server.base + "/v1/chat/completions"
     r = httpx.post(url, headers=auth(), json={"model": "tiny", "messages": []})
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
-    r = httpx.post(url, headers=auth(), json={"model": "tiny", "messages": [{"role": "user", "content": "x"}],
-                                              "tools": [{"type": "function"}]})
+    r = httpx.post(
+        url,
+        headers=auth(),
+        json={"model": "tiny", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+    )
     assert r.status_code == 400 and "unknown field(s): tools" in r.json()["error"]["message"]
     r = httpx.post(url, headers=auth(), json={"model": "tiny", "messages": [{"role": "wizard", "content": "x"}]})
     assert r.status_code == 400 and "messages.0.role" in r.json()["error"]["param"]
@@ -222,8 +271,10 @@ def test_a_client_leaving_mid_stream_frees_its_row(server, client):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         health = httpx.get(server.base + "/health").json()
-        if health["running_rows"] == 0 and _metric(server, "draftverify_finished_requests_total",
-                                                   '{reason="cancelled"}') > cancelled:
+        if (
+            health["running_rows"] == 0
+            and _metric(server, "draftverify_finished_requests_total", '{reason="cancelled"}') > cancelled
+        ):
             break
         time.sleep(0.05)
     else:
@@ -238,9 +289,15 @@ def test_a_client_leaving_mid_stream_frees_its_row(server, client):
 def test_metrics_count_requests_and_tokens(server, client):
     client.completions.create(model="tiny", prompt=PROMPTS[3], max_tokens=5, temperature=0)
     text = httpx.get(server.base + "/metrics").text
-    for name in ("draftverify_requests_total", "draftverify_generated_tokens_total", "draftverify_target_calls_total",
-                 "draftverify_time_to_first_token_seconds_bucket", "draftverify_queue_depth",
-                 "draftverify_accepted_tokens_total", "draftverify_batch_size_bucket"):
+    for name in (
+        "draftverify_requests_total",
+        "draftverify_generated_tokens_total",
+        "draftverify_target_calls_total",
+        "draftverify_time_to_first_token_seconds_bucket",
+        "draftverify_queue_depth",
+        "draftverify_accepted_tokens_total",
+        "draftverify_batch_size_bucket",
+    ):
         assert name in text
     assert _metric(server, "draftverify_requests_total", '{endpoint="/v1/completions",status="200"}') >= 1
     assert _metric(server, "draftverify_requests_total", '{endpoint="/v1/completions",status="400"}') >= 1
@@ -259,9 +316,32 @@ def test_the_load_test_reports_on_a_bounded_run(server, tmp_path, capsys):
     from draftverify.bench import load_test
 
     out = tmp_path / "load.json"
-    code = _bench_serve(["--url", server.base, "--api-key", API_KEY, "--clients", "3", "--requests", "9",
-                         "--duration", "60", "--max-tokens", "4", "--warmup", "1", "--pid", str(server.proc.pid),
-                         "--rss-every", "4", "--rss-warm", "4", "--out", str(out)])
+    code = _bench_serve(
+        [
+            "--url",
+            server.base,
+            "--api-key",
+            API_KEY,
+            "--clients",
+            "3",
+            "--requests",
+            "9",
+            "--duration",
+            "60",
+            "--max-tokens",
+            "4",
+            "--warmup",
+            "1",
+            "--pid",
+            str(server.proc.pid),
+            "--rss-every",
+            "4",
+            "--rss-warm",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     assert code == 0 and report["requests"] == 9 and report["ok"] == 9 and report["errors"] == {}
     assert report["tokens"] > 0 and report["latency_p50_s"] <= report["latency_p99_s"]
@@ -269,8 +349,9 @@ def test_the_load_test_reports_on_a_bounded_run(server, tmp_path, capsys):
     # RSS at 0 completed requests, every 4, and at the end; growth after warm-up from the sample at 4
     assert [x["requests"] for x in report["rss_samples"]] == [0, 4, 8, 9]
     assert report["rss_warm_sample"] == report["rss_samples"][1]
-    assert report["rss_growth_after_warmup_mib"] == round(report["rss_samples"][-1]["rss_mib"]
-                                                          - report["rss_samples"][1]["rss_mib"], 1)
+    assert report["rss_growth_after_warmup_mib"] == round(
+        report["rss_samples"][-1]["rss_mib"] - report["rss_samples"][1]["rss_mib"], 1
+    )
     assert API_KEY not in report["command"] and "--rss-every 4" in report["command"]
     text = out.with_suffix(".md").read_text()
     assert "## Summary" in text and "## Resident memory" in text and "| 9 | 9 | none |" in text
@@ -285,8 +366,27 @@ def test_the_mixed_load_test_batches_greedy_and_seeded_requests_and_each_equals_
     """Greedy and seeded sampling requests alternate under load, so the server's batches mix settings; every
     answer must equal the same request sent alone first (the command exits 1 otherwise)."""
     out = tmp_path / "mixed.json"
-    code = _bench_serve(["--url", server.base, "--api-key", API_KEY, "--clients", "4", "--requests", "16",
-                         "--duration", "120", "--max-tokens", "6", "--warmup", "0", "--mixed", "--out", str(out)])
+    code = _bench_serve(
+        [
+            "--url",
+            server.base,
+            "--api-key",
+            API_KEY,
+            "--clients",
+            "4",
+            "--requests",
+            "16",
+            "--duration",
+            "120",
+            "--max-tokens",
+            "6",
+            "--warmup",
+            "0",
+            "--mixed",
+            "--out",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     greedy, sampled = report["greedy_equal_single"].split("/"), report["sampled_equal_single"].split("/")
     assert code == 0 and report["ok"] == 16 and report["mixed"]
@@ -299,8 +399,11 @@ def test_the_load_test_measures_rss_growth_after_warm_up():
     from draftverify.bench import load_test
 
     samples = [{"requests": n, "rss_mib": m} for n, m in [(0, 600.0), (100, 640.0), (200, 650.0), (300, 651.5)]]
-    assert load_test.rss_growth(samples, 150) == {"rss_growth_mib": 51.5, "rss_warm_sample": samples[2],
-                                                  "rss_growth_after_warmup_mib": 1.5}
+    assert load_test.rss_growth(samples, 150) == {
+        "rss_growth_mib": 51.5,
+        "rss_warm_sample": samples[2],
+        "rss_growth_after_warmup_mib": 1.5,
+    }
     assert load_test.rss_growth(samples, 400)["rss_growth_after_warmup_mib"] is None  # ended before warm-up
     assert load_test.sparkline([1.0, 2.0, 3.0]) == "▁▅█" and load_test.sparkline([5.0, 5.0]) == "▁▁"
 
@@ -312,9 +415,24 @@ HEAL_PROMPTS = ['def add(a, b):\n    """Add two numbers."""\n', "import os\n", "
 
 @pytest.fixture(scope="module")
 def healing_server(models):
-    proc = ServerProcess(["--target", str(models / "target"), "--draft", str(models / "draft"), "--method", "model",
-                          "--served-model-name", "tiny", "--max-batch", "4", "--threads", "1", "--heal"],
-                         env={"DRAFTVERIFY_API_KEY": API_KEY})
+    proc = ServerProcess(
+        [
+            "--target",
+            str(models / "target"),
+            "--draft",
+            str(models / "draft"),
+            "--method",
+            "model",
+            "--served-model-name",
+            "tiny",
+            "--max-batch",
+            "4",
+            "--threads",
+            "1",
+            "--heal",
+        ],
+        env={"DRAFTVERIFY_API_KEY": API_KEY},
+    )
     yield proc
     proc.stop()
 
@@ -333,21 +451,32 @@ def test_serve_heal_is_the_librarys_healed_text_and_a_request_may_turn_it_off(he
     assert out.choices[0].text == healed.text
     assert out.usage.prompt_tokens == healed.stats.prompt_tokens == pipe.encode(prompt).shape[1] - 1
     assert out.usage.completion_tokens == healed.stats.new_tokens
-    off = healing_client.completions.create(model="tiny", prompt=prompt, max_tokens=20, temperature=0,
-                                            extra_body={"heal": False})
+    off = healing_client.completions.create(
+        model="tiny", prompt=prompt, max_tokens=20, temperature=0, extra_body={"heal": False}
+    )
     assert off.choices[0].text == plain.text
     # the server without --heal heals only when a request asks
-    assert client.completions.create(model="tiny", prompt=prompt, max_tokens=20, temperature=0).choices[0].text \
+    assert (
+        client.completions.create(model="tiny", prompt=prompt, max_tokens=20, temperature=0).choices[0].text
         == plain.text
-    assert client.completions.create(model="tiny", prompt=prompt, max_tokens=20, temperature=0,
-                                     extra_body={"heal": True}).choices[0].text == healed.text
+    )
+    assert (
+        client.completions.create(model="tiny", prompt=prompt, max_tokens=20, temperature=0, extra_body={"heal": True})
+        .choices[0]
+        .text
+        == healed.text
+    )
 
 
 def test_healed_streams_echo_and_stop_strings_are_relative_to_the_prompt_as_sent(healing_client, pipe):
     prompt = HEAL_PROMPTS[0]
     whole = pipe.generate(prompt, max_new_tokens=30, heal=True).text
-    streamed = "".join(c.choices[0].text for c in healing_client.completions.create(
-        model="tiny", prompt=prompt, max_tokens=30, temperature=0, stream=True))
+    streamed = "".join(
+        c.choices[0].text
+        for c in healing_client.completions.create(
+            model="tiny", prompt=prompt, max_tokens=30, temperature=0, stream=True
+        )
+    )
     assert streamed == whole
     echoed = healing_client.completions.create(model="tiny", prompt=prompt, max_tokens=30, temperature=0, echo=True)
     assert echoed.choices[0].text == prompt + whole
@@ -357,23 +486,39 @@ def test_healed_streams_echo_and_stop_strings_are_relative_to_the_prompt_as_sent
     expected = whole[: whole.find(stop)] if stop in whole else whole
     for stream in (False, True):
         if stream:
-            text = "".join(c.choices[0].text for c in healing_client.completions.create(
-                model="tiny", prompt=prompt, max_tokens=30, temperature=0, stop=[stop], stream=True))
+            text = "".join(
+                c.choices[0].text
+                for c in healing_client.completions.create(
+                    model="tiny", prompt=prompt, max_tokens=30, temperature=0, stop=[stop], stream=True
+                )
+            )
         else:
-            text = healing_client.completions.create(model="tiny", prompt=prompt, max_tokens=30, temperature=0,
-                                                     stop=[stop]).choices[0].text
+            text = (
+                healing_client.completions.create(
+                    model="tiny", prompt=prompt, max_tokens=30, temperature=0, stop=[stop]
+                )
+                .choices[0]
+                .text
+            )
         assert text == expected and text
 
 
 def test_healed_and_plain_requests_batch_together_with_their_own_texts(healing_client, pipe):
-    expected = {(i, heal): pipe.generate(p, max_new_tokens=24, heal=heal).text
-                for i, p in enumerate(HEAL_PROMPTS) for heal in (True, False)}
+    expected = {
+        (i, heal): pipe.generate(p, max_new_tokens=24, heal=heal).text
+        for i, p in enumerate(HEAL_PROMPTS)
+        for heal in (True, False)
+    }
     results: dict = {}
 
     def ask(i: int, heal: bool) -> None:
-        results[(i, heal)] = healing_client.completions.create(
-            model="tiny", prompt=HEAL_PROMPTS[i], max_tokens=24, temperature=0,
-            extra_body={"heal": heal}).choices[0].text
+        results[(i, heal)] = (
+            healing_client.completions.create(
+                model="tiny", prompt=HEAL_PROMPTS[i], max_tokens=24, temperature=0, extra_body={"heal": heal}
+            )
+            .choices[0]
+            .text
+        )
 
     threads = [threading.Thread(target=ask, args=(i, h)) for i in range(len(HEAL_PROMPTS)) for h in (True, False)]
     for t in threads:

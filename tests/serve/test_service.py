@@ -1,5 +1,6 @@
 """The Service's checks without HTTP: the context window (the smaller of the target's and the draft model's) and
 the server's max_tokens limit decide a request's max_tokens, and what they rule out is an OpenAI-style ApiError."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -11,9 +12,12 @@ from draftverify.serve.protocol import ApiError, CompletionRequest
 
 
 def _service(max_tokens_limit: int | None = None) -> Service:
-    pipe = SimpleNamespace(tokenizer=SimpleNamespace(), target=SimpleNamespace(max_positions=64, vocab_size=100),
-                           drafter=SimpleNamespace(models=lambda: [SimpleNamespace(lm=SimpleNamespace(max_positions=32))]),
-                           eos_token_id=0)
+    pipe = SimpleNamespace(
+        tokenizer=SimpleNamespace(),
+        target=SimpleNamespace(max_positions=64, vocab_size=100),
+        drafter=SimpleNamespace(models=lambda: [SimpleNamespace(lm=SimpleNamespace(max_positions=32))]),
+        eos_token_id=0,
+    )
     return Service(pipe, ServerSettings(model_name="m", max_tokens_limit=max_tokens_limit))
 
 
@@ -28,13 +32,16 @@ def test_max_tokens_defaults_to_the_room_left_then_the_server_limit():
     assert _service(max_tokens_limit=5).check_common(_body(), None, 20)[1] == 5
 
 
-@pytest.mark.parametrize("body, max_tokens, prompt_tokens, status, param, code", [
-    (_body(model="other"), 4, 3, 404, "model", "model_not_found"),
-    (_body(), 30, 3, 400, "max_tokens", "context_length_exceeded"),
-    (_body(), None, 32, 400, "prompt", "context_length_exceeded"),
-    (_body(top_p=0), 4, 3, 400, "top_p", None),
-    (_body(stop=["a", "b", "c", "d", "e"]), 4, 3, 400, "stop", None),
-])
+@pytest.mark.parametrize(
+    "body, max_tokens, prompt_tokens, status, param, code",
+    [
+        (_body(model="other"), 4, 3, 404, "model", "model_not_found"),
+        (_body(), 30, 3, 400, "max_tokens", "context_length_exceeded"),
+        (_body(), None, 32, 400, "prompt", "context_length_exceeded"),
+        (_body(top_p=0), 4, 3, 400, "top_p", None),
+        (_body(stop=["a", "b", "c", "d", "e"]), 4, 3, 400, "stop", None),
+    ],
+)
 def test_what_the_checks_rule_out_is_an_api_error(body, max_tokens, prompt_tokens, status, param, code):
     with pytest.raises(ApiError) as caught:
         _service().check_common(body, max_tokens, prompt_tokens)

@@ -1,5 +1,6 @@
 """`draftverify train align` (BiLD prediction alignment) on a tiny setup: a deterministic target (a tiny LM
 trained for a few seconds on a tiny corpus, decoded greedily) and a randomly initialised draft."""
+
 from __future__ import annotations
 
 import json
@@ -30,20 +31,42 @@ def assets(tmp_path_factory):
     tok = load_tokenizer(tmp / "tok")
     # the draft: randomly initialised, same tokenizer
     torch.manual_seed(1)
-    lm.export_model(LlamaForCausalLM(lm.make_config("tiny", len(tok), tok.eos_token_id, **TINY)), tok,
-                    tmp / "draft", "random draft")
+    lm.export_model(
+        LlamaForCausalLM(lm.make_config("tiny", len(tok), tok.eos_token_id, **TINY)), tok, tmp / "draft", "random draft"
+    )
     # a draft with another vocabulary
-    lm.export_model(LlamaForCausalLM(lm.make_config("tiny", len(tok) + 20, tok.eos_token_id, **TINY)), tok,
-                    tmp / "draft-other-vocab", "wrong vocab")
+    lm.export_model(
+        LlamaForCausalLM(lm.make_config("tiny", len(tok) + 20, tok.eos_token_id, **TINY)),
+        tok,
+        tmp / "draft-other-vocab",
+        "wrong vocab",
+    )
     return tmp
 
 
 def _opts(assets, tmp_path, **kw) -> al.AlignOptions:
-    base = dict(target=str(assets / "target"), draft=str(assets / "draft"), manifest=str(assets / "manifest.json"),
-                out_dir=str(tmp_path / "aligned"), work_dir=str(tmp_path / "work"), num_prompts=24, eval_prompts=8,
-                min_prompt_tokens=8, max_prompt_tokens=24, new_tokens=32, gamma=5, max_steps=60, batch_size=8,
-                lr=3e-3, warmup_steps=5, threads=1, bf16=False, log_every=1000, progress=False,
-                command="draftverify train align --test")
+    base = dict(
+        target=str(assets / "target"),
+        draft=str(assets / "draft"),
+        manifest=str(assets / "manifest.json"),
+        out_dir=str(tmp_path / "aligned"),
+        work_dir=str(tmp_path / "work"),
+        num_prompts=24,
+        eval_prompts=8,
+        min_prompt_tokens=8,
+        max_prompt_tokens=24,
+        new_tokens=32,
+        gamma=5,
+        max_steps=60,
+        batch_size=8,
+        lr=3e-3,
+        warmup_steps=5,
+        threads=1,
+        bf16=False,
+        log_every=1000,
+        progress=False,
+        command="draftverify train align --test",
+    )
     base.update(kw)
     return al.AlignOptions(**base)
 
@@ -55,8 +78,16 @@ def _models(assets):
 
 
 def _header(**kw):
-    h = {"type": "header", "version": al.CACHE_VERSION, "kind": "calibration", "split": "train",
-         "target_sha256": "t", "new_tokens": 16, "vocab_size": 300, "eos_token_id": 0}
+    h = {
+        "type": "header",
+        "version": al.CACHE_VERSION,
+        "kind": "calibration",
+        "split": "train",
+        "target_sha256": "t",
+        "new_tokens": 16,
+        "vocab_size": 300,
+        "eos_token_id": 0,
+    }
     h.update(kw)
     return h
 
@@ -97,14 +128,25 @@ def test_generation_is_exactly_the_targets_greedy_output(assets, tmp_path):
     tok = load_tokenizer(assets / "tok")
     target, draft = _models(assets)
     prompts = al.sample_prompts(assets / "manifest.json", tok, "train", 6, 8, 24, seed=0)
-    recs = al.greedy_continuations(tmp_path / "g.jsonl", _header(), prompts, CachedLM(target), draft, 4, 16,
-                                   tok.eos_token_id, desc="test", log=_quiet)
+    recs = al.greedy_continuations(
+        tmp_path / "g.jsonl",
+        _header(),
+        prompts,
+        CachedLM(target),
+        draft,
+        4,
+        16,
+        tok.eos_token_id,
+        desc="test",
+        log=_quiet,
+    )
     assert len(recs) == 6
     for p, r in zip(prompts, recs):
         ids = torch.tensor([p["prompt"]])
-        ref = target.generate(ids, max_new_tokens=16, do_sample=False, eos_token_id=tok.eos_token_id,
-                              pad_token_id=tok.eos_token_id)
-        assert r["continuation"] == ref[0, ids.shape[1]:].tolist()
+        ref = target.generate(
+            ids, max_new_tokens=16, do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id
+        )
+        assert r["continuation"] == ref[0, ids.shape[1] :].tolist()
         assert r["prompt"] == p["prompt"] and r["source"] == p["source"]
         assert r["stats"]["new_tokens"] == len(r["continuation"])
     header, again = al.read_generations(tmp_path / "g.jsonl")
@@ -120,8 +162,9 @@ def test_generation_cache_resumes(assets, tmp_path, monkeypatch):
     target, draft = _models(assets)
     prompts = al.sample_prompts(assets / "manifest.json", tok, "train", 5, 8, 24, seed=0)
     path = tmp_path / "g.jsonl"
-    first = al.greedy_continuations(path, _header(), prompts[:3], CachedLM(target), draft, 4, 16, 0, desc="t",
-                                    log=_quiet)
+    first = al.greedy_continuations(
+        path, _header(), prompts[:3], CachedLM(target), draft, 4, 16, 0, desc="t", log=_quiet
+    )
     calls = []
     real = draftverify.loop.generate
 
@@ -133,26 +176,38 @@ def test_generation_cache_resumes(assets, tmp_path, monkeypatch):
     with open(path, "a") as fh:
         fh.write('{"i": 3, "prompt": [1, 2, 3')  # a write interrupted by a crash
     msgs = []
-    recs = al.greedy_continuations(path, _header(), prompts, CachedLM(target), draft, 4, 16, 0, desc="t",
-                                   log=msgs.append)
+    recs = al.greedy_continuations(
+        path, _header(), prompts, CachedLM(target), draft, 4, 16, 0, desc="t", log=msgs.append
+    )
     assert len(calls) == 2  # only the two missing prompts were generated
     assert any("reusing 3" in m for m in msgs)
     assert recs[:3] == first and [r["i"] for r in recs] == [0, 1, 2, 3, 4]
     assert al.read_generations(path)[1] == recs  # the broken line is gone
     # fully cached: nothing runs, not even the models
     assert al.greedy_continuations(path, _header(), prompts, None, None, 4, 16, 0, desc="t", log=_quiet) == recs
-    assert al.greedy_continuations(path, _header(), prompts[:2], None, None, 4, 16, 0, desc="t",
-                                   log=_quiet) == recs[:2]
+    assert al.greedy_continuations(path, _header(), prompts[:2], None, None, 4, 16, 0, desc="t", log=_quiet) == recs[:2]
     assert len(calls) == 2
     # a cache made with other settings is never silently reused
     with pytest.raises(al.AlignError, match="new_tokens"):
-        al.greedy_continuations(path, _header(new_tokens=8), prompts, CachedLM(target), draft, 4, 8, 0, desc="t",
-                                log=_quiet)
+        al.greedy_continuations(
+            path, _header(new_tokens=8), prompts, CachedLM(target), draft, 4, 8, 0, desc="t", log=_quiet
+        )
     other = al.sample_prompts(assets / "manifest.json", tok, "train", 5, 8, 24, seed=99)
     with pytest.raises(al.AlignError, match="prompts"):
         al.greedy_continuations(path, _header(), other, CachedLM(target), draft, 4, 16, 0, desc="t", log=_quiet)
-    recs8 = al.greedy_continuations(path, _header(new_tokens=8), prompts[:2], CachedLM(target), draft, 4, 8, 0,
-                                    desc="t", reset_on_mismatch=True, log=_quiet)
+    recs8 = al.greedy_continuations(
+        path,
+        _header(new_tokens=8),
+        prompts[:2],
+        CachedLM(target),
+        draft,
+        4,
+        8,
+        0,
+        desc="t",
+        reset_on_mismatch=True,
+        log=_quiet,
+    )
     assert len(calls) == 4 and all(len(r["continuation"]) <= 8 for r in recs8)
 
 
@@ -200,9 +255,15 @@ def test_align_end_to_end(assets, tmp_path):
     # the calibration generations feed `train ngram --from-generations`
     from draftverify.train import ngram as ng
 
-    s = ng.build(ng.NgramOptions(out=str(tmp_path / "ng.safetensors"), tokenizer=str(assets / "tok"),
-                                 manifest=str(assets / "manifest.json"), from_generations=info["generations"]),
-                 log=_quiet)
+    s = ng.build(
+        ng.NgramOptions(
+            out=str(tmp_path / "ng.safetensors"),
+            tokenizer=str(assets / "tok"),
+            manifest=str(assets / "manifest.json"),
+            from_generations=info["generations"],
+        ),
+        log=_quiet,
+    )
     assert s["tokens"] == info["calibration"]["new_tokens"]
 
 
@@ -217,8 +278,9 @@ def test_reported_losses_and_alpha_are_those_of_the_original_and_the_exported_dr
     from draftverify.api import load_model
     from draftverify.cached_lm import CachedLM
 
-    opts = _opts(assets, tmp_path, num_prompts=8, eval_prompts=4, max_steps=10, warmup_steps=2, lr=3e-3,
-                 batch_size=16, bf16=True)  # bf16 autocast, as the CLI default
+    opts = _opts(
+        assets, tmp_path, num_prompts=8, eval_prompts=4, max_steps=10, warmup_steps=2, lr=3e-3, batch_size=16, bf16=True
+    )  # bf16 autocast, as the CLI default
     info = al.align(opts, log=_quiet)
     ft, out, work = info["finetune"], tmp_path / "aligned", tmp_path / "work"
     _, calib = al.read_generations(work / "generations.jsonl")
@@ -251,8 +313,20 @@ def test_reported_losses_and_alpha_are_those_of_the_original_and_the_exported_dr
         return [{k: v for k, v in r["stats"].items() if k != "time_total"} for r in recs]
 
     def stats(draft, name):
-        return strip(al.greedy_continuations(tmp_path / name, {"type": "header"}, prompts, CachedLM(target), draft,
-                                             opts.gamma, opts.new_tokens, 0, desc=name, log=_quiet))
+        return strip(
+            al.greedy_continuations(
+                tmp_path / name,
+                {"type": "header"},
+                prompts,
+                CachedLM(target),
+                draft,
+                opts.gamma,
+                opts.new_tokens,
+                0,
+                desc=name,
+                log=_quiet,
+            )
+        )
 
     _, after_recs = al.read_generations(work / "eval_after.jsonl")
     assert [r["prompt"] for r in after_recs] == [p["prompt"] for p in prompts]
@@ -315,10 +389,35 @@ def test_cli_align(assets, tmp_path):
 
     from draftverify.train.cli import train_app
 
-    common = ["align", "--target", str(assets / "target"), "--manifest", str(assets / "manifest.json"),
-              "--out", str(tmp_path / "aligned"), "--work-dir", str(tmp_path / "work"), "--num-prompts", "4",
-              "--eval-prompts", "2", "--min-prompt-tokens", "8", "--max-prompt-tokens", "16", "--new-tokens", "8",
-              "--max-steps", "2", "--batch-size", "2", "--threads", "1", "--no-bf16", "--no-progress"]
+    common = [
+        "align",
+        "--target",
+        str(assets / "target"),
+        "--manifest",
+        str(assets / "manifest.json"),
+        "--out",
+        str(tmp_path / "aligned"),
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--num-prompts",
+        "4",
+        "--eval-prompts",
+        "2",
+        "--min-prompt-tokens",
+        "8",
+        "--max-prompt-tokens",
+        "16",
+        "--new-tokens",
+        "8",
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--threads",
+        "1",
+        "--no-bf16",
+        "--no-progress",
+    ]
     r = CliRunner().invoke(train_app, common + ["--draft", str(assets / "draft-other-vocab")])
     assert r.exit_code == 2 and "vocabulary mismatch" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(train_app, common + ["--draft", str(tmp_path / "nowhere")])

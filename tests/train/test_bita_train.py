@@ -1,5 +1,6 @@
 """`draftverify train bita` on a tiny setup: a tiny LM trained for a few seconds on the tiny corpus is the frozen
 target; its mask tokens learn its greedy continuations (batched), resume from their checkpoint and drive bita."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,14 @@ torch.set_num_threads(1)
 
 from draftverify.train import bita as tb, lm  # noqa: E402
 
-TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-            intermediate_size=64, max_position_embeddings=256)
+TINY = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=256,
+)
 
 
 def _quiet(msg):
@@ -28,20 +35,57 @@ def assets(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bita")
     root = write_tiny_corpus(tmp / "lib")
     build_tokenizer_from_corpus(tmp / "tok", tmp / "manifest.json", vocab_size=300, root=root, val_fraction=0.3)
-    lm.train(lm.TrainOptions(
-        tokenizer=str(tmp / "tok"), manifest=str(tmp / "manifest.json"), out_dir=str(tmp / "target-run"),
-        export_dir=str(tmp / "target"), cache_dir=str(tmp / "cache"), preset="tiny", seq_len=32, batch_size=8,
-        lr=1e-2, warmup_steps=5, max_steps=100, threads=1, bf16=False, val_windows=4, log_every=1000,
-        eval_every_steps=10**6, checkpoint_minutes=1000, progress=False, config_overrides=dict(TINY)), log=_quiet)
+    lm.train(
+        lm.TrainOptions(
+            tokenizer=str(tmp / "tok"),
+            manifest=str(tmp / "manifest.json"),
+            out_dir=str(tmp / "target-run"),
+            export_dir=str(tmp / "target"),
+            cache_dir=str(tmp / "cache"),
+            preset="tiny",
+            seq_len=32,
+            batch_size=8,
+            lr=1e-2,
+            warmup_steps=5,
+            max_steps=100,
+            threads=1,
+            bf16=False,
+            val_windows=4,
+            log_every=1000,
+            eval_every_steps=10**6,
+            checkpoint_minutes=1000,
+            progress=False,
+            config_overrides=dict(TINY),
+        ),
+        log=_quiet,
+    )
     return tmp
 
 
 def _opts(assets, tmp_path, **kw) -> tb.BitaOptions:
-    base = dict(target=str(assets / "target"), manifest=str(assets / "manifest.json"), out_dir=str(tmp_path / "bita"),
-                work_dir=str(tmp_path / "work"), num_masks=3, num_prompts=4, num_train=16, eval_prompts=6,
-                min_prompt_tokens=8, max_prompt_tokens=16, new_tokens=24, gen_batch=5, cuts=8, max_steps=60,
-                batch_size=8, lr=3e-2, warmup_steps=5, threads=1, log_every=1000, progress=False,
-                command="draftverify train bita --test")
+    base = dict(
+        target=str(assets / "target"),
+        manifest=str(assets / "manifest.json"),
+        out_dir=str(tmp_path / "bita"),
+        work_dir=str(tmp_path / "work"),
+        num_masks=3,
+        num_prompts=4,
+        num_train=16,
+        eval_prompts=6,
+        min_prompt_tokens=8,
+        max_prompt_tokens=16,
+        new_tokens=24,
+        gen_batch=5,
+        cuts=8,
+        max_steps=60,
+        batch_size=8,
+        lr=3e-2,
+        warmup_steps=5,
+        threads=1,
+        log_every=1000,
+        progress=False,
+        command="draftverify train bita --test",
+    )
     base.update(kw)
     return tb.BitaOptions(**base)
 
@@ -91,7 +135,9 @@ def test_train_bita_learns_resumes_and_drives_the_decoder(assets, tmp_path):
     target = load_model(assets / "target", "float32")
     prompt = torch.tensor([[int(t) for t in np.arange(5, 15)]])
     exact = build_verifier("exact", SamplingParams(), MethodOptions())
-    out = generate(target, BitaEfficientDrafter(BitaAdapter.load(tmp_path / "bita"), 2), exact, prompt, max_new_tokens=30)
+    out = generate(
+        target, BitaEfficientDrafter(BitaAdapter.load(tmp_path / "bita"), 2), exact, prompt, max_new_tokens=30
+    )
     assert out.new_tokens[0].tolist() == reference_greedy(target, prompt, 30)
     assert out.stats.tokens_per_call > 1.2
 
@@ -106,12 +152,16 @@ def test_adapters_trained_with_one_work_dir_share_its_generations(assets, tmp_pa
 
     monkeypatch.setattr(tb, "batched_greedy", no_generation)
     logs.clear()
-    info = tb.train_bita(_opts(assets, tmp_path, max_steps=1, prompt="none", num_masks=2, out_dir=str(tmp_path / "none")),
-                         log=logs.append)
+    info = tb.train_bita(
+        _opts(assets, tmp_path, max_steps=1, prompt="none", num_masks=2, out_dir=str(tmp_path / "none")),
+        log=logs.append,
+    )
     assert any("all 16 continuations cached in" in m for m in logs) and any("all 6 continuations" in m for m in logs)
     assert len(info["heldout_accuracy"]["after"]) == 2 and not any("resumed from" in m for m in logs)
     assert sorted(p.parent.name for p in (tmp_path / "work").glob("run-*/checkpoint")) == [
-        "run-deep-m3-p4", "run-none-m2-p4"]  # one run per adapter, one data set
+        "run-deep-m3-p4",
+        "run-none-m2-p4",
+    ]  # one run per adapter, one data set
 
 
 def test_a_rerun_with_other_optimizer_settings_starts_over_and_says_why(assets, tmp_path):

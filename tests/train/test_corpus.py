@@ -98,8 +98,9 @@ def test_a_packages_manifest_from_another_checkout_reads_this_ones_corpus_folder
     """The shipped manifest records the absolute folder it was built in; on another machine the files are where
     `draftverify train corpus` puts them here (runs/corpus-src under the working directory)."""
     root = write_tiny_corpus(tmp_path / "elsewhere" / "runs" / "corpus-src", n_files=4)
-    m = _build(tmp_path, root, sources=[{"dir": "pkg0", "name": "pkg0", "version": "1", "license": "MIT",
-                                         "wheel": "pkg0.whl"}])
+    m = _build(
+        tmp_path, root, sources=[{"dir": "pkg0", "name": "pkg0", "version": "1", "license": "MIT", "wheel": "pkg0.whl"}]
+    )
     assert m["source"] == "packages"
     here = tmp_path / "checkout"
     (here / "runs").mkdir(parents=True)

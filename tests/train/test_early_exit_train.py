@@ -1,4 +1,5 @@
 """`draftverify train early-exit` on a tiny target: a 3-layer LM trained for a few seconds on the tiny corpus."""
+
 from __future__ import annotations
 
 import json
@@ -17,14 +18,31 @@ def _quiet(msg):
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    return train_tiny_target(tmp_path_factory.mktemp("early_exit"), layers=3, max_positions=128, repeat=4, val_windows=8)
+    return train_tiny_target(
+        tmp_path_factory.mktemp("early_exit"), layers=3, max_positions=128, repeat=4, val_windows=8
+    )
 
 
 def _opts(assets, tmp_path, **kw) -> ee.EarlyExitOptions:
-    base = dict(target=str(assets / "target"), layer=1, out_dir=str(tmp_path / "out"), work_dir=str(tmp_path / "work"),
-                manifest=str(assets / "manifest.json"), cache_dir=str(assets / "cache"), seq_len=32, val_windows=8,
-                max_steps=30, lr=3e-3, warmup_steps=2, batch_size=8, threads=1, bf16=False, log_every=1000,
-                progress=False, command="draftverify train early-exit --test")
+    base = dict(
+        target=str(assets / "target"),
+        layer=1,
+        out_dir=str(tmp_path / "out"),
+        work_dir=str(tmp_path / "work"),
+        manifest=str(assets / "manifest.json"),
+        cache_dir=str(assets / "cache"),
+        seq_len=32,
+        val_windows=8,
+        max_steps=30,
+        lr=3e-3,
+        warmup_steps=2,
+        batch_size=8,
+        threads=1,
+        bf16=False,
+        log_every=1000,
+        progress=False,
+        command="draftverify train early-exit --test",
+    )
     base.update(kw)
     return ee.EarlyExitOptions(**base)
 
@@ -38,8 +56,9 @@ def _held_out(model_dir, assets, layer):
     from draftverify.train.tokenizer import load_tokenizer
 
     tok = load_tokenizer(assets / "tok")
-    data = tokens.load_token_cache(corpus.load_manifest(assets / "manifest.json"), str(assets / "tok"), tok,
-                                   str(assets / "cache"), log=_quiet)
+    data = tokens.load_token_cache(
+        corpus.load_manifest(assets / "manifest.json"), str(assets / "tok"), tok, str(assets / "cache"), log=_quiet
+    )
     x = tokens.fixed_windows(data["val"], 8, 32)
     model = load_model(model_dir, "float32")
     ce = torch.nn.functional.cross_entropy
@@ -84,12 +103,15 @@ def test_a_degraded_full_model_is_not_exported_unless_forced(assets, tmp_path):
 
 
 def test_bad_inputs(assets, tmp_path):
-    for kw, message in [(dict(layer=0), r"--layer must be in \[1, 2\]"), (dict(layer=3), r"--layer must be in \[1, 2\]"),
-                        (dict(target=str(tmp_path / "none")), "no config.json"),
-                        (dict(max_degradation=-0.1), "--max-degradation must be >= 0"),
-                        (dict(max_steps=None), "give --max-steps"),
-                        (dict(manifest=str(tmp_path / "none.json")), "manifest"),
-                        (dict(seq_len=4096), "max_position_embeddings")]:
+    for kw, message in [
+        (dict(layer=0), r"--layer must be in \[1, 2\]"),
+        (dict(layer=3), r"--layer must be in \[1, 2\]"),
+        (dict(target=str(tmp_path / "none")), "no config.json"),
+        (dict(max_degradation=-0.1), "--max-degradation must be >= 0"),
+        (dict(max_steps=None), "give --max-steps"),
+        (dict(manifest=str(tmp_path / "none.json")), "manifest"),
+        (dict(seq_len=4096), "max_position_embeddings"),
+    ]:
         with pytest.raises(ee.TrainError, match=message):
             ee.train_early_exit(_opts(assets, tmp_path, **kw), log=_quiet)
     assert not (tmp_path / "work").exists()  # nothing was started
@@ -103,14 +125,34 @@ def test_cli_exit_codes(assets, tmp_path):
 
     from draftverify.train.cli import train_app
 
-    common = ["early-exit", "--target", str(assets / "target"), "--manifest", str(assets / "manifest.json"),
-              "--cache-dir", str(assets / "cache"), "--out", str(tmp_path / "out"), "--seq-len", "32",
-              "--val-windows", "8", "--batch-size", "8", "--threads", "1", "--no-bf16", "--no-progress",
-              "--warmup-steps", "2"]
+    common = [
+        "early-exit",
+        "--target",
+        str(assets / "target"),
+        "--manifest",
+        str(assets / "manifest.json"),
+        "--cache-dir",
+        str(assets / "cache"),
+        "--out",
+        str(tmp_path / "out"),
+        "--seq-len",
+        "32",
+        "--val-windows",
+        "8",
+        "--batch-size",
+        "8",
+        "--threads",
+        "1",
+        "--no-bf16",
+        "--no-progress",
+        "--warmup-steps",
+        "2",
+    ]
     r = CliRunner().invoke(train_app, common + ["--layer", "5", "--max-steps", "2", "--work-dir", str(tmp_path / "a")])
     assert r.exit_code == 2 and "--layer must be in [1, 2]" in r.output and "Traceback" not in r.output
-    r = CliRunner().invoke(train_app, common + ["--layer", "1", "--max-steps", "20", "--lr", "0.05",
-                                                "--work-dir", str(tmp_path / "b")])
+    r = CliRunner().invoke(
+        train_app, common + ["--layer", "1", "--max-steps", "20", "--lr", "0.05", "--work-dir", str(tmp_path / "b")]
+    )
     assert r.exit_code == 2 and "--max-degradation" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "out").exists()
     r = CliRunner().invoke(train_app, common + ["--layer", "1", "--max-steps", "3", "--work-dir", str(tmp_path / "c")])

@@ -1,6 +1,7 @@
 """The train commands' flags come from their dataclasses (train/flags.py): every flag of a command is a field of
 its class with the declared default, a flag shared by several recipes is declared once (SHARED) whatever default
 each recipe gives it, and the values reach the recipe's options as text paths."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -13,11 +14,21 @@ from draftverify.options.declare import declared, default_of
 from draftverify.train import flags as train_flags
 from draftverify.train.cli import train_app
 
-COMMANDS = {"tokenizer": train_flags.TokenizerFlags, "corpus": train_flags.CorpusFlags, "lm": train_flags.LmFlags,
-            "early-exit": train_flags.EarlyExitFlags, "bench": train_flags.BenchFlags,
-            "ngram": train_flags.NgramFlags, "align": train_flags.AlignFlags, "heads": train_flags.HeadsFlags,
-            "bita": train_flags.BitaFlags, "translate-tokenizer": train_flags.TranslateTokenizerFlags,
-            "seq2seq": train_flags.Seq2SeqFlags, "distill": train_flags.DistillFlags, "nat": train_flags.NatFlags}
+COMMANDS = {
+    "tokenizer": train_flags.TokenizerFlags,
+    "corpus": train_flags.CorpusFlags,
+    "lm": train_flags.LmFlags,
+    "early-exit": train_flags.EarlyExitFlags,
+    "bench": train_flags.BenchFlags,
+    "ngram": train_flags.NgramFlags,
+    "align": train_flags.AlignFlags,
+    "heads": train_flags.HeadsFlags,
+    "bita": train_flags.BitaFlags,
+    "translate-tokenizer": train_flags.TranslateTokenizerFlags,
+    "seq2seq": train_flags.Seq2SeqFlags,
+    "distill": train_flags.DistillFlags,
+    "nat": train_flags.NatFlags,
+}
 
 
 def test_every_train_command_takes_the_fields_of_its_class_with_their_defaults():
@@ -47,5 +58,11 @@ def test_a_shared_flag_is_declared_once_and_used_by_several_recipes():
 
 def test_values_are_the_recipes_options_as_text():
     flags = train_flags.DistillFlags(out=Path("o.txt"), threads=2)
-    assert train_flags.values(flags, "data") == {"model": "zoo/translate/target", "out": "o.txt", "split": "train",
-                                                 "src_lang": "en", "tgt_lang": "de", "threads": 2}
+    assert train_flags.values(flags, "data") == {
+        "model": "zoo/translate/target",
+        "out": "o.txt",
+        "split": "train",
+        "src_lang": "en",
+        "tgt_lang": "de",
+        "threads": 2,
+    }

@@ -1,4 +1,5 @@
 """The frozen-target recipes' shared checks and loading."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -19,8 +20,12 @@ def assets(tmp_path_factory):
 
 
 def _opts(assets, **kw):
-    base = dict(target=str(assets / "target"), tokenizer_dir=str(assets / "target"),
-                manifest=str(assets / "manifest.json"), threads=1)
+    base = dict(
+        target=str(assets / "target"),
+        tokenizer_dir=str(assets / "target"),
+        manifest=str(assets / "manifest.json"),
+        threads=1,
+    )
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -48,8 +53,14 @@ def test_fit_measured_keeps_the_before_figure_across_a_resume(tmp_path):
         torch.manual_seed(0)
         model = torch.nn.Linear(2, 1)
         opts = TrainerOptions(max_steps=max_steps, warmup_steps=0, threads=1, progress=False, command="t")
-        trainer = Trainer(model, opts, tmp_path, batches=lambda rng: torch.from_numpy(rng.normal(size=(4, 2))).float(),
-                          loss=lambda m, x: m(x).pow(2).mean(), log=logs.append)
+        trainer = Trainer(
+            model,
+            opts,
+            tmp_path,
+            batches=lambda rng: torch.from_numpy(rng.normal(size=(4, 2))).float(),
+            loss=lambda m, x: m(x).pow(2).mean(),
+            log=logs.append,
+        )
         return frozen.fit_measured(trainer, lambda: next(figures), lambda i: f"part {i}", logs.append)
 
     logs: list[str] = []

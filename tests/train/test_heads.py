@@ -1,5 +1,6 @@
 """`draftverify train heads` on a tiny setup: a tiny LM trained for a few seconds on the tiny corpus is the frozen
 target; its heads learn its greedy continuations, resume from their checkpoint and plug into bpd."""
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,26 @@ def assets(tmp_path_factory):
 
 
 def _opts(assets, tmp_path, **kw) -> th.HeadsOptions:
-    base = dict(target=str(assets / "target"), manifest=str(assets / "manifest.json"),
-                out_dir=str(tmp_path / "heads"), work_dir=str(tmp_path / "work"), num_heads=3, num_prompts=16,
-                eval_prompts=6, min_prompt_tokens=8, max_prompt_tokens=16, new_tokens=24, max_steps=80,
-                batch_size=64, lr=1e-2, warmup_steps=5, threads=1, log_every=1000, progress=False,
-                command="draftverify train heads --test")
+    base = dict(
+        target=str(assets / "target"),
+        manifest=str(assets / "manifest.json"),
+        out_dir=str(tmp_path / "heads"),
+        work_dir=str(tmp_path / "work"),
+        num_heads=3,
+        num_prompts=16,
+        eval_prompts=6,
+        min_prompt_tokens=8,
+        max_prompt_tokens=16,
+        new_tokens=24,
+        max_steps=80,
+        batch_size=64,
+        lr=1e-2,
+        warmup_steps=5,
+        threads=1,
+        log_every=1000,
+        progress=False,
+        command="draftverify train heads --test",
+    )
     base.update(kw)
     return th.HeadsOptions(**base)
 
@@ -48,10 +64,12 @@ def test_batched_continuations_are_the_targets_greedy_text_and_resume(assets, tm
     header = {"type": "header", "version": 1, "kind": "test"}
     path = tmp_path / "gen.jsonl"
     logs: list[str] = []
-    first = th.batched_continuations(path, header, prompts[:3], target, 10, eos_id=1, batch=2, desc="t",
-                                     progress=False, log=logs.append)
-    records = th.batched_continuations(path, header, prompts, target, 10, eos_id=1, batch=2, desc="t",
-                                       progress=False, log=logs.append)
+    first = th.batched_continuations(
+        path, header, prompts[:3], target, 10, eos_id=1, batch=2, desc="t", progress=False, log=logs.append
+    )
+    records = th.batched_continuations(
+        path, header, prompts, target, 10, eos_id=1, batch=2, desc="t", progress=False, log=logs.append
+    )
     assert [r["i"] for r in records] == list(range(5)) and records[:3] == first
     assert any("reusing 3 cached" in m for m in logs)
     for rec in records:

@@ -8,26 +8,47 @@ from draftverify.train.tokenizer import build_tokenizer_from_corpus
 
 torch = pytest.importorskip("torch")
 
-TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-            intermediate_size=64, max_position_embeddings=128)
+TINY = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=128,
+)
 
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lm")
     root = write_tiny_corpus(tmp / "lib", n_files=24, repeat=4)
-    info = build_tokenizer_from_corpus(tmp / "tok", tmp / "manifest.json", vocab_size=300, root=root,
-                                       val_fraction=0.3)
+    info = build_tokenizer_from_corpus(tmp / "tok", tmp / "manifest.json", vocab_size=300, root=root, val_fraction=0.3)
     assert info["counts"]["val"] > 0 and info["counts"]["train"] > 0
     return tmp
 
 
 def _opts(assets, out, **kw):
-    base = dict(tokenizer=str(assets / "tok"), manifest=str(assets / "manifest.json"), out_dir=str(out),
-                cache_dir=str(assets / "cache"), preset="tiny", seq_len=32, batch_size=4, lr=3e-3,
-                warmup_steps=2, max_steps=6, threads=1, bf16=False, val_windows=8, log_every=1,
-                eval_every_steps=100, checkpoint_minutes=1000, progress=False, export=False,
-                config_overrides=dict(TINY))
+    base = dict(
+        tokenizer=str(assets / "tok"),
+        manifest=str(assets / "manifest.json"),
+        out_dir=str(out),
+        cache_dir=str(assets / "cache"),
+        preset="tiny",
+        seq_len=32,
+        batch_size=4,
+        lr=3e-3,
+        warmup_steps=2,
+        max_steps=6,
+        threads=1,
+        bf16=False,
+        val_windows=8,
+        log_every=1,
+        eval_every_steps=100,
+        checkpoint_minutes=1000,
+        progress=False,
+        export=False,
+        config_overrides=dict(TINY),
+    )
     base.update(kw)
     return lm.TrainOptions(**base)
 
@@ -80,8 +101,11 @@ def test_resume_matches_uninterrupted(assets, tmp_path):
         assert torch.equal(st["exp_avg"], res_ckpt["optimizer"]["state"][pid]["exp_avg"])
     assert ref_ckpt["state"]["val_loss"] == pytest.approx(res_ckpt["state"]["val_loss"], abs=0)
     # the log covers steps 1..6 exactly once
-    steps = [json.loads(l)["step"] for l in (out / "log.jsonl").read_text().splitlines()
-             if json.loads(l).get("train_loss") is not None]
+    steps = [
+        json.loads(l)["step"]
+        for l in (out / "log.jsonl").read_text().splitlines()
+        if json.loads(l).get("train_loss") is not None
+    ]
     assert steps == [1, 2, 3, 4, 5, 6]
 
 
@@ -89,8 +113,17 @@ def test_export_and_init_from(assets, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     exp = tmp_path / "export"
-    s = lm.train(_opts(assets, tmp_path / "run", max_steps=4, export=True, export_dir=str(exp),
-                       command="draftverify train lm --preset tiny"), log=_quiet)
+    s = lm.train(
+        _opts(
+            assets,
+            tmp_path / "run",
+            max_steps=4,
+            export=True,
+            export_dir=str(exp),
+            command="draftverify train lm --preset tiny",
+        ),
+        log=_quiet,
+    )
     assert (exp / "model.safetensors").is_file()
     card = (exp / "README.md").read_text()
     assert f"{s['params']:,}" in card
@@ -139,14 +172,38 @@ def test_cli_errors(assets, tmp_path):
 
     from draftverify.train.cli import train_app
 
-    r = CliRunner().invoke(train_app, ["lm", "--tokenizer", str(tmp_path / "nope"), "--manifest",
-                                       str(assets / "manifest.json"), "--out", str(tmp_path / "o"),
-                                       "--max-steps", "1"])
+    r = CliRunner().invoke(
+        train_app,
+        [
+            "lm",
+            "--tokenizer",
+            str(tmp_path / "nope"),
+            "--manifest",
+            str(assets / "manifest.json"),
+            "--out",
+            str(tmp_path / "o"),
+            "--max-steps",
+            "1",
+        ],
+    )
     assert r.exit_code == 2
     assert "tokenizer" in r.output and "Traceback" not in r.output
-    r = CliRunner().invoke(train_app, ["lm", "--tokenizer", str(assets / "tok"), "--manifest",
-                                       str(assets / "manifest.json"), "--out", str(tmp_path / "o"),
-                                       "--preset", "giant", "--max-steps", "1"])
+    r = CliRunner().invoke(
+        train_app,
+        [
+            "lm",
+            "--tokenizer",
+            str(assets / "tok"),
+            "--manifest",
+            str(assets / "manifest.json"),
+            "--out",
+            str(tmp_path / "o"),
+            "--preset",
+            "giant",
+            "--max-steps",
+            "1",
+        ],
+    )
     assert r.exit_code == 2 and "unknown preset" in r.output
 
 
@@ -156,23 +213,66 @@ def test_cli_tokenizer_and_lm(tmp_path):
     from draftverify.train.cli import train_app
 
     root = write_tiny_corpus(tmp_path / "lib", n_files=30, repeat=2)
-    r = CliRunner().invoke(train_app, ["tokenizer", "--out", str(tmp_path / "zoo" / "tokenizer"),
-                                       "--vocab-size", "300", "--root", str(root), "--val-fraction", "0.3"])
+    r = CliRunner().invoke(
+        train_app,
+        [
+            "tokenizer",
+            "--out",
+            str(tmp_path / "zoo" / "tokenizer"),
+            "--vocab-size",
+            "300",
+            "--root",
+            str(root),
+            "--val-fraction",
+            "0.3",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert (tmp_path / "zoo" / "manifest.json").is_file()
-    r = CliRunner().invoke(train_app, [
-        "lm", "--tokenizer", str(tmp_path / "zoo" / "tokenizer"), "--manifest", str(tmp_path / "zoo" / "manifest.json"),
-        "--preset", "tiny", "--out", str(tmp_path / "run"), "--export", str(tmp_path / "zoo" / "tiny"),
-        "--max-steps", "3", "--seq-len", "32", "--batch-size", "2", "--threads", "1", "--no-bf16",
-        "--val-windows", "2", "--no-progress", "--log-every", "1"])
+    r = CliRunner().invoke(
+        train_app,
+        [
+            "lm",
+            "--tokenizer",
+            str(tmp_path / "zoo" / "tokenizer"),
+            "--manifest",
+            str(tmp_path / "zoo" / "manifest.json"),
+            "--preset",
+            "tiny",
+            "--out",
+            str(tmp_path / "run"),
+            "--export",
+            str(tmp_path / "zoo" / "tiny"),
+            "--max-steps",
+            "3",
+            "--seq-len",
+            "32",
+            "--batch-size",
+            "2",
+            "--threads",
+            "1",
+            "--no-bf16",
+            "--val-windows",
+            "2",
+            "--no-progress",
+            "--log-every",
+            "1",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert (tmp_path / "zoo" / "tiny" / "config.json").is_file()
     assert "step      3" in r.output
 
 
 def test_early_exit_phase_resumes_exactly_and_reports(assets, tmp_path):
-    ee = dict(config_overrides=dict(TINY, num_hidden_layers=3), max_steps=16, warmup_steps=2, early_exit_layer=1,
-              early_exit_share=0.5, max_degradation=10.0)
+    ee = dict(
+        config_overrides=dict(TINY, num_hidden_layers=3),
+        max_steps=16,
+        warmup_steps=2,
+        early_exit_layer=1,
+        early_exit_share=0.5,
+        max_degradation=10.0,
+    )
     ref = lm.train(_opts(assets, tmp_path / "ref", **ee), log=_quiet)
     out = tmp_path / "run"
     assert lm.train(_opts(assets, out, **ee), log=_quiet, stop_after_steps=5)["stopped"]  # inside the plain phase
@@ -203,8 +303,20 @@ def test_early_exit_phase_is_dropped_when_the_full_model_degrades(assets, tmp_pa
 
     monkeypatch.setattr(lm, "held_out_losses", worse_after)
     run, exp = tmp_path / "run", tmp_path / "exp"
-    s = lm.train(_opts(assets, run, config_overrides=dict(TINY, num_hidden_layers=3), max_steps=12, warmup_steps=2,
-                       early_exit_layer=2, early_exit_share=0.5, export=True, export_dir=str(exp)), log=_quiet)
+    s = lm.train(
+        _opts(
+            assets,
+            run,
+            config_overrides=dict(TINY, num_hidden_layers=3),
+            max_steps=12,
+            warmup_steps=2,
+            early_exit_layer=2,
+            early_exit_share=0.5,
+            export=True,
+            export_dir=str(exp),
+        ),
+        log=_quiet,
+    )
     phase = s["early_exit"]
     assert len(calls) == 2 and not phase["kept"]
     assert s["val_loss"] == phase["before"]["full"] == calls[0]

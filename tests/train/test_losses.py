@@ -1,4 +1,5 @@
 """The next-token losses the CPU recipes and the GPU one (scripts/gpu_zoo.py train) share."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,14 @@ torch = pytest.importorskip("torch")
 from draftverify.train import losses  # noqa: E402
 from draftverify.train.presets import make_config  # noqa: E402
 
-TINY = dict(hidden_size=16, num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=2,
-            intermediate_size=32, max_position_embeddings=64)
+TINY = dict(
+    hidden_size=16,
+    num_hidden_layers=3,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    intermediate_size=32,
+    max_position_embeddings=64,
+)
 
 
 @pytest.fixture(scope="module")

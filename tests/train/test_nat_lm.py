@@ -1,6 +1,7 @@
 """`draftverify train nat` on a decoder-only target, end to end on a tiny setup: a tiny LM trained for a few seconds
 on the tiny corpus is the frozen target; the NAT drafter learns its greedy continuations from its hidden states,
 resumes from its checkpoint, exports with a card, and drives vanilla SpecDec (identical to the target's greedy)."""
+
 from __future__ import annotations
 
 import json
@@ -21,11 +22,31 @@ def assets(tmp_path_factory):
 
 
 def _opts(assets, tmp_path, **kw) -> nat_lm.NatLMOptions:
-    base = dict(target=str(assets / "target"), manifest=str(assets / "manifest.json"), out_dir=str(tmp_path / "run"),
-                export_dir=str(tmp_path / "nat"), work_dir=str(tmp_path / "work"), num_prompts=16, eval_prompts=6,
-                min_prompt_tokens=8, max_prompt_tokens=16, new_tokens=24, block_size=4, layers=1, window=16, cuts=6,
-                max_steps=60, batch_size=8, lr=3e-3, warmup_steps=5, threads=1, log_every=1000, progress=False,
-                eval_minutes=None, command="draftverify train nat --test")
+    base = dict(
+        target=str(assets / "target"),
+        manifest=str(assets / "manifest.json"),
+        out_dir=str(tmp_path / "run"),
+        export_dir=str(tmp_path / "nat"),
+        work_dir=str(tmp_path / "work"),
+        num_prompts=16,
+        eval_prompts=6,
+        min_prompt_tokens=8,
+        max_prompt_tokens=16,
+        new_tokens=24,
+        block_size=4,
+        layers=1,
+        window=16,
+        cuts=6,
+        max_steps=60,
+        batch_size=8,
+        lr=3e-3,
+        warmup_steps=5,
+        threads=1,
+        log_every=1000,
+        progress=False,
+        eval_minutes=None,
+        command="draftverify train nat --test",
+    )
     base.update(kw)
     return nat_lm.NatLMOptions(**base)
 
@@ -55,13 +76,51 @@ def test_train_nat_on_a_decoder_only_target_resumes_exports_and_drives_specdec(a
     first = nat_lm.train(_opts(assets, tmp_path), log=logs.append, stop_after_steps=20)
     assert first["stopped"] and first["step"] == 20
     # the rest through the command, which sees a decoder-only target and resumes the same run
-    r = CliRunner().invoke(train_app, [
-        "nat", "--target", str(assets / "target"), "--manifest", str(assets / "manifest.json"),
-        "--out", str(tmp_path / "run"), "--export", str(tmp_path / "nat"), "--work-dir", str(tmp_path / "work"),
-        "--num-prompts", "16", "--eval-prompts", "6", "--min-prompt-tokens", "8", "--max-prompt-tokens", "16",
-        "--new-tokens", "24", "--block-size", "4", "--layers", "1", "--window", "16", "--cuts", "6",
-        "--max-steps", "60", "--batch-size", "8", "--lr", "3e-3", "--warmup-steps", "5", "--threads", "1",
-        "--no-progress"])
+    r = CliRunner().invoke(
+        train_app,
+        [
+            "nat",
+            "--target",
+            str(assets / "target"),
+            "--manifest",
+            str(assets / "manifest.json"),
+            "--out",
+            str(tmp_path / "run"),
+            "--export",
+            str(tmp_path / "nat"),
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--num-prompts",
+            "16",
+            "--eval-prompts",
+            "6",
+            "--min-prompt-tokens",
+            "8",
+            "--max-prompt-tokens",
+            "16",
+            "--new-tokens",
+            "24",
+            "--block-size",
+            "4",
+            "--layers",
+            "1",
+            "--window",
+            "16",
+            "--cuts",
+            "6",
+            "--max-steps",
+            "60",
+            "--batch-size",
+            "8",
+            "--lr",
+            "3e-3",
+            "--warmup-steps",
+            "5",
+            "--threads",
+            "1",
+            "--no-progress",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "resumed from" in r.output and "step 20" in r.output and "reusing cached hidden states" in r.output
     info = json.loads((tmp_path / "nat" / "nat.json").read_text())["training"]
@@ -91,6 +150,7 @@ def test_translation_target_still_needs_train_targets(tmp_path):
 
     (tmp_path / "mt").mkdir()
     (tmp_path / "mt" / "config.json").write_text(json.dumps({"model_type": "marian", "is_encoder_decoder": True}))
-    r = CliRunner().invoke(train_app, ["nat", "--target", str(tmp_path / "mt"), "--out", str(tmp_path / "run"),
-                                       "--max-steps", "1"])
+    r = CliRunner().invoke(
+        train_app, ["nat", "--target", str(tmp_path / "mt"), "--out", str(tmp_path / "run"), "--max-steps", "1"]
+    )
     assert r.exit_code != 0 and "--train-targets" in r.output

@@ -1,5 +1,6 @@
 """`draftverify train ngram`: vectorised counting equals NgramTable.from_sequences, safetensors round trip,
 pruning keeps every context's distribution valid, building from target generations, held-out accuracy, CLI."""
+
 from __future__ import annotations
 
 import json
@@ -23,10 +24,10 @@ def assets(tmp_path_factory):
     from draftverify.train.tokenizer import build_tokenizer_from_corpus
 
     tmp = tmp_path_factory.mktemp("ngram")
-    root = write_tiny_corpus(tmp / "lib", n_files=16, repeat=1, snippets=SHORT_SNIPPETS, per_file=3, stride=3,
-                             assignments=True, nested=False)
-    info = build_tokenizer_from_corpus(tmp / "tok", tmp / "manifest.json", vocab_size=300, root=root,
-                                       val_fraction=0.3)
+    root = write_tiny_corpus(
+        tmp / "lib", n_files=16, repeat=1, snippets=SHORT_SNIPPETS, per_file=3, stride=3, assignments=True, nested=False
+    )
+    info = build_tokenizer_from_corpus(tmp / "tok", tmp / "manifest.json", vocab_size=300, root=root, val_fraction=0.3)
     assert info["counts"]["val"] > 0 and info["counts"]["train"] > 0
     return tmp
 
@@ -40,8 +41,10 @@ def train_docs(assets) -> tuple[list[list[int]], object]:
     from draftverify.train.tokenizer import load_tokenizer
 
     tok = load_tokenizer(assets / "tok")
-    docs = [tok.backend_tokenizer.encode(t, add_special_tokens=False).ids + [tok.eos_token_id]
-            for t in corpus.iter_texts(assets / "manifest.json", "train")]
+    docs = [
+        tok.backend_tokenizer.encode(t, add_special_tokens=False).ids + [tok.eos_token_id]
+        for t in corpus.iter_texts(assets / "manifest.json", "train")
+    ]
     return docs, tok
 
 
@@ -70,8 +73,13 @@ def test_known_counts_and_order_of_next_tokens():
     got = ng.count_sequences([[1, 2, 3, 1, 2, 4]], 3, 10, min_count=1, top_k=10)
     t = got.to_table()
     assert as_dicts(t) == {
-        (): {1: 2, 2: 2, 3: 1, 4: 1}, (1,): {2: 2}, (2,): {3: 1, 4: 1}, (3,): {1: 1},
-        (1, 2): {3: 1, 4: 1}, (2, 3): {1: 1}, (3, 1): {2: 1},
+        (): {1: 2, 2: 2, 3: 1, 4: 1},
+        (1,): {2: 2},
+        (2,): {3: 1, 4: 1},
+        (3,): {1: 1},
+        (1, 2): {3: 1, 4: 1},
+        (2, 3): {1: 1},
+        (3, 1): {2: 1},
     }
     # next tokens by count descending, then id ascending: the first one is the greedy drafter's choice
     assert t.tables[()][0].tolist() == [1, 2, 3, 4]
@@ -167,12 +175,14 @@ def test_build_from_corpus_counts_and_round_trip(assets, tmp_path):
 
 def test_default_pruning_is_smaller_and_token_cache_is_shared(assets, tmp_path):
     full = ng.build(opts(assets, tmp_path / "full.safetensors", min_count=1, top_k=10**6), log=lambda m: None)
-    small = ng.build(opts(assets, tmp_path / "small.safetensors", cache_dir=str(tmp_path / "cache")),
-                     log=lambda m: None)
+    small = ng.build(
+        opts(assets, tmp_path / "small.safetensors", cache_dir=str(tmp_path / "cache")), log=lambda m: None
+    )
     assert small["contexts"] < full["contexts"] and small["bytes"] < full["bytes"]
     assert list((tmp_path / "cache").glob("*/train.u16.npy"))  # the same cache `train lm` uses
-    again = ng.build(opts(assets, tmp_path / "again.safetensors", cache_dir=str(tmp_path / "cache")),
-                     log=lambda m: None)
+    again = ng.build(
+        opts(assets, tmp_path / "again.safetensors", cache_dir=str(tmp_path / "cache")), log=lambda m: None
+    )
     assert again["contexts"] == small["contexts"]
     part = ng.build(opts(assets, tmp_path / "part.safetensors", max_tokens=200, min_count=1), log=lambda m: None)
     assert part["tokens"] == 200
@@ -186,8 +196,10 @@ def test_accuracy_is_the_drafters_greedy_choice(assets, tmp_path):
     ng.build(opts(assets, tmp_path / "t.safetensors", min_count=2, top_k=3), log=lambda m: None)
     table = NgramTable.load(tmp_path / "t.safetensors")
     counts = ng.count_ngrams(*_flat(train_docs(assets)[0]), 3, len(tok), min_count=2, top_k=3)
-    val_docs = [tok.backend_tokenizer.encode(t, add_special_tokens=False).ids + [tok.eos_token_id]
-                for t in corpus.iter_texts(assets / "manifest.json", "val")]
+    val_docs = [
+        tok.backend_tokenizer.encode(t, add_special_tokens=False).ids + [tok.eos_token_id]
+        for t in corpus.iter_texts(assets / "manifest.json", "val")
+    ]
     flat, seg = _flat(val_docs)
     pred = counts.predict(flat, seg)
     hits = n = 0
@@ -216,8 +228,10 @@ def _flat(docs):
 
 def write_generations(path: Path, records: list[tuple[list[int], list[int]]], vocab: int) -> None:
     with open(path, "w") as fh:
-        fh.write(json.dumps({"type": "header", "version": 1, "kind": "calibration", "vocab_size": vocab,
-                             "target": "t"}) + "\n")
+        fh.write(
+            json.dumps({"type": "header", "version": 1, "kind": "calibration", "vocab_size": vocab, "target": "t"})
+            + "\n"
+        )
         for i, (p, c) in enumerate(records):
             fh.write(json.dumps({"i": i, "source": "x.py:1", "prompt": p, "continuation": c}) + "\n")
 
@@ -228,8 +242,18 @@ def test_from_generations_counts_continuation_tokens_only(assets, tmp_path):
     write_generations(path, recs, 12)
     with open(path, "a") as fh:
         fh.write('{"i": 3, "prompt": [1, 2')  # an interrupted write is ignored
-    s = ng.build(opts(assets, tmp_path / "g.safetensors", from_generations=str(path), min_count=1, top_k=100,
-                      eval_generations=str(path), evaluate=False), log=lambda m: None)
+    s = ng.build(
+        opts(
+            assets,
+            tmp_path / "g.safetensors",
+            from_generations=str(path),
+            min_count=1,
+            top_k=100,
+            eval_generations=str(path),
+            evaluate=False,
+        ),
+        log=lambda m: None,
+    )
     expected: dict = {}
     for p, c in recs:
         seq = p + c
@@ -270,9 +294,24 @@ def test_cli_ngram(assets, tmp_path):
     from draftverify.train.cli import train_app
 
     out = tmp_path / "zoo" / "ngram.safetensors"
-    r = CliRunner().invoke(train_app, ["ngram", "--tokenizer", str(assets / "tok"), "--manifest",
-                                       str(assets / "manifest.json"), "--out", str(out), "--order", "3",
-                                       "--min-count", "2", "--top-k", "4"])
+    r = CliRunner().invoke(
+        train_app,
+        [
+            "ngram",
+            "--tokenizer",
+            str(assets / "tok"),
+            "--manifest",
+            str(assets / "manifest.json"),
+            "--out",
+            str(out),
+            "--order",
+            "3",
+            "--min-count",
+            "2",
+            "--top-k",
+            "4",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert out.is_file()
     summary = json.loads(r.output.strip().splitlines()[-1])
@@ -288,8 +327,15 @@ def test_cli_ngram(assets, tmp_path):
         (["--order", "1"], "order"),
         (["--from-generations", str(tmp_path / "nope.jsonl")], "not found"),
     ]:
-        base = ["ngram", "--tokenizer", str(assets / "tok"), "--manifest", str(assets / "manifest.json"),
-                "--out", str(tmp_path / "x.safetensors")]
+        base = [
+            "ngram",
+            "--tokenizer",
+            str(assets / "tok"),
+            "--manifest",
+            str(assets / "manifest.json"),
+            "--out",
+            str(tmp_path / "x.safetensors"),
+        ]
         r = CliRunner().invoke(train_app, base + args)
         assert r.exit_code == 2, (args, r.output)
         assert msg in r.output and "Traceback" not in r.output
@@ -305,8 +351,15 @@ def test_table_drives_the_ngram_method(assets, tmp_path):
     ng.build(opts(assets, tmp_path / "t.safetensors"), log=lambda m: None)
     table = NgramTable.load(tmp_path / "t.safetensors")
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=table.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128)
+    cfg = LlamaConfig(
+        vocab_size=table.vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
     target = LlamaForCausalLM(cfg).double().eval()
     ids = torch.tensor([[5, 6, 7, 8]])
     out = generate(target, NgramDrafter(table), GreedyVerifier(), ids, SamplingParams(), max_new_tokens=12)

@@ -1,4 +1,5 @@
 """Package sources for the code corpus: licence reading, the permissive allow-list, unpacking, deduplication."""
+
 import json
 import zipfile
 
@@ -10,27 +11,48 @@ from draftverify.train.corpus import build_manifest, iter_texts
 
 def make_wheel(path, name, version, metadata_lines, files):
     with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr(f"{name}-{version}.dist-info/METADATA",
-                    "\n".join([f"Name: {name}", f"Version: {version}", *metadata_lines]) + "\n\nlong description\n")
+        zf.writestr(
+            f"{name}-{version}.dist-info/METADATA",
+            "\n".join([f"Name: {name}", f"Version: {version}", *metadata_lines]) + "\n\nlong description\n",
+        )
         for rel, text in files.items():
             zf.writestr(rel, text)
     return path
 
 
-@pytest.mark.parametrize("licence, ok", [
-    ("MIT", True), ("BSD-3-Clause", True), ("Apache-2.0 AND MIT", True), ("Python Software Foundation License", True),
-    ("GPL-3.0-or-later", False), ("Public Domain OR BSD License OR GNU General Public License (GPL)", False),
-    ("MPL-2.0", False), ("UNKNOWN", False), ("Proprietary", False),
-])
+@pytest.mark.parametrize(
+    "licence, ok",
+    [
+        ("MIT", True),
+        ("BSD-3-Clause", True),
+        ("Apache-2.0 AND MIT", True),
+        ("Python Software Foundation License", True),
+        ("GPL-3.0-or-later", False),
+        ("Public Domain OR BSD License OR GNU General Public License (GPL)", False),
+        ("MPL-2.0", False),
+        ("UNKNOWN", False),
+        ("Proprietary", False),
+    ],
+)
 def test_is_permissive(licence, ok):
     assert packages.is_permissive(licence) is ok
 
 
 def test_wheel_license_prefers_expression_then_classifiers(tmp_path):
-    w1 = make_wheel(tmp_path / "a-1.0-py3-none-any.whl", "a", "1.0",
-                    ["License-Expression: MIT", "Classifier: License :: OSI Approved :: GNU General Public License"], {})
-    w2 = make_wheel(tmp_path / "b-1.0-py3-none-any.whl", "b", "1.0",
-                    ["License: see file", "Classifier: License :: OSI Approved :: BSD License"], {})
+    w1 = make_wheel(
+        tmp_path / "a-1.0-py3-none-any.whl",
+        "a",
+        "1.0",
+        ["License-Expression: MIT", "Classifier: License :: OSI Approved :: GNU General Public License"],
+        {},
+    )
+    w2 = make_wheel(
+        tmp_path / "b-1.0-py3-none-any.whl",
+        "b",
+        "1.0",
+        ["License: see file", "Classifier: License :: OSI Approved :: BSD License"],
+        {},
+    )
     w3 = make_wheel(tmp_path / "c-1.0-py3-none-any.whl", "c", "1.0", ["License: Apache 2.0 License"], {})
     assert packages.wheel_license(w1) == "MIT"
     assert packages.wheel_license(w2) == "BSD License"
@@ -44,16 +66,29 @@ def test_unpack_keeps_permissive_py_files_and_manifest_records_licences(tmp_path
     monkeypatch.setattr(packages, "stdlib_root", lambda: stdlib)
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    make_wheel(wheels / "good-2.0-py3-none-any.whl", "good", "2.0", ["License-Expression: BSD-3-Clause"],
-               {"good/__init__.py": "X = 1\n", "good/copy.py": "def f():\n    return 1\n", "good/data.txt": "no"})
-    make_wheel(wheels / "bad-1.0-py3-none-any.whl", "bad", "1.0", ["License-Expression: GPL-3.0-only"],
-               {"bad/__init__.py": "Y = 2\n"})
+    make_wheel(
+        wheels / "good-2.0-py3-none-any.whl",
+        "good",
+        "2.0",
+        ["License-Expression: BSD-3-Clause"],
+        {"good/__init__.py": "X = 1\n", "good/copy.py": "def f():\n    return 1\n", "good/data.txt": "no"},
+    )
+    make_wheel(
+        wheels / "bad-1.0-py3-none-any.whl",
+        "bad",
+        "1.0",
+        ["License-Expression: GPL-3.0-only"],
+        {"bad/__init__.py": "Y = 2\n"},
+    )
     root = tmp_path / "src"
     used = packages.unpack_sources(wheels, root)
     assert [u.name for u in used] == ["cpython-stdlib", "good"]
     assert not (root / "bad-1.0").exists()
     assert not list(root.rglob("*.txt"))
-    sources = [{"dir": "cpython-" + used[0].version, "license": "PSF-2.0"}, {"dir": "good-2.0", "license": "BSD-3-Clause"}]
+    sources = [
+        {"dir": "cpython-" + used[0].version, "license": "PSF-2.0"},
+        {"dir": "good-2.0", "license": "BSD-3-Clause"},
+    ]
     m = build_manifest(tmp_path / "m.json", root=root, val_fraction=0.0, sources=sources)
     paths = {f["path"]: f["license"] for f in m["files"]}
     assert paths["good-2.0/good/__init__.py"] == "BSD-3-Clause"

@@ -1,5 +1,6 @@
 """The translation recipes on a tiny synthetic parallel corpus in Multi30k's layout: joint tokenizer, `train seq2seq`
 (resume, export, card, scores), `train distill` and `train nat`, and the exported pieces running in the loop."""
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,25 @@ def corpus(tmp_path_factory):
 
 
 def _opts(root, data, out, **kw):
-    base = dict(tokenizer=str(root / "tok"), out_dir=str(out), data=str(data), preset="tiny", max_tokens=128,
-                max_steps=6, threads=1, bf16=False, warmup_steps=2, lr=3e-3, log_every=2, eval_every_steps=100,
-                checkpoint_minutes=1000, progress=False, bleu_sentences=3, max_len=24, export_dir=str(out / "export"))
+    base = dict(
+        tokenizer=str(root / "tok"),
+        out_dir=str(out),
+        data=str(data),
+        preset="tiny",
+        max_tokens=128,
+        max_steps=6,
+        threads=1,
+        bf16=False,
+        warmup_steps=2,
+        lr=3e-3,
+        log_every=2,
+        eval_every_steps=100,
+        checkpoint_minutes=1000,
+        progress=False,
+        bleu_sentences=3,
+        max_len=24,
+        export_dir=str(out / "export"),
+    )
     base.update(kw)
     return seq2seq.Seq2SeqOptions(**base)
 
@@ -89,8 +106,18 @@ def test_hf_generate_equals_our_autoregressive_loop(trained):
     hf = model.generate(ids, max_new_tokens=12, do_sample=False)[0, 1:].tolist()
     from draftverify.drafters.base import NoDrafter
 
-    ours = generate(model, NoDrafter(), build_verifier("exact", SamplingParams(), MethodOptions()), ids,
-                    max_new_tokens=12, eos_token_id=tok.eos_token_id).new_tokens[0].tolist()
+    ours = (
+        generate(
+            model,
+            NoDrafter(),
+            build_verifier("exact", SamplingParams(), MethodOptions()),
+            ids,
+            max_new_tokens=12,
+            eos_token_id=tok.eos_token_id,
+        )
+        .new_tokens[0]
+        .tolist()
+    )
     assert ours == hf[: len(ours)]
 
 
@@ -101,10 +128,24 @@ def test_distill_and_nat_recipe(trained, tmp_path):
     assert nat_recipe.distill(target, str(data), "train", str(distilled), chunk=32, log=lambda m: None) == 80
     assert distilled.read_text(encoding="utf-8").count("\n") == 80
     assert nat_recipe.distill(target, str(data), "train", str(distilled), log=lambda m: None) == 80  # resumed: done
-    opts = nat_recipe.NatOptions(target=target, out_dir=str(tmp_path / "nat-run"), train_targets=str(distilled),
-                                 export_dir=str(tmp_path / "nat"), data=str(data), block_size=3, layers=1,
-                                 max_tokens=128, max_steps=4, threads=1, bf16=False, warmup_steps=1,
-                                 eval_every_steps=100, checkpoint_minutes=1000, progress=False, log_every=2)
+    opts = nat_recipe.NatOptions(
+        target=target,
+        out_dir=str(tmp_path / "nat-run"),
+        train_targets=str(distilled),
+        export_dir=str(tmp_path / "nat"),
+        data=str(data),
+        block_size=3,
+        layers=1,
+        max_tokens=128,
+        max_steps=4,
+        threads=1,
+        bf16=False,
+        warmup_steps=1,
+        eval_every_steps=100,
+        checkpoint_minutes=1000,
+        progress=False,
+        log_every=2,
+    )
     report = nat_recipe.train(opts, log=lambda m: None)
     assert report["step"] == 4 and 0 <= report["accepted_per_block"] <= 3
     nat = NatDecoder.load(tmp_path / "nat")
@@ -113,12 +154,25 @@ def test_distill_and_nat_recipe(trained, tmp_path):
 
     model = AutoModelForSeq2SeqLM.from_pretrained(target, dtype=torch.float32).eval()
     ids = torch.tensor([[5, 9, 12, 0]])
-    ref = generate(model, NatDrafter(NatDecoder.load(tmp_path / "nat")), build_verifier("greedy", SamplingParams(),
-                   MethodOptions()), ids, max_new_tokens=10, gamma=3, eos_token_id=0).new_tokens
+    ref = generate(
+        model,
+        NatDrafter(NatDecoder.load(tmp_path / "nat")),
+        build_verifier("greedy", SamplingParams(), MethodOptions()),
+        ids,
+        max_new_tokens=10,
+        gamma=3,
+        eos_token_id=0,
+    ).new_tokens
     from draftverify.drafters.base import NoDrafter
 
-    plain = generate(model, NoDrafter(), build_verifier("greedy", SamplingParams(), MethodOptions()), ids,
-                     max_new_tokens=10, eos_token_id=0).new_tokens
+    plain = generate(
+        model,
+        NoDrafter(),
+        build_verifier("greedy", SamplingParams(), MethodOptions()),
+        ids,
+        max_new_tokens=10,
+        eos_token_id=0,
+    ).new_tokens
     assert torch.equal(ref, plain)
 
 
@@ -139,8 +193,10 @@ def test_init_from_continues_an_exported_model(trained, tmp_path):
     from transformers import AutoModelForSeq2SeqLM
 
     root, data, out, _ = trained
-    report = seq2seq.train(_opts(root, data, tmp_path / "ft", init_from=str(out / "export"), max_steps=1, lr=1e-9,
-                                 warmup_steps=0), log=lambda m: None)
+    report = seq2seq.train(
+        _opts(root, data, tmp_path / "ft", init_from=str(out / "export"), max_steps=1, lr=1e-9, warmup_steps=0),
+        log=lambda m: None,
+    )
     assert report["init_from"] == str(out / "export")
     before = AutoModelForSeq2SeqLM.from_pretrained(str(out / "export")).state_dict()
     after = AutoModelForSeq2SeqLM.from_pretrained(str(tmp_path / "ft" / "export")).state_dict()
@@ -172,13 +228,46 @@ def test_cli_alignment_fine_tune_learns_the_given_train_targets(trained, tmp_pat
     targets = tmp_path / "train.de"
     targets.write_text("ein hund.\n" * 40, encoding="utf-8")
     export = tmp_path / "aligned"
-    result = CliRunner().invoke(train_app, [
-        "seq2seq", "--out", str(tmp_path / "run"), "--export", str(export), "--tokenizer", str(root / "tok"),
-        "--data", str(data), "--preset", "tiny", "--init-from", str(out / "export"), "--train-targets", str(targets),
-        "--max-steps", "60", "--lr", "1e-2", "--warmup-steps", "2", "--label-smoothing", "0", "--max-tokens", "128",
-        "--threads", "1",
-        "--no-bf16", "--eval-every", "1000", "--bleu-sentences", "3", "--checkpoint-minutes", "1000",
-        "--no-progress"])
+    result = CliRunner().invoke(
+        train_app,
+        [
+            "seq2seq",
+            "--out",
+            str(tmp_path / "run"),
+            "--export",
+            str(export),
+            "--tokenizer",
+            str(root / "tok"),
+            "--data",
+            str(data),
+            "--preset",
+            "tiny",
+            "--init-from",
+            str(out / "export"),
+            "--train-targets",
+            str(targets),
+            "--max-steps",
+            "60",
+            "--lr",
+            "1e-2",
+            "--warmup-steps",
+            "2",
+            "--label-smoothing",
+            "0",
+            "--max-tokens",
+            "128",
+            "--threads",
+            "1",
+            "--no-bf16",
+            "--eval-every",
+            "1000",
+            "--bleu-sentences",
+            "3",
+            "--checkpoint-minutes",
+            "1000",
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "has 40 of the 80 train targets" in result.output
     report = json.loads((export / "training_report.json").read_text())
@@ -198,10 +287,19 @@ def test_card_of_an_aligned_model_reports_bild_before_and_after(trained):
 
     _, _, out, _ = trained
     report = json.loads((out / "export" / "training_report.json").read_text())
-    bench = {"command": "draftverify bench-translate --counts-only", "sentences": 100, "prompts": "multi30k:test",
-             "name": "translate-bild-aligned",
-             "aligned": {"greedy_bleu": 23.4, "fewest_target_calls": {
-                 "bild": {"no_loss": 12.5, "within_1_bleu": None}, "bild_aligned": {"no_loss": 9.25, "within_1_bleu": 7.0}}}}
+    bench = {
+        "command": "draftverify bench-translate --counts-only",
+        "sentences": 100,
+        "prompts": "multi30k:test",
+        "name": "translate-bild-aligned",
+        "aligned": {
+            "greedy_bleu": 23.4,
+            "fewest_target_calls": {
+                "bild": {"no_loss": 12.5, "within_1_bleu": None},
+                "bild_aligned": {"no_loss": 9.25, "within_1_bleu": 7.0},
+            },
+        },
+    }
     card = model_card({**report, "role": "small-aligned", "bild_alignment": bench})
     assert "| original (`draft`) | 12.50 | - |" in card and "| aligned (this model) | 9.25 | 7.00 |" in card
     assert "benchmarks/translation/translate-bild-aligned.md" in card

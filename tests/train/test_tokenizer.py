@@ -15,10 +15,10 @@ from draftverify.train.tokenizer import (
 
 TRICKY = [
     "def f(x):\n    return x\n",
-    "class A:\n\tdef g(self):\n\t\tpass\n",                    # tabs
-    "if x:\r\n    y = 1\r\n",                                   # CRLF
-    "\n\n\nx = 1   \n\n    \n",                                 # blank lines, trailing spaces
-    "s = 'héllo wörld ✓ 中文 🐍'\n",                            # non-ASCII
+    "class A:\n\tdef g(self):\n\t\tpass\n",  # tabs
+    "if x:\r\n    y = 1\r\n",  # CRLF
+    "\n\n\nx = 1   \n\n    \n",  # blank lines, trailing spaces
+    "s = 'héllo wörld ✓ 中文 🐍'\n",  # non-ASCII
     "        deeply = [\n            1,\n            2,\n        ]\n",
     "  leading spaces",
     "",
@@ -30,8 +30,9 @@ TRICKY = [
 def tok_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tok")
     root = write_tiny_corpus(tmp / "lib", n_files=12)
-    info = build_tokenizer_from_corpus(tmp / "tokenizer", tmp / "manifest.json", vocab_size=400, root=root,
-                                       val_fraction=0.3)
+    info = build_tokenizer_from_corpus(
+        tmp / "tokenizer", tmp / "manifest.json", vocab_size=400, root=root, val_fraction=0.3
+    )
     assert info["vocab_size"] <= 400
     return tmp / "tokenizer"
 
@@ -93,7 +94,9 @@ ZOO = REPO / "zoo" / "code" / "tokenizer"
 def shipped_python_texts() -> list[str]:
     """Python text the repository itself ships (the corpus the zoo was trained on lives on no other machine):
     HumanEval's prompts and canonical solutions, and this package's own source files."""
-    rows = [json.loads(line) for line in gzip.open(REPO / "src/draftverify/bench/data/humaneval/HumanEval.jsonl.gz", "rt")]
+    rows = [
+        json.loads(line) for line in gzip.open(REPO / "src/draftverify/bench/data/humaneval/HumanEval.jsonl.gz", "rt")
+    ]
     sources = sorted((REPO / "src" / "draftverify").rglob("*.py"))
     return [r["prompt"] + r["canonical_solution"] for r in rows[:40]] + [f.read_text() for f in sources[:20]]
 

@@ -1,4 +1,5 @@
 """The shared training loop on its own: a tiny Llama learning a fixed random token stream."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,14 @@ from draftverify.train import trainer as tr  # noqa: E402
 from draftverify.train.losses import lm_loss  # noqa: E402
 from draftverify.train.presets import make_config  # noqa: E402
 
-TINY = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-            intermediate_size=32, max_position_embeddings=64)
+TINY = dict(
+    hidden_size=16,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    intermediate_size=32,
+    max_position_embeddings=64,
+)
 VOCAB, SEQ = 40, 8
 DATA = np.random.default_rng(0).integers(0, VOCAB, size=2000)
 
@@ -25,8 +32,18 @@ def _quiet(msg):
 
 
 def _opts(**kw) -> tr.TrainerOptions:
-    base = dict(lr=1e-2, warmup_steps=2, max_steps=8, batch_size=4, threads=1, bf16=False, log_every=1,
-                checkpoint_minutes=1000, progress=False, command="test")
+    base = dict(
+        lr=1e-2,
+        warmup_steps=2,
+        max_steps=8,
+        batch_size=4,
+        threads=1,
+        bf16=False,
+        log_every=1,
+        checkpoint_minutes=1000,
+        progress=False,
+        command="test",
+    )
     base.update(kw)
     return tr.TrainerOptions(**base)
 
@@ -41,8 +58,17 @@ def _trainer(run_dir, opts, log=_quiet, loss=None, evaluate=None, key=None):
 
     tr.seed_everything(opts.seed)
     model = LlamaForCausalLM(make_config("tiny", VOCAB, 0, **TINY))
-    return tr.Trainer(model, opts, run_dir, batches=_draw, loss=loss or (lambda m, x: lm_loss(m, x, False)),
-                      evaluate=evaluate, counts=lambda x: {"tokens_seen": x.size(0) * SEQ}, key=key, log=log)
+    return tr.Trainer(
+        model,
+        opts,
+        run_dir,
+        batches=_draw,
+        loss=loss or (lambda m, x: lm_loss(m, x, False)),
+        evaluate=evaluate,
+        counts=lambda x: {"tokens_seen": x.size(0) * SEQ},
+        key=key,
+        log=log,
+    )
 
 
 def _same_run(a, b):
@@ -66,8 +92,11 @@ def test_resume_after_interruption_is_the_uninterrupted_run(tmp_path):
     assert full["step"] == 8 and full["resumes"] == 1
     assert full["commands"] == ["test", "test"]
     _same_run(tr.load_checkpoint(tmp_path / "ref"), tr.load_checkpoint(tmp_path / "run"))
-    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()
-             if json.loads(line)["train_loss"] is not None]
+    steps = [
+        json.loads(line)["step"]
+        for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()
+        if json.loads(line)["train_loss"] is not None
+    ]
     assert steps == list(range(1, 9))
 
 
@@ -119,18 +148,21 @@ def test_evaluation_cadence_and_best(tmp_path):
     assert out["val_loss"] == 0.5 and out["best_val_loss"] == 0.5
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(max_steps=None, max_minutes=None), "give --max-steps and/or --max-minutes"),
-    (dict(max_steps=0), "--max-steps must be positive"),
-    (dict(max_minutes=-1.0), "--max-minutes must be positive"),
-    (dict(lr=0.0), "--lr must be positive"),
-    (dict(batch_size=0), "--batch-size must be positive"),
-    (dict(threads=0), "--threads must be positive"),
-    (dict(eval_every_steps=0), "--eval-every-steps must be positive"),
-    (dict(warmup_steps=-1), "--warmup-steps must be >= 0"),
-    (dict(min_lr_ratio=1.5), r"--min-lr-ratio must be in \[0, 1\]"),
-    (dict(grad_clip=0.0), "--grad-clip must be positive"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(max_steps=None, max_minutes=None), "give --max-steps and/or --max-minutes"),
+        (dict(max_steps=0), "--max-steps must be positive"),
+        (dict(max_minutes=-1.0), "--max-minutes must be positive"),
+        (dict(lr=0.0), "--lr must be positive"),
+        (dict(batch_size=0), "--batch-size must be positive"),
+        (dict(threads=0), "--threads must be positive"),
+        (dict(eval_every_steps=0), "--eval-every-steps must be positive"),
+        (dict(warmup_steps=-1), "--warmup-steps must be >= 0"),
+        (dict(min_lr_ratio=1.5), r"--min-lr-ratio must be in \[0, 1\]"),
+        (dict(grad_clip=0.0), "--grad-clip must be positive"),
+    ],
+)
 def test_bad_options_are_rejected(kw, message):
     with pytest.raises(tr.TrainError, match=message):
         _opts(**kw).validate_run()

@@ -2,6 +2,7 @@
 
 Imported as `from tiny_corpus import ...`: pytest puts this folder on sys.path for the test files in it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -25,9 +26,17 @@ SHORT_SNIPPETS = [
 ]
 
 
-def write_tiny_corpus(root: Path, n_files: int = 24, repeat: int = 3, *, snippets: Sequence[str] = SNIPPETS,
-                      per_file: int | None = None, stride: int = 1, assignments: bool = False,
-                      nested: bool = True) -> Path:
+def write_tiny_corpus(
+    root: Path,
+    n_files: int = 24,
+    repeat: int = 3,
+    *,
+    snippets: Sequence[str] = SNIPPETS,
+    per_file: int | None = None,
+    stride: int = 1,
+    assignments: bool = False,
+    nested: bool = True,
+) -> Path:
     """Write `n_files` files `mod_NN.py` under `root` and return `root`.
 
     File i is a `# module i` header, then `per_file` snippets (default: all of them) taken cyclically from
@@ -40,14 +49,20 @@ def write_tiny_corpus(root: Path, n_files: int = 24, repeat: int = 3, *, snippet
     for i in range(n_files):
         sub = root / ("pkg%d" % (i % 3)) if nested else root
         sub.mkdir(exist_ok=True)
-        text = "".join(snippets[(i * stride + k) % len(snippets)] + (f"\nx{i % 5} = {k}\n" if assignments else "\n")
-                       for k in range(count)) * repeat
+        text = (
+            "".join(
+                snippets[(i * stride + k) % len(snippets)] + (f"\nx{i % 5} = {k}\n" if assignments else "\n")
+                for k in range(count)
+            )
+            * repeat
+        )
         (sub / f"mod_{i:02d}.py").write_text(f"# module {i}\n" + text, encoding="utf-8")
     return root
 
 
-def train_tiny_target(folder: Path, layers: int = 2, max_positions: int = 256, repeat: int = 3,
-                      val_windows: int = 4) -> Path:
+def train_tiny_target(
+    folder: Path, layers: int = 2, max_positions: int = 256, repeat: int = 3, val_windows: int = 4
+) -> Path:
     """A tiny corpus, its tokenizer (folder/tok, folder/manifest.json) and a tiny Llama trained on it for a few
     seconds and exported by `train lm` (folder/target, fp16 + tokenizer): the frozen target the recipes that
     train on a target's outputs (align, heads, early exit) are tested against. Returns folder."""
@@ -56,15 +71,39 @@ def train_tiny_target(folder: Path, layers: int = 2, max_positions: int = 256, r
 
     root = write_tiny_corpus(folder / "lib", n_files=24, repeat=repeat)
     build_tokenizer_from_corpus(folder / "tok", folder / "manifest.json", vocab_size=300, root=root, val_fraction=0.3)
-    lm.train(lm.TrainOptions(
-        tokenizer=str(folder / "tok"), manifest=str(folder / "manifest.json"), out_dir=str(folder / "target-run"),
-        export_dir=str(folder / "target"), cache_dir=str(folder / "cache"), preset="tiny", seq_len=32, batch_size=8,
-        lr=1e-2, warmup_steps=5, max_steps=100, threads=1, bf16=False, val_windows=val_windows, log_every=1000,
-        eval_every_steps=10**6, checkpoint_minutes=1000, progress=False,
-        config_overrides=tiny_llama(layers, max_positions)), log=lambda _: None)
+    lm.train(
+        lm.TrainOptions(
+            tokenizer=str(folder / "tok"),
+            manifest=str(folder / "manifest.json"),
+            out_dir=str(folder / "target-run"),
+            export_dir=str(folder / "target"),
+            cache_dir=str(folder / "cache"),
+            preset="tiny",
+            seq_len=32,
+            batch_size=8,
+            lr=1e-2,
+            warmup_steps=5,
+            max_steps=100,
+            threads=1,
+            bf16=False,
+            val_windows=val_windows,
+            log_every=1000,
+            eval_every_steps=10**6,
+            checkpoint_minutes=1000,
+            progress=False,
+            config_overrides=tiny_llama(layers, max_positions),
+        ),
+        log=lambda _: None,
+    )
     return folder
 
 
 def tiny_llama(layers: int = 2, max_positions: int = 256) -> dict:
-    return dict(hidden_size=32, num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=2,
-                intermediate_size=64, max_position_embeddings=max_positions)
+    return dict(
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=max_positions,
+    )

@@ -2,6 +2,7 @@
 
 Logits are set to log-probabilities, so the distance of every token is known by construction.
 """
+
 from __future__ import annotations
 
 import math
@@ -91,8 +92,9 @@ def test_distance_is_shift_invariant_and_uses_the_target_soft_label():
 
 
 def test_empty_draft_appends_target_token():
-    verdict = BildVerifier(2.0).verify(Draft(tokens=torch.zeros(2, 0, dtype=torch.long)),
-                                       _logits(1)[None].expand(2, 1, V), SamplingParams(), None)
+    verdict = BildVerifier(2.0).verify(
+        Draft(tokens=torch.zeros(2, 0, dtype=torch.long)), _logits(1)[None].expand(2, 1, V), SamplingParams(), None
+    )
     assert verdict.num_accepted.tolist() == [0, 0]
     assert verdict.tokens.tolist() == [[0], [0]]
 
@@ -100,14 +102,17 @@ def test_empty_draft_appends_target_token():
 def test_sampled_params_replace_with_a_target_sample():
     """At temperature > 0 the appended token is drawn from the target's filtered p; top_k=1 forces its argmax."""
     drafts = [[_token(0, 0), _token(1, 4)]]
-    verdict = _verify(BildVerifier(2.0), drafts, SamplingParams(temperature=1.0, top_k=1), torch.Generator().manual_seed(0))
+    verdict = _verify(
+        BildVerifier(2.0), drafts, SamplingParams(temperature=1.0, top_k=1), torch.Generator().manual_seed(0)
+    )
     assert verdict.tokens.tolist() == [[_token(0, 0), _token(1, 0), -1]]
     # with top_k=2 the appended token is one of the two most likely at the rollback position, never the rejected one
     batch = 2000
     d = torch.tensor(drafts).expand(batch, 2)
     logits = _logits(3)[None].expand(batch, 3, V)
-    verdict = BildVerifier(2.0).verify(Draft(tokens=d), logits, SamplingParams(temperature=1.0, top_k=2),
-                                       torch.Generator().manual_seed(1))
+    verdict = BildVerifier(2.0).verify(
+        Draft(tokens=d), logits, SamplingParams(temperature=1.0, top_k=2), torch.Generator().manual_seed(1)
+    )
     appended = verdict.tokens[:, 1]
     assert set(appended.tolist()) == {_token(1, 0), _token(1, 1)}
     frac = float((appended == _token(1, 0)).double().mean())  # 0.6 / 0.8 = 0.75

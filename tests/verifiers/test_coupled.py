@@ -5,6 +5,7 @@ Coupled noise is keyed by (seed, position), so batch rows of one call share it; 
 calls with separate seeds. Logits are the hand-made, prefix-independent ones of test_rejection, so the target's
 own sampling emits p_j at position j independently of everything else.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,15 @@ def coupled(params: SamplingParams) -> SamplingParams:
     return SamplingParams(params.temperature, params.top_k, params.top_p, seed=None, coupling=True)
 
 
-def run(params: SamplingParams, n: int, runs: int = RUNS, seed0: int = 0, position: int = 0,
-        logits: torch.Tensor = TARGET_LOGITS, q: torch.Tensor = DRAFT_Q):
+def run(
+    params: SamplingParams,
+    n: int,
+    runs: int = RUNS,
+    seed0: int = 0,
+    position: int = 0,
+    logits: torch.Tensor = TARGET_LOGITS,
+    q: torch.Tensor = DRAFT_Q,
+):
     """runs independent coupled steps: drafts drawn from q [N, V] with the shared noise, then verified.
     Returns (drafts [R, n], emitted tokens [R, n+1] -1 padded, num_accepted [R])."""
     params = coupled(params)
@@ -35,8 +43,9 @@ def run(params: SamplingParams, n: int, runs: int = RUNS, seed0: int = 0, positi
         gen = torch.Generator().manual_seed(seed0 + r)
         x = [draw(q[i].float()[None], params, gen, position + i) for i in range(n)]
         x = torch.stack(x, dim=1) if x else torch.zeros(1, 0, dtype=torch.long)
-        verdict = verifier.verify(Draft(tokens=x, q_probs=q[:n].float()[None], position=position),
-                                  logits[: n + 1][None], params, gen)
+        verdict = verifier.verify(
+            Draft(tokens=x, q_probs=q[:n].float()[None], position=position), logits[: n + 1][None], params, gen
+        )
         drafts.append(x[0])
         tokens.append(verdict.tokens[0])
         accepted.append(verdict.num_accepted[0])
@@ -73,7 +82,11 @@ def test_consecutive_positions_are_independent():
 
 def test_wrong_rule_same_noise_at_every_position_is_rejected(monkeypatch):
     real = coupled_module.gumbel_noise
-    monkeypatch.setattr(coupled_module, "gumbel_noise", lambda seed, start, count, vocab, device: real(seed, 0, 1, vocab, device).expand(count, vocab))
+    monkeypatch.setattr(
+        coupled_module,
+        "gumbel_noise",
+        lambda seed, start, count, vocab, device: real(seed, 0, 1, vocab, device).expand(count, vocab),
+    )
     params = PARAMS["t1.3"]
     logits = TARGET_LOGITS[:1].expand(2, V)
     p = reference_p(logits[0], params)
@@ -133,7 +146,11 @@ def test_greedy_params_give_greedy_verification():
 
 def test_missing_position_and_explicit_no_coupling_are_clear_errors():
     with pytest.raises(DraftVerifyError, match="draft.position"):
-        GumbelCouplingVerifier().verify(Draft(tokens=torch.tensor([[1]])), TARGET_LOGITS[None, :2],
-                                        coupled(PARAMS["t1.3"]), torch.Generator().manual_seed(0))
+        GumbelCouplingVerifier().verify(
+            Draft(tokens=torch.tensor([[1]])),
+            TARGET_LOGITS[None, :2],
+            coupled(PARAMS["t1.3"]),
+            torch.Generator().manual_seed(0),
+        )
     with pytest.raises(DraftVerifyError, match="coupling=False"):
         GumbelCouplingVerifier().check_params(SamplingParams(temperature=1.0, seed=0, coupling=False))

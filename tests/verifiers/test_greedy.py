@@ -1,4 +1,5 @@
 """GreedyVerifier: keep the longest prefix equal to the target's argmax, then append the target's own token."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,14 +33,16 @@ def _reference(draft: list[int], argmax: list[int]) -> tuple[int, list[int]]:
 def test_hand_made_verdicts():
     argmax = [2, 0, 4, 1]  # positions 0..N (N = 3)
     logits = _logits_with_argmax(argmax)[None].expand(6, 4, V)
-    drafts = torch.tensor([
-        [2, 0, 4],  # everything accepted: bonus argmax 1
-        [2, 0, 3],  # last rejected
-        [2, 1, 4],  # second rejected; the later match does not count
-        [3, 0, 4],  # first rejected although the rest match
-        [0, 0, 0],
-        [2, 0, 1],
-    ])
+    drafts = torch.tensor(
+        [
+            [2, 0, 4],  # everything accepted: bonus argmax 1
+            [2, 0, 3],  # last rejected
+            [2, 1, 4],  # second rejected; the later match does not count
+            [3, 0, 4],  # first rejected although the rest match
+            [0, 0, 0],
+            [2, 0, 1],
+        ]
+    )
     verdict = GreedyVerifier().verify(Draft(tokens=drafts), logits, SamplingParams(), None)
     assert verdict.num_accepted.tolist() == [3, 2, 1, 0, 0, 2]
     assert verdict.tokens.tolist() == [
@@ -85,8 +88,11 @@ def test_random_logits_match_reference():
         vocab = int(torch.randint(2, 12, (1,), generator=gen))
         logits = torch.randn(batch, n + 1, vocab, generator=gen, dtype=torch.float64)
         argmax = logits.argmax(-1)
-        draft = torch.where(torch.rand(batch, n, generator=gen) < 0.25,
-                            torch.randint(0, vocab, (batch, n), generator=gen), argmax[:, :n])
+        draft = torch.where(
+            torch.rand(batch, n, generator=gen) < 0.25,
+            torch.randint(0, vocab, (batch, n), generator=gen),
+            argmax[:, :n],
+        )
         verdict = GreedyVerifier().verify(Draft(tokens=draft), logits, SamplingParams(), None)
         for b in range(batch):
             n_ref, tokens_ref = _reference(draft[b].tolist(), argmax[b].tolist())
@@ -114,8 +120,9 @@ def test_one_row_verdict_equals_the_batched_rule():
     for _ in range(200):
         n = int(torch.randint(0, 7, (1,), generator=gen))
         choice = torch.randint(0, 4, (1, n + 1), generator=gen)
-        draft = torch.where(torch.rand(1, n, generator=gen) < 0.3, torch.randint(0, 4, (1, n), generator=gen),
-                            choice[:, :n])
+        draft = torch.where(
+            torch.rand(1, n, generator=gen) < 0.3, torch.randint(0, 4, (1, n), generator=gen), choice[:, :n]
+        )
         got = greedy_verdict(draft, choice)
         accepted = accepted_prefix_length(draft == choice[:, :n])
         want = make_verdict(draft, accepted, gather_at(choice, accepted))

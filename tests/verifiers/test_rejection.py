@@ -12,6 +12,7 @@ A Pearson chi-square test with an exact p-value (regularised upper incomplete ga
 is large enough that the same check rejects deliberately wrong rules with p-values many orders of magnitude
 below the threshold (see the `wrong rule` tests), while a correct rule fails with probability < 1e-6 per check.
 """
+
 from __future__ import annotations
 
 import math
@@ -102,8 +103,9 @@ def chi2_pvalue(tokens: torch.Tensor, probs: torch.Tensor) -> float:
     if df == 0:
         return 1.0
     stat = float(((obs - exp) ** 2 / exp).sum())
-    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
-                                         torch.tensor(stat / 2, dtype=torch.float64)))
+    return float(
+        torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64))
+    )
 
 
 def draw_drafts(q: torch.Tensor, batch: int, gen: torch.Generator) -> torch.Tensor:
@@ -113,8 +115,16 @@ def draw_drafts(q: torch.Tensor, batch: int, gen: torch.Generator) -> torch.Tens
     return torch.multinomial(q.float(), batch, replacement=True, generator=gen).T.contiguous()
 
 
-def run(verifier, n: int, params: SamplingParams, seed: int, q: torch.Tensor | None = None,
-        logits: torch.Tensor = TARGET_LOGITS, batch: int = B, fixed_draft: list[int] | None = None):
+def run(
+    verifier,
+    n: int,
+    params: SamplingParams,
+    seed: int,
+    q: torch.Tensor | None = None,
+    logits: torch.Tensor = TARGET_LOGITS,
+    batch: int = B,
+    fixed_draft: list[int] | None = None,
+):
     """One batched verify call. Returns (draft tokens [B, N], verdict)."""
     gen = torch.Generator().manual_seed(seed)
     if fixed_draft is not None:
@@ -240,7 +250,9 @@ def test_heterogeneous_batch_rows_are_independent():
     for which, lg in ((0, logits_a), (1, logits_b)):
         rows = idx == which
         p = reference_p(lg, params)
-        sub = type(verdict)(tokens=verdict.tokens[rows], num_accepted=verdict.num_accepted[rows], path=verdict.path[rows])
+        sub = type(verdict)(
+            tokens=verdict.tokens[rows], num_accepted=verdict.num_accepted[rows], path=verdict.path[rows]
+        )
         for j, cnt, pval in position_pvalues(sub, p):
             assert pval > P_THRESHOLD, (which, j, cnt, pval)
 
@@ -260,8 +272,8 @@ def test_q_probs_dtype_float64_is_accepted():
     gen = torch.Generator().manual_seed(3)
     x = draw_drafts(DRAFT_Q[:2], B, gen)
     verdict = SpeculativeSamplingVerifier().verify(
-        Draft(tokens=x, q_probs=DRAFT_Q[:2][None].expand(B, 2, V)), TARGET_LOGITS[:3][None].expand(B, 3, V),
-        params, gen)
+        Draft(tokens=x, q_probs=DRAFT_Q[:2][None].expand(B, 2, V)), TARGET_LOGITS[:3][None].expand(B, 3, V), params, gen
+    )
     check_structure(x, verdict)
     for j, _, pval in position_pvalues(verdict, p):
         assert pval > P_THRESHOLD
@@ -384,7 +396,8 @@ def test_empty_draft_emits_one_token_from_p():
     gen = torch.Generator().manual_seed(4)
     x = torch.zeros(B, 0, dtype=torch.long)
     verdict = SpeculativeSamplingVerifier().verify(
-        Draft(tokens=x, q_probs=torch.zeros(B, 0, V)), TARGET_LOGITS[:1][None].expand(B, 1, V), params, gen)
+        Draft(tokens=x, q_probs=torch.zeros(B, 0, V)), TARGET_LOGITS[:1][None].expand(B, 1, V), params, gen
+    )
     assert verdict.tokens.shape == (B, 1)
     assert (verdict.num_accepted == 0).all()
     assert chi2_pvalue(verdict.tokens[:, 0], p[0]) > P_THRESHOLD
@@ -397,8 +410,7 @@ def test_empty_draft_emits_one_token_from_p():
 # p and q for the lenience tests: q over-weights tokens 4..7 so l*q > p there for small l
 LENIENT_LOGITS = TARGET_LOGITS[:2]
 LENIENT_Q = torch.tensor(
-    [[0.05, 0.05, 0.10, 0.10, 0.15, 0.15, 0.20, 0.20],
-     [0.10, 0.10, 0.10, 0.10, 0.15, 0.15, 0.15, 0.15]],
+    [[0.05, 0.05, 0.10, 0.10, 0.15, 0.15, 0.20, 0.20], [0.10, 0.10, 0.10, 0.10, 0.15, 0.15, 0.15, 0.15]],
     dtype=torch.float64,
 )
 
@@ -415,8 +427,7 @@ def lenient_output(p: torch.Tensor, q: torch.Tensor, l: float) -> torch.Tensor:
 def test_lenience_never_samples_above_p_over_l(name, lenience):
     params = PARAMS[name]
     p = reference_p(LENIENT_LOGITS, params)
-    x, verdict = run(SpeculativeSamplingVerifier(lenience), 1, params, seed=51, q=LENIENT_Q[:1],
-                     logits=LENIENT_LOGITS)
+    x, verdict = run(SpeculativeSamplingVerifier(lenience), 1, params, seed=51, q=LENIENT_Q[:1], logits=LENIENT_LOGITS)
     check_structure(x, verdict)
     exact = lenient_output(p[0], LENIENT_Q[0], lenience)
     assert torch.all(exact <= p[0] / lenience + 1e-12)  # the A.5 guarantee holds for the exact law ...
@@ -436,8 +447,9 @@ def test_lenience_raises_acceptance_rate_as_theory_predicts(name):
     p = reference_p(LENIENT_LOGITS[0], params)
     rates = []
     for lenience in (1.0, 0.8, 0.5, 0.2):
-        _, verdict = run(SpeculativeSamplingVerifier(lenience), 1, params, seed=61, q=LENIENT_Q[:1],
-                         logits=LENIENT_LOGITS)
+        _, verdict = run(
+            SpeculativeSamplingVerifier(lenience), 1, params, seed=61, q=LENIENT_Q[:1], logits=LENIENT_LOGITS
+        )
         rate = float((verdict.num_accepted == 1).double().mean())
         alpha = float(lenient_acceptance_rate(p, LENIENT_Q[0], lenience))
         assert abs(rate - alpha) <= 5 * math.sqrt(max(alpha * (1 - alpha), 1e-12) / B) + 1e-12, (lenience, rate, alpha)
@@ -499,17 +511,20 @@ def test_temperature_zero_lenience_accepts_iff_p_at_least_l_max_p(lenience):
 
 
 def test_temperature_zero_lenience_prefix_semantics():
-    logits = torch.stack([GREEDY_PROBS.log(), GREEDY_PROBS.roll(1).log(), GREEDY_PROBS.roll(2).log(),
-                          GREEDY_PROBS.roll(3).log()])  # argmax 2, 3, 4, 5
+    logits = torch.stack(
+        [GREEDY_PROBS.log(), GREEDY_PROBS.roll(1).log(), GREEDY_PROBS.roll(2).log(), GREEDY_PROBS.roll(3).log()]
+    )  # argmax 2, 3, 4, 5
     verifier = SpeculativeSamplingVerifier(0.3)
     # position i is GREEDY_PROBS rolled by i, so token t there has the ratio of token t - i
     # ratios: pos0 token 1 0.625 ok; pos1 token 4 (= orig 3) 0.375 ok; pos2 token 3 (= orig 1) 0.625 ok
-    drafts = torch.tensor([
-        [1, 4, 3],  # all accepted -> bonus argmax 5
-        [1, 4, 0],  # third rejected (orig token 6: 0.0375) -> n=2, append argmax 4
-        [1, 1, 4],  # second rejected (orig token 0: 0.125) -> n=1, append argmax 3
-        [0, 4, 3],  # first rejected (0.125) even though later ones would pass -> n=0, append 2
-    ])
+    drafts = torch.tensor(
+        [
+            [1, 4, 3],  # all accepted -> bonus argmax 5
+            [1, 4, 0],  # third rejected (orig token 6: 0.0375) -> n=2, append argmax 4
+            [1, 1, 4],  # second rejected (orig token 0: 0.125) -> n=1, append argmax 3
+            [0, 4, 3],  # first rejected (0.125) even though later ones would pass -> n=0, append 2
+        ]
+    )
     verdict = verifier.verify(Draft(tokens=drafts), logits[None].expand(4, 4, V), SamplingParams(), None)
     assert verdict.num_accepted.tolist() == [3, 2, 1, 0]
     assert verdict.tokens.tolist() == [[1, 4, 3, 5], [1, 4, 4, -1], [1, 3, -1, -1], [2, -1, -1, -1]]

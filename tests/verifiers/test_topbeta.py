@@ -1,5 +1,6 @@
 """TopBetaVerifier (SpecDec++ eqs. 6 and 7): keep x if it is in the target's top-beta (eq. 6) and
 log p(top-1) - log p(x) <= tau (eq. 7). Logits are chosen so log-prob gaps equal logit gaps."""
+
 from __future__ import annotations
 
 import pytest
@@ -146,8 +147,12 @@ def test_empty_draft():
 
 
 def test_sampled_params_append_a_target_sample():
-    verdict = _verify(TopBetaVerifier(1, 0.0), [[0]], params=SamplingParams(temperature=1.0, top_k=1),
-                      generator=torch.Generator().manual_seed(0))
+    verdict = _verify(
+        TopBetaVerifier(1, 0.0),
+        [[0]],
+        params=SamplingParams(temperature=1.0, top_k=1),
+        generator=torch.Generator().manual_seed(0),
+    )
     assert verdict.tokens.tolist() == [[3, -1]]
 
 

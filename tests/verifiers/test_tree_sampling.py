@@ -21,6 +21,7 @@ and accept / reject outcome, equals the target's to 1e-12, and each wrong rule's
 variation >= 0.02 from it. The fast path is cross-checked against a plain one-row reference (below) on random
 trees with a shared random stream.
 """
+
 from __future__ import annotations
 
 import math
@@ -124,8 +125,9 @@ def chi2_pvalue_counts(counts: torch.Tensor, expected: torch.Tensor) -> float:
     if df == 0:
         return 1.0
     stat = float(((obs - exp) ** 2 / exp).sum())
-    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
-                                         torch.tensor(stat / 2, dtype=torch.float64)))
+    return float(
+        torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64))
+    )
 
 
 def chi2_pvalue(tokens: torch.Tensor, probs: torch.Tensor) -> float:
@@ -214,8 +216,9 @@ def run(shape: str, mode: str, seed: int, batch: int = B, q_equals_p: bool = Fal
 # ----------------------------------------------------------------------------------------------------------
 
 
-def reference_tree_sample_row(parents: list[int], tokens: list[int], q: torch.Tensor | None, p: torch.Tensor,
-                              uniforms: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+def reference_tree_sample_row(
+    parents: list[int], tokens: list[int], q: torch.Tensor | None, p: torch.Tensor, uniforms: torch.Tensor
+) -> tuple[list[int], torch.Tensor]:
     """parents, tokens: N ints; q [N, V] or None (one-hot); p [N+1, V]; uniforms [N] -> (path, p_next [V])."""
     u, p_res, path = -1, p[0].clone(), []
     while True:
@@ -418,9 +421,13 @@ def test_variant_harness_with_the_exact_update_reproduces_the_function(mode):
 
 @pytest.mark.parametrize(
     "rule,mode",
-    [("no_residual_update", "iid"), ("no_residual_update", "deterministic"),
-     ("each_sibling_against_original_p", "iid"), ("each_sibling_against_original_p", "deterministic"),
-     ("zero_rejected_token_only", "iid")],
+    [
+        ("no_residual_update", "iid"),
+        ("no_residual_update", "deterministic"),
+        ("each_sibling_against_original_p", "iid"),
+        ("each_sibling_against_original_p", "deterministic"),
+        ("zero_rejected_token_only", "iid"),
+    ],
 )
 @pytest.mark.parametrize("shape", ["star3", "tree7"])
 def test_wrong_rule_is_rejected_by_the_same_statistic(shape, rule, mode):
@@ -435,8 +442,9 @@ def test_wrong_rule_is_rejected_by_the_same_statistic(shape, rule, mode):
 def test_wrong_rule_on_a_chain_equals_the_chain_rule_and_passes():
     """Control: with no siblings the 'original p' rule is the correct rule, and the statistic accepts it."""
     seed = 70
-    *_, tokens, num_accepted = run("chain", "iid", seed,
-                                   sampler=variant_tree_sample(WRONG_RULES["each_sibling_against_original_p"]))
+    *_, tokens, num_accepted = run(
+        "chain", "iid", seed, sampler=variant_tree_sample(WRONG_RULES["each_sibling_against_original_p"])
+    )
     for k, pval in joint_pvalues(tokens, num_accepted, seed).items():
         assert pval > P_THRESHOLD, (k, pval)
 
@@ -455,8 +463,9 @@ def test_fast_path_matches_reference_on_random_trees():
         uniforms = torch.rand(batch, n, generator=gen, dtype=torch.float64)
         path, num_accepted, p_next = tree_accept(torch.tensor(parents, dtype=torch.long), x, q, p, uniforms)
         for b in range(batch):
-            ref_path, ref_next = reference_tree_sample_row(parents, x[b].tolist(), None if q is None else q[b],
-                                                           p[b], uniforms[b])
+            ref_path, ref_next = reference_tree_sample_row(
+                parents, x[b].tolist(), None if q is None else q[b], p[b], uniforms[b]
+            )
             assert path[b].tolist() == ref_path + [-1] * (n - len(ref_path)), (trial, b)
             assert int(num_accepted[b]) == len(ref_path)
             torch.testing.assert_close(p_next[b], ref_next, rtol=0, atol=1e-12)
@@ -479,12 +488,15 @@ def test_full_function_replays_reference_with_the_same_generator():
         parents, x, q, p = random_case(gen, trial)
         batch, n = x.shape
         seed = 1000 + trial
-        path, tokens, num_accepted = tree_speculative_sample(torch.tensor(parents), x, q, p,
-                                                             torch.Generator().manual_seed(seed))
+        path, tokens, num_accepted = tree_speculative_sample(
+            torch.tensor(parents), x, q, p, torch.Generator().manual_seed(seed)
+        )
         replay = torch.Generator().manual_seed(seed)
         uniforms = torch.rand((batch, n), generator=replay)
-        refs = [reference_tree_sample_row(parents, x[b].tolist(), None if q is None else q[b], p[b], uniforms[b])
-                for b in range(batch)]
+        refs = [
+            reference_tree_sample_row(parents, x[b].tolist(), None if q is None else q[b], p[b], uniforms[b])
+            for b in range(batch)
+        ]
         final = sample(torch.stack([r[1] for r in refs]), replay)
         for b, (ref_path, _) in enumerate(refs):
             expected = [int(x[b, j]) for j in ref_path] + [int(final[b])]
@@ -499,15 +511,20 @@ def test_full_function_replays_reference_with_the_same_generator():
 
 def test_empty_tree_samples_from_p_at_the_root():
     p = P_ROOT[None, None].expand(B, 1, V)
-    path, tokens, num_accepted = tree_speculative_sample(torch.zeros(0, dtype=torch.long),
-                                                         torch.zeros(B, 0, dtype=torch.long), None, p,
-                                                         torch.Generator().manual_seed(1))
+    path, tokens, num_accepted = tree_speculative_sample(
+        torch.zeros(0, dtype=torch.long), torch.zeros(B, 0, dtype=torch.long), None, p, torch.Generator().manual_seed(1)
+    )
     assert path.shape == (B, 0) and tokens.shape == (B, 1)
     assert (num_accepted == 0).all()
     assert chi2_pvalue(tokens[:, 0], P_ROOT) > P_THRESHOLD
     # with q_probs given as an empty tensor too
-    _, tokens, _ = tree_speculative_sample(torch.zeros(0, dtype=torch.long), torch.zeros(B, 0, dtype=torch.long),
-                                           torch.zeros(B, 0, V), p, torch.Generator().manual_seed(2))
+    _, tokens, _ = tree_speculative_sample(
+        torch.zeros(0, dtype=torch.long),
+        torch.zeros(B, 0, dtype=torch.long),
+        torch.zeros(B, 0, V),
+        p,
+        torch.Generator().manual_seed(2),
+    )
     assert chi2_pvalue(tokens[:, 0], P_ROOT) > P_THRESHOLD
 
 
@@ -591,8 +608,12 @@ def test_rows_take_different_paths_with_correct_padding():
     for q in (None, torch.nn.functional.one_hot(x, V).double()):
         path, tokens, num_accepted = tree_speculative_sample(parents, x, q, p, torch.Generator().manual_seed(5))
         assert path.tolist() == [[0, 2, -1, -1, -1], [1, 4, -1, -1, -1], [1, -1, -1, -1, -1], [-1] * 5]
-        assert tokens.tolist() == [[0, 2, 5, -1, -1, -1], [1, 4, 3, -1, -1, -1], [1, 5, -1, -1, -1, -1],
-                                   [2, -1, -1, -1, -1, -1]]
+        assert tokens.tolist() == [
+            [0, 2, 5, -1, -1, -1],
+            [1, 4, 3, -1, -1, -1],
+            [1, 5, -1, -1, -1, -1],
+            [2, -1, -1, -1, -1, -1],
+        ]
         assert num_accepted.tolist() == [2, 2, 1, 0]
 
 
@@ -620,8 +641,9 @@ def test_float32_inputs_are_exact_too():
 )
 def test_bad_parents_raise(parents, n):
     with pytest.raises(DraftVerifyError, match="parents"):
-        tree_speculative_sample(torch.tensor(parents), torch.zeros(1, n, dtype=torch.long), None,
-                                torch.full((1, n + 1, V), 1.0 / V), None)
+        tree_speculative_sample(
+            torch.tensor(parents), torch.zeros(1, n, dtype=torch.long), None, torch.full((1, n + 1, V), 1.0 / V), None
+        )
 
 
 def test_bad_shapes_raise():
@@ -685,8 +707,9 @@ def exact_law(parents: list[int], mode: str, update, k: int = 2) -> torch.Tensor
                 p_c = p_after(d[c], x)
                 out += q_c[x] * a * walk(c, children[c], p_c, p_c, prefix + [x])
             if a < 1:
-                out += q_c[x] * (1 - a) * walk(u, kids[1:], update(p_res, p_node, q_c, torch.tensor([x])), p_node,
-                                               prefix)
+                out += (
+                    q_c[x] * (1 - a) * walk(u, kids[1:], update(p_res, p_node, q_c, torch.tensor([x])), p_node, prefix)
+                )
         return out
 
     return walk(-1, children[-1], P_ROOT, P_ROOT, [])
@@ -703,9 +726,13 @@ def test_exact_law_of_the_rule_is_the_target_law(shape, mode):
 
 @pytest.mark.parametrize(
     "rule,mode",
-    [("no_residual_update", "iid"), ("no_residual_update", "deterministic"),
-     ("each_sibling_against_original_p", "iid"), ("each_sibling_against_original_p", "deterministic"),
-     ("zero_rejected_token_only", "iid")],
+    [
+        ("no_residual_update", "iid"),
+        ("no_residual_update", "deterministic"),
+        ("each_sibling_against_original_p", "iid"),
+        ("each_sibling_against_original_p", "deterministic"),
+        ("zero_rejected_token_only", "iid"),
+    ],
 )
 @pytest.mark.parametrize("shape", ["star3", "tree7"])
 def test_wrong_rules_are_biased_by_far_more_than_the_statistic_can_miss(shape, rule, mode):

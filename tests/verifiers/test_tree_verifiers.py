@@ -3,6 +3,7 @@
 Tree (node: path): 0 (0,), 1 (1,), 2 (0, 0), 3 (0, 1), 4 (0, 0, 0). choice[:, 0] is the target's argmax at
 the pending token, choice[:, 1 + j] its argmax after node j.
 """
+
 from __future__ import annotations
 
 import pytest

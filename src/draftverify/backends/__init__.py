@@ -4,6 +4,7 @@ extra `llamacpp`); `lean` runs draft models only (lean_draft.py).
 
 Nothing heavy is imported here: the GGUF conversion runs `python -m draftverify.backends.gguf` in a child.
 """
+
 from __future__ import annotations
 
 LLAMACPP_INSTALL = 'pip install -e ".[llamacpp]"'
@@ -19,6 +20,7 @@ def check_draft_gguf(value: object) -> str:
     from ..errors import DraftVerifyError
 
     if value not in DRAFT_GGUF_TYPES:
-        raise DraftVerifyError(f"the draft's GGUF type (--draft-gguf) must be one of {', '.join(DRAFT_GGUF_TYPES)}, "
-                               f"got {value!r}")
+        raise DraftVerifyError(
+            f"the draft's GGUF type (--draft-gguf) must be one of {', '.join(DRAFT_GGUF_TYPES)}, got {value!r}"
+        )
     return value

@@ -30,6 +30,7 @@ One more (read with `defers_prefill`, False where undeclared): `defers_prefill` 
 prompt and the first forward decodes it together with its own tokens (one decode fewer per request); the loop then
 counts that first step's time as the prefill's and keeps it out of the length policy's cost model.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -65,13 +66,19 @@ class LMBackend(Protocol):
     def check_fits(self, decoder_positions: int) -> None:
         """Raise DraftVerifyError when a request of this many positions cannot run (context, preallocated cache)."""
 
-    def start(self, input_ids: torch.Tensor, want_hidden: bool = False,
-              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def start(
+        self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Reset and prefill input_ids [B, L] (all but the last token); return the committed tokens [B, L0]."""
 
-    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, want_hidden: bool = False,
-                new_valid: torch.Tensor | None = None) -> TargetOutput:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        want_hidden: bool = False,
+        new_valid: torch.Tensor | None = None,
+    ) -> TargetOutput:
         """Append tokens [B, n] to the uncommitted tail; their next-token logits [B, n, V].
 
         position_ids [B or 1, n]: absolute positions (None: after the tail, as a chain); attention_mask bool
@@ -108,8 +115,9 @@ class TargetModules:
     @classmethod
     def of(cls, model: Any) -> "TargetModules":  # a transformers PreTrainedModel (the core imports no transformers)
         """A Hugging Face model's (its get_input_embeddings, get_output_embeddings and final_logits_bias)."""
-        return cls(model.get_input_embeddings(), model.get_output_embeddings(),
-                   getattr(model, "final_logits_bias", None))
+        return cls(
+            model.get_input_embeddings(), model.get_output_embeddings(), getattr(model, "final_logits_bias", None)
+        )
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The output layer on hidden [..., H] -> logits [..., V], in the LM head's dtype."""
@@ -148,8 +156,10 @@ def require_modules(backend: LMBackend, needs: str) -> ModuleBackend:
     them (for drafters built by hand, which check_backend never saw)."""
     if not getattr(backend, "has_modules", False):
         name = getattr(backend, "name", type(backend).__name__)
-        raise DraftVerifyError(f"{needs} needs the target's modules, which the {name} backend does not offer; run "
-                               f"it with --backend hf (backend='hf')")
+        raise DraftVerifyError(
+            f"{needs} needs the target's modules, which the {name} backend does not offer; run "
+            f"it with --backend hf (backend='hf')"
+        )
     return backend  # type: ignore[return-value]
 
 
@@ -230,5 +240,7 @@ def check_backend(target: LMBackend | type, drafter_cls: type, method: str, batc
     if batched and not offers("supports_rows"):
         needs.append("batches of several rows")
     if needs:
-        raise DraftVerifyError(f"method {method!r} needs {' and '.join(needs)}, which the {name} backend does not "
-                               f"offer; run it with --backend hf (backend='hf')")
+        raise DraftVerifyError(
+            f"method {method!r} needs {' and '.join(needs)}, which the {name} backend does not "
+            f"offer; run it with --backend hf (backend='hf')"
+        )

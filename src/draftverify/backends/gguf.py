@@ -11,6 +11,7 @@ path), then runs the converter's unchanged `main()`. It runs in a child
 process (`python -m draftverify.backends.gguf`), so the converter's sys.path, logging and class registry never
 touch the benchmark's process.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -40,8 +41,9 @@ def llama_cpp_dir() -> Path:
     if not value:
         if (CHECKOUT_CONVERTER / CONVERTER).is_file() and (CHECKOUT_CONVERTER / "gguf-py").is_dir():
             return CHECKOUT_CONVERTER
-        raise DraftVerifyError(f"set ${LLAMA_CPP_ENV} to a llama.cpp source tree with {CONVERTER} and gguf-py/ "
-                               f"({FETCH_HINT})")
+        raise DraftVerifyError(
+            f"set ${LLAMA_CPP_ENV} to a llama.cpp source tree with {CONVERTER} and gguf-py/ ({FETCH_HINT})"
+        )
     folder = Path(value)
     for needed in (CONVERTER, "gguf-py"):
         if not (folder / needed).exists():
@@ -60,8 +62,11 @@ def converter_available() -> bool:
 def is_gpt2_pre_tokenizer(tokenizer_json: dict) -> bool:
     """GPT-2's pre-tokenization: one byte-level step with GPT-2's regex and no prefix space."""
     pre = tokenizer_json.get("pre_tokenizer") or {}
-    return (pre.get("type") == "ByteLevel" and pre.get("use_regex", True) is True
-            and pre.get("add_prefix_space", False) is False)
+    return (
+        pre.get("type") == "ByteLevel"
+        and pre.get("use_regex", True) is True
+        and pre.get("add_prefix_space", False) is False
+    )
 
 
 def check_convertible(model_dir: Path) -> str:
@@ -117,8 +122,9 @@ def model_key(model_dir: Path, outtype: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def gguf_for(model_dir: str | Path, outtype: str = "f32", llama_cpp: Path | None = None,
-             cache_dir: Path | None = None) -> Path:
+def gguf_for(
+    model_dir: str | Path, outtype: str = "f32", llama_cpp: Path | None = None, cache_dir: Path | None = None
+) -> Path:
     """The GGUF file of a Hugging Face model folder at a precision: converted with llama.cpp's converter on first
     use and kept in the cache folder ($DRAFTVERIFY_GGUF_CACHE, default ~/.cache/draftverify/gguf), so later runs
     start at once. A half-written file never lands there (written beside it, then renamed)."""

@@ -14,6 +14,7 @@ moves `length` back and a tree's accepted branch is gathered down to the committ
 rounding (tests/test_backend_lean.py), so it is for draft models, whose tokens the target verifies; the target
 always runs HF's own forward.
 """
+
 from __future__ import annotations
 
 import torch
@@ -50,8 +51,10 @@ class LeanLM(OneRow):
     def __init__(self, model, role: str = "draft"):
         reason = unsupported(model)
         if reason is not None:
-            raise DraftVerifyError(f"the {role} cannot run on the lean backend ({reason}); run it on CachedLM "
-                                   "(lean_draft=False, or DRAFTVERIFY_LEAN_DRAFT=0)")
+            raise DraftVerifyError(
+                f"the {role} cannot run on the lean backend ({reason}); run it on CachedLM "
+                "(lean_draft=False, or DRAFTVERIFY_LEAN_DRAFT=0)"
+            )
         self.model = model
         self.role = role
         self.weights = LeanWeights.from_model(model)
@@ -97,12 +100,14 @@ class LeanLM(OneRow):
         self.keys, self.values, self.ids = keys, values, ids
         self.rope.reserve(capacity)
 
-    def start(self, input_ids: torch.Tensor, want_hidden: bool = False,
-              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def start(
+        self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Reset and prefill input_ids [1, L] but the last token; `prefilled` holds the logits at L - 2 [1, 1, V]."""
         if input_ids.shape[0] != 1 or (attention_mask is not None and not bool(attention_mask.all())):
-            raise DraftVerifyError("the lean backend holds one unpadded row; run batches on CachedLM (LeanDraft "
-                                   "hands them over)")
+            raise DraftVerifyError(
+                "the lean backend holds one unpadded row; run batches on CachedLM (LeanDraft hands them over)"
+            )
         self._logits_only(want_hidden)
         self.length = self.committed = 0
         self.prefilled = None
@@ -114,9 +119,14 @@ class LeanLM(OneRow):
             self.commit(width - 1)
         return input_ids
 
-    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, want_hidden: bool = False,
-                new_valid: torch.Tensor | None = None) -> TargetOutput:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        want_hidden: bool = False,
+        new_valid: torch.Tensor | None = None,
+    ) -> TargetOutput:
         """Append tokens [1, n] to the tail; their next-token logits [1, n, V]. position_ids [1, n] (None: a chain
         after the tail); attention_mask bool [n, tail + n] or [1, n, tail + n] (None: causal)."""
         if tokens.shape[0] != 1 or (new_valid is not None and not bool(new_valid.all())):
@@ -129,8 +139,10 @@ class LeanLM(OneRow):
 
     def _logits_only(self, want_hidden: bool) -> None:
         if want_hidden:
-            raise DraftVerifyError("the lean backend returns logits only; a drafter that reads hidden states needs "
-                                   "CachedLM (lean_draft=False)")
+            raise DraftVerifyError(
+                "the lean backend returns logits only; a drafter that reads hidden states needs "
+                "CachedLM (lean_draft=False)"
+            )
 
     def _visible(self, n: int, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
         """bool [n, length + n]: which held and new slots each new token attends to (None: all of them)."""
@@ -138,16 +150,23 @@ class LeanLM(OneRow):
         if attention_mask is None:
             return None if n == 1 else torch.ones(n, end, dtype=torch.bool, device=self.device).tril(self.length)
         tail = self.length - self.committed
-        if attention_mask.shape[-2:] != (n, tail + n) or attention_mask.dim() not in (2, 3) \
-                or attention_mask.dim() == 3 and attention_mask.shape[0] != 1:
-            raise DraftVerifyError(f"attention mask must cover {n} new tokens x {tail + n} tail + new positions, "
-                                   f"got {tuple(attention_mask.shape)}")
+        if (
+            attention_mask.shape[-2:] != (n, tail + n)
+            or attention_mask.dim() not in (2, 3)
+            or attention_mask.dim() == 3
+            and attention_mask.shape[0] != 1
+        ):
+            raise DraftVerifyError(
+                f"attention mask must cover {n} new tokens x {tail + n} tail + new positions, "
+                f"got {tuple(attention_mask.shape)}"
+            )
         visible = torch.ones(n, end, dtype=torch.bool, device=self.device)
         visible[:, self.committed :] = attention_mask.reshape(n, tail + n).to(self.device)
         return visible
 
-    def _run(self, ids: torch.Tensor, positions: torch.Tensor | None, visible: torch.Tensor | None,
-             keep: int) -> torch.Tensor:
+    def _run(
+        self, ids: torch.Tensor, positions: torch.Tensor | None, visible: torch.Tensor | None, keep: int
+    ) -> torch.Tensor:
         """Append ids [n] at slots [length, length + n) at positions [n] (None: the slots' own); the logits of the
         last `keep` [keep, V]."""
         w = self.weights
@@ -168,11 +187,17 @@ class LeanLM(OneRow):
             self.keys[i, :, start:end] = qk[:, heads:].transpose(0, 1)  # [Hkv, n, d]
             self.values[i, :, start:end] = qkv[:, heads + kv :].transpose(0, 1)
             att = F.scaled_dot_product_attention(
-                qk[:, :heads].transpose(0, 1)[None], self.keys[i, :, :end][None], self.values[i, :, :end][None],
-                attn_mask=visible, scale=w.scale, enable_gqa=heads != kv)  # [1, Hq, n, d]
+                qk[:, :heads].transpose(0, 1)[None],
+                self.keys[i, :, :end][None],
+                self.values[i, :, :end][None],
+                attn_mask=visible,
+                scale=w.scale,
+                enable_gqa=heads != kv,
+            )  # [1, Hq, n, d]
             x = x + linear(att[0].transpose(0, 1).reshape(n, heads * dim), layer.o, layer.o_bias)
-            gate, up = linear(rms_norm(x, layer.norm_post, layer.eps_post), layer.gate_up,
-                              layer.gate_up_bias).chunk(2, dim=-1)  # [n, I] each
+            gate, up = linear(rms_norm(x, layer.norm_post, layer.eps_post), layer.gate_up, layer.gate_up_bias).chunk(
+                2, dim=-1
+            )  # [n, I] each
             x = x + linear(layer.act(gate) * up, layer.down, layer.down_bias)
         self.length = end
         x = rms_norm(x[n - keep :], w.norm, w.eps)  # [keep, H]

@@ -10,6 +10,7 @@ and, always, the target, whose greedy output must equal HF generate token for to
 Off switch: `lean_draft=False` (MethodOptions; load(..., lean_draft=False); CLI --no-lean-draft), or
 DRAFTVERIFY_LEAN_DRAFT=0 for a process (the bench reads only this).
 """
+
 from __future__ import annotations
 
 import os
@@ -103,8 +104,9 @@ class LeanDraft:
         if self._rows is not None:
             self._rows.check_fits(decoder_positions)
 
-    def start(self, input_ids: torch.Tensor, want_hidden: bool = False,
-              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def start(
+        self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         batch = input_ids.shape[0] > 1 or attention_mask is not None
         self.active = self.rows_lm() if batch else self.lean
         return self.active.start(input_ids, want_hidden=want_hidden, attention_mask=attention_mask)

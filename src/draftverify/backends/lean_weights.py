@@ -9,6 +9,7 @@ norms' epsilons, and cos / sin from the model's own rotary module, so every rope
 The fused matrices are a snapshot: a draft model whose weights change after LeanLM is built (training) needs a
 new LeanLM.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -59,8 +60,9 @@ def _fused(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]
     weight = torch.cat([m.weight.detach() for m in linears])
     if all(m.bias is None for m in linears):
         return weight, None
-    bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.weight.shape[0])
-                      for m in linears])
+    bias = torch.cat(
+        [m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.weight.shape[0]) for m in linears]
+    )
     return weight, bias
 
 
@@ -104,20 +106,38 @@ class LeanWeights:
             qkv, qkv_bias = _fused([attn.q_proj, attn.k_proj, attn.v_proj])
             gate_up, gate_up_bias = _fused([mlp.gate_proj, mlp.up_proj])
             act = F.silu if getattr(model.config, "hidden_act", None) == "silu" else mlp.act_fn
-            layers.append(LayerWeights(
-                norm_in=_w(layer.input_layernorm.weight), eps_in=float(layer.input_layernorm.variance_epsilon),
-                qkv=qkv, qkv_bias=qkv_bias, o=_w(attn.o_proj.weight), o_bias=_w(attn.o_proj.bias),
-                norm_post=_w(layer.post_attention_layernorm.weight),
-                eps_post=float(layer.post_attention_layernorm.variance_epsilon),
-                gate_up=gate_up, gate_up_bias=gate_up_bias, down=_w(mlp.down_proj.weight),
-                down_bias=_w(mlp.down_proj.bias), act=act))
+            layers.append(
+                LayerWeights(
+                    norm_in=_w(layer.input_layernorm.weight),
+                    eps_in=float(layer.input_layernorm.variance_epsilon),
+                    qkv=qkv,
+                    qkv_bias=qkv_bias,
+                    o=_w(attn.o_proj.weight),
+                    o_bias=_w(attn.o_proj.bias),
+                    norm_post=_w(layer.post_attention_layernorm.weight),
+                    eps_post=float(layer.post_attention_layernorm.variance_epsilon),
+                    gate_up=gate_up,
+                    gate_up_bias=gate_up_bias,
+                    down=_w(mlp.down_proj.weight),
+                    down_bias=_w(mlp.down_proj.bias),
+                    act=act,
+                )
+            )
         first = body.layers[0].self_attn
         head_dim = int(first.head_dim)
         heads = first.q_proj.weight.shape[0] // head_dim
         kv_heads = first.k_proj.weight.shape[0] // head_dim
-        return cls(embed=_w(body.embed_tokens.weight), layers=layers, norm=_w(body.norm.weight),
-                   eps=float(body.norm.variance_epsilon), head=_w(model.lm_head.weight), heads=heads,
-                   kv_heads=kv_heads, head_dim=head_dim, scale=float(first.scaling))
+        return cls(
+            embed=_w(body.embed_tokens.weight),
+            layers=layers,
+            norm=_w(body.norm.weight),
+            eps=float(body.norm.variance_epsilon),
+            head=_w(model.lm_head.weight),
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            scale=float(first.scaling),
+        )
 
 
 class Rope:

@@ -22,6 +22,7 @@ keeps only the bookkeeping of its uncommitted tail: each tail token's position, 
 Not offered (see `check_backend`): batches of several rows, extra embedded positions (BiTA), the hidden states and
 modules that the heads / early-exit / NAT drafters read, encoder-decoder models.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -54,8 +55,10 @@ def installed() -> bool:
 def require_llama_cpp():
     """The low-level module, or a one-line error saying how to install the extra."""
     if not installed():
-        raise DraftVerifyError(f"the llamacpp backend needs llama-cpp-python: {LLAMACPP_INSTALL} "
-                               "(it builds llama.cpp from source, about 6-8 minutes)")
+        raise DraftVerifyError(
+            f"the llamacpp backend needs llama-cpp-python: {LLAMACPP_INSTALL} "
+            "(it builds llama.cpp from source, about 6-8 minutes)"
+        )
     import llama_cpp.llama_cpp as lib
 
     global _LOG
@@ -126,8 +129,10 @@ class GGUFModel:
         self.lib = lib
         self.ptr = lib.llama_model_load_from_file(str(path).encode(), params)
         if not self.ptr:
-            raise DraftVerifyError(f"llama.cpp could not load {path} (not a GGUF model, or an architecture this "
-                                   "llama-cpp-python build does not know)")
+            raise DraftVerifyError(
+                f"llama.cpp could not load {path} (not a GGUF model, or an architecture this "
+                "llama-cpp-python build does not know)"
+            )
         self.vocab = lib.llama_model_get_vocab(self.ptr)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
         self.n_embd = int(lib.llama_model_n_embd(self.ptr))
@@ -168,8 +173,14 @@ class LlamaCppLM(OneRow):
     computes_in_torch = False  # llama.cpp's own threads
     defers_prefill = True  # the prompt is decoded with the first chain forward (_take_deferred)
 
-    def __init__(self, model: GGUFModel | str | Path, role: str = "target", threads: int | None = None,
-                 n_ctx: int | None = None, max_sequences: int = MAX_SEQUENCES):
+    def __init__(
+        self,
+        model: GGUFModel | str | Path,
+        role: str = "target",
+        threads: int | None = None,
+        n_ctx: int | None = None,
+        max_sequences: int = MAX_SEQUENCES,
+    ):
         self.model = model if isinstance(model, GGUFModel) else GGUFModel(model)
         lib = self.lib = self.model.lib
         self.role = role
@@ -183,7 +194,9 @@ class LlamaCppLM(OneRow):
         # The context starts at most DEFAULT_CELLS + TREE_ROOM cells (a 128k-context model would otherwise allocate
         # its whole KV cache) and is made again, larger, by check_fits when a request needs more (between requests)
         self.ctx = None
-        self._make_context(n_ctx if n_ctx is not None else min(self.max_positions or DEFAULT_CELLS, DEFAULT_CELLS) + TREE_ROOM)
+        self._make_context(
+            n_ctx if n_ctx is not None else min(self.max_positions or DEFAULT_CELLS, DEFAULT_CELLS) + TREE_ROOM
+        )
         self.batch = lib.llama_batch_init(BATCH, 0, max_sequences)
         self.committed = 0
         self.deferred: list[int] = []  # the committed prompt tokens not decoded yet (the last ones of committed)
@@ -228,17 +241,24 @@ class LlamaCppLM(OneRow):
             )
         if decoder_positions + TREE_ROOM > self.n_ctx:
             if self.fixed_ctx:
-                raise DraftVerifyError(f"the {self.role}'s llama.cpp context holds {self.n_ctx} cells (n_ctx); this "
-                                       f"request needs {decoder_positions} plus room for the verify width")
+                raise DraftVerifyError(
+                    f"the {self.role}'s llama.cpp context holds {self.n_ctx} cells (n_ctx); this "
+                    f"request needs {decoder_positions} plus room for the verify width"
+                )
             self._make_context(decoder_positions + TREE_ROOM)
 
-    def start(self, input_ids: torch.Tensor, want_hidden: bool = False,
-              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def start(
+        self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if input_ids.shape[0] != 1 or attention_mask is not None:
-            raise DraftVerifyError("the llamacpp backend decodes one row at a time; batches of several rows run on "
-                                   "--backend hf (backend='hf')")
+            raise DraftVerifyError(
+                "the llamacpp backend decodes one row at a time; batches of several rows run on "
+                "--backend hf (backend='hf')"
+            )
         if want_hidden:
-            raise DraftVerifyError("the llamacpp backend does not return hidden states; run this method on --backend hf")
+            raise DraftVerifyError(
+                "the llamacpp backend does not return hidden states; run this method on --backend hf"
+            )
         self.lib.llama_memory_clear(self.memory, False)  # cells only: freed cells are masked until rewritten, so
         # zeroing the buffers too would only cost time per request
         self.tail = []
@@ -257,15 +277,22 @@ class LlamaCppLM(OneRow):
         self._flush_deferred()
         return self._prefilled
 
-    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, want_hidden: bool = False,
-                new_valid: torch.Tensor | None = None) -> TargetOutput:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        want_hidden: bool = False,
+        new_valid: torch.Tensor | None = None,
+    ) -> TargetOutput:
         """tokens [1, n] after the tail; logits [1, n, V] (float32). attention_mask: bool [n, tail + n], which
         must describe a tree (each token sees its parent's view and itself); None: a chain after the tail."""
         if tokens.shape[0] != 1 or new_valid is not None:
             raise DraftVerifyError("the llamacpp backend decodes one row at a time")
         if want_hidden:
-            raise DraftVerifyError("the llamacpp backend does not return hidden states; run this method on --backend hf")
+            raise DraftVerifyError(
+                "the llamacpp backend does not return hidden states; run this method on --backend hf"
+            )
         ids = tokens[0].tolist()
         n = len(ids)
         if n == 0:
@@ -275,8 +302,12 @@ class LlamaCppLM(OneRow):
         if attention_mask is None and position_ids is None and self.chain:  # the drafts' and chains' common case
             prompt, prompt_positions = self._take_deferred(room=n)  # the rest of a deferred prompt rides along
             positions, seq_sets = self._extend_chain(n)
-            self._fill(prompt + ids, prompt_positions + positions, [[0]] * (len(prompt) + n),
-                       outputs=[False] * (len(prompt) - 1) + [True] * (min(len(prompt), 1) + n))
+            self._fill(
+                prompt + ids,
+                prompt_positions + positions,
+                [[0]] * (len(prompt) + n),
+                outputs=[False] * (len(prompt) - 1) + [True] * (min(len(prompt), 1) + n),
+            )
             self._decode(len(prompt) + n)
             logits = self._logits(min(len(prompt), 1) + n)  # [(1 +) n, V]: the prompt's last position first
             if prompt:
@@ -288,13 +319,14 @@ class LlamaCppLM(OneRow):
         parents = self._parents(n, attention_mask)  # tail indices (new tokens: base + i), -1: after the prefix
         positions = []
         for p in parents:
-            positions.append(self.committed if p < 0 else self.tail[p].pos + 1 if p < base
-                             else positions[p - base] + 1)
+            positions.append(self.committed if p < 0 else self.tail[p].pos + 1 if p < base else positions[p - base] + 1)
         if position_ids is not None:
             given = position_ids.reshape(-1)[-n:].tolist()
             if given != positions:
-                raise DraftVerifyError(f"the llamacpp backend needs each token one position after its parent "
-                                       f"(expected {positions}, got {given})")
+                raise DraftVerifyError(
+                    f"the llamacpp backend needs each token one position after its parent "
+                    f"(expected {positions}, got {given})"
+                )
         seq_sets = self._assign_sequences(parents, positions, base)
         self._fill(ids, positions, seq_sets, outputs=[True] * n)
         self._decode(n)
@@ -372,8 +404,12 @@ class LlamaCppLM(OneRow):
             chunk = self.deferred[: min(BATCH, len(self.deferred) - keep)]
             start = self.committed - len(self.deferred)
             last = len(chunk) == len(self.deferred)
-            self._fill(chunk, list(range(start, start + len(chunk))), [[0]] * len(chunk),
-                       outputs=[last and i == len(chunk) - 1 for i in range(len(chunk))])
+            self._fill(
+                chunk,
+                list(range(start, start + len(chunk))),
+                [[0]] * len(chunk),
+                outputs=[last and i == len(chunk) - 1 for i in range(len(chunk))],
+            )
             self._decode(len(chunk))
             if last:
                 self._prefilled = TargetOutput(logits=self._logits(1)[None])  # [1, 1, V]
@@ -384,27 +420,32 @@ class LlamaCppLM(OneRow):
         base = len(self.tail)
         if mask is None:  # a chain after the tail, which must itself be a chain
             if any(t.parent != j - 1 for j, t in enumerate(self.tail)):
-                raise DraftVerifyError("a token tree is pending in the llamacpp backend's tail: give the new "
-                                       "tokens' attention mask")
+                raise DraftVerifyError(
+                    "a token tree is pending in the llamacpp backend's tail: give the new tokens' attention mask"
+                )
             return [base + i - 1 for i in range(n)]
         if mask.dim() == 3:
             mask = mask[0]
         if tuple(mask.shape) != (n, base + n):
-            raise DraftVerifyError(f"attention mask must cover {n} new tokens x {base + n} tail + new positions, "
-                                   f"got {tuple(mask.shape)}")
+            raise DraftVerifyError(
+                f"attention mask must cover {n} new tokens x {base + n} tail + new positions, got {tuple(mask.shape)}"
+            )
         rows = mask.tolist()
         parents = []
         for i, row in enumerate(rows):
             me = base + i
             seen = [j for j in range(me) if row[j]]
             if not row[me] or any(row[me + 1 :]):
-                raise DraftVerifyError("the llamacpp backend scores token trees: each token sees itself and no "
-                                       "later token")
+                raise DraftVerifyError(
+                    "the llamacpp backend scores token trees: each token sees itself and no later token"
+                )
             parent = seen[-1] if seen else -1
             expected = self._ancestors(parent, parents, base)
             if seen != expected:
-                raise DraftVerifyError("the attention mask is not a token tree (a token must see exactly its "
-                                       "ancestors); the llamacpp backend scores chains and trees only")
+                raise DraftVerifyError(
+                    "the attention mask is not a token tree (a token must see exactly its "
+                    "ancestors); the llamacpp backend scores chains and trees only"
+                )
             parents.append(parent)
         return parents
 
@@ -417,8 +458,9 @@ class LlamaCppLM(OneRow):
         else:
             self.root_children += 1
         start = self.committed + base
-        self.tail.extend(_TailToken(pos=start + i, parent=base + i - 1, seq=0, children=int(i < n - 1))
-                         for i in range(n))
+        self.tail.extend(
+            _TailToken(pos=start + i, parent=base + i - 1, seq=0, children=int(i < n - 1)) for i in range(n)
+        )
         return list(range(start, start + n)), [[0]] * n
 
     def _parent_of(self, j: int, parents: list[int], base: int) -> int:
@@ -474,8 +516,9 @@ class LlamaCppLM(OneRow):
             if s not in self.live:
                 self.live.add(s)
                 return s
-        raise DraftVerifyError(f"a token tree with more than {self.max_sequences} branches does not fit the "
-                               "llamacpp backend's sequences")
+        raise DraftVerifyError(
+            f"a token tree with more than {self.max_sequences} branches does not fit the llamacpp backend's sequences"
+        )
 
     # ---- llama.cpp calls --------------------------------------------------------------------------------------
     def _fill(self, ids: list[int], positions: list[int], seq_sets: list[list[int]], outputs: list[bool]) -> None:
@@ -493,8 +536,9 @@ class LlamaCppLM(OneRow):
     def _decode(self, n: int) -> None:
         status = self.lib.llama_decode(self.ctx, self.batch)
         if status != 0:
-            raise DraftVerifyError(f"llama_decode failed on {n} tokens (status {status}) in the {self.role}'s "
-                                   "llama.cpp context")
+            raise DraftVerifyError(
+                f"llama_decode failed on {n} tokens (status {status}) in the {self.role}'s llama.cpp context"
+            )
 
     def _logits(self, rows: int) -> torch.Tensor:
         """The last decode's logits [rows, V] (every output row, in batch order), copied out of llama.cpp."""
@@ -550,8 +594,9 @@ class GGUFTokenizer:
         capacity = 16 * len(ids) + 16
         while True:
             buffer = ctypes.create_string_buffer(capacity)
-            n = self.lib.llama_detokenize(self.model.vocab, array, len(ids), buffer, capacity, skip_special_tokens,
-                                          False)
+            n = self.lib.llama_detokenize(
+                self.model.vocab, array, len(ids), buffer, capacity, skip_special_tokens, False
+            )
             if n >= 0:
                 return buffer.raw[:n].decode("utf-8", "replace")
             capacity = -n + 16
@@ -560,8 +605,9 @@ class GGUFTokenizer:
         return self.model.n_vocab
 
 
-def open_gguf(path: str | Path, dtype: str = "float32", role: str = "target",
-              outtype: str | None = None) -> tuple[GGUFModel, object | None]:
+def open_gguf(
+    path: str | Path, dtype: str = "float32", role: str = "target", outtype: str | None = None
+) -> tuple[GGUFModel, object | None]:
     """A `.gguf` file as it is, or a Hugging Face model folder converted with llama.cpp's converter at `dtype`
     (or at the converter's `outtype`, e.g. a draft's q8_0; cached on disk: backends/gguf.py). Returns the model
     and the folder's Hugging Face config (None for a .gguf)."""
@@ -572,20 +618,26 @@ def open_gguf(path: str | Path, dtype: str = "float32", role: str = "target",
             raise DraftVerifyError(f"no GGUF file at {path}")
         return GGUFModel(path), None
     if not path.is_dir():
-        raise DraftVerifyError(f"the {role} {str(path)!r} is neither a .gguf file nor a local model folder (the "
-                               "llamacpp backend converts local Hugging Face folders to GGUF)")
+        raise DraftVerifyError(
+            f"the {role} {str(path)!r} is neither a .gguf file nor a local model folder (the "
+            "llamacpp backend converts local Hugging Face folders to GGUF)"
+        )
     from transformers import AutoConfig
 
     from .gguf import gguf_for
 
     config = AutoConfig.from_pretrained(path)
     if getattr(config, "is_encoder_decoder", False):
-        raise DraftVerifyError(f"the {role} {path.name!r} is an encoder-decoder model, which the llamacpp backend "
-                               "does not run; use --backend hf")
+        raise DraftVerifyError(
+            f"the {role} {path.name!r} is an encoder-decoder model, which the llamacpp backend "
+            "does not run; use --backend hf"
+        )
     if outtype is None and dtype not in GGUF_TYPES:
         raise DraftVerifyError(f"dtype must be one of {', '.join(GGUF_TYPES)}, got {dtype!r}")
     try:
         return GGUFModel(gguf_for(path, outtype or GGUF_TYPES[dtype])), config
     except DraftVerifyError as err:
-        raise DraftVerifyError(f"the {role} cannot run on llama.cpp: {err}; run it with --backend hf, or give a .gguf "
-                               "file converted for it") from None
+        raise DraftVerifyError(
+            f"the {role} cannot run on llama.cpp: {err}; run it with --backend hf, or give a .gguf "
+            "file converted for it"
+        ) from None

@@ -4,6 +4,7 @@ An entry names its LMBackend class and its loader as "module:attribute", importe
 backends (help, a bad --backend) imports neither transformers nor llama.cpp. A backend of one's own plugs in with
 `register_backend(BackendEntry(...))`; choosing one is a lookup here, never a comparison of names elsewhere.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -93,12 +94,33 @@ def as_backend(model, role: str, compile: bool = False):
     return _attribute(wrap)(model, role, compile)
 
 
-register_backend(BackendEntry("hf", "Hugging Face transformers", "draftverify.cached_lm:CachedLM",
-                              loader="draftverify.api:load_hf", wraps="draftverify.cached_lm:cached_model",
-                              compiles=True, batches=True))
-register_backend(BackendEntry("llamacpp", "llama.cpp through llama-cpp-python",
-                              "draftverify.backends.llamacpp:LlamaCppLM", loader="draftverify.api:load_llamacpp",
-                              requires="llama_cpp", package="llama-cpp-python", install=LLAMACPP_INSTALL,
-                              own_options=("draft_gguf",)))
-register_backend(BackendEntry("lean", "plain torch ops over a preallocated KV buffer (Llama-style draft models)",
-                              "draftverify.backends.lean_draft:LeanDraft"))
+register_backend(
+    BackendEntry(
+        "hf",
+        "Hugging Face transformers",
+        "draftverify.cached_lm:CachedLM",
+        loader="draftverify.api:load_hf",
+        wraps="draftverify.cached_lm:cached_model",
+        compiles=True,
+        batches=True,
+    )
+)
+register_backend(
+    BackendEntry(
+        "llamacpp",
+        "llama.cpp through llama-cpp-python",
+        "draftverify.backends.llamacpp:LlamaCppLM",
+        loader="draftverify.api:load_llamacpp",
+        requires="llama_cpp",
+        package="llama-cpp-python",
+        install=LLAMACPP_INSTALL,
+        own_options=("draft_gguf",),
+    )
+)
+register_backend(
+    BackendEntry(
+        "lean",
+        "plain torch ops over a preallocated KV buffer (Llama-style draft models)",
+        "draftverify.backends.lean_draft:LeanDraft",
+    )
+)

@@ -11,11 +11,17 @@ lineup (all rows of a run), summary (aggregation, Theorem 8), quality (chrF), re
 
 The names below load on first use, so the command line reads bench.folders without importing torch.
 """
+
 from importlib import import_module
 
 # name -> its module, imported on first use: the CLI reads bench.runner_families and bench.folders without torch
-_HOMES = {"BenchConfig": ".config", "families": ".config", "Prompt": ".prompts", "load_prompts": ".prompts",
-          "run_bench": ".run"}
+_HOMES = {
+    "BenchConfig": ".config",
+    "families": ".config",
+    "Prompt": ".prompts",
+    "load_prompts": ".prompts",
+    "run_bench": ".run",
+}
 __all__ = ["BenchConfig", "Prompt", "families", "load_prompts", "run_bench"]
 
 

@@ -2,6 +2,7 @@
 setting on every prompt, the order rotated prompt by prompt and round by round so a drift in machine load hits
 them alike. A setting is a value of a public option: a load() argument (gamma, dtype, draft_gguf, ...) or a
 declared method option (options/), so whatever is compared here is what a user can choose."""
+
 from __future__ import annotations
 
 import itertools
@@ -25,8 +26,10 @@ def parse_value(name: str, text: str) -> Any:
         return int(text) if name == "gamma" and text.isdigit() else text
     fields_ = all_fields()
     if name not in fields_:
-        raise DraftVerifyError(f"bench-ab: unknown option {name!r}; a setting names one of {', '.join(LOAD_ARGUMENTS)} "
-                               f"or a method option: {', '.join(sorted(fields_))}")
+        raise DraftVerifyError(
+            f"bench-ab: unknown option {name!r}; a setting names one of {', '.join(LOAD_ARGUMENTS)} "
+            f"or a method option: {', '.join(sorted(fields_))}"
+        )
     cls, f = fields_[name]
     opt = declaration(f)
     if opt is None:
@@ -104,8 +107,9 @@ def load_setting(cfg: ABConfig, setting: dict[str, Any]):
     return load(target=cfg.target, zoo=None if cfg.target else cfg.zoo, **args, **values)
 
 
-def alternating_rounds(generate: Callable[[int, str], Any], count: int, texts: list[str], rounds: int,
-                       check_text: bool, first: int) -> list[list[list[float]]]:
+def alternating_rounds(
+    generate: Callable[[int, str], Any], count: int, texts: list[str], rounds: int, check_text: bool, first: int
+) -> list[list[list[float]]]:
     """Per round, per setting: [new tokens, target calls, draft calls, seconds]. Each prompt runs every setting,
     the order rotated by prompt and round; with check_text, settings that give different texts stop the run."""
     out = []
@@ -123,8 +127,10 @@ def alternating_rounds(generate: Callable[[int, str], Any], count: int, texts: l
                 totals[s][2] += stats.draft_calls
                 totals[s][3] += stats.time_total
             if check_text and len(seen) != 1:
-                raise DraftVerifyError(f"bench-ab: prompt {first + i}: the settings gave different texts (settings "
-                                       "that change the output need --no-check-text)")
+                raise DraftVerifyError(
+                    f"bench-ab: prompt {first + i}: the settings gave different texts (settings "
+                    "that change the output need --no-check-text)"
+                )
         out.append(totals)
     return out
 
@@ -137,31 +143,46 @@ def summarize(rounds: list[list[list[float]]], settings: list[dict[str, Any]]) -
         speeds = [r[s][0] / r[s][3] for r in rounds]
         ratios = [speed / (r[0][0] / r[0][3]) for speed, r in zip(speeds, rounds)]
         calls = sum(r[s][1] for r in rounds)
-        rows.append({"setting": setting, "tokens_per_second": statistics.median(speeds),
-                     "vs_reference": statistics.median(ratios), "vs_reference_range": [min(ratios), max(ratios)],
-                     "tokens_per_call": sum(r[s][0] for r in rounds) / calls if calls else None,
-                     "draft_calls": sum(r[s][2] for r in rounds) // len(rounds)})
+        rows.append(
+            {
+                "setting": setting,
+                "tokens_per_second": statistics.median(speeds),
+                "vs_reference": statistics.median(ratios),
+                "vs_reference_range": [min(ratios), max(ratios)],
+                "tokens_per_call": sum(r[s][0] for r in rounds) / calls if calls else None,
+                "draft_calls": sum(r[s][2] for r in rounds) // len(rounds),
+            }
+        )
     return rows
 
 
 def render(result: dict[str, Any]) -> str:
     cfg = result["config"]
     fixed = ", ".join(f"{k}={v}" for k, v in cfg["fixed"].items()) or "the defaults"
-    lines = [f"# {result['name']}", "", f"`{result['command']}`", "",
-             f"{result['date']}; {result['machine']['cpu_model']} ({result['machine']['cores']} cores); "
-             f"{cfg['target'] or 'zoo ' + str(cfg['zoo'])}, {fixed}; {cfg['prompts']} prompts "
-             f"{cfg['first']}..{cfg['first'] + cfg['num_prompts'] - 1} x {cfg['max_new_tokens']} tokens, greedy, "
-             f"{cfg['rounds']} rounds in one process, the settings alternating prompt by prompt"
-             + ("; every setting gave the same text on every prompt" if cfg["check_text"] else "") + ". "
-             "**vs reference**: median over rounds of tok/s over the first setting's, with the range over rounds; "
-             "draft forwards per round.", "",
-             "| setting | tok/s (median round) | vs reference | tokens / call | draft forwards |",
-             "|---|---:|---:|---:|---:|"]
+    lines = [
+        f"# {result['name']}",
+        "",
+        f"`{result['command']}`",
+        "",
+        f"{result['date']}; {result['machine']['cpu_model']} ({result['machine']['cores']} cores); "
+        f"{cfg['target'] or 'zoo ' + str(cfg['zoo'])}, {fixed}; {cfg['prompts']} prompts "
+        f"{cfg['first']}..{cfg['first'] + cfg['num_prompts'] - 1} x {cfg['max_new_tokens']} tokens, greedy, "
+        f"{cfg['rounds']} rounds in one process, the settings alternating prompt by prompt"
+        + ("; every setting gave the same text on every prompt" if cfg["check_text"] else "")
+        + ". "
+        "**vs reference**: median over rounds of tok/s over the first setting's, with the range over rounds; "
+        "draft forwards per round.",
+        "",
+        "| setting | tok/s (median round) | vs reference | tokens / call | draft forwards |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for row in result["rows"]:
         low, high = row["vs_reference_range"]
         per_call = "-" if row["tokens_per_call"] is None else f"{row['tokens_per_call']:.2f}"
-        lines.append(f"| {label(row['setting'])} | {row['tokens_per_second']:.1f} | {row['vs_reference']:.3f}x "
-                     f"({low:.3f}-{high:.3f}) | {per_call} | {row['draft_calls']} |")
+        lines.append(
+            f"| {label(row['setting'])} | {row['tokens_per_second']:.1f} | {row['vs_reference']:.3f}x "
+            f"({low:.3f}-{high:.3f}) | {per_call} | {row['draft_calls']} |"
+        )
     return "\n".join(lines + [""])
 
 
@@ -173,8 +194,11 @@ def run_ab(cfg: ABConfig, echo: Callable[[str], None] = lambda line: None) -> di
     from .prompts import load_prompts
     from .report import write_json
 
-    for name, value in (("num_prompts", cfg.num_prompts), ("rounds", cfg.rounds),
-                        ("max_new_tokens", cfg.max_new_tokens)):
+    for name, value in (
+        ("num_prompts", cfg.num_prompts),
+        ("rounds", cfg.rounds),
+        ("max_new_tokens", cfg.max_new_tokens),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise DraftVerifyError(f"bench-ab: {name} must be a whole number >= 1, got {value!r}")
     if cfg.first < 0:
@@ -183,7 +207,7 @@ def run_ab(cfg: ABConfig, echo: Callable[[str], None] = lambda line: None) -> di
     clash = sorted(set(cfg.vary) & set(cfg.fixed))
     if clash:
         raise DraftVerifyError(f"bench-ab: {', '.join(clash)} both varied and set")
-    texts = [p.text for p in load_prompts(cfg.prompts, cfg.data_dir)[cfg.first: cfg.first + cfg.num_prompts]]
+    texts = [p.text for p in load_prompts(cfg.prompts, cfg.data_dir)[cfg.first : cfg.first + cfg.num_prompts]]
     if not texts:
         raise DraftVerifyError(f"bench-ab: {cfg.prompts} has no prompt {cfg.first}")
     if cfg.threads is not None:
@@ -194,14 +218,37 @@ def run_ab(cfg: ABConfig, echo: Callable[[str], None] = lambda line: None) -> di
         pipes.append(load_setting(cfg, setting))
         if cfg.warmup_tokens:
             pipes[-1].generate(texts[0], max_new_tokens=cfg.warmup_tokens)
-    rounds = alternating_rounds(lambda s, text: pipes[s].generate(text, max_new_tokens=cfg.max_new_tokens),
-                                len(settings), texts, cfg.rounds, cfg.check_text, cfg.first)
-    config = {"vary": cfg.vary, "fixed": cfg.fixed, "zoo": cfg.zoo, "target": cfg.target, "prompts": cfg.prompts,
-              "first": cfg.first, "num_prompts": len(texts), "rounds": cfg.rounds,
-              "max_new_tokens": cfg.max_new_tokens, "warmup_tokens": cfg.warmup_tokens, "threads": cfg.threads,
-              "check_text": cfg.check_text}
-    result = {"name": cfg.name, "command": cfg.command, "date": environment.now(), "machine": environment.machine(),
-              "config": config, "rows": summarize(rounds, settings), "rounds": rounds}
+    rounds = alternating_rounds(
+        lambda s, text: pipes[s].generate(text, max_new_tokens=cfg.max_new_tokens),
+        len(settings),
+        texts,
+        cfg.rounds,
+        cfg.check_text,
+        cfg.first,
+    )
+    config = {
+        "vary": cfg.vary,
+        "fixed": cfg.fixed,
+        "zoo": cfg.zoo,
+        "target": cfg.target,
+        "prompts": cfg.prompts,
+        "first": cfg.first,
+        "num_prompts": len(texts),
+        "rounds": cfg.rounds,
+        "max_new_tokens": cfg.max_new_tokens,
+        "warmup_tokens": cfg.warmup_tokens,
+        "threads": cfg.threads,
+        "check_text": cfg.check_text,
+    }
+    result = {
+        "name": cfg.name,
+        "command": cfg.command,
+        "date": environment.now(),
+        "machine": environment.machine(),
+        "config": config,
+        "rows": summarize(rounds, settings),
+        "rounds": rounds,
+    }
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(result, out / f"{cfg.name}.json")

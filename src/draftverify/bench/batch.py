@@ -13,6 +13,7 @@ where speculation stops paying as the batch grows.
 
     draftverify bench-batch --zoo code --methods 'lookup_model,lookup_model[auto]' --batch-sizes 1,2,4,8
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,10 @@ def parse_runner(spec: str, default_gamma: int | str) -> Runner:
     names `draftverify bench` gives its rows)."""
     match = re.fullmatch(r"([\w+]+)(?:\[(auto|heuristic|conf(?:=[\d.]+)?|g=\d+)\])?", spec.strip())
     if match is None:
-        raise DraftVerifyError(f"--methods: {spec!r} is not METHOD, METHOD[auto], METHOD[heuristic], METHOD[conf], "
-                               "METHOD[conf=T] or METHOD[g=N]")
+        raise DraftVerifyError(
+            f"--methods: {spec!r} is not METHOD, METHOD[auto], METHOD[heuristic], METHOD[conf], "
+            "METHOD[conf=T] or METHOD[g=N]"
+        )
     method, gamma = match.group(1), match.group(2)
     return Runner(spec.strip(), method, default_gamma if gamma is None else parse_gamma(gamma.removeprefix("g=")))
 
@@ -80,8 +83,15 @@ def _hf_generate(pipe, rows: list[list[int]], max_new_tokens: int, gamma) -> tup
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=pipe.target.device)
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=pipe.target.device)
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=pad, eos_token_id=eos, min_new_tokens=0)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            min_new_tokens=0,
+        )
     new = []
     for row in out[:, width:].tolist():
         cut = next((i + 1 for i, t in enumerate(row) if t in eos_set), len(row))
@@ -97,8 +107,9 @@ def _ours(pipe, rows: list[list[int]], max_new_tokens: int, gamma) -> tuple[list
     return new, output.stats.target_calls, output.stats.chosen_gammas
 
 
-def run_batch_bench(pipes: dict, rows: list[list[int]], batch_sizes: list[int], max_new_tokens: int,
-                    progress=None) -> list[BatchRow]:
+def run_batch_bench(
+    pipes: dict, rows: list[list[int]], batch_sizes: list[int], max_new_tokens: int, progress=None
+) -> list[BatchRow]:
     """pipes: runner name -> (Pipeline, gamma) (names starting with "hf_" run Hugging Face generate on that pipe's
     target). Runners of one method share its Pipeline, so gamma auto's timings carry over from batch to batch."""
     results: list[BatchRow] = []
@@ -125,8 +136,11 @@ def run_batch_bench(pipes: dict, rows: list[list[int]], batch_sizes: list[int], 
             if not name.startswith("hf_") and "ours_autoregressive" in reference:
                 equal = sum(a == b for a, b in zip(texts, reference["ours_autoregressive"]))
             mean_gamma = sum(chosen) / len(chosen) if drafts and chosen else None
-            results.append(BatchRow(name, size, len(rows), sum(len(t) for t in texts), seconds, steps, equal,
-                                    mean_gamma=mean_gamma))
+            results.append(
+                BatchRow(
+                    name, size, len(rows), sum(len(t) for t in texts), seconds, steps, equal, mean_gamma=mean_gamma
+                )
+            )
             if progress is not None:
                 progress(results[-1])
     hf = {r.batch_size: r.tokens_per_second for r in results if r.runner.startswith("hf_")}
@@ -137,24 +151,44 @@ def run_batch_bench(pipes: dict, rows: list[list[int]], batch_sizes: list[int], 
 
 
 def markdown(results: list[BatchRow], meta: dict) -> str:
-    lines = [f"# Batch throughput ({meta.get('prompts')} prompts, {meta.get('max_new_tokens')} new tokens, greedy)", "",
-             f"Command: `{meta.get('command')}`", "",
-             f"Machine: {meta.get('machine', {}).get('cpu_model')}, torch threads {meta.get('versions', {}).get('torch_threads')}",
-             "", "| runner | B | new tokens | seconds | tokens/s | vs HF generate at B | target steps | mean gamma | "
-                 "rows = batch-1 AR text |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        f"# Batch throughput ({meta.get('prompts')} prompts, {meta.get('max_new_tokens')} new tokens, greedy)",
+        "",
+        f"Command: `{meta.get('command')}`",
+        "",
+        f"Machine: {meta.get('machine', {}).get('cpu_model')}, torch threads {meta.get('versions', {}).get('torch_threads')}",
+        "",
+        "| runner | B | new tokens | seconds | tokens/s | vs HF generate at B | target steps | mean gamma | "
+        "rows = batch-1 AR text |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in results:
         speed = f"{r.speedup_vs_hf:.2f}x" if r.speedup_vs_hf is not None else ""
         exact = "" if r.equal_rows is None else f"{r.equal_rows}/{r.prompts}"
         gamma = "" if r.mean_gamma is None else f"{r.mean_gamma:.2f}"
-        lines.append(f"| {r.runner} | {r.batch_size} | {r.new_tokens} | {r.seconds:.2f} | {r.tokens_per_second:.1f} | "
-                     f"{speed} | {r.steps} | {gamma} | {exact} |")
+        lines.append(
+            f"| {r.runner} | {r.batch_size} | {r.new_tokens} | {r.seconds:.2f} | {r.tokens_per_second:.1f} | "
+            f"{speed} | {r.steps} | {gamma} | {exact} |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def main(zoo: str | None, target: str | None, draft: str | None, methods: list[str], batch_sizes: list[int],
-         prompts_spec: str, num_prompts: int, max_new_tokens: int, out: Path, name: str, threads: int | None,
-         data_dir: Path | None = None, echo=print, gamma: int | str = 4) -> list[BatchRow]:
+def main(
+    zoo: str | None,
+    target: str | None,
+    draft: str | None,
+    methods: list[str],
+    batch_sizes: list[int],
+    prompts_spec: str,
+    num_prompts: int,
+    max_new_tokens: int,
+    out: Path,
+    name: str,
+    threads: int | None,
+    data_dir: Path | None = None,
+    echo=print,
+    gamma: int | str = 4,
+) -> list[BatchRow]:
     """methods: METHOD (at gamma) or METHOD[auto] / METHOD[heuristic] / METHOD[g=N] (see parse_runner)."""
     from ..api import load
     from ..methods import resolve_method
@@ -164,8 +198,9 @@ def main(zoo: str | None, target: str | None, draft: str | None, methods: list[s
     if not batch_sizes or any(b < 1 for b in batch_sizes):
         raise DraftVerifyError(f"--batch-sizes must be integers >= 1, got {batch_sizes}")
     if num_prompts < max(batch_sizes):
-        raise DraftVerifyError(f"--num-prompts ({num_prompts}) must be at least the largest batch size "
-                               f"({max(batch_sizes)})")
+        raise DraftVerifyError(
+            f"--num-prompts ({num_prompts}) must be at least the largest batch size ({max(batch_sizes)})"
+        )
     gamma = parse_gamma(gamma)
     runners = [parse_runner(spec, gamma) for spec in methods]
     for runner in runners:
@@ -187,19 +222,36 @@ def main(zoo: str | None, target: str | None, draft: str | None, methods: list[s
         pipes[runner.name] = (loaded[runner.method], runner.gamma)
     limit = base.target.max_positions
     texts = [p.text for p in load_prompts(prompts_spec, data_dir)]
-    rows = [ids for ids in (base.encode(t)[0].tolist() for t in texts)
-            if limit is None or len(ids) + max_new_tokens <= limit][:num_prompts]
+    rows = [
+        ids
+        for ids in (base.encode(t)[0].tolist() for t in texts)
+        if limit is None or len(ids) + max_new_tokens <= limit
+    ][:num_prompts]
     if len(rows) < num_prompts:
-        raise DraftVerifyError(f"only {len(rows)} prompts of {prompts_spec} fit the context with "
-                               f"{max_new_tokens} new tokens; lower --num-prompts or --max-new-tokens")
+        raise DraftVerifyError(
+            f"only {len(rows)} prompts of {prompts_spec} fit the context with "
+            f"{max_new_tokens} new tokens; lower --num-prompts or --max-new-tokens"
+        )
+
     def progress(r: BatchRow) -> None:
         gamma = "" if r.mean_gamma is None else f", mean gamma {r.mean_gamma:.2f}"
         echo(f"{r.runner} B={r.batch_size}: {r.tokens_per_second:.1f} tokens/s ({r.seconds:.2f} s){gamma}")
 
     results = run_batch_bench(pipes, rows, sorted(batch_sizes), max_new_tokens, progress=progress)
-    meta = {"command": reproduce_command(command_line()), "date": now(), "machine": machine(), "versions": versions(),
-            "prompts": f"{len(rows)} {prompts_spec}", "max_new_tokens": max_new_tokens, "batch_sizes": batch_sizes,
-            "zoo": zoo, "target": target, "draft": draft, "methods": methods, "gamma": gamma}
+    meta = {
+        "command": reproduce_command(command_line()),
+        "date": now(),
+        "machine": machine(),
+        "versions": versions(),
+        "prompts": f"{len(rows)} {prompts_spec}",
+        "max_new_tokens": max_new_tokens,
+        "batch_sizes": batch_sizes,
+        "zoo": zoo,
+        "target": target,
+        "draft": draft,
+        "methods": methods,
+        "gamma": gamma,
+    }
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in results]}, indent=1))
     (out / f"{name}.md").write_text(markdown(results, meta))

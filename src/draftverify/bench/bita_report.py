@@ -20,6 +20,7 @@ With a cost curve (`draftverify bench --cost-curve ... --cost-sizes ...` JSON), 
 speedup over one-token decoding: tokens per call / (cost of scoring the verify width / cost of scoring 1 token),
 interpolated between measured widths (none outside them).
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,11 @@ ADAPTER_TABLES = ("prompts", "prompt-count", "mask-count")  # one row per chosen
 
 def variant_label(adapter: BitaAdapter) -> str:
     c = adapter.config
-    return {"none": "mask tokens only", "shallow": f"shallow prompt (P={c.num_prompts})",
-            "deep": f"deep prompt (P={c.num_prompts})"}[c.prompt] + f", M={c.num_masks}"
+    return {
+        "none": "mask tokens only",
+        "shallow": f"shallow prompt (P={c.num_prompts})",
+        "deep": f"deep prompt (P={c.num_prompts})",
+    }[c.prompt] + f", M={c.num_masks}"
 
 
 def training_facts(folder: str | Path) -> dict:
@@ -60,26 +64,47 @@ def adapter_rows(adapters: dict[str, BitaAdapter], main: str) -> dict[str, list[
     designs = [n for n, c in configs.items() if c.num_masks == ref.num_masks and c.num_prompts in (0, ref.num_prompts)]
     counts_p = [n for n, c in configs.items() if c.prompt == ref.prompt and c.num_masks == ref.num_masks]
     counts_m = [n for n, c in configs.items() if c.prompt == ref.prompt and c.num_prompts == ref.num_prompts]
-    return {"prompts": designs, "prompt-count": sorted(counts_p, key=lambda n: configs[n].num_prompts),
-            "mask-count": sorted(counts_m, key=lambda n: configs[n].num_masks)}
+    return {
+        "prompts": designs,
+        "prompt-count": sorted(counts_p, key=lambda n: configs[n].num_prompts),
+        "mask-count": sorted(counts_m, key=lambda n: configs[n].num_masks),
+    }
 
 
-def configurations(adapters: dict[str, BitaAdapter], main: str, topk: int,
-                   tables: tuple[str, ...] = TABLES) -> list[tuple[str, str, tuple, object]]:
+def configurations(
+    adapters: dict[str, BitaAdapter], main: str, topk: int, tables: tuple[str, ...] = TABLES
+) -> list[tuple[str, str, tuple, object]]:
     """(table, row label, measurement key, drafter factory) for every row of the chosen tables; rows with one key
     are one measurement (an adapter shown in several tables)."""
     primary = adapters[main]
     rows = [("modes", "straightforward (chain)", ("chain", main), lambda: BitaDrafter(primary))]
-    rows += [("modes", f"full tree k={k}", ("full", main, k), lambda k=k: BitaFullTreeDrafter(primary, k))
-             for k in FULL_KS]
-    rows += [("modes", f"efficient tree k={k}", ("efficient", main, k, None),
-              lambda k=k: BitaEfficientDrafter(primary, k)) for k in EFFICIENT_KS]
+    rows += [
+        ("modes", f"full tree k={k}", ("full", main, k), lambda k=k: BitaFullTreeDrafter(primary, k)) for k in FULL_KS
+    ]
+    rows += [
+        ("modes", f"efficient tree k={k}", ("efficient", main, k, None), lambda k=k: BitaEfficientDrafter(primary, k))
+        for k in EFFICIENT_KS
+    ]
     for table, names in adapter_rows(adapters, main).items():
-        rows += [(table, variant_label(adapters[n]), ("efficient", n, topk, None),
-                  lambda a=adapters[n]: BitaEfficientDrafter(a, topk)) for n in names]
+        rows += [
+            (
+                table,
+                variant_label(adapters[n]),
+                ("efficient", n, topk, None),
+                lambda a=adapters[n]: BitaEfficientDrafter(a, topk),
+            )
+            for n in names
+        ]
     m_all = primary.config.num_masks
-    rows += [("masks", f"m={m} of M={m_all}", ("efficient", main, topk, None if m == m_all else m),
-              lambda m=m: BitaEfficientDrafter(primary, topk, m)) for m in range(1, m_all + 1)]
+    rows += [
+        (
+            "masks",
+            f"m={m} of M={m_all}",
+            ("efficient", main, topk, None if m == m_all else m),
+            lambda m=m: BitaEfficientDrafter(primary, topk, m),
+        )
+        for m in range(1, m_all + 1)
+    ]
     return [row for row in rows if row[0] in tables]
 
 
@@ -97,8 +122,9 @@ def relative_cost(cost: dict | None, width: float) -> float | None:
     return points[0][1] / base
 
 
-def measure(target, make, prompts: list[torch.Tensor], references: list[list[int]], new_tokens: int, verifier,
-            eos: int | None) -> dict:
+def measure(
+    target, make, prompts: list[torch.Tensor], references: list[list[int]], new_tokens: int, verifier, eos: int | None
+) -> dict:
     """Counts of one drafter configuration over the prompts: target calls, new tokens, verify positions, equality."""
     calls = tokens = positions = equal = 0
     for ids, ref in zip(prompts, references):
@@ -124,18 +150,35 @@ def measure(target, make, prompts: list[torch.Tensor], references: list[list[int
         tokens += out.stats.new_tokens
         positions += sum(widths)
         equal += out.new_tokens[0].tolist() == ref
-    return {"tokens_per_call": tokens / calls, "mean_verify_width": positions / calls,
-            "equal_to_greedy": equal / len(prompts), "target_calls": calls, "new_tokens": tokens}
+    return {
+        "tokens_per_call": tokens / calls,
+        "mean_verify_width": positions / calls,
+        "equal_to_greedy": equal / len(prompts),
+        "target_calls": calls,
+        "new_tokens": tokens,
+    }
 
 
-def run_report(target, adapters: dict[str, BitaAdapter], main: str, prompts: list[torch.Tensor], new_tokens: int,
-               topk: int, eos: int | None, cost: dict | None = None, log=print, tables: tuple[str, ...] = TABLES,
-               facts: dict[str, dict] | None = None) -> dict:
+def run_report(
+    target,
+    adapters: dict[str, BitaAdapter],
+    main: str,
+    prompts: list[torch.Tensor],
+    new_tokens: int,
+    topk: int,
+    eos: int | None,
+    cost: dict | None = None,
+    log=print,
+    tables: tuple[str, ...] = TABLES,
+    facts: dict[str, dict] | None = None,
+) -> dict:
     """facts: each adapter's training report (training_facts), shown in the adapter tables."""
     facts = facts or {}
     verifier = build_verifier("exact", SamplingParams(), MethodOptions())
-    references = [generate(target, NoDrafter(), verifier, ids, max_new_tokens=new_tokens, eos_token_id=eos)
-                  .new_tokens[0].tolist() for ids in prompts]
+    references = [
+        generate(target, NoDrafter(), verifier, ids, max_new_tokens=new_tokens, eos_token_id=eos).new_tokens[0].tolist()
+        for ids in prompts
+    ]
     measured: dict[tuple, dict] = {}
     rows = []
     for table, label, key, make in configurations(adapters, main, topk, tables):
@@ -143,21 +186,44 @@ def run_report(target, adapters: dict[str, BitaAdapter], main: str, prompts: lis
             measured[key] = measure(target, make, prompts, references, new_tokens, verifier, eos)
         counts = measured[key]
         rel = relative_cost(cost, counts["mean_verify_width"])
-        row = {"table": table, "config": label, **counts,
-               "estimated_speedup": None if rel is None else counts["tokens_per_call"] / rel}
+        row = {
+            "table": table,
+            "config": label,
+            **counts,
+            "estimated_speedup": None if rel is None else counts["tokens_per_call"] / rel,
+        }
         if table in ADAPTER_TABLES:
             c, trained = adapters[key[1]].config, facts.get(key[1], {})
-            row.update(adapter=key[1], prompt=c.prompt, num_prompts=c.num_prompts, num_masks=c.num_masks,
-                       steps=trained.get("steps"),
-                       heldout_accuracy=(trained.get("heldout_accuracy") or {}).get("after"))
+            row.update(
+                adapter=key[1],
+                prompt=c.prompt,
+                num_prompts=c.num_prompts,
+                num_masks=c.num_masks,
+                steps=trained.get("steps"),
+                heldout_accuracy=(trained.get("heldout_accuracy") or {}).get("after"),
+            )
         rows.append(row)
-        log(f"{table:12s} {label:32s} tokens/call {counts['tokens_per_call']:.3f}  "
-            f"width {counts['mean_verify_width']:.1f}  equal {counts['equal_to_greedy']:.0%}")
-    return {"prompts": len(prompts), "new_tokens": new_tokens, "topk": topk, "main_adapter": main,
-            "adapters": {name: {"prompt": a.config.prompt, "num_prompts": a.config.num_prompts,
-                                "num_masks": a.config.num_masks, "steps": facts.get(name, {}).get("steps"),
-                                "command": facts.get(name, {}).get("command")} for name, a in adapters.items()},
-            "rows": rows}
+        log(
+            f"{table:12s} {label:32s} tokens/call {counts['tokens_per_call']:.3f}  "
+            f"width {counts['mean_verify_width']:.1f}  equal {counts['equal_to_greedy']:.0%}"
+        )
+    return {
+        "prompts": len(prompts),
+        "new_tokens": new_tokens,
+        "topk": topk,
+        "main_adapter": main,
+        "adapters": {
+            name: {
+                "prompt": a.config.prompt,
+                "num_prompts": a.config.num_prompts,
+                "num_masks": a.config.num_masks,
+                "steps": facts.get(name, {}).get("steps"),
+                "command": facts.get(name, {}).get("command"),
+            }
+            for name, a in adapters.items()
+        },
+        "rows": rows,
+    }
 
 
 def _accuracy(row: dict) -> str:
@@ -167,35 +233,56 @@ def _accuracy(row: dict) -> str:
 
 def markdown(result: dict, command: str) -> str:
     k = result["topk"]
-    titles = {"modes": "Decoding modes (the paper's Table 4)",
-              "prompts": f"Prompt designs (Table 3), efficient tree k={k}",
-              "prompt-count": f"Number of prompt tokens (Figure 8), one adapter per P, efficient tree k={k}",
-              "mask-count": f"Number of mask tokens (Figure 9), one adapter per M, efficient tree k={k}",
-              "masks": f"Mask tokens used at decode time (the first m of one adapter's M), efficient tree k={k}"}
-    lines = [f"# BiTA ablations on the code zoo (counts; greedy, {result['prompts']} HumanEval prompts, "
-             f"{result['new_tokens']} new tokens each)", "", "Reproduce:", "", "```bash", command, "```", "",
-             "tokens/call = new tokens / target calls; width = positions one target call scores (pending token + "
-             "candidate tree + mask tokens); equal = share of prompts whose text equals the target's greedy text; "
-             "est. speedup = tokens/call over the measured cost of scoring `width` tokens relative to 1 (only with "
-             "--cost and inside its measured widths).", ""]
+    titles = {
+        "modes": "Decoding modes (the paper's Table 4)",
+        "prompts": f"Prompt designs (Table 3), efficient tree k={k}",
+        "prompt-count": f"Number of prompt tokens (Figure 8), one adapter per P, efficient tree k={k}",
+        "mask-count": f"Number of mask tokens (Figure 9), one adapter per M, efficient tree k={k}",
+        "masks": f"Mask tokens used at decode time (the first m of one adapter's M), efficient tree k={k}",
+    }
+    lines = [
+        f"# BiTA ablations on the code zoo (counts; greedy, {result['prompts']} HumanEval prompts, "
+        f"{result['new_tokens']} new tokens each)",
+        "",
+        "Reproduce:",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        "tokens/call = new tokens / target calls; width = positions one target call scores (pending token + "
+        "candidate tree + mask tokens); equal = share of prompts whose text equals the target's greedy text; "
+        "est. speedup = tokens/call over the measured cost of scoring `width` tokens relative to 1 (only with "
+        "--cost and inside its measured widths).",
+        "",
+    ]
     if any(r["table"] in ADAPTER_TABLES for r in result["rows"]):
-        lines += ["Adapter tables: steps = the adapter's training steps; held-out top-1 = its trainer's held-out "
-                  "accuracy of mask 1..M on the token 2..M+1 after the last real one (from its bita.json).", ""]
+        lines += [
+            "Adapter tables: steps = the adapter's training steps; held-out top-1 = its trainer's held-out "
+            "accuracy of mask 1..M on the token 2..M+1 after the last real one (from its bita.json).",
+            "",
+        ]
     for table, title in titles.items():
         chosen = [r for r in result["rows"] if r["table"] == table]
         if not chosen:
             continue
         lines += [f"## {title}", ""]
         if table in ADAPTER_TABLES:
-            lines += ["| configuration | steps | held-out top-1 per mask | tokens/call | width | equal | est. speedup |",
-                      "|---|---|---|---|---|---|---|"]
+            lines += [
+                "| configuration | steps | held-out top-1 per mask | tokens/call | width | equal | est. speedup |",
+                "|---|---|---|---|---|---|---|",
+            ]
         else:
             lines += ["| configuration | tokens/call | width | equal | est. speedup |", "|---|---|---|---|---|"]
         for r in chosen:
             est = "-" if r["estimated_speedup"] is None else f"{r['estimated_speedup']:.2f}x"
-            trained = f" {'-' if r['steps'] is None else r['steps']} | {_accuracy(r)} |" if table in ADAPTER_TABLES else ""
-            lines.append(f"| {r['config']} |{trained} {r['tokens_per_call']:.3f} | {r['mean_verify_width']:.1f} | "
-                         f"{100 * r['equal_to_greedy']:.0f}% | {est} |")
+            trained = (
+                f" {'-' if r['steps'] is None else r['steps']} | {_accuracy(r)} |" if table in ADAPTER_TABLES else ""
+            )
+            lines.append(
+                f"| {r['config']} |{trained} {r['tokens_per_call']:.3f} | {r['mean_verify_width']:.1f} | "
+                f"{100 * r['equal_to_greedy']:.0f}% | {est} |"
+            )
         lines.append("")
     if result.get("plot"):
         lines += [f"![tokens per call vs P and vs M]({result['plot']})", ""]
@@ -208,8 +295,18 @@ def markdown(result: dict, command: str) -> str:
     return "\n".join(lines)
 
 
-def main(target_dir: str, adapter_dirs: list[str], num_prompts: int, new_tokens: int, topk: int, out: str,
-         command: str, cost_path: str | None = None, log=print, tables: tuple[str, ...] = TABLES) -> dict:
+def main(
+    target_dir: str,
+    adapter_dirs: list[str],
+    num_prompts: int,
+    new_tokens: int,
+    topk: int,
+    out: str,
+    command: str,
+    cost_path: str | None = None,
+    log=print,
+    tables: tuple[str, ...] = TABLES,
+) -> dict:
     from transformers import AutoTokenizer
 
     from ..api import load_model
@@ -221,8 +318,9 @@ def main(target_dir: str, adapter_dirs: list[str], num_prompts: int, new_tokens:
     tok = AutoTokenizer.from_pretrained(target_dir)
     prompts = [tok(p.text, return_tensors="pt").input_ids for p in load_prompts("humaneval")[:num_prompts]]
     cost = json.loads(Path(cost_path).read_text()) if cost_path else None
-    result = run_report(target, adapters, str(adapter_dirs[0]), prompts, new_tokens, topk, tok.eos_token_id, cost, log,
-                        tables, facts)
+    result = run_report(
+        target, adapters, str(adapter_dirs[0]), prompts, new_tokens, topk, tok.eos_token_id, cost, log, tables, facts
+    )
     result["command"] = command
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     if any(sum(r["table"] == t for r in result["rows"]) > 1 for t in ("prompt-count", "mask-count")):

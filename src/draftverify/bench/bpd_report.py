@@ -12,6 +12,7 @@ the share of wins that removed a repetition and of losses that introduced one: T
 alpha is tuned on the first `tune` prompts (by block efficiency) and every table is reported on the others.
 Block efficiency = tokens emitted per target call (accepted drafts + the target's own token).
 """
+
 from __future__ import annotations
 
 import json
@@ -103,8 +104,11 @@ def repetition(drafts: list[list[int]]) -> dict:
             run = run + 1 if a == b else 1
             best = max(best, run)
         runs.append(best)
-    return {"consecutive_pct": 100 * same / pairs if pairs else 0.0,
-            "mean_max_run": sum(runs) / len(runs) if runs else 0.0, "drafts": len(drafts)}
+    return {
+        "consecutive_pct": 100 * same / pairs if pairs else 0.0,
+        "mean_max_run": sum(runs) / len(runs) if runs else 0.0,
+        "drafts": len(drafts),
+    }
 
 
 def accepted(draft: list[int], truth: list[int], position: int) -> int:
@@ -117,8 +121,9 @@ def has_repeat(draft: list[int]) -> bool:
     return any(a == b for a, b in zip(draft, draft[1:]))
 
 
-def neural_duel(steps: list[tuple[int, torch.Tensor]], drafts: list[list[int]], truth: list[int], rescorer, k: int,
-                alpha: float) -> dict:
+def neural_duel(
+    steps: list[tuple[int, torch.Tensor]], drafts: list[list[int]], truth: list[int], rescorer, k: int, alpha: float
+) -> dict:
     """Table 5 along one plain BPD run: at each step the neural-rescored draft (same heads' logits, same
     committed text truth[:position]) against the plain draft, by how many tokens each would keep."""
     tally = {"win": 0, "tie": 0, "loss": 0, "repair": 0, "regress": 0}
@@ -150,8 +155,14 @@ def entropy_bins(entropies: list[float], kept: list[int], bins: int = 4) -> list
     for b in range(bins):
         chosen = order[b * len(order) // bins : (b + 1) * len(order) // bins]
         if chosen:
-            rows.append({"low": entropies[chosen[0]], "high": entropies[chosen[-1]], "steps": len(chosen),
-                         "mean_kept": sum(kept[i] for i in chosen) / len(chosen)})
+            rows.append(
+                {
+                    "low": entropies[chosen[0]],
+                    "high": entropies[chosen[-1]],
+                    "steps": len(chosen),
+                    "mean_kept": sum(kept[i] for i in chosen) / len(chosen),
+                }
+            )
     return rows
 
 
@@ -160,8 +171,17 @@ def bigram_view(table: NgramTable) -> NgramTable:
     return NgramTable(2, table.vocab_size, {k: table.levels[k] for k in (0, 1)})
 
 
-def run_report(target, heads: BlockwiseHeads, table: NgramTable, rescorer, prompts: list[torch.Tensor],
-               new_tokens: int, tune: int, k: int, log=print) -> dict:
+def run_report(
+    target,
+    heads: BlockwiseHeads,
+    table: NgramTable,
+    rescorer,
+    prompts: list[torch.Tensor],
+    new_tokens: int,
+    tune: int,
+    k: int,
+    log=print,
+) -> dict:
     exact = build_verifier("exact", SamplingParams(), MethodOptions())
     num_drafts = heads.config.num_heads - 1
     per_prompt: dict[str, list[dict]] = {}
@@ -169,8 +189,9 @@ def run_report(target, heads: BlockwiseHeads, table: NgramTable, rescorer, promp
     def run(name: str, drafter, ids):
         t0 = time.perf_counter()
         out = generate(target, drafter, exact, ids, max_new_tokens=new_tokens, gamma=num_drafts)
-        per_prompt.setdefault(name, []).append({"new_tokens": out.stats.new_tokens, "calls": out.stats.target_calls,
-                                                "seconds": time.perf_counter() - t0})
+        per_prompt.setdefault(name, []).append(
+            {"new_tokens": out.stats.new_tokens, "calls": out.stats.target_calls, "seconds": time.perf_counter() - t0}
+        )
         return out
 
     logs: dict[str, Recorded] = {"bpd": Recorded(), "ngram2": Recorded(), "ngram3": Recorded()}
@@ -214,13 +235,25 @@ def run_report(target, heads: BlockwiseHeads, table: NgramTable, rescorer, promp
     entropy = torch.tensor(logs["bpd"].entropies).mean(dim=0).tolist() if logs["bpd"].entropies else []
     h_max = next((i + 1 for i in range(len(entropy) - 1) if entropy[i] > entropy[i + 1]), len(entropy))
     return {
-        "prompts": len(prompts), "tune_prompts": tune, "report_prompts": len(prompts) - tune, "new_tokens": new_tokens,
-        "num_heads": heads.config.num_heads, "lattice_k": k, "ngram_order": table.order,
-        "block_efficiency": table_rows, "tuned_alpha": best_alpha, "tuned_neural_alpha": neural_alpha,
+        "prompts": len(prompts),
+        "tune_prompts": tune,
+        "report_prompts": len(prompts) - tune,
+        "new_tokens": new_tokens,
+        "num_heads": heads.config.num_heads,
+        "lattice_k": k,
+        "ngram_order": table.order,
+        "block_efficiency": table_rows,
+        "tuned_alpha": best_alpha,
+        "tuned_neural_alpha": neural_alpha,
         "neural_vs_plain": duel,
-        "repetition": {"bpd": repetition(logs["bpd"].drafts), "ngram2 a=0.5": repetition(logs["ngram2"].drafts),
-                       "ngram3 a=0.5": repetition(logs["ngram3"].drafts)},
-        "head_entropy_nats": entropy, "h_max": h_max, "per_prompt": per_prompt,
+        "repetition": {
+            "bpd": repetition(logs["bpd"].drafts),
+            "ngram2 a=0.5": repetition(logs["ngram2"].drafts),
+            "ngram3 a=0.5": repetition(logs["ngram3"].drafts),
+        },
+        "head_entropy_nats": entropy,
+        "h_max": h_max,
+        "per_prompt": per_prompt,
         "kept_by_head2_entropy": entropy_bins(head2, kept),
     }
 
@@ -246,27 +279,42 @@ def markdown(result: dict, command: str) -> str:
         lines.append(f"| {name} | {value:.3f} | {100 * (value / base - 1):+.1f}% |")
     duel = result["neural_vs_plain"]
     steps = max(duel["win"] + duel["tie"] + duel["loss"], 1)
-    lines += ["", f"alpha of n-gram rescoring (p = 1) tuned on the tune prompts: {result['tuned_alpha']} (p-best runs use "
-              f"0 and 0.5); alpha of neural rescoring (the zoo's draft model): {result['tuned_neural_alpha']}", "",
-              f"## Neural-rescored vs plain drafts, step by step (Table 5; alpha {result['tuned_neural_alpha']})",
-              "At each step of the plain BPD run, both drafts continue the same text; a win keeps more tokens.", "",
-              "| steps | ties | wins | losses | % repair (wins that removed a repetition) | % regress (losses that added one) |",
-              "|---|---|---|---|---|---|",
-              f"| {steps} | {100 * duel['tie'] / steps:.1f}% | {100 * duel['win'] / steps:.1f}% | "
-              f"{100 * duel['loss'] / steps:.1f}% | {100 * duel['repair'] / max(duel['win'], 1):.1f}% | "
-              f"{100 * duel['regress'] / max(duel['loss'], 1):.1f}% |", "",
-              "## Consecutive repetition in drafts (Table 3)", "| drafts | % consecutive identical | mean max run | drafts |",
-              "|---|---|---|---|"]
+    lines += [
+        "",
+        f"alpha of n-gram rescoring (p = 1) tuned on the tune prompts: {result['tuned_alpha']} (p-best runs use "
+        f"0 and 0.5); alpha of neural rescoring (the zoo's draft model): {result['tuned_neural_alpha']}",
+        "",
+        f"## Neural-rescored vs plain drafts, step by step (Table 5; alpha {result['tuned_neural_alpha']})",
+        "At each step of the plain BPD run, both drafts continue the same text; a win keeps more tokens.",
+        "",
+        "| steps | ties | wins | losses | % repair (wins that removed a repetition) | % regress (losses that added one) |",
+        "|---|---|---|---|---|---|",
+        f"| {steps} | {100 * duel['tie'] / steps:.1f}% | {100 * duel['win'] / steps:.1f}% | "
+        f"{100 * duel['loss'] / steps:.1f}% | {100 * duel['repair'] / max(duel['win'], 1):.1f}% | "
+        f"{100 * duel['regress'] / max(duel['loss'], 1):.1f}% |",
+        "",
+        "## Consecutive repetition in drafts (Table 3)",
+        "| drafts | % consecutive identical | mean max run | drafts |",
+        "|---|---|---|---|",
+    ]
     for name, rep in result["repetition"].items():
         lines.append(f"| {name} | {rep['consecutive_pct']:.1f} | {rep['mean_max_run']:.2f} | {rep['drafts']} |")
     lines += ["", "## Mean entropy per head (Figure 3), nats", "| head | entropy |", "|---|---|"]
     lines += [f"| {i + 1} | {h:.3f} |" for i, h in enumerate(result["head_entropy_nats"])]
-    lines += ["", f"h_max (entropy rises monotonically up to this head): {result['h_max']}", "",
-              "## Draft tokens kept by head 2's entropy (Figure 3: confident heads draft better)",
-              "Plain BPD steps of the report prompts in four equal-count bins of head 2's entropy.", "",
-              "| head 2 entropy (nats) | steps | mean draft tokens kept |", "|---|---|---|"]
-    lines += [f"| {b['low']:.2f} - {b['high']:.2f} | {b['steps']} | {b['mean_kept']:.2f} |"
-              for b in result["kept_by_head2_entropy"]]
+    lines += [
+        "",
+        f"h_max (entropy rises monotonically up to this head): {result['h_max']}",
+        "",
+        "## Draft tokens kept by head 2's entropy (Figure 3: confident heads draft better)",
+        "Plain BPD steps of the report prompts in four equal-count bins of head 2's entropy.",
+        "",
+        "| head 2 entropy (nats) | steps | mean draft tokens kept |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {b['low']:.2f} - {b['high']:.2f} | {b['steps']} | {b['mean_kept']:.2f} |"
+        for b in result["kept_by_head2_entropy"]
+    ]
     if result.get("plot"):
         lines += ["", f"![oracle and rescoring]({Path(result['plot']).name})"]
     return "\n".join(lines + [""])
@@ -282,10 +330,12 @@ def plot_report(result: dict, path: Path) -> Path:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     ks = [int(name.split("=")[1]) for name in be if name.startswith("oracle k=")]
     left.plot(ks, [be[f"oracle k={k}"] for k in ks], "o-", color="black", label="oracle top-k")
-    best = {"plain bpd": be["bpd"],
-            "best n-gram (p=1)": max(v for n, v in be.items() if n.startswith("ngram")),
-            "best neural": max(v for n, v in be.items() if n.startswith("neural")),
-            "best p-best": max(v for n, v in be.items() if n.startswith("pbest"))}
+    best = {
+        "plain bpd": be["bpd"],
+        "best n-gram (p=1)": max(v for n, v in be.items() if n.startswith("ngram")),
+        "best neural": max(v for n, v in be.items() if n.startswith("neural")),
+        "best p-best": max(v for n, v in be.items() if n.startswith("pbest")),
+    }
     for (label, value), style in zip(best.items(), ("-", "--", "-.", ":")):
         left.axhline(value, linestyle=style, color="gray", label=f"{label} {value:.3f}")
     left.set_xscale("log", base=2)
@@ -304,8 +354,19 @@ def plot_report(result: dict, path: Path) -> Path:
     return path
 
 
-def main(target_dir: str, heads_dir: str, ngram_path: str, draft_dir: str, tokenizer_dir: str, num_prompts: int,
-         tune: int, new_tokens: int, k: int, out: str, command: str) -> dict:
+def main(
+    target_dir: str,
+    heads_dir: str,
+    ngram_path: str,
+    draft_dir: str,
+    tokenizer_dir: str,
+    num_prompts: int,
+    tune: int,
+    new_tokens: int,
+    k: int,
+    out: str,
+    command: str,
+) -> dict:
     from transformers import AutoTokenizer
 
     from ..api import load_model

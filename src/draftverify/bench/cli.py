@@ -1,4 +1,5 @@
 """What `draftverify bench` does with its options: parse the lists, run, print a summary table and the files."""
+
 from __future__ import annotations
 
 import shlex
@@ -21,8 +22,17 @@ console = Console(soft_wrap=True)  # notes and paths printed whole, not broken a
 err_console = Console(stderr=True, soft_wrap=True)
 
 
-def config_from_options(*, temperature: str | None, gamma: str | None, early_exit_layers: str | None, bild_fb: str | None,
-                        bild_rb: str | None, runners: str | None, backend: str = "hf", **options) -> BenchConfig:
+def config_from_options(
+    *,
+    temperature: str | None,
+    gamma: str | None,
+    early_exit_layers: str | None,
+    bild_fb: str | None,
+    bild_rb: str | None,
+    runners: str | None,
+    backend: str = "hf",
+    **options,
+) -> BenchConfig:
     """Strings from the command line -> BenchConfig (comma lists parsed here; values validated by resolved())."""
     return BenchConfig(
         backends=parse_names("--backend", backend),
@@ -47,18 +57,27 @@ def summary_table(rows: list[dict]) -> Table:
         if eq is not None and eq < 1 and r["lossless"]:
             eq_text = f"[bold red]{eq_text}[/bold red]"
         # escaped (as every printed note): rich reads `hf_assisted[g=2]` as a style tag and prints `hf_assisted`
-        table.add_row(escape(r["runner"]), f"{r['temperature']:g}", f"{r['tokens_per_second'] or 0:.1f}",
-                      f"{r['speedup']:.2f}x" if r.get("speedup") else "-",
-                      f"{r['tokens_per_call']:.2f}" if r["tokens_per_call"] else "-",
-                      f"{r['alpha']:.3f}" if r["alpha"] is not None else "-", eq_text, overshoot_text(r))
+        table.add_row(
+            escape(r["runner"]),
+            f"{r['temperature']:g}",
+            f"{r['tokens_per_second'] or 0:.1f}",
+            f"{r['speedup']:.2f}x" if r.get("speedup") else "-",
+            f"{r['tokens_per_call']:.2f}" if r["tokens_per_call"] else "-",
+            f"{r['alpha']:.3f}" if r["alpha"] is not None else "-",
+            eq_text,
+            overshoot_text(r),
+        )
     return table
 
 
 def given_flags(method_options: dict) -> dict[str, object]:
     """The declared options given a value other than their default, by flag: {"--nat": "zoo/x/nat"}."""
     fields, default = all_fields(), defaults()
-    return {declaration(fields[name][1]).flag: value for name, value in method_options.items()
-            if value is not None and value != default.get(name)}
+    return {
+        declaration(fields[name][1]).flag: value
+        for name, value in method_options.items()
+        if value is not None and value != default.get(name)
+    }
 
 
 def rebuild_command(options: dict, method_options: dict | None = None) -> str:
@@ -81,8 +100,20 @@ def rebuild_command(options: dict, method_options: dict | None = None) -> str:
 
 
 # bench options the cost curve does not use: passing one with --cost-curve is a mistake, said so
-COST_IGNORES = ("backend", "temperature", "draft", "aligned_draft", "gamma", "early_exit_layers", "bild_fb", "bild_rb",
-                "runners", "dtype", "draft_gguf", "compile")  # and every declared drafter option (given_flags)
+COST_IGNORES = (
+    "backend",
+    "temperature",
+    "draft",
+    "aligned_draft",
+    "gamma",
+    "early_exit_layers",
+    "bild_fb",
+    "bild_rb",
+    "runners",
+    "dtype",
+    "draft_gguf",
+    "compile",
+)  # and every declared drafter option (given_flags)
 
 
 def cost_config_from_options(options: dict, command: str, method_options: dict | None = None):
@@ -90,25 +121,41 @@ def cost_config_from_options(options: dict, command: str, method_options: dict |
     from .cost_run import CostConfig
 
     plain = {"dtype": "float32", "compile": False, "backend": "hf"}
-    given = ["--" + k.replace("_", "-") for k in COST_IGNORES if options.get(k) is not None and options.get(k) != plain.get(k)]
+    given = [
+        "--" + k.replace("_", "-")
+        for k in COST_IGNORES
+        if options.get(k) is not None and options.get(k) != plain.get(k)
+    ]
     given += list(given_flags(method_options or {}))
     if given:
         raise DraftVerifyError("--cost-curve does not use " + ", ".join(given))
     return CostConfig(
-        zoo=options["zoo"], target=options["target"], prompts=options["prompts"], data_dir=options["data_dir"],
+        zoo=options["zoo"],
+        target=options["target"],
+        prompts=options["prompts"],
+        data_dir=options["data_dir"],
         sizes=parse_ints("--cost-sizes", options["cost_sizes"]) if options["cost_sizes"] is not None else None,
         modes=parse_names("--cost-modes", options["cost_modes"]) if options["cost_modes"] is not None else MODES,
-        repeats=options["cost_repeats"], equality_prompts=options["num_prompts"],
-        equality_tokens=options["max_new_tokens"], threads=options["threads"], out=options["out"],
-        name=options["name"], quick=options["quick"], plots=options["plots"], command=command)
+        repeats=options["cost_repeats"],
+        equality_prompts=options["num_prompts"],
+        equality_tokens=options["max_new_tokens"],
+        threads=options["threads"],
+        out=options["out"],
+        name=options["name"],
+        quick=options["quick"],
+        plots=options["plots"],
+        command=command,
+    )
 
 
 def run_cost_curve(options: dict, command: str, method_options: dict | None = None) -> int:
     from .cost_run import run_cost
 
     try:
-        result = run_cost(cost_config_from_options(options, command, method_options),
-                          progress=(lambda text: err_console.print(escape(text))) if options["progress"] else None)
+        result = run_cost(
+            cost_config_from_options(options, command, method_options),
+            progress=(lambda text: err_console.print(escape(text))) if options["progress"] else None,
+        )
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
         return 2

@@ -3,6 +3,7 @@ the first call of every shape), tokens/s per method and draft length as a ratio 
 
 Every run is a new process running the installed CLI as the README's main command does (--json for the
 statistics); configurations are interleaved run by run, so a drift in machine load hits them alike."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,16 @@ from .folders import SPEED
 
 PROMPTS = ("def quicksort(xs):", "class LRUCache:\n    def __init__(self, capacity):")
 # METHOD[:GAMMA], or `default` (the zoo's own method); the first is the reference every ratio is taken against
-DEFAULT_CONFIGS = ("autoregressive", "default", "model:4", "model:auto", "prompt_lookup:4", "prompt_lookup:auto",
-                   "lookup_model:4", "lookup_model:auto")
+DEFAULT_CONFIGS = (
+    "autoregressive",
+    "default",
+    "model:4",
+    "model:auto",
+    "prompt_lookup:4",
+    "prompt_lookup:auto",
+    "lookup_model:4",
+    "lookup_model:auto",
+)
 
 
 def config_arguments(config: str) -> list[str]:
@@ -40,38 +49,70 @@ def cli() -> list[str]:
 
 
 def one_run(models: list[str], extra: list[str], prompt: str, new_tokens: int, threads: int) -> dict:
-    args = cli() + ["generate", *models, "--prompt", prompt, "-n", str(new_tokens), "--threads", str(threads),
-                    "--json", *extra]
+    args = cli() + [
+        "generate",
+        *models,
+        "--prompt",
+        prompt,
+        "-n",
+        str(new_tokens),
+        "--threads",
+        str(threads),
+        "--json",
+        *extra,
+    ]
     started = time.perf_counter()
     done = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise DraftVerifyError(f"{' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
     stats = json.loads(done.stdout)["stats"]
-    return {"tokens_per_second": stats["tokens_per_second"], "new_tokens": stats["new_tokens"],
-            "generate_seconds": stats["time_total"], "process_seconds": wall, "mean_gamma": stats["mean_gamma"],
-            "tokens_per_call": stats["tokens_per_call"]}
+    return {
+        "tokens_per_second": stats["tokens_per_second"],
+        "new_tokens": stats["new_tokens"],
+        "generate_seconds": stats["time_total"],
+        "process_seconds": wall,
+        "mean_gamma": stats["mean_gamma"],
+        "tokens_per_call": stats["tokens_per_call"],
+    }
 
 
 def render(record: dict) -> str:
-    lines = ["# Cold start: one `draftverify generate` per fresh process", "",
-             f"`{record['command']}`: {record['runs_per_prompt']} runs x {len(record['prompts'])} prompts per "
-             f"configuration, {record['new_tokens']} new tokens, greedy, {record['threads']} threads, "
-             f"{record['target'] or 'the ' + str(record['zoo']) + ' zoo'}. tok/s is the CLI's own figure "
-             "(generation only, model loading excluded); the process column includes imports and loading.", "",
-             f"| configuration | median tok/s | min - max | vs {record['reference']} | tokens/call | mean gamma | "
-             "process s |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Cold start: one `draftverify generate` per fresh process",
+        "",
+        f"`{record['command']}`: {record['runs_per_prompt']} runs x {len(record['prompts'])} prompts per "
+        f"configuration, {record['new_tokens']} new tokens, greedy, {record['threads']} threads, "
+        f"{record['target'] or 'the ' + str(record['zoo']) + ' zoo'}. tok/s is the CLI's own figure "
+        "(generation only, model loading excluded); the process column includes imports and loading.",
+        "",
+        f"| configuration | median tok/s | min - max | vs {record['reference']} | tokens/call | mean gamma | "
+        "process s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for label, s in record["summary"].items():
-        lines.append(f"| {label} | {s['median_tokens_per_second']:.1f} | {s['min']:.1f} - {s['max']:.1f} "
-                     f"| {s['ratio_to_reference']:.2f}x | {s['median_tokens_per_call']:.2f} "
-                     f"| {s['median_mean_gamma']:.1f} | {s['median_process_seconds']:.1f} |")
+        lines.append(
+            f"| {label} | {s['median_tokens_per_second']:.1f} | {s['min']:.1f} - {s['max']:.1f} "
+            f"| {s['ratio_to_reference']:.2f}x | {s['median_tokens_per_call']:.2f} "
+            f"| {s['median_mean_gamma']:.1f} | {s['median_process_seconds']:.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def run_cold_start(configs: tuple[str, ...] = DEFAULT_CONFIGS, runs: int = 5, prompts: int = len(PROMPTS),
-                   new_tokens: int = 128, threads: int = 2, zoo: str = "code", out: str | Path = SPEED,
-                   name: str = "cold-start", command: str = "", echo: Callable[[str], None] = lambda line: None,
-                   target: str | None = None, draft: str | None = None) -> dict:
+def run_cold_start(
+    configs: tuple[str, ...] = DEFAULT_CONFIGS,
+    runs: int = 5,
+    prompts: int = len(PROMPTS),
+    new_tokens: int = 128,
+    threads: int = 2,
+    zoo: str = "code",
+    out: str | Path = SPEED,
+    name: str = "cold-start",
+    command: str = "",
+    echo: Callable[[str], None] = lambda line: None,
+    target: str | None = None,
+    draft: str | None = None,
+) -> dict:
     if runs < 1 or not 1 <= prompts <= len(PROMPTS):
         raise DraftVerifyError(f"--runs must be >= 1 and --prompts 1..{len(PROMPTS)}, got {runs} and {prompts}")
     if len(configs) < 1:
@@ -89,16 +130,31 @@ def run_cold_start(configs: tuple[str, ...] = DEFAULT_CONFIGS, runs: int = 5, pr
     summary = {}
     for c in configs:
         tps = [x["tokens_per_second"] for x in measured[c]]
-        summary[c] = {"median_tokens_per_second": statistics.median(tps), "min": min(tps), "max": max(tps),
-                      "ratio_to_reference": statistics.median(tps) / base,
-                      "median_process_seconds": statistics.median(x["process_seconds"] for x in measured[c]),
-                      "median_tokens_per_call": statistics.median(x["tokens_per_call"] for x in measured[c]),
-                      "median_mean_gamma": statistics.median(x["mean_gamma"] for x in measured[c])}
-    record = {"command": command, "zoo": zoo if not target else None, "target": target, "configs": arguments,
-              "reference": configs[0], "prompts": list(texts),
-              "runs_per_prompt": runs, "new_tokens": new_tokens, "threads": threads,
-              "machine": platform.machine(), "processor": platform.processor(), "python": platform.python_version(),
-              "summary": summary, "runs": measured}
+        summary[c] = {
+            "median_tokens_per_second": statistics.median(tps),
+            "min": min(tps),
+            "max": max(tps),
+            "ratio_to_reference": statistics.median(tps) / base,
+            "median_process_seconds": statistics.median(x["process_seconds"] for x in measured[c]),
+            "median_tokens_per_call": statistics.median(x["tokens_per_call"] for x in measured[c]),
+            "median_mean_gamma": statistics.median(x["mean_gamma"] for x in measured[c]),
+        }
+    record = {
+        "command": command,
+        "zoo": zoo if not target else None,
+        "target": target,
+        "configs": arguments,
+        "reference": configs[0],
+        "prompts": list(texts),
+        "runs_per_prompt": runs,
+        "new_tokens": new_tokens,
+        "threads": threads,
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "python": platform.python_version(),
+        "summary": summary,
+        "runs": measured,
+    }
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")

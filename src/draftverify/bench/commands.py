@@ -1,6 +1,7 @@
 """The bench commands beside `bench` itself (bench-ab, bench-rounds, bench-cold-start, bench-overhead,
 bench-samples, bench-serve): typer functions only, each running its module of bench/; cli.py adds them with
 register(app). Nothing heavy is imported here, so --help stays fast."""
+
 from __future__ import annotations
 
 import shlex
@@ -59,29 +60,47 @@ def echo(line: str) -> None:
 
 def bench_ab(
     ctx: typer.Context,
-    vary: List[str] = typer.Option(..., "--vary", help="NAME=V1,V2,...: a public option and the values to compare "
-                                   "(repeat for several; the settings are every combination, the first is the "
-                                   "reference). NAME: method, draft, gamma, dtype, backend, draft_gguf or a declared "
-                                   "method option (e.g. lookup_confirms=false,true; lookup_tokens=0,5)."),
-    set_: List[str] = typer.Option([], "--set", help="NAME=VALUE: an option every setting shares (repeatable), as "
-                                   "--vary names them, e.g. --set backend=llamacpp --set gamma=conf."),
-    zoo: str = typer.Option("code", "--zoo", help="Shipped model set (its target; its draft for methods that "
-                            "take one)."),
+    vary: List[str] = typer.Option(
+        ...,
+        "--vary",
+        help="NAME=V1,V2,...: a public option and the values to compare "
+        "(repeat for several; the settings are every combination, the first is the "
+        "reference). NAME: method, draft, gamma, dtype, backend, draft_gguf or a declared "
+        "method option (e.g. lookup_confirms=false,true; lookup_tokens=0,5).",
+    ),
+    set_: List[str] = typer.Option(
+        [],
+        "--set",
+        help="NAME=VALUE: an option every setting shares (repeatable), as "
+        "--vary names them, e.g. --set backend=llamacpp --set gamma=conf.",
+    ),
+    zoo: str = typer.Option(
+        "code", "--zoo", help="Shipped model set (its target; its draft for methods that take one)."
+    ),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
     prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding the prompt sets (default: "
-                                            "the shipped copies)."),
-    first: int = typer.Option(0, "--first", help="First prompt: a choice made on the bench's prompts (0-7) can "
-                              "be checked on others, e.g. --first 100."),
+    data_dir: Optional[Path] = typer.Option(
+        None, "--data-dir", help="Folder holding the prompt sets (default: the shipped copies)."
+    ),
+    first: int = typer.Option(
+        0,
+        "--first",
+        help="First prompt: a choice made on the bench's prompts (0-7) can be checked on others, e.g. --first 100.",
+    ),
     num_prompts: int = typer.Option(8, "--num-prompts"),
     rounds: int = typer.Option(3, "--rounds", help="Rounds over the prompts; ratios are medians over rounds."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
-    warmup_tokens: int = typer.Option(32, "--warmup-tokens", help="Tokens of one warm-up generation per setting "
-                                      "(0: none)."),
+    warmup_tokens: int = typer.Option(
+        32, "--warmup-tokens", help="Tokens of one warm-up generation per setting (0: none)."
+    ),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (and llama.cpp)."),
-    check_text: bool = typer.Option(True, "--check-text/--no-check-text", help="Stop when the settings give "
-                                    "different texts (lossless settings must not); off for settings that change "
-                                    "the output (dtype, backend)."),
+    check_text: bool = typer.Option(
+        True,
+        "--check-text/--no-check-text",
+        help="Stop when the settings give "
+        "different texts (lossless settings must not); off for settings that change "
+        "the output (dtype, backend).",
+    ),
     out: Path = typer.Option(folders.DRAFT_POLICY, "--out", help="Folder of NAME.json and NAME.md."),
     name: str = typer.Option("ab", "--name", help="File stem."),
 ) -> None:
@@ -93,10 +112,24 @@ def bench_ab(
 
     def run() -> dict:
         fixed = {k: v[0] for k, v in parse_assignments(set_, many=False).items()}
-        cfg = ABConfig(vary=parse_assignments(vary, many=True), fixed=fixed, zoo=zoo, target=target, prompts=prompts,
-                       data_dir=data_dir, first=first, num_prompts=num_prompts, rounds=rounds,
-                       max_new_tokens=max_new_tokens, warmup_tokens=warmup_tokens, threads=threads,
-                       check_text=check_text, out=out, name=name, command=command)
+        cfg = ABConfig(
+            vary=parse_assignments(vary, many=True),
+            fixed=fixed,
+            zoo=zoo,
+            target=target,
+            prompts=prompts,
+            data_dir=data_dir,
+            first=first,
+            num_prompts=num_prompts,
+            rounds=rounds,
+            max_new_tokens=max_new_tokens,
+            warmup_tokens=warmup_tokens,
+            threads=threads,
+            check_text=check_text,
+            out=out,
+            name=name,
+            command=command,
+        )
         return run_ab(cfg, echo=echo)
 
     print(render(run_reporting(run)))
@@ -104,23 +137,31 @@ def bench_ab(
 
 def bench_rounds(
     ctx: typer.Context,
-    pairs: Optional[str] = typer.Option(None, "--pairs", help="Comma list of OURS/PEER bench row names (default: "
-                                        "ours on llama.cpp against llama.cpp plain and its prompt lookup, with the "
-                                        "zoo draft and the aligned one, and model at gamma conf against hf_assisted "
-                                        "at its defaults); the rows' names are the bench's, as its summary prints "
-                                        "them."),
+    pairs: Optional[str] = typer.Option(
+        None,
+        "--pairs",
+        help="Comma list of OURS/PEER bench row names (default: "
+        "ours on llama.cpp against llama.cpp plain and its prompt lookup, with the "
+        "zoo draft and the aligned one, and model at gamma conf against hf_assisted "
+        "at its defaults); the rows' names are the bench's, as its summary prints "
+        "them.",
+    ),
     rounds: int = typer.Option(5, "--rounds"),
     num_prompts: int = typer.Option(8, "--num-prompts"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
-    gamma: str = typer.Option("conf,conf=0.9", "--gamma", help="Comma list of the draft lengths our rows are built "
-                              "at (a pair names rows at these)."),
+    gamma: str = typer.Option(
+        "conf,conf=0.9",
+        "--gamma",
+        help="Comma list of the draft lengths our rows are built at (a pair names rows at these).",
+    ),
     backend: str = typer.Option("hf,llamacpp", "--backend", help="Comma list of what runs our rows: hf, llamacpp."),
     zoo: str = typer.Option("code", "--zoo"),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (instead of the zoo's)."),
     aligned_draft: Optional[str] = typer.Option(None, "--aligned-draft", help="Aligned draft (model_aligned rows)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ (default: the "
-                                            "shipped copy)."),
+    data_dir: Optional[Path] = typer.Option(
+        None, "--data-dir", help="Folder holding humaneval/ (default: the shipped copy)."
+    ),
     threads: Optional[int] = typer.Option(2, "--threads"),
     out: Path = typer.Option(folders.SPEED, "--out", help="Folder of NAME.json and NAME.md."),
     name: str = typer.Option("bench-rounds", "--name", help="File stem."),
@@ -130,17 +171,38 @@ def bench_rounds(
     from .rounds import DEFAULT_PAIRS, parse_pairs, run_rounds
 
     command = recorded_command(ctx)
-    run_reporting(lambda: run_rounds(parse_pairs(pairs or ",".join(DEFAULT_PAIRS)), rounds, num_prompts,
-                                     max_new_tokens, parse_gammas(gamma), parse_names("--backend", backend), zoo,
-                                     threads, out, name, command, echo, target, draft, aligned_draft, data_dir))
+    run_reporting(
+        lambda: run_rounds(
+            parse_pairs(pairs or ",".join(DEFAULT_PAIRS)),
+            rounds,
+            num_prompts,
+            max_new_tokens,
+            parse_gammas(gamma),
+            parse_names("--backend", backend),
+            zoo,
+            threads,
+            out,
+            name,
+            command,
+            echo,
+            target,
+            draft,
+            aligned_draft,
+            data_dir,
+        )
+    )
 
 
 def bench_cold_start(
     ctx: typer.Context,
-    configs: Optional[str] = typer.Option(None, "--configs", help="Comma list of METHOD or METHOD:GAMMA, or "
-                                          "`default` (the zoo's method); the first is the reference (default: "
-                                          "autoregressive, "
-                                          "default, and model, prompt_lookup, lookup_model at gamma 4 and auto)."),
+    configs: Optional[str] = typer.Option(
+        None,
+        "--configs",
+        help="Comma list of METHOD or METHOD:GAMMA, or "
+        "`default` (the zoo's method); the first is the reference (default: "
+        "autoregressive, "
+        "default, and model, prompt_lookup, lookup_model at gamma 4 and auto).",
+    ),
     runs: int = typer.Option(5, "--runs", help="Fresh processes per configuration and prompt."),
     prompts: int = typer.Option(2, "--prompts", help="How many of the two built-in prompts."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
@@ -157,15 +219,19 @@ def bench_cold_start(
 
     command = recorded_command(ctx)
     chosen = tuple(c.strip() for c in configs.split(",") if c.strip()) if configs is not None else DEFAULT_CONFIGS
-    result = run_reporting(lambda: run_cold_start(chosen, runs, prompts, max_new_tokens, threads, zoo, out, name,
-                                                  command, echo, target, draft))
+    result = run_reporting(
+        lambda: run_cold_start(
+            chosen, runs, prompts, max_new_tokens, threads, zoo, out, name, command, echo, target, draft
+        )
+    )
     print(Path(result["files"]["markdown"]).read_text())
 
 
 def bench_overhead(
     ctx: typer.Context,
-    methods_: str = typer.Option("autoregressive,model,prompt_lookup,early_exit,bild,specdec++", "--methods",
-                                 help="Comma list of methods."),
+    methods_: str = typer.Option(
+        "autoregressive,model,prompt_lookup,early_exit,bild,specdec++", "--methods", help="Comma list of methods."
+    ),
     zoo: str = typer.Option("code", "--zoo"),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d"),
@@ -179,8 +245,9 @@ def bench_overhead(
 
     command = recorded_command(ctx)
     chosen = tuple(m.strip() for m in methods_.split(",") if m.strip())
-    result = run_reporting(lambda: run_overhead(chosen, zoo, target, draft, max_new_tokens, threads, None, out, name,
-                                                command))
+    result = run_reporting(
+        lambda: run_overhead(chosen, zoo, target, draft, max_new_tokens, threads, None, out, name, command)
+    )
     print(Path(result["files"]["markdown"]).read_text())
 
 
@@ -190,8 +257,9 @@ def bench_samples(
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
     zoo: str = typer.Option("code", "--zoo"),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding humaneval/ (default: the "
-                                            "shipped copy)."),
+    data_dir: Optional[Path] = typer.Option(
+        None, "--data-dir", help="Folder holding humaneval/ (default: the shipped copy)."
+    ),
     out: Path = typer.Option(folders.METHODS, "--out", help="Folder of NAME.md."),
     name: str = typer.Option("humaneval-samples", "--name", help="File stem."),
 ) -> None:
@@ -200,18 +268,22 @@ def bench_samples(
     from .samples import run_samples
 
     command = recorded_command(ctx)
-    result = run_reporting(lambda: run_samples(num_prompts, max_new_tokens, zoo, target, out, name, command,
-                                                       data_dir))
+    result = run_reporting(lambda: run_samples(num_prompts, max_new_tokens, zoo, target, out, name, command, data_dir))
     ended = sum(s["ends_on_its_own"] for s in result["samples"])
     print(f"{ended} of {len(result['samples'])} end on their own")
 
 
 def bench_serve(
     ctx: typer.Context,
-    url: Optional[str] = typer.Option(None, "--url", help="A running server (loopback only), e.g. "
-                                      "http://127.0.0.1:8000."),
-    spawn: Optional[str] = typer.Option(None, "--spawn", help="Start `draftverify serve` with these arguments "
-                                        "instead (e.g. \"--zoo code --max-batch 8\"); its RSS is sampled."),
+    url: Optional[str] = typer.Option(
+        None, "--url", help="A running server (loopback only), e.g. http://127.0.0.1:8000."
+    ),
+    spawn: Optional[str] = typer.Option(
+        None,
+        "--spawn",
+        help="Start `draftverify serve` with these arguments "
+        'instead (e.g. "--zoo code --max-batch 8"); its RSS is sampled.',
+    ),
     model: Optional[str] = typer.Option(None, "--model", help="Model id to send (default: the server's /v1/models)."),
     pid: Optional[int] = typer.Option(None, "--pid", help="The server's process id, for RSS (automatic with --spawn)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="DRAFTVERIFY_API_KEY", show_default=False),
@@ -221,12 +293,21 @@ def bench_serve(
     max_tokens: int = typer.Option(64, "--max-tokens"),
     warmup: int = typer.Option(4, "--warmup", help="Untimed requests before measuring (and RSS before)."),
     rss_every: int = typer.Option(100, "--rss-every", help="Sample the server's RSS every N completed requests."),
-    rss_warm: int = typer.Option(200, "--rss-warm", help="Growth after warm-up: the last RSS sample minus the first "
-                                 "at or after N requests."),
-    mixed: bool = typer.Option(False, "--mixed", help="Alternate greedy and seeded sampling requests (one batch "
-                               "holds both) and check every answer against the same request sent alone first."),
-    out: Optional[Path] = typer.Option(None, "--out", help=f"Write the report JSON here (e.g. {folders.SERVING}/"
-                                       "load-test.json) and a markdown report (.md) beside it."),
+    rss_warm: int = typer.Option(
+        200, "--rss-warm", help="Growth after warm-up: the last RSS sample minus the first at or after N requests."
+    ),
+    mixed: bool = typer.Option(
+        False,
+        "--mixed",
+        help="Alternate greedy and seeded sampling requests (one batch "
+        "holds both) and check every answer against the same request sent alone first.",
+    ),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        help=f"Write the report JSON here (e.g. {folders.SERVING}/"
+        "load-test.json) and a markdown report (.md) beside it.",
+    ),
 ) -> None:
     """Bounded loopback load test of `draftverify serve`: throughput, latency and time to first token, errors and
     the server's resident memory over the run; exit 1 when a request failed or (--mixed) an answer differed from
@@ -237,8 +318,23 @@ def bench_serve(
 
     command = recorded_command(ctx, always=())
     try:
-        report = run_load_test(url, spawn, model, pid, api_key, clients, requests, duration, max_tokens, warmup,
-                               rss_every, rss_warm, mixed, out, command)
+        report = run_load_test(
+            url,
+            spawn,
+            model,
+            pid,
+            api_key,
+            clients,
+            requests,
+            duration,
+            max_tokens,
+            warmup,
+            rss_every,
+            rss_warm,
+            mixed,
+            out,
+            command,
+        )
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
@@ -247,9 +343,14 @@ def bench_serve(
         raise typer.Exit(1)
 
 
-COMMANDS: dict[str, Callable[..., Any]] = {"bench-ab": bench_ab, "bench-rounds": bench_rounds,
-                                           "bench-cold-start": bench_cold_start, "bench-overhead": bench_overhead,
-                                           "bench-samples": bench_samples, "bench-serve": bench_serve}
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "bench-ab": bench_ab,
+    "bench-rounds": bench_rounds,
+    "bench-cold-start": bench_cold_start,
+    "bench-overhead": bench_overhead,
+    "bench-samples": bench_samples,
+    "bench-serve": bench_serve,
+}
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,5 @@
 """BenchConfig: every knob of `draftverify bench`, parsed from strings and validated before any model is loaded."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
@@ -138,14 +139,21 @@ class BenchConfig:
             known = families()
             unknown = [r for r in self.runners if r not in known]
             if unknown:
-                raise DraftVerifyError(f"--runners: unknown runner famil{'y' if len(unknown) == 1 else 'ies'} "
-                                       f"{', '.join(unknown)}; choose from {', '.join(known)}")
+                raise DraftVerifyError(
+                    f"--runners: unknown runner famil{'y' if len(unknown) == 1 else 'ies'} "
+                    f"{', '.join(unknown)}; choose from {', '.join(known)}"
+                )
         from ..backends.registry import target_backends
 
         names = target_backends()
-        if not self.backends or any(b not in names for b in self.backends) or len(set(self.backends)) != len(self.backends):
-            raise DraftVerifyError(f"--backend takes a comma list of {', '.join(names)} without repeats, "
-                                   f"got {','.join(self.backends)!r}")
+        if (
+            not self.backends
+            or any(b not in names for b in self.backends)
+            or len(set(self.backends)) != len(self.backends)
+        ):
+            raise DraftVerifyError(
+                f"--backend takes a comma list of {', '.join(names)} without repeats, got {','.join(self.backends)!r}"
+            )
         if self.compile and "llamacpp" in self.backends:
             raise DraftVerifyError("--compile is for the hf backend; run --backend llamacpp without it")
         if self.draft_gguf is not None:
@@ -224,7 +232,9 @@ def parse_gammas(text: str) -> tuple[GammaSpec, ...]:
         elif part.lstrip("-").isdigit():
             out.append(int(part))
         else:
-            raise DraftVerifyError(f"--gamma: {part!r} is not an integer, 'auto', 'heuristic' or 'conf[=T]' (in {text!r})")
+            raise DraftVerifyError(
+                f"--gamma: {part!r} is not an integer, 'auto', 'heuristic' or 'conf[=T]' (in {text!r})"
+            )
     for g in out:
         _check_gamma(g)
     return tuple(dict.fromkeys(out))

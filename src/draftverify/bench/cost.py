@@ -9,6 +9,7 @@ layout as the engine does (few_row_linear); `eager-float32-gemm` is the same for
 with float32 eager token for token, because bfloat16 (and a different kernel order) may flip near-ties: the
 fast modes report their equality rate instead of assuming it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,7 +43,9 @@ class Mode:
     @classmethod
     def parse(cls, name: str) -> "Mode":
         if name not in MODES + LLAMACPP_MODES:
-            raise DraftVerifyError(f"--cost-modes: unknown mode {name!r}; choose from {', '.join(MODES + LLAMACPP_MODES)}")
+            raise DraftVerifyError(
+                f"--cost-modes: unknown mode {name!r}; choose from {', '.join(MODES + LLAMACPP_MODES)}"
+            )
         kind, dtype, *layout = name.split("-")
         if kind == "llamacpp":
             return cls(compiled=False, dtype=dtype, few_row=False, backend="llamacpp")
@@ -96,8 +99,13 @@ class StaticForward:
         if start > 0:  # move the write position back (transformers 5 counts it in the cache, not cache_position)
             keep_positions(self.cache, start, self.capacity)
         with few_row_linears(ids.device, self.model.dtype, rows=ids.numel(), on=self.few_row):
-            return forward(input_ids=ids, **{cache_argument(self.model): self.cache}, cache_position=positions,
-                           position_ids=positions[None], use_cache=True).logits  # [1, n, V]
+            return forward(
+                input_ids=ids,
+                **{cache_argument(self.model): self.cache},
+                cache_position=positions,
+                position_ids=positions[None],
+                use_cache=True,
+            ).logits  # [1, n, V]
 
     def prefill(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [1, L] at positions 0..L-1 into an emptied cache; eager (one prompt length is not a graph worth
@@ -131,8 +139,14 @@ class LlamaCppForward:
         return self.lm.forward(ids).logits
 
 
-def time_widths(runner: StaticForward | LlamaCppForward, context: torch.Tensor, sizes: tuple[int, ...], warmup: int, repeats: int,
-                progress: Callable[[str], None] | None = None) -> tuple[list[CurvePoint], dict[int, float]]:
+def time_widths(
+    runner: StaticForward | LlamaCppForward,
+    context: torch.Tensor,
+    sizes: tuple[int, ...],
+    warmup: int,
+    repeats: int,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[CurvePoint], dict[int, float]]:
     """Per width n: `warmup` untimed calls (the first compiles), then `repeats` timed calls; all after the same
     context [1, C] and at the same positions C..C+n-1. Returns the points and the first-call seconds per n.
 

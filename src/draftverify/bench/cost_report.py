@@ -1,4 +1,5 @@
 """Markdown and PNG for the cost curve: milliseconds per forward against the number of scored tokens, per mode."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,7 +24,12 @@ def render_cost_markdown(result: dict) -> str:
         f"{env['cpu_model']} ({env['cores']} cores, torch threads {ver['torch_threads']}); torch {ver['torch']}, "
         f"transformers {ver['transformers']}.",
         "",
-        "Reproduce:", "", "```bash", result["reproduce"], "```", "",
+        "Reproduce:",
+        "",
+        "```bash",
+        result["reproduce"],
+        "```",
+        "",
         "Modes: eager = the model's own forward; compiled = `torch.compile(fullgraph=True, dynamic=False)` with "
         "`torch._inductor.config.freezing = True` (one static graph per width). **x 1 token** = the forward's time "
         "over the same mode's one-token forward: what a draft or tree of n tokens costs to verify, in decoding "
@@ -33,17 +39,27 @@ def render_cost_markdown(result: dict) -> str:
         "",
     ]
     lines += cost_table(result) + [""]
-    lines += [f"## Greedy equality with {REFERENCE_MODE}", "",
-              f"{result['equality_prompts']} prompts of `{cfg['prompts']}`, {cfg['equality_tokens']} greedy tokens "
-              "each (eager prefill, then one token per forward in the mode). First mismatch: token index where a "
-              "prompt's output first differs (- = identical).", ""]
+    lines += [
+        f"## Greedy equality with {REFERENCE_MODE}",
+        "",
+        f"{result['equality_prompts']} prompts of `{cfg['prompts']}`, {cfg['equality_tokens']} greedy tokens "
+        "each (eager prefill, then one token per forward in the mode). First mismatch: token index where a "
+        "prompt's output first differs (- = identical).",
+        "",
+    ]
     eq_rows = []
     for name in names:
         eq = modes[name]["equality"]
         first = "-" if eq is None else ", ".join("-" if m is None else str(m) for m in eq["first_mismatch"])
         compile_s = sum(modes[name]["first_call_seconds"].values())
-        eq_rows.append([name, "-" if eq is None else f"{100 * eq['equal_rate']:.0f}%", first,
-                        f"{compile_s:.1f}" if modes[name]["compiled"] else "-"])
+        eq_rows.append(
+            [
+                name,
+                "-" if eq is None else f"{100 * eq['equal_rate']:.0f}%",
+                first,
+                f"{compile_s:.1f}" if modes[name]["compiled"] else "-",
+            ]
+        )
     lines += markdown_table(["mode", "equal", "first mismatch per prompt", "first calls (compile) s"], eq_rows) + [""]
     if result["files"].get("png"):
         lines += [f"![cost curve]({Path(result['files']['png']).name})", ""]

@@ -1,4 +1,5 @@
 """`draftverify bench --cost-curve`: measure the cost curve (cost.py) for each mode, write JSON, markdown, PNG."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -53,9 +54,13 @@ class CostConfig:
 
     def resolved(self) -> "CostConfig":
         quick = self.quick
-        defaults = {"sizes": QUICK_SIZES if quick else DEFAULT_SIZES, "warmup": 1 if quick else 3,
-                    "repeats": 2 if quick else 20, "equality_prompts": 2 if quick else 8,
-                    "equality_tokens": 8 if quick else 64}
+        defaults = {
+            "sizes": QUICK_SIZES if quick else DEFAULT_SIZES,
+            "warmup": 1 if quick else 3,
+            "repeats": 2 if quick else 20,
+            "equality_prompts": 2 if quick else 8,
+            "equality_tokens": 8 if quick else 64,
+        }
         cfg = CostConfig(**{**asdict(self), **{k: v for k, v in defaults.items() if getattr(self, k) is None}})
         if cfg.zoo is None and cfg.target is None:
             cfg.zoo = "code"
@@ -65,8 +70,9 @@ class CostConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise DraftVerifyError(f"cost curve: {name} must be an integer >= 1, got {value!r}")
         if isinstance(cfg.warmup, bool) or not isinstance(cfg.warmup, int) or cfg.warmup < 1:
-            raise DraftVerifyError(f"cost curve: warmup must be an integer >= 1 (the first call compiles), "
-                                   f"got {cfg.warmup!r}")
+            raise DraftVerifyError(
+                f"cost curve: warmup must be an integer >= 1 (the first call compiles), got {cfg.warmup!r}"
+            )
         if not cfg.modes:
             raise DraftVerifyError("--cost-modes needs at least one mode")
         for mode in cfg.modes:
@@ -113,8 +119,9 @@ def run_cost(config: CostConfig, progress: Callable[[str], None] | None = None) 
     reference_model = model_for(target, "float32")
     limit = context_limit(reference_model.config) or 1 << 30
     if config.context + max(config.sizes) > limit:
-        raise DraftVerifyError(f"context {config.context} + {max(config.sizes)} scored tokens exceed the target's "
-                               f"{limit} positions")
+        raise DraftVerifyError(
+            f"context {config.context} + {max(config.sizes)} scored tokens exceed the target's {limit} positions"
+        )
     context, prompts = _context_and_prompts(tokenizer, config, limit)
     timing_len = config.context + max(config.sizes)
     greedy_len = max(p.shape[1] for p in prompts) + config.equality_tokens
@@ -125,30 +132,43 @@ def run_cost(config: CostConfig, progress: Callable[[str], None] | None = None) 
         say(f"{name}: loading")
         if mode.backend == "llamacpp":  # the same target as GGUF on llama.cpp's kernels (converted once, cached)
             runner = LlamaCppForward(target, mode.dtype, torch.get_num_threads())
-            config.notes.append(f"{name}: the target converted to GGUF ({runner.lm.model.path.name}) and scored by "
-                                f"the llama.cpp backend (llama_decode, {runner.lm.threads} threads, llama.cpp's "
-                                "default KV cache), not a StaticCache; its greedy tokens are llama.cpp's")
-            points, first_call = time_widths(runner, context, config.sizes, config.warmup, config.repeats,
-                                             lambda text: say(f"{name}: {text}"))
+            config.notes.append(
+                f"{name}: the target converted to GGUF ({runner.lm.model.path.name}) and scored by "
+                f"the llama.cpp backend (llama_decode, {runner.lm.threads} threads, llama.cpp's "
+                "default KV cache), not a StaticCache; its greedy tokens are llama.cpp's"
+            )
+            points, first_call = time_widths(
+                runner, context, config.sizes, config.warmup, config.repeats, lambda text: say(f"{name}: {text}")
+            )
             tokens = [greedy_tokens(runner, p, config.equality_tokens) for p in prompts]
-            modes[name] = {"compiled": False, "dtype": mode.dtype, "backend": "llamacpp",
-                           "first_call_seconds": first_call,
-                           "points": [{"n": p.n, "median_ms": p.median_ms, "min_ms": p.min_ms,
-                                       "seconds": p.seconds} for p in points], "greedy_tokens": tokens}
+            modes[name] = {
+                "compiled": False,
+                "dtype": mode.dtype,
+                "backend": "llamacpp",
+                "first_call_seconds": first_call,
+                "points": [
+                    {"n": p.n, "median_ms": p.median_ms, "min_ms": p.min_ms, "seconds": p.seconds} for p in points
+                ],
+                "greedy_tokens": tokens,
+            }
             continue
         model = reference_model if name == REFERENCE_MODE else model_for(target, mode.dtype)
         with compile_settings(graphs=2 * len(config.sizes) + 4):
             runner = StaticForward(model, timing_len, mode.compiled, mode.few_row)
-            points, first_call = time_widths(runner, context, config.sizes, config.warmup, config.repeats,
-                                             lambda text: say(f"{name}: {text}"))
+            points, first_call = time_widths(
+                runner, context, config.sizes, config.warmup, config.repeats, lambda text: say(f"{name}: {text}")
+            )
             greedy_runner = StaticForward(model, greedy_len, mode.compiled, mode.few_row)
             tokens = [greedy_tokens(greedy_runner, p, config.equality_tokens) for p in prompts]
         if name == REFERENCE_MODE:
             reference = tokens
-        modes[name] = {"compiled": mode.compiled, "dtype": mode.dtype, "first_call_seconds": first_call,
-                       "points": [{"n": p.n, "median_ms": p.median_ms, "min_ms": p.min_ms,
-                                   "seconds": p.seconds} for p in points],
-                       "greedy_tokens": tokens}
+        modes[name] = {
+            "compiled": mode.compiled,
+            "dtype": mode.dtype,
+            "first_call_seconds": first_call,
+            "points": [{"n": p.n, "median_ms": p.median_ms, "min_ms": p.min_ms, "seconds": p.seconds} for p in points],
+            "greedy_tokens": tokens,
+        }
     for name, entry in modes.items():
         entry["equality"] = equality(reference, entry["greedy_tokens"]) if reference is not None else None
     if reference is None:
@@ -157,12 +177,22 @@ def run_cost(config: CostConfig, progress: Callable[[str], None] | None = None) 
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": str(out / f"{config.name}.json"), "markdown": str(out / f"{config.name}.md")}
     command = config.command or "draftverify bench --cost-curve"
-    result = {"name": config.name, "date": environment.now(), "command": command,
-              "reproduce": environment.reproduce_command(command), "config": _jsonable_config(config),
-              "machine": environment.machine(), "versions": environment.versions(),
-              "target": str(target), "label": f"{config.zoo} zoo target" if config.zoo else target.name,
-              "context_tokens": int(context.shape[1]), "equality_prompts": len(prompts),
-              "modes": modes, "notes": config.notes, "files": files}
+    result = {
+        "name": config.name,
+        "date": environment.now(),
+        "command": command,
+        "reproduce": environment.reproduce_command(command),
+        "config": _jsonable_config(config),
+        "machine": environment.machine(),
+        "versions": environment.versions(),
+        "target": str(target),
+        "label": f"{config.zoo} zoo target" if config.zoo else target.name,
+        "context_tokens": int(context.shape[1]),
+        "equality_prompts": len(prompts),
+        "modes": modes,
+        "notes": config.notes,
+        "files": files,
+    }
     if config.plots:
         from .cost_report import plot_cost
 
@@ -175,5 +205,7 @@ def run_cost(config: CostConfig, progress: Callable[[str], None] | None = None) 
 
 
 def _jsonable_config(config: CostConfig) -> dict:
-    return {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
-            for k, v in asdict(config).items()}
+    return {
+        k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
+        for k, v in asdict(config).items()
+    }

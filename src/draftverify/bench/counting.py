@@ -5,6 +5,7 @@ few microseconds per forward. It records, per forward, how many input tokens wer
 was before the call; `step_accounting` turns that into drafted / accepted / rejected counts for HF's
 (assisted) generate, whose every target forward verifies a draft (possibly empty) and emits >= 1 token.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """Where and with what a benchmark ran: machine, library versions, git commit, date, command line."""
+
 from __future__ import annotations
 
 import datetime as _dt

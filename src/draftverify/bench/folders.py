@@ -1,5 +1,6 @@
 """Where each bench command writes by default: benchmarks/ holds one folder per kind of measurement, so a reader
 finds the speed tables apart from the cost curves, the batch and serving runs, and the side-by-side choices."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -10,6 +10,7 @@ Writes <out>/<name>.json (every completion) and <name>.md (the table). chrF as i
 "chrF ref" column: the completion, relative to the prompt as given and cut at HumanEval's stop sequences,
 against the canonical solution (sacrebleu's corpus chrF).
 """
+
 from __future__ import annotations
 
 import shlex
@@ -63,8 +64,7 @@ def _chosen(pipe, num_prompts: int, max_new_tokens: int, data_dir) -> list[tuple
     return chosen
 
 
-def _run(pipe, runner: str, form: str, heal: bool, prompts: list, max_new_tokens: int,
-         echo=None) -> HealingRow:
+def _run(pipe, runner: str, form: str, heal: bool, prompts: list, max_new_tokens: int, echo=None) -> HealingRow:
     texts, new_ids, tokens, healed, changed = [], [], 0, 0, 0
     seconds = 0.0
     for i, prompt in enumerate(prompts):
@@ -81,15 +81,36 @@ def _run(pipe, runner: str, form: str, heal: bool, prompts: list, max_new_tokens
             healed += 1
             changed += new_ids[-1][:1] != ids[-1:]  # a longer extension replaced the removed token
     score = chrf([truncate_at_stops(t, p.stops) for t, p in zip(texts, prompts)], [p.reference for p in prompts])
-    return HealingRow(form=form, heal=heal, runner=runner, prompts=len(prompts), healed_prompts=healed,
-                      first_token_changed=changed if heal else None, new_tokens=tokens, seconds=seconds, chrf_reference=score,
-                      equal_to_baseline=None, texts=texts, new_ids=new_ids)
+    return HealingRow(
+        form=form,
+        heal=heal,
+        runner=runner,
+        prompts=len(prompts),
+        healed_prompts=healed,
+        first_token_changed=changed if heal else None,
+        new_tokens=tokens,
+        seconds=seconds,
+        chrf_reference=score,
+        equal_to_baseline=None,
+        texts=texts,
+        new_ids=new_ids,
+    )
 
 
-def run_healing(zoo: str | None = "code", target: str | None = None, draft: str | None = None,
-                methods: tuple[str, ...] = (), num_prompts: int = 8, max_new_tokens: int = 128,
-                data_dir: str | Path | None = None, threads: int | None = None, out: str | Path = METHODS,
-                name: str = "healing-humaneval", command: str | None = None, echo=None) -> dict:
+def run_healing(
+    zoo: str | None = "code",
+    target: str | None = None,
+    draft: str | None = None,
+    methods: tuple[str, ...] = (),
+    num_prompts: int = 8,
+    max_new_tokens: int = 128,
+    data_dir: str | Path | None = None,
+    threads: int | None = None,
+    out: str | Path = METHODS,
+    name: str = "healing-humaneval",
+    command: str | None = None,
+    echo=None,
+) -> dict:
     """Run the table (see the module) and write <out>/<name>.json and .md; returns the result dict."""
     import torch
 
@@ -131,12 +152,21 @@ def run_healing(zoo: str | None = "code", target: str | None = None, draft: str 
             row.equal_to_baseline = sum(a == b for a, b in zip(row.new_ids, same.new_ids))
     command = command or shlex.join(sys.argv)
     result = {
-        "name": name, "date": environment.now(), "command": command,
+        "name": name,
+        "date": environment.now(),
+        "command": command,
         "reproduce": environment.reproduce_command(command),
-        "machine": environment.machine(), "versions": environment.versions(),
-        "config": {"zoo": zoo, "target": str(target) if target else None, "draft": str(draft) if draft else None,
-                   "methods": list(methods), "num_prompts": num_prompts, "max_new_tokens": max_new_tokens,
-                   "threads": torch.get_num_threads()},
+        "machine": environment.machine(),
+        "versions": environment.versions(),
+        "config": {
+            "zoo": zoo,
+            "target": str(target) if target else None,
+            "draft": str(draft) if draft else None,
+            "methods": list(methods),
+            "num_prompts": num_prompts,
+            "max_new_tokens": max_new_tokens,
+            "threads": torch.get_num_threads(),
+        },
         "prompts": [p.id for _, p in chosen],
         "rows": [asdict(r) for r in rows],
     }
@@ -155,49 +185,55 @@ def _f(value, digits: int = 1) -> str:
 
 def table(rows: list[dict]) -> str:
     """The markdown table (also what docs/usage.md copies)."""
-    lines = ["| prompt form | healing | runner | prompts healed | first token changed | chrF ref | "
-             "= autoregressive (same form, healing) | new tokens |",
-             "|---|---|---|---:|---:|---:|---|---:|"]
+    lines = [
+        "| prompt form | healing | runner | prompts healed | first token changed | chrF ref | "
+        "= autoregressive (same form, healing) | new tokens |",
+        "|---|---|---|---:|---:|---:|---|---:|",
+    ]
     for r in rows:
         equal = "-" if r["equal_to_baseline"] is None else f"{r['equal_to_baseline']}/{r['prompts']}"
         changed = "-" if r["first_token_changed"] is None else f"{r['first_token_changed']}/{r['prompts']}"
-        lines.append(f"| {r['form']} | {'on' if r['heal'] else 'off'} | `{r['runner']}` | "
-                     f"{r['healed_prompts']}/{r['prompts']} | {changed} | {_f(r['chrf_reference'])} | {equal} | "
-                     f"{r['new_tokens']} |")
+        lines.append(
+            f"| {r['form']} | {'on' if r['heal'] else 'off'} | `{r['runner']}` | "
+            f"{r['healed_prompts']}/{r['prompts']} | {changed} | {_f(r['chrf_reference'])} | {equal} | "
+            f"{r['new_tokens']} |"
+        )
     return "\n".join(lines)
 
 
 def render_markdown(result: dict) -> str:
     cfg, machine, versions = result["config"], result["machine"], result["versions"]
     load_avg = machine.get("load_average") or [0.0]
-    return "\n".join([
-        "# Token healing: HumanEval, prompts trimmed vs as published",
-        "",
-        f"{len(result['prompts'])} prompts ({result['prompts'][0]} ...), up to {cfg['max_new_tokens']} new tokens, "
-        f"greedy. {result['date']}; {machine['cpu_model']} ({machine['usable_cores']} cores, torch threads "
-        f"{cfg['threads']}, load average {load_avg[0]:.1f}); python {versions['python']}, torch {versions['torch']}, "
-        f"transformers {versions['transformers']}, draftverify {versions['draftverify']}, commit "
-        f"{(versions.get('git_commit') or 'unknown')[:12]}.",
-        "",
-        "Reproduce (from the repository root):",
-        "",
-        "```bash",
-        result["reproduce"],
-        "```",
-        "",
-        "How to read: **trimmed** prompts end where HumanEval's docstring ends (their final newline removed: what "
-        "`draftverify bench` feeds every runner, so HF generate and llama.cpp, which do not heal, stay comparable); "
-        "**published** prompts end in a bare \"\\n\", a state the byte-level BPE (which merges \"\\n\" with the next "
-        "line's indentation) never produces in training text. **healing on**: the prompt is backed up over its last "
-        "token and the first new token must start with that token's text (healing.py); the completion is scored "
-        "relative to the prompt as given. **prompts healed**: prompts whose last token had longer extensions "
-        "(else healing is a no-op). **first token changed**: healed prompts whose first new token is a longer "
-        "extension, not the removed token itself (healing changed the tokenization at the boundary). **chrF ref**: corpus chrF of the completions (cut at HumanEval's stop "
-        "sequences) against the canonical solutions, as the main bench's column of that name. "
-        "**= autoregressive**: prompts whose tokens equal `autoregressive`'s under the same prompt form and "
-        "healing (a lossless method must match on all: healed vs healed). Healing costs one prompt token less "
-        "and one masked logit row; the JSON holds each row's seconds (on a shared machine: not a speed claim).",
-        "",
-        table(result["rows"]),
-        "",
-    ])
+    return "\n".join(
+        [
+            "# Token healing: HumanEval, prompts trimmed vs as published",
+            "",
+            f"{len(result['prompts'])} prompts ({result['prompts'][0]} ...), up to {cfg['max_new_tokens']} new tokens, "
+            f"greedy. {result['date']}; {machine['cpu_model']} ({machine['usable_cores']} cores, torch threads "
+            f"{cfg['threads']}, load average {load_avg[0]:.1f}); python {versions['python']}, torch {versions['torch']}, "
+            f"transformers {versions['transformers']}, draftverify {versions['draftverify']}, commit "
+            f"{(versions.get('git_commit') or 'unknown')[:12]}.",
+            "",
+            "Reproduce (from the repository root):",
+            "",
+            "```bash",
+            result["reproduce"],
+            "```",
+            "",
+            "How to read: **trimmed** prompts end where HumanEval's docstring ends (their final newline removed: what "
+            "`draftverify bench` feeds every runner, so HF generate and llama.cpp, which do not heal, stay comparable); "
+            '**published** prompts end in a bare "\\n", a state the byte-level BPE (which merges "\\n" with the next '
+            "line's indentation) never produces in training text. **healing on**: the prompt is backed up over its last "
+            "token and the first new token must start with that token's text (healing.py); the completion is scored "
+            "relative to the prompt as given. **prompts healed**: prompts whose last token had longer extensions "
+            "(else healing is a no-op). **first token changed**: healed prompts whose first new token is a longer "
+            "extension, not the removed token itself (healing changed the tokenization at the boundary). **chrF ref**: corpus chrF of the completions (cut at HumanEval's stop "
+            "sequences) against the canonical solutions, as the main bench's column of that name. "
+            "**= autoregressive**: prompts whose tokens equal `autoregressive`'s under the same prompt form and "
+            "healing (a lossless method must match on all: healed vs healed). Healing costs one prompt token less "
+            "and one masked logit row; the JSON holds each row's seconds (on a shared machine: not a speed claim).",
+            "",
+            table(result["rows"]),
+            "",
+        ]
+    )

@@ -5,6 +5,7 @@ Greedy only: llama.cpp samples with its own random generator, so its sampled tex
 and its greedy text is compared with Hugging Face's in the "= baseline" column. Its rows are not marked lossless:
 llama.cpp computes with its own kernels, so a near-tie may flip a token without any fault in the method.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -61,16 +62,24 @@ class LlamaCppRunner(Runner):
         self.counter.take()
         new_ids: list[int] = []
         started = perf_counter()
-        for token in self.llm.generate(input_ids[0].tolist(), temp=0.0, top_k=1, top_p=1.0, min_p=0.0,
-                                       repeat_penalty=1.0, reset=True):
+        for token in self.llm.generate(
+            input_ids[0].tolist(), temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True
+        ):
             new_ids.append(int(token))
             if len(new_ids) == max_new_tokens or token == self.eos_token_id:
                 break
         seconds = perf_counter() - started
         calls = self.counter.take()
         # every llama.cpp evaluation emits >= 1 token (the prompt's emits the first), like HF's forwards
-        return Measurement(new_ids=new_ids, seconds=seconds, target_calls=len(calls), draft_calls=0,
-                           drafted=sum(n - 1 for n in calls[1:]), accepted=0, rejections=0)
+        return Measurement(
+            new_ids=new_ids,
+            seconds=seconds,
+            target_calls=len(calls),
+            draft_calls=0,
+            drafted=sum(n - 1 for n in calls[1:]),
+            accepted=0,
+            rejections=0,
+        )
 
 
 def installed() -> bool:
@@ -96,8 +105,13 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
     threads = config.threads or torch.get_num_threads()
     n_ctx = models.context_limit or 4096
     common = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, flash_attn=FLASH_ATTENTION, verbose=False)
-    shared = dict(family="llamacpp", greedy_only=True, lossless=False, eos_token_id=models.eos_token_id,
-                  settings={"gguf": outtype, "threads": threads})
+    shared = dict(
+        family="llamacpp",
+        greedy_only=True,
+        lossless=False,
+        eos_token_id=models.eos_token_id,
+        settings={"gguf": outtype, "threads": threads},
+    )
     runners: list[Runner] = []
     if "llamacpp" in families:
         plain = Llama(model_path=str(gguf), **common)
@@ -107,18 +121,35 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
         # one model for every lookup row: with a draft model llama-cpp-python keeps the logits of every position.
         # Each fixed gamma with our drafter's longest match, and llama-cpp-python's own defaults as they ship
         # (LlamaPromptLookupDecoding(): 2-gram matches, 10 tokens), as the hf_assisted rows keep transformers'
-        lookups = [(f"g={g}", g, LlamaPromptLookupDecoding(max_ngram_size=PROMPT_LOOKUP_NGRAM, num_pred_tokens=g))
-                   for g in fixed] + [("default", "default", LlamaPromptLookupDecoding())]
+        lookups = [
+            (f"g={g}", g, LlamaPromptLookupDecoding(max_ngram_size=PROMPT_LOOKUP_NGRAM, num_pred_tokens=g))
+            for g in fixed
+        ] + [("default", "default", LlamaPromptLookupDecoding())]
         lookup_llm = Llama(model_path=str(gguf), draft_model=lookups[0][2], **common)
         counter = EvalCounter(lookup_llm)
         for label, gamma, lookup in lookups:
-            runners.append(LlamaCppRunner(
-                f"llamacpp_prompt_lookup[{label}]", gamma=gamma, llm=lookup_llm, counter=counter, lookup=lookup,
-                **{**shared, "family": "llamacpp_prompt_lookup",
-                   "settings": {**shared["settings"], "max_ngram_size": lookup.max_ngram_size,
-                                "num_pred_tokens": lookup.num_pred_tokens}}))
-    notes = [f"llama.cpp rows: the target converted to GGUF ({outtype}, {gguf}) with {source / 'convert_hf_to_gguf.py'}; "
-             "greedy only, compared with hf_generate token for token"]
+            runners.append(
+                LlamaCppRunner(
+                    f"llamacpp_prompt_lookup[{label}]",
+                    gamma=gamma,
+                    llm=lookup_llm,
+                    counter=counter,
+                    lookup=lookup,
+                    **{
+                        **shared,
+                        "family": "llamacpp_prompt_lookup",
+                        "settings": {
+                            **shared["settings"],
+                            "max_ngram_size": lookup.max_ngram_size,
+                            "num_pred_tokens": lookup.num_pred_tokens,
+                        },
+                    },
+                )
+            )
+    notes = [
+        f"llama.cpp rows: the target converted to GGUF ({outtype}, {gguf}) with {source / 'convert_hf_to_gguf.py'}; "
+        "greedy only, compared with hf_generate token for token"
+    ]
     if "llamacpp_draft" in families and fixed:
         if not models.paths.get("draft"):
             notes.append("llamacpp_draft skipped: no draft model")
@@ -135,12 +166,24 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
         draft_llm = Llama(model_path=str(gguf), draft_model=first, **common)
         counter = EvalCounter(draft_llm)
         for g in fixed:
-            runners.append(LlamaCppRunner(
-                f"llamacpp_draft[g={g}]", gamma=g, llm=draft_llm, counter=counter,
-                lookup=first if g == fixed[0] else GGUFDraftModel(draft_model, g, threads),
-                **{**shared, "family": "llamacpp_draft", "settings": {**shared["settings"], "draft": draft_gguf.name}}))
-        notes.append("llamacpp_draft rows: llama-cpp-python's own speculative decoding (Llama(draft_model=...)) with "
-                     "the draft model's GGUF drafting g greedy tokens on a llama.cpp context of its own")
+            runners.append(
+                LlamaCppRunner(
+                    f"llamacpp_draft[g={g}]",
+                    gamma=g,
+                    llm=draft_llm,
+                    counter=counter,
+                    lookup=first if g == fixed[0] else GGUFDraftModel(draft_model, g, threads),
+                    **{
+                        **shared,
+                        "family": "llamacpp_draft",
+                        "settings": {**shared["settings"], "draft": draft_gguf.name},
+                    },
+                )
+            )
+        notes.append(
+            "llamacpp_draft rows: llama-cpp-python's own speculative decoding (Llama(draft_model=...)) with "
+            "the draft model's GGUF drafting g greedy tokens on a llama.cpp context of its own"
+        )
     return runners, notes
 
 
@@ -162,7 +205,7 @@ def GGUFDraftModel(model, num_pred_tokens: int, threads: int):
             if not ids:
                 return np.array([], dtype=np.intc)
             if len(self.seen) < len(ids) and ids[: len(self.seen)] == self.seen:
-                pending = ids[len(self.seen):]
+                pending = ids[len(self.seen) :]
             else:  # another text (a new prompt, or a rejection before what it has seen): start again
                 self.lm.check_fits(len(ids) + num_pred_tokens)
                 self.lm.start(torch.tensor([ids]))

@@ -8,6 +8,7 @@ report next to the JSON (its tables go into docs/serving.md through `draftverify
 Only loopback addresses are accepted (127.0.0.0/8, localhost, ::1), the request count and the duration are
 capped, and the run stops by itself.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,10 +26,14 @@ import httpx
 
 from ..errors import DraftVerifyError
 
-PROMPTS = ["def quicksort(xs):\n    ", "import os\nimport sys\n\n\ndef main():\n",
-           "class Stack:\n    def __init__(self):",
-           "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", "for i in range(10):\n    ",
-           "def read_json(path):\n    with open(path) as f:\n"]
+PROMPTS = [
+    "def quicksort(xs):\n    ",
+    "import os\nimport sys\n\n\ndef main():\n",
+    "class Stack:\n    def __init__(self):",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
+    "for i in range(10):\n    ",
+    "def read_json(path):\n    with open(path) as f:\n",
+]
 MAX_REQUESTS = 100_000
 MAX_DURATION = 3600.0
 
@@ -42,8 +47,9 @@ def check_loopback(url: str) -> None:
             return
     except ValueError:
         pass
-    raise DraftVerifyError(f"refusing {url!r}: the load test only targets loopback addresses (127.0.0.0/8, "
-                           "localhost, ::1)")
+    raise DraftVerifyError(
+        f"refusing {url!r}: the load test only targets loopback addresses (127.0.0.0/8, localhost, ::1)"
+    )
 
 
 def rss_mib(pid: int | None) -> float | None:
@@ -77,11 +83,24 @@ def settings(index: int, mixed: bool) -> dict:
     return {**SAMPLED, "seed": (index // 2) % SEEDS}
 
 
-async def one_request(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int,
-                      api_key: str | None, sampling: dict | None = None) -> dict:
+async def one_request(
+    client: httpx.AsyncClient,
+    url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    api_key: str | None,
+    sampling: dict | None = None,
+) -> dict:
     sampling = sampling if sampling is not None else {"temperature": 0}
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
-            "stream_options": {"include_usage": True}, **sampling}
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **sampling,
+    }
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     started = time.perf_counter()
     first = None
@@ -106,8 +125,14 @@ async def one_request(client: httpx.AsyncClient, url: str, model: str, prompt: s
                     tokens = chunk["usage"]["completion_tokens"]
     except httpx.HTTPError as err:
         return {"ok": False, "status": type(err).__name__, "seconds": time.perf_counter() - started}
-    return {"ok": True, "seconds": time.perf_counter() - started, "ttft": first, "tokens": tokens,
-            "text": "".join(text), "key": [prompt, json.dumps(sampling, sort_keys=True)]}
+    return {
+        "ok": True,
+        "seconds": time.perf_counter() - started,
+        "ttft": first,
+        "tokens": tokens,
+        "text": "".join(text),
+        "key": [prompt, json.dumps(sampling, sort_keys=True)],
+    }
 
 
 async def references(url: str, model: str, max_tokens: int, api_key: str | None, mixed: bool) -> dict:
@@ -134,9 +159,18 @@ def agreement(results: list[dict], refs: dict) -> dict:
     return {f"{kind}_equal_single": f"{same}/{total}" for kind, (same, total) in counts.items() if total}
 
 
-async def run(url: str, model: str, clients: int, requests: int, duration: float, max_tokens: int,
-              api_key: str | None, pid: int | None = None, rss_every: int = 0,
-              mixed: bool = False) -> tuple[list[dict], float, list[dict]]:
+async def run(
+    url: str,
+    model: str,
+    clients: int,
+    requests: int,
+    duration: float,
+    max_tokens: int,
+    api_key: str | None,
+    pid: int | None = None,
+    rss_every: int = 0,
+    mixed: bool = False,
+) -> tuple[list[dict], float, list[dict]]:
     """Returns the requests' results, the wall time, and the server's RSS every rss_every completed requests
     (with pid; from 0 completed, and at the end)."""
     results: list[dict] = []
@@ -148,8 +182,9 @@ async def run(url: str, model: str, clients: int, requests: int, duration: float
     def sample() -> None:
         rss = rss_mib(pid)
         if rss is not None:
-            samples.append({"requests": len(results), "seconds": round(time.perf_counter() - started, 2),
-                            "rss_mib": round(rss, 1)})
+            samples.append(
+                {"requests": len(results), "seconds": round(time.perf_counter() - started, 2), "rss_mib": round(rss, 1)}
+            )
 
     async def client_loop(index: int, client: httpx.AsyncClient) -> None:
         nonlocal issued
@@ -179,8 +214,11 @@ def rss_growth(samples: list[dict], warm: int) -> dict:
     first, last = samples[0], samples[-1]
     warmed = next((x for x in samples if x["requests"] >= warm), None)
     after = None if warmed is None or warmed is last else round(last["rss_mib"] - warmed["rss_mib"], 1)
-    return {"rss_growth_mib": round(last["rss_mib"] - first["rss_mib"], 1), "rss_warm_sample": warmed,
-            "rss_growth_after_warmup_mib": after}
+    return {
+        "rss_growth_mib": round(last["rss_mib"] - first["rss_mib"], 1),
+        "rss_warm_sample": warmed,
+        "rss_growth_after_warmup_mib": after,
+    }
 
 
 def sparkline(values: list[float]) -> str:
@@ -191,6 +229,7 @@ def sparkline(values: list[float]) -> str:
 
 def markdown(report: dict) -> str:
     """The report as markdown: a summary table and the RSS series (table and sparkline)."""
+
     def ms(seconds):
         return "" if seconds is None else f"{seconds * 1000:.0f}"
 
@@ -200,33 +239,51 @@ def markdown(report: dict) -> str:
     errors = ", ".join(f"{k}: {v}" for k, v in report["errors"].items()) or "none"
     samples = report["rss_samples"]
     warm = report["rss_warm_sample"]
-    kind = ("greedy and seeded sampling (temperature 0.8, top-p 0.95) alternating" if report.get("mixed")
-            else "greedy")
+    kind = "greedy and seeded sampling (temperature 0.8, top-p 0.95) alternating" if report.get("mixed") else "greedy"
     title = f"# Load test ({report['clients']} streaming clients, {report['max_tokens']} tokens per request, {kind})"
-    lines = [title, "",
-             f"Command: `{report['command']}`", "", "## Summary", "",
-             "| requests | answered | errors | tokens/s | requests/s | latency p50 / p99 ms | first token p50 / p99 ms "
-             "| RSS first -> last sample MiB | growth MiB | growth after warm-up MiB |",
-             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
-             f"| {report['requests']} | {report['ok']} | {errors} | {report['tokens_per_second']} | "
-             f"{report['requests_per_second']} | {ms(report['latency_p50_s'])} / {ms(report['latency_p99_s'])} | "
-             f"{ms(report['ttft_p50_s'])} / {ms(report['ttft_p99_s'])} | "
-             + (f"{samples[0]['rss_mib']:.1f} -> {samples[-1]['rss_mib']:.1f}" if samples else "")
-             + f" | {mib(report['rss_growth_mib'])} | {mib(report['rss_growth_after_warmup_mib'])} |", ""]
+    lines = [
+        title,
+        "",
+        f"Command: `{report['command']}`",
+        "",
+        "## Summary",
+        "",
+        "| requests | answered | errors | tokens/s | requests/s | latency p50 / p99 ms | first token p50 / p99 ms "
+        "| RSS first -> last sample MiB | growth MiB | growth after warm-up MiB |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {report['requests']} | {report['ok']} | {errors} | {report['tokens_per_second']} | "
+        f"{report['requests_per_second']} | {ms(report['latency_p50_s'])} / {ms(report['latency_p99_s'])} | "
+        f"{ms(report['ttft_p50_s'])} / {ms(report['ttft_p99_s'])} | "
+        + (f"{samples[0]['rss_mib']:.1f} -> {samples[-1]['rss_mib']:.1f}" if samples else "")
+        + f" | {mib(report['rss_growth_mib'])} | {mib(report['rss_growth_after_warmup_mib'])} |",
+        "",
+    ]
     if report.get("mixed"):
-        lines += ["Every answered request against the same prompt and settings sent alone to the idle server first "
-                  "(each row of a batch must equal its single-request text):", "",
-                  "| greedy equal to single request | seeded sampling equal to single request |", "|---:|---:|",
-                  f"| {report.get('greedy_equal_single', '-')} | {report.get('sampled_equal_single', '-')} |", ""]
+        lines += [
+            "Every answered request against the same prompt and settings sent alone to the idle server first "
+            "(each row of a batch must equal its single-request text):",
+            "",
+            "| greedy equal to single request | seeded sampling equal to single request |",
+            "|---:|---:|",
+            f"| {report.get('greedy_equal_single', '-')} | {report.get('sampled_equal_single', '-')} |",
+            "",
+        ]
     if samples:
-        lines += ["## Resident memory", "",
-                  f"The server's RSS every {report['rss_every']} completed requests; growth after warm-up is the last "
-                  f"sample minus the first at or after {report['rss_warm']} requests"
-                  + (f" ({warm['requests']} requests, {warm['rss_mib']:.1f} MiB)." if warm
-                     else " (the run ended before it)."),
-                  "", f"`{sparkline([x['rss_mib'] for x in samples])}` {samples[0]['rss_mib']:.1f} -> "
-                  f"{samples[-1]['rss_mib']:.1f} MiB", "",
-                  "| requests completed | seconds | RSS MiB | vs warm-up sample MiB |", "|---:|---:|---:|---:|"]
+        lines += [
+            "## Resident memory",
+            "",
+            f"The server's RSS every {report['rss_every']} completed requests; growth after warm-up is the last "
+            f"sample minus the first at or after {report['rss_warm']} requests"
+            + (
+                f" ({warm['requests']} requests, {warm['rss_mib']:.1f} MiB)." if warm else " (the run ended before it)."
+            ),
+            "",
+            f"`{sparkline([x['rss_mib'] for x in samples])}` {samples[0]['rss_mib']:.1f} -> "
+            f"{samples[-1]['rss_mib']:.1f} MiB",
+            "",
+            "| requests completed | seconds | RSS MiB | vs warm-up sample MiB |",
+            "|---:|---:|---:|---:|",
+        ]
         for x in samples:
             warmed = warm is not None and x["requests"] >= warm["requests"]
             versus = f"{x['rss_mib'] - warm['rss_mib']:+.1f}" if warmed else ""
@@ -242,8 +299,19 @@ def free_port() -> int:
 
 def spawn(args: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    command = [sys.executable, "-m", "draftverify.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-               "--log-level", "warning", *shlex.split(args)]
+    command = [
+        sys.executable,
+        "-m",
+        "draftverify.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        *shlex.split(args),
+    ]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
@@ -270,28 +338,50 @@ def summary(results: list[dict], wall: float, samples: list[dict], warm: int, cl
             errors[str(r["status"])] = errors.get(str(r["status"]), 0) + 1
     tokens = sum(r.get("tokens", 0) for r in ok)
     return {
-        "clients": clients, "requests": len(results), "ok": len(ok), "errors": errors, "wall_seconds": round(wall, 3),
+        "clients": clients,
+        "requests": len(results),
+        "ok": len(ok),
+        "errors": errors,
+        "wall_seconds": round(wall, 3),
         "requests_per_second": round(len(ok) / wall, 3) if wall else None,
-        "tokens": tokens, "tokens_per_second": round(tokens / wall, 2) if wall else None,
-        "latency_p50_s": percentile(latencies, 50), "latency_p99_s": percentile(latencies, 99),
-        "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
+        "tokens": tokens,
+        "tokens_per_second": round(tokens / wall, 2) if wall else None,
+        "latency_p50_s": percentile(latencies, 50),
+        "latency_p99_s": percentile(latencies, 99),
+        "ttft_p50_s": percentile(ttfts, 50),
+        "ttft_p99_s": percentile(ttfts, 99),
         "rss_before_mib": samples[0]["rss_mib"] if samples else None,
-        "rss_after_mib": samples[-1]["rss_mib"] if samples else None, **rss_growth(samples, warm),
+        "rss_after_mib": samples[-1]["rss_mib"] if samples else None,
+        **rss_growth(samples, warm),
         "rss_samples": samples,
     }
 
 
-def run_load_test(url: str | None = None, spawn_args: str | None = None, model: str | None = None,
-                  pid: int | None = None, api_key: str | None = None, clients: int = 8, requests: int = 1000,
-                  duration: float = 300.0, max_tokens: int = 64, warmup: int = 4, rss_every: int = 100,
-                  rss_warm: int = 200, mixed: bool = False, out: Path | None = None, command: str = "") -> dict:
+def run_load_test(
+    url: str | None = None,
+    spawn_args: str | None = None,
+    model: str | None = None,
+    pid: int | None = None,
+    api_key: str | None = None,
+    clients: int = 8,
+    requests: int = 1000,
+    duration: float = 300.0,
+    max_tokens: int = 64,
+    warmup: int = 4,
+    rss_every: int = 100,
+    rss_warm: int = 200,
+    mixed: bool = False,
+    out: Path | None = None,
+    command: str = "",
+) -> dict:
     """Run the load test (against url, or a server started with spawn_args); the report, with "passed": every
     request answered and, with mixed, every answer equal to its request sent alone."""
     if (url is None) == (spawn_args is None):
         raise DraftVerifyError("give exactly one of --url and --spawn")
     if not 1 <= clients <= 256 or not 1 <= requests <= MAX_REQUESTS or not 0 < duration <= MAX_DURATION:
-        raise DraftVerifyError(f"--clients 1..256, --requests 1..{MAX_REQUESTS}, --duration (0, {MAX_DURATION:.0f}] "
-                               "seconds")
+        raise DraftVerifyError(
+            f"--clients 1..256, --requests 1..{MAX_REQUESTS}, --duration (0, {MAX_DURATION:.0f}] seconds"
+        )
     if rss_every < 1 or rss_warm < 0:
         raise DraftVerifyError("--rss-every must be >= 1 and --rss-warm >= 0")
     proc = None
@@ -306,8 +396,9 @@ def run_load_test(url: str | None = None, spawn_args: str | None = None, model: 
         if warmup:
             asyncio.run(run(url, model, min(clients, warmup), warmup, duration, max_tokens, api_key))
         refs = asyncio.run(references(url, model, max_tokens, api_key, mixed))
-        results, wall, samples = asyncio.run(run(url, model, clients, requests, duration, max_tokens, api_key, pid,
-                                                 rss_every, mixed))
+        results, wall, samples = asyncio.run(
+            run(url, model, clients, requests, duration, max_tokens, api_key, pid, rss_every, mixed)
+        )
     finally:
         if proc is not None:
             proc.terminate()
@@ -315,9 +406,17 @@ def run_load_test(url: str | None = None, spawn_args: str | None = None, model: 
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    report = {"command": command, "url": url, "model": model, "max_tokens": max_tokens, "rss_every": rss_every,
-              "rss_warm": rss_warm, "mixed": mixed, **agreement(results, refs),
-              **summary(results, wall, samples, rss_warm, clients)}
+    report = {
+        "command": command,
+        "url": url,
+        "model": model,
+        "max_tokens": max_tokens,
+        "rss_every": rss_every,
+        "rss_warm": rss_warm,
+        "mixed": mixed,
+        **agreement(results, refs),
+        **summary(results, wall, samples, rss_warm, clients),
+    }
     text = json.dumps(report, indent=1)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 """Load the benchmark's models once: target, draft, aligned draft, tokenizer; and the declared drafter options with
 the zoo's files (n-gram table, heads, adapter, ...) filled in."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -110,7 +111,9 @@ def method_options(config: BenchConfig) -> tuple[dict[str, Any], list[str]]:
     for name, (_, f) in all_fields().items():
         opt = declaration(f)
         if opt is not None and opt.zoo is not None and values.get(name) is None:
-            notes.append(f"no {opt.what} (pass {opt.flag} or a zoo that has one): skipped {', '.join(methods_reading(name))}")
+            notes.append(
+                f"no {opt.what} (pass {opt.flag} or a zoo that has one): skipped {', '.join(methods_reading(name))}"
+            )
     return values, notes
 
 
@@ -127,13 +130,15 @@ def load_models(config: BenchConfig) -> BenchModels:
         models.draft_tokenizer = draft_tokenizer_for(paths["draft"], models.draft, tokenizer, target)
     if paths["aligned_draft"] is not None:
         models.aligned_draft = load_model(paths["aligned_draft"], config.dtype, role="aligned draft")
-        models.aligned_draft_tokenizer = draft_tokenizer_for(paths["aligned_draft"], models.aligned_draft, tokenizer,
-                                                             target)
+        models.aligned_draft_tokenizer = draft_tokenizer_for(
+            paths["aligned_draft"], models.aligned_draft, tokenizer, target
+        )
     for role, families in (("draft", "hf_assisted, model, bild"), ("aligned_draft", "model_aligned")):
         if paths[role] is None:
             option = "--" + role.replace("_", "-")
-            models.notes.append(f"no {role.replace('_', ' ')} (pass {option} or a zoo that has one): "
-                                f"skipped {families}")
+            models.notes.append(
+                f"no {role.replace('_', ' ')} (pass {option} or a zoo that has one): skipped {families}"
+            )
     models.options, notes = method_options(config)
     models.notes += notes
     return models

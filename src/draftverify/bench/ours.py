@@ -16,6 +16,7 @@ Rows per method, from those facts:
   they read (a fallback threshold in the drafter, a rollback threshold in the verifier);
 - the method whose drafter is "none" is the `ours_autoregressive` baseline.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -96,8 +97,9 @@ class MethodProbe:
         return False
 
 
-def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
-              drafts: tuple | None = None) -> tuple[list[RowSpec], list[str]]:
+def plan_rows(
+    config: BenchConfig, models: BenchModels, target: CachedLM, drafts: tuple | None = None
+) -> tuple[list[RowSpec], list[str]]:
     """The rows of every drafting method this config wants, and notes on what was skipped and why.
 
     target: the hf backend's CachedLM, or another backend (backends/base.py) with its draft models in `drafts`
@@ -115,11 +117,19 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
         backend = draft_backend if models.draft_tokenizer is None else cached_model
         draft = backend(models.draft, "draft", compile) if models.draft is not None else None
         aligned = backend(models.aligned_draft, "aligned draft", compile) if models.aligned_draft is not None else None
-    base = MethodOptions(draft_model=draft, draft_tokenizer=models.draft_tokenizer, target_tokenizer=models.tokenizer,
-                         compile=compile, **models.options)
+    base = MethodOptions(
+        draft_model=draft,
+        draft_tokenizer=models.draft_tokenizer,
+        target_tokenizer=models.tokenizer,
+        compile=compile,
+        **models.options,
+    )
     total = getattr(models.target.config, "num_hidden_layers", None)
-    layers = config.early_exit_layers if config.early_exit_layers is not None else \
-        default_early_exit_layers(total or 2)[: 1 if config.quick else None]
+    layers = (
+        config.early_exit_layers
+        if config.early_exit_layers is not None
+        else default_early_exit_layers(total or 2)[: 1 if config.quick else None]
+    )
     rows: list[RowSpec] = []
     first_lossless = True
     for name, method in drafting_methods().items():
@@ -160,8 +170,12 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
             if aligned is None:
                 notes.append(f"{name}{ALIGNED_SUFFIX} skipped: no aligned draft model")
             else:
-                drafts.append((name + ALIGNED_SUFFIX, base.replace(draft_model=aligned,
-                                                                   draft_tokenizer=models.aligned_draft_tokenizer)))
+                drafts.append(
+                    (
+                        name + ALIGNED_SUFFIX,
+                        base.replace(draft_model=aligned, draft_tokenizer=models.aligned_draft_tokenizer),
+                    )
+                )
         for family, options in drafts:
             if not config.wants(family):
                 continue
@@ -176,13 +190,27 @@ def plan_rows(config: BenchConfig, models: BenchModels, target: CachedLM,
     return rows, notes
 
 
-def _row(family: str, method: Method, options: MethodOptions, swept: dict, gamma: GammaSpec, lossless: bool,
-         config: BenchConfig) -> RowSpec:
+def _row(
+    family: str,
+    method: Method,
+    options: MethodOptions,
+    swept: dict,
+    gamma: GammaSpec,
+    lossless: bool,
+    config: BenchConfig,
+) -> RowSpec:
     parts = [f"{LABELS[k]}={v:g}" for k, v in swept.items()]
     settings = {SETTING_NAMES[k]: v for k, v in swept.items()}
     if lossless:
         parts.append(f"g={gamma}" if isinstance(gamma, int) else str(gamma))
     else:
         settings["max_draft"] = config.bild_gamma
-    return RowSpec(name=f"{family}[{','.join(parts)}]", family=family, method=method, options=options, gamma=gamma,
-                   lossless=lossless, settings=settings)
+    return RowSpec(
+        name=f"{family}[{','.join(parts)}]",
+        family=family,
+        method=method,
+        options=options,
+        gamma=gamma,
+        lossless=lossless,
+        settings=settings,
+    )

@@ -1,5 +1,6 @@
 """`draftverify bench-overhead`: the decoding loop's own share of wall time per method (everything outside model
 forwards: the verify rule and the loop's bookkeeping), from each generation's own timers."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,24 +14,44 @@ DEFAULT_METHODS = ("autoregressive", "model", "prompt_lookup", "early_exit", "bi
 
 
 def render(result: dict) -> str:
-    lines = ["# Loop overhead", "", f"`{result['command']}`", "",
-             f"{result['date']}; {result['machine']['cpu_model']} ({result['machine']['cores']} cores), "
-             f"{result['threads'] or 'torch default'} thread(s); {result['models']}; {result['new_tokens']} new tokens "
-             "after one 8-token warm-up, greedy.", "",
-             "| method | new tokens | target calls | draft | target forward | verify rule | other | loop overhead |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Loop overhead",
+        "",
+        f"`{result['command']}`",
+        "",
+        f"{result['date']}; {result['machine']['cpu_model']} ({result['machine']['cores']} cores), "
+        f"{result['threads'] or 'torch default'} thread(s); {result['models']}; {result['new_tokens']} new tokens "
+        "after one 8-token warm-up, greedy.",
+        "",
+        "| method | new tokens | target calls | draft | target forward | verify rule | other | loop overhead |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in result["rows"]:
-        lines.append(f"| {r['method']} | {r['new_tokens']} | {r['target_calls']} | {r['draft']:.1f}% | "
-                     f"{r['target']:.1f}% | {r['verify']:.2f}% | {r['other']:.2f}% | **{r['overhead']:.2f}%** |")
-    lines += ["", "Loop overhead = (verify rule + other) / total wall time: the time not spent in model forwards "
-              "(drafter forwards are under 'draft', prefill is counted in the total).", ""]
+        lines.append(
+            f"| {r['method']} | {r['new_tokens']} | {r['target_calls']} | {r['draft']:.1f}% | "
+            f"{r['target']:.1f}% | {r['verify']:.2f}% | {r['other']:.2f}% | **{r['overhead']:.2f}%** |"
+        )
+    lines += [
+        "",
+        "Loop overhead = (verify rule + other) / total wall time: the time not spent in model forwards "
+        "(drafter forwards are under 'draft', prefill is counted in the total).",
+        "",
+    ]
     return "\n".join(lines)
 
 
-def run_overhead(methods: tuple[str, ...] = DEFAULT_METHODS, zoo: str | None = "code", target: str | None = None,
-                 draft: str | None = None, new_tokens: int = 128, threads: int | None = 1,
-                 options: dict[str, Any] | None = None, out: str | Path = COST, name: str = "loop-overhead",
-                 command: str = "") -> dict:
+def run_overhead(
+    methods: tuple[str, ...] = DEFAULT_METHODS,
+    zoo: str | None = "code",
+    target: str | None = None,
+    draft: str | None = None,
+    new_tokens: int = 128,
+    threads: int | None = 1,
+    options: dict[str, Any] | None = None,
+    out: str | Path = COST,
+    name: str = "loop-overhead",
+    command: str = "",
+) -> dict:
     import torch
 
     from ..api import load
@@ -47,12 +68,28 @@ def run_overhead(methods: tuple[str, ...] = DEFAULT_METHODS, zoo: str | None = "
         pipe.generate(PROMPT, max_new_tokens=8)  # warm-up
         s = pipe.generate(PROMPT, max_new_tokens=new_tokens).stats
         t = s.time_total
-        rows.append({"method": method, "new_tokens": s.new_tokens, "target_calls": s.target_calls,
-                     "draft": 100 * s.time_draft / t, "target": 100 * s.time_target / t,
-                     "verify": 100 * s.time_verify / t, "other": 100 * s.time_other / t,
-                     "overhead": 100 * s.loop_overhead_fraction})
-    result = {"name": name, "command": command, "date": environment.now(), "machine": environment.machine(),
-              "threads": threads, "models": target or f"the {zoo} zoo", "new_tokens": new_tokens, "rows": rows}
+        rows.append(
+            {
+                "method": method,
+                "new_tokens": s.new_tokens,
+                "target_calls": s.target_calls,
+                "draft": 100 * s.time_draft / t,
+                "target": 100 * s.time_target / t,
+                "verify": 100 * s.time_verify / t,
+                "other": 100 * s.time_other / t,
+                "overhead": 100 * s.loop_overhead_fraction,
+            }
+        )
+    result = {
+        "name": name,
+        "command": command,
+        "date": environment.now(),
+        "machine": environment.machine(),
+        "threads": threads,
+        "models": target or f"the {zoo} zoo",
+        "new_tokens": new_tokens,
+        "rows": rows,
+    }
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     write_json(result, folder / f"{name}.json")

@@ -1,5 +1,6 @@
 """Other libraries' rows, set up explicitly (each peer has its own knobs): Hugging Face assisted generation and
 prompt lookup, and llama.cpp when llama-cpp-python is installed."""
+
 from __future__ import annotations
 
 from transformers import GenerationConfig
@@ -22,15 +23,39 @@ def hf_assisted_settings(fixed: list[int]) -> list[tuple[str, int | str, dict]]:
     per step, like ours); the heuristic schedule (start 5, +2 after a full accept, -1 otherwise) reset every call,
     like ours; and transformers' shipped assistant defaults (20 tokens, confidence threshold 0.4) as they are."""
     settings: list[tuple[str, int | str, dict]] = [
-        (_gamma_label(g), g, {"num_assistant_tokens": g, "num_assistant_tokens_schedule": "constant",
-                              "assistant_confidence_threshold": 0.0}) for g in fixed]
-    settings.append(("heuristic", "heuristic", {"num_assistant_tokens": 5,
-                                                "num_assistant_tokens_schedule": "heuristic_transient",
-                                                "assistant_confidence_threshold": 0.0}))
-    settings.append(("hf-default", "hf-default", {
-        "num_assistant_tokens": HF_DEFAULT_ASSISTANT.num_assistant_tokens,
-        "num_assistant_tokens_schedule": HF_DEFAULT_ASSISTANT.num_assistant_tokens_schedule,
-        "assistant_confidence_threshold": HF_DEFAULT_ASSISTANT.assistant_confidence_threshold}))
+        (
+            _gamma_label(g),
+            g,
+            {
+                "num_assistant_tokens": g,
+                "num_assistant_tokens_schedule": "constant",
+                "assistant_confidence_threshold": 0.0,
+            },
+        )
+        for g in fixed
+    ]
+    settings.append(
+        (
+            "heuristic",
+            "heuristic",
+            {
+                "num_assistant_tokens": 5,
+                "num_assistant_tokens_schedule": "heuristic_transient",
+                "assistant_confidence_threshold": 0.0,
+            },
+        )
+    )
+    settings.append(
+        (
+            "hf-default",
+            "hf-default",
+            {
+                "num_assistant_tokens": HF_DEFAULT_ASSISTANT.num_assistant_tokens,
+                "num_assistant_tokens_schedule": HF_DEFAULT_ASSISTANT.num_assistant_tokens_schedule,
+                "assistant_confidence_threshold": HF_DEFAULT_ASSISTANT.assistant_confidence_threshold,
+            },
+        )
+    )
     return settings
 
 
@@ -63,24 +88,46 @@ def peer_runners(config: BenchConfig, models: BenchModels, hooks: Hooks) -> tupl
         if models.draft is None:
             notes.append("hf_assisted skipped: no draft model")
         elif universal is None:
-            notes.append("hf_assisted skipped: the draft has its own tokenizer but as many logits as the target, and "
-                         "transformers tells tokenizers apart by vocabulary size (it would refuse assistant_tokenizer)")
+            notes.append(
+                "hf_assisted skipped: the draft has its own tokenizer but as many logits as the target, and "
+                "transformers tells tokenizers apart by vocabulary size (it would refuse assistant_tokenizer)"
+            )
         else:
             greedy_only = bool(universal) and sampling_fails(models)
             if greedy_only and any(t > 0 for t in config.temperatures):
-                notes.append("hf_assisted runs greedy only with this draft: every token of its vocabulary is in the "
-                             "target's, and transformers' sampling path for a draft with its own tokenizer "
-                             "(UniversalSpeculativeDecodingGenerator) then fails (AttributeError: "
-                             "assistant_overlap_token_ids, transformers 5.23)")
+                notes.append(
+                    "hf_assisted runs greedy only with this draft: every token of its vocabulary is in the "
+                    "target's, and transformers' sampling path for a draft with its own tokenizer "
+                    "(UniversalSpeculativeDecodingGenerator) then fails (AttributeError: "
+                    "assistant_overlap_token_ids, transformers 5.23)"
+                )
             for label, g, assistant_settings in hf_assisted_settings(fixed):
-                runners.append(HFRunner(f"hf_assisted[{label}]", "hf_assisted", gamma=g, **hf, assistant=models.draft,
-                                        assistant_settings=assistant_settings, **universal, greedy_only=greedy_only,
-                                        settings={**assistant_settings, **({"universal": True} if universal else {})}))
+                runners.append(
+                    HFRunner(
+                        f"hf_assisted[{label}]",
+                        "hf_assisted",
+                        gamma=g,
+                        **hf,
+                        assistant=models.draft,
+                        assistant_settings=assistant_settings,
+                        **universal,
+                        greedy_only=greedy_only,
+                        settings={**assistant_settings, **({"universal": True} if universal else {})},
+                    )
+                )
     if config.wants("hf_prompt_lookup"):
         ngram = MethodOptions().prompt_lookup_max_ngram  # the same longest match as our prompt_lookup drafter
         for g in fixed:
-            runners.append(HFRunner(f"hf_prompt_lookup[{_gamma_label(g)}]", "hf_prompt_lookup", gamma=g, **hf,
-                                    prompt_lookup=g, max_matching_ngram_size=ngram,
-                                    settings={"max_matching_ngram_size": ngram}))
+            runners.append(
+                HFRunner(
+                    f"hf_prompt_lookup[{_gamma_label(g)}]",
+                    "hf_prompt_lookup",
+                    gamma=g,
+                    **hf,
+                    prompt_lookup=g,
+                    max_matching_ngram_size=ngram,
+                    settings={"max_matching_ngram_size": ngram},
+                )
+            )
     llama, llama_notes = llamacpp_runners(config, models)
     return runners + llama, notes + llama_notes

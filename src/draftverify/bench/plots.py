@@ -1,5 +1,6 @@
 """PNG plots (matplotlib, Agg): speedup per runner, tokens per call vs gamma (ours vs HF), BiLD quality/latency,
 BiTA tokens per call vs its prompt and mask counts."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,11 +10,19 @@ from .report import comparison_rows
 from .summary import BASELINE
 
 COLORS = {
-    "hf_generate": "#000000", "ours_autoregressive": "#888888",
-    "model": "#1f77b4", "hf_assisted": "#1f77b4",
-    "prompt_lookup": "#ff7f0e", "hf_prompt_lookup": "#ff7f0e",
-    "model_aligned": "#2ca02c", "ngram": "#9467bd", "early_exit": "#8c564b", "bild": "#d62728",
-    "llamacpp": "#e377c2", "llamacpp_prompt_lookup": "#ff7f0e", "llamacpp_draft": "#1f77b4",
+    "hf_generate": "#000000",
+    "ours_autoregressive": "#888888",
+    "model": "#1f77b4",
+    "hf_assisted": "#1f77b4",
+    "prompt_lookup": "#ff7f0e",
+    "hf_prompt_lookup": "#ff7f0e",
+    "model_aligned": "#2ca02c",
+    "ngram": "#9467bd",
+    "early_exit": "#8c564b",
+    "bild": "#d62728",
+    "llamacpp": "#e377c2",
+    "llamacpp_prompt_lookup": "#ff7f0e",
+    "llamacpp_draft": "#1f77b4",
 }
 
 
@@ -43,9 +52,13 @@ def plot_speedup(rows: list[dict], path: Path, title: str) -> Path:
     for ax, t in zip(axes[0], temps):
         t_rows = [r for r in rows if r["temperature"] == t and r.get("speedup") is not None]
         names = [r["runner"] for r in t_rows]
-        ax.barh(range(len(t_rows)), [r["speedup"] for r in t_rows],
-                color=[COLORS.get(r["family"], "#17becf") for r in t_rows],
-                hatch=None, edgecolor=["black" if r["kind"] != "ours" else "none" for r in t_rows])
+        ax.barh(
+            range(len(t_rows)),
+            [r["speedup"] for r in t_rows],
+            color=[COLORS.get(r["family"], "#17becf") for r in t_rows],
+            hatch=None,
+            edgecolor=["black" if r["kind"] != "ours" else "none" for r in t_rows],
+        )
         ax.set_yticks(range(len(t_rows)), names, fontsize=7)
         ax.invert_yaxis()
         ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
@@ -83,12 +96,22 @@ def plot_tokens_per_call(rows: list[dict], path: Path, title: str) -> Path:
         for n, (key, pts) in enumerate(curves.items()):
             family = pts[0]["family"]
             hf = family.startswith("hf_")
-            ax.plot([r["gamma"] for r in pts], [r["tokens_per_call"] for r in pts],
-                    linestyle="--" if hf else "-", marker="s" if hf else "o^vD<>"[n % 6], color=COLORS.get(family),
-                    label=key + (" (HF)" if hf else " (ours)"))
+            ax.plot(
+                [r["gamma"] for r in pts],
+                [r["tokens_per_call"] for r in pts],
+                linestyle="--" if hf else "-",
+                marker="s" if hf else "o^vD<>"[n % 6],
+                color=COLORS.get(family),
+                label=key + (" (HF)" if hf else " (ours)"),
+            )
             if family == "model":  # Leviathan eq. 1 at each point's measured alpha
-                ax.plot([r["gamma"] for r in pts], [expected_tokens_per_call(r["alpha"] or 0.0, r["gamma"]) for r in pts],
-                        linestyle=":", color=COLORS["model"], label="model: eq. 1 at measured alpha")
+                ax.plot(
+                    [r["gamma"] for r in pts],
+                    [expected_tokens_per_call(r["alpha"] or 0.0, r["gamma"]) for r in pts],
+                    linestyle=":",
+                    color=COLORS["model"],
+                    label="model: eq. 1 at measured alpha",
+                )
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xlabel("gamma (draft length)")
         ax.set_ylabel("mean tokens per target call")
@@ -107,30 +130,53 @@ def plot_bild(rows: list[dict], path: Path, title: str) -> Path:
     """BiLD Figure 4: quality vs normalised latency (1 / speedup) over the (alpha_FB, alpha_RB) grid."""
     plt = pyplot()
     bild = [r for r in rows if r["family"] == "bild" and r.get("speedup")]
-    metrics = [(k, label) for k, label in (("chrf_reference", "chrF vs reference solution"),
-                                           ("chrf_target_greedy", "chrF vs the target's greedy output"))
-               if any(r[k] is not None for r in rows)]
+    metrics = [
+        (k, label)
+        for k, label in (
+            ("chrf_reference", "chrF vs reference solution"),
+            ("chrf_target_greedy", "chrF vs the target's greedy output"),
+        )
+        if any(r[k] is not None for r in rows)
+    ]
     fig, axes = plt.subplots(1, max(1, len(metrics)), figsize=(6 * max(1, len(metrics)), 4.5), squeeze=False)
     cmap = plt.get_cmap("viridis")
     rbs = sorted({r["settings"]["alpha_rb"] for r in bild})
     for ax, (key, label) in zip(axes[0], metrics):
         for i, rb in enumerate(rbs):
-            pts = sorted((r for r in bild if r["settings"]["alpha_rb"] == rb and r[key] is not None),
-                         key=lambda r: r["settings"]["alpha_fb"])
+            pts = sorted(
+                (r for r in bild if r["settings"]["alpha_rb"] == rb and r[key] is not None),
+                key=lambda r: r["settings"]["alpha_fb"],
+            )
             if not pts:
                 continue
             colour = cmap(i / max(1, len(rbs) - 1))
-            ax.plot([1 / r["speedup"] for r in pts], [r[key] for r in pts], marker="o", color=colour,
-                    label=f"BiLD alpha_RB={rb:g}")
+            ax.plot(
+                [1 / r["speedup"] for r in pts],
+                [r[key] for r in pts],
+                marker="o",
+                color=colour,
+                label=f"BiLD alpha_RB={rb:g}",
+            )
             for r in pts:
-                ax.annotate(f"{r['settings']['alpha_fb']:g}", (1 / r["speedup"], r[key]), fontsize=6,
-                            textcoords="offset points", xytext=(3, 3))
+                ax.annotate(
+                    f"{r['settings']['alpha_fb']:g}",
+                    (1 / r["speedup"], r[key]),
+                    fontsize=6,
+                    textcoords="offset points",
+                    xytext=(3, 3),
+                )
         for r in comparison_rows(rows):
             if r[key] is None or not r.get("speedup"):
                 continue
             marker = "x" if r["temperature"] == 0 else "^"
-            ax.scatter([1 / r["speedup"]], [r[key]], marker=marker, color=COLORS.get(r["family"], "#17becf"),
-                       zorder=3, label=f"{r['runner']} ({_t_label(r['temperature'])})")
+            ax.scatter(
+                [1 / r["speedup"]],
+                [r[key]],
+                marker=marker,
+                color=COLORS.get(r["family"], "#17becf"),
+                zorder=3,
+                label=f"{r['runner']} ({_t_label(r['temperature'])})",
+            )
         ax.axvline(1.0, color="grey", linewidth=0.6, linestyle="--")
         ax.set_xlabel("normalised latency (1 / speedup; target alone = 1)")
         ax.set_ylabel(label)
@@ -147,9 +193,14 @@ def plot_bita_counts(rows: list[dict], path: Path, title: str) -> Path:
     """BiTA Figures 8-9: tokens per target call against P (prompt-count rows) and M (mask-count rows) of bita-report,
     the mean verify width on a second axis (what the extra tokens per call cost in positions scored)."""
     plt = pyplot()
-    panels = [(t, key, label) for t, key, label in (("prompt-count", "num_prompts", "prompt tokens P"),
-                                                    ("mask-count", "num_masks", "mask tokens M"))
-              if any(r["table"] == t for r in rows)]
+    panels = [
+        (t, key, label)
+        for t, key, label in (
+            ("prompt-count", "num_prompts", "prompt tokens P"),
+            ("mask-count", "num_masks", "mask tokens M"),
+        )
+        if any(r["table"] == t for r in rows)
+    ]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
     for ax, (table, key, label) in zip(axes[0], panels):
         pts = sorted((r for r in rows if r["table"] == table), key=lambda r: r[key])

@@ -1,5 +1,6 @@
 """Prompt sets: HumanEval (`prompt`, reference `canonical_solution`), Spec-Bench (first turn, by category) and
 Multi30k English-German (source sentence, reference translation; not shipped: its terms are research-only)."""
+
 from __future__ import annotations
 
 import gzip
@@ -75,8 +76,14 @@ def load_humaneval(data_dir: Path, published: bool = False) -> list[Prompt]:
         # heal, so the exactness rows stay comparable. `humaneval:published` keeps the prompts as users write
         # them, for token healing (healing.py, `draftverify bench-healing`) to handle.
         text = row["prompt"] if published else row["prompt"].rstrip("\n")
-        out.append(Prompt(id=str(row.get("task_id", f"HumanEval/{i}")), text=text,
-                          reference=row.get("canonical_solution"), stops=HUMANEVAL_STOPS))
+        out.append(
+            Prompt(
+                id=str(row.get("task_id", f"HumanEval/{i}")),
+                text=text,
+                reference=row.get("canonical_solution"),
+                stops=HUMANEVAL_STOPS,
+            )
+        )
     return out
 
 
@@ -86,8 +93,9 @@ def load_spec_bench(data_dir: Path, category: str | None) -> list[Prompt]:
     available = sorted({str(r.get("category")) for r in rows})
     wanted = None if category is None else set(MT_BENCH_CATEGORIES) if category == "mt_bench" else {category}
     if wanted is not None and not wanted & set(available):
-        raise DraftVerifyError(f"Spec-Bench has no category {category!r}; choose one of: "
-                               f"{', '.join(['mt_bench'] + available)}")
+        raise DraftVerifyError(
+            f"Spec-Bench has no category {category!r}; choose one of: {', '.join(['mt_bench'] + available)}"
+        )
     out = []
     for i, row in enumerate(rows):
         if wanted is not None and row.get("category") not in wanted:
@@ -96,9 +104,14 @@ def load_spec_bench(data_dir: Path, category: str | None) -> list[Prompt]:
         if not turns or not isinstance(turns[0], str):
             raise DraftVerifyError(f"{path}: record {i} has no first turn")
         reference = row.get("reference")
-        reference = reference[0] if isinstance(reference, list) and reference and isinstance(reference[0], str) else None
-        out.append(Prompt(id=f"spec_bench/{row.get('question_id', i)}/{row.get('category')}", text=turns[0],
-                          reference=reference))
+        reference = (
+            reference[0] if isinstance(reference, list) and reference and isinstance(reference[0], str) else None
+        )
+        out.append(
+            Prompt(
+                id=f"spec_bench/{row.get('question_id', i)}/{row.get('category')}", text=turns[0], reference=reference
+            )
+        )
     return out
 
 
@@ -108,8 +121,10 @@ def load_multi30k(data_dir: Path, split: str = MULTI30K_TEST) -> list[Prompt]:
     for lang in ("en", "de"):
         path = data_dir / MULTI30K_DIR / f"{split}.{lang}.gz"
         if not path.is_file():
-            raise DraftVerifyError(f"Multi30k {split}.{lang}.gz not found at {path}; pass the folder that holds "
-                                   f"{MULTI30K_DIR}/ with --data-dir DIR (e.g. ../shared/data)")
+            raise DraftVerifyError(
+                f"Multi30k {split}.{lang}.gz not found at {path}; pass the folder that holds "
+                f"{MULTI30K_DIR}/ with --data-dir DIR (e.g. ../shared/data)"
+            )
         with gzip.open(path, "rt", encoding="utf-8") as handle:
             sides.append([line.strip() for line in handle])
     if len(sides[0]) != len(sides[1]):
@@ -129,8 +144,10 @@ def load_prompts(spec: str, data_dir: str | Path | None = None) -> list[Prompt]:
         return load_spec_bench(folder, category or None)
     if name == "multi30k":
         return load_multi30k(folder, category or MULTI30K_TEST)
-    raise DraftVerifyError(f"unknown prompt set {spec!r}; use humaneval, humaneval:published, spec_bench, "
-                           "spec_bench:<category>, multi30k or multi30k:<split>")
+    raise DraftVerifyError(
+        f"unknown prompt set {spec!r}; use humaneval, humaneval:published, spec_bench, "
+        "spec_bench:<category>, multi30k or multi30k:<split>"
+    )
 
 
 def truncate_at_stops(text: str, stops: tuple[str, ...]) -> str:

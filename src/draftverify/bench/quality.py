@@ -1,5 +1,6 @@
 """Output quality for the quality/latency trade-off (BiLD Figure 4): chrF against a reference and against the
 target's own greedy output."""
+
 from __future__ import annotations
 
 

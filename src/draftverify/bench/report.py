@@ -1,4 +1,5 @@
 """Write the benchmark's JSON (everything) and markdown (tables + how to reproduce)."""
+
 from __future__ import annotations
 
 import json
@@ -47,9 +48,28 @@ def _temperature_title(t: float) -> str:
     return "Temperature 0 (greedy)" if t == 0 else f"Temperature {t:g} (sampling; ours: speculative sampling)"
 
 
-MAIN_COLUMNS = ("runner", "gamma", "tok/s", "speedup", "tokens/call", "alpha", "target calls", "draft calls",
-                "= baseline", "overshoot", "draft ms/step", "target ms/call", "c", "verify cost", "Thm 8 pred.", "pred. w/ verify cost", "achieved",
-                "achieved/pred.", "chrF ref", "chrF greedy")
+MAIN_COLUMNS = (
+    "runner",
+    "gamma",
+    "tok/s",
+    "speedup",
+    "tokens/call",
+    "alpha",
+    "target calls",
+    "draft calls",
+    "= baseline",
+    "overshoot",
+    "draft ms/step",
+    "target ms/call",
+    "c",
+    "verify cost",
+    "Thm 8 pred.",
+    "pred. w/ verify cost",
+    "achieved",
+    "achieved/pred.",
+    "chrF ref",
+    "chrF greedy",
+)
 
 
 def _main_row(r: dict) -> list[str]:
@@ -59,13 +79,26 @@ def _main_row(r: dict) -> list[str]:
     if r["runner"] == BASELINE:
         speedup = "1.00x (baseline)"
     return [
-        f"`{r['runner']}`", "-" if r["gamma"] is None else str(r["gamma"]), _f(r["tokens_per_second"], 1), speedup,
-        _f(r["tokens_per_call"]), _f(r["alpha"], 3), str(r["target_calls"]), str(r["draft_calls"]), eq_text,
-        overshoot_text(r), _f(r.get("draft_ms_per_step"), 1), _f(r.get("target_ms_per_call"), 1),
-        _f(r["c"], 3), _f(r["verify_cost"], 2, "x"), _f(r["predicted_speedup"], 2, "x"),
+        f"`{r['runner']}`",
+        "-" if r["gamma"] is None else str(r["gamma"]),
+        _f(r["tokens_per_second"], 1),
+        speedup,
+        _f(r["tokens_per_call"]),
+        _f(r["alpha"], 3),
+        str(r["target_calls"]),
+        str(r["draft_calls"]),
+        eq_text,
+        overshoot_text(r),
+        _f(r.get("draft_ms_per_step"), 1),
+        _f(r.get("target_ms_per_call"), 1),
+        _f(r["c"], 3),
+        _f(r["verify_cost"], 2, "x"),
+        _f(r["predicted_speedup"], 2, "x"),
         _f(r["predicted_speedup_with_verify_cost"], 2, "x"),
         _f(r["speedup_vs_ours_autoregressive"], 2, "x") if r["predicted_speedup"] is not None else "-",
-        _f(r["achieved_over_predicted"]), _f(r["chrf_reference"], 1), _f(r["chrf_target_greedy"], 1),
+        _f(r["achieved_over_predicted"]),
+        _f(r["chrf_reference"], 1),
+        _f(r["chrf_target_greedy"], 1),
     ]
 
 
@@ -153,33 +186,52 @@ def render_markdown(result: dict) -> str:
         lines.append("")
     duels = head_to_head(rows)
     if duels:
-        lines += ["## Head to head", "",
-                  "Per temperature and backend, our fastest exact row whose every output equals its baseline, beside "
-                  "each other tool's fastest row (each family at its best setting in this run) and the ratio of "
-                  "their tok/s.", ""]
+        lines += [
+            "## Head to head",
+            "",
+            "Per temperature and backend, our fastest exact row whose every output equals its baseline, beside "
+            "each other tool's fastest row (each family at its best setting in this run) and the ratio of "
+            "their tok/s.",
+            "",
+        ]
         lines += markdown_table(("temperature", "ours", "tok/s", "peer", "peer tok/s", "ours / peer"), duels) + [""]
     bild = [r for r in rows if not r["lossless"] and r["kind"] == "ours"]
     if bild:
-        lines += ["## Lossy methods (BiLD, SpecDec++, ...): quality vs latency (greedy)", "",
-                  "Normalised latency = 1 / speedup (the target alone = 1). For comparison, per temperature: the "
-                  "baseline, our fastest draft-model runner (at temperature > 0: speculative sampling) and our fastest "
-                  "lossless runner.", ""]
+        lines += [
+            "## Lossy methods (BiLD, SpecDec++, ...): quality vs latency (greedy)",
+            "",
+            "Normalised latency = 1 / speedup (the target alone = 1). For comparison, per temperature: the "
+            "baseline, our fastest draft-model runner (at temperature > 0: speculative sampling) and our fastest "
+            "lossless runner.",
+            "",
+        ]
         cols = ("runner", "alpha_FB", "alpha_RB", "speedup", "norm. latency", "tokens/call", "chrF ref", "chrF greedy")
         table_rows = []
         for r in bild + comparison_rows(rows):
             s = r["settings"]
-            table_rows.append([
-                f"`{r['runner']}`" + ("" if r["temperature"] == 0 else f" (T={r['temperature']:g})"),
-                f"{s['alpha_fb']:g}" if "alpha_fb" in s else "-", f"{s['alpha_rb']:g}" if "alpha_rb" in s else "-",
-                _f(r.get("speedup"), 2, "x"), _f(1 / r["speedup"] if r.get("speedup") else None, 3),
-                _f(r["tokens_per_call"]), _f(r["chrf_reference"], 1), _f(r["chrf_target_greedy"], 1)])
+            table_rows.append(
+                [
+                    f"`{r['runner']}`" + ("" if r["temperature"] == 0 else f" (T={r['temperature']:g})"),
+                    f"{s['alpha_fb']:g}" if "alpha_fb" in s else "-",
+                    f"{s['alpha_rb']:g}" if "alpha_rb" in s else "-",
+                    _f(r.get("speedup"), 2, "x"),
+                    _f(1 / r["speedup"] if r.get("speedup") else None, 3),
+                    _f(r["tokens_per_call"]),
+                    _f(r["chrf_reference"], 1),
+                    _f(r["chrf_target_greedy"], 1),
+                ]
+            )
         lines += markdown_table(cols, table_rows) + [""]
     if result.get("cost_curve"):
         cost = result["cost_curve"]
-        lines += ["## Cost of scoring n tokens, per backend (this run)", "",
-                  f"The target alone, one forward over n tokens after a {cost['context_tokens']}-token context, batch 1, "
-                  f"median of {cost['config']['repeats']} calls per width, measured after the runners in the same "
-                  "process (`bench/cost_run.py`; `x 1 token`: what verifying n tokens costs in decoding steps).", ""]
+        lines += [
+            "## Cost of scoring n tokens, per backend (this run)",
+            "",
+            f"The target alone, one forward over n tokens after a {cost['context_tokens']}-token context, batch 1, "
+            f"median of {cost['config']['repeats']} calls per width, measured after the runners in the same "
+            "process (`bench/cost_run.py`; `x 1 token`: what verifying n tokens costs in decoding steps).",
+            "",
+        ]
         lines += cost_table(cost) + [""]
     plots = [(k, v) for k, v in files.items() if v.endswith(".png")]
     if plots:
@@ -190,16 +242,21 @@ def render_markdown(result: dict) -> str:
     notes = result["notes"]
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
-    lines += [f"Every per-prompt measurement (texts, token ids, timings, our time split): `{Path(files['json']).name}`.", ""]
+    lines += [
+        f"Every per-prompt measurement (texts, token ids, timings, our time split): `{Path(files['json']).name}`.",
+        "",
+    ]
     return "\n".join(lines)
 
 
 def _compile_line(cfg: dict) -> str:
     if cfg.get("compile"):
-        return ("**Compiled (`--compile`)**: our runners (`ours_autoregressive` and every method row) run the target "
-                "and draft models with a preallocated KV cache and torch.compile, one graph per verify-width bucket, "
-                "compiled during each runner's warm-up (seconds below, never inside a timed generation); the peers "
-                "(Hugging Face, llama.cpp) run as usual.")
+        return (
+            "**Compiled (`--compile`)**: our runners (`ours_autoregressive` and every method row) run the target "
+            "and draft models with a preallocated KV cache and torch.compile, one graph per verify-width bucket, "
+            "compiled during each runner's warm-up (seconds below, never inside a timed generation); the peers "
+            "(Hugging Face, llama.cpp) run as usual."
+        )
     return "Eager (no `--compile`): every runner runs the models as loaded."
 
 
@@ -209,17 +266,31 @@ def _warmup_section(result: dict) -> list[str]:
     if not specs:
         return []
     compiled = bool(result["config"].get("compile"))
-    lines = ["## Warm-up" + (" and compilation" if compiled else ""), "",
-             "Seconds of each runner's warm-up (one generation per temperature, on the first prompt"
-             + ("; for compiled runners first one forward per width bucket of the target and draft models, so "
-                "the first runner to use a shared model pays its compilation; all rows again, up to 3 passes, until "
-                "a pass compiles nothing" if compiled else "")
-             + "), outside every timed generation.", ""]
+    lines = [
+        "## Warm-up" + (" and compilation" if compiled else ""),
+        "",
+        "Seconds of each runner's warm-up (one generation per temperature, on the first prompt"
+        + (
+            "; for compiled runners first one forward per width bucket of the target and draft models, so "
+            "the first runner to use a shared model pays its compilation; all rows again, up to 3 passes, until "
+            "a pass compiles nothing"
+            if compiled
+            else ""
+        )
+        + "), outside every timed generation.",
+        "",
+    ]
     columns = ["runner", "compiled", "warm-up s", "compilations in warm-up", "compilations while timed"]
-    rows = [[f"`{s['name']}`", "yes" if s.get("compiled") else "no", _f(s["warmup_seconds"], 2),
-             str(s.get("warmup_compiles", 0)),
-             str(s.get("timed_compiles", 0)) if not s.get("timed_compiles") else f"**{s['timed_compiles']} (!)**"]
-            for s in specs]
+    rows = [
+        [
+            f"`{s['name']}`",
+            "yes" if s.get("compiled") else "no",
+            _f(s["warmup_seconds"], 2),
+            str(s.get("warmup_compiles", 0)),
+            str(s.get("timed_compiles", 0)) if not s.get("timed_compiles") else f"**{s['timed_compiles']} (!)**",
+        ]
+        for s in specs
+    ]
     return lines + markdown_table(columns, rows) + [""]
 
 
@@ -236,8 +307,14 @@ def head_to_head(rows: list[dict]) -> list[list[str]]:
     out = []
     for t in dict.fromkeys(r["temperature"] for r in rows):
         t_rows = [r for r in rows if r["temperature"] == t and r.get("tokens_per_second")]
-        ours = [r for r in t_rows if r["kind"] == "ours" and r["lossless"] and r["family"] != OURS_BASELINE
-                and r["equal_to_baseline"] in (None, 1.0)]
+        ours = [
+            r
+            for r in t_rows
+            if r["kind"] == "ours"
+            and r["lossless"]
+            and r["family"] != OURS_BASELINE
+            and r["equal_to_baseline"] in (None, 1.0)
+        ]
         peers = [r for r in t_rows if r["kind"] != "ours" and r["runner"] != BASELINE]
         best_ours = []
         for backend in dict.fromkeys(backend_of(r["runner"]) for r in ours):
@@ -252,10 +329,16 @@ def head_to_head(rows: list[dict]) -> list[list[str]]:
                 best_peers[r["family"]] = r
         for mine in best_ours:
             for peer in best_peers.values():
-                out.append(["0 (greedy)" if t == 0 else f"{t:g}",
-                            f"`{mine['runner']}`", _f(mine["tokens_per_second"], 1), f"`{peer['runner']}`",
-                            _f(peer["tokens_per_second"], 1),
-                            _f(mine["tokens_per_second"] / peer["tokens_per_second"], 2, "x")])
+                out.append(
+                    [
+                        "0 (greedy)" if t == 0 else f"{t:g}",
+                        f"`{mine['runner']}`",
+                        _f(mine["tokens_per_second"], 1),
+                        f"`{peer['runner']}`",
+                        _f(peer["tokens_per_second"], 1),
+                        _f(mine["tokens_per_second"] / peer["tokens_per_second"], 2, "x"),
+                    ]
+                )
     return out
 
 
@@ -266,9 +349,15 @@ def comparison_rows(rows: list[dict]) -> list[dict]:
     for t in dict.fromkeys(r["temperature"] for r in rows):
         t_rows = [r for r in rows if r["temperature"] == t]
         out += [r for r in t_rows if r["runner"] == BASELINE]
-        ours = [r for r in t_rows if r["kind"] == "ours" and r["lossless"] and r["family"] != OURS_BASELINE
-                and r.get("speedup") is not None]
-        picks = [max(group, key=lambda r: r["speedup"]) for group in
-                 ([r for r in ours if r["family"] == "model"], ours) if group]
+        ours = [
+            r
+            for r in t_rows
+            if r["kind"] == "ours" and r["lossless"] and r["family"] != OURS_BASELINE and r.get("speedup") is not None
+        ]
+        picks = [
+            max(group, key=lambda r: r["speedup"])
+            for group in ([r for r in ours if r["family"] == "model"], ours)
+            if group
+        ]
         out += [r for i, r in enumerate(picks) if r not in picks[:i]]
     return out

@@ -5,6 +5,7 @@ The rows are the bench's own runners (lineup.py), built once; each round is the 
 prompt-major, every prompt through every row, the order rotated per prompt; the first round after one warm-up
 generation per row). In each pair ours must give the peer's greedy text on every prompt (both rows run the same
 target); a difference stops the run."""
+
 from __future__ import annotations
 
 import re
@@ -18,14 +19,17 @@ from .folders import SPEED
 
 # ours on llama.cpp against llama.cpp plain and its prompt lookup at llama-cpp-python's defaults, with the zoo draft
 # and its aligned twin; `model` with the confidence stop on HF against transformers' assisted generation
-DEFAULT_PAIRS = ("llamacpp:model[conf]/llamacpp", "llamacpp:model[conf]/llamacpp_prompt_lookup[default]",
-                 "llamacpp:model_aligned[conf=0.9]/llamacpp",
-                 "llamacpp:model_aligned[conf=0.9]/llamacpp_prompt_lookup[default]",
-                 "model[conf]/hf_assisted[hf-default]")
+DEFAULT_PAIRS = (
+    "llamacpp:model[conf]/llamacpp",
+    "llamacpp:model[conf]/llamacpp_prompt_lookup[default]",
+    "llamacpp:model_aligned[conf=0.9]/llamacpp",
+    "llamacpp:model_aligned[conf=0.9]/llamacpp_prompt_lookup[default]",
+    "model[conf]/hf_assisted[hf-default]",
+)
 
 
 def parse_pairs(text: str) -> list[tuple[str, str]]:
-    """"OURS/PEER,..." -> [(ours, peer)]."""
+    """ "OURS/PEER,..." -> [(ours, peer)]."""
     pairs = [tuple(p.strip().split("/")) for p in text.split(",") if p.strip()]
     if not pairs or any(len(p) != 2 or not all(p) for p in pairs):
         raise DraftVerifyError(f"--pairs takes a comma list of OURS/PEER row names, got {text!r}")
@@ -39,28 +43,55 @@ def family(row: str) -> str:
 
 def render(result: dict) -> str:
     names, per_round = result["rows"], result["rounds"]
-    lines = ["# Head to head over rounds", "", f"`{result['command']}`", "",
-             f"{result['date']}; {result['machine']['cpu_model']} ({result['machine']['cores']} cores); "
-             f"{result['prompts']} prompts x {result['max_new_tokens']} tokens, greedy; {len(per_round)} rounds of "
-             "the bench's measurement in one process. In every pair ours gave the peer's greedy text on every "
-             "prompt of every round.", "",
-             "| ours | peer | ours tok/s (median round) | peer tok/s (median round) | ours / peer (median round) | "
-             "range over rounds |", "|---|---|---:|---:|---:|---|"]
+    lines = [
+        "# Head to head over rounds",
+        "",
+        f"`{result['command']}`",
+        "",
+        f"{result['date']}; {result['machine']['cpu_model']} ({result['machine']['cores']} cores); "
+        f"{result['prompts']} prompts x {result['max_new_tokens']} tokens, greedy; {len(per_round)} rounds of "
+        "the bench's measurement in one process. In every pair ours gave the peer's greedy text on every "
+        "prompt of every round.",
+        "",
+        "| ours | peer | ours tok/s (median round) | peer tok/s (median round) | ours / peer (median round) | "
+        "range over rounds |",
+        "|---|---|---:|---:|---:|---|",
+    ]
     for p in result["pairs"]:
-        lines.append(f"| `{p['ours']}` | `{p['peer']}` | {p['ours_tokens_per_second']:.1f} | "
-                     f"{p['peer_tokens_per_second']:.1f} | {p['ratio']:.2f}x | {p['low']:.2f}x - {p['high']:.2f}x |")
-    lines += ["", "## Rounds (tok/s)", "", "| round | " + " | ".join(f"`{n}`" for n in names) + " |",
-              "|---|" + "---:|" * len(names),
-              *[f"| {r + 1} | " + " | ".join(f"{x[n]:.1f}" for n in names) + " |" for r, x in enumerate(per_round)],
-              ""]
+        lines.append(
+            f"| `{p['ours']}` | `{p['peer']}` | {p['ours_tokens_per_second']:.1f} | "
+            f"{p['peer_tokens_per_second']:.1f} | {p['ratio']:.2f}x | {p['low']:.2f}x - {p['high']:.2f}x |"
+        )
+    lines += [
+        "",
+        "## Rounds (tok/s)",
+        "",
+        "| round | " + " | ".join(f"`{n}`" for n in names) + " |",
+        "|---|" + "---:|" * len(names),
+        *[f"| {r + 1} | " + " | ".join(f"{x[n]:.1f}" for n in names) + " |" for r, x in enumerate(per_round)],
+        "",
+    ]
     return "\n".join(lines)
 
 
-def run_rounds(pairs: list[tuple[str, str]], rounds: int = 5, num_prompts: int = 8, max_new_tokens: int = 128,
-               gammas: tuple = ("conf", "conf=0.9"), backends: tuple[str, ...] = ("hf", "llamacpp"),
-               zoo: str | None = "code", threads: int | None = 2, out: str | Path = SPEED, name: str = "bench-rounds",
-               command: str = "", echo: Callable[[str], None] = lambda line: None, target: str | None = None,
-               draft: str | None = None, aligned_draft: str | None = None, data_dir: str | Path | None = None) -> dict:
+def run_rounds(
+    pairs: list[tuple[str, str]],
+    rounds: int = 5,
+    num_prompts: int = 8,
+    max_new_tokens: int = 128,
+    gammas: tuple = ("conf", "conf=0.9"),
+    backends: tuple[str, ...] = ("hf", "llamacpp"),
+    zoo: str | None = "code",
+    threads: int | None = 2,
+    out: str | Path = SPEED,
+    name: str = "bench-rounds",
+    command: str = "",
+    echo: Callable[[str], None] = lambda line: None,
+    target: str | None = None,
+    draft: str | None = None,
+    aligned_draft: str | None = None,
+    data_dir: str | Path | None = None,
+) -> dict:
     """Measure every row the pairs name `rounds` times; write OUT/NAME.json and OUT/NAME.md."""
     import torch
 
@@ -78,10 +109,22 @@ def run_rounds(pairs: list[tuple[str, str]], rounds: int = 5, num_prompts: int =
     if threads is not None:
         torch.set_num_threads(threads)
     wanted = {n for pair in pairs for n in pair}
-    config = BenchConfig(zoo=None if target else zoo, target=target, draft=draft, aligned_draft=aligned_draft,
-                         data_dir=data_dir, backends=backends, runners=tuple(sorted({family(n) for n in wanted})),
-                         gammas=gammas, temperatures=(0.0,), threads=threads, num_prompts=num_prompts,
-                         max_new_tokens=max_new_tokens, progress=False, plots=False).resolved()
+    config = BenchConfig(
+        zoo=None if target else zoo,
+        target=target,
+        draft=draft,
+        aligned_draft=aligned_draft,
+        data_dir=data_dir,
+        backends=backends,
+        runners=tuple(sorted({family(n) for n in wanted})),
+        gammas=gammas,
+        temperatures=(0.0,),
+        threads=threads,
+        num_prompts=num_prompts,
+        max_new_tokens=max_new_tokens,
+        progress=False,
+        plots=False,
+    ).resolved()
     models = load_models(config)
     hooks = install_hooks(models)
     try:
@@ -89,8 +132,9 @@ def run_rounds(pairs: list[tuple[str, str]], rounds: int = 5, num_prompts: int =
         chosen, _ = select_prompts(load_prompts(config.prompts, config.data_dir), models, config)
         missing = wanted - {r.name for r in runners}
         if missing:
-            raise DraftVerifyError(f"no bench row named {', '.join(sorted(missing))} (rows: "
-                                   f"{', '.join(r.name for r in runners)})")
+            raise DraftVerifyError(
+                f"no bench row named {', '.join(sorted(missing))} (rows: {', '.join(r.name for r in runners)})"
+            )
         rows = [r for r in runners if r.name in wanted]
         per_round = []
         for r in range(rounds):
@@ -99,8 +143,9 @@ def run_rounds(pairs: list[tuple[str, str]], rounds: int = 5, num_prompts: int =
             for ours, peer in pairs:
                 for i in range(len(chosen)):
                     if texts[ours, i] != texts[peer, i]:
-                        raise DraftVerifyError(f"round {r + 1}, prompt {i}: {ours} and {peer} gave different "
-                                               "greedy text")
+                        raise DraftVerifyError(
+                            f"round {r + 1}, prompt {i}: {ours} and {peer} gave different greedy text"
+                        )
             per_round.append(tokens_per_second(records))
             echo(f"round {r + 1}: " + ", ".join(f"{n} {v:.1f}" for n, v in per_round[-1].items()))
     finally:
@@ -108,13 +153,28 @@ def run_rounds(pairs: list[tuple[str, str]], rounds: int = 5, num_prompts: int =
     summary = []
     for ours, peer in pairs:
         ratios = [x[ours] / x[peer] for x in per_round]
-        summary.append({"ours": ours, "peer": peer,
-                        "ours_tokens_per_second": statistics.median(x[ours] for x in per_round),
-                        "peer_tokens_per_second": statistics.median(x[peer] for x in per_round),
-                        "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios)})
-    result = {"name": name, "command": command, "date": environment.now(), "machine": environment.machine(),
-              "prompts": len(chosen), "max_new_tokens": config.max_new_tokens, "rows": [r.name for r in rows],
-              "pairs": summary, "rounds": per_round}
+        summary.append(
+            {
+                "ours": ours,
+                "peer": peer,
+                "ours_tokens_per_second": statistics.median(x[ours] for x in per_round),
+                "peer_tokens_per_second": statistics.median(x[peer] for x in per_round),
+                "ratio": statistics.median(ratios),
+                "low": min(ratios),
+                "high": max(ratios),
+            }
+        )
+    result = {
+        "name": name,
+        "command": command,
+        "date": environment.now(),
+        "machine": environment.machine(),
+        "prompts": len(chosen),
+        "max_new_tokens": config.max_new_tokens,
+        "rows": [r.name for r in rows],
+        "pairs": summary,
+        "rounds": per_round,
+    }
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     write_json(result, folder / f"{name}.json")

@@ -1,4 +1,5 @@
 """run_bench(config) -> dict: load, warm up, measure prompt-major, summarise, write JSON / markdown / PNG."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -37,11 +38,15 @@ def select_prompts(prompts: list[Prompt], models: BenchModels, config: BenchConf
             continue
         chosen.append((prompt, ids))
     if skipped:
-        notes.append(f"skipped {len(skipped)} prompt(s) that are empty or do not fit the {limit}-position context "
-                     f"with {config.max_new_tokens} new tokens: {', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}")
+        notes.append(
+            f"skipped {len(skipped)} prompt(s) that are empty or do not fit the {limit}-position context "
+            f"with {config.max_new_tokens} new tokens: {', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}"
+        )
     if not chosen:
-        raise DraftVerifyError(f"no prompt of {config.prompts!r} fits the models' context of {limit} positions with "
-                               f"--max-new-tokens {config.max_new_tokens}; lower --max-new-tokens")
+        raise DraftVerifyError(
+            f"no prompt of {config.prompts!r} fits the models' context of {limit} positions with "
+            f"--max-new-tokens {config.max_new_tokens}; lower --max-new-tokens"
+        )
     if len(chosen) < config.num_prompts:
         notes.append(f"only {len(chosen)} usable prompt(s) for --num-prompts {config.num_prompts}")
     return chosen, notes
@@ -49,21 +54,42 @@ def select_prompts(prompts: list[Prompt], models: BenchModels, config: BenchConf
 
 def _record(runner: Runner, temperature: float, index: int, prompt: Prompt, seed: int | None, m, tokenizer) -> dict:
     return {
-        "runner": runner.name, "family": runner.family, "temperature": temperature, "prompt_index": index,
-        "prompt_id": prompt.id, "seed": seed, "new_tokens": m.new_tokens, "seconds": m.seconds,
+        "runner": runner.name,
+        "family": runner.family,
+        "temperature": temperature,
+        "prompt_index": index,
+        "prompt_id": prompt.id,
+        "seed": seed,
+        "new_tokens": m.new_tokens,
+        "seconds": m.seconds,
         "tokens_per_second": m.new_tokens / m.seconds if m.seconds > 0 else None,
-        "target_calls": m.target_calls, "draft_calls": m.draft_calls, "drafted": m.drafted, "accepted": m.accepted,
-        "rejections": m.rejections, "hook_target_forwards": m.hook_target_forwards,
-        "hook_draft_forwards": m.hook_draft_forwards, "overshoot": m.overshoot, "stats": m.stats,
-        "text": tokenizer.decode(m.new_ids, skip_special_tokens=True), "new_ids": m.new_ids,
+        "target_calls": m.target_calls,
+        "draft_calls": m.draft_calls,
+        "drafted": m.drafted,
+        "accepted": m.accepted,
+        "rejections": m.rejections,
+        "hook_target_forwards": m.hook_target_forwards,
+        "hook_draft_forwards": m.hook_draft_forwards,
+        "overshoot": m.overshoot,
+        "stats": m.stats,
+        "text": tokenizer.decode(m.new_ids, skip_special_tokens=True),
+        "new_ids": m.new_ids,
     }
 
 
 def _progress(enabled: bool) -> Progress:
     """The live bar: on a terminal only (rich draws nothing until the end when stderr is a pipe or a file)."""
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TimeRemainingColumn(), TextColumn("{task.fields[runner]}"), console=console,
-                    disable=not (enabled and console.is_terminal), transient=False)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[runner]}"),
+        console=console,
+        disable=not (enabled and console.is_terminal),
+        transient=False,
+    )
 
 
 def _say(config: BenchConfig, text: str) -> None:
@@ -119,8 +145,9 @@ def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer)
         for warm_pass in range(WARMUP_PASSES if config.compile else 1):
             if warm_tokens == 0:
                 break
-            task = bar.add_task("warm-up" if warm_pass == 0 else f"warm-up pass {warm_pass + 1}", total=len(rows),
-                                runner="")
+            task = bar.add_task(
+                "warm-up" if warm_pass == 0 else f"warm-up pass {warm_pass + 1}", total=len(rows), runner=""
+            )
             first = chosen[0][1]
             requests = tuple(sorted({ids.shape[1] + config.max_new_tokens for _, ids in chosen}))
             prepared: set[int] = set()
@@ -137,9 +164,12 @@ def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer)
                 bar.advance(task)
                 if _lines(config):
                     compiled = compilations() - before
-                    _say(config, f"warm-up{f' pass {warm_pass + 1}' if warm_pass else ''} {number}/{len(rows)}: "
-                                 f"{runner.name} T={t:g} ({perf_counter() - started:.1f} s"
-                                 f"{f', {compiled} graphs compiled' if compiled else ''})")
+                    _say(
+                        config,
+                        f"warm-up{f' pass {warm_pass + 1}' if warm_pass else ''} {number}/{len(rows)}: "
+                        f"{runner.name} T={t:g} ({perf_counter() - started:.1f} s"
+                        f"{f', {compiled} graphs compiled' if compiled else ''})",
+                    )
             if compilations() == pass_start:
                 break
         task = bar.add_task("prompt x runner", total=len(rows) * len(chosen), runner="")
@@ -156,8 +186,11 @@ def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer)
                 bar.advance(task)
                 done += 1
                 if _lines(config):
-                    _say(config, f"[{done}/{len(rows) * len(chosen)}] prompt {index + 1}/{len(chosen)} ({prompt.id}) "
-                                 f"{runner.name} T={t:g}: {m.new_tokens} tokens in {m.seconds:.2f} s")
+                    _say(
+                        config,
+                        f"[{done}/{len(rows) * len(chosen)}] prompt {index + 1}/{len(chosen)} ({prompt.id}) "
+                        f"{runner.name} T={t:g}: {m.new_tokens} tokens in {m.seconds:.2f} s",
+                    )
     order = {(r.name, t): i for i, (r, t) in enumerate(rows)}
     records.sort(key=lambda rec: (rec["prompt_index"], order[(rec["runner"], rec["temperature"])]))
     return records
@@ -175,11 +208,16 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
     command = config.command or environment.command_line()
     prompts = load_prompts(config.prompts, config.data_dir)  # before the models: a missing file fails fast
     started = perf_counter()
-    _say(config, f"bench {config.name}: loading the models ({f'zoo {config.zoo!r}' if config.zoo else config.target}) ...")
+    _say(
+        config,
+        f"bench {config.name}: loading the models ({f'zoo {config.zoo!r}' if config.zoo else config.target}) ...",
+    )
     models = load_models(config)
     if getattr(models.target.config, "is_encoder_decoder", False):
-        raise DraftVerifyError("draftverify bench runs decoder-only targets for now (HF generate's output layout and "
-                               "the early-exit runner assume one); use `draftverify generate` for encoder-decoder models")
+        raise DraftVerifyError(
+            "draftverify bench runs decoder-only targets for now (HF generate's output layout and "
+            "the early-exit runner assume one); use `draftverify generate` for encoder-decoder models"
+        )
     chosen, prompt_notes = select_prompts(prompts, models, config)
     hooks = install_hooks(models)
     try:
@@ -187,20 +225,29 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
             _say(config, f"building the runners (models loaded in {perf_counter() - started:.1f} s) ...")
             runners, runner_notes = build_runners(config, models, hooks)
             count = sum(1 for t in config.temperatures for r in runners if not (r.greedy_only and t > 0))
-            _say(config, f"{len(runners)} runners, {count} (runner, temperature) rows x {len(chosen)} prompts of "
-                         f"{config.max_new_tokens} tokens (models and runners ready after "
-                         f"{perf_counter() - started:.1f} s)")
+            _say(
+                config,
+                f"{len(runners)} runners, {count} (runner, temperature) rows x {len(chosen)} prompts of "
+                f"{config.max_new_tokens} tokens (models and runners ready after "
+                f"{perf_counter() - started:.1f} s)",
+            )
             records = measure(runners, config, chosen, models.tokenizer)
     finally:
         hooks.remove()
     used = [p for p, _ in chosen]
     rows = summarize(runners, config.temperatures, used, records)
 
-    warnings = [f"greedy output of lossless runner `{r['runner']}` equals the baseline on only "
-                f"{100 * r['equal_to_baseline']:.0f}% of prompts (must be 100%)" for r in equality_failures(rows)]
-    warnings += [f"`{r.name}` compiled {r.timed_compiles} time(s) during its timed generations (a width its "
-                 "warm-up did not reach, or a recompilation): its timings include compilation"
-                 for r in runners if r.timed_compiles]
+    warnings = [
+        f"greedy output of lossless runner `{r['runner']}` equals the baseline on only "
+        f"{100 * r['equal_to_baseline']:.0f}% of prompts (must be 100%)"
+        for r in equality_failures(rows)
+    ]
+    warnings += [
+        f"`{r.name}` compiled {r.timed_compiles} time(s) during its timed generations (a width its "
+        "warm-up did not reach, or a recompilation): its timings include compilation"
+        for r in runners
+        if r.timed_compiles
+    ]
     for warning in warnings:
         console.print(f"[bold red]WARNING: {warning}[/bold red]")
 
@@ -218,8 +265,10 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
         "machine": environment.machine(),
         "versions": environment.versions(),
         "models": models.describe(),
-        "prompts": [{"index": i, "id": p.id, "prompt_tokens": int(ids.shape[1]), "has_reference": p.reference is not None}
-                    for i, (p, ids) in enumerate(chosen)],
+        "prompts": [
+            {"index": i, "id": p.id, "prompt_tokens": int(ids.shape[1]), "has_reference": p.reference is not None}
+            for i, (p, ids) in enumerate(chosen)
+        ],
         "runner_specs": [r.describe() for r in runners],
         "runners": rows,
         "measurements": records,
@@ -230,8 +279,11 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
     if cost is not None:
         result["cost_curve"] = cost
     write_json(result, Path(files["json"]))  # the measurements are safe on disk before any plotting
-    _say(config, f"measured in {perf_counter() - started:.1f} s; writing {out / config.name}.md"
-                 + (" and the plots" if config.plots else ""))
+    _say(
+        config,
+        f"measured in {perf_counter() - started:.1f} s; writing {out / config.name}.md"
+        + (" and the plots" if config.plots else ""),
+    )
     if config.plots:
         _plot_all(rows, out, config, result)
     write_json(result, Path(files["json"]))
@@ -252,14 +304,28 @@ def _cost_curve(config: BenchConfig) -> dict:
     _say(config, "measuring the cost curve of every backend ...")
     modes = tuple(("eager" if b == "hf" else b) + "-float32" for b in config.backends)
     with tempfile.TemporaryDirectory() as scratch:  # run_cost writes its own files; the bench keeps its result
-        return run_cost(CostConfig(zoo=config.zoo, target=config.target, sizes=COST_SIZES, modes=modes,
-                                   threads=config.threads, equality_prompts=2, equality_tokens=16, out=scratch,
-                                   name="cost", plots=False, data_dir=config.data_dir))
+        return run_cost(
+            CostConfig(
+                zoo=config.zoo,
+                target=config.target,
+                sizes=COST_SIZES,
+                modes=modes,
+                threads=config.threads,
+                equality_prompts=2,
+                equality_tokens=16,
+                out=scratch,
+                name="cost",
+                plots=False,
+                data_dir=config.data_dir,
+            )
+        )
 
 
 def _plot_all(rows: list[dict], out: Path, config: BenchConfig, result: dict) -> None:
-    jobs = [("speedup_png", plots.plot_speedup, "speedup"),
-            ("tokens_per_call_png", plots.plot_tokens_per_call, "tokens-per-call")]
+    jobs = [
+        ("speedup_png", plots.plot_speedup, "speedup"),
+        ("tokens_per_call_png", plots.plot_tokens_per_call, "tokens-per-call"),
+    ]
     if any(r["family"] == "bild" for r in rows):
         jobs.append(("bild_png", plots.plot_bild, "bild"))
     for key, plot, suffix in jobs:

@@ -1,4 +1,5 @@
 """The runner families the bench knows, derived from the method registry (methods.py imports no model stack)."""
+
 from __future__ import annotations
 
 from ..methods import METHODS, Method

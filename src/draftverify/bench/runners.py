@@ -4,6 +4,7 @@ Every runner takes the same token ids [1, L] and returns a Measurement; the wall
 the whole generate call (models, tokenizer and verifier objects are built once, outside the timing). Which rows
 exist is decided in lineup.py: peers.py for other libraries, ours.py from the method registry.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -63,7 +64,7 @@ class Runner(ABC):
 
     @property
     def kind(self) -> str:
-        """"ours", or the peer library: "hf" (hf_*) or "llamacpp" (llamacpp*)."""
+        """ "ours", or the peer library: "hf" (hf_*) or "llamacpp" (llamacpp*)."""
         if self.family.startswith("hf_"):
             return "hf"
         return "llamacpp" if self.family.startswith("llamacpp") else "ours"
@@ -85,10 +86,20 @@ class Runner(ABC):
         """Before the warm-up generation: compile what the runner will run (nothing for eager runners)."""
 
     def describe(self) -> dict:
-        return {"name": self.name, "family": self.family, "kind": self.kind, "reference": self.reference,
-                "gamma": self.gamma, "lossless": self.lossless, "settings": self.settings,
-                "compiled": self.compiled, "compiled_models": self.compiled_roles(), "warmup_seconds": self.warmup_seconds,
-                "warmup_compiles": self.warmup_compiles, "timed_compiles": self.timed_compiles}
+        return {
+            "name": self.name,
+            "family": self.family,
+            "kind": self.kind,
+            "reference": self.reference,
+            "gamma": self.gamma,
+            "lossless": self.lossless,
+            "settings": self.settings,
+            "compiled": self.compiled,
+            "compiled_models": self.compiled_roles(),
+            "warmup_seconds": self.warmup_seconds,
+            "warmup_compiles": self.warmup_compiles,
+            "timed_compiles": self.timed_compiles,
+        }
 
 
 @dataclass
@@ -129,13 +140,26 @@ class HFRunner(Runner):
     assistant_tokenizer: object | None = None
 
     def generation_config(self, temperature: float, max_new_tokens: int) -> GenerationConfig:
-        sampling = {"do_sample": True, "temperature": float(temperature), "top_k": 0, "top_p": 1.0} \
-            if temperature > 0 else {"do_sample": False}
+        sampling = (
+            {"do_sample": True, "temperature": float(temperature), "top_k": 0, "top_p": 1.0}
+            if temperature > 0
+            else {"do_sample": False}
+        )
         extra = {}
         if self.prompt_lookup is not None:
-            extra = {"prompt_lookup_num_tokens": self.prompt_lookup, "max_matching_ngram_size": self.max_matching_ngram_size}
-        return GenerationConfig(max_new_tokens=max_new_tokens, num_beams=1, use_cache=True,
-                                eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id, **sampling, **extra)
+            extra = {
+                "prompt_lookup_num_tokens": self.prompt_lookup,
+                "max_matching_ngram_size": self.max_matching_ngram_size,
+            }
+        return GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            num_beams=1,
+            use_cache=True,
+            eos_token_id=self.eos_token_id,
+            pad_token_id=self.pad_token_id,
+            **sampling,
+            **extra,
+        )
 
     def run(self, input_ids, temperature, seed, max_new_tokens) -> Measurement:
         config = self.generation_config(temperature, max_new_tokens)
@@ -155,16 +179,24 @@ class HFRunner(Runner):
         with torch.inference_mode():
             out = self.model.generate(input_ids, attention_mask=mask, generation_config=config, **kwargs)
         seconds = perf_counter() - started
-        emitted = out[0, input_ids.shape[1]:].tolist()
+        emitted = out[0, input_ids.shape[1] :].tolist()
         calls = self.hooks.target.take()
         draft_forwards = _draft_hook_count(self.hooks)
         steps = step_accounting(calls, input_ids.shape[1], len(emitted))  # what the forwards really produced
         # HF prompt lookup can keep a whole accepted draft past max_new_tokens; those extra tokens are the greedy
         # continuation, so comparing or counting them would call a lossless peer lossy and inflate its tokens/s
-        return Measurement(new_ids=emitted[:max_new_tokens], seconds=seconds, target_calls=steps.target_calls,
-                           draft_calls=draft_forwards, drafted=steps.drafted, accepted=steps.accepted,
-                           rejections=steps.rejections, hook_target_forwards=len(calls),
-                           hook_draft_forwards=draft_forwards, overshoot=max(0, len(emitted) - max_new_tokens))
+        return Measurement(
+            new_ids=emitted[:max_new_tokens],
+            seconds=seconds,
+            target_calls=steps.target_calls,
+            draft_calls=draft_forwards,
+            drafted=steps.drafted,
+            accepted=steps.accepted,
+            rejections=steps.rejections,
+            hook_target_forwards=len(calls),
+            hook_draft_forwards=draft_forwards,
+            overshoot=max(0, len(emitted) - max_new_tokens),
+        )
 
 
 @dataclass
@@ -211,8 +243,10 @@ class OursRunner(Runner):
                     if input_ids.shape[1] + width > lm.window:
                         break
                     lm.start(input_ids)
-                    lm.forward(torch.zeros((input_ids.shape[0], width), dtype=torch.long, device=lm.device),
-                               want_hidden=hidden and lm is self.target)
+                    lm.forward(
+                        torch.zeros((input_ids.shape[0], width), dtype=torch.long, device=lm.device),
+                        want_hidden=hidden and lm is self.target,
+                    )
                     lm.commit(0)
 
     def run(self, input_ids, temperature, seed, max_new_tokens) -> Measurement:
@@ -223,14 +257,30 @@ class OursRunner(Runner):
         self.hooks.reset()
         started = perf_counter()
         gamma = self.policies.get(self.gamma if self.gamma is not None else 1, temperature)
-        out = generate(self.target, self.drafter, verifier, input_ids, params, max_new_tokens=max_new_tokens,
-                       gamma=gamma, eos_token_id=self.eos_token_id)
+        out = generate(
+            self.target,
+            self.drafter,
+            verifier,
+            input_ids,
+            params,
+            max_new_tokens=max_new_tokens,
+            gamma=gamma,
+            eos_token_id=self.eos_token_id,
+        )
         seconds = perf_counter() - started
         s = out.stats
-        return Measurement(new_ids=out.new_tokens[0].tolist(), seconds=seconds, target_calls=s.target_calls,
-                           draft_calls=s.draft_calls, drafted=s.drafted_tokens, accepted=s.accepted_tokens,
-                           rejections=s.rejections, stats=s.as_dict(), hook_target_forwards=len(self.hooks.target.take()),
-                           hook_draft_forwards=_draft_hook_count(self.hooks))
+        return Measurement(
+            new_ids=out.new_tokens[0].tolist(),
+            seconds=seconds,
+            target_calls=s.target_calls,
+            draft_calls=s.draft_calls,
+            drafted=s.drafted_tokens,
+            accepted=s.accepted_tokens,
+            rejections=s.rejections,
+            stats=s.as_dict(),
+            hook_target_forwards=len(self.hooks.target.take()),
+            hook_draft_forwards=_draft_hook_count(self.hooks),
+        )
 
 
 def install_hooks(models: BenchModels) -> Hooks:

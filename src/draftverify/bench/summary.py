@@ -1,4 +1,5 @@
 """Per-runner summary rows from the per-prompt measurements: speed, calls, alpha, c, Theorem 8, quality."""
+
 from __future__ import annotations
 
 from ..theory import walltime_factor
@@ -33,8 +34,9 @@ def cost_ratio(time_draft: float, draft_runs: int, single_step_seconds: float | 
     return (time_draft / draft_runs) / single_step_seconds
 
 
-def summarize(runners: list[Runner], temperatures: tuple[float, ...], prompts: list[Prompt],
-              records: list[dict]) -> list[dict]:
+def summarize(
+    runners: list[Runner], temperatures: tuple[float, ...], prompts: list[Prompt], records: list[dict]
+) -> list[dict]:
     """One row per (runner, temperature) that has measurements, in runner order, temperatures outermost."""
     by_key: dict[tuple[str, float], list[dict]] = {}
     for rec in records:
@@ -76,8 +78,15 @@ def _seconds_per_target_forward(recs: list[dict]) -> float | None:
     return sum(r["stats"]["time_target"] for r in recs) / calls if calls else None
 
 
-def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int, Prompt],
-         greedy_texts: dict[int, str], base_ids: dict[int, list[int]], single_step: float | None) -> dict:
+def _row(
+    runner: Runner,
+    temperature: float,
+    recs: list[dict],
+    prompts: dict[int, Prompt],
+    greedy_texts: dict[int, str],
+    base_ids: dict[int, list[int]],
+    single_step: float | None,
+) -> dict:
     new = sum(r["new_tokens"] for r in recs)
     seconds = sum(r["seconds"] for r in recs)
     calls = sum(r["target_calls"] for r in recs)
@@ -85,12 +94,23 @@ def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int
     accepted = sum(r["accepted"] for r in recs)
     judged = accepted + sum(r["rejections"] for r in recs)
     row = {
-        "runner": runner.name, "family": runner.family, "kind": runner.kind, "temperature": temperature,
-        "gamma": runner.gamma, "lossless": runner.lossless, "settings": runner.settings, "prompts": len(recs),
+        "runner": runner.name,
+        "family": runner.family,
+        "kind": runner.kind,
+        "temperature": temperature,
+        "gamma": runner.gamma,
+        "lossless": runner.lossless,
+        "settings": runner.settings,
+        "prompts": len(recs),
         "reference": runner.reference or BASELINE,
-        "new_tokens": new, "seconds": seconds, "tokens_per_second": new / seconds if seconds > 0 else None,
-        "target_calls": calls, "draft_calls": sum(r["draft_calls"] for r in recs), "drafted": drafted,
-        "accepted": accepted, "tokens_per_call": new / calls if calls else None,
+        "new_tokens": new,
+        "seconds": seconds,
+        "tokens_per_second": new / seconds if seconds > 0 else None,
+        "target_calls": calls,
+        "draft_calls": sum(r["draft_calls"] for r in recs),
+        "drafted": drafted,
+        "accepted": accepted,
+        "tokens_per_call": new / calls if calls else None,
         "accepted_per_call": accepted / calls if calls else None,
         "alpha": accepted / judged if judged else None,
         "mean_draft_length": drafted / calls if calls else None,
@@ -107,15 +127,30 @@ def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int
     # Theorem 8 (ours, with a chain drafter; trees are outside its model): measured alpha and c -> predicted factor over the same loop without drafting.
     # verify_cost = seconds per verification forward (gamma+1 tokens) / seconds per single-token forward: Theorem 8
     # assumes 1 (parallel hardware); on a CPU it is larger, and that is most of any gap to the prediction.
-    row.update({"c": None, "theory_gamma": None, "predicted_speedup": None, "verify_cost": None,
-                "predicted_speedup_with_verify_cost": None, "draft_ms_per_step": None, "target_ms_per_call": None})
+    row.update(
+        {
+            "c": None,
+            "theory_gamma": None,
+            "predicted_speedup": None,
+            "verify_cost": None,
+            "predicted_speedup_with_verify_cost": None,
+            "draft_ms_per_step": None,
+            "target_ms_per_call": None,
+        }
+    )
     if runner.kind == "ours" and calls and all(r.get("stats") for r in recs):
         # where a step's time goes: drafting (a draft model, heads, lattice or neural rescoring) beside the verify
         steps = _timed(recs, "target_calls", "prefill_steps")
         row["draft_ms_per_step"] = 1000 * sum(r["stats"]["time_draft"] for r in recs) / steps if steps else None
         row["target_ms_per_call"] = 1000 * sum(r["stats"]["time_target"] for r in recs) / steps if steps else None
-    if (runner.kind == "ours" and runner.family != OURS_BASELINE and runner.lossless and calls
-            and not (runner.drafter is not None and runner.drafter.proposes_trees) and all(r.get("stats") for r in recs)):
+    if (
+        runner.kind == "ours"
+        and runner.family != OURS_BASELINE
+        and runner.lossless
+        and calls
+        and not (runner.drafter is not None and runner.drafter.proposes_trees)
+        and all(r.get("stats") for r in recs)
+    ):
         time_draft = sum(r["stats"]["time_draft"] for r in recs)
         time_target = sum(r["stats"]["time_target"] for r in recs)
         steps = _timed(recs, "target_calls", "prefill_steps")
@@ -123,17 +158,29 @@ def _row(runner: Runner, temperature: float, recs: list[dict], prompts: dict[int
         c = cost_ratio(time_draft, _timed(recs, "draft_calls", "prefill_draft_calls") or steps * gamma, single_step)
         if c is not None and row["alpha"] is not None and steps:
             verify_cost = (time_target / steps) / single_step
-            row.update({"c": c, "theory_gamma": gamma, "predicted_speedup": walltime_factor(row["alpha"], gamma, c),
-                        "verify_cost": verify_cost,
-                        "predicted_speedup_with_verify_cost": walltime_factor(row["alpha"], gamma, c, verify_cost)})
+            row.update(
+                {
+                    "c": c,
+                    "theory_gamma": gamma,
+                    "predicted_speedup": walltime_factor(row["alpha"], gamma, c),
+                    "verify_cost": verify_cost,
+                    "predicted_speedup_with_verify_cost": walltime_factor(row["alpha"], gamma, c, verify_cost),
+                }
+            )
     # quality: chrF of the completion against the reference, and against the target's own greedy output
     scored = [(r, prompts[r["prompt_index"]]) for r in recs]
     with_ref = [(r, p) for r, p in scored if p.reference is not None]
-    row["chrf_reference"] = chrf([truncate_at_stops(r["text"], p.stops) for r, p in with_ref],
-                                 [p.reference for _, p in with_ref]) if with_ref else None
+    row["chrf_reference"] = (
+        chrf([truncate_at_stops(r["text"], p.stops) for r, p in with_ref], [p.reference for _, p in with_ref])
+        if with_ref
+        else None
+    )
     with_greedy = [r for r in recs if r["prompt_index"] in greedy_texts]
-    row["chrf_target_greedy"] = chrf([r["text"] for r in with_greedy],
-                                     [greedy_texts[r["prompt_index"]] for r in with_greedy]) if with_greedy else None
+    row["chrf_target_greedy"] = (
+        chrf([r["text"] for r in with_greedy], [greedy_texts[r["prompt_index"]] for r in with_greedy])
+        if with_greedy
+        else None
+    )
     return row
 
 

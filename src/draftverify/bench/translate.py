@@ -19,6 +19,7 @@ forward, the rest: SpecDec Table 18). ``counts_only`` drops every timing (for a 
 nothing) and the HF assisted rows (they measure time only). Writes <out>/<name>.json and <name>.md (and
 <name>-bild.png: BLEU against latency, or against large-model calls per sentence when counts only).
 """
+
 from __future__ import annotations
 
 import json
@@ -58,19 +59,37 @@ def _strip(ids: list[int], eos: int) -> list[int]:
     return ids[: ids.index(eos)] if eos in ids else ids
 
 
-def hf_row(name: str, model, eos: int, settings: dict, assistant_settings: dict | None = None, **generate_kwargs) -> Row:
+def hf_row(
+    name: str, model, eos: int, settings: dict, assistant_settings: dict | None = None, **generate_kwargs
+) -> Row:
     def run(ids: torch.Tensor, max_new: int):
         for key, value in (assistant_settings or {}).items():  # the assistant's own config: set on every call
             setattr(generate_kwargs["assistant_model"].generation_config, key, value)
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new, do_sample=False,
-                             eos_token_id=eos, pad_token_id=eos, **generate_kwargs)
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=eos,
+            **generate_kwargs,
+        )
         return out[0, 1:].tolist(), None  # after the decoder start token
 
     return Row(name, name.split("[")[0], lossless=settings.get("num_beams", 1) == 1, settings=settings, run=run)
 
 
-def ours_row(name: str, family: str, target: CachedLM, drafter: Drafter, verifier: str, options: MethodOptions,
-             gamma: int, eos: int, settings: dict) -> Row:
+def ours_row(
+    name: str,
+    family: str,
+    target: CachedLM,
+    drafter: Drafter,
+    verifier: str,
+    options: MethodOptions,
+    gamma: int,
+    eos: int,
+    settings: dict,
+) -> Row:
     v = build_verifier(verifier, GREEDY, options)
 
     def run(ids: torch.Tensor, max_new: int):
@@ -90,38 +109,104 @@ def _grid(values: str, cast) -> list:
 ALIGNED_SUFFIX = "_aligned"
 
 
-def small_model_rows(target: CachedLM, target_model, draft_model, suffix: str, eos: int, gammas: list[int],
-                     fbs: list[float], rbs: list[float], bild_gamma: int, hf_assisted: bool) -> list[Row]:
+def small_model_rows(
+    target: CachedLM,
+    target_model,
+    draft_model,
+    suffix: str,
+    eos: int,
+    gammas: list[int],
+    fbs: list[float],
+    rbs: list[float],
+    bild_gamma: int,
+    hf_assisted: bool,
+) -> list[Row]:
     """One small model's rows: HF assisted (optional), the Leviathan draft per gamma, BiLD per (fb, rb)."""
     small = CachedLM(draft_model, role="draft")
     rows = []
     for g in gammas:
         if hf_assisted:
-            assistant = {"num_assistant_tokens": g, "num_assistant_tokens_schedule": "constant",
-                         "assistant_confidence_threshold": 0.0}
-            rows.append(hf_row(f"hf_assisted{suffix}[g={g}]", target_model, eos, {"gamma": g}, assistant,
-                               assistant_model=draft_model))
-        rows.append(ours_row(f"model{suffix}[g={g}]", f"model{suffix}", target,
-                             build_drafter("model", target, MethodOptions(draft_model=small)), "exact",
-                             MethodOptions(), g, eos, {"gamma": g}))
+            assistant = {
+                "num_assistant_tokens": g,
+                "num_assistant_tokens_schedule": "constant",
+                "assistant_confidence_threshold": 0.0,
+            }
+            rows.append(
+                hf_row(
+                    f"hf_assisted{suffix}[g={g}]",
+                    target_model,
+                    eos,
+                    {"gamma": g},
+                    assistant,
+                    assistant_model=draft_model,
+                )
+            )
+        rows.append(
+            ours_row(
+                f"model{suffix}[g={g}]",
+                f"model{suffix}",
+                target,
+                build_drafter("model", target, MethodOptions(draft_model=small)),
+                "exact",
+                MethodOptions(),
+                g,
+                eos,
+                {"gamma": g},
+            )
+        )
     for fb in fbs:
         for rb in rbs:
             o = MethodOptions(draft_model=small, alpha_fb=fb, alpha_rb=rb)
-            rows.append(ours_row(f"bild{suffix}[fb={fb:g},rb={rb:g}]", f"bild{suffix}", target,
-                                 build_drafter("model", target, o), "bild", o, bild_gamma, eos,
-                                 {"alpha_fb": fb, "alpha_rb": rb, "max_draft": bild_gamma}))
+            rows.append(
+                ours_row(
+                    f"bild{suffix}[fb={fb:g},rb={rb:g}]",
+                    f"bild{suffix}",
+                    target,
+                    build_drafter("model", target, o),
+                    "bild",
+                    o,
+                    bild_gamma,
+                    eos,
+                    {"alpha_fb": fb, "alpha_rb": rb, "max_draft": bild_gamma},
+                )
+            )
     return rows
 
 
-def build_rows(target_model, draft_model, nat_path, eos: int, ks: list[int], betas: list[int], taus: list[float],
-               plus_k: int, gammas: list[int], fbs: list[float], rbs: list[float], bild_gamma: int, beams: int,
-               aligned_model=None, counts_only: bool = False) -> tuple[list[Row], list[str]]:
+def build_rows(
+    target_model,
+    draft_model,
+    nat_path,
+    eos: int,
+    ks: list[int],
+    betas: list[int],
+    taus: list[float],
+    plus_k: int,
+    gammas: list[int],
+    fbs: list[float],
+    rbs: list[float],
+    bild_gamma: int,
+    beams: int,
+    aligned_model=None,
+    counts_only: bool = False,
+) -> tuple[list[Row], list[str]]:
     target = CachedLM(target_model, role="target")
     notes: list[str] = []
-    rows = [hf_row("hf_greedy", target_model, eos, {}),
-            hf_row(f"hf_beam[b={beams}]", target_model, eos, {"num_beams": beams}, num_beams=beams, early_stopping=True),
-            ours_row("autoregressive", "autoregressive", target, build_drafter("none", target, MethodOptions()),
-                     "exact", MethodOptions(), 1, eos, {})]
+    rows = [
+        hf_row("hf_greedy", target_model, eos, {}),
+        hf_row(f"hf_beam[b={beams}]", target_model, eos, {"num_beams": beams}, num_beams=beams, early_stopping=True),
+        ours_row(
+            "autoregressive",
+            "autoregressive",
+            target,
+            build_drafter("none", target, MethodOptions()),
+            "exact",
+            MethodOptions(),
+            1,
+            eos,
+            {},
+        ),
+    ]
     if nat_path is not None:
         options = MethodOptions(nat_path=nat_path)
         nat = build_drafter("nat", target, options)
@@ -129,8 +214,19 @@ def build_rows(target_model, draft_model, nat_path, eos: int, ks: list[int], bet
         for beta in betas:
             for tau in taus:
                 o = MethodOptions(nat_path=nat_path, beta=beta, tau=tau)
-                rows.append(ours_row(f"specdec++[k={plus_k},b={beta},t={tau:g}]", "specdec++", target, nat, "topbeta",
-                                     o, plus_k, eos, {"k": plus_k, "beta": beta, "tau": tau}))
+                rows.append(
+                    ours_row(
+                        f"specdec++[k={plus_k},b={beta},t={tau:g}]",
+                        "specdec++",
+                        target,
+                        nat,
+                        "topbeta",
+                        o,
+                        plus_k,
+                        eos,
+                        {"k": plus_k, "beta": beta, "tau": tau},
+                    )
+                )
     else:
         notes.append("no NAT drafter: specdec rows skipped")
     grid = dict(gammas=gammas, fbs=fbs, rbs=rbs, bild_gamma=bild_gamma, hf_assisted=not counts_only)
@@ -139,8 +235,9 @@ def build_rows(target_model, draft_model, nat_path, eos: int, ks: list[int], bet
     else:
         notes.append("no small model: hf_assisted, model and bild rows skipped")
     if aligned_model is not None:
-        rows += small_model_rows(target, target_model, aligned_model, ALIGNED_SUFFIX, eos,
-                                 **{**grid, "hf_assisted": False})
+        rows += small_model_rows(
+            target, target_model, aligned_model, ALIGNED_SUFFIX, eos, **{**grid, "hf_assisted": False}
+        )
     if counts_only:
         notes.append("counts only: no timings; hf_assisted rows skipped (they measure time only)")
     return rows, notes
@@ -151,13 +248,20 @@ def _summary(row: Row, refs: list[str], greedy_ids: list[list[int]], base_second
     import sacrebleu
 
     n = len(row.texts)
-    out = {"name": row.name, "family": row.family, "lossless": row.lossless, "settings": row.settings,
-           "bleu": round(sacrebleu.corpus_bleu(row.texts, [refs[:n]]).score, 2),
-           "chrf": round(sacrebleu.corpus_chrf(row.texts, [refs[:n]]).score, 2),
-           "same_as_greedy": sum(_strip(a, eos) == _strip(b, eos) for a, b in zip(row.ids, greedy_ids)) / max(n, 1)}
+    out = {
+        "name": row.name,
+        "family": row.family,
+        "lossless": row.lossless,
+        "settings": row.settings,
+        "bleu": round(sacrebleu.corpus_bleu(row.texts, [refs[:n]]).score, 2),
+        "chrf": round(sacrebleu.corpus_chrf(row.texts, [refs[:n]]).score, 2),
+        "same_as_greedy": sum(_strip(a, eos) == _strip(b, eos) for a, b in zip(row.ids, greedy_ids)) / max(n, 1),
+    }
     if base_seconds is not None:
         out["seconds_per_sentence"] = sum(row.seconds) / max(n, 1)
-        out["speedup_vs_hf_greedy"] = base_seconds / out["seconds_per_sentence"] if out["seconds_per_sentence"] else None
+        out["speedup_vs_hf_greedy"] = (
+            base_seconds / out["seconds_per_sentence"] if out["seconds_per_sentence"] else None
+        )
     if row.stats:
         calls = sum(s["target_calls"] for s in row.stats)
         out["tokens_per_call"] = sum(s["new_tokens"] for s in row.stats) / max(calls, 1)
@@ -172,8 +276,9 @@ def _summary(row: Row, refs: list[str], greedy_ids: list[list[int]], base_second
             draft_calls = sum(s["draft_calls"] for s in row.stats)
             out["ms_per_step"] = 1e3 * (total - sum(s["time_prefill"] for s in row.stats)) / max(calls, 1)
             out["ms_per_verifier_call"] = 1e3 * sum(s["time_target"] for s in row.stats) / max(calls, 1)
-            out["ms_per_drafter_call"] = (1e3 * sum(s["time_draft"] for s in row.stats) / draft_calls
-                                          if draft_calls else None)
+            out["ms_per_drafter_call"] = (
+                1e3 * sum(s["time_draft"] for s in row.stats) / draft_calls if draft_calls else None
+            )
     return out
 
 
@@ -184,15 +289,28 @@ def tokens_per_call_needed(row: dict, ar_ms_per_token: float, speedup: float = 2
     return speedup * row["ms_per_step"] / ar_ms_per_token
 
 
-def run_sweep(target_model, draft_model, nat_path, tokenizer, prompts: list[Prompt], max_new_tokens: int,
-              log: Callable[[str], None] = print, aligned_model=None, counts_only: bool = False, **grid) -> dict:
+def run_sweep(
+    target_model,
+    draft_model,
+    nat_path,
+    tokenizer,
+    prompts: list[Prompt],
+    max_new_tokens: int,
+    log: Callable[[str], None] = print,
+    aligned_model=None,
+    counts_only: bool = False,
+    **grid,
+) -> dict:
     eos = tokenizer.eos_token_id
     for role, model in (("--draft", draft_model), ("--aligned-draft", aligned_model)):
         if model is not None and model.config.vocab_size != target_model.config.vocab_size:
-            raise DraftVerifyError(f"{role} model has vocab_size {model.config.vocab_size} but the target has "
-                                   f"{target_model.config.vocab_size}: the small model must use the target's tokenizer")
-    rows, notes = build_rows(target_model, draft_model, nat_path, eos, aligned_model=aligned_model,
-                             counts_only=counts_only, **grid)
+            raise DraftVerifyError(
+                f"{role} model has vocab_size {model.config.vocab_size} but the target has "
+                f"{target_model.config.vocab_size}: the small model must use the target's tokenizer"
+            )
+    rows, notes = build_rows(
+        target_model, draft_model, nat_path, eos, aligned_model=aligned_model, counts_only=counts_only, **grid
+    )
     sources = [tokenizer(p.text, return_tensors="pt").input_ids for p in prompts]
     with torch.inference_mode():
         if not counts_only:
@@ -213,10 +331,19 @@ def run_sweep(target_model, draft_model, nat_path, tokenizer, prompts: list[Prom
     greedy_ids = rows[0].ids
     base = None if counts_only else sum(rows[0].seconds) / max(len(rows[0].seconds), 1)
     summaries = [_summary(r, refs, greedy_ids, base, eos) for r in rows]
-    return {"rows": summaries, "notes": notes, "counts_only": counts_only, "aligned": aligned_comparison(summaries),
-            "sentences": len(prompts), "max_new_tokens": max_new_tokens,
-            "examples": [{"source": prompts[0].text, "reference": prompts[0].reference,
-                          **{r.name: r.texts[0] for r in rows}}] if prompts else []}
+    return {
+        "rows": summaries,
+        "notes": notes,
+        "counts_only": counts_only,
+        "aligned": aligned_comparison(summaries),
+        "sentences": len(prompts),
+        "max_new_tokens": max_new_tokens,
+        "examples": [
+            {"source": prompts[0].text, "reference": prompts[0].reference, **{r.name: r.texts[0] for r in rows}}
+        ]
+        if prompts
+        else [],
+    }
 
 
 def aligned_comparison(rows: list[dict]) -> dict:
@@ -225,10 +352,12 @@ def aligned_comparison(rows: list[dict]) -> dict:
     within one BLEU point (BiLD Table 1's two operating points). Empty without aligned rows."""
     by_name = {r["name"]: r for r in rows}
     keys = ("bleu", "tokens_per_call", "target_calls_per_sentence", "draft_calls_per_sentence", "same_as_greedy")
-    pairs = [{"row": r["name"], "settings": r["settings"],
-              **{k: [r.get(k), twin.get(k)] for k in keys}}
-             for r in rows for twin in [by_name.get(r["name"].replace("[", ALIGNED_SUFFIX + "[", 1))]
-             if r["family"] in ("model", "bild") and twin is not None]
+    pairs = [
+        {"row": r["name"], "settings": r["settings"], **{k: [r.get(k), twin.get(k)] for k in keys}}
+        for r in rows
+        for twin in [by_name.get(r["name"].replace("[", ALIGNED_SUFFIX + "[", 1))]
+        if r["family"] in ("model", "bild") and twin is not None
+    ]
     if not pairs:
         return {}
     greedy = next(r["bleu"] for r in rows if r["family"] in ("hf_greedy", "autoregressive"))
@@ -237,7 +366,8 @@ def aligned_comparison(rows: list[dict]) -> dict:
         points = [r for r in rows if r["family"] == family]
         frontier[family] = {
             label: min((r["target_calls_per_sentence"] for r in points if r["bleu"] >= greedy - loss), default=None)
-            for label, loss in (("no_loss", 0.0), ("within_1_bleu", 1.0))}
+            for label, loss in (("no_loss", 0.0), ("within_1_bleu", 1.0))
+        }
     return {"pairs": pairs, "greedy_bleu": greedy, "fewest_target_calls": frontier}
 
 
@@ -251,17 +381,28 @@ def _table(rows: list[dict], columns: list[tuple[str, str, Callable]]) -> list[s
 def _aligned_lines(aligned: dict) -> list[str]:
     f2 = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     both = lambda pair: f"{f2(pair[0])} / {f2(pair[1])}"  # noqa: E731
-    lines = ["## Prediction alignment: original / aligned small model (BiLD 3.5.1)", "",
-             "| row | BLEU | large-model calls / sentence | small-model calls / sentence | tokens / target call | "
-             "same as AT greedy |", "|---|---|---|---|---|---|"]
+    lines = [
+        "## Prediction alignment: original / aligned small model (BiLD 3.5.1)",
+        "",
+        "| row | BLEU | large-model calls / sentence | small-model calls / sentence | tokens / target call | "
+        "same as AT greedy |",
+        "|---|---|---|---|---|---|",
+    ]
     for p in aligned["pairs"]:
         same = p["same_as_greedy"]
-        lines.append(f"| `{p['row']}` | {both(p['bleu'])} | {both(p['target_calls_per_sentence'])} | "
-                     f"{both(p['draft_calls_per_sentence'])} | {both(p['tokens_per_call'])} | "
-                     f"{100 * same[0]:.0f}% / {100 * same[1]:.0f}% |")
+        lines.append(
+            f"| `{p['row']}` | {both(p['bleu'])} | {both(p['target_calls_per_sentence'])} | "
+            f"{both(p['draft_calls_per_sentence'])} | {both(p['tokens_per_call'])} | "
+            f"{100 * same[0]:.0f}% / {100 * same[1]:.0f}% |"
+        )
     fewest = aligned["fewest_target_calls"]
-    lines += ["", f"Fewest large-model calls per sentence among the BiLD rows (AT greedy BLEU {aligned['greedy_bleu']:.2f}):",
-              "", "| small model | at no BLEU loss | within 1 BLEU |", "|---|---|---|"]
+    lines += [
+        "",
+        f"Fewest large-model calls per sentence among the BiLD rows (AT greedy BLEU {aligned['greedy_bleu']:.2f}):",
+        "",
+        "| small model | at no BLEU loss | within 1 BLEU |",
+        "|---|---|---|",
+    ]
     for family, label in (("bild", "original"), ("bild" + ALIGNED_SUFFIX, "aligned")):
         lines.append(f"| {label} | {f2(fewest[family]['no_loss'])} | {f2(fewest[family]['within_1_bleu'])} |")
     return lines + [""]
@@ -272,28 +413,48 @@ def render_markdown(result: dict) -> str:
     pct = lambda v: f"{100 * v:.0f}%"  # noqa: E731
     rows = result["rows"]
     timed = not result.get("counts_only")
-    columns = [("row", "name", lambda v: f"`{v}`"), ("BLEU", "bleu", f2), ("chrF", "chrf", f2),
-               ("same as AT greedy", "same_as_greedy", pct), ("tokens / target call", "tokens_per_call", f2),
-               ("large-model calls / sentence", "target_calls_per_sentence", f2),
-               ("small-model calls / sentence", "draft_calls_per_sentence", f2)]
+    columns = [
+        ("row", "name", lambda v: f"`{v}`"),
+        ("BLEU", "bleu", f2),
+        ("chrF", "chrf", f2),
+        ("same as AT greedy", "same_as_greedy", pct),
+        ("tokens / target call", "tokens_per_call", f2),
+        ("large-model calls / sentence", "target_calls_per_sentence", f2),
+        ("small-model calls / sentence", "draft_calls_per_sentence", f2),
+    ]
     if timed:
-        columns += [("s / sentence", "seconds_per_sentence", lambda v: f"{v:.4f}"),
-                    ("speedup vs HF greedy", "speedup_vs_hf_greedy", lambda v: f"{v:.2f}x")]
-    lines = [f"# {result['name']}", "", f"Command: `{result['command']}`", "",
-             f"{result['sentences']} sentences of {result['prompts']}, at most {result['max_new_tokens']} new tokens, "
-             f"{result['threads']} thread(s), {result['machine']}; {result['date']}"
-             + ("; counts only (no timings)." if not timed else "."), "", *_table(rows, columns), ""]
+        columns += [
+            ("s / sentence", "seconds_per_sentence", lambda v: f"{v:.4f}"),
+            ("speedup vs HF greedy", "speedup_vs_hf_greedy", lambda v: f"{v:.2f}x"),
+        ]
+    lines = [
+        f"# {result['name']}",
+        "",
+        f"Command: `{result['command']}`",
+        "",
+        f"{result['sentences']} sentences of {result['prompts']}, at most {result['max_new_tokens']} new tokens, "
+        f"{result['threads']} thread(s), {result['machine']}; {result['date']}"
+        + ("; counts only (no timings)." if not timed else "."),
+        "",
+        *_table(rows, columns),
+        "",
+    ]
     if result.get("aligned"):
         lines += _aligned_lines(result["aligned"])
     split = [r for r in rows if r.get("time_split")]
     if split:
-        lines += ["## Where the time goes (our loop; SpecDec Table 18)", "",
-                  "| row | encoders (prefill) | drafter | verifier forward | verify rule | other |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "## Where the time goes (our loop; SpecDec Table 18)",
+            "",
+            "| row | encoders (prefill) | drafter | verifier forward | verify rule | other |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in split:
             t = r["time_split"]
-            lines.append(f"| `{r['name']}` | {pct(t['prefill'])} | {pct(t['draft'])} | {pct(t['target'])} | "
-                         f"{pct(t['verify'])} | {pct(t['other'])} |")
+            lines.append(
+                f"| `{r['name']}` | {pct(t['prefill'])} | {pct(t['draft'])} | {pct(t['target'])} | "
+                f"{pct(t['verify'])} | {pct(t['other'])} |"
+            )
         lines.append("")
         lines += _step_cost_lines(split)
     if result["notes"]:
@@ -307,22 +468,36 @@ def _step_cost_lines(rows: list[dict]) -> list[str]:
     if ar is None:
         return []
     a = ar["ms_per_step"]  # one token per call: ms per token
-    lines = ["## What a step costs (ms, the encoder pass aside) and what 2.0x would need", "",
-             f"Our autoregressive loop: {a:.2f} ms per token. A row runs 2.0x that loop when its tokens per call reach "
-             "2.0 x (ms per step) / (AR ms per token).", "",
-             "| row | ms / step | ms / verifier call | ms / drafter call | tokens / call | tokens / call for 2.0x |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "## What a step costs (ms, the encoder pass aside) and what 2.0x would need",
+        "",
+        f"Our autoregressive loop: {a:.2f} ms per token. A row runs 2.0x that loop when its tokens per call reach "
+        "2.0 x (ms per step) / (AR ms per token).",
+        "",
+        "| row | ms / step | ms / verifier call | ms / drafter call | tokens / call | tokens / call for 2.0x |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if r["name"] == "autoregressive" or not r.get("ms_per_step"):
             continue
         drafter = "-" if r.get("ms_per_drafter_call") is None else f"{r['ms_per_drafter_call']:.2f}"
-        lines.append(f"| `{r['name']}` | {r['ms_per_step']:.2f} | {r['ms_per_verifier_call']:.2f} | {drafter} | "
-                     f"{r['tokens_per_call']:.2f} | {tokens_per_call_needed(r, a):.2f} |")
+        lines.append(
+            f"| `{r['name']}` | {r['ms_per_step']:.2f} | {r['ms_per_verifier_call']:.2f} | {drafter} | "
+            f"{r['tokens_per_call']:.2f} | {tokens_per_call_needed(r, a):.2f} |"
+        )
     return lines + [""]
 
 
-PLOT_FAMILIES = (("bild", "o"), ("bild" + ALIGNED_SUFFIX, "o"), ("model", "s"), ("model" + ALIGNED_SUFFIX, "s"),
-                 ("specdec", "^"), ("hf_greedy", "*"), ("autoregressive", "x"), ("hf_beam", "D"))
+PLOT_FAMILIES = (
+    ("bild", "o"),
+    ("bild" + ALIGNED_SUFFIX, "o"),
+    ("model", "s"),
+    ("model" + ALIGNED_SUFFIX, "s"),
+    ("specdec", "^"),
+    ("hf_greedy", "*"),
+    ("autoregressive", "x"),
+    ("hf_beam", "D"),
+)
 
 
 def plot_bild(rows: list[dict], path: Path, counts_only: bool = False) -> Path | None:

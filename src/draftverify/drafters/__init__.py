@@ -1,4 +1,5 @@
 """Drafters propose tokens cheaply; importing this package registers them all."""
+
 from .base import Drafter, NoDrafter
 from .bita import BitaDrafter, BitaEfficientDrafter, BitaFullTreeDrafter
 from .bita_adapter import BitaAdapter
@@ -15,7 +16,27 @@ from .ngram import NgramDrafter, NgramTable
 from .prompt_lookup import PromptLookupDrafter
 from .prompt_lookup_tree import PromptLookupTreeDrafter
 
-__all__ = ["Drafter", "NoDrafter", "ModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "NgramDrafter", "NgramTable",
-           "ModelTreeDrafter", "PromptLookupTreeDrafter", "LookupModelDrafter", "BlockwiseDrafter", "BlockwiseHeads",
-           "BlockwiseNgramDrafter", "BlockwisePBestDrafter", "BlockwiseNeuralDrafter", "BitaAdapter", "BitaDrafter", "BitaEfficientDrafter",
-           "BitaFullTreeDrafter", "NatDrafter", "NatDecoder", "CrossTokenizerDrafter"]
+__all__ = [
+    "Drafter",
+    "NoDrafter",
+    "ModelDrafter",
+    "EarlyExitDrafter",
+    "PromptLookupDrafter",
+    "NgramDrafter",
+    "NgramTable",
+    "ModelTreeDrafter",
+    "PromptLookupTreeDrafter",
+    "LookupModelDrafter",
+    "BlockwiseDrafter",
+    "BlockwiseHeads",
+    "BlockwiseNgramDrafter",
+    "BlockwisePBestDrafter",
+    "BlockwiseNeuralDrafter",
+    "BitaAdapter",
+    "BitaDrafter",
+    "BitaEfficientDrafter",
+    "BitaFullTreeDrafter",
+    "NatDrafter",
+    "NatDecoder",
+    "CrossTokenizerDrafter",
+]

@@ -1,4 +1,5 @@
 """The drafter interface: propose up to gamma tokens, then hear which were kept."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

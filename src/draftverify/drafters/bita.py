@@ -14,6 +14,7 @@ Decoding modes (the paper's Table 4):
 - `bita`, the efficient tree: top-k per level, only the top-1 candidate continues deeper (k * M nodes), a mask
   group per node; the paper's choice.
 """
+
 from __future__ import annotations
 
 from itertools import product
@@ -39,7 +40,9 @@ def full_tree(k: int, depth: int) -> TreeSpec:
     return TreeSpec.from_paths([p for level in range(1, depth + 1) for p in product(range(k), repeat=level)])
 
 
-def mask_groups(tree: TreeSpec | None, draft_length: int, attach: list[int], num_masks: int) -> tuple[torch.Tensor, torch.Tensor]:
+def mask_groups(
+    tree: TreeSpec | None, draft_length: int, attach: list[int], num_masks: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Layout of mask groups in a verify pass over the pending token, N = draft_length draft nodes and the groups.
 
     attach[g] is the node group g hangs after (-1 = the pending token). Mask i of group g sees the pending token,
@@ -76,8 +79,9 @@ class BitaDrafter(Drafter):
         if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
             raise DraftVerifyError(f"bita needs top-k >= 1 candidates per mask token, got {topk!r}")
         trained = adapter.config.num_masks
-        if num_masks is not None and (isinstance(num_masks, bool) or not isinstance(num_masks, int)
-                                      or not 1 <= num_masks <= trained):
+        if num_masks is not None and (
+            isinstance(num_masks, bool) or not isinstance(num_masks, int) or not 1 <= num_masks <= trained
+        ):
             raise DraftVerifyError(f"bita can use 1..{trained} of this adapter's mask tokens, got {num_masks!r}")
         self.adapter = adapter.eval()
         # the first m masks of a group see only each other, so fewer than trained keep their meaning
@@ -94,8 +98,10 @@ class BitaDrafter(Drafter):
         if options.bita_path is None:
             raise DraftVerifyError("bita needs a trained adapter: pass bita_path=... (CLI: --bita DIR)")
         if options.compile:
-            raise DraftVerifyError("bita appends learned embeddings to the target's verify pass, which the compiled "
-                                   "target does not take: run it without --compile")
+            raise DraftVerifyError(
+                "bita appends learned embeddings to the target's verify pass, which the compiled "
+                "target does not take: run it without --compile"
+            )
         return cls(BitaAdapter.load(options.bita_path), options.bita_topk, options.bita_masks)
 
     def wrap_target(self, target: LMBackend) -> LMBackend:

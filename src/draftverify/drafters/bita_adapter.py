@@ -13,6 +13,7 @@ in Large Language Models"): learned mask tokens and prompt tokens on a frozen ta
 Only these parameters are saved (fp16 safetensors + bita.json); the target is referenced by its LM head's
 fingerprint, so an adapter cannot be used with a target it was not trained on.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,14 +56,20 @@ class BitaConfig:
         if isinstance(self.num_prompts, bool) or not isinstance(self.num_prompts, int) or self.num_prompts < 0:
             raise DraftVerifyError(f"bita config: num_prompts must be an integer >= 0, got {self.num_prompts!r}")
         if (self.prompt == "none") != (self.num_prompts == 0):
-            raise DraftVerifyError("bita: give prompt tokens (num_prompts >= 1) exactly when the prompt is shallow or deep")
+            raise DraftVerifyError(
+                "bita: give prompt tokens (num_prompts >= 1) exactly when the prompt is shallow or deep"
+            )
 
 
 def kv_layout(model: nn.Module) -> tuple[int, int, int]:
     """(layers, KV heads, head dim) of a decoder's cache, read from a one-token forward (any architecture)."""
     cache = DynamicCache()
     with torch.no_grad():
-        model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=model.device), **{cache_argument(model): cache}, use_cache=True)
+        model(
+            input_ids=torch.zeros(1, 1, dtype=torch.long, device=model.device),
+            **{cache_argument(model): cache},
+            use_cache=True,
+        )
     keys = cache.layers[0].keys  # [1, h, 1, d]
     return len(cache.layers), keys.shape[1], keys.shape[3]
 
@@ -81,11 +88,21 @@ class BitaAdapter(nn.Module):
             self.prompt_embeds = nn.Parameter(torch.randn(c.num_prompts, c.hidden_size) * INIT_STD)  # [P, H]
 
     @classmethod
-    def for_target(cls, target: nn.Module, num_masks: int = 3, prompt: str = "deep", num_prompts: int = 16) -> "BitaAdapter":
+    def for_target(
+        cls, target: nn.Module, num_masks: int = 3, prompt: str = "deep", num_prompts: int = 16
+    ) -> "BitaAdapter":
         layers, heads, dim = kv_layout(target)
         hidden = target.get_input_embeddings().weight.shape[1]
-        config = BitaConfig(num_masks, 0 if prompt == "none" else num_prompts, prompt, hidden, layers, heads, dim,
-                            lm_head_fingerprint(target.get_output_embeddings()))
+        config = BitaConfig(
+            num_masks,
+            0 if prompt == "none" else num_prompts,
+            prompt,
+            hidden,
+            layers,
+            heads,
+            dim,
+            lm_head_fingerprint(target.get_output_embeddings()),
+        )
         return cls(config)
 
     def prefix(self, target: nn.Module) -> PrefixKV | None:

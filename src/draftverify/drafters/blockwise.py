@@ -11,6 +11,7 @@ kept position predicts (head 1) the token the verifier emits after them, which b
 and (heads 2..h) the h - 1 tokens after that: exactly the next draft. After prefill the same holds for the last
 prefilled position, whose next token is the prompt's last (pending) token.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,8 +50,14 @@ class HeadsConfig:
     target_fingerprint: str  # lm_head_fingerprint of the target
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_heads, bool) or not isinstance(self.num_heads, int) or not 2 <= self.num_heads <= MAX_HEADS:
-            raise DraftVerifyError(f"blockwise decoding needs 2..{MAX_HEADS} heads (head 1 is the target), got {self.num_heads!r}")
+        if (
+            isinstance(self.num_heads, bool)
+            or not isinstance(self.num_heads, int)
+            or not 2 <= self.num_heads <= MAX_HEADS
+        ):
+            raise DraftVerifyError(
+                f"blockwise decoding needs 2..{MAX_HEADS} heads (head 1 is the target), got {self.num_heads!r}"
+            )
         for name in ("hidden_size", "ffn_size", "vocab_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -69,7 +76,7 @@ class BlockwiseHeads(nn.Module):
         self.b1 = nn.Parameter(torch.zeros(extra, config.ffn_size))  # [h-1, F]
         self.w2 = nn.Parameter(torch.zeros(extra, config.ffn_size, config.hidden_size))  # [h-1, F, H]
         self.b2 = nn.Parameter(torch.zeros(extra, config.hidden_size))  # [h-1, H]
-        nn.init.normal_(self.w1, std=config.hidden_size ** -0.5)
+        nn.init.normal_(self.w1, std=config.hidden_size**-0.5)
 
     @classmethod
     def for_target(cls, target: nn.Module, num_heads: int = 4, ffn_size: int | None = None) -> "BlockwiseHeads":

@@ -4,6 +4,7 @@
 one token tree (shared prefixes become shared nodes) verified in the same single target forward. Drafts are
 deterministic candidates (q one-hot), so greedy and sampling stay exact under the chain and tree verifiers.
 """
+
 from __future__ import annotations
 
 import torch
@@ -45,7 +46,9 @@ class BlockwiseNgramDrafter(BlockwiseDrafter):
                 f"{target.vocab_size}; rebuild it with the target's tokenizer"
             )
         if self.p > 1 and not target.takes_positions:
-            raise DraftVerifyError("p-best drafts are verified as a token tree, which needs a target taking position_ids")
+            raise DraftVerifyError(
+                "p-best drafts are verified as a token tree, which needs a target taking position_ids"
+            )
 
     def verify_width(self, longest: int) -> int:
         return longest * self.p + 1  # p paths merged into one tree, each as long

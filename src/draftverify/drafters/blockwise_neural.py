@@ -5,6 +5,7 @@ far, scores S_j, and the draft takes argmax over S_j of z_j + alpha * r_j (heads
 greedy rescoring, one small-model forward per draft token. The draft stays a deterministic candidate (q one-hot),
 so the greedy and speculative-sampling verifiers keep the output exact.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -20,8 +21,9 @@ from .blockwise import BlockwiseDrafter, BlockwiseHeads, load_heads
 from .model import ModelDrafter, require_shared_vocabulary
 
 
-def rescore_locally(z: torch.Tensor, k: int, alpha: float,
-                    next_logits: Callable[[torch.Tensor | None], torch.Tensor]) -> torch.Tensor:
+def rescore_locally(
+    z: torch.Tensor, k: int, alpha: float, next_logits: Callable[[torch.Tensor | None], torch.Tensor]
+) -> torch.Tensor:
     """Algorithm 2, greedy, each row on its own: z [B, n, V] heads' logits; next_logits(the token chosen last [B, 1],
     None before the first) -> the rescorer's logits r [B, V] for the next draft position. Returns the chosen tokens
     [B, n], each argmax over S_j = top-k(z_j) of z_j + alpha * r."""

@@ -18,6 +18,7 @@ The draft never drafts (the target decodes alone, as exactly as ever) while the 
 UTF-8 character, once it holds bytes that are not UTF-8 or that the draft's tokenizer does not spell back, and
 once the draft's context is full.
 """
+
 from __future__ import annotations
 
 from math import ceil
@@ -41,16 +42,27 @@ class CrossTokenizerDrafter(Drafter):
     GenerationStats.time_retokenize (through timers()) is the time spent moving text between the tokenizers,
     part of time_draft."""
 
-    def __init__(self, model, draft_tokenizer, target_tokenizer, target_vocab_size: int | None = None,
-                 window: int = WINDOW, lookbehind: int = LOOKBEHIND):
+    def __init__(
+        self,
+        model,
+        draft_tokenizer,
+        target_tokenizer,
+        target_vocab_size: int | None = None,
+        window: int = WINDOW,
+        lookbehind: int = LOOKBEHIND,
+    ):
         super().__init__()
         self.lm = as_backend(model, "draft")
         if not callable(getattr(self.lm, "rollback", None)):  # CachedLM and the lean draft backend can roll back
-            raise DraftVerifyError(f"a draft with its own tokenizer runs on the hf backend (transformers), not on "
-                                   f"{self.lm.name}: use --backend hf")
+            raise DraftVerifyError(
+                f"a draft with its own tokenizer runs on the hf backend (transformers), not on "
+                f"{self.lm.name}: use --backend hf"
+            )
         if self.lm.is_encoder_decoder:
-            raise DraftVerifyError("the draft is an encoder-decoder model; a draft with its own tokenizer must be a "
-                                   "decoder-only (causal) LM")
+            raise DraftVerifyError(
+                "the draft is an encoder-decoder model; a draft with its own tokenizer must be a "
+                "decoder-only (causal) LM"
+            )
         if window < 1 or lookbehind < 0:
             raise DraftVerifyError(f"window must be >= 1 and lookbehind >= 0, got {window} and {lookbehind}")
         self.window, self.lookbehind = window, lookbehind
@@ -68,20 +80,30 @@ class CrossTokenizerDrafter(Drafter):
         if options.draft_model is None:
             raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
         if options.target_tokenizer is None:
-            raise DraftVerifyError(f"the {cls.name!r} drafter needs the target's tokenizer: set "
-                                   "MethodOptions.target_tokenizer (load() and Pipeline set it)")
+            raise DraftVerifyError(
+                f"the {cls.name!r} drafter needs the target's tokenizer: set "
+                "MethodOptions.target_tokenizer (load() and Pipeline set it)"
+            )
         if options.alpha_fb > 0:
-            raise DraftVerifyError("BiLD's fallback (alpha_fb) reads the draft's probabilities over the target's "
-                                   "vocabulary; a draft with its own tokenizer has none: use --alpha-fb 0, or a draft "
-                                   "trained with the target's tokenizer")
+            raise DraftVerifyError(
+                "BiLD's fallback (alpha_fb) reads the draft's probabilities over the target's "
+                "vocabulary; a draft with its own tokenizer has none: use --alpha-fb 0, or a draft "
+                "trained with the target's tokenizer"
+            )
         draft_tokenizer = options.draft_tokenizer or options.target_tokenizer  # None: the draft shares the target's
-        return cls(as_backend(options.draft_model, "draft", options.compile), draft_tokenizer,
-                   options.target_tokenizer, target.vocab_size)
+        return cls(
+            as_backend(options.draft_model, "draft", options.compile),
+            draft_tokenizer,
+            options.target_tokenizer,
+            target.vocab_size,
+        )
 
     def bind(self, target, max_positions: int) -> None:
         if target.is_encoder_decoder:
-            raise DraftVerifyError("a draft with its own tokenizer continues the target's text; the target is an "
-                                   "encoder-decoder model, which does not continue its source")
+            raise DraftVerifyError(
+                "a draft with its own tokenizer continues the target's text; the target is an "
+                "encoder-decoder model, which does not continue its source"
+            )
         if target.vocab_size != len(self.target.table):
             self.target = TokenBytes(self.target_tokenizer, target.vocab_size, "target")
 
@@ -134,8 +156,11 @@ class CrossTokenizerDrafter(Drafter):
         agree = common_prefix(self.spelled, self.text, min(self.agreed, len(self.spelled)))
         keep = max(self.track.within(agree), len(self.prefix))
         cut = max(len(self.prefix), keep - self.window)
-        while cut > len(self.prefix) and self.track.start_of(cut) < len(self.text) and \
-                self.text[self.track.start_of(cut)] & 0xC0 == 0x80:  # never start a window inside a character
+        while (
+            cut > len(self.prefix)
+            and self.track.start_of(cut) < len(self.text)
+            and self.text[self.track.start_of(cut)] & 0xC0 == 0x80
+        ):  # never start a window inside a character
             cut -= 1
         start = self.track.start_of(cut)
         try:
@@ -202,7 +227,9 @@ class CrossTokenizerDrafter(Drafter):
             self.time_retokenize += perf_counter() - began
         return drafted, proposal
 
-    def _to_target(self, drafted: list[int], complete: bool, state: DecodingState, keep_last: bool = False) -> list[int]:
+    def _to_target(
+        self, drafted: list[int], complete: bool, state: DecodingState, keep_last: bool = False
+    ) -> list[int]:
         """The target tokens of the drafted text after the committed ones; the last one is dropped unless the
         draft ended its text (then the target's end-of-text token follows) or keep_last: a draft ended by the
         confidence stop keeps it, as the model drafter keeps its unconfident token: dropping it would shorten

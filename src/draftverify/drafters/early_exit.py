@@ -3,6 +3,7 @@
 The view shares every weight with the target (no copy); it keeps its own KV cache for its L layers. The target's
 backend builds it (ModuleBackend.first_layers; the hf backend's is shallow_view.py).
 """
+
 from __future__ import annotations
 
 from torch import nn
@@ -18,8 +19,9 @@ class EarlyExitDrafter(ModelDrafter):
 
     needs_target_modules = "the target's own layers (the early-exit draft shares them)"
 
-    def __init__(self, target: LMBackend | nn.Module, num_layers: int = 1, fallback_threshold: float = 0.0,
-                 compile: bool = False):
+    def __init__(
+        self, target: LMBackend | nn.Module, num_layers: int = 1, fallback_threshold: float = 0.0, compile: bool = False
+    ):
         """target: its backend, or a Hugging Face model (put on the hf backend to build the view)."""
         modules = require_modules(as_backend(target, "target"), "early_exit")
         super().__init__(modules.first_layers(num_layers, "early-exit draft", compile), fallback_threshold)

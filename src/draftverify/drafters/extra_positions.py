@@ -8,6 +8,7 @@ target's outputs there are what they would be without them; the extras' outputs 
 (the loop hands them to the drafter's commit after the kept positions'). Running them takes a backend with an
 embedded-positions forward (`forward_extra`: the Hugging Face backend, CachedLM).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -43,8 +44,10 @@ class ExtraPositionsTarget:
 
     def __init__(self, target: LMBackend, extras: ExtrasFor, method: str):
         if not callable(getattr(target, "forward_extra", None)):
-            raise DraftVerifyError(f"{method} appends learned embeddings to the target's verify pass, which the "
-                                   f"{target.name} backend does not take; run it with --backend hf (backend='hf')")
+            raise DraftVerifyError(
+                f"{method} appends learned embeddings to the target's verify pass, which the "
+                f"{target.name} backend does not take; run it with --backend hf (backend='hf')"
+            )
         self.target = target
         self.extras = extras
 
@@ -53,17 +56,24 @@ class ExtraPositionsTarget:
             raise AttributeError(name)
         return getattr(self.target, name)
 
-    def forward(self, tokens: torch.Tensor, position_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, want_hidden: bool = False,
-                new_valid: torch.Tensor | None = None) -> TargetOutput:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        want_hidden: bool = False,
+        new_valid: torch.Tensor | None = None,
+    ) -> TargetOutput:
         """tokens [B, n] (the pending token and the draft, right after a commit) and then the extras: outputs
         [B, n + E, ...]. attention_mask [n, n] and position_ids [1, n] describe a tree; None: a chain."""
         if new_valid is not None:
             raise DraftVerifyError("a verify pass with extra positions scores every row's tokens (no new_valid)")
         n = tokens.shape[1]
         if attention_mask is not None and tuple(attention_mask.shape[-2:]) != (n, n):
-            raise DraftVerifyError(f"extra positions follow a verify pass right after a commit: its mask must be "
-                                   f"[{n}, {n}], got {tuple(attention_mask.shape)}")
+            raise DraftVerifyError(
+                f"extra positions follow a verify pass right after a commit: its mask must be "
+                f"[{n}, {n}], got {tuple(attention_mask.shape)}"
+            )
         extras = self.extras(attention_mask is not None, n - 1, tokens.shape[0])
         if attention_mask is None:  # a chain, in causal order
             attention_mask = torch.ones(n, n, dtype=torch.bool).tril()
@@ -73,6 +83,7 @@ class ExtraPositionsTarget:
         mask = torch.zeros(width, width, dtype=torch.bool)  # [n + E, n + E]
         mask[:n, :n] = attention_mask.reshape(n, n)
         mask[n:] = extras.mask
-        positions = torch.cat([position_ids, self.target.length + extras.positions.to(position_ids.device)[None]],
-                              dim=1)  # [1, n + E]
+        positions = torch.cat(
+            [position_ids, self.target.length + extras.positions.to(position_ids.device)[None]], dim=1
+        )  # [1, n + E]
         return self.target.forward_extra(tokens, positions, mask, extras.embeds, extras.prefix, want_hidden)

@@ -11,6 +11,7 @@ poly(k, D) = D * k^(n-1) states * k successors * p. The paper composes weighted 
 sausage and a table already in memory this DP is the same search without a dependency (pynini and kenlm are not
 installed here, and the shipped table is our own safetensors format).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -51,7 +52,9 @@ class SausageLattice:
         return length
 
 
-def kbest_paths(lattice: SausageLattice, table: NgramTable | None, context: list[int], alpha: float, p: int) -> list[list[int]]:
+def kbest_paths(
+    lattice: SausageLattice, table: NgramTable | None, context: list[int], alpha: float, p: int
+) -> list[list[int]]:
     """The p highest-scoring paths (best first) of the lattice under head log-prob + alpha * n-gram score.
 
     context: the committed tokens (the n-gram's history for the first slot). table None or alpha 0 is

@@ -7,6 +7,7 @@ catches up lazily on the tokens it skipped (ModelDrafter feeds every committed t
 lookup step costs no model forward. Proposals are exact drafts like any other: the verifier keeps the output
 equal to the target's.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,8 +25,9 @@ from .prompt_lookup import PromptLookupDrafter
 class LookupModelDrafter(Drafter):
     supports_batch = True
 
-    def __init__(self, model: LMBackend | nn.Module, max_ngram: int = 3, min_ngram: int = 2,
-                 fallback_threshold: float = 0.0):
+    def __init__(
+        self, model: LMBackend | nn.Module, max_ngram: int = 3, min_ngram: int = 2, fallback_threshold: float = 0.0
+    ):
         super().__init__()
         self.lookup = PromptLookupDrafter(max_ngram, min_ngram)
         self.model = ModelDrafter(model, fallback_threshold)

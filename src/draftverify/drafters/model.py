@@ -1,4 +1,5 @@
 """A small Hugging Face LM drafts autoregressively with its own KV cache (Leviathan M_q; BiLD small model)."""
+
 from __future__ import annotations
 
 import torch
@@ -42,13 +43,20 @@ class ModelDrafter(Drafter):
 
     supports_batch = True
 
-    def __init__(self, model: LMBackend | nn.Module, fallback_threshold: float = 0.0, lookup_tokens: int = 0,
-                 lookup_ngrams: tuple[int, int] = (3, 2), lookup_confirms: bool = True):
+    def __init__(
+        self,
+        model: LMBackend | nn.Module,
+        fallback_threshold: float = 0.0,
+        lookup_tokens: int = 0,
+        lookup_ngrams: tuple[int, int] = (3, 2),
+        lookup_confirms: bool = True,
+    ):
         super().__init__()
         self.fallback_threshold = check_number("fallback threshold alpha_FB", fallback_threshold, 0.0, 1.0)
         if isinstance(lookup_tokens, bool) or not isinstance(lookup_tokens, int) or lookup_tokens < 0:
-            raise DraftVerifyError(f"lookup_tokens (--lookup-tokens) must be a whole number >= 0, got "
-                                   f"{lookup_tokens!r}")
+            raise DraftVerifyError(
+                f"lookup_tokens (--lookup-tokens) must be a whole number >= 0, got {lookup_tokens!r}"
+            )
         self.lookup_tokens = lookup_tokens  # staged drafting (see looked_up); 0: off
         self.lookup_ngrams = lookup_ngrams  # longest and shortest n-gram the lookup matches
         self.lookup_confirms = lookup_confirms  # staged drafting: a token lookup proposes too counts as confident
@@ -69,10 +77,13 @@ class ModelDrafter(Drafter):
             return CrossTokenizerDrafter.from_options(target, options)
         draft = draft_backend(options.draft_model, "draft", options.compile, options.lean_draft)  # LeanLM or CachedLM
         # staged drafting on a growing cache (a compiled draft keeps fixed widths)
-        return cls(draft, fallback_threshold=options.alpha_fb,
-                   lookup_tokens=0 if options.compile else options.lookup_tokens,
-                   lookup_ngrams=(options.prompt_lookup_max_ngram, options.lookup_model_min_ngram),
-                   lookup_confirms=options.lookup_confirms)
+        return cls(
+            draft,
+            fallback_threshold=options.alpha_fb,
+            lookup_tokens=0 if options.compile else options.lookup_tokens,
+            lookup_ngrams=(options.prompt_lookup_max_ngram, options.lookup_model_min_ngram),
+            lookup_confirms=options.lookup_confirms,
+        )
 
     def bind(self, target: LMBackend, max_positions: int) -> None:
         self.check_pair(self.lm, target, max_positions)
@@ -97,8 +108,12 @@ class ModelDrafter(Drafter):
         draft.check_fits(max_positions)
 
     def start(self, state: DecodingState, prefilled=None) -> None:
-        self.stages = self.lookup_tokens > 0 and not self.lm.is_encoder_decoder and state.tokens.shape[0] == 1 \
+        self.stages = (
+            self.lookup_tokens > 0
+            and not self.lm.is_encoder_decoder
+            and state.tokens.shape[0] == 1
             and not state.padded
+        )
         if self.lm.is_encoder_decoder:
             self.lm.start(state.source_ids)
             return

@@ -6,6 +6,7 @@ backend, so a tree of depth D costs D draft forwards whatever its width. With a 
 costs (gamma `auto`, `conf`) each step verifies the subtree of the given shape with the best expected tokens per
 second on this backend (tree_sizing.py); with a fixed gamma the whole shape, cut at depth gamma.
 """
+
 from __future__ import annotations
 
 from time import perf_counter
@@ -27,7 +28,16 @@ from .model import ModelDrafter, require_shared_vocabulary
 
 # 3 candidates at the root, 2 under the best, a chain along the best branch: 10 nodes, depth 4
 DEFAULT_TREE_PATHS: tuple[tuple[int, ...], ...] = (
-    (0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 0, 0, 0),
+    (0,),
+    (1,),
+    (2,),
+    (0, 0),
+    (0, 1),
+    (1, 0),
+    (0, 0, 0),
+    (0, 0, 1),
+    (0, 1, 0),
+    (0, 0, 0, 0),
 )
 EXPLORE_EVERY = 8  # every 8th sized step verifies the whole shape, so the rates of dropped nodes stay measured
 
@@ -95,9 +105,11 @@ class ModelTreeDrafter(Drafter):
         if key not in self._trees:
             parents = self.full_tree.parents.tolist()
             index = {j: i for i, j in enumerate(nodes)}
-            self._trees[key] = (self.full_tree if len(nodes) == self.full_tree.size
-                                else TreeSpec.from_parents([index[parents[j]] if parents[j] >= 0 else -1
-                                                            for j in nodes]))
+            self._trees[key] = (
+                self.full_tree
+                if len(nodes) == self.full_tree.size
+                else TreeSpec.from_parents([index[parents[j]] if parents[j] >= 0 else -1 for j in nodes])
+            )
         return self._trees[key]
 
     def nodes_for(self, state: DecodingState, gamma: int) -> list[int]:
@@ -111,8 +123,14 @@ class ModelTreeDrafter(Drafter):
             return [j for j in self._main if j in allowed] if self._sized_steps % 2 else allowed
         if self._sized_steps % EXPLORE_EVERY == 0:
             return allowed
-        return best_subtree(self.rates.rates(), self._depth, self.level_seconds, costs.target_seconds,
-                            rows=state.tokens.shape[0], allowed=allowed)
+        return best_subtree(
+            self.rates.rates(),
+            self._depth,
+            self.level_seconds,
+            costs.target_seconds,
+            rows=state.tokens.shape[0],
+            allowed=allowed,
+        )
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         started = perf_counter()

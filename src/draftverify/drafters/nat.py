@@ -25,6 +25,7 @@ The verifier decides what the draft is worth: `greedy` gives vanilla SpecDec (id
 `topbeta` gives SpecDec++; under sampling the drafter returns each slot's distribution q, so speculative sampling
 stays lossless.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -69,7 +70,9 @@ class NatConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.memory_window, bool) or not isinstance(self.memory_window, int) or self.memory_window < 0:
-            raise DraftVerifyError(f"NAT drafter config: memory_window must be an integer >= 0, got {self.memory_window!r}")
+            raise DraftVerifyError(
+                f"NAT drafter config: memory_window must be an integer >= 0, got {self.memory_window!r}"
+            )
         if not isinstance(self.embed_scale, (int, float)) or self.embed_scale <= 0:
             raise DraftVerifyError(f"NAT drafter config: embed_scale must be positive, got {self.embed_scale!r}")
         for name in ("hidden_size", "layers", "heads", "ffn_size", "max_positions", "block_size", "vocab_size"):
@@ -77,7 +80,9 @@ class NatConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise DraftVerifyError(f"NAT drafter config: {name} must be a positive integer, got {value!r}")
         if self.hidden_size % self.heads:
-            raise DraftVerifyError(f"NAT drafter config: hidden_size {self.hidden_size} is not divisible by heads {self.heads}")
+            raise DraftVerifyError(
+                f"NAT drafter config: hidden_size {self.hidden_size} is not divisible by heads {self.heads}"
+            )
 
     def to_dict(self) -> dict:
         """For the trainer's checkpoints (which record every model's config)."""
@@ -91,10 +96,11 @@ class NatDecoder(nn.Module):
         super().__init__()
         self.config = config
         H = config.hidden_size
-        self.mask_embedding = nn.Parameter(torch.randn(H) * H ** -0.5)  # [H]
+        self.mask_embedding = nn.Parameter(torch.randn(H) * H**-0.5)  # [H]
         self.positions = nn.Embedding(config.max_positions, H)
-        layer = nn.TransformerDecoderLayer(H, config.heads, config.ffn_size, dropout=0.0, activation="relu",
-                                           batch_first=True, norm_first=False)
+        layer = nn.TransformerDecoderLayer(
+            H, config.heads, config.ffn_size, dropout=0.0, activation="relu", batch_first=True, norm_first=False
+        )
         self.layers = nn.TransformerDecoder(layer, config.layers)
         if config.memory_window:  # decoder-only targets: normalised hidden states, ALiBi slopes per head
             self.memory_norm = nn.LayerNorm(H)
@@ -102,8 +108,16 @@ class NatDecoder(nn.Module):
             self.register_buffer("slopes", slopes, persistent=False)
 
     @classmethod
-    def for_target(cls, target: nn.Module, layers: int = 2, block_size: int = 8, max_positions: int = 256,
-                   ffn_size: int | None = None, heads: int | None = None, memory_window: int = 64) -> "NatDecoder":
+    def for_target(
+        cls,
+        target: nn.Module,
+        layers: int = 2,
+        block_size: int = 8,
+        max_positions: int = 256,
+        ffn_size: int | None = None,
+        heads: int | None = None,
+        memory_window: int = 64,
+    ) -> "NatDecoder":
         """A drafter sized for `target`; when the target's decoder has Marian's layout (post-LN layers, ReLU,
         sinusoidal positions) and `layers` of them, its last `layers` layers and positions are copied in.
         A decoder-only target gets a drafter over its last `memory_window` hidden states, with positions for the
@@ -113,14 +127,24 @@ class NatDecoder(nn.Module):
         if getattr(cfg, "is_encoder_decoder", False):
             heads = heads or getattr(cfg, "decoder_attention_heads", None) or 4
             ffn_size = ffn_size or getattr(cfg, "decoder_ffn_dim", 4 * hidden)
-            scale = hidden ** 0.5 if getattr(cfg, "scale_embedding", False) else 1.0
+            scale = hidden**0.5 if getattr(cfg, "scale_embedding", False) else 1.0
             window = 0
         else:
             heads = heads or getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", None) or 4
             ffn_size = ffn_size or getattr(cfg, "intermediate_size", None) or 4 * hidden
             scale, window, max_positions = 1.0, memory_window, block_size
-        config = NatConfig(hidden, scale, layers, heads, ffn_size, max_positions, block_size, vocab,
-                           embedding_fingerprint(target.get_input_embeddings()), window)
+        config = NatConfig(
+            hidden,
+            scale,
+            layers,
+            heads,
+            ffn_size,
+            max_positions,
+            block_size,
+            vocab,
+            embedding_fingerprint(target.get_input_embeddings()),
+            window,
+        )
         nat = cls(config)
         decoder = getattr(getattr(target, "model", None), "decoder", None)
         if getattr(cfg, "model_type", None) == "marian" and getattr(cfg, "activation_function", None) == "relu":
@@ -130,10 +154,13 @@ class NatDecoder(nn.Module):
     @torch.no_grad()
     def copy_from_marian(self, decoder: nn.Module) -> None:
         """Start from a Marian decoder's last layers and positions (where the shapes agree)."""
-        theirs = list(decoder.layers)[-self.config.layers:]
+        theirs = list(decoder.layers)[-self.config.layers :]
         ours = list(self.layers.layers)
-        if len(theirs) != len(ours) or theirs[0].fc1.out_features != self.config.ffn_size or \
-                theirs[0].self_attn.num_heads != self.config.heads:
+        if (
+            len(theirs) != len(ours)
+            or theirs[0].fc1.out_features != self.config.ffn_size
+            or theirs[0].self_attn.num_heads != self.config.heads
+        ):
             return
         for src, dst in zip(theirs, ours):
             for a, b in ((src.self_attn, dst.self_attn), (src.encoder_attn, dst.multihead_attn)):
@@ -141,17 +168,30 @@ class NatDecoder(nn.Module):
                 b.in_proj_bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
                 b.out_proj.weight.copy_(a.out_proj.weight)
                 b.out_proj.bias.copy_(a.out_proj.bias)
-            for a, b in ((src.fc1, dst.linear1), (src.fc2, dst.linear2), (src.self_attn_layer_norm, dst.norm1),
-                         (src.encoder_attn_layer_norm, dst.norm2), (src.final_layer_norm, dst.norm3)):
+            for a, b in (
+                (src.fc1, dst.linear1),
+                (src.fc2, dst.linear2),
+                (src.self_attn_layer_norm, dst.norm1),
+                (src.encoder_attn_layer_norm, dst.norm2),
+                (src.final_layer_norm, dst.norm3),
+            ):
                 b.weight.copy_(a.weight)
                 b.bias.copy_(a.bias)
         table = decoder.embed_positions.weight
         n = min(len(table), self.config.max_positions)
         self.positions.weight[:n] = table[:n]
 
-    def forward(self, target: TargetModules | nn.Module, tokens: torch.Tensor, slots: torch.Tensor, memory: torch.Tensor,
-                memory_mask: torch.Tensor | None = None, padding: torch.Tensor | None = None,
-                memory_end: torch.Tensor | None = None, last: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        target: TargetModules | nn.Module,
+        tokens: torch.Tensor,
+        slots: torch.Tensor,
+        memory: torch.Tensor,
+        memory_mask: torch.Tensor | None = None,
+        padding: torch.Tensor | None = None,
+        memory_end: torch.Tensor | None = None,
+        last: int = 0,
+    ) -> torch.Tensor:
         """Logits [B, T, V] at every input position (only the last `last` when > 0: decoding needs just the slots',
         and the output layer over the vocabulary is the drafter's largest matmul): t predicts the token of t + 1.
 
@@ -183,8 +223,14 @@ class NatDecoder(nn.Module):
             memory = self.memory_norm(memory)
         x = emb + self.positions(pos)
         mem_pad = None if memory_mask is None else memory_mask == 0
-        x = self.layers(x, memory, tgt_mask=self_mask, memory_mask=cross_mask, tgt_key_padding_mask=padding,
-                        memory_key_padding_mask=mem_pad)
+        x = self.layers(
+            x,
+            memory,
+            tgt_mask=self_mask,
+            memory_mask=cross_mask,
+            tgt_key_padding_mask=padding,
+            memory_key_padding_mask=mem_pad,
+        )
         return target.logits(x[:, -last:] if last else x)
 
     @staticmethod
@@ -211,12 +257,14 @@ class NatDecoder(nn.Module):
             raise DraftVerifyError(
                 f"the NAT drafter was trained for a target with d_model {self.config.hidden_size} and "
                 f"{self.config.vocab_size} tokens, but this target has {hidden} and {vocab}; train one for it with "
-                "`draftverify train nat`")
+                "`draftverify train nat`"
+            )
         found = embedding_fingerprint(target.input_embeddings)
         if found != self.config.target_fingerprint:
             raise DraftVerifyError(
                 f"the NAT drafter was trained for another target (embedding fingerprint {self.config.target_fingerprint}"
-                f", this target's is {found}); train one for it with `draftverify train nat`")
+                f", this target's is {found}); train one for it with `draftverify train nat`"
+            )
 
     def save(self, folder: str | Path, metadata: dict | None = None) -> Path:
         """folder/nat.safetensors (fp16) + folder/nat.json (config and any metadata, e.g. training facts)."""
@@ -256,19 +304,25 @@ class NatDrafter(Drafter):
         if options.nat_path is None:
             from ..options.nat import nat_advice
 
-            raise DraftVerifyError("the NAT drafter needs trained weights: "
-                                   f"{nat_advice(translation=bool(getattr(target, 'is_encoder_decoder', False)))}")
+            raise DraftVerifyError(
+                "the NAT drafter needs trained weights: "
+                f"{nat_advice(translation=bool(getattr(target, 'is_encoder_decoder', False)))}"
+            )
         return cls(NatDecoder.load(options.nat_path))
 
     def bind(self, target: LMBackend, max_positions: int) -> None:
         target = require_modules(target, "the NAT drafter")
         if target.is_encoder_decoder and self.window:
-            raise DraftVerifyError("this NAT drafter was trained for a decoder-only target (it reads its hidden states); "
-                                   "for this encoder-decoder target train one with `draftverify train nat --target DIR`")
+            raise DraftVerifyError(
+                "this NAT drafter was trained for a decoder-only target (it reads its hidden states); "
+                "for this encoder-decoder target train one with `draftverify train nat --target DIR`"
+            )
         if not target.is_encoder_decoder and not self.window:
-            raise DraftVerifyError("this NAT drafter was trained for an encoder-decoder target (it reads its encoder "
-                                   "states); for this decoder-only target train one with `draftverify train nat "
-                                   "--target DIR`")
+            raise DraftVerifyError(
+                "this NAT drafter was trained for an encoder-decoder target (it reads its encoder "
+                "states); for this decoder-only target train one with `draftverify train nat "
+                "--target DIR`"
+            )
         self._modules = target.modules()
         self.nat.check_target(self._modules)
         self.nat.to(device=target.device, dtype=target.dtype)
@@ -284,9 +338,9 @@ class NatDrafter(Drafter):
     def _keep(self, states: torch.Tensor, real: torch.Tensor) -> None:
         """Each row's real states [B, S, H] (real [B, S]) moved to the right, the last W of them kept."""
         order = real.long().argsort(dim=1, stable=True)  # padding first, real states in their order last
-        held = real.gather(1, order)[:, -self.window:]  # [B, M]
+        held = real.gather(1, order)[:, -self.window :]  # [B, M]
         self._memory = states.gather(1, order.to(states.device)[..., None].expand(-1, -1, states.shape[-1]))
-        self._memory = self._memory[:, -self.window:]  # [B, M <= W, H]
+        self._memory = self._memory[:, -self.window :]  # [B, M <= W, H]
         self._held = held.to(self._memory.device)
 
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
@@ -297,8 +351,10 @@ class NatDrafter(Drafter):
             if self._memory is None:
                 self._keep(scored.hidden, new)
             else:
-                self._keep(torch.cat([self._memory, scored.hidden], dim=1),
-                           torch.cat([self._held, new.to(self._held.device)], dim=1))
+                self._keep(
+                    torch.cat([self._memory, scored.hidden], dim=1),
+                    torch.cat([self._held, new.to(self._held.device)], dim=1),
+                )
 
     def drop_rows(self, keep: torch.Tensor) -> None:
         if self._memory is not None:
@@ -328,7 +384,7 @@ class NatDrafter(Drafter):
             mask = None if bool(held.all()) else held.long()
             return self.nat(self._modules, tokens, slots, self._memory, memory_mask=mask, memory_end=end)  # [B, k, V]
         k = min(gamma, self.nat.config.max_positions - 1)
-        prefix = state.tokens[:, -(self.nat.config.max_positions - k + 1):]  # [B, L]
+        prefix = state.tokens[:, -(self.nat.config.max_positions - k + 1) :]  # [B, L]
         B, L = prefix.shape
         tokens = torch.cat([prefix, prefix.new_zeros((B, k - 1))], dim=1)  # [B, L+k-1]: k-1 masks
         slots = torch.zeros_like(tokens, dtype=torch.bool)
@@ -345,8 +401,9 @@ class NatDrafter(Drafter):
             draft = Draft(tokens=logits.argmax(dim=-1))
         else:
             q = probs_from_logits(logits, state.params)  # [B, k, V]
-            draft = Draft(tokens=torch.stack([draw_next(q[:, i], state, i) for i in range(q.shape[1])], dim=1),
-                          q_probs=q)
+            draft = Draft(
+                tokens=torch.stack([draw_next(q[:, i], state, i) for i in range(q.shape[1])], dim=1), q_probs=q
+            )
         if self._held is not None and not bool(self._held[:, -1].all()):  # rows without states propose nothing
             draft.lengths = torch.where(self._held[:, -1].to(draft.tokens.device), draft.length, 0)
         return draft

@@ -1,5 +1,6 @@
 """A negligible-cost n-gram drafter (Leviathan section 4.2's unigram/bigram M_q) with real probabilities,
 so it drafts under sampling as well as greedy. Backs off to shorter contexts ("stupid backoff" order)."""
+
 from __future__ import annotations
 
 from collections import Counter, defaultdict
@@ -67,8 +68,13 @@ class NgramTable:
         """arrays: k -> (contexts [M, k], offsets [M+1], tokens [E], counts [E]) with contexts sorted."""
         bits = key_bits(vocab_size)
         levels = {
-            k: NgramLevel(np.asarray(c, dtype=np.int32).reshape(len(o) - 1, k), np.asarray(o, dtype=np.int64),
-                          np.asarray(t, dtype=np.int64), np.asarray(n, dtype=np.float32), bits)
+            k: NgramLevel(
+                np.asarray(c, dtype=np.int32).reshape(len(o) - 1, k),
+                np.asarray(o, dtype=np.int64),
+                np.asarray(t, dtype=np.int64),
+                np.asarray(n, dtype=np.float32),
+                bits,
+            )
             for k, (c, o, t, n) in arrays.items()
         }
         for k, level in levels.items():
@@ -96,8 +102,12 @@ class NgramTable:
                 continue
             runs = [sorted(counts[c].items()) for c in ctxs]
             offsets = np.cumsum([0] + [len(r) for r in runs])
-            arrays[k] = (np.array(ctxs, dtype=np.int32).reshape(len(ctxs), k), offsets,
-                         [t for r in runs for t, _ in r], [n for r in runs for _, n in r])
+            arrays[k] = (
+                np.array(ctxs, dtype=np.int32).reshape(len(ctxs), k),
+                offsets,
+                [t for r in runs for t, _ in r],
+                [n for r in runs for _, n in r],
+            )
         if 0 not in arrays:
             raise DraftVerifyError("the n-gram table is empty: build it from at least one non-empty sequence")
         return cls.from_arrays(order, vocab_size, arrays)
@@ -176,8 +186,12 @@ class NgramTable:
             with safe_open(str(path), "np") as f:
                 meta = f.metadata() or {}
                 arrays = {
-                    int(key[3:]): (f.get_tensor(key), f.get_tensor(f"offsets{key[3:]}"),
-                                   f.get_tensor(f"tokens{key[3:]}"), f.get_tensor(f"counts{key[3:]}"))
+                    int(key[3:]): (
+                        f.get_tensor(key),
+                        f.get_tensor(f"offsets{key[3:]}"),
+                        f.get_tensor(f"tokens{key[3:]}"),
+                        f.get_tensor(f"counts{key[3:]}"),
+                    )
                     for key in f.keys()
                     if key.startswith("ctx")
                 }

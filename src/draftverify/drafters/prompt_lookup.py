@@ -1,5 +1,6 @@
 """Copy drafter (Leviathan section 4; Hugging Face "prompt lookup"): continue the latest earlier match of the
 context's final n-gram. Model-free, so its cost c is ~0; its proposals are deterministic (q one-hot)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -40,7 +41,9 @@ class PromptLookupDrafter(Drafter):
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         super().__init__()
         if not (1 <= min_ngram <= max_ngram):
-            raise DraftVerifyError(f"prompt lookup needs 1 <= min_ngram <= max_ngram, got min={min_ngram}, max={max_ngram}")
+            raise DraftVerifyError(
+                f"prompt lookup needs 1 <= min_ngram <= max_ngram, got min={min_ngram}, max={max_ngram}"
+            )
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 

@@ -5,6 +5,7 @@ A single match is a guess between equally plausible copies (the same line head c
 different places); scoring them all in one target forward keeps the longest one the target agrees with.
 Model-free and deterministic (q one-hot), like its chain twin.
 """
+
 from __future__ import annotations
 
 from ..errors import DraftVerifyError
@@ -58,7 +59,9 @@ class PromptLookupTreeDrafter(Drafter):
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_matches: int = 4):
         super().__init__()
         if not (1 <= min_ngram <= max_ngram):
-            raise DraftVerifyError(f"prompt lookup needs 1 <= min_ngram <= max_ngram, got min={min_ngram}, max={max_ngram}")
+            raise DraftVerifyError(
+                f"prompt lookup needs 1 <= min_ngram <= max_ngram, got min={min_ngram}, max={max_ngram}"
+            )
         if isinstance(num_matches, bool) or not isinstance(num_matches, int) or num_matches < 1:
             raise DraftVerifyError(f"prompt_lookup_tree needs num_matches >= 1, got {num_matches!r}")
         self.max_ngram = max_ngram
@@ -79,8 +82,10 @@ class PromptLookupTreeDrafter(Drafter):
         return longest * self.num_matches + 1  # the matches merged into one tree, each as long
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
-        rows = [trie(find_continuations(state.row(b).tolist(), self.max_ngram, self.min_ngram, gamma, self.num_matches))
-                for b in range(state.tokens.shape[0])]
+        rows = [
+            trie(find_continuations(state.row(b).tolist(), self.max_ngram, self.min_ngram, gamma, self.num_matches))
+            for b in range(state.tokens.shape[0])
+        ]
         if not any(tokens for tokens, _ in rows):
             return empty_draft(state)
         tree, tokens, valid = row_trees(rows, state.tokens.device)

@@ -9,6 +9,7 @@ text is encoded again (a token that straddles the boundary, "re" + "turn" -> "re
 Bytes rather than str because a byte-level token may hold part of a UTF-8 character: text is handed to a
 tokenizer only up to the last whole character (complete_prefix).
 """
+
 from __future__ import annotations
 
 from bisect import bisect_right
@@ -29,7 +30,17 @@ def complete_prefix(data: bytes | bytearray) -> int:
         lead = data[n - back]
         if lead & 0xC0 == 0x80:  # a continuation byte: the character started earlier
             continue
-        need = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4 if lead >> 3 == 0b11110 else 1
+        need = (
+            1
+            if lead < 0x80
+            else 2
+            if lead >> 5 == 0b110
+            else 3
+            if lead >> 4 == 0b1110
+            else 4
+            if lead >> 3 == 0b11110
+            else 1
+        )
         return n if back >= need else n - back
     return n
 
@@ -56,8 +67,10 @@ class TokenBytes:
 
     def __init__(self, tokenizer, vocab_size: int, role: str):
         if not getattr(tokenizer, "is_fast", False):
-            raise DraftVerifyError(f"the {role}'s tokenizer ({type(tokenizer).__name__}) is not a fast tokenizer; "
-                                   "cross-tokenizer drafting needs one (a tokenizer.json beside the model)")
+            raise DraftVerifyError(
+                f"the {role}'s tokenizer ({type(tokenizer).__name__}) is not a fast tokenizer; "
+                "cross-tokenizer drafting needs one (a tokenizer.json beside the model)"
+            )
         self.tokenizer = tokenizer
         self.role = role
         table = token_bytes(tokenizer, vocab_size)
@@ -143,5 +156,5 @@ def to_target(tail_ids: list[int], draft_text: str, target: TokenBytes) -> list[
         except UnicodeDecodeError:
             ids = []
         if ids[: len(tail_ids)] == tail_ids:
-            return ids[len(tail_ids):]
+            return ids[len(tail_ids) :]
     return target.encode(draft_text)

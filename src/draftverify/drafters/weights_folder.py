@@ -1,6 +1,7 @@
 """The trained pieces a drafter ships (blockwise heads, a BiTA adapter, a NAT drafter) are small torch modules saved
 as a folder: NAME.safetensors (fp16 tensors) + NAME.json (format tag, the config dataclass, training facts).
 One reader and one writer for all of them, so each refuses a wrong or damaged folder the same clear way."""
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,10 @@ class WeightsFolder:
         folder = Path(folder)
         config_path, weights_path = folder / f"{self.stem}.json", folder / f"{self.stem}.safetensors"
         if not config_path.is_file() or not weights_path.is_file():
-            raise DraftVerifyError(f"no {self.what} in {folder}: expected {config_path.name} and {weights_path.name} "
-                                   f"(written by `{self.made_by}`)")
+            raise DraftVerifyError(
+                f"no {self.what} in {folder}: expected {config_path.name} and {weights_path.name} "
+                f"(written by `{self.made_by}`)"
+            )
         try:
             info = json.loads(config_path.read_text())
         except json.JSONDecodeError as err:

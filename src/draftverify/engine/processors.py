@@ -5,6 +5,7 @@ changed or not. Whatever the method, the output is then the target's own decodin
 the best allowed token; sampling: the target's distribution renormalised over what is allowed); drafts are never
 constrained (a draft token the constraint rules out is simply rejected).
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -27,8 +28,9 @@ def allowed_ids(allowed, vocab_size: int) -> torch.Tensor | None:
     if ids.numel() == 0:
         raise DraftVerifyError("first_token_allowed: a row's set of allowed first tokens is empty")
     if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
-        raise DraftVerifyError(f"first_token_allowed: token ids must be in [0, {vocab_size}), got "
-                               f"{int(ids.min())}..{int(ids.max())}")
+        raise DraftVerifyError(
+            f"first_token_allowed: token ids must be in [0, {vocab_size}), got {int(ids.min())}..{int(ids.max())}"
+        )
     return ids
 
 

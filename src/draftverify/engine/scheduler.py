@@ -1,5 +1,6 @@
 """The rows of a generation (one row is a batch of one): which are still decoding, what each has emitted, when each
 ends, and rows leaving and joining the batch between steps (continuous batching, with typed RowRequests)."""
+
 from __future__ import annotations
 
 import os
@@ -19,9 +20,11 @@ def checked_requests(joining) -> list[RowRequest]:
     joining = list(joining or ())
     for row in joining:
         if not isinstance(row, RowRequest):
-            raise DraftVerifyError(f"admit() must return a list of RowRequest, got {type(row).__name__} {row!r}; "
-                                   "build each joining row as RowRequest(prompt_ids, max_new_tokens, seed=..., "
-                                   "first_token_allowed=..., params=...) (from draftverify import RowRequest)")
+            raise DraftVerifyError(
+                f"admit() must return a list of RowRequest, got {type(row).__name__} {row!r}; "
+                "build each joining row as RowRequest(prompt_ids, max_new_tokens, seed=..., "
+                "first_token_allowed=..., params=...) (from draftverify import RowRequest)"
+            )
     return joining
 
 
@@ -39,8 +42,9 @@ def _generator_seed(params: SamplingParams | RowParams, batch: int) -> int:
     return seeded[0] if sampled and len(seeded) == len(sampled) else fresh_seed()
 
 
-def row_generator(params: SamplingParams | RowParams, batch: int, seeds: list[int | None] | None, joins: bool,
-                  device: torch.device) -> tuple[torch.Generator | None, list[int] | None]:
+def row_generator(
+    params: SamplingParams | RowParams, batch: int, seeds: list[int | None] | None, joins: bool, device: torch.device
+) -> tuple[torch.Generator | None, list[int] | None]:
     """Our own generator (the process-global RNG is never reseeded) and each row's coupled-noise seed (a fresh
     one where none is given); (None, None) when every row is greedy and none will join (they may sample)."""
     if params.greedy and not joins:
@@ -120,8 +124,9 @@ class Scheduler:
         if isinstance(state.params, RowParams):
             state.params = row_params([p for p, k in zip(state.params.rows, kept) if k])
 
-    def join(self, joining, target: LMBackend, drafter: Drafter, state: DecodingState,
-             first_token: FirstTokenAllowed) -> int:
+    def join(
+        self, joining, target: LMBackend, drafter: Drafter, state: DecodingState, first_token: FirstTokenAllowed
+    ) -> int:
         """Continuous batching: prefill the rows admit() returned (RowRequests) and append them to the batch
         (target, drafter, state, first-token constraints); a row without its own SamplingParams takes the batch's
         first row's. Returns the prompt tokens that joined."""
@@ -146,8 +151,7 @@ class Scheduler:
         assert state.lengths is not None  # set by DecodingState.__post_init__
         state.lengths = torch.cat([state.lengths, mask.long().sum(dim=1)])
         batch_rows = params_rows(state.params, state.tokens.shape[0] - len(requests))
-        state.params = row_params(batch_rows + [r.params if r.params is not None else batch_rows[0]
-                                                for r in requests])
+        state.params = row_params(batch_rows + [r.params if r.params is not None else batch_rows[0] for r in requests])
         if state.seeds is not None:
             state.seeds = state.seeds + [r.seed if r.seed is not None else fresh_seed() for r in requests]
         first_token.join(allowed, state.tokens.shape[0])
@@ -162,6 +166,7 @@ class Scheduler:
     def output(self, input_ids: torch.Tensor, stats: GenerationStats) -> GenerationOutput:
         """new_tokens [B, max new] and sequences [B, max prompt + new] (each row's prompt and new tokens),
         right-padded with -1."""
+
         def grid(lists: list[list[int]]) -> torch.Tensor:
             out = torch.full((len(lists), max((len(r) for r in lists), default=0)), -1, dtype=torch.long)
             for b, r in enumerate(lists):
@@ -169,11 +174,17 @@ class Scheduler:
                     out[b, : len(r)] = torch.tensor(r)
             return out.to(input_ids.device)
 
-        return GenerationOutput(sequences=grid([p + n for p, n in zip(self.prompts, self.new)]),
-                                new_tokens=grid(self.new), stats=stats, rows=[list(r) for r in self.new])
+        return GenerationOutput(
+            sequences=grid([p + n for p, n in zip(self.prompts, self.new)]),
+            new_tokens=grid(self.new),
+            stats=stats,
+            rows=[list(r) for r in self.new],
+        )
 
 
-def append_rows(tokens: torch.Tensor, lengths: torch.Tensor, emitted: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+def append_rows(
+    tokens: torch.Tensor, lengths: torch.Tensor, emitted: list[list[int]]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded tokens [B, T] plus each row's new tokens -> left-padded [B, T'] (every row ends in the last
     column again) and the new lengths."""
     counts = [len(r) for r in emitted]

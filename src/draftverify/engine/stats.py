@@ -1,4 +1,5 @@
 """GenerationStats built from one StepRecord per step, so the step's verbs only report what happened."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,26 +29,54 @@ class StepRecord:
     prefill: bool  # this step's forward also decoded the prompt (backends/base.py defers_prefill)
 
 
-def step_record(draft: Draft, accepted: list[int], emitted: list[list[int]], gamma: int, rows: int,
-                times: tuple[float, float, float, float], prefill: bool) -> StepRecord:
+def step_record(
+    draft: Draft,
+    accepted: list[int],
+    emitted: list[list[int]],
+    gamma: int,
+    rows: int,
+    times: tuple[float, float, float, float],
+    prefill: bool,
+) -> StepRecord:
     """The record of a step that proposed `draft`, accepted `accepted` [B] and emitted `emitted` (per row), timed
     at the start, after proposing, after the target's forward and after verifying."""
     depths = draft.row_depths(len(accepted))
-    drafted = (sum(depths) if draft.lengths is not None else int(draft.valid.sum()) if draft.valid is not None
-               else draft.length * len(accepted))
+    drafted = (
+        sum(depths)
+        if draft.lengths is not None
+        else int(draft.valid.sum())
+        if draft.valid is not None
+        else draft.length * len(accepted)
+    )
     t0, t1, t2, t3 = times
-    return StepRecord(gamma=gamma, length=draft.length, rows=rows, depths=depths, accepted=accepted, drafted=drafted,
-                      emitted_accepted=sum(min(a, len(r)) for a, r in zip(accepted, emitted)),
-                      rejections=sum(a < depth for a, depth in zip(accepted, depths)),
-                      new_tokens=sum(len(r) for r in emitted), draft_s=t1 - t0, target_s=t2 - t1, verify_s=t3 - t2,
-                      prefill=prefill)
+    return StepRecord(
+        gamma=gamma,
+        length=draft.length,
+        rows=rows,
+        depths=depths,
+        accepted=accepted,
+        drafted=drafted,
+        emitted_accepted=sum(min(a, len(r)) for a, r in zip(accepted, emitted)),
+        rejections=sum(a < depth for a, depth in zip(accepted, depths)),
+        new_tokens=sum(len(r) for r in emitted),
+        draft_s=t1 - t0,
+        target_s=t2 - t1,
+        verify_s=t3 - t2,
+        prefill=prefill,
+    )
 
 
 def inform_policy(policy: DraftLength, record: StepRecord) -> None:
     """The length policy learns from the step (batch totals); a prefill step's times are not a step's cost."""
     timed = not record.prefill
-    policy.update(record.length, sum(record.accepted), record.rejections, record.draft_s if timed else None,
-                  record.target_s if timed else None, record.rows)
+    policy.update(
+        record.length,
+        sum(record.accepted),
+        record.rejections,
+        record.draft_s if timed else None,
+        record.target_s if timed else None,
+        record.rows,
+    )
     policy.update_rows(record.depths, record.accepted)
 
 
@@ -75,8 +104,15 @@ class StatsRecorder:
     def callback(self, seconds: float) -> None:
         self.callback_seconds += seconds
 
-    def step(self, draft: Draft, accepted: list[int], emitted: list[list[int]], gamma: int, rows: int,
-             times: tuple[float, float, float, float]) -> StepRecord:
+    def step(
+        self,
+        draft: Draft,
+        accepted: list[int],
+        emitted: list[list[int]],
+        gamma: int,
+        rows: int,
+        times: tuple[float, float, float, float],
+    ) -> StepRecord:
         """Record a step (see step_record) and return its record."""
         record = step_record(draft, accepted, emitted, gamma, rows, times, self.carries_prefill)
         self.carries_prefill = False

@@ -8,6 +8,7 @@ the verdict's path. A method that changes the target's forward wraps the target 
 pass's outputs past the scored positions then reach the drafter after the kept ones. Nothing here depends on the
 method.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,9 +23,16 @@ from ..verifiers.base import Verifier
 from .scheduler import append_rows
 
 
-def prefill(target: LMBackend, drafter: Drafter, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-            params: SamplingParams | RowParams, generator: torch.Generator | None, seeds: list[int] | None,
-            policy: DraftLength) -> tuple[DecodingState, int]:
+def prefill(
+    target: LMBackend,
+    drafter: Drafter,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    params: SamplingParams | RowParams,
+    generator: torch.Generator | None,
+    seeds: list[int] | None,
+    policy: DraftLength,
+) -> tuple[DecodingState, int]:
     """The target's prefill of input_ids [B, L] (left-padded where attention_mask [B, L] is False) and the
     drafter's start; returns the decoding state and the prompt's real tokens."""
     committed = target.start(input_ids, want_hidden=drafter.needs_target_hidden, attention_mask=attention_mask)
@@ -33,9 +41,17 @@ def prefill(target: LMBackend, drafter: Drafter, input_ids: torch.Tensor, attent
         lengths = torch.full((input_ids.shape[0],), committed.shape[1], dtype=torch.long, device=input_ids.device)
     else:
         lengths = real.sum(dim=1)
-    state = DecodingState(tokens=committed, source_ids=input_ids if target.is_encoder_decoder else None,
-                          prompt_length=committed.shape[1], params=params, generator=generator, lengths=lengths,
-                          seeds=seeds, draft_confidence=policy.confidence, costs=policy.sizing_costs)
+    state = DecodingState(
+        tokens=committed,
+        source_ids=input_ids if target.is_encoder_decoder else None,
+        prompt_length=committed.shape[1],
+        params=params,
+        generator=generator,
+        lengths=lengths,
+        seeds=seeds,
+        draft_confidence=policy.confidence,
+        costs=policy.sizing_costs,
+    )
     drafter.start(state, target.prefilled if drafter.needs_target_hidden else None)
     return state, input_ids.numel() if real is None else int(real.sum())
 
@@ -67,8 +83,15 @@ def verify(verifier: Verifier, draft: Draft, logits: torch.Tensor, state: Decodi
     return verdict, verdict.num_accepted.tolist()
 
 
-def commit(target: LMBackend, drafter: Drafter, state: DecodingState, draft: Draft, verdict: Verdict,
-           out: TargetOutput, emitted: list[list[int]]) -> None:
+def commit(
+    target: LMBackend,
+    drafter: Drafter,
+    state: DecodingState,
+    draft: Draft,
+    verdict: Verdict,
+    out: TargetOutput,
+    emitted: list[list[int]],
+) -> None:
     """The target's cache keeps each row's pending token and accepted drafts (its last emitted token is pending
     now), the state appends each row's emitted tokens, and the drafter hears the verdict."""
     kept = kept_positions(draft, verdict)
@@ -110,8 +133,9 @@ def scored_for_drafter(out: TargetOutput, kept: torch.Tensor, draft: Draft) -> T
     kept = kept.to(device)
     if kept.dim() == 1:  # counts -> offsets 0..count-1
         width = int(kept.max())
-        kept = torch.where(torch.arange(width, device=device)[None] < kept[:, None],
-                           torch.arange(width, device=device)[None], -1)
+        kept = torch.where(
+            torch.arange(width, device=device)[None] < kept[:, None], torch.arange(width, device=device)[None], -1
+        )
     count = (kept >= 0).sum(dim=1, keepdim=True)  # [B, 1]
     shift = kept.shape[1] - count  # right-align: column j takes the row's kept entry j - shift
     source = (torch.arange(kept.shape[1], device=device)[None] - shift).clamp_min(0)

@@ -7,6 +7,7 @@ the CLI reads it for --help.
 A built-in family is one module here plus one import line below; a plug-in is one module plus one entry point
 (registry.load_plugins).
 """
+
 from __future__ import annotations
 
 from ..registry import load_plugins
@@ -14,14 +15,15 @@ from ..registry import load_plugins
 # the registration order is the order of `draftverify methods`, of the help's method lists and of the bench's rows
 # isort: off
 from . import autoregressive, model, prompt_lookup, ngram, early_exit, model_tree, blockwise, bita, nat  # noqa: F401
+
 # isort: on
 from .bita import BitaOptions, BitaTreeOptions
 from .blockwise import (
-                    HeadsOptions,
-                    LatticeOptions,
-                    NeuralRescoreOptions,
-                    NgramRescoreOptions,
-                    PBestOptions,
+    HeadsOptions,
+    LatticeOptions,
+    NeuralRescoreOptions,
+    NgramRescoreOptions,
+    PBestOptions,
 )
 from .declare import Option, option
 from .early_exit import EarlyExitOptions
@@ -29,30 +31,56 @@ from .model_tree import TreeOptions
 from .nat import NATOptions
 from .ngram import NgramOptions
 from .prompt_lookup import (
-                    LookupModelOptions,
-                    LookupNgramOptions,
-                    LookupTreeOptions,
-                    PromptLookupOptions,
+    LookupModelOptions,
+    LookupNgramOptions,
+    LookupTreeOptions,
+    PromptLookupOptions,
 )
 from .shared import SharedOptions
 from .union import (
-                    MethodOptions,
-                    all_fields,
-                    check_files,
-                    check_names,
-                    defaults,
-                    drafter_fields,
-                    drafters_reading,
-                    fill_from_zoo,
-                    option_classes,
-                    parse_values,
-                    zoo_files,
+    MethodOptions,
+    all_fields,
+    check_files,
+    check_names,
+    defaults,
+    drafter_fields,
+    drafters_reading,
+    fill_from_zoo,
+    option_classes,
+    parse_values,
+    zoo_files,
 )
 
 load_plugins()
 
-__all__ = ["BitaOptions", "BitaTreeOptions", "EarlyExitOptions", "HeadsOptions", "LatticeOptions", "LookupModelOptions",
-           "LookupNgramOptions", "LookupTreeOptions", "MethodOptions", "NATOptions", "NeuralRescoreOptions",
-           "NgramOptions", "NgramRescoreOptions", "Option", "PBestOptions", "PromptLookupOptions", "SharedOptions",
-           "TreeOptions", "all_fields", "check_files", "check_names", "defaults", "drafter_fields", "drafters_reading",
-           "fill_from_zoo", "option", "option_classes", "parse_values", "zoo_files"]
+__all__ = [
+    "BitaOptions",
+    "BitaTreeOptions",
+    "EarlyExitOptions",
+    "HeadsOptions",
+    "LatticeOptions",
+    "LookupModelOptions",
+    "LookupNgramOptions",
+    "LookupTreeOptions",
+    "MethodOptions",
+    "NATOptions",
+    "NeuralRescoreOptions",
+    "NgramOptions",
+    "NgramRescoreOptions",
+    "Option",
+    "PBestOptions",
+    "PromptLookupOptions",
+    "SharedOptions",
+    "TreeOptions",
+    "all_fields",
+    "check_files",
+    "check_names",
+    "defaults",
+    "drafter_fields",
+    "drafters_reading",
+    "fill_from_zoo",
+    "option",
+    "option_classes",
+    "parse_values",
+    "zoo_files",
+]

@@ -1,6 +1,7 @@
 """Blockwise parallel decoding's options (drafters/blockwise*.py): the trained heads a zoo entry may ship as heads/,
 and the knobs of the rescored lattice. One small class per set of drafters that reads it, so each flag's help
 names exactly the methods it changes."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,8 +14,13 @@ from .ngram import NgramOptions
 
 @dataclass(frozen=True)
 class HeadsOptions:  # bpd, bpd_ngram, bpd_pbest, bpd_neural
-    heads_path: Path | None = option(None, "--heads", "Blockwise heads folder (heads.json + heads.safetensors; "
-                                     "`draftverify train heads` makes one).", zoo="heads", what="blockwise heads")
+    heads_path: Path | None = option(
+        None,
+        "--heads",
+        "Blockwise heads folder (heads.json + heads.safetensors; `draftverify train heads` makes one).",
+        zoo="heads",
+        what="blockwise heads",
+    )
 
 
 @dataclass(frozen=True)
@@ -24,8 +30,9 @@ class LatticeOptions:  # bpd_ngram, bpd_pbest, bpd_neural
 
 @dataclass(frozen=True)
 class NgramRescoreOptions:  # bpd_ngram, bpd_pbest
-    ngram_weight: float = option(0.5, "--ngram-weight", "n-gram weight alpha against the heads' log-probs "
-                                 "(0 = heads only).")
+    ngram_weight: float = option(
+        0.5, "--ngram-weight", "n-gram weight alpha against the heads' log-probs (0 = heads only)."
+    )
 
 
 @dataclass(frozen=True)
@@ -35,27 +42,56 @@ class PBestOptions:  # bpd_pbest
 
 @dataclass(frozen=True)
 class NeuralRescoreOptions:  # bpd_neural
-    rescore_weight: float = option(1.0, "--rescore-weight", "Weight alpha of the draft model's logits against the "
-                                   "heads'.")
+    rescore_weight: float = option(
+        1.0, "--rescore-weight", "Weight alpha of the draft model's logits against the heads'."
+    )
 
 
-register_methods(DrafterSpec("bpd", "draftverify.drafters.blockwise:BlockwiseDrafter", options=(HeadsOptions,), methods={
-    "bpd": MethodEntry("blockwise parallel decoding: heads on the target's hidden state draft in its verify pass"),
-}))
+register_methods(
+    DrafterSpec(
+        "bpd",
+        "draftverify.drafters.blockwise:BlockwiseDrafter",
+        options=(HeadsOptions,),
+        methods={
+            "bpd": MethodEntry(
+                "blockwise parallel decoding: heads on the target's hidden state draft in its verify pass"
+            ),
+        },
+    )
+)
 
-register_methods(DrafterSpec("bpd_ngram", "draftverify.drafters.blockwise_lattice:BlockwiseNgramDrafter",
-                             options=(HeadsOptions, NgramOptions, LatticeOptions, NgramRescoreOptions), methods={
-    "bpd_ngram": MethodEntry("bpd with the heads' top-k lattice rescored by an n-gram table (best path)"),
-}))
+register_methods(
+    DrafterSpec(
+        "bpd_ngram",
+        "draftverify.drafters.blockwise_lattice:BlockwiseNgramDrafter",
+        options=(HeadsOptions, NgramOptions, LatticeOptions, NgramRescoreOptions),
+        methods={
+            "bpd_ngram": MethodEntry("bpd with the heads' top-k lattice rescored by an n-gram table (best path)"),
+        },
+    )
+)
 
-register_methods(DrafterSpec("bpd_neural", "draftverify.drafters.blockwise_neural:BlockwiseNeuralDrafter",
-                             options=(HeadsOptions, LatticeOptions, NeuralRescoreOptions), methods={
-    "bpd_neural": MethodEntry("bpd with each head's top-k rescored left to right by the draft model (local neural "
-                              "rescoring)", needs_draft=True),
-}))
+register_methods(
+    DrafterSpec(
+        "bpd_neural",
+        "draftverify.drafters.blockwise_neural:BlockwiseNeuralDrafter",
+        options=(HeadsOptions, LatticeOptions, NeuralRescoreOptions),
+        methods={
+            "bpd_neural": MethodEntry(
+                "bpd with each head's top-k rescored left to right by the draft model (local neural rescoring)",
+                needs_draft=True,
+            ),
+        },
+    )
+)
 
-register_methods(DrafterSpec("bpd_pbest", "draftverify.drafters.blockwise_lattice:BlockwisePBestDrafter",
-                             options=(HeadsOptions, NgramOptions, LatticeOptions, NgramRescoreOptions, PBestOptions),
-                             methods={
-    "bpd_pbest": MethodEntry("bpd's p best n-gram-rescored lattice paths merged into one token tree"),
-}))
+register_methods(
+    DrafterSpec(
+        "bpd_pbest",
+        "draftverify.drafters.blockwise_lattice:BlockwisePBestDrafter",
+        options=(HeadsOptions, NgramOptions, LatticeOptions, NgramRescoreOptions, PBestOptions),
+        methods={
+            "bpd_pbest": MethodEntry("bpd's p best n-gram-rescored lattice paths merged into one token tree"),
+        },
+    )
+)

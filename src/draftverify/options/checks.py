@@ -1,5 +1,6 @@
 """Checks of a method's options before any model loads, read from the declarations: a zoo entry that lacks a file
 the method's drafter needs, and options given that the method does not read."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -34,8 +35,9 @@ def check_zoo_ships(zoo: str, method: str, values: dict[str, Any]) -> None:
     for f, opt in drafter_fields(resolve_method(method).drafter):
         if opt.zoo is not None and values.get(f.name) is None and not (folder / opt.zoo).exists():
             users = " / ".join(methods_reading(f.name))
-            raise DraftVerifyError(f"the {zoo!r} zoo ships no {opt.what} for {users}: "
-                                   f"{missing_file_advice(f.name, opt, zoo)}")
+            raise DraftVerifyError(
+                f"the {zoo!r} zoo ships no {opt.what} for {users}: {missing_file_advice(f.name, opt, zoo)}"
+            )
 
 
 def unused_flags(method: str, values: dict[str, Any]) -> list[str]:

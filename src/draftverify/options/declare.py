@@ -1,5 +1,6 @@
 """How a method option is declared: a dataclass field made with option(), whose metadata carries its flag, help
 and the zoo file that fills it; the CLI, load() and the bench read these instead of spelling each option again."""
+
 from __future__ import annotations
 
 import typing
@@ -24,8 +25,16 @@ class Option:
         return self.help() if callable(self.help) else self.help
 
 
-def option(default: Any, flag: str, help: str | Callable[[], str], *, zoo: str | None = None, what: str | None = None,
-           parse: Callable[[str], Any] | None = None, advice: Callable[[str | None], str] | None = None) -> Any:
+def option(
+    default: Any,
+    flag: str,
+    help: str | Callable[[], str],
+    *,
+    zoo: str | None = None,
+    what: str | None = None,
+    parse: Callable[[str], Any] | None = None,
+    advice: Callable[[str | None], str] | None = None,
+) -> Any:
     """A dataclass field with one default and its flag, help and zoo file (see Option)."""
     if zoo is not None and what is None:
         raise TypeError(f"{flag}: a zoo-filled option names what it is (what=...), for the messages that miss it")

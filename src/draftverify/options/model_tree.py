@@ -1,5 +1,6 @@
 """model_tree's option (drafters/model_tree.py): the shape of the draft model's token tree, Medusa-style paths of
 child ranks, given on the command line as JSON."""
+
 from __future__ import annotations
 
 import json
@@ -24,12 +25,22 @@ def parse_tree_paths(value: str) -> list[tuple[int, ...]]:
 @dataclass(frozen=True)
 class TreeOptions:
     tree_paths: list[tuple[int, ...]] | None = option(
-        None, "--tree-paths", "Tree shape as JSON paths of child ranks, e.g. '[[0],[1],[0,0]]' (default: the "
-        "drafter's).", parse=parse_tree_paths)
+        None,
+        "--tree-paths",
+        "Tree shape as JSON paths of child ranks, e.g. '[[0],[1],[0,0]]' (default: the drafter's).",
+        parse=parse_tree_paths,
+    )
 
 
-register_methods(DrafterSpec("model_tree", "draftverify.drafters.model_tree:ModelTreeDrafter", options=(TreeOptions,),
-                             methods={
-    "model_tree": MethodEntry("the draft model's top-k expansion as a static token tree, verified at once",
-                              needs_draft=True),
-}))
+register_methods(
+    DrafterSpec(
+        "model_tree",
+        "draftverify.drafters.model_tree:ModelTreeDrafter",
+        options=(TreeOptions,),
+        methods={
+            "model_tree": MethodEntry(
+                "the draft model's top-k expansion as a static token tree, verified at once", needs_draft=True
+            ),
+        },
+    )
+)

@@ -1,5 +1,6 @@
 """The prompt-lookup drafters' options (drafters/prompt_lookup*.py, lookup_model.py): which n-grams of the context
 may match, and how many matches a tree merges."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,22 +28,46 @@ class LookupTreeOptions:  # prompt_lookup_tree
 class LookupModelOptions:  # lookup_model
     # a 1-token match is a weaker guess than the draft model's: it copies whatever followed one common token, so
     # short matches are left to the draft, which has read the whole context
-    lookup_model_min_ngram: int = option(2, "--lookup-model-min-ngram", "Shortest n-gram match that copies; "
-                                         "shorter ones leave the step to the draft model.")
+    lookup_model_min_ngram: int = option(
+        2,
+        "--lookup-model-min-ngram",
+        "Shortest n-gram match that copies; shorter ones leave the step to the draft model.",
+    )
 
 
-register_methods(DrafterSpec("prompt_lookup", "draftverify.drafters.prompt_lookup:PromptLookupDrafter",
-                             options=(LookupNgramOptions, PromptLookupOptions), methods={
-    "prompt_lookup": MethodEntry("copy the continuation of the latest matching n-gram in the context"),
-}))
+register_methods(
+    DrafterSpec(
+        "prompt_lookup",
+        "draftverify.drafters.prompt_lookup:PromptLookupDrafter",
+        options=(LookupNgramOptions, PromptLookupOptions),
+        methods={
+            "prompt_lookup": MethodEntry("copy the continuation of the latest matching n-gram in the context"),
+        },
+    )
+)
 
-register_methods(DrafterSpec("lookup_model", "draftverify.drafters.lookup_model:LookupModelDrafter",
-                             options=(LookupNgramOptions, LookupModelOptions), methods={
-    "lookup_model": MethodEntry("copy from the context when its last n-gram recurs, else the draft model drafts "
-                                "(the code zoo's default)", needs_draft=True),
-}))
+register_methods(
+    DrafterSpec(
+        "lookup_model",
+        "draftverify.drafters.lookup_model:LookupModelDrafter",
+        options=(LookupNgramOptions, LookupModelOptions),
+        methods={
+            "lookup_model": MethodEntry(
+                "copy from the context when its last n-gram recurs, else the draft model drafts "
+                "(the code zoo's default)",
+                needs_draft=True,
+            ),
+        },
+    )
+)
 
-register_methods(DrafterSpec("prompt_lookup_tree", "draftverify.drafters.prompt_lookup_tree:PromptLookupTreeDrafter",
-                             options=(LookupNgramOptions, PromptLookupOptions, LookupTreeOptions), methods={
-    "prompt_lookup_tree": MethodEntry("several earlier matches of the last n-gram, merged into one tree"),
-}))
+register_methods(
+    DrafterSpec(
+        "prompt_lookup_tree",
+        "draftverify.drafters.prompt_lookup_tree:PromptLookupTreeDrafter",
+        options=(LookupNgramOptions, PromptLookupOptions, LookupTreeOptions),
+        methods={
+            "prompt_lookup_tree": MethodEntry("several earlier matches of the last n-gram, merged into one tree"),
+        },
+    )
+)

@@ -1,6 +1,7 @@
 """MethodOptions, the union of the declarations: one value per field of SharedOptions and of every options class a
 drafter declared (registry.register_methods), each defaulting to its declaration. Built from the registry when
 used, so a drafter registered later (a plug-in, a test) is part of it at once."""
+
 from __future__ import annotations
 
 from dataclasses import Field, fields
@@ -58,8 +59,10 @@ def check_names(values: dict[str, Any]) -> None:
     known = all_fields()
     unknown = sorted(set(values) - set(known))
     if unknown:
-        raise DraftVerifyError(f"unknown option(s) {', '.join(unknown)}; the options are: {', '.join(sorted(known))} "
-                               "(see draftverify.methods.MethodOptions)")
+        raise DraftVerifyError(
+            f"unknown option(s) {', '.join(unknown)}; the options are: {', '.join(sorted(known))} "
+            "(see draftverify.methods.MethodOptions)"
+        )
 
 
 class MethodOptions:
@@ -113,8 +116,11 @@ def parse_values(values: dict[str, Any]) -> dict[str, Any]:
 
 def zoo_files(folder: Path) -> dict[str, Path]:
     """Each zoo-filled field's path inside zoo entry `folder`, whether it exists or not."""
-    return {name: folder / opt.zoo for name, (_, f) in all_fields().items()
-            if (opt := declaration(f)) is not None and opt.zoo is not None}
+    return {
+        name: folder / opt.zoo
+        for name, (_, f) in all_fields().items()
+        if (opt := declaration(f)) is not None and opt.zoo is not None
+    }
 
 
 def fill_from_zoo(values: dict[str, Any], folder: Path) -> dict[str, Any]:

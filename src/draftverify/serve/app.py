@@ -4,6 +4,7 @@ create_app(pipe, settings) wraps a loaded Pipeline: a Service holds what the end
 settings, the Engine whose worker thread generates, the metrics), and the endpoints on `router` reach it through
 FastAPI's dependency injection (get_service), so each piece is a plain function or method with explicit inputs.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -38,9 +39,17 @@ ROLE = _Role("")
 
 
 class ServerSettings:
-    def __init__(self, model_name: str, api_key: str | None = None, max_queue: int = 64, max_batch: int = 1,
-                 max_tokens_limit: int | None = None, gamma: int | str | None = None,
-                 retry_after_s: int = 1, heal: bool = False):
+    def __init__(
+        self,
+        model_name: str,
+        api_key: str | None = None,
+        max_queue: int = 64,
+        max_batch: int = 1,
+        max_tokens_limit: int | None = None,
+        gamma: int | str | None = None,
+        retry_after_s: int = 1,
+        heal: bool = False,
+    ):
         self.model_name = model_name
         self.api_key = api_key or None
         self.max_queue = max_queue
@@ -68,8 +77,13 @@ def _validation_message(err: ValidationError | RequestValidationError) -> tuple[
     loc = [str(x) for x in first.get("loc", ()) if x != "body"]
     param = ".".join(loc) or None
     if first.get("type") == "extra_forbidden":
-        unknown = sorted({".".join(str(x) for x in e.get("loc", ()) if x != "body") for e in errors
-                          if e.get("type") == "extra_forbidden"})
+        unknown = sorted(
+            {
+                ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+                for e in errors
+                if e.get("type") == "extra_forbidden"
+            }
+        )
         return f"unknown field(s): {', '.join(unknown)} (draftverify does not support them)", unknown[0]
     if first.get("type") == "missing":
         return f"missing required field: {param}", param
@@ -133,8 +147,9 @@ class Service:
         self.pipe = pipe
         self.settings = settings
         self.metrics = Metrics()
-        self.engine = Engine(pipe, self.metrics, max_queue=settings.max_queue, max_batch=settings.max_batch,
-                             gamma=settings.gamma)
+        self.engine = Engine(
+            pipe, self.metrics, max_queue=settings.max_queue, max_batch=settings.max_batch, gamma=settings.gamma
+        )
         self.window = context_window(pipe)
         self.tokenizer = pipe.tokenizer
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
@@ -154,21 +169,33 @@ class Service:
         header = request.headers.get("authorization", "")
         scheme, _, given = header.partition(" ")
         if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), api_key.encode()):
-            raise ApiError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'",
-                           code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+            raise ApiError(
+                401,
+                "invalid or missing API key: send 'Authorization: Bearer <key>'",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     def check_common(self, body, max_tokens: int | None, prompt_tokens: int) -> tuple[SamplingParams, int, list[str]]:
         """The checks both generation endpoints make: the model, the sampling fields, the context window."""
         settings, window = self.settings, self.window
         if body.model != settings.model_name:
-            raise ApiError(404, f"the model {body.model!r} does not exist; this server serves {settings.model_name!r}",
-                           param="model", code="model_not_found")
+            raise ApiError(
+                404,
+                f"the model {body.model!r} does not exist; this server serves {settings.model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
         if body.n not in (None, 1):
             raise ApiError(400, f"n={body.n} is not supported: one choice per request (send n requests)", param="n")
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(body, name) not in (None, 0, 0.0):
-                raise ApiError(400, f"{name} is not supported (only 0): it would change the target's distribution, "
-                                    "which draft-then-verify reproduces exactly", param=name)
+                raise ApiError(
+                    400,
+                    f"{name} is not supported (only 0): it would change the target's distribution, "
+                    "which draft-then-verify reproduces exactly",
+                    param=name,
+                )
         if body.logit_bias:
             raise ApiError(400, "logit_bias is not supported", param="logit_bias")
         temperature = 1.0 if body.temperature is None else body.temperature
@@ -182,9 +209,13 @@ class Service:
             raise ApiError(400, f"top_k must be >= 0 (0 or -1 = off), got {top_k}", param="top_k")
         room = None if window is None else window - prompt_tokens
         if room is not None and room < 1:
-            raise ApiError(400, f"this model's context is {window} tokens and the prompt has {prompt_tokens}: "
-                                "no room for any completion; shorten the prompt", param="prompt",
-                           code="context_length_exceeded")
+            raise ApiError(
+                400,
+                f"this model's context is {window} tokens and the prompt has {prompt_tokens}: "
+                "no room for any completion; shorten the prompt",
+                param="prompt",
+                code="context_length_exceeded",
+            )
         if max_tokens is None:
             max_tokens = room if room is not None else 256
             if settings.max_tokens_limit is not None:
@@ -192,12 +223,20 @@ class Service:
         if isinstance(max_tokens, bool) or max_tokens < 1:
             raise ApiError(400, f"max_tokens must be an integer >= 1, got {max_tokens}", param="max_tokens")
         if settings.max_tokens_limit is not None and max_tokens > settings.max_tokens_limit:
-            raise ApiError(400, f"max_tokens {max_tokens} is above this server's limit of "
-                                f"{settings.max_tokens_limit}", param="max_tokens")
+            raise ApiError(
+                400,
+                f"max_tokens {max_tokens} is above this server's limit of {settings.max_tokens_limit}",
+                param="max_tokens",
+            )
         if room is not None and max_tokens > room:
-            raise ApiError(400, f"this model's context is {window} tokens; the prompt has {prompt_tokens} and "
-                                f"max_tokens asks for {max_tokens} more ({prompt_tokens + max_tokens} in all): lower "
-                                "max_tokens or shorten the prompt", param="max_tokens", code="context_length_exceeded")
+            raise ApiError(
+                400,
+                f"this model's context is {window} tokens; the prompt has {prompt_tokens} and "
+                f"max_tokens asks for {max_tokens} more ({prompt_tokens + max_tokens} in all): lower "
+                "max_tokens or shorten the prompt",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         if len(stop) > MAX_STOP_STRINGS:
             raise ApiError(400, f"at most {MAX_STOP_STRINGS} stop strings, got {len(stop)}", param="stop")
@@ -212,8 +251,9 @@ class Service:
         streamed back is relative to the prompt as sent; usage counts the tokens the model saw and made."""
         pipe = self.pipe
         if body.heal and pipe.target.is_encoder_decoder:
-            raise ApiError(400, "heal: token healing continues a prompt; this model translates its source",
-                           param="heal")
+            raise ApiError(
+                400, "heal: token healing continues a prompt; this model translates its source", param="heal"
+            )
         heal = self.settings.heal if body.heal is None else body.heal
         return pipe.heal_ids(ids) if heal and not pipe.target.is_encoder_decoder else None
 
@@ -228,8 +268,9 @@ class Service:
         prompt = body.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
             if len(prompt) != 1:
-                raise ApiError(400, f"one prompt per request, got {len(prompt)} (send one request per prompt)",
-                               param="prompt")
+                raise ApiError(
+                    400, f"one prompt per request, got {len(prompt)} (send one request per prompt)", param="prompt"
+                )
             prompt = prompt[0]
         if isinstance(prompt, str):
             try:
@@ -248,14 +289,17 @@ class Service:
     def chat_prompt(self, body: ChatRequest) -> list[int]:
         """The messages rendered by the tokenizer's chat template, as token ids."""
         if not self.has_chat_template:
-            raise ApiError(400, f"the model {self.settings.model_name!r} has no chat template (its tokenizer defines "
-                                "none), so it cannot take chat messages; use /v1/completions with a plain prompt",
-                           param="messages", code="no_chat_template")
+            raise ApiError(
+                400,
+                f"the model {self.settings.model_name!r} has no chat template (its tokenizer defines "
+                "none), so it cannot take chat messages; use /v1/completions with a plain prompt",
+                param="messages",
+                code="no_chat_template",
+            )
         if body.logprobs or body.top_logprobs:
             raise ApiError(400, "logprobs are not supported", param="logprobs")
         if body.response_format not in (None, {"type": "text"}):
-            raise ApiError(400, "response_format other than {'type': 'text'} is not supported",
-                           param="response_format")
+            raise ApiError(400, "response_format other than {'type': 'text'} is not supported", param="response_format")
         if body.max_tokens is not None and body.max_completion_tokens is not None:
             raise ApiError(400, "give max_tokens or max_completion_tokens, not both", param="max_tokens")
         messages = []
@@ -276,23 +320,39 @@ class Service:
     def submit(self, ids: list[int], params: SamplingParams, max_tokens: int, stop: list[str], healing=None) -> Job:
         """Queue a generation for the worker, or refuse it now: 429 when the queue is full, 503 when not running."""
         settings = self.settings
-        job = Job(ids=ids, params=params, max_tokens=max_tokens, stop=stop, loop=asyncio.get_running_loop(),
-                  sink=asyncio.Queue(), healing=healing)
+        job = Job(
+            ids=ids,
+            params=params,
+            max_tokens=max_tokens,
+            stop=stop,
+            loop=asyncio.get_running_loop(),
+            sink=asyncio.Queue(),
+            healing=healing,
+        )
         try:
             self.engine.submit(job)
         except QueueFull:
             self.metrics.rejected.labels("queue_full").inc()
-            raise ApiError(429, f"the server is busy ({settings.max_queue} requests waiting); retry later",
-                           type="rate_limit_error", code="queue_full",
-                           headers={"Retry-After": str(settings.retry_after_s)}) from None
+            raise ApiError(
+                429,
+                f"the server is busy ({settings.max_queue} requests waiting); retry later",
+                type="rate_limit_error",
+                code="queue_full",
+                headers={"Retry-After": str(settings.retry_after_s)},
+            ) from None
         except NotRunning:
             self.metrics.rejected.labels("not_running").inc()
-            raise ApiError(503, "the generation worker is not running (starting or shutting down)",
-                           type="server_error", headers={"Retry-After": str(5 * settings.retry_after_s)}) from None
+            raise ApiError(
+                503,
+                "the generation worker is not running (starting or shutting down)",
+                type="server_error",
+                headers={"Retry-After": str(5 * settings.retry_after_s)},
+            ) from None
         return job
 
-    async def stream_events(self, job: Job, chunk, first: list[str], endpoint: str, started: float,
-                            include_usage: bool) -> AsyncIterator[str]:
+    async def stream_events(
+        self, job: Job, chunk, first: list[str], endpoint: str, started: float, include_usage: bool
+    ) -> AsyncIterator[str]:
         """The SSE body of a streamed generation; the request is counted when the stream ends, however it ends."""
         status = "200"
         try:
@@ -344,8 +404,18 @@ async def metrics_endpoint(service: Service = Depends(get_service)):
 async def models(request: Request, service: Service = Depends(get_service)):
     service.check_key(request)
     service.metrics.requests.labels("/v1/models", "200").inc()
-    return {"object": "list", "data": [{"id": service.settings.model_name, "object": "model", "created": 0,
-                                        "owned_by": "draftverify", "max_model_len": service.window}]}
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": service.settings.model_name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "draftverify",
+                "max_model_len": service.window,
+            }
+        ],
+    }
 
 
 @router.post("/v1/completions")
@@ -369,8 +439,13 @@ async def completions(request: Request, service: Service = Depends(get_service))
     echo = prompt_text if body.echo else ""
 
     def chunk(text, finish):
-        return {"id": cid, "object": "text_completion", "created": created, "model": model,
-                "choices": [{"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish}]}
+        return {
+            "id": cid,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [{"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish}],
+        }
 
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -401,18 +476,30 @@ async def chat(request: Request, service: Service = Depends(get_service)):
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
         def chunk(piece, finish):
-            delta = {} if piece is None else ({"role": "assistant", "content": ""} if piece is ROLE
-                                              else {"content": piece})
-            return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+            delta = (
+                {} if piece is None else ({"role": "assistant", "content": ""} if piece is ROLE else {"content": piece})
+            )
+            return {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            }
 
         return event_stream(service.stream_events(job, chunk, [ROLE], endpoint, started, include_usage))
     text, reason, usage = await collect(request, job)
     service.record(endpoint, "200", started)
-    return {"id": cid, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                         "finish_reason": reason}],
-            "usage": usage}
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": reason}
+        ],
+        "usage": usage,
+    }
 
 
 async def _api_error(request: Request, err: ApiError):
@@ -426,12 +513,14 @@ async def _invalid(request: Request, err: RequestValidationError):
 
 async def _not_found(request: Request, err):
     return request.app.state.service.error_response(
-        ApiError(404, f"no route {request.method} {request.url.path}", code="not_found"), request.url.path)
+        ApiError(404, f"no route {request.method} {request.url.path}", code="not_found"), request.url.path
+    )
 
 
 async def _bad_method(request: Request, err):
     return request.app.state.service.error_response(
-        ApiError(405, f"method {request.method} is not allowed on {request.url.path}"), request.url.path)
+        ApiError(405, f"method {request.method} is not allowed on {request.url.path}"), request.url.path
+    )
 
 
 @asynccontextmanager

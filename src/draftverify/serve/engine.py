@@ -7,6 +7,7 @@ waiting requests with the same settings join it between steps. Each step's token
 through loop.call_soon_threadsafe, so the event loop never waits on a model. A cancelled request (client gone)
 leaves its batch at the next step; a request cancelled while still queued is skipped.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -125,8 +126,7 @@ class Job:
 
 
 class Engine:
-    def __init__(self, pipe, metrics: Metrics, max_queue: int = 64, max_batch: int = 1,
-                 gamma: int | str | None = None):
+    def __init__(self, pipe, metrics: Metrics, max_queue: int = 64, max_batch: int = 1, gamma: int | str | None = None):
         if max_queue < 1 or max_batch < 1:
             raise DraftVerifyError(f"max_queue and max_batch must be >= 1, got {max_queue} and {max_batch}")
         self.pipe = pipe
@@ -173,8 +173,12 @@ class Engine:
             self.metrics.queue_depth.set(0)
             self._cond.notify_all()
         for job in waiting:
-            job.emit(("error", ApiError(503, "the server is shutting down", type="server_error",
-                                       headers={"Retry-After": "5"})))
+            job.emit(
+                (
+                    "error",
+                    ApiError(503, "the server is shutting down", type="server_error", headers={"Retry-After": "5"}),
+                )
+            )
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -227,8 +231,16 @@ class Engine:
             jobs.extend(new)
             self.busy_rows = active + len(new)
             self.metrics.running.set(self.busy_rows)
-            return [RowRequest(job.prompt_ids, job.max_tokens, seed=job.params.seed,
-                               first_token_allowed=job.first_allowed, params=job.params) for job in new]
+            return [
+                RowRequest(
+                    job.prompt_ids,
+                    job.max_tokens,
+                    seed=job.params.seed,
+                    first_token_allowed=job.first_allowed,
+                    params=job.params,
+                )
+                for job in new
+            ]
 
         return admit
 
@@ -252,8 +264,9 @@ class Engine:
                 except Exception as err:  # a bug in the bookkeeping: fail these requests, keep serving
                     logger.exception("the generation worker failed")
                     for job in jobs:
-                        self._fail(job, ApiError(500, f"internal error: {type(err).__name__}: {err}",
-                                                 type="server_error"))
+                        self._fail(
+                            job, ApiError(500, f"internal error: {type(err).__name__}: {err}", type="server_error")
+                        )
 
     def _finish_cancelled(self, job: Job) -> None:
         if not job.done:
@@ -266,14 +279,21 @@ class Engine:
         self.busy_rows = len(jobs)
         self.metrics.running.set(len(jobs))
         try:
-            healed = {"first_token_allowed": [job.first_allowed for job in jobs]} \
-                if any(job.healing is not None for job in jobs) else {}
+            healed = (
+                {"first_token_allowed": [job.first_allowed for job in jobs]}
+                if any(job.healing is not None for job in jobs)
+                else {}
+            )
             output, _ = self.pipe.generate_batch_ids(
-                [job.prompt_ids for job in jobs], [job.params for job in jobs],
+                [job.prompt_ids for job in jobs],
+                [job.params for job in jobs],
                 max_new_tokens=[job.max_tokens for job in jobs],
-                seeds=[job.params.seed for job in jobs], gamma=self.gamma, **healed,
+                seeds=[job.params.seed for job in jobs],
+                gamma=self.gamma,
+                **healed,
                 on_tokens=lambda emitted: self._on_tokens(jobs, emitted),
-                admit=self._admitter(jobs) if self.continuous else None)
+                admit=self._admitter(jobs) if self.continuous else None,
+            )
         except DraftVerifyError as err:
             for job in jobs:
                 self._fail(job, ApiError(400, str(err)))
@@ -339,8 +359,11 @@ class Engine:
         self.metrics.finished.labels(reason).inc()
         prompt_tokens = len(job.prompt_ids)
         self.metrics.prompt_tokens.inc(prompt_tokens)
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": job.generated,
-                 "total_tokens": prompt_tokens + job.generated}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": job.generated,
+            "total_tokens": prompt_tokens + job.generated,
+        }
         job.emit(("done", reason, usage))
 
     def _fail(self, job: Job, error: ApiError) -> None:
@@ -352,8 +375,12 @@ class Engine:
 
     def snapshot(self) -> dict[str, Any]:
         with self._cond:
-            return {"queued": len(self._waiting), "running_rows": self.busy_rows, "max_queue": self.max_queue,
-                    "max_batch": self.max_batch}
+            return {
+                "queued": len(self._waiting),
+                "running_rows": self.busy_rows,
+                "max_queue": self.max_queue,
+                "max_batch": self.max_batch,
+            }
 
 
 Emit = Callable[[tuple], None]

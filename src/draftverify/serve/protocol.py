@@ -4,6 +4,7 @@ Unknown fields are rejected (extra="forbid") rather than silently ignored: a cli
 tools should hear that it will not get them. Fields OpenAI defines that we cannot honour are accepted only at
 their neutral value (n=1, best_of=1, penalties 0, no logit_bias, no logprobs), anything else is a 400.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
@@ -14,8 +15,16 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 class ApiError(Exception):
     """An error answered as OpenAI does: {"error": {"message", "type", "param", "code"}} with an HTTP status."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.message = message

@@ -5,6 +5,7 @@ create_app, built on the replica by serve.ingress's builder); Ray's proxy spread
 /metrics and /health answer for the replica that serves the request. Needs the optional extra:
 pip install 'draftverify[ray]'.
 """
+
 from __future__ import annotations
 
 from ..errors import DraftVerifyError
@@ -27,9 +28,12 @@ def build_deployment(load_args: dict, settings, replicas: int = 1, threads: int 
             torch.set_num_threads(threads)
         return create_app(load(**load_args), settings)
 
-    @serve.deployment(name="draftverify", num_replicas=replicas,
-                      ray_actor_options={"num_cpus": threads or 1},
-                      max_ongoing_requests=settings.max_queue + settings.max_batch)
+    @serve.deployment(
+        name="draftverify",
+        num_replicas=replicas,
+        ray_actor_options={"num_cpus": threads or 1},
+        max_ongoing_requests=settings.max_queue + settings.max_batch,
+    )
     @serve.ingress(build_app)
     class DraftVerifyReplica:
         pass
@@ -37,8 +41,9 @@ def build_deployment(load_args: dict, settings, replicas: int = 1, threads: int 
     return DraftVerifyReplica.bind()
 
 
-def run_ray(load_args: dict, settings, replicas: int = 1, host: str = "127.0.0.1", port: int = 8000,
-            threads: int | None = None) -> None:
+def run_ray(
+    load_args: dict, settings, replicas: int = 1, host: str = "127.0.0.1", port: int = 8000, threads: int | None = None
+) -> None:
     """Start Ray (a local instance unless RAY_ADDRESS names a cluster), deploy, and block until interrupted."""
     import time
 

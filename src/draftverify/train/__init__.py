@@ -19,5 +19,17 @@ Heavy dependencies (torch, transformers) are only imported by the modules that
 need them, so ``import draftverify.train`` stays cheap.
 """
 
-__all__ = ["corpus", "tokenizer", "trainer", "presets", "tokens", "losses", "export", "lm", "align", "early_exit",
-           "ngram", "cli"]
+__all__ = [
+    "corpus",
+    "tokenizer",
+    "trainer",
+    "presets",
+    "tokens",
+    "losses",
+    "export",
+    "lm",
+    "align",
+    "early_exit",
+    "ngram",
+    "cli",
+]

@@ -49,9 +49,22 @@ from .trainer import (
 CACHE_VERSION = 1
 IGNORE = -100
 # header fields that must agree for a cached generation file to be reused (paths may move; contents may not)
-_HEADER_KEYS = ("version", "kind", "split", "target_sha256", "tokenizer_sha256", "manifest_sha256", "seed",
-                "min_prompt_tokens", "max_prompt_tokens", "new_tokens", "vocab_size", "eos_token_id",
-                "draft_sha256", "gamma")
+_HEADER_KEYS = (
+    "version",
+    "kind",
+    "split",
+    "target_sha256",
+    "tokenizer_sha256",
+    "manifest_sha256",
+    "seed",
+    "min_prompt_tokens",
+    "max_prompt_tokens",
+    "new_tokens",
+    "vocab_size",
+    "eos_token_id",
+    "draft_sha256",
+    "gamma",
+)
 _SPLIT_CODE = {"train": 0, "val": 1}
 
 
@@ -67,10 +80,10 @@ class AlignOptions(TrainerOptions):
     target: str
     draft: str
     manifest: str = "zoo/code/manifest.json"
-    tokenizer: Optional[str] = None         # default: the target's directory
+    tokenizer: Optional[str] = None  # default: the target's directory
     out_dir: str = "zoo/code/draft-aligned"  # exported aligned draft
-    work_dir: str = "runs/align"            # generations cache, eval caches, fine-tune checkpoint, logs
-    generations: Optional[str] = None       # default: <work_dir>/generations.jsonl
+    work_dir: str = "runs/align"  # generations cache, eval caches, fine-tune checkpoint, logs
+    generations: Optional[str] = None  # default: <work_dir>/generations.jsonl
     num_prompts: int = 1000
     eval_prompts: int = 64
     min_prompt_tokens: int = 64
@@ -111,8 +124,10 @@ class AlignOptions(TrainerOptions):
         if self.eval_prompts < 0:
             raise AlignError("--eval-prompts must be >= 0 (0 skips the acceptance measurement)")
         if self.max_prompt_tokens < self.min_prompt_tokens:
-            raise AlignError(f"--max-prompt-tokens ({self.max_prompt_tokens}) must be >= --min-prompt-tokens "
-                             f"({self.min_prompt_tokens})")
+            raise AlignError(
+                f"--max-prompt-tokens ({self.max_prompt_tokens}) must be >= --min-prompt-tokens "
+                f"({self.min_prompt_tokens})"
+            )
         try:
             self.validate_run()
         except TrainError as e:
@@ -148,8 +163,10 @@ def check_compatible(target_dir: str, draft_dir: str, tok) -> int:
     tc, dc = _read_config(target_dir), _read_config(draft_dir)
     tv, dv = tc.get("vocab_size"), dc.get("vocab_size")
     if tv != dv:
-        raise AlignError(f"vocabulary mismatch: the target {target_dir} has vocab_size {tv} but the draft "
-                         f"{draft_dir} has {dv}; the draft must use the target's tokenizer")
+        raise AlignError(
+            f"vocabulary mismatch: the target {target_dir} has vocab_size {tv} but the draft "
+            f"{draft_dir} has {dv}; the draft must use the target's tokenizer"
+        )
     if tc.get("is_encoder_decoder") or dc.get("is_encoder_decoder"):
         raise AlignError("alignment supports decoder-only models (prompt + continuation fine-tuning)")
     if tv is None or len(tok) > tv:
@@ -193,9 +210,10 @@ def sample_prompts(manifest, tok, split: str, n: int, min_tokens: int, max_token
     except corpus_mod.CorpusError as e:
         raise AlignError(str(e)) from None
     if not texts:
-        raise AlignError(f"the {split} split of {manifest if not isinstance(manifest, dict) else 'the manifest'} "
-                         "has no files" + ("; use --eval-prompts 0 to skip the held-out measurement"
-                                           if split == "val" else ""))
+        raise AlignError(
+            f"the {split} split of {manifest if not isinstance(manifest, dict) else 'the manifest'} "
+            "has no files" + ("; use --eval-prompts 0 to skip the held-out measurement" if split == "val" else "")
+        )
     lengths = np.array([len(t) for t in texts], dtype=np.float64)
     p = lengths / lengths.sum()
     backend = tok.backend_tokenizer
@@ -220,8 +238,10 @@ def sample_prompts(manifest, tok, split: str, n: int, min_tokens: int, max_token
                 out.append({"prompt": ids[:want], "source": f"{files[d]}:{line}"})
                 break
         else:
-            raise AlignError(f"could not cut a prompt of >= {min_tokens} tokens from the {split} split after 200 "
-                             "tries: the files are too short; lower --min-prompt-tokens")
+            raise AlignError(
+                f"could not cut a prompt of >= {min_tokens} tokens from the {split} split after 200 "
+                "tries: the files are too short; lower --min-prompt-tokens"
+            )
     return out
 
 
@@ -263,8 +283,9 @@ def read_generations(path: str | os.PathLike, _with_size: bool = False):
     return (header, records, good) if _with_size else (header, records)
 
 
-def resume_generations(path: Path, header: dict, prompts: list[dict], desc: str, reset_on_mismatch: bool,
-                       log: Callable[[str], None]) -> list[dict]:
+def resume_generations(
+    path: Path, header: dict, prompts: list[dict], desc: str, reset_on_mismatch: bool, log: Callable[[str], None]
+) -> list[dict]:
     """The records already cached at path for these prompts and settings (the file is created with its header when
     absent); a cache made with other settings is an error, or is deleted with reset_on_mismatch."""
     records: list[dict] = []
@@ -272,12 +293,15 @@ def resume_generations(path: Path, header: dict, prompts: list[dict], desc: str,
         old, recs, good = read_generations(path, _with_size=True)
         diff = [k for k in _HEADER_KEYS if old.get(k) != header.get(k)]
         stale = any(r.get("i") != j for j, r in enumerate(recs)) or any(
-            r["prompt"] != p["prompt"] for r, p in zip(recs, prompts))
+            r["prompt"] != p["prompt"] for r, p in zip(recs, prompts)
+        )
         if diff or stale:
             what = ", ".join(diff) if diff else "prompts"
             if not reset_on_mismatch:
-                raise AlignError(f"the cached generations {path} were made with other settings ({what} differ); "
-                                 "delete the file or use another --work-dir / --generations")
+                raise AlignError(
+                    f"the cached generations {path} were made with other settings ({what} differ); "
+                    "delete the file or use another --work-dir / --generations"
+                )
             log(f"{path}: cached results are for other settings ({what}); regenerating")
             path.unlink()
         else:
@@ -294,9 +318,21 @@ def resume_generations(path: Path, header: dict, prompts: list[dict], desc: str,
     return records
 
 
-def greedy_continuations(path: Path, header: dict, prompts: list[dict], target_lm, draft_model, gamma: int,
-                         new_tokens: int, eos_id: int, *, desc: str, reset_on_mismatch: bool = False,
-                         progress: bool = False, log: Callable[[str], None] = print) -> list[dict]:
+def greedy_continuations(
+    path: Path,
+    header: dict,
+    prompts: list[dict],
+    target_lm,
+    draft_model,
+    gamma: int,
+    new_tokens: int,
+    eos_id: int,
+    *,
+    desc: str,
+    reset_on_mismatch: bool = False,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+) -> list[dict]:
     """The target's greedy continuation of every prompt, cached in (and resumed from) the JSONL at path.
 
     Generated by draftverify.generate with ModelDrafter(draft_model) and the greedy verifier: identical to the
@@ -323,27 +359,50 @@ def greedy_continuations(path: Path, header: dict, prompts: list[dict], target_l
         with open(path, "a") as fh:
             for i in range(len(records), len(prompts)):
                 ids = torch.tensor([prompts[i]["prompt"]], dtype=torch.long)
-                out = generate(target_lm, drafter, verifier, ids, params, max_new_tokens=new_tokens, gamma=gamma,
-                               eos_token_id=eos_id)
+                out = generate(
+                    target_lm,
+                    drafter,
+                    verifier,
+                    ids,
+                    params,
+                    max_new_tokens=new_tokens,
+                    gamma=gamma,
+                    eos_token_id=eos_id,
+                )
                 st = out.stats
-                rec = {"i": i, "source": prompts[i]["source"], "prompt": prompts[i]["prompt"],
-                       "continuation": out.new_tokens[0].tolist(),
-                       "stats": {"new_tokens": st.new_tokens, "target_calls": st.target_calls,
-                                 "drafted_tokens": st.drafted_tokens, "accepted_tokens": st.accepted_tokens,
-                                 "rejections": st.rejections, "time_total": round(st.time_total, 4)}}
+                rec = {
+                    "i": i,
+                    "source": prompts[i]["source"],
+                    "prompt": prompts[i]["prompt"],
+                    "continuation": out.new_tokens[0].tolist(),
+                    "stats": {
+                        "new_tokens": st.new_tokens,
+                        "target_calls": st.target_calls,
+                        "drafted_tokens": st.drafted_tokens,
+                        "accepted_tokens": st.accepted_tokens,
+                        "rejections": st.rejections,
+                        "time_total": round(st.time_total, 4),
+                    },
+                }
                 fh.write(json.dumps(rec) + "\n")
                 fh.flush()
                 records.append(rec)
-                acc, rej, calls, new = acc + st.accepted_tokens, rej + st.rejections, calls + st.target_calls, \
-                    new + st.new_tokens
+                acc, rej, calls, new = (
+                    acc + st.accepted_tokens,
+                    rej + st.rejections,
+                    calls + st.target_calls,
+                    new + st.new_tokens,
+                )
                 alpha = acc / max(acc + rej, 1)
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(alpha=f"{alpha:.3f}", tok_call=f"{new / max(calls, 1):.2f}")
                 elif (i + 1) % 25 == 0 or i + 1 == len(prompts):
                     el = time.time() - t0
-                    log(f"{desc}: {i + 1}/{len(prompts)} prompts | alpha {alpha:.3f} | "
-                        f"{new / max(calls, 1):.2f} tok/call | {new / max(el, 1e-9):.1f} tok/s")
+                    log(
+                        f"{desc}: {i + 1}/{len(prompts)} prompts | alpha {alpha:.3f} | "
+                        f"{new / max(calls, 1):.2f} tok/call | {new / max(el, 1e-9):.1f} tok/s"
+                    )
     finally:
         if bar is not None:
             bar.close()
@@ -352,8 +411,10 @@ def greedy_continuations(path: Path, header: dict, prompts: list[dict], target_l
 
 def summarize(records: list[dict]) -> dict:
     """Aggregate GenerationStats over records: alpha = accepted / (accepted + rejections) over all steps."""
-    s = {k: sum(r["stats"][k] for r in records) for k in
-         ("new_tokens", "target_calls", "drafted_tokens", "accepted_tokens", "rejections", "time_total")}
+    s = {
+        k: sum(r["stats"][k] for r in records)
+        for k in ("new_tokens", "target_calls", "drafted_tokens", "accepted_tokens", "rejections", "time_total")
+    }
     judged = s["accepted_tokens"] + s["rejections"]
     return {
         "prompts": len(records),
@@ -388,8 +449,9 @@ def continuation_loss(model, x, y, bf16: bool, reduction: str = "mean"):
 
     with autocast(bf16):
         logits = model(input_ids=x[:, :-1], use_cache=False).logits
-    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y[:, 1:].reshape(-1),
-                           ignore_index=IGNORE, reduction=reduction)
+    return F.cross_entropy(
+        logits.float().reshape(-1, logits.size(-1)), y[:, 1:].reshape(-1), ignore_index=IGNORE, reduction=reduction
+    )
 
 
 def evaluate_loss(model, records: list[dict], pad_id: int, bf16: bool, batch_size: int) -> Optional[float]:
@@ -411,8 +473,14 @@ def evaluate_loss(model, records: list[dict], pad_id: int, bf16: bool, batch_siz
     return tot / max(n, 1)
 
 
-def finetune(opts: AlignOptions, records: list[dict], heldout: list[dict], pad_id: int,
-             log: Callable[[str], None] = print, stop_after_steps: Optional[int] = None) -> tuple:
+def finetune(
+    opts: AlignOptions,
+    records: list[dict],
+    heldout: list[dict],
+    pad_id: int,
+    log: Callable[[str], None] = print,
+    stop_after_steps: Optional[int] = None,
+) -> tuple:
     """Fine-tune the draft on records (continuation loss). Returns (model, info); info["stopped"] if interrupted.
 
     Runs on the shared trainer: checkpoints to <work_dir>/finetune/checkpoint and resumes from it automatically.
@@ -427,21 +495,39 @@ def finetune(opts: AlignOptions, records: list[dict], heldout: list[dict], pad_i
     draft_sha = model_digest(opts.draft)
     gen_sha = hashlib.sha256(json.dumps([r["continuation"] for r in records]).encode()).hexdigest()
     ckpt = load_checkpoint(ft_dir)
-    if ckpt is not None and (ckpt["state"].get("draft_sha256") != draft_sha
-                             or ckpt["state"].get("generations_sha256") != gen_sha):
-        raise AlignError(f"the fine-tune checkpoint in {ft_dir} belongs to another draft or calibration set; "
-                         "delete it or use another --work-dir")
+    if ckpt is not None and (
+        ckpt["state"].get("draft_sha256") != draft_sha or ckpt["state"].get("generations_sha256") != gen_sha
+    ):
+        raise AlignError(
+            f"the fine-tune checkpoint in {ft_dir} belongs to another draft or calibration set; "
+            "delete it or use another --work-dir"
+        )
 
     def draw(rng):
         return make_batch([records[int(j)] for j in rng.integers(0, len(records), size=opts.batch_size)], pad_id)
 
     trainer = Trainer(
-        model, opts, ft_dir, name="fine-tune", metric="heldout_loss", checkpoint=ckpt, log=log,
-        batches=draw, loss=lambda m, b: continuation_loss(m, *b, trainer.bf16),
+        model,
+        opts,
+        ft_dir,
+        name="fine-tune",
+        metric="heldout_loss",
+        checkpoint=ckpt,
+        log=log,
+        batches=draw,
+        loss=lambda m, b: continuation_loss(m, *b, trainer.bf16),
         evaluate=(lambda m: evaluate_loss(m, heldout, pad_id, trainer.bf16, opts.batch_size)) if heldout else None,
         counts=lambda b: {"tokens_seen": int(b[0].numel()), "loss_tokens_seen": int((b[1][:, 1:] != IGNORE).sum())},
-        state={"tokens_seen": 0, "loss_tokens_seen": 0, "draft_sha256": draft_sha, "generations_sha256": gen_sha,
-               "records": len(records), "heldout_loss_before": None, "train_loss_before": None})
+        state={
+            "tokens_seen": 0,
+            "loss_tokens_seen": 0,
+            "draft_sha256": draft_sha,
+            "generations_sha256": gen_sha,
+            "records": len(records),
+            "heldout_loss_before": None,
+            "train_loss_before": None,
+        },
+    )
     del ckpt
     bf16, state = trainer.bf16, trainer.state
     # a fixed slice of the calibration set, to show the fit on the training data itself
@@ -449,20 +535,29 @@ def finetune(opts: AlignOptions, records: list[dict], heldout: list[dict], pad_i
     if state["train_loss_before"] is None:
         state["heldout_loss_before"] = evaluate_loss(model, heldout, pad_id, bf16, opts.batch_size)
         state["train_loss_before"] = evaluate_loss(model, probe, pad_id, bf16, opts.batch_size)
-        log(f"fine-tune: continuation loss before: calibration {state['train_loss_before']:.4f}"
-            + ("" if state["heldout_loss_before"] is None else f" | held-out {state['heldout_loss_before']:.4f}"))
-    log(f"fine-tune: {len(records)} sequences | batch {opts.batch_size} | lr {opts.lr} | "
+        log(
+            f"fine-tune: continuation loss before: calibration {state['train_loss_before']:.4f}"
+            + ("" if state["heldout_loss_before"] is None else f" | held-out {state['heldout_loss_before']:.4f}")
+        )
+    log(
+        f"fine-tune: {len(records)} sequences | batch {opts.batch_size} | lr {opts.lr} | "
         f"{'bf16 autocast' if bf16 else 'fp32'} | threads {torch.get_num_threads()} | "
-        f"max steps {opts.max_steps} | max minutes {opts.max_minutes}")
+        f"max steps {opts.max_steps} | max minutes {opts.max_minutes}"
+    )
     result = trainer.fit(stop_after_steps)
     if result["stopped"]:
         return model, result
     result["train_loss_after"] = evaluate_loss(model, probe, pad_id, bf16, opts.batch_size)
-    log(f"fine-tune done: step {result['step']} | continuation loss: calibration {result['train_loss_before']:.4f} "
-        f"-> {result['train_loss_after']:.4f}" + ("" if result["heldout_loss"] is None else
-                                                  f" | held-out {result['heldout_loss_before']:.4f} -> "
-                                                  f"{result['heldout_loss']:.4f}")
-        + f" | {result['elapsed'] / 60:.1f} min")
+    log(
+        f"fine-tune done: step {result['step']} | continuation loss: calibration {result['train_loss_before']:.4f} "
+        f"-> {result['train_loss_after']:.4f}"
+        + (
+            ""
+            if result["heldout_loss"] is None
+            else f" | held-out {result['heldout_loss_before']:.4f} -> {result['heldout_loss']:.4f}"
+        )
+        + f" | {result['elapsed'] / 60:.1f} min"
+    )
     model.eval()
     return model, {**result, "bf16": bf16, "params": count_params(model)}
 
@@ -503,11 +598,16 @@ def align_card(info: dict) -> str:
     ]
     for name, s in (("before (original draft)", b), ("after (this model)", a)):
         if s:
-            lines.append(f"| {name} | {s['alpha']:.3f} | {s['tokens_per_call']:.2f} | {s['target_calls']} | "
-                         f"{s['accepted_tokens']} / {s['drafted_tokens']} |")
+            lines.append(
+                f"| {name} | {s['alpha']:.3f} | {s['tokens_per_call']:.2f} | {s['target_calls']} | "
+                f"{s['accepted_tokens']} / {s['drafted_tokens']} |"
+            )
     if info.get("exact_continuations") is not None:
-        lines += ["", f"Both runs produced the target's greedy text: {info['exact_continuations']} of "
-                  f"{b.get('prompts', 0)} continuations identical (the greedy verifier is lossless)."]
+        lines += [
+            "",
+            f"Both runs produced the target's greedy text: {info['exact_continuations']} of "
+            f"{b.get('prompts', 0)} continuations identical (the greedy verifier is lossless).",
+        ]
     lines += [
         "",
         "## Alignment data",
@@ -532,7 +632,8 @@ def align_card(info: dict) -> str:
         f"- {ft['step']:,} steps of {info['batch_size']} sequences (random with replacement), AdamW "
         f"(betas {info['betas']}, weight decay {info['weight_decay']}), peak LR {info['lr']}, "
         f"{info['warmup_steps']} warmup steps, cosine decay to {info['min_lr_ratio']}x, grad clip {info['grad_clip']}, "
-        + ("bf16 autocast" if ft.get("bf16") else "float32") + f"; {ft['loss_tokens_seen']:,} loss tokens "
+        + ("bf16 autocast" if ft.get("bf16") else "float32")
+        + f"; {ft['loss_tokens_seen']:,} loss tokens "
         f"({ft['loss_tokens_seen'] / max(info['calibration']['new_tokens'], 1):.2f} epochs of continuations).",
         f"- Continuation loss (nats/token): calibration {_fmt(ft.get('train_loss_before'))} -> "
         f"{_fmt(ft.get('train_loss_after'))}; held-out (the validation prompts' target continuations) "
@@ -583,49 +684,91 @@ def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_ste
     target_lm = CachedLM(target_model, role="target")
     for role, m in (("target", target_lm), ("draft", CachedLM(draft_model, role="draft"))):
         if m.max_positions is not None and m.max_positions < opts.max_prompt_tokens + opts.new_tokens:
-            raise AlignError(f"the {role} attends to {m.max_positions} positions but prompts of up to "
-                             f"{opts.max_prompt_tokens} tokens + {opts.new_tokens} new tokens need more; lower "
-                             "--max-prompt-tokens / --new-tokens")
+            raise AlignError(
+                f"the {role} attends to {m.max_positions} positions but prompts of up to "
+                f"{opts.max_prompt_tokens} tokens + {opts.new_tokens} new tokens need more; lower "
+                "--max-prompt-tokens / --new-tokens"
+            )
     work = Path(opts.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     target_sha, draft_sha = model_digest(opts.target), model_digest(opts.draft)
     base_header = {
-        "type": "header", "version": CACHE_VERSION, "target": str(opts.target), "target_sha256": target_sha,
-        "tokenizer_sha256": tokenizer_hash(opts.tokenizer_dir), "manifest_sha256": corpus_mod.manifest_hash(manifest),
-        "seed": opts.seed, "min_prompt_tokens": opts.min_prompt_tokens, "max_prompt_tokens": opts.max_prompt_tokens,
-        "new_tokens": opts.new_tokens, "vocab_size": vocab, "eos_token_id": eos,
+        "type": "header",
+        "version": CACHE_VERSION,
+        "target": str(opts.target),
+        "target_sha256": target_sha,
+        "tokenizer_sha256": tokenizer_hash(opts.tokenizer_dir),
+        "manifest_sha256": corpus_mod.manifest_hash(manifest),
+        "seed": opts.seed,
+        "min_prompt_tokens": opts.min_prompt_tokens,
+        "max_prompt_tokens": opts.max_prompt_tokens,
+        "new_tokens": opts.new_tokens,
+        "vocab_size": vocab,
+        "eos_token_id": eos,
     }
 
     # ---- step 1: the target's greedy continuations of the calibration prompts (cached)
     t0 = time.time()
-    calib_prompts = sample_prompts(manifest, tok, "train", opts.num_prompts, opts.min_prompt_tokens,
-                                   opts.max_prompt_tokens, opts.seed)
-    log(f"step 1: {len(calib_prompts)} calibration prompts from the train split "
-        f"({sum(len(p['prompt']) for p in calib_prompts):,} prompt tokens) -> {opts.generations_path}")
+    calib_prompts = sample_prompts(
+        manifest, tok, "train", opts.num_prompts, opts.min_prompt_tokens, opts.max_prompt_tokens, opts.seed
+    )
+    log(
+        f"step 1: {len(calib_prompts)} calibration prompts from the train split "
+        f"({sum(len(p['prompt']) for p in calib_prompts):,} prompt tokens) -> {opts.generations_path}"
+    )
     calib = greedy_continuations(
-        opts.generations_path, {**base_header, "kind": "calibration", "split": "train", "draft": str(opts.draft)},
-        calib_prompts, target_lm, draft_model, opts.gamma, opts.new_tokens, eos, desc="target greedy (calibration)",
-        progress=progress, log=log)
+        opts.generations_path,
+        {**base_header, "kind": "calibration", "split": "train", "draft": str(opts.draft)},
+        calib_prompts,
+        target_lm,
+        draft_model,
+        opts.gamma,
+        opts.new_tokens,
+        eos,
+        desc="target greedy (calibration)",
+        progress=progress,
+        log=log,
+    )
     calib_summary = summarize(calib)
-    log(f"step 1 done in {time.time() - t0:.0f}s: {calib_summary['new_tokens']:,} continuation tokens "
-        f"(alpha of the base draft on them {calib_summary['alpha']:.3f})")
+    log(
+        f"step 1 done in {time.time() - t0:.0f}s: {calib_summary['new_tokens']:,} continuation tokens "
+        f"(alpha of the base draft on them {calib_summary['alpha']:.3f})"
+    )
 
     # ---- held-out prompts, and alpha of the original draft on them (cached)
     before = after = None
     heldout: list[dict] = []
     eval_prompts = []
     if opts.eval_prompts:
-        eval_prompts = sample_prompts(manifest, tok, "val", opts.eval_prompts, opts.min_prompt_tokens,
-                                      opts.max_prompt_tokens, opts.seed + 1)
+        eval_prompts = sample_prompts(
+            manifest, tok, "val", opts.eval_prompts, opts.min_prompt_tokens, opts.max_prompt_tokens, opts.seed + 1
+        )
         heldout = greedy_continuations(
             work / "eval_before.jsonl",
-            {**base_header, "kind": "eval", "split": "val", "seed": opts.seed + 1, "draft": str(opts.draft),
-             "draft_sha256": draft_sha, "gamma": opts.gamma},
-            eval_prompts, target_lm, draft_model, opts.gamma, opts.new_tokens, eos, desc="alpha before (held-out)",
-            progress=progress, log=log)
+            {
+                **base_header,
+                "kind": "eval",
+                "split": "val",
+                "seed": opts.seed + 1,
+                "draft": str(opts.draft),
+                "draft_sha256": draft_sha,
+                "gamma": opts.gamma,
+            },
+            eval_prompts,
+            target_lm,
+            draft_model,
+            opts.gamma,
+            opts.new_tokens,
+            eos,
+            desc="alpha before (held-out)",
+            progress=progress,
+            log=log,
+        )
         before = summarize(heldout)
-        log(f"alpha before: {before['alpha']:.3f} | {before['tokens_per_call']:.2f} tokens per target call "
-            f"({before['prompts']} held-out prompts)")
+        log(
+            f"alpha before: {before['alpha']:.3f} | {before['tokens_per_call']:.2f} tokens per target call "
+            f"({before['prompts']} held-out prompts)"
+        )
 
     # ---- step 2: fine-tune on prompt + continuation, loss on the continuation
     model, ft = finetune(opts, calib, heldout, pad, log=log, stop_after_steps=stop_after_steps)
@@ -633,18 +776,37 @@ def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_ste
         return {"stopped": True, "step": ft["step"], "work_dir": str(work)}
     out = Path(opts.out_dir)
     info = {
-        "target": str(opts.target), "target_sha256": target_sha, "draft": str(opts.draft), "draft_sha256": draft_sha,
-        "tokenizer": str(opts.tokenizer_dir), "manifest": str(opts.manifest),
-        "manifest_sha256": base_header["manifest_sha256"], "seed": opts.seed,
-        "min_prompt_tokens": opts.min_prompt_tokens, "max_prompt_tokens": opts.max_prompt_tokens,
-        "new_tokens": opts.new_tokens, "gamma": opts.gamma, "generations": str(opts.generations_path),
-        "calibration": calib_summary, "before": before, "after": None, "exact_continuations": None,
+        "target": str(opts.target),
+        "target_sha256": target_sha,
+        "draft": str(opts.draft),
+        "draft_sha256": draft_sha,
+        "tokenizer": str(opts.tokenizer_dir),
+        "manifest": str(opts.manifest),
+        "manifest_sha256": base_header["manifest_sha256"],
+        "seed": opts.seed,
+        "min_prompt_tokens": opts.min_prompt_tokens,
+        "max_prompt_tokens": opts.max_prompt_tokens,
+        "new_tokens": opts.new_tokens,
+        "gamma": opts.gamma,
+        "generations": str(opts.generations_path),
+        "calibration": calib_summary,
+        "before": before,
+        "after": None,
+        "exact_continuations": None,
         "finetune": {k: v for k, v in ft.items() if k not in ("commands",)},
         "command": "\n".join(c for c in ft.get("commands", [command]) if c) or command,
-        "batch_size": opts.batch_size, "lr": opts.lr, "betas": (opts.beta1, opts.beta2),
-        "weight_decay": opts.weight_decay, "warmup_steps": opts.warmup_steps, "min_lr_ratio": opts.min_lr_ratio,
-        "grad_clip": opts.grad_clip, "threads": torch.get_num_threads(), "cpu": cpu_name(),
-        "torch": torch.__version__, "transformers": tf_version, "out_dir": str(out),
+        "batch_size": opts.batch_size,
+        "lr": opts.lr,
+        "betas": (opts.beta1, opts.beta2),
+        "weight_decay": opts.weight_decay,
+        "warmup_steps": opts.warmup_steps,
+        "min_lr_ratio": opts.min_lr_ratio,
+        "grad_clip": opts.grad_clip,
+        "threads": torch.get_num_threads(),
+        "cpu": cpu_name(),
+        "torch": torch.__version__,
+        "transformers": tf_version,
+        "out_dir": str(out),
     }
     export_model(model, tok, out, align_card(info))
     log(f"exported the aligned draft (fp16) to {out}")
@@ -655,16 +817,34 @@ def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_ste
         aligned = _load(str(out), "aligned draft")
         after_recs = greedy_continuations(
             work / "eval_after.jsonl",
-            {**base_header, "kind": "eval", "split": "val", "seed": opts.seed + 1, "draft": str(out),
-             "draft_sha256": model_digest(out), "gamma": opts.gamma},
-            eval_prompts, target_lm, aligned, opts.gamma, opts.new_tokens, eos, desc="alpha after (held-out)",
-            reset_on_mismatch=True, progress=progress, log=log)
+            {
+                **base_header,
+                "kind": "eval",
+                "split": "val",
+                "seed": opts.seed + 1,
+                "draft": str(out),
+                "draft_sha256": model_digest(out),
+                "gamma": opts.gamma,
+            },
+            eval_prompts,
+            target_lm,
+            aligned,
+            opts.gamma,
+            opts.new_tokens,
+            eos,
+            desc="alpha after (held-out)",
+            reset_on_mismatch=True,
+            progress=progress,
+            log=log,
+        )
         after = summarize(after_recs)
         info["after"] = after
         info["exact_continuations"] = sum(a["continuation"] == b["continuation"] for a, b in zip(after_recs, heldout))
-        log(f"alpha after: {after['alpha']:.3f} | {after['tokens_per_call']:.2f} tokens per target call "
+        log(
+            f"alpha after: {after['alpha']:.3f} | {after['tokens_per_call']:.2f} tokens per target call "
             f"(before: {before['alpha']:.3f} | {before['tokens_per_call']:.2f}); identical target continuations "
-            f"{info['exact_continuations']}/{len(heldout)}")
+            f"{info['exact_continuations']}/{len(heldout)}"
+        )
     (out / "README.md").write_text(align_card(info))
     text = json.dumps(info, indent=1, default=str) + "\n"
     (out / "alignment.json").write_text(text)

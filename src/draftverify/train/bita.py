@@ -14,6 +14,7 @@
    held-out top-1 accuracy per mask token at the start and the end.
 4. **Export.** ``BitaAdapter.save`` (fp16 + bita.json with the training facts) and a model card (``write_card``).
 """
+
 from __future__ import annotations
 
 import json
@@ -65,7 +66,9 @@ class BitaOptions(FrozenTarget, TrainerOptions):
         if self.prompt != "none" and self.num_prompts < 1:
             raise TrainError("--num-prompts must be >= 1 for a shallow or deep prompt")
         if self.new_tokens < self.num_masks + 2:
-            raise TrainError(f"--new-tokens must be >= num_masks + 2 = {self.num_masks + 2} (a cut needs M + 1 tokens after it)")
+            raise TrainError(
+                f"--new-tokens must be >= num_masks + 2 = {self.num_masks + 2} (a cut needs M + 1 tokens after it)"
+            )
 
 
 # --------------------------------------------------------------------------- data
@@ -77,15 +80,28 @@ def prompt_manifest(manifest_path: str, log) -> tuple[dict, str]:
     if Path(manifest["root"]).is_dir():
         return manifest, f"the corpus of {manifest_path} ({manifest['root']})"
     stdlib = sysconfig.get_paths()["stdlib"]
-    files = [{**f, "path": f["path"][len(STDLIB_DIR):]} for f in manifest["files"] if f["path"].startswith(STDLIB_DIR)]
+    files = [{**f, "path": f["path"][len(STDLIB_DIR) :]} for f in manifest["files"] if f["path"].startswith(STDLIB_DIR)]
     if not files:
-        raise TrainError(f"the corpus of {manifest_path} is not unpacked at {manifest['root']}; run `draftverify train corpus`")
+        raise TrainError(
+            f"the corpus of {manifest_path} is not unpacked at {manifest['root']}; run `draftverify train corpus`"
+        )
     log(f"corpus not unpacked at {manifest['root']}: prompts from its {len(files)} standard-library files in {stdlib}")
-    return {**manifest, "root": stdlib, "files": files}, f"the CPython standard-library files of {manifest_path} ({stdlib})"
+    return {
+        **manifest,
+        "root": stdlib,
+        "files": files,
+    }, f"the CPython standard-library files of {manifest_path} ({stdlib})"
 
 
-def batched_greedy(model, prompts: list[list[int]], new_tokens: int, eos: int | None, batch: int, pad: int,
-                   on_batch: Callable[[list[list[int]]], None]) -> None:
+def batched_greedy(
+    model,
+    prompts: list[list[int]],
+    new_tokens: int,
+    eos: int | None,
+    batch: int,
+    pad: int,
+    on_batch: Callable[[list[list[int]]], None],
+) -> None:
     """The target's greedy continuation of each prompt, `batch` at a time (sorted by length, left padded); each
     continuation ends at its first EOS. on_batch receives each batch's continuations in prompt order."""
     import torch
@@ -96,8 +112,15 @@ def batched_greedy(model, prompts: list[list[int]], new_tokens: int, eos: int | 
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in group])
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in group])
         with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=new_tokens, do_sample=False,
-                                 eos_token_id=eos, pad_token_id=pad, min_new_tokens=1)
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=attention,
+                max_new_tokens=new_tokens,
+                do_sample=False,
+                eos_token_id=eos,
+                pad_token_id=pad,
+                min_new_tokens=1,
+            )
         rows = []
         for row in out[:, width:].tolist():
             if eos is not None and eos in row:
@@ -106,8 +129,9 @@ def batched_greedy(model, prompts: list[list[int]], new_tokens: int, eos: int | 
         on_batch(rows)
 
 
-def generations(path: Path, key: dict, prompts: list[dict], model, opts: BitaOptions, eos, pad, log, desc: str,
-                progress: bool) -> list[dict]:
+def generations(
+    path: Path, key: dict, prompts: list[dict], model, opts: BitaOptions, eos, pad, log, desc: str, progress: bool
+) -> list[dict]:
     """Cached (resumable) greedy continuations: JSONL of a header then {"i", "prompt", "continuation"} records,
     appended batch by batch (in length order), so an interrupted run keeps every finished batch. The header (key)
     names only the data settings, not M, P or the prompt kind: adapters trained with one --work-dir share the data."""
@@ -200,8 +224,13 @@ def mask_logits(model, adapter, ids, cut, prefix=None):
     additive = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)[:, None]
     embeds = adapter.mask_embeds.to(dtype).repeat(c, 1)[None].expand(batch, -1, -1)  # [B, C*M, H]
     with attend_prefix(cache, prefix):
-        out = model(inputs_embeds=embeds, position_ids=positions, attention_mask=additive, **{cache_argument(model): cache},
-                    use_cache=True)
+        out = model(
+            inputs_embeds=embeds,
+            position_ids=positions,
+            attention_mask=additive,
+            **{cache_argument(model): cache},
+            use_cache=True,
+        )
     return out.logits.view(batch, c, m, -1)
 
 
@@ -234,31 +263,34 @@ def mask_accuracy(model, adapter, records: list[dict], cuts: int, seed: int, pad
 
 def card(info: dict) -> str:
     acc = info["heldout_accuracy"]
-    rows = "\n".join(f"| {i + 1} | +{i + 2} | {b:.3f} | {a:.3f} |"
-                     for i, (b, a) in enumerate(zip(acc["before"], acc["after"])))
-    prompt = {"none": "no prompt tokens (mask tokens only)",
-              "shallow": f"{info['num_prompts']} shallow prompt tokens (input embeddings)",
-              "deep": f"{info['num_prompts']} deep prompt tokens (learned keys and values in each of the "
-                      f"{info['num_layers']} layers)"}[info["prompt"]]
-    return f"""# BiTA adapter for `{info['target']}`
+    rows = "\n".join(
+        f"| {i + 1} | +{i + 2} | {b:.3f} | {a:.3f} |" for i, (b, a) in enumerate(zip(acc["before"], acc["after"]))
+    )
+    prompt = {
+        "none": "no prompt tokens (mask tokens only)",
+        "shallow": f"{info['num_prompts']} shallow prompt tokens (input embeddings)",
+        "deep": f"{info['num_prompts']} deep prompt tokens (learned keys and values in each of the "
+        f"{info['num_layers']} layers)",
+    }[info["prompt"]]
+    return f"""# BiTA adapter for `{info["target"]}`
 
-Bi-directional tuning (Lin et al. 2024): {info['num_masks']} learned mask tokens and {prompt}, seen by the
-mask tokens only, on the frozen target. {info['parameters']:,} parameters ({info['parameter_share']:.3%} of the
-target's {info['target_parameters']:,}), fp16 ({info['bytes']:,} bytes). Use: `draftverify generate --zoo code
+Bi-directional tuning (Lin et al. 2024): {info["num_masks"]} learned mask tokens and {prompt}, seen by the
+mask tokens only, on the frozen target. {info["parameters"]:,} parameters ({info["parameter_share"]:.3%} of the
+target's {info["target_parameters"]:,}), fp16 ({info["bytes"]:,} bytes). Use: `draftverify generate --zoo code
 --method bita` (efficient tree), `bita_tree` (full top-k tree), `bita_chain` (straightforward).
 
 ## Data
-Prompts: {info['prompt_source']}; {info['num_train']} prompts of {info['min_prompt_tokens']}..{info['max_prompt_tokens']}
-tokens from the *train* split, held out: {info['eval_prompts']} from the *val* split. Labels: the target's own
-greedy continuations (up to {info['new_tokens']} tokens, generated {info['gen_batch']} prompts at a time).
+Prompts: {info["prompt_source"]}; {info["num_train"]} prompts of {info["min_prompt_tokens"]}..{info["max_prompt_tokens"]}
+tokens from the *train* split, held out: {info["eval_prompts"]} from the *val* split. Labels: the target's own
+greedy continuations (up to {info["new_tokens"]} tokens, generated {info["gen_batch"]} prompts at a time).
 
 ## Training
-`{info['command']}`
+`{info["command"]}`
 
-SAR loss over the mask tokens at {info['cuts']} random cut points per sequence, {info['batch_size']} sequences
-per step, {info['steps']} steps, AdamW lr {info['lr']} (warmup {info['warmup_steps']}, cosine), {info['threads']}
-CPU thread(s) ({info['cpu']}); wall time: generation {info['time_generation_s']:.0f} s, training
-{info['time_train_s']:.0f} s.
+SAR loss over the mask tokens at {info["cuts"]} random cut points per sequence, {info["batch_size"]} sequences
+per step, {info["steps"]} steps, AdamW lr {info["lr"]} (warmup {info["warmup_steps"]}, cosine), {info["threads"]}
+CPU thread(s) ({info["cpu"]}); wall time: generation {info["time_generation_s"]:.0f} s, training
+{info["time_train_s"]:.0f} s.
 
 ## Held-out top-1 accuracy per mask token
 | mask | predicts (after the last real token) | before training | after |
@@ -301,30 +333,64 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
     splits = {}
     for split, n, seed in (("train", opts.num_train, opts.seed), ("val", opts.eval_prompts, opts.seed + 1)):
         prompts = align.sample_prompts(manifest, tok, split, n, opts.min_prompt_tokens, opts.max_prompt_tokens, seed)
-        key = {"kind": "bita-generations", "split": split, "seed": seed, "target_sha256": digest, "prompts": n,
-               "min_prompt_tokens": opts.min_prompt_tokens, "max_prompt_tokens": opts.max_prompt_tokens,
-               "new_tokens": opts.new_tokens, "source": source}
-        splits[split] = generations(work / f"generations-{split}.jsonl", key, prompts, target, opts, eos, pad, log,
-                                    f"target greedy ({split})", progress)
+        key = {
+            "kind": "bita-generations",
+            "split": split,
+            "seed": seed,
+            "target_sha256": digest,
+            "prompts": n,
+            "min_prompt_tokens": opts.min_prompt_tokens,
+            "max_prompt_tokens": opts.max_prompt_tokens,
+            "new_tokens": opts.new_tokens,
+            "source": source,
+        }
+        splits[split] = generations(
+            work / f"generations-{split}.jsonl",
+            key,
+            prompts,
+            target,
+            opts,
+            eos,
+            pad,
+            log,
+            f"target greedy ({split})",
+            progress,
+        )
     time_generation = time.time() - t0
     train, val = splits["train"], splits["val"]
 
     # ---- 2. train the adapter only (one run per adapter settings; the work dir's generations serve them all)
     seed_everything(opts.seed)
     adapter = BitaAdapter.for_target(target, opts.num_masks, opts.prompt, opts.num_prompts)
-    key = {"target_sha256": digest, "prompt": opts.prompt, "num_masks": opts.num_masks,
-           "num_prompts": opts.num_prompts, "records": len(train), "batch_size": opts.batch_size, "cuts": opts.cuts,
-           "seed": opts.seed, **opts.optimizer_key()}
+    key = {
+        "target_sha256": digest,
+        "prompt": opts.prompt,
+        "num_masks": opts.num_masks,
+        "num_prompts": opts.num_prompts,
+        "records": len(train),
+        "batch_size": opts.batch_size,
+        "cuts": opts.cuts,
+        "seed": opts.seed,
+        **opts.optimizer_key(),
+    }
 
     def batches(rng):
         chosen = rng.integers(0, len(train), opts.batch_size)
         return sar_batch([train[i] for i in chosen], opts.num_masks, opts.cuts, rng, pad)
 
-    trainer = Trainer(adapter, opts, work / f"run-{opts.prompt}-m{opts.num_masks}-p{opts.num_prompts}", key=key,
-                      name="bita", batches=batches, loss=lambda model, batch: sar_loss(target, model, *batch),
-                      log=log)
-    state = fit_measured(trainer, lambda: mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad),
-                         lambda i: f"mask {i + 1}", log)
+    trainer = Trainer(
+        adapter,
+        opts,
+        work / f"run-{opts.prompt}-m{opts.num_masks}-p{opts.num_prompts}",
+        key=key,
+        name="bita",
+        batches=batches,
+        loss=lambda model, batch: sar_loss(target, model, *batch),
+        log=log,
+    )
+    state = fit_measured(
+        trainer, lambda: mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad), lambda i: f"mask {i + 1}", log
+    )
     if state["stopped"]:
         return {"stopped": True, "step": state["step"]}
     step, time_train, before, after = state["step"], state["elapsed"], state["before"], state["after"]
@@ -332,19 +398,39 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
     # ---- 3. export
     parameters = sum(p.numel() for p in adapter.parameters())
     target_parameters = sum(p.numel() for p in target.parameters())
-    info = {"target": str(opts.target), "target_sha256": digest, "manifest": str(opts.manifest),
-            "prompt_source": source, "num_train": len(train), "eval_prompts": len(val), "new_tokens": opts.new_tokens,
-            "min_prompt_tokens": opts.min_prompt_tokens, "max_prompt_tokens": opts.max_prompt_tokens,
-            "gen_batch": opts.gen_batch, "cuts": opts.cuts, "steps": step, "batch_size": opts.batch_size,
-            "lr": opts.lr, "warmup_steps": opts.warmup_steps, "seed": opts.seed,
-            "heldout_accuracy": {"before": before, "after": after}, "parameters": parameters,
-            "target_parameters": target_parameters, "parameter_share": parameters / target_parameters,
-            "command": opts.command, "threads": torch.get_num_threads(), "cpu": cpu_name(),
-            "time_generation_s": round(time_generation, 1), "time_train_s": round(time_train, 1)}
+    info = {
+        "target": str(opts.target),
+        "target_sha256": digest,
+        "manifest": str(opts.manifest),
+        "prompt_source": source,
+        "num_train": len(train),
+        "eval_prompts": len(val),
+        "new_tokens": opts.new_tokens,
+        "min_prompt_tokens": opts.min_prompt_tokens,
+        "max_prompt_tokens": opts.max_prompt_tokens,
+        "gen_batch": opts.gen_batch,
+        "cuts": opts.cuts,
+        "steps": step,
+        "batch_size": opts.batch_size,
+        "lr": opts.lr,
+        "warmup_steps": opts.warmup_steps,
+        "seed": opts.seed,
+        "heldout_accuracy": {"before": before, "after": after},
+        "parameters": parameters,
+        "target_parameters": target_parameters,
+        "parameter_share": parameters / target_parameters,
+        "command": opts.command,
+        "threads": torch.get_num_threads(),
+        "cpu": cpu_name(),
+        "time_generation_s": round(time_generation, 1),
+        "time_train_s": round(time_train, 1),
+    }
     out = Path(opts.out_dir)
     adapter.save(out, metadata={"training": info})
     info["bytes"] = (out / "bita.safetensors").stat().st_size
     adapter.save(out, metadata={"training": info})
     write_card(out)
-    log(f"exported the BiTA adapter ({parameters:,} parameters, {info['parameter_share']:.3%} of the target's) to {out}")
+    log(
+        f"exported the BiTA adapter ({parameters:,} parameters, {info['parameter_share']:.3%} of the target's) to {out}"
+    )
     return info

@@ -66,25 +66,62 @@ def tokenizer_cmd(flags: TokenizerFlags) -> None:
     if not 0 <= flags.val_fraction < 1:
         _fail("--val-fraction must be in [0, 1)")
     try:
-        info = build_tokenizer_from_corpus(out, manifest, vocab_size=flags.vocab_size, root=root,
-                                           val_fraction=flags.val_fraction)
+        info = build_tokenizer_from_corpus(
+            out, manifest, vocab_size=flags.vocab_size, root=root, val_fraction=flags.val_fraction
+        )
     except (CorpusError, TokenizerError) as e:
         _fail(str(e))
-    typer.echo(f"manifest: {manifest} ({info['counts']['train']} train / {info['counts']['val']} val files, "
-               f"sha256 {info['manifest_files_sha256'][:16]})")
-    typer.echo(f"tokenizer: {out} (vocab {info['vocab_size']}, "
-               f"{info['val_chars_per_token']:.2f} chars/token on val)")
+    typer.echo(
+        f"manifest: {manifest} ({info['counts']['train']} train / {info['counts']['val']} val files, "
+        f"sha256 {info['manifest_files_sha256'][:16]})"
+    )
+    typer.echo(f"tokenizer: {out} (vocab {info['vocab_size']}, {info['val_chars_per_token']:.2f} chars/token on val)")
 
 
 CODE_PACKAGES = (
-    "django==5.2.19", "flask==3.1.3", "requests==2.34.2", "click==8.5.1", "attrs==26.1.0", "pytest==9.2.0",
-    "rich==15.0.0", "networkx==3.6.1", "sympy==1.14.0", "numpy==2.4.6", "scikit-learn==1.9.1", "pandas==3.1.1",
-    "scipy==1.17.1", "matplotlib==3.11.2", "sqlalchemy==2.1.9", "jinja2==3.1.6", "werkzeug==3.1.9", "pip==26.3",
-    "setuptools==84.2.1", "black==26.10.1", "tornado==6.6.1", "pygments==2.21.0", "sphinx==9.0.4",
-    "astropy==8.0.2", "statsmodels==0.15.0", "pyyaml==6.0.3", "urllib3==2.8.0", "aiohttp==3.14.5",
-    "fastapi==0.165.0", "pydantic==2.14.3", "starlette==1.10.0", "httpx==0.28.1", "transformers==5.23.0",
-    "boto3==1.44.5", "botocore==1.44.5", "twisted==26.10.0", "typer==0.29.2", "more-itertools==11.2.1",
-    "toolz==1.2.0", "dask==2026.8.0", "xarray==2026.9.0", "seaborn==0.13.2", "pillow==13.0.0",
+    "django==5.2.19",
+    "flask==3.1.3",
+    "requests==2.34.2",
+    "click==8.5.1",
+    "attrs==26.1.0",
+    "pytest==9.2.0",
+    "rich==15.0.0",
+    "networkx==3.6.1",
+    "sympy==1.14.0",
+    "numpy==2.4.6",
+    "scikit-learn==1.9.1",
+    "pandas==3.1.1",
+    "scipy==1.17.1",
+    "matplotlib==3.11.2",
+    "sqlalchemy==2.1.9",
+    "jinja2==3.1.6",
+    "werkzeug==3.1.9",
+    "pip==26.3",
+    "setuptools==84.2.1",
+    "black==26.10.1",
+    "tornado==6.6.1",
+    "pygments==2.21.0",
+    "sphinx==9.0.4",
+    "astropy==8.0.2",
+    "statsmodels==0.15.0",
+    "pyyaml==6.0.3",
+    "urllib3==2.8.0",
+    "aiohttp==3.14.5",
+    "fastapi==0.165.0",
+    "pydantic==2.14.3",
+    "starlette==1.10.0",
+    "httpx==0.28.1",
+    "transformers==5.23.0",
+    "boto3==1.44.5",
+    "botocore==1.44.5",
+    "twisted==26.10.0",
+    "typer==0.29.2",
+    "more-itertools==11.2.1",
+    "toolz==1.2.0",
+    "dask==2026.8.0",
+    "xarray==2026.9.0",
+    "seaborn==0.13.2",
+    "pillow==13.0.0",
 )
 
 
@@ -104,14 +141,24 @@ def corpus_cmd(flags: CorpusFlags) -> None:
         if not wheel_dir.is_dir():
             _fail(f"--wheel-dir {wheel_dir} does not exist; run without --no-download")
         used = unpack_sources(wheel_dir, flags.src_root)
-        sources = [{"dir": f"{u.name}-{u.version}" if u.wheel else f"cpython-{u.version}", "name": u.name,
-                    "version": u.version, "license": u.license, "wheel": u.wheel} for u in used]
+        sources = [
+            {
+                "dir": f"{u.name}-{u.version}" if u.wheel else f"cpython-{u.version}",
+                "name": u.name,
+                "version": u.version,
+                "license": u.license,
+                "wheel": u.wheel,
+            }
+            for u in used
+        ]
         m = build_manifest(out, root=flags.src_root, val_fraction=flags.val_fraction, sources=sources)
     except CorpusError as e:
         _fail(str(e))
-    typer.echo(f"manifest: {out} ({m['counts']['train']} train / {m['counts']['val']} val files, "
-               f"{(m['bytes']['train'] + m['bytes']['val']) / 1e6:.1f} MB, {len(sources)} sources, "
-               f"{len(m['skipped'])} skipped)")
+    typer.echo(
+        f"manifest: {out} ({m['counts']['train']} train / {m['counts']['val']} val files, "
+        f"{(m['bytes']['train'] + m['bytes']['val']) / 1e6:.1f} MB, {len(sources)} sources, "
+        f"{len(m['skipped'])} skipped)"
+    )
 
 
 @train_app.command("lm")
@@ -131,8 +178,11 @@ def lm_cmd(flags: LmFlags) -> None:
         _fail("out of memory; lower --batch-size or --seq-len")
     if summary.get("stopped"):
         raise typer.Exit(130)
-    typer.echo(json.dumps({k: summary[k] for k in ("params", "step", "tokens_seen", "val_loss", "tokens_per_s")
-                           if k in summary}))
+    typer.echo(
+        json.dumps(
+            {k: summary[k] for k in ("params", "step", "tokens_seen", "val_loss", "tokens_per_s") if k in summary}
+        )
+    )
 
 
 @train_app.command("early-exit")
@@ -149,10 +199,20 @@ def early_exit_cmd(flags: EarlyExitFlags) -> None:
         _fail(str(e))
     if info.get("stopped"):
         raise typer.Exit(130)
-    typer.echo(json.dumps({"layer": info["layer"], "full_before": info["before"]["full"],
-                           "full_after": info["after"]["full"], "early_before": info["before"]["early"],
-                           "early_after": info["after"]["early"], "degradation": info["degradation"],
-                           "steps": info["step"], "out": info["out_dir"]}))
+    typer.echo(
+        json.dumps(
+            {
+                "layer": info["layer"],
+                "full_before": info["before"]["full"],
+                "full_after": info["after"]["full"],
+                "early_before": info["before"]["early"],
+                "early_after": info["after"]["early"],
+                "degradation": info["degradation"],
+                "steps": info["step"],
+                "out": info["out_dir"],
+            }
+        )
+    )
 
 
 @train_app.command("bench")
@@ -163,8 +223,9 @@ def bench_cmd(flags: BenchFlags) -> None:
 
     if flags.preset not in PRESETS:
         _fail(f"unknown preset {flags.preset!r}; choose one of: {', '.join(PRESETS)}")
-    typer.echo(json.dumps(bench_step_time(flags.preset, flags.batch_size, flags.seq_len, flags.threads, flags.steps),
-                          indent=1))
+    typer.echo(
+        json.dumps(bench_step_time(flags.preset, flags.batch_size, flags.seq_len, flags.threads, flags.steps), indent=1)
+    )
 
 
 @train_app.command("ngram")
@@ -179,8 +240,23 @@ def ngram_cmd(flags: NgramFlags) -> None:
         summary = build(opts, log=lambda m: typer.echo(m))
     except TrainError as e:
         _fail(str(e))
-    typer.echo(json.dumps({k: summary[k] for k in ("contexts", "entries", "bytes", "tokens", "val_top1_accuracy",
-                                                   "generations_top1_accuracy", "seconds_total") if k in summary}))
+    typer.echo(
+        json.dumps(
+            {
+                k: summary[k]
+                for k in (
+                    "contexts",
+                    "entries",
+                    "bytes",
+                    "tokens",
+                    "val_top1_accuracy",
+                    "generations_top1_accuracy",
+                    "seconds_total",
+                )
+                if k in summary
+            }
+        )
+    )
 
 
 @train_app.command("align")
@@ -200,11 +276,18 @@ def align_cmd(flags: AlignFlags) -> None:
         raise typer.Exit(130)
     if info.get("stopped"):
         raise typer.Exit(130)
-    typer.echo(json.dumps({
-        "alpha_before": (info["before"] or {}).get("alpha"), "alpha_after": (info["after"] or {}).get("alpha"),
-        "tokens_per_call_before": (info["before"] or {}).get("tokens_per_call"),
-        "tokens_per_call_after": (info["after"] or {}).get("tokens_per_call"),
-        "steps": info["finetune"]["step"], "out": info["out_dir"]}))
+    typer.echo(
+        json.dumps(
+            {
+                "alpha_before": (info["before"] or {}).get("alpha"),
+                "alpha_after": (info["after"] or {}).get("alpha"),
+                "tokens_per_call_before": (info["before"] or {}).get("tokens_per_call"),
+                "tokens_per_call_after": (info["after"] or {}).get("tokens_per_call"),
+                "steps": info["finetune"]["step"],
+                "out": info["out_dir"],
+            }
+        )
+    )
 
 
 @train_app.command("heads")
@@ -221,8 +304,11 @@ def heads_cmd(flags: HeadsFlags) -> None:
         _fail(str(e))
     if info.get("stopped"):
         raise typer.Exit(130)
-    typer.echo(json.dumps({"heldout_accuracy": info["heldout_accuracy"]["after"], "steps": info["steps"],
-                           "out": str(flags.out_dir)}))
+    typer.echo(
+        json.dumps(
+            {"heldout_accuracy": info["heldout_accuracy"]["after"], "steps": info["steps"], "out": str(flags.out_dir)}
+        )
+    )
 
 
 @train_app.command("bita")
@@ -239,9 +325,17 @@ def bita_cmd(flags: BitaFlags) -> None:
         _fail(str(e))
     if info.get("stopped"):
         raise typer.Exit(130)
-    typer.echo(json.dumps({"heldout_accuracy": info["heldout_accuracy"]["after"], "steps": info["steps"],
-                           "parameters": info["parameters"], "parameter_share": info["parameter_share"],
-                           "out": str(flags.out_dir)}))
+    typer.echo(
+        json.dumps(
+            {
+                "heldout_accuracy": info["heldout_accuracy"]["after"],
+                "steps": info["steps"],
+                "parameters": info["parameters"],
+                "parameter_share": info["parameter_share"],
+                "out": str(flags.out_dir),
+            }
+        )
+    )
 
 
 @train_app.command("translate-tokenizer")
@@ -256,7 +350,9 @@ def translate_tokenizer_cmd(flags: TranslateTokenizerFlags) -> None:
         info = train_joint_tokenizer(flags.data, flags.out, flags.src_lang, flags.tgt_lang, flags.vocab_size)
     except (TrainError, TokenizerError) as e:
         _fail(str(e))
-    typer.echo(f"tokenizer: {flags.out} (vocab {info['vocab_size']}, {info['val_tokens_per_word']:.2f} tokens/word on val)")
+    typer.echo(
+        f"tokenizer: {flags.out} (vocab {info['vocab_size']}, {info['val_tokens_per_word']:.2f} tokens/word on val)"
+    )
 
 
 @train_app.command("seq2seq")
@@ -274,9 +370,17 @@ def seq2seq_cmd(flags: Seq2SeqFlags) -> None:
         _fail(str(e))
     if report.get("stopped"):
         raise typer.Exit(130)
-    typer.echo(json.dumps({"params": report["params"], "step": report["step"], "epochs": round(report["epochs"], 2),
-                           **{f"{k}_bleu": v["bleu"] for k, v in report["scores"].items()},
-                           **{f"{k}_chrf": v["chrf"] for k, v in report["scores"].items()}}))
+    typer.echo(
+        json.dumps(
+            {
+                "params": report["params"],
+                "step": report["step"],
+                "epochs": round(report["epochs"], 2),
+                **{f"{k}_bleu": v["bleu"] for k, v in report["scores"].items()},
+                **{f"{k}_chrf": v["chrf"] for k, v in report["scores"].items()},
+            }
+        )
+    )
 
 
 @train_app.command("distill")
@@ -289,8 +393,15 @@ def distill_cmd(flags: DistillFlags) -> None:
 
     set_threads(flags.threads)
     try:
-        n = distill(str(flags.model), str(flags.data), flags.split, str(flags.out), flags.src_lang, flags.tgt_lang,
-                    log=lambda m: typer.echo(m))
+        n = distill(
+            str(flags.model),
+            str(flags.data),
+            flags.split,
+            str(flags.out),
+            flags.src_lang,
+            flags.tgt_lang,
+            log=lambda m: typer.echo(m),
+        )
     except (TrainError, TokenizerError) as e:
         _fail(str(e))
     typer.echo(json.dumps({"split": flags.split, "sentences": n, "out": str(flags.out)}))
@@ -298,8 +409,19 @@ def distill_cmd(flags: DistillFlags) -> None:
 
 # the nat command's flags that only one kind of target reads
 NAT_TRANSLATION_ONLY = ("train_targets", "val_targets", "data", "src_lang", "tgt_lang", "max_tokens")
-NAT_DECODER_ONLY = ("manifest", "work_dir", "num_prompts", "eval_prompts", "min_prompt_tokens", "max_prompt_tokens",
-                    "new_tokens", "generate_batch", "window", "cuts", "batch_size")
+NAT_DECODER_ONLY = (
+    "manifest",
+    "work_dir",
+    "num_prompts",
+    "eval_prompts",
+    "min_prompt_tokens",
+    "max_prompt_tokens",
+    "new_tokens",
+    "generate_batch",
+    "window",
+    "cuts",
+    "batch_size",
+)
 
 
 @train_app.command("nat")
@@ -317,18 +439,26 @@ def nat_cmd(flags: NatFlags) -> None:
     if decoder_only:
         from .nat_lm import NatLMOptions, train
 
-        opts = NatLMOptions(**values(flags, *NAT_TRANSLATION_ONLY, "export_dir", "warmup_steps"),
-                            export_dir=str(flags.export_dir or "zoo/code/nat"),
-                            warmup_steps=50 if warmup is None else warmup, command=_command_line())
+        opts = NatLMOptions(
+            **values(flags, *NAT_TRANSLATION_ONLY, "export_dir", "warmup_steps"),
+            export_dir=str(flags.export_dir or "zoo/code/nat"),
+            warmup_steps=50 if warmup is None else warmup,
+            command=_command_line(),
+        )
     else:
         from .nat import NatOptions, train
 
         if flags.train_targets is None:
-            _fail(f"--target {target} is a translation model: pass --train-targets (write them with `draftverify "
-                  "train distill`)")
-        opts = NatOptions(**values(flags, *NAT_DECODER_ONLY, "export_dir", "warmup_steps"),
-                          export_dir=str(flags.export_dir or "zoo/translate/nat"),
-                          warmup_steps=200 if warmup is None else warmup, command=_command_line())
+            _fail(
+                f"--target {target} is a translation model: pass --train-targets (write them with `draftverify "
+                "train distill`)"
+            )
+        opts = NatOptions(
+            **values(flags, *NAT_DECODER_ONLY, "export_dir", "warmup_steps"),
+            export_dir=str(flags.export_dir or "zoo/translate/nat"),
+            warmup_steps=200 if warmup is None else warmup,
+            command=_command_line(),
+        )
     try:
         report = train(opts, log=lambda m: typer.echo(m))
     except (TrainError, TokenizerError) as e:

@@ -136,9 +136,7 @@ def load_manifest(manifest: str | os.PathLike | dict) -> dict:
         return manifest
     p = Path(manifest)
     if not p.is_file():
-        raise CorpusError(
-            f"manifest {p} not found (build it with `draftverify train tokenizer`)"
-        )
+        raise CorpusError(f"manifest {p} not found (build it with `draftverify train tokenizer`)")
     try:
         m = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -205,8 +203,7 @@ def iter_texts(
             raise CorpusError(f"corpus file missing: {p} ({e.strerror}){hint}") from None
         if verify and hashlib.sha256(data).hexdigest() != f["sha256"]:
             raise CorpusError(
-                f"corpus file {p} does not match the manifest sha256 "
-                "(different Python version?); rebuild the manifest"
+                f"corpus file {p} does not match the manifest sha256 (different Python version?); rebuild the manifest"
             )
         yield data.decode("utf-8")
 

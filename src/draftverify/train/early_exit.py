@@ -31,15 +31,15 @@ class DegradedError(TrainError):
 class EarlyExitOptions(TrainerOptions):
     target: str
     layer: int
-    out_dir: str                            # the exported fine-tuned target
-    work_dir: str = "runs/early-exit"       # checkpoint, log.jsonl, early_exit.json
+    out_dir: str  # the exported fine-tuned target
+    work_dir: str = "runs/early-exit"  # checkpoint, log.jsonl, early_exit.json
     manifest: str = "zoo/code/manifest.json"
-    tokenizer: Optional[str] = None         # default: the target's directory
-    cache_dir: Optional[str] = None         # default: <work_dir>/../token-cache (shared with `train lm`)
+    tokenizer: Optional[str] = None  # default: the target's directory
+    cache_dir: Optional[str] = None  # default: <work_dir>/../token-cache (shared with `train lm`)
     seq_len: int = 512
     val_windows: int = 64
-    max_degradation: float = 0.03           # nats/token the full model may lose on the held-out windows
-    force: bool = False                     # export even when it lost more
+    max_degradation: float = 0.03  # nats/token the full model may lose on the held-out windows
+    force: bool = False  # export even when it lost more
     _: KW_ONLY
     lr: float = 1e-4
     warmup_steps: int = 20
@@ -52,8 +52,9 @@ class EarlyExitOptions(TrainerOptions):
         """Check every input before anything slow starts; returns the target's layer count."""
         cfg_path = Path(self.target) / "config.json"
         if not cfg_path.is_file():
-            raise TrainError(f"--target {self.target}: no config.json there (expected an exported model, as "
-                             "written by `train lm`)")
+            raise TrainError(
+                f"--target {self.target}: no config.json there (expected an exported model, as written by `train lm`)"
+            )
         cfg = json.loads(cfg_path.read_text())
         layers = cfg.get("num_hidden_layers")
         if not isinstance(layers, int) or layers < 2:
@@ -98,7 +99,8 @@ def early_exit_card(info: dict) -> str:
         f"| after (this model) | {a['full']:.4f} | {a['early']:.4f} |",
         "",
         f"The full model's loss changed by {info['degradation']:+.4f} (bound {info['max_degradation']}"
-        + ("; exported with --force" if info["degradation"] > info["max_degradation"] else "") + ").",
+        + ("; exported with --force" if info["degradation"] > info["max_degradation"] else "")
+        + ").",
         "",
         "## Fine-tuning",
         "",
@@ -118,8 +120,9 @@ def early_exit_card(info: dict) -> str:
     return "\n".join(lines)
 
 
-def train_early_exit(opts: EarlyExitOptions, log: Callable[[str], None] = print,
-                     stop_after_steps: Optional[int] = None) -> dict:
+def train_early_exit(
+    opts: EarlyExitOptions, log: Callable[[str], None] = print, stop_after_steps: Optional[int] = None
+) -> dict:
     """Run (or resume) the fine-tune; returns the report written to early_exit.json (also when refused).
 
     Raises DegradedError (after writing the report to the work dir) when the full model's held-out loss rose by
@@ -138,11 +141,14 @@ def train_early_exit(opts: EarlyExitOptions, log: Callable[[str], None] = print,
     seed_everything(opts.seed)
     model = AutoModelForCausalLM.from_pretrained(opts.target, dtype=torch.float32)
     if model.config.vocab_size < len(data.tok):
-        raise TrainError(f"the tokenizer has {len(data.tok)} tokens but the target's vocab_size is "
-                         f"{model.config.vocab_size}")
+        raise TrainError(
+            f"the tokenizer has {len(data.tok)} tokens but the target's vocab_size is {model.config.vocab_size}"
+        )
     if opts.seq_len > model.config.max_position_embeddings:
-        raise TrainError(f"--seq-len {opts.seq_len} exceeds the target's max_position_embeddings "
-                         f"{model.config.max_position_embeddings}")
+        raise TrainError(
+            f"--seq-len {opts.seq_len} exceeds the target's max_position_embeddings "
+            f"{model.config.max_position_embeddings}"
+        )
     model.config._attn_implementation = "sdpa"
     target_sha = model_digest(opts.target)
     layer = opts.layer
@@ -152,15 +158,22 @@ def train_early_exit(opts: EarlyExitOptions, log: Callable[[str], None] = print,
             return averaged_loss(*next_token_losses(m, x, layer))
 
     trainer = Trainer(
-        model, opts, work, name="early-exit", log=log,
-        batches=lambda rng: sample_batch(data.train, rng, opts.batch_size, opts.seq_len), loss=loss,
+        model,
+        opts,
+        work,
+        name="early-exit",
+        log=log,
+        batches=lambda rng: sample_batch(data.train, rng, opts.batch_size, opts.seq_len),
+        loss=loss,
         evaluate=lambda m: held_out_losses(m, data.val_windows, trainer.bf16, opts.batch_size)[0],
         counts=lambda x: {"tokens_seen": opts.batch_size * opts.seq_len},
-        state={"tokens_seen": 0, "target_sha256": target_sha, "layer": layer, "before": None})
+        state={"tokens_seen": 0, "target_sha256": target_sha, "layer": layer, "before": None},
+    )
     state = trainer.state
     if state["target_sha256"] != target_sha or state["layer"] != layer:
-        raise TrainError(f"the checkpoint in {work} belongs to another target or --layer; delete it or use "
-                         "another --work-dir")
+        raise TrainError(
+            f"the checkpoint in {work} belongs to another target or --layer; delete it or use another --work-dir"
+        )
 
     def both() -> dict:
         full, early = held_out_losses(model, data.val_windows, trainer.bf16, opts.batch_size, layer)
@@ -168,34 +181,56 @@ def train_early_exit(opts: EarlyExitOptions, log: Callable[[str], None] = print,
 
     if state["before"] is None:
         state["before"] = both()
-        log(f"early-exit: held-out loss before: full model {state['before']['full']:.4f} | layer {layer} "
-            f"{state['before']['early']:.4f}")
+        log(
+            f"early-exit: held-out loss before: full model {state['before']['full']:.4f} | layer {layer} "
+            f"{state['before']['early']:.4f}"
+        )
     result = trainer.fit(stop_after_steps)
     if result["stopped"]:
         return {"stopped": True, "step": result["step"], "work_dir": str(work)}
     before, after = result["before"], both()
     degradation = after["full"] - before["full"]
     info = {
-        "target": str(opts.target), "target_sha256": target_sha, "layer": layer, "before": before, "after": after,
-        "degradation": degradation, "max_degradation": opts.max_degradation,
-        "exported": degradation <= opts.max_degradation or opts.force, "out_dir": str(opts.out_dir),
+        "target": str(opts.target),
+        "target_sha256": target_sha,
+        "layer": layer,
+        "before": before,
+        "after": after,
+        "degradation": degradation,
+        "max_degradation": opts.max_degradation,
+        "exported": degradation <= opts.max_degradation or opts.force,
+        "out_dir": str(opts.out_dir),
         "command": "\n".join(result["commands"]) if result["resumes"] else (opts.command or command_line()),
-        "params": count_params(model), "step": result["step"], "tokens_seen": result["tokens_seen"],
-        "elapsed": result["elapsed"], "resumes": result["resumes"], "seq_len": opts.seq_len,
-        "batch_size": opts.batch_size, "val_windows": len(data.val_windows), "lr": opts.lr,
-        "betas": (opts.beta1, opts.beta2), "weight_decay": opts.weight_decay, "warmup_steps": opts.warmup_steps,
-        "min_lr_ratio": opts.min_lr_ratio, "grad_clip": opts.grad_clip, "bf16": trainer.bf16,
-        "threads": torch.get_num_threads(), "cpu": cpu_name(),
+        "params": count_params(model),
+        "step": result["step"],
+        "tokens_seen": result["tokens_seen"],
+        "elapsed": result["elapsed"],
+        "resumes": result["resumes"],
+        "seq_len": opts.seq_len,
+        "batch_size": opts.batch_size,
+        "val_windows": len(data.val_windows),
+        "lr": opts.lr,
+        "betas": (opts.beta1, opts.beta2),
+        "weight_decay": opts.weight_decay,
+        "warmup_steps": opts.warmup_steps,
+        "min_lr_ratio": opts.min_lr_ratio,
+        "grad_clip": opts.grad_clip,
+        "bf16": trainer.bf16,
+        "threads": torch.get_num_threads(),
+        "cpu": cpu_name(),
     }
     text = json.dumps(info, indent=1, default=str) + "\n"
     (work / "early_exit.json").write_text(text)
-    log(f"early-exit: held-out loss full model {before['full']:.4f} -> {after['full']:.4f} "
-        f"({degradation:+.4f}) | layer {layer} {before['early']:.4f} -> {after['early']:.4f}")
+    log(
+        f"early-exit: held-out loss full model {before['full']:.4f} -> {after['full']:.4f} "
+        f"({degradation:+.4f}) | layer {layer} {before['early']:.4f} -> {after['early']:.4f}"
+    )
     if not info["exported"]:
         raise DegradedError(
             f"the full model's held-out loss rose by {degradation:.4f} nats ({before['full']:.4f} -> "
             f"{after['full']:.4f}), more than --max-degradation {opts.max_degradation}; not exported (report in "
-            f"{work / 'early_exit.json'}; --force exports anyway, or lower --lr / fewer steps)")
+            f"{work / 'early_exit.json'}; --force exports anyway, or lower --lr / fewer steps)"
+        )
     out = Path(opts.out_dir)
     export_model(model, data.tok, out, early_exit_card(info))
     (out / "early_exit.json").write_text(text)

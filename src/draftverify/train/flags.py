@@ -4,6 +4,7 @@ from the method options. A flag several recipes share (--seed, --lr, --max-minut
 in SHARED; a recipe's field takes it with shared(default), its own default (and, where the flag means something
 else there, its own help). Field names are the recipes' option names (out_dir for --out), so a command passes
 the values on as they are (values()). No torch import: `draftverify --help` builds these commands."""
+
 from __future__ import annotations
 
 from dataclasses import Field, dataclass, field, fields
@@ -101,11 +102,13 @@ class TokenizerFlags:
 @recipe_flags
 class CorpusFlags:
     out: Path = option(CODE_MANIFEST, "--out", "Manifest JSON to write.")
-    src_root: Path = option(PACKAGES_ROOT, "--src-root", "Where the stdlib copy and the unpacked packages go (the "
-                            "corpus root).")
+    src_root: Path = option(
+        PACKAGES_ROOT, "--src-root", "Where the stdlib copy and the unpacked packages go (the corpus root)."
+    )
     wheel_dir: Path = option(Path("runs/wheels"), "--wheel-dir", "Where pip downloads the wheels.")
-    package: list[str] | None = option(None, "--package", "Requirement to add (repeatable); default: the project's "
-                                       "pinned list.")
+    package: list[str] | None = option(
+        None, "--package", "Requirement to add (repeatable); default: the project's pinned list."
+    )
     download: bool = option(True, "--download/--no-download", "Fetch wheels (else use --wheel-dir as is).")
     val_fraction: float = shared(0.02)
 
@@ -137,11 +140,13 @@ class LmFlags:
     checkpoint_minutes: float = shared(10.0)
     log_every: int = shared(10)
     progress: bool | None = shared(None)
-    early_exit_layer: int | None = option(None, "--early-exit-layer", "End the run with BiLD 4.4's averaged loss of "
-                                          "this layer and the last.")
+    early_exit_layer: int | None = option(
+        None, "--early-exit-layer", "End the run with BiLD 4.4's averaged loss of this layer and the last."
+    )
     early_exit_share: float = option(0.2, "--early-exit-share", "Share of the run in that phase.")
-    max_degradation: float = shared(0.03, "Drop the phase's weights if the full model's held-out loss rose more "
-                                          "(nats).")
+    max_degradation: float = shared(
+        0.03, "Drop the phase's weights if the full model's held-out loss rose more (nats)."
+    )
 
 
 @recipe_flags
@@ -188,20 +193,30 @@ class NgramFlags:
     out: Path = option(Path("zoo/code/ngram.safetensors"), "--out", "Output table (safetensors).")
     tokenizer: Path = shared(Path("zoo/code/tokenizer"), "Tokenizer directory.")
     manifest: Path = shared(CODE_MANIFEST)
-    from_generations: Path | None = option(None, "--from-generations", "Build from a JSONL of target generations "
-                                           "(written by `train align`) instead of the corpus; only continuation "
-                                           "tokens are counted as next tokens.")
-    eval_generations: Path | None = option(None, "--eval-generations", "Also report top-1 accuracy on the "
-                                           "continuations of this generations JSONL (e.g. runs/align/"
-                                           "eval_before.jsonl: held-out target outputs).")
+    from_generations: Path | None = option(
+        None,
+        "--from-generations",
+        "Build from a JSONL of target generations "
+        "(written by `train align`) instead of the corpus; only continuation "
+        "tokens are counted as next tokens.",
+    )
+    eval_generations: Path | None = option(
+        None,
+        "--eval-generations",
+        "Also report top-1 accuracy on the "
+        "continuations of this generations JSONL (e.g. runs/align/"
+        "eval_before.jsonl: held-out target outputs).",
+    )
     order: int = option(3, "--order", "n: contexts of up to n-1 tokens.")
     min_count: int = option(2, "--min-count", "Drop contexts seen fewer times (the unigram is kept).")
     top_k: int = option(8, "--top-k", "Keep at most this many next tokens per context.")
-    cache_dir: Path | None = shared(None, "Reuse/write `train lm`'s token cache here (e.g. runs/token-cache); "
-                                          "default: tokenize in memory.")
+    cache_dir: Path | None = shared(
+        None, "Reuse/write `train lm`'s token cache here (e.g. runs/token-cache); default: tokenize in memory."
+    )
     max_tokens: int | None = shared(None, "Use only the first N training tokens.")
-    vocab_size: int | None = option(None, "--vocab-size", "Table vocabulary (default: the tokenizer's, or the "
-                                    "generations file's).")
+    vocab_size: int | None = option(
+        None, "--vocab-size", "Table vocabulary (default: the tokenizer's, or the generations file's)."
+    )
     evaluate: bool = option(True, "--eval/--no-eval", "Held-out top-1 accuracy on the val split.")
 
 
@@ -213,8 +228,9 @@ class AlignFlags:
     tokenizer: Path | None = shared(None)
     out_dir: Path = shared(Path("zoo/code/draft-aligned"), "Where to export the aligned draft.")
     work_dir: Path = shared(Path("runs/align"))
-    generations: Path | None = option(None, "--generations", "Calibration generations JSONL (default: "
-                                      "<work-dir>/generations.jsonl).")
+    generations: Path | None = option(
+        None, "--generations", "Calibration generations JSONL (default: <work-dir>/generations.jsonl)."
+    )
     num_prompts: int = shared(1000)
     eval_prompts: int = shared(64, "Held-out prompts from the val split for alpha before/after (0 = skip).")
     min_prompt_tokens: int = shared(64)
@@ -268,8 +284,9 @@ class HeadsFlags:
 @recipe_flags
 class BitaFlags:
     target: Path = shared(CODE_TARGET)
-    manifest: Path = shared(CODE_MANIFEST, "Corpus manifest JSON (without the unpacked corpus: its stdlib files, "
-                                           "read locally).")
+    manifest: Path = shared(
+        CODE_MANIFEST, "Corpus manifest JSON (without the unpacked corpus: its stdlib files, read locally)."
+    )
     tokenizer: Path | None = shared(None)
     out_dir: Path = shared(Path("zoo/code/bita"), "Where to save the adapter (safetensors + JSON + card).")
     work_dir: Path = shared(Path("runs/bita"))
@@ -350,19 +367,24 @@ class DistillFlags:
 @recipe_flags
 class NatFlags:
     out_dir: Path = shared(...)
-    target: Path = shared(Path("zoo/translate/target"), "The frozen target: a translation model, or a decoder-only "
-                                                        "LM (zoo/code/target).")
-    export_dir: Path | None = shared(None, "Where to save the drafter (default: zoo/translate/nat, or zoo/code/nat "
-                                           "for a decoder-only target).")
+    target: Path = shared(
+        Path("zoo/translate/target"), "The frozen target: a translation model, or a decoder-only LM (zoo/code/target)."
+    )
+    export_dir: Path | None = shared(
+        None, "Where to save the drafter (default: zoo/translate/nat, or zoo/code/nat for a decoder-only target)."
+    )
     train_targets: Path | None = shared(None, "Translation: distilled train targets (`train distill`).")
-    val_targets: Path | None = option(None, "--val-targets", "Translation: distilled val targets (default: "
-                                      "references).")
+    val_targets: Path | None = option(
+        None, "--val-targets", "Translation: distilled val targets (default: references)."
+    )
     data: Path = shared(MULTI30K, "Translation: Multi30k folder.")
     src_lang: str = shared("en")
     tgt_lang: str = shared("de")
     manifest: Path = shared(CODE_MANIFEST, "Decoder-only: the corpus manifest.")
-    work_dir: Path = shared(Path("runs/nat-code"), "Decoder-only: generations and hidden states (`train heads`'s "
-                                                   "work dir reuses its generations).")
+    work_dir: Path = shared(
+        Path("runs/nat-code"),
+        "Decoder-only: generations and hidden states (`train heads`'s work dir reuses its generations).",
+    )
     num_prompts: int = shared(700, "Decoder-only: train prompts (the target continues each).")
     eval_prompts: int = shared(80, "Decoder-only: held-out prompts (val split).")
     min_prompt_tokens: int = shared(32, "Decoder-only: shortest prompt.")

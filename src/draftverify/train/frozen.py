@@ -1,6 +1,7 @@
 """What the recipes that learn on a frozen target share (`train heads`, `train bita`, `train nat` on a decoder-only
 target): the checks of the target, tokenizer and manifest they name, and loading the target with its weights frozen,
 so each recipe says only what it learns."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,12 +36,15 @@ def check_inputs(opts) -> None:
     if not (Path(opts.tokenizer_dir) / "tokenizer.json").is_file():
         raise TrainError(f"no tokenizer.json in {opts.tokenizer_dir}; pass --tokenizer DIR")
     if not Path(opts.manifest).is_file():
-        raise TrainError(f"manifest {opts.manifest} not found (run `draftverify train corpus` or "
-                         "`draftverify train tokenizer` first)")
+        raise TrainError(
+            f"manifest {opts.manifest} not found (run `draftverify train corpus` or "
+            "`draftverify train tokenizer` first)"
+        )
 
 
-def fit_measured(trainer, accuracy: Callable[[], list[float]], label: Callable[[int], str],
-                 log: Callable[[str], None]) -> dict:
+def fit_measured(
+    trainer, accuracy: Callable[[], list[float]], label: Callable[[int], str], log: Callable[[str], None]
+) -> dict:
     """trainer.fit() between two held-out measurements: accuracy() of the model as initialised (kept in the run's
     state, so a resumed run reports the same "before") and after training; label(i) names figure i in the log.
     Returns fit()'s state with "before" and, unless the run stopped, "after"."""

@@ -14,6 +14,7 @@
    SIGINT-safe checkpoint in ``work_dir/run-h{h}``); held-out top-1 accuracy per head at the start and the end.
 4. **Export.** ``BlockwiseHeads.save`` (fp16 safetensors + heads.json with the training facts) and a model card.
 """
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,19 @@ class HeadsOptions(FrozenTarget, TrainerOptions):
 # --------------------------------------------------------------------------- data
 
 
-def batched_continuations(path: Path, header: dict, prompts: list[dict], target, new_tokens: int, eos_id: int,
-                          batch: int, *, desc: str, progress: bool, log: Callable[[str], None]) -> list[dict]:
+def batched_continuations(
+    path: Path,
+    header: dict,
+    prompts: list[dict],
+    target,
+    new_tokens: int,
+    eos_id: int,
+    batch: int,
+    *,
+    desc: str,
+    progress: bool,
+    log: Callable[[str], None],
+) -> list[dict]:
     """The target's greedy continuation of every prompt (stopping after EOS), `batch` prompts per step, each step's
     prompts grouped by length so no row needs padding; cached in (and resumed from) the JSONL at path."""
     import torch
@@ -85,12 +97,24 @@ def batched_continuations(path: Path, header: dict, prompts: list[dict], target,
                 for length in sorted({len(p["prompt"]) for p in chunk}):
                     rows = [j for j, p in enumerate(chunk) if len(p["prompt"]) == length]
                     ids = torch.tensor([chunk[j]["prompt"] for j in rows])  # [b, length]
-                    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                                          do_sample=False, num_beams=1, eos_token_id=eos_id, pad_token_id=eos_id)
+                    out = target.generate(
+                        ids,
+                        attention_mask=torch.ones_like(ids),
+                        max_new_tokens=new_tokens,
+                        do_sample=False,
+                        num_beams=1,
+                        eos_token_id=eos_id,
+                        pad_token_id=eos_id,
+                    )
                     for j, row in zip(rows, out[:, length:].tolist()):
                         continuation[j] = row[: row.index(eos_id) + 1] if eos_id in row else row
                 for j, p in enumerate(chunk):
-                    rec = {"i": start + j, "source": p["source"], "prompt": p["prompt"], "continuation": continuation[j]}
+                    rec = {
+                        "i": start + j,
+                        "source": p["source"],
+                        "prompt": p["prompt"],
+                        "continuation": continuation[j],
+                    }
                     fh.write(json.dumps(rec) + "\n")
                     records.append(rec)
                     made += len(continuation[j])
@@ -98,7 +122,9 @@ def batched_continuations(path: Path, header: dict, prompts: list[dict], target,
                 if bar is not None:
                     bar.update(len(chunk))
                 else:
-                    log(f"{desc}: {len(records)}/{len(prompts)} prompts | {made / max(time.time() - t0, 1e-9):.0f} tok/s")
+                    log(
+                        f"{desc}: {len(records)}/{len(prompts)} prompts | {made / max(time.time() - t0, 1e-9):.0f} tok/s"
+                    )
     finally:
         if bar is not None:
             bar.close()
@@ -115,19 +141,35 @@ def greedy_data(opts, tok, target, work: Path, progress: bool, log: Callable[[st
     manifest = corpus_mod.load_manifest(opts.manifest)
     work.mkdir(parents=True, exist_ok=True)
     eos = tok.eos_token_id
-    header = {"type": "header", "version": align.CACHE_VERSION, "target": str(opts.target),
-              "target_sha256": align.model_digest(opts.target), "tokenizer_sha256": tokenizer_hash(opts.tokenizer_dir),
-              "manifest_sha256": corpus_mod.manifest_hash(manifest), "min_prompt_tokens": opts.min_prompt_tokens,
-              "max_prompt_tokens": opts.max_prompt_tokens, "new_tokens": opts.new_tokens,
-              "vocab_size": vocab, "eos_token_id": eos}
+    header = {
+        "type": "header",
+        "version": align.CACHE_VERSION,
+        "target": str(opts.target),
+        "target_sha256": align.model_digest(opts.target),
+        "tokenizer_sha256": tokenizer_hash(opts.tokenizer_dir),
+        "manifest_sha256": corpus_mod.manifest_hash(manifest),
+        "min_prompt_tokens": opts.min_prompt_tokens,
+        "max_prompt_tokens": opts.max_prompt_tokens,
+        "new_tokens": opts.new_tokens,
+        "vocab_size": vocab,
+        "eos_token_id": eos,
+    }
     splits = {}
     for split, n, seed in (("train", opts.num_prompts, opts.seed), ("val", opts.eval_prompts, opts.seed + 1)):
         prompts = align.sample_prompts(manifest, tok, split, n, opts.min_prompt_tokens, opts.max_prompt_tokens, seed)
         prompts.sort(key=lambda p: len(p["prompt"]))  # neighbours share lengths: batches need no padding
         splits[split] = batched_continuations(
-            work / f"generations-{split}.jsonl", {**header, "kind": "heads-batched", "split": split, "seed": seed},
-            prompts, target, opts.new_tokens, eos, opts.generate_batch, desc=f"target greedy ({split})",
-            progress=progress, log=log)
+            work / f"generations-{split}.jsonl",
+            {**header, "kind": "heads-batched", "split": split, "seed": seed},
+            prompts,
+            target,
+            opts.new_tokens,
+            eos,
+            opts.generate_batch,
+            desc=f"target greedy ({split})",
+            progress=progress,
+            log=log,
+        )
     return header, splits
 
 
@@ -208,26 +250,28 @@ def head_accuracy(heads, lm_head, hidden, labels, batch_size: int = 1024) -> lis
 def heads_card(info: dict) -> str:
     acc = info["heldout_accuracy"]
     rows = "\n".join(
-        f"| {i + 2} | {before:.3f} | {after:.3f} |" for i, (before, after) in enumerate(zip(acc["before"], acc["after"])))
-    return f"""# Blockwise parallel decoding heads for `{info['target']}`
+        f"| {i + 2} | {before:.3f} | {after:.3f} |"
+        for i, (before, after) in enumerate(zip(acc["before"], acc["after"]))
+    )
+    return f"""# Blockwise parallel decoding heads for `{info["target"]}`
 
-{info['num_heads']} heads (head 1 is the target's own next-token prediction; heads 2..{info['num_heads']} are trained):
-each a one-hidden-layer feed-forward block (hidden {info['hidden_size']} -> {info['ffn_size']} -> {info['hidden_size']},
+{info["num_heads"]} heads (head 1 is the target's own next-token prediction; heads 2..{info["num_heads"]} are trained):
+each a one-hidden-layer feed-forward block (hidden {info["hidden_size"]} -> {info["ffn_size"]} -> {info["hidden_size"]},
 ReLU) with a residual connection on the target's last hidden state, read out through the target's own LM head.
-{info['parameters']:,} parameters, fp16 ({info['bytes']:,} bytes). Use: `draftverify generate --zoo code --method bpd`.
+{info["parameters"]:,} parameters, fp16 ({info["bytes"]:,} bytes). Use: `draftverify generate --zoo code --method bpd`.
 
 ## Data
-The target's own greedy continuations ({info['new_tokens']} tokens) of {info['num_prompts']} prompts of
-{info['min_prompt_tokens']}..{info['max_prompt_tokens']} tokens cut from the *train* split of `{info['manifest']}`
-({info['train_positions']:,} training positions); held out: {info['eval_prompts']} prompts from the *val* split
-(files never trained on, {info['eval_positions']:,} positions). Head i at position t is trained on token t + i.
+The target's own greedy continuations ({info["new_tokens"]} tokens) of {info["num_prompts"]} prompts of
+{info["min_prompt_tokens"]}..{info["max_prompt_tokens"]} tokens cut from the *train* split of `{info["manifest"]}`
+({info["train_positions"]:,} training positions); held out: {info["eval_prompts"]} prompts from the *val* split
+(files never trained on, {info["eval_positions"]:,} positions). Head i at position t is trained on token t + i.
 
 ## Training
-`{info['command']}`
+`{info["command"]}`
 
-{info['steps']} steps of {info['batch_size']} positions, AdamW lr {info['lr']} (warmup {info['warmup_steps']}, cosine),
-{info['threads']} CPU thread(s) ({info['cpu']}); wall time: generation {info['time_generation_s']:.0f} s, features
-{info['time_features_s']:.0f} s, training {info['time_train_s']:.0f} s.
+{info["steps"]} steps of {info["batch_size"]} positions, AdamW lr {info["lr"]} (warmup {info["warmup_steps"]}, cosine),
+{info["threads"]} CPU thread(s) ({info["cpu"]}); wall time: generation {info["time_generation_s"]:.0f} s, features
+{info["time_features_s"]:.0f} s, training {info["time_train_s"]:.0f} s.
 
 ## Held-out top-1 accuracy per head (the target's greedy token at t + i)
 | head | before training (copy of head 1) | after |
@@ -260,8 +304,13 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
     t0 = time.time()
     feats = {}
     for split, records in splits.items():
-        key = {"version": FEATURES_VERSION, "target_sha256": header["target_sha256"], "num_heads": opts.num_heads,
-               "records": len(records), "seed": opts.seed + (split == "val")}
+        key = {
+            "version": FEATURES_VERSION,
+            "target_sha256": header["target_sha256"],
+            "num_heads": opts.num_heads,
+            "records": len(records),
+            "seed": opts.seed + (split == "val"),
+        }
         feats[split] = cached_features(work / f"features-{split}.pt", key, target, records, opts.num_heads, log)
     time_features = time.time() - t0
     (train_h, train_y), (val_h, val_y) = feats["train"], feats["val"]
@@ -269,12 +318,25 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
     # ---- 3. train the heads only
     seed_everything(opts.seed)
     heads = BlockwiseHeads.for_target(target, opts.num_heads, opts.ffn_size).float()
-    key = {"features": header["target_sha256"], "num_heads": opts.num_heads, "ffn_size": heads.config.ffn_size,
-           "train_positions": int(train_h.shape[0]), "batch_size": opts.batch_size, "seed": opts.seed,
-           **opts.optimizer_key()}
-    trainer = Trainer(heads, opts, work / f"run-h{opts.num_heads}", key=key, name="heads",
-                      batches=lambda rng: torch.from_numpy(rng.integers(0, train_h.shape[0], opts.batch_size)),
-                      loss=lambda model, batch: heads_loss(model, lm_head, train_h[batch], train_y[batch]), log=log)
+    key = {
+        "features": header["target_sha256"],
+        "num_heads": opts.num_heads,
+        "ffn_size": heads.config.ffn_size,
+        "train_positions": int(train_h.shape[0]),
+        "batch_size": opts.batch_size,
+        "seed": opts.seed,
+        **opts.optimizer_key(),
+    }
+    trainer = Trainer(
+        heads,
+        opts,
+        work / f"run-h{opts.num_heads}",
+        key=key,
+        name="heads",
+        batches=lambda rng: torch.from_numpy(rng.integers(0, train_h.shape[0], opts.batch_size)),
+        loss=lambda model, batch: heads_loss(model, lm_head, train_h[batch], train_y[batch]),
+        log=log,
+    )
     # before: the heads as initialised (copies of head 1)
     state = fit_measured(trainer, lambda: head_accuracy(heads, lm_head, val_h, val_y), lambda i: f"head {i + 2}", log)
     if state["stopped"]:
@@ -282,18 +344,39 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
     step, time_train, before, after = state["step"], state["elapsed"], state["before"], state["after"]
 
     # ---- 4. export
-    info = {"target": str(opts.target), "target_sha256": header["target_sha256"], "manifest": str(opts.manifest),
-            "num_prompts": opts.num_prompts, "eval_prompts": opts.eval_prompts, "new_tokens": opts.new_tokens,
-            "min_prompt_tokens": opts.min_prompt_tokens, "max_prompt_tokens": opts.max_prompt_tokens,
-            "train_positions": int(train_h.shape[0]), "eval_positions": int(val_h.shape[0]), "steps": step,
-            "batch_size": opts.batch_size, "lr": opts.lr, "warmup_steps": opts.warmup_steps, "seed": opts.seed,
-            "heldout_accuracy": {"before": before, "after": after}, "command": opts.command,
-            "threads": torch.get_num_threads(), "cpu": cpu_name(), "time_generation_s": round(time_generation, 1),
-            "time_features_s": round(time_features, 1), "time_train_s": round(time_train, 1)}
+    info = {
+        "target": str(opts.target),
+        "target_sha256": header["target_sha256"],
+        "manifest": str(opts.manifest),
+        "num_prompts": opts.num_prompts,
+        "eval_prompts": opts.eval_prompts,
+        "new_tokens": opts.new_tokens,
+        "min_prompt_tokens": opts.min_prompt_tokens,
+        "max_prompt_tokens": opts.max_prompt_tokens,
+        "train_positions": int(train_h.shape[0]),
+        "eval_positions": int(val_h.shape[0]),
+        "steps": step,
+        "batch_size": opts.batch_size,
+        "lr": opts.lr,
+        "warmup_steps": opts.warmup_steps,
+        "seed": opts.seed,
+        "heldout_accuracy": {"before": before, "after": after},
+        "command": opts.command,
+        "threads": torch.get_num_threads(),
+        "cpu": cpu_name(),
+        "time_generation_s": round(time_generation, 1),
+        "time_features_s": round(time_features, 1),
+        "time_train_s": round(time_train, 1),
+    }
     out = Path(opts.out_dir)
     heads.save(out, metadata={"training": info})
-    info.update(num_heads=opts.num_heads, hidden_size=heads.config.hidden_size, ffn_size=heads.config.ffn_size,
-                parameters=sum(p.numel() for p in heads.parameters()), bytes=(out / "heads.safetensors").stat().st_size)
+    info.update(
+        num_heads=opts.num_heads,
+        hidden_size=heads.config.hidden_size,
+        ffn_size=heads.config.ffn_size,
+        parameters=sum(p.numel() for p in heads.parameters()),
+        bytes=(out / "heads.safetensors").stat().st_size,
+    )
     (out / "README.md").write_text(heads_card(info))
     log(f"exported {opts.num_heads - 1} trained heads (fp16) to {out}")
     return info

@@ -46,18 +46,18 @@ class TrainOptions(TrainerOptions):
     manifest: str
     out_dir: str
     preset: str = "target"
-    export_dir: Optional[str] = None        # default: out_dir/export
-    cache_dir: Optional[str] = None         # default: out_dir/../token-cache
+    export_dir: Optional[str] = None  # default: out_dir/export
+    cache_dir: Optional[str] = None  # default: out_dir/../token-cache
     init_from: Optional[str] = None
     seq_len: int = 512
     val_windows: int = 64
     config_overrides: dict = field(default_factory=dict)
     export: bool = True
     early_exit_layer: Optional[int] = None  # BiLD 4.4 averaged-loss phase at the end of the run
-    early_exit_share: float = 0.2           # its share of the run (of the larger of the step / time fractions)
-    max_degradation: float = 0.03           # full-model held-out loss it may cost, else its weights are dropped
+    early_exit_share: float = 0.2  # its share of the run (of the larger of the step / time fractions)
+    max_degradation: float = 0.03  # full-model held-out loss it may cost, else its weights are dropped
     _: KW_ONLY
-    eval_minutes: Optional[float] = 10.0    # eval_every_steps (TrainerOptions) overrides it when set
+    eval_minutes: Optional[float] = 10.0  # eval_every_steps (TrainerOptions) overrides it when set
 
     def validate(self) -> None:
         if self.preset not in PRESETS and self.init_from is None:
@@ -92,18 +92,20 @@ def _build_model(opts: TrainOptions, tok, ckpt: Optional[dict]):
     else:
         model = LlamaForCausalLM(make_config(opts.preset, len(tok), tok.eos_token_id, **opts.config_overrides))
     if opts.seq_len > model.config.max_position_embeddings:
-        raise TrainError(f"--seq-len {opts.seq_len} exceeds max_position_embeddings "
-                         f"{model.config.max_position_embeddings}")
+        raise TrainError(
+            f"--seq-len {opts.seq_len} exceeds max_position_embeddings {model.config.max_position_embeddings}"
+        )
     layers = model.config.num_hidden_layers
     if opts.early_exit_layer is not None and opts.early_exit_layer >= layers:
-        raise TrainError(f"--early-exit-layer must be in [1, {layers - 1}] for this {layers}-layer model, got "
-                         f"{opts.early_exit_layer}")
+        raise TrainError(
+            f"--early-exit-layer must be in [1, {layers - 1}] for this {layers}-layer model, got "
+            f"{opts.early_exit_layer}"
+        )
     model.config._attn_implementation = "sdpa"
     return model
 
 
-def train(opts: TrainOptions, log: Callable[[str], None] = print,
-          stop_after_steps: Optional[int] = None) -> dict:
+def train(opts: TrainOptions, log: Callable[[str], None] = print, stop_after_steps: Optional[int] = None) -> dict:
     """Run (or resume) a training run.  Returns a summary dict.
 
     ``stop_after_steps`` interrupts this invocation after that many optimizer
@@ -126,18 +128,24 @@ def train(opts: TrainOptions, log: Callable[[str], None] = print,
     model = _build_model(opts, tok, ckpt)
     n_params = count_params(model)
     trainer = Trainer(
-        model, opts, out_dir,
+        model,
+        opts,
+        out_dir,
         batches=lambda rng: sample_batch(data.train, rng, opts.batch_size, opts.seq_len),
         loss=lambda m, x: lm_loss(m, x, trainer.bf16),
         evaluate=lambda m: evaluate(m, data.val_windows, trainer.bf16, opts.batch_size),
         counts=lambda x: {"tokens_seen": opts.batch_size * opts.seq_len},
         state={"tokens_seen": 0, "preset": opts.preset, "init_from": opts.init_from},
-        checkpoint=ckpt, log=log)
+        checkpoint=ckpt,
+        log=log,
+    )
     del ckpt
-    log(f"model: {opts.preset if not opts.init_from else 'init-from ' + opts.init_from} | "
+    log(
+        f"model: {opts.preset if not opts.init_from else 'init-from ' + opts.init_from} | "
         f"{n_params:,} params | seq {opts.seq_len} x batch {opts.batch_size} | lr {opts.lr} | "
         f"{'bf16 autocast' if trainer.bf16 else 'fp32'} | threads {torch.get_num_threads()} | "
-        f"train {len(data.train):,} tok / val {len(data.val):,} tok ({len(data.val_windows)} val windows)")
+        f"train {len(data.train):,} tok / val {len(data.val):,} tok ({len(data.val_windows)} val windows)"
+    )
     if opts.early_exit_layer is None:
         state = trainer.fit(stop_after_steps)
     else:
@@ -148,22 +156,40 @@ def train(opts: TrainOptions, log: Callable[[str], None] = print,
     val = state["val_loss"]
     info = {
         "preset": opts.preset if not opts.init_from else f"{opts.preset} (init from {opts.init_from})",
-        "params": n_params, "config": model.config.to_dict(),
+        "params": n_params,
+        "config": model.config.to_dict(),
         "python_version": manifest.get("python_version", "?"),
-        "manifest_counts": manifest.get("counts", {}), "manifest_skipped": len(manifest.get("skipped", [])),
-        "manifest_hash": corpus_mod.manifest_hash(manifest), "manifest": opts.manifest,
+        "manifest_counts": manifest.get("counts", {}),
+        "manifest_skipped": len(manifest.get("skipped", [])),
+        "manifest_hash": corpus_mod.manifest_hash(manifest),
+        "manifest": opts.manifest,
         "tokenizer_hash": tokenizer_hash(opts.tokenizer),
-        "train_tokens": int(len(data.train)), "val_tokens": int(len(data.val)),
+        "train_tokens": int(len(data.train)),
+        "val_tokens": int(len(data.val)),
         "command": "\n".join(state["commands"]) if state["resumes"] else command,
-        "seq_len": opts.seq_len, "batch_size": opts.batch_size, "lr": opts.lr,
-        "betas": (opts.beta1, opts.beta2), "weight_decay": opts.weight_decay,
-        "warmup_steps": opts.warmup_steps, "min_lr_ratio": opts.min_lr_ratio, "grad_clip": opts.grad_clip,
-        "seed": opts.seed, "step": state["step"], "tokens_seen": state["tokens_seen"],
-        "elapsed": state["elapsed"], "threads": torch.get_num_threads(), "cpu": cpu_name(),
+        "seq_len": opts.seq_len,
+        "batch_size": opts.batch_size,
+        "lr": opts.lr,
+        "betas": (opts.beta1, opts.beta2),
+        "weight_decay": opts.weight_decay,
+        "warmup_steps": opts.warmup_steps,
+        "min_lr_ratio": opts.min_lr_ratio,
+        "grad_clip": opts.grad_clip,
+        "seed": opts.seed,
+        "step": state["step"],
+        "tokens_seen": state["tokens_seen"],
+        "elapsed": state["elapsed"],
+        "threads": torch.get_num_threads(),
+        "cpu": cpu_name(),
         "tokens_per_s": state["tokens_seen"] / max(state["elapsed"], 1e-9),
-        "init_from": state.get("init_from"), "resumes": state["resumes"],
-        "val_loss": val, "val_windows": len(data.val_windows), "bf16": trainer.bf16,
-        "torch": torch.__version__, "transformers": tf_version, "early_exit": state.get("early_exit"),
+        "init_from": state.get("init_from"),
+        "resumes": state["resumes"],
+        "val_loss": val,
+        "val_windows": len(data.val_windows),
+        "bf16": trainer.bf16,
+        "torch": torch.__version__,
+        "transformers": tf_version,
+        "early_exit": state.get("early_exit"),
     }
     summary = {k: v for k, v in info.items() if k != "config"}
     summary["out_dir"] = str(out_dir)
@@ -178,8 +204,9 @@ def train(opts: TrainOptions, log: Callable[[str], None] = print,
 SNAPSHOT = "before-early-exit.pt"
 
 
-def _fit_with_early_exit_phase(trainer: Trainer, opts: TrainOptions, windows, stop_after_steps: Optional[int],
-                               log: Callable[[str], None]) -> dict:
+def _fit_with_early_exit_phase(
+    trainer: Trainer, opts: TrainOptions, windows, stop_after_steps: Optional[int], log: Callable[[str], None]
+) -> dict:
     """Plain LM loss up to 1 - early_exit_share of the run, then BiLD's averaged loss to the end (one
     schedule). The weights at the switch are saved next to the checkpoint and put back when the full model's
     held-out loss rose by more than max_degradation; the figures go to state["early_exit"]."""
@@ -193,10 +220,15 @@ def _fit_with_early_exit_phase(trainer: Trainer, opts: TrainOptions, windows, st
     if trainer.state.get("early_exit") is None:
         full, early = held_out_losses(model, windows, trainer.bf16, opts.batch_size, layer)
         torch.save(model.state_dict(), snapshot)
-        trainer.state["early_exit"] = {"layer": layer, "from_step": trainer.state["step"],
-                                       "before": {"full": full, "early": early}}
-        log(f"early-exit phase from step {trainer.state['step']} (layer {layer}): held-out loss full {full:.4f} | "
-            f"layer {layer} {early:.4f}")
+        trainer.state["early_exit"] = {
+            "layer": layer,
+            "from_step": trainer.state["step"],
+            "before": {"full": full, "early": early},
+        }
+        log(
+            f"early-exit phase from step {trainer.state['step']} (layer {layer}): held-out loss full {full:.4f} | "
+            f"layer {layer} {early:.4f}"
+        )
 
     def joint(m, x):
         with autocast(trainer.bf16):
@@ -212,9 +244,11 @@ def _fit_with_early_exit_phase(trainer: Trainer, opts: TrainOptions, windows, st
     ee["after"] = {"full": full, "early": early}
     ee["max_degradation"] = opts.max_degradation
     ee["kept"] = full <= ee["before"]["full"] + opts.max_degradation
-    log(f"early-exit phase: held-out loss full {ee['before']['full']:.4f} -> {full:.4f} | layer {layer} "
-        f"{ee['before']['early']:.4f} -> {early:.4f} | " + ("kept" if ee["kept"] else
-                                                            f"dropped (more than {opts.max_degradation} nats)"))
+    log(
+        f"early-exit phase: held-out loss full {ee['before']['full']:.4f} -> {full:.4f} | layer {layer} "
+        f"{ee['before']['early']:.4f} -> {early:.4f} | "
+        + ("kept" if ee["kept"] else f"dropped (more than {opts.max_degradation} nats)")
+    )
     if not ee["kept"]:
         model.load_state_dict(torch.load(snapshot, map_location="cpu"))
         state["val_loss"] = ee["before"]["full"]

@@ -16,12 +16,17 @@ def _early_exit_lines(ee) -> list[str]:
     if not ee:
         return []
     b, a, layer = ee["before"], ee["after"], ee["layer"]
-    verdict = (f"kept: the first {layer} layers are the `early_exit` drafter's model (`--early-exit-layers {layer}`)"
-               if ee["kept"] else f"dropped (the full model lost more than {ee['max_degradation']} nats): the weights "
-                                  "from before the phase are exported")
-    return [f"- Early-exit phase (BiLD section 4.4) from step {ee['from_step']:,}: averaged loss of layer {layer} and "
-            f"the last layer; held-out loss full model {b['full']:.4f} -> {a['full']:.4f}, layer {layer} "
-            f"{b['early']:.4f} -> {a['early']:.4f}; {verdict}."]
+    verdict = (
+        f"kept: the first {layer} layers are the `early_exit` drafter's model (`--early-exit-layers {layer}`)"
+        if ee["kept"]
+        else f"dropped (the full model lost more than {ee['max_degradation']} nats): the weights "
+        "from before the phase are exported"
+    )
+    return [
+        f"- Early-exit phase (BiLD section 4.4) from step {ee['from_step']:,}: averaged loss of layer {layer} and "
+        f"the last layer; held-out loss full model {b['full']:.4f} -> {a['full']:.4f}, layer {layer} "
+        f"{b['early']:.4f} -> {a['early']:.4f}; {verdict}."
+    ]
 
 
 def model_card(info: dict) -> str:
@@ -61,7 +66,8 @@ def model_card(info: dict) -> str:
         f"(kv {cfg['num_key_value_heads']}), intermediate {cfg['intermediate_size']}, "
         f"max positions {cfg['max_position_embeddings']}, RoPE theta {_rope_theta(cfg)}",
         "- Weights exported in float16 (safetensors); trained in "
-        + ("bf16 autocast (fp32 master weights)" if info["bf16"] else "float32") + " on CPU.",
+        + ("bf16 autocast (fp32 master weights)" if info["bf16"] else "float32")
+        + " on CPU.",
         "",
         "## Training",
         "",
@@ -88,7 +94,7 @@ def model_card(info: dict) -> str:
         "```python",
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
         "tok = AutoTokenizer.from_pretrained(path)",
-        "model = AutoModelForCausalLM.from_pretrained(path, dtype=\"auto\")  # float16 weights",
+        'model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")  # float16 weights',
         "```",
         "",
     ]

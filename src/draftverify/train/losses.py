@@ -60,8 +60,9 @@ def lm_loss(model, x, bf16: bool):
         return next_token_losses(model, x)[0]
 
 
-def held_out_losses(model, windows, bf16: bool, batch_size: int, exit_layer: Optional[int] = None,
-                    device: str = "cpu") -> tuple[float, Optional[float]]:
+def held_out_losses(
+    model, windows, bf16: bool, batch_size: int, exit_layer: Optional[int] = None, device: str = "cpu"
+) -> tuple[float, Optional[float]]:
     """Mean (final, early-exit or None) loss over fixed windows, in eval mode without gradients; the model's
     training mode is restored."""
     import torch

@@ -37,10 +37,10 @@ GLANCE_START, GLANCE_END = 0.5, 0.3
 class NatOptions(TrainerOptions):
     target: str
     out_dir: str
-    train_targets: str                      # distilled train targets, one a line (`train distill`)
+    train_targets: str  # distilled train targets, one a line (`train distill`)
     export_dir: str = "zoo/translate/nat"
     data: str = "../shared/data/multi30k_en_de"
-    val_targets: Optional[str] = None       # distilled val targets (default: the val references)
+    val_targets: Optional[str] = None  # distilled val targets (default: the val references)
     src_lang: str = "en"
     tgt_lang: str = "de"
     block_size: int = 8
@@ -65,7 +65,9 @@ class NatOptions(TrainerOptions):
         for name in ("train_targets", "val_targets"):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
-                raise TrainError(f"--{name.replace('_', '-')} {path} not found; write it with `draftverify train distill`")
+                raise TrainError(
+                    f"--{name.replace('_', '-')} {path} not found; write it with `draftverify train distill`"
+                )
 
 
 def nat_batch(labels, k: int, rng: np.random.Generator, start_id: int, cuts=None):
@@ -111,8 +113,9 @@ def glance(tokens, slots, targets, predictions, ratio: float, rng: np.random.Gen
     return tokens, slots, targets
 
 
-def nat_loss(nat, target, batch: dict, k: int, rng: np.random.Generator, glance_ratio: float, bf16: bool,
-             memory=None, cuts=None):
+def nat_loss(
+    nat, target, batch: dict, k: int, rng: np.random.Generator, glance_ratio: float, bf16: bool, memory=None, cuts=None
+):
     """Mean cross-entropy over the unrevealed labelled slots (glance_ratio 0: plain SpecDec objective)."""
     import torch
     import torch.nn.functional as F
@@ -122,8 +125,9 @@ def nat_loss(nat, target, batch: dict, k: int, rng: np.random.Generator, glance_
     start_id = target.config.decoder_start_token_id
     if memory is None:
         with torch.no_grad(), autocast(bf16):
-            memory = target.get_encoder()(input_ids=batch["input_ids"],
-                                          attention_mask=batch["attention_mask"]).last_hidden_state.float()
+            memory = target.get_encoder()(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+            ).last_hidden_state.float()
     tokens, slots, padding, labels = nat_batch(batch["labels"], k, rng, start_id, cuts)
     run = lambda t, s: nat(target, t, s, memory, batch["attention_mask"], padding)  # noqa: E731
     if glance_ratio > 0:
@@ -153,7 +157,9 @@ def held_out(nat, target, pairs, batches, k: int, pad_id: int, bf16: bool) -> di
         for idx in batches:
             b = collate(pairs, idx, pad_id)
             with autocast(bf16):
-                memory = target.get_encoder()(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).last_hidden_state
+                memory = target.get_encoder()(
+                    input_ids=b["input_ids"], attention_mask=b["attention_mask"]
+                ).last_hidden_state
             tokens, slots, padding, labels = nat_batch(b["labels"], k, rng, target.config.decoder_start_token_id)
             with autocast(bf16):
                 logits = nat(target, tokens, slots, memory.float(), b["attention_mask"], padding).float()
@@ -211,31 +217,54 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
     def evaluate(model) -> float:
         figures = held_out(model, target, val_pairs, val_batches, opts.block_size, pad, trainer.bf16)
         trainer.state["accepted_per_block"] = figures["accepted_per_block"]
-        log(f"eval at step {trainer.state['step']}: slot loss {figures['slot_loss']:.4f} | mean accepted "
-            f"{figures['accepted_per_block']:.2f} of k={opts.block_size} slots (teacher-forced, val)")
+        log(
+            f"eval at step {trainer.state['step']}: slot loss {figures['slot_loss']:.4f} | mean accepted "
+            f"{figures['accepted_per_block']:.2f} of k={opts.block_size} slots (teacher-forced, val)"
+        )
         return figures["slot_loss"]
 
     trainer = Trainer(
-        nat, opts, out_dir,
+        nat,
+        opts,
+        out_dir,
         batches=lambda rng: collate(train_pairs, batches[int(rng.integers(len(batches)))], pad),
-        loss=loss, evaluate=evaluate, metric="slot_loss",
+        loss=loss,
+        evaluate=evaluate,
+        metric="slot_loss",
         counts=lambda b: {"sentences_seen": int(b["labels"].shape[0])},
-        state={"sentences_seen": 0, "accepted_per_block": None}, checkpoint=ckpt, log=log)
+        state={"sentences_seen": 0, "accepted_per_block": None},
+        checkpoint=ckpt,
+        log=log,
+    )
     del ckpt
-    log(f"NAT drafter: {n_params:,} params ({opts.layers} layers, d {nat.config.hidden_size}) on the frozen target "
+    log(
+        f"NAT drafter: {n_params:,} params ({opts.layers} layers, d {nat.config.hidden_size}) on the frozen target "
         f"{opts.target} | k in 1..{opts.block_size} | {len(train_pairs):,} pairs | glancing "
-        f"{'on' if opts.glancing else 'off'} | {'bf16 autocast' if trainer.bf16 else 'fp32'}")
+        f"{'on' if opts.glancing else 'off'} | {'bf16 autocast' if trainer.bf16 else 'fp32'}"
+    )
     state = trainer.fit(stop_after_steps)
     if state["stopped"]:
         return {"step": state["step"], "stopped": True, "params": n_params}
     report = {
-        "params": n_params, "target": opts.target, "train_targets": opts.train_targets,
-        "val_targets": opts.val_targets, "train_pairs": len(train_pairs), "data_terms": DATA_TERMS,
-        "block_size": opts.block_size, "layers": opts.layers, "glancing": [GLANCE_START, GLANCE_END] if opts.glancing else None,
-        "step": state["step"], "epochs": state["sentences_seen"] / max(len(train_pairs), 1),
-        "elapsed": state["elapsed"], "threads": torch.get_num_threads(), "cpu": cpu_name(),
-        "slot_loss": state["slot_loss"], "accepted_per_block": state["accepted_per_block"], "lr": opts.lr,
-        "max_tokens": opts.max_tokens, "resumes": state["resumes"],
+        "params": n_params,
+        "target": opts.target,
+        "train_targets": opts.train_targets,
+        "val_targets": opts.val_targets,
+        "train_pairs": len(train_pairs),
+        "data_terms": DATA_TERMS,
+        "block_size": opts.block_size,
+        "layers": opts.layers,
+        "glancing": [GLANCE_START, GLANCE_END] if opts.glancing else None,
+        "step": state["step"],
+        "epochs": state["sentences_seen"] / max(len(train_pairs), 1),
+        "elapsed": state["elapsed"],
+        "threads": torch.get_num_threads(),
+        "cpu": cpu_name(),
+        "slot_loss": state["slot_loss"],
+        "accepted_per_block": state["accepted_per_block"],
+        "lr": opts.lr,
+        "max_tokens": opts.max_tokens,
+        "resumes": state["resumes"],
         "command": "\n".join(state["commands"]) if state["resumes"] else (opts.command or command_line()),
     }
     nat.save(opts.export_dir, {"training": report})
@@ -243,8 +272,16 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
     return report
 
 
-def distill(model_dir: str, data: str, split: str, out: str, src_lang: str = "en", tgt_lang: str = "de",
-            chunk: int = 512, log: Callable[[str], None] = print) -> int:
+def distill(
+    model_dir: str,
+    data: str,
+    split: str,
+    out: str,
+    src_lang: str = "en",
+    tgt_lang: str = "de",
+    chunk: int = 512,
+    log: Callable[[str], None] = print,
+) -> int:
     """Greedy translations of a split by `model_dir` (HF generate, fp32), one a line; resumable: lines already
     in `out` are kept and the rest appended chunk by chunk. Returns the number of lines written in total."""
     import torch
@@ -268,4 +305,3 @@ def distill(model_dir: str, data: str, split: str, out: str, src_lang: str = "en
             fh.write("".join(h.replace("\n", " ") + "\n" for h in hyp))
         log(f"distill {split}: {min(i + chunk, len(src))}/{len(src)} sentences")
     return len(src)
-

@@ -15,6 +15,7 @@ target's own hidden states (drafters/nat.py, memory_window > 0).
    block (teacher-forced at fixed cuts of val continuations: the leading slots equal to the target's greedy
    tokens, which is what greedy verification keeps at that prefix).
 """
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,9 @@ class NatLMOptions(FrozenTarget, TrainerOptions):
     eval_minutes: Optional[float] = 5.0
 
     def validate(self) -> None:
-        self.validate_frozen(("num_prompts", "eval_prompts", "new_tokens", "generate_batch", "block_size", "layers",
-                              "window", "cuts"))
+        self.validate_frozen(
+            ("num_prompts", "eval_prompts", "new_tokens", "generate_batch", "block_size", "layers", "window", "cuts")
+        )
 
 
 # --------------------------------------------------------------------------- states
@@ -77,8 +79,11 @@ def sequence_states(target, records: list[dict]) -> list:
     states = []
     with torch.no_grad():
         for rec in records:
-            out = target(input_ids=torch.tensor([rec["prompt"] + rec["continuation"]]), output_hidden_states=True,
-                         use_cache=False)
+            out = target(
+                input_ids=torch.tensor([rec["prompt"] + rec["continuation"]]),
+                output_hidden_states=True,
+                use_cache=False,
+            )
             states.append(out.hidden_states[-1][0].half())
     return states
 
@@ -97,8 +102,10 @@ def cached_states(path: Path, key: dict, target, records: list[dict], log) -> li
     tmp = path.with_name(path.name + ".tmp")
     torch.save({"key": key, "states": states}, tmp)
     tmp.replace(path)
-    log(f"hidden states: {sum(len(s) for s in states):,} positions of {len(records)} sequences in "
-        f"{time.time() - t0:.0f}s -> {path}")
+    log(
+        f"hidden states: {sum(len(s) for s in states):,} positions of {len(records)} sequences in "
+        f"{time.time() - t0:.0f}s -> {path}"
+    )
     return states
 
 
@@ -114,8 +121,11 @@ class Sequence:
 
 def sequences(records: list[dict], states: list) -> list[Sequence]:
     """The records with at least one continuation token (every cut then has a label)."""
-    return [Sequence(r["prompt"] + r["continuation"], len(r["prompt"]) - 1, s)
-            for r, s in zip(records, states) if r["continuation"] and len(r["prompt"]) >= 2]
+    return [
+        Sequence(r["prompt"] + r["continuation"], len(r["prompt"]) - 1, s)
+        for r, s in zip(records, states)
+        if r["continuation"] and len(r["prompt"]) >= 2
+    ]
 
 
 def block_batch(seqs: list[Sequence], k: int, cuts: list[list[int]]):
@@ -147,8 +157,9 @@ def draw_cuts(seqs: list[Sequence], n: int, rng: np.random.Generator) -> list[li
     return [rng.integers(s.first, len(s.tokens) - 1, size=n).tolist() for s in seqs]
 
 
-def nat_lm_loss(nat, target, seqs: list[Sequence], k: int, n: int, rng: np.random.Generator, glance_ratio: float,
-                bf16: bool):
+def nat_lm_loss(
+    nat, target, seqs: list[Sequence], k: int, n: int, rng: np.random.Generator, glance_ratio: float, bf16: bool
+):
     """Mean cross-entropy over the unrevealed labelled slots (glance_ratio 0: plain SpecDec objective)."""
     import torch
     import torch.nn.functional as F
@@ -197,33 +208,33 @@ def held_out(nat, target, seqs: list[Sequence], k: int, n: int, bf16: bool, batc
 
 
 def nat_lm_card(info: dict) -> str:
-    return f"""# SpecDec NAT drafter for `{info['target']}` (decoder-only)
+    return f"""# SpecDec NAT drafter for `{info["target"]}` (decoder-only)
 
-{info['layers']} bidirectional post-LN decoder layer(s) (d {info['hidden_size']}, {info['heads']} heads, FFN
-{info['ffn_size']}) that fill k <= {info['block_size']} mask slots after the last committed token in one pass,
-cross-attending (ALiBi recency bias) to the target's last {info['memory_window']} hidden states; inputs and outputs
-through the target's own embedding matrix and LM head (not stored). {info['params']:,} parameters, fp16
-({info['bytes']:,} bytes). Use: `draftverify generate --zoo code --method specdec --nat zoo/code/nat`.
+{info["layers"]} bidirectional post-LN decoder layer(s) (d {info["hidden_size"]}, {info["heads"]} heads, FFN
+{info["ffn_size"]}) that fill k <= {info["block_size"]} mask slots after the last committed token in one pass,
+cross-attending (ALiBi recency bias) to the target's last {info["memory_window"]} hidden states; inputs and outputs
+through the target's own embedding matrix and LM head (not stored). {info["params"]:,} parameters, fp16
+({info["bytes"]:,} bytes). Use: `draftverify generate --zoo code --method specdec --nat zoo/code/nat`.
 
 ## Data
-The target's own greedy continuations ({info['new_tokens']} tokens) of {info['num_prompts']} prompts of
-{info['min_prompt_tokens']}..{info['max_prompt_tokens']} tokens cut from the *train* split of `{info['manifest']}`
-({info['train_sequences']} sequences); held out: {info['eval_prompts']} prompts from the *val* split
-({info['eval_sequences']} sequences). Random cut points in the continuations, {info['cuts']} per sequence and step,
-k drawn from 1..{info['block_size']}, glancing {info['glancing']}.
+The target's own greedy continuations ({info["new_tokens"]} tokens) of {info["num_prompts"]} prompts of
+{info["min_prompt_tokens"]}..{info["max_prompt_tokens"]} tokens cut from the *train* split of `{info["manifest"]}`
+({info["train_sequences"]} sequences); held out: {info["eval_prompts"]} prompts from the *val* split
+({info["eval_sequences"]} sequences). Random cut points in the continuations, {info["cuts"]} per sequence and step,
+k drawn from 1..{info["block_size"]}, glancing {info["glancing"]}.
 
 ## Training
-`{info['command']}`
+`{info["command"]}`
 
-{info['step']} steps of {info['batch_size']} sequences, AdamW lr {info['lr']}, {info['threads']} CPU thread(s)
-({info['cpu']}); training wall time {info['elapsed']:.0f} s (plus {info['time_states_s']:.0f} s of target forwards for
-the hidden states; generations {info['time_generation_s']:.0f} s, 0 when cached).
+{info["step"]} steps of {info["batch_size"]} sequences, AdamW lr {info["lr"]}, {info["threads"]} CPU thread(s)
+({info["cpu"]}); training wall time {info["elapsed"]:.0f} s (plus {info["time_states_s"]:.0f} s of target forwards for
+the hidden states; generations {info["time_generation_s"]:.0f} s, 0 when cached).
 
-## Held-out accepted slots per block (k = {info['block_size']}, teacher-forced at fixed cuts)
-| | slot loss | mean accepted slots of {info['block_size']} |
+## Held-out accepted slots per block (k = {info["block_size"]}, teacher-forced at fixed cuts)
+| | slot loss | mean accepted slots of {info["block_size"]} |
 |---|---|---|
-| before training | {info['before']['slot_loss']:.3f} | {info['before']['accepted_per_block']:.3f} |
-| after | {info['after']['slot_loss']:.3f} | {info['after']['accepted_per_block']:.3f} |
+| before training | {info["before"]["slot_loss"]:.3f} | {info["before"]["accepted_per_block"]:.3f} |
+| after | {info["after"]["slot_loss"]:.3f} | {info["after"]["accepted_per_block"]:.3f} |
 """
 
 
@@ -246,8 +257,12 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
     t0 = time.time()
     data = {}
     for split, recs in records.items():
-        key = {"version": STATES_VERSION, "target_sha256": header["target_sha256"], "records": len(recs),
-               "seed": opts.seed + (split == "val")}
+        key = {
+            "version": STATES_VERSION,
+            "target_sha256": header["target_sha256"],
+            "records": len(recs),
+            "seed": opts.seed + (split == "val"),
+        }
         data[split] = sequences(recs, cached_states(work / f"states-{split}.pt", key, target, recs, log))
     time_states = time.time() - t0
     train_seqs, val_seqs = data["train"], data["val"]
@@ -268,44 +283,77 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
     def evaluate(model) -> float:
         figures = held_out(model, target, val_seqs, opts.block_size, opts.cuts, trainer.bf16)
         trainer.state["accepted_per_block"] = figures["accepted_per_block"]
-        log(f"eval at step {trainer.state['step']}: slot loss {figures['slot_loss']:.4f} | mean accepted "
-            f"{figures['accepted_per_block']:.3f} of k={opts.block_size} slots (teacher-forced, val)")
+        log(
+            f"eval at step {trainer.state['step']}: slot loss {figures['slot_loss']:.4f} | mean accepted "
+            f"{figures['accepted_per_block']:.3f} of k={opts.block_size} slots (teacher-forced, val)"
+        )
         return figures["slot_loss"]
 
     trainer = Trainer(
-        nat, opts, opts.out_dir,
+        nat,
+        opts,
+        opts.out_dir,
         batches=lambda rng: [train_seqs[i] for i in rng.integers(len(train_seqs), size=opts.batch_size)],
-        loss=loss, evaluate=evaluate, metric="slot_loss",
+        loss=loss,
+        evaluate=evaluate,
+        metric="slot_loss",
         counts=lambda b: {"sequences_seen": len(b)},
-        state={"sequences_seen": 0, "accepted_per_block": None, "before": None}, checkpoint=ckpt, log=log)
+        state={"sequences_seen": 0, "accepted_per_block": None, "before": None},
+        checkpoint=ckpt,
+        log=log,
+    )
     del ckpt
     if trainer.state["before"] is None:
         trainer.state["before"] = held_out(nat, target, val_seqs, opts.block_size, opts.cuts, trainer.bf16)
-    log(f"NAT drafter: {n_params:,} params ({opts.layers} layers, d {nat.config.hidden_size}, window {opts.window}) on "
+    log(
+        f"NAT drafter: {n_params:,} params ({opts.layers} layers, d {nat.config.hidden_size}, window {opts.window}) on "
         f"the frozen decoder-only target {opts.target} | k in 1..{opts.block_size} | {len(train_seqs)} sequences | "
         f"glancing {'on' if opts.glancing else 'off'} | before training: mean accepted "
-        f"{trainer.state['before']['accepted_per_block']:.3f} of {opts.block_size} (val)")
+        f"{trainer.state['before']['accepted_per_block']:.3f} of {opts.block_size} (val)"
+    )
     state = trainer.fit(stop_after_steps)
     if state["stopped"]:
         return {"step": state["step"], "stopped": True, "params": n_params}
     after = held_out(nat, target, val_seqs, opts.block_size, opts.cuts, trainer.bf16)
     cfg = nat.config
     info = {
-        "target": opts.target, "target_sha256": header["target_sha256"], "manifest": opts.manifest,
-        "num_prompts": opts.num_prompts, "eval_prompts": opts.eval_prompts, "new_tokens": opts.new_tokens,
-        "min_prompt_tokens": opts.min_prompt_tokens, "max_prompt_tokens": opts.max_prompt_tokens,
-        "train_sequences": len(train_seqs), "eval_sequences": len(val_seqs), "cuts": opts.cuts,
-        "glancing": [GLANCE_START, GLANCE_END] if opts.glancing else "off", "step": state["step"],
-        "batch_size": opts.batch_size, "lr": opts.lr, "elapsed": state["elapsed"], "threads": torch.get_num_threads(),
-        "cpu": cpu_name(), "time_generation_s": round(time_generation, 1), "time_states_s": round(time_states, 1),
-        "before": state["before"], "after": after, "params": n_params, "resumes": state["resumes"],
+        "target": opts.target,
+        "target_sha256": header["target_sha256"],
+        "manifest": opts.manifest,
+        "num_prompts": opts.num_prompts,
+        "eval_prompts": opts.eval_prompts,
+        "new_tokens": opts.new_tokens,
+        "min_prompt_tokens": opts.min_prompt_tokens,
+        "max_prompt_tokens": opts.max_prompt_tokens,
+        "train_sequences": len(train_seqs),
+        "eval_sequences": len(val_seqs),
+        "cuts": opts.cuts,
+        "glancing": [GLANCE_START, GLANCE_END] if opts.glancing else "off",
+        "step": state["step"],
+        "batch_size": opts.batch_size,
+        "lr": opts.lr,
+        "elapsed": state["elapsed"],
+        "threads": torch.get_num_threads(),
+        "cpu": cpu_name(),
+        "time_generation_s": round(time_generation, 1),
+        "time_states_s": round(time_states, 1),
+        "before": state["before"],
+        "after": after,
+        "params": n_params,
+        "resumes": state["resumes"],
         "command": "\n".join(state["commands"]) if state["resumes"] else (opts.command or command_line()),
     }
     out = Path(opts.export_dir)
     nat.save(out, {"training": info})
-    info.update(layers=cfg.layers, hidden_size=cfg.hidden_size, heads=cfg.heads, ffn_size=cfg.ffn_size,
-                block_size=cfg.block_size, memory_window=cfg.memory_window,
-                bytes=(out / "nat.safetensors").stat().st_size)
+    info.update(
+        layers=cfg.layers,
+        hidden_size=cfg.hidden_size,
+        heads=cfg.heads,
+        ffn_size=cfg.ffn_size,
+        block_size=cfg.block_size,
+        memory_window=cfg.memory_window,
+        bytes=(out / "nat.safetensors").stat().st_size,
+    )
     (out / "README.md").write_text(nat_lm_card(info))
     log(f"saved the NAT drafter ({info['bytes']:,} bytes fp16) and its card to {out}")
     log(json.dumps({"before": state["before"], "after": after}))

@@ -77,8 +77,10 @@ class NgramCounts:
 
     def save(self, path: str | os.PathLike, metadata: Optional[dict] = None) -> int:
         """Write the NgramTable safetensors file (plus provenance metadata); returns the file size in bytes."""
-        meta = {str(key): value if isinstance(value, str) else json.dumps(value)
-                for key, value in {**self.meta, **(metadata or {})}.items()}
+        meta = {
+            str(key): value if isinstance(value, str) else json.dumps(value)
+            for key, value in {**self.meta, **(metadata or {})}.items()
+        }
         return self.to_table().save(path, metadata=meta)
 
     def predict(self, tokens: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
@@ -103,7 +105,9 @@ class NgramCounts:
             pred[k:][found] = lv.best[idx_c[found]]
         return pred
 
-    def accuracy(self, tokens: np.ndarray, seg_start: np.ndarray, mask: Optional[np.ndarray] = None) -> tuple[float, int]:
+    def accuracy(
+        self, tokens: np.ndarray, seg_start: np.ndarray, mask: Optional[np.ndarray] = None
+    ) -> tuple[float, int]:
         """Top-1 next-token accuracy (and the number of positions judged) over the positions in mask."""
         pred = self.predict(tokens, seg_start)
         hit = pred == np.asarray(tokens, dtype=np.int64)
@@ -142,8 +146,16 @@ def eos_segments(flat: np.ndarray, eos_id: int) -> np.ndarray:
     return np.maximum.accumulate(seg) if n else seg
 
 
-def count_ngrams(tokens: np.ndarray, seg_start: np.ndarray, order: int, vocab_size: int, *, min_count: int = 2,
-                 top_k: int = 8, mask: Optional[np.ndarray] = None) -> NgramCounts:
+def count_ngrams(
+    tokens: np.ndarray,
+    seg_start: np.ndarray,
+    order: int,
+    vocab_size: int,
+    *,
+    min_count: int = 2,
+    top_k: int = 8,
+    mask: Optional[np.ndarray] = None,
+) -> NgramCounts:
     """Count next tokens for contexts of length 0..order-1 that stay inside their sequence, then prune.
 
     tokens [N] ids; seg_start [N] start index of each position's sequence; mask [N] bool: count only the
@@ -157,8 +169,10 @@ def count_ngrams(tokens: np.ndarray, seg_start: np.ndarray, order: int, vocab_si
         raise TrainError(f"--top-k must be >= 1, got {top_k}")
     bits = key_bits(vocab_size)
     if order * bits > 62:
-        raise TrainError(f"order {order} with a vocabulary of {vocab_size} needs {order * bits} bits per n-gram key; "
-                         "at most 62 fit in int64: lower --order")
+        raise TrainError(
+            f"order {order} with a vocabulary of {vocab_size} needs {order * bits} bits per n-gram key; "
+            "at most 62 fit in int64: lower --order"
+        )
     tokens = np.asarray(tokens).astype(np.int64, copy=False)
     n = len(tokens)
     if n and (tokens.min() < 0 or tokens.max() >= vocab_size):
@@ -214,18 +228,29 @@ def count_ngrams(tokens: np.ndarray, seg_start: np.ndarray, order: int, vocab_si
         for j in range(k):
             contexts[:, j] = (keys_k >> (bits * (k - 1 - j))) & low
         levels[k] = Level(
-            k=k, keys=keys_k, contexts=contexts,
+            k=k,
+            keys=keys_k,
+            contexts=contexts,
             offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-            tokens=nxt[sel], counts=cnt[sel].astype(np.float32),
-            dropped_contexts=int(len(gstart) - len(ctx_ids)), dropped_entries=int(len(uniq) - len(sel)),
+            tokens=nxt[sel],
+            counts=cnt[sel].astype(np.float32),
+            dropped_contexts=int(len(gstart) - len(ctx_ids)),
+            dropped_entries=int(len(uniq) - len(sel)),
         )
     if 0 not in levels:
         raise TrainError("no tokens to count: the n-gram table would be empty")
     return NgramCounts(order=order, vocab_size=vocab_size, bits=bits, levels=levels, tokens_counted=counted)
 
 
-def count_sequences(sequences: Iterable[Iterable[int]], order: int, vocab_size: int, *, min_count: int = 2,
-                    top_k: int = 8, predict_from: Optional[Iterable[int]] = None) -> NgramCounts:
+def count_sequences(
+    sequences: Iterable[Iterable[int]],
+    order: int,
+    vocab_size: int,
+    *,
+    min_count: int = 2,
+    top_k: int = 8,
+    predict_from: Optional[Iterable[int]] = None,
+) -> NgramCounts:
     """count_ngrams over a list of sequences; predict_from[s] = first position of sequence s whose token is
     counted as a next token (e.g. the prompt length for prompt + continuation records)."""
     seqs = [np.asarray(list(s), dtype=np.int64) for s in sequences]
@@ -244,8 +269,9 @@ def count_sequences(sequences: Iterable[Iterable[int]], order: int, vocab_size: 
 # --------------------------------------------------------------------------- sources
 
 
-def corpus_tokens(manifest, tokenizer_dir: str, split: str, cache_dir: Optional[str] = None,
-                  log: Callable[[str], None] = print):
+def corpus_tokens(
+    manifest, tokenizer_dir: str, split: str, cache_dir: Optional[str] = None, log: Callable[[str], None] = print
+):
     """(flat eos-terminated token array of a split, tokenizer): the token cache of ``train lm`` when
     cache_dir is given (shared with the LM runs), else tokenized in memory the same way."""
     from . import corpus as corpus_mod
@@ -308,8 +334,9 @@ def build(opts: NgramOptions, log: Callable[[str], None] = print) -> dict:
     corpus_ok = Path(opts.manifest).is_file() and (Path(opts.tokenizer) / "tokenizer.json").is_file()
     if opts.from_generations:
         if not Path(opts.from_generations).is_file():
-            raise TrainError(f"--from-generations {opts.from_generations} not found "
-                             "(write it with `draftverify train align`)")
+            raise TrainError(
+                f"--from-generations {opts.from_generations} not found (write it with `draftverify train align`)"
+            )
         header, seqs, prompt_lens = generation_sequences(opts.from_generations)
         vocab = opts.vocab_size or header.get("vocab_size")
         if vocab is None:
@@ -324,8 +351,11 @@ def build(opts: NgramOptions, log: Callable[[str], None] = print) -> dict:
         if opts.max_tokens is not None:
             flat, seg, mask = flat[: opts.max_tokens], seg[: opts.max_tokens], mask[: opts.max_tokens]
         source = f"target generations {opts.from_generations} ({len(seqs)} records, continuation tokens only)"
-        summary["source"] = {"generations": str(opts.from_generations), "records": len(seqs),
-                             "target": header.get("target")}
+        summary["source"] = {
+            "generations": str(opts.from_generations),
+            "records": len(seqs),
+            "target": header.get("target"),
+        }
     else:
         if not Path(opts.manifest).is_file():
             raise TrainError(f"manifest {opts.manifest} not found (run `draftverify train tokenizer` first)")
@@ -342,19 +372,35 @@ def build(opts: NgramOptions, log: Callable[[str], None] = print) -> dict:
     t1 = time.perf_counter()
     counts = count_ngrams(flat, seg, opts.order, int(vocab), min_count=opts.min_count, top_k=opts.top_k, mask=mask)
     t_count = time.perf_counter() - t1
-    summary.update({
-        "vocab_size": int(vocab), "tokens": int(counts.tokens_counted), "contexts": counts.n_contexts,
-        "entries": counts.n_entries,
-        "per_length": {k: {"contexts": len(lv.keys), "entries": len(lv.tokens), "pruned_contexts": lv.dropped_contexts,
-                           "pruned_entries": lv.dropped_entries} for k, lv in counts.levels.items()},
-        "seconds_data": round(t_data, 3), "seconds_count": round(t_count, 3),
-    })
+    summary.update(
+        {
+            "vocab_size": int(vocab),
+            "tokens": int(counts.tokens_counted),
+            "contexts": counts.n_contexts,
+            "entries": counts.n_entries,
+            "per_length": {
+                k: {
+                    "contexts": len(lv.keys),
+                    "entries": len(lv.tokens),
+                    "pruned_contexts": lv.dropped_contexts,
+                    "pruned_entries": lv.dropped_entries,
+                }
+                for k, lv in counts.levels.items()
+            },
+            "seconds_data": round(t_data, 3),
+            "seconds_count": round(t_count, 3),
+        }
+    )
     log(f"source: {source}")
-    log(f"counted {counts.tokens_counted:,} tokens in {t_count:.1f}s (data {t_data:.1f}s): "
-        f"{counts.n_contexts:,} contexts, {counts.n_entries:,} (context, next token) entries")
+    log(
+        f"counted {counts.tokens_counted:,} tokens in {t_count:.1f}s (data {t_data:.1f}s): "
+        f"{counts.n_contexts:,} contexts, {counts.n_entries:,} (context, next token) entries"
+    )
     for k, lv in counts.levels.items():
-        log(f"  context length {k}: {len(lv.keys):,} contexts ({lv.dropped_contexts:,} pruned below "
-            f"min-count {opts.min_count if k else 1}), {len(lv.tokens):,} entries ({lv.dropped_entries:,} pruned)")
+        log(
+            f"  context length {k}: {len(lv.keys):,} contexts ({lv.dropped_contexts:,} pruned below "
+            f"min-count {opts.min_count if k else 1}), {len(lv.tokens):,} entries ({lv.dropped_entries:,} pruned)"
+        )
 
     # held-out quality: top-1 next-token accuracy of the greedy drafter's prediction
     if opts.evaluate and corpus_ok:
@@ -378,8 +424,13 @@ def build(opts: NgramOptions, log: Callable[[str], None] = print) -> dict:
         summary["generations_top1_accuracy"], summary["generations_tokens"] = acc, n_eval
         log(f"top-1 accuracy on the target's continuations in {opts.eval_generations}: {acc:.4f} ({n_eval:,} tokens)")
 
-    meta = {"source": summary["source"], "min_count": opts.min_count, "top_k": opts.top_k,
-            "tokens": counts.tokens_counted, "builder": "draftverify train ngram"}
+    meta = {
+        "source": summary["source"],
+        "min_count": opts.min_count,
+        "top_k": opts.top_k,
+        "tokens": counts.tokens_counted,
+        "builder": "draftverify train ngram",
+    }
     if "val_top1_accuracy" in summary:
         meta["val_top1_accuracy"] = round(summary["val_top1_accuracy"], 5)
     if opts.command:
@@ -388,5 +439,7 @@ def build(opts: NgramOptions, log: Callable[[str], None] = print) -> dict:
     summary["out"] = str(opts.out)
     summary["bytes"] = size
     summary["seconds_total"] = round(time.perf_counter() - t0, 3)
-    log(f"wrote {opts.out}: {size / 1e6:.2f} MB ({counts.n_contexts:,} contexts) in {summary['seconds_total']:.1f}s total")
+    log(
+        f"wrote {opts.out}: {size / 1e6:.2f} MB ({counts.n_contexts:,} contexts) in {summary['seconds_total']:.1f}s total"
+    )
     return summary

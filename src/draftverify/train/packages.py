@@ -5,6 +5,7 @@ metadata (License-Expression, else License, else the trove classifiers) and chec
 permissive licences, and their ``.py`` files are unpacked next to a copy of the standard library, so one corpus
 root holds every source and the manifest can record each file's licence.
 """
+
 from __future__ import annotations
 
 import email.parser
@@ -19,8 +20,23 @@ from pathlib import Path
 from .corpus import CorpusError, stdlib_root
 
 # SPDX identifiers (or classifier words) whose terms allow training on the code and shipping the model
-PERMISSIVE = ("MIT", "MIT-CMU", "BSD", "BSD-2-Clause", "BSD-3-Clause", "0BSD", "Apache-2.0", "Apache", "PSF",
-              "Python Software Foundation", "ISC", "Zlib", "CC0-1.0", "Unlicense", "Public Domain")
+PERMISSIVE = (
+    "MIT",
+    "MIT-CMU",
+    "BSD",
+    "BSD-2-Clause",
+    "BSD-3-Clause",
+    "0BSD",
+    "Apache-2.0",
+    "Apache",
+    "PSF",
+    "Python Software Foundation",
+    "ISC",
+    "Zlib",
+    "CC0-1.0",
+    "Unlicense",
+    "Public Domain",
+)
 COPYLEFT = re.compile(r"\b(A?GPL|LGPL|MPL|EPL|CDDL|EUPL|GNU)", re.IGNORECASE)
 MARKER = ".draftverify-corpus"
 MAX_FILE_BYTES = 1_000_000  # larger .py files are generated tables, not code worth learning from
@@ -72,14 +88,19 @@ def unpack_sources(wheel_dir: Path, out_root: Path) -> list[PackageSource]:
     a folder of the user's is never deleted."""
     if out_root.exists() and any(out_root.iterdir()):
         if not (out_root / MARKER).is_file():
-            raise CorpusError(f"{out_root} exists and was not made by `draftverify train corpus`; "
-                              "give a new or empty folder as --src-root")
+            raise CorpusError(
+                f"{out_root} exists and was not made by `draftverify train corpus`; "
+                "give a new or empty folder as --src-root"
+            )
         shutil.rmtree(out_root)
     out_root.mkdir(parents=True, exist_ok=True)
     (out_root / MARKER).write_text("made by draftverify train corpus; rebuilt on every run\n")
     version = ".".join(map(str, sys.version_info[:3]))
-    shutil.copytree(stdlib_root(), out_root / f"cpython-{version}",
-                    ignore=shutil.ignore_patterns("site-packages", "dist-packages", "__pycache__", "*.pyc", "*.so"))
+    shutil.copytree(
+        stdlib_root(),
+        out_root / f"cpython-{version}",
+        ignore=shutil.ignore_patterns("site-packages", "dist-packages", "__pycache__", "*.pyc", "*.so"),
+    )
     used = [PackageSource("cpython-stdlib", version, "PSF-2.0", "")]
     for wheel in sorted(wheel_dir.glob("*.whl")):
         name, ver = wheel.name.split("-")[:2]

@@ -16,19 +16,31 @@ PRESETS: dict[str, dict[str, Any]] = {
     # ~52.5M parameters with an 8192 vocab (tied embeddings); fp16 export ~105 MB. 14x the draft, within the
     # target / draft ratios of the papers; deeper than the first zoo's target, for a far lower loss.
     "target": dict(
-        hidden_size=576, num_hidden_layers=12, num_attention_heads=9, num_key_value_heads=9,
-        intermediate_size=1536, max_position_embeddings=2048,
+        hidden_size=576,
+        num_hidden_layers=12,
+        num_attention_heads=9,
+        num_key_value_heads=9,
+        intermediate_size=1536,
+        max_position_embeddings=2048,
     ),
     # ~3.8M parameters with an 8192 vocab (tied embeddings). Two layers, not four: a CPU decode step's cost grows
     # with the layers, and Theorem 8 rewards a low cost ratio c more than the acceptance two more layers buy.
     "draft": dict(
-        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-        intermediate_size=768, max_position_embeddings=2048,
+        hidden_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=768,
+        max_position_embeddings=2048,
     ),
     # for tests / smoke checks only
     "tiny": dict(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-        intermediate_size=64, max_position_embeddings=512,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
     ),
 }
 
@@ -79,8 +91,15 @@ def count_params(model) -> int:
     return n
 
 
-def bench_step_time(preset: str = "target", batch_size: int = 4, seq_len: int = 512, threads: int = 1,
-                    steps: int = 5, warmup: int = 2, vocab_size: int = 8192) -> dict:
+def bench_step_time(
+    preset: str = "target",
+    batch_size: int = 4,
+    seq_len: int = 512,
+    threads: int = 1,
+    steps: int = 5,
+    warmup: int = 2,
+    vocab_size: int = 8192,
+) -> dict:
     """Mean seconds per training step (fwd+bwd+AdamW) for fp32 and bf16 autocast."""
     import torch
     from transformers import LlamaForCausalLM

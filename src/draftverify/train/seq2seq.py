@@ -35,14 +35,35 @@ from .trainer import (
 # Architectures (vocab_size, token ids filled in from the tokenizer). Sized for one CPU thread: see the card.
 PRESETS: dict[str, dict] = {
     # the target: Transformer-base shape scaled down (d 256, 3+3 layers, 4 heads, FFN 1024)
-    "target": dict(d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4,
-                   decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024),
+    "target": dict(
+        d_model=256,
+        encoder_layers=3,
+        decoder_layers=3,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=1024,
+        decoder_ffn_dim=1024,
+    ),
     # BiLD's small autoregressive model: one decoder layer, narrower
-    "small": dict(d_model=192, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
-                  decoder_attention_heads=4, encoder_ffn_dim=768, decoder_ffn_dim=768),
+    "small": dict(
+        d_model=192,
+        encoder_layers=2,
+        decoder_layers=1,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=768,
+        decoder_ffn_dim=768,
+    ),
     # for tests only
-    "tiny": dict(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                 decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64),
+    "tiny": dict(
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+    ),
 }
 MAX_POSITIONS = 512
 
@@ -54,11 +75,23 @@ def make_config(preset: str, vocab_size: int, eos_id: int, dropout: float = 0.1)
     if preset not in PRESETS:
         raise TrainError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
     return MarianConfig(
-        vocab_size=vocab_size, decoder_vocab_size=vocab_size, max_position_embeddings=MAX_POSITIONS,
-        activation_function="relu", dropout=dropout, attention_dropout=0.0, activation_dropout=0.0,
-        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-        pad_token_id=eos_id, eos_token_id=eos_id, bos_token_id=eos_id, decoder_start_token_id=eos_id,
-        forced_eos_token_id=None, **PRESETS[preset])
+        vocab_size=vocab_size,
+        decoder_vocab_size=vocab_size,
+        max_position_embeddings=MAX_POSITIONS,
+        activation_function="relu",
+        dropout=dropout,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=eos_id,
+        eos_token_id=eos_id,
+        bos_token_id=eos_id,
+        decoder_start_token_id=eos_id,
+        forced_eos_token_id=None,
+        **PRESETS[preset],
+    )
 
 
 @dataclass
@@ -69,14 +102,14 @@ class Seq2SeqOptions(TrainerOptions):
     src_lang: str = "en"
     tgt_lang: str = "de"
     preset: str = "target"
-    export_dir: Optional[str] = None       # default: out_dir/export
-    max_tokens: int = 2048                 # padded tokens per batch (the longer side)
-    max_len: int = 128                     # tokens per sentence (longer ones are cut)
+    export_dir: Optional[str] = None  # default: out_dir/export
+    max_tokens: int = 2048  # padded tokens per batch (the longer side)
+    max_len: int = 128  # tokens per sentence (longer ones are cut)
     label_smoothing: float = 0.1
     dropout: float = 0.1
-    bleu_sentences: int = 200              # val sources translated at each evaluation
-    train_targets: Optional[str] = None    # a file of target-side sentences replacing the train targets
-    init_from: Optional[str] = None        # an exported model to continue from (fresh optimizer): BiLD alignment
+    bleu_sentences: int = 200  # val sources translated at each evaluation
+    train_targets: Optional[str] = None  # a file of target-side sentences replacing the train targets
+    init_from: Optional[str] = None  # an exported model to continue from (fresh optimizer): BiLD alignment
     export: bool = True
     _: KW_ONLY
     lr: float = 1e-3
@@ -99,8 +132,10 @@ class Seq2SeqOptions(TrainerOptions):
         if self.init_from is not None and not (Path(self.init_from) / "config.json").is_file():
             raise TrainError(f"--init-from {self.init_from}: no config.json there (expected an exported model)")
         if not (Path(self.tokenizer) / "tokenizer.json").is_file():
-            raise TrainError(f"--tokenizer {self.tokenizer}: no tokenizer.json there; create it with "
-                             f"`draftverify train translate-tokenizer --out {self.tokenizer}`")
+            raise TrainError(
+                f"--tokenizer {self.tokenizer}: no tokenizer.json there; create it with "
+                f"`draftverify train translate-tokenizer --out {self.tokenizer}`"
+            )
 
 
 def shift_right(labels, start_id: int):
@@ -119,12 +154,19 @@ def seq2seq_loss(model, batch, label_smoothing: float, bf16: bool):
     from .losses import autocast
 
     with autocast(bf16):
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    decoder_input_ids=shift_right(batch["labels"], model.config.decoder_start_token_id),
-                    use_cache=False)
+        out = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=shift_right(batch["labels"], model.config.decoder_start_token_id),
+            use_cache=False,
+        )
     logits = out.logits.float()
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch["labels"].reshape(-1), ignore_index=-100,
-                           label_smoothing=label_smoothing)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)),
+        batch["labels"].reshape(-1),
+        ignore_index=-100,
+        label_smoothing=label_smoothing,
+    )
 
 
 def held_out_loss(model, pairs, batches, pad_id: int, bf16: bool) -> float:
@@ -146,8 +188,9 @@ def held_out_loss(model, pairs, batches, pad_id: int, bf16: bool) -> float:
     return tot / max(n, 1)
 
 
-def translate(model, tok, sources: list[str], num_beams: int = 1, batch_size: int = 64, max_len: int = 128,
-              bf16: bool = False) -> list[str]:
+def translate(
+    model, tok, sources: list[str], num_beams: int = 1, batch_size: int = 64, max_len: int = 128, bf16: bool = False
+) -> list[str]:
     """HF generate (greedy, or beam search with num_beams > 1) over `sources`, longest first for tight batches."""
     import torch
 
@@ -168,8 +211,14 @@ def translate(model, tok, sources: list[str], num_beams: int = 1, batch_size: in
             for b, row in enumerate(ids):
                 input_ids[b, : len(row)] = torch.tensor(row)
                 mask[b, : len(row)] = 1
-            gen = model.generate(input_ids=input_ids, attention_mask=mask, num_beams=num_beams, do_sample=False,
-                                 max_new_tokens=max_len, early_stopping=True if num_beams > 1 else False)
+            gen = model.generate(
+                input_ids=input_ids,
+                attention_mask=mask,
+                num_beams=num_beams,
+                do_sample=False,
+                max_new_tokens=max_len,
+                early_stopping=True if num_beams > 1 else False,
+            )
             for b, j in enumerate(idx):
                 out[j] = tok.decode(gen[b, 1:], skip_special_tokens=True).strip()
     model.train(was)
@@ -183,12 +232,18 @@ def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict:
     bleu = sacrebleu.metrics.BLEU()
     chrf = sacrebleu.metrics.CHRF()
     b, c = bleu.corpus_score(hypotheses, [references]), chrf.corpus_score(hypotheses, [references])
-    return {"bleu": round(b.score, 2), "chrf": round(c.score, 2), "bleu_signature": str(bleu.get_signature()),
-            "chrf_signature": str(chrf.get_signature()), "sentences": len(hypotheses)}
+    return {
+        "bleu": round(b.score, 2),
+        "chrf": round(c.score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+        "sentences": len(hypotheses),
+    }
 
 
-def score_split(model, tok, data, split: str, src_lang: str, tgt_lang: str, num_beams: int = 1,
-                limit: Optional[int] = None) -> dict:
+def score_split(
+    model, tok, data, split: str, src_lang: str, tgt_lang: str, num_beams: int = 1, limit: Optional[int] = None
+) -> dict:
     """BLEU / chrF of the model's translations of one split against its references."""
     from .translation_data import read_pairs
 
@@ -209,8 +264,11 @@ def _build_model(opts: Seq2SeqOptions, tok, ckpt: Optional[dict]):
         if model.config.vocab_size != len(tok):
             raise TrainError(f"--init-from model vocab {model.config.vocab_size} != tokenizer vocab {len(tok)}")
     else:
-        config = (MarianConfig.from_dict(ckpt["config"]) if ckpt is not None
-                  else make_config(opts.preset, len(tok), tok.eos_token_id, opts.dropout))
+        config = (
+            MarianConfig.from_dict(ckpt["config"])
+            if ckpt is not None
+            else make_config(opts.preset, len(tok), tok.eos_token_id, opts.dropout)
+        )
         model = MarianMTModel(config)
     model.config._attn_implementation = "sdpa"
     return model
@@ -265,46 +323,78 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
         hyp = translate(m, tok, vsrc[: opts.bleu_sentences], bf16=trainer.bf16)
         scores = bleu_chrf(hyp, vtgt[: opts.bleu_sentences])
         trainer.state["val_bleu"], trainer.state["val_chrf"] = scores["bleu"], scores["chrf"]
-        log(f"eval at step {trainer.state['step']}: val loss {loss:.4f} | BLEU {scores['bleu']:.2f} | "
-            f"chrF {scores['chrf']:.2f} (greedy, first {len(hyp)} val sentences)")
+        log(
+            f"eval at step {trainer.state['step']}: val loss {loss:.4f} | BLEU {scores['bleu']:.2f} | "
+            f"chrF {scores['chrf']:.2f} (greedy, first {len(hyp)} val sentences)"
+        )
         return loss
 
     trainer = Trainer(
-        model, opts, out_dir,
+        model,
+        opts,
+        out_dir,
         batches=lambda rng: collate(train_pairs, batches[int(rng.integers(len(batches)))], pad),
         loss=lambda m, b: seq2seq_loss(m, b, opts.label_smoothing, trainer.bf16),
         evaluate=evaluate,
         counts=lambda b: {"tokens_seen": int((b["labels"] >= 0).sum()), "sentences_seen": int(b["labels"].shape[0])},
         state={"tokens_seen": 0, "sentences_seen": 0, "val_bleu": None, "val_chrf": None, "preset": opts.preset},
-        checkpoint=ckpt, log=log)
+        checkpoint=ckpt,
+        log=log,
+    )
     del ckpt
-    log(f"model: MarianMTModel preset {opts.preset} | {n_params:,} params | {len(train_pairs):,} train pairs in "
+    log(
+        f"model: MarianMTModel preset {opts.preset} | {n_params:,} params | {len(train_pairs):,} train pairs in "
         f"{len(batches):,} batches of <= {opts.max_tokens} tokens | lr {opts.lr} | "
-        f"{'bf16 autocast' if trainer.bf16 else 'fp32'} | threads {torch.get_num_threads()}")
+        f"{'bf16 autocast' if trainer.bf16 else 'fp32'} | threads {torch.get_num_threads()}"
+    )
     state = trainer.fit(stop_after_steps)
     if state["stopped"]:
         return {"step": state["step"], "stopped": True, "params": n_params, "out_dir": str(out_dir)}
 
     model.eval()
-    scores = {split: score_split(model, tok, opts.data, split, opts.src_lang, opts.tgt_lang)
-              for split in ("val", TEST_SPLIT)}
+    scores = {
+        split: score_split(model, tok, opts.data, split, opts.src_lang, opts.tgt_lang) for split in ("val", TEST_SPLIT)
+    }
     for split, s in scores.items():
         log(f"{split}: BLEU {s['bleu']:.2f} | chrF {s['chrf']:.2f} (greedy, {s['sentences']} sentences)")
     report = {
-        "architecture": "MarianMTModel", "preset": opts.preset, "params": n_params, "config": model.config.to_dict(),
-        "data": os.path.relpath(opts.data), "data_terms": DATA_TERMS, "languages": [opts.src_lang, opts.tgt_lang],
-        "train_pairs": len(train_pairs), "train_targets": opts.train_targets, "init_from": opts.init_from,
+        "architecture": "MarianMTModel",
+        "preset": opts.preset,
+        "params": n_params,
+        "config": model.config.to_dict(),
+        "data": os.path.relpath(opts.data),
+        "data_terms": DATA_TERMS,
+        "languages": [opts.src_lang, opts.tgt_lang],
+        "train_pairs": len(train_pairs),
+        "train_targets": opts.train_targets,
+        "init_from": opts.init_from,
         "train_target_tokens": int(sum(len(t) for t in train_pairs.tgt)),
-        "tokenizer_hash": tokenizer_hash(opts.tokenizer), "vocab_size": len(tok),
+        "tokenizer_hash": tokenizer_hash(opts.tokenizer),
+        "vocab_size": len(tok),
         "command": "\n".join(state["commands"]) if state["resumes"] else (opts.command or command_line()),
-        "max_tokens": opts.max_tokens, "lr": opts.lr, "betas": (opts.beta1, opts.beta2),
-        "weight_decay": opts.weight_decay, "warmup_steps": opts.warmup_steps, "min_lr_ratio": opts.min_lr_ratio,
-        "label_smoothing": opts.label_smoothing, "dropout": opts.dropout, "grad_clip": opts.grad_clip,
-        "seed": opts.seed, "step": state["step"], "tokens_seen": state["tokens_seen"],
-        "sentences_seen": state["sentences_seen"], "epochs": state["sentences_seen"] / max(len(train_pairs), 1),
-        "elapsed": state["elapsed"], "threads": torch.get_num_threads(), "cpu": cpu_name(),
-        "resumes": state["resumes"], "val_loss": state["val_loss"], "bf16": trainer.bf16,
-        "scores": scores, "torch": torch.__version__, "transformers": tf_version,
+        "max_tokens": opts.max_tokens,
+        "lr": opts.lr,
+        "betas": (opts.beta1, opts.beta2),
+        "weight_decay": opts.weight_decay,
+        "warmup_steps": opts.warmup_steps,
+        "min_lr_ratio": opts.min_lr_ratio,
+        "label_smoothing": opts.label_smoothing,
+        "dropout": opts.dropout,
+        "grad_clip": opts.grad_clip,
+        "seed": opts.seed,
+        "step": state["step"],
+        "tokens_seen": state["tokens_seen"],
+        "sentences_seen": state["sentences_seen"],
+        "epochs": state["sentences_seen"] / max(len(train_pairs), 1),
+        "elapsed": state["elapsed"],
+        "threads": torch.get_num_threads(),
+        "cpu": cpu_name(),
+        "resumes": state["resumes"],
+        "val_loss": state["val_loss"],
+        "bf16": trainer.bf16,
+        "scores": scores,
+        "torch": torch.__version__,
+        "transformers": tf_version,
     }
     if opts.export:
         export_model(model, tok, export_dir, model_card(report))

@@ -10,27 +10,40 @@ def _scores_lines(report: dict) -> list[str]:
     lines = []
     for s in report.get("scores", {}).values():
         decoding = "greedy" if s["num_beams"] == 1 else f"beam {s['num_beams']}"
-        lines.append(f"| {s['split']} | {decoding} | "
-                     f"{s['sentences']} | {s['bleu']:.2f} | {s['chrf']:.2f} |")
+        lines.append(f"| {s['split']} | {decoding} | {s['sentences']} | {s['bleu']:.2f} | {s['chrf']:.2f} |")
     if not lines:
         return []
     sig = next(iter(report["scores"].values()))
-    return ["| split | decoding | sentences | BLEU | chrF |", "|---|---|---|---|---|", *lines, "",
-            f"sacrebleu signatures: `{sig['bleu_signature']}`, `{sig['chrf_signature']}`."]
+    return [
+        "| split | decoding | sentences | BLEU | chrF |",
+        "|---|---|---|---|---|",
+        *lines,
+        "",
+        f"sacrebleu signatures: `{sig['bleu_signature']}`, `{sig['chrf_signature']}`.",
+    ]
 
 
 def _alignment_lines(bench: dict) -> list[str]:
     """BiLD before / after (bench-translate's `aligned` figures): the fewest large-model calls per sentence."""
     fewest = bench["aligned"]["fewest_target_calls"]
     f2 = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-    return ["## BiLD with this model (prediction alignment, before / after)", "",
-            f"From `{bench['command']}` ({bench['sentences']} sentences of {bench['prompts']}; AT greedy BLEU "
-            f"{bench['aligned']['greedy_bleu']:.2f}); the fewest large-model calls per sentence among the BiLD "
-            "fallback / rollback settings:", "",
-            "| small model | at no BLEU loss | within 1 BLEU |", "|---|---|---|",
-            *[f"| {label} | {f2(fewest[family]['no_loss'])} | {f2(fewest[family]['within_1_bleu'])} |"
-              for family, label in (("bild", "original (`draft`)"), ("bild_aligned", "aligned (this model)"))],
-            "", f"Every row: `{(TRANSLATION / bench['name']).as_posix()}.md`.", ""]
+    return [
+        "## BiLD with this model (prediction alignment, before / after)",
+        "",
+        f"From `{bench['command']}` ({bench['sentences']} sentences of {bench['prompts']}; AT greedy BLEU "
+        f"{bench['aligned']['greedy_bleu']:.2f}); the fewest large-model calls per sentence among the BiLD "
+        "fallback / rollback settings:",
+        "",
+        "| small model | at no BLEU loss | within 1 BLEU |",
+        "|---|---|---|",
+        *[
+            f"| {label} | {f2(fewest[family]['no_loss'])} | {f2(fewest[family]['within_1_bleu'])} |"
+            for family, label in (("bild", "original (`draft`)"), ("bild_aligned", "aligned (this model)"))
+        ],
+        "",
+        f"Every row: `{(TRANSLATION / bench['name']).as_posix()}.md`.",
+        "",
+    ]
 
 
 def model_card(report: dict) -> str:
@@ -55,10 +68,19 @@ def model_card(report: dict) -> str:
         "",
         f"- {report['data_terms']}",
         f"- Train split: {report['train_pairs']:,} caption pairs ({report['train_target_tokens']:,} target tokens); "
-        + ("targets: the reference translations." if not report.get("train_targets") else
-           f"targets: `{report['train_targets']}` (sequence-level distillation: the target model's translations)."),
-        *([f"- Initialised from `{report['init_from']}` (BiLD prediction alignment when the targets are the large "
-           "model's translations)."] if report.get("init_from") else []),
+        + (
+            "targets: the reference translations."
+            if not report.get("train_targets")
+            else f"targets: `{report['train_targets']}` (sequence-level distillation: the target model's translations)."
+        ),
+        *(
+            [
+                f"- Initialised from `{report['init_from']}` (BiLD prediction alignment when the targets are the large "
+                "model's translations)."
+            ]
+            if report.get("init_from")
+            else []
+        ),
         f"- Tokenizer: joint byte-level BPE over both languages, vocab {report['vocab_size']} "
         f"(sha256 `{report['tokenizer_hash'][:16]}`), `<|endoftext|>` = eos = pad = decoder start.",
         "",
@@ -68,7 +90,8 @@ def model_card(report: dict) -> str:
         f"decoder layers {cfg['decoder_layers']}, heads {cfg['encoder_attention_heads']}, FFN {cfg['encoder_ffn_dim']}, "
         "one embedding matrix shared by encoder, decoder and output layer, sinusoidal positions.",
         "- Weights exported in float16 (safetensors); trained in "
-        + ("bf16 autocast (fp32 master weights)" if report["bf16"] else "float32") + " on CPU.",
+        + ("bf16 autocast (fp32 master weights)" if report["bf16"] else "float32")
+        + " on CPU.",
         "",
         "## Training",
         "",
@@ -100,7 +123,7 @@ def model_card(report: dict) -> str:
         "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
         "tok = AutoTokenizer.from_pretrained(path)",
         "model = AutoModelForSeq2SeqLM.from_pretrained(path)",
-        "ids = tok(\"A man rides a bike.\", return_tensors=\"pt\").input_ids  # ends with eos, as in training",
+        'ids = tok("A man rides a bike.", return_tensors="pt").input_ids  # ends with eos, as in training',
         "print(tok.decode(model.generate(ids, max_new_tokens=64)[0], skip_special_tokens=True))",
         "```",
         "",

@@ -112,7 +112,9 @@ def build_tokenizer_from_corpus(
     kw = {} if val_fraction is None else {"val_fraction": val_fraction}
     manifest = corpus.build_manifest(manifest_path, root=root, **kw)
     tok = train_tokenizer(
-        corpus.iter_texts(manifest, "train"), out_dir, vocab_size=vocab_size,
+        corpus.iter_texts(manifest, "train"),
+        out_dir,
+        vocab_size=vocab_size,
         show_progress=show_progress,
     )
     # measure compression on the validation split

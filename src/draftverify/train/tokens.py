@@ -57,11 +57,17 @@ def load_token_cache(manifest: dict, tok_dir: str, tok, cache_dir: str, log=prin
         out[split] = np.load(f, mmap_mode="r")
     meta = d / "meta.json"
     if not meta.is_file():
-        meta.write_text(json.dumps({
-            "manifest_files_sha256": corpus_mod.manifest_hash(manifest),
-            "tokenizer_sha256": tokenizer_hash(tok_dir),
-            "tokens": {k: int(len(v)) for k, v in out.items()},
-        }, indent=1) + "\n")
+        meta.write_text(
+            json.dumps(
+                {
+                    "manifest_files_sha256": corpus_mod.manifest_hash(manifest),
+                    "tokenizer_sha256": tokenizer_hash(tok_dir),
+                    "tokens": {k: int(len(v)) for k, v in out.items()},
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return out
 
 
@@ -103,12 +109,13 @@ def check_corpus_inputs(tokenizer_dir: str, manifest: str) -> None:
     if not Path(manifest).is_file():
         raise TrainError(f"manifest {manifest} not found (run `draftverify train tokenizer` first)")
     if not (Path(tokenizer_dir) / "tokenizer.json").is_file():
-        raise TrainError(f"tokenizer directory {tokenizer_dir} not found or has no tokenizer.json "
-                         "(run `draftverify train tokenizer` first)")
+        raise TrainError(
+            f"tokenizer directory {tokenizer_dir} not found or has no tokenizer.json "
+            "(run `draftverify train tokenizer` first)"
+        )
 
 
-def load_corpus(tokenizer_dir: str, manifest: str, cache_dir: str, seq_len: int, val_windows: int,
-                log=print) -> Corpus:
+def load_corpus(tokenizer_dir: str, manifest: str, cache_dir: str, seq_len: int, val_windows: int, log=print) -> Corpus:
     """Tokenizer, cached token arrays and `val_windows` fixed validation windows of seq_len + 1 tokens."""
     try:
         tok = load_tokenizer(tokenizer_dir)

@@ -80,22 +80,31 @@ class TrainerOptions:
     max_steps: Optional[int] = None
     max_minutes: Optional[float] = None
     threads: Optional[int] = None
-    bf16: Optional[bool] = None             # None -> DEFAULT_BF16
+    bf16: Optional[bool] = None  # None -> DEFAULT_BF16
     batch_size: int = 8
     seed: int = 1234
     eval_every_steps: Optional[int] = None  # held-out evaluation every N steps ...
-    eval_minutes: Optional[float] = None    # ... or every N minutes (eval_every_steps wins); always at the end
+    eval_minutes: Optional[float] = None  # ... or every N minutes (eval_every_steps wins); always at the end
     checkpoint_minutes: float = 10.0
     log_every: int = 10
-    progress: Optional[bool] = None         # None -> tqdm bar iff stderr is a tty
-    command: Optional[str] = None           # recorded in the model card
+    progress: Optional[bool] = None  # None -> tqdm bar iff stderr is a tty
+    command: Optional[str] = None  # recorded in the model card
 
     def validate_run(self) -> None:
         """The checks of these fields, with the same messages for every recipe (raise TrainError)."""
         if self.max_steps is None and self.max_minutes is None:
             raise TrainError("give --max-steps and/or --max-minutes")
-        for name in ("max_steps", "max_minutes", "lr", "batch_size", "log_every", "threads", "eval_every_steps",
-                     "eval_minutes", "checkpoint_minutes"):
+        for name in (
+            "max_steps",
+            "max_minutes",
+            "lr",
+            "batch_size",
+            "log_every",
+            "threads",
+            "eval_every_steps",
+            "eval_minutes",
+            "checkpoint_minutes",
+        ):
             v = getattr(self, name)
             if v is not None and v <= 0:
                 raise TrainError(f"--{name.replace('_', '-')} must be positive, got {v}")
@@ -117,8 +126,14 @@ class TrainerOptions:
 
     def optimizer_key(self) -> dict:
         """The optimizer and schedule settings, for a recipe's checkpoint key (a resumed run must keep them)."""
-        return {"lr": self.lr, "warmup_steps": self.warmup_steps, "min_lr_ratio": self.min_lr_ratio,
-                "weight_decay": self.weight_decay, "betas": [self.beta1, self.beta2], "grad_clip": self.grad_clip}
+        return {
+            "lr": self.lr,
+            "warmup_steps": self.warmup_steps,
+            "min_lr_ratio": self.min_lr_ratio,
+            "weight_decay": self.weight_decay,
+            "betas": [self.beta1, self.beta2],
+            "grad_clip": self.grad_clip,
+        }
 
 
 # --------------------------------------------------------------------------- building blocks
@@ -134,7 +149,10 @@ def make_optimizer(model, lr: float, weight_decay: float, beta1: float, beta2: f
             (decay if p.dim() >= 2 else no_decay).append(p)
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr, betas=(beta1, beta2), eps=1e-8, fused=False,
+        lr=lr,
+        betas=(beta1, beta2),
+        eps=1e-8,
+        fused=False,
     )
 
 
@@ -212,8 +230,9 @@ def model_config(model) -> Optional[dict]:
     return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else None
 
 
-def save_checkpoint(run_dir: Path, model, optimizer, sched: WarmupCosine, state: dict,
-                    np_rng: np.random.Generator) -> Path:
+def save_checkpoint(
+    run_dir: Path, model, optimizer, sched: WarmupCosine, state: dict, np_rng: np.random.Generator
+) -> Path:
     """Write run_dir/checkpoint atomically (a crash leaves the previous one, or checkpoint.old, readable)."""
     import torch
 
@@ -227,8 +246,11 @@ def save_checkpoint(run_dir: Path, model, optimizer, sched: WarmupCosine, state:
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
             "scheduler": sched.state_dict(),
-            "rng": {"torch": torch.get_rng_state(), "numpy_batch": np_rng.bit_generator.state,
-                    "python": random.getstate()},
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "numpy_batch": np_rng.bit_generator.state,
+                "python": random.getstate(),
+            },
             "state": state,
             "config": model_config(model),
         },
@@ -276,12 +298,23 @@ class Trainer:
     name: prefixes the log lines and labels the progress bar ("fine-tune"); log receives every line.
     """
 
-    def __init__(self, model, opts: TrainerOptions, run_dir: str | os.PathLike, *,
-                 batches: Callable[[np.random.Generator], Any], loss: Callable[[Any, Any], Any],
-                 evaluate: Optional[Callable[[Any], Optional[float]]] = None, metric: str = "val_loss",
-                 counts: Optional[Callable[[Any], dict[str, int]]] = None, state: Optional[dict] = None,
-                 checkpoint: Optional[dict] = None, key: Optional[dict] = None, name: str = "",
-                 log: Callable[[str], None] = print):
+    def __init__(
+        self,
+        model,
+        opts: TrainerOptions,
+        run_dir: str | os.PathLike,
+        *,
+        batches: Callable[[np.random.Generator], Any],
+        loss: Callable[[Any, Any], Any],
+        evaluate: Optional[Callable[[Any], Optional[float]]] = None,
+        metric: str = "val_loss",
+        counts: Optional[Callable[[Any], dict[str, int]]] = None,
+        state: Optional[dict] = None,
+        checkpoint: Optional[dict] = None,
+        key: Optional[dict] = None,
+        name: str = "",
+        log: Callable[[str], None] = print,
+    ):
         self.model, self.opts, self.run_dir = model, opts, Path(run_dir)
         self.batches, self.loss, self.evaluate, self.metric, self.counts = batches, loss, evaluate, metric, counts
         self.prefix = f"{name}: " if name else ""
@@ -292,8 +325,16 @@ class Trainer:
         self.rng = np.random.default_rng(opts.seed)
         self.optimizer = make_optimizer(model, opts.lr, opts.weight_decay, opts.beta1, opts.beta2)
         self.sched = WarmupCosine(opts.lr, opts.warmup_steps, opts.min_lr_ratio)
-        self.state = {"step": 0, "elapsed": 0.0, metric: None, "best_" + metric: None, "resumes": 0,
-                      "finished": False, "commands": [], **(state or {})}
+        self.state = {
+            "step": 0,
+            "elapsed": 0.0,
+            metric: None,
+            "best_" + metric: None,
+            "resumes": 0,
+            "finished": False,
+            "commands": [],
+            **(state or {}),
+        }
         if key is not None:
             self.state["key"] = key
         ckpt = checkpoint if checkpoint is not None else load_checkpoint(self.run_dir)
@@ -312,8 +353,10 @@ class Trainer:
         saved = ckpt["state"].get("key") or {}
         changed = sorted(k for k in key if saved.get(k) != key[k])
         if changed:
-            self.log(f"{self.prefix}{self.run_dir / CKPT_NAME} was trained with other settings "
-                     f"({', '.join(changed)} differ); starting over")
+            self.log(
+                f"{self.prefix}{self.run_dir / CKPT_NAME} was trained with other settings "
+                f"({', '.join(changed)} differ); starting over"
+            )
         return not changed
 
     def _restore(self, ckpt: dict) -> None:
@@ -332,8 +375,10 @@ class Trainer:
         self.rng.bit_generator.state = rng["numpy_batch"]
         random.setstate(rng["python"])
         tokens = f", {self.state['tokens_seen']:,} tokens" if "tokens_seen" in self.state else ""
-        self.log(f"{self.prefix}resumed from {self.run_dir / CKPT_NAME} at step {self.state['step']} "
-                 f"({self.state['elapsed'] / 60:.1f} min{tokens})")
+        self.log(
+            f"{self.prefix}resumed from {self.run_dir / CKPT_NAME} at step {self.state['step']} "
+            f"({self.state['elapsed'] / 60:.1f} min{tokens})"
+        )
 
     # ---- budgets
 
@@ -351,8 +396,9 @@ class Trainer:
 
     def done(self) -> bool:
         budget = self._budget_s()
-        return ((self.opts.max_steps is not None and self.state["step"] >= self.opts.max_steps)
-                or (budget is not None and self.state["elapsed"] >= budget))
+        return (self.opts.max_steps is not None and self.state["step"] >= self.opts.max_steps) or (
+            budget is not None and self.state["elapsed"] >= budget
+        )
 
     def save(self) -> Path:
         return save_checkpoint(self.run_dir, self.model, self.optimizer, self.sched, self.state, self.rng)
@@ -462,8 +508,10 @@ class Trainer:
 
         if stop["reason"] is not None and not self.done():
             self.save()
-            self.log(f"{self.prefix}stopped ({stop['reason']}) at step {state['step']}; checkpoint saved to "
-                     f"{self.run_dir / CKPT_NAME}; run the same command again to resume")
+            self.log(
+                f"{self.prefix}stopped ({stop['reason']}) at step {state['step']}; checkpoint saved to "
+                f"{self.run_dir / CKPT_NAME}; run the same command again to resume"
+            )
             return {**state, "stopped": True, "paused": False}
         if until is not None and not self.done():
             if steps_this_run:
@@ -471,30 +519,46 @@ class Trainer:
             return {**state, "stopped": False, "paused": True}
         val = self._evaluate()
         state["finished"] = True
-        final = {"step": state["step"], "elapsed": round(state["elapsed"], 2), "train_loss": None,
-                 self.metric: None if val is None else round(val, 5), "lr": self.sched.last_lr, "final": True}
+        final = {
+            "step": state["step"],
+            "elapsed": round(state["elapsed"], 2),
+            "train_loss": None,
+            self.metric: None if val is None else round(val, 5),
+            "lr": self.sched.last_lr,
+            "final": True,
+        }
         if "tokens_seen" in state:
             final["tokens_seen"] = state["tokens_seen"]
         self._write(final)
         self.save()
         tokens = f" | {state['tokens_seen']:,} tokens" if "tokens_seen" in state else ""
-        self.log(f"{self.prefix}done: step {state['step']}{self._metric_text(val)}{tokens} | "
-                 f"{state['elapsed'] / 60:.1f} min")
+        self.log(
+            f"{self.prefix}done: step {state['step']}{self._metric_text(val)}{tokens} | {state['elapsed'] / 60:.1f} min"
+        )
         return {**state, "stopped": False, "paused": False}
 
-    def _log_step(self, lr: float, train_loss: float, val: Optional[float], tok_s: float, gnorm: float,
-                  echo: bool) -> None:
+    def _log_step(
+        self, lr: float, train_loss: float, val: Optional[float], tok_s: float, gnorm: float, echo: bool
+    ) -> None:
         state = self.state
-        rec = {"step": state["step"], "elapsed": round(state["elapsed"], 2), "train_loss": round(train_loss, 5),
-               self.metric: None if val is None else round(val, 5), "lr": lr, "grad_norm": round(gnorm, 4)}
+        rec = {
+            "step": state["step"],
+            "elapsed": round(state["elapsed"], 2),
+            "train_loss": round(train_loss, 5),
+            self.metric: None if val is None else round(val, 5),
+            "lr": lr,
+            "grad_norm": round(gnorm, 4),
+        }
         if "tokens_seen" in state:
             rec.update(tokens_seen=state["tokens_seen"], tokens_per_s=round(tok_s, 1))
         self._write(rec)
         if echo:
             speed = f" | {tok_s:,.0f} tok/s | {state['tokens_seen']:,} tok" if "tokens_seen" in state else ""
             metric = self._metric_text(state[self.metric])
-            self.log(f"{self.prefix}step {state['step']:>6} | loss {train_loss:.4f}{metric} | lr {lr:.2e}{speed} | "
-                     f"{state['elapsed'] / 60:.1f} min")
+            self.log(
+                f"{self.prefix}step {state['step']:>6} | loss {train_loss:.4f}{metric} | lr {lr:.2e}{speed} | "
+                f"{state['elapsed'] / 60:.1f} min"
+            )
 
     def _metric_text(self, value: Optional[float]) -> str:
         """The held-out figure's part of a log line; nothing for a recipe without a held-out evaluation."""

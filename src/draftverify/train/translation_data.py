@@ -21,8 +21,10 @@ from .trainer import TrainError
 
 DEFAULT_DATA = "../shared/data/multi30k_en_de"
 TEST_SPLIT = "test_2016_flickr"
-DATA_TERMS = ("Multi30k (Elliott et al. 2016, \"Multi30K: Multilingual English-German Image Descriptions\"), a "
-              "research dataset; its English side comes from Flickr30k captions, used under their research terms.")
+DATA_TERMS = (
+    'Multi30k (Elliott et al. 2016, "Multi30K: Multilingual English-German Image Descriptions"), a '
+    "research dataset; its English side comes from Flickr30k captions, used under their research terms."
+)
 
 
 def split_path(data_dir: str | os.PathLike, split: str, lang: str) -> Path:
@@ -33,8 +35,9 @@ def read_lines(data_dir: str | os.PathLike, split: str, lang: str) -> list[str]:
     """The sentences of one side of a split (stripped; a clear error when the file is missing)."""
     path = split_path(data_dir, split, lang)
     if not path.is_file():
-        raise TrainError(f"{path} not found: --data must be a folder with {split}.{lang}.gz "
-                         f"(Multi30k layout, e.g. {DEFAULT_DATA})")
+        raise TrainError(
+            f"{path} not found: --data must be a folder with {split}.{lang}.gz (Multi30k layout, e.g. {DEFAULT_DATA})"
+        )
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         return [line.strip() for line in fh]
 
@@ -53,8 +56,9 @@ def read_targets(path: str | os.PathLike, limit: int) -> list[str]:
     return lines[:limit] if text else []
 
 
-def train_joint_tokenizer(data_dir, out_dir, src_lang: str = "en", tgt_lang: str = "de",
-                          vocab_size: int = 8000) -> dict:
+def train_joint_tokenizer(
+    data_dir, out_dir, src_lang: str = "en", tgt_lang: str = "de", vocab_size: int = 8000
+) -> dict:
     """Byte-level BPE on both sides of the train split; writes out_dir/training_info.json and returns it."""
     from .tokenizer import tokenizer_hash, train_tokenizer
 
@@ -63,9 +67,16 @@ def train_joint_tokenizer(data_dir, out_dir, src_lang: str = "en", tgt_lang: str
     vs, vt = read_pairs(data_dir, "val", src_lang, tgt_lang)
     n_words = sum(len(s.split()) for s in vs + vt)
     n_tokens = sum(len(ids) for ids in tok(vs + vt, add_special_tokens=False)["input_ids"])
-    info = {"vocab_size": len(tok), "requested_vocab_size": vocab_size, "eos_token_id": tok.eos_token_id,
-            "data": str(data_dir), "languages": [src_lang, tgt_lang], "train_pairs": len(src),
-            "val_tokens_per_word": n_tokens / max(n_words, 1), "tokenizer_sha256": tokenizer_hash(out_dir)}
+    info = {
+        "vocab_size": len(tok),
+        "requested_vocab_size": vocab_size,
+        "eos_token_id": tok.eos_token_id,
+        "data": str(data_dir),
+        "languages": [src_lang, tgt_lang],
+        "train_pairs": len(src),
+        "val_tokens_per_word": n_tokens / max(n_words, 1),
+        "tokenizer_sha256": tokenizer_hash(out_dir),
+    }
     (Path(out_dir) / "training_info.json").write_text(json.dumps(info, indent=1) + "\n")
     return info
 
@@ -77,7 +88,8 @@ def append_eos(tok, out_dir):
 
     eos = tok.eos_token
     tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, tok.eos_token_id)])
+        single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, tok.eos_token_id)]
+    )
     tok.save_pretrained(str(out_dir))
     return tok
 

@@ -1,4 +1,5 @@
 """Verifiers decide how much of a draft to keep; importing this package registers them all."""
+
 from .base import Verifier
 from .bild import BildVerifier
 from .coupled import GumbelCouplingVerifier
@@ -8,5 +9,14 @@ from .rejection import SpeculativeSamplingVerifier
 from .topbeta import TopBetaVerifier
 from .tree import TreeGreedyVerifier, TreeSpeculativeSamplingVerifier
 
-__all__ = ["Verifier", "GreedyVerifier", "SpeculativeSamplingVerifier", "BildVerifier", "TopBetaVerifier",
-           "TreeGreedyVerifier", "TreeSpeculativeSamplingVerifier", "ExactVerifier", "GumbelCouplingVerifier"]
+__all__ = [
+    "Verifier",
+    "GreedyVerifier",
+    "SpeculativeSamplingVerifier",
+    "BildVerifier",
+    "TopBetaVerifier",
+    "TreeGreedyVerifier",
+    "TreeSpeculativeSamplingVerifier",
+    "ExactVerifier",
+    "GumbelCouplingVerifier",
+]

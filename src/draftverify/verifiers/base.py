@@ -1,4 +1,5 @@
 """The verifier interface and the one helper every rule shares: keep an accepted prefix, append one token."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -67,9 +68,11 @@ def greedy_verdict(draft_tokens: torch.Tensor, choice: torch.Tensor) -> Verdict:
     while n < len(drafted) and drafted[n] == chosen[n]:
         n += 1
     rest = [-1] * (len(drafted) - n)
-    return Verdict(tokens=torch.tensor([drafted[:n] + [chosen[n]] + rest], dtype=torch.long),
-                   num_accepted=torch.tensor([n], dtype=torch.long),
-                   path=torch.tensor([list(range(n)) + rest], dtype=torch.long))
+    return Verdict(
+        tokens=torch.tensor([drafted[:n] + [chosen[n]] + rest], dtype=torch.long),
+        num_accepted=torch.tensor([n], dtype=torch.long),
+        path=torch.tensor([list(range(n)) + rest], dtype=torch.long),
+    )
 
 
 def gather_at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -80,17 +83,28 @@ def gather_at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def rows_of(draft: Draft, rows: torch.Tensor) -> Draft:
     """The draft of some rows (indices [G]): the same tree, each row's tokens, q, length, position and seed."""
     pick = lambda x: None if x is None else x[rows.to(x.device)]  # noqa: E731
-    position = draft.position[rows.to(draft.position.device)] if isinstance(draft.position, torch.Tensor) else draft.position
+    position = (
+        draft.position[rows.to(draft.position.device)] if isinstance(draft.position, torch.Tensor) else draft.position
+    )
     seeds = None if draft.seeds is None else [draft.seeds[b] for b in rows.tolist()]
-    return Draft(tokens=draft.tokens[rows.to(draft.tokens.device)], q_probs=pick(draft.q_probs), tree=draft.tree,
-                 lengths=pick(draft.lengths), valid=pick(draft.valid), position=position, seeds=seeds)
+    return Draft(
+        tokens=draft.tokens[rows.to(draft.tokens.device)],
+        q_probs=pick(draft.q_probs),
+        tree=draft.tree,
+        lengths=pick(draft.lengths),
+        valid=pick(draft.valid),
+        position=position,
+        seeds=seeds,
+    )
 
 
 def verify_by_rows(verify, draft: Draft, target_logits: torch.Tensor, params, generator) -> Verdict:
     """Judge each group of rows that share sampling settings (sampling.RowParams) by verify(draft of the group,
     its logits, its settings, generator), and put the verdicts back in row order."""
-    parts = [(rows, verify(rows_of(draft, rows), target_logits[rows.to(target_logits.device)], p, generator))
-             for p, rows in params.groups()]
+    parts = [
+        (rows, verify(rows_of(draft, rows), target_logits[rows.to(target_logits.device)], p, generator))
+        for p, rows in params.groups()
+    ]
     batch = draft.tokens.shape[0]
     first = parts[0][1]
     tokens = first.tokens.new_full((batch, first.tokens.shape[1]), -1)

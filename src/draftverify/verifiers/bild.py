@@ -4,6 +4,7 @@ d_i = cross-entropy between the draft's hard label x_i and the target's soft lab
 The first i with d_i > alpha_RB is rolled back: x_i and everything after are dropped and replaced by the
 target's own token. Not lossless: draft tokens the target finds merely plausible are kept.
 """
+
 from __future__ import annotations
 
 import torch

@@ -10,6 +10,7 @@ At temperature 0 the noise is dropped and the rule is greedy verification. A tok
 way: node j at depth d is kept iff its token is the target's draw at position t + d - 1 after its parent, i.e.
 tree greedy verification of the noise-perturbed argmax, so trees stay exact and seed-stable too.
 """
+
 from __future__ import annotations
 
 import torch
@@ -40,16 +41,22 @@ class GumbelCouplingVerifier(Verifier):
             choice = argmax(target_logits)  # [B, N+1]
         else:
             if draft.position is None:
-                raise DraftVerifyError("gumbel_coupling needs draft.position (the decoder index of the first draft "
-                                       "token); generate() sets it")
+                raise DraftVerifyError(
+                    "gumbel_coupling needs draft.position (the decoder index of the first draft "
+                    "token); generate() sets it"
+                )
             p = probs_from_logits(target_logits, params)  # [B, N+1, V]
             offsets = torch.arange(p.shape[1], device=p.device)  # chain: verify row i predicts position t + i
             if draft.tree is not None:
                 offsets = torch.cat([offsets[:1], draft.tree.depth.to(p.device)])  # row 1+j follows node j's depth
             positions = torch.as_tensor(draft.position).reshape(-1).expand(p.shape[0]).tolist()  # [B]
             seeds = row_seeds(draft.seeds, generator, p.shape[0])  # each row's own seed and position
-            noise = torch.stack([gumbel_noise(seed, pos, int(offsets.max()) + 1, p.shape[-1], p.device)
-                                 for seed, pos in zip(seeds, positions)])  # [B, N+1, V]
+            noise = torch.stack(
+                [
+                    gumbel_noise(seed, pos, int(offsets.max()) + 1, p.shape[-1], p.device)
+                    for seed, pos in zip(seeds, positions)
+                ]
+            )  # [B, N+1, V]
             choice = gumbel_argmax(p, noise[:, offsets])  # [B, N+1]: the target's own draws
         if draft.tree is not None:
             return tree_greedy(draft.tokens, draft.tree, choice, draft.valid)

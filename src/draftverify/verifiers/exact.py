@@ -5,6 +5,7 @@ same for every method and draft length), speculative sampling otherwise; for a t
 serves a whole generation, so a method can be named "exact" without knowing whether its drafter proposes
 chains or trees (a drafter may even switch, e.g. to a chain when it has only one candidate).
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Greedy verification: keep the longest prefix equal to the target's argmax, then the target's own token."""
+
 from __future__ import annotations
 
 import torch

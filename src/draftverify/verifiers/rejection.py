@@ -5,6 +5,7 @@ norm(max(0, p - l*q)); if all are accepted draw the bonus token from p_{N+1}. l 
 lenient variant of Appendix A.5 (no token is sampled with probability above p(x)/l).
 At temperature 0 the rule is the A.5 argmax lenience: accept x when p(x) >= l * max p (l = 1: plain greedy).
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,6 +20,7 @@ from .base import Verifier, accepted_prefix_length, gather_at, make_verdict, wit
 @register_verifier("speculative_sampling")
 class SpeculativeSamplingVerifier(Verifier):
     supports_batch = True
+
     def __init__(self, lenience: float = 1.0):
         self.lenience = check_number("lenience l", lenience, 0.0, 1.0, low_open=True)
         self.lossless = lenience == 1.0

@@ -4,6 +4,7 @@ A draft token x is kept when it is among the target's top-beta candidates (eq. 6
 within tau of the target's top-1 (eq. 7). Both sides are scored by the verifier (the AT model), as in the
 authors' implementation. beta = 1, tau = 0 is exactly greedy verification.
 """
+
 from __future__ import annotations
 
 import torch

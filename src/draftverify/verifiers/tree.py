@@ -3,6 +3,7 @@
 target_logits [B, N+1, V] come from one forward over the pending token (index 0) and the N tree nodes
 (index 1 + j scores the token after node j, seeing only node j's ancestors).
 """
+
 from __future__ import annotations
 
 import torch
@@ -16,7 +17,9 @@ from .base import Verifier
 from .tree_sampling import tree_speculative_sample
 
 
-def tree_verdict(tokens: torch.Tensor, branch: torch.Tensor, num_accepted: torch.Tensor, next_token: torch.Tensor) -> Verdict:
+def tree_verdict(
+    tokens: torch.Tensor, branch: torch.Tensor, num_accepted: torch.Tensor, next_token: torch.Tensor
+) -> Verdict:
     """tokens [B, N] node tokens, branch [B, D] root-to-leaf node indices (-1 padded, first num_accepted kept),
     num_accepted [B], next_token [B] -> Verdict(tokens [B, N+1], num_accepted, path [B, N])."""
     batch, n = tokens.shape
@@ -29,7 +32,9 @@ def tree_verdict(tokens: torch.Tensor, branch: torch.Tensor, num_accepted: torch
     return Verdict(tokens=out, num_accepted=num_accepted, path=path)
 
 
-def tree_greedy(tokens: torch.Tensor, tree: TreeSpec, choice: torch.Tensor, valid: torch.Tensor | None = None) -> Verdict:
+def tree_greedy(
+    tokens: torch.Tensor, tree: TreeSpec, choice: torch.Tensor, valid: torch.Tensor | None = None
+) -> Verdict:
     """Longest root-to-leaf branch whose every token equals the target's argmax at its parent, then the target's
     argmax after the branch. tokens [B, N], choice [B, N+1] (argmax at the pending token, then after each node).
 

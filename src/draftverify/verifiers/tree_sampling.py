@@ -29,6 +29,7 @@ and shared by the batch), no host sync inside the loop, no loop over the vocabul
 children, one pass over nodes in index order visits every row's siblings in order and reaches a node's children
 only after the node itself.
 """
+
 from __future__ import annotations
 
 import torch
@@ -127,9 +128,11 @@ def _check(parents, draft_tokens, q_probs, p_probs) -> tuple[int, int]:
         raise DraftVerifyError(f"p_probs must be [B, N+1, V] = [{batch}, {n + 1}, V], got {tuple(p_probs.shape)}")
     if q_probs is not None and q_probs.shape != (batch, n, p_probs.shape[-1]):
         raise DraftVerifyError(
-            f"q_probs must be [B, N, V] = [{batch}, {n}, {p_probs.shape[-1]}] or None, got {tuple(q_probs.shape)}")
+            f"q_probs must be [B, N, V] = [{batch}, {n}, {p_probs.shape[-1]}] or None, got {tuple(q_probs.shape)}"
+        )
     if parents.device.type == "cpu" and n > 0:
         if not bool(((parents >= -1) & (parents < torch.arange(n))).all()):
             raise DraftVerifyError(
-                f"parents must list each node's parent before it (-1 <= parents[j] < j), got {parents.tolist()}")
+                f"parents must list each node's parent before it (-1 <= parents[j] < j), got {parents.tolist()}"
+            )
     return batch, n
