@@ -44,15 +44,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
 }
 
-# `draftverify train bench`'s comparison of fp32 and bf16 autocast training steps (fwd+bwd+AdamW) on the dev box
-# (AMD EPYC with avx512_bf16): why bf16 is the default where the CPU has bf16 instructions.
-BF16_MEASUREMENT = (
-    "target preset, 1 thread: batch 4x512 fp32 4.78-5.02 s/step (408-429 tok/s) vs bf16 1.68-2.03 s/step "
-    "(1009-1216 tok/s); batch 8x512 fp32 10.1-10.6 s/step (387-407 tok/s) vs bf16 3.34-4.19 s/step "
-    "(979-1228 tok/s). draft preset batch 8x512: fp32 1.62 s/step vs bf16 0.70 s/step."
-)
-
-
 def make_config(preset: str, vocab_size: int, eos_id: int, **overrides):
     from transformers import LlamaConfig
 

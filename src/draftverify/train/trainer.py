@@ -57,7 +57,7 @@ import numpy as np
 
 CKPT_NAME = "checkpoint"
 # bf16 autocast (fp32 master weights and optimizer): a CPU with bf16 instructions trains faster with it than in
-# fp32 (presets.BF16_MEASUREMENT); --no-bf16 turns it off
+# fp32 (`draftverify train bench` compares the two on the machine at hand); --no-bf16 turns it off
 DEFAULT_BF16 = True
 
 
