@@ -44,6 +44,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
 }
 
+
 def make_config(preset: str, vocab_size: int, eos_id: int, **overrides):
     from transformers import LlamaConfig
 
