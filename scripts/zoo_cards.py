@@ -54,7 +54,8 @@ def data_section(manifest: dict) -> str:
         f"({total / 1e6:.1f} MB); {len(manifest['skipped']):,} skipped (non-UTF-8, empty, NUL bytes or duplicates).\n"
         f"- Manifest hash: `{manifest['files_sha256']}`\n"
         f"- Files per licence: " + ", ".join(f"{k} {v:,}" for k, v in files_per_licence.most_common()) + "\n\n"
-        f"<details><summary>Sources ({len(manifest['sources'])})</summary>\n\n| source | version | licence |\n|---|---|---|\n"
+        f"<details><summary>Sources ({len(manifest['sources'])})</summary>\n\n"
+        "| source | version | licence |\n|---|---|---|\n"
         f"{rows}\n\n</details>\n"
     )
 
@@ -81,7 +82,8 @@ decoding experiments). It completes Python source; it is a toy, not a general co
 ## Model
 
 - Parameters: {report["parameters"]:,} (tied input/output embeddings)
-- hidden {c["hidden_size"]}, layers {c["num_hidden_layers"]}, heads {c["num_attention_heads"]} (kv {c["num_key_value_heads"]}), intermediate {c["intermediate_size"]}, max positions {c["max_position_embeddings"]}
+- hidden {c["hidden_size"]}, layers {c["num_hidden_layers"]}, heads {c["num_attention_heads"]} (kv \
+{c["num_key_value_heads"]}), intermediate {c["intermediate_size"]}, max positions {c["max_position_embeddings"]}
 - Tokenizer: the zoo's byte-level BPE (vocab {c["vocab_size"]}, `<|endoftext|>` = bos/eos), documents joined with eos.
 - Weights in float16 (safetensors); trained in bf16 autocast with fp32 master weights.
 
@@ -92,10 +94,14 @@ decoding experiments). It completes Python source; it is a toy, not a general co
 ```
 
 - Hardware: one {report["device"]} (torch {report["torch"]}), lent to a development session for minutes.
-- Sequence length {report["seq_len"]}, batch {report["batch"]} sequences, AdamW (0.9, 0.95), weight decay 0.1, peak LR {report["lr"]}, {report["warmup_steps"]} warm-up steps, cosine decay to 0.1x over the time budget, grad clip 1.0.
-- Steps: {report["steps"]:,}; tokens seen: {report["tokens_seen"]:,} ({report["epochs"]:.2f} epochs of {report["train_tokens"]:,} training tokens)
+- Sequence length {report["seq_len"]}, batch {report["batch"]} sequences, AdamW (0.9, 0.95), weight decay 0.1, peak LR \
+{report["lr"]}, {report["warmup_steps"]} warm-up steps, cosine decay to 0.1x over the time budget, grad clip 1.0.
+- Steps: {report["steps"]:,}; tokens seen: {report["tokens_seen"]:,} ({report["epochs"]:.2f} epochs of \
+{report["train_tokens"]:,} training tokens)
 - Training time: {report["train_minutes"]:.1f} min ({report["total_minutes"]:.1f} min with tokenization and export).
-- Held-out loss: {report["val_loss_64x512"]:.4f} nats/token on 64 evenly spaced 512-token validation windows; {report["val_loss_all_windows"]:.4f} on all {report["val_windows_all"]:,} non-overlapping windows ({report["val_tokens"]:,} validation tokens).
+- Held-out loss: {report["val_loss_64x512"]:.4f} nats/token on 64 evenly spaced 512-token validation windows; \
+{report["val_loss_all_windows"]:.4f} on all {report["val_windows_all"]:,} non-overlapping windows \
+({report["val_tokens"]:,} validation tokens).
 {held}{extra}
 ## Usage
 
@@ -117,9 +123,9 @@ def code(argv: list[str]) -> None:
     aligned = json.loads((zoo / "draft-aligned" / "alignment_report.json").read_text())
     gpu = "PYTHONPATH=src python scripts/gpu_zoo.py train --tokenizer zoo/code/tokenizer --bundle .gpu/corpus"
     early = (
-        f"- Early exit (BiLD section 4.4): the last {target['early_exit_share']:.0%} of the budget trained on the average "
-        f"of the final layer's loss and layer {target['early_exit_layer']}'s (through the shared norm and head). Layer "
-        f"{target['early_exit_layer']}'s held-out loss went {target['before_early_exit_phase'][1]:.4f} -> "
+        f"- Early exit (BiLD section 4.4): the last {target['early_exit_share']:.0%} of the budget trained on the "
+        f"average of the final layer's loss and layer {target['early_exit_layer']}'s (through the shared norm and "
+        f"head). Layer {target['early_exit_layer']}'s held-out loss went {target['before_early_exit_phase'][1]:.4f} -> "
         f"{target['val_loss_early_exit_64x512']:.4f}; the full model's {target['before_early_exit_phase'][0]:.4f} -> "
         f"{target['val_loss_64x512']:.4f} (kept: the bound is +{target['max_degradation']} nats). `--method early_exit "
         f"--early-exit-layers {target['early_exit_layer']}` uses it as a shared-weight small model.\n"
@@ -146,13 +152,19 @@ def code(argv: list[str]) -> None:
 The draft above, fine-tuned on the target's own greedy continuations:
 
 ```
-PYTHONPATH=src python scripts/gpu_zoo.py align --target zoo/code/target --draft zoo/code/draft --out zoo/code/draft-aligned \\
+PYTHONPATH=src python scripts/gpu_zoo.py align --target zoo/code/target --draft zoo/code/draft \
+--out zoo/code/draft-aligned \\
     --num-prompts {aligned["num_prompts"]} --minutes {aligned["train_minutes"]} --lr {aligned["lr"]}
 ```
 
-- {aligned["num_prompts"]:,} prompts of {aligned["prompt_len"]} tokens from the training split, {aligned["new_tokens"]} target greedy tokens each (bf16 on the GPU, {aligned["generation_minutes"]:.1f} min); {aligned["steps"]:,} steps of {aligned["batch"]} sequences, loss on the continuation tokens only, on one {aligned["device"]}.
-- Greedy agreement with the target on {aligned["val_prompts"]} held-out prompts (validation split), i.e. the greedy acceptance rate alpha: {aligned["greedy_agreement_before"]:.4f} before -> {aligned["greedy_agreement_after"]:.4f} after.
-- The target's early-exit view (first {aligned["early_exit_layers"]} layers) on the same data: {aligned["early_exit_greedy_agreement"]:.4f}.
+- {aligned["num_prompts"]:,} prompts of {aligned["prompt_len"]} tokens from the training split, \
+{aligned["new_tokens"]} target greedy tokens each (bf16 on the GPU, {aligned["generation_minutes"]:.1f} min); \
+{aligned["steps"]:,} steps of {aligned["batch"]} sequences, loss on the continuation tokens only, on one \
+{aligned["device"]}.
+- Greedy agreement with the target on {aligned["val_prompts"]} held-out prompts (validation split), i.e. the greedy \
+acceptance rate alpha: {aligned["greedy_agreement_before"]:.4f} before -> {aligned["greedy_agreement_after"]:.4f} after.
+- The target's early-exit view (first {aligned["early_exit_layers"]} layers) on the same data: \
+{aligned["early_exit_greedy_agreement"]:.4f}.
 """
     (zoo / "draft-aligned" / "README.md").write_text(aligned_card)
     print("cards written:", *(zoo / d / "README.md" for d in ("target", "draft", "draft-aligned")))

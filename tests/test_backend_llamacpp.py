@@ -80,7 +80,8 @@ def explain(got: list[int], want: list[int], margins: list[float]) -> str:
         if a != b:
             return (
                 f"first difference at new token {i}: got {a}, llama.cpp greedy {b}; llama.cpp's logit margin "
-                f"there {margins[i]:.3g} ({'a near tie: 1-token vs n-token arithmetic' if margins[i] < 1e-2 else 'not a near tie'})"
+                f"there {margins[i]:.3g} "
+                f"({'a near tie: 1-token vs n-token arithmetic' if margins[i] < 1e-2 else 'not a near tie'})"
             )
     return f"lengths differ: {len(got)} vs {len(want)}"
 
@@ -266,8 +267,8 @@ def test_the_prompt_is_decoded_with_the_first_chain_forward(tiny, monkeypatch):
 
 def test_a_deferred_prompt_too_long_to_share_a_decode_goes_first_in_chunks(zoo_models, monkeypatch):
     """510 prompt tokens and 5 new ones do not fit one decode of 512: the prompt's first 3 tokens are decoded alone,
-    the other 507 with the new tokens (a full decode); a tree decodes the whole deferred prompt first. Both give a plain prefill's
-    logits."""
+    the other 507 with the new tokens (a full decode); a tree decodes the whole deferred prompt first. Both give a
+    plain prefill's logits."""
     target, _, _ = zoo_models
     prompt = list(range(300, 811))  # 511 tokens: 510 prefilled
     new = torch.tensor([[810, 40, 41, 42, 43]])

@@ -266,8 +266,9 @@ class Pipeline:
 
         A list of texts runs as one batch through the decoding loop and returns one result per text (their
         stats are the batch's); seed may then be one per text: each row's text equals its own batch-1 text at
-        temperature 0 and with coupled (seeded) sampling. Batches need a method that batches (every one but bpd_neural, specdec*,
-        bild*, specdec++ and a draft with its own tokenizer) and a decoder-only target; on_text is for single texts."""
+        temperature 0 and with coupled (seeded) sampling. Batches need a method that batches (every one but bpd_neural,
+        specdec*, bild*, specdec++ and a draft with its own tokenizer) and a decoder-only target; on_text is for single
+        texts."""
         heal = self.heal if heal is None else self.check_heal(heal)
         if isinstance(text, (list, tuple)):
             return self._generate_texts(

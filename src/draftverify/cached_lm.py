@@ -287,7 +287,8 @@ class CachedLM(RowsLayout, CompiledWidths):
         tail = self.length - self.committed
         if attention_mask.shape[-2:] != (n, tail + n):
             raise DraftVerifyError(
-                f"attention mask must cover {n} new tokens x {tail + n} tail + new positions, got {tuple(attention_mask.shape)}"
+                f"attention mask must cover {n} new tokens x {tail + n} tail + new positions, got "
+                f"{tuple(attention_mask.shape)}"
             )
         keys = self.window if self.window is not None else self.length + n  # a static cache attends to all slots
         visible = torch.zeros(batch, n, keys, dtype=torch.bool, device=self.device)

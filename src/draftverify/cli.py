@@ -235,8 +235,8 @@ def generate(
     prompts_file: Optional[Path] = flag(
         None,
         "--prompts-file",
-        help='Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a "prompt") or a text file (one prompt per line); prints one JSON line per prompt. '
-        + batching_note(),
+        help="Generate for many prompts as one batch: a .jsonl file (each line a JSON string or an object with a "
+        '"prompt") or a text file (one prompt per line); prints one JSON line per prompt. ' + batching_note(),
     ),
     batch_size: int = flag(
         8, "--batch-size", help="With --prompts-file: rows decoded together (the last batch may be smaller)."
@@ -248,12 +248,14 @@ def generate(
         None,
         "--method",
         "-m",
-        help=f"One of: {', '.join(METHODS)}. Default: the zoo's own (code: {ZOO_DEFAULT_METHOD}) with --zoo, model with --draft, else prompt_lookup.",
+        help=f"One of: {', '.join(METHODS)}. Default: the zoo's own (code: {ZOO_DEFAULT_METHOD}) with --zoo, model "
+        "with --draft, else prompt_lookup.",
     ),
     verifier: Optional[str] = flag(
         None,
         "--verifier",
-        help="Override the method's verifier: greedy, speculative_sampling, gumbel_coupling, bild, topbeta, tree_greedy, tree_speculative_sampling.",
+        help="Override the method's verifier: greedy, speculative_sampling, gumbel_coupling, bild, topbeta, "
+        "tree_greedy, tree_speculative_sampling.",
     ),
     max_new_tokens: int = flag(64, "--max-new-tokens", "-n"),
     temperature: float = flag(0.0, "--temperature", help="0 = greedy."),
@@ -270,31 +272,40 @@ def generate(
     gamma: str = flag(
         str(DEFAULT_GAMMA),
         "--gamma",
-        help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4).",
+        help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8) or 'conf[=T]' (auto's length as a "
+        "cap; a draft-model draft ends at its first token with max q <= T, default 0.4).",
     ),
     dtype: str = flag("float32", "--dtype", help="float32, bfloat16 or float16."),
     compile_: bool = flag(
         False,
         "--compile",
-        help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses, compiled before generating (tens of seconds per graph on a CPU); pays off only over many generations in one process, and says after how many tokens.",
+        help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify "
+        "widths the method uses, compiled before generating (tens of seconds per graph on a CPU); pays off only over "
+        "many generations in one process, and says after how many tokens.",
     ),
     threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
     lean_draft: bool = flag(
         True,
         "--lean-draft/--no-lean-draft",
-        help="Run a Llama / Mistral / Qwen2 draft model on the lean backend (plain torch ops over a preallocated KV buffer; one prompt, eager); --no-lean-draft keeps Hugging Face's forward (env DRAFTVERIFY_LEAN_DRAFT=0 does the same).",
+        help="Run a Llama / Mistral / Qwen2 draft model on the lean backend (plain torch ops over a preallocated KV "
+        "buffer; one prompt, eager); --no-lean-draft keeps Hugging Face's forward (env DRAFTVERIFY_LEAN_DRAFT=0 does "
+        "the same).",
     ),
     as_json: bool = flag(False, "--json", help="Print one JSON object (text + stats) instead of streaming."),
     heal: Optional[bool] = flag(None, "--heal/--no-heal", help=HEAL_HELP),
     backend: str = flag(
         "hf",
         "--backend",
-        help='What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: pip install -e ".[llamacpp]"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only the target\'s logits.',
+        help="What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: "
+        'pip install -e ".[llamacpp]"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and '
+        "cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only "
+        "the target's logits.",
     ),
     draft_gguf: Optional[str] = flag(
         None,
         "--draft-gguf",
-        help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or bf16; the draft's precision changes which tokens it proposes, never the output.",
+        help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or "
+        "bf16; the draft's precision changes which tokens it proposes, never the output.",
     ),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
@@ -564,19 +575,24 @@ def serve(
         None,
         "--method",
         "-m",
-        help=f"One of: {', '.join(METHODS)}. Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else prompt_lookup. Batching (--max-batch > 1): every method but {one_row_methods()}, which serve one request at a time (a model draft with its own tokenizer runs as cross_tokenizer).",
+        help=f"One of: {', '.join(METHODS)}. Default: {ZOO_DEFAULT_METHOD} with --zoo, model with --draft, else "
+        f"prompt_lookup. Batching (--max-batch > 1): every method but {one_row_methods()}, which serve one request at "
+        "a time (a model draft with its own tokenizer runs as cross_tokenizer).",
     ),
     verifier: Optional[str] = flag(None, "--verifier", help="Override the method's verifier."),
     gamma: str = flag(
         str(DEFAULT_GAMMA),
         "--gamma",
-        help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token with max q <= T, default 0.4).",
+        help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8 for each step's number of rows; 0, no "
+        "draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token "
+        "with max q <= T, default 0.4).",
     ),
     dtype: str = flag("float32", "--dtype", help="float32, bfloat16 or float16."),
     compile_: bool = flag(
         False,
         "--compile",
-        help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify widths the method uses; the first requests pay the compilation (tens of seconds per graph on a CPU).",
+        help="Preallocated KV caches + torch.compile of the target and draft model (decoder-only), for the verify "
+        "widths the method uses; the first requests pay the compilation (tens of seconds per graph on a CPU).",
     ),
     threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch."),
     host: str = flag("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
@@ -596,7 +612,9 @@ def serve(
     max_batch: int = flag(
         8,
         "--max-batch",
-        help="Requests decoded together as one batch, whatever their sampling settings (each row keeps its own; a --verifier override batches only requests with equal settings); requests join and leave the batch between steps (1: one at a time).",
+        help="Requests decoded together as one batch, whatever their sampling settings (each row keeps its own; a "
+        "--verifier override batches only requests with equal settings); requests join and leave the batch between "
+        "steps (1: one at a time).",
     ),
     max_tokens_limit: Optional[int] = flag(
         None, "--max-tokens-limit", help="Largest max_tokens a request may ask for (default: the model's context)."
@@ -615,7 +633,8 @@ def serve(
     draft_gguf: Optional[str] = flag(
         None,
         "--draft-gguf",
-        help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or bf16; the draft's precision changes which tokens it proposes, never the output.",
+        help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or "
+        "bf16; the draft's precision changes which tokens it proposes, never the output.",
     ),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
@@ -714,12 +733,15 @@ def bench_batch(
     methods_: str = flag(
         "lookup_model",
         "--methods",
-        help=f"Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (methods that batch: every method but {one_row_methods()}), each at --gamma or at its own draft length: METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]').",
+        help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (methods that "
+        f"batch: every method but {one_row_methods()}), each at --gamma or at its own draft length: METHOD[auto], "
+        "METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]').",
     ),
     gamma: str = flag(
         str(DEFAULT_GAMMA),
         "--gamma",
-        help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; may choose 0, no draft), 'conf[=T]' or 'heuristic'.",
+        help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; "
+        "may choose 0, no draft), 'conf[=T]' or 'heuristic'.",
     ),
     batch_sizes: str = flag("1,2,4,8", "--batch-sizes"),
     prompts: str = flag("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
@@ -800,7 +822,8 @@ def bench(
     data_dir: Optional[Path] = flag(
         None,
         "--data-dir",
-        help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else the copies shipped with draftverify).",
+        help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else the copies shipped with "
+        "draftverify).",
     ),
     num_prompts: Optional[int] = flag(
         None, "--num-prompts", help="Prompts to run: the first N that fit the context (default 20; --quick 2)."
@@ -811,7 +834,8 @@ def bench(
     temperature: Optional[str] = flag(
         None,
         "--temperature",
-        help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling (default 0,1.0; --quick 0).",
+        help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling (default 0,1.0; "
+        "--quick 0).",
     ),
     zoo: Optional[str] = flag(
         None,
@@ -830,7 +854,9 @@ def bench(
     gamma: Optional[str] = flag(
         None,
         "--gamma",
-        help="Comma list of draft lengths: integers, 'auto', 'heuristic', 'conf[=T]' (auto's length as a cap, drafts ending at the draft model's first token with max q <= T, default 0.4) (default 2,3,4,5,6,8,auto; --quick 3,auto).",
+        help="Comma list of draft lengths: integers, 'auto', 'heuristic', 'conf[=T]' (auto's length as a cap, drafts "
+        "ending at the draft model's first token with max q <= T, default 0.4) (default 2,3,4,5,6,8,auto; --quick "
+        "3,auto).",
     ),
     early_exit_layers: Optional[str] = flag(
         None,
@@ -856,18 +882,22 @@ def bench(
     compile_: bool = flag(
         False,
         "--compile",
-        help="Our runners (ours_autoregressive and every method row) run the target and draft models compiled: preallocated KV cache + torch.compile per verify-width bucket; the warm-up compiles every width a runner uses (seconds recorded per runner), peers stay eager. Name the run apart, e.g. --name bench-humaneval-compiled.",
+        help="Our runners (ours_autoregressive and every method row) run the target and draft models compiled: "
+        "preallocated KV cache + torch.compile per verify-width bucket; the warm-up compiles every width a runner uses "
+        "(seconds recorded per runner), peers stay eager. Name the run apart, e.g. --name bench-humaneval-compiled.",
     ),
     out: Optional[Path] = flag(
         None,
         "--out",
-        help=f"Output folder for <name>.json, <name>.md and <name>-*.png (default {folders.SPEED}, with --cost-curve {folders.COST}).",
+        help=f"Output folder for <name>.json, <name>.md and <name>-*.png (default {folders.SPEED}, with --cost-curve "
+        f"{folders.COST}).",
     ),
     name: Optional[str] = flag(None, "--name", help="File stem (default bench-<prompts>[-quick])."),
     quick: bool = flag(
         False,
         "--quick",
-        help="Smoke test (about a minute on 2 CPU cores): every runner type once, greedy, 2 prompts, 8 tokens, gamma 3 (and auto once), no warm-up, BiTA with one mask token; each flag still overrides.",
+        help="Smoke test (about a minute on 2 CPU cores): every runner type once, greedy, 2 prompts, 8 tokens, gamma 3 "
+        "(and auto once), no warm-up, BiTA with one mask token; each flag still overrides.",
     ),
     plots: bool = flag(True, "--plots/--no-plots", help="Write the PNG plots."),
     progress: bool = flag(
@@ -878,7 +908,9 @@ def bench(
     cost_curve: bool = flag(
         False,
         "--cost-curve",
-        help="Instead: time one target forward scoring n tokens after a 120-token context, eager vs torch.compile, float32 vs bfloat16, with greedy equality rates (uses --zoo/--target, --threads, --num-prompts and --max-new-tokens for the equality check, --out, --name, --quick).",
+        help="Instead: time one target forward scoring n tokens after a 120-token context, eager vs torch.compile, "
+        "float32 vs bfloat16, with greedy equality rates (uses --zoo/--target, --threads, --num-prompts and "
+        "--max-new-tokens for the equality check, --out, --name, --quick).",
     ),
     cost_sizes: Optional[str] = flag(
         None,
@@ -888,7 +920,8 @@ def bench(
     cost_modes: Optional[str] = flag(
         None,
         "--cost-modes",
-        help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm (stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all).",
+        help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm "
+        "(stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all).",
     ),
     cost_repeats: Optional[int] = flag(
         None, "--cost-repeats", help="Timed calls per n for --cost-curve (default 20; --quick 2)."
@@ -896,12 +929,15 @@ def bench(
     backend: str = flag(
         "hf",
         "--backend",
-        help="Comma list of what runs our rows: hf, llamacpp (rows llamacpp:<row>: our loop on llama.cpp's kernels, the target converted to GGUF at --dtype, the draft at --draft-gguf, greedy only, '= baseline' against llama.cpp's own greedy row `llamacpp`), e.g. hf,llamacpp.",
+        help="Comma list of what runs our rows: hf, llamacpp (rows llamacpp:<row>: our loop on llama.cpp's kernels, "
+        "the target converted to GGUF at --dtype, the draft at --draft-gguf, greedy only, '= baseline' against "
+        "llama.cpp's own greedy row `llamacpp`), e.g. hf,llamacpp.",
     ),
     draft_gguf: Optional[str] = flag(
         None,
         "--draft-gguf",
-        help="The draft model's GGUF type in the llama.cpp rows (llamacpp:* and llamacpp_draft alike): q8_0 (default), f32, f16 or bf16.",
+        help="The draft model's GGUF type in the llama.cpp rows (llamacpp:* and llamacpp_draft alike): q8_0 (default), "
+        "f32, f16 or bf16.",
     ),
     options: Optional[dict[str, Any]] = None,  # the declared drafter options' flags (cli_flags.py)
 ) -> None:
@@ -1130,7 +1166,9 @@ def bita_report(
     bita: Optional[list[Path]] = flag(
         None,
         "--bita",
-        help="Adapter folder(s); the first drives the mode and mask tables and is the reference the prompts, prompt-count and mask-count tables compare the others with (same M and P / kind and M / kind and P) (default: the zoo's).",
+        help="Adapter folder(s); the first drives the mode and mask tables and is the reference the prompts, "
+        "prompt-count and mask-count tables compare the others with (same M and P / kind and M / kind and P) (default: "
+        "the zoo's).",
     ),
     prompts: int = flag(8, "--prompts", help="HumanEval prompts (the first N)."),
     new_tokens: int = flag(64, "--new-tokens"),
@@ -1195,7 +1233,8 @@ def bench_healing(
     methods_: str = flag(
         "lookup_model",
         "--methods",
-        help="Comma list of our methods that also run the published prompts, healing off and on, compared token for token with autoregressive ('' for none).",
+        help="Comma list of our methods that also run the published prompts, healing off and on, compared token for "
+        "token with autoregressive ('' for none).",
     ),
     num_prompts: int = flag(8, "--num-prompts", help="The first N HumanEval prompts that fit the context."),
     max_new_tokens: int = flag(128, "--max-new-tokens", "-n"),

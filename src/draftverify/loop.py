@@ -152,7 +152,8 @@ def _check_input(input_ids: torch.Tensor, max_new_tokens: int | list[int]) -> to
         input_ids = input_ids[None]
     if input_ids.dim() != 2 or input_ids.dtype not in (torch.long, torch.int32, torch.int64):
         raise DraftVerifyError(
-            f"input_ids must be integer token ids of shape [batch, length], got {tuple(input_ids.shape)} {input_ids.dtype}"
+            f"input_ids must be integer token ids of shape [batch, length], got {tuple(input_ids.shape)} "
+            f"{input_ids.dtype}"
         )
     if input_ids.shape[1] == 0:
         raise DraftVerifyError("the prompt is empty: give at least one token (e.g. the tokenizer's BOS token)")

@@ -30,7 +30,8 @@ def _find_layers(model: PreTrainedModel) -> tuple[nn.Module, str, str]:
             return body, layers_attr, count_attr
     raise DraftVerifyError(
         f"early_exit does not know where the decoder layers of {type(model).__name__} are; supported: "
-        "Llama-style (model.layers), GPT-2 style (transformer.h), GPT-NeoX (gpt_neox.layers), OPT (model.decoder.layers)"
+        "Llama-style (model.layers), GPT-2 style (transformer.h), GPT-NeoX (gpt_neox.layers), OPT "
+        "(model.decoder.layers)"
     )
 
 

@@ -1,4 +1,5 @@
-"""ModelDrafter: gamma tokens, BiLD fallback (alpha_FB), KV-cache bookkeeping on commit, q = the draft's (filtered) softmax."""
+"""ModelDrafter: gamma tokens, BiLD fallback (alpha_FB), KV-cache bookkeeping on commit, q = the draft's (filtered)
+softmax."""
 
 from __future__ import annotations
 

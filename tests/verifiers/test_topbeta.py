@@ -15,7 +15,8 @@ torch.set_num_threads(1)
 # ranks by logit: token 3 (5.0), token 0 (4.8), token 5 (4.1), token 1 (2.5), token 4 (1.0), token 2 (0.0)
 ROW = torch.tensor([4.8, 2.5, 0.0, 5.0, 1.0, 4.1], dtype=torch.float64)
 V = ROW.numel()
-# gaps to the top-1 (no tau below sits within 0.05 of one): token 3: 0, token 0: 0.2, token 5: 0.9, token 1: 2.5, token 4: 4.0, token 2: 5.0
+# gaps to the top-1 (no tau below sits within 0.05 of one): token 3: 0, token 0: 0.2, token 5: 0.9,
+# token 1: 2.5, token 4: 4.0, token 2: 5.0
 
 
 def _verify(verifier, drafts, logits=None, params=SamplingParams(), generator=None):

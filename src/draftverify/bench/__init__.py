@@ -4,10 +4,10 @@ same prompts, same token ids; speed, calls, alpha, Theorem 8 prediction, BiLD qu
     from draftverify.bench import BenchConfig, run_bench
     result = run_bench(BenchConfig(zoo="code", num_prompts=20))      # writes bench-humaneval.{json,md,png}
 
-Modules: config (options), runner_families (which rows exist), prompts (HumanEval / Spec-Bench, shipped in data/), models (loading), counting
-(forward hooks), runners (HF and ours), peers (other libraries' rows), ours (our rows from the method registry),
-lineup (all rows of a run), summary (aggregation, Theorem 8), quality (chrF), report (JSON, markdown), plots
-(PNG), environment (machine, versions), run (orchestration), folders (where each command writes).
+Modules: config (options), runner_families (which rows exist), prompts (HumanEval / Spec-Bench, shipped in data/),
+models (loading), counting (forward hooks), runners (HF and ours), peers (other libraries' rows), ours (our rows from
+the method registry), lineup (all rows of a run), summary (aggregation, Theorem 8), quality (chrF), report (JSON,
+markdown), plots (PNG), environment (machine, versions), run (orchestration), folders (where each command writes).
 
 The names below load on first use, so the command line reads bench.folders without importing torch.
 """

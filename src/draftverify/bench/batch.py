@@ -156,7 +156,8 @@ def markdown(results: list[BatchRow], meta: dict) -> str:
         "",
         f"Command: `{meta.get('command')}`",
         "",
-        f"Machine: {meta.get('machine', {}).get('cpu_model')}, torch threads {meta.get('versions', {}).get('torch_threads')}",
+        f"Machine: {meta.get('machine', {}).get('cpu_model')}, torch threads "
+        f"{meta.get('versions', {}).get('torch_threads')}",
         "",
         "| runner | B | new tokens | seconds | tokens/s | vs HF generate at B | target steps | mean gamma | "
         "rows = batch-1 AR text |",

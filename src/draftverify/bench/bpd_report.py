@@ -267,9 +267,10 @@ def markdown(result: dict, command: str) -> str:
         f"`{command}`",
         "",
         f"{result['num_heads']} heads (head 1 = the target), greedy, {result['new_tokens']} new tokens per prompt; top-"
-        f"{result['lattice_k']} lattice; n-gram: the zoo's order-{result['ngram_order']} table (stupid-backoff scores). "
-        f"alpha tuned on the first {result['tune_prompts']} prompts, figures on the other {result['report_prompts']}. "
-        "Block efficiency = tokens per target call (a count; no wall clock was measured for this report).",
+        f"{result['lattice_k']} lattice; n-gram: the zoo's order-{result['ngram_order']} table (stupid-backoff "
+        f"scores). alpha tuned on the first {result['tune_prompts']} prompts, figures on the other "
+        f"{result['report_prompts']}. Block efficiency = tokens per target call (a count; no wall clock was measured "
+        "for this report).",
         "",
         "## Block efficiency (Table 4, Figure 6)",
         "| drafts | tokens per target call | vs bpd |",
@@ -287,7 +288,8 @@ def markdown(result: dict, command: str) -> str:
         f"## Neural-rescored vs plain drafts, step by step (Table 5; alpha {result['tuned_neural_alpha']})",
         "At each step of the plain BPD run, both drafts continue the same text; a win keeps more tokens.",
         "",
-        "| steps | ties | wins | losses | % repair (wins that removed a repetition) | % regress (losses that added one) |",
+        "| steps | ties | wins | losses | % repair (wins that removed a repetition) "
+        "| % regress (losses that added one) |",
         "|---|---|---|---|---|---|",
         f"| {steps} | {100 * duel['tie'] / steps:.1f}% | {100 * duel['win'] / steps:.1f}% | "
         f"{100 * duel['loss'] / steps:.1f}% | {100 * duel['repair'] / max(duel['win'], 1):.1f}% | "

@@ -5,9 +5,9 @@ assumes it costs the same), and how much more depends on how the forward is run.
 same context with a Hugging Face StaticCache (the position-indexed cache a compiled engine uses), so the only
 difference is the mode: eager or `torch.compile` (fullgraph, one static graph per width n, inductor freezing:
 weights folded as constants and prepacked), in float32 or bfloat16. Eager float32 scores few rows in the W @ x.T
-layout as the engine does (few_row_linear); `eager-float32-gemm` is the same forward with torch's stock F.linear. Greedy decoding in each mode is compared
-with float32 eager token for token, because bfloat16 (and a different kernel order) may flip near-ties: the
-fast modes report their equality rate instead of assuming it.
+layout as the engine does (few_row_linear); `eager-float32-gemm` is the same forward with torch's stock F.linear.
+Greedy decoding in each mode is compared with float32 eager token for token, because bfloat16 (and a different kernel
+order) may flip near-ties: the fast modes report their equality rate instead of assuming it.
 """
 
 from __future__ import annotations

@@ -210,9 +210,9 @@ def render_markdown(result: dict) -> str:
             "",
             f"{len(result['prompts'])} prompts ({result['prompts'][0]} ...), up to {cfg['max_new_tokens']} new tokens, "
             f"greedy. {result['date']}; {machine['cpu_model']} ({machine['usable_cores']} cores, torch threads "
-            f"{cfg['threads']}, load average {load_avg[0]:.1f}); python {versions['python']}, torch {versions['torch']}, "
-            f"transformers {versions['transformers']}, draftverify {versions['draftverify']}, commit "
-            f"{(versions.get('git_commit') or 'unknown')[:12]}.",
+            f"{cfg['threads']}, load average {load_avg[0]:.1f}); python {versions['python']}, torch "
+            f"{versions['torch']}, transformers {versions['transformers']}, draftverify {versions['draftverify']}, "
+            f"commit {(versions.get('git_commit') or 'unknown')[:12]}.",
             "",
             "Reproduce (from the repository root):",
             "",
@@ -221,17 +221,18 @@ def render_markdown(result: dict) -> str:
             "```",
             "",
             "How to read: **trimmed** prompts end where HumanEval's docstring ends (their final newline removed: what "
-            "`draftverify bench` feeds every runner, so HF generate and llama.cpp, which do not heal, stay comparable); "
-            '**published** prompts end in a bare "\\n", a state the byte-level BPE (which merges "\\n" with the next '
-            "line's indentation) never produces in training text. **healing on**: the prompt is backed up over its last "
-            "token and the first new token must start with that token's text (healing.py); the completion is scored "
-            "relative to the prompt as given. **prompts healed**: prompts whose last token had longer extensions "
-            "(else healing is a no-op). **first token changed**: healed prompts whose first new token is a longer "
-            "extension, not the removed token itself (healing changed the tokenization at the boundary). **chrF ref**: corpus chrF of the completions (cut at HumanEval's stop "
-            "sequences) against the canonical solutions, as the main bench's column of that name. "
-            "**= autoregressive**: prompts whose tokens equal `autoregressive`'s under the same prompt form and "
-            "healing (a lossless method must match on all: healed vs healed). Healing costs one prompt token less "
-            "and one masked logit row; the JSON holds each row's seconds (on a shared machine: not a speed claim).",
+            "`draftverify bench` feeds every runner, so HF generate and llama.cpp, which do not heal, stay "
+            'comparable); **published** prompts end in a bare "\\n", a state the byte-level BPE (which merges "\\n" '
+            "with the next line's indentation) never produces in training text. **healing on**: the prompt is backed "
+            "up over its last token and the first new token must start with that token's text (healing.py); the "
+            "completion is scored relative to the prompt as given. **prompts healed**: prompts whose last token had "
+            "longer extensions (else healing is a no-op). **first token changed**: healed prompts whose first new "
+            "token is a longer extension, not the removed token itself (healing changed the tokenization at the "
+            "boundary). **chrF ref**: corpus chrF of the completions (cut at HumanEval's stop sequences) against the "
+            "canonical solutions, as the main bench's column of that name. **= autoregressive**: prompts whose tokens "
+            "equal `autoregressive`'s under the same prompt form and healing (a lossless method must match on all: "
+            "healed vs healed). Healing costs one prompt token less and one masked logit row; the JSON holds each "
+            "row's seconds (on a shared machine: not a speed claim).",
             "",
             table(result["rows"]),
             "",

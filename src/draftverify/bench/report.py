@@ -171,10 +171,12 @@ def render_markdown(result: dict) -> str:
         f"**c** = seconds per drafter run / seconds per single-token target forward "
         f"(Leviathan Definition 7; our timers, the single-token forward from `{OURS_BASELINE}`; model-free drafters: "
         "per drafted position). **verify cost** = seconds per verification forward over gamma+1 tokens / seconds "
-        "per single-token forward: Theorem 8 assumes 1x (parallel hardware), a CPU pays more; **pred. w/ verify cost** = `theory.walltime_factor(alpha, gamma, c, verify_cost)`, Theorem 8 with that measured cost. **Thm 8 pred.** = `theory.walltime_factor(alpha, gamma, c)` "
-        f"(gamma: the fixed gamma, else the mean draft length); **achieved** = tok/s over `{OURS_BASELINE}`, the "
-        "same loop without drafting. **chrF ref**: completion (cut at HumanEval's stop sequences) against the "
-        "reference solution; **chrF greedy**: against the target's own greedy output.",
+        "per single-token forward: Theorem 8 assumes 1x (parallel hardware), a CPU pays more; **pred. w/ verify cost** "
+        "= `theory.walltime_factor(alpha, gamma, c, verify_cost)`, Theorem 8 with that measured cost. **Thm 8 pred.** "
+        "= `theory.walltime_factor(alpha, gamma, c)` (gamma: the fixed gamma, else the mean draft length); "
+        f"**achieved** = tok/s over `{OURS_BASELINE}`, the same loop without drafting. **chrF ref**: completion (cut "
+        "at HumanEval's stop sequences) against the reference solution; **chrF greedy**: against the target's own "
+        "greedy output.",
         "",
     ]
     for t in cfg["temperatures"]:

@@ -124,7 +124,8 @@ def _row(
         row["equal_to_baseline"] = sum(same) / len(same)
     else:
         row["equal_to_baseline"] = None
-    # Theorem 8 (ours, with a chain drafter; trees are outside its model): measured alpha and c -> predicted factor over the same loop without drafting.
+    # Theorem 8 (ours, with a chain drafter; trees are outside its model): measured alpha and c -> predicted factor
+    # over the same loop without drafting.
     # verify_cost = seconds per verification forward (gamma+1 tokens) / seconds per single-token forward: Theorem 8
     # assumes 1 (parallel hardware); on a CPU it is larger, and that is most of any gap to the prediction.
     row.update(

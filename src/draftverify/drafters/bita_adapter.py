@@ -121,8 +121,9 @@ class BitaAdapter(nn.Module):
         found = lm_head_fingerprint(target.get_output_embeddings())
         if found != self.config.target_fingerprint:
             raise DraftVerifyError(
-                f"the BiTA adapter was trained for another target (LM head fingerprint {self.config.target_fingerprint}, "
-                f"this target's is {found}); train one for it with `draftverify train bita`"
+                "the BiTA adapter was trained for another target (LM head fingerprint "
+                f"{self.config.target_fingerprint}, this target's is {found}); train one for it with "
+                "`draftverify train bita`"
             )
 
     def save(self, folder: str | Path, metadata: dict | None = None) -> Path:

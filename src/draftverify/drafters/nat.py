@@ -262,8 +262,9 @@ class NatDecoder(nn.Module):
         found = embedding_fingerprint(target.input_embeddings)
         if found != self.config.target_fingerprint:
             raise DraftVerifyError(
-                f"the NAT drafter was trained for another target (embedding fingerprint {self.config.target_fingerprint}"
-                f", this target's is {found}); train one for it with `draftverify train nat`"
+                "the NAT drafter was trained for another target (embedding fingerprint "
+                f"{self.config.target_fingerprint}, this target's is {found}); train one for it with "
+                "`draftverify train nat`"
             )
 
     def save(self, folder: str | Path, metadata: dict | None = None) -> Path:

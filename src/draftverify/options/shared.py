@@ -1,6 +1,6 @@
 """Settings that belong to no single drafter: the draft model, the tokenizers and compile (load() and Pipeline fill
-them from draft=, the models and compile=; plain fields, so no flag of their own), and the thresholds of BiLD and the verifiers, which several
-methods read (flags of `generate` and `serve`; `bench` sweeps BiLD's as grids of its own)."""
+them from draft=, the models and compile=; plain fields, so no flag of their own), and the thresholds of BiLD and the
+verifiers, which several methods read (flags of `generate` and `serve`; `bench` sweeps BiLD's as grids of its own)."""
 
 from __future__ import annotations
 

@@ -280,7 +280,8 @@ target's {info["target_parameters"]:,}), fp16 ({info["bytes"]:,} bytes). Use: `d
 --method bita` (efficient tree), `bita_tree` (full top-k tree), `bita_chain` (straightforward).
 
 ## Data
-Prompts: {info["prompt_source"]}; {info["num_train"]} prompts of {info["min_prompt_tokens"]}..{info["max_prompt_tokens"]}
+Prompts: {info["prompt_source"]}; {info["num_train"]} prompts of \
+{info["min_prompt_tokens"]}..{info["max_prompt_tokens"]}
 tokens from the *train* split, held out: {info["eval_prompts"]} from the *val* split. Labels: the target's own
 greedy continuations (up to {info["new_tokens"]} tokens, generated {info["gen_batch"]} prompts at a time).
 

@@ -81,7 +81,8 @@ def early_exit_card(info: dict) -> str:
         "tags: [draftverify, code, python, llama, speculative-decoding, bild, early-exit]",
         "---",
         "",
-        f"# draftverify code target with an early exit at layer {info['layer']} ({info['params'] / 1e6:.2f}M parameters)",
+        f"# draftverify code target with an early exit at layer {info['layer']} ({info['params'] / 1e6:.2f}M "
+        "parameters)",
         "",
         f"`{info['target']}` fine-tuned by `draftverify train early-exit` with BiLD's averaged loss (Kim et al., "
         f"Big Little Decoder, section 4.4): the mean of the last layer's next-token loss and layer "

@@ -123,7 +123,8 @@ def batched_continuations(
                     bar.update(len(chunk))
                 else:
                     log(
-                        f"{desc}: {len(records)}/{len(prompts)} prompts | {made / max(time.time() - t0, 1e-9):.0f} tok/s"
+                        f"{desc}: {len(records)}/{len(prompts)} prompts | {made / max(time.time() - t0, 1e-9):.0f} "
+                        "tok/s"
                     )
     finally:
         if bar is not None:

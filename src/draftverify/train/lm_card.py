@@ -50,10 +50,11 @@ def model_card(info: dict) -> str:
         "## Data",
         "",
         f"- Corpus: the `.py` files of the CPython {info['python_version']} standard library "
-        f"(excluding `site-packages` / `dist-packages`), as listed in `{info.get('manifest', 'zoo/code/manifest.json')}`.",
+        "(excluding `site-packages` / `dist-packages`), as listed in "
+        f"`{info.get('manifest', 'zoo/code/manifest.json')}`.",
         f"- Files: {cnt.get('train', 0) + cnt.get('val', 0)} "
-        f"({cnt.get('train', 0)} train / {cnt.get('val', 0)} held-out validation; split by file via a hash of the path), "
-        f"{info['manifest_skipped']} non-UTF-8/empty files skipped.",
+        f"({cnt.get('train', 0)} train / {cnt.get('val', 0)} held-out validation; split by file via a hash of the "
+        f"path), {info['manifest_skipped']} non-UTF-8/empty files skipped.",
         f"- Manifest hash (sha256 of the file list): `{info['manifest_hash']}`",
         f"- Tokens: {info['train_tokens']:,} train / {info['val_tokens']:,} validation "
         f"(tokenizer sha256 `{info['tokenizer_hash'][:16]}`, byte-level BPE, vocab {cfg['vocab_size']}, "
@@ -84,8 +85,8 @@ def model_card(info: dict) -> str:
         f"- Training time: {info['elapsed'] / 60:.1f} min on {info['threads']} CPU thread(s) "
         f"({info['cpu']}), {info['tokens_per_s']:.0f} tokens/s average.",
         f"- Initialised from: {info['init_from'] or 'random init'}; resumed {info['resumes']} time(s) from checkpoint.",
-        f"- Final held-out loss: {info['val_loss']:.4f} nats/token (perplexity {math.exp(min(info['val_loss'], 50)):.2f}) "
-        f"on {info['val_windows']} fixed windows of the validation split.",
+        f"- Final held-out loss: {info['val_loss']:.4f} nats/token (perplexity "
+        f"{math.exp(min(info['val_loss'], 50)):.2f}) on {info['val_windows']} fixed windows of the validation split.",
         *_early_exit_lines(info.get("early_exit")),
         f"- Software: torch {info['torch']}, transformers {info['transformers']}, Python {platform.python_version()}.",
         "",

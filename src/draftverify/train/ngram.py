@@ -440,6 +440,7 @@ def build(opts: NgramOptions, log: Callable[[str], None] = print) -> dict:
     summary["bytes"] = size
     summary["seconds_total"] = round(time.perf_counter() - t0, 3)
     log(
-        f"wrote {opts.out}: {size / 1e6:.2f} MB ({counts.n_contexts:,} contexts) in {summary['seconds_total']:.1f}s total"
+        f"wrote {opts.out}: {size / 1e6:.2f} MB ({counts.n_contexts:,} contexts) in {summary['seconds_total']:.1f}s "
+        "total"
     )
     return summary

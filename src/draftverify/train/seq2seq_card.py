@@ -87,8 +87,9 @@ def model_card(report: dict) -> str:
         "## Model",
         "",
         f"- Parameters: {report['params']:,}; d_model {cfg['d_model']}, encoder layers {cfg['encoder_layers']}, "
-        f"decoder layers {cfg['decoder_layers']}, heads {cfg['encoder_attention_heads']}, FFN {cfg['encoder_ffn_dim']}, "
-        "one embedding matrix shared by encoder, decoder and output layer, sinusoidal positions.",
+        f"decoder layers {cfg['decoder_layers']}, heads {cfg['encoder_attention_heads']}, FFN "
+        f"{cfg['encoder_ffn_dim']}, one embedding matrix shared by encoder, decoder and output layer, sinusoidal "
+        "positions.",
         "- Weights exported in float16 (safetensors); trained in "
         + ("bf16 autocast (fp32 master weights)" if report["bf16"] else "float32")
         + " on CPU.",
@@ -101,8 +102,8 @@ def model_card(report: dict) -> str:
         "",
         f"- Batches of at most {report['max_tokens']:,} padded tokens, AdamW (betas {tuple(report['betas'])}, weight "
         f"decay {report['weight_decay']}), peak LR {report['lr']}, {report['warmup_steps']} warmup steps, cosine "
-        f"decay to {report['min_lr_ratio']}x, label smoothing {report['label_smoothing']}, dropout {report['dropout']}, "
-        f"grad clip {report['grad_clip']}, seed {report['seed']}.",
+        f"decay to {report['min_lr_ratio']}x, label smoothing {report['label_smoothing']}, dropout "
+        f"{report['dropout']}, grad clip {report['grad_clip']}, seed {report['seed']}.",
         f"- Steps: {report['step']:,}; {report['epochs']:.1f} epochs ({report['tokens_seen']:,} target tokens).",
         f"- Training time: {report['elapsed'] / 60:.1f} min on {report['threads']} CPU thread(s) ({report['cpu']}); "
         f"resumed {report['resumes']} time(s).",
@@ -139,10 +140,10 @@ def nat_card(info: dict) -> str:
         "",
         "SpecDec's non-autoregressive drafter (Xia et al., section 3.1) for the zoo's translation target: given the "
         f"source and the accepted prefix it predicts up to k = {info['block_size']} tokens in one forward pass (the "
-        "prefix then k - 1 mask slots, bidirectional attention over all of them). It reads the target's encoder states, embedding matrix and "
-        "output layer (frozen, not stored here), so it only works with that target (embedding fingerprint "
-        f"`{info['target_fingerprint']}`). Methods: `specdec` (greedy verification: exactly the target's greedy "
-        "translation) and `specdec++_nat` (top-beta / tau).",
+        "prefix then k - 1 mask slots, bidirectional attention over all of them). It reads the target's encoder "
+        "states, embedding matrix and output layer (frozen, not stored here), so it only works with that target "
+        f"(embedding fingerprint `{info['target_fingerprint']}`). Methods: `specdec` (greedy verification: exactly the "
+        "target's greedy translation) and `specdec++_nat` (top-beta / tau).",
         "",
         "## Data and terms",
         "",
@@ -152,9 +153,9 @@ def nat_card(info: dict) -> str:
         "",
         "## Model and training",
         "",
-        f"- {info['layers']} decoder layers, d_model {info['hidden_size']}, {info['heads']} heads, FFN {info['ffn_size']}, "
-        f"learned positions (at most {info['max_positions']}), a learned [MASK] vector; post-LN layers started from "
-        "the target's own decoder layers and positions (`NatDecoder.for_target`).",
+        f"- {info['layers']} decoder layers, d_model {info['hidden_size']}, {info['heads']} heads, FFN "
+        f"{info['ffn_size']}, learned positions (at most {info['max_positions']}), a learned [MASK] vector; post-LN "
+        "layers started from the target's own decoder layers and positions (`NatDecoder.for_target`).",
         f"- Random prefix cut points, k drawn from 1..{info['block_size']} per batch, glancing "
         f"{'(ratio ' + ' -> '.join(map(str, t['glancing'])) + ')' if t['glancing'] else 'off'}.",
         "",

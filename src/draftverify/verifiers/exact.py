@@ -1,8 +1,8 @@
 """The lossless rule for the sampling settings and the draft's shape, chosen per step.
 
 Greedy at temperature 0, Gumbel-max coupling when sampling is coupled (seeded, by default: the text is then the
-same for every method and draft length), speculative sampling otherwise; for a token tree, their tree versions. One object
-serves a whole generation, so a method can be named "exact" without knowing whether its drafter proposes
+same for every method and draft length), speculative sampling otherwise; for a token tree, their tree versions. One
+object serves a whole generation, so a method can be named "exact" without knowing whether its drafter proposes
 chains or trees (a drafter may even switch, e.g. to a chain when it has only one candidate).
 """
 
