@@ -34,3 +34,11 @@ def test_bench_overhead_reports_each_methods_shares(model_dir, tmp_path):  # noq
     for row in rows.values():
         assert 0 < row["overhead"] < 100 and abs(row["overhead"] - row["verify"] - row["other"]) < 1e-6
     assert "| model | 6 |" in (tmp_path / "loop-overhead.md").read_text()
+
+
+def test_the_bench_commands_refuse_a_thread_count_below_one():
+    for command in ("bench-overhead", "bench-rounds", "bench-cold-start", "bench-ab"):
+        args = [command, "--threads", "0"] + (["--vary", "gamma=2,4"] if command == "bench-ab" else [])
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, (command, result.output)
+        assert "--threads" in result.output

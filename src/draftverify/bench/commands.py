@@ -93,7 +93,7 @@ def bench_ab(
     warmup_tokens: int = typer.Option(
         32, "--warmup-tokens", help="Tokens of one warm-up generation per setting (0: none)."
     ),
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (and llama.cpp)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads for torch (and llama.cpp)."),
     check_text: bool = typer.Option(
         True,
         "--check-text/--no-check-text",
@@ -162,7 +162,7 @@ def bench_rounds(
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", help="Folder holding humaneval/ (default: the shipped copy)."
     ),
-    threads: Optional[int] = typer.Option(2, "--threads"),
+    threads: Optional[int] = typer.Option(2, "--threads", min=1),
     out: Path = typer.Option(folders.SPEED, "--out", help="Folder of NAME.json and NAME.md."),
     name: str = typer.Option("bench-rounds", "--name", help="File stem."),
 ) -> None:
@@ -206,7 +206,7 @@ def bench_cold_start(
     runs: int = typer.Option(5, "--runs", help="Fresh processes per configuration and prompt."),
     prompts: int = typer.Option(2, "--prompts", help="How many of the two built-in prompts."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
-    threads: int = typer.Option(2, "--threads"),
+    threads: int = typer.Option(2, "--threads", min=1),
     zoo: str = typer.Option("code", "--zoo"),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model, with --target."),
@@ -236,7 +236,7 @@ def bench_overhead(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
-    threads: Optional[int] = typer.Option(1, "--threads"),
+    threads: Optional[int] = typer.Option(1, "--threads", min=1),
     out: Path = typer.Option(folders.COST, "--out", help="Folder of NAME.json and NAME.md."),
     name: str = typer.Option("loop-overhead", "--name", help="File stem."),
 ) -> None:
