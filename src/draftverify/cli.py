@@ -744,7 +744,13 @@ def bench_batch(
         "may choose 0, no draft), 'conf[=T]' or 'heuristic'.",
     ),
     batch_sizes: str = flag("1,2,4,8", "--batch-sizes"),
-    prompts: str = flag("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
+    prompts: str = flag(
+        "humaneval",
+        "--prompts",
+        help="humaneval, spec_bench, spec_bench:<category>,"
+        " or your own prompts: a .jsonl file whose records have a 'prompt' field,"
+        " or a text file with one prompt per line.",
+    ),
     data_dir: Optional[Path] = flag(None, "--data-dir"),
     num_prompts: int = flag(16, "--num-prompts", help="Prompts decoded at every batch size (at least the largest B)."),
     max_new_tokens: int = flag(128, "--max-new-tokens", "-n"),
@@ -817,7 +823,9 @@ def bench(
     prompts: str = flag(
         "humaneval",
         "--prompts",
-        help="humaneval, spec_bench or spec_bench:<category> (e.g. spec_bench:translation, spec_bench:mt_bench).",
+        help="humaneval, spec_bench, spec_bench:<category> (e.g. spec_bench:translation, spec_bench:mt_bench),"
+        " or your own prompts: a .jsonl file whose records have a 'prompt' field,"
+        " or a text file with one prompt per line.",
     ),
     data_dir: Optional[Path] = flag(
         None,

@@ -78,7 +78,13 @@ def bench_ab(
         "code", "--zoo", help="Shipped model set (its target; its draft for methods that take one)."
     ),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
-    prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench or spec_bench:<category>."),
+    prompts: str = typer.Option(
+        "humaneval",
+        "--prompts",
+        help="humaneval, spec_bench, spec_bench:<category>,"
+        " or your own prompts: a .jsonl file whose records have a 'prompt' field,"
+        " or a text file with one prompt per line.",
+    ),
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", help="Folder holding the prompt sets (default: the shipped copies)."
     ),

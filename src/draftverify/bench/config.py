@@ -10,6 +10,7 @@ from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
 from ..options import check_files, check_names
 from .folders import SPEED
+from .prompts import prompt_set_name
 from .runner_families import BASELINES, families
 
 # an integer >= 1, "auto" (Theorem 8 online), "heuristic" (Hugging Face's +2/-1) or "conf[=T]" (auto's length as a
@@ -31,7 +32,7 @@ DEFAULT_ZOO = "code"  # what `draftverify bench` measures when given no models, 
 class BenchConfig:
     """None means "the default for this mode" (full run or --quick); see resolved()."""
 
-    prompts: str = "humaneval"  # humaneval | spec_bench | spec_bench:<category>
+    prompts: str = "humaneval"  # humaneval | spec_bench | spec_bench:<category> | a prompt file (.jsonl or text)
     data_dir: str | Path | None = None  # default $DRAFTVERIFY_DATA, else the copies shipped in the package
     num_prompts: int | None = None  # 20 (quick: 2)
     max_new_tokens: int | None = None  # 128 (quick: 8)
@@ -99,7 +100,7 @@ class BenchConfig:
 
             cfg.draft_gguf = DEFAULT_DRAFT_GGUF
         if cfg.name is None:
-            cfg.name = "bench-" + cfg.prompts.replace(":", "-") + ("-quick" if quick else "")
+            cfg.name = "bench-" + prompt_set_name(cfg.prompts) + ("-quick" if quick else "")
         cfg.validate()
         return cfg
 

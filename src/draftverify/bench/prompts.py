@@ -132,22 +132,64 @@ def load_multi30k(data_dir: Path, split: str = MULTI30K_TEST) -> list[Prompt]:
     return [Prompt(id=f"multi30k/{split}/{i}", text=en, reference=de) for i, (en, de) in enumerate(zip(*sides))]
 
 
+PROMPT_SETS = ("humaneval", "spec_bench", "multi30k")  # the named sets; any other spec is a file of the user's
+
+
 def load_prompts(spec: str, data_dir: str | Path | None = None) -> list[Prompt]:
     """spec: 'humaneval' (prompts trimmed of their final newline), 'humaneval:published' (as published),
     'spec_bench' (every category), 'spec_bench:<category>' (or 'spec_bench:mt_bench'), 'multi30k'
-    (test_2016_flickr) or 'multi30k:<split>'."""
+    (test_2016_flickr), 'multi30k:<split>', or the path of the user's own prompts (load_prompt_file)."""
     folder = Path(data_dir) if data_dir is not None else default_data_dir()
     name, _, category = spec.partition(":")
+    if name not in PROMPT_SETS:
+        return load_prompt_file(Path(spec))
     if name == "humaneval" and category in ("", "published"):
         return load_humaneval(folder, published=category == "published")
     if name == "spec_bench":
         return load_spec_bench(folder, category or None)
     if name == "multi30k":
         return load_multi30k(folder, category or MULTI30K_TEST)
-    raise DraftVerifyError(
-        f"unknown prompt set {spec!r}; use humaneval, humaneval:published, spec_bench, "
-        "spec_bench:<category>, multi30k or multi30k:<split>"
-    )
+    raise DraftVerifyError(f"unknown prompt set {spec!r}; use humaneval or humaneval:published")
+
+
+def load_prompt_file(path: Path) -> list[Prompt]:
+    """The user's own prompts: a JSONL file (.jsonl or .jsonl.gz) whose records hold a 'prompt' string (and
+    optionally an 'id' and a 'reference'), or a text file with one prompt per non-empty line."""
+    if not path.is_file():
+        raise DraftVerifyError(
+            f"--prompts {path}: not a prompt set ({', '.join(PROMPT_SETS)}) and no such file; give a .jsonl file "
+            "whose records have a 'prompt' field, or a text file with one prompt per line"
+        )
+    if path.name.endswith((".jsonl", ".jsonl.gz")):
+        prompts = []
+        for i, row in enumerate(_read_jsonl(path)):
+            text = row.get("prompt") if isinstance(row, dict) else None
+            if not isinstance(text, str) or not text:
+                raise DraftVerifyError(f"{path}: record {i} has no non-empty 'prompt' string")
+            reference = row.get("reference")
+            prompts.append(
+                Prompt(
+                    id=str(row.get("id", f"{path.stem}/{i}")),
+                    text=text,
+                    reference=reference if isinstance(reference, str) else None,
+                )
+            )
+    else:
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise DraftVerifyError(f"{path} is not UTF-8 text: give one prompt per line, or a .jsonl file") from None
+        prompts = [Prompt(id=f"{path.stem}/{i}", text=line) for i, line in enumerate(lines) if line.strip()]
+    if not prompts:
+        raise DraftVerifyError(f"{path} holds no prompt")
+    return prompts
+
+
+def prompt_set_name(spec: str) -> str:
+    """The prompt set's name in file names: 'spec_bench-coding', or a prompt file's stem."""
+    if spec.partition(":")[0] in PROMPT_SETS:
+        return spec.replace(":", "-")
+    return Path(spec).name.removesuffix(".gz").rsplit(".", 1)[0] or "prompts"
 
 
 def truncate_at_stops(text: str, stops: tuple[str, ...]) -> str:
