@@ -19,10 +19,10 @@ from draftverify.drafters import (
     PromptLookupDrafter,
 )
 from draftverify.drafters.base import Drafter
-from draftverify.drafters.early_exit import shallow_view
 from draftverify.drafters.extra_positions import ExtraPositionsTarget, VerifyExtras
 from draftverify.methods import MethodOptions, build_verifier
 from draftverify.sampling import gumbel_argmax, gumbel_noise, probs_from_logits
+from draftverify.shallow_view import shallow_view
 from draftverify.tree import TreeSpec
 from draftverify.types import Draft
 from draftverify.verifiers import (

@@ -10,7 +10,6 @@ from torch import nn
 
 from ..backends.base import LMBackend, require_modules
 from ..backends.registry import as_backend
-from ..shallow_view import shallow_view  # noqa: F401  (the hf backend's view, importable from here as before)
 from .model import ModelDrafter
 
 
