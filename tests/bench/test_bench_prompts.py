@@ -58,6 +58,8 @@ def test_unknown_spec_bench_category_lists_the_categories(data_dir):
 def test_a_name_that_is_neither_a_prompt_set_nor_a_file_is_an_error(data_dir):
     with pytest.raises(DraftVerifyError, match="--prompts mbpp: not a prompt set .* and no such file"):
         load_prompts("mbpp", data_dir)
+    with pytest.raises(DraftVerifyError, match="--prompts is empty"):
+        load_prompts(" ", data_dir)
     with pytest.raises(DraftVerifyError, match="unknown prompt set 'humaneval:plus'"):
         load_prompts("humaneval:plus", data_dir)
 

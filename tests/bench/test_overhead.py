@@ -42,3 +42,11 @@ def test_the_bench_commands_refuse_a_thread_count_below_one():
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 2, (command, result.output)
         assert "--threads" in result.output
+
+
+def test_the_bench_commands_refuse_no_prompts_and_no_tokens():
+    for command, extra in (("bench-samples", []), ("bench-rounds", []), ("bench-ab", ["--vary", "gamma=2,4"])):
+        for flag in ("--num-prompts", "--max-new-tokens"):
+            result = CliRunner().invoke(app, [command, flag, "0", *extra])
+            assert result.exit_code == 2, (command, flag, result.output)
+            assert flag in result.output

@@ -93,9 +93,9 @@ def bench_ab(
         "--first",
         help="First prompt: a choice made on the bench's prompts (0-7) can be checked on others, e.g. --first 100.",
     ),
-    num_prompts: int = typer.Option(8, "--num-prompts"),
+    num_prompts: int = typer.Option(8, "--num-prompts", min=1),
     rounds: int = typer.Option(3, "--rounds", help="Rounds over the prompts; ratios are medians over rounds."),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n", min=1),
     warmup_tokens: int = typer.Option(
         32, "--warmup-tokens", help="Tokens of one warm-up generation per setting (0: none)."
     ),
@@ -153,8 +153,8 @@ def bench_rounds(
         "them.",
     ),
     rounds: int = typer.Option(5, "--rounds"),
-    num_prompts: int = typer.Option(8, "--num-prompts"),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
+    num_prompts: int = typer.Option(8, "--num-prompts", min=1),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n", min=1),
     gamma: str = typer.Option(
         "conf,conf=0.9",
         "--gamma",
@@ -211,7 +211,7 @@ def bench_cold_start(
     ),
     runs: int = typer.Option(5, "--runs", help="Fresh processes per configuration and prompt."),
     prompts: int = typer.Option(2, "--prompts", help="How many of the two built-in prompts."),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n", min=1),
     threads: int = typer.Option(2, "--threads", min=1),
     zoo: str = typer.Option("code", "--zoo"),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
@@ -241,7 +241,7 @@ def bench_overhead(
     zoo: str = typer.Option("code", "--zoo"),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d"),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n", min=1),
     threads: Optional[int] = typer.Option(1, "--threads", min=1),
     out: Path = typer.Option(folders.COST, "--out", help="Folder of NAME.json and NAME.md."),
     name: str = typer.Option("loop-overhead", "--name", help="File stem."),
@@ -259,8 +259,8 @@ def bench_overhead(
 
 def bench_samples(
     ctx: typer.Context,
-    num_prompts: int = typer.Option(12, "--num-prompts"),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n"),
+    num_prompts: int = typer.Option(12, "--num-prompts", min=1),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n", min=1),
     zoo: str = typer.Option("code", "--zoo"),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
     data_dir: Optional[Path] = typer.Option(

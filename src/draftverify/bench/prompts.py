@@ -141,6 +141,8 @@ def load_prompts(spec: str, data_dir: str | Path | None = None) -> list[Prompt]:
     (test_2016_flickr), 'multi30k:<split>', or the path of the user's own prompts (load_prompt_file)."""
     folder = Path(data_dir) if data_dir is not None else default_data_dir()
     name, _, category = spec.partition(":")
+    if not spec.strip():
+        raise DraftVerifyError(f"--prompts is empty; give one of {', '.join(PROMPT_SETS)} or a prompt file")
     if name not in PROMPT_SETS:
         return load_prompt_file(Path(spec))
     if name == "humaneval" and category in ("", "published"):
