@@ -37,6 +37,7 @@ LOSSLESS_FAMILIES = (
     "model_tree",
     "model_tree_aligned",
     "prompt_lookup_tree",
+    "suffix",
     "cross_tokenizer",
     "cross_tokenizer_aligned",
 )
