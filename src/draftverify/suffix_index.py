@@ -51,7 +51,7 @@ class Node:
 
 
 class SuffixIndex:
-    def __init__(self, min_match: int = 1, max_match: int = 8, max_tokens: int = 65536):
+    def __init__(self, min_match: int = 1, max_match: int = 8, max_tokens: int = 16384):
         if not (1 <= min_match <= max_match):
             raise DraftVerifyError(f"the suffix index needs 1 <= min_match <= max_match, got {min_match}, {max_match}")
         if max_tokens < 1:

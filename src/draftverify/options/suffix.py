@@ -14,9 +14,10 @@ class SuffixOptions:
     suffix_max_match: int = option(8, "--suffix-max-match", "Longest end of the context matched against the cache.")
     suffix_min_match: int = option(1, "--suffix-min-match", "Shortest match that drafts.")
     suffix_cache_tokens: int = option(
-        65536,
+        16384,
         "--suffix-cache-tokens",
-        "Tokens of prompts and outputs the cache keeps across requests (the oldest requests leave first).",
+        "Tokens of prompts and outputs the cache keeps across requests (the oldest requests leave first); its "
+        "memory grows by one entry per matched context length for each token.",
     )
     suffix_min_prob: float = option(
         0.1,
