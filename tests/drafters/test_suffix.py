@@ -10,7 +10,7 @@ from conftest import ALL_ARCHS, CAUSAL_ARCHS, reference_greedy, varied_model
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import PromptLookupDrafter, SuffixDrafter
 from draftverify.methods import MethodOptions, build_drafter, build_verifier
-from draftverify.types import DecodingState
+from draftverify.types import DecodingState, RowRequest
 
 torch.set_num_threads(1)
 
@@ -80,6 +80,29 @@ def test_rows_of_a_batch_read_one_index_and_equal_their_own_text():
     assert sorted(len(s) for s in drafter.index.sequences.values()) == sorted(
         [len(prompts[0]) + NEW] * 2 + [len(prompts[1]) + NEW // 2] * 2
     )
+
+
+def test_a_row_that_joins_mid_generation_reads_and_feeds_the_index():
+    model = varied_model("llama")
+    prompts = [[3, 14, 15, 92, 65], [9, 26, 53, 58]]
+    refs = [reference_greedy(model, torch.tensor([p]), NEW) for p in prompts]
+    drafter = SuffixDrafter()
+    drafter.index.finish(drafter.index.add(prompts[1] + refs[1]))  # the joining request was answered before
+    pending = [[RowRequest(prompts[1], NEW)]]
+    out = generate(
+        model,
+        drafter,
+        exact(),
+        torch.tensor([prompts[0]]),
+        max_new_tokens=NEW,
+        gamma=6,
+        admit=lambda: pending.pop(0) if pending else [],
+    )
+    assert out.rows == refs
+    joined = max(drafter.index.sequences)
+    assert drafter.index.sequences[joined] == prompts[1] + refs[1]
+    # drafted from the earlier answer: most of its tokens came as accepted drafts
+    assert out.stats.accepted_tokens >= NEW // 2
 
 
 def test_from_options_reads_the_declared_options():

@@ -32,13 +32,13 @@ class SuffixDrafter(Drafter):
         super().__init__()
         if not (1 <= min_match <= max_match):
             raise DraftVerifyError(
-                f"the suffix drafter needs 1 <= --suffix-min-match <= --suffix-max-match, got {min_match} and "
-                f"{max_match}"
+                "the suffix drafter needs 1 <= --suffix-min-match <= --suffix-max-match (API: suffix_min_match, "
+                f"suffix_max_match), got {min_match} and {max_match}"
             )
         if cache_tokens < 1:
-            raise DraftVerifyError(f"--suffix-cache-tokens must be >= 1, got {cache_tokens}")
+            raise DraftVerifyError(f"--suffix-cache-tokens (API: suffix_cache_tokens) must be >= 1, got {cache_tokens}")
         if not (0.0 <= min_prob <= 1.0):
-            raise DraftVerifyError(f"--suffix-min-prob must be between 0 and 1, got {min_prob}")
+            raise DraftVerifyError(f"--suffix-min-prob (API: suffix_min_prob) must be between 0 and 1, got {min_prob}")
         self.max_match = max_match
         self.min_match = min_match
         self.cache_tokens = cache_tokens
