@@ -25,8 +25,12 @@ def test_the_second_pass_of_suffix_is_drafted_from_the_first(model_dir, data_dir
     assert rows["prompt_lookup", 2]["target_calls"] == rows["prompt_lookup", 1]["target_calls"]
     assert rows["suffix", 2]["tokens_per_call"] > rows["prompt_lookup", 2]["tokens_per_call"]
     assert rows["suffix", 2]["target_calls"] < rows["suffix", 1]["target_calls"]
+    ratio = {r["pass"]: r for r in report["ratios"]}[2]
+    suffix, lookup = rows["suffix", 2], rows["prompt_lookup", 2]
+    assert ratio["tokens_per_call"] == suffix["tokens_per_call"] / lookup["tokens_per_call"]
     markdown = (tmp_path / "replay.md").read_text()
     assert "draftverify bench-replay" in markdown and "| 2 | `suffix` |" in markdown
+    assert f"| 2 | {ratio['tokens_per_call']:.2f}x |" in markdown
 
 
 def test_a_text_that_differs_is_reported():

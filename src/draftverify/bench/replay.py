@@ -24,6 +24,7 @@ from .prompts import load_prompts, prompt_set_name
 from .report import write_json
 
 DEFAULT_METHODS = ("autoregressive", "prompt_lookup", "suffix")
+PAIR = ("suffix", "prompt_lookup")  # the comparison the replay is for, when both run
 WARMUP_TEXT = "def warm_up(x):"
 WARMUP_TOKENS = 8
 
@@ -80,6 +81,24 @@ def summarize(records: list[dict], methods: tuple[str, ...], passes: int) -> lis
                 }
             )
     return rows
+
+
+def pair_ratios(rows: list[dict]) -> list[dict]:
+    """Per pass, suffix over prompt_lookup in tokens per call and tokens per second (none unless both ran)."""
+    by = {(r["method"], r["pass"]): r for r in rows}
+    out = []
+    for pass_ in sorted({r["pass"] for r in rows}):
+        ours, peer = by.get((PAIR[0], pass_)), by.get((PAIR[1], pass_))
+        if ours is None or peer is None or not peer["tokens_per_call"] or not peer["tokens_per_second"]:
+            continue
+        out.append(
+            {
+                "pass": pass_,
+                "tokens_per_call": ours["tokens_per_call"] / peer["tokens_per_call"],
+                "tokens_per_second": ours["tokens_per_second"] / peer["tokens_per_second"],
+            }
+        )
+    return out
 
 
 def differences(records: list[dict], reference: str) -> list[str]:
@@ -170,7 +189,8 @@ def run_replay(
             "threads": threads if threads is not None else torch.get_num_threads(),
         },
         "prompt_ids": [p.id for p in chosen],
-        "rows": summarize(records, methods, passes),
+        "rows": (rows := summarize(records, methods, passes)),
+        "ratios": pair_ratios(rows),
         "differences": differences(records, methods[0]),
         "records": records,
     }
@@ -232,5 +252,19 @@ def render_markdown(result: dict) -> str:
             "",
             table(result["rows"]),
             "",
+            *ratio_lines(result["ratios"]),
         ]
     )
+
+
+def ratio_lines(ratios: list[dict]) -> list[str]:
+    if not ratios:
+        return []
+    lines = [
+        f"`{PAIR[0]}` over `{PAIR[1]}`, per pass:",
+        "",
+        "| pass | tokens / call | tok/s |",
+        "|---:|---:|---:|",
+    ]
+    lines += [f"| {r['pass']} | {r['tokens_per_call']:.2f}x | {r['tokens_per_second']:.2f}x |" for r in ratios]
+    return lines + [""]
