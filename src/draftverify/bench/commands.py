@@ -286,7 +286,8 @@ def bench_replay(
     methods: str = typer.Option(
         "autoregressive,prompt_lookup,suffix",
         "--methods",
-        help="Comma list of model-free methods, each on its own pipeline; the first is the one every text must equal.",
+        help="Comma list of methods (with --target, ones without a draft model), each on its own pipeline; the first "
+        "is the one every text must equal.",
     ),
     prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench[:category] or a prompt file."),
     num_prompts: int = typer.Option(8, "--num-prompts", min=1, help="The first N prompts that fit the context."),
