@@ -1318,7 +1318,7 @@ def docs_tables(
         raise typer.Exit(1)
 
 
-register_bench_commands(app)  # bench-ab, -rounds, -cold-start, -overhead, -samples, -serve
+register_bench_commands(app)  # bench-ab, -rounds, -cold-start, -overhead, -samples, -replay, -serve
 
 
 if __name__ == "__main__":

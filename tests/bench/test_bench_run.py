@@ -37,6 +37,7 @@ LOSSLESS_FAMILIES = (
     "model_tree",
     "model_tree_aligned",
     "prompt_lookup_tree",
+    "suffix",
     "cross_tokenizer",
     "cross_tokenizer_aligned",
 )
@@ -202,6 +203,7 @@ def test_theorem8_prediction_is_walltime_factor_of_the_recorded_alpha_c_gamma(qu
         "model_aligned",
         "ngram",
         "prompt_lookup",
+        "suffix",
         "early_exit",
         "lookup_model",
         "lookup_model_aligned",

@@ -21,6 +21,7 @@ def test_the_folders_exist_in_the_checkout_and_each_command_defaults_to_one():
         "bench-cold-start": folders.SPEED,
         "bench-overhead": folders.COST,
         "bench-samples": folders.METHODS,
+        "bench-replay": folders.METHODS,
         "bench-serve": None,
     }
     for name, command in COMMANDS.items():

@@ -1,6 +1,6 @@
 """The bench commands beside `bench` itself (bench-ab, bench-rounds, bench-cold-start, bench-overhead,
-bench-samples, bench-serve): typer functions only, each running its module of bench/; cli.py adds them with
-register(app). Nothing heavy is imported here, so --help stays fast."""
+bench-samples, bench-replay, bench-serve): typer functions only, each running its module of bench/; cli.py adds
+them with register(app). Nothing heavy is imported here, so --help stays fast."""
 
 from __future__ import annotations
 
@@ -279,6 +279,61 @@ def bench_samples(
     print(f"{ended} of {len(result['samples'])} end on their own")
 
 
+def bench_replay(
+    ctx: typer.Context,
+    zoo: Optional[str] = typer.Option("code", "--zoo", help="Shipped model set (its target)."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
+    methods: str = typer.Option(
+        "autoregressive,prompt_lookup,suffix",
+        "--methods",
+        help="Comma list of methods (with --target, ones without a draft model), each on its own pipeline; the first "
+        "is the one every text must equal.",
+    ),
+    prompts: str = typer.Option("humaneval", "--prompts", help="humaneval, spec_bench[:category] or a prompt file."),
+    num_prompts: int = typer.Option(8, "--num-prompts", min=1, help="The first N prompts that fit the context."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n", min=1),
+    passes: int = typer.Option(2, "--passes", min=1, help="Times the prompt set runs, in one process."),
+    gamma: str = typer.Option("8", "--gamma", help="Draft length of every method: an integer, auto or conf."),
+    backend: str = typer.Option("hf", "--backend", help="hf or llamacpp."),
+    data_dir: Optional[Path] = typer.Option(
+        None, "--data-dir", help="Folder holding humaneval/ (default: the shipped copy)."
+    ),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+    out: Path = typer.Option(folders.METHODS, "--out", help="Folder of NAME.json and NAME.md."),
+    name: Optional[str] = typer.Option(None, "--name", help="File stem (default: replay-<prompt set>)."),
+) -> None:
+    """A replayed repetitive workload: the same prompts several times in one process, `suffix` (its cache warm
+    from the earlier passes) against `prompt_lookup`, in tokens per target call and tokens per second; exit 1 when
+    a method's text differs from the first method's."""
+    from .replay import run_replay, table
+
+    command = recorded_command(ctx)
+    chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
+    result = run_reporting(
+        lambda: run_replay(
+            zoo=None if target else zoo,
+            target=target,
+            methods=chosen,
+            prompts=prompts,
+            num_prompts=num_prompts,
+            max_new_tokens=max_new_tokens,
+            passes=passes,
+            gamma=int(gamma) if gamma.isdigit() else gamma,
+            backend=backend,
+            data_dir=data_dir,
+            threads=threads,
+            out=out,
+            name=name,
+            command=command,
+            echo=echo,
+        )
+    )
+    print(table(result["rows"]))
+    if result["differences"]:
+        err_console.print(f"[red]texts differ:[/red] {escape('; '.join(result['differences']))}")
+        raise typer.Exit(1)
+
+
 def bench_serve(
     ctx: typer.Context,
     url: Optional[str] = typer.Option(
@@ -355,6 +410,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "bench-cold-start": bench_cold_start,
     "bench-overhead": bench_overhead,
     "bench-samples": bench_samples,
+    "bench-replay": bench_replay,
     "bench-serve": bench_serve,
 }
 

@@ -255,6 +255,9 @@ class OursRunner(Runner):
         params = SamplingParams(temperature=float(temperature), seed=seed if temperature > 0 else None, coupling=False)
         verifier = build_verifier(self.verifier, params, self.options)
         self.hooks.reset()
+        # each prompt on its own: no text of the warm-up, another row or another temperature is reused (a
+        # cross-request cache is measured by bench-replay)
+        self.drafter.forget()
         started = perf_counter()
         gamma = self.policies.get(self.gamma if self.gamma is not None else 1, temperature)
         out = generate(

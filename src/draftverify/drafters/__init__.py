@@ -15,6 +15,7 @@ from .nat import NatDecoder, NatDrafter
 from .ngram import NgramDrafter, NgramTable
 from .prompt_lookup import PromptLookupDrafter
 from .prompt_lookup_tree import PromptLookupTreeDrafter
+from .suffix import SuffixDrafter
 
 __all__ = [
     "Drafter",
@@ -39,4 +40,5 @@ __all__ = [
     "NatDrafter",
     "NatDecoder",
     "CrossTokenizerDrafter",
+    "SuffixDrafter",
 ]

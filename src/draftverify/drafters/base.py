@@ -100,6 +100,10 @@ class Drafter(ABC):
         time_<name> (part of time_draft); see add_drafter_times. Empty for most drafters."""
         return {}
 
+    def forget(self) -> None:
+        """Drop what earlier generations taught the drafter (a cache shared across requests, drafters/suffix.py),
+        between generations: the main bench measures each prompt on its own. Nothing for most drafters."""
+
     def drop_rows(self, keep: torch.Tensor) -> None:
         """Batches: keep only the rows where keep [B] (bool) is True; finished rows leave between steps."""
 

@@ -1,0 +1,104 @@
+"""Suffix drafter (SuffixDecoding, Oliaro et al. 2024; vLLM's `suffix` method, llama.cpp's ngram cache shared
+across slots): match the longest suffix of the context in an index of this request's text and of earlier
+requests' prompts and outputs, then draft the most frequent continuation while its estimated chance stays above a
+threshold. Prompt lookup copies from this prompt only; agentic and repetitive traffic repeats earlier answers,
+which this reuses.
+
+The index (suffix_index.py) lives as long as the drafter: one per loaded pipeline, so one per server process
+(every request's rows read it and write their text into it, whatever batch they run in) and one per Python
+Pipeline / CLI run, fed by each generate call. A row's text enters as it is committed, so its own repetitions are
+found as prompt lookup finds them; when the row finishes its text stays as history (bounded, oldest out first).
+
+Exact by construction: the proposal is a function of the committed text and the history, never of the random
+stream, so its q is one-hot (Draft.q_probs None) and the lossless verifiers keep the target's distribution."""
+
+from __future__ import annotations
+
+import torch
+
+from ..backends.base import LMBackend
+from ..errors import DraftVerifyError
+from ..suffix_index import SuffixIndex
+from ..types import DecodingState, Draft, TargetOutput, Verdict
+from .base import Drafter, empty_draft
+from .prompt_lookup import ragged_draft
+
+
+class SuffixDrafter(Drafter):
+    supports_batch = True
+    computes_in_torch = False
+
+    def __init__(self, max_match: int = 8, min_match: int = 1, cache_tokens: int = 16384, min_prob: float = 0.1):
+        super().__init__()
+        if not (1 <= min_match <= max_match):
+            raise DraftVerifyError(
+                "the suffix drafter needs 1 <= --suffix-min-match <= --suffix-max-match (API: suffix_min_match, "
+                f"suffix_max_match), got {min_match} and {max_match}"
+            )
+        if cache_tokens < 1:
+            raise DraftVerifyError(f"--suffix-cache-tokens (API: suffix_cache_tokens) must be >= 1, got {cache_tokens}")
+        if not (0.0 <= min_prob <= 1.0):
+            raise DraftVerifyError(f"--suffix-min-prob (API: suffix_min_prob) must be between 0 and 1, got {min_prob}")
+        self.max_match = max_match
+        self.min_match = min_match
+        self.cache_tokens = cache_tokens
+        self.min_prob = min_prob
+        self.index = SuffixIndex(min_match, max_match, cache_tokens)
+        self._rows: list[int] = []  # each batch row's sequence id in the index
+        self._seen: list[int] = []  # each row's decoder tokens already indexed
+
+    @classmethod
+    def from_options(cls, target: LMBackend, options) -> "SuffixDrafter":
+        return cls(
+            options.suffix_max_match, options.suffix_min_match, options.suffix_cache_tokens, options.suffix_min_prob
+        )
+
+    def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
+        self._finish(range(len(self._rows)))  # an earlier generation's rows (its last rows never left) are history
+        self._rows, self._seen = [], []
+        assert state.lengths is not None  # set by DecodingState.__post_init__
+        for b, length in enumerate(state.lengths.tolist()):
+            source = state.source_ids[b].tolist() if state.source_ids is not None else []
+            self._rows.append(self.index.add(source + state.row(b).tolist()))
+            self._seen.append(length)
+
+    def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
+        width = state.tokens.shape[1]
+        assert state.lengths is not None  # set by DecodingState.__post_init__
+        for b, length in enumerate(state.lengths.tolist()):
+            new = length - self._seen[b]
+            if new > 0:
+                self.index.extend(self._rows[b], state.tokens[b, width - new :].tolist())
+                self._seen[b] = length
+
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        width = state.tokens.shape[1]
+        assert state.lengths is not None  # set by DecodingState.__post_init__
+        rows = []
+        for b, length in enumerate(state.lengths.tolist()):
+            context = state.tokens[b, width - min(self.max_match, length) :].tolist()
+            found = self.index.continuation(context, gamma, self.min_prob)
+            rows.append(torch.tensor(found, dtype=torch.long, device=state.tokens.device))
+        if len(rows) == 1:
+            return Draft(tokens=rows[0][None]) if rows[0].numel() else empty_draft(state)
+        return ragged_draft(rows, state)
+
+    def drop_rows(self, keep: torch.Tensor) -> None:
+        kept = keep.tolist()
+        self._finish(b for b, k in enumerate(kept) if not k)
+        self._rows = [r for r, k in zip(self._rows, kept) if k]
+        self._seen = [s for s, k in zip(self._seen, kept) if k]
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
+            real = [t for t, m in zip(ids, mask) if m]
+            self._rows.append(self.index.add(real))
+            self._seen.append(len(real))
+
+    def forget(self) -> None:
+        self.index.clear()
+        self._rows, self._seen = [], []
+
+    def _finish(self, rows) -> None:
+        for b in rows:
+            self.index.finish(self._rows[b])

@@ -1,0 +1,42 @@
+"""The suffix drafter's options (drafters/suffix.py): how long a context it matches, how much history it keeps
+across requests, and how sure a draft must be to go on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..registry import DrafterSpec, MethodEntry, register_methods
+from .declare import option
+
+
+@dataclass(frozen=True)
+class SuffixOptions:
+    suffix_max_match: int = option(8, "--suffix-max-match", "Longest end of the context matched against the cache.")
+    suffix_min_match: int = option(1, "--suffix-min-match", "Shortest match that drafts.")
+    suffix_cache_tokens: int = option(
+        16384,
+        "--suffix-cache-tokens",
+        "Tokens of prompts and outputs the cache keeps across requests (the oldest requests leave first); its "
+        "memory grows by one entry per matched context length for each token.",
+    )
+    suffix_min_prob: float = option(
+        0.1,
+        "--suffix-min-prob",
+        "A draft stops where its estimated chance to be kept (the product of its continuation frequencies) "
+        "falls below this.",
+    )
+
+
+register_methods(
+    DrafterSpec(
+        "suffix",
+        "draftverify.drafters.suffix:SuffixDrafter",
+        options=(SuffixOptions,),
+        methods={
+            "suffix": MethodEntry(
+                "the most frequent continuation of the context's longest suffix in this request and earlier ones "
+                "(a cache shared across requests)"
+            ),
+        },
+    )
+)
