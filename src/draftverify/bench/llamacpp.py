@@ -16,8 +16,9 @@ import torch
 
 from ..backends.gguf import gguf_for, llama_cpp_dir
 
-# the target's GGUF weights have the bench's --dtype, and its attention our backend's kernels, as our rows run it
-from ..backends.llamacpp import FLASH_ATTENTION, GGUF_TYPES
+# the target's GGUF weights have the bench's --target-gguf (else --dtype), and its attention our backend's kernels,
+# as our rows run it
+from ..backends.llamacpp import FLASH_ATTENTION
 from ..errors import DraftVerifyError
 from .config import BenchConfig
 from .models import BenchModels
@@ -98,7 +99,7 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
 
     try:
         source = llama_cpp_dir()
-        outtype = GGUF_TYPES[config.dtype]
+        outtype = config.target_gguf_type()
         gguf = gguf_for(models.paths["target"], outtype, source)  # converted once, cached: shared with the backend
     except DraftVerifyError as err:
         return [], [f"llama.cpp rows skipped: {err}"]
