@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
 
+from ..backends.llamacpp import cpu_has_amx
 from ..errors import DraftVerifyError
 from .native_spec import DRAFT_ROLES, FAMILY, NativeSpec, native_specs
 from .runners import Measurement, Runner
@@ -93,6 +94,9 @@ class NativeServer:
             "--cache-ram",
             "0",  # no prompt kept across requests: every request prefills its whole prompt, as every other row
             "--no-ui",
+            # the weights in plain CPU buffers on an AMX CPU, as our backend keeps them (backends/llamacpp.cpu_has_amx:
+            # llama.cpp's AMX matmul crashes on the zoo's q8_0 draft)
+            *(["--no-repack"] if cpu_has_amx() else []),
             *extra,
         ]
         self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -107,8 +111,9 @@ class NativeServer:
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                tail = self._tail()
                 self.close()
-                raise DraftVerifyError(f"{self.label}: {SERVER} exited ({self.process.returncode}): {self._tail()}")
+                raise DraftVerifyError(f"{self.label}: {SERVER} exited ({self.process.returncode}): {tail}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as reply:
                     if reply.status == 200:
@@ -116,8 +121,9 @@ class NativeServer:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.2)
+        tail = self._tail()
         self.close()
-        raise DraftVerifyError(f"{self.label}: {SERVER} did not answer within {START_TIMEOUT:.0f} s: {self._tail()}")
+        raise DraftVerifyError(f"{self.label}: {SERVER} did not answer within {START_TIMEOUT:.0f} s: {tail}")
 
     def complete(self, prompt: list[int], n_predict: int) -> dict:
         """POST /completion: greedy, at most n_predict tokens after the prompt's token ids, no prompt cache."""
