@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from bench_fixtures import model_dir  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
 from draftverify.backends.gguf import converter_available
@@ -222,3 +223,35 @@ def test_native_rows_give_our_llama_cpp_backends_greedy_text_on_the_zoo(tmp_path
         for runner in runners:
             runner.close()
     assert all(r.server.process.poll() is not None for r in runners)
+
+
+@pytest.mark.skipif(
+    not (importlib.util.find_spec("llama_cpp") and converter_available()),
+    reason="llama-cpp-python not installed or no llama.cpp converter (scripts/fetch_llama_cpp_converter.sh)",
+)
+def test_a_q8_0_target_reaches_llama_cpps_row_and_ours(model_dir, monkeypatch, tmp_path):  # noqa: F811
+    from draftverify.bench.lineup import build_runners
+    from draftverify.bench.models import load_models
+    from draftverify.bench.runners import install_hooks
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path))
+    config = BenchConfig(
+        target=model_dir / "target",
+        quick=True,
+        threads=1,
+        backends=("llamacpp",),
+        runners=("llamacpp",),
+        target_gguf="q8_0",
+    ).resolved()
+    models = load_models(config)
+    hooks = install_hooks(models)
+    try:
+        runners, notes = build_runners(config, models, hooks)
+    finally:
+        hooks.remove()
+    plain = next(r for r in runners if r.name == "llamacpp")
+    ours = next(r for r in runners if r.name == "llamacpp:ours_autoregressive")
+    assert plain.settings["gguf"] == "q8_0" and ours.settings["gguf"].endswith("-q8_0.gguf"), notes
+    prompt = torch.tensor([[5, 17, 99, 230, 7, 5, 17, 99]])
+    plain.eos_token_id = ours.eos_token_id = None
+    assert ours.run(prompt, 0.0, 0, 16).new_ids == plain.run(prompt, 0.0, 0, 16).new_ids

@@ -262,7 +262,10 @@ def native_runners(config, models, reference: str | None = None) -> tuple[list[R
     notes.append(
         f"{FAMILY} rows: llama.cpp's own {SERVER} ({folder}), one per row, on the target GGUF {target.name}"
         + (f" and draft GGUFs at {config.draft_gguf}" if drafts else "")
-        + f", {threads} threads, greedy, n_predict = max new tokens, no prompt cache; tok/s from the server's "
+        + f", {threads} threads"
+        + (", weights in plain CPU buffers (--no-repack, as our backend on an AMX CPU)" if cpu_has_amx() else "")
+        + ", greedy, n_predict = max new tokens, no prompt cache (the ngram drafters keep what earlier requests "
+        "taught them, as a server does); tok/s from the server's "
         "timings (prompt_ms + predicted_ms); tokens/call = predicted_n / (predicted_n - draft_n_accepted); "
         "alpha = draft_n_accepted / draft_n; '= baseline' against " + (f"`{reference}`" if reference else "hf_generate")
     )
