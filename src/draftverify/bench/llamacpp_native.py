@@ -17,10 +17,13 @@ A row spec names llama.cpp's `--spec-type` list and a few of its settings:
 from __future__ import annotations
 
 import atexit
+import ctypes
 import json
 import os
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -41,6 +44,7 @@ CHECKOUT = Path(__file__).resolve().parents[3]  # an editable install's reposito
 SERVER = "llama-server"
 START_TIMEOUT = 180.0  # seconds for a server to load its models and answer /health
 REQUEST_TIMEOUT = 600.0
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def tools_dir() -> Path:
@@ -64,6 +68,15 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the server's process before it runs (Linux): a SIGTERM when the bench's process dies, even by a crash that
+    skips its atexit handlers, so no server outlives the run."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
 
 
 class NativeServer:
@@ -99,7 +112,13 @@ class NativeServer:
             *(["--no-repack"] if cpu_has_amx() else []),
             *extra,
         ]
-        self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            self.args,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
         atexit.register(self.close)
         self._wait_ready()
 
