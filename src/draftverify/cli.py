@@ -162,7 +162,11 @@ def _ignored_settings(
 RUNNERS_HELP = (
     f"Comma list of runner families to run (the baselines {' and '.join(BASELINES)} always run): the "
     f"peers {', '.join(PEER_FAMILIES)}; our methods {', '.join(drafting_methods())}; and "
-    f"<method>{ALIGNED_SUFFIX} for a method with the aligned draft (--aligned-draft)."
+    f"<method>{ALIGNED_SUFFIX} for a method with the aligned draft (--aligned-draft). llama.cpp's own C++ "
+    "speculative decoding (llama-server, built by scripts/build_llama_cpp_tools.sh) runs only when named: "
+    "llamacpp_native[plain], llamacpp_native[TYPE,...,n_max=N,p_min=P,draft=draft|aligned] with TYPE its "
+    "--spec-type (draft-simple, ngram-mod, ngram-map-k, ngram-map-k4v, ngram-simple; several chain), one row each, "
+    "or llamacpp_native for a default set."
 )
 HEAL_HELP = (
     "Token healing: back the prompt up over its last token and let the first new token start with its text "
@@ -947,6 +951,12 @@ def bench(
         help="The draft model's GGUF type in the llama.cpp rows (llamacpp:* and llamacpp_draft alike): q8_0 (default), "
         "f32, f16 or bf16.",
     ),
+    target_gguf: Optional[str] = flag(
+        None,
+        "--target-gguf",
+        help="The target's GGUF type in every llama.cpp row (llamacpp:*, llamacpp*, llamacpp_native[...]): q8_0, "
+        "f32, f16 or bf16 (default: --dtype's, f32 for float32). Name such a run apart, e.g. --name ...-q8_0.",
+    ),
     options: Optional[dict[str, Any]] = None,  # the declared drafter options' flags (cli_flags.py)
 ) -> None:
     """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
@@ -980,6 +990,7 @@ def bench(
         threads=threads,
         dtype=dtype,
         draft_gguf=draft_gguf,
+        target_gguf=target_gguf,
         compile=compile_,
         out=out,
         name=name,

@@ -17,10 +17,15 @@ DEFAULT_DRAFT_GGUF = "q8_0"
 
 def check_draft_gguf(value: object) -> str:
     """A draft GGUF type, or a one-line error naming the choices."""
+    return check_gguf_type(value, "--draft-gguf", "draft")
+
+
+def check_gguf_type(value: object, flag: str, role: str) -> str:
+    """A GGUF type the converter writes (DRAFT_GGUF_TYPES, for a target too: --target-gguf), or a one-line error."""
     from ..errors import DraftVerifyError
 
     if value not in DRAFT_GGUF_TYPES:
         raise DraftVerifyError(
-            f"the draft's GGUF type (--draft-gguf) must be one of {', '.join(DRAFT_GGUF_TYPES)}, got {value!r}"
+            f"the {role}'s GGUF type ({flag}) must be one of {', '.join(DRAFT_GGUF_TYPES)}, got {value!r}"
         )
     return value

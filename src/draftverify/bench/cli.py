@@ -13,7 +13,7 @@ from rich.table import Table
 from ..errors import DraftVerifyError
 from ..options import all_fields, defaults, parse_values
 from ..options.declare import declaration
-from .config import BenchConfig, parse_floats, parse_gammas, parse_ints, parse_names
+from .config import BenchConfig, parse_floats, parse_gammas, parse_ints, parse_names, parse_runners
 from .cost import MODES
 from .folders import COST, SPEED
 from .report import overshoot_text
@@ -41,7 +41,7 @@ def config_from_options(
         early_exit_layers=parse_ints("--early-exit-layers", early_exit_layers) if early_exit_layers else None,
         bild_fb=parse_floats("--bild-fb", bild_fb) if bild_fb is not None else None,
         bild_rb=parse_floats("--bild-rb", bild_rb) if bild_rb is not None else None,
-        runners=parse_names("--runners", runners) if runners is not None else None,
+        runners=parse_runners(runners) if runners is not None else None,
         **options,
     )
 
@@ -112,6 +112,7 @@ COST_IGNORES = (
     "runners",
     "dtype",
     "draft_gguf",
+    "target_gguf",
     "compile",
 )  # and every declared drafter option (given_flags)
 

@@ -10,6 +10,7 @@ from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
 from ..options import check_files, check_names
 from .folders import SPEED
+from .native_spec import FAMILY as NATIVE, is_native, native_specs
 from .prompts import prompt_set_name
 from .runner_families import BASELINES, families
 
@@ -48,7 +49,9 @@ class BenchConfig:
     bild_fb: tuple[float, ...] | None = None  # alpha_FB grid (quick: 0.4)
     bild_rb: tuple[float, ...] | None = None  # alpha_RB grid (quick: 2)
     bild_gamma: int = 10  # BiLD section 7.1.2: at most 10 consecutive small-model tokens
-    runners: tuple[str, ...] | None = None  # families to run (baselines always); None = all
+    # families to run (baselines always); None = all but llamacpp_native, whose rows (`llamacpp_native[...]`,
+    # bench/llamacpp_native.py) run only when named
+    runners: tuple[str, ...] | None = None
     seed: int = 0
     warmup_tokens: int | None = None  # one warm-up generation of this many tokens per runner row (16; quick: 0)
     compile: bool = False  # our runners: preallocated caches + torch.compile per verify width (warm-up compiles)
@@ -58,6 +61,9 @@ class BenchConfig:
     # the draft model's GGUF type in the llama.cpp rows (ours on that backend and the llamacpp_draft peer alike):
     # None = backends.DEFAULT_DRAFT_GGUF
     draft_gguf: str | None = None
+    # the target's GGUF type in every llama.cpp row (ours, llama-cpp-python's, llama.cpp's own): None = --dtype's
+    # (float32 -> f32); q8_0 is what llama.cpp users run
+    target_gguf: str | None = None
     out: str | Path = SPEED
     name: str | None = None  # file stem; default from the prompt set (+ "-quick")
     quick: bool = False
@@ -138,11 +144,12 @@ class BenchConfig:
                 _positive_int("--early-exit-layers", n)
         if self.runners is not None:
             known = families()
-            unknown = [r for r in self.runners if r not in known]
+            native_specs(self.runners)  # a bad llamacpp_native[...] spec: its own one-line error
+            unknown = [r for r in self.runners if r not in known and not is_native(r)]
             if unknown:
                 raise DraftVerifyError(
                     f"--runners: unknown runner famil{'y' if len(unknown) == 1 else 'ies'} "
-                    f"{', '.join(unknown)}; choose from {', '.join(known)}"
+                    f"{', '.join(unknown)}; choose from {', '.join(known)}, {NATIVE}[...]"
                 )
         from ..backends.registry import target_backends
 
@@ -161,11 +168,21 @@ class BenchConfig:
             from ..backends import check_draft_gguf
 
             check_draft_gguf(self.draft_gguf)
+        if self.target_gguf is not None:
+            from ..backends import check_gguf_type
+
+            check_gguf_type(self.target_gguf, "--target-gguf", "target")
         if not self.name or "/" in self.name:
             raise DraftVerifyError(f"--name must be a non-empty file stem without '/', got {self.name!r}")
 
     def wants(self, family: str) -> bool:
         return family in BASELINES or self.runners is None or family in self.runners
+
+    def target_gguf_type(self) -> str:
+        """The converter's --outtype for the target in the llama.cpp rows: --target-gguf, else --dtype's."""
+        from ..backends.llamacpp import GGUF_TYPES
+
+        return self.target_gguf or GGUF_TYPES[self.dtype]
 
     def as_dict(self) -> dict:
         out = {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
@@ -243,3 +260,26 @@ def parse_gammas(text: str) -> tuple[GammaSpec, ...]:
 
 def parse_names(option: str, text: str) -> tuple[str, ...]:
     return tuple(_items(option, text))
+
+
+def split_top_level(option: str, text: str) -> list[str]:
+    """A comma list whose items may hold commas inside brackets: "a,b[x,y]" -> ["a", "b[x,y]"]."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth < 0 or depth > 1:
+            break
+        if char == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    if depth != 0:
+        raise DraftVerifyError(f"{option}: unbalanced brackets in {text!r}")
+    items = [part.strip() for part in items + [text[start:]]]
+    if any(not part for part in items):
+        raise DraftVerifyError(f"{option} takes a comma-separated list without empty items, got {text!r}")
+    return items
+
+
+def parse_runners(text: str) -> tuple[str, ...]:
+    """--runners: families, and llamacpp_native[...] rows whose brackets hold commas."""
+    return tuple(split_top_level("--runners", text))

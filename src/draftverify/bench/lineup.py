@@ -76,7 +76,7 @@ def llamacpp_backend_runners(
         return [], ['llamacpp backend rows skipped: llama-cpp-python is not installed (pip install -e ".[llamacpp]")']
     threads = config.threads or torch.get_num_threads()
     try:
-        target, _ = open_gguf(models.paths["target"], config.dtype, "target")
+        target, _ = open_gguf(models.paths["target"], config.dtype, "target", outtype=config.target_gguf_type())
         lms = [
             LlamaCppLM(
                 open_gguf(models.paths[role], config.dtype, role, outtype=config.draft_gguf)[0],

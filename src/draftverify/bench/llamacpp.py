@@ -9,6 +9,7 @@ llama.cpp computes with its own kernels, so a near-tie may flip a token without 
 from __future__ import annotations
 
 import importlib.util
+from contextlib import contextmanager
 from dataclasses import dataclass
 from time import perf_counter
 
@@ -16,8 +17,9 @@ import torch
 
 from ..backends.gguf import gguf_for, llama_cpp_dir
 
-# the target's GGUF weights have the bench's --dtype, and its attention our backend's kernels, as our rows run it
-from ..backends.llamacpp import FLASH_ATTENTION, GGUF_TYPES
+# the target's GGUF weights have the bench's --target-gguf (else --dtype), and its attention our backend's kernels,
+# as our rows run it
+from ..backends.llamacpp import FLASH_ATTENTION, cpu_has_amx
 from ..errors import DraftVerifyError
 from .config import BenchConfig
 from .models import BenchModels
@@ -86,6 +88,36 @@ def installed() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
 
+@contextmanager
+def _default_model_params_without_extra_buffers():
+    """llama-cpp-python's Llama() takes no use_extra_bufts: for its call, the default model parameters it reads
+    are wrapped to switch them off on an AMX CPU, where llama.cpp's AMX matmul crashes on q8_0 weights (a q8_0
+    target, --target-gguf q8_0) and our backend keeps every weight in plain CPU buffers (GGUFModel)."""
+    import llama_cpp.llama as high_level
+
+    low_level = high_level.llama_cpp
+    default = low_level.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = not cpu_has_amx()
+        return p
+
+    low_level.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        low_level.llama_model_default_params = default
+
+
+def plain_buffers_llama(**kwargs):
+    """A llama_cpp.Llama whose weights sit where our backend's sit (see the context manager above)."""
+    from llama_cpp import Llama
+
+    with _default_model_params_without_extra_buffers():
+        return Llama(**kwargs)
+
+
 def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Runner], list[str]]:
     """The llama.cpp rows (plain; prompt lookup at each fixed gamma), or none and a note saying why."""
     families = [f for f in ("llamacpp", "llamacpp_prompt_lookup", "llamacpp_draft") if config.wants(f)]
@@ -93,12 +125,11 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
         return [], []
     if not installed():
         return [], [f"llama.cpp rows skipped: llama-cpp-python is not installed ({INSTALL_HINT})"]
-    from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     try:
         source = llama_cpp_dir()
-        outtype = GGUF_TYPES[config.dtype]
+        outtype = config.target_gguf_type()
         gguf = gguf_for(models.paths["target"], outtype, source)  # converted once, cached: shared with the backend
     except DraftVerifyError as err:
         return [], [f"llama.cpp rows skipped: {err}"]
@@ -114,7 +145,7 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
     )
     runners: list[Runner] = []
     if "llamacpp" in families:
-        plain = Llama(model_path=str(gguf), **common)
+        plain = plain_buffers_llama(model_path=str(gguf), **common)
         runners.append(LlamaCppRunner("llamacpp", llm=plain, counter=EvalCounter(plain), **shared))
     fixed = [g for g in config.gammas if isinstance(g, int)]
     if "llamacpp_prompt_lookup" in families:
@@ -125,7 +156,7 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
             (f"g={g}", g, LlamaPromptLookupDecoding(max_ngram_size=PROMPT_LOOKUP_NGRAM, num_pred_tokens=g))
             for g in fixed
         ] + [("default", "default", LlamaPromptLookupDecoding())]
-        lookup_llm = Llama(model_path=str(gguf), draft_model=lookups[0][2], **common)
+        lookup_llm = plain_buffers_llama(model_path=str(gguf), draft_model=lookups[0][2], **common)
         counter = EvalCounter(lookup_llm)
         for label, gamma, lookup in lookups:
             runners.append(
@@ -163,7 +194,7 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
 
         draft_model = GGUFModel(draft_gguf)
         first = GGUFDraftModel(draft_model, fixed[0], threads)
-        draft_llm = Llama(model_path=str(gguf), draft_model=first, **common)
+        draft_llm = plain_buffers_llama(model_path=str(gguf), draft_model=first, **common)
         counter = EvalCounter(draft_llm)
         for g in fixed:
             runners.append(

@@ -8,6 +8,7 @@ from transformers import GenerationConfig
 from ..methods import MethodOptions
 from .config import BenchConfig
 from .llamacpp import llamacpp_runners
+from .llamacpp_native import native_runners
 from .models import BenchModels
 from .runners import HFRunner, Hooks, Runner
 
@@ -130,4 +131,6 @@ def peer_runners(config: BenchConfig, models: BenchModels, hooks: Hooks) -> tupl
                 )
             )
     llama, llama_notes = llamacpp_runners(config, models)
-    return runners + llama, notes + llama_notes
+    plain = "llamacpp" if any(r.name == "llamacpp" for r in llama) else None  # the native rows' greedy reference
+    native, native_notes = native_runners(config, models, reference=plain)
+    return runners + llama + native, notes + llama_notes + native_notes

@@ -304,8 +304,8 @@ def backend_of(runner: str) -> str:
 def head_to_head(rows: list[dict]) -> list[list[str]]:
     """Table rows: per temperature, each backend's fastest exact row of ours (every output equal to its baseline),
     and its fastest `model` row (the draft model alone) when that is another, against each peer family's fastest row
-    (Hugging Face assisted generation, llama.cpp's plain, prompt lookup and draft-model decoding, ...), with
-    ours / peer."""
+    (Hugging Face assisted generation, llama.cpp's plain, prompt lookup and draft-model decoding, llama.cpp's own
+    server per --spec-type list, ...), with ours / peer."""
     out = []
     for t in dict.fromkeys(r["temperature"] for r in rows):
         t_rows = [r for r in rows if r["temperature"] == t and r.get("tokens_per_second")]
@@ -325,10 +325,11 @@ def head_to_head(rows: list[dict]) -> list[list[str]]:
                 if group:
                     best = max(group, key=lambda r: r["tokens_per_second"])
                     best_ours += [best] if best not in best_ours else []
-        best_peers = {}
+        best_peers: dict[str, dict] = {}
         for r in peers:
-            if r["family"] not in best_peers or r["tokens_per_second"] > best_peers[r["family"]]["tokens_per_second"]:
-                best_peers[r["family"]] = r
+            group = r.get("group") or r["family"]  # llamacpp_native: one family per llama.cpp --spec-type list
+            if group not in best_peers or r["tokens_per_second"] > best_peers[group]["tokens_per_second"]:
+                best_peers[group] = r
         for mine in best_ours:
             for peer in best_peers.values():
                 out.append(

@@ -16,6 +16,7 @@ from typing import Callable
 
 from ..errors import DraftVerifyError
 from .folders import SPEED
+from .native_spec import is_native
 
 # ours on llama.cpp against llama.cpp plain and its prompt lookup at llama-cpp-python's defaults, with the zoo draft
 # and its aligned twin; `model` with the confidence stop on HF against transformers' assisted generation
@@ -29,15 +30,24 @@ DEFAULT_PAIRS = (
 
 
 def parse_pairs(text: str) -> list[tuple[str, str]]:
-    """ "OURS/PEER,..." -> [(ours, peer)]."""
-    pairs = [tuple(p.strip().split("/")) for p in text.split(",") if p.strip()]
+    """ "OURS/PEER,..." -> [(ours, peer)] (a row name's brackets may hold commas: llamacpp_native[a,b])."""
+    from .config import split_top_level
+
+    try:
+        items = split_top_level("--pairs", text)
+    except DraftVerifyError:
+        items = []
+    pairs = [tuple(p.split("/")) for p in items]
     if not pairs or any(len(p) != 2 or not all(p) for p in pairs):
         raise DraftVerifyError(f"--pairs takes a comma list of OURS/PEER row names, got {text!r}")
     return pairs  # type: ignore[return-value]
 
 
 def family(row: str) -> str:
-    """The runner family of a row name: llamacpp:model[conf] -> model, hf_assisted[hf-default] -> hf_assisted."""
+    """The runner family of a row name: llamacpp:model[conf] -> model, hf_assisted[hf-default] -> hf_assisted;
+    a llamacpp_native[...] row is its own (--runners names each native row)."""
+    if is_native(row):
+        return row
     return re.sub(r"\[.*\]$", "", row.split(":", 1)[-1])
 
 
@@ -127,6 +137,7 @@ def run_rounds(
     ).resolved()
     models = load_models(config)
     hooks = install_hooks(models)
+    runners = []
     try:
         runners, _ = build_runners(config, models, hooks)
         chosen, _ = select_prompts(load_prompts(config.prompts, config.data_dir), models, config)
@@ -150,6 +161,8 @@ def run_rounds(
             echo(f"round {r + 1}: " + ", ".join(f"{n} {v:.1f}" for n, v in per_round[-1].items()))
     finally:
         hooks.remove()
+        for runner in runners:
+            runner.close()  # the llamacpp_native rows' servers
     summary = []
     for ours, peer in pairs:
         ratios = [x[ours] / x[peer] for x in per_round]

@@ -220,6 +220,7 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
         )
     chosen, prompt_notes = select_prompts(prompts, models, config)
     hooks = install_hooks(models)
+    runners: list[Runner] = []
     try:
         with quiet():  # HF logs a notice each time the assistant settings differ from its defaults (on purpose)
             _say(config, f"building the runners (models loaded in {perf_counter() - started:.1f} s) ...")
@@ -234,6 +235,8 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
             records = measure(runners, config, chosen, models.tokenizer)
     finally:
         hooks.remove()
+        for runner in runners:
+            runner.close()  # the llamacpp_native rows' servers
     used = [p for p, _ in chosen]
     rows = summarize(runners, config.temperatures, used, records)
 

@@ -37,7 +37,8 @@ class Measurement:
     drafted: int
     accepted: int
     rejections: int
-    stats: dict | None = None  # our GenerationStats.as_dict() (time split), None for HF runners
+    # our GenerationStats.as_dict() (time split); llama-server's timings for the llamacpp_native rows; None for HF
+    stats: dict | None = None
     hook_target_forwards: int = 0  # every forward of the target module seen by the hook (prefill included)
     hook_draft_forwards: int = 0
     overshoot: int = 0  # tokens generated past max_new_tokens, cut off before comparing and counting
@@ -56,6 +57,7 @@ class Runner(ABC):
     settings: dict = field(default_factory=dict)  # early-exit layers, BiLD thresholds, HF assistant settings
     greedy_only: bool = False
     reference: str | None = None  # the row whose greedy tokens this one must equal (None: hf_generate)
+    group: str | None = None  # its family in the head-to-head (None: family), e.g. one per llama.cpp --spec-type
     # filled by the warm-up (run.measure): its seconds (compilation included), torch.compile compilations then,
     # and compilations during the timed generations (must stay 0: a compilation there would be timed)
     warmup_seconds: float | None = None
@@ -85,12 +87,16 @@ class Runner(ABC):
     def prepare(self, input_ids: torch.Tensor, requests: tuple[int, ...] = ()) -> None:
         """Before the warm-up generation: compile what the runner will run (nothing for eager runners)."""
 
+    def close(self) -> None:
+        """After the last generation: stop what the runner started (a llama-server process); nothing for most."""
+
     def describe(self) -> dict:
         return {
             "name": self.name,
             "family": self.family,
             "kind": self.kind,
             "reference": self.reference,
+            "group": self.group or self.family,
             "gamma": self.gamma,
             "lossless": self.lossless,
             "settings": self.settings,

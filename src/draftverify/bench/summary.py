@@ -96,6 +96,7 @@ def _row(
     row = {
         "runner": runner.name,
         "family": runner.family,
+        "group": runner.group or runner.family,
         "kind": runner.kind,
         "temperature": temperature,
         "gamma": runner.gamma,
