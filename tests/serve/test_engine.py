@@ -26,6 +26,8 @@ class StubPipe:
     def __init__(self, tokenizer, mixes_sampling: bool = False):
         self.tokenizer = tokenizer
         self.mixes_sampling = mixes_sampling  # the method judges each row by its own sampling settings
+        self.method = SimpleNamespace(name="model")
+        self.gamma = 4
         self.params: list = []  # the settings of every row each batch held
         self.target = SimpleNamespace(max_positions=64, vocab_size=len(tokenizer))
         self.drafter = SimpleNamespace(models=lambda: [])  # calls no draft model
@@ -38,7 +40,9 @@ class StubPipe:
         for _ in range(steps):
             self.gate.release()
 
-    def generate_batch_ids(self, rows, params, max_new_tokens, seeds=None, gamma=None, on_tokens=None, admit=None):
+    def generate_batch_ids(
+        self, rows, params, max_new_tokens, seeds=None, gamma=None, on_tokens=None, admit=None, on_step=None
+    ):
         rows = list(rows)
         self.batches.append(rows)
         row_params = list(params) if isinstance(params, list) else [params] * len(rows)

@@ -17,6 +17,8 @@ def _service(max_tokens_limit: int | None = None) -> Service:
         target=SimpleNamespace(max_positions=64, vocab_size=100),
         drafter=SimpleNamespace(models=lambda: [SimpleNamespace(lm=SimpleNamespace(max_positions=32))]),
         eos_token_id=0,
+        method=SimpleNamespace(name="model"),
+        gamma=4,
     )
     return Service(pipe, ServerSettings(model_name="m", max_tokens_limit=max_tokens_limit))
 

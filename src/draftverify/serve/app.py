@@ -27,6 +27,7 @@ from ..types import SamplingParams
 from .engine import Engine, Job, NotRunning, QueueFull
 from .metrics import Metrics
 from .protocol import ApiError, ChatRequest, CompletionRequest
+from .speculation import Methods, Speculation, context_window, runnable_methods
 
 MAX_STOP_STRINGS = 4
 
@@ -58,13 +59,6 @@ class ServerSettings:
         self.gamma = gamma
         self.retry_after_s = retry_after_s
         self.heal = heal  # token healing of /v1/completions prompts unless a request says otherwise
-
-
-def context_window(pipe) -> int | None:
-    """Decoder positions a request may use: the target's limit, and those of the draft models the drafter calls."""
-    limits = [pipe.target.max_positions] + [model.lm.max_positions for model in pipe.drafter.models()]
-    limits = [x for x in limits if x is not None]
-    return min(limits) if limits else None
 
 
 def _validation_message(err: ValidationError | RequestValidationError) -> tuple[str, str | None]:
@@ -147,9 +141,16 @@ class Service:
         self.pipe = pipe
         self.settings = settings
         self.metrics = Metrics()
+        pipes = runnable_methods(pipe)
         self.engine = Engine(
-            pipe, self.metrics, max_queue=settings.max_queue, max_batch=settings.max_batch, gamma=settings.gamma
+            pipe,
+            self.metrics,
+            max_queue=settings.max_queue,
+            max_batch=settings.max_batch,
+            gamma=settings.gamma,
+            pipes=pipes,
         )
+        self.methods = Methods(pipes, self.engine.default.method, self.engine.default.gamma)
         self.window = context_window(pipe)
         self.tokenizer = pipe.tokenizer
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
@@ -317,7 +318,15 @@ class Service:
             raise ApiError(400, "the messages render to no tokens", param="messages")
         return ids
 
-    def submit(self, ids: list[int], params: SamplingParams, max_tokens: int, stop: list[str], healing=None) -> Job:
+    def submit(
+        self,
+        ids: list[int],
+        params: SamplingParams,
+        max_tokens: int,
+        stop: list[str],
+        speculation: Speculation,
+        healing=None,
+    ) -> Job:
         """Queue a generation for the worker, or refuse it now: 429 when the queue is full, 503 when not running."""
         settings = self.settings
         job = Job(
@@ -328,6 +337,7 @@ class Service:
             loop=asyncio.get_running_loop(),
             sink=asyncio.Queue(),
             healing=healing,
+            speculation=speculation,
         )
         try:
             self.engine.submit(job)
@@ -413,6 +423,7 @@ async def models(request: Request, service: Service = Depends(get_service)):
                 "created": 0,
                 "owned_by": "draftverify",
                 "max_model_len": service.window,
+                "speculative_methods": service.methods.names,  # what a request's speculative.method may name
             }
         ],
     }
@@ -432,7 +443,8 @@ async def completions(request: Request, service: Service = Depends(get_service))
         raise ApiError(400, "suffix (insertion) is not supported", param="suffix")
     ids, prompt_text = service.completion_prompt(body)
     params, max_tokens, stop = service.check_common(body, 16 if body.max_tokens is None else body.max_tokens, len(ids))
-    job = service.submit(ids, params, max_tokens, stop, healing=service.healing_for(body, ids))
+    speculation = service.methods.resolve(body.speculative)
+    job = service.submit(ids, params, max_tokens, stop, speculation, healing=service.healing_for(body, ids))
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     model = service.settings.model_name
@@ -467,7 +479,7 @@ async def chat(request: Request, service: Service = Depends(get_service)):
     ids = service.chat_prompt(body)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params, max_tokens, stop = service.check_common(body, max_tokens, len(ids))
-    job = service.submit(ids, params, max_tokens, stop)
+    job = service.submit(ids, params, max_tokens, stop, service.methods.resolve(body.speculative))
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     model = service.settings.model_name

@@ -7,9 +7,9 @@ their neutral value (n=1, best_of=1, penalties 0, no logit_bias, no logprobs), a
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
 
 class ApiError(Exception):
@@ -42,6 +42,23 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+def _int_or_name(value: Any) -> Any:
+    """One error for a gamma that is neither (a union's error would name each branch: speculative.gamma.int)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError("must be an integer draft length or one of 'auto', 'heuristic', 'conf[=T]'")
+    return value
+
+
+class Speculative(BaseModel):
+    """Per-request speculative settings, draftverify's extension (the openai client sends it via extra_body):
+    which of the server's methods drafts (GET /v1/models lists them), how many tokens, or none at all."""
+
+    model_config = ConfigDict(extra="forbid")
+    method: Optional[str] = None  # default: the server's --method
+    gamma: Optional[Annotated[Union[StrictInt, str], BeforeValidator(_int_or_name)]] = None  # or "auto", "conf=T"
+    enabled: StrictBool = True  # false: the target alone (autoregressive), whatever method and gamma say
+
+
 class _Sampling(BaseModel):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
@@ -61,6 +78,7 @@ class _Sampling(BaseModel):
     frequency_penalty: Optional[float] = None
     logit_bias: Optional[dict[str, float]] = None
     user: Optional[str] = None
+    speculative: Optional[Speculative] = None
 
 
 class CompletionRequest(_Sampling):
