@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..draft_length import parse_gamma
+from ..draft_length import MAX_GAMMA, parse_gamma
 from ..errors import DraftVerifyError
 from .protocol import ApiError, Speculative
 
@@ -69,6 +69,12 @@ class Methods:
     @property
     def names(self) -> list[str]:
         return list(self.pipes)
+
+    @property
+    def longest_gamma(self) -> int:
+        """The longest integer gamma some method takes: MAX_GAMMA, or less where a context leaves less room (one
+        position for the prompt, as parse_gamma counts)."""
+        return max(MAX_GAMMA if w is None else min(MAX_GAMMA, w - 1) for w in self.windows.values())
 
     def resolve(self, spec: Speculative | None) -> Speculation:
         if spec is None:
