@@ -169,10 +169,10 @@ def test_top_p_keeps_smallest_set_reaching_mass_random():
     assert checked > 250
 
 
-@pytest.mark.parametrize("top_p", [1e-6, 0.01, 0.1])
+@pytest.mark.parametrize("top_p", [5e-324, 1e-300, 1e-6, 0.01, 0.1])  # the first two are 0 in float32
 def test_top_p_always_keeps_top1(top_p):
-    logits = _distinct_logits(torch.Generator().manual_seed(6), 6, 8) * 0.1  # flat: top-1 mass ~ 1/8
-    out = filter_logits(logits, SamplingParams(temperature=1.0, top_p=top_p))
+    logits = _distinct_logits(torch.Generator().manual_seed(6), 6, 8).float() * 0.1  # flat: top-1 mass ~ 1/8
+    out = filter_logits(logits, SamplingParams(temperature=1.0, top_p=top_p))  # float32, as a model's logits
     for row_in, row_out in zip(logits, out):
         assert _finite_set(row_out) == {int(row_in.argmax())}
 

@@ -53,6 +53,7 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         # drop a token when the mass strictly before it already reaches top_p (so the top-1 always stays)
         mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
         drop_sorted = mass_before >= params.top_p
+        drop_sorted[..., 0] = False  # also when top_p rounds to 0 in the logits' dtype (5e-324 in float32)
         drop = drop_sorted.scatter(-1, sorted_idx, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits

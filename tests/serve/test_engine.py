@@ -11,8 +11,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 import torch
-import uvicorn
-from serve_fixtures import TOKENIZER, free_port
+from serve_fixtures import TOKENIZER, InProcessServer
 from transformers import AutoTokenizer
 
 from draftverify.serve.app import ServerSettings, create_app
@@ -72,22 +71,6 @@ class StubPipe:
 @pytest.fixture(scope="module")
 def tokenizer():
     return AutoTokenizer.from_pretrained(TOKENIZER)
-
-
-class InProcessServer:
-    def __init__(self, app):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(20)
 
 
 @pytest.fixture

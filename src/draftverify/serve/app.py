@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..checks import check_prompt_text
 from ..errors import DraftVerifyError
@@ -28,7 +29,7 @@ from ..types import SamplingParams
 from .engine import Engine, Job, NotRunning, QueueFull
 from .metrics import Metrics
 from .protocol import (
-    INT64,
+    SEED_LIMIT,
     ApiError,
     ChatCompletion,
     ChatRequest,
@@ -193,8 +194,11 @@ class Service:
                 headers={"WWW-Authenticate": "Bearer"},
             )
 
-    def check_common(self, body, max_tokens: int | None, prompt_tokens: int) -> tuple[SamplingParams, int, list[str]]:
-        """The checks both generation endpoints make: the model, the sampling fields, the context window."""
+    def check_common(
+        self, body, max_tokens: int | None, prompt_tokens: int, default_tokens: int | None = None
+    ) -> tuple[SamplingParams, int, list[str]]:
+        """The checks both generation endpoints make: the model, the sampling fields, the context window. Without
+        max_tokens a request gets default_tokens (None: as many as the context holds), within the room and limit."""
         settings, window = self.settings, self.window
         if body.model != settings.model_name:
             raise ApiError(
@@ -234,7 +238,7 @@ class Service:
                 code="context_length_exceeded",
             )
         if max_tokens is None:
-            max_tokens = room if room is not None else 256
+            max_tokens = min(x for x in (default_tokens, room, 256 if room is None else None) if x is not None)
             if settings.max_tokens_limit is not None:
                 max_tokens = min(max_tokens, settings.max_tokens_limit)
         if isinstance(max_tokens, bool) or max_tokens < 1:
@@ -257,8 +261,8 @@ class Service:
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         if len(stop) > MAX_STOP_STRINGS:
             raise ApiError(400, f"at most {MAX_STOP_STRINGS} stop strings, got {len(stop)}", param="stop")
-        if body.seed is not None and not -(INT64 + 1) <= body.seed <= INT64:
-            raise ApiError(400, f"seed must be a 64-bit integer, got {body.seed}", param="seed")
+        if body.seed is not None and abs(body.seed) > SEED_LIMIT:
+            raise ApiError(400, f"seed must be in -{SEED_LIMIT}..{SEED_LIMIT}, got {body.seed}", param="seed")
         try:
             params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=body.seed)
         except DraftVerifyError as err:
@@ -435,7 +439,12 @@ ERROR_WHEN = {
 }
 TEXT = {"type": "string"}
 GENERATION_ERRORS = _errors(400, 401, 404, 429, 500, 503)
-STREAMED = {"text/event-stream": {"schema": {"type": "string", "description": "Server-sent events: chunks, [DONE]"}}}
+SSE_EVENT = {  # OpenAPI before 3.2: the schema of a text/event-stream is that of each event
+    "type": "object",
+    "properties": {"data": {"type": "string", "description": "A chunk of the answer as JSON, or [DONE] at the end"}},
+    "required": ["data"],
+}
+STREAMED = {"text/event-stream": {"schema": SSE_EVENT}}
 
 router = APIRouter()
 
@@ -493,7 +502,7 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
     if body.suffix:
         raise ApiError(400, "suffix (insertion) is not supported", param="suffix")
     ids, prompt_text = service.completion_prompt(body)
-    params, max_tokens, stop = service.check_common(body, 16 if body.max_tokens is None else body.max_tokens, len(ids))
+    params, max_tokens, stop = service.check_common(body, body.max_tokens, len(ids), default_tokens=16)  # OpenAI's
     speculation = service.methods.resolve(body.speculative)
     job = service.submit(ids, params, max_tokens, stop, speculation, healing=service.healing_for(body, ids))
     cid = f"cmpl-{uuid.uuid4().hex}"
@@ -576,19 +585,17 @@ async def _invalid(request: Request, err: RequestValidationError):
     return request.app.state.service.error_response(ApiError(400, message, param=param), request.url.path)
 
 
-async def _not_found(request: Request, err):
-    return request.app.state.service.error_response(
-        ApiError(404, f"no route {request.method} {request.url.path}", code="not_found"), request.url.path
-    )
-
-
-async def _bad_method(request: Request, err):
-    """405 with the route's Allow header (the methods it takes), as HTTP asks."""
-    allow = getattr(err, "headers", None) or {}
-    return request.app.state.service.error_response(
-        ApiError(405, f"method {request.method} is not allowed on {request.url.path}", headers=dict(allow)),
-        request.url.path,
-    )
+async def _http_error(request: Request, err: StarletteHTTPException):
+    """Starlette's own errors (no route, a method the route does not take, a body it cannot read) in the OpenAI
+    shape; a 405 keeps the route's Allow header, as HTTP asks."""
+    status, path = err.status_code, request.url.path
+    if status == 404:
+        error = ApiError(404, f"no route {request.method} {path}", code="not_found")
+    elif status == 405:
+        error = ApiError(405, f"method {request.method} is not allowed on {path}", headers=dict(err.headers or {}))
+    else:
+        error = ApiError(status, str(err.detail), headers=dict(err.headers or {}))
+    return request.app.state.service.error_response(error, path)
 
 
 def _integers(schema, **limits) -> None:
@@ -658,8 +665,7 @@ def create_app(pipe, settings: ServerSettings) -> FastAPI:
     app.state.engine = service.engine  # the worker, for whoever holds the app (tests stop it, watch its queue)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _invalid)
-    app.add_exception_handler(404, _not_found)
-    app.add_exception_handler(405, _bad_method)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.include_router(router)
     app.openapi = lambda: server_openapi(app)
     return app

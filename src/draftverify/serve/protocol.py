@@ -40,7 +40,15 @@ class ApiError(Exception):
 STRICT = ConfigDict(extra="forbid", strict=True)  # no coercion: "5" is not a max_tokens, as the schema says
 
 GAMMA_NAMES = r"auto|heuristic|conf(=(0(\.[0-9]+)?|1(\.0+)?))?"  # the named draft lengths a request may give
-INT64 = 2**63 - 1
+SEED_LIMIT = 2**53 - 1  # the integers a JSON number holds exactly (a double), whichever client parses it
+
+
+def _whole(value: Any) -> Any:
+    """A number with no fraction (2.0) is an integer, as JSON Schema counts (strict mode alone would refuse it)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Int = Annotated[int, BeforeValidator(_whole)]
 
 
 def _checked(default: Any = None, **schema: Any) -> Any:
@@ -69,6 +77,7 @@ class StreamOptions(BaseModel):
 
 def _int_or_name(value: Any) -> Any:
     """One error for a gamma that is neither (a union's error would name each branch: speculative.gamma.int)."""
+    value = _whole(value)
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ValueError("must be an integer draft length or one of 'auto', 'heuristic', 'conf[=T]'")
     return value
@@ -92,15 +101,15 @@ class _Sampling(BaseModel):
     model_config = STRICT
 
     model: str
-    max_tokens: Optional[int] = _checked(minimum=1)
+    max_tokens: Optional[Int] = _checked(minimum=1)
     temperature: Optional[float] = _checked(minimum=0, maximum=2)  # OpenAI's default is 1
     top_p: Optional[float] = _checked(exclusiveMinimum=0, maximum=1)
-    top_k: Optional[int] = _checked(minimum=-1)  # not OpenAI's; vLLM's extension (-1 or 0: off)
-    n: Optional[int] = _checked(minimum=1, maximum=1)
+    top_k: Optional[Int] = _checked(minimum=-1)  # not OpenAI's; vLLM's extension (-1 or 0: off)
+    n: Optional[Int] = _checked(minimum=1, maximum=1)
     stream: Optional[bool] = False
     stream_options: Optional[StreamOptions] = None
     stop: Optional[Union[str, list[str]]] = _checked(maxItems=4)
-    seed: Optional[int] = _checked(minimum=-INT64 - 1, maximum=INT64)
+    seed: Optional[Int] = _checked(minimum=-SEED_LIMIT, maximum=SEED_LIMIT)
     presence_penalty: Optional[float] = _checked(minimum=0, maximum=0)
     frequency_penalty: Optional[float] = _checked(minimum=0, maximum=0)
     logit_bias: Optional[dict[str, float]] = _checked(maxProperties=0)
@@ -110,10 +119,10 @@ class _Sampling(BaseModel):
 
 class CompletionRequest(_Sampling):
     # the handler checks the prompt (its messages say what is wrong); the schema states the same rules
-    prompt: Annotated[Union[str, list[str], list[int], list[list[int]]], WithJsonSchema(PROMPT_SCHEMA)]
+    prompt: Annotated[Union[str, list[str], list[Int], list[list[Int]]], WithJsonSchema(PROMPT_SCHEMA)]
     echo: Optional[bool] = False
-    best_of: Optional[int] = _checked(minimum=1, maximum=1)
-    logprobs: Annotated[Optional[int], WithJsonSchema({"type": "null", "description": "Not supported"})] = None
+    best_of: Optional[Int] = _checked(minimum=1, maximum=1)
+    logprobs: Annotated[Optional[Int], WithJsonSchema({"type": "null", "description": "Not supported"})] = None
     suffix: Optional[str] = _checked(maxLength=0)
     heal: Optional[StrictBool] = None  # not OpenAI's: token healing for this request (default: the server's --heal)
 
@@ -138,9 +147,9 @@ class ChatRequest(_Sampling):
     )
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: Optional[int] = _checked(minimum=1)
+    max_completion_tokens: Optional[Int] = _checked(minimum=1)
     logprobs: Optional[bool] = _checked(enum=[False, None])
-    top_logprobs: Optional[int] = _checked(minimum=0, maximum=0)
+    top_logprobs: Optional[Int] = _checked(minimum=0, maximum=0)
     response_format: Optional[dict[str, Any]] = _checked(
         properties={"type": {"const": "text"}}, required=["type"], additionalProperties=False
     )

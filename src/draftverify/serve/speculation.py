@@ -10,11 +10,12 @@ are offered besides the server's own: a request may change the speed, never the 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..draft_length import MAX_GAMMA, parse_gamma
 from ..errors import DraftVerifyError
-from .protocol import ApiError, Speculative
+from .protocol import GAMMA_NAMES, ApiError, Speculative
 
 AUTOREGRESSIVE = "autoregressive"  # the target alone: what `enabled: false` runs
 
@@ -99,6 +100,13 @@ class Methods:
         return Speculation(method, gamma)
 
     def check_gamma(self, gamma: int | str, method: str) -> int | str:
+        if isinstance(gamma, str) and not re.fullmatch(GAMMA_NAMES, gamma):  # what the schema's pattern says
+            raise ApiError(
+                400,
+                f"speculative.gamma must be an integer or one of 'auto', 'heuristic', 'conf', 'conf=T' (T in 0..1), "
+                f"got {gamma!r}",
+                param="speculative.gamma",
+            )
         try:
             return parse_gamma(gamma, self.windows[method])
         except DraftVerifyError as err:
