@@ -81,6 +81,13 @@ def test_temperature_divides_logits(temperature):
     torch.testing.assert_close(out, logits / temperature, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("temperature", [5e-324, 1e-300, 1e-30])  # 0 in float32; logits / T past float32's range
+def test_a_vanishing_temperature_keeps_the_top_token(temperature):
+    logits = _distinct_logits(torch.Generator().manual_seed(0), 3, 9).float() * 10
+    probs = probs_from_logits(logits, SamplingParams(temperature=temperature))
+    assert torch.equal(probs, torch.nn.functional.one_hot(logits.argmax(dim=-1), 9).float())
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_temperature_zero_and_one_leave_logits_unchanged(temperature):
     logits = _distinct_logits(torch.Generator().manual_seed(1), 2, 7)
