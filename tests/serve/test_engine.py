@@ -34,6 +34,7 @@ class StubPipe:
         self.gate = threading.Semaphore(0)
         self.free = False
         self.batches: list[list[list[int]]] = []
+        self.gammas: list = []  # each batch's draft length
 
     def release(self, steps: int = 1000) -> None:
         for _ in range(steps):
@@ -44,6 +45,7 @@ class StubPipe:
     ):
         rows = list(rows)
         self.batches.append(rows)
+        self.gammas.append(gamma)
         row_params = list(params) if isinstance(params, list) else [params] * len(rows)
         self.params.append(row_params)
         limits = list(max_new_tokens) if isinstance(max_new_tokens, list) else [max_new_tokens] * len(rows)
@@ -268,3 +270,33 @@ def test_stop_text_of_a_healed_prompt_starts_after_the_original_prompt(tokenizer
         pieces = [streamer.push([t]) for t in new]
         assert "".join(pieces) + streamer.finish() == expected, stops
     # the "\n    " stop string would match at once if the removed "\n" counted; it matches only inside g
+
+
+def test_requests_with_another_draft_length_wait_for_a_batch_of_their_own(tokenizer):
+    """speculative.gamma (and method) is part of what a batch shares: a waiting request with the running batch's
+    setting joins it, the others run together afterwards with theirs."""
+    pipe = StubPipe(tokenizer, mixes_sampling=True)
+    app = create_app(pipe, ServerSettings(model_name="stub", max_queue=8, max_batch=4))
+    server = InProcessServer(app)
+    try:
+        results: list = []
+        first = threading.Thread(target=_post, args=(server.base, results))
+        first.start()
+        assert _wait(lambda: app.state.engine.busy_rows == 1)
+        others = [
+            threading.Thread(target=_post, args=(server.base, results), kwargs=extra)
+            for extra in ({"speculative": {"gamma": 2}}, {}, {"speculative": {"gamma": 2}})
+        ]
+        for t in others:
+            t.start()
+        assert _wait(lambda: app.state.engine.snapshot()["queued"] == 3)
+        pipe.free = True
+        pipe.release()
+        for t in [first, *others]:
+            t.join(30)
+        assert [len(b) for b in pipe.batches] == [2, 2] and pipe.gammas == [4, 2]  # the server's gamma, then 2
+        assert all(r.status_code == 200 for r in results)
+    finally:
+        pipe.free = True
+        pipe.release()
+        server.stop()
