@@ -84,7 +84,7 @@ def check_usage_adds_up(u: dict) -> None:
 def test_the_server_lists_the_methods_a_request_may_name(client):
     methods = client.models.list().data[0].model_extra["speculative_methods"]
     assert methods[0] == "model"  # the server's own first
-    assert {"autoregressive", "prompt_lookup", "model_tree"} <= set(methods)
+    assert {"autoregressive", "prompt_lookup", "model_tree", "suffix"} <= set(methods)
     assert not {"bild", "specdec++"} & set(methods)  # lossy: a request may change the speed, never the text
     assert not {"bpd", "bita", "ngram", "specdec"} & set(methods)  # heads, adapter, table, NAT weights: not loaded
 
@@ -99,6 +99,7 @@ SETTINGS = [
     {"method": "prompt_lookup", "gamma": 2},
     {"method": "model_tree"},
     {"method": "lookup_model", "gamma": 3},
+    {"method": "suffix", "gamma": 4},  # the cross-request cache, here a per-request choice
     {"method": "model", "enabled": False},
 ]
 
