@@ -368,14 +368,15 @@ class Engine:
         metrics.target_calls.inc()
         metrics.drafted_tokens.inc(record.drafted)
         metrics.accepted_tokens.inc(record.emitted_accepted)
+        kept = record.row_kept
         for i, row in enumerate(rows):
             job = jobs[row]
             job.drafted += record.row_drafted[i]
-            job.accepted += record.row_kept[i]
+            job.accepted += kept[i]
             job.target_calls += 1
             metrics.tokens_per_call.observe(record.row_emitted[i])
-            for position in range(record.row_kept[i]):
-                metrics.accepted_at.labels(str(position + 1)).inc()
+        for position in range(1, max(kept, default=0) + 1):  # a row that kept k drafts kept positions 1..k
+            metrics.accepted_at.labels(str(position)).inc(sum(k >= position for k in kept))
 
     def _on_tokens(self, jobs: list[Job], emitted) -> list[int]:
         """emitted [B, k], -1 where a row emitted fewer tokens (or has left). Returns the rows to stop now."""
