@@ -81,6 +81,13 @@ def test_temperature_divides_logits(temperature):
     torch.testing.assert_close(out, logits / temperature, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("temperature", [5e-324, 1e-300, 1e-30])  # 0 in float32; logits / T past float32's range
+def test_a_vanishing_temperature_keeps_the_top_token(temperature):
+    logits = _distinct_logits(torch.Generator().manual_seed(0), 3, 9).float() * 10
+    probs = probs_from_logits(logits, SamplingParams(temperature=temperature))
+    assert torch.equal(probs, torch.nn.functional.one_hot(logits.argmax(dim=-1), 9).float())
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_temperature_zero_and_one_leave_logits_unchanged(temperature):
     logits = _distinct_logits(torch.Generator().manual_seed(1), 2, 7)
@@ -169,10 +176,10 @@ def test_top_p_keeps_smallest_set_reaching_mass_random():
     assert checked > 250
 
 
-@pytest.mark.parametrize("top_p", [1e-6, 0.01, 0.1])
+@pytest.mark.parametrize("top_p", [5e-324, 1e-300, 1e-6, 0.01, 0.1])  # the first two are 0 in float32
 def test_top_p_always_keeps_top1(top_p):
-    logits = _distinct_logits(torch.Generator().manual_seed(6), 6, 8) * 0.1  # flat: top-1 mass ~ 1/8
-    out = filter_logits(logits, SamplingParams(temperature=1.0, top_p=top_p))
+    logits = _distinct_logits(torch.Generator().manual_seed(6), 6, 8).float() * 0.1  # flat: top-1 mass ~ 1/8
+    out = filter_logits(logits, SamplingParams(temperature=1.0, top_p=top_p))  # float32, as a model's logits
     for row_in, row_out in zip(logits, out):
         assert _finite_set(row_out) == {int(row_in.argmax())}
 

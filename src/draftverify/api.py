@@ -337,10 +337,11 @@ class Pipeline:
         gamma: int | str | DraftLength | None = None,
         on_tokens=None,
         first_token_allowed: torch.Tensor | None = None,
+        on_step=None,
     ) -> tuple[GenerationOutput, str]:
         """Token ids in, GenerationOutput and the verifier's name out (the server's entry point): ids [1, L];
         on_tokens receives each step's emitted tokens [1, k]; first_token_allowed [K] constrains the first new
-        token (token healing; see loop.generate)."""
+        token (token healing; see loop.generate); on_step receives each step's record (loop.generate)."""
         verifier = build_verifier(self.verifier_name, params, self.options)
         policy = self.policies.get(self.gamma if gamma is None else gamma, getattr(params, "temperature", None))
         output = generate(
@@ -354,6 +355,7 @@ class Pipeline:
             eos_token_id=self.eos_token_id,
             on_tokens=on_tokens,
             first_token_allowed=first_token_allowed,
+            on_step=on_step,
         )
         return output, verifier.name
 
@@ -408,12 +410,14 @@ class Pipeline:
         on_tokens=None,
         admit=None,
         first_token_allowed: list[torch.Tensor | None] | None = None,
+        on_step=None,
     ) -> tuple[GenerationOutput, str]:
         """Several token-id prompts through the loop at once (left-padded, one row each); one row runs the
         batch-1 path unless admit is given. on_tokens receives [B, k] (-1 padded) and may return rows to stop;
         admit lets rows join between steps (continuous batching: it returns a list of RowRequest);
         first_token_allowed: each row's allowed first tokens or None (token healing). params: one setting for all
-        rows, or one per row (each row drafted and judged by its own temperature / top-k / top-p / seed)."""
+        rows, or one per row (each row drafted and judged by its own temperature / top-k / top-p / seed). on_step
+        receives each step's record and the rows it describes (loop.generate: the server's per-request usage)."""
         if not rows or any(not r for r in rows):
             raise DraftVerifyError("every prompt needs at least one token")
         if isinstance(params, (list, tuple)):
@@ -438,6 +442,7 @@ class Pipeline:
                 gamma=gamma,
                 on_tokens=on_tokens,
                 first_token_allowed=None if first_token_allowed is None else first_token_allowed[0],
+                on_step=on_step,
             )
         width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -459,6 +464,7 @@ class Pipeline:
             seeds=seeds,
             admit=admit,
             first_token_allowed=first_token_allowed,
+            on_step=on_step,
         )
         return output, verifier.name
 

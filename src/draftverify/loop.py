@@ -18,7 +18,7 @@ from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
 from .drafters.base import Drafter
 from .engine.processors import FirstTokenAllowed
 from .engine.scheduler import Scheduler, row_generator
-from .engine.stats import StatsRecorder, inform_policy
+from .engine.stats import StatsRecorder, StepRecord, inform_policy
 from .engine.step import commit, prefill, propose, score, verify
 from .errors import DraftVerifyError
 from .sampling import RowParams, row_params
@@ -46,6 +46,7 @@ def generate(
     seeds: list[int | None] | None = None,
     admit: Callable[[], list[RowRequest]] | None = None,
     first_token_allowed: torch.Tensor | list | None = None,
+    on_step: Callable[[StepRecord, list[int]], None] | None = None,
 ) -> GenerationOutput:
     """Decode up to max_new_tokens after input_ids [B, L] (the source, for encoder-decoder targets) with any backend
     as target (a plain Hugging Face model gets a CachedLM).
@@ -60,6 +61,8 @@ def generate(
     emitted fewer or has left) and may return the rows to stop now. admit (continuous batching): called between
     steps, returns a list of RowRequest (types.py), rows that join (engine/scheduler.py). first_token_allowed: the
     token ids each row's first new token may be (token healing), for every row or one per row (engine/processors.py).
+    on_step receives each step's StepRecord and the rows its per-row lists describe (indices as on_tokens counts
+    them), before on_tokens: what a server needs to tell each request what was drafted and accepted for it.
     """
     started = perf_counter()
     target = drafter.wrap_target(as_backend(target, "target"))
@@ -94,11 +97,15 @@ def generate(
         t3 = now()
         emitted = rows.emitted(verdict.tokens.tolist(), accepted, eos)
         commit(target, drafter, state, draft, verdict, out, emitted)
-        inform_policy(policy, recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3)))
+        record = recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3))
+        inform_policy(policy, record)
         stop_rows = None
-        if on_tokens is not None:
+        if on_tokens is not None or on_step is not None:
             t4 = perf_counter()
-            stop_rows = on_tokens(rows.padded(emitted, input_ids.device))
+            if on_step is not None:
+                on_step(record, rows.active)
+            if on_tokens is not None:
+                stop_rows = on_tokens(rows.padded(emitted, input_ids.device))
             recorder.callback(perf_counter() - t4)
         rows.leave(stop_rows, target, drafter, state)
         joining = admit() if admit is not None and rows.active else None

@@ -43,7 +43,7 @@ def by_rows(params: SamplingParams | RowParams, fn, rows: torch.Tensor) -> torch
 def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """Temperature, then top-k, then top-p (nucleus), as Hugging Face's warpers do. logits: [..., V]."""
     if params.temperature > 0 and params.temperature != 1.0:
-        logits = logits / params.temperature
+        logits = logits / max(params.temperature, torch.finfo(logits.dtype).tiny)  # 5e-324 is 0 in float32
     if params.top_k and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]  # [..., 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -53,6 +53,7 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         # drop a token when the mass strictly before it already reaches top_p (so the top-1 always stays)
         mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
         drop_sorted = mass_before >= params.top_p
+        drop_sorted[..., 0] = False  # also when top_p rounds to 0 in the logits' dtype (5e-324 in float32)
         drop = drop_sorted.scatter(-1, sorted_idx, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
@@ -74,7 +75,10 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams | RowParams) 
         return by_rows(params, lambda p, rows: probs_from_logits(logits[rows], p), logits)
     if params.greedy:
         return logits.float().softmax(dim=-1)
-    return filter_logits(logits.float(), params).softmax(dim=-1)
+    # shifted by each row's top logit (the same softmax, top-k and top-p): a temperature so small that logits / T
+    # overflows then leaves the top token(s) instead of inf - inf = nan
+    logits = logits.float()
+    return filter_logits(logits - logits.amax(dim=-1, keepdim=True), params).softmax(dim=-1)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

@@ -27,8 +27,9 @@ def test_a_step_record_adds_up_its_rows():
     record = step_record(chain(2, 3), [3, 0], [[7, 8], [9]], gamma=3, rows=2, times=(0.0, 1.0, 3.0, 6.0), prefill=False)
     assert (record.drafted, record.emitted_accepted, record.rejections, record.new_tokens) == (6, 2, 1, 3)
     assert (record.draft_s, record.target_s, record.verify_s) == (1.0, 2.0, 3.0)
+    assert (record.row_drafted, record.row_kept, record.row_emitted) == ([3, 3], [2, 0], [2, 1])  # the server's usage
     ragged = step_record(chain(2, 3, [3, 1]), [1, 1], [[1, 2], [3, 4]], 3, 2, (0, 0, 0, 0), False)
-    assert ragged.drafted == 4 and ragged.rejections == 1 and ragged.depths == [3, 1]
+    assert ragged.drafted == 4 and ragged.rejections == 1 and ragged.depths == [3, 1] and ragged.row_drafted == [3, 1]
     tree = TreeSpec.from_paths([(0,), (1,), (0, 0)])
     valid = torch.tensor([[True, True, True], [True, False, False]])
     trees = step_record(
@@ -41,6 +42,7 @@ def test_a_step_record_adds_up_its_rows():
         False,
     )
     assert trees.drafted == 4 and trees.depths == [2, 1] and trees.rejections == 0
+    assert trees.row_drafted == [3, 1] and trees.row_kept == [2, 1]
 
 
 def test_the_recorder_builds_generation_stats():

@@ -1,5 +1,5 @@
-"""A tiny target and draft (random Llamas with the zoo's tokenizer) on disk, and a real server process on a
-loopback port, started once per test module and stopped after it."""
+"""A tiny target and draft (random Llamas with the zoo's tokenizer) on disk, and a real server on a loopback port:
+a process started once per test module and stopped after it, or an app served by uvicorn in a thread."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import httpx
+import uvicorn
 from transformers import AutoTokenizer
 
 import draftverify
@@ -92,3 +94,21 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait(5)
         return self.proc.stdout.read() if self.proc.stdout else ""
+
+
+class InProcessServer:
+    """An app served by uvicorn on a loopback port, in a thread of this process."""
+
+    def __init__(self, app):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(20)

@@ -11,8 +11,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 import torch
-import uvicorn
-from serve_fixtures import TOKENIZER, free_port
+from serve_fixtures import TOKENIZER, InProcessServer
 from transformers import AutoTokenizer
 
 from draftverify.serve.app import ServerSettings, create_app
@@ -26,6 +25,8 @@ class StubPipe:
     def __init__(self, tokenizer, mixes_sampling: bool = False):
         self.tokenizer = tokenizer
         self.mixes_sampling = mixes_sampling  # the method judges each row by its own sampling settings
+        self.method = SimpleNamespace(name="model")
+        self.gamma = 4
         self.params: list = []  # the settings of every row each batch held
         self.target = SimpleNamespace(max_positions=64, vocab_size=len(tokenizer))
         self.drafter = SimpleNamespace(models=lambda: [])  # calls no draft model
@@ -33,14 +34,18 @@ class StubPipe:
         self.gate = threading.Semaphore(0)
         self.free = False
         self.batches: list[list[list[int]]] = []
+        self.gammas: list = []  # each batch's draft length
 
     def release(self, steps: int = 1000) -> None:
         for _ in range(steps):
             self.gate.release()
 
-    def generate_batch_ids(self, rows, params, max_new_tokens, seeds=None, gamma=None, on_tokens=None, admit=None):
+    def generate_batch_ids(
+        self, rows, params, max_new_tokens, seeds=None, gamma=None, on_tokens=None, admit=None, on_step=None
+    ):
         rows = list(rows)
         self.batches.append(rows)
+        self.gammas.append(gamma)
         row_params = list(params) if isinstance(params, list) else [params] * len(rows)
         self.params.append(row_params)
         limits = list(max_new_tokens) if isinstance(max_new_tokens, list) else [max_new_tokens] * len(rows)
@@ -68,22 +73,6 @@ class StubPipe:
 @pytest.fixture(scope="module")
 def tokenizer():
     return AutoTokenizer.from_pretrained(TOKENIZER)
-
-
-class InProcessServer:
-    def __init__(self, app):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(20)
 
 
 @pytest.fixture
@@ -281,3 +270,33 @@ def test_stop_text_of_a_healed_prompt_starts_after_the_original_prompt(tokenizer
         pieces = [streamer.push([t]) for t in new]
         assert "".join(pieces) + streamer.finish() == expected, stops
     # the "\n    " stop string would match at once if the removed "\n" counted; it matches only inside g
+
+
+def test_requests_with_another_draft_length_wait_for_a_batch_of_their_own(tokenizer):
+    """speculative.gamma (and method) is part of what a batch shares: a waiting request with the running batch's
+    setting joins it, the others run together afterwards with theirs."""
+    pipe = StubPipe(tokenizer, mixes_sampling=True)
+    app = create_app(pipe, ServerSettings(model_name="stub", max_queue=8, max_batch=4))
+    server = InProcessServer(app)
+    try:
+        results: list = []
+        first = threading.Thread(target=_post, args=(server.base, results))
+        first.start()
+        assert _wait(lambda: app.state.engine.busy_rows == 1)
+        others = [
+            threading.Thread(target=_post, args=(server.base, results), kwargs=extra)
+            for extra in ({"speculative": {"gamma": 2}}, {}, {"speculative": {"gamma": 2}})
+        ]
+        for t in others:
+            t.start()
+        assert _wait(lambda: app.state.engine.snapshot()["queued"] == 3)
+        pipe.free = True
+        pipe.release()
+        for t in [first, *others]:
+            t.join(30)
+        assert [len(b) for b in pipe.batches] == [2, 2] and pipe.gammas == [4, 2]  # the server's gamma, then 2
+        assert all(r.status_code == 200 for r in results)
+    finally:
+        pipe.free = True
+        pipe.release()
+        server.stop()

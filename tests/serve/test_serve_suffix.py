@@ -8,8 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from serve_fixtures import make_models
-from test_engine import InProcessServer
+from serve_fixtures import InProcessServer, make_models
 
 from draftverify.api import load
 from draftverify.serve.app import ServerSettings, create_app

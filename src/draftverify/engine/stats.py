@@ -19,6 +19,9 @@ class StepRecord:
     rows: int  # rows the target scored
     depths: list[int]  # per row: most draft tokens it could accept
     accepted: list[int]  # per row: draft tokens the verifier accepted
+    row_drafted: list[int]  # per row: draft tokens proposed (a tree: its nodes)
+    row_kept: list[int]  # per row: accepted draft tokens that were emitted (a row's EOS or limit cuts the rest)
+    row_emitted: list[int]  # per row: tokens emitted
     drafted: int  # draft tokens proposed, over rows
     emitted_accepted: int  # accepted draft tokens that were emitted (a row's EOS or limit cuts the rest)
     rejections: int  # rows that stopped at a rejected draft token
@@ -41,13 +44,15 @@ def step_record(
     """The record of a step that proposed `draft`, accepted `accepted` [B] and emitted `emitted` (per row), timed
     at the start, after proposing, after the target's forward and after verifying."""
     depths = draft.row_depths(len(accepted))
-    drafted = (
-        sum(depths)
+    row_drafted = (
+        depths
         if draft.lengths is not None
-        else int(draft.valid.sum())
+        else draft.valid.sum(dim=1).tolist()
         if draft.valid is not None
-        else draft.length * len(accepted)
+        else [draft.length] * len(accepted)
     )
+    row_kept = [min(a, len(r)) for a, r in zip(accepted, emitted)]
+    row_emitted = [len(r) for r in emitted]
     t0, t1, t2, t3 = times
     return StepRecord(
         gamma=gamma,
@@ -55,10 +60,13 @@ def step_record(
         rows=rows,
         depths=depths,
         accepted=accepted,
-        drafted=drafted,
-        emitted_accepted=sum(min(a, len(r)) for a, r in zip(accepted, emitted)),
+        row_drafted=row_drafted,
+        row_kept=row_kept,
+        row_emitted=row_emitted,
+        drafted=sum(row_drafted),
+        emitted_accepted=sum(row_kept),
         rejections=sum(a < depth for a, depth in zip(accepted, depths)),
-        new_tokens=sum(len(r) for r in emitted),
+        new_tokens=sum(row_emitted),
         draft_s=t1 - t0,
         target_s=t2 - t1,
         verify_s=t3 - t2,

@@ -18,15 +18,29 @@ from typing import AsyncIterator
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..checks import check_prompt_text
 from ..errors import DraftVerifyError
 from ..types import SamplingParams
 from .engine import Engine, Job, NotRunning, QueueFull
 from .metrics import Metrics
-from .protocol import ApiError, ChatRequest, CompletionRequest
+from .protocol import (
+    SEED_LIMIT,
+    ApiError,
+    ChatCompletion,
+    ChatRequest,
+    Completion,
+    CompletionRequest,
+    ErrorResponse,
+    Health,
+    ModelList,
+    Unavailable,
+)
+from .speculation import Methods, Speculation, context_window, runnable_methods
 
 MAX_STOP_STRINGS = 4
 
@@ -60,21 +74,22 @@ class ServerSettings:
         self.heal = heal  # token healing of /v1/completions prompts unless a request says otherwise
 
 
-def context_window(pipe) -> int | None:
-    """Decoder positions a request may use: the target's limit, and those of the draft models the drafter calls."""
-    limits = [pipe.target.max_positions] + [model.lm.max_positions for model in pipe.drafter.models()]
-    limits = [x for x in limits if x is not None]
-    return min(limits) if limits else None
-
-
 def _validation_message(err: ValidationError | RequestValidationError) -> tuple[str, str | None]:
+    """A body FastAPI (or a model) refused, as one line and the field at fault (dotted)."""
     errors = err.errors()
     if not errors:
         return "invalid request body", None
     first = errors[0]
     if first.get("type") == "json_invalid":
         return "the request body is not valid JSON: " + str(first.get("ctx", {}).get("error", first.get("msg"))), None
-    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+    loc = _field(first)
+    if not loc:  # the body itself: absent, or not an object
+        return f"the request body must be a JSON object ({first.get('msg')})", None
+    # a union's members fail one error each (prompt.str, prompt.list[int]): the field is what their paths share
+    if first.get("type") not in ("extra_forbidden", "missing"):
+        for other in errors[1:]:
+            if _field(other)[:1] == loc[:1] and other.get("type") not in ("extra_forbidden", "missing"):
+                loc = _shared(loc, _field(other))
     param = ".".join(loc) or None
     if first.get("type") == "extra_forbidden":
         unknown = sorted(
@@ -90,20 +105,16 @@ def _validation_message(err: ValidationError | RequestValidationError) -> tuple[
     return f"invalid value for {param}: {first.get('msg')}", param
 
 
-async def parse(request: Request, model_cls):
-    """The body parsed by hand (not as an endpoint parameter) so that bad JSON and bad fields are OpenAI-style 400s."""
-    try:
-        raw = await request.body()
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ApiError(400, f"the request body is not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    try:
-        return model_cls.model_validate(data)
-    except ValidationError as err:
-        message, param = _validation_message(err)
-        raise ApiError(400, message, param=param) from None
+def _field(error: dict) -> list[str]:
+    return [str(x) for x in error.get("loc", ()) if x != "body"]
+
+
+def _shared(a: list[str], b: list[str]) -> list[str]:
+    """The longest common prefix of two field paths."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
 
 
 async def watch_disconnect(request: Request, job: Job) -> None:
@@ -147,9 +158,16 @@ class Service:
         self.pipe = pipe
         self.settings = settings
         self.metrics = Metrics()
+        pipes = runnable_methods(pipe)
         self.engine = Engine(
-            pipe, self.metrics, max_queue=settings.max_queue, max_batch=settings.max_batch, gamma=settings.gamma
+            pipe,
+            self.metrics,
+            max_queue=settings.max_queue,
+            max_batch=settings.max_batch,
+            gamma=settings.gamma,
+            pipes=pipes,
         )
+        self.methods = Methods(pipes, self.engine.default.method, self.engine.default.gamma)
         self.window = context_window(pipe)
         self.tokenizer = pipe.tokenizer
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
@@ -176,8 +194,11 @@ class Service:
                 headers={"WWW-Authenticate": "Bearer"},
             )
 
-    def check_common(self, body, max_tokens: int | None, prompt_tokens: int) -> tuple[SamplingParams, int, list[str]]:
-        """The checks both generation endpoints make: the model, the sampling fields, the context window."""
+    def check_common(
+        self, body, max_tokens: int | None, prompt_tokens: int, default_tokens: int | None = None
+    ) -> tuple[SamplingParams, int, list[str]]:
+        """The checks both generation endpoints make: the model, the sampling fields, the context window. Without
+        max_tokens a request gets default_tokens (None: as many as the context holds), within the room and limit."""
         settings, window = self.settings, self.window
         if body.model != settings.model_name:
             raise ApiError(
@@ -217,7 +238,7 @@ class Service:
                 code="context_length_exceeded",
             )
         if max_tokens is None:
-            max_tokens = room if room is not None else 256
+            max_tokens = min(x for x in (default_tokens, room, 256 if room is None else None) if x is not None)
             if settings.max_tokens_limit is not None:
                 max_tokens = min(max_tokens, settings.max_tokens_limit)
         if isinstance(max_tokens, bool) or max_tokens < 1:
@@ -240,6 +261,8 @@ class Service:
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         if len(stop) > MAX_STOP_STRINGS:
             raise ApiError(400, f"at most {MAX_STOP_STRINGS} stop strings, got {len(stop)}", param="stop")
+        if body.seed is not None and abs(body.seed) > SEED_LIMIT:
+            raise ApiError(400, f"seed must be in -{SEED_LIMIT}..{SEED_LIMIT}, got {body.seed}", param="seed")
         try:
             params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=body.seed)
         except DraftVerifyError as err:
@@ -300,7 +323,7 @@ class Service:
             raise ApiError(400, "logprobs are not supported", param="logprobs")
         if body.response_format not in (None, {"type": "text"}):
             raise ApiError(400, "response_format other than {'type': 'text'} is not supported", param="response_format")
-        if body.max_tokens is not None and body.max_completion_tokens is not None:
+        if {"max_tokens", "max_completion_tokens"} <= body.model_fields_set:
             raise ApiError(400, "give max_tokens or max_completion_tokens, not both", param="max_tokens")
         messages = []
         for m in body.messages:
@@ -317,7 +340,15 @@ class Service:
             raise ApiError(400, "the messages render to no tokens", param="messages")
         return ids
 
-    def submit(self, ids: list[int], params: SamplingParams, max_tokens: int, stop: list[str], healing=None) -> Job:
+    def submit(
+        self,
+        ids: list[int],
+        params: SamplingParams,
+        max_tokens: int,
+        stop: list[str],
+        speculation: Speculation,
+        healing=None,
+    ) -> Job:
         """Queue a generation for the worker, or refuse it now: 429 when the queue is full, 503 when not running."""
         settings = self.settings
         job = Job(
@@ -328,6 +359,7 @@ class Service:
             loop=asyncio.get_running_loop(),
             sink=asyncio.Queue(),
             healing=healing,
+            speculation=speculation,
         )
         try:
             self.engine.submit(job)
@@ -385,24 +417,60 @@ async def get_service(request: Request) -> Service:
     return request.app.state.service
 
 
+async def authorized(request: Request, service: Service = Depends(get_service)) -> Service:
+    """The Service, once the request's API key checks out (a dependency: it runs before the body is validated, so
+    a client without the key hears 401 whatever it sent)."""
+    service.check_key(request)
+    return service
+
+
+def _errors(*statuses: int) -> dict:
+    return {status: {"model": ErrorResponse, "description": ERROR_WHEN[status]} for status in statuses}
+
+
+ERROR_WHEN = {
+    400: "A field the server cannot take (param names it): a bad value, an unknown field, a body that is not a "
+    "JSON object, or a prompt and max_tokens over the context window (code context_length_exceeded)",
+    401: "The server has an API key and the request did not send it (Authorization: Bearer KEY)",
+    404: "The model is not the one this server serves (code model_not_found)",
+    429: "The queue is full (code queue_full); retry after Retry-After seconds",
+    500: "The generation failed (a bug or out of memory); the server goes on",
+    503: "The generation worker is not running (starting or shutting down); retry after Retry-After seconds",
+}
+TEXT = {"type": "string"}
+GENERATION_ERRORS = _errors(400, 401, 404, 429, 500, 503)
+SSE_EVENT = {  # OpenAPI before 3.2: the schema of a text/event-stream is that of each event
+    "type": "object",
+    "properties": {"data": {"type": "string", "description": "A chunk of the answer as JSON, or [DONE] at the end"}},
+    "required": ["data"],
+}
+STREAMED = {"text/event-stream": {"schema": SSE_EVENT}}
+
 router = APIRouter()
 
 
-@router.get("/health")
+@router.get(
+    "/health",
+    response_model=Health,
+    responses={503: {"model": Unavailable, "description": "The generation worker is not running"}},
+)
 async def health(service: Service = Depends(get_service)):
     if not service.engine.alive:
         return JSONResponse({"status": "unavailable"}, status_code=503)
     return {"status": "ok", "model": service.settings.model_name, "pid": os.getpid(), **service.engine.snapshot()}
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={200: {"description": "Prometheus text format", "content": {"text/plain": {"schema": TEXT}}}},
+)
 async def metrics_endpoint(service: Service = Depends(get_service)):
     return Response(service.metrics.render(), media_type=service.metrics.content_type)
 
 
-@router.get("/v1/models")
-async def models(request: Request, service: Service = Depends(get_service)):
-    service.check_key(request)
+@router.get("/v1/models", response_model=ModelList, responses=_errors(401))
+async def models(service: Service = Depends(authorized)):
     service.metrics.requests.labels("/v1/models", "200").inc()
     return {
         "object": "list",
@@ -413,17 +481,20 @@ async def models(request: Request, service: Service = Depends(get_service)):
                 "created": 0,
                 "owned_by": "draftverify",
                 "max_model_len": service.window,
+                "speculative_methods": service.methods.names,
             }
         ],
     }
 
 
-@router.post("/v1/completions")
-async def completions(request: Request, service: Service = Depends(get_service)):
+@router.post(
+    "/v1/completions",
+    response_model=Completion,
+    responses={200: {"content": STREAMED}, **GENERATION_ERRORS},
+)
+async def completions(body: CompletionRequest, request: Request, service: Service = Depends(authorized)):
     endpoint = "/v1/completions"
     started = time.perf_counter()
-    service.check_key(request)
-    body: CompletionRequest = await parse(request, CompletionRequest)
     if body.best_of not in (None, 1):
         raise ApiError(400, f"best_of={body.best_of} is not supported (only 1)", param="best_of")
     if body.logprobs is not None:
@@ -431,8 +502,9 @@ async def completions(request: Request, service: Service = Depends(get_service))
     if body.suffix:
         raise ApiError(400, "suffix (insertion) is not supported", param="suffix")
     ids, prompt_text = service.completion_prompt(body)
-    params, max_tokens, stop = service.check_common(body, 16 if body.max_tokens is None else body.max_tokens, len(ids))
-    job = service.submit(ids, params, max_tokens, stop, healing=service.healing_for(body, ids))
+    params, max_tokens, stop = service.check_common(body, body.max_tokens, len(ids), default_tokens=16)  # OpenAI's
+    speculation = service.methods.resolve(body.speculative)
+    job = service.submit(ids, params, max_tokens, stop, speculation, healing=service.healing_for(body, ids))
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     model = service.settings.model_name
@@ -458,16 +530,18 @@ async def completions(request: Request, service: Service = Depends(get_service))
     return out
 
 
-@router.post("/v1/chat/completions")
-async def chat(request: Request, service: Service = Depends(get_service)):
+@router.post(
+    "/v1/chat/completions",
+    response_model=ChatCompletion,
+    responses={200: {"content": STREAMED}, **GENERATION_ERRORS},
+)
+async def chat(body: ChatRequest, request: Request, service: Service = Depends(authorized)):
     endpoint = "/v1/chat/completions"
     started = time.perf_counter()
-    service.check_key(request)
-    body: ChatRequest = await parse(request, ChatRequest)
     ids = service.chat_prompt(body)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params, max_tokens, stop = service.check_common(body, max_tokens, len(ids))
-    job = service.submit(ids, params, max_tokens, stop)
+    job = service.submit(ids, params, max_tokens, stop, service.methods.resolve(body.speculative))
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     model = service.settings.model_name
@@ -511,16 +585,61 @@ async def _invalid(request: Request, err: RequestValidationError):
     return request.app.state.service.error_response(ApiError(400, message, param=param), request.url.path)
 
 
-async def _not_found(request: Request, err):
-    return request.app.state.service.error_response(
-        ApiError(404, f"no route {request.method} {request.url.path}", code="not_found"), request.url.path
-    )
+async def _http_error(request: Request, err: StarletteHTTPException):
+    """Starlette's own errors (no route, a method the route does not take, a body it cannot read) in the OpenAI
+    shape; a 405 keeps the route's Allow header, as HTTP asks."""
+    status, path = err.status_code, request.url.path
+    if status == 404:
+        error = ApiError(404, f"no route {request.method} {path}", code="not_found")
+    elif status == 405:
+        error = ApiError(405, f"method {request.method} is not allowed on {path}", headers=dict(err.headers or {}))
+    else:
+        error = ApiError(status, str(err.detail), headers=dict(err.headers or {}))
+    return request.app.state.service.error_response(error, path)
 
 
-async def _bad_method(request: Request, err):
-    return request.app.state.service.error_response(
-        ApiError(405, f"method {request.method} is not allowed on {request.url.path}"), request.url.path
-    )
+def _integers(schema, **limits) -> None:
+    """Set limits on every integer schema inside `schema` (a prompt's token ids, however nested)."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "integer":
+            schema.update(limits)
+        for value in schema.values():
+            _integers(value, **limits)
+    elif isinstance(schema, list):
+        for value in schema:
+            _integers(value, **limits)
+
+
+def server_openapi(app: FastAPI) -> dict:
+    """This server's OpenAPI document: the request and response models, with what this server takes filled in
+    (its model name, its methods and draft lengths, token ids below its vocabulary, max_tokens within its limit and
+    context); no 422 anywhere, as a body the models refuse is answered 400 (ERROR_WHEN)."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    from .. import __version__
+
+    service: Service = app.state.service
+    doc = get_openapi(title=app.title, version=__version__, description=app.description, routes=app.routes)
+    for path in doc["paths"].values():
+        for operation in path.values():
+            operation.get("responses", {}).pop("422", None)
+    schemas = doc["components"]["schemas"]
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    ceilings = [x for x in (service.settings.max_tokens_limit, service.window and service.window - 1) if x]
+    token_fields = {"CompletionRequest": ("max_tokens",), "ChatRequest": ("max_tokens", "max_completion_tokens")}
+    for name, fields in token_fields.items():
+        properties = schemas[name]["properties"]
+        properties["model"]["enum"] = [service.settings.model_name]
+        for field in fields:
+            if ceilings:
+                properties[field]["maximum"] = min(ceilings)
+    _integers(schemas["CompletionRequest"]["properties"]["prompt"], maximum=service.pipe.target.vocab_size - 1)
+    speculative = schemas["Speculative"]["properties"]
+    speculative["method"]["enum"] = [*service.methods.names, None]
+    speculative["gamma"]["maximum"] = service.methods.longest_gamma
+    app.openapi_schema = doc
+    return doc
 
 
 @asynccontextmanager
@@ -537,12 +656,16 @@ async def _lifespan(app: FastAPI):
 def create_app(pipe, settings: ServerSettings) -> FastAPI:
     """One app per pipeline, with its own Service (worker, queue, metrics registry): apps never share state."""
     service = Service(pipe, settings)
-    app = FastAPI(title="draftverify", lifespan=_lifespan)
+    app = FastAPI(
+        title="draftverify",
+        description="OpenAI-compatible speculative decoding server (draftverify serve)",
+        lifespan=_lifespan,
+    )
     app.state.service = service
     app.state.engine = service.engine  # the worker, for whoever holds the app (tests stop it, watch its queue)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _invalid)
-    app.add_exception_handler(404, _not_found)
-    app.add_exception_handler(405, _bad_method)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.include_router(router)
+    app.openapi = lambda: server_openapi(app)
     return app

@@ -1,11 +1,13 @@
 """The generation worker: one thread that owns the models and runs the library's decoding loop.
 
 Requests wait in a bounded queue; the worker takes the oldest one together with every waiting request that can
-share its batch (same sampling settings, up to max_batch rows) and runs them through Pipeline.generate_batch_ids,
-i.e. the one decoding loop at batch size B. Continuous batching: while the batch runs, finished rows leave it and
-waiting requests with the same settings join it between steps. Each step's tokens go back to the asyncio side
-through loop.call_soon_threadsafe, so the event loop never waits on a model. A cancelled request (client gone)
-leaves its batch at the next step; a request cancelled while still queued is skipped.
+share its batch (same speculative method and gamma, same sampling settings unless the method judges rows apart, up
+to max_batch rows) and runs them through that method's Pipeline.generate_batch_ids, i.e. the one decoding loop at
+batch size B. Continuous batching: while the batch runs, finished rows leave it and waiting requests with the same
+settings join it between steps; requests with other settings wait for a batch of their own. Each step's tokens
+go back to the asyncio side through loop.call_soon_threadsafe, so the event loop never waits on a model. A
+cancelled request (client gone) leaves its batch at the next step; a request cancelled while still queued is
+skipped.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..errors import DraftVerifyError
 from ..types import RowRequest, SamplingParams
 from .metrics import Metrics
 from .protocol import ApiError
+from .speculation import Speculation
 
 logger = logging.getLogger("draftverify.serve")
 
@@ -92,11 +95,15 @@ class Job:
     loop: asyncio.AbstractEventLoop
     sink: asyncio.Queue
     healing: Any = None  # healing.Healing: decode the backed-up prompt, first token constrained (token healing)
+    speculation: Speculation | None = None  # the method and gamma it runs; None: the server's
     arrived: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # worker-side
     text: StopText | None = None
     generated: int = 0
+    drafted: int = 0  # draft tokens proposed for this row
+    accepted: int = 0  # of which emitted
+    target_calls: int = 0  # target forwards this row took part in
     first_text_at: float | None = None
     done: bool = False
 
@@ -119,14 +126,48 @@ class Job:
         return None if self.healing is None else self.healing.allowed
 
     def batch_key(self, mixed: bool) -> tuple:
-        """Requests with equal keys may share a batch: any request when the method judges each row by its own
-        sampling settings (mixed), else those with the same settings (the seed aside: each row keeps its own)."""
+        """Requests with equal keys may share a batch: those with the same speculation and, unless the method
+        judges each row by its own sampling settings (mixed), the same settings (the seed aside: each row keeps
+        its own)."""
         p = self.params
-        return () if mixed else (p.temperature, p.top_k, p.top_p, p.coupled)
+        return (self.speculation,) + (() if mixed else (p.temperature, p.top_k, p.top_p, p.coupled))
+
+    @property
+    def usage(self) -> dict[str, int]:
+        """OpenAI's usage plus what speculation did for this request (draftverify's extension)."""
+        prompt_tokens = len(self.prompt_ids)
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": self.generated,
+            "total_tokens": prompt_tokens + self.generated,
+            "drafted_tokens": self.drafted,
+            "accepted_tokens": self.accepted,
+            "target_calls": self.target_calls,
+        }
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A method the worker runs: its pipeline, the rows a batch of it may hold, and whether rows with different
+    sampling settings may share one (its verifier judges each row by its own)."""
+
+    pipe: Any
+    max_batch: int
+    mixed: bool
 
 
 class Engine:
-    def __init__(self, pipe, metrics: Metrics, max_queue: int = 64, max_batch: int = 1, gamma: int | str | None = None):
+    """pipes: method name -> pipeline, the methods a request may pick besides `pipe`'s own (speculation.py)."""
+
+    def __init__(
+        self,
+        pipe,
+        metrics: Metrics,
+        max_queue: int = 64,
+        max_batch: int = 1,
+        gamma: int | str | None = None,
+        pipes: dict[str, Any] | None = None,
+    ):
         if max_queue < 1 or max_batch < 1:
             raise DraftVerifyError(f"max_queue and max_batch must be >= 1, got {max_queue} and {max_batch}")
         self.pipe = pipe
@@ -136,9 +177,10 @@ class Engine:
             logger.warning("this method decodes one row at a time: serving requests one by one (max_batch 1)")
             max_batch = 1
         self.max_batch = max_batch
-        self.continuous = max_batch > 1  # rows join a running batch between steps
-        self.mixed = max_batch > 1 and getattr(pipe, "mixes_sampling", False)  # rows keep their own settings
-        self.gamma = gamma
+        self.default = Speculation(pipe.method.name, getattr(pipe, "gamma", None) if gamma is None else gamma)
+        self.variants = {
+            name: self._variant(p, max_batch) for name, p in {**(pipes or {}), pipe.method.name: pipe}.items()
+        }
         self.eos = pipe.eos_token_id
         self._eos_set = set([self.eos] if isinstance(self.eos, int) else (self.eos or []))
         self._waiting: deque[Job] = deque()
@@ -146,6 +188,11 @@ class Engine:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.busy_rows = 0
+
+    @staticmethod
+    def _variant(pipe, max_batch: int) -> Variant:
+        rows = max_batch if getattr(pipe, "supports_batches", True) else 1
+        return Variant(pipe, rows, rows > 1 and getattr(pipe, "mixes_sampling", False))
 
     # ---- asyncio side ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -162,6 +209,8 @@ class Engine:
                 raise NotRunning()
             if len(self._waiting) >= self.max_queue:
                 raise QueueFull()
+            if job.speculation is None:
+                job.speculation = self.default
             self._waiting.append(job)
             self.metrics.queue_depth.set(len(self._waiting))
             self._cond.notify()
@@ -194,35 +243,37 @@ class Engine:
                     return None
                 self._cond.wait()
             first = self._waiting.popleft()
-            jobs = [first] + self._matching(first.batch_key(self.mixed), self.max_batch - 1)
+            variant = self.variants[first.speculation.method]
+            jobs = [first] + self._matching(first.batch_key(variant.mixed), variant.max_batch - 1, variant.mixed)
             self.metrics.queue_depth.set(len(self._waiting))
             return jobs
 
-    def _matching(self, key: tuple, room: int) -> list[Job]:
+    def _matching(self, key: tuple, room: int, mixed: bool) -> list[Job]:
         """Up to `room` waiting jobs with this batch key, oldest first, taken off the queue (lock held)."""
         taken: list[Job] = []
         for job in list(self._waiting):
             if len(taken) >= room:
                 break
-            if job.batch_key(self.mixed) == key and not job.cancelled.is_set():
+            if job.batch_key(mixed) == key and not job.cancelled.is_set():
                 self._waiting.remove(job)
                 taken.append(job)
         return taken
 
-    def _admitter(self, jobs: list[Job]):
-        """Continuous batching: between steps, waiting jobs join the batch while it has room (rows that finished
-        have left): any job when rows keep their own sampling settings, else those with the batch's."""
-        key = jobs[0].batch_key(self.mixed)
+    def _admitter(self, jobs: list[Job], variant: Variant):
+        """Continuous batching: between steps, waiting jobs with the batch's speculation join it while it has room
+        (rows that finished have left): any such job when rows keep their own sampling settings, else those with
+        the batch's."""
+        key = jobs[0].batch_key(variant.mixed)
 
         def admit() -> list[RowRequest]:
             active = sum(not job.done for job in jobs)
-            room = self.max_batch - active
+            room = variant.max_batch - active
             if room <= 0 or not self._waiting:
                 return []
             with self._cond:
                 if self._stopping:
                     return []
-                new = self._matching(key, room)
+                new = self._matching(key, room, variant.mixed)
                 self.metrics.queue_depth.set(len(self._waiting))
             if not new:
                 return []
@@ -275,6 +326,8 @@ class Engine:
 
     def _run(self, jobs: list[Job]) -> None:
         jobs = list(jobs)  # grows as rows join (continuous batching): row b of the loop is jobs[b]
+        speculation = jobs[0].speculation
+        variant = self.variants[speculation.method]
         self._prepare(jobs)
         self.busy_rows = len(jobs)
         self.metrics.running.set(len(jobs))
@@ -284,15 +337,16 @@ class Engine:
                 if any(job.healing is not None for job in jobs)
                 else {}
             )
-            output, _ = self.pipe.generate_batch_ids(
+            variant.pipe.generate_batch_ids(
                 [job.prompt_ids for job in jobs],
                 [job.params for job in jobs],
                 max_new_tokens=[job.max_tokens for job in jobs],
                 seeds=[job.params.seed for job in jobs],
-                gamma=self.gamma,
+                gamma=speculation.gamma,
                 **healed,
                 on_tokens=lambda emitted: self._on_tokens(jobs, emitted),
-                admit=self._admitter(jobs) if self.continuous else None,
+                admit=self._admitter(jobs, variant) if variant.max_batch > 1 else None,
+                on_step=lambda record, rows: self._on_step(jobs, record, rows),
             )
         except DraftVerifyError as err:
             for job in jobs:
@@ -301,15 +355,28 @@ class Engine:
             for job in jobs:
                 self._fail(job, ApiError(500, f"generation failed: {type(err).__name__}: {err}", type="server_error"))
         else:
-            stats = output.stats
-            self.metrics.target_calls.inc(stats.target_calls)
-            self.metrics.drafted_tokens.inc(stats.drafted_tokens)
-            self.metrics.accepted_tokens.inc(stats.accepted_tokens)
             for job in jobs:
                 self._complete(job)
         finally:
             self.busy_rows = 0
             self.metrics.running.set(0)
+
+    def _on_step(self, jobs: list[Job], record, rows: list[int]) -> None:
+        """A step's statistics (engine/stats.StepRecord; its per-row lists describe `rows`): each request's usage,
+        and the counters /metrics shows, which add up the same numbers."""
+        metrics = self.metrics
+        metrics.target_calls.inc()
+        metrics.drafted_tokens.inc(record.drafted)
+        metrics.accepted_tokens.inc(record.emitted_accepted)
+        kept = record.row_kept
+        for i, row in enumerate(rows):
+            job = jobs[row]
+            job.drafted += record.row_drafted[i]
+            job.accepted += kept[i]
+            job.target_calls += 1
+            metrics.tokens_per_call.observe(record.row_emitted[i])
+        for position in range(1, max(kept, default=0) + 1):  # a row that kept k drafts kept positions 1..k
+            metrics.accepted_at.labels(str(position)).inc(sum(k >= position for k in kept))
 
     def _on_tokens(self, jobs: list[Job], emitted) -> list[int]:
         """emitted [B, k], -1 where a row emitted fewer tokens (or has left). Returns the rows to stop now."""
@@ -357,14 +424,8 @@ class Engine:
         ended_by_eos = bool(job.text.ids) and job.text.ids[-1] in self._eos_set
         reason = "stop" if job.text.stopped or ended_by_eos else "length"
         self.metrics.finished.labels(reason).inc()
-        prompt_tokens = len(job.prompt_ids)
-        self.metrics.prompt_tokens.inc(prompt_tokens)
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": job.generated,
-            "total_tokens": prompt_tokens + job.generated,
-        }
-        job.emit(("done", reason, usage))
+        self.metrics.prompt_tokens.inc(len(job.prompt_ids))
+        job.emit(("done", reason, job.usage))
 
     def _fail(self, job: Job, error: ApiError) -> None:
         if job.done:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from ..draft_length import MAX_GAMMA
+
+TOKENS_PER_CALL_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, MAX_GAMMA + 1)  # the longest draft + 1
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -49,7 +52,23 @@ class Metrics:
             registry=r,
         )
         self.drafted_tokens = Counter("draftverify_drafted_tokens", "Draft tokens proposed", registry=r)
-        self.accepted_tokens = Counter("draftverify_accepted_tokens", "Draft tokens the verifier kept", registry=r)
+        self.accepted_tokens = Counter(
+            "draftverify_accepted_tokens", "Draft tokens the verifier kept (and that were emitted)", registry=r
+        )
+        self.accepted_at = Counter(
+            "draftverify_accepted_by_position",
+            "Accepted draft tokens by their position in the draft (1: the first drafted token); the sum over "
+            "positions is draftverify_accepted_tokens",
+            ["position"],
+            registry=r,
+        )
+        self.tokens_per_call = Histogram(
+            "draftverify_tokens_per_target_call",
+            "Tokens a request gained from one target forward (accepted drafts + the target's own); its count adds up "
+            "the usage's target_calls, its sum the completion tokens",
+            buckets=TOKENS_PER_CALL_BUCKETS,
+            registry=r,
+        )
         self.finished = Counter(
             "draftverify_finished_requests",
             "Generations that ended, by reason (stop, length, cancelled, error)",

@@ -7,9 +7,9 @@ their neutral value (n=1, best_of=1, penalties 0, no logit_bias, no logprobs), a
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema
 
 
 class ApiError(Exception):
@@ -37,58 +37,215 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+STRICT = ConfigDict(extra="forbid", strict=True)  # no coercion: "5" is not a max_tokens, as the schema says
+
+GAMMA_NAMES = r"auto|heuristic|conf(=(0(\.[0-9]+)?|1(\.0+)?))?"  # the named draft lengths a request may give
+SEED_LIMIT = 2**53 - 1  # the integers a JSON number holds exactly (a double), whichever client parses it
+
+
+def _whole(value: Any) -> Any:
+    """A number with no fraction (2.0) is an integer, as JSON Schema counts (strict mode alone would refuse it)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Int = Annotated[int, BeforeValidator(_whole)]
+
+
+def _checked(default: Any = None, **schema: Any) -> Any:
+    """A field whose limits the handlers check (with messages of their own) and the schema states: a keyword at
+    the top of a field's schema applies to the values of its type (minimum to numbers, maxItems to arrays)."""
+    return Field(default=default, json_schema_extra=schema)
+
+
+_TEXT = {"type": "string", "pattern": r"\S"}  # something besides whitespace
+_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}  # token ids (below the vocabulary)
+PROMPT_SCHEMA = {
+    "anyOf": [
+        _TEXT,
+        {"type": "array", "items": _TEXT, "minItems": 1, "maxItems": 1},
+        _IDS,
+        {"type": "array", "items": _IDS, "minItems": 1, "maxItems": 1},
+    ],
+    "description": "One prompt: a text, token ids, or a list of one of those",
+}
+
+
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     include_usage: bool = False
+
+
+def _int_or_name(value: Any) -> Any:
+    """One error for a gamma that is neither (a union's error would name each branch: speculative.gamma.int)."""
+    value = _whole(value)
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError("must be an integer draft length or one of 'auto', 'heuristic', 'conf[=T]'")
+    return value
+
+
+class Speculative(BaseModel):
+    """Per-request speculative settings, draftverify's extension (the openai client sends it via extra_body):
+    which of the server's methods drafts (GET /v1/models lists them), how many tokens, or none at all."""
+
+    model_config = STRICT
+    method: Optional[str] = Field(default=None, description="One of this server's methods; default: its --method")
+    gamma: Optional[Annotated[Union[StrictInt, str], BeforeValidator(_int_or_name)]] = _checked(
+        minimum=1, pattern=f"^({GAMMA_NAMES})$", description="Draft length: an integer, 'auto', 'heuristic', 'conf=T'"
+    )
+    enabled: StrictBool = Field(default=True, description="false: the target alone, whatever method and gamma say")
 
 
 class _Sampling(BaseModel):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     model: str
-    max_tokens: Optional[int] = None
-    temperature: Optional[float] = None  # OpenAI's default is 1
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None  # not OpenAI's; vLLM's extension (the openai client sends it via extra_body)
-    n: Optional[int] = None
+    max_tokens: Optional[Int] = _checked(minimum=1)
+    temperature: Optional[float] = _checked(minimum=0, maximum=2)  # OpenAI's default is 1
+    top_p: Optional[float] = _checked(exclusiveMinimum=0, maximum=1)
+    top_k: Optional[Int] = _checked(minimum=-1)  # not OpenAI's; vLLM's extension (-1 or 0: off)
+    n: Optional[Int] = _checked(minimum=1, maximum=1)
     stream: Optional[bool] = False
     stream_options: Optional[StreamOptions] = None
-    stop: Optional[Union[str, list[str]]] = None
-    seed: Optional[int] = None
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    logit_bias: Optional[dict[str, float]] = None
+    stop: Optional[Union[str, list[str]]] = _checked(maxItems=4)
+    seed: Optional[Int] = _checked(minimum=-SEED_LIMIT, maximum=SEED_LIMIT)
+    presence_penalty: Optional[float] = _checked(minimum=0, maximum=0)
+    frequency_penalty: Optional[float] = _checked(minimum=0, maximum=0)
+    logit_bias: Optional[dict[str, float]] = _checked(maxProperties=0)
     user: Optional[str] = None
+    speculative: Optional[Speculative] = None
 
 
 class CompletionRequest(_Sampling):
-    prompt: Union[str, list[str], list[int], list[list[int]]]
+    # the handler checks the prompt (its messages say what is wrong); the schema states the same rules
+    prompt: Annotated[Union[str, list[str], list[Int], list[list[Int]]], WithJsonSchema(PROMPT_SCHEMA)]
     echo: Optional[bool] = False
-    best_of: Optional[int] = None
-    logprobs: Optional[int] = None
-    suffix: Optional[str] = None
+    best_of: Optional[Int] = _checked(minimum=1, maximum=1)
+    logprobs: Annotated[Optional[Int], WithJsonSchema({"type": "null", "description": "Not supported"})] = None
+    suffix: Optional[str] = _checked(maxLength=0)
     heal: Optional[StrictBool] = None  # not OpenAI's: token healing for this request (default: the server's --heal)
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     type: Literal["text"]
     text: str
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     role: Literal["system", "developer", "user", "assistant"]
     content: Union[str, list[TextPart], None] = None
     name: Optional[str] = None
 
 
 class ChatRequest(_Sampling):
+    # max_tokens or max_completion_tokens, not both
+    model_config = ConfigDict(
+        **STRICT, json_schema_extra={"not": {"required": ["max_tokens", "max_completion_tokens"]}}
+    )
+
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: Optional[int] = None
-    logprobs: Optional[bool] = None
-    top_logprobs: Optional[int] = None
-    response_format: Optional[dict[str, Any]] = None
+    max_completion_tokens: Optional[Int] = _checked(minimum=1)
+    logprobs: Optional[bool] = _checked(enum=[False, None])
+    top_logprobs: Optional[Int] = _checked(minimum=0, maximum=0)
+    response_format: Optional[dict[str, Any]] = _checked(
+        properties={"type": {"const": "text"}}, required=["type"], additionalProperties=False
+    )
     # tools / functions / tool_choice are unknown fields: a 400 that names them
+
+
+# ---- response bodies (what /openapi.json declares; the handlers' dicts are validated against them) ----------------
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: Optional[str] = None  # the request field at fault, dotted (speculative.gamma, messages.0.role)
+    code: Optional[str] = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    # draftverify's extension: what speculation did for this request
+    drafted_tokens: int = Field(description="Draft tokens proposed for this request")
+    accepted_tokens: int = Field(description="Draft tokens the target kept (and that were emitted)")
+    target_calls: int = Field(description="Target forwards this request took part in (after its prompt)")
+
+
+FinishReason = Optional[Literal["stop", "length"]]
+
+
+class CompletionChoice(BaseModel):
+    text: str
+    index: int
+    logprobs: None = None
+    finish_reason: FinishReason
+
+
+class Completion(BaseModel):
+    """A /v1/completions answer; streamed, each `data:` line is one with a piece of the text (usage null, and
+    with stream_options.include_usage a last chunk with no choices and the usage)."""
+
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Optional[Usage] = None
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"]
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    logprobs: None = None
+    finish_reason: FinishReason
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    max_model_len: Optional[int] = None
+    speculative_methods: list[str] = Field(description="What a request's speculative.method may name")
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    model: str
+    pid: int
+    queued: int
+    running_rows: int
+    max_queue: int
+    max_batch: int
+
+
+class Unavailable(BaseModel):
+    status: Literal["unavailable"]
