@@ -83,6 +83,6 @@ def held_out_losses(
     return tot / n, (None if exit_layer is None else tot_early / n)
 
 
-def evaluate(model, windows, bf16: bool, batch_size: int) -> float:
+def evaluate(model, windows, bf16: bool, batch_size: int, device="cpu") -> float:
     """Mean held-out loss of the final layer over fixed windows (the figure every model card reports)."""
-    return held_out_losses(model, windows, bf16, batch_size)[0]
+    return held_out_losses(model, windows, bf16, batch_size, device=device)[0]
