@@ -10,6 +10,7 @@ stable when files are added or removed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -159,6 +160,18 @@ DATA_VAL_FRACTION = 0.05  # of the user's documents held out (by path hash, as t
 
 
 def data_manifest(path: str | os.PathLike) -> dict:
+    """A manifest over the user's own text (see _data_manifest), read once per process while the path is
+    unchanged: the command checks it, then the recipe reads it."""
+    p = Path(path)
+    try:
+        stamp = p.stat().st_mtime_ns
+    except OSError:
+        stamp = None
+    return _data_manifest(str(p.resolve()), stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _data_manifest(path: str, stamp: int | None) -> dict:
     """A manifest over the user's own text, texts kept in memory: every text file below a folder (recursively, by
     suffix: TEXT_SUFFIXES), or every line of a .jsonl ({"text": ...}, or {"prompt": ..., "completion": ...}). Each
     file or line is a document; documents are split into train and val by a hash of their name, one held out at
