@@ -30,7 +30,7 @@ from ..cache import cache_argument
 from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
-from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything, to_device
+from .trainer import Trainer, TrainerOptions, command_line, machine_name, seed_everything, to_device
 
 STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
 
@@ -426,7 +426,7 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
         "parameter_share": parameters / target_parameters,
         "command": opts.command,
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": machine_name(target.device),
         "time_generation_s": round(time_generation, 1),
         "time_train_s": round(time_train, 1),
     }

@@ -34,7 +34,8 @@ from .flags import (
 
 train_app = typer.Typer(
     name="train",
-    help="Build the code corpus/tokenizer and train the project's small target/draft models.",
+    help="Train drafters (heads, BiTA, NAT, aligned or new draft models, n-gram tables) for any target on its own "
+    "greedy outputs, from the code corpus or your own text (--data), on any --device; and build the code zoo.",
     no_args_is_help=True,
     add_completion=False,
 )

@@ -29,7 +29,7 @@ from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .tokenizer import tokenizer_hash
-from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything
+from .trainer import Trainer, TrainerOptions, command_line, machine_name, seed_everything
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
     import torch
@@ -367,7 +367,7 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
         "heldout_accuracy": {"before": before, "after": after},
         "command": opts.command,
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": machine_name(target.device),
         "time_generation_s": round(time_generation, 1),
         "time_features_s": round(time_features, 1),
         "time_train_s": round(time_train, 1),

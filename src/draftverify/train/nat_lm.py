@@ -34,8 +34,8 @@ from .trainer import (
     TrainerOptions,
     TrainError,
     command_line,
-    cpu_name,
     load_checkpoint,
+    machine_name,
     seed_everything,
     to_device,
 )
@@ -346,7 +346,7 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
         "lr": opts.lr,
         "elapsed": state["elapsed"],
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": machine_name(target.device),
         "time_generation_s": round(time_generation, 1),
         "time_states_s": round(time_states, 1),
         "before": state["before"],

@@ -250,6 +250,16 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def machine_name(device) -> str:
+    """The CPU's name and, when the models ran elsewhere, the device (a GPU by its name): what a card records."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"{cpu_name()}; models on {device} ({torch.cuda.get_device_name(device)})"
+    return cpu_name() if device.type == "cpu" else f"{cpu_name()}; models on {device}"
+
+
 def command_line() -> str:
     import shlex
 
