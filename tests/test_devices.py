@@ -90,13 +90,14 @@ def test_the_llamacpp_backend_refuses_a_gpu_device(one_gpu, tmp_path):
     [
         ["generate", "--zoo", "code", "--prompt", "x", "--device", "cuda:3"],
         ["generate", "--zoo", "code", "--prompt", "x", "--device", "tpu"],
+        ["serve", "--zoo", "code", "--device", "cuda:3", "--port", "0"],
         ["bench", "--quick", "--device", "cuda:3", "--no-plots"],
         ["bench", "--cost-curve", "--quick", "--device", "cuda:3", "--no-plots"],
         ["train", "heads", "--device", "cuda:3", "--max-steps", "1"],
     ],
 )
 def test_commands_refuse_a_missing_device_in_one_line(args, no_gpu, tmp_path):
-    result = runner.invoke(app, args + (["--out", str(tmp_path / "out")] if args[0] != "generate" else []))
+    result = runner.invoke(app, args + (["--out", str(tmp_path / "out")] if args[0] in ("bench", "train") else []))
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) <= 2 and "Traceback" not in result.output  # the loading notice, then the error
