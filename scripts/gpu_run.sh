@@ -12,7 +12,9 @@
 # Env: OUT (default runs/gpu-run), DEVICE (cuda), SCALE (full | toy: a few prompts and steps, for the CPU test),
 #      TOTAL_SECONDS (full 540, toy 240), TARGET (default zoo/code/target; with another target the bench runs
 #      `--target` without the zoo's draft), DATA (the prompts' text, a folder or a jsonl: default this Python's
-#      standard library, the part of the zoo's corpus every machine has), DTYPE (auto), PYTHON, WORK (scratch).
+#      standard library, the part of the zoo's corpus every machine has), DTYPE (the training's frozen target: auto),
+#      BENCH_DTYPE (float32: lossless rows must equal HF generate's greedy text token for token, which bfloat16's
+#      rounding does not promise; the cost curve times float32 and bfloat16 both), PYTHON, WORK (scratch).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +22,7 @@ OUT=${OUT:-runs/gpu-run}
 DEVICE=${DEVICE:-cuda}
 SCALE=${SCALE:-full}
 DTYPE=${DTYPE:-auto}
+BENCH_DTYPE=${BENCH_DTYPE:-float32}
 TARGET=${TARGET:-zoo/code/target}
 if [[ -n "${PYTHON:-}" ]]; then PY=$PYTHON; elif [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python; fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -126,7 +129,7 @@ else
 fi
 
 stage bench "$(budget cost)" "${DV[@]}" bench "${MODELS[@]}" "${PIECES[@]}" "${BENCH[@]}" --device "$DEVICE" \
-  --dtype "$DTYPE" --out "$OUT/bench" --name "$NAME" --no-progress
+  --dtype "$BENCH_DTYPE" --out "$OUT/bench" --name "$NAME" --no-progress
 stage cost 0 "${DV[@]}" bench --cost-curve "${MODELS[@]}" "${COST[@]}" --device "$DEVICE" --out "$OUT/cost" \
   --name "cost-${NAME#bench-}" --no-progress
 note "done: $(cd "$OUT" && find . -name '*.json' -o -name 'README.md' -o -name '*.md' | sort | tr '\n' ' ')"

@@ -32,6 +32,7 @@ def run(tmp_path_factory):
         "DEVICE": "cpu",
         "SCALE": "toy",
         "DTYPE": "bfloat16",
+        "BENCH_DTYPE": "bfloat16",
         "OUT": str(tmp / "out"),
         "TARGET": str(tmp / "target"),
         "DATA": str(data),
