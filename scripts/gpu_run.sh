@@ -3,14 +3,15 @@
 #   1. self-distil and train on $DEVICE, each within its clock budget, the code zoo's BPD heads, BiTA adapter and NAT
 #      drafter (and the EAGLE-3 head when this checkout has `draftverify train eagle3`) for the zoo's target;
 #   2. each exported fp16 with its card under $OUT/{heads,bita,nat,eagle3};
-#   3. the bench of every method on $DEVICE with those pieces ($OUT/bench), then the cost curve to 64 tokens
-#      ($OUT/cost); $OUT/device.txt and the bench files name the GPU.
+#   3. the bench of every method on $DEVICE with those pieces, in two files so a late stop keeps the first
+#      ($OUT/bench/<name>-core: BPD, BiTA, SpecDec, the model draft and the peers; $OUT/bench/<name>: every other
+#      method), then the cost curve to 64 tokens ($OUT/cost); $OUT/device.txt and the bench files name the GPU.
 # A stage starts only when its budget fits in the time left (the later stages' reserved); a stage past its budget is
 # stopped (SIGINT, then SIGKILL). Whatever finished stays under $OUT; $OUT/stages.txt says what ran, how long, and
 # what was skipped. Logs: $OUT/logs/<stage>.log.
 #
 # Env: OUT (default runs/gpu-run), DEVICE (cuda), SCALE (full | toy: a few prompts and steps, for the CPU test),
-#      TOTAL_SECONDS (full 540, toy 240), TARGET (default zoo/code/target; with another target the bench runs
+#      TOTAL_SECONDS (full 540, toy 300), TARGET (default zoo/code/target; with another target the bench runs
 #      `--target` without the zoo's draft), DATA (the prompts' text, a folder or a jsonl: default this Python's
 #      standard library, the part of the zoo's corpus every machine has), DTYPE (the training's frozen target: auto),
 #      BENCH_DTYPE (float32: lossless rows must equal HF generate's greedy text token for token, which bfloat16's
@@ -32,19 +33,19 @@ DV=("$PY" -m draftverify.cli)
 case "$SCALE" in
   full)
     TOTAL=${TOTAL_SECONDS:-540}
-    BUDGET=(heads=95 bita=120 nat=110 eagle3=90 bench=170 cost=45)
-    HEADS=(--num-prompts 800 --eval-prompts 64 --generate-batch 200 --batch-size 2048 --max-minutes 0.7)
-    BITA=(--num-train 800 --eval-prompts 32 --gen-batch 64 --batch-size 32 --max-minutes 1.1)
-    NAT=(--num-prompts 800 --eval-prompts 64 --generate-batch 200 --batch-size 32 --max-minutes 1.0)
+    BUDGET=(heads=95 bita=120 nat=95 eagle3=90 bench_core=80 bench=110 cost=40)
+    HEADS=(--num-prompts 800 --eval-prompts 64 --generate-batch 200 --batch-size 2048 --max-minutes 0.5)
+    BITA=(--num-train 800 --eval-prompts 32 --gen-batch 64 --batch-size 32 --max-minutes 1.0)
+    NAT=(--num-prompts 800 --eval-prompts 64 --generate-batch 200 --batch-size 32 --max-minutes 0.9)
     EAGLE3=(--max-minutes 0.8)
-    PROMPT_TOKENS=(--min-prompt-tokens 48 --max-prompt-tokens 64 --new-tokens 64)
-    BENCH=(--num-prompts 5 --max-new-tokens 96 --temperature 0 --gamma 4 --warmup-tokens 16 --bild-fb 0.4 --bild-rb 2)
+    PROMPT_TOKENS=(--min-prompt-tokens 56 --max-prompt-tokens 64 --new-tokens 64)  # few lengths: few generate calls
+    BENCH=(--num-prompts 4 --max-new-tokens 96 --temperature 0 --gamma 4 --warmup-tokens 16 --bild-fb 0.4 --bild-rb 2)
     COST=(--cost-sizes 1,2,3,4,6,8,12,16,24,32,48,64 --cost-modes eager-float32,eager-bfloat16 --cost-repeats 10
       --num-prompts 2 --max-new-tokens 16)
     ;;
   toy)
-    TOTAL=${TOTAL_SECONDS:-240}
-    BUDGET=(heads=40 bita=40 nat=40 eagle3=40 bench=60 cost=30)
+    TOTAL=${TOTAL_SECONDS:-300}
+    BUDGET=(heads=40 bita=40 nat=40 eagle3=40 bench_core=50 bench=60 cost=30)
     HEADS=(--num-prompts 4 --eval-prompts 2 --generate-batch 4 --batch-size 16 --max-steps 2)
     BITA=(--num-train 4 --eval-prompts 2 --gen-batch 4 --batch-size 2 --cuts 2 --max-steps 2)
     NAT=(--num-prompts 4 --eval-prompts 2 --generate-batch 4 --batch-size 2 --cuts 2 --max-steps 2)
@@ -90,7 +91,7 @@ fi
 note "device $DEVICE: $(head -n 1 "$OUT/device.txt"); scale $SCALE; ${TOTAL}s in all; target $TARGET; data $DATA"
 
 COMMON=(--target "$TARGET" --data "$DATA" --device "$DEVICE" --dtype "$DTYPE" --no-progress)
-TAIL=$(($(budget bench) + $(budget cost)))  # reserved for the bench and the cost curve while training
+TAIL=$(($(budget bench_core) + $(budget cost)))  # reserved while training: the core bench and the cost curve
 
 stage heads "$TAIL" "${DV[@]}" train heads "${COMMON[@]}" "${PROMPT_TOKENS[@]}" "${HEADS[@]}" \
   --out "$OUT/heads" --work-dir "$WORK/heads"
@@ -128,8 +129,13 @@ else
   NAME="bench-$DEVICE"
 fi
 
-stage bench "$(budget cost)" "${DV[@]}" bench "${MODELS[@]}" "${PIECES[@]}" "${BENCH[@]}" --device "$DEVICE" \
-  --dtype "$BENCH_DTYPE" --out "$OUT/bench" --name "$NAME" --no-progress
+CORE=bpd,bita,bita_tree,bita_chain,specdec,model,hf_assisted,hf_prompt_lookup,prompt_lookup
+REST=$("$PY" -c "from draftverify.bench.runner_families import BASELINES, PEER_FAMILIES, families
+print(','.join(f for f in families() if f not in '$CORE'.split(',') + list(BASELINES + PEER_FAMILIES)))")
+BENCH_ARGS=("${MODELS[@]}" "${PIECES[@]}" "${BENCH[@]}" --device "$DEVICE" --dtype "$BENCH_DTYPE" --out "$OUT/bench")
+stage bench_core "$(budget cost)" "${DV[@]}" bench "${BENCH_ARGS[@]}" --runners "$CORE" \
+  --name "$NAME-core" --no-progress
+stage bench "$(budget cost)" "${DV[@]}" bench "${BENCH_ARGS[@]}" --runners "$REST" --name "$NAME" --no-progress
 stage cost 0 "${DV[@]}" bench --cost-curve "${MODELS[@]}" "${COST[@]}" --device "$DEVICE" --out "$OUT/cost" \
   --name "cost-${NAME#bench-}" --no-progress
 note "done: $(cd "$OUT" && find . -name '*.json' -o -name 'README.md' -o -name '*.md' | sort | tr '\n' ' ')"

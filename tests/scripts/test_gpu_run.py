@@ -47,7 +47,7 @@ def test_every_stage_ran_in_its_budget(run):
     out, done = run
     assert done.returncode == 0, done.stderr
     stages = (out / "stages.txt").read_text()
-    for name in ("heads", "bita", "nat", "bench", "cost"):
+    for name in ("heads", "bita", "nat", "bench_core", "bench", "cost"):
         assert f"] {name}: exit 0 after" in stages, stages
     assert "skipped" not in stages.replace("eagle3: skipped", "")
 
@@ -62,13 +62,17 @@ def test_each_piece_is_exported_fp16_with_its_card(run):
 
 def test_the_bench_used_the_pieces_and_names_the_device(run):
     out, _ = run
-    result = json.loads((out / "bench" / "bench-cpu.json").read_text())
-    assert result["machine"]["device"] == "cpu" and result["config"]["dtype"] == "bfloat16"
-    assert "models on cpu" in (out / "bench" / "bench-cpu.md").read_text()
-    rows = {r["runner"].split("[")[0]: r for r in result["runners"]}
+    core = json.loads((out / "bench" / "bench-cpu-core.json").read_text())
+    rest = json.loads((out / "bench" / "bench-cpu.json").read_text())
+    for result in (core, rest):
+        assert result["machine"]["device"] == "cpu" and result["config"]["dtype"] == "bfloat16"
+        assert str(out / "heads") in result["command"] and str(out / "nat") in result["command"]
+    assert "models on cpu" in (out / "bench" / "bench-cpu-core.md").read_text()
+    rows = {r["runner"].split("[")[0]: r for r in core["runners"]}
     for method in ("bpd", "bita", "specdec"):
         assert rows[method]["equal_to_baseline"] == 1.0
-    assert str(out / "heads") in result["command"] and str(out / "nat") in result["command"]
+    others = {r["runner"].split("[")[0] for r in rest["runners"]}
+    assert {"early_exit", "prompt_lookup_tree"} <= others and not others & {"bpd", "bita", "specdec"}
     cost = json.loads((out / "cost" / "cost-cpu.json").read_text())
     assert cost["machine"]["device"] == "cpu" and [p["n"] for p in cost["modes"]["eager-float32"]["points"]] == [1, 2]
     assert (out / "device.txt").read_text().startswith("cpu")
