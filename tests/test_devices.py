@@ -137,3 +137,11 @@ def test_every_model_and_tensor_a_method_builds_follows_the_target(method):
     assert len(tensors) > 10
     assert {t.device for t in tensors} == {torch.device("cpu")}
     assert {p.dtype for p in target.model.parameters()} == {torch.float32}  # auto on the CPU
+
+
+@pytest.mark.parametrize("method", ["bpd", "bita", "specdec"])
+def test_the_zoos_pieces_load_on_a_bfloat16_target(method):
+    """What --device cuda --dtype auto gives a GPU: the shipped heads, adapter and NAT drafter still match the target."""
+    pipe = draftverify.load(zoo="code", method=method, dtype="bfloat16")
+    assert next(pipe.target.model.parameters()).dtype == torch.bfloat16
+    assert pipe.generate("def add(a, b):", max_new_tokens=4).output.stats.new_tokens == 4
