@@ -141,7 +141,7 @@ def test_every_model_and_tensor_a_method_builds_follows_the_target(method):
 
 @pytest.mark.parametrize("method", ["bpd", "bita", "specdec"])
 def test_the_zoos_pieces_load_on_a_bfloat16_target(method):
-    """What --device cuda --dtype auto gives a GPU: the shipped heads, adapter and NAT drafter still match the target."""
+    """What --device cuda --dtype auto gives a GPU: the shipped heads, adapter and NAT drafter match the target."""
     pipe = draftverify.load(zoo="code", method=method, dtype="bfloat16")
     assert next(pipe.target.model.parameters()).dtype == torch.bfloat16
     assert pipe.generate("def add(a, b):", max_new_tokens=4).output.stats.new_tokens == 4

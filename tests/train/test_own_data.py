@@ -96,8 +96,9 @@ def test_every_text_recipe_refuses_bad_data_in_one_line(command, tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_target(tmp_path_factory):
-    from conftest import save_llama
     from transformers import AutoTokenizer
+
+    from conftest import save_llama
 
     folder = tmp_path_factory.mktemp("own-data") / "target"
     save_llama(folder, layers=2, seed=0, tokenizer=AutoTokenizer.from_pretrained(ZOO_TOKENIZER))
