@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
 
-from . import compiling
+from . import compiling, devices
 from .cached_lm import cached_model
 from .checks import check_prompt_text
 from .detokenize import IncrementalDecoder
@@ -77,10 +77,15 @@ def _not_found(path: str, role: str, offline_reason: str | None, err: Exception)
 
 
 def load_model(
-    path: str | Path, dtype: str = "float32", role: str = "target", verbose: bool | None = None
+    path: str | Path,
+    dtype: str = "float32",
+    role: str = "target",
+    verbose: bool | None = None,
+    device: str | torch.device = "cpu",
 ) -> PreTrainedModel:
-    """A causal LM or encoder-decoder from a local directory (or the hub, when it can be reached). Quiet unless
-    verbose (or DRAFTVERIFY_VERBOSE=1): no progress bars or advice from transformers (see quiet.py)."""
+    """A causal LM or encoder-decoder from a local directory (or the hub, when it can be reached), on `device` (a
+    checked torch.device or string: devices.py). Quiet unless verbose (or DRAFTVERIFY_VERBOSE=1): no progress bars
+    or advice from transformers (see quiet.py)."""
     if dtype not in DTYPES:
         raise DraftVerifyError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     path = str(path)
@@ -92,7 +97,7 @@ def load_model(
             raise _not_found(path, role, offline_reason, err) from err
         cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
         try:
-            return cls.from_pretrained(path, dtype=DTYPES[dtype], **hub).eval()
+            return cls.from_pretrained(path, dtype=DTYPES[dtype], **hub).to(device).eval()
         except (OSError, ValueError) as err:
             raise DraftVerifyError(f"could not load the {role} model weights from {path!r}: {err}") from err
 
@@ -502,7 +507,7 @@ def load(
     method: str = "model",
     verifier: str | None = None,
     zoo: str | None = None,
-    dtype: str = "float32",
+    dtype: str = "auto",
     gamma: int | str = DEFAULT_GAMMA,
     compile: bool = False,
     heal: bool = False,
@@ -510,12 +515,18 @@ def load(
     backend: str = "hf",
     threads: int | None = None,
     draft_gguf: str | None = None,
+    device: str = "cpu",
     **options,
 ) -> Pipeline:
     """Load a target (and draft) by path or zoo name and return a Pipeline for `method`.
 
     Prints nothing: transformers' weight-loading bars and advice are off while it loads (and the settings found
     are put back afterwards); verbose=True, or DRAFTVERIFY_VERBOSE=1, shows them.
+
+    device: cpu, cuda, cuda:N or mps; the target and draft load there, and everything the method builds (KV caches,
+    heads, adapters, the NAT drafter, trees, sampling generators) follows the target. A device this machine lacks is
+    a DraftVerifyError naming the ones it has. dtype: auto (float32 on cpu, bfloat16 on a CUDA GPU that supports it
+    else float16, float16 on mps), float32, bfloat16 or float16.
 
     heal: token healing by default in this pipeline's generate() (healing.py); off unless asked, so the text is
     the target's plain decoding of the prompt as tokenized (what a peer that does not heal produces).
@@ -548,26 +559,32 @@ def load(
     make_draft_length(gamma)  # bad arguments fail before anything is loaded
     if not isinstance(heal, bool):
         raise DraftVerifyError(f"heal must be True or False, got {heal!r}")
+    device, dtype = devices.resolve(device, dtype)
+    if device.type != "cpu" and not entry.gpu:
+        raise DraftVerifyError(
+            f"the {entry.name} backend runs on the CPU only (the llama-cpp-python here has no GPU backend): use "
+            "--device cpu, or --backend hf on a GPU"
+        )
     if draft_gguf is not None and "draft_gguf" not in entry.own_options:
         raise DraftVerifyError(
             f"draft_gguf (--draft-gguf) is the draft's GGUF type on the llamacpp backend; on the "
             f"{entry.name} backend the draft loads at dtype (--dtype)"
         )
     return entry.load(
-        target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, draft_gguf
+        target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, draft_gguf, device
     )
 
 
 def load_hf(
-    target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, draft_gguf
+    target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, draft_gguf, device
 ) -> Pipeline:
-    """The hf backend's loader (backends/registry.py): target and draft as Hugging Face models, each on a
-    CachedLM (threads and draft_gguf are not its: torch's threads are the process's)."""
+    """The hf backend's loader (backends/registry.py): target and draft as Hugging Face models on `device`, each on
+    a CachedLM (threads and draft_gguf are not its: torch's threads are the process's)."""
     tokenizer = load_tokenizer(target, verbose)  # first: a folder without one fails before the weights are read
-    target_model = load_model(target, dtype, role="target", verbose=verbose)
+    target_model = load_model(target, dtype, role="target", verbose=verbose, device=device)
     method_options = MethodOptions(**options)
     if draft is not None:
-        method_options.draft_model = load_model(draft, dtype, role="draft", verbose=verbose)
+        method_options.draft_model = load_model(draft, dtype, role="draft", verbose=verbose, device=device)
         method_options.draft_tokenizer = draft_tokenizer_for(
             draft, method_options.draft_model, tokenizer, target_model, verbose
         )
@@ -577,10 +594,10 @@ def load_hf(
 
 
 def load_llamacpp(
-    target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, draft_gguf
+    target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, draft_gguf, device
 ) -> Pipeline:
     """The llamacpp backend's loader (backends/registry.py): target and draft as GGUF models on llama.cpp contexts
-    (backends/llamacpp.py)."""
+    (backends/llamacpp.py), on the CPU (load() refuses another device)."""
     from . import drafters  # noqa: F401  (fills the registry)
     from .backends import DEFAULT_DRAFT_GGUF, check_draft_gguf
     from .backends.base import check_backend

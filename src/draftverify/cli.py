@@ -26,6 +26,7 @@ from .bench.runner_families import ALIGNED_SUFFIX, BASELINES, PEER_FAMILIES, dra
 from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
 from .cli_flags import declared_flags
 from .cli_help import batching_note, draft_methods, flag, one_row_methods
+from .devices import DEVICE_HELP, DTYPE_HELP, check_device_form, check_dtype_name
 from .draft_length import DEFAULT_GAMMA, parse_gamma
 from .errors import DraftVerifyError
 from .methods import METHODS, resolve_method
@@ -49,7 +50,6 @@ docs_app = typer.Typer(help="The documentation's measured tables, copied from be
 app.add_typer(docs_app, name="docs")
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)  # messages unwrapped: readable when piped or grepped
-DTYPE_NAMES = ("float32", "bfloat16", "float16")
 INTERRUPTED = 130  # the shell's code for SIGINT
 
 
@@ -279,7 +279,8 @@ def generate(
         help="Draft length: an integer in 1..64, 'heuristic', 'auto' (Theorem 8) or 'conf[=T]' (auto's length as a "
         "cap; a draft-model draft ends at its first token with max q <= T, default 0.4).",
     ),
-    dtype: str = flag("float32", "--dtype", help="float32, bfloat16 or float16."),
+    device: str = flag("cpu", "--device", help=DEVICE_HELP),
+    dtype: str = flag("auto", "--dtype", help=DTYPE_HELP),
     compile_: bool = flag(
         False,
         "--compile",
@@ -324,8 +325,8 @@ def generate(
         check_max_new_tokens(max_new_tokens)
         if threads is not None and threads < 1:
             raise DraftVerifyError(f"--threads must be >= 1, got {threads}")
-        if dtype not in DTYPE_NAMES:
-            raise DraftVerifyError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
+        check_device_form(device)
+        check_dtype_name(dtype)
         if (prompt is None) == (prompts_file is None):
             raise DraftVerifyError("give exactly one of --prompt and --prompts-file")
         if batch_size < 1:
@@ -354,6 +355,7 @@ def generate(
             verifier=verifier,
             zoo=zoo,
             dtype=dtype,
+            device=device,
             gamma=_gamma(gamma),
             compile=compile_,
             lean_draft=lean_draft,
@@ -591,7 +593,8 @@ def serve(
         "draft, where none pays) or 'conf[=T]' (auto's length as a cap; a draft-model draft ends at its first token "
         "with max q <= T, default 0.4).",
     ),
-    dtype: str = flag("float32", "--dtype", help="float32, bfloat16 or float16."),
+    device: str = flag("cpu", "--device", help=DEVICE_HELP),
+    dtype: str = flag("auto", "--dtype", help=DTYPE_HELP),
     compile_: bool = flag(
         False,
         "--compile",
@@ -649,8 +652,8 @@ def serve(
         resolve_method(method)
         options = _method_options(method, zoo, options)
         parse_gamma(_gamma(gamma))
-        if dtype not in DTYPE_NAMES:
-            raise DraftVerifyError(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
+        check_device_form(device)
+        check_dtype_name(dtype)
         for flag, value in (
             ("--threads", threads),
             ("--max-queue", max_queue),
@@ -676,6 +679,7 @@ def serve(
             verifier=verifier,
             zoo=zoo,
             dtype=dtype,
+            device=device,
             gamma=_gamma(gamma),
             compile=compile_,
             backend=backend,
@@ -890,7 +894,8 @@ def bench(
         help="Tokens of the one warm-up generation per runner (0: none; default 16, --quick 0).",
     ),
     threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
-    dtype: str = flag("float32", "--dtype", help="float32, bfloat16 or float16."),
+    device: str = flag("cpu", "--device", help=DEVICE_HELP),
+    dtype: str = flag("auto", "--dtype", help=DTYPE_HELP),
     compile_: bool = flag(
         False,
         "--compile",
@@ -989,6 +994,7 @@ def bench(
         warmup_tokens=warmup_tokens,
         threads=threads,
         dtype=dtype,
+        device=device,
         draft_gguf=draft_gguf,
         target_gguf=target_gguf,
         compile=compile_,

@@ -25,6 +25,8 @@ def _opts(assets, **kw):
         tokenizer_dir=str(assets / "target"),
         manifest=str(assets / "manifest.json"),
         threads=1,
+        frozen_dtype=lambda: "float32",
+        torch_device=lambda: torch.device("cpu"),
     )
     base.update(kw)
     return SimpleNamespace(**base)
@@ -44,6 +46,20 @@ def test_the_target_loads_frozen_in_eval_mode(assets):
     tok, target = frozen.load_frozen_target(_opts(assets))
     assert len(tok) > 0 and not target.training
     assert not any(p.requires_grad for p in target.parameters())
+
+
+def test_the_target_loads_at_the_runs_dtype(assets):
+    _, target = frozen.load_frozen_target(_opts(assets, frozen_dtype=lambda: "bfloat16"))
+    assert {p.dtype for p in target.parameters()} == {torch.bfloat16}
+
+
+def test_a_missing_device_is_a_train_error():
+    from draftverify.train.trainer import TrainerOptions
+
+    with pytest.raises(TrainError, match="'cuda:9' is not available here.*available: cpu"):
+        TrainerOptions(max_steps=1, device="cuda:9").validate_run()
+    with pytest.raises(TrainError, match="--dtype must be one of"):
+        TrainerOptions(max_steps=1, dtype="half").validate_run()
 
 
 def test_fit_measured_keeps_the_before_figure_across_a_resume(tmp_path):

@@ -69,3 +69,14 @@ def test_a_model_without_a_final_norm_is_refused():
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_embd=16, n_layer=2, n_head=2, n_positions=32))
     with pytest.raises(losses.TrainError, match="Llama-style"):
         losses.next_token_losses(gpt2, torch.randint(0, 50, (1, 5)), 1)
+
+
+def test_autocast_takes_a_device_or_its_name_and_none_means_every_local_kind():
+    from draftverify.train.losses import autocast
+
+    x = torch.ones(2, 2)
+    for device in (None, "cpu", torch.device("cpu")):
+        with autocast(True, device):
+            assert torch.mm(x, x).dtype == torch.bfloat16
+    with autocast(False, torch.device("cpu")):
+        assert torch.mm(x, x).dtype == torch.float32

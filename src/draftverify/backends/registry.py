@@ -30,6 +30,7 @@ class BackendEntry:
     wraps: str | None = None
     compiles: bool = False  # --compile (torch.compile) applies to its models
     batches: bool = False  # decodes several prompts at once (--batch-size > 1)
+    gpu: bool = False  # runs on a --device other than cpu (the llama-cpp-python built here is CPU-only)
     requires: str | None = None  # a module that an optional extra installs, or None
     package: str | None = None  # the package that provides it, for messages
     install: str | None = None  # the command that installs it
@@ -103,6 +104,7 @@ register_backend(
         wraps="draftverify.cached_lm:cached_model",
         compiles=True,
         batches=True,
+        gpu=True,
     )
 )
 register_backend(

@@ -121,7 +121,7 @@ def cost_config_from_options(options: dict, command: str, method_options: dict |
     """The bench's options -> CostConfig: --num-prompts / --max-new-tokens size the greedy equality check."""
     from .cost_run import CostConfig
 
-    plain = {"dtype": "float32", "compile": False, "backend": "hf"}
+    plain = {"dtype": "auto", "compile": False, "backend": "hf"}
     given = [
         "--" + k.replace("_", "-")
         for k in COST_IGNORES
@@ -141,6 +141,7 @@ def cost_config_from_options(options: dict, command: str, method_options: dict |
         equality_prompts=options["num_prompts"],
         equality_tokens=options["max_new_tokens"],
         threads=options["threads"],
+        device=options["device"],
         out=options["out"],
         name=options["name"],
         quick=options["quick"],

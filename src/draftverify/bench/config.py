@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .. import devices
 from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
 from ..options import check_files, check_names
@@ -42,7 +43,8 @@ class BenchConfig:
     target: str | Path | None = None
     draft: str | Path | None = None
     aligned_draft: str | Path | None = None
-    dtype: str = "float32"
+    dtype: str = "auto"  # auto: the one that fits `device` (devices.py); resolved() names it
+    device: str = "cpu"  # cpu, cuda, cuda:N or mps: the target and drafts load there
     threads: int | None = None
     gammas: tuple[GammaSpec, ...] | None = None  # (2,3,4,5,6,8,auto) (quick: (3, auto))
     early_exit_layers: tuple[int, ...] | None = None  # default: about 1/4 and 1/2 of the target's layers
@@ -101,6 +103,9 @@ class BenchConfig:
                 cfg.early_exit_layers = cfg.early_exit_layers[:1]
         if cfg.zoo is None and cfg.target is None:
             cfg.zoo = DEFAULT_ZOO
+        device, cfg.dtype = devices.resolve(cfg.device, cfg.dtype)
+        if device.type != "cpu" and "llamacpp" in cfg.backends:
+            raise DraftVerifyError("--backend llamacpp runs on the CPU only here: use --device cpu for its rows")
         if cfg.draft_gguf is None:
             from ..backends import DEFAULT_DRAFT_GGUF
 

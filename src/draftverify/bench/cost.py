@@ -95,7 +95,7 @@ class StaticForward:
         self._forward: Callable = torch.compile(model, fullgraph=True, dynamic=False) if compiled else model
 
     def _call(self, forward: Callable, ids: torch.Tensor, start: int) -> torch.Tensor:
-        positions = torch.arange(start, start + ids.shape[1])  # [n]
+        positions = torch.arange(start, start + ids.shape[1], device=ids.device)  # [n]
         if start > 0:  # move the write position back (transformers 5 counts it in the cache, not cache_position)
             keep_positions(self.cache, start, self.capacity)
         with few_row_linears(ids.device, self.model.dtype, rows=ids.numel(), on=self.few_row):
@@ -139,6 +139,14 @@ class LlamaCppForward:
         return self.lm.forward(ids).logits
 
 
+def _synchronizer(device: torch.device) -> Callable[[], None]:
+    """Waits for the device's queued work (a GPU returns before its kernels finish), so a clock read after it
+    times the forward; a no-op on the CPU."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
 def time_widths(
     runner: StaticForward | LlamaCppForward,
     context: torch.Tensor,
@@ -154,13 +162,15 @@ def time_widths(
     settles in its first seconds, and timing one width after another made the first widths read slow."""
     length = context.shape[1]
     feed = context[0].flip(0)  # [C] any real tokens will do; the cost does not depend on which
-    inputs = {n: feed[torch.arange(n) % length][None] for n in sizes}  # [1, n] each
+    inputs = {n: feed[torch.arange(n, device=feed.device) % length][None] for n in sizes}  # [1, n] each
+    done = _synchronizer(context.device)
     points, first_call = {n: CurvePoint(n) for n in sizes}, {}
     with torch.no_grad():
         runner.prefill(context)
         for n, ids in inputs.items():
             started = perf_counter()
             runner.step(ids, length)
+            done()
             first_call[n] = perf_counter() - started
             for _ in range(max(0, warmup - 1)):
                 runner.step(ids, length)
@@ -168,6 +178,7 @@ def time_widths(
             for n, ids in inputs.items():
                 started = perf_counter()
                 runner.step(ids, length)
+                done()
                 points[n].seconds.append(perf_counter() - started)
     if progress is not None:
         progress(", ".join(f"n={n}: {p.median_ms:.2f} ms" for n, p in points.items()))
@@ -185,7 +196,7 @@ def greedy_tokens(runner: StaticForward | LlamaCppForward, prompt: torch.Tensor,
             out.append(token)
             if len(out) == new_tokens:
                 break
-            logits = runner.step(torch.tensor([[token]]), position)
+            logits = runner.step(torch.tensor([[token]], device=prompt.device), position)
             position += 1
     return out
 
@@ -202,9 +213,9 @@ def check_sizes(sizes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(set(sizes)))
 
 
-def model_for(path: str | Path, dtype: str) -> PreTrainedModel:
+def model_for(path: str | Path, dtype: str, device: str = "cpu") -> PreTrainedModel:
     from ..api import load_model
 
-    model = load_model(path, dtype, role="target")
+    model = load_model(path, dtype, role="target", device=device)
     model.eval()
     return model

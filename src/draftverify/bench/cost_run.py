@@ -8,6 +8,7 @@ from typing import Callable
 
 import torch
 
+from .. import devices
 from ..errors import DraftVerifyError
 from . import environment
 from .cost import (
@@ -45,6 +46,7 @@ class CostConfig:
     prompts: str = "humaneval"
     data_dir: str | Path | None = None
     threads: int | None = None
+    device: str = "cpu"  # where the target runs; each mode names its dtype
     out: str | Path = COST
     name: str | None = None  # default cost-<zoo or target folder>[-quick]
     quick: bool = False
@@ -65,6 +67,7 @@ class CostConfig:
         if cfg.zoo is None and cfg.target is None:
             cfg.zoo = "code"
         cfg.sizes = check_sizes(tuple(cfg.sizes))
+        devices.resolve_device(cfg.device)
         for name in ("context", "repeats", "equality_prompts", "equality_tokens"):
             value = getattr(cfg, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -116,13 +119,14 @@ def run_cost(config: CostConfig, progress: Callable[[str], None] | None = None) 
     say = progress or (lambda _: None)
     target = Path(config.target) if config.target is not None else zoo_paths(config.zoo)["target"]
     tokenizer = AutoTokenizer.from_pretrained(str(target))
-    reference_model = model_for(target, "float32")
+    reference_model = model_for(target, "float32", config.device)
     limit = context_limit(reference_model.config) or 1 << 30
     if config.context + max(config.sizes) > limit:
         raise DraftVerifyError(
             f"context {config.context} + {max(config.sizes)} scored tokens exceed the target's {limit} positions"
         )
     context, prompts = _context_and_prompts(tokenizer, config, limit)
+    context, prompts = context.to(config.device), [p.to(config.device) for p in prompts]
     timing_len = config.context + max(config.sizes)
     greedy_len = max(p.shape[1] for p in prompts) + config.equality_tokens
     modes: dict[str, dict] = {}
@@ -152,7 +156,7 @@ def run_cost(config: CostConfig, progress: Callable[[str], None] | None = None) 
                 "greedy_tokens": tokens,
             }
             continue
-        model = reference_model if name == REFERENCE_MODE else model_for(target, mode.dtype)
+        model = reference_model if name == REFERENCE_MODE else model_for(target, mode.dtype, config.device)
         with compile_settings(graphs=2 * len(config.sizes) + 4):
             runner = StaticForward(model, timing_len, mode.compiled, mode.few_row)
             points, first_call = time_widths(
@@ -183,7 +187,7 @@ def run_cost(config: CostConfig, progress: Callable[[str], None] | None = None) 
         "command": command,
         "reproduce": environment.reproduce_command(command),
         "config": _jsonable_config(config),
-        "machine": environment.machine(),
+        "machine": {**environment.machine(), **environment.accelerator(config.device)},
         "versions": environment.versions(),
         "target": str(target),
         "label": f"{config.zoo} zoo target" if config.zoo else target.name,

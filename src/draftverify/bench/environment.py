@@ -34,6 +34,16 @@ def machine() -> dict:
     }
 
 
+def accelerator(device: str) -> dict:
+    """The device the models ran on and, for a GPU, its name (what a table of GPU figures must say)."""
+    import torch
+
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return {"device": device, "gpu": torch.cuda.get_device_name(torch.device(device))}
+    return {"device": device, **({"gpu": "Apple silicon (mps)"} if kind == "mps" else {})}
+
+
 def _git(*args: str) -> str | None:
     try:
         out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10)

@@ -123,6 +123,8 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
     families = [f for f in ("llamacpp", "llamacpp_prompt_lookup", "llamacpp_draft") if config.wants(f)]
     if not families:
         return [], []
+    if config.device != "cpu":  # this llama-cpp-python is CPU-only: no row to compare with models on a GPU
+        return [], [f"llama.cpp rows skipped: llama.cpp runs on the CPU here, the models on {config.device}"]
     if not installed():
         return [], [f"llama.cpp rows skipped: llama-cpp-python is not installed ({INSTALL_HINT})"]
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding

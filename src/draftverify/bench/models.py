@@ -119,17 +119,19 @@ def method_options(config: BenchConfig) -> tuple[dict[str, Any], list[str]]:
 
 def load_models(config: BenchConfig) -> BenchModels:
     paths = resolve_paths(config)
-    target = load_model(paths["target"], config.dtype, role="target")
+    target = load_model(paths["target"], config.dtype, role="target", device=config.device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(paths["target"]))
     except (OSError, ValueError) as err:
         raise DraftVerifyError(f"could not load a tokenizer from {str(paths['target'])!r}: {err}") from err
     models = BenchModels(target=target, tokenizer=tokenizer, paths={k: str(v) if v else None for k, v in paths.items()})
     if paths["draft"] is not None:
-        models.draft = load_model(paths["draft"], config.dtype, role="draft")
+        models.draft = load_model(paths["draft"], config.dtype, role="draft", device=config.device)
         models.draft_tokenizer = draft_tokenizer_for(paths["draft"], models.draft, tokenizer, target)
     if paths["aligned_draft"] is not None:
-        models.aligned_draft = load_model(paths["aligned_draft"], config.dtype, role="aligned draft")
+        models.aligned_draft = load_model(
+            paths["aligned_draft"], config.dtype, role="aligned draft", device=config.device
+        )
         models.aligned_draft_tokenizer = draft_tokenizer_for(
             paths["aligned_draft"], models.aligned_draft, tokenizer, target
         )

@@ -128,6 +128,12 @@ def cost_table(result: dict) -> list[str]:
     return markdown_table(["n"] + [c for name in modes for c in (f"{name} ms", "x 1 token")], rows)
 
 
+def _device_text(env: dict) -> str:
+    """Where the models ran, the GPU named (runs recorded before devices existed ran on the CPU)."""
+    device = env.get("device", "cpu")
+    return f"models on {device}" + (f" ({env['gpu']})" if env.get("gpu") else "") + "; "
+
+
 def render_markdown(result: dict) -> str:
     cfg, env, ver = result["config"], result["machine"], result["versions"]
     rows = result["runners"]
@@ -139,7 +145,8 @@ def render_markdown(result: dict) -> str:
         "",
         f"{len(result['prompts'])} prompts, up to {cfg['max_new_tokens']} new tokens, batch 1, temperatures {temps}. "
         f"{result['date']}; {env['cpu_model']} ({env['cores']} cores, torch threads {ver['torch_threads']}); "
-        f"python {ver['python']}, torch {ver['torch']}, transformers {ver['transformers']}, "
+        + _device_text(env)
+        + f"python {ver['python']}, torch {ver['torch']}, transformers {ver['transformers']}, "
         f"draftverify {ver['draftverify']}, commit {commit}.",
         "",
         _compile_line(cfg),

@@ -32,7 +32,7 @@ def select_prompts(prompts: list[Prompt], models: BenchModels, config: BenchConf
     for prompt in prompts:
         if len(chosen) == config.num_prompts:
             break
-        ids = models.tokenizer(prompt.text, return_tensors="pt").input_ids  # [1, L]
+        ids = models.tokenizer(prompt.text, return_tensors="pt").input_ids.to(models.target.device)  # [1, L]
         if ids.shape[1] == 0 or (limit is not None and ids.shape[1] + config.max_new_tokens > limit):
             skipped.append(f"{prompt.id} ({ids.shape[1]} tokens)")
             continue
@@ -265,7 +265,7 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
         "command": command,
         "reproduce": environment.reproduce_command(command),
         "config": config.as_dict(),
-        "machine": environment.machine(),
+        "machine": {**environment.machine(), **environment.accelerator(config.device)},
         "versions": environment.versions(),
         "models": models.describe(),
         "prompts": [

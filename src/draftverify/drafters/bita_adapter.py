@@ -27,6 +27,7 @@ from ..cache import cache_argument
 from ..errors import DraftVerifyError
 from ..types import PrefixKV
 from .blockwise import lm_head_fingerprint
+from .fingerprint import fingerprint_matches
 from .weights_folder import WeightsFolder
 
 ADAPTER_FORMAT = "draftverify-bita"
@@ -119,7 +120,7 @@ class BitaAdapter(nn.Module):
 
     def check_target(self, target: nn.Module) -> None:
         found = lm_head_fingerprint(target.get_output_embeddings())
-        if found != self.config.target_fingerprint:
+        if not fingerprint_matches(self.config.target_fingerprint, target.get_output_embeddings().weight):
             raise DraftVerifyError(
                 "the BiTA adapter was trained for another target (LM head fingerprint "
                 f"{self.config.target_fingerprint}, this target's is {found}); train one for it with "

@@ -14,7 +14,6 @@ prefilled position, whose next token is the prompt's last (pending) token.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from ..few_row_linear import few_row_linears
 from ..sampling import probs_from_logits, sample
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft
+from .fingerprint import fingerprint_matches, weight_fingerprint
 from .weights_folder import WeightsFolder
 
 HEADS_FORMAT = "draftverify-bpd-heads"
@@ -35,10 +35,9 @@ FOLDER = WeightsFolder("heads", HEADS_FORMAT, "blockwise heads", "draftverify tr
 
 
 def lm_head_fingerprint(lm_head: nn.Module) -> str:
-    """sha256 (16 hex digits) of the LM head's weights in fp16: ties a heads file to the target it was trained on,
-    whatever dtype either is loaded in (fp16 -> fp32 -> fp16 round-trips exactly)."""
-    weight = lm_head.weight.detach().to("cpu", torch.float16).contiguous()
-    return hashlib.sha256(weight.view(torch.int16).numpy().tobytes()).hexdigest()[:16]
+    """The LM head's fingerprint (fingerprint.py): ties a heads file or an adapter to the target it was trained on,
+    whatever dtype and device either is loaded at."""
+    return weight_fingerprint(lm_head.weight)
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,7 @@ class BlockwiseHeads(nn.Module):
                 "with `draftverify train heads`"
             )
         found = lm_head_fingerprint(lm_head)
-        if found != self.config.target_fingerprint:
+        if not fingerprint_matches(self.config.target_fingerprint, lm_head.weight):
             raise DraftVerifyError(
                 f"the blockwise heads were trained for another target (LM head fingerprint "
                 f"{self.config.target_fingerprint}, this target's is {found}); train heads for it with "

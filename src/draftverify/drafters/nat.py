@@ -28,7 +28,6 @@ stays lossless.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from ..errors import DraftVerifyError
 from ..sampling import draw_next, probs_from_logits
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft
+from .fingerprint import fingerprint_matches, weight_fingerprint
 from .weights_folder import WeightsFolder
 
 NAT_FORMAT = "draftverify-nat-drafter"
@@ -47,10 +47,9 @@ FOLDER = WeightsFolder("nat", NAT_FORMAT, "NAT drafter", "draftverify train nat"
 
 
 def embedding_fingerprint(embeddings: nn.Module) -> str:
-    """sha256 (16 hex digits) of the target's input embedding in fp16: ties a drafter to the target it was
-    trained on (it reads that matrix and that encoder), whatever dtype either is loaded in."""
-    weight = embeddings.weight.detach().to("cpu", torch.float16).contiguous()
-    return hashlib.sha256(weight.view(torch.int16).numpy().tobytes()).hexdigest()[:16]
+    """The target's input embedding's fingerprint (fingerprint.py): ties a drafter to the target it was trained on
+    (it reads that matrix and that encoder), whatever dtype and device either is loaded at."""
+    return weight_fingerprint(embeddings.weight)
 
 
 @dataclass(frozen=True)
@@ -260,7 +259,7 @@ class NatDecoder(nn.Module):
                 "`draftverify train nat`"
             )
         found = embedding_fingerprint(target.input_embeddings)
-        if found != self.config.target_fingerprint:
+        if not fingerprint_matches(self.config.target_fingerprint, target.input_embeddings.weight):
             raise DraftVerifyError(
                 "the NAT drafter was trained for another target (embedding fingerprint "
                 f"{self.config.target_fingerprint}, this target's is {found}); train one for it with "

@@ -44,6 +44,7 @@ from .trainer import (
     load_checkpoint,
     seed_everything,
     set_threads,
+    to_device,
 )
 
 CACHE_VERSION = 1
@@ -116,7 +117,7 @@ class AlignOptions(TrainerOptions):
         if not (tdir / "tokenizer.json").is_file():
             where = "--tokenizer" if self.tokenizer else "the target directory (default --tokenizer)"
             raise AlignError(f"no tokenizer.json in {tdir} ({where}); pass --tokenizer DIR")
-        if not Path(self.manifest).is_file():
+        if not Path(self.manifest).exists():
             raise AlignError(f"manifest {self.manifest} not found (run `draftverify train tokenizer` first)")
         for name in ("num_prompts", "new_tokens", "gamma", "min_prompt_tokens"):
             if getattr(self, name) < 1:
@@ -174,12 +175,12 @@ def check_compatible(target_dir: str, draft_dir: str, tok) -> int:
     return int(tv)
 
 
-def _load(path: str, role: str):
+def _load(path: str, role: str, dtype: str = "float32", device="cpu"):
     from ..api import load_model
     from ..errors import DraftVerifyError
 
     try:
-        return load_model(path, "float32", role=role)
+        return load_model(path, dtype, role=role, device=device)
     except DraftVerifyError as e:
         raise AlignError(str(e)) from None
 
@@ -465,7 +466,7 @@ def evaluate_loss(model, records: list[dict], pad_id: int, bf16: bool, batch_siz
     tot, n = 0.0, 0
     with torch.no_grad():
         for i in range(0, len(records), batch_size):
-            x, y = make_batch(records[i : i + batch_size], pad_id)
+            x, y = to_device(make_batch(records[i : i + batch_size], pad_id), model.device)
             tot += float(continuation_loss(model, x, y, bf16, reduction="sum"))
             n += int((y[:, 1:] != IGNORE).sum())
     if was:
@@ -490,7 +491,7 @@ def finetune(
 
     ft_dir = Path(opts.work_dir) / "finetune"
     seed_everything(opts.seed)
-    model = AutoModelForCausalLM.from_pretrained(opts.draft, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(opts.draft, dtype=torch.float32).to(opts.torch_device())
     model.config._attn_implementation = "sdpa"
     draft_sha = model_digest(opts.draft)
     gen_sha = hashlib.sha256(json.dumps([r["continuation"] for r in records]).encode()).hexdigest()
@@ -679,8 +680,8 @@ def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_ste
         raise AlignError(str(e)) from None
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos
-    target_model = _load(opts.target, "target")
-    draft_model = _load(opts.draft, "draft")
+    target_model = _load(opts.target, "target", opts.frozen_dtype(), opts.torch_device())
+    draft_model = _load(opts.draft, "draft", opts.frozen_dtype(), opts.torch_device())
     target_lm = CachedLM(target_model, role="target")
     for role, m in (("target", target_lm), ("draft", CachedLM(draft_model, role="draft"))):
         if m.max_positions is not None and m.max_positions < opts.max_prompt_tokens + opts.new_tokens:
@@ -814,7 +815,7 @@ def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_ste
 
     # ---- step 3: alpha of the exported aligned draft on the same held-out prompts
     if opts.eval_prompts:
-        aligned = _load(str(out), "aligned draft")
+        aligned = _load(str(out), "aligned draft", opts.frozen_dtype(), opts.torch_device())
         after_recs = greedy_continuations(
             work / "eval_after.jsonl",
             {

@@ -30,7 +30,7 @@ from ..cache import cache_argument
 from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
-from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything
+from .trainer import Trainer, TrainerOptions, command_line, machine_name, seed_everything, to_device
 
 STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
 
@@ -109,8 +109,8 @@ def batched_greedy(
     for start in range(0, len(prompts), batch):
         group = prompts[start : start + batch]
         width = max(len(p) for p in group)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in group])
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in group])
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in group], device=model.device)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in group], device=model.device)
         with torch.no_grad():
             out = model.generate(
                 input_ids=ids,
@@ -209,19 +209,22 @@ def mask_logits(model, adapter, ids, cut, prefix=None):
 
     batch, width = ids.shape
     m, c = adapter.config.num_masks, cut.shape[1]
+    device, dtype = ids.device, next(model.parameters()).dtype
     cache = DynamicCache()
     with torch.no_grad():
         model.base_model(input_ids=ids, **{cache_argument(model.base_model): cache}, use_cache=True)
     prefix = adapter.prefix(model) if prefix is None else prefix
-    group = torch.arange(c * m) // m  # [C*M] which cut each mask row belongs to
-    slot = torch.arange(c * m) % m  # [C*M] which mask token
+    if prefix is not None:  # float32 weights learning; the keys and values join a cache in the target's dtype
+        prefix = tuple((k.to(dtype), v.to(dtype)) for k, v in prefix)
+    group = torch.arange(c * m, device=device) // m  # [C*M] which cut each mask row belongs to
+    slot = torch.arange(c * m, device=device) % m  # [C*M] which mask token
     positions = cut[:, group] + 1 + slot  # [B, C*M]
-    sees_text = torch.arange(width)[None, None] <= cut[:, group][..., None]  # [B, C*M, T]
+    sees_text = torch.arange(width, device=device)[None, None] <= cut[:, group][..., None]  # [B, C*M, T]
     same_group = (group[:, None] == group[None]) & (slot[:, None] >= slot[None])  # [C*M, C*M]
     visible = torch.cat([sees_text, same_group[None].expand(batch, -1, -1)], dim=-1)  # [B, C*M, T + C*M]
-    visible = prefix_columns(visible, torch.ones(c * m, dtype=torch.bool), prefix_length(prefix))
-    dtype = next(model.parameters()).dtype
-    additive = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)[:, None]
+    visible = prefix_columns(visible, torch.ones(c * m, dtype=torch.bool, device=device), prefix_length(prefix))
+    additive = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill(~visible, torch.finfo(dtype).min)
+    additive = additive[:, None]  # [B, 1, C*M, P + T + C*M]
     embeds = adapter.mask_embeds.to(dtype).repeat(c, 1)[None].expand(batch, -1, -1)  # [B, C*M, H]
     with attend_prefix(cache, prefix):
         out = model(
@@ -247,11 +250,12 @@ def mask_accuracy(model, adapter, records: list[dict], cuts: int, seed: int, pad
     import torch
 
     rng = np.random.default_rng(seed)
-    hits = torch.zeros(adapter.config.num_masks)
+    hits = torch.zeros(adapter.config.num_masks, device=model.device)
     total = 0
     with torch.no_grad():
         for i in range(0, len(records), batch):
-            ids, cut, labels = sar_batch(records[i : i + batch], adapter.config.num_masks, cuts, rng, pad)
+            drawn = sar_batch(records[i : i + batch], adapter.config.num_masks, cuts, rng, pad)
+            ids, cut, labels = to_device(drawn, model.device)
             pred = mask_logits(model, adapter, ids, cut).argmax(dim=-1)  # [B, C, M]
             hits += (pred == labels).float().sum(dim=(0, 1))
             total += labels.shape[0] * labels.shape[1]
@@ -362,7 +366,7 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
 
     # ---- 2. train the adapter only (one run per adapter settings; the work dir's generations serve them all)
     seed_everything(opts.seed)
-    adapter = BitaAdapter.for_target(target, opts.num_masks, opts.prompt, opts.num_prompts)
+    adapter = BitaAdapter.for_target(target, opts.num_masks, opts.prompt, opts.num_prompts).float().to(target.device)
     key = {
         "target_sha256": digest,
         "prompt": opts.prompt,
@@ -422,7 +426,7 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
         "parameter_share": parameters / target_parameters,
         "command": opts.command,
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": machine_name(target.device),
         "time_generation_s": round(time_generation, 1),
         "time_train_s": round(time_train, 1),
     }

@@ -15,6 +15,7 @@ import typer
 
 from ..cli_flags import settings_command
 from .flags import (
+    MULTI30K,
     AlignFlags,
     BenchFlags,
     BitaFlags,
@@ -33,7 +34,8 @@ from .flags import (
 
 train_app = typer.Typer(
     name="train",
-    help="Build the code corpus/tokenizer and train the project's small target/draft models.",
+    help="Train drafters (heads, BiTA, NAT, aligned or new draft models, n-gram tables) for any target on its own "
+    "greedy outputs, from the code corpus or your own text (--data), on any --device; and build the code zoo.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -42,6 +44,25 @@ train_app = typer.Typer(
 def _fail(msg: str, code: int = 2) -> None:
     typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code)
+
+
+def _own_data(flags) -> dict:
+    """--data as the recipe's corpus (its manifest option), read now: a missing path, an empty folder or a bad
+    jsonl line is one line before any model loads."""
+    if flags.data is None:
+        return {}
+    from .corpus import CorpusError, data_manifest
+
+    try:
+        data_manifest(flags.data)
+    except CorpusError as e:
+        _fail(str(e))
+    return {"manifest": str(flags.data)}
+
+
+def _options(flags, *leave_out: str) -> dict:
+    """The flags' values as a recipe's options, --data given as its corpus."""
+    return {**values(flags, "data", *leave_out), **_own_data(flags)}
 
 
 def _command_line() -> str:
@@ -169,7 +190,7 @@ def lm_cmd(flags: LmFlags) -> None:
 
     if flags.preset not in lm.PRESETS:
         _fail(f"unknown preset {flags.preset!r}; choose one of: {', '.join(lm.PRESETS)}")
-    opts = lm.TrainOptions(**values(flags), command=_command_line())
+    opts = lm.TrainOptions(**_options(flags), command=_command_line())
     try:
         summary = lm.train(opts, log=lambda m: typer.echo(m))
     except lm.TrainError as e:
@@ -192,7 +213,7 @@ def early_exit_cmd(flags: EarlyExitFlags) -> None:
     from .early_exit import EarlyExitOptions, train_early_exit
     from .trainer import TrainError
 
-    opts = EarlyExitOptions(**values(flags), command=_command_line())
+    opts = EarlyExitOptions(**_options(flags), command=_command_line())
     try:
         info = train_early_exit(opts, log=lambda m: typer.echo(m))
     except TrainError as e:
@@ -235,7 +256,7 @@ def ngram_cmd(flags: NgramFlags) -> None:
     from .ngram import NgramOptions, build
     from .trainer import TrainError
 
-    opts = NgramOptions(**values(flags), command=_command_line())
+    opts = NgramOptions(**_options(flags), command=_command_line())
     try:
         summary = build(opts, log=lambda m: typer.echo(m))
     except TrainError as e:
@@ -266,7 +287,7 @@ def align_cmd(flags: AlignFlags) -> None:
     from .align import AlignOptions, align
     from .trainer import TrainError
 
-    opts = AlignOptions(**values(flags), command=_command_line())
+    opts = AlignOptions(**_options(flags), command=_command_line())
     try:
         info = align(opts, log=lambda m: typer.echo(m))
     except TrainError as e:
@@ -297,7 +318,7 @@ def heads_cmd(flags: HeadsFlags) -> None:
     from . import lm
     from .heads import HeadsOptions, train_heads
 
-    opts = HeadsOptions(**values(flags), command=_command_line())
+    opts = HeadsOptions(**_options(flags), command=_command_line())
     try:
         info = train_heads(opts, log=lambda m: typer.echo(m))
     except lm.TrainError as e:
@@ -318,7 +339,7 @@ def bita_cmd(flags: BitaFlags) -> None:
     from . import lm
     from .bita import BitaOptions, train_bita
 
-    opts = BitaOptions(**values(flags), command=_command_line())
+    opts = BitaOptions(**_options(flags), command=_command_line())
     try:
         info = train_bita(opts, log=lambda m: typer.echo(m))
     except lm.TrainError as e:
@@ -440,7 +461,7 @@ def nat_cmd(flags: NatFlags) -> None:
         from .nat_lm import NatLMOptions, train
 
         opts = NatLMOptions(
-            **values(flags, *NAT_TRANSLATION_ONLY, "export_dir", "warmup_steps"),
+            **_options(flags, *NAT_TRANSLATION_ONLY, "export_dir", "warmup_steps"),
             export_dir=str(flags.export_dir or "zoo/code/nat"),
             warmup_steps=50 if warmup is None else warmup,
             command=_command_line(),
@@ -448,13 +469,16 @@ def nat_cmd(flags: NatFlags) -> None:
     else:
         from .nat import NatOptions, train
 
+        if flags.device != "cpu":
+            _fail(f"--target {target} is a translation model: its NAT recipe runs on the CPU (use --device cpu)")
         if flags.train_targets is None:
             _fail(
                 f"--target {target} is a translation model: pass --train-targets (write them with `draftverify "
                 "train distill`)"
             )
         opts = NatOptions(
-            **values(flags, *NAT_DECODER_ONLY, "export_dir", "warmup_steps"),
+            **values(flags, *NAT_DECODER_ONLY, "export_dir", "warmup_steps", "data"),
+            data=str(flags.data or MULTI30K),
             export_dir=str(flags.export_dir or "zoo/translate/nat"),
             warmup_steps=200 if warmup is None else warmup,
             command=_command_line(),

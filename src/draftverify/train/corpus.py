@@ -10,6 +10,7 @@ stable when files are added or removed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -132,9 +133,13 @@ def build_manifest(
 
 
 def load_manifest(manifest: str | os.PathLike | dict) -> dict:
+    """A corpus manifest: as given (a dict), read from its JSON file, or built from a user's own text (a folder of
+    text files or a .jsonl: data_manifest), so every recipe that reads the corpus reads the user's data alike."""
     if isinstance(manifest, dict):
         return manifest
     p = Path(manifest)
+    if p.is_dir() or p.suffix == ".jsonl":
+        return data_manifest(p)
     if not p.is_file():
         raise CorpusError(f"manifest {p} not found (build it with `draftverify train tokenizer`)")
     try:
@@ -144,6 +149,114 @@ def load_manifest(manifest: str | os.PathLike | dict) -> dict:
     if not isinstance(m, dict) or "files" not in m or "root" not in m:
         raise CorpusError(f"{p} does not look like a draftverify corpus manifest")
     return m
+
+
+TEXT_SUFFIXES = frozenset(
+    ".txt .md .rst .py .pyi .c .h .cc .cpp .hpp .cu .java .kt .scala .js .jsx .ts .tsx .go .rs .rb .php .swift .m "
+    ".cs .sh .bash .sql .r .jl .lua .pl .hs .ml .ex .exs .erl .clj .el .vim .tex .html .htm .css .scss .xml .json "
+    ".yaml .yml .toml .ini .cfg".split()
+)
+DATA_VAL_FRACTION = 0.05  # of the user's documents held out (by path hash, as the corpus), at least one of two or more
+
+
+def data_manifest(path: str | os.PathLike) -> dict:
+    """A manifest over the user's own text (see _data_manifest), read once per process while the path is
+    unchanged: the command checks it, then the recipe reads it."""
+    p = Path(path)
+    try:
+        stamp = p.stat().st_mtime_ns
+    except OSError:
+        stamp = None
+    return _data_manifest(str(p.resolve()), stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _data_manifest(path: str, stamp: int | None) -> dict:
+    """A manifest over the user's own text, texts kept in memory: every text file below a folder (recursively, by
+    suffix: TEXT_SUFFIXES), or every line of a .jsonl ({"text": ...}, or {"prompt": ..., "completion": ...}). Each
+    file or line is a document; documents are split into train and val by a hash of their name, one held out at
+    least when there are two or more. Raises CorpusError for a missing path, no text or a bad jsonl line."""
+    p = Path(path)
+    if not p.exists():
+        raise CorpusError(f"--data {p}: no such file or folder")
+    if p.is_file() and p.suffix != ".jsonl":
+        raise CorpusError(f"--data {p}: give a folder of text files or a .jsonl file (one JSON object a line)")
+    docs = _jsonl_documents(p) if p.is_file() else _folder_documents(p)
+    if not docs:
+        what = "lines with text" if p.is_file() else f"text files ({', '.join(sorted(TEXT_SUFFIXES)[:6])}, ...)"
+        raise CorpusError(f"--data {p}: no {what} in it")
+    files = []
+    for name, text in docs:
+        data = text.encode("utf-8")
+        entry = {"path": name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "text": text}
+        files.append({**entry, "split": split_for(name, DATA_VAL_FRACTION)})
+    if len(files) > 1 and all(f["split"] == "train" for f in files):
+        min(files, key=lambda f: hashlib.sha256((SPLIT_SALT + f["path"]).encode()).digest())["split"] = "val"
+    counts = {s: sum(1 for f in files if f["split"] == s) for s in SPLITS}
+    return {
+        "version": MANIFEST_VERSION,
+        "source": "data",
+        "description": f"the user's own text from {p}",
+        "root": str(p if p.is_dir() else p.parent),
+        "val_fraction": DATA_VAL_FRACTION,
+        "counts": counts,
+        "bytes": {s: sum(f["bytes"] for f in files if f["split"] == s) for s in SPLITS},
+        "skipped": [],
+        "files_sha256": files_hash(files),
+        "files": files,
+    }
+
+
+def _folder_documents(root: Path) -> list[tuple[str, str]]:
+    """(path relative to root, text) of every readable, non-empty UTF-8 text file below root, sorted."""
+    docs = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in EXCLUDED_DIRS)
+        for name in sorted(filenames):
+            f = Path(dirpath) / name
+            if f.suffix.lower() not in TEXT_SUFFIXES:
+                continue
+            try:
+                text = f.read_bytes().decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if text.strip() and "\0" not in text:
+                docs.append((f.relative_to(root).as_posix(), text))
+    return docs
+
+
+def _jsonl_documents(path: Path) -> list[tuple[str, str]]:
+    """(file:line, text) of every line of a .jsonl: its "text", or its "prompt" followed by its "completion"."""
+    try:
+        lines = path.read_bytes().decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise CorpusError(f"--data {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    docs = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise CorpusError(f"--data {where}: not a JSON object ({e.msg})") from None
+        if not isinstance(record, dict):
+            raise CorpusError(f"--data {where}: not a JSON object")
+        if "text" in record:
+            text = record["text"]
+        elif "prompt" in record or "completion" in record:
+            text = record.get("prompt", "") + record.get("completion", "") if _all_text(record) else None
+        else:
+            raise CorpusError(f'--data {where}: no "text" field (nor "prompt" / "completion")')
+        if not isinstance(text, str):
+            raise CorpusError(f"--data {where}: the text fields must be strings")
+        if text.strip():
+            docs.append((f"{path.name}:{number}", text))
+    return docs
+
+
+def _all_text(record: dict) -> bool:
+    return all(isinstance(record.get(k, ""), str) for k in ("prompt", "completion"))
 
 
 def _recorded(root: Path) -> str:
@@ -194,6 +307,9 @@ def iter_texts(
     base = Path(root) if root is not None else corpus_root(m)
     for f in m["files"]:
         if split != "all" and f["split"] != split:
+            continue
+        if "text" in f:  # the user's own data (data_manifest): read once, kept in memory
+            yield f["text"]
             continue
         p = base / f["path"]
         try:

@@ -140,7 +140,7 @@ def train_early_exit(
     cache_dir = opts.cache_dir or str(work.parent / "token-cache")
     data = load_corpus(opts.tokenizer_dir, opts.manifest, cache_dir, opts.seq_len, opts.val_windows, log=log)
     seed_everything(opts.seed)
-    model = AutoModelForCausalLM.from_pretrained(opts.target, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(opts.target, dtype=torch.float32).to(opts.torch_device())
     if model.config.vocab_size < len(data.tok):
         raise TrainError(
             f"the tokenizer has {len(data.tok)} tokens but the target's vocab_size is {model.config.vocab_size}"
@@ -166,7 +166,9 @@ def train_early_exit(
         log=log,
         batches=lambda rng: sample_batch(data.train, rng, opts.batch_size, opts.seq_len),
         loss=loss,
-        evaluate=lambda m: held_out_losses(m, data.val_windows, trainer.bf16, opts.batch_size)[0],
+        evaluate=lambda m: held_out_losses(m, data.val_windows, trainer.bf16, opts.batch_size, device=trainer.device)[
+            0
+        ],
         counts=lambda x: {"tokens_seen": opts.batch_size * opts.seq_len},
         state={"tokens_seen": 0, "target_sha256": target_sha, "layer": layer, "before": None},
     )
@@ -177,7 +179,7 @@ def train_early_exit(
         )
 
     def both() -> dict:
-        full, early = held_out_losses(model, data.val_windows, trainer.bf16, opts.batch_size, layer)
+        full, early = held_out_losses(model, data.val_windows, trainer.bf16, opts.batch_size, layer, trainer.device)
         return {"full": full, "early": early}
 
     if state["before"] is None:

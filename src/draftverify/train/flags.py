@@ -11,6 +11,7 @@ from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..devices import DEVICE_HELP
 from ..options.declare import option
 from .corpus import PACKAGES_ROOT
 
@@ -58,7 +59,17 @@ SHARED: dict[str, tuple[str, str]] = {
     "log_every": ("--log-every", "Log a line / JSONL record every N steps."),
     "progress": ("--progress/--no-progress", "Progress bar (default: if a tty)."),
     "max_degradation": ("--max-degradation", "Largest rise of the full model's held-out loss (nats) that is kept."),
+    "device": ("--device", DEVICE_HELP + " Every model and batch of the run lives there."),
+    "dtype": (
+        "--dtype",
+        "Precision of the frozen models the recipe reads (the target): auto (float32 on cpu, bfloat16 on a CUDA GPU "
+        "that supports it else float16, float16 on mps), float32, bfloat16 or float16; trained weights stay float32.",
+    ),
 }
+OWN_DATA = (
+    "Your own text instead of --manifest: a folder of text files (read recursively: .txt, .py, .md, ...) or a .jsonl "
+    'with a "text" field (or "prompt" / "completion"), tokenized with the target\'s tokenizer.'
+)
 
 
 def shared(default: Any, help: str | None = None) -> Any:
@@ -83,6 +94,20 @@ def values(flags: Any, *leave_out: str) -> dict[str, Any]:
             value = getattr(flags, f.name)
             out[f.name] = str(value) if isinstance(value, Path) else value
     return out
+
+
+@recipe_flags
+class DeviceFlags:
+    """--device, for the recipes that run models (their flags' dataclasses derive from it)."""
+
+    device: str = shared("cpu")
+
+
+@recipe_flags
+class FrozenDeviceFlags(DeviceFlags):
+    """--device and --dtype, for the recipes that learn from a frozen target."""
+
+    dtype: str = shared("auto")
 
 
 CODE_MANIFEST = Path("zoo/code/manifest.json")
@@ -114,9 +139,10 @@ class CorpusFlags:
 
 
 @recipe_flags
-class LmFlags:
+class LmFlags(DeviceFlags):
     tokenizer: Path = shared(Path("zoo/code/tokenizer"), "Tokenizer directory.")
     manifest: Path = shared(CODE_MANIFEST)
+    data: Path | None = shared(None, OWN_DATA)
     preset: str = shared("target", "Architecture preset: target | draft (| tiny).")
     out_dir: Path = shared(...)
     export_dir: Path | None = shared(None)
@@ -150,12 +176,13 @@ class LmFlags:
 
 
 @recipe_flags
-class EarlyExitFlags:
+class EarlyExitFlags(DeviceFlags):
     target: Path = shared(CODE_TARGET)
     layer: int = option(..., "--layer", "Early-exit layer L: the first L layers form the small model.")
     out_dir: Path = shared(..., "Where to export the fine-tuned target.")
     work_dir: Path = shared(Path("runs/early-exit"))
     manifest: Path = shared(CODE_MANIFEST)
+    data: Path | None = shared(None, OWN_DATA)
     tokenizer: Path | None = shared(None)
     cache_dir: Path | None = shared(None, "Token cache directory (default: <work-dir>/../token-cache).")
     max_degradation: float = shared(0.03)
@@ -193,6 +220,7 @@ class NgramFlags:
     out: Path = option(Path("zoo/code/ngram.safetensors"), "--out", "Output table (safetensors).")
     tokenizer: Path = shared(Path("zoo/code/tokenizer"), "Tokenizer directory.")
     manifest: Path = shared(CODE_MANIFEST)
+    data: Path | None = shared(None, OWN_DATA)
     from_generations: Path | None = option(
         None,
         "--from-generations",
@@ -221,10 +249,11 @@ class NgramFlags:
 
 
 @recipe_flags
-class AlignFlags:
+class AlignFlags(FrozenDeviceFlags):
     target: Path = shared(CODE_TARGET)
     draft: Path = option(Path("zoo/code/draft"), "--draft", "Exported draft model directory to align.")
     manifest: Path = shared(CODE_MANIFEST)
+    data: Path | None = shared(None, OWN_DATA)
     tokenizer: Path | None = shared(None)
     out_dir: Path = shared(Path("zoo/code/draft-aligned"), "Where to export the aligned draft.")
     work_dir: Path = shared(Path("runs/align"))
@@ -255,9 +284,10 @@ class AlignFlags:
 
 
 @recipe_flags
-class HeadsFlags:
+class HeadsFlags(FrozenDeviceFlags):
     target: Path = shared(CODE_TARGET)
     manifest: Path = shared(CODE_MANIFEST)
+    data: Path | None = shared(None, OWN_DATA)
     tokenizer: Path | None = shared(None)
     out_dir: Path = shared(Path("zoo/code/heads"), "Where to save the heads (safetensors + JSON).")
     work_dir: Path = shared(Path("runs/heads"))
@@ -282,11 +312,12 @@ class HeadsFlags:
 
 
 @recipe_flags
-class BitaFlags:
+class BitaFlags(FrozenDeviceFlags):
     target: Path = shared(CODE_TARGET)
     manifest: Path = shared(
         CODE_MANIFEST, "Corpus manifest JSON (without the unpacked corpus: its stdlib files, read locally)."
     )
+    data: Path | None = shared(None, OWN_DATA)
     tokenizer: Path | None = shared(None)
     out_dir: Path = shared(Path("zoo/code/bita"), "Where to save the adapter (safetensors + JSON + card).")
     work_dir: Path = shared(Path("runs/bita"))
@@ -365,7 +396,7 @@ class DistillFlags:
 
 
 @recipe_flags
-class NatFlags:
+class NatFlags(FrozenDeviceFlags):
     out_dir: Path = shared(...)
     target: Path = shared(
         Path("zoo/translate/target"), "The frozen target: a translation model, or a decoder-only LM (zoo/code/target)."
@@ -377,7 +408,7 @@ class NatFlags:
     val_targets: Path | None = option(
         None, "--val-targets", "Translation: distilled val targets (default: references)."
     )
-    data: Path = shared(MULTI30K, "Translation: Multi30k folder.")
+    data: Path | None = shared(None, f"Translation: Multi30k folder (default {MULTI30K}). Decoder-only: {OWN_DATA}")
     src_lang: str = shared("en")
     tgt_lang: str = shared("de")
     manifest: Path = shared(CODE_MANIFEST, "Decoder-only: the corpus manifest.")

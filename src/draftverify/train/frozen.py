@@ -35,7 +35,7 @@ def check_inputs(opts) -> None:
         raise TrainError(f"--target {opts.target}: no config.json (expected an exported Hugging Face model directory)")
     if not (Path(opts.tokenizer_dir) / "tokenizer.json").is_file():
         raise TrainError(f"no tokenizer.json in {opts.tokenizer_dir}; pass --tokenizer DIR")
-    if not Path(opts.manifest).is_file():
+    if not Path(opts.manifest).exists():
         raise TrainError(
             f"manifest {opts.manifest} not found (run `draftverify train corpus` or "
             "`draftverify train tokenizer` first)"
@@ -64,7 +64,8 @@ def fit_measured(
 
 
 def load_frozen_target(opts) -> tuple:
-    """(tokenizer, target): the target in float32, eval mode, no weight requiring a gradient; on opts.threads."""
+    """(tokenizer, target): the target at opts.frozen_dtype() on opts.device, eval mode, no weight requiring a
+    gradient; on opts.threads."""
     from . import align
     from .tokenizer import TokenizerError, load_tokenizer
 
@@ -73,7 +74,7 @@ def load_frozen_target(opts) -> tuple:
         tok = load_tokenizer(opts.tokenizer_dir)
     except TokenizerError as e:
         raise TrainError(str(e)) from None
-    target = align._load(opts.target, "target").eval()
+    target = align._load(opts.target, "target", opts.frozen_dtype(), opts.torch_device()).eval()
     for p in target.parameters():
         p.requires_grad_(False)
     return tok, target

@@ -29,7 +29,7 @@ from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .tokenizer import tokenizer_hash
-from .trainer import Trainer, TrainerOptions, command_line, cpu_name, seed_everything
+from .trainer import Trainer, TrainerOptions, command_line, machine_name, seed_everything
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
     import torch
@@ -96,7 +96,7 @@ def batched_continuations(
                 continuation: dict[int, list[int]] = {}
                 for length in sorted({len(p["prompt"]) for p in chunk}):
                     rows = [j for j, p in enumerate(chunk) if len(p["prompt"]) == length]
-                    ids = torch.tensor([chunk[j]["prompt"] for j in rows])  # [b, length]
+                    ids = torch.tensor([chunk[j]["prompt"] for j in rows], device=target.device)  # [b, length]
                     out = target.generate(
                         ids,
                         attention_mask=torch.ones_like(ids),
@@ -194,8 +194,10 @@ def extract_features(target, records: list[dict], num_heads: int) -> tuple["torc
         for rec in records:
             seq = rec["prompt"] + rec["continuation"]
             first = len(rec["prompt"]) - 1  # its next token is the continuation's first
-            out = target(input_ids=torch.tensor([seq]), output_hidden_states=True, use_cache=False)
-            hidden.append(out.hidden_states[-1][0, first:-1].float())  # [P_r, H]
+            out = target(
+                input_ids=torch.tensor([seq], device=target.device), output_hidden_states=True, use_cache=False
+            )
+            hidden.append(out.hidden_states[-1][0, first:-1].float().cpu())  # [P_r, H]
             labels.append(torch.from_numpy(head_labels(seq, first, num_heads)))
     return torch.cat(hidden), torch.cat(labels)
 
@@ -233,8 +235,8 @@ def head_accuracy(heads, lm_head, hidden, labels, batch_size: int = 1024) -> lis
     """Top-1 accuracy of heads 2..h on the positions that have a label for that head."""
     import torch
 
-    hits = torch.zeros(labels.shape[1])
-    total = torch.zeros(labels.shape[1])
+    hits = torch.zeros(labels.shape[1], device=labels.device)
+    total = torch.zeros(labels.shape[1], device=labels.device)
     with torch.no_grad():
         for i in range(0, hidden.shape[0], batch_size):
             pred = heads(hidden[i : i + batch_size].float(), lm_head).argmax(dim=-1)  # [n, h-1]
@@ -314,11 +316,12 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
         }
         feats[split] = cached_features(work / f"features-{split}.pt", key, target, records, opts.num_heads, log)
     time_features = time.time() - t0
-    (train_h, train_y), (val_h, val_y) = feats["train"], feats["val"]
+    device = target.device  # the features train where the target ran (cached on the CPU)
+    (train_h, train_y), (val_h, val_y) = ((h.to(device), y.to(device)) for h, y in (feats["train"], feats["val"]))
 
     # ---- 3. train the heads only
     seed_everything(opts.seed)
-    heads = BlockwiseHeads.for_target(target, opts.num_heads, opts.ffn_size).float()
+    heads = BlockwiseHeads.for_target(target, opts.num_heads, opts.ffn_size).float().to(device)
     key = {
         "features": header["target_sha256"],
         "num_heads": opts.num_heads,
@@ -334,7 +337,7 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
         work / f"run-h{opts.num_heads}",
         key=key,
         name="heads",
-        batches=lambda rng: torch.from_numpy(rng.integers(0, train_h.shape[0], opts.batch_size)),
+        batches=lambda rng: torch.from_numpy(rng.integers(0, train_h.shape[0], opts.batch_size)),  # moved by Trainer
         loss=lambda model, batch: heads_loss(model, lm_head, train_h[batch], train_y[batch]),
         log=log,
     )
@@ -364,7 +367,7 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
         "heldout_accuracy": {"before": before, "after": after},
         "command": opts.command,
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": machine_name(target.device),
         "time_generation_s": round(time_generation, 1),
         "time_features_s": round(time_features, 1),
         "time_train_s": round(time_train, 1),

@@ -125,7 +125,7 @@ def train(opts: TrainOptions, log: Callable[[str], None] = print, stop_after_ste
 
     seed_everything(opts.seed)
     ckpt = load_checkpoint(out_dir)
-    model = _build_model(opts, tok, ckpt)
+    model = _build_model(opts, tok, ckpt).to(opts.torch_device())
     n_params = count_params(model)
     trainer = Trainer(
         model,
@@ -133,7 +133,7 @@ def train(opts: TrainOptions, log: Callable[[str], None] = print, stop_after_ste
         out_dir,
         batches=lambda rng: sample_batch(data.train, rng, opts.batch_size, opts.seq_len),
         loss=lambda m, x: lm_loss(m, x, trainer.bf16),
-        evaluate=lambda m: evaluate(m, data.val_windows, trainer.bf16, opts.batch_size),
+        evaluate=lambda m: evaluate(m, data.val_windows, trainer.bf16, opts.batch_size, trainer.device),
         counts=lambda x: {"tokens_seen": opts.batch_size * opts.seq_len},
         state={"tokens_seen": 0, "preset": opts.preset, "init_from": opts.init_from},
         checkpoint=ckpt,
@@ -218,7 +218,7 @@ def _fit_with_early_exit_phase(
         return state
     snapshot = trainer.run_dir / SNAPSHOT
     if trainer.state.get("early_exit") is None:
-        full, early = held_out_losses(model, windows, trainer.bf16, opts.batch_size, layer)
+        full, early = held_out_losses(model, windows, trainer.bf16, opts.batch_size, layer, trainer.device)
         torch.save(model.state_dict(), snapshot)
         trainer.state["early_exit"] = {
             "layer": layer,
@@ -240,7 +240,7 @@ def _fit_with_early_exit_phase(
     if state["stopped"]:
         return state
     ee = state["early_exit"]
-    full, early = held_out_losses(model, windows, trainer.bf16, opts.batch_size, layer)
+    full, early = held_out_losses(model, windows, trainer.bf16, opts.batch_size, layer, trainer.device)
     ee["after"] = {"full": full, "early": early}
     ee["max_degradation"] = opts.max_degradation
     ee["kept"] = full <= ee["before"]["full"] + opts.max_degradation

@@ -16,11 +16,25 @@ from typing import Optional
 from .trainer import TrainError
 
 
-def autocast(bf16: bool, device: str = "cpu"):
-    """bf16 autocast on `device` ("cpu" or "cuda"), or nothing."""
+def autocast(bf16: bool, device=None):
+    """bf16 autocast for the ops on `device` (a torch.device or its name; None: the CPU's and, on a machine with a
+    CUDA GPU, the GPU's, so a recipe's loss needs no device of its own), or nothing."""
     import torch
 
-    return torch.autocast(device, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    if not bf16:
+        return contextlib.nullcontext()
+    kinds = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])] if device is None else [torch.device(device).type]
+    return _autocasts(kinds)
+
+
+@contextlib.contextmanager
+def _autocasts(kinds: list[str]):
+    import torch
+
+    with contextlib.ExitStack() as stack:
+        for kind in kinds:
+            stack.enter_context(torch.autocast(kind, dtype=torch.bfloat16))
+        yield
 
 
 def _cross_entropy(logits, targets):
@@ -83,6 +97,6 @@ def held_out_losses(
     return tot / n, (None if exit_layer is None else tot_early / n)
 
 
-def evaluate(model, windows, bf16: bool, batch_size: int) -> float:
+def evaluate(model, windows, bf16: bool, batch_size: int, device="cpu") -> float:
     """Mean held-out loss of the final layer over fixed windows (the figure every model card reports)."""
-    return held_out_losses(model, windows, bf16, batch_size)[0]
+    return held_out_losses(model, windows, bf16, batch_size, device=device)[0]

@@ -29,7 +29,16 @@ import numpy as np
 from . import heads
 from .frozen import FrozenTarget, load_frozen_target
 from .nat import GLANCE_END, GLANCE_START, glance
-from .trainer import Trainer, TrainerOptions, TrainError, command_line, cpu_name, load_checkpoint, seed_everything
+from .trainer import (
+    Trainer,
+    TrainerOptions,
+    TrainError,
+    command_line,
+    load_checkpoint,
+    machine_name,
+    seed_everything,
+    to_device,
+)
 
 IGNORE = -100
 STATES_VERSION = 1
@@ -80,11 +89,11 @@ def sequence_states(target, records: list[dict]) -> list:
     with torch.no_grad():
         for rec in records:
             out = target(
-                input_ids=torch.tensor([rec["prompt"] + rec["continuation"]]),
+                input_ids=torch.tensor([rec["prompt"] + rec["continuation"]], device=target.device),
                 output_hidden_states=True,
                 use_cache=False,
             )
-            states.append(out.hidden_states[-1][0].half())
+            states.append(out.hidden_states[-1][0].half().cpu())
     return states
 
 
@@ -166,7 +175,8 @@ def nat_lm_loss(
 
     from .losses import autocast
 
-    tokens, slots, labels, memory, end = block_batch(seqs, k, draw_cuts(seqs, n, rng))
+    batch = block_batch(seqs, k, draw_cuts(seqs, n, rng))
+    tokens, slots, labels, memory, end = to_device(batch, target.device)
     run = lambda t, s: nat(target, t, s, memory, memory_end=end)  # noqa: E731
     if glance_ratio > 0:
         with torch.no_grad(), autocast(bf16):
@@ -191,7 +201,8 @@ def held_out(nat, target, seqs: list[Sequence], k: int, n: int, bf16: bool, batc
     with torch.no_grad():
         for i in range(0, len(seqs), batch):
             chunk = seqs[i : i + batch]
-            tokens, slots, labels, memory, end = block_batch(chunk, k, draw_cuts(chunk, n, rng))
+            drawn = block_batch(chunk, k, draw_cuts(chunk, n, rng))
+            tokens, slots, labels, memory, end = to_device(drawn, target.device)
             with autocast(bf16):
                 logits = nat(target, tokens, slots, memory, memory_end=end).float()
             valid = labels >= 0
@@ -272,6 +283,7 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
     seed_everything(opts.seed)
     ckpt = load_checkpoint(Path(opts.out_dir))
     nat = NatDecoder.for_target(target, layers=opts.layers, block_size=opts.block_size, memory_window=opts.window)
+    nat = nat.float().to(target.device)  # float32 weights learn; the target may run in bfloat16 on a GPU
     n_params = count_params(nat)
     trainer: Trainer
 
@@ -334,7 +346,7 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
         "lr": opts.lr,
         "elapsed": state["elapsed"],
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": machine_name(target.device),
         "time_generation_s": round(time_generation, 1),
         "time_states_s": round(time_states, 1),
         "before": state["before"],

@@ -331,7 +331,7 @@ def build(opts: NgramOptions, log: Callable[[str], None] = print) -> dict:
     t0 = time.perf_counter()
     tok = None
     summary: dict = {"order": opts.order, "min_count": opts.min_count, "top_k": opts.top_k}
-    corpus_ok = Path(opts.manifest).is_file() and (Path(opts.tokenizer) / "tokenizer.json").is_file()
+    corpus_ok = Path(opts.manifest).exists() and (Path(opts.tokenizer) / "tokenizer.json").is_file()
     if opts.from_generations:
         if not Path(opts.from_generations).is_file():
             raise TrainError(
@@ -357,7 +357,7 @@ def build(opts: NgramOptions, log: Callable[[str], None] = print) -> dict:
             "target": header.get("target"),
         }
     else:
-        if not Path(opts.manifest).is_file():
+        if not Path(opts.manifest).exists():
             raise TrainError(f"manifest {opts.manifest} not found (run `draftverify train tokenizer` first)")
         flat, tok = corpus_tokens(opts.manifest, opts.tokenizer, "train", opts.cache_dir, log=log)
         if opts.max_tokens is not None:

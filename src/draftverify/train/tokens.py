@@ -106,7 +106,7 @@ class Corpus:
 
 def check_corpus_inputs(tokenizer_dir: str, manifest: str) -> None:
     """Raise TrainError naming the missing input (before any slow work starts)."""
-    if not Path(manifest).is_file():
+    if not Path(manifest).exists():
         raise TrainError(f"manifest {manifest} not found (run `draftverify train tokenizer` first)")
     if not (Path(tokenizer_dir) / "tokenizer.json").is_file():
         raise TrainError(

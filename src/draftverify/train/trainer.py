@@ -89,6 +89,8 @@ class TrainerOptions:
     log_every: int = 10
     progress: Optional[bool] = None  # None -> tqdm bar iff stderr is a tty
     command: Optional[str] = None  # recorded in the model card
+    device: str = "cpu"  # cpu, cuda, cuda:N or mps: the models and every batch live there
+    dtype: str = "auto"  # a frozen target's precision (devices.resolve_dtype); trained weights stay float32
 
     def validate_run(self) -> None:
         """The checks of these fields, with the same messages for every recipe (raise TrainError)."""
@@ -114,6 +116,28 @@ class TrainerOptions:
             raise TrainError(f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.grad_clip <= 0:
             raise TrainError(f"--grad-clip must be positive, got {self.grad_clip}")
+        self.torch_device()
+        self.frozen_dtype()
+
+    def torch_device(self):
+        """The checked torch.device of --device (TrainError naming the devices there are)."""
+        from ..devices import resolve_device
+        from ..errors import DraftVerifyError
+
+        try:
+            return resolve_device(self.device)
+        except DraftVerifyError as e:
+            raise TrainError(str(e)) from None
+
+    def frozen_dtype(self) -> str:
+        """The dtype name a frozen model (the target a drafter learns from) loads at on this device."""
+        from ..devices import resolve_dtype
+        from ..errors import DraftVerifyError
+
+        try:
+            return resolve_dtype(self.dtype, self.torch_device())
+        except DraftVerifyError as e:
+            raise TrainError(str(e)) from None
 
     @property
     def use_progress(self) -> bool:
@@ -182,6 +206,19 @@ class WarmupCosine:
         self.__dict__.update(sd)
 
 
+def to_device(batch: Any, device) -> Any:
+    """A batch (a tensor, or tuples / lists / dicts of them and of other values) with its tensors on device."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
 def set_threads(threads: Optional[int]) -> None:
     """torch's intra-op threads (one inter-op thread, so --threads N uses N cores); also keeps the Rust
     tokenizer from spawning a pool on the other cores when training on one thread."""
@@ -211,6 +248,16 @@ def cpu_name() -> str:
     import platform
 
     return platform.processor() or "unknown CPU"
+
+
+def machine_name(device) -> str:
+    """The CPU's name and, when the models ran elsewhere, the device (a GPU by its name): what a card records."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"{cpu_name()}; models on {device} ({torch.cuda.get_device_name(device)})"
+    return cpu_name() if device.type == "cpu" else f"{cpu_name()}; models on {device}"
 
 
 def command_line() -> str:
@@ -320,6 +367,7 @@ class Trainer:
         self.prefix = f"{name}: " if name else ""
         self.desc, self.log = name or None, log
         self.bf16 = opts.use_bf16
+        self.device = next(model.parameters()).device  # where each batch goes before the loss reads it
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.run_dir / "log.jsonl"
         self.rng = np.random.default_rng(opts.seed)
@@ -462,7 +510,7 @@ class Trainer:
                 lr = self.sched.lr(state["step"], self.progress())
                 for g in self.optimizer.param_groups:
                     g["lr"] = lr
-                batch = self.batches(self.rng)
+                batch = to_device(self.batches(self.rng), self.device)
                 loss = self.loss(model, batch)
                 if not torch.isfinite(loss):
                     raise TrainError(f"loss became {loss.item()} at step {state['step']}; try a lower --lr")
