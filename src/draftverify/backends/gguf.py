@@ -82,11 +82,17 @@ def check_convertible(model_dir: Path) -> str:
     return architectures[0]
 
 
-def convert(model_dir: str | Path, out: str | Path, llama_cpp: Path, outtype: str = "f32") -> Path:
-    """model_dir -> GGUF file `out` (f32 by default: the same weights and arithmetic width as our float32 rows)."""
+def convert(
+    model_dir: str | Path, out: str | Path, llama_cpp: Path, outtype: str = "f32", target_dir: Path | None = None
+) -> Path:
+    """model_dir -> GGUF file `out` (f32 by default: the same weights and arithmetic width as our float32 rows).
+    target_dir: the target model folder a draft checkpoint that has no tokenizer of its own (an EAGLE-3 head) is
+    converted against."""
     model_dir, out = Path(model_dir), Path(out)
-    check_convertible(model_dir)
+    check_convertible(target_dir if target_dir is not None else model_dir)
     command = [sys.executable, "-m", "draftverify.backends.gguf", str(llama_cpp), str(model_dir), str(out), outtype]
+    if target_dir is not None:
+        command.append(str(target_dir))
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0 or not out.is_file():
         lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
@@ -143,13 +149,14 @@ def gguf_for(
     return cached
 
 
-def _run_converter(llama_cpp: Path, model_dir: Path, out: Path, outtype: str) -> None:
+def _run_converter(llama_cpp: Path, model_dir: Path, out: Path, outtype: str, target_dir: Path | None) -> None:
     """In the child process: register the GPT-2 pre-tokenizer answer for the architecture, run the converter."""
     sys.path.insert(0, str(llama_cpp))
     import convert_hf_to_gguf  # noqa: E402  (llama.cpp's converter; puts its gguf-py on sys.path)
     from conversion import ModelBase, get_model_class  # noqa: E402  (the converter's model class registry)
 
-    architecture = check_convertible(model_dir)
+    architecture = json.loads((model_dir / "config.json").read_text())["architectures"][0]
+    check_convertible(target_dir if target_dir is not None else model_dir)
     base = get_model_class(architecture)
 
     class GPT2PreTokenizerModel(base):  # type: ignore[misc, valid-type]
@@ -159,16 +166,30 @@ def _run_converter(llama_cpp: Path, model_dir: Path, out: Path, outtype: str) ->
 
         def set_vocab(self) -> None:
             # a byte-level BPE with merges (tokenizer.json): the converter's GPT-2 path, without first trying
-            # SentencePiece (which needs the sentencepiece package only to find no tokenizer.model)
-            self._set_vocab_gpt2()
+            # SentencePiece (which needs the sentencepiece package only to find no tokenizer.model); a draft
+            # checkpoint without a tokenizer reads its target's
+            own = self.dir_model
+            self.dir_model = target_dir if target_dir is not None else own
+            try:
+                self._set_vocab_gpt2()
+            finally:
+                self.dir_model = own
 
         def get_vocab_base_pre(self, tokenizer) -> str:
             return GPT2_PRE_TOKENIZER
 
     ModelBase.register(architecture)(GPT2PreTokenizerModel)
     sys.argv = [CONVERTER, str(model_dir), "--outfile", str(out), "--outtype", outtype]
+    if target_dir is not None:
+        sys.argv += ["--target-model-dir", str(target_dir)]
     convert_hf_to_gguf.main()
 
 
 if __name__ == "__main__":
-    _run_converter(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])
+    _run_converter(
+        Path(sys.argv[1]),
+        Path(sys.argv[2]),
+        Path(sys.argv[3]),
+        sys.argv[4],
+        Path(sys.argv[5]) if sys.argv[5:] else None,
+    )
