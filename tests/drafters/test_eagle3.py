@@ -37,7 +37,7 @@ def test_the_wrapped_target_returns_the_chosen_layers_inputs(arch):
     positions and at a verify pass's positions, and the logits are the target's own."""
     model = varied_model(arch, layers=4)
     layers = (1, 2, 3)
-    target = LayerInputsTarget(CachedLM(model), layers)
+    target = LayerInputsTarget.of(CachedLM(model), layers)
     target.start(PROMPT[:, :5], want_hidden=True)
     out = target.forward(PROMPT[:, 4:], want_hidden=True)
     full = model(PROMPT, output_hidden_states=True)
@@ -128,4 +128,4 @@ def test_a_folder_without_a_head_is_refused_with_what_to_do(tmp_path):
 def test_encoder_decoder_targets_are_refused():
     model = varied_model("t5")
     with pytest.raises(DraftVerifyError, match="decoder-only"):
-        LayerInputsTarget(CachedLM(model), (0, 0, 0))
+        LayerInputsTarget.of(CachedLM(model), (0, 0, 0))

@@ -21,8 +21,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import DraftVerifyError
+
+if TYPE_CHECKING:
+    import torch
 
 CONVERTER = "convert_hf_to_gguf.py"
 LLAMA_CPP_ENV = "DRAFTVERIFY_LLAMA_CPP"  # a llama.cpp source tree holding convert_hf_to_gguf.py and gguf-py/
@@ -147,6 +151,32 @@ def gguf_for(
         convert(model_dir, Path(work) / cached.name, source, outtype)
         os.replace(Path(work) / cached.name, cached)
     return cached
+
+
+def token_tensors(path: Path, llama_cpp: Path | None = None) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """A GGUF model's token embedding and output layer [V, H] (float32; the embedding twice where the file ties
+    them), read with the vendored gguf-py; and whether both are stored unquantized (so their values are the
+    original weights)."""
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str((llama_cpp if llama_cpp is not None else llama_cpp_dir()) / "gguf-py"))
+    from gguf import GGMLQuantizationType, GGUFReader  # noqa: E402  (the vendored gguf-py)
+    from gguf.quants import dequantize  # noqa: E402
+
+    tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
+    if "token_embd.weight" not in tensors:
+        raise DraftVerifyError(f"{path} has no token_embd.weight")
+    plain = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
+
+    def read(name: str) -> torch.Tensor:
+        t = tensors[name]
+        hidden, vocab = (int(n) for n in t.shape[:2])  # GGUF's order: the row length first
+        values = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        return torch.from_numpy(values.reshape(vocab, hidden).copy())
+
+    names = ["token_embd.weight", "output.weight" if "output.weight" in tensors else "token_embd.weight"]
+    return read(names[0]), read(names[1]), all(tensors[n].tensor_type in plain for n in names)
 
 
 def _run_converter(llama_cpp: Path, model_dir: Path, out: Path, outtype: str, target_dir: Path | None) -> None:

@@ -45,22 +45,52 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 
 class LayerInputsTarget:
-    """The wrapped target: forward and start return, as hidden states, the inputs of `layer_ids` concatenated
-    [B, n, 3H] instead of the last layer's; everything else is the target's own."""
+    """The wrapped target: forward and start return, as hidden states, the inputs of three of its layers
+    concatenated [B, n, 3H] instead of the last layer's; everything else is the target's own. Also what the head
+    reads of the target's weights: its token embedding and LM head (`embedding`, `lm_head`), layer count, and
+    whether those weights are the original ones (`exact_weights`: a quantized GGUF's are not)."""
 
-    def __init__(self, target: LMBackend, layer_ids: tuple[int, ...]):
-        backend = require_modules(target, "eagle3")
-        if backend.is_encoder_decoder:
-            raise DraftVerifyError("eagle3 drafts for a decoder-only target; use a draft model for encoder-decoders")
-        layers = decoder_layers(backend.module())
+    embedding: nn.Module
+    lm_head: nn.Module
+    num_layers: int
+    exact_weights: bool = True
+
+    def __init__(self, target: LMBackend):
         self.target = target
-        self.layers = [layers[i] for i in layer_ids]
         self.prefilled: TargetOutput | None = None
 
     def __getattr__(self, name: str):
         if name == "target":  # not set yet (a copy being built): no recursion through the line below
             raise AttributeError(name)
         return getattr(self.target, name)
+
+    @staticmethod
+    def of(target: LMBackend, layers: tuple[int, ...]) -> "LayerInputsTarget":
+        """The wrapper that fits the backend: Hugging Face modules hooked, or llama.cpp's own extraction."""
+        if getattr(target, "has_modules", False):
+            return HookedLayerInputs(target, layers)
+        if callable(getattr(target, "capture_layer_inputs", None)):
+            return LlamaCppLayerInputs(target, layers)
+        raise DraftVerifyError(
+            f"eagle3 reads the inputs of the target's layers, which the {target.name} backend does not give; run it "
+            "with --backend hf or --backend llamacpp"
+        )
+
+
+class HookedLayerInputs(LayerInputsTarget):
+    """A Hugging Face target: forward pre-hooks on the chosen decoder layers read their inputs while it runs."""
+
+    def __init__(self, target: LMBackend, layers: tuple[int, ...]):
+        super().__init__(target)
+        backend = require_modules(target, "eagle3")
+        if backend.is_encoder_decoder:
+            raise DraftVerifyError("eagle3 drafts for a decoder-only target; use a draft model for encoder-decoders")
+        model = backend.module()
+        decoder = decoder_layers(model)
+        self.layers = [decoder[i] for i in layers]
+        modules = backend.modules()
+        self.embedding, self.lm_head = modules.input_embeddings, modules.output_embeddings
+        self.num_layers = len(decoder)
 
     @contextmanager
     def _capture(self) -> Iterator[list[list[torch.Tensor]]]:
@@ -114,12 +144,53 @@ class LayerInputsTarget:
         return TargetOutput(logits=out.logits, hidden=self._fused(seen, tokens.shape[1]) if want_hidden else None)
 
 
+class LlamaCppLayerInputs(LayerInputsTarget):
+    """A llama.cpp target: its context keeps the chosen layers' inputs at every decoded position (llama.cpp's own
+    extraction, the one its draft-eagle3 reads); the token embedding and LM head are read from its GGUF file."""
+
+    def __init__(self, target: LMBackend, layers: tuple[int, ...]):
+        from ..backends.gguf import token_tensors
+
+        super().__init__(target)
+        target.capture_layer_inputs(layers)  # type: ignore[attr-defined]
+        embedding, output, self.exact_weights = token_tensors(target.model.path)  # type: ignore[attr-defined]
+        self.embedding = nn.Embedding.from_pretrained(embedding)
+        self.lm_head = nn.Linear(output.shape[1], output.shape[0], bias=False)
+        self.lm_head.weight = nn.Parameter(output, requires_grad=False)
+        self.num_layers = int(target.lib.llama_model_n_layer(target.model.ptr))  # type: ignore[attr-defined]
+        self.dtype = torch.float32  # llama.cpp hands its features over as float32
+
+    def start(
+        self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.target.take_layer_inputs()  # type: ignore[attr-defined]  (a previous request's leftovers)
+        committed = self.target.start(input_ids, False, attention_mask)
+        prefilled = self.target.prefilled  # decodes the deferred prompt now: its features are read at once
+        features = self.target.take_layer_inputs()[None]  # type: ignore[attr-defined]  [1, L-1, 3H]
+        hidden = features if want_hidden and prefilled is not None else None
+        self.prefilled = None if prefilled is None else TargetOutput(logits=prefilled.logits, hidden=hidden)
+        return committed
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        want_hidden: bool = False,
+        new_valid: torch.Tensor | None = None,
+    ) -> TargetOutput:
+        out = self.target.forward(tokens, position_ids, attention_mask, False, new_valid)
+        features = self.target.take_layer_inputs()  # type: ignore[attr-defined]  [m, 3H]
+        hidden = features[None, features.shape[0] - tokens.shape[1] :] if want_hidden else None
+        return TargetOutput(logits=out.logits, hidden=hidden)
+
+
 class Eagle3Drafter(Drafter):
     """Drafts a chain with the EAGLE-3 head: greedy takes its argmax, sampling draws from its distribution
     (returned as q, so the exact verifier keeps the target's distribution)."""
 
     needs_target_hidden = True
-    needs_target_modules = "the inputs of three of the target's layers, its token embedding and LM head"
+    hidden_from_wrapper = True  # the layer inputs, read by LayerInputsTarget on the hf and llamacpp backends
 
     def __init__(self, head: Eagle3Head):
         super().__init__()
@@ -141,15 +212,15 @@ class Eagle3Drafter(Drafter):
 
     def wrap_target(self, target: LMBackend) -> LMBackend:
         if isinstance(target, LayerInputsTarget):
-            return target
-        return LayerInputsTarget(target, self.head.config.aux_layers)  # type: ignore[return-value]
+            return target  # type: ignore[return-value]
+        return LayerInputsTarget.of(target, self.head.config.aux_layers)  # type: ignore[return-value]
 
     def bind(self, target: LMBackend, max_positions: int) -> None:
-        backend = require_modules(target, "eagle3")
-        modules = backend.modules()
-        self.embed, self.lm_head = modules.input_embeddings, modules.output_embeddings
-        self.head.check_target(self.lm_head, backend.module().config.num_hidden_layers)
-        self.head.to(device=backend.device, dtype=backend.dtype)
+        if not isinstance(target, LayerInputsTarget):
+            raise DraftVerifyError("eagle3 runs on the target its wrap_target() returned (the loop calls it)")
+        self.embed, self.lm_head = target.embedding, target.lm_head
+        self.head.check_target(self.lm_head, target.num_layers, fingerprint=target.exact_weights)
+        self.head.to(device=target.device, dtype=target.dtype)
 
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
         if state.tokens.shape[0] != 1:

@@ -252,8 +252,9 @@ class Eagle3Head(nn.Module):
         """prenorm [..., H] -> logits [..., V] through the target's LM head."""
         return lm_head(self.norm(prenorm).to(lm_head.weight.dtype))
 
-    def check_target(self, lm_head: nn.Module, num_layers: int) -> None:
-        """Refuse a head trained for another target: its features and LM head would mean something else."""
+    def check_target(self, lm_head: nn.Module, num_layers: int, fingerprint: bool = True) -> None:
+        """Refuse a head trained for another target: its features and LM head would mean something else.
+        fingerprint=False checks the shapes only (a quantized copy of the target has other values)."""
         c = self.config
         vocab, hidden = lm_head.weight.shape
         if (hidden, vocab, num_layers) != (c.hidden_size, c.vocab_size, c.target_num_layers):
@@ -262,7 +263,7 @@ class Eagle3Head(nn.Module):
                 f"and {c.target_num_layers} layers, but this target has {hidden}, {vocab} and {num_layers}; train "
                 f"one for it with `{MADE_BY}`"
             )
-        found = lm_head_fingerprint(lm_head)
+        found = lm_head_fingerprint(lm_head) if fingerprint else c.target_fingerprint
         if found != c.target_fingerprint:
             raise DraftVerifyError(
                 f"the EAGLE-3 head was trained for another target (LM head fingerprint {c.target_fingerprint}, this "
