@@ -25,6 +25,7 @@ from torch import nn
 
 from ..errors import DraftVerifyError
 from .blockwise import lm_head_fingerprint
+from .fingerprint import fingerprint_matches
 
 EAGLE3_FORMAT = "draftverify-eagle3"
 MADE_BY = "draftverify train eagle3"
@@ -263,8 +264,8 @@ class Eagle3Head(nn.Module):
                 f"and {c.target_num_layers} layers, but this target has {hidden}, {vocab} and {num_layers}; train "
                 f"one for it with `{MADE_BY}`"
             )
-        found = lm_head_fingerprint(lm_head) if fingerprint else c.target_fingerprint
-        if found != c.target_fingerprint:
+        if fingerprint and not fingerprint_matches(c.target_fingerprint, lm_head.weight):
+            found = lm_head_fingerprint(lm_head)
             raise DraftVerifyError(
                 f"the EAGLE-3 head was trained for another target (LM head fingerprint {c.target_fingerprint}, this "
                 f"target's is {found}); train one for it with `{MADE_BY}`"
