@@ -133,22 +133,28 @@ def model_key(model_dir: Path, outtype: str) -> str:
 
 
 def gguf_for(
-    model_dir: str | Path, outtype: str = "f32", llama_cpp: Path | None = None, cache_dir: Path | None = None
+    model_dir: str | Path,
+    outtype: str = "f32",
+    llama_cpp: Path | None = None,
+    cache_dir: Path | None = None,
+    target_dir: Path | None = None,
 ) -> Path:
     """The GGUF file of a Hugging Face model folder at a precision: converted with llama.cpp's converter on first
     use and kept in the cache folder ($DRAFTVERIFY_GGUF_CACHE, default ~/.cache/draftverify/gguf), so later runs
-    start at once. A half-written file never lands there (written beside it, then renamed)."""
+    start at once. A half-written file never lands there (written beside it, then renamed). target_dir: the
+    target a draft checkpoint without a tokenizer (an EAGLE-3 head) converts against."""
     model_dir = Path(model_dir)
+    target_dir = Path(target_dir) if target_dir is not None else None
     if not model_dir.is_dir():
         raise DraftVerifyError(f"{model_dir} is neither a .gguf file nor a Hugging Face model folder")
-    check_convertible(model_dir)
+    check_convertible(target_dir if target_dir is not None else model_dir)
     cached = (cache_dir or gguf_cache_dir()) / f"{model_dir.name}-{model_key(model_dir, outtype)}-{outtype}.gguf"
     if cached.is_file():
         return cached
     source = llama_cpp if llama_cpp is not None else llama_cpp_dir()
     cached.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cached.parent, prefix=".converting-") as work:
-        convert(model_dir, Path(work) / cached.name, source, outtype)
+        convert(model_dir, Path(work) / cached.name, source, outtype, target_dir)
         os.replace(Path(work) / cached.name, cached)
     return cached
 
