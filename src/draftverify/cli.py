@@ -48,6 +48,8 @@ app = typer.Typer(
 app.add_typer(train_app, name="train")
 docs_app = typer.Typer(help="The documentation's measured tables, copied from benchmarks/.", no_args_is_help=True)
 app.add_typer(docs_app, name="docs")
+export_app = typer.Typer(help="Trained pieces in the layouts other engines load.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)  # messages unwrapped: readable when piped or grepped
 INTERRUPTED = 130  # the shell's code for SIGINT
@@ -1333,6 +1335,31 @@ def docs_tables(
     if check and pages:
         err_console.print("run `draftverify docs tables` to copy the tables from benchmarks/")
         raise typer.Exit(1)
+
+
+@export_app.command("eagle3")
+def export_eagle3_cmd(
+    head: Path = typer.Argument(..., help="The head's folder (`draftverify train eagle3` writes one)."),
+    out: Path = typer.Option(..., "--out", help="Folder to write the EAGLE-3 checkpoint to."),
+    target: Path = typer.Option(
+        Path("zoo/code/target"), "--target", help="The target's Hugging Face folder (checked; the GGUF's tokenizer)."
+    ),
+    gguf: str | None = typer.Option(
+        None,
+        "--gguf",
+        help="Also write eagle3-TYPE.gguf for llama.cpp's --spec-type draft-eagle3 (f32, f16, bf16, q8_0).",
+    ),
+) -> None:
+    """An EAGLE-3 head as the checkpoint llama.cpp's converter and vLLM's eagle3 method load (and as GGUF)."""
+    from .eagle3_export import export_eagle3
+
+    try:
+        paths = export_eagle3(head, out, target, gguf)
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    for what, path in paths.items():
+        print(f"{what}: {path}")
 
 
 register_bench_commands(app)  # bench-ab, -rounds, -cold-start, -overhead, -samples, -replay, -serve

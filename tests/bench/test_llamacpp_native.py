@@ -68,7 +68,7 @@ def test_runners_split_at_commas_outside_brackets():
     [
         ("llamacpp_native[medusa]", "unknown type 'medusa'"),
         ("llamacpp_native[]", "has an empty item"),
-        ("llamacpp_native[ngram-mod,n_max=4]", "are draft-simple's settings; add it"),
+        ("llamacpp_native[ngram-mod,n_max=4]", "are draft-simple's and draft-eagle3's settings; add one"),
         ("llamacpp_native[draft-simple,n_max=0]", "n_max must be an integer >= 1"),
         ("llamacpp_native[draft-simple,n_max=x]", "n_max must be int"),
         ("llamacpp_native[draft-simple,p_min=1.5]", "p_min must be a number in [0, 1]"),

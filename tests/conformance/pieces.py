@@ -14,6 +14,7 @@ import torch
 from draftverify.drafters import BlockwiseHeads, NatDecoder, NgramTable
 from draftverify.drafters.bita_adapter import BitaAdapter, BitaConfig
 from draftverify.drafters.blockwise import lm_head_fingerprint
+from draftverify.drafters.eagle3_head import Eagle3Config, Eagle3Head
 
 from .conftest import DRAFT_MODEL, declared_needs
 
@@ -67,11 +68,23 @@ def nat_drafter(subject: Subject, path: Path) -> Path:
     return path
 
 
+def eagle3_head(subject: Subject, path: Path) -> Path:
+    """A random EAGLE-3 head sized for a decoder-only target (an encoder-decoder one gets a head sized for its
+    decoder, which loads, and the method then says it does not run there)."""
+    model = subject.model
+    config = model.config.get_text_config(decoder=True) if model.config.is_encoder_decoder else model.config
+    head = Eagle3Head(Eagle3Config.for_target(config, model.get_output_embeddings()))
+    _randomize(head, seed=0)
+    head.save(path)
+    return path
+
+
 FILE_BUILDERS: dict[str, Callable[[Subject, Path], Path]] = {
     "ngram_path": ngram_table,
     "heads_path": blockwise_heads,
     "bita_path": bita_adapter,
     "nat_path": nat_drafter,
+    "eagle3_path": eagle3_head,
 }
 
 

@@ -28,6 +28,7 @@ COMMANDS = {
     "seq2seq": train_flags.Seq2SeqFlags,
     "distill": train_flags.DistillFlags,
     "nat": train_flags.NatFlags,
+    "eagle3": train_flags.Eagle3Flags,
 }
 
 

@@ -233,7 +233,11 @@ def check_backend(target: LMBackend | type, drafter_cls: type, method: str, batc
     modules = getattr(drafter_cls, "needs_target_modules", "")
     if modules and not offers("has_modules"):
         needs.append(modules)
-    elif getattr(drafter_cls, "needs_target_hidden", False) and not offers("exposes_hidden"):
+    elif (
+        getattr(drafter_cls, "needs_target_hidden", False)
+        and not getattr(drafter_cls, "hidden_from_wrapper", False)
+        and not offers("exposes_hidden")
+    ):
         needs.append("the target's hidden states")
     if getattr(drafter_cls, "proposes_trees", False) and not offers("takes_positions"):
         needs.append("token trees (explicit positions and an ancestor mask)")

@@ -21,8 +21,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import DraftVerifyError
+
+if TYPE_CHECKING:
+    import torch
 
 CONVERTER = "convert_hf_to_gguf.py"
 LLAMA_CPP_ENV = "DRAFTVERIFY_LLAMA_CPP"  # a llama.cpp source tree holding convert_hf_to_gguf.py and gguf-py/
@@ -82,11 +86,17 @@ def check_convertible(model_dir: Path) -> str:
     return architectures[0]
 
 
-def convert(model_dir: str | Path, out: str | Path, llama_cpp: Path, outtype: str = "f32") -> Path:
-    """model_dir -> GGUF file `out` (f32 by default: the same weights and arithmetic width as our float32 rows)."""
+def convert(
+    model_dir: str | Path, out: str | Path, llama_cpp: Path, outtype: str = "f32", target_dir: Path | None = None
+) -> Path:
+    """model_dir -> GGUF file `out` (f32 by default: the same weights and arithmetic width as our float32 rows).
+    target_dir: the target model folder a draft checkpoint that has no tokenizer of its own (an EAGLE-3 head) is
+    converted against."""
     model_dir, out = Path(model_dir), Path(out)
-    check_convertible(model_dir)
+    check_convertible(target_dir if target_dir is not None else model_dir)
     command = [sys.executable, "-m", "draftverify.backends.gguf", str(llama_cpp), str(model_dir), str(out), outtype]
+    if target_dir is not None:
+        command.append(str(target_dir))
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0 or not out.is_file():
         lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
@@ -123,33 +133,66 @@ def model_key(model_dir: Path, outtype: str) -> str:
 
 
 def gguf_for(
-    model_dir: str | Path, outtype: str = "f32", llama_cpp: Path | None = None, cache_dir: Path | None = None
+    model_dir: str | Path,
+    outtype: str = "f32",
+    llama_cpp: Path | None = None,
+    cache_dir: Path | None = None,
+    target_dir: Path | None = None,
 ) -> Path:
     """The GGUF file of a Hugging Face model folder at a precision: converted with llama.cpp's converter on first
     use and kept in the cache folder ($DRAFTVERIFY_GGUF_CACHE, default ~/.cache/draftverify/gguf), so later runs
-    start at once. A half-written file never lands there (written beside it, then renamed)."""
+    start at once. A half-written file never lands there (written beside it, then renamed). target_dir: the
+    target a draft checkpoint without a tokenizer (an EAGLE-3 head) converts against."""
     model_dir = Path(model_dir)
+    target_dir = Path(target_dir) if target_dir is not None else None
     if not model_dir.is_dir():
         raise DraftVerifyError(f"{model_dir} is neither a .gguf file nor a Hugging Face model folder")
-    check_convertible(model_dir)
+    check_convertible(target_dir if target_dir is not None else model_dir)
     cached = (cache_dir or gguf_cache_dir()) / f"{model_dir.name}-{model_key(model_dir, outtype)}-{outtype}.gguf"
     if cached.is_file():
         return cached
     source = llama_cpp if llama_cpp is not None else llama_cpp_dir()
     cached.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cached.parent, prefix=".converting-") as work:
-        convert(model_dir, Path(work) / cached.name, source, outtype)
+        convert(model_dir, Path(work) / cached.name, source, outtype, target_dir)
         os.replace(Path(work) / cached.name, cached)
     return cached
 
 
-def _run_converter(llama_cpp: Path, model_dir: Path, out: Path, outtype: str) -> None:
+def token_tensors(path: Path, llama_cpp: Path | None = None) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """A GGUF model's token embedding and output layer [V, H] (float32; the embedding twice where the file ties
+    them), read with the vendored gguf-py; and whether both are stored unquantized (so their values are the
+    original weights)."""
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str((llama_cpp if llama_cpp is not None else llama_cpp_dir()) / "gguf-py"))
+    from gguf import GGMLQuantizationType, GGUFReader  # noqa: E402  (the vendored gguf-py)
+    from gguf.quants import dequantize  # noqa: E402
+
+    tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
+    if "token_embd.weight" not in tensors:
+        raise DraftVerifyError(f"{path} has no token_embd.weight")
+    plain = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
+
+    def read(name: str) -> torch.Tensor:
+        t = tensors[name]
+        hidden, vocab = (int(n) for n in t.shape[:2])  # GGUF's order: the row length first
+        values = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        return torch.from_numpy(values.reshape(vocab, hidden).copy())
+
+    names = ["token_embd.weight", "output.weight" if "output.weight" in tensors else "token_embd.weight"]
+    return read(names[0]), read(names[1]), all(tensors[n].tensor_type in plain for n in names)
+
+
+def _run_converter(llama_cpp: Path, model_dir: Path, out: Path, outtype: str, target_dir: Path | None) -> None:
     """In the child process: register the GPT-2 pre-tokenizer answer for the architecture, run the converter."""
     sys.path.insert(0, str(llama_cpp))
     import convert_hf_to_gguf  # noqa: E402  (llama.cpp's converter; puts its gguf-py on sys.path)
     from conversion import ModelBase, get_model_class  # noqa: E402  (the converter's model class registry)
 
-    architecture = check_convertible(model_dir)
+    architecture = json.loads((model_dir / "config.json").read_text())["architectures"][0]
+    check_convertible(target_dir if target_dir is not None else model_dir)
     base = get_model_class(architecture)
 
     class GPT2PreTokenizerModel(base):  # type: ignore[misc, valid-type]
@@ -159,16 +202,30 @@ def _run_converter(llama_cpp: Path, model_dir: Path, out: Path, outtype: str) ->
 
         def set_vocab(self) -> None:
             # a byte-level BPE with merges (tokenizer.json): the converter's GPT-2 path, without first trying
-            # SentencePiece (which needs the sentencepiece package only to find no tokenizer.model)
-            self._set_vocab_gpt2()
+            # SentencePiece (which needs the sentencepiece package only to find no tokenizer.model); a draft
+            # checkpoint without a tokenizer reads its target's
+            own = self.dir_model
+            self.dir_model = target_dir if target_dir is not None else own
+            try:
+                self._set_vocab_gpt2()
+            finally:
+                self.dir_model = own
 
         def get_vocab_base_pre(self, tokenizer) -> str:
             return GPT2_PRE_TOKENIZER
 
     ModelBase.register(architecture)(GPT2PreTokenizerModel)
     sys.argv = [CONVERTER, str(model_dir), "--outfile", str(out), "--outtype", outtype]
+    if target_dir is not None:
+        sys.argv += ["--target-model-dir", str(target_dir)]
     convert_hf_to_gguf.main()
 
 
 if __name__ == "__main__":
-    _run_converter(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])
+    _run_converter(
+        Path(sys.argv[1]),
+        Path(sys.argv[2]),
+        Path(sys.argv[3]),
+        sys.argv[4],
+        Path(sys.argv[5]) if sys.argv[5:] else None,
+    )

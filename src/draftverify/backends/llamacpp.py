@@ -26,6 +26,7 @@ modules that the heads / early-exit / NAT drafters read, encoder-decoder models.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +105,37 @@ def cpu_has_amx(cpuinfo: str | None = None) -> bool:
 def flash_attn_type(lib) -> int:
     """The context parameter for FLASH_ATTENTION."""
     return lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if FLASH_ATTENTION else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+
+
+# llama-ext.h's layer-input extraction (what llama.cpp's draft-eagle3 reads), exported by libllama without C
+# linkage: looked up by its C name first, then by its C++ (Itanium) name
+LAYER_INPUT_CALLS = {
+    "llama_set_embeddings_layer_inp": ("_Z30llama_set_embeddings_layer_inpP13llama_contextjb", None),
+    "llama_get_embeddings_layer_inp": (
+        "_Z30llama_get_embeddings_layer_inpP13llama_contextj",
+        ctypes.POINTER(ctypes.c_float),
+    ),
+}
+
+
+@functools.cache
+def layer_input_calls(lib) -> tuple:
+    """(set, get) of llama.cpp's layer-input extraction, bound with ctypes; a one-line error when this build has
+    none."""
+    shared = lib._lib  # llama-cpp-python's CDLL of libllama
+    found = []
+    for name, (mangled, restype) in LAYER_INPUT_CALLS.items():
+        call = getattr(shared, name, None) or getattr(shared, mangled, None)
+        if call is None:
+            raise DraftVerifyError(
+                f"this llama-cpp-python build's libllama has no {name} (llama.cpp's layer-input extraction); "
+                "install the version the `llamacpp` extra pins"
+            )
+        call.restype = restype
+        found.append(call)
+    found[0].argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_bool]
+    found[1].argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+    return tuple(found)
 
 
 @dataclass
@@ -194,6 +226,8 @@ class LlamaCppLM(OneRow):
         # The context starts at most DEFAULT_CELLS + TREE_ROOM cells (a 128k-context model would otherwise allocate
         # its whole KV cache) and is made again, larger, by check_fits when a request needs more (between requests)
         self.ctx = None
+        self.layer_inputs: tuple[int, ...] = ()  # layers whose inputs every decode keeps (capture_layer_inputs)
+        self._layer_rows: list[torch.Tensor] = []  # [n, len(layer_inputs) * H] per decode since the last take
         self._make_context(
             n_ctx if n_ctx is not None else min(self.max_positions or DEFAULT_CELLS, DEFAULT_CELLS) + TREE_ROOM
         )
@@ -224,6 +258,10 @@ class LlamaCppLM(OneRow):
             raise DraftVerifyError(f"llama.cpp could not create a context of {n_ctx} cells for {self.model.path}")
         self.n_ctx = int(lib.llama_n_ctx(self.ctx))
         self.memory = lib.llama_get_memory(self.ctx)
+        if self.layer_inputs:
+            set_layer_input = layer_input_calls(lib)[0]
+            for layer in self.layer_inputs:
+                set_layer_input(self.ctx, layer, True)
         self.committed = 0
         self.deferred = []
         self.tail = []
@@ -539,6 +577,34 @@ class LlamaCppLM(OneRow):
             raise DraftVerifyError(
                 f"llama_decode failed on {n} tokens (status {status}) in the {self.role}'s llama.cpp context"
             )
+        if self.layer_inputs:
+            get_layer_input = layer_input_calls(self.lib)[1]
+            rows = torch.empty(n, len(self.layer_inputs), self.model.n_embd, dtype=torch.float32)  # [n, 3, H]
+            for k, layer in enumerate(self.layer_inputs):
+                part = torch.empty(n, self.model.n_embd, dtype=torch.float32)
+                ctypes.memmove(part.data_ptr(), get_layer_input(self.ctx, layer), part.nbytes)
+                rows[:, k] = part
+            self._layer_rows.append(rows.flatten(1))
+
+    # ---- layer inputs (the eagle3 method's wrapper reads them) ---------------------------------------------------
+    def capture_layer_inputs(self, layers: tuple[int, ...]) -> None:
+        """From now on every decode keeps the inputs of these layers at each of its positions (llama.cpp's own
+        extraction, the one its draft-eagle3 reads); take_layer_inputs() hands them over."""
+        n_layers = int(self.lib.llama_model_n_layer(self.model.ptr))
+        if not all(0 <= layer < n_layers for layer in layers):
+            raise DraftVerifyError(f"the {self.role} has {n_layers} layers; cannot read the inputs of {list(layers)}")
+        set_layer_input = layer_input_calls(self.lib)[0]
+        for layer in layers:
+            set_layer_input(self.ctx, layer, True)
+        self.layer_inputs = tuple(layers)
+        self._layer_rows = []
+
+    def take_layer_inputs(self) -> torch.Tensor:
+        """The kept layer inputs of every position decoded since the last call, in decode order [m, layers * H]."""
+        width = len(self.layer_inputs) * self.model.n_embd
+        rows = torch.cat(self._layer_rows) if self._layer_rows else torch.empty(0, width)
+        self._layer_rows = []
+        return rows
 
     def _logits(self, rows: int) -> torch.Tensor:
         """The last decode's logits [rows, V] (every output row, in batch order), copied out of llama.cpp."""

@@ -232,6 +232,7 @@ def native_runners(config, models, reference: str | None = None) -> tuple[list[R
     import torch
 
     from ..backends.gguf import gguf_for, llama_cpp_dir
+    from .models import method_options
 
     try:
         folder = tools_dir()
@@ -247,7 +248,15 @@ def native_runners(config, models, reference: str | None = None) -> tuple[list[R
     try:
         for spec in specs:
             draft = None
-            if spec.needs_draft:
+            if spec.eagle3:
+                if "eagle3" not in drafts:
+                    head = method_options(config)[0].get("eagle3_path")
+                    if head is None:
+                        notes.append(f"{spec.name} skipped: no EAGLE-3 head (pass --eagle3 or a zoo that has one)")
+                        continue
+                    drafts["eagle3"] = gguf_for(head, "f16", source, target_dir=models.paths["target"])
+                draft = drafts["eagle3"]
+            elif spec.needs_draft:
                 role = DRAFT_ROLES[spec.draft]
                 if not models.paths.get(role):
                     notes.append(f"{spec.name} skipped: no {role.replace('_', ' ')} model")
@@ -280,7 +289,8 @@ def native_runners(config, models, reference: str | None = None) -> tuple[list[R
         return [], notes + [f"{FAMILY} rows skipped: {err}"]
     notes.append(
         f"{FAMILY} rows: llama.cpp's own {SERVER} ({folder}), one per row, on the target GGUF {target.name}"
-        + (f" and draft GGUFs at {config.draft_gguf}" if drafts else "")
+        + (f" and draft GGUFs at {config.draft_gguf}" if set(drafts) - {"eagle3"} else "")
+        + (" and the EAGLE-3 head's GGUF at f16" if "eagle3" in drafts else "")
         + f", {threads} threads"
         + (", weights in plain CPU buffers (--no-repack, as our backend on an AMX CPU)" if cpu_has_amx() else "")
         + ", greedy, n_predict = max new tokens, no prompt cache (the ngram drafters keep what earlier requests "

@@ -14,9 +14,11 @@ from pathlib import Path
 from ..errors import DraftVerifyError
 
 FAMILY = "llamacpp_native"
-# llama.cpp's --spec-type names these rows may chain (draft-simple reads a draft GGUF; the rest are model-free)
+# llama.cpp's --spec-type names these rows may chain (draft-simple reads a draft GGUF, draft-eagle3 the EAGLE-3
+# head exported to GGUF; the rest are model-free)
 DRAFT_TYPE = "draft-simple"
-SPEC_TYPES = (DRAFT_TYPE, "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
+EAGLE3_TYPE = "draft-eagle3"
+SPEC_TYPES = (DRAFT_TYPE, EAGLE3_TYPE, "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
 DRAFT_ROLES = {"draft": "draft", "aligned": "aligned_draft"}  # draft=... -> the bench model it reads
 DEFAULT_SPECS = (
     f"{FAMILY}[plain]",
@@ -39,7 +41,12 @@ class NativeSpec:
 
     @property
     def needs_draft(self) -> bool:
-        return DRAFT_TYPE in self.types
+        return DRAFT_TYPE in self.types or self.eagle3
+
+    @property
+    def eagle3(self) -> bool:
+        """The draft is the EAGLE-3 head (its GGUF), not a draft model."""
+        return EAGLE3_TYPE in self.types
 
     @property
     def name(self) -> str:
@@ -125,7 +132,14 @@ def parse_spec(text: str) -> NativeSpec:
         raise DraftVerifyError(f"--runners: {text!r}: p_min must be a number in [0, 1], got {spec.p_min:g}")
     draft_settings = spec.n_max is not None or spec.p_min is not None or spec.draft != "draft"
     if draft_settings and not spec.needs_draft:
-        raise DraftVerifyError(f"--runners: {text!r}: n_max, p_min and draft are {DRAFT_TYPE}'s settings; add it")
+        raise DraftVerifyError(
+            f"--runners: {text!r}: n_max, p_min and draft are {DRAFT_TYPE}'s and {EAGLE3_TYPE}'s settings; add one"
+        )
+    if spec.eagle3 and (DRAFT_TYPE in spec.types or spec.draft != "draft"):
+        raise DraftVerifyError(
+            f"--runners: {text!r}: {EAGLE3_TYPE} drafts with the EAGLE-3 head, not a draft model: drop "
+            f"{DRAFT_TYPE} and draft="
+        )
     return spec
 
 

@@ -31,6 +31,7 @@ class Drafter(ABC):
     name: str = "?"
     proposes_trees: bool = False  # Leviathan's chain theory (Theorem 8) does not predict these
     needs_target_hidden: bool = False  # heads / BiTA read the target's hidden states: commit() receives them
+    hidden_from_wrapper: bool = False  # the target wrap_target() returns makes those hidden states (eagle3)
     drafts_in_target_pass: bool = False  # the draft comes out of the verify forward itself (no separate cost)
     supports_batch: bool = False  # drafts for a batch of several left-padded rows (DecodingState.lengths)
     # what of a Hugging Face target's modules the drafter reads or extends (a phrase for messages), or "" when it

@@ -14,7 +14,7 @@ from ..registry import load_plugins
 
 # the registration order is the order of `draftverify methods`, of the help's method lists and of the bench's rows
 # isort: off
-from . import autoregressive, model, prompt_lookup, ngram, early_exit, model_tree, blockwise, bita, nat, suffix  # noqa: F401
+from . import autoregressive, model, prompt_lookup, ngram, early_exit, model_tree, blockwise, bita, nat, eagle3, suffix  # noqa: F401
 
 # isort: on
 from .bita import BitaOptions, BitaTreeOptions

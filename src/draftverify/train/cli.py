@@ -21,6 +21,7 @@ from .flags import (
     BitaFlags,
     CorpusFlags,
     DistillFlags,
+    Eagle3Flags,
     EarlyExitFlags,
     HeadsFlags,
     LmFlags,
@@ -330,6 +331,24 @@ def heads_cmd(flags: HeadsFlags) -> None:
             {"heldout_accuracy": info["heldout_accuracy"]["after"], "steps": info["steps"], "out": str(flags.out_dir)}
         )
     )
+
+
+@train_app.command("eagle3")
+@settings_command(Eagle3Flags)
+def eagle3_cmd(flags: Eagle3Flags) -> None:
+    """An EAGLE-3 head on a frozen target's own features, trained on its greedy tokens with a training-time test."""
+    from . import lm
+    from .eagle3 import Eagle3TrainOptions, train_eagle3
+
+    opts = Eagle3TrainOptions(**_options(flags), command=_command_line())
+    try:
+        info = train_eagle3(opts, log=lambda m: typer.echo(m))
+    except lm.TrainError as e:
+        _fail(str(e))
+    if info.get("stopped"):
+        raise typer.Exit(130)
+    after = info["heldout_acceptance"]["after"]
+    typer.echo(json.dumps({"heldout_acceptance": after, "steps": info["steps"], "out": str(flags.out_dir)}))
 
 
 @train_app.command("bita")

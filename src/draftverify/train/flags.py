@@ -312,6 +312,35 @@ class HeadsFlags(FrozenDeviceFlags):
 
 
 @recipe_flags
+class Eagle3Flags(FrozenDeviceFlags):
+    target: Path = shared(CODE_TARGET)
+    manifest: Path = shared(CODE_MANIFEST)
+    data: Path | None = shared(None, OWN_DATA)
+    tokenizer: Path | None = shared(None)
+    out_dir: Path = shared(Path("zoo/code/eagle3"), "Where to save the head (EAGLE-3 checkpoint layout + card).")
+    work_dir: Path = shared(Path("runs/eagle3"))
+    ttt_steps: int = option(6, "--ttt-steps", "Training-time-test steps k (the head fed its own outputs); 1..16.")
+    intermediate_size: int | None = option(None, "--intermediate-size", "The head's MLP size (default: the target's).")
+    num_prompts: int = shared(400)
+    eval_prompts: int = shared(48)
+    min_prompt_tokens: int = shared(32)
+    max_prompt_tokens: int = shared(128)
+    new_tokens: int = shared(64)
+    generate_batch: int = shared(32)
+    max_minutes: float | None = shared(None)
+    max_steps: int | None = shared(None)
+    lr: float = shared(1e-3)
+    batch_size: int = shared(8)
+    warmup_steps: int = shared(20)
+    threads: int | None = shared(None)
+    bf16: bool | None = shared(None)
+    checkpoint_minutes: float = shared(5.0)
+    log_every: int = shared(10)
+    seed: int = shared(1234)
+    progress: bool | None = shared(None)
+
+
+@recipe_flags
 class BitaFlags(FrozenDeviceFlags):
     target: Path = shared(CODE_TARGET)
     manifest: Path = shared(

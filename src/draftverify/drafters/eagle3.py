@@ -1,0 +1,263 @@
+"""EAGLE-3 drafting (Li et al. 2025): a one-layer head reads the target's own features and drafts a chain.
+
+The method wraps the target (as EAGLE's EaModel does): `LayerInputsTarget` returns, as each forward's hidden
+states, the inputs of three of the target's layers concatenated [B, n, 3H], read with forward pre-hooks while the
+target runs its own forward, so the verify pass that scores a draft also yields the next draft's features.
+
+Positions (the convention of EAGLE-3 and llama.cpp's draft-eagle3): the head's position j holds the pair (g_j, token
+j + 1), where g_j is fc of the target's features at position j; its output predicts token j + 2. The committed
+sequence's last token (the pending one) has no features yet, so a draft starts from the pair (g_{T-2}, token T-1),
+after feeding every pair since the last draft in one head forward; each next draft token is the pair (the head's
+own prenorm state, the token just drafted). The head's cache keeps only pairs built from the target's features:
+the drafted positions are cut off when the verdict arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from ..backends.base import LMBackend, require_modules
+from ..errors import DraftVerifyError
+from ..sampling import argmax, draw_next, probs_from_logits
+from ..types import DecodingState, Draft, TargetOutput, Verdict
+from .base import Drafter, empty_draft
+from .eagle3_head import Eagle3Head, HeadCache
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """A decoder-only transformers model's list of decoder layers (config.num_hidden_layers of them)."""
+    count = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    inner = getattr(model, "model", model)
+    layers = getattr(inner, "layers", None)
+    if isinstance(layers, nn.ModuleList) and len(layers) == count:
+        return layers
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) == count:
+            return module
+    raise DraftVerifyError(
+        f"eagle3 reads the inputs of the target's decoder layers, but {type(model).__name__} has no list of "
+        f"{count} layers; use a Llama-style decoder-only target"
+    )
+
+
+class LayerInputsTarget:
+    """The wrapped target: forward and start return, as hidden states, the inputs of three of its layers
+    concatenated [B, n, 3H] instead of the last layer's; everything else is the target's own. Also what the head
+    reads of the target's weights: its token embedding and LM head (`embedding`, `lm_head`), layer count, and
+    whether those weights are the original ones (`exact_weights`: a quantized GGUF's are not)."""
+
+    embedding: nn.Module
+    lm_head: nn.Module
+    num_layers: int
+    exact_weights: bool = True
+
+    def __init__(self, target: LMBackend):
+        self.target = target
+        self.prefilled: TargetOutput | None = None
+
+    def __getattr__(self, name: str):
+        if name == "target":  # not set yet (a copy being built): no recursion through the line below
+            raise AttributeError(name)
+        return getattr(self.target, name)
+
+    @staticmethod
+    def of(target: LMBackend, layers: tuple[int, ...]) -> "LayerInputsTarget":
+        """The wrapper that fits the backend: Hugging Face modules hooked, or llama.cpp's own extraction."""
+        if getattr(target, "has_modules", False):
+            return HookedLayerInputs(target, layers)
+        if callable(getattr(target, "capture_layer_inputs", None)):
+            return LlamaCppLayerInputs(target, layers)
+        raise DraftVerifyError(
+            f"eagle3 reads the inputs of the target's layers, which the {target.name} backend does not give; run it "
+            "with --backend hf or --backend llamacpp"
+        )
+
+
+class HookedLayerInputs(LayerInputsTarget):
+    """A Hugging Face target: forward pre-hooks on the chosen decoder layers read their inputs while it runs."""
+
+    def __init__(self, target: LMBackend, layers: tuple[int, ...]):
+        super().__init__(target)
+        backend = require_modules(target, "eagle3")
+        if backend.is_encoder_decoder:
+            raise DraftVerifyError("eagle3 drafts for a decoder-only target; use a draft model for encoder-decoders")
+        model = backend.module()
+        decoder = decoder_layers(model)
+        self.layers = [decoder[i] for i in layers]
+        modules = backend.modules()
+        self.embedding, self.lm_head = modules.input_embeddings, modules.output_embeddings
+        self.num_layers = len(decoder)
+
+    @contextmanager
+    def _capture(self) -> Iterator[list[list[torch.Tensor]]]:
+        """While open, each chosen layer's input of every call is appended to its list."""
+        seen: list[list[torch.Tensor]] = [[] for _ in self.layers]
+
+        def hook_for(i: int):
+            def hook(module, args, kwargs):
+                seen[i].append(args[0] if args else kwargs["hidden_states"])
+
+            return hook
+
+        handles = [
+            layer.register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, layer in enumerate(self.layers)
+        ]
+        try:
+            yield seen
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _fused(self, seen: list[list[torch.Tensor]], count: int) -> torch.Tensor:
+        """The last call's inputs at its last `count` positions, concatenated [B, count, 3H]."""
+        if any(not inputs for inputs in seen):
+            raise DraftVerifyError(
+                "eagle3 reads the inputs of the target's layers, which a compiled target does not expose; run it "
+                "without --compile (compile=False)"
+            )
+        return torch.cat([inputs[-1][:, inputs[-1].shape[1] - count :] for inputs in seen], dim=-1)
+
+    def start(
+        self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        with self._capture() as seen:
+            committed = self.target.start(input_ids, False, attention_mask)
+        prefilled = self.target.prefilled
+        hidden = self._fused(seen, input_ids.shape[1] - 1) if want_hidden and prefilled is not None else None
+        self.prefilled = None if prefilled is None else TargetOutput(logits=prefilled.logits, hidden=hidden)
+        return committed
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        want_hidden: bool = False,
+        new_valid: torch.Tensor | None = None,
+    ) -> TargetOutput:
+        with self._capture() as seen:
+            out = self.target.forward(tokens, position_ids, attention_mask, False, new_valid)
+        return TargetOutput(logits=out.logits, hidden=self._fused(seen, tokens.shape[1]) if want_hidden else None)
+
+
+class LlamaCppLayerInputs(LayerInputsTarget):
+    """A llama.cpp target: its context keeps the chosen layers' inputs at every decoded position (llama.cpp's own
+    extraction, the one its draft-eagle3 reads); the token embedding and LM head are read from its GGUF file."""
+
+    def __init__(self, target: LMBackend, layers: tuple[int, ...]):
+        from ..backends.gguf import token_tensors
+
+        super().__init__(target)
+        target.capture_layer_inputs(layers)  # type: ignore[attr-defined]
+        embedding, output, self.exact_weights = token_tensors(target.model.path)  # type: ignore[attr-defined]
+        self.embedding = nn.Embedding.from_pretrained(embedding)
+        self.lm_head = nn.Linear(output.shape[1], output.shape[0], bias=False)
+        self.lm_head.weight = nn.Parameter(output, requires_grad=False)
+        self.num_layers = int(target.lib.llama_model_n_layer(target.model.ptr))  # type: ignore[attr-defined]
+        self.dtype = torch.float32  # llama.cpp hands its features over as float32
+
+    def start(
+        self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.target.take_layer_inputs()  # type: ignore[attr-defined]  (a previous request's leftovers)
+        committed = self.target.start(input_ids, False, attention_mask)
+        prefilled = self.target.prefilled  # decodes the deferred prompt now: its features are read at once
+        features = self.target.take_layer_inputs()[None]  # type: ignore[attr-defined]  [1, L-1, 3H]
+        hidden = features if want_hidden and prefilled is not None else None
+        self.prefilled = None if prefilled is None else TargetOutput(logits=prefilled.logits, hidden=hidden)
+        return committed
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        want_hidden: bool = False,
+        new_valid: torch.Tensor | None = None,
+    ) -> TargetOutput:
+        out = self.target.forward(tokens, position_ids, attention_mask, False, new_valid)
+        features = self.target.take_layer_inputs()  # type: ignore[attr-defined]  [m, 3H]
+        hidden = features[None, features.shape[0] - tokens.shape[1] :] if want_hidden else None
+        return TargetOutput(logits=out.logits, hidden=hidden)
+
+
+class Eagle3Drafter(Drafter):
+    """Drafts a chain with the EAGLE-3 head: greedy takes its argmax, sampling draws from its distribution
+    (returned as q, so the exact verifier keeps the target's distribution)."""
+
+    needs_target_hidden = True
+    hidden_from_wrapper = True  # the layer inputs, read by LayerInputsTarget on the hf and llamacpp backends
+
+    def __init__(self, head: Eagle3Head):
+        super().__init__()
+        self.head = head.eval()
+        self.embed: nn.Module | None = None
+        self.lm_head: nn.Module | None = None
+        self.cache = HeadCache()
+        self._fed = 0  # head positions holding pairs built from the target's features
+        self._features: torch.Tensor | None = None  # [B, m, 3H] features of positions fed..fed+m-1, not fed yet
+
+    @classmethod
+    def from_options(cls, target: LMBackend, options) -> "Eagle3Drafter":
+        if options.eagle3_path is None:
+            raise DraftVerifyError(
+                "eagle3 needs a trained EAGLE-3 head: pass eagle3_path=... (CLI: --eagle3 DIR; `draftverify train "
+                "eagle3` makes one)"
+            )
+        return cls(Eagle3Head.load(options.eagle3_path))
+
+    def wrap_target(self, target: LMBackend) -> LMBackend:
+        if isinstance(target, LayerInputsTarget):
+            return target  # type: ignore[return-value]
+        return LayerInputsTarget.of(target, self.head.config.aux_layers)  # type: ignore[return-value]
+
+    def bind(self, target: LMBackend, max_positions: int) -> None:
+        if not isinstance(target, LayerInputsTarget):
+            raise DraftVerifyError("eagle3 runs on the target its wrap_target() returned (the loop calls it)")
+        self.embed, self.lm_head = target.embedding, target.lm_head
+        self.head.check_target(self.lm_head, target.num_layers, fingerprint=target.exact_weights)
+        self.head.to(device=target.device, dtype=target.dtype)
+
+    def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
+        if state.tokens.shape[0] != 1:
+            raise DraftVerifyError("eagle3 drafts for one row at a time; send the requests one by one")
+        self.cache = HeadCache()
+        self._fed = 0
+        self._features = None if prefilled is None else prefilled.hidden  # positions 0..L-2
+
+    @torch.no_grad()
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        if self._features is None:  # a one-token prompt: no features yet, the first step drafts nothing
+            return empty_draft(state)
+        assert self.embed is not None and self.lm_head is not None  # set by bind
+        head, params = self.head, state.params
+        end = state.tokens.shape[1] - 1  # the pending token's position
+        g = head.fc(self._features.to(head.fc.weight.dtype))  # [1, m, H] positions fed..end-1
+        tokens = state.tokens[:, self._fed + 1 : end + 1]  # [1, m] each pair's token
+        positions = torch.arange(self._fed, end, device=g.device)[None]  # [1, m]
+        prenorm = head.step(self.cache, self.embed(tokens), g, positions)[:, -1:]  # [1, 1, H]
+        self._fed, self._features = end, None
+        self.forward_calls += 1
+        drafted: list[torch.Tensor] = []
+        q: list[torch.Tensor] = []
+        while True:
+            probs = probs_from_logits(head.logits(prenorm, self.lm_head)[:, -1], params)  # [1, V]
+            token = argmax(probs).reshape(1) if params.greedy else draw_next(probs, state, len(drafted))  # [1]
+            drafted.append(token)
+            q.append(probs)
+            if len(drafted) >= gamma or float(probs.max()) <= state.draft_confidence:
+                break
+            position = torch.tensor([[end + len(drafted) - 1]], device=g.device)
+            prenorm = head.step(self.cache, self.embed(token[:, None]), prenorm, position)
+            self.forward_calls += 1
+        return Draft(tokens=torch.stack(drafted, dim=1), q_probs=torch.stack(q, dim=1))
+
+    def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
+        self.cache.truncate(self._fed)
+        assert scored is not None and scored.hidden is not None  # needs_target_hidden: the wrapper's features
+        fresh = scored.hidden  # [1, 1 + accepted, 3H] the pending token's and the kept drafts'
+        self._features = fresh if self._features is None else torch.cat([self._features, fresh], dim=1)

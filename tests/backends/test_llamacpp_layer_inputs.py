@@ -1,0 +1,58 @@
+"""llama.cpp's own layer-input extraction (what its draft-eagle3 reads), as the eagle3 method's wrapper takes it:
+the same features as the Hugging Face model's, position for position, through the deferred prefill and a verify
+pass; and the token embedding and LM head read from the GGUF file."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
+
+from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
+
+from conftest import save_llama  # noqa: E402
+from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
+from draftverify.backends.llamacpp import LlamaCppLM  # noqa: E402
+from draftverify.drafters.eagle3 import LayerInputsTarget  # noqa: E402
+from draftverify.errors import DraftVerifyError  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not converter_available(), reason="no llama.cpp converter: scripts/fetch_llama_cpp_converter.sh"
+)
+
+PROMPT = [5, 17, 99, 230, 7, 5, 17, 99, 230, 7]
+LAYERS = (0, 1, 3)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, request):
+    root = tmp_path_factory.mktemp("layer-inputs")
+    tokenizer = AutoTokenizer.from_pretrained(request.config.rootpath / "zoo" / "code" / "tokenizer")
+    save_llama(root / "target", layers=4, seed=3, tokenizer=tokenizer)
+    model = LlamaForCausalLM.from_pretrained(root / "target").float().eval()
+    return model, gguf_for(root / "target", cache_dir=root / "gguf")
+
+
+def test_the_llama_cpp_features_are_the_hugging_face_models(tiny):
+    model, path = tiny
+    target = LayerInputsTarget.of(LlamaCppLM(path, threads=1), LAYERS)
+    target.start(torch.tensor([PROMPT[:7]]), want_hidden=True)
+    out = target.forward(torch.tensor([PROMPT[6:]]), want_hidden=True)
+    with torch.no_grad():
+        full = model(torch.tensor([PROMPT]), output_hidden_states=True)
+    expected = torch.cat([full.hidden_states[i] for i in LAYERS], dim=-1)  # [1, 10, 3H]
+    assert target.prefilled.hidden.shape == (1, 6, expected.shape[-1])
+    # float32 both, summed in other orders (llama.cpp's flash attention): equal to a small fraction of their scale
+    scale = float(expected.abs().max())
+    assert float((target.prefilled.hidden - expected[:, :6]).abs().max()) < 5e-3 * scale
+    assert float((out.hidden - expected[:, 6:]).abs().max()) < 5e-3 * scale
+    # the weights the head reads through: the GGUF's own, equal to the model's (f32 file)
+    assert torch.equal(target.embedding.weight, model.get_input_embeddings().weight)
+    assert torch.equal(target.lm_head.weight, model.get_output_embeddings().weight) and target.exact_weights
+
+
+def test_layers_the_target_lacks_are_refused(tiny):
+    _, path = tiny
+    with pytest.raises(DraftVerifyError, match="has 4 layers"):
+        LayerInputsTarget.of(LlamaCppLM(path, threads=1), (0, 1, 9))

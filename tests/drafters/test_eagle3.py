@@ -1,0 +1,131 @@
+"""eagle3: a one-layer head on three of the target's layers' inputs; exact, and its drafts are accepted once it has
+learned the target."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import CAUSAL_ARCHS, reference_greedy, varied_model
+from draftverify import DraftVerifyError, SamplingParams, generate
+from draftverify.cached_lm import CachedLM
+from draftverify.drafters.eagle3 import Eagle3Drafter, LayerInputsTarget
+from draftverify.drafters.eagle3_head import Eagle3Config, Eagle3Head
+from draftverify.methods import MethodOptions, build_verifier
+from draftverify.train.eagle3 import target_features, ttt_loss
+
+torch.set_num_threads(1)
+
+PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
+NEW = 40
+
+
+def head_for(model, seed: int = 0) -> Eagle3Head:
+    torch.manual_seed(seed)
+    return Eagle3Head(Eagle3Config.for_target(model.config, model.get_output_embeddings())).double()
+
+
+def exact():
+    return build_verifier("exact", SamplingParams(), MethodOptions())
+
+
+@pytest.mark.parametrize("arch", CAUSAL_ARCHS)
+def test_the_wrapped_target_returns_the_chosen_layers_inputs(arch):
+    """What the drafter reads is the inputs of layers aux_layers (Hugging Face's hidden_states[i]), at the prefilled
+    positions and at a verify pass's positions, and the logits are the target's own."""
+    model = varied_model(arch, layers=4)
+    layers = (1, 2, 3)
+    target = LayerInputsTarget.of(CachedLM(model), layers)
+    target.start(PROMPT[:, :5], want_hidden=True)
+    out = target.forward(PROMPT[:, 4:], want_hidden=True)
+    full = model(PROMPT, output_hidden_states=True)
+    expected = torch.cat([full.hidden_states[i] for i in layers], dim=-1)  # [1, 7, 3H]
+    assert torch.allclose(target.prefilled.hidden, expected[:, :4], atol=1e-9)
+    assert torch.allclose(out.hidden, expected[:, 4:], atol=1e-9)
+    assert torch.allclose(out.logits, full.logits[:, 4:], atol=1e-6)
+    assert target.forward(PROMPT[:, :1]).hidden is None  # features only when asked for
+
+
+def trained_head(model, prompts: list[list[int]], steps: int = 150) -> Eagle3Head:
+    """A head fitted to the target's own greedy continuations of `prompts` (the recipe's loss)."""
+    head = head_for(model)
+    embed, lm_head = model.get_input_embeddings(), model.get_output_embeddings()
+    batch = []
+    for prompt in prompts:
+        sequence = prompt + reference_greedy(model, torch.tensor([prompt]), NEW)
+        features, labels = target_features(model, sequence, head.config.aux_layers)
+        batch.append((features.double(), torch.tensor(sequence), labels))
+    features = torch.stack([b[0] for b in batch])
+    tokens = torch.stack([b[1] for b in batch])
+    labels = torch.stack([b[2] for b in batch])
+    valid = torch.ones_like(tokens, dtype=torch.bool)
+    optimizer = torch.optim.Adam(head.parameters(), lr=3e-3)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        ttt_loss(head, embed, lm_head, (features, tokens, labels, valid), steps=4).backward()
+        optimizer.step()
+    return head.eval()
+
+
+def test_a_trained_head_drafts_accepted_tokens_and_the_text_stays_the_targets():
+    model = varied_model("llama")
+    reference = reference_greedy(model, PROMPT, NEW)
+    assert len(set(reference)) > 8  # varied text, so equivalence is not vacuous
+    head = trained_head(model, [PROMPT[0].tolist()])
+    out = generate(model, Eagle3Drafter(head), exact(), PROMPT, max_new_tokens=NEW, gamma=5)
+    assert out.new_tokens[0].tolist() == reference
+    untrained = generate(model, Eagle3Drafter(head_for(model)), exact(), PROMPT, max_new_tokens=NEW, gamma=5)
+    assert untrained.new_tokens[0].tolist() == reference
+    # the fitted head is accepted far more often than a random one: the features reach it as trained
+    assert out.stats.accepted_tokens >= 2 * max(untrained.stats.accepted_tokens, 1)
+    assert out.stats.target_calls < untrained.stats.target_calls
+
+
+def test_sampling_with_a_trained_head_is_reproducible_and_in_vocabulary():
+    model = varied_model("llama")
+    head = trained_head(model, [PROMPT[0].tolist()], steps=40)
+    params = SamplingParams(temperature=0.8, seed=3)
+    verifier = build_verifier("exact", params, MethodOptions())
+    first = generate(model, Eagle3Drafter(head), verifier, PROMPT, params, max_new_tokens=NEW, gamma=4)
+    again = generate(model, Eagle3Drafter(head), verifier, PROMPT, params, max_new_tokens=NEW, gamma=4)
+    assert first.new_tokens.tolist() == again.new_tokens.tolist()
+    assert first.new_tokens.shape[1] == NEW
+
+
+def test_the_head_saves_as_an_eagle3_checkpoint_and_loads_back(tmp_path):
+    model = varied_model("llama", layers=4)
+    head = head_for(model)
+    head.save(tmp_path / "head")
+    config = json.loads((tmp_path / "head" / "config.json").read_text())
+    # the fields llama.cpp's converter and vLLM's eagle3 loader read
+    assert config["num_hidden_layers"] == 1 and config["draft_vocab_size"] == config["vocab_size"]
+    assert config["eagle_aux_hidden_state_layer_ids"] == list(head.config.aux_layers)
+    assert config["target_hidden_size"] == model.config.hidden_size
+    loaded = Eagle3Head.load(tmp_path / "head")
+    for name, tensor in head.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor.half().double()), name
+    assert "midlayer.self_attn.q_proj.weight" in loaded.state_dict() and "fc.weight" in loaded.state_dict()
+
+
+def test_a_head_for_another_target_is_refused_at_bind():
+    model = varied_model("llama", layers=4)
+    other = varied_model("qwen2", layers=4)
+    with pytest.raises(DraftVerifyError, match="another target|trained for a target"):
+        generate(model, Eagle3Drafter(head_for(other)), exact(), PROMPT, max_new_tokens=4)
+
+
+def test_a_folder_without_a_head_is_refused_with_what_to_do(tmp_path):
+    with pytest.raises(DraftVerifyError, match="train eagle3"):
+        Eagle3Head.load(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(DraftVerifyError, match="not an EAGLE-3 head written by draftverify"):
+        Eagle3Head.load(tmp_path)
+
+
+def test_encoder_decoder_targets_are_refused():
+    model = varied_model("t5")
+    with pytest.raises(DraftVerifyError, match="decoder-only"):
+        LayerInputsTarget.of(CachedLM(model), (0, 0, 0))
