@@ -55,6 +55,29 @@ def llama_cpp_dir() -> Path:
     return folder
 
 
+TOOLS_ENV = "DRAFTVERIFY_LLAMA_CPP_TOOLS"  # a folder holding llama-server (and the other built tools)
+BUILD_SCRIPT = "scripts/build_llama_cpp_tools.sh"
+BUILD_FOLDER = Path(".cache") / "llama.cpp-build" / "bin"  # where the script puts them, under a checkout
+SERVER = "llama-server"
+
+
+def tools_dir() -> Path:
+    """The folder holding llama-server: $DRAFTVERIFY_LLAMA_CPP_TOOLS, else .cache/llama.cpp-build/bin of the
+    checkout or of the working folder; a one-line error naming the build script when none has it."""
+    value = os.environ.get(TOOLS_ENV)
+    if value:
+        folder = Path(value)
+        if not (folder / SERVER).is_file():
+            raise DraftVerifyError(f"${TOOLS_ENV}={folder} has no {SERVER}; build the tools with {BUILD_SCRIPT}")
+        return folder
+    for root in (CHECKOUT_CONVERTER.parents[1], Path.cwd()):
+        if (root / BUILD_FOLDER / SERVER).is_file():
+            return root / BUILD_FOLDER
+    raise DraftVerifyError(
+        f"llama.cpp's own tools ({SERVER}) are not built: run {BUILD_SCRIPT} (or set ${TOOLS_ENV} to their folder)"
+    )
+
+
 def converter_available() -> bool:
     try:
         llama_cpp_dir()
@@ -152,11 +175,33 @@ def gguf_for(
     if cached.is_file():
         return cached
     source = llama_cpp if llama_cpp is not None else llama_cpp_dir()
+    # a k-quant is made by llama.cpp's own llama-quantize from the f32 file (the converter writes none)
+    base = gguf_for(model_dir, "f32", source, cache_dir, target_dir) if outtype in QUANTIZE_TYPES else None
     cached.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cached.parent, prefix=".converting-") as work:
-        convert(model_dir, Path(work) / cached.name, source, outtype, target_dir)
+        if base is not None:
+            quantize(base, Path(work) / cached.name, outtype)
+        else:
+            convert(model_dir, Path(work) / cached.name, source, outtype, target_dir)
         os.replace(Path(work) / cached.name, cached)
     return cached
+
+
+QUANTIZE_TYPES = {"q4_k_m": "Q4_K_M"}  # GGUF types made by llama-quantize -> its type name
+
+
+def quantize(source: Path, out: Path, outtype: str) -> Path:
+    """source (a GGUF file) -> `out` at a k-quant type, with llama.cpp's llama-quantize (built by BUILD_SCRIPT)."""
+    done = subprocess.run(
+        [str(tools_dir() / "llama-quantize"), str(source), str(out), QUANTIZE_TYPES[outtype]],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0 or not out.is_file():
+        lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        reason = lines[-1] if lines else f"exit status {done.returncode}"
+        raise DraftVerifyError(f"llama-quantize cannot make {outtype} from {source.name}: {reason[-300:]}")
+    return out
 
 
 def token_tensors(path: Path, llama_cpp: Path | None = None) -> tuple[torch.Tensor, torch.Tensor, bool]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -32,36 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
 
+from ..backends.gguf import BUILD_SCRIPT, SERVER, TOOLS_ENV, tools_dir  # noqa: F401  (TOOLS_ENV, BUILD_SCRIPT: read by tests)
 from ..backends.llamacpp import cpu_has_amx
 from ..errors import DraftVerifyError
 from .native_spec import DRAFT_ROLES, FAMILY, NativeSpec, native_specs
 from .runners import Measurement, Runner
 
-TOOLS_ENV = "DRAFTVERIFY_LLAMA_CPP_TOOLS"  # a folder holding llama-server (and the other built tools)
-BUILD_SCRIPT = "scripts/build_llama_cpp_tools.sh"
-BUILD_FOLDER = Path(".cache") / "llama.cpp-build" / "bin"  # where the script puts them, under a checkout
-CHECKOUT = Path(__file__).resolve().parents[3]  # an editable install's repository root
-SERVER = "llama-server"
 START_TIMEOUT = 180.0  # seconds for a server to load its models and answer /health
 REQUEST_TIMEOUT = 600.0
 PR_SET_PDEATHSIG = 1  # prctl(2)
-
-
-def tools_dir() -> Path:
-    """The folder holding llama-server: $DRAFTVERIFY_LLAMA_CPP_TOOLS, else .cache/llama.cpp-build/bin of the
-    checkout or of the working folder; a one-line error naming the build script when none has it."""
-    value = os.environ.get(TOOLS_ENV)
-    if value:
-        folder = Path(value)
-        if not (folder / SERVER).is_file():
-            raise DraftVerifyError(f"${TOOLS_ENV}={folder} has no {SERVER}; build the tools with {BUILD_SCRIPT}")
-        return folder
-    for root in (CHECKOUT, Path.cwd()):
-        if (root / BUILD_FOLDER / SERVER).is_file():
-            return root / BUILD_FOLDER
-    raise DraftVerifyError(
-        f"llama.cpp's own tools ({SERVER}) are not built: run {BUILD_SCRIPT} (or set ${TOOLS_ENV} to their folder)"
-    )
 
 
 def _free_port() -> int:

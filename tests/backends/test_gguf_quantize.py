@@ -1,0 +1,61 @@
+"""A k-quant target (q4_k_m, made by llama.cpp's own llama-quantize from the f32 file): every llama.cpp method keeps
+that file's own greedy text. Skipped, with the reason, without the built tools, the llamacpp extra or the converter
+(CI has all three)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from draftverify.backends.gguf import BUILD_SCRIPT, converter_available, gguf_for, tools_dir
+from draftverify.errors import DraftVerifyError
+
+ZOO = Path(__file__).resolve().parents[2] / "zoo" / "code"
+
+
+def _tools_built() -> bool:
+    try:
+        tools_dir()
+    except DraftVerifyError:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(
+    not (_tools_built() and importlib.util.find_spec("llama_cpp") and converter_available()),
+    reason=f"llama.cpp's tools are not built ({BUILD_SCRIPT}) or the llamacpp extra / converter is absent",
+)
+
+
+@pytest.fixture(scope="module")
+def q4(tmp_path_factory) -> Path:
+    cache = tmp_path_factory.mktemp("gguf")
+    path = gguf_for(ZOO / "target", "q4_k_m", cache_dir=cache)
+    assert path.name.endswith("-q4_k_m.gguf") and gguf_for(ZOO / "target", "q4_k_m", cache_dir=cache) == path
+    # smaller than the f32 file it was made from (cached beside it)
+    assert path.stat().st_size < 0.3 * gguf_for(ZOO / "target", "f32", cache_dir=cache).stat().st_size
+    return path
+
+
+@pytest.mark.parametrize("method", ["prompt_lookup", "model", "lookup_model", "model_tree", "suffix"])
+def test_every_llama_cpp_method_keeps_the_quantized_files_greedy_text(q4, method):
+    from draftverify import load
+
+    prompt = "def binary_search(xs, target):\n"
+    reference = load(target=q4, method="autoregressive", backend="llamacpp", threads=2)
+    want = reference.generate(prompt, max_new_tokens=48).output.new_tokens[0].tolist()
+    draft = ZOO / "draft" if method in ("model", "lookup_model", "model_tree") else None
+    pipe = load(target=q4, draft=draft, method=method, backend="llamacpp", threads=2)
+    out = pipe.generate(prompt, max_new_tokens=48)
+    assert out.output.new_tokens[0].tolist() == want
+    assert out.stats.target_calls < len(want)  # it drafted and some drafts were kept
+
+
+def test_a_missing_quantizer_is_one_line(tmp_path, monkeypatch):
+    from draftverify.backends import gguf
+
+    monkeypatch.setenv(gguf.TOOLS_ENV, str(tmp_path))
+    with pytest.raises(DraftVerifyError, match="build the tools with scripts/build_llama_cpp_tools.sh"):
+        gguf_for(ZOO / "target", "q4_k_m", cache_dir=tmp_path / "cache")
