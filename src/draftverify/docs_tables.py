@@ -28,6 +28,23 @@ class TableSource:
 TABLES: tuple[TableSource, ...] = (
     TableSource("README.md", "bench-llamacpp-duels", "benchmarks/speed/bench-humaneval-llamacpp.md", "## Head to head"),
     TableSource("docs/usage.md", "healing", "benchmarks/methods/healing-humaneval.md"),
+    TableSource(
+        "docs/benchmarks-llamacpp.md",
+        "native-duels",
+        "benchmarks/speed/bench-humaneval-llamacpp-native.md",
+        "## Temperature 0 (greedy)",
+    ),
+    TableSource(
+        "docs/benchmarks-llamacpp.md",
+        "native-duels-q8",
+        "benchmarks/speed/bench-humaneval-llamacpp-native-q8_0.md",
+        "## Temperature 0 (greedy)",
+    ),
+    TableSource("docs/benchmarks-llamacpp.md", "native-rounds", "benchmarks/speed/rounds-humaneval-llamacpp-native.md"),
+    TableSource(
+        "docs/methods.md", "eagle3-hf", "benchmarks/speed/bench-humaneval-eagle3.md", "## Temperature 0 (greedy)"
+    ),
+    TableSource("docs/methods.md", "suffix-replay", "benchmarks/methods/replay-humaneval.md"),
     TableSource("docs/backends.md", "llamacpp-draft-gguf", "benchmarks/llamacpp/llamacpp-draft-gguf.md"),
     TableSource("docs/backends.md", "llamacpp-precision", "benchmarks/llamacpp/llamacpp-precision.md"),
     TableSource("docs/backends.md", "lean-draft", "benchmarks/cost/lean-draft.md", "## Milliseconds per draft forward"),
