@@ -15,6 +15,7 @@ import torch
 from bench_fixtures import model_dir  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
+from draftverify.backends import gguf
 from draftverify.backends.gguf import converter_available
 from draftverify.bench import llamacpp_native
 from draftverify.bench.config import BenchConfig, parse_runners
@@ -115,7 +116,7 @@ def test_missing_tools_are_one_line_naming_the_build_script(tmp_path, monkeypatc
     with pytest.raises(DraftVerifyError, match=f"no llama-server; build the tools with {BUILD_SCRIPT}"):
         tools_dir()
     monkeypatch.delenv(TOOLS_ENV)
-    monkeypatch.setattr(llamacpp_native, "CHECKOUT", tmp_path)
+    monkeypatch.setattr(gguf, "CHECKOUT", tmp_path)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DraftVerifyError) as err:
         tools_dir()

@@ -33,7 +33,8 @@ LLAMA_CPP_ENV = "DRAFTVERIFY_LLAMA_CPP"  # a llama.cpp source tree holding conve
 GGUF_CACHE_ENV = "DRAFTVERIFY_GGUF_CACHE"  # where converted models are kept (default ~/.cache/draftverify/gguf)
 # a source checkout's own converter, .cache/llama.cpp (FETCH_HINT says how to fill it; an editable install:
 # src/draftverify/backends/gguf.py -> the repository root)
-CHECKOUT_CONVERTER = Path(__file__).resolve().parents[3] / ".cache" / "llama.cpp"
+CHECKOUT = Path(__file__).resolve().parents[3]  # an editable install's repository root
+CHECKOUT_CONVERTER = CHECKOUT / ".cache" / "llama.cpp"
 FETCH_HINT = "scripts/fetch_llama_cpp_converter.sh unpacks the one llama-cpp-python was built from"
 GPT2_PRE_TOKENIZER = "gpt-2"  # llama.cpp's name for GPT-2's pre-tokenizer regex
 
@@ -70,7 +71,7 @@ def tools_dir() -> Path:
         if not (folder / SERVER).is_file():
             raise DraftVerifyError(f"${TOOLS_ENV}={folder} has no {SERVER}; build the tools with {BUILD_SCRIPT}")
         return folder
-    for root in (CHECKOUT_CONVERTER.parents[1], Path.cwd()):
+    for root in (CHECKOUT, Path.cwd()):
         if (root / BUILD_FOLDER / SERVER).is_file():
             return root / BUILD_FOLDER
     raise DraftVerifyError(
