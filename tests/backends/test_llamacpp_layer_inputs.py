@@ -1,6 +1,6 @@
 """llama.cpp's own layer-input extraction (what its draft-eagle3 reads), as the eagle3 method's wrapper takes it:
-the same features as the Hugging Face model's, position for position, through the deferred prefill and a verify
-pass; and the token embedding and LM head read from the GGUF file."""
+the same features as the Hugging Face model's, position for position, through the deferred prompt (decoded with
+the first step) and a verify pass; and the token embedding and LM head read from the GGUF file."""
 
 from __future__ import annotations
 
@@ -38,14 +38,15 @@ def test_the_llama_cpp_features_are_the_hugging_face_models(tiny):
     model, path = tiny
     target = LayerInputsTarget.of(LlamaCppLM(path, threads=1), LAYERS)
     target.start(torch.tensor([PROMPT[:7]]), want_hidden=True)
+    assert target.prefilled is None  # the prompt stays deferred: decoded in one piece with the first step
     out = target.forward(torch.tensor([PROMPT[6:]]), want_hidden=True)
     with torch.no_grad():
         full = model(torch.tensor([PROMPT]), output_hidden_states=True)
     expected = torch.cat([full.hidden_states[i] for i in LAYERS], dim=-1)  # [1, 10, 3H]
-    assert target.prefilled.hidden.shape == (1, 6, expected.shape[-1])
+    assert target.earlier.shape == (1, 6, expected.shape[-1])  # the prompt's positions, before the scored ones
     # float32 both, summed in other orders (llama.cpp's flash attention): equal to a small fraction of their scale
     scale = float(expected.abs().max())
-    assert float((target.prefilled.hidden - expected[:, :6]).abs().max()) < 5e-3 * scale
+    assert float((target.earlier - expected[:, :6]).abs().max()) < 5e-3 * scale
     assert float((out.hidden - expected[:, 6:]).abs().max()) < 5e-3 * scale
     # the weights the head reads through: the GGUF's own, equal to the model's (f32 file)
     assert torch.equal(target.embedding.weight, model.get_input_embeddings().weight)

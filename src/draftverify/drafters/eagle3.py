@@ -58,6 +58,9 @@ class LayerInputsTarget:
     def __init__(self, target: LMBackend):
         self.target = target
         self.prefilled: TargetOutput | None = None
+        # [1, P, 3H]: the features of the prompt positions a forward decoded before its scored tokens (llama.cpp
+        # decodes a deferred prompt with the first step), for the drafter to take with that step's
+        self.earlier: torch.Tensor | None = None
 
     def __getattr__(self, name: str):
         if name == "target":  # not set yet (a copy being built): no recursion through the line below
@@ -163,13 +166,12 @@ class LlamaCppLayerInputs(LayerInputsTarget):
     def start(
         self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
+        """The prompt stays deferred: the first step (which drafts nothing, having no features yet) decodes it
+        with the pending token in one piece, as llama.cpp's own greedy decoding does, and its features come back
+        then (`earlier`)."""
         self.target.take_layer_inputs()  # type: ignore[attr-defined]  (a previous request's leftovers)
-        committed = self.target.start(input_ids, False, attention_mask)
-        prefilled = self.target.prefilled  # decodes the deferred prompt now: its features are read at once
-        features = self.target.take_layer_inputs()[None]  # type: ignore[attr-defined]  [1, L-1, 3H]
-        hidden = features if want_hidden and prefilled is not None else None
-        self.prefilled = None if prefilled is None else TargetOutput(logits=prefilled.logits, hidden=hidden)
-        return committed
+        self.prefilled, self.earlier = None, None
+        return self.target.start(input_ids, False, attention_mask)
 
     def forward(
         self,
@@ -180,9 +182,10 @@ class LlamaCppLayerInputs(LayerInputsTarget):
         new_valid: torch.Tensor | None = None,
     ) -> TargetOutput:
         out = self.target.forward(tokens, position_ids, attention_mask, False, new_valid)
-        features = self.target.take_layer_inputs()  # type: ignore[attr-defined]  [m, 3H]
-        hidden = features[None, features.shape[0] - tokens.shape[1] :] if want_hidden else None
-        return TargetOutput(logits=out.logits, hidden=hidden)
+        features = self.target.take_layer_inputs()[None]  # type: ignore[attr-defined]  [1, m, 3H]
+        scored = features.shape[1] - tokens.shape[1]  # rows before the scored tokens: the deferred prompt's
+        self.earlier = features[:, :scored] if scored else None
+        return TargetOutput(logits=out.logits, hidden=features[:, scored:] if want_hidden else None)
 
 
 class Eagle3Drafter(Drafter):
@@ -195,6 +198,7 @@ class Eagle3Drafter(Drafter):
     def __init__(self, head: Eagle3Head):
         super().__init__()
         self.head = head.eval()
+        self.target: LayerInputsTarget | None = None  # bind's: the wrapped target
         self.embed: nn.Module | None = None
         self.lm_head: nn.Module | None = None
         self.cache = HeadCache()
@@ -218,6 +222,7 @@ class Eagle3Drafter(Drafter):
     def bind(self, target: LMBackend, max_positions: int) -> None:
         if not isinstance(target, LayerInputsTarget):
             raise DraftVerifyError("eagle3 runs on the target its wrap_target() returned (the loop calls it)")
+        self.target = target
         self.embed, self.lm_head = target.embedding, target.lm_head
         self.head.check_target(self.lm_head, target.num_layers, fingerprint=target.exact_weights)
         self.head.to(device=target.device, dtype=target.dtype)
@@ -260,4 +265,7 @@ class Eagle3Drafter(Drafter):
         self.cache.truncate(self._fed)
         assert scored is not None and scored.hidden is not None  # needs_target_hidden: the wrapper's features
         fresh = scored.hidden  # [1, 1 + accepted, 3H] the pending token's and the kept drafts'
+        assert self.target is not None  # set by bind
+        if self._fed == 0 and self._features is None and self.target.earlier is not None:
+            fresh = torch.cat([self.target.earlier, fresh], dim=1)  # the prompt decoded with the first step
         self._features = fresh if self._features is None else torch.cat([self._features, fresh], dim=1)
