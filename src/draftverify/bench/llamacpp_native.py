@@ -58,9 +58,11 @@ def _die_with_parent() -> None:
 
 
 class NativeServer:
-    """One llama-server on a loopback port: one slot, greedy requests, its log in a temporary file."""
+    """One llama-server on a loopback port: `parallel` slots (one for the bench rows), its log in a temporary file."""
 
-    def __init__(self, binary: Path, model: Path, threads: int, n_ctx: int, extra: list[str], label: str):
+    def __init__(
+        self, binary: Path, model: Path, threads: int, n_ctx: int, extra: list[str], label: str, parallel: int = 1
+    ):
         self.label = label
         self.port = _free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
@@ -73,7 +75,7 @@ class NativeServer:
             "--port",
             str(self.port),
             "--parallel",
-            "1",
+            str(parallel),
             "--threads",
             str(threads),
             "--threads-batch",
