@@ -72,8 +72,8 @@ class Models:
     """The GGUF files both servers read: the target at its type, the draft (and aligned draft) at the draft's."""
 
     def __init__(self, zoo: str | None, target: str | None, draft: str | None, target_gguf: str, draft_gguf: str):
-        from ..backends.gguf import gguf_for, llama_cpp_dir
         from ..api import zoo_paths
+        from ..backends.gguf import gguf_for, llama_cpp_dir
 
         paths = zoo_paths(zoo) if zoo else {}
         target = target or paths.get("target")
