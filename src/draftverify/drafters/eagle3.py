@@ -207,12 +207,16 @@ class Eagle3Drafter(Drafter):
 
     @classmethod
     def from_options(cls, target: LMBackend, options) -> "Eagle3Drafter":
+        return cls(cls.load_head(options))
+
+    @classmethod
+    def load_head(cls, options) -> Eagle3Head:
         if options.eagle3_path is None:
             raise DraftVerifyError(
-                "eagle3 needs a trained EAGLE-3 head: pass eagle3_path=... (CLI: --eagle3 DIR; `draftverify train "
-                "eagle3` makes one)"
+                f"{cls.name} needs a trained EAGLE-3 head: pass eagle3_path=... (CLI: --eagle3 DIR; `draftverify "
+                "train eagle3` makes one)"
             )
-        return cls(Eagle3Head.load(options.eagle3_path))
+        return Eagle3Head.load(options.eagle3_path)
 
     def wrap_target(self, target: LMBackend) -> LMBackend:
         if isinstance(target, LayerInputsTarget):
@@ -234,12 +238,12 @@ class Eagle3Drafter(Drafter):
         self._fed = 0
         self._features = None if prefilled is None else prefilled.hidden  # positions 0..L-2
 
-    @torch.no_grad()
-    def propose(self, state: DecodingState, gamma: int) -> Draft:
-        if self._features is None:  # a one-token prompt: no features yet, the first step drafts nothing
-            return empty_draft(state)
-        assert self.embed is not None and self.lm_head is not None  # set by bind
-        head, params = self.head, state.params
+    def catch_up(self, state: DecodingState) -> tuple[torch.Tensor, int]:
+        """Feed the head, in one forward, every pair whose features the verify passes since the last draft gave;
+        returns the last pair's prenorm state [1, 1, H] (its logits predict the token after the pending one) and
+        the pending token's position."""
+        assert self.embed is not None and self._features is not None  # set by bind, and by start / commit
+        head = self.head
         end = state.tokens.shape[1] - 1  # the pending token's position
         g = head.fc(self._features.to(head.fc.weight.dtype))  # [1, m, H] positions fed..end-1
         tokens = state.tokens[:, self._fed + 1 : end + 1]  # [1, m] each pair's token
@@ -247,6 +251,15 @@ class Eagle3Drafter(Drafter):
         prenorm = head.step(self.cache, self.embed(tokens), g, positions)[:, -1:]  # [1, 1, H]
         self._fed, self._features = end, None
         self.forward_calls += 1
+        return prenorm, end
+
+    @torch.no_grad()
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        if self._features is None:  # a one-token prompt: no features yet, the first step drafts nothing
+            return empty_draft(state)
+        assert self.embed is not None and self.lm_head is not None  # set by bind
+        head, params = self.head, state.params
+        prenorm, end = self.catch_up(state)
         drafted: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
         while True:
@@ -256,7 +269,7 @@ class Eagle3Drafter(Drafter):
             q.append(probs)
             if len(drafted) >= gamma or float(probs.max()) <= state.draft_confidence:
                 break
-            position = torch.tensor([[end + len(drafted) - 1]], device=g.device)
+            position = torch.tensor([[end + len(drafted) - 1]], device=prenorm.device)
             prenorm = head.step(self.cache, self.embed(token[:, None]), prenorm, position)
             self.forward_calls += 1
         return Draft(tokens=torch.stack(drafted, dim=1), q_probs=torch.stack(q, dim=1))

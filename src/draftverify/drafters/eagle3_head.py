@@ -235,16 +235,23 @@ class Eagle3Head(nn.Module):
         self.midlayer = MidLayer(config)
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def step(self, cache: HeadCache, embeds: torch.Tensor, g: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def step(
+        self,
+        cache: HeadCache,
+        embeds: torch.Tensor,
+        g: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Inference: pairs (g [B, n, H], token embeddings [B, n, H]) at positions [B or 1, n] after the cache's,
-        causal among themselves; their keys and values join the cache. Returns the prenorm states [B, n, H]."""
+        causal among themselves unless mask (bool [n, cache + n]: what each new pair sees, e.g. its tree
+        ancestors) says otherwise; their keys and values join the cache. Returns the prenorm states [B, n, H]."""
         layer = self.midlayer
         q, k, v = layer.self_attn.qkv(layer.attention_input(embeds, g), positions)
         past = cache.length
         keys, values = cache.append(k, v)
         n = q.shape[2]
-        mask = None
-        if n > 1:  # the new positions see the cache and each other causally
+        if mask is None and n > 1:  # the new positions see the cache and each other causally
             mask = torch.ones(n, past + n, dtype=torch.bool, device=q.device).tril(past)
         attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         return layer.finish(attended, g)
