@@ -12,19 +12,14 @@ from conftest import CAUSAL_ARCHS, reference_greedy, varied_model
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.cached_lm import CachedLM
 from draftverify.drafters.eagle3 import Eagle3Drafter, LayerInputsTarget
-from draftverify.drafters.eagle3_head import Eagle3Config, Eagle3Head
+from draftverify.drafters.eagle3_head import Eagle3Head
 from draftverify.methods import MethodOptions, build_verifier
-from draftverify.train.eagle3 import target_features, ttt_loss
+from eagle3_heads import head_for, trained_head
 
 torch.set_num_threads(1)
 
 PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
 NEW = 40
-
-
-def head_for(model, seed: int = 0) -> Eagle3Head:
-    torch.manual_seed(seed)
-    return Eagle3Head(Eagle3Config.for_target(model.config, model.get_output_embeddings())).double()
 
 
 def exact():
@@ -48,32 +43,11 @@ def test_the_wrapped_target_returns_the_chosen_layers_inputs(arch):
     assert target.forward(PROMPT[:, :1]).hidden is None  # features only when asked for
 
 
-def trained_head(model, prompts: list[list[int]], steps: int = 150) -> Eagle3Head:
-    """A head fitted to the target's own greedy continuations of `prompts` (the recipe's loss)."""
-    head = head_for(model)
-    embed, lm_head = model.get_input_embeddings(), model.get_output_embeddings()
-    batch = []
-    for prompt in prompts:
-        sequence = prompt + reference_greedy(model, torch.tensor([prompt]), NEW)
-        features, labels = target_features(model, sequence, head.config.aux_layers)
-        batch.append((features.double(), torch.tensor(sequence), labels))
-    features = torch.stack([b[0] for b in batch])
-    tokens = torch.stack([b[1] for b in batch])
-    labels = torch.stack([b[2] for b in batch])
-    valid = torch.ones_like(tokens, dtype=torch.bool)
-    optimizer = torch.optim.Adam(head.parameters(), lr=3e-3)
-    for _ in range(steps):
-        optimizer.zero_grad()
-        ttt_loss(head, embed, lm_head, (features, tokens, labels, valid), steps=4).backward()
-        optimizer.step()
-    return head.eval()
-
-
 def test_a_trained_head_drafts_accepted_tokens_and_the_text_stays_the_targets():
     model = varied_model("llama")
     reference = reference_greedy(model, PROMPT, NEW)
     assert len(set(reference)) > 8  # varied text, so equivalence is not vacuous
-    head = trained_head(model, [PROMPT[0].tolist()])
+    head = trained_head(model, [PROMPT[0].tolist()], NEW)
     out = generate(model, Eagle3Drafter(head), exact(), PROMPT, max_new_tokens=NEW, gamma=5)
     assert out.new_tokens[0].tolist() == reference
     untrained = generate(model, Eagle3Drafter(head_for(model)), exact(), PROMPT, max_new_tokens=NEW, gamma=5)
@@ -85,7 +59,7 @@ def test_a_trained_head_drafts_accepted_tokens_and_the_text_stays_the_targets():
 
 def test_sampling_with_a_trained_head_is_reproducible_and_in_vocabulary():
     model = varied_model("llama")
-    head = trained_head(model, [PROMPT[0].tolist()], steps=40)
+    head = trained_head(model, [PROMPT[0].tolist()], NEW, steps=40)
     params = SamplingParams(temperature=0.8, seed=3)
     verifier = build_verifier("exact", params, MethodOptions())
     first = generate(model, Eagle3Drafter(head), verifier, PROMPT, params, max_new_tokens=NEW, gamma=4)
