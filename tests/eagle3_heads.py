@@ -11,14 +11,17 @@ from draftverify.drafters.eagle3_head import Eagle3Config, Eagle3Head
 from draftverify.train.eagle3 import target_features, ttt_loss
 
 
-def head_for(model, seed: int = 0) -> Eagle3Head:
+def head_for(model, seed: int = 0, aux_layers: tuple[int, int, int] | None = None) -> Eagle3Head:
     torch.manual_seed(seed)
-    return Eagle3Head(Eagle3Config.for_target(model.config, model.get_output_embeddings())).double()
+    config = Eagle3Config.for_target(model.config, model.get_output_embeddings(), aux_layers=aux_layers)
+    return Eagle3Head(config).double()
 
 
-def trained_head(model, prompts: list[list[int]], new: int, steps: int = 150) -> Eagle3Head:
+def trained_head(
+    model, prompts: list[list[int]], new: int, steps: int = 150, aux_layers: tuple[int, int, int] | None = None
+) -> Eagle3Head:
     """A head fitted to the target's own greedy continuations (`new` tokens) of `prompts` (the recipe's loss)."""
-    head = head_for(model)
+    head = head_for(model, aux_layers=aux_layers)
     embed, lm_head = model.get_input_embeddings(), model.get_output_embeddings()
     batch = []
     for prompt in prompts:

@@ -68,6 +68,7 @@ def test_todays_methods_give_the_rows_the_bench_always_had(model_dir, models):
         "bpd_ngram",
         "bpd_pbest",
         "eagle3",
+        "eagle3_tree",
         "specdec",
         "specdec++_nat",
     ]
