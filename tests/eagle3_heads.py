@@ -28,10 +28,15 @@ def trained_head(
         sequence = prompt + reference_greedy(model, torch.tensor([prompt]), new)
         features, labels = target_features(model, sequence, head.config.aux_layers)
         batch.append((features.double(), torch.tensor(sequence), labels))
-    features = torch.stack([b[0] for b in batch])
-    tokens = torch.stack([b[1] for b in batch])
-    labels = torch.stack([b[2] for b in batch])
-    valid = torch.ones_like(tokens, dtype=torch.bool)
+    width = max(len(b[1]) for b in batch)  # sequences of different lengths: right-padded, the padding not valid
+
+    def pad(t: torch.Tensor) -> torch.Tensor:
+        return torch.cat([t, t.new_zeros((width - t.shape[0], *t.shape[1:]))])
+
+    features = torch.stack([pad(b[0]) for b in batch])
+    tokens = torch.stack([pad(b[1]) for b in batch])
+    labels = torch.stack([pad(b[2]) for b in batch])
+    valid = torch.stack([pad(torch.ones(len(b[1]), dtype=torch.bool)) for b in batch])
     optimizer = torch.optim.Adam(head.parameters(), lr=3e-3)
     for _ in range(steps):
         optimizer.zero_grad()

@@ -60,11 +60,21 @@ class BranchCheck(Eagle3TreeDrafter):
     checks the node's children are among that chain's top-k: nothing of a sibling branch reached it."""
 
     checked = 0
+    STATE = ("_real", "_fed", "_features", "_counts", "_kept", "forward_calls")  # what a proposal changes
+
+    def snapshot(self) -> tuple:
+        return (self.cache.k, self.cache.v, *(getattr(self, name) for name in self.STATE))
+
+    def restore(self, saved: tuple) -> None:
+        self.cache = HeadCache()
+        self.cache.k, self.cache.v = saved[:2]
+        for name, value in zip(self.STATE, saved[2:]):
+            setattr(self, name, value)
 
     def propose(self, state, gamma):
-        before = (self.cache.k, self.cache.v, self._fed, self._features)
+        before = self.snapshot()
         draft = super().propose(state, gamma)
-        after = (self.cache.k, self.cache.v, self._fed, self._features, self.forward_calls)
+        after = self.snapshot()
         if draft.tree is not None:
             tokens, parents = draft.tokens[0].tolist(), draft.tree.parents.tolist()
             for j in range(draft.tree.size):
@@ -73,16 +83,15 @@ class BranchCheck(Eagle3TreeDrafter):
                     path = [tokens[a] for a in draft.tree.ancestor_mask[j].nonzero().flatten().tolist()]
                     assert set(children) <= set(self.chain_top_k(state, before, path)), (j, path)
                     BranchCheck.checked += 1
-        self.cache.k, self.cache.v, self._fed, self._features, self.forward_calls = after
+        self.restore(after)
         return draft
 
     def chain_top_k(self, state, before, path: list[int]) -> list[int]:
-        self.cache = HeadCache()
-        self.cache.k, self.cache.v, self._fed, self._features = before
+        self.restore(before)
         prenorm, end = self.catch_up(state)
         for i, token in enumerate(path):
             embeds = self.embed(torch.tensor([[token]]))
-            prenorm = self.head.step(self.cache, embeds, prenorm, torch.tensor([[end + i]]))
+            prenorm = self.head.step(self.cache, embeds, prenorm, (end + i)[:, None])
         logits = self.head.logits(prenorm[0], self.lm_head)
         return probs_from_logits(logits, state.params).topk(self.top_k, dim=-1).indices[0].tolist()
 

@@ -73,6 +73,7 @@ class Eagle3TreeDrafter(Eagle3Drafter):
     stop the tree also ends at the first level none of whose parents is confident (as model_tree does)."""
 
     proposes_trees = True
+    supports_batch = False  # one row: the tree's shape is the row's own
 
     def __init__(self, head: Eagle3Head, top_k: int = 4, nodes: int = 16):
         super().__init__(head)
@@ -81,6 +82,11 @@ class Eagle3TreeDrafter(Eagle3Drafter):
         self.level_seconds: float | None = None  # mean seconds of one head forward (a tree level)
         self._sized_steps = 0
         self._trees: dict[tuple[int, ...], TreeSpec] = {}
+
+    def start(self, state: DecodingState, prefilled=None) -> None:
+        if state.tokens.shape[0] != 1:
+            raise DraftVerifyError("eagle3_tree drafts for one row at a time; send the requests one by one")
+        super().start(state, prefilled)
 
     @classmethod
     def from_options(cls, target: LMBackend, options) -> "Eagle3TreeDrafter":
@@ -97,8 +103,8 @@ class Eagle3TreeDrafter(Eagle3Drafter):
         if self._features is None:  # a one-token prompt: no features yet, the first step drafts nothing
             return empty_draft(state)
         started, calls = perf_counter(), self.forward_calls
-        prenorm, end = self.catch_up(state)  # [1, 1, H] the root's state
-        pool = self.expand(state, prenorm, end, gamma)
+        prenorm, end = self.catch_up(state)  # [1, 1, H] the root's state, [1] the pending token's position
+        pool = self.expand(state, prenorm, int(end[0]), gamma)
         tokens, parents, values = pool.flat()
         chosen = self.choose(state, parents, values, pool.depth)
         index = {j: i for i, j in enumerate(chosen)}
@@ -121,7 +127,8 @@ class Eagle3TreeDrafter(Eagle3Drafter):
         states = root[0]  # [m, H] the prenorm states of the level's parents (the root first)
         parents = [-1]  # [m] those parents
         values = log_q.new_zeros(1)  # [m] their log values
-        forwarded: list[int] = []  # nodes whose keys and values the head's cache holds, in cache order
+        past, real = self.cache.length, self._real[0].cpu()  # [P] the committed pairs' columns
+        forwarded: list[int] = []  # nodes whose keys and values the head's cache holds after them, in order
         ancestors: dict[int, list[int]] = {-1: []}  # node -> its forwarded ancestors and itself
         for depth in range(1, gamma + 1):
             best = log_q.topk(min(k, log_q.shape[-1]), dim=-1)  # [m, c] each parent's children
@@ -135,10 +142,10 @@ class Eagle3TreeDrafter(Eagle3Drafter):
             nodes = level[pick.cpu()].tolist()
             for node, parent in zip(nodes, level_parents[pick.cpu()].tolist()):
                 ancestors[node] = ancestors[parent] + [node]
-            mask = torch.zeros(len(nodes), end + len(forwarded) + len(nodes), dtype=torch.bool)  # [m, cache + m]
-            mask[:, :end] = True
+            mask = torch.zeros(len(nodes), past + len(forwarded) + len(nodes), dtype=torch.bool)  # [m, cache + m]
+            mask[:, :past] = real
             forwarded += nodes
-            column = {node: end + i for i, node in enumerate(forwarded)}
+            column = {node: past + i for i, node in enumerate(forwarded)}
             for row, node in enumerate(nodes):
                 mask[row, [column[a] for a in ancestors[node]]] = True
             slot = [p // children for p in pick.tolist()]  # each picked node's parent's row in `states`

@@ -36,7 +36,6 @@ register_methods(
         "eagle3",
         "draftverify.drafters.eagle3:Eagle3Drafter",
         options=(Eagle3Options,),
-        batches=False,
         methods={
             "eagle3": MethodEntry(
                 "EAGLE-3: a one-layer head on three of the target's layers' features drafts a chain, verified exactly"
