@@ -60,7 +60,7 @@ class BranchCheck(Eagle3TreeDrafter):
     checks the node's children are among that chain's top-k: nothing of a sibling branch reached it."""
 
     checked = 0
-    STATE = ("_real", "_fed", "_features", "_counts", "_kept", "forward_calls")  # what a proposal changes
+    STATE = ("_real", "_features", "_counts", "_kept", "forward_calls")  # what a proposal changes
 
     def snapshot(self) -> tuple:
         return (self.cache.k, self.cache.v, *(getattr(self, name) for name in self.STATE))

@@ -210,8 +210,8 @@ class Eagle3Drafter(Drafter):
         self.lm_head: nn.Module | None = None
         self.cache = HeadCache()
         self._real = torch.zeros(1, 0, dtype=torch.bool)  # [B, P] the cache columns that are each row's real pairs
-        self._fed = torch.zeros(1, dtype=torch.long)  # [B] each row's pairs fed: the next pair's position
-        # [B, m, 3H] features not fed yet, right-aligned: row b's are its last _counts[b] (positions fed..fed+c-1)
+        # [B, m, 3H] features not fed yet, right-aligned: row b's are its last _counts[b] (its positions up to the
+        # one before its pending token)
         self._features: torch.Tensor | None = None
         self._counts = torch.zeros(1, dtype=torch.long)  # [B]
         self._kept = 0  # cache columns holding pairs built from the target's features (drafted ones come after)
@@ -248,7 +248,6 @@ class Eagle3Drafter(Drafter):
         device = state.tokens.device
         self.cache = HeadCache()
         self._real = torch.zeros(state.tokens.shape[0], 0, dtype=torch.bool, device=device)
-        self._fed = torch.zeros_like(state.lengths)
         self._features = None if prefilled is None else prefilled.hidden  # [B, L-1, 3H] positions 0..L-2
         self._counts = (state.lengths - 1).clamp_min(0) if prefilled is not None else torch.zeros_like(state.lengths)
         self._kept = 0
@@ -272,7 +271,7 @@ class Eagle3Drafter(Drafter):
         prenorm = head.step(self.cache, self.embed(tokens), g, positions, self.mask(fresh))[:, -1:]  # [B, 1, H]
         self._real = torch.cat([self._real, fresh], dim=1)
         self._kept = self.cache.length
-        self._fed, self._features, self._counts = end, None, torch.zeros_like(self._counts)
+        self._features, self._counts = None, torch.zeros_like(self._counts)
         self.forward_calls += 1
         return prenorm, end
 
@@ -337,9 +336,9 @@ class Eagle3Drafter(Drafter):
             self._features, self._counts = join_right_aligned(self._features, self._counts, fresh, counts)
 
     def drop_rows(self, keep: torch.Tensor) -> None:
-        rows = keep.to(self._fed.device)
+        rows = keep.to(self._counts.device)
         self.cache.select(rows)
-        self._real, self._fed, self._counts = self._real[rows], self._fed[rows], self._counts[rows]
+        self._real, self._counts = self._real[rows], self._counts[rows]
         if self._features is not None:
             self._features = self._features[rows]
 
@@ -347,12 +346,10 @@ class Eagle3Drafter(Drafter):
         """New rows start with nothing fed: their prompts' features are not available (the target prefilled them
         without the drafter); they draft from the pairs of the tokens they decode from now on."""
         rows = input_ids.shape[0]
-        lengths = attention_mask.long().sum(dim=1).to(self._fed.device)
         self.cache.join(rows)
         self._all_real = self._all_real and self._real.shape[1] == 0
         self._real = torch.cat([self._real, self._real.new_zeros((rows, self._real.shape[1]))])
-        self._fed = torch.cat([self._fed, lengths - 1])
-        self._counts = torch.cat([self._counts, torch.zeros_like(lengths)])
+        self._counts = torch.cat([self._counts, self._counts.new_zeros(rows)])
         if self._features is not None:
             self._features = torch.cat([self._features, self._features.new_zeros((rows, *self._features.shape[1:]))])
 
