@@ -17,6 +17,7 @@ the verify pass's features at its kept tree positions.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from time import perf_counter
 
 import torch
@@ -37,6 +38,12 @@ def positive(name: str, flag: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise DraftVerifyError(f"eagle3_tree needs {flag} (API: {name}) to be a whole number >= 1, got {value!r}")
     return value
+
+
+@lru_cache(maxsize=1024)
+def tree_of(parents: tuple[int, ...]) -> TreeSpec:
+    """The TreeSpec of a shape, built once per shape (bounded: a dynamic tree takes many shapes over a run)."""
+    return TreeSpec.from_parents(list(parents))
 
 
 class Pool:
@@ -81,7 +88,6 @@ class Eagle3TreeDrafter(Eagle3Drafter):
         self.nodes = positive("eagle3_nodes", "--eagle3-nodes", nodes)
         self.level_seconds: float | None = None  # mean seconds of one head forward (a tree level)
         self._sized_steps = 0
-        self._trees: dict[tuple[int, ...], TreeSpec] = {}
 
     def start(self, state: DecodingState, prefilled=None) -> None:
         if state.tokens.shape[0] != 1:
@@ -108,13 +114,11 @@ class Eagle3TreeDrafter(Eagle3Drafter):
         tokens, parents, values = pool.flat()
         chosen = self.choose(state, parents, values, pool.depth)
         index = {j: i for i, j in enumerate(chosen)}
-        shape = tuple(index[parents[j]] if parents[j] >= 0 else -1 for j in chosen)
-        if shape not in self._trees:
-            self._trees[shape] = TreeSpec.from_parents(list(shape))
+        tree = tree_of(tuple(index[parents[j]] if parents[j] >= 0 else -1 for j in chosen))
         if tokens.device.type == "cuda":  # the clock must cover the device's work (the verify waits on it anyway)
             torch.cuda.synchronize(tokens.device)
         self._time_levels(perf_counter() - started, self.forward_calls - calls)
-        return Draft(tokens=tokens[chosen][None], tree=self._trees[shape])  # tokens [1, N]
+        return Draft(tokens=tokens[chosen][None], tree=tree)  # tokens [1, N]
 
     def expand(self, state: DecodingState, root: torch.Tensor, end: int, gamma: int) -> Pool:
         """The head's tree, level by level down to depth gamma: level d's best top_k nodes (by value) are forwarded
