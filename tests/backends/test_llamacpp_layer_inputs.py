@@ -1,8 +1,11 @@
 """llama.cpp's own layer-input extraction (what its draft-eagle3 reads), as the eagle3 method's wrapper takes it:
 the same features as the Hugging Face model's, position for position, through the deferred prompt (decoded with
-the first step) and a verify pass; and the token embedding and LM head read from the GGUF file."""
+the first step) and a verify pass; the token embedding and LM head read from the GGUF file; and the head's chains
+and trees keep llama.cpp's greedy text."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -12,10 +15,15 @@ pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
 from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
 
 from conftest import save_llama  # noqa: E402
+from draftverify import SamplingParams, generate  # noqa: E402
 from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
 from draftverify.backends.llamacpp import LlamaCppLM  # noqa: E402
-from draftverify.drafters.eagle3 import LayerInputsTarget  # noqa: E402
+from draftverify.drafters.base import NoDrafter  # noqa: E402
+from draftverify.drafters.eagle3 import Eagle3Drafter, LayerInputsTarget  # noqa: E402
+from draftverify.drafters.eagle3_tree import Eagle3TreeDrafter  # noqa: E402
 from draftverify.errors import DraftVerifyError  # noqa: E402
+from draftverify.methods import MethodOptions, build_verifier  # noqa: E402
+from eagle3_heads import trained_head  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not converter_available(), reason="no llama.cpp converter: scripts/fetch_llama_cpp_converter.sh"
@@ -57,3 +65,20 @@ def test_layers_the_target_lacks_are_refused(tiny):
     _, path = tiny
     with pytest.raises(DraftVerifyError, match="has 4 layers"):
         LayerInputsTarget.of(LlamaCppLM(path, threads=1), (0, 1, 9))
+
+
+@pytest.mark.parametrize("method", ["eagle3", "eagle3_tree"])
+def test_eagle3_chains_and_trees_give_llama_cpps_greedy_text(tiny, method):
+    """The head's drafts, chains and dynamic trees (verified with the tree's mask in llama.cpp), keep the text
+    llama.cpp's own greedy decoding gives."""
+    model, path = tiny
+    verifier = build_verifier("exact", SamplingParams(), MethodOptions())
+    prompt = torch.tensor([PROMPT])
+    plain = generate(LlamaCppLM(path, threads=1), NoDrafter(), verifier, prompt, max_new_tokens=24)
+    # fitted on llama.cpp's own text (this random target's greedy text parts from the Hugging Face model's)
+    text = PROMPT + plain.new_tokens[0].tolist()
+    head = trained_head(copy.deepcopy(model).double(), [text], 1, steps=60, aux_layers=LAYERS)
+    drafter = Eagle3TreeDrafter(head, top_k=3, nodes=12) if method == "eagle3_tree" else Eagle3Drafter(head)
+    out = generate(LlamaCppLM(path, threads=1), drafter, verifier, prompt, max_new_tokens=24, gamma=3)
+    assert out.new_tokens.tolist() == plain.new_tokens.tolist()
+    assert out.stats.accepted_tokens > 6  # the head's drafts were kept, the tree's at their branch's positions

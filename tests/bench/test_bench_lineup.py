@@ -68,6 +68,7 @@ def test_todays_methods_give_the_rows_the_bench_always_had(model_dir, models):
         "bpd_ngram",
         "bpd_pbest",
         "eagle3",
+        "eagle3_tree",
         "specdec",
         "specdec++_nat",
     ]
@@ -194,3 +195,27 @@ def test_a_conf_row_keeps_its_policy_across_prompts_one_per_temperature(model_di
     hooks.remove()
     assert runner.policies.get("conf", 0.0) is policy and policy.costs.calls > calls
     assert runner.policies.get("conf", 1.0) is not policy
+
+
+def test_an_eagle3_head_gives_chain_and_tree_rows_that_keep_the_greedy_text(model_dir, tmp_path):
+    """With a head for the target, `--runners eagle3,eagle3_tree` gives one row per gamma of each, and the tree row
+    runs (a short generation, not a measurement): its text is the target's greedy text."""
+    from draftverify.drafters.eagle3_head import Eagle3Config, Eagle3Head
+    from draftverify.drafters.eagle3_tree import Eagle3TreeDrafter
+
+    config = _config(model_dir, quick=False, gammas=(3, "auto"), runners=("eagle3", "eagle3_tree"))
+    target = load_models(config).target
+    Eagle3Head(Eagle3Config.for_target(target.config, target.get_output_embeddings())).save(tmp_path / "head")
+    options = {**config.options, "eagle3_path": tmp_path / "head"}
+    config = BenchConfig(**{**config.as_dict(), "options": options}).resolved()
+    models = load_models(config)
+    hooks = install_hooks(models)
+    runners, notes = build_runners(config, models, hooks)
+    rows = {r.name: r for r in runners}
+    assert {"eagle3[g=3]", "eagle3[auto]", "eagle3_tree[g=3]", "eagle3_tree[auto]"} <= set(rows), notes
+    assert isinstance(rows["eagle3_tree[g=3]"].drafter, Eagle3TreeDrafter)
+    ids = models.tokenizer("def add(a, b):\n", return_tensors="pt").input_ids
+    outputs = {name: rows[name].run(ids, 0.0, 0, 12) for name in ("hf_generate", "eagle3_tree[g=3]")}
+    hooks.remove()
+    assert outputs["eagle3_tree[g=3]"].new_ids == outputs["hf_generate"].new_ids
+    assert outputs["eagle3_tree[g=3]"].drafted > 0

@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from conftest import CAUSAL_ARCHS, reference_greedy, varied_model
-from draftverify import DraftVerifyError, SamplingParams, generate
+from draftverify import DraftVerifyError, RowRequest, SamplingParams, generate
 from draftverify.cached_lm import CachedLM
-from draftverify.drafters.eagle3 import Eagle3Drafter, LayerInputsTarget
-from draftverify.drafters.eagle3_head import Eagle3Config, Eagle3Head
+from draftverify.draft_length import ConfidenceGamma
+from draftverify.drafters.eagle3 import Eagle3Drafter, LayerInputsTarget, join_right_aligned
+from draftverify.drafters.eagle3_head import Eagle3Head
 from draftverify.methods import MethodOptions, build_verifier
-from draftverify.train.eagle3 import target_features, ttt_loss
+from eagle3_heads import head_for, trained_head
 
 torch.set_num_threads(1)
 
@@ -22,13 +23,8 @@ PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
 NEW = 40
 
 
-def head_for(model, seed: int = 0) -> Eagle3Head:
-    torch.manual_seed(seed)
-    return Eagle3Head(Eagle3Config.for_target(model.config, model.get_output_embeddings())).double()
-
-
-def exact():
-    return build_verifier("exact", SamplingParams(), MethodOptions())
+def exact(params: SamplingParams | None = None):
+    return build_verifier("exact", params or SamplingParams(), MethodOptions())
 
 
 @pytest.mark.parametrize("arch", CAUSAL_ARCHS)
@@ -48,32 +44,11 @@ def test_the_wrapped_target_returns_the_chosen_layers_inputs(arch):
     assert target.forward(PROMPT[:, :1]).hidden is None  # features only when asked for
 
 
-def trained_head(model, prompts: list[list[int]], steps: int = 150) -> Eagle3Head:
-    """A head fitted to the target's own greedy continuations of `prompts` (the recipe's loss)."""
-    head = head_for(model)
-    embed, lm_head = model.get_input_embeddings(), model.get_output_embeddings()
-    batch = []
-    for prompt in prompts:
-        sequence = prompt + reference_greedy(model, torch.tensor([prompt]), NEW)
-        features, labels = target_features(model, sequence, head.config.aux_layers)
-        batch.append((features.double(), torch.tensor(sequence), labels))
-    features = torch.stack([b[0] for b in batch])
-    tokens = torch.stack([b[1] for b in batch])
-    labels = torch.stack([b[2] for b in batch])
-    valid = torch.ones_like(tokens, dtype=torch.bool)
-    optimizer = torch.optim.Adam(head.parameters(), lr=3e-3)
-    for _ in range(steps):
-        optimizer.zero_grad()
-        ttt_loss(head, embed, lm_head, (features, tokens, labels, valid), steps=4).backward()
-        optimizer.step()
-    return head.eval()
-
-
 def test_a_trained_head_drafts_accepted_tokens_and_the_text_stays_the_targets():
     model = varied_model("llama")
     reference = reference_greedy(model, PROMPT, NEW)
     assert len(set(reference)) > 8  # varied text, so equivalence is not vacuous
-    head = trained_head(model, [PROMPT[0].tolist()])
+    head = trained_head(model, [PROMPT[0].tolist()], NEW)
     out = generate(model, Eagle3Drafter(head), exact(), PROMPT, max_new_tokens=NEW, gamma=5)
     assert out.new_tokens[0].tolist() == reference
     untrained = generate(model, Eagle3Drafter(head_for(model)), exact(), PROMPT, max_new_tokens=NEW, gamma=5)
@@ -85,7 +60,7 @@ def test_a_trained_head_drafts_accepted_tokens_and_the_text_stays_the_targets():
 
 def test_sampling_with_a_trained_head_is_reproducible_and_in_vocabulary():
     model = varied_model("llama")
-    head = trained_head(model, [PROMPT[0].tolist()], steps=40)
+    head = trained_head(model, [PROMPT[0].tolist()], NEW, steps=40)
     params = SamplingParams(temperature=0.8, seed=3)
     verifier = build_verifier("exact", params, MethodOptions())
     first = generate(model, Eagle3Drafter(head), verifier, PROMPT, params, max_new_tokens=NEW, gamma=4)
@@ -129,3 +104,104 @@ def test_encoder_decoder_targets_are_refused():
     model = varied_model("t5")
     with pytest.raises(DraftVerifyError, match="decoder-only"):
         LayerInputsTarget.of(CachedLM(model), (0, 0, 0))
+
+
+ROWS = [[5, 17, 33, 8, 41, 5, 17], [9, 4], [60, 61, 62, 60, 61], [12]]  # the last: no features before its first step
+
+
+def padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
+    return ids, mask
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """A target, a head fitted to its text after each of ROWS (so rows accept different amounts), its texts."""
+    model = varied_model("llama")
+    head = trained_head(model, [p for p in ROWS if len(p) > 1], 24, steps=80)
+    return model, head, [reference_greedy(model, torch.tensor([p]), 24) for p in ROWS]
+
+
+def policy(kind: str):
+    """A fixed draft length, or the confidence stop under a fixed cap (no timings: batch and batch-1 runs draft
+    alike, so their acceptance can be compared). The fitted head's max q is low on the 96 tokens; at 0.05 the rows'
+    drafts end at different lengths."""
+    return 3 if kind == "fixed" else ConfidenceGamma(0.05, fixed=5)
+
+
+@pytest.mark.parametrize("kind", ["fixed", "confident"])
+def test_rows_of_a_batch_equal_their_own_greedy_text(fitted, kind):
+    """Left-padded rows of different lengths, leaving at their own limits, the confidence stop ending each row's
+    draft on its own: each row's text is its batch-1 text, and it accepts as many drafts as alone."""
+    model, head, refs = fitted
+    limits = [24, 20, 24, 9]
+    ids, mask = padded(ROWS)
+    out = generate(
+        model, Eagle3Drafter(head), exact(), ids, attention_mask=mask, max_new_tokens=limits, gamma=policy(kind)
+    )
+    assert out.rows == [r[:n] for r, n in zip(refs, limits)]
+    alone = [
+        generate(model, Eagle3Drafter(head), exact(), torch.tensor([p]), max_new_tokens=n, gamma=policy(kind)).stats
+        for p, n in zip(ROWS, limits)
+    ]
+    assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens  # ragged acceptance
+    assert out.stats.accepted_tokens == sum(s.accepted_tokens for s in alone)
+
+
+def test_rows_joining_between_steps_equal_their_own_text(fitted):
+    """Continuous batching: a joining row has no features of its prompt and drafts from what it decodes after."""
+    model, head, refs = fitted
+    schedule = {2: [1, 2], 4: [3]}  # after step 2 rows 1 and 2 join, after step 4 row 3
+    calls = []
+
+    def admit():
+        calls.append(len(calls) + 1)
+        return [RowRequest(ROWS[i], 24) for i in schedule.get(len(calls), [])]
+
+    out = generate(
+        model, Eagle3Drafter(head), exact(), torch.tensor([ROWS[0]]), max_new_tokens=24, gamma=3, admit=admit
+    )
+    assert out.rows == refs and out.stats.accepted_tokens > 0
+
+
+def test_coupled_sampling_rows_equal_their_own_seeded_text(fitted):
+    model, head, _ = fitted
+    params = SamplingParams(temperature=0.9, top_p=0.95, coupling=True)
+    seeds = [3, 4, 5, 6]
+    expected = [
+        generate(
+            model,
+            Eagle3Drafter(head),
+            exact(SamplingParams(temperature=0.9, top_p=0.95, seed=seed)),
+            torch.tensor([prompt]),
+            SamplingParams(temperature=0.9, top_p=0.95, seed=seed),
+            max_new_tokens=16,
+            gamma=3,
+        )
+        .new_tokens[0]
+        .tolist()
+        for prompt, seed in zip(ROWS, seeds)
+    ]
+    ids, mask = padded(ROWS)
+    out = generate(
+        model,
+        Eagle3Drafter(head),
+        exact(params),
+        ids,
+        params,
+        attention_mask=mask,
+        max_new_tokens=16,
+        gamma=3,
+        seeds=seeds,
+    )
+    assert out.rows == expected and out.stats.accepted_tokens > 0
+
+
+def test_right_aligned_blocks_join_row_by_row():
+    a = torch.tensor([[0, 1, 2], [9, 9, 5]])[..., None]  # row 0 holds 3, row 1 holds 1
+    b = torch.tensor([[7, 8], [9, 6]])[..., None]  # row 0 holds 2, row 1 holds 1
+    joined, counts = join_right_aligned(a, torch.tensor([3, 1]), b, torch.tensor([2, 1]))
+    assert counts.tolist() == [5, 2] and joined[0, :, 0].tolist() == [0, 1, 2, 7, 8]
+    assert joined[1, -2:, 0].tolist() == [5, 6]

@@ -190,10 +190,17 @@ class LlamaCppLayerInputs(LayerInputsTarget):
 
 class Eagle3Drafter(Drafter):
     """Drafts a chain with the EAGLE-3 head: greedy takes its argmax, sampling draws from its distribution
-    (returned as q, so the exact verifier keeps the target's distribution)."""
+    (returned as q, so the exact verifier keeps the target's distribution).
+
+    Rows (left-padded, as the target's): a row's pairs are fed as its features come (each verify pass keeps a
+    different number per row), so the head's cache columns hold real pairs for some rows and padding for others;
+    `_real` [B, P] says which, and every head forward masks the rest out. Each row's pairs sit at its own positions
+    (its real token index), so a row's drafts are what it would draft alone. A row that joined between steps has
+    no features of its prompt: it drafts from the pairs of the tokens decoded since."""
 
     needs_target_hidden = True
     hidden_from_wrapper = True  # the layer inputs, read by LayerInputsTarget on the hf and llamacpp backends
+    supports_batch = True
 
     def __init__(self, head: Eagle3Head):
         super().__init__()
@@ -202,17 +209,26 @@ class Eagle3Drafter(Drafter):
         self.embed: nn.Module | None = None
         self.lm_head: nn.Module | None = None
         self.cache = HeadCache()
-        self._fed = 0  # head positions holding pairs built from the target's features
-        self._features: torch.Tensor | None = None  # [B, m, 3H] features of positions fed..fed+m-1, not fed yet
+        self._real = torch.zeros(1, 0, dtype=torch.bool)  # [B, P] the cache columns that are each row's real pairs
+        # [B, m, 3H] features not fed yet, right-aligned: row b's are its last _counts[b] (its positions up to the
+        # one before its pending token)
+        self._features: torch.Tensor | None = None
+        self._counts = torch.zeros(1, dtype=torch.long)  # [B]
+        self._kept = 0  # cache columns holding pairs built from the target's features (drafted ones come after)
+        self._all_real = True  # every cache column is a real pair of every row (no mask needed): a host flag
 
     @classmethod
     def from_options(cls, target: LMBackend, options) -> "Eagle3Drafter":
+        return cls(cls.load_head(options))
+
+    @classmethod
+    def load_head(cls, options) -> Eagle3Head:
         if options.eagle3_path is None:
             raise DraftVerifyError(
-                "eagle3 needs a trained EAGLE-3 head: pass eagle3_path=... (CLI: --eagle3 DIR; `draftverify train "
-                "eagle3` makes one)"
+                f"{cls.name} needs a trained EAGLE-3 head: pass eagle3_path=... (CLI: --eagle3 DIR; `draftverify "
+                "train eagle3` makes one)"
             )
-        return cls(Eagle3Head.load(options.eagle3_path))
+        return Eagle3Head.load(options.eagle3_path)
 
     def wrap_target(self, target: LMBackend) -> LMBackend:
         if isinstance(target, LayerInputsTarget):
@@ -228,11 +244,47 @@ class Eagle3Drafter(Drafter):
         self.head.to(device=target.device, dtype=target.dtype)
 
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
-        if state.tokens.shape[0] != 1:
-            raise DraftVerifyError("eagle3 drafts for one row at a time; send the requests one by one")
+        assert state.lengths is not None  # set by DecodingState.__post_init__
+        device = state.tokens.device
         self.cache = HeadCache()
-        self._fed = 0
-        self._features = None if prefilled is None else prefilled.hidden  # positions 0..L-2
+        self._real = torch.zeros(state.tokens.shape[0], 0, dtype=torch.bool, device=device)
+        self._features = None if prefilled is None else prefilled.hidden  # [B, L-1, 3H] positions 0..L-2
+        self._counts = (state.lengths - 1).clamp_min(0) if prefilled is not None else torch.zeros_like(state.lengths)
+        self._kept = 0
+        self._all_real = True
+
+    def catch_up(self, state: DecodingState) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed the head, in one forward, every pair whose features the verify passes since the last draft gave;
+        returns the last pair's prenorm state [B, 1, H] (its logits predict the token after the pending one) and
+        each row's pending token position [B]."""
+        assert self.embed is not None and self._features is not None  # set by bind, and by start / commit
+        assert state.lengths is not None  # set by DecodingState.__post_init__
+        head, features = self.head, self._features
+        m = features.shape[1]
+        end = state.lengths - 1  # [B] the pending tokens' positions
+        g = head.fc(features.to(head.fc.weight.dtype))  # [B, m, H]
+        tokens = state.tokens[:, -m:]  # [B, m] pair j's token: the row's token at position end - m + j + 1
+        column = torch.arange(m, device=g.device)
+        positions = (end[:, None] - m + column).clamp_min(0)  # [B, m]
+        fresh = column[None] >= (m - self._counts)[:, None]  # [B, m] the row's real pairs (right-aligned)
+        self._all_real = self._all_real and (fresh.shape[0] == 1 or bool(fresh.all()))  # one row: always real
+        prenorm = head.step(self.cache, self.embed(tokens), g, positions, self.mask(fresh))[:, -1:]  # [B, 1, H]
+        self._real = torch.cat([self._real, fresh], dim=1)
+        self._kept = self.cache.length
+        self._features, self._counts = None, torch.zeros_like(self._counts)
+        self.forward_calls += 1
+        return prenorm, end
+
+    def mask(self, fresh: torch.Tensor) -> torch.Tensor | None:
+        """What new pairs see [B, n, P + n] (fresh [B, n]: which are real): each row's real cached pairs and the
+        real new ones up to itself (a padding pair sees itself only); None where every pair is real (the head's
+        own causal mask)."""
+        if self._all_real:  # and so is every new pair: catch_up's, and the drafted ones
+            return None
+        n = fresh.shape[1]
+        causal = torch.ones(n, n, dtype=torch.bool, device=fresh.device).tril()  # [n, n]
+        new = (causal[None] & fresh[:, None, :]) | torch.eye(n, dtype=torch.bool, device=fresh.device)
+        return torch.cat([self._real[:, None, :].expand(-1, n, -1), new], dim=2)
 
     @torch.no_grad()
     def propose(self, state: DecodingState, gamma: int) -> Draft:
@@ -240,32 +292,76 @@ class Eagle3Drafter(Drafter):
             return empty_draft(state)
         assert self.embed is not None and self.lm_head is not None  # set by bind
         head, params = self.head, state.params
-        end = state.tokens.shape[1] - 1  # the pending token's position
-        g = head.fc(self._features.to(head.fc.weight.dtype))  # [1, m, H] positions fed..end-1
-        tokens = state.tokens[:, self._fed + 1 : end + 1]  # [1, m] each pair's token
-        positions = torch.arange(self._fed, end, device=g.device)[None]  # [1, m]
-        prenorm = head.step(self.cache, self.embed(tokens), g, positions)[:, -1:]  # [1, 1, H]
-        self._fed, self._features = end, None
-        self.forward_calls += 1
+        prenorm, end = self.catch_up(state)
+        ready = self._real.any(dim=1)  # [B] rows with a real pair: the others (just joined) draft nothing yet
+        stop = state.draft_confidence
+        drafting = ready.clone()  # [B] rows still drafting (the confidence stop ends each on its own)
+        lengths = torch.zeros_like(end)  # [B] tokens each row drafted
         drafted: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
         while True:
-            probs = probs_from_logits(head.logits(prenorm, self.lm_head)[:, -1], params)  # [1, V]
-            token = argmax(probs).reshape(1) if params.greedy else draw_next(probs, state, len(drafted))  # [1]
+            probs = probs_from_logits(head.logits(prenorm, self.lm_head)[:, -1], params)  # [B, V]
+            token = argmax(probs) if params.greedy else draw_next(probs, state, len(drafted))  # [B]
             drafted.append(token)
             q.append(probs)
-            if len(drafted) >= gamma or float(probs.max()) <= state.draft_confidence:
+            lengths += drafting
+            if stop > 0:
+                drafting &= probs.amax(dim=-1) > stop
+            if len(drafted) >= gamma or not bool(drafting.any()):
                 break
-            position = torch.tensor([[end + len(drafted) - 1]], device=g.device)
-            prenorm = head.step(self.cache, self.embed(token[:, None]), prenorm, position)
+            position = (end + len(drafted) - 1)[:, None]  # [B, 1]
+            real = torch.ones_like(position, dtype=torch.bool)  # [B, 1]
+            prenorm = head.step(self.cache, self.embed(token[:, None]), prenorm, position, self.mask(real))
+            self._real = torch.cat([self._real, real], dim=1)
             self.forward_calls += 1
-        return Draft(tokens=torch.stack(drafted, dim=1), q_probs=torch.stack(q, dim=1))
+        draft = Draft(tokens=torch.stack(drafted, dim=1), q_probs=torch.stack(q, dim=1))  # [B, N], [B, N, V]
+        if bool((lengths < draft.length).any()):
+            draft.lengths = lengths
+        return draft
 
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
-        self.cache.truncate(self._fed)
+        """The drafted columns leave the cache; the verify pass's features of each row's pending token and kept
+        drafts [B, 1 + accepted, 3H] (right-aligned) wait for the next draft."""
+        self.cache.truncate(self._kept)
+        self._real = self._real[:, : self._kept]
         assert scored is not None and scored.hidden is not None  # needs_target_hidden: the wrapper's features
-        fresh = scored.hidden  # [1, 1 + accepted, 3H] the pending token's and the kept drafts'
+        fresh, counts = scored.hidden, verdict.num_accepted.to(self._counts.device) + 1  # [B, k, 3H], [B]
         assert self.target is not None  # set by bind
-        if self._fed == 0 and self._features is None and self.target.earlier is not None:
-            fresh = torch.cat([self.target.earlier, fresh], dim=1)  # the prompt decoded with the first step
-        self._features = fresh if self._features is None else torch.cat([self._features, fresh], dim=1)
+        if self.cache.length == 0 and self._features is None and self.target.earlier is not None:
+            fresh = torch.cat([self.target.earlier, fresh], dim=1)  # the prompt decoded with the first step (1 row)
+            counts = counts + self.target.earlier.shape[1]
+        if self._features is None:
+            self._features, self._counts = fresh, counts
+        else:  # a step without a proposal: both right-aligned blocks, row by row
+            self._features, self._counts = join_right_aligned(self._features, self._counts, fresh, counts)
+
+    def drop_rows(self, keep: torch.Tensor) -> None:
+        rows = keep.to(self._counts.device)
+        self.cache.select(rows)
+        self._real, self._counts = self._real[rows], self._counts[rows]
+        if self._features is not None:
+            self._features = self._features[rows]
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """New rows start with nothing fed: their prompts' features are not available (the target prefilled them
+        without the drafter); they draft from the pairs of the tokens they decode from now on."""
+        rows = input_ids.shape[0]
+        self.cache.join(rows)
+        self._all_real = self._all_real and self._real.shape[1] == 0
+        self._real = torch.cat([self._real, self._real.new_zeros((rows, self._real.shape[1]))])
+        self._counts = torch.cat([self._counts, self._counts.new_zeros(rows)])
+        if self._features is not None:
+            self._features = torch.cat([self._features, self._features.new_zeros((rows, *self._features.shape[1:]))])
+
+
+def join_right_aligned(
+    a: torch.Tensor, a_counts: torch.Tensor, b: torch.Tensor, b_counts: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's last a_counts entries of a [B, m, D], then its last b_counts of b [B, k, D], right-aligned
+    [B, w, D] (padding on the left), and the rows' counts [B]."""
+    m, k = a.shape[1], b.shape[1]
+    counts = a_counts + b_counts
+    back = torch.arange(int(counts.max()) - 1, -1, -1, device=a.device)[None]  # [1, w] columns from the end
+    index = torch.where(back < b_counts[:, None], m + k - 1 - back, m - 1 - (back - b_counts[:, None]))  # [B, w]
+    both = torch.cat([a, b], dim=1)  # [B, m + k, D]
+    return both.gather(1, index.clamp(0, m + k - 1)[..., None].expand(-1, -1, a.shape[2])), counts

@@ -200,8 +200,9 @@ class MidLayer(nn.Module):
 
 
 class HeadCache:
-    """The head's keys and values [B, heads, P, d] at positions 0..P-1, cut back to the real prefix after each
-    draft (a list of growing tensors would cost more than the cat at these sizes)."""
+    """The head's keys and values [B, heads, P, d], one column per pair fed, cut back to the real prefix after each
+    draft (a list of growing tensors would cost more than the cat at these sizes). In a batch of rows a column may
+    hold padding for some rows: the drafter keeps which columns are each row's real pairs."""
 
     def __init__(self) -> None:
         self.k: torch.Tensor | None = None
@@ -224,6 +225,12 @@ class HeadCache:
         if self.k is not None:
             self.k, self.v = self.k[rows], self.v[rows]  # type: ignore[index]
 
+    def join(self, rows: int) -> None:
+        """`rows` new rows at the end of the batch, holding nothing (zeros: their owner masks them out)."""
+        if self.k is not None:
+            self.k = torch.cat([self.k, self.k.new_zeros((rows, *self.k.shape[1:]))])
+            self.v = torch.cat([self.v, self.v.new_zeros((rows, *self.v.shape[1:]))])  # type: ignore[union-attr]
+
 
 class Eagle3Head(nn.Module):
     """fc, the mid layer and the final norm (the LM head and token embedding are the target's, passed in)."""
@@ -235,17 +242,27 @@ class Eagle3Head(nn.Module):
         self.midlayer = MidLayer(config)
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def step(self, cache: HeadCache, embeds: torch.Tensor, g: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def step(
+        self,
+        cache: HeadCache,
+        embeds: torch.Tensor,
+        g: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Inference: pairs (g [B, n, H], token embeddings [B, n, H]) at positions [B or 1, n] after the cache's,
-        causal among themselves; their keys and values join the cache. Returns the prenorm states [B, n, H]."""
+        causal among themselves unless mask (bool [n, cache + n] or per row [B, n, cache + n]: what each new pair
+        sees, e.g. its tree ancestors, a row's real pairs) says otherwise; their keys and values join the cache.
+        Returns the prenorm states [B, n, H]."""
         layer = self.midlayer
         q, k, v = layer.self_attn.qkv(layer.attention_input(embeds, g), positions)
         past = cache.length
         keys, values = cache.append(k, v)
         n = q.shape[2]
-        mask = None
-        if n > 1:  # the new positions see the cache and each other causally
+        if mask is None and n > 1:  # the new positions see the cache and each other causally
             mask = torch.ones(n, past + n, dtype=torch.bool, device=q.device).tril(past)
+        elif mask is not None and mask.dim() == 3:
+            mask = mask[:, None]  # [B, 1, n, cache + n]: every attention head alike
         attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         return layer.finish(attended, g)
 
