@@ -320,9 +320,14 @@ class Pipeline:
         growing caches: compiled models preallocate one row)."""
         from .methods import build_verifier as _build
 
+        from .backends.base import check_backend
+
+        try:
+            check_backend(self.target, type(self.drafter), self.method.name, batched=True)  # trees on llama.cpp
+        except DraftVerifyError:
+            return False
         return (
             self.drafter.supports_batch
-            and self.target.supports_rows
             and not self.compiled
             and _build(self.verifier_name, SamplingParams(), self.options).supports_batch
         )

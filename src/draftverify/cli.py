@@ -205,8 +205,11 @@ def _quiet_libraries() -> None:
         quiet_libraries(process=True)
 
 
-def _check_backend_flags(backend: str, compile_: bool, batched: bool, draft_gguf: str | None = None) -> None:
-    """--backend and what it cannot combine with, before anything loads."""
+def _check_backend_flags(
+    backend: str, compile_: bool, batched: bool, draft_gguf: str | None = None, method: str | None = None
+) -> None:
+    """--backend and what it cannot combine with (batched: the method's drafter in batches), before anything
+    loads."""
     from .backends import check_draft_gguf
     from .backends.registry import backends_that, target_backend
 
@@ -230,6 +233,12 @@ def _check_backend_flags(backend: str, compile_: bool, batched: bool, draft_gguf
             f"--backend {backend} decodes one prompt at a time: add --batch-size 1, or use "
             f"--backend {backends_that('batches')} for batches"
         )
+    if batched and method is not None:
+        from . import drafters  # noqa: F401  (fills the registry)
+        from .backends.base import check_backend
+        from .registry import DRAFTERS, lookup
+
+        check_backend(entry.backend_class(), lookup(DRAFTERS, "drafter", resolve_method(method).drafter), method, True)
 
 
 @app.command()
@@ -333,7 +342,7 @@ def generate(
             raise DraftVerifyError("give exactly one of --prompt and --prompts-file")
         if batch_size < 1:
             raise DraftVerifyError(f"--batch-size must be >= 1, got {batch_size}")
-        _check_backend_flags(backend, compile_, prompts_file is not None and batch_size > 1, draft_gguf)
+        _check_backend_flags(backend, compile_, prompts_file is not None and batch_size > 1, draft_gguf, method)
         texts = read_prompts_file(prompts_file) if prompts_file is not None else None
         text_in = _read_prompt(prompt) if texts is None else texts[0]
         for note in _ignored_settings(

@@ -1,0 +1,182 @@
+"""The llama.cpp backend's rows: batches of 2 / 4 / 8 prompts of different lengths on one context, each row's
+greedy text equal to its batch-1 text (autoregressive, prompt_lookup and a llama.cpp draft model), one
+llama_decode per step for every row, rows leaving and joining between steps (continuous batching), and what rows
+refuse (trees, methods that cannot batch on llama.cpp) in one line."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
+
+from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
+
+from conftest import save_llama  # noqa: E402
+from draftverify import DraftVerifyError, generate  # noqa: E402
+from draftverify.backends import DEFAULT_DRAFT_GGUF  # noqa: E402
+from draftverify.backends.base import check_backend  # noqa: E402
+from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
+from draftverify.backends.llamacpp import GGUFModel, LlamaCppLM  # noqa: E402
+from draftverify.methods import MethodOptions, build_drafter, build_verifier, resolve_method  # noqa: E402
+from draftverify.registry import DRAFTERS  # noqa: E402
+from draftverify.types import RowRequest, SamplingParams  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not converter_available(), reason="no llama.cpp converter: scripts/fetch_llama_cpp_converter.sh"
+)
+
+BATCH_METHODS = ("autoregressive", "prompt_lookup", "model")
+# prompts of different lengths, some repeating themselves (prompt lookup finds drafts), one of a single token
+PROMPTS = [
+    [5, 17, 99, 230, 7, 5, 17, 99, 230, 7, 5, 17],
+    [41, 8],
+    [300, 12, 77, 300, 12, 77, 300, 12],
+    [9],
+    [120, 45, 66, 120, 45, 66, 120, 45, 66, 120, 45, 66, 120, 45, 66, 120],
+    [3, 250, 18, 90, 3, 250],
+    [77, 77, 77, 77, 77],
+    [14, 28, 56, 112, 224, 14, 28, 56, 112],
+]
+NEW = 24
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, request):
+    """A tiny random Llama target (f32 GGUF) and a noisy copy of it as the draft (the backend's default draft
+    type): the draft agrees on some tokens, not all."""
+    root = tmp_path_factory.mktemp("llamacpp-rows")
+    tokenizer = AutoTokenizer.from_pretrained(request.config.rootpath / "zoo" / "code" / "tokenizer")
+    save_llama(root / "target", layers=2, seed=0, tokenizer=tokenizer)
+    draft = LlamaForCausalLM.from_pretrained(root / "target")
+    draft = copy.deepcopy(draft)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05 * p.std())
+    draft.save_pretrained(root / "draft")
+    tokenizer.save_pretrained(root / "draft")
+    cache = root / "gguf"
+    return {
+        "root": root,
+        "target": GGUFModel(gguf_for(root / "target", cache_dir=cache)),
+        "draft": GGUFModel(gguf_for(root / "draft", DEFAULT_DRAFT_GGUF, cache_dir=cache)),
+    }
+
+
+def setup(tiny, method: str, gamma: int = 4):
+    spec = resolve_method(method)
+    options = MethodOptions(
+        draft_model=LlamaCppLM(tiny["draft"], role="draft", threads=1) if spec.needs_draft else None,
+        prompt_lookup_min_ngram=1,
+    )
+    target = LlamaCppLM(tiny["target"], threads=1)
+    drafter = build_drafter(spec.drafter, target, options)
+    return target, drafter, build_verifier(spec.verifier, SamplingParams(), options)
+
+
+def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
+    return ids, mask
+
+
+_ALONE: dict = {}
+
+
+def alone(tiny, method: str, prompt: list[int], new: int = NEW) -> list[int]:
+    """The prompt's batch-1 text on the same backend and method."""
+    key = (method, tuple(prompt), new)
+    if key not in _ALONE:
+        target, drafter, verifier = setup(tiny, method)
+        out = generate(target, drafter, verifier, torch.tensor([prompt]), max_new_tokens=new, gamma=4)
+        _ALONE[key] = out.rows[0]
+    return _ALONE[key]
+
+
+@pytest.mark.parametrize("method", BATCH_METHODS)
+@pytest.mark.parametrize("rows", [2, 4, 8])
+def test_each_row_of_a_batch_equals_its_batch_1_text(tiny, method, rows):
+    prompts = PROMPTS[:rows]
+    target, drafter, verifier = setup(tiny, method)
+    ids, mask = left_padded(prompts)
+    out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=NEW, gamma=4)
+    for b, prompt in enumerate(prompts):
+        assert out.rows[b] == alone(tiny, method, prompt), f"{method}, row {b} of {rows}"
+    if method != "autoregressive":
+        assert out.stats.accepted_tokens > 0, "no draft was ever accepted: the rows' commits are untested"
+    if method == "model":
+        assert out.stats.rejections > 0, "every draft accepted: the rows' rollback is untested"
+
+
+def test_one_decode_per_step_for_every_row(tiny, monkeypatch):
+    """Every row's new tokens (and, at the first step, every row's prompt) in one llama_decode per forward."""
+    target, drafter, verifier = setup(tiny, "autoregressive")
+    decodes = []
+    original = LlamaCppLM._decode
+
+    def counted(self, n):
+        decodes.append((self.role, n))
+        return original(self, n)
+
+    monkeypatch.setattr(LlamaCppLM, "_decode", counted)
+    ids, mask = left_padded(PROMPTS[:4])
+    out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=NEW, gamma=4)
+    assert len(decodes) == out.stats.target_calls
+    assert decodes[0][1] == sum(len(p) for p in PROMPTS[:4])  # the prompts and each row's pending token
+
+
+@pytest.mark.parametrize("method", BATCH_METHODS)
+def test_rows_leave_and_join_between_steps_with_their_batch_1_texts(tiny, method):
+    """Continuous batching: rows with short limits finish early and leave; waiting prompts join, each in a free
+    sequence, and every row's text equals its batch-1 text."""
+    target, drafter, verifier = setup(tiny, method)
+    first = [PROMPTS[0], PROMPTS[1], PROMPTS[2]]
+    limits = [NEW, 5, 9]
+    waiting = [RowRequest(PROMPTS[k], NEW) for k in (4, 5, 6, 7)]
+
+    def admit():
+        return [waiting.pop(0)] if waiting else []
+
+    ids, mask = left_padded(first)
+    out = generate(
+        target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=limits, gamma=4, admit=admit
+    )
+    prompts = first + [PROMPTS[k] for k in (4, 5, 6, 7)]
+    assert len(out.rows) == len(prompts) and not waiting
+    for b, (prompt, limit) in enumerate(zip(prompts, limits + [NEW] * 4)):
+        assert out.rows[b] == alone(tiny, method, prompt)[:limit], f"{method}, row {b}"
+    assert len(target.seqs) == 0 or max(target.seqs) < 8  # a left row's sequence id is reused
+
+
+def test_the_context_grows_with_its_rows_and_keeps_them(tiny):
+    """Rows outgrowing the context's cells: a larger one is made and every held row copied across."""
+    target, drafter, verifier = setup(tiny, "autoregressive")
+    small = LlamaCppLM(tiny["target"], threads=1, n_ctx=64)
+    small.fixed_ctx = False  # sized small to make it grow
+    ids, mask = left_padded(PROMPTS)
+    out = generate(small, drafter, verifier, ids, attention_mask=mask, max_new_tokens=NEW, gamma=1)
+    assert small.n_ctx > 64
+    for b, prompt in enumerate(PROMPTS):
+        assert out.rows[b] == alone(tiny, "autoregressive", prompt)
+
+
+def test_trees_and_methods_that_cannot_batch_on_llama_cpp_are_refused_in_one_line(tiny):
+    target = LlamaCppLM(tiny["target"], threads=1)
+    ids, mask = left_padded(PROMPTS[:2])
+    target.start(ids, attention_mask=mask)
+    with pytest.raises(DraftVerifyError, match="token trees one row at a time") as err:
+        target.forward(ids[:, -2:], torch.tensor([[4, 5]]), torch.ones(2, 2, dtype=torch.bool).tril())
+    assert "\n" not in str(err.value)
+    for method in ("model_tree", "prompt_lookup_tree"):
+        drafter_cls = DRAFTERS[resolve_method(method).drafter]
+        check_backend(LlamaCppLM, drafter_cls, method)  # one row: runs
+        with pytest.raises(DraftVerifyError, match="token trees in batches of several rows") as err:
+            check_backend(LlamaCppLM, drafter_cls, method, batched=True)
+        assert "\n" not in str(err.value)
+    target, drafter, verifier = setup(tiny, "prompt_lookup_tree")
+    with pytest.raises(DraftVerifyError, match="token trees in batches"):
+        generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=4)
