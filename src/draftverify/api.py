@@ -318,9 +318,8 @@ class Pipeline:
     def supports_batches(self) -> bool:
         """Whether this pipeline's method decodes batches of several rows (a drafter and verifier that batch, on
         growing caches: compiled models preallocate one row)."""
-        from .methods import build_verifier as _build
-
         from .backends.base import check_backend
+        from .methods import build_verifier as _build
 
         try:
             check_backend(self.target, type(self.drafter), self.method.name, batched=True)  # trees on llama.cpp
