@@ -142,9 +142,7 @@ def test_rows_leave_and_join_between_steps_with_their_batch_1_texts(tiny, method
         return [waiting.pop(0)] if waiting else []
 
     ids, mask = left_padded(first)
-    out = generate(
-        target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=limits, gamma=4, admit=admit
-    )
+    out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=limits, gamma=4, admit=admit)
     prompts = first + [PROMPTS[k] for k in (4, 5, 6, 7)]
     assert len(out.rows) == len(prompts) and not waiting
     for b, (prompt, limit) in enumerate(zip(prompts, limits + [NEW] * 4)):
