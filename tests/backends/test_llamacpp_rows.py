@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
     not converter_available(), reason="no llama.cpp converter: scripts/fetch_llama_cpp_converter.sh"
 )
 
-BATCH_METHODS = ("autoregressive", "prompt_lookup", "model")
+BATCH_METHODS = ("autoregressive", "prompt_lookup", "model", "lookup_model")
 # prompts of different lengths, some repeating themselves (prompt lookup finds drafts), one of a single token
 PROMPTS = [
     [5, 17, 99, 230, 7, 5, 17, 99, 230, 7, 5, 17],
@@ -178,3 +178,30 @@ def test_trees_and_methods_that_cannot_batch_on_llama_cpp_are_refused_in_one_lin
     target, drafter, verifier = setup(tiny, "prompt_lookup_tree")
     with pytest.raises(DraftVerifyError, match="token trees in batches"):
         generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=4)
+
+
+def test_the_command_line_generates_batches_equal_to_batch_1(tiny, tmp_path, monkeypatch):
+    """generate --backend llamacpp --prompts-file --batch-size 4: each text equals --batch-size 1's; a tree method
+    in batches is refused before anything loads, in one line."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from draftverify.cli import app
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tiny["root"] / "gguf"))
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("def add(a, b):\nimport os\nclass Stack:\nx = [1, 2, 3]\nwhile True:\n")
+    base = ["generate", "--target", str(tiny["root"] / "target"), "--draft", str(tiny["root"] / "draft")]
+    base += ["--prompts-file", str(prompts), "-n", "12", "--threads", "1", "--backend", "llamacpp", "--json"]
+    runner = CliRunner()
+    for method in ("model", "lookup_model"):
+        texts = {}
+        for size in ("1", "4"):
+            result = runner.invoke(app, base + ["--method", method, "--batch-size", size])
+            assert result.exit_code == 0, result.stderr
+            texts[size] = [r["text"] for r in json.loads(result.stdout)["results"]]
+        assert texts["4"] == texts["1"] and len(texts["1"]) == 5, method
+    refused = runner.invoke(app, base + ["--method", "model_tree", "--batch-size", "2"])
+    assert refused.exit_code == 2 and "token trees in batches of several rows" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
