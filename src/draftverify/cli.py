@@ -314,8 +314,8 @@ def generate(
         "--backend",
         help="What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: "
         'pip install -e ".[llamacpp]"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and '
-        "cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only "
-        "the target's logits.",
+        "cached under ~/.cache/draftverify/gguf). llamacpp runs the methods that need only the target's logits, "
+        "chain methods in batches too.",
     ),
     draft_gguf: Optional[str] = flag(
         None,
@@ -646,7 +646,9 @@ def serve(
         help=HEAL_HELP + ' /v1/completions only; a request may set its own with the extension field "heal".',
     ),
     backend: str = flag(
-        "hf", "--backend", help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; one request at a time)."
+        "hf",
+        "--backend",
+        help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; tree methods one request at a time).",
     ),
     draft_gguf: Optional[str] = flag(
         None,

@@ -284,7 +284,8 @@ class LlamaCppLM(LlamaCppRows):
                     f"the {self.role}'s llama.cpp context holds {self.n_ctx} cells (n_ctx); this "
                     f"request needs {decoder_positions} plus room for the verify width"
                 )
-            self._grow(decoder_positions + TREE_ROOM)  # a live generation's rows are copied across (a row joining)
+            held = sum(self.held) if self.seqs is not None else 0  # a row joins rows that hold cells already
+            self._grow(decoder_positions + TREE_ROOM + held)  # the live sequences are copied across
 
     def start(
         self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
