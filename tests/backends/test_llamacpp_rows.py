@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
     not converter_available(), reason="no llama.cpp converter: scripts/fetch_llama_cpp_converter.sh"
 )
 
-BATCH_METHODS = ("autoregressive", "prompt_lookup", "model", "lookup_model")
+BATCH_METHODS = ("autoregressive", "prompt_lookup", "model", "lookup_model", "suffix")
 # prompts of different lengths, some repeating themselves (prompt lookup finds drafts), one of a single token
 PROMPTS = [
     [5, 17, 99, 230, 7, 5, 17, 99, 230, 7, 5, 17],
@@ -151,15 +151,52 @@ def test_rows_leave_and_join_between_steps_with_their_batch_1_texts(tiny, method
 
 
 def test_the_context_grows_with_its_rows_and_keeps_them(tiny):
-    """Rows outgrowing the context's cells: a larger one is made and every held row copied across."""
-    target, drafter, verifier = setup(tiny, "autoregressive")
-    small = LlamaCppLM(tiny["target"], threads=1, n_ctx=64)
-    small.fixed_ctx = False  # sized small to make it grow
+    """Rows outgrowing the context's cells mid-generation: a larger context is made and every held row copied
+    across; a context whose size was given refuses in one line instead."""
+    target, drafter, verifier = setup(tiny, "model")
+    cells = target.n_ctx  # one request's room (the tiny model's 256 positions and the tree room)
     ids, mask = left_padded(PROMPTS)
-    out = generate(small, drafter, verifier, ids, attention_mask=mask, max_new_tokens=NEW, gamma=1)
-    assert small.n_ctx > 64
+    long = 90
+    out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=long, gamma=4)
+    assert target.n_ctx > cells and sum(len(p) + long for p in PROMPTS) > cells
     for b, prompt in enumerate(PROMPTS):
-        assert out.rows[b] == alone(tiny, "autoregressive", prompt)
+        assert out.rows[b] == alone(tiny, "model", prompt, long), f"row {b}"
+    fixed = LlamaCppLM(tiny["target"], threads=1, n_ctx=cells)
+    with pytest.raises(DraftVerifyError, match="holds .* cells \\(n_ctx\\); its rows need") as err:
+        generate(fixed, setup(tiny, "autoregressive")[1], verifier, ids, attention_mask=mask, max_new_tokens=long)
+    assert "\n" not in str(err.value)
+
+
+def test_seeded_sampling_rows_equal_their_own_seeded_text(tiny):
+    """Coupled sampling on rows: row b's text is its batch-1 text for seed b (a llama.cpp draft model)."""
+    params = SamplingParams(temperature=0.9, top_p=0.95, coupling=True)
+    prompts, seeds = PROMPTS[:4], [3, 4, 5, 6]
+    expected = []
+    for prompt, seed in zip(prompts, seeds):
+        target, drafter, _ = setup(tiny, "model")
+        verifier = build_verifier("exact", params, MethodOptions())
+        one = generate(target, drafter, verifier, torch.tensor([prompt]), params, max_new_tokens=NEW, seeds=[seed])
+        expected.append(one.rows[0])
+    target, drafter, _ = setup(tiny, "model")
+    ids, mask = left_padded(prompts)
+    verifier = build_verifier("exact", params, MethodOptions())
+    out = generate(target, drafter, verifier, ids, params, attention_mask=mask, max_new_tokens=NEW, seeds=seeds)
+    assert out.rows == expected
+    assert expected != [alone(tiny, "model", p) for p in prompts]  # sampled, not greedy
+
+
+def test_the_rows_prefilled_logits_are_each_prompts_own(tiny):
+    """prefilled: each row's logits at its last prompt position [B, 1, V] (zeros for a one-token prompt)."""
+    prompts = [PROMPTS[0], PROMPTS[3], PROMPTS[2]]
+    rows = LlamaCppLM(tiny["target"], threads=1)
+    ids, mask = left_padded(prompts)
+    rows.start(ids, attention_mask=mask)
+    got = rows.prefilled.logits  # [3, 1, V]
+    assert got.shape == (3, 1, rows.vocab_size) and not bool(got[1].any())
+    for b in (0, 2):
+        one = LlamaCppLM(tiny["target"], threads=1)
+        one.start(torch.tensor([prompts[b]]))
+        assert torch.allclose(got[b], one.prefilled.logits[0], atol=1e-3)
 
 
 def test_trees_and_methods_that_cannot_batch_on_llama_cpp_are_refused_in_one_line(tiny):
