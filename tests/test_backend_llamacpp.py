@@ -572,6 +572,7 @@ def test_the_command_line(tiny, monkeypatch):
         (["--method", "bita"], "method 'bita' needs extra embedded positions"),
         (["--compile"], "--compile is for --backend hf"),
         (["--draft-gguf", "q4"], "--draft-gguf) must be one of q8_0, q4_k_m, f32, f16, bf16"),
+        (["--target-gguf", "q4"], "--target-gguf) must be one of q8_0, q4_k_m, f32, f16, bf16"),
         (["--method", "model", "--draft", str(tiny["root"] / "nowhere")], "neither a .gguf file nor"),
     ):
         result = runner.invoke(app, base + extra)

@@ -86,6 +86,8 @@ def test_generate_json_is_one_object_on_stdout_matching_the_python_api(model_dir
         (["--method", "ngram", "--ngram", "README.md"], "not an n-gram table"),
         (["--method", "model_tree", "--tree-paths", "[[0], [0, 0, 0]]"], "no parent path"),
         (["--method", "model_tree", "--tree-paths", "[0, 1]"], "--tree-paths"),
+        (["--method", "autoregressive", "--target-gguf", "q8_0"], "with --backend hf the target loads at --dtype"),
+        (["--method", "autoregressive", "--target-gguf", "int4"], "--target-gguf) must be one of"),
     ],
 )
 def test_bad_inputs_exit_2_with_a_message_and_echo_nothing(model_dirs, extra, message):  # noqa: F811

@@ -520,6 +520,7 @@ def load(
     threads: int | None = None,
     draft_gguf: str | None = None,
     device: str = "cpu",
+    target_gguf: str | None = None,
     **options,
 ) -> Pipeline:
     """Load a target (and draft) by path or zoo name and return a Pipeline for `method`.
@@ -539,7 +540,9 @@ def load(
     "llamacpp" (llama.cpp through llama-cpp-python, the `llamacpp` extra: a `.gguf` path as it is, a model folder
     converted to GGUF at `dtype` on first use and cached; the draft model runs on llama.cpp as well; threads: its
     CPU threads, default torch's; draft_gguf: the GGUF type a draft folder is converted at,
-    backends.DRAFT_GGUF_TYPES, default q8_0: a draft's precision changes what it proposes, never the output).
+    backends.DRAFT_GGUF_TYPES, default q8_0: a draft's precision changes what it proposes, never the output;
+    target_gguf: the GGUF type a target folder is converted at, default dtype's: q8_0 or q4_k_m as llama.cpp users
+    run their models, the output then that file's own greedy text).
 
     options are the declared method options (draftverify.options: each drafter's own, e.g. nat_path, and the
     shared ones: alpha_fb, alpha_rb, lenience, beta, tau); an unknown name is a DraftVerifyError. With zoo, the
@@ -569,13 +572,28 @@ def load(
             f"the {entry.name} backend runs on the CPU only (the llama-cpp-python here has no GPU backend): use "
             "--device cpu, or --backend hf on a GPU"
         )
-    if draft_gguf is not None and "draft_gguf" not in entry.own_options:
-        raise DraftVerifyError(
-            f"draft_gguf (--draft-gguf) is the draft's GGUF type on the llamacpp backend; on the "
-            f"{entry.name} backend the draft loads at dtype (--dtype)"
-        )
+    for role, value in (("draft", draft_gguf), ("target", target_gguf)):
+        if value is not None and f"{role}_gguf" not in entry.own_options:
+            raise DraftVerifyError(
+                f"{role}_gguf (--{role}-gguf) is the {role}'s GGUF type on the llamacpp backend; on the "
+                f"{entry.name} backend the {role} loads at dtype (--dtype)"
+            )
+    gguf = {"target_gguf": target_gguf} if target_gguf is not None else {}
     return entry.load(
-        target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, draft_gguf, device
+        target,
+        draft,
+        method,
+        verifier,
+        dtype,
+        gamma,
+        compile,
+        threads,
+        options,
+        verbose,
+        heal,
+        draft_gguf,
+        device,
+        **gguf,
     )
 
 
@@ -598,23 +616,43 @@ def load_hf(
 
 
 def load_llamacpp(
-    target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, draft_gguf, device
+    target,
+    draft,
+    method,
+    verifier,
+    dtype,
+    gamma,
+    compile,
+    threads,
+    options,
+    verbose,
+    heal,
+    draft_gguf,
+    device,
+    target_gguf=None,
 ) -> Pipeline:
     """The llamacpp backend's loader (backends/registry.py): target and draft as GGUF models on llama.cpp contexts
     (backends/llamacpp.py), on the CPU (load() refuses another device)."""
     from . import drafters  # noqa: F401  (fills the registry)
-    from .backends import DEFAULT_DRAFT_GGUF, check_draft_gguf
+    from .backends import DEFAULT_DRAFT_GGUF, check_draft_gguf, check_gguf_type
     from .backends.base import check_backend
     from .backends.llamacpp import GGUFTokenizer, LlamaCppLM, open_gguf, require_llama_cpp
     from .registry import DRAFTERS, lookup
 
     draft_gguf = check_draft_gguf(draft_gguf if draft_gguf is not None else DEFAULT_DRAFT_GGUF)
+    if target_gguf is not None:
+        check_gguf_type(target_gguf, "target_gguf (--target-gguf)", "target")
+        if Path(target).suffix == ".gguf":
+            raise DraftVerifyError(
+                f"target_gguf (--target-gguf) converts a model folder; {Path(target).name} is a .gguf file already: "
+                "drop the option, or give the model's folder"
+            )
     if compile:
         raise DraftVerifyError("--compile is for the hf backend (torch.compile); llama.cpp runs its own kernels")
     require_llama_cpp()
     drafter_cls = lookup(DRAFTERS, "drafter", resolve_method(method).drafter)
     check_backend(LlamaCppLM, drafter_cls, method)  # before any conversion: its class flags say enough
-    gguf_target, config = open_gguf(target, dtype, "target")
+    gguf_target, config = open_gguf(target, dtype, "target", outtype=target_gguf)
     tokenizer = load_tokenizer(target, verbose) if config is not None else GGUFTokenizer(gguf_target)
     target_lm = LlamaCppLM(gguf_target, role="target", threads=threads)
     method_options = MethodOptions(**options)

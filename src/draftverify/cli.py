@@ -170,6 +170,11 @@ RUNNERS_HELP = (
     "--spec-type (draft-simple, ngram-mod, ngram-map-k, ngram-map-k4v, ngram-simple; several chain), one row each, "
     "or llamacpp_native for a default set."
 )
+TARGET_GGUF_HELP = (
+    "With --backend llamacpp: the GGUF type a target model folder is converted at (default: --dtype's, f32 for "
+    "float32): q8_0 and q4_k_m (made by llama.cpp's llama-quantize, scripts/build_llama_cpp_tools.sh) as llama.cpp "
+    "users run them, f32, f16 or bf16; every method's text equals that file's own greedy text."
+)
 HEAL_HELP = (
     "Token healing: back the prompt up over its last token and let the first new token start with its text "
     "(a prompt ending in a newline then continues as trained text does). Default: on with --zoo (decoder-only "
@@ -206,20 +211,27 @@ def _quiet_libraries() -> None:
 
 
 def _check_backend_flags(
-    backend: str, compile_: bool, batched: bool, draft_gguf: str | None = None, method: str | None = None
+    backend: str,
+    compile_: bool,
+    batched: bool,
+    draft_gguf: str | None = None,
+    target_gguf: str | None = None,
+    method: str | None = None,
 ) -> None:
     """--backend and what it cannot combine with (batched: the method's drafter in batches), before anything
     loads."""
-    from .backends import check_draft_gguf
+    from .backends import check_gguf_type
     from .backends.registry import backends_that, target_backend
 
     entry = target_backend(backend, "--backend")
-    if draft_gguf is not None:
-        check_draft_gguf(draft_gguf)
-        if "draft_gguf" not in entry.own_options:
+    for role, value in (("draft", draft_gguf), ("target", target_gguf)):
+        if value is None:
+            continue
+        check_gguf_type(value, f"--{role}-gguf", role)
+        if f"{role}_gguf" not in entry.own_options:
             raise DraftVerifyError(
-                f"--draft-gguf is the draft's GGUF type on --backend llamacpp; with --backend "
-                f"{backend} the draft loads at --dtype"
+                f"--{role}-gguf is the {role}'s GGUF type on --backend llamacpp; with --backend "
+                f"{backend} the {role} loads at --dtype"
             )
     if not entry.installed():
         raise DraftVerifyError(f"--backend {backend} needs {entry.package}: {entry.install}")
@@ -323,6 +335,7 @@ def generate(
         help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or "
         "bf16; the draft's precision changes which tokens it proposes, never the output.",
     ),
+    target_gguf: Optional[str] = flag(None, "--target-gguf", help=TARGET_GGUF_HELP),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Generate text with a draft-then-verify method: the text on stdout, the statistics table on stderr."""
@@ -342,7 +355,9 @@ def generate(
             raise DraftVerifyError("give exactly one of --prompt and --prompts-file")
         if batch_size < 1:
             raise DraftVerifyError(f"--batch-size must be >= 1, got {batch_size}")
-        _check_backend_flags(backend, compile_, prompts_file is not None and batch_size > 1, draft_gguf, method)
+        _check_backend_flags(
+            backend, compile_, prompts_file is not None and batch_size > 1, draft_gguf, target_gguf, method
+        )
         texts = read_prompts_file(prompts_file) if prompts_file is not None else None
         text_in = _read_prompt(prompt) if texts is None else texts[0]
         for note in _ignored_settings(
@@ -373,6 +388,7 @@ def generate(
             backend=backend,
             threads=threads,
             draft_gguf=draft_gguf,
+            target_gguf=target_gguf,
             **options,
         )
         pipe.heal = _heal_default(heal, zoo, pipe)
@@ -656,6 +672,7 @@ def serve(
         help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or "
         "bf16; the draft's precision changes which tokens it proposes, never the output.",
     ),
+    target_gguf: Optional[str] = flag(None, "--target-gguf", help=TARGET_GGUF_HELP),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Serve a method over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models,
@@ -684,7 +701,7 @@ def serve(
             raise DraftVerifyError("serving needs the 'serve' extra: pip install 'draftverify[serve]'")
         check_port_free(host, port)  # before the model loads: a taken port is a one-line exit 2, not uvicorn's
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
-        _check_backend_flags(backend, compile_, False, draft_gguf)
+        _check_backend_flags(backend, compile_, False, draft_gguf, target_gguf)
         load_args = dict(
             target=target,
             draft=draft,
@@ -698,6 +715,7 @@ def serve(
             backend=backend,
             threads=threads,
             draft_gguf=draft_gguf,
+            target_gguf=target_gguf,
             **options,
         )
         from .serve.app import ServerSettings

@@ -59,3 +59,31 @@ def test_a_missing_quantizer_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv(gguf.TOOLS_ENV, str(tmp_path))
     with pytest.raises(DraftVerifyError, match="build the tools with scripts/build_llama_cpp_tools.sh"):
         gguf_for(ZOO / "target", "q4_k_m", cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("method", ["prompt_lookup", "model", "lookup_model", "model_tree", "suffix"])
+def test_target_gguf_q8_0_converts_the_folder_and_every_method_keeps_its_greedy_text(method, tmp_path, monkeypatch):
+    from draftverify import load
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path))
+    prompt = "def binary_search(xs, target):\n"
+    q8 = gguf_for(ZOO / "target", "q8_0")
+    reference = load(target=q8, method="autoregressive", backend="llamacpp", threads=2)
+    want = reference.generate(prompt, max_new_tokens=48).output.new_tokens[0].tolist()
+    draft = ZOO / "draft" if method in ("model", "lookup_model", "model_tree") else None
+    pipe = load(target=ZOO / "target", target_gguf="q8_0", draft=draft, method=method, backend="llamacpp", threads=2)
+    assert pipe.target.model.path == q8  # the folder converted at q8_0, the file the reference read
+    out = pipe.generate(prompt, max_new_tokens=48)
+    assert out.output.new_tokens[0].tolist() == want
+    assert out.stats.target_calls < len(want)
+
+
+def test_target_gguf_is_refused_for_a_gguf_file_and_on_the_hf_backend(tmp_path):
+    from draftverify import load
+
+    path = tmp_path / "t.gguf"
+    path.write_bytes(b"GGUF")
+    with pytest.raises(DraftVerifyError, match="is a .gguf file already"):
+        load(target=path, target_gguf="q8_0", method="autoregressive", backend="llamacpp")
+    with pytest.raises(DraftVerifyError, match="on the hf backend the target loads at dtype"):
+        load(target=ZOO / "target", target_gguf="q8_0", method="autoregressive")

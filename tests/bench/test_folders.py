@@ -23,6 +23,7 @@ def test_the_folders_exist_in_the_checkout_and_each_command_defaults_to_one():
         "bench-samples": folders.METHODS,
         "bench-replay": folders.METHODS,
         "bench-serve": None,
+        "bench-serve-llamacpp": None,
     }
     for name, command in COMMANDS.items():
         assert inspect.signature(command).parameters["out"].default.default == expected[name], name

@@ -220,6 +220,11 @@ def test_native_rows_give_our_llama_cpp_backends_greedy_text_on_the_zoo(tmp_path
                 assert m.overshoot == 0 and m.seconds > 0 and 1 <= m.target_calls <= len(want)
         with pytest.raises(DraftVerifyError, match="greedy only"):
             runners[0].run(torch.tensor([[1, 2]]), 1.0, 0, 4)
+        # a new round of bench-rounds: a fresh server (ngram-mod's cache of earlier answers gone), the same text
+        old = runners[1].server.process
+        runners[1].new_round()
+        assert old.poll() is not None and runners[1].server.process.poll() is None
+        assert runners[1].run(ours[0][0], 0.0, 0, 16).new_ids == ours[0][1]
     finally:
         for runner in runners:
             runner.close()

@@ -14,6 +14,7 @@ touch the benchmark's process.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -208,7 +209,15 @@ def quantize(source: Path, out: Path, outtype: str) -> Path:
 def token_tensors(path: Path, llama_cpp: Path | None = None) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """A GGUF model's token embedding and output layer [V, H] (float32; the embedding twice where the file ties
     them), read with the vendored gguf-py; and whether both are stored unquantized (so their values are the
-    original weights)."""
+    original weights). Read once per file version: a drafter wraps the target anew for every request."""
+    stat = Path(path).stat()
+    return _token_tensors(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size, llama_cpp)
+
+
+@functools.lru_cache(maxsize=4)
+def _token_tensors(
+    path: str, mtime_ns: int, size: int, llama_cpp: Path | None
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
     import numpy as np
     import torch
 

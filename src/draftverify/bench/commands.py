@@ -404,6 +404,73 @@ def bench_serve(
         raise typer.Exit(1)
 
 
+def bench_serve_llamacpp(
+    ctx: typer.Context,
+    zoo: Optional[str] = typer.Option(
+        "code", "--zoo", help="The shipped model set whose target (and draft) both serve."
+    ),
+    target: Optional[str] = typer.Option(None, "--target", help="A target folder or .gguf file instead of the zoo's."),
+    draft: Optional[str] = typer.Option(None, "--draft", help="A draft folder or .gguf file instead of the zoo's."),
+    methods: str = typer.Option(
+        "autoregressive,model", "--methods", help="Comma list of our methods, one server each (--backend llamacpp)."
+    ),
+    native: Optional[List[str]] = typer.Option(
+        None,
+        "--native",
+        help="A llama-server row, repeatable: plain (default) or its --spec-type list with settings, e.g. "
+        "'ngram-mod' or 'draft-simple,n_max=16,p_min=0.75'.",
+    ),
+    clients: str = typer.Option("1,4,8", "--clients", help="Comma list of concurrent streaming clients."),
+    max_tokens: str = typer.Option("32,256", "--max-tokens", help="Comma list of answer lengths (short, long)."),
+    per_client: int = typer.Option(3, "--per-client", help="Requests per client in each cell."),
+    gamma: str = typer.Option("conf=0.9", "--gamma", help="Our servers' draft length (as serve --gamma)."),
+    threads: int = typer.Option(2, "--threads", help="CPU threads of every server."),
+    target_gguf: str = typer.Option(
+        "f32", "--target-gguf", help="The target's GGUF type: f32, f16, bf16, q8_0, q4_k_m."
+    ),
+    draft_gguf: str = typer.Option("q8_0", "--draft-gguf", help="The draft's GGUF type."),
+    duration: float = typer.Option(600.0, "--duration", help="Longest seconds one cell's load may run."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help=f"Write the report JSON here (e.g. {folders.SERVING}/llamacpp.json) and a .md beside it."
+    ),
+) -> None:
+    """Our server on the llama.cpp backend against llama.cpp's own llama-server on the same GGUF files: 1 / 4 / 8
+    clients, short and long answers; throughput, p50 / p99 latency, every answer against the same request alone."""
+    import json
+
+    from .serve_llamacpp import run_comparison
+
+    command = recorded_command(ctx, always=())
+    try:
+        report = run_comparison(
+            zoo if target is None else None,
+            target,
+            draft,
+            methods,
+            native or [],
+            clients,
+            max_tokens,
+            per_client,
+            gamma,
+            threads,
+            target_gguf,
+            draft_gguf,
+            duration,
+            out,
+            command,
+            echo,
+        )
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    print(json.dumps(report["versus"], indent=1))
+    if out is not None:
+        print(f"wrote {out}")
+    failed = [c for c in report["cells"] if c["ok"] != c["requests"]]
+    if failed:
+        raise typer.Exit(1)
+
+
 COMMANDS: dict[str, Callable[..., Any]] = {
     "bench-ab": bench_ab,
     "bench-rounds": bench_rounds,
@@ -412,6 +479,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "bench-samples": bench_samples,
     "bench-replay": bench_replay,
     "bench-serve": bench_serve,
+    "bench-serve-llamacpp": bench_serve_llamacpp,
 }
 
 

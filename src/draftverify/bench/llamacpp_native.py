@@ -58,10 +58,16 @@ def _die_with_parent() -> None:
 
 
 class NativeServer:
-    """One llama-server on a loopback port: one slot, greedy requests, its log in a temporary file."""
+    """One llama-server on a loopback port: `parallel` slots (one for the bench rows), its log in a temporary file."""
 
-    def __init__(self, binary: Path, model: Path, threads: int, n_ctx: int, extra: list[str], label: str):
+    def __init__(
+        self, binary: Path, model: Path, threads: int, n_ctx: int, extra: list[str], label: str, parallel: int = 1
+    ):
         self.label = label
+        self._start(binary, model, threads, n_ctx, extra, parallel)
+
+    def _start(self, binary: Path, model: Path, threads: int, n_ctx: int, extra: list[str], parallel: int) -> None:
+        self.start_args = (binary, model, threads, n_ctx, extra, parallel)
         self.port = _free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
         self.args = [
@@ -73,7 +79,7 @@ class NativeServer:
             "--port",
             str(self.port),
             "--parallel",
-            "1",
+            str(parallel),
             "--threads",
             str(threads),
             "--threads-batch",
@@ -146,6 +152,11 @@ class NativeServer:
         except urllib.error.URLError as err:
             raise DraftVerifyError(f"{self.label}: {SERVER} is unreachable ({err.reason}): {self._tail()}") from None
 
+    def restart(self) -> None:
+        """A fresh server with the same arguments: nothing the last one learnt from its requests is kept."""
+        self.close()
+        self._start(*self.start_args)
+
     def close(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -192,6 +203,9 @@ class NativeRunner(Runner):
         started = perf_counter()
         reply = self.server.complete(input_ids[0].tolist(), max_new_tokens)
         return measurement(reply, max_new_tokens, perf_counter() - started)
+
+    def new_round(self) -> None:
+        self.server.restart()
 
     def close(self) -> None:
         self.server.close()

@@ -91,9 +91,12 @@ async def one_request(
     max_tokens: int,
     api_key: str | None,
     sampling: dict | None = None,
+    extra: dict | None = None,
 ) -> dict:
+    """One streaming completion; extra: server-specific body fields, kept out of the request's key."""
     sampling = sampling if sampling is not None else {"temperature": 0}
     body = {
+        **(extra or {}),
         "model": model,
         "prompt": prompt,
         "max_tokens": max_tokens,
@@ -105,26 +108,31 @@ async def one_request(
     started = time.perf_counter()
     first = None
     tokens = 0
-    text = []
-    try:
-        async with client.stream("POST", url + "/v1/completions", json=body, headers=headers) as r:
-            if r.status_code != 200:
-                await r.aread()
-                return {"ok": False, "status": r.status_code, "seconds": time.perf_counter() - started}
-            async for line in r.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                if "error" in chunk:
-                    return {"ok": False, "status": "stream-error", "seconds": time.perf_counter() - started}
-                if chunk.get("choices") and chunk["choices"][0].get("text"):
-                    text.append(chunk["choices"][0]["text"])
-                    if first is None:
-                        first = time.perf_counter() - started
-                if chunk.get("usage"):
-                    tokens = chunk["usage"]["completion_tokens"]
-    except httpx.HTTPError as err:
-        return {"ok": False, "status": type(err).__name__, "seconds": time.perf_counter() - started}
+    text: list[str] = []
+    for attempt in range(2):  # a keep-alive connection the server closed before answering: once more on a new one
+        try:
+            async with client.stream("POST", url + "/v1/completions", json=body, headers=headers) as r:
+                if r.status_code != 200:
+                    await r.aread()
+                    return {"ok": False, "status": r.status_code, "seconds": time.perf_counter() - started}
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    if "error" in chunk:
+                        return {"ok": False, "status": "stream-error", "seconds": time.perf_counter() - started}
+                    if chunk.get("choices") and chunk["choices"][0].get("text"):
+                        text.append(chunk["choices"][0]["text"])
+                        if first is None:
+                            first = time.perf_counter() - started
+                    if chunk.get("usage"):
+                        tokens = chunk["usage"]["completion_tokens"]
+            break
+        except httpx.RemoteProtocolError as err:
+            if attempt or text:
+                return {"ok": False, "status": type(err).__name__, "seconds": time.perf_counter() - started}
+        except httpx.HTTPError as err:
+            return {"ok": False, "status": type(err).__name__, "seconds": time.perf_counter() - started}
     return {
         "ok": True,
         "seconds": time.perf_counter() - started,
@@ -135,13 +143,15 @@ async def one_request(
     }
 
 
-async def references(url: str, model: str, max_tokens: int, api_key: str | None, mixed: bool) -> dict:
+async def references(
+    url: str, model: str, max_tokens: int, api_key: str | None, mixed: bool, extra: dict | None = None
+) -> dict:
     """Each (prompt, settings) pair's text as a single request on the idle server, one request at a time."""
     out = {}
     async with httpx.AsyncClient(timeout=httpx.Timeout(120.0)) as client:
         for prompt in PROMPTS:
             for index in range(2 * SEEDS if mixed else 1):
-                r = await one_request(client, url, model, prompt, max_tokens, api_key, settings(index, mixed))
+                r = await one_request(client, url, model, prompt, max_tokens, api_key, settings(index, mixed), extra)
                 if r["ok"]:
                     out[tuple(r["key"])] = r["text"]
     return out
@@ -170,6 +180,7 @@ async def run(
     pid: int | None = None,
     rss_every: int = 0,
     mixed: bool = False,
+    extra: dict | None = None,
 ) -> tuple[list[dict], float, list[dict]]:
     """Returns the requests' results, the wall time, and the server's RSS every rss_every completed requests
     (with pid; from 0 completed, and at the end)."""
@@ -192,7 +203,7 @@ async def run(
             prompt = PROMPTS[(issued + index) % len(PROMPTS)]
             sampling = settings(issued, mixed)
             issued += 1
-            results.append(await one_request(client, url, model, prompt, max_tokens, api_key, sampling))
+            results.append(await one_request(client, url, model, prompt, max_tokens, api_key, sampling, extra))
             if rss_every and len(results) % rss_every == 0:
                 sample()
 

@@ -3,8 +3,9 @@ comes with its spread (one bench run on a shared machine moves a row by several 
 
 The rows are the bench's own runners (lineup.py), built once; each round is the bench's measurement (run.py:
 prompt-major, every prompt through every row, the order rotated per prompt; the first round after one warm-up
-generation per row). In each pair ours must give the peer's greedy text on every prompt (both rows run the same
-target); a difference stops the run."""
+generation per row). Each round starts as the first (Runner.new_round): a llama-server row is restarted, so its
+n-gram cache does not replay the answers of the same prompts from the rounds before. In each pair ours must give
+the peer's greedy text on every prompt (both rows run the same target); a difference stops the run."""
 
 from __future__ import annotations
 
@@ -149,6 +150,8 @@ def run_rounds(
         rows = [r for r in runners if r.name in wanted]
         per_round = []
         for r in range(rounds):
+            for row in rows if r else ():
+                row.new_round()
             records = measure(rows, config if r == 0 else replace(config, warmup_tokens=0), chosen, models.tokenizer)
             texts = {(rec["runner"], rec["prompt_index"]): rec["new_ids"] for rec in records}
             for ours, peer in pairs:

@@ -87,6 +87,10 @@ class Runner(ABC):
     def prepare(self, input_ids: torch.Tensor, requests: tuple[int, ...] = ()) -> None:
         """Before the warm-up generation: compile what the runner will run (nothing for eager runners)."""
 
+    def new_round(self) -> None:
+        """Before a round of bench-rounds after the first: forget what earlier requests taught it (a llama-server's
+        n-gram cache), so a round does not draft from the texts of the same prompts in the rounds before."""
+
     def close(self) -> None:
         """After the last generation: stop what the runner started (a llama-server process); nothing for most."""
 

@@ -1,0 +1,318 @@
+"""`draftverify bench-serve-llamacpp`: our server on the llama.cpp backend against llama.cpp's own `llama-server`,
+on the same GGUF files, at the same concurrency.
+
+For every answer length and every client count C, each server in turn (ours per method, then llama-server per
+spec type) is started fresh with room for C requests at once (ours `--max-batch C`, llama-server `--parallel C`),
+warmed up, asked every prompt alone (the single-request texts), then loaded by C streaming clients for C x
+`per_client` requests (load_test.run). The report gives each server's throughput (completion tokens over the
+wall time), p50 / p99 latency, how many answers equal the same request sent alone, how many single-request texts
+equal llama-server's plain ones, and the throughput at C over the throughput at one client. Greedy throughout;
+the servers run one after the other, never side by side, so each has the whole CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from ..errors import DraftVerifyError
+from .load_test import PROMPTS, agreement, references, run, spawn, summary
+
+NATIVE_BODY = {"cache_prompt": False}  # llama-server: every request prefills its prompt, as ours does
+MAX_CLIENTS = 64
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One server of the comparison: ours with a method, or llama-server with a native spec row."""
+
+    name: str
+    kind: str  # "ours" or "native"
+    method: str | None = None  # ours
+    native: object | None = None  # native: a native_spec.NativeSpec
+
+
+def parse_list(text: str, flag: str, kind: type = int, low: int = 1, high: int | None = None) -> list:
+    """'1,4,8' -> [1, 4, 8] or a one-line error naming the flag."""
+    try:
+        values = [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise DraftVerifyError(f"{flag} takes a comma list of integers, got {text!r}") from None
+    if not values or any(v < low or (high is not None and v > high) for v in values):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise DraftVerifyError(f"{flag}: every value must be in {bound}, got {text!r}")
+    return values
+
+
+def server_specs(methods: str, native: list[str]) -> list[ServerSpec]:
+    """The servers to compare: ours for each method of --methods, llama-server for each --native row."""
+    from ..methods import resolve_method
+    from .native_spec import FAMILY, parse_spec
+
+    specs = []
+    for method in [m.strip() for m in methods.split(",") if m.strip()]:
+        resolve_method(method)
+        specs.append(ServerSpec(f"ours:{method}", "ours", method=method))
+    for row in native or ["plain"]:
+        spec = parse_spec(row if row.startswith(FAMILY) else f"{FAMILY}[{row}]")
+        if spec.eagle3:
+            raise DraftVerifyError(f"--native {row!r}: draft-eagle3 is not offered here; use `draftverify bench`")
+        specs.append(ServerSpec(spec.name, "native", native=spec))
+    if not any(s.kind == "ours" for s in specs):
+        raise DraftVerifyError("--methods names no method of ours")
+    return specs
+
+
+class Models:
+    """The GGUF files both servers read: the target at its type, the draft (and aligned draft) at the draft's."""
+
+    def __init__(self, zoo: str | None, target: str | None, draft: str | None, target_gguf: str, draft_gguf: str):
+        from ..api import zoo_paths
+        from ..backends.gguf import gguf_for, llama_cpp_dir
+
+        paths = zoo_paths(zoo) if zoo else {}
+        target = target or paths.get("target")
+        if target is None:
+            raise DraftVerifyError("no model: give --zoo NAME or --target PATH")
+        draft = draft or paths.get("draft")
+        source = llama_cpp_dir()
+        self.target = self._gguf(target, target_gguf, source, gguf_for)
+        self.draft = self._gguf(draft, draft_gguf, source, gguf_for) if draft else None
+
+    @staticmethod
+    def _gguf(path, outtype: str, source, gguf_for) -> Path:
+        path = Path(path)
+        if path.suffix == ".gguf":
+            return path
+        return gguf_for(path, outtype, source)
+
+
+def our_server(spec: ServerSpec, models: Models, clients: int, threads: int, gamma: str):
+    """`draftverify serve` on the llama.cpp backend with room for `clients` rows; (process, url)."""
+    from ..methods import resolve_method
+
+    args = ["--target", str(models.target), "--backend", "llamacpp", "--method", spec.method]
+    args += ["--max-batch", str(clients), "--threads", str(threads), "--gamma", gamma, "--no-heal"]
+    if resolve_method(spec.method).needs_draft:
+        if models.draft is None:
+            raise DraftVerifyError(f"method {spec.method!r} needs a draft: give --draft or a zoo that has one")
+        args += ["--draft", str(models.draft)]
+    return spawn(shlex.join(args))
+
+
+def native_server(spec: ServerSpec, models: Models, clients: int, threads: int, n_ctx: int):
+    """llama-server with `clients` slots on the same files; (server, url)."""
+    from ..backends.gguf import SERVER, tools_dir
+    from .llamacpp_native import NativeServer
+
+    native = spec.native
+    draft = models.draft if native.needs_draft else None
+    if native.needs_draft and draft is None:
+        raise DraftVerifyError(f"{spec.name} needs a draft: give --draft or a zoo that has one")
+    server = NativeServer(
+        tools_dir() / SERVER,
+        models.target,
+        threads,
+        n_ctx * clients,
+        native.server_args(draft, threads),
+        label=spec.name,
+        parallel=clients,
+    )
+    return server, f"http://127.0.0.1:{server.port}"
+
+
+def measure(url: str, clients: int, per_client: int, max_tokens: int, duration: float, extra: dict) -> dict:
+    """One cell: warm-up, every prompt alone, then the load; the summary with the single-request texts."""
+    model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    asyncio.run(run(url, model, clients, clients, duration, max_tokens, None, extra=extra))
+    alone = asyncio.run(references(url, model, max_tokens, None, False, extra=extra))
+    results, wall, _ = asyncio.run(
+        run(url, model, clients, clients * per_client, duration, max_tokens, None, extra=extra)
+    )
+    cell = {**summary(results, wall, [], 0, clients), **agreement(results, alone)}
+    for key in [k for k in cell if k.startswith("rss")]:
+        del cell[key]
+    cell["alone"] = {prompt: text for (prompt, _), text in alone.items()}
+    return cell
+
+
+def run_comparison(
+    zoo: str | None,
+    target: str | None,
+    draft: str | None,
+    methods: str,
+    native: list[str],
+    clients_text: str,
+    max_tokens_text: str,
+    per_client: int,
+    gamma: str,
+    threads: int,
+    target_gguf: str,
+    draft_gguf: str,
+    duration: float,
+    out: Path | None,
+    command: str,
+    echo,
+) -> dict:
+    """Every (answer length, client count, server) cell; the report (written to out as JSON and markdown)."""
+    from ..backends import check_draft_gguf, check_gguf_type
+    from ..draft_length import parse_gamma
+
+    clients_list = parse_list(clients_text, "--clients", high=MAX_CLIENTS)
+    lengths = parse_list(max_tokens_text, "--max-tokens", high=4096)
+    if per_client < 1:
+        raise DraftVerifyError(f"--per-client must be >= 1, got {per_client}")
+    if threads < 1:
+        raise DraftVerifyError(f"--threads must be >= 1, got {threads}")
+    if not 0 < duration <= 3600:
+        raise DraftVerifyError(f"--duration must be in (0, 3600] seconds, got {duration}")
+    parse_gamma(int(gamma) if gamma.isdigit() else gamma)
+    check_gguf_type(target_gguf, "--target-gguf", "target")
+    check_draft_gguf(draft_gguf)
+    specs = server_specs(methods, native)
+    models = Models(zoo, target, draft, target_gguf, draft_gguf)
+    n_ctx = max(lengths) + 512  # a slot's room: the longest answer and the prompt
+    cells = []
+    for max_tokens in lengths:
+        for clients in clients_list:
+            for spec in specs:
+                echo(f"{spec.name}: {clients} client(s), {max_tokens} tokens")
+                if spec.kind == "ours":
+                    proc, url = our_server(spec, models, clients, threads, gamma)
+                    close, extra = proc.terminate, {}
+                else:
+                    server, url = native_server(spec, models, clients, threads, n_ctx)
+                    close, extra = server.close, NATIVE_BODY
+                try:
+                    cell = measure(url, clients, per_client, max_tokens, duration, extra)
+                finally:
+                    close()
+                cells.append({"server": spec.name, "max_tokens": max_tokens, **cell})
+    report = {
+        "command": command,
+        "target_gguf": models.target.name,
+        "draft_gguf": models.draft.name if models.draft else None,
+        "threads": threads,
+        "gamma": gamma,
+        "per_client": per_client,
+        "prompts": len(PROMPTS),
+        "cells": cells,
+        "scaling": scaling(cells),
+        "versus": versus(cells),
+    }
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=1) + "\n")
+        out.with_suffix(".md").write_text(markdown(report))
+    return report
+
+
+def scaling(cells: list[dict]) -> list[dict]:
+    """Each server's throughput at C clients over its throughput at the smallest C, per answer length."""
+    rows = []
+    for cell in cells:
+        base = min(
+            (c for c in cells if c["server"] == cell["server"] and c["max_tokens"] == cell["max_tokens"]),
+            key=lambda c: c["clients"],
+        )
+        if base["tokens_per_second"] and cell["tokens_per_second"] is not None:
+            rows.append(
+                {
+                    "server": cell["server"],
+                    "max_tokens": cell["max_tokens"],
+                    "clients": cell["clients"],
+                    "over_clients": base["clients"],
+                    "ratio": round(cell["tokens_per_second"] / base["tokens_per_second"], 2),
+                }
+            )
+    return rows
+
+
+def versus(cells: list[dict]) -> list[dict]:
+    """Per (answer length, clients): our best server's throughput over llama-server's best, and how many of our
+    single-request texts equal llama-server plain's."""
+    rows = []
+    for key in sorted({(c["max_tokens"], c["clients"]) for c in cells}):
+        here = [c for c in cells if (c["max_tokens"], c["clients"]) == key]
+        ours = [c for c in here if c["server"].startswith("ours:")]
+        theirs = [c for c in here if not c["server"].startswith("ours:")]
+        if not ours or not theirs:
+            continue
+        best_ours = max(ours, key=lambda c: c["tokens_per_second"] or 0)
+        best_theirs = max(theirs, key=lambda c: c["tokens_per_second"] or 0)
+        plain = next((c for c in theirs if c["server"].endswith("[plain]")), None)
+        row = {
+            "max_tokens": key[0],
+            "clients": key[1],
+            "ours": best_ours["server"],
+            "ours_tokens_per_second": best_ours["tokens_per_second"],
+            "native": best_theirs["server"],
+            "native_tokens_per_second": best_theirs["tokens_per_second"],
+            "ratio": round(best_ours["tokens_per_second"] / best_theirs["tokens_per_second"], 2)
+            if best_theirs["tokens_per_second"]
+            else None,
+        }
+        if plain is not None:
+            same = sum(plain["alone"].get(p) == t for p, t in best_ours["alone"].items())
+            row["alone_equal_native_plain"] = f"{same}/{len(best_ours['alone'])}"
+        rows.append(row)
+    return rows
+
+
+def markdown(report: dict) -> str:
+    """The report's tables: every cell, the scaling over one client, ours against llama-server."""
+
+    def ms(seconds):
+        return "" if seconds is None else f"{seconds * 1000:.0f}"
+
+    lines = [
+        "# Our server on llama.cpp against llama-server",
+        "",
+        f"Command: `{report['command']}`",
+        "",
+        f"Target `{report['target_gguf']}`"
+        + (f", draft `{report['draft_gguf']}`" if report["draft_gguf"] else "")
+        + f", {report['threads']} threads, greedy, {report['prompts']} prompts, {report['per_client']} requests per "
+        f"client, gamma {report['gamma']}; each server started fresh per cell and run alone.",
+        "",
+        "| max tokens | clients | server | tokens/s | requests/s | latency p50 / p99 ms | equal to alone | errors |",
+        "|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for c in report["cells"]:
+        errors = ", ".join(f"{k}: {v}" for k, v in c["errors"].items()) or "none"
+        lines.append(
+            f"| {c['max_tokens']} | {c['clients']} | `{c['server']}` | {c['tokens_per_second']} | "
+            f"{c['requests_per_second']} | {ms(c['latency_p50_s'])} / {ms(c['latency_p99_s'])} | "
+            f"{c.get('greedy_equal_single', '-')} | {errors} |"
+        )
+    lines += [
+        "",
+        "## Ours against llama-server (best of each side)",
+        "",
+        "| max tokens | clients | ours | tokens/s | llama-server | tokens/s | ours / theirs | texts equal to "
+        "llama-server plain |",
+        "|---:|---:|---|---:|---|---:|---:|---:|",
+    ]
+    for v in report["versus"]:
+        lines.append(
+            f"| {v['max_tokens']} | {v['clients']} | `{v['ours']}` | {v['ours_tokens_per_second']} | `{v['native']}` "
+            f"| {v['native_tokens_per_second']} | {v['ratio']}x | {v.get('alone_equal_native_plain', '-')} |"
+        )
+    lines += [
+        "",
+        "## Throughput over the fewest clients",
+        "",
+        "| max tokens | server | clients | over clients | ratio |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for s in report["scaling"]:
+        if s["clients"] != s["over_clients"]:
+            lines.append(
+                f"| {s['max_tokens']} | `{s['server']}` | {s['clients']} | {s['over_clients']} | {s['ratio']}x |"
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,139 @@
+"""`draftverify bench-serve-llamacpp`: bad options exit 2 with one line before any server starts, the report's
+tables are computed from the cells, and on the zoo's target both servers answer and their single-request texts
+agree (skipped, with the reason, without llama.cpp's tools or the llamacpp extra)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from draftverify.backends.gguf import converter_available, tools_dir
+from draftverify.bench.serve_llamacpp import markdown, parse_list, scaling, server_specs, versus
+from draftverify.cli import app
+from draftverify.errors import DraftVerifyError
+
+
+def _tools_built() -> bool:
+    try:
+        tools_dir()
+    except DraftVerifyError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--clients", "1,x"], "--clients takes a comma list of integers"),
+        (["--clients", "0,4"], "--clients: every value must be in 1..64"),
+        (["--max-tokens", "0"], "--max-tokens: every value must be in 1..4096"),
+        (["--per-client", "0"], "--per-client must be >= 1"),
+        (["--threads", "0"], "--threads must be >= 1"),
+        (["--gamma", "fast"], "gamma"),
+        (["--target-gguf", "q3"], "target's GGUF type"),
+        (["--native", "ngram-what"], "unknown type 'ngram-what'"),
+        (["--native", "draft-eagle3"], "draft-eagle3 is not offered here"),
+        (["--methods", "nonsense"], "nonsense"),
+        (["--methods", ""], "names no method of ours"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(args, message):
+    result = CliRunner().invoke(app, ["bench-serve-llamacpp", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert len([line for line in result.output.splitlines() if line.strip()]) <= 2
+
+
+def test_lists_and_servers_parse():
+    assert parse_list("1, 4,8", "--clients") == [1, 4, 8]
+    with pytest.raises(DraftVerifyError):
+        parse_list("", "--clients")
+    specs = server_specs("autoregressive,model", ["plain", "ngram-mod", "llamacpp_native[draft-simple,n_max=8]"])
+    assert [s.name for s in specs] == [
+        "ours:autoregressive",
+        "ours:model",
+        "llamacpp_native[plain]",
+        "llamacpp_native[ngram-mod]",
+        "llamacpp_native[draft-simple,n_max=8]",
+    ]
+
+
+def _cell(server, clients, rate, alone):
+    return {
+        "server": server,
+        "max_tokens": 32,
+        "clients": clients,
+        "tokens_per_second": rate,
+        "requests_per_second": 1.0,
+        "latency_p50_s": 0.1,
+        "latency_p99_s": 0.2,
+        "errors": {},
+        "greedy_equal_single": f"{clients}/{clients}",
+        "alone": alone,
+    }
+
+
+def test_scaling_and_versus_come_from_the_cells():
+    same, other = {"a": "x", "b": "y"}, {"a": "x", "b": "z"}
+    cells = [
+        _cell("ours:model", 1, 100.0, same),
+        _cell("llamacpp_native[plain]", 1, 80.0, same),
+        _cell("ours:model", 8, 300.0, other),
+        _cell("llamacpp_native[plain]", 8, 400.0, same),
+    ]
+    assert [(s["server"], s["clients"], s["ratio"]) for s in scaling(cells)] == [
+        ("ours:model", 1, 1.0),
+        ("llamacpp_native[plain]", 1, 1.0),
+        ("ours:model", 8, 3.0),
+        ("llamacpp_native[plain]", 8, 5.0),
+    ]
+    rows = versus(cells)
+    assert [(r["clients"], r["ratio"], r["alone_equal_native_plain"]) for r in rows] == [
+        (1, 1.25, "2/2"),
+        (8, 0.75, "1/2"),
+    ]
+    report = {
+        "command": "draftverify bench-serve-llamacpp",
+        "target_gguf": "t.gguf",
+        "draft_gguf": None,
+        "threads": 2,
+        "gamma": "4",
+        "per_client": 1,
+        "prompts": 2,
+        "cells": cells,
+        "scaling": scaling(cells),
+        "versus": rows,
+    }
+    text = markdown(report)
+    assert "| 32 | 8 | `ours:model` | 300.0 | `llamacpp_native[plain]` | 400.0 | 0.75x | 1/2 |" in text
+    assert "| 32 | `llamacpp_native[plain]` | 8 | 1 | 5.0x |" in text
+
+
+@pytest.mark.skipif(
+    not (_tools_built() and importlib.util.find_spec("llama_cpp") and converter_available()),
+    reason="llama.cpp's tools are not built (scripts/build_llama_cpp_tools.sh) or the llamacpp extra is absent",
+)
+def test_both_servers_answer_every_request_on_the_zoo(tmp_path, tmp_path_factory, monkeypatch):
+    if not os.environ.get("DRAFTVERIFY_GGUF_CACHE"):
+        monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path_factory.mktemp("serve-gguf")))
+    out = tmp_path / "load.json"
+    args = ["--clients", "1,2", "--max-tokens", "8", "--per-client", "1", "--methods", "autoregressive"]
+    result = CliRunner().invoke(app, ["bench-serve-llamacpp", *args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert [(c["server"], c["clients"]) for c in report["cells"]] == [
+        ("ours:autoregressive", 1),
+        ("llamacpp_native[plain]", 1),
+        ("ours:autoregressive", 2),
+        ("llamacpp_native[plain]", 2),
+    ]
+    for cell in report["cells"]:
+        assert cell["ok"] == cell["requests"] == cell["clients"] and cell["tokens"] > 0
+        assert cell["greedy_equal_single"] == f"{cell['clients']}/{cell['clients']}"
+    # greedy on the same f32 file: our plain decoding says what llama-server's says
+    assert all(row["alone_equal_native_plain"] == "6/6" for row in report["versus"])
+    assert out.with_suffix(".md").exists()
