@@ -162,8 +162,11 @@ class LlamaCppRows:
         logits = self._decode_entries(entries)  # [outputs, V]
         for b, slot in enumerate(slots[:prompt_outputs]):
             self.row_prefilled[slot] = logits[b]
-        out = torch.zeros(batch * n, self.vocab_size)
-        out[slots[prompt_outputs:]] = logits[prompt_outputs:]
+        if prompt_outputs == 0 and len(slots) == batch * n:  # no prompt, no padding: every position, in order
+            out = logits
+        else:
+            out = torch.zeros(batch * n, self.vocab_size)
+            out[slots[prompt_outputs:]] = logits[prompt_outputs:]
         self._sync_lengths()
         return TargetOutput(logits=out.view(batch, n, -1))  # [B, n, V]
 
@@ -205,6 +208,8 @@ class LlamaCppRows:
             self._fill(list(tokens), list(positions), [[s] for s in seqs], list(outputs))
             self._decode(len(chunk))
             parts.append(self._logits(sum(outputs)))
+        if len(parts) == 1:
+            return parts[0]
         return torch.cat(parts) if parts else torch.empty(0, self.vocab_size)
 
     # ---- the context's size -----------------------------------------------------------------------------------
