@@ -112,9 +112,11 @@ def test_each_row_of_a_batch_equals_its_batch_1_text(tiny, method, rows):
         assert out.stats.rejections > 0, "every draft accepted: the rows' rollback is untested"
 
 
-def test_one_decode_per_step_for_every_row(tiny, monkeypatch):
-    """Every row's new tokens (and, at the first step, every row's prompt) in one llama_decode per forward."""
-    target, drafter, verifier = setup(tiny, "autoregressive")
+@pytest.mark.parametrize("method", ["autoregressive", "model"])
+def test_one_decode_per_forward_for_every_row(tiny, monkeypatch, method):
+    """Every row's new tokens (and, at the first forward, every row's prompt) in one llama_decode per forward, the
+    target's and the llama.cpp draft's alike."""
+    target, drafter, verifier = setup(tiny, method)
     decodes = []
     original = LlamaCppLM._decode
 
@@ -125,8 +127,11 @@ def test_one_decode_per_step_for_every_row(tiny, monkeypatch):
     monkeypatch.setattr(LlamaCppLM, "_decode", counted)
     ids, mask = left_padded(PROMPTS[:4])
     out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=NEW, gamma=4)
-    assert len(decodes) == out.stats.target_calls
-    assert decodes[0][1] == sum(len(p) for p in PROMPTS[:4])  # the prompts and each row's pending token
+    by_target = [n for role, n in decodes if role == "target"]
+    assert len(by_target) == out.stats.target_calls
+    assert len(decodes) - len(by_target) == out.stats.draft_calls
+    first = sum(len(p) for p in PROMPTS[:4])  # the prompts and each row's pending token
+    assert decodes[0][1] == first and (method == "autoregressive" or decodes[0][0] == "draft")
 
 
 @pytest.mark.parametrize("method", BATCH_METHODS)
