@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 
-pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
+llama_cpp = pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
 
 from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
 
@@ -152,7 +152,25 @@ def test_rows_leave_and_join_between_steps_with_their_batch_1_texts(tiny, method
     assert len(out.rows) == len(prompts) and not waiting
     for b, (prompt, limit) in enumerate(zip(prompts, limits + [NEW] * 4)):
         assert out.rows[b] == alone(tiny, method, prompt)[:limit], f"{method}, row {b}"
-    assert len(target.seqs) == 0 or max(target.seqs) < 8  # a left row's sequence id is reused
+
+
+def test_a_left_rows_cells_go_and_a_joining_row_takes_its_sequence_id(tiny):
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    ids, mask = left_padded(PROMPTS[:3])
+    lm.start(ids, attention_mask=mask)
+    lm.forward(ids[:, -1:])  # the prompts and each row's pending token
+    lm.commit_rows(torch.tensor([1, 1, 1]))
+    assert lm.seqs == [0, 1, 2] and lm.row_length.tolist() == [len(p) for p in PROMPTS[:3]]
+    pos_max = llama_cpp.llama_cpp.llama_memory_seq_pos_max
+    assert pos_max(lm.memory, 1) == len(PROMPTS[1]) - 1
+    lm.drop_rows(torch.tensor([True, False, True]))
+    assert lm.seqs == [0, 2] and pos_max(lm.memory, 1) == -1  # the left row's cells are gone
+    joining, joining_mask = left_padded([PROMPTS[4]])
+    lm.join_rows(joining, joining_mask)
+    assert lm.seqs == [0, 2, 1] and lm.row_length.tolist()[-1] == len(PROMPTS[4]) - 1
+    lm.forward(torch.tensor([[1], [2], [3]]))  # an uncommitted tail: no row may leave now
+    with pytest.raises(DraftVerifyError, match="between steps only"):
+        lm.drop_rows(torch.tensor([True, True, False]))
 
 
 def test_the_context_grows_with_its_rows_and_keeps_them(tiny):
