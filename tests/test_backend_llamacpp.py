@@ -326,10 +326,8 @@ def test_keeping_something_that_is_not_a_branch_is_refused(tiny):
         )
 
 
-def test_one_row_only_and_no_hidden_states(tiny):
+def test_no_hidden_states(tiny):
     lm = LlamaCppLM(tiny["target"], threads=1)
-    with pytest.raises(DraftVerifyError, match="one row at a time.*--backend hf"):
-        lm.start(torch.tensor([PROMPT, PROMPT]))
     with pytest.raises(DraftVerifyError, match="hidden states"):
         lm.start(torch.tensor([PROMPT]), want_hidden=True)
 
@@ -427,13 +425,14 @@ def test_the_draft_converts_at_its_own_gguf_type(tiny, monkeypatch):
         load(target=tiny["root"] / "target", draft=tiny["root"] / "draft", draft_gguf="q8_0")
 
 
-def test_compile_and_batches_are_refused(tiny):
+def test_compile_and_batches_of_trees_are_refused(tiny):
     from draftverify import load
 
     with pytest.raises(DraftVerifyError, match="--compile is for"):
         load(target=tiny["target"].path, method="prompt_lookup", backend="llamacpp", compile=True)
-    pipe = load(target=tiny["target"].path, method="prompt_lookup", backend="llamacpp", threads=1)
-    with pytest.raises(DraftVerifyError, match="one row at a time"):
+    pipe = load(target=tiny["target"].path, method="prompt_lookup_tree", backend="llamacpp", threads=1)
+    assert not pipe.supports_batches
+    with pytest.raises(DraftVerifyError, match="token trees in batches of several rows"):
         pipe.generate(["def a():", "def b():"], max_new_tokens=4)
 
 
@@ -521,7 +520,7 @@ def test_n_token_and_1_token_evaluations_differ_only_by_rounding_on_the_zoo(zoo_
     assert all(margin <= 2 * difference for _, margin in flips), f"a flip that is not a near tie: {flips}"
 
 
-def test_serving_on_the_llamacpp_backend_answers_one_request_at_a_time(tiny):
+def test_serving_a_tree_method_on_the_llamacpp_backend_answers_one_request_at_a_time(tiny):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
@@ -531,12 +530,12 @@ def test_serving_on_the_llamacpp_backend_answers_one_request_at_a_time(tiny):
     pipe = load(
         target=tiny["root"] / "target",
         draft=tiny["root"] / "draft",
-        method="model",
+        method="model_tree",
         backend="llamacpp",
         threads=1,
         gamma=3,
     )
-    assert not pipe.supports_batches  # the engine serves one request at a time
+    assert not pipe.supports_batches  # trees are one row's: the engine serves one request at a time
     expected = pipe.generate("def add(a, b):", max_new_tokens=8).text
     with TestClient(create_app(pipe, ServerSettings(model_name="tiny", max_batch=4))) as client:
         reply = client.post(

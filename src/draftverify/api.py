@@ -318,11 +318,15 @@ class Pipeline:
     def supports_batches(self) -> bool:
         """Whether this pipeline's method decodes batches of several rows (a drafter and verifier that batch, on
         growing caches: compiled models preallocate one row)."""
+        from .backends.base import check_backend
         from .methods import build_verifier as _build
 
+        try:
+            check_backend(self.target, type(self.drafter), self.method.name, batched=True)  # trees on llama.cpp
+        except DraftVerifyError:
+            return False
         return (
             self.drafter.supports_batch
-            and self.target.supports_rows
             and not self.compiled
             and _build(self.verifier_name, SamplingParams(), self.options).supports_batch
         )

@@ -211,9 +211,15 @@ def _quiet_libraries() -> None:
 
 
 def _check_backend_flags(
-    backend: str, compile_: bool, batched: bool, draft_gguf: str | None = None, target_gguf: str | None = None
+    backend: str,
+    compile_: bool,
+    batched: bool,
+    draft_gguf: str | None = None,
+    target_gguf: str | None = None,
+    method: str | None = None,
 ) -> None:
-    """--backend and what it cannot combine with, before anything loads."""
+    """--backend and what it cannot combine with (batched: the method's drafter in batches), before anything
+    loads."""
     from .backends import check_gguf_type
     from .backends.registry import backends_that, target_backend
 
@@ -239,6 +245,12 @@ def _check_backend_flags(
             f"--backend {backend} decodes one prompt at a time: add --batch-size 1, or use "
             f"--backend {backends_that('batches')} for batches"
         )
+    if batched and method is not None:
+        from . import drafters  # noqa: F401  (fills the registry)
+        from .backends.base import check_backend
+        from .registry import DRAFTERS, lookup
+
+        check_backend(entry.backend_class(), lookup(DRAFTERS, "drafter", resolve_method(method).drafter), method, True)
 
 
 @app.command()
@@ -314,8 +326,8 @@ def generate(
         "--backend",
         help="What runs the target and draft models: hf (transformers) or llamacpp (llama.cpp via llama-cpp-python: "
         'pip install -e ".[llamacpp]"; a .gguf path, or a model folder converted to GGUF at --dtype on first use and '
-        "cached under ~/.cache/draftverify/gguf). llamacpp runs one prompt at a time and the methods that need only "
-        "the target's logits.",
+        "cached under ~/.cache/draftverify/gguf). llamacpp runs the methods that need only the target's logits, "
+        "chain methods in batches too.",
     ),
     draft_gguf: Optional[str] = flag(
         None,
@@ -343,7 +355,9 @@ def generate(
             raise DraftVerifyError("give exactly one of --prompt and --prompts-file")
         if batch_size < 1:
             raise DraftVerifyError(f"--batch-size must be >= 1, got {batch_size}")
-        _check_backend_flags(backend, compile_, prompts_file is not None and batch_size > 1, draft_gguf, target_gguf)
+        _check_backend_flags(
+            backend, compile_, prompts_file is not None and batch_size > 1, draft_gguf, target_gguf, method
+        )
         texts = read_prompts_file(prompts_file) if prompts_file is not None else None
         text_in = _read_prompt(prompt) if texts is None else texts[0]
         for note in _ignored_settings(
@@ -648,7 +662,9 @@ def serve(
         help=HEAL_HELP + ' /v1/completions only; a request may set its own with the extension field "heal".',
     ),
     backend: str = flag(
-        "hf", "--backend", help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; one request at a time)."
+        "hf",
+        "--backend",
+        help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; tree methods one request at a time).",
     ),
     draft_gguf: Optional[str] = flag(
         None,

@@ -12,7 +12,7 @@ from time import perf_counter
 
 import torch
 
-from .backends.base import LMBackend, defers_prefill
+from .backends.base import LMBackend, check_backend, defers_prefill
 from .backends.registry import as_backend
 from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
 from .drafters.base import Drafter
@@ -147,6 +147,7 @@ def _checked(
                 "run on --backend hf (backend='hf')"
             )
         _check_batch_support(drafter, verifier, params)
+        check_backend(target, type(drafter), drafter.name, batched=True)
     if seeds is not None and len(seeds) != batch:
         raise DraftVerifyError(f"seeds has {len(seeds)} entries for {batch} rows")
     return input_ids, params, limits, attention_mask

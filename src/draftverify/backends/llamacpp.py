@@ -1,8 +1,9 @@
 """The llama.cpp backend: a GGUF model scored through llama-cpp-python's low-level C API (the optional extra
 `llamacpp`), behind the same protocol as CachedLM (backends/base.py), for the target or a draft model.
 
-One llama.cpp context per model, one row (batch size 1). Positions and the KV cache are llama.cpp's; this class
-keeps only the bookkeeping of its uncommitted tail: each tail token's position, parent and sequence id.
+One llama.cpp context per model. Positions and the KV cache are llama.cpp's; this class keeps only the bookkeeping
+of its uncommitted tail: each tail token's position, parent and sequence id. Below, one row (batch size 1); several
+rows (batches, continuous batching) each take a sequence of their own and score chains (llamacpp_rows.py).
 
 - A chain lives in sequence 0. Scoring n tokens is one `llama_decode` with logits requested at every position;
   rolling back rejected tokens is `llama_memory_seq_rm(0, kept_end, -1)`.
@@ -19,8 +20,8 @@ keeps only the bookkeeping of its uncommitted tail: each tail token's position, 
 - The caller describes a tree as CachedLM's callers do (position ids plus an ancestor mask over the tail and the
   new tokens); the mask is read back into parents here, and anything that is not a tree is refused.
 
-Not offered (see `check_backend`): batches of several rows, extra embedded positions (BiTA), the hidden states and
-modules that the heads / early-exit / NAT drafters read, encoder-decoder models.
+Not offered (see `check_backend`): token trees in batches of several rows, extra embedded positions (BiTA), the
+hidden states and modules that the heads / early-exit / NAT drafters read, encoder-decoder models.
 """
 
 from __future__ import annotations
@@ -36,11 +37,10 @@ import torch
 from ..errors import DraftVerifyError
 from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
-from .base import OneRow
+from .llamacpp_rows import BATCH, LlamaCppRows
 
 GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}  # our --dtype -> the converter's --outtype
 MAX_SEQUENCES = 64  # tree branches one decode may score (llama.cpp allows up to 256)
-BATCH = 512  # tokens per llama_decode (longer prompts are prefilled in chunks)
 DEFAULT_CELLS = 4096  # KV cells a context starts with (grown on demand up to the model's context length)
 TREE_ROOM = 256  # cells beyond the positions: a tree's siblings take cells too
 # llama.cpp's own default (flash_attn_type auto) turns flash attention on for the CPU; it is said here, and given
@@ -193,13 +193,15 @@ class GGUFModel:
             self.ptr = None
 
 
-class LlamaCppLM(OneRow):
+class LlamaCppLM(LlamaCppRows):
     """One GGUF model, one llama.cpp context (backends/base.py: LMBackend). Invariant between steps: the KV cache
     holds every committed token but the last, in sequence 0 only."""
 
     name = "llamacpp"
     is_encoder_decoder = False
     takes_positions = True  # token trees: per-node sequence-id sets
+    supports_rows = True  # rows mode: a sequence per row (llamacpp_rows.py)
+    rows_take_trees = False  # a token tree is one row's
     exposes_hidden = False
     has_modules = False
     computes_in_torch = False  # llama.cpp's own threads
@@ -262,13 +264,12 @@ class LlamaCppLM(OneRow):
             set_layer_input = layer_input_calls(lib)[0]
             for layer in self.layer_inputs:
                 set_layer_input(self.ctx, layer, True)
-        self.committed = 0
-        self.deferred = []
-        self.tail = []
 
     # ---- the protocol -----------------------------------------------------------------------------------------
     @property
     def length(self) -> int:
+        if self.seqs is not None:
+            return max(self.held, default=0)
         return self.committed + len(self.tail)
 
     def check_fits(self, decoder_positions: int) -> None:
@@ -283,16 +284,12 @@ class LlamaCppLM(OneRow):
                     f"the {self.role}'s llama.cpp context holds {self.n_ctx} cells (n_ctx); this "
                     f"request needs {decoder_positions} plus room for the verify width"
                 )
-            self._make_context(decoder_positions + TREE_ROOM)
+            held = sum(self.held) if self.seqs is not None else 0  # a row joins rows that hold cells already
+            self._grow(decoder_positions + TREE_ROOM + held)  # the live sequences are copied across
 
     def start(
         self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        if input_ids.shape[0] != 1 or attention_mask is not None:
-            raise DraftVerifyError(
-                "the llamacpp backend decodes one row at a time; batches of several rows run on "
-                "--backend hf (backend='hf')"
-            )
         if want_hidden:
             raise DraftVerifyError(
                 "the llamacpp backend does not return hidden states; run this method on --backend hf"
@@ -304,14 +301,20 @@ class LlamaCppLM(OneRow):
         self.root_children = 0
         self.chain = True
         self._prefilled = None
+        self.deferred = []
+        if input_ids.shape[0] > 1 or attention_mask is not None:
+            return self._start_rows(input_ids, attention_mask)  # rows mode (llamacpp_rows.py)
+        self.seqs = None
         self.deferred = input_ids[0, :-1].tolist()  # decoded with the first forward (_take_deferred)
         self.committed = len(self.deferred)
         return input_ids
 
     @property
     def prefilled(self) -> TargetOutput | None:
-        """Logits at the last prefilled position [1, 1, V] (None for a one-token prompt); reading it before the
+        """Logits at the last prefilled position [B, 1, V] (None for a one-token prompt); reading it before the
         first forward decodes the deferred prompt now."""
+        if self.seqs is not None:
+            return self._rows_prefilled()
         self._flush_deferred()
         return self._prefilled
 
@@ -323,14 +326,23 @@ class LlamaCppLM(OneRow):
         want_hidden: bool = False,
         new_valid: torch.Tensor | None = None,
     ) -> TargetOutput:
-        """tokens [1, n] after the tail; logits [1, n, V] (float32). attention_mask: bool [n, tail + n], which
-        must describe a tree (each token sees its parent's view and itself); None: a chain after the tail."""
-        if tokens.shape[0] != 1 or new_valid is not None:
-            raise DraftVerifyError("the llamacpp backend decodes one row at a time")
+        """tokens [B, n] after the tail; logits [B, n, V] (float32). attention_mask: bool [n, tail + n], which
+        must describe a tree of one row (each token sees its parent's view and itself); None: a chain after the
+        tail. new_valid [B, n] (rows mode): False at padding, which is not decoded (its logits are zeros)."""
         if want_hidden:
             raise DraftVerifyError(
                 "the llamacpp backend does not return hidden states; run this method on --backend hf"
             )
+        if attention_mask is not None or position_ids is not None:
+            if tokens.shape[0] != 1 or self.seqs is not None:
+                raise DraftVerifyError(
+                    "the llamacpp backend scores token trees one row at a time; batch a chain method on it, or "
+                    "run tree methods in batches on --backend hf"
+                )
+        elif self.seqs is not None:
+            return self._forward_rows(tokens, new_valid)
+        if tokens.shape[0] != 1 or (new_valid is not None and not bool(new_valid.all())):
+            raise DraftVerifyError("this llamacpp backend holds one row: start() it with the batch's rows")
         ids = tokens[0].tolist()
         n = len(ids)
         if n == 0:
@@ -371,6 +383,11 @@ class LlamaCppLM(OneRow):
         return TargetOutput(logits=self._logits(n)[None])  # [1, n, V]
 
     def commit(self, kept: int | torch.Tensor) -> None:
+        if self.seqs is not None:
+            if isinstance(kept, torch.Tensor):
+                raise DraftVerifyError("the llamacpp backend keeps a tree's branch for one row; rows keep chains")
+            self.commit_rows(torch.full((len(self.seqs),), kept))
+            return
         self._flush_deferred()
         if isinstance(kept, torch.Tensor):
             if kept.dim() == 2:
@@ -412,6 +429,8 @@ class LlamaCppLM(OneRow):
     def rollback(self, length: int) -> None:
         """Drop every cached position from `length` on, settled or not (a chain in sequence 0: a staged draft's
         looked-up tokens it did not choose)."""
+        if self.seqs is not None:
+            raise DraftVerifyError("rollback is for one row; rows keep chains with commit_rows / truncate_rows")
         if not self.chain:
             raise DraftVerifyError("rollback needs a chain tail; a token tree is pending in the llamacpp backend")
         self._flush_deferred()

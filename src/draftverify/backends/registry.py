@@ -113,6 +113,7 @@ register_backend(
         "llama.cpp through llama-cpp-python",
         "draftverify.backends.llamacpp:LlamaCppLM",
         loader="draftverify.api:load_llamacpp",
+        batches=True,
         requires="llama_cpp",
         package="llama-cpp-python",
         install=LLAMACPP_INSTALL,

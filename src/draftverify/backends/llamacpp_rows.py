@@ -1,0 +1,239 @@
+"""LlamaCppLM's rows: several sequences on one llama.cpp context (batches, continuous batching, ragged acceptance).
+
+Row b lives in its own sequence id with its own positions (0, 1, ... its length), so a row needs no padding: a
+forward puts every row's real new tokens into ONE `llama_decode` (chunks of BATCH only when they do not fit), a
+padded slot is simply left out of the batch and its logits come back as zeros. Rolling a row back is
+`llama_memory_seq_rm(seq, kept_end, -1)`; a row that leaves has its sequence's cells removed and its id is free for
+a row that joins. Each row's prompt is deferred as one row's is (all but its last token) and decoded with the
+first forward that follows, every row's together. The KV cells are shared by every sequence (kv_unified), and the
+context grows when the rows' positions outgrow it, the held sequences copied across (`_grow`). Rows score chains
+only: a token tree is one row's (mixed into LlamaCppLM; one-row mode is `seqs` None).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from ..errors import DraftVerifyError
+from ..types import TargetOutput
+from .base import one_row
+
+BATCH = 512  # tokens per llama_decode (more are decoded in chunks)
+
+
+class LlamaCppRows:
+    """The protocol's row calls for LlamaCppLM, in one-row mode (sequence 0, the class's own bookkeeping) and in
+    rows mode (start() with several rows or a padding mask, or a row joining)."""
+
+    # rows mode: row b's sequence id, the positions it holds (tail included), the ones settled, its prompt tokens
+    # not decoded yet (the last ones of its settled positions) and its prefilled logits [V] (None: none yet)
+    seqs: list[int] | None = None
+    held: list[int]
+    settled: list[int]
+    row_deferred: list[list[int]]
+    row_prefilled: list[torch.Tensor | None]
+
+    # ---- entering rows mode -----------------------------------------------------------------------------------
+    def _start_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Reset to the left-padded rows input_ids [B, L] (attention_mask [B, L] False at the padding); every
+        row's prompt but its last token is deferred to the next forward."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
+        if attention_mask.shape != input_ids.shape or not bool(attention_mask[:, -1].all()):
+            raise DraftVerifyError(
+                "a batch's attention mask must match input_ids [B, L] and pad on the left "
+                "(every row's last column is a real token)"
+            )
+        self.seqs, self.held, self.settled, self.row_deferred, self.row_prefilled = [], [], [], [], []
+        self._add_rows(input_ids, attention_mask)
+        return input_ids
+
+    def _add_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        for ids, real in zip(input_ids.tolist(), attention_mask.bool().tolist()):
+            prompt = [t for t, r in zip(ids, real) if r]
+            self.seqs.append(self._free_sequence())
+            self.row_deferred.append(prompt[:-1])
+            self.held.append(len(prompt) - 1)
+            self.settled.append(len(prompt) - 1)
+            self.row_prefilled.append(None)
+        self._sync_lengths()
+
+    def _free_sequence(self) -> int:
+        for s in range(self.max_sequences):
+            if s not in self.seqs:
+                return s
+        raise DraftVerifyError(
+            f"the llamacpp backend holds at most {self.max_sequences} rows (sequences) on one context; "
+            "lower the batch size (--batch-size / --max-batch)"
+        )
+
+    def _to_rows(self) -> None:
+        """One-row mode -> rows mode (rows are about to join): the row keeps sequence 0 and its deferred prompt."""
+        self._check_settled()
+        self.seqs, self.held, self.settled = [0], [self.committed], [self.committed]
+        self.row_deferred, self.row_prefilled = [self.deferred], [None]
+        if self._prefilled is not None:
+            self.row_prefilled[0] = self._prefilled.logits[0, 0]
+        self.deferred = []
+
+    def _check_settled(self) -> None:
+        if self.length > self.committed:
+            raise DraftVerifyError("rows leave and join between steps only (the tail is not committed)")
+
+    def _sync_lengths(self) -> None:
+        """length / committed of rows mode: the longest row's (what a one-row caller would read)."""
+        self.committed = max(self.settled, default=0)
+
+    # ---- the row calls ----------------------------------------------------------------------------------------
+    @property
+    def row_length(self) -> torch.Tensor:
+        """Positions each row holds [B] (its next position id)."""
+        if self.seqs is None:
+            return torch.tensor([self.length], device=self.device)
+        return torch.tensor(self.held, device=self.device)
+
+    def commit_rows(self, counts: torch.Tensor) -> None:
+        if self.seqs is None:
+            self.commit(one_row(counts, "counts"))
+            return
+        self.truncate_rows(torch.tensor(self.settled) + torch.as_tensor(counts).cpu())
+
+    def truncate_rows(self, upto: torch.Tensor) -> None:
+        if self.seqs is None:
+            self.commit(one_row(upto, "upto") - self.committed)
+            return
+        upto = torch.as_tensor(upto).tolist()
+        if len(upto) != len(self.seqs):
+            raise DraftVerifyError(f"{len(upto)} row lengths for a batch of {len(self.seqs)} rows")
+        for b, keep in enumerate(upto):
+            if not self.settled[b] <= keep <= self.held[b]:
+                raise DraftVerifyError(
+                    f"row {b} cannot keep {keep} positions: it committed {self.settled[b]} and holds {self.held[b]}"
+                )
+            if keep < self.held[b]:
+                self.lib.llama_memory_seq_rm(self.memory, self.seqs[b], keep, -1)
+            self.held[b] = self.settled[b] = keep
+        self._sync_lengths()
+
+    def drop_rows(self, keep_rows: torch.Tensor) -> None:
+        keep = torch.as_tensor(keep_rows).tolist()
+        if self.seqs is None:
+            if not all(keep):
+                raise DraftVerifyError("the llamacpp backend's only row cannot leave; start() the next request instead")
+            return
+        if len(keep) != len(self.seqs):
+            raise DraftVerifyError(f"keep_rows has {len(keep)} entries for a batch of {len(self.seqs)} rows")
+        self._check_settled()
+        for b in reversed(range(len(keep))):
+            if not keep[b]:
+                self.lib.llama_memory_seq_rm(self.memory, self.seqs[b], -1, -1)  # its id is free for a joining row
+                for rows in (self.seqs, self.held, self.settled, self.row_deferred, self.row_prefilled):
+                    del rows[b]
+        self._sync_lengths()
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
+        """Between steps: new left-padded rows [b, L] join at the end of the batch, each in a free sequence id; their
+        prompts are decoded with the next forward."""
+        if self.seqs is None:
+            self._to_rows()
+        self._check_settled()
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
+        self._add_rows(input_ids, attention_mask)
+
+    # ---- decoding ---------------------------------------------------------------------------------------------
+    def _forward_rows(self, tokens: torch.Tensor, new_valid: torch.Tensor | None) -> TargetOutput:
+        """tokens [B, n] after each row's tail, new_valid [B, n] False at padding; logits [B, n, V] (zeros at
+        padding). The rows' deferred prompts go first, in the same decode."""
+        batch, n = tokens.shape
+        if batch != len(self.seqs):
+            raise DraftVerifyError(f"{batch} rows of tokens for a batch of {len(self.seqs)} rows")
+        valid = [[True] * n] * batch if new_valid is None else new_valid.bool().tolist()
+        entries, slots = self._deferred_entries()  # (token, position, sequence, output)
+        prompt_outputs = len(slots)
+        for b, (ids, real) in enumerate(zip(tokens.tolist(), valid)):
+            for k, (token, keep) in enumerate(zip(ids, real)):
+                if keep:
+                    entries.append((token, self.held[b], self.seqs[b], True))
+                    slots.append(b * n + k)
+                    self.held[b] += 1
+        logits = self._decode_entries(entries)  # [outputs, V]
+        for b, slot in enumerate(slots[:prompt_outputs]):
+            self.row_prefilled[slot] = logits[b]
+        if prompt_outputs == 0 and len(slots) == batch * n:  # no prompt, no padding: every position, in order
+            out = logits
+        else:
+            out = torch.zeros(batch * n, self.vocab_size)
+            out[slots[prompt_outputs:]] = logits[prompt_outputs:]
+        self._sync_lengths()
+        return TargetOutput(logits=out.view(batch, n, -1))  # [B, n, V]
+
+    def _deferred_entries(self) -> tuple[list[tuple[int, int, int, bool]], list[int]]:
+        """Every row's deferred prompt as decode entries (output at its last token), taken off the rows; and the
+        row of each output."""
+        entries, rows = [], []
+        for b, prompt in enumerate(self.row_deferred):
+            start = self.settled[b] - len(prompt)
+            entries.extend((t, start + i, self.seqs[b], i == len(prompt) - 1) for i, t in enumerate(prompt))
+            if prompt:
+                rows.append(b)
+            self.row_deferred[b] = []
+        return entries, rows
+
+    def _flush_rows(self) -> None:
+        """Decode every row's deferred prompt now (chunks of BATCH)."""
+        entries, rows = self._deferred_entries()
+        if entries:
+            for b, logits in zip(rows, self._decode_entries(entries)):
+                self.row_prefilled[b] = logits
+
+    def _rows_prefilled(self) -> TargetOutput | None:
+        """Each row's logits at its last prefilled position [B, 1, V] (zeros for a one-token prompt)."""
+        self._flush_rows()
+        if all(p is None for p in self.row_prefilled):
+            return None
+        zeros = torch.zeros(self.vocab_size)
+        return TargetOutput(logits=torch.stack([zeros if p is None else p for p in self.row_prefilled])[:, None])
+
+    def _decode_entries(self, entries: list[tuple[int, int, int, bool]]) -> torch.Tensor:
+        """Decode (token, position, sequence, output) entries in order, in chunks of BATCH; the logits of the
+        output entries [outputs, V]."""
+        self._make_room(sum(self.held))
+        parts = []
+        for begin in range(0, len(entries), BATCH):
+            chunk = entries[begin : begin + BATCH]
+            tokens, positions, seqs, outputs = zip(*chunk)
+            self._fill(list(tokens), list(positions), [[s] for s in seqs], list(outputs))
+            self._decode(len(chunk))
+            parts.append(self._logits(sum(outputs)))
+        if len(parts) == 1:
+            return parts[0]
+        return torch.cat(parts) if parts else torch.empty(0, self.vocab_size)
+
+    # ---- the context's size -----------------------------------------------------------------------------------
+    def _make_room(self, cells: int) -> None:
+        """Grow the context (twice its cells, or what is needed) when the rows will hold more than it has."""
+        if cells <= self.n_ctx:
+            return
+        if self.fixed_ctx:
+            raise DraftVerifyError(
+                f"the {self.role}'s llama.cpp context holds {self.n_ctx} cells (n_ctx); its rows need {cells}: give "
+                "a larger n_ctx or fewer rows"
+            )
+        self._grow(max(2 * self.n_ctx, cells))
+
+    def _grow(self, n_ctx: int) -> None:
+        """A context of n_ctx cells in place of this one, every held sequence's cells copied across."""
+        live = self.seqs if self.seqs is not None else [0]
+        saved = []
+        for s in live:
+            size = self.lib.llama_state_seq_get_size(self.ctx, s)
+            data = (ctypes.c_uint8 * size)()
+            written = self.lib.llama_state_seq_get_data(self.ctx, data, size, s)
+            saved.append((s, data, written))
+        self._make_context(n_ctx)
+        for s, data, size in saved:
+            if size and self.lib.llama_state_seq_set_data(self.ctx, data, size, s) == 0:
+                raise DraftVerifyError(f"llama.cpp could not copy sequence {s} into a context of {n_ctx} cells")

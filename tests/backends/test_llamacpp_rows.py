@@ -1,0 +1,267 @@
+"""The llama.cpp backend's rows: batches of 2 / 4 / 8 prompts of different lengths on one context, each row's
+greedy text equal to its batch-1 text (autoregressive, prompt_lookup and a llama.cpp draft model), one
+llama_decode per step for every row, rows leaving and joining between steps (continuous batching), and what rows
+refuse (trees, methods that cannot batch on llama.cpp) in one line."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
+
+from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
+
+from conftest import save_llama  # noqa: E402
+from draftverify import DraftVerifyError, generate  # noqa: E402
+from draftverify.backends import DEFAULT_DRAFT_GGUF  # noqa: E402
+from draftverify.backends.base import check_backend  # noqa: E402
+from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
+from draftverify.backends.llamacpp import GGUFModel, LlamaCppLM  # noqa: E402
+from draftverify.methods import MethodOptions, build_drafter, build_verifier, resolve_method  # noqa: E402
+from draftverify.registry import DRAFTERS  # noqa: E402
+from draftverify.types import RowRequest, SamplingParams  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not converter_available(), reason="no llama.cpp converter: scripts/fetch_llama_cpp_converter.sh"
+)
+
+BATCH_METHODS = ("autoregressive", "prompt_lookup", "model", "lookup_model", "suffix")
+# prompts of different lengths, some repeating themselves (prompt lookup finds drafts), one of a single token
+PROMPTS = [
+    [5, 17, 99, 230, 7, 5, 17, 99, 230, 7, 5, 17],
+    [41, 8],
+    [300, 12, 77, 300, 12, 77, 300, 12],
+    [9],
+    [120, 45, 66, 120, 45, 66, 120, 45, 66, 120, 45, 66, 120, 45, 66, 120],
+    [3, 250, 18, 90, 3, 250],
+    [77, 77, 77, 77, 77],
+    [14, 28, 56, 112, 224, 14, 28, 56, 112],
+]
+NEW = 24
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, request):
+    """A tiny random Llama target (f32 GGUF) and a noisy copy of it as the draft (the backend's default draft
+    type): the draft agrees on some tokens, not all."""
+    root = tmp_path_factory.mktemp("llamacpp-rows")
+    tokenizer = AutoTokenizer.from_pretrained(request.config.rootpath / "zoo" / "code" / "tokenizer")
+    save_llama(root / "target", layers=2, seed=0, tokenizer=tokenizer)
+    draft = LlamaForCausalLM.from_pretrained(root / "target")
+    draft = copy.deepcopy(draft)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05 * p.std())
+    draft.save_pretrained(root / "draft")
+    tokenizer.save_pretrained(root / "draft")
+    cache = root / "gguf"
+    return {
+        "root": root,
+        "target": GGUFModel(gguf_for(root / "target", cache_dir=cache)),
+        "draft": GGUFModel(gguf_for(root / "draft", DEFAULT_DRAFT_GGUF, cache_dir=cache)),
+    }
+
+
+def setup(tiny, method: str, gamma: int = 4):
+    spec = resolve_method(method)
+    options = MethodOptions(
+        draft_model=LlamaCppLM(tiny["draft"], role="draft", threads=1) if spec.needs_draft else None,
+        prompt_lookup_min_ngram=1,
+    )
+    target = LlamaCppLM(tiny["target"], threads=1)
+    drafter = build_drafter(spec.drafter, target, options)
+    return target, drafter, build_verifier(spec.verifier, SamplingParams(), options)
+
+
+def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
+    return ids, mask
+
+
+_ALONE: dict = {}
+
+
+def alone(tiny, method: str, prompt: list[int], new: int = NEW) -> list[int]:
+    """The prompt's batch-1 text on the same backend and method."""
+    key = (method, tuple(prompt), new)
+    if key not in _ALONE:
+        target, drafter, verifier = setup(tiny, method)
+        out = generate(target, drafter, verifier, torch.tensor([prompt]), max_new_tokens=new, gamma=4)
+        _ALONE[key] = out.rows[0]
+    return _ALONE[key]
+
+
+@pytest.mark.parametrize("method", BATCH_METHODS)
+@pytest.mark.parametrize("rows", [2, 4, 8])
+def test_each_row_of_a_batch_equals_its_batch_1_text(tiny, method, rows):
+    prompts = PROMPTS[:rows]
+    target, drafter, verifier = setup(tiny, method)
+    ids, mask = left_padded(prompts)
+    out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=NEW, gamma=4)
+    for b, prompt in enumerate(prompts):
+        assert out.rows[b] == alone(tiny, method, prompt), f"{method}, row {b} of {rows}"
+    if method != "autoregressive":
+        assert out.stats.accepted_tokens > 0, "no draft was ever accepted: the rows' commits are untested"
+    if method == "model":
+        assert out.stats.rejections > 0, "every draft accepted: the rows' rollback is untested"
+
+
+@pytest.mark.parametrize("method", ["autoregressive", "model"])
+def test_one_decode_per_forward_for_every_row(tiny, monkeypatch, method):
+    """Every row's new tokens (and, at the first forward, every row's prompt) in one llama_decode per forward, the
+    target's and the llama.cpp draft's alike."""
+    target, drafter, verifier = setup(tiny, method)
+    decodes = []
+    original = LlamaCppLM._decode
+
+    def counted(self, n):
+        decodes.append((self.role, n))
+        return original(self, n)
+
+    monkeypatch.setattr(LlamaCppLM, "_decode", counted)
+    ids, mask = left_padded(PROMPTS[:4])
+    out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=NEW, gamma=4)
+    by_target = [n for role, n in decodes if role == "target"]
+    assert len(by_target) == out.stats.target_calls
+    assert len(decodes) - len(by_target) == out.stats.draft_calls
+    first = sum(len(p) for p in PROMPTS[:4])  # the prompts and each row's pending token
+    assert decodes[0][1] == first and (method == "autoregressive" or decodes[0][0] == "draft")
+
+
+@pytest.mark.parametrize("method", BATCH_METHODS)
+def test_rows_leave_and_join_between_steps_with_their_batch_1_texts(tiny, method):
+    """Continuous batching: rows with short limits finish early and leave; waiting prompts join, each in a free
+    sequence, and every row's text equals its batch-1 text."""
+    target, drafter, verifier = setup(tiny, method)
+    first = [PROMPTS[0], PROMPTS[1], PROMPTS[2]]
+    limits = [NEW, 5, 9]
+    waiting = [RowRequest(PROMPTS[k], NEW) for k in (4, 5, 6, 7)]
+
+    def admit():
+        return [waiting.pop(0)] if waiting else []
+
+    ids, mask = left_padded(first)
+    out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=limits, gamma=4, admit=admit)
+    prompts = first + [PROMPTS[k] for k in (4, 5, 6, 7)]
+    assert len(out.rows) == len(prompts) and not waiting
+    for b, (prompt, limit) in enumerate(zip(prompts, limits + [NEW] * 4)):
+        assert out.rows[b] == alone(tiny, method, prompt)[:limit], f"{method}, row {b}"
+
+
+def test_a_left_rows_cells_go_and_a_joining_row_takes_its_sequence_id(tiny):
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    ids, mask = left_padded(PROMPTS[:3])
+    lm.start(ids, attention_mask=mask)
+    lm.forward(ids[:, -1:])  # the prompts and each row's pending token
+    lm.commit_rows(torch.tensor([1, 1, 1]))
+    assert lm.seqs == [0, 1, 2] and lm.row_length.tolist() == [len(p) for p in PROMPTS[:3]]
+    pos_max = llama_cpp.llama_cpp.llama_memory_seq_pos_max
+    assert pos_max(lm.memory, 1) == len(PROMPTS[1]) - 1
+    lm.drop_rows(torch.tensor([True, False, True]))
+    assert lm.seqs == [0, 2] and pos_max(lm.memory, 1) == -1  # the left row's cells are gone
+    joining, joining_mask = left_padded([PROMPTS[4]])
+    lm.join_rows(joining, joining_mask)
+    assert lm.seqs == [0, 2, 1] and lm.row_length.tolist()[-1] == len(PROMPTS[4]) - 1
+    lm.forward(torch.tensor([[1], [2], [3]]))  # an uncommitted tail: no row may leave now
+    with pytest.raises(DraftVerifyError, match="between steps only"):
+        lm.drop_rows(torch.tensor([True, True, False]))
+
+
+def test_the_context_grows_with_its_rows_and_keeps_them(tiny):
+    """Rows outgrowing the context's cells mid-generation: a larger context is made and every held row copied
+    across; a context whose size was given refuses in one line instead."""
+    target, drafter, verifier = setup(tiny, "model")
+    cells = target.n_ctx  # one request's room (the tiny model's 256 positions and the tree room)
+    ids, mask = left_padded(PROMPTS)
+    long = 90
+    out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=long, gamma=4)
+    assert target.n_ctx > cells and sum(len(p) + long for p in PROMPTS) > cells
+    for b, prompt in enumerate(PROMPTS):
+        assert out.rows[b] == alone(tiny, "model", prompt, long), f"row {b}"
+    fixed = LlamaCppLM(tiny["target"], threads=1, n_ctx=cells)
+    with pytest.raises(DraftVerifyError, match="holds .* cells \\(n_ctx\\); its rows need") as err:
+        generate(fixed, setup(tiny, "autoregressive")[1], verifier, ids, attention_mask=mask, max_new_tokens=long)
+    assert "\n" not in str(err.value)
+
+
+def test_seeded_sampling_rows_equal_their_own_seeded_text(tiny):
+    """Coupled sampling on rows: row b's text is its batch-1 text for seed b (a llama.cpp draft model)."""
+    params = SamplingParams(temperature=0.9, top_p=0.95, coupling=True)
+    prompts, seeds = PROMPTS[:4], [3, 4, 5, 6]
+    expected = []
+    for prompt, seed in zip(prompts, seeds):
+        target, drafter, _ = setup(tiny, "model")
+        verifier = build_verifier("exact", params, MethodOptions())
+        one = generate(target, drafter, verifier, torch.tensor([prompt]), params, max_new_tokens=NEW, seeds=[seed])
+        expected.append(one.rows[0])
+    target, drafter, _ = setup(tiny, "model")
+    ids, mask = left_padded(prompts)
+    verifier = build_verifier("exact", params, MethodOptions())
+    out = generate(target, drafter, verifier, ids, params, attention_mask=mask, max_new_tokens=NEW, seeds=seeds)
+    assert out.rows == expected
+    assert expected != [alone(tiny, "model", p) for p in prompts]  # sampled, not greedy
+
+
+def test_the_rows_prefilled_logits_are_each_prompts_own(tiny):
+    """prefilled: each row's logits at its last prompt position [B, 1, V] (zeros for a one-token prompt)."""
+    prompts = [PROMPTS[0], PROMPTS[3], PROMPTS[2]]
+    rows = LlamaCppLM(tiny["target"], threads=1)
+    ids, mask = left_padded(prompts)
+    rows.start(ids, attention_mask=mask)
+    got = rows.prefilled.logits  # [3, 1, V]
+    assert got.shape == (3, 1, rows.vocab_size) and not bool(got[1].any())
+    for b in (0, 2):
+        one = LlamaCppLM(tiny["target"], threads=1)
+        one.start(torch.tensor([prompts[b]]))
+        assert torch.allclose(got[b], one.prefilled.logits[0], atol=1e-3)
+
+
+def test_trees_and_methods_that_cannot_batch_on_llama_cpp_are_refused_in_one_line(tiny):
+    target = LlamaCppLM(tiny["target"], threads=1)
+    ids, mask = left_padded(PROMPTS[:2])
+    target.start(ids, attention_mask=mask)
+    with pytest.raises(DraftVerifyError, match="token trees one row at a time") as err:
+        target.forward(ids[:, -2:], torch.tensor([[4, 5]]), torch.ones(2, 2, dtype=torch.bool).tril())
+    assert "\n" not in str(err.value)
+    for method in ("model_tree", "prompt_lookup_tree"):
+        drafter_cls = DRAFTERS[resolve_method(method).drafter]
+        check_backend(LlamaCppLM, drafter_cls, method)  # one row: runs
+        with pytest.raises(DraftVerifyError, match="token trees in batches of several rows") as err:
+            check_backend(LlamaCppLM, drafter_cls, method, batched=True)
+        assert "\n" not in str(err.value)
+    target, drafter, verifier = setup(tiny, "prompt_lookup_tree")
+    with pytest.raises(DraftVerifyError, match="token trees in batches"):
+        generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=4)
+
+
+def test_the_command_line_generates_batches_equal_to_batch_1(tiny, tmp_path, monkeypatch):
+    """generate --backend llamacpp --prompts-file --batch-size 4: each text equals --batch-size 1's; a tree method
+    in batches is refused before anything loads, in one line."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from draftverify.cli import app
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tiny["root"] / "gguf"))
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("def add(a, b):\nimport os\nclass Stack:\nx = [1, 2, 3]\nwhile True:\n")
+    base = ["generate", "--target", str(tiny["root"] / "target"), "--draft", str(tiny["root"] / "draft")]
+    base += ["--prompts-file", str(prompts), "-n", "12", "--threads", "1", "--backend", "llamacpp", "--json"]
+    runner = CliRunner()
+    for method in ("model", "lookup_model"):
+        texts = {}
+        for size in ("1", "4"):
+            result = runner.invoke(app, base + ["--method", method, "--batch-size", size])
+            assert result.exit_code == 0, result.stderr
+            texts[size] = [r["text"] for r in json.loads(result.stdout)["results"]]
+        assert texts["4"] == texts["1"] and len(texts["1"]) == 5, method
+    refused = runner.invoke(app, base + ["--method", "model_tree", "--batch-size", "2"])
+    assert refused.exit_code == 2 and "token trees in batches of several rows" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
