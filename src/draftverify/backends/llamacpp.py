@@ -202,6 +202,7 @@ class LlamaCppLM(LlamaCppRows):
     takes_positions = True  # token trees: per-node sequence-id sets
     supports_rows = True  # rows mode: a sequence per row (llamacpp_rows.py)
     rows_take_trees = False  # a token tree is one row's
+    rows_give_layer_inputs = False  # the layer inputs a drafter's wrapper reads (eagle3) are one row's
     exposes_hidden = False
     has_modules = False
     computes_in_torch = False  # llama.cpp's own threads
