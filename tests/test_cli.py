@@ -88,6 +88,7 @@ def test_generate_json_is_one_object_on_stdout_matching_the_python_api(model_dir
         (["--method", "model_tree", "--tree-paths", "[0, 1]"], "--tree-paths"),
         (["--method", "autoregressive", "--target-gguf", "q8_0"], "with --backend hf the target loads at --dtype"),
         (["--method", "autoregressive", "--target-gguf", "int4"], "--target-gguf) must be one of"),
+        (["--method", "autoregressive", "--no-flash-attn"], "--backend hf runs torch's attention"),
     ],
 )
 def test_bad_inputs_exit_2_with_a_message_and_echo_nothing(model_dirs, extra, message):  # noqa: F811

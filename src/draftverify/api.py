@@ -521,6 +521,7 @@ def load(
     draft_gguf: str | None = None,
     device: str = "cpu",
     target_gguf: str | None = None,
+    flash_attn: bool | None = None,
     **options,
 ) -> Pipeline:
     """Load a target (and draft) by path or zoo name and return a Pipeline for `method`.
@@ -542,7 +543,9 @@ def load(
     CPU threads, default torch's; draft_gguf: the GGUF type a draft folder is converted at,
     backends.DRAFT_GGUF_TYPES, default q8_0: a draft's precision changes what it proposes, never the output;
     target_gguf: the GGUF type a target folder is converted at, default dtype's: q8_0 or q4_k_m as llama.cpp users
-    run their models, the output then that file's own greedy text).
+    run their models, the output then that file's own greedy text; flash_attn: llama.cpp's flash attention, on by
+    default as llama.cpp runs it; off, a verify pass's logits equal one-token decoding's bit for bit on a quantized
+    file, so the text is that file's greedy text on every prompt, long ones included).
 
     options are the declared method options (draftverify.options: each drafter's own, e.g. nat_path, and the
     shared ones: alpha_fb, alpha_rb, lenience, beta, tau); an unknown name is a DraftVerifyError. With zoo, the
@@ -578,7 +581,16 @@ def load(
                 f"{role}_gguf (--{role}-gguf) is the {role}'s GGUF type on the llamacpp backend; on the "
                 f"{entry.name} backend the {role} loads at dtype (--dtype)"
             )
+    if flash_attn is not None and "flash_attn" not in entry.own_options:
+        raise DraftVerifyError(
+            f"flash_attn (--flash-attn/--no-flash-attn) is llama.cpp's kernel setting; the {entry.name} backend "
+            "runs torch's attention"
+        )
+    if flash_attn is not None and not isinstance(flash_attn, bool):
+        raise DraftVerifyError(f"flash_attn must be True or False, got {flash_attn!r}")
     gguf = {"target_gguf": target_gguf} if target_gguf is not None else {}
+    if flash_attn is not None:
+        gguf["flash_attn"] = flash_attn
     return entry.load(
         target,
         draft,
@@ -630,6 +642,7 @@ def load_llamacpp(
     draft_gguf,
     device,
     target_gguf=None,
+    flash_attn=None,
 ) -> Pipeline:
     """The llamacpp backend's loader (backends/registry.py): target and draft as GGUF models on llama.cpp contexts
     (backends/llamacpp.py), on the CPU (load() refuses another device)."""
@@ -654,7 +667,8 @@ def load_llamacpp(
     check_backend(LlamaCppLM, drafter_cls, method)  # before any conversion: its class flags say enough
     gguf_target, config = open_gguf(target, dtype, "target", outtype=target_gguf)
     tokenizer = load_tokenizer(target, verbose) if config is not None else GGUFTokenizer(gguf_target)
-    target_lm = LlamaCppLM(gguf_target, role="target", threads=threads)
+    kernels = {} if flash_attn is None else {"flash_attn": flash_attn}
+    target_lm = LlamaCppLM(gguf_target, role="target", threads=threads, **kernels)
     method_options = MethodOptions(**options)
     if draft is not None:
         gguf_draft, _ = open_gguf(draft, dtype, "draft", outtype=draft_gguf)
@@ -663,5 +677,5 @@ def load_llamacpp(
                 f"the draft {str(draft)!r} and the target {str(target)!r} have different "
                 "vocabularies; speculative decoding needs a draft with the target's tokenizer"
             )
-        method_options.draft_model = LlamaCppLM(gguf_draft, role="draft", threads=threads)
+        method_options.draft_model = LlamaCppLM(gguf_draft, role="draft", threads=threads, **kernels)
     return Pipeline(target_lm, tokenizer, method, verifier, method_options, gamma, heal=heal)

@@ -175,6 +175,11 @@ TARGET_GGUF_HELP = (
     "float32): q8_0 and q4_k_m (made by llama.cpp's llama-quantize, scripts/build_llama_cpp_tools.sh) as llama.cpp "
     "users run them, f32, f16 or bf16; every method's text equals that file's own greedy text."
 )
+FLASH_ATTN_HELP = (
+    "With --backend llamacpp: llama.cpp's flash attention, on by default as llama.cpp runs it; --no-flash-attn makes "
+    "a verify pass's logits equal one-token decoding's bit for bit on a quantized GGUF (q8_0, q4_k_m), so every "
+    "text is that file's greedy text, long prompts included (on, a near-tie can flip)."
+)
 HEAL_HELP = (
     "Token healing: back the prompt up over its last token and let the first new token start with its text "
     "(a prompt ending in a newline then continues as trained text does). Default: on with --zoo (decoder-only "
@@ -217,6 +222,7 @@ def _check_backend_flags(
     draft_gguf: str | None = None,
     target_gguf: str | None = None,
     method: str | None = None,
+    flash_attn: bool | None = None,
 ) -> None:
     """--backend and what it cannot combine with (batched: the method's drafter in batches), before anything
     loads."""
@@ -233,6 +239,11 @@ def _check_backend_flags(
                 f"--{role}-gguf is the {role}'s GGUF type on --backend llamacpp; with --backend "
                 f"{backend} the {role} loads at --dtype"
             )
+    if flash_attn is not None and "flash_attn" not in entry.own_options:
+        raise DraftVerifyError(
+            f"--flash-attn/--no-flash-attn is llama.cpp's kernel setting (--backend llamacpp); --backend {backend} "
+            "runs torch's attention"
+        )
     if not entry.installed():
         raise DraftVerifyError(f"--backend {backend} needs {entry.package}: {entry.install}")
     if compile_ and not entry.compiles:
@@ -336,6 +347,7 @@ def generate(
         "bf16; the draft's precision changes which tokens it proposes, never the output.",
     ),
     target_gguf: Optional[str] = flag(None, "--target-gguf", help=TARGET_GGUF_HELP),
+    flash_attn: Optional[bool] = flag(None, "--flash-attn/--no-flash-attn", help=FLASH_ATTN_HELP),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Generate text with a draft-then-verify method: the text on stdout, the statistics table on stderr."""
@@ -356,7 +368,7 @@ def generate(
         if batch_size < 1:
             raise DraftVerifyError(f"--batch-size must be >= 1, got {batch_size}")
         _check_backend_flags(
-            backend, compile_, prompts_file is not None and batch_size > 1, draft_gguf, target_gguf, method
+            backend, compile_, prompts_file is not None and batch_size > 1, draft_gguf, target_gguf, method, flash_attn
         )
         texts = read_prompts_file(prompts_file) if prompts_file is not None else None
         text_in = _read_prompt(prompt) if texts is None else texts[0]
@@ -389,6 +401,7 @@ def generate(
             threads=threads,
             draft_gguf=draft_gguf,
             target_gguf=target_gguf,
+            flash_attn=flash_attn,
             **options,
         )
         pipe.heal = _heal_default(heal, zoo, pipe)
@@ -673,6 +686,7 @@ def serve(
         "bf16; the draft's precision changes which tokens it proposes, never the output.",
     ),
     target_gguf: Optional[str] = flag(None, "--target-gguf", help=TARGET_GGUF_HELP),
+    flash_attn: Optional[bool] = flag(None, "--flash-attn/--no-flash-attn", help=FLASH_ATTN_HELP),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
 ) -> None:
     """Serve a method over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models,
@@ -701,7 +715,7 @@ def serve(
             raise DraftVerifyError("serving needs the 'serve' extra: pip install 'draftverify[serve]'")
         check_port_free(host, port)  # before the model loads: a taken port is a one-line exit 2, not uvicorn's
         name = served_model_name or (zoo if zoo and not target else Path(str(target)).name)
-        _check_backend_flags(backend, compile_, False, draft_gguf, target_gguf)
+        _check_backend_flags(backend, compile_, False, draft_gguf, target_gguf, flash_attn=flash_attn)
         load_args = dict(
             target=target,
             draft=draft,
@@ -716,6 +730,7 @@ def serve(
             threads=threads,
             draft_gguf=draft_gguf,
             target_gguf=target_gguf,
+            flash_attn=flash_attn,
             **options,
         )
         from .serve.app import ServerSettings
@@ -993,6 +1008,12 @@ def bench(
         help="The target's GGUF type in every llama.cpp row (llamacpp:*, llamacpp*, llamacpp_native[...]): q8_0, "
         "f32, f16 or bf16 (default: --dtype's, f32 for float32). Name such a run apart, e.g. --name ...-q8_0.",
     ),
+    flash_attn: Optional[bool] = flag(
+        None,
+        "--flash-attn/--no-flash-attn",
+        help="llama.cpp's flash attention in every llama.cpp row (ours, llama-cpp-python's, llama-server's); default "
+        "on, as llama.cpp runs it. Off: our rows' text equals llama.cpp's greedy text bit for bit on a quantized file.",
+    ),
     options: Optional[dict[str, Any]] = None,  # the declared drafter options' flags (cli_flags.py)
 ) -> None:
     """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
@@ -1028,6 +1049,7 @@ def bench(
         device=device,
         draft_gguf=draft_gguf,
         target_gguf=target_gguf,
+        flash_attn=flash_attn,
         compile=compile_,
         out=out,
         name=name,

@@ -87,3 +87,51 @@ def test_target_gguf_is_refused_for_a_gguf_file_and_on_the_hf_backend(tmp_path):
         load(target=path, target_gguf="q8_0", method="autoregressive", backend="llamacpp")
     with pytest.raises(DraftVerifyError, match="on the hf backend the target loads at dtype"):
         load(target=ZOO / "target", target_gguf="q8_0", method="autoregressive")
+
+
+def _long_prompt_ids():
+    from transformers import AutoTokenizer
+
+    from draftverify.bench.prompts import load_prompts
+
+    tokenizer = AutoTokenizer.from_pretrained(ZOO / "target")
+    return tokenizer(load_prompts("humaneval", None)[1].text, return_tensors="pt").input_ids  # [1, 127]
+
+
+def test_without_flash_attention_a_verify_pass_equals_one_token_decoding_bit_for_bit_on_q8_0(tmp_path, monkeypatch):
+    """The cause of a quantized file's rare parting: with flash attention on, llama.cpp's CPU kernel for several
+    queries over a long cache rounds differently from its one-query kernel; off, the logits are bit-identical."""
+    import torch
+
+    from draftverify.backends.llamacpp import LlamaCppLM, open_gguf
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path))
+    ids = _long_prompt_ids()
+    model, _ = open_gguf(ZOO / "target", outtype="q8_0")
+    one, wide = (LlamaCppLM(model, threads=2, flash_attn=False) for _ in range(2))
+    prompt, tokens = ids[:, :100], ids[:, 100:121]  # [1, 100], [1, 21]
+    one.start(prompt)
+    wide.start(prompt)
+    single = torch.cat([one.forward(tokens[:, i : i + 1]).logits for i in range(tokens.shape[1])], dim=1)
+    chunks = []
+    for at in range(0, tokens.shape[1], 3):  # verify passes of 7: 3 kept, 4 rejected draft tokens rolled back
+        wrong = torch.full((1, 4), 7)
+        chunks.append(wide.forward(torch.cat([tokens[:, at : at + 3], wrong], dim=1)).logits[:, :3])
+        wide.commit(3)
+    assert torch.equal(single, torch.cat(chunks, dim=1))
+
+
+def test_model_on_q8_0_without_flash_attention_keeps_the_greedy_text_where_it_parted_with_it(tmp_path, monkeypatch):
+    from draftverify import load
+    from draftverify.types import SamplingParams
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path))
+    ids, greedy = _long_prompt_ids(), SamplingParams(temperature=0.0)
+    texts = []
+    for method, draft in (("autoregressive", None), ("model", ZOO / "draft")):
+        pipe = load(
+            target=ZOO / "target", draft=draft, method=method, gamma=6, backend="llamacpp", threads=2,
+            target_gguf="q8_0", flash_attn=False,
+        )  # fmt: skip
+        texts.append(pipe.generate_ids(ids, greedy, max_new_tokens=64)[0].new_tokens[0].tolist())
+    assert texts[1] == texts[0]

@@ -45,7 +45,9 @@ DEFAULT_CELLS = 4096  # KV cells a context starts with (grown on demand up to th
 TREE_ROOM = 256  # cells beyond the positions: a tree's siblings take cells too
 # llama.cpp's own default (flash_attn_type auto) turns flash attention on for the CPU; it is said here, and given
 # to the bench's llama-cpp-python peers (whose Llama() turns it off unless asked), so that every llama.cpp row of a
-# comparison computes the same logits with the same kernels
+# comparison computes the same logits with the same kernels. Off (load(flash_attn=False), --no-flash-attn), a verify
+# pass's logits equal one-token decoding's bit for bit on a quantized file: with it on, llama.cpp's CPU kernel for
+# several queries over a long cache rounds differently from its one-query kernel, and a near-tie can flip
 FLASH_ATTENTION = True
 
 
@@ -102,9 +104,9 @@ def cpu_has_amx(cpuinfo: str | None = None) -> bool:
     return any(line.startswith("flags") and "amx_int8" in line.split() for line in cpuinfo.splitlines())
 
 
-def flash_attn_type(lib) -> int:
-    """The context parameter for FLASH_ATTENTION."""
-    return lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if FLASH_ATTENTION else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+def flash_attn_type(lib, on: bool = FLASH_ATTENTION) -> int:
+    """The context parameter for flash attention on or off."""
+    return lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if on else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
 
 
 # llama-ext.h's layer-input extraction (what llama.cpp's draft-eagle3 reads), exported by libllama without C
@@ -215,8 +217,10 @@ class LlamaCppLM(LlamaCppRows):
         threads: int | None = None,
         n_ctx: int | None = None,
         max_sequences: int = MAX_SEQUENCES,
+        flash_attn: bool = FLASH_ATTENTION,
     ):
         self.model = model if isinstance(model, GGUFModel) else GGUFModel(model)
+        self.flash_attn = flash_attn
         lib = self.lib = self.model.lib
         self.role = role
         self.device = torch.device("cpu")
@@ -254,7 +258,7 @@ class LlamaCppLM(LlamaCppRows):
         params.n_seq_max = self.max_sequences
         params.n_threads = params.n_threads_batch = self.threads
         params.kv_unified = True  # branches share the prefix's cells; needed for tokens of several sequences
-        params.flash_attn_type = flash_attn_type(lib)
+        params.flash_attn_type = flash_attn_type(lib, self.flash_attn)
         params.no_perf = True
         self.ctx = lib.llama_init_from_model(self.model.ptr, params)
         if not self.ctx:

@@ -117,7 +117,7 @@ register_backend(
         requires="llama_cpp",
         package="llama-cpp-python",
         install=LLAMACPP_INSTALL,
-        own_options=("draft_gguf", "target_gguf"),
+        own_options=("draft_gguf", "target_gguf", "flash_attn"),
     )
 )
 register_backend(

@@ -90,8 +90,8 @@ def rebuild_command(options: dict, method_options: dict | None = None) -> str:
         if value is None or (key == "backend" and value == "hf"):
             continue
         if isinstance(value, bool):
-            if key in ("plots", "progress") and not value:
-                argv.append(f"--no-{key}")
+            if key in ("plots", "progress", "flash_attn") and not value:
+                argv.append("--no-" + key.replace("_", "-"))
             elif value and key not in ("plots", "progress"):
                 argv.append(flag)
             continue
@@ -113,6 +113,7 @@ COST_IGNORES = (
     "dtype",
     "draft_gguf",
     "target_gguf",
+    "flash_attn",
     "compile",
 )  # and every declared drafter option (given_flags)
 

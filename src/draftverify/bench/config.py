@@ -66,6 +66,9 @@ class BenchConfig:
     # the target's GGUF type in every llama.cpp row (ours, llama-cpp-python's, llama.cpp's own): None = --dtype's
     # (float32 -> f32); q8_0 is what llama.cpp users run
     target_gguf: str | None = None
+    # llama.cpp's flash attention in every llama.cpp row (ours, llama-cpp-python's, llama.cpp's own servers):
+    # None = backends.llamacpp.FLASH_ATTENTION (on, as llama.cpp runs it); off is bit-exact on quantized files
+    flash_attn: bool | None = None
     out: str | Path = SPEED
     name: str | None = None  # file stem; default from the prompt set (+ "-quick")
     quick: bool = False
@@ -182,6 +185,12 @@ class BenchConfig:
 
     def wants(self, family: str) -> bool:
         return family in BASELINES or self.runners is None or family in self.runners
+
+    def llamacpp_flash_attn(self) -> bool:
+        """Flash attention in the llama.cpp rows: --flash-attn / --no-flash-attn, else llama.cpp's default (on)."""
+        from ..backends.llamacpp import FLASH_ATTENTION
+
+        return FLASH_ATTENTION if self.flash_attn is None else self.flash_attn
 
     def target_gguf_type(self) -> str:
         """The converter's --outtype for the target in the llama.cpp rows: --target-gguf, else --dtype's."""

@@ -82,6 +82,7 @@ def llamacpp_backend_runners(
                 open_gguf(models.paths[role], config.dtype, role, outtype=config.draft_gguf)[0],
                 role=role,
                 threads=threads,
+                flash_attn=config.llamacpp_flash_attn(),
             )
             if models.paths.get(role)
             else None
@@ -89,7 +90,7 @@ def llamacpp_backend_runners(
         ]
     except DraftVerifyError as err:
         return [], [f"llamacpp backend rows skipped: {err}"]
-    target_lm = LlamaCppLM(target, role="target", threads=threads)
+    target_lm = LlamaCppLM(target, role="target", threads=threads, flash_attn=config.llamacpp_flash_attn())
     reference = "llamacpp" if any(r.name == "llamacpp" for r in others) else None
     common = dict(
         target=target_lm, hooks=hooks, eos_token_id=models.eos_token_id, greedy_only=True, reference=reference

@@ -19,7 +19,7 @@ from ..backends.gguf import gguf_for, llama_cpp_dir
 
 # the target's GGUF weights have the bench's --target-gguf (else --dtype), and its attention our backend's kernels,
 # as our rows run it
-from ..backends.llamacpp import FLASH_ATTENTION, cpu_has_amx
+from ..backends.llamacpp import cpu_has_amx
 from ..errors import DraftVerifyError
 from .config import BenchConfig
 from .models import BenchModels
@@ -137,7 +137,9 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
         return [], [f"llama.cpp rows skipped: {err}"]
     threads = config.threads or torch.get_num_threads()
     n_ctx = models.context_limit or 4096
-    common = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, flash_attn=FLASH_ATTENTION, verbose=False)
+    common = dict(
+        n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, flash_attn=config.llamacpp_flash_attn(), verbose=False
+    )
     shared = dict(
         family="llamacpp",
         greedy_only=True,
@@ -195,7 +197,7 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
         from ..backends.llamacpp import GGUFModel
 
         draft_model = GGUFModel(draft_gguf)
-        first = GGUFDraftModel(draft_model, fixed[0], threads)
+        first = GGUFDraftModel(draft_model, fixed[0], threads, config.llamacpp_flash_attn())
         draft_llm = plain_buffers_llama(model_path=str(gguf), draft_model=first, **common)
         counter = EvalCounter(draft_llm)
         for g in fixed:
@@ -205,7 +207,9 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
                     gamma=g,
                     llm=draft_llm,
                     counter=counter,
-                    lookup=first if g == fixed[0] else GGUFDraftModel(draft_model, g, threads),
+                    lookup=first
+                    if g == fixed[0]
+                    else GGUFDraftModel(draft_model, g, threads, config.llamacpp_flash_attn()),
                     **{
                         **shared,
                         "family": "llamacpp_draft",
@@ -220,7 +224,7 @@ def llamacpp_runners(config: BenchConfig, models: BenchModels) -> tuple[list[Run
     return runners, notes
 
 
-def GGUFDraftModel(model, num_pred_tokens: int, threads: int):
+def GGUFDraftModel(model, num_pred_tokens: int, threads: int, flash_attn: bool):
     """A llama_cpp LlamaDraftModel: the draft GGUF drafts num_pred_tokens greedy tokens per call, on a llama.cpp
     context of its own that keeps the text it has seen (the llamacpp backend's LlamaCppLM) and drops its drafts."""
     import numpy as np
@@ -230,7 +234,7 @@ def GGUFDraftModel(model, num_pred_tokens: int, threads: int):
 
     class _Draft(LlamaDraftModel):
         def __init__(self):
-            self.lm = LlamaCppLM(model, role="draft", threads=threads)
+            self.lm = LlamaCppLM(model, role="draft", threads=threads, flash_attn=flash_attn)
             self.seen: list[int] = []  # the tokens in the draft's cache (committed)
 
         def __call__(self, input_ids, /, **kwargs):

@@ -32,7 +32,7 @@ from pathlib import Path
 from time import perf_counter
 
 from ..backends.gguf import BUILD_SCRIPT, SERVER, TOOLS_ENV, tools_dir  # noqa: F401  (TOOLS_ENV, BUILD_SCRIPT: read by tests)
-from ..backends.llamacpp import cpu_has_amx
+from ..backends.llamacpp import FLASH_ATTENTION, cpu_has_amx
 from ..errors import DraftVerifyError
 from .native_spec import DRAFT_ROLES, FAMILY, NativeSpec, native_specs
 from .runners import Measurement, Runner
@@ -61,13 +61,23 @@ class NativeServer:
     """One llama-server on a loopback port: `parallel` slots (one for the bench rows), its log in a temporary file."""
 
     def __init__(
-        self, binary: Path, model: Path, threads: int, n_ctx: int, extra: list[str], label: str, parallel: int = 1
+        self,
+        binary: Path,
+        model: Path,
+        threads: int,
+        n_ctx: int,
+        extra: list[str],
+        label: str,
+        parallel: int = 1,
+        flash_attn: bool = FLASH_ATTENTION,
     ):
         self.label = label
-        self._start(binary, model, threads, n_ctx, extra, parallel)
+        self._start(binary, model, threads, n_ctx, extra, parallel, flash_attn)
 
-    def _start(self, binary: Path, model: Path, threads: int, n_ctx: int, extra: list[str], parallel: int) -> None:
-        self.start_args = (binary, model, threads, n_ctx, extra, parallel)
+    def _start(
+        self, binary: Path, model: Path, threads: int, n_ctx: int, extra: list[str], parallel: int, flash_attn: bool
+    ) -> None:
+        self.start_args = (binary, model, threads, n_ctx, extra, parallel, flash_attn)
         self.port = _free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
         self.args = [
@@ -87,7 +97,7 @@ class NativeServer:
             "--ctx-size",
             str(n_ctx),
             "--flash-attn",
-            "on",  # as our llama.cpp backend and the llama-cpp-python peers run (backends/llamacpp.FLASH_ATTENTION)
+            "on" if flash_attn else "off",  # as our llama.cpp backend and the llama-cpp-python peers run
             "--cache-ram",
             "0",  # no prompt kept across requests: every request prefills its whole prompt, as every other row
             "--no-ui",
@@ -257,7 +267,13 @@ def native_runners(config, models, reference: str | None = None) -> tuple[list[R
                     drafts[role] = gguf_for(models.paths[role], config.draft_gguf, source)
                 draft = drafts[role]
             server = NativeServer(
-                folder / SERVER, target, threads, n_ctx, spec.server_args(draft, threads), label=spec.name
+                folder / SERVER,
+                target,
+                threads,
+                n_ctx,
+                spec.server_args(draft, threads),
+                label=spec.name,
+                flash_attn=config.llamacpp_flash_attn(),
             )
             settings = {"gguf": target.name, "threads": threads, "spec_type": ",".join(spec.types) or "none"}
             settings.update({k: v for k, v in (("n_max", spec.n_max), ("p_min", spec.p_min)) if v is not None})
