@@ -173,15 +173,19 @@ def test_a_left_rows_cells_go_and_a_joining_row_takes_its_sequence_id(tiny):
         lm.drop_rows(torch.tensor([True, True, False]))
 
 
-def test_the_context_grows_with_its_rows_and_keeps_them(tiny):
+@pytest.mark.parametrize("streams", [True, False])
+def test_the_context_grows_with_its_rows_and_keeps_them(tiny, streams):
     """Rows outgrowing the context's cells mid-generation: a larger context is made and every held row copied
-    across; a context whose size was given refuses in one line instead."""
+    across, on a stream per row or (a sliding-window or recurrent model's way) on one unified cache; a context
+    whose size was given refuses in one line instead."""
     target, drafter, verifier = setup(tiny, "model")
+    target.streams = drafter.lm.streams = streams
     cells = target.n_ctx  # one request's room (the tiny model's 256 positions and the tree room)
     ids, mask = left_padded(PROMPTS)
     long = 90
     out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=long, gamma=4)
     assert target.n_ctx > cells and sum(len(p) + long for p in PROMPTS) > cells
+    assert target.row_slots == (len(PROMPTS) if streams else None)
     for b, prompt in enumerate(PROMPTS):
         assert out.rows[b] == alone(tiny, "model", prompt, long), f"row {b}"
     fixed = LlamaCppLM(tiny["target"], threads=1, n_ctx=cells)
@@ -236,6 +240,30 @@ def test_rows_keep_their_batch_1_texts_when_more_join_than_the_context_has_strea
     for lm in (target, draft):
         assert [slots for role, slots in made if role == lm.role] == [2, 4, 8]
         assert lm.row_slots == 8 == llama_cpp.llama_cpp.llama_n_seq_max(lm.ctx)
+
+
+def test_held_rows_move_between_contexts_with_their_cells(tiny):
+    """A one-row generation that a row joins moves to a stream per row, and rows moved to more streams of more
+    cells, keep their cells: the next forward's logits are those of a backend that never moved."""
+    pos_max = llama_cpp.llama_cpp.llama_memory_seq_pos_max
+    moved, still = LlamaCppLM(tiny["target"], threads=1), LlamaCppLM(tiny["target"], threads=1)
+    moved.start(torch.tensor([PROMPTS[0]]))
+    moved.forward(torch.tensor([PROMPTS[0][-1:]]))
+    moved.commit(1)
+    assert moved.row_slots is None
+    moved.join_rows(*left_padded([PROMPTS[2]]))  # one-row mode -> rows: sequence 0 copied to stream 0
+    assert moved.row_slots == 2 and pos_max(moved.memory, 0) == len(PROMPTS[0]) - 1
+    ids, mask = left_padded([PROMPTS[0] + [1], PROMPTS[2]])
+    still.start(ids, attention_mask=mask)
+    for lm in (moved, still):
+        lm.forward(torch.tensor([[1], [PROMPTS[2][-1]]]))
+        lm.commit_rows(torch.tensor([0, 1]))
+    cells = moved.n_ctx_seq
+    moved._grow(2 * cells, 4)
+    assert (moved.row_slots, moved.n_ctx_seq) == (4, 2 * cells)
+    assert [pos_max(moved.memory, s) for s in (0, 1)] == [pos_max(still.memory, s) for s in (0, 1)]
+    step = torch.tensor([[1, 2], [3, 4]])
+    assert torch.equal(moved.forward(step).logits, still.forward(step).logits)
 
 
 def test_one_row_trees_after_rows_on_the_same_backend(tiny):

@@ -269,12 +269,16 @@ class LlamaCppRows:
             size = self.lib.llama_state_seq_get_size(self.ctx, s)
             data = (ctypes.c_uint8 * size)()
             written = self.lib.llama_state_seq_get_data(self.ctx, data, size, s)
+            if not self.streams:  # one unified cache to another (any memory's state): copied as it is
+                if written:
+                    saved.append((s, bytes(data[:written])))
+                continue
             body = stream_body(bytes(data[:written]), s, streams)
             if body is not None:
                 saved.append((s, body))
         self._make_context(cells, slots)
         for s, body in saved:
-            state = with_streams(body, self.row_slots or 1)
+            state = with_streams(body, self.row_slots or 1) if self.streams else body
             data = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
             if self.lib.llama_state_seq_set_data(self.ctx, data, len(state), s) == 0:
                 raise DraftVerifyError(f"llama.cpp could not copy sequence {s} into a context of {self.n_ctx} cells")
