@@ -173,21 +173,122 @@ def test_a_left_rows_cells_go_and_a_joining_row_takes_its_sequence_id(tiny):
         lm.drop_rows(torch.tensor([True, True, False]))
 
 
-def test_the_context_grows_with_its_rows_and_keeps_them(tiny):
+@pytest.mark.parametrize("streams", [True, False])
+def test_the_context_grows_with_its_rows_and_keeps_them(tiny, streams):
     """Rows outgrowing the context's cells mid-generation: a larger context is made and every held row copied
-    across; a context whose size was given refuses in one line instead."""
+    across, on a stream per row or (a sliding-window or recurrent model's way) on one unified cache; a context
+    whose size was given refuses in one line instead."""
     target, drafter, verifier = setup(tiny, "model")
+    target.streams = drafter.lm.streams = streams
     cells = target.n_ctx  # one request's room (the tiny model's 256 positions and the tree room)
     ids, mask = left_padded(PROMPTS)
     long = 90
     out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=long, gamma=4)
     assert target.n_ctx > cells and sum(len(p) + long for p in PROMPTS) > cells
+    assert target.row_slots == (len(PROMPTS) if streams else None)
     for b, prompt in enumerate(PROMPTS):
         assert out.rows[b] == alone(tiny, "model", prompt, long), f"row {b}"
     fixed = LlamaCppLM(tiny["target"], threads=1, n_ctx=cells)
     with pytest.raises(DraftVerifyError, match="holds .* cells \\(n_ctx\\); its rows need") as err:
         generate(fixed, setup(tiny, "autoregressive")[1], verifier, ids, attention_mask=mask, max_new_tokens=long)
     assert "\n" not in str(err.value)
+
+
+def test_rows_run_on_a_kv_stream_per_row_slot_and_one_row_on_a_unified_cache(tiny):
+    """One row: one unified KV cache (a tree's branches share the prefix's cells). Rows: kv_unified off, one KV
+    stream per row slot (n_seq_max = the rows, each stream n_ctx / n_seq_max cells), as llama.cpp reports it."""
+    lib = llama_cpp.llama_cpp
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    assert lm.streams and lm.row_slots is None
+    assert lib.llama_n_seq_max(lm.ctx) == lm.max_sequences and lib.llama_n_ctx_seq(lm.ctx) == lm.n_ctx
+    ids, mask = left_padded(PROMPTS[:3])
+    lm.start(ids, attention_mask=mask)
+    assert lm.row_slots == 3 == lib.llama_n_seq_max(lm.ctx)
+    assert lib.llama_n_ctx_seq(lm.ctx) == lm.n_ctx_seq and lm.n_ctx == 3 * lm.n_ctx_seq
+    lm.forward(ids[:, -1:])
+    lm.commit_rows(torch.tensor([1, 1, 1]))
+    pos_max = lib.llama_memory_seq_pos_max
+    assert [pos_max(lm.memory, s) for s in range(3)] == [len(p) - 1 for p in PROMPTS[:3]]
+    lm.start(torch.tensor([PROMPTS[0]]))
+    assert lm.row_slots is None and lib.llama_n_seq_max(lm.ctx) == lm.max_sequences
+
+
+def test_rows_keep_their_batch_1_texts_when_more_join_than_the_context_has_streams(tiny):
+    """Two rows start (two streams); six more join two at a time: the context is made again with more streams
+    (twice as many) twice, every held row copied to its stream, and every row's text, the llama.cpp draft's rows
+    included, equals its batch-1 text."""
+    target, drafter, verifier = setup(tiny, "model")
+    draft = drafter.lm
+    waiting = [RowRequest(PROMPTS[k], NEW) for k in range(2, 8)]
+    made = []
+    original = LlamaCppLM._make_context
+
+    def counted(self, cells, slots=None):
+        made.append((self.role, slots))
+        return original(self, cells, slots)
+
+    def admit():
+        return [waiting.pop(0) for _ in range(min(2, len(waiting)))]
+
+    ids, mask = left_padded(PROMPTS[:2])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LlamaCppLM, "_make_context", counted)
+        out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=NEW, gamma=4, admit=admit)
+    assert not waiting and len(out.rows) == len(PROMPTS)
+    for b, prompt in enumerate(PROMPTS):
+        assert out.rows[b] == alone(tiny, "model", prompt), f"row {b}"
+    for lm in (target, draft):
+        assert [slots for role, slots in made if role == lm.role] == [2, 4, 8]
+        assert lm.row_slots == 8 == llama_cpp.llama_cpp.llama_n_seq_max(lm.ctx)
+
+
+def test_held_rows_move_between_contexts_with_their_cells(tiny):
+    """A one-row generation that a row joins moves to a stream per row, and rows moved to more streams of more
+    cells, keep their cells: the next forward's logits are those of a backend that never moved."""
+    pos_max = llama_cpp.llama_cpp.llama_memory_seq_pos_max
+    moved, still = LlamaCppLM(tiny["target"], threads=1), LlamaCppLM(tiny["target"], threads=1)
+    moved.start(torch.tensor([PROMPTS[0]]))
+    moved.forward(torch.tensor([PROMPTS[0][-1:]]))
+    moved.commit(1)
+    assert moved.row_slots is None
+    moved.join_rows(*left_padded([PROMPTS[2]]))  # one-row mode -> rows: sequence 0 copied to stream 0
+    assert moved.row_slots == 2 and pos_max(moved.memory, 0) == len(PROMPTS[0]) - 1
+    ids, mask = left_padded([PROMPTS[0] + [1], PROMPTS[2]])
+    still.start(ids, attention_mask=mask)
+    for lm in (moved, still):
+        lm.forward(torch.tensor([[1], [PROMPTS[2][-1]]]))
+        lm.commit_rows(torch.tensor([0, 1]))
+    cells = moved.n_ctx_seq
+    moved._grow(2 * cells, 4)
+    assert (moved.row_slots, moved.n_ctx_seq) == (4, 2 * cells)
+    assert [pos_max(moved.memory, s) for s in (0, 1)] == [pos_max(still.memory, s) for s in (0, 1)]
+    step = torch.tensor([[1, 2], [3, 4]])
+    assert torch.equal(moved.forward(step).logits, still.forward(step).logits)
+
+
+def test_one_row_trees_after_rows_on_the_same_backend(tiny):
+    """A tree method's one-row generation after a rows generation on the same target and draft: back on one
+    unified cache, its text is the plain greedy text."""
+    target = LlamaCppLM(tiny["target"], threads=1)
+    draft = LlamaCppLM(tiny["draft"], role="draft", threads=1)
+    options = MethodOptions(draft_model=draft, prompt_lookup_min_ngram=1)
+    ids, mask = left_padded(PROMPTS[:4])
+    for method, prompts in (
+        ("model", None),
+        ("model_tree", [PROMPTS[0]]),
+        ("model", None),
+        ("model_tree", [PROMPTS[4]]),
+    ):
+        spec = resolve_method(method)
+        drafter = build_drafter(spec.drafter, target, options)
+        verifier = build_verifier(spec.verifier, SamplingParams(), options)
+        if prompts is None:
+            out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=NEW, gamma=4)
+            assert target.row_slots == 4 and out.rows == [alone(tiny, "model", p) for p in PROMPTS[:4]]
+            continue
+        out = generate(target, drafter, verifier, torch.tensor(prompts), max_new_tokens=NEW, gamma=4)
+        assert target.row_slots is None and draft.row_slots is None
+        assert out.rows[0] == alone(tiny, "autoregressive", prompts[0]) and out.stats.accepted_tokens > 0
 
 
 def test_seeded_sampling_rows_equal_their_own_seeded_text(tiny):

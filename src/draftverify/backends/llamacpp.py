@@ -2,8 +2,9 @@
 `llamacpp`), behind the same protocol as CachedLM (backends/base.py), for the target or a draft model.
 
 One llama.cpp context per model. Positions and the KV cache are llama.cpp's; this class keeps only the bookkeeping
-of its uncommitted tail: each tail token's position, parent and sequence id. Below, one row (batch size 1); several
-rows (batches, continuous batching) each take a sequence of their own and score chains (llamacpp_rows.py).
+of its uncommitted tail: each tail token's position, parent and sequence id. Below, one row (batch size 1), on one
+unified KV cache (kv_unified: every sequence's cells in one pool); several rows (batches, continuous batching) each
+take a sequence of their own and score chains, on a context made with a KV stream per row slot (llamacpp_rows.py).
 
 - A chain lives in sequence 0. Scoring n tokens is one `llama_decode` with logits requested at every position;
   rolling back rejected tokens is `llama_memory_seq_rm(0, kept_end, -1)`.
@@ -235,9 +236,19 @@ class LlamaCppLM(LlamaCppRows):
         self.ctx = None
         self.layer_inputs: tuple[int, ...] = ()  # layers whose inputs every decode keeps (capture_layer_inputs)
         self._layer_rows: list[torch.Tensor] = []  # [n, len(layer_inputs) * H] per decode since the last take
-        self._make_context(
+        # rows on their own KV streams (llamacpp_rows.py) need a plain KV cache (a sliding-window or recurrent
+        # model's memory is kept unified, as is a context whose size was given)
+        self.streams = not self.fixed_ctx and not (
+            lib.llama_model_n_swa(self.model.ptr) > 0
+            or lib.llama_model_is_recurrent(self.model.ptr)
+            or lib.llama_model_is_hybrid(self.model.ptr)
+        )
+        self.fit_cells = 0  # the cells the last check_fits asked one sequence for
+        self.row_slots: int | None = None  # the context's KV streams (one per row slot); None: one unified cache
+        self.unified_cells = (
             n_ctx if n_ctx is not None else min(self.max_positions or DEFAULT_CELLS, DEFAULT_CELLS) + TREE_ROOM
         )
+        self._make_context(self.unified_cells)
         self.batch = lib.llama_batch_init(BATCH, 0, max_sequences)
         self.committed = 0
         self.deferred: list[int] = []  # the committed prompt tokens not decoded yet (the last ones of committed)
@@ -247,22 +258,31 @@ class LlamaCppLM(LlamaCppRows):
         self.chain = True  # the tail is one chain in sequence 0 (no branch yet)
         self._prefilled: TargetOutput | None = None
 
-    def _make_context(self, n_ctx: int) -> None:
+    def _make_context(self, cells: int, slots: int | None = None) -> None:
+        """A new context (the old one freed, its cells lost): one unified KV cache of `cells` cells shared by every
+        sequence (slots None: one row, its token trees' branches sharing the prefix's cells), or `slots` KV streams
+        of `cells` cells each, sequence s alone in stream s (rows: a row's queries attend to its own cells only)."""
         lib = self.lib
         if self.ctx:
             lib.llama_free(self.ctx)
             self.ctx = None
         params = lib.llama_context_default_params()
-        params.n_ctx = n_ctx
+        params.n_ctx = cells * (slots or 1)  # llama.cpp gives each stream n_ctx / n_seq_max cells
         params.n_batch = params.n_ubatch = BATCH
-        params.n_seq_max = self.max_sequences
+        params.n_seq_max = slots or self.max_sequences
         params.n_threads = params.n_threads_batch = self.threads
-        params.kv_unified = True  # branches share the prefix's cells; needed for tokens of several sequences
+        params.kv_unified = slots is None  # branches share the prefix's cells; rows get a stream each
         params.flash_attn_type = flash_attn_type(lib, self.flash_attn)
         params.no_perf = True
         self.ctx = lib.llama_init_from_model(self.model.ptr, params)
         if not self.ctx:
-            raise DraftVerifyError(f"llama.cpp could not create a context of {n_ctx} cells for {self.model.path}")
+            raise DraftVerifyError(
+                f"llama.cpp could not create a context of {params.n_ctx} cells for {self.model.path}"
+            )
+        self.row_slots = int(lib.llama_n_seq_max(self.ctx)) if slots is not None else None
+        self.n_ctx_seq = int(lib.llama_n_ctx_seq(self.ctx))  # cells one sequence may hold
+        if slots is None:
+            self.unified_cells = cells
         self.n_ctx = int(lib.llama_n_ctx(self.ctx))
         self.memory = lib.llama_get_memory(self.ctx)
         if self.layer_inputs:
@@ -283,6 +303,9 @@ class LlamaCppLM(LlamaCppRows):
                 f"the {self.role} model attends to at most {self.max_positions} positions, but this request needs "
                 f"{decoder_positions} (prompt + max_new_tokens); shorten the prompt or lower max_new_tokens"
             )
+        self.fit_cells = decoder_positions + TREE_ROOM
+        if self.row_slots is not None:  # on streams: the rows' streams (_make_room) or the one row's unified cache
+            return  # (start) are sized for it when that request starts or joins
         if decoder_positions + TREE_ROOM > self.n_ctx:
             if self.fixed_ctx:
                 raise DraftVerifyError(
@@ -310,6 +333,8 @@ class LlamaCppLM(LlamaCppRows):
         if input_ids.shape[0] > 1 or attention_mask is not None:
             return self._start_rows(input_ids, attention_mask)  # rows mode (llamacpp_rows.py)
         self.seqs = None
+        if self.row_slots is not None:  # a token tree's branches share the prefix's cells: one unified cache again
+            self._make_context(max(self.unified_cells, self.fit_cells))
         self.deferred = input_ids[0, :-1].tolist()  # decoded with the first forward (_take_deferred)
         self.committed = len(self.deferred)
         return input_ids

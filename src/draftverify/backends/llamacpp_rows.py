@@ -5,9 +5,17 @@ forward puts every row's real new tokens into ONE `llama_decode` (chunks of BATC
 padded slot is simply left out of the batch and its logits come back as zeros. Rolling a row back is
 `llama_memory_seq_rm(seq, kept_end, -1)`; a row that leaves has its sequence's cells removed and its id is free for
 a row that joins. Each row's prompt is deferred as one row's is (all but its last token) and decoded with the
-first forward that follows, every row's together. The KV cells are shared by every sequence (kv_unified), and the
-context grows when the rows' positions outgrow it, the held sequences copied across (`_grow`). Rows score chains
-only: a token tree is one row's (mixed into LlamaCppLM; one-row mode is `seqs` None).
+first forward that follows, every row's together. Rows run on KV streams (kv_unified off, as llama-server's
+--parallel slots): sequence s in stream s, each stream n_ctx / n_seq_max cells, so a row's queries attend to its own
+cells only (on one unified cache every query attends over every row's cells, masked, which costs as much as the
+matmuls at 8 rows of a few hundred positions). A batch still mixes every row's tokens (llama.cpp splits it into
+micro-batches of consecutive sequence ids with equal token counts: entries go in sequence order). The context is
+made again (`_make_room` / `_grow`, the held sequences copied across with llama_state_seq_get_data / set_data, the
+state's stream count rewritten) when rows start on a one-row context, when more rows join than it has streams
+(twice the streams) and when a row outgrows its stream (twice the cells); one row goes back to one unified cache at
+start(). A sliding-window or recurrent model (whose state has several caches' parts) or a given n_ctx keeps its
+rows on the unified cache, which grows when their positions together outgrow it. Rows score chains only: a token
+tree is one row's (mixed into LlamaCppLM; one-row mode is `seqs` None).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from ..types import TargetOutput
 from .base import one_row
 
 BATCH = 512  # tokens per llama_decode (more are decoded in chunks)
+ROW_ROOM = 256  # cells a row's stream holds beyond its positions when rows mode starts (the drafts' tails)
 
 
 class LlamaCppRows:
@@ -59,6 +68,7 @@ class LlamaCppRows:
             self.settled.append(len(prompt) - 1)
             self.row_prefilled.append(None)
         self._sync_lengths()
+        self._make_room()  # a stream for every row (the context made again when they outnumber its streams)
 
     def _free_sequence(self) -> int:
         for s in range(self.max_sequences):
@@ -200,21 +210,45 @@ class LlamaCppRows:
     def _decode_entries(self, entries: list[tuple[int, int, int, bool]]) -> torch.Tensor:
         """Decode (token, position, sequence, output) entries in order, in chunks of BATCH; the logits of the
         output entries [outputs, V]."""
-        self._make_room(sum(self.held))
+        self._make_room()
+        # by sequence id (each row's own entries in their order): on streams llama.cpp splits a batch into
+        # micro-batches of consecutive sequence ids, so this is one micro-batch where rows take equal counts
+        order = sorted(range(len(entries)), key=lambda i: entries[i][2])
+        ordered = [entries[i] for i in order]
         parts = []
-        for begin in range(0, len(entries), BATCH):
-            chunk = entries[begin : begin + BATCH]
+        for begin in range(0, len(ordered), BATCH):
+            chunk = ordered[begin : begin + BATCH]
             tokens, positions, seqs, outputs = zip(*chunk)
             self._fill(list(tokens), list(positions), [[s] for s in seqs], list(outputs))
             self._decode(len(chunk))
             parts.append(self._logits(sum(outputs)))
-        if len(parts) == 1:
-            return parts[0]
-        return torch.cat(parts) if parts else torch.empty(0, self.vocab_size)
+        logits = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else torch.empty(0, self.vocab_size)
+        if order == list(range(len(order))):  # already in sequence order
+            return logits
+        rank = {i: r for r, i in enumerate(i for i in order if entries[i][3])}  # output row of each entry
+        return logits[[rank[i] for i, entry in enumerate(entries) if entry[3]]]
 
     # ---- the context's size -----------------------------------------------------------------------------------
-    def _make_room(self, cells: int) -> None:
-        """Grow the context (twice its cells, or what is needed) when the rows will hold more than it has."""
+    def _make_room(self) -> None:
+        """Make the context again, larger, when the rows will hold more than it has: on streams (self.streams) a
+        stream per row slot, sequence s in stream s, each row's positions in its own stream's cells (twice the
+        slots or the cells, or what is needed); on one unified cache (a sliding-window or recurrent model, a given
+        n_ctx) every row's positions in its cells (twice its cells, or what is needed)."""
+        if self.streams:
+            slots = max(self.seqs, default=0) + 1  # sequence s is stream s
+            held = max(self.held, default=0)
+            cells = max(held, self.fit_cells)  # check_fits: what one request may hold
+            if self.row_slots is None:  # entering rows mode: the one row's cells are copied to its stream
+                self._grow(max(held + ROW_ROOM, self.fit_cells), slots)
+            elif slots > self.row_slots or cells > self.n_ctx_seq:
+                self._grow(
+                    max(cells, 2 * self.n_ctx_seq) if cells > self.n_ctx_seq else self.n_ctx_seq,
+                    max(slots, min(2 * self.row_slots, self.max_sequences))
+                    if slots > self.row_slots
+                    else self.row_slots,
+                )
+            return
+        cells = sum(self.held)
         if cells <= self.n_ctx:
             return
         if self.fixed_ctx:
@@ -224,16 +258,55 @@ class LlamaCppRows:
             )
         self._grow(max(2 * self.n_ctx, cells))
 
-    def _grow(self, n_ctx: int) -> None:
-        """A context of n_ctx cells in place of this one, every held sequence's cells copied across."""
+    def _grow(self, cells: int, slots: int | None = None) -> None:
+        """A context of `cells` cells per sequence on `slots` streams (None: one unified cache of `cells`) in place
+        of this one, every held sequence's cells copied across (llama_state_seq_get_data / set_data, the state's
+        stream count rewritten when the two contexts' differ)."""
         live = self.seqs if self.seqs is not None else [0]
+        streams = self.row_slots or 1
         saved = []
         for s in live:
             size = self.lib.llama_state_seq_get_size(self.ctx, s)
             data = (ctypes.c_uint8 * size)()
             written = self.lib.llama_state_seq_get_data(self.ctx, data, size, s)
-            saved.append((s, data, written))
-        self._make_context(n_ctx)
-        for s, data, size in saved:
-            if size and self.lib.llama_state_seq_set_data(self.ctx, data, size, s) == 0:
-                raise DraftVerifyError(f"llama.cpp could not copy sequence {s} into a context of {n_ctx} cells")
+            if not self.streams:  # one unified cache to another (any memory's state): copied as it is
+                if written:
+                    saved.append((s, bytes(data[:written])))
+                continue
+            body = stream_body(bytes(data[:written]), s, streams)
+            if body is not None:
+                saved.append((s, body))
+        self._make_context(cells, slots)
+        for s, body in saved:
+            state = with_streams(body, self.row_slots or 1) if self.streams else body
+            data = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+            if self.lib.llama_state_seq_set_data(self.ctx, data, len(state), s) == 0:
+                raise DraftVerifyError(f"llama.cpp could not copy sequence {s} into a context of {self.n_ctx} cells")
+
+
+# A sequence's state (llama_state_seq_get_data of a plain KV cache) is a magic number and the sequence id (HEAD
+# bytes), its cache's stream count (uint32), then for each stream its cell count (uint32) and, when not 0, its cells'
+# positions and K / V rows. Sequence s lives in stream s of a context on streams, in stream 0 of a unified one: its
+# part moves between the two by rewriting the stream count and the empty streams around it. (A sliding-window or
+# recurrent model's state has several caches' parts; such a model is kept on one unified cache, whose state is
+# copied as it is.)
+HEAD = 8
+
+
+def stream_body(state: bytes, seq: int, streams: int) -> bytes | None:
+    """Sequence `seq`'s state without its stream count and empty streams: the head, then its own stream's cell
+    count and cells; None when it holds no cells."""
+    count = state[HEAD : HEAD + 4]
+    if int.from_bytes(count, "little") != streams:
+        raise DraftVerifyError(f"llama.cpp's state of sequence {seq} is not a {streams}-stream KV cache's")
+    before, after = HEAD + 4 + 4 * seq * (streams > 1), len(state) - 4 * (streams - 1 - seq) * (streams > 1)
+    if any(state[HEAD + 4 : before]) or any(state[after:]):
+        raise DraftVerifyError(f"llama.cpp's state of sequence {seq} holds cells outside its stream")
+    if not int.from_bytes(state[before : before + 4], "little"):
+        return None
+    return state[:HEAD] + state[before:after]
+
+
+def with_streams(body: bytes, streams: int) -> bytes:
+    """A stream_body for a context of `streams` streams (set_data reads it into the sequence's own)."""
+    return body[:HEAD] + streams.to_bytes(4, "little") + body[HEAD:] + bytes(4 * (streams - 1))
