@@ -544,8 +544,8 @@ def load(
     backends.DRAFT_GGUF_TYPES, default q8_0: a draft's precision changes what it proposes, never the output;
     target_gguf: the GGUF type a target folder is converted at, default dtype's: q8_0 or q4_k_m as llama.cpp users
     run their models, the output then that file's own greedy text; flash_attn: llama.cpp's flash attention, on by
-    default as llama.cpp runs it; off, a verify pass's logits equal one-token decoding's bit for bit on a quantized
-    file, so the text is that file's greedy text on every prompt, long ones included).
+    default as llama.cpp runs it, or off; neither makes llama.cpp's CPU kernels give a several-token verify pass the
+    bits of one-token decoding on every input, docs/backends.md).
 
     options are the declared method options (draftverify.options: each drafter's own, e.g. nat_path, and the
     shared ones: alpha_fb, alpha_rb, lenience, beta, tau); an unknown name is a DraftVerifyError. With zoo, the

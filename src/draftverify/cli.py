@@ -176,9 +176,9 @@ TARGET_GGUF_HELP = (
     "users run them, f32, f16 or bf16; every method's text equals that file's own greedy text."
 )
 FLASH_ATTN_HELP = (
-    "With --backend llamacpp: llama.cpp's flash attention, on by default as llama.cpp runs it; --no-flash-attn makes "
-    "a verify pass's logits equal one-token decoding's bit for bit on a quantized GGUF (q8_0, q4_k_m), so every "
-    "text is that file's greedy text, long prompts included (on, a near-tie can flip)."
+    "With --backend llamacpp: llama.cpp's flash attention, on by default as llama.cpp runs it, or off. Neither makes "
+    "llama.cpp's CPU kernels round a several-token verify pass as one-token decoding does on every input (a "
+    "near-tie can flip on a quantized file; docs/backends.md)."
 )
 HEAL_HELP = (
     "Token healing: back the prompt up over its last token and let the first new token start with its text "
@@ -1012,7 +1012,7 @@ def bench(
         None,
         "--flash-attn/--no-flash-attn",
         help="llama.cpp's flash attention in every llama.cpp row (ours, llama-cpp-python's, llama-server's); default "
-        "on, as llama.cpp runs it. Off: our rows' text equals llama.cpp's greedy text bit for bit on a quantized file.",
+        "on, as llama.cpp runs it.",
     ),
     options: Optional[dict[str, Any]] = None,  # the declared drafter options' flags (cli_flags.py)
 ) -> None:

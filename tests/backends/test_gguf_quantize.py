@@ -99,8 +99,8 @@ def _long_prompt_ids():
 
 
 def test_without_flash_attention_a_verify_pass_equals_one_token_decoding_bit_for_bit_on_q8_0(tmp_path, monkeypatch):
-    """The cause of a quantized file's rare parting: with flash attention on, llama.cpp's CPU kernel for several
-    queries over a long cache rounds differently from its one-query kernel; off, the logits are bit-identical."""
+    """One place where a quantized file parts: with flash attention on, llama.cpp's CPU kernel for several queries
+    over a long cache rounds differently from its one-query kernel; off, on this prompt, the logits are identical."""
     import torch
 
     from draftverify.backends.llamacpp import LlamaCppLM, open_gguf

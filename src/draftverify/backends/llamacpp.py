@@ -46,9 +46,9 @@ DEFAULT_CELLS = 4096  # KV cells a context starts with (grown on demand up to th
 TREE_ROOM = 256  # cells beyond the positions: a tree's siblings take cells too
 # llama.cpp's own default (flash_attn_type auto) turns flash attention on for the CPU; it is said here, and given
 # to the bench's llama-cpp-python peers (whose Llama() turns it off unless asked), so that every llama.cpp row of a
-# comparison computes the same logits with the same kernels. Off (load(flash_attn=False), --no-flash-attn), a verify
-# pass's logits equal one-token decoding's bit for bit on a quantized file: with it on, llama.cpp's CPU kernel for
-# several queries over a long cache rounds differently from its one-query kernel, and a near-tie can flip
+# comparison computes the same logits with the same kernels; load(flash_attn=False) / --no-flash-attn turn it off.
+# Neither setting makes llama.cpp's CPU kernels batch-invariant: a verify pass over several tokens can round
+# differently from one-token decoding (on, in the several-query attention kernel), and a near-tie can flip
 FLASH_ATTENTION = True
 
 
