@@ -184,7 +184,7 @@ def run_comparison(
                 echo(f"{spec.name}: {clients} client(s), {max_tokens} tokens")
                 if spec.kind == "ours":
                     proc, url = our_server(spec, models, clients, threads, gamma)
-                    close, extra = proc.terminate, {}
+                    close, extra = (lambda p=proc: (p.terminate(), p.wait(30))), {}  # gone before the next starts
                 else:
                     server, url = native_server(spec, models, clients, threads, n_ctx)
                     close, extra = server.close, NATIVE_BODY
