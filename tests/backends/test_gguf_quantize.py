@@ -9,22 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from draftverify.backends.gguf import BUILD_SCRIPT, converter_available, gguf_for, tools_dir
+from draftverify.backends.gguf import BUILD_SCRIPT, converter_available, gguf_for, tools_built
 from draftverify.errors import DraftVerifyError
 
 ZOO = Path(__file__).resolve().parents[2] / "zoo" / "code"
 
 
-def _tools_built() -> bool:
-    try:
-        tools_dir()
-    except DraftVerifyError:
-        return False
-    return True
-
-
 pytestmark = pytest.mark.skipif(
-    not (_tools_built() and importlib.util.find_spec("llama_cpp") and converter_available()),
+    not (tools_built() and importlib.util.find_spec("llama_cpp") and converter_available()),
     reason=f"llama.cpp's tools are not built ({BUILD_SCRIPT}) or the llamacpp extra / converter is absent",
 )
 

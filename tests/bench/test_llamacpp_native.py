@@ -16,7 +16,7 @@ from bench_fixtures import model_dir  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
 from draftverify.backends import gguf
-from draftverify.backends.gguf import converter_available
+from draftverify.backends.gguf import converter_available, tools_built
 from draftverify.bench import llamacpp_native
 from draftverify.bench.config import BenchConfig, parse_runners
 from draftverify.bench.llamacpp_native import BUILD_SCRIPT, TOOLS_ENV, measurement, tools_dir
@@ -27,14 +27,6 @@ from draftverify.cli import app
 from draftverify.errors import DraftVerifyError
 
 ZOO = Path(__file__).resolve().parents[2] / "zoo" / "code"
-
-
-def _tools_built() -> bool:
-    try:
-        tools_dir()
-    except DraftVerifyError:
-        return False
-    return True
 
 
 def test_specs_parse_to_canonical_rows_and_llama_cpp_flags():
@@ -170,7 +162,7 @@ def test_the_head_to_head_shows_the_best_row_of_each_native_family():
 
 
 needs_tools = pytest.mark.skipif(
-    not (_tools_built() and importlib.util.find_spec("llama_cpp") and converter_available()),
+    not (tools_built() and importlib.util.find_spec("llama_cpp") and converter_available()),
     reason=f"llama.cpp's tools are not built ({BUILD_SCRIPT}) or the llamacpp extra / converter is absent",
 )
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from draftverify.backends.gguf import converter_available
+from draftverify.backends.gguf import converter_available, tools_built
 from draftverify.bench import llamacpp_native
 from draftverify.bench.config import BenchConfig
-from draftverify.bench.llamacpp_native import BUILD_SCRIPT, tools_dir
+from draftverify.bench.llamacpp_native import BUILD_SCRIPT
 from draftverify.bench.native_spec import parse_spec
 from draftverify.drafters.eagle3_head import Eagle3Config, Eagle3Head
 from draftverify.errors import DraftVerifyError
@@ -24,14 +24,6 @@ from draftverify.errors import DraftVerifyError
 ZOO = Path(__file__).resolve().parents[2] / "zoo" / "code"
 PROMPTS = ["def fibonacci(n):\n", "class Stack:\n    def __init__(self):\n"]
 NEW = 24
-
-
-def _tools_built() -> bool:
-    try:
-        tools_dir()
-    except DraftVerifyError:
-        return False
-    return True
 
 
 def test_draft_eagle3_rows_parse_and_refuse_a_draft_model_beside_the_head():
@@ -45,7 +37,7 @@ def test_draft_eagle3_rows_parse_and_refuse_a_draft_model_beside_the_head():
 
 
 @pytest.mark.skipif(
-    not (_tools_built() and importlib.util.find_spec("llama_cpp") and converter_available()),
+    not (tools_built() and importlib.util.find_spec("llama_cpp") and converter_available()),
     reason=f"llama.cpp's tools are not built ({BUILD_SCRIPT}) or the llamacpp extra / converter is absent",
 )
 def test_llama_cpp_runs_our_exported_head_and_keeps_its_plain_greedy_text(tmp_path, monkeypatch):

@@ -11,18 +11,10 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from draftverify.backends.gguf import converter_available, tools_dir
+from draftverify.backends.gguf import converter_available, tools_built
 from draftverify.bench.serve_llamacpp import markdown, parse_list, scaling, server_specs, versus
 from draftverify.cli import app
 from draftverify.errors import DraftVerifyError
-
-
-def _tools_built() -> bool:
-    try:
-        tools_dir()
-    except DraftVerifyError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize(
@@ -114,7 +106,7 @@ def test_scaling_and_versus_come_from_the_cells():
 
 
 @pytest.mark.skipif(
-    not (_tools_built() and importlib.util.find_spec("llama_cpp") and converter_available()),
+    not (tools_built() and importlib.util.find_spec("llama_cpp") and converter_available()),
     reason="llama.cpp's tools are not built (scripts/build_llama_cpp_tools.sh) or the llamacpp extra is absent",
 )
 def test_both_servers_answer_every_request_on_the_zoo(tmp_path, tmp_path_factory, monkeypatch):

@@ -80,6 +80,15 @@ def tools_dir() -> Path:
     )
 
 
+def tools_built() -> bool:
+    """Whether tools_dir() finds llama.cpp's built tools (tests and bench rows that need them skip otherwise)."""
+    try:
+        tools_dir()
+    except DraftVerifyError:
+        return False
+    return True
+
+
 def converter_available() -> bool:
     try:
         llama_cpp_dir()
