@@ -575,22 +575,13 @@ def load(
             f"the {entry.name} backend runs on the CPU only (the llama-cpp-python here has no GPU backend): use "
             "--device cpu, or --backend hf on a GPU"
         )
-    for role, value in (("draft", draft_gguf), ("target", target_gguf)):
-        if value is not None and f"{role}_gguf" not in entry.own_options:
-            raise DraftVerifyError(
-                f"{role}_gguf (--{role}-gguf) is the {role}'s GGUF type on the llamacpp backend; on the "
-                f"{entry.name} backend the {role} loads at dtype (--dtype)"
-            )
-    if flash_attn is not None and "flash_attn" not in entry.own_options:
-        raise DraftVerifyError(
-            f"flash_attn (--flash-attn/--no-flash-attn) is llama.cpp's kernel setting; the {entry.name} backend "
-            "runs torch's attention"
-        )
     if flash_attn is not None and not isinstance(flash_attn, bool):
         raise DraftVerifyError(f"flash_attn must be True or False, got {flash_attn!r}")
-    gguf = {"target_gguf": target_gguf} if target_gguf is not None else {}
-    if flash_attn is not None:
-        gguf["flash_attn"] = flash_attn
+    given = {"draft_gguf": draft_gguf, "target_gguf": target_gguf, "flash_attn": flash_attn}
+    backend_options = {name: value for name, value in given.items() if value is not None}
+    for name in backend_options:
+        if name not in entry.own_options:
+            raise DraftVerifyError(f"{name} ({BACKEND_OPTION_FLAGS[name]}) {not_on_backend(name, entry.name)}")
     return entry.load(
         target,
         draft,
@@ -603,17 +594,35 @@ def load(
         options,
         verbose,
         heal,
-        draft_gguf,
         device,
-        **gguf,
+        **backend_options,
+    )
+
+
+# the load() options only some backends read (BackendEntry.own_options), by their CLI flags
+BACKEND_OPTION_FLAGS = {
+    "draft_gguf": "--draft-gguf",
+    "target_gguf": "--target-gguf",
+    "flash_attn": "--flash-attn/--no-flash-attn",
+}
+
+
+def not_on_backend(name: str, backend: str) -> str:
+    """Why a backend-only option does not apply on `backend` (the rest of a one-line error)."""
+    if name == "flash_attn":
+        return f"is llama.cpp's kernel setting; the {backend} backend runs torch's attention"
+    role = name.removesuffix("_gguf")
+    return (
+        f"is the {role}'s GGUF type on the llamacpp backend; on the {backend} backend the {role} loads at dtype "
+        "(--dtype)"
     )
 
 
 def load_hf(
-    target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, draft_gguf, device
+    target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, device
 ) -> Pipeline:
     """The hf backend's loader (backends/registry.py): target and draft as Hugging Face models on `device`, each on
-    a CachedLM (threads and draft_gguf are not its: torch's threads are the process's)."""
+    a CachedLM (threads are not its: torch's threads are the process's)."""
     tokenizer = load_tokenizer(target, verbose)  # first: a folder without one fails before the weights are read
     target_model = load_model(target, dtype, role="target", verbose=verbose, device=device)
     method_options = MethodOptions(**options)
@@ -628,21 +637,7 @@ def load_hf(
 
 
 def load_llamacpp(
-    target,
-    draft,
-    method,
-    verifier,
-    dtype,
-    gamma,
-    compile,
-    threads,
-    options,
-    verbose,
-    heal,
-    draft_gguf,
-    device,
-    target_gguf=None,
-    flash_attn=None,
+    target, draft, method, verifier, dtype, gamma, compile, threads, options, verbose, heal, device, **backend_options
 ) -> Pipeline:
     """The llamacpp backend's loader (backends/registry.py): target and draft as GGUF models on llama.cpp contexts
     (backends/llamacpp.py), on the CPU (load() refuses another device)."""
@@ -652,6 +647,7 @@ def load_llamacpp(
     from .backends.llamacpp import GGUFTokenizer, LlamaCppLM, open_gguf, require_llama_cpp
     from .registry import DRAFTERS, lookup
 
+    draft_gguf, target_gguf, flash_attn = (backend_options.get(k) for k in ("draft_gguf", "target_gguf", "flash_attn"))
     draft_gguf = check_draft_gguf(draft_gguf if draft_gguf is not None else DEFAULT_DRAFT_GGUF)
     if target_gguf is not None:
         check_gguf_type(target_gguf, "target_gguf (--target-gguf)", "target")
