@@ -42,13 +42,18 @@ def recorded_command(ctx: typer.Context, always: tuple[str, ...] = ("out", "name
     return shlex.join(argv)
 
 
-def run_reporting(run: Callable[[], dict]) -> dict:
-    """Run a bench; a DraftVerifyError is one red line and exit 2; print the files written."""
+def exit_2_on_error(run: Callable[[], dict]) -> dict:
+    """Run a bench; a DraftVerifyError is one red line and exit 2."""
     try:
-        result = run()
+        return run()
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
+
+
+def run_reporting(run: Callable[[], dict]) -> dict:
+    """Run a bench (exit_2_on_error); print the files written."""
+    result = exit_2_on_error(run)
     for path in result["files"].values():
         print(f"wrote {path}")
     return result
@@ -378,8 +383,8 @@ def bench_serve(
     from .load_test import run_load_test
 
     command = recorded_command(ctx, always=())
-    try:
-        report = run_load_test(
+    report = exit_2_on_error(
+        lambda: run_load_test(
             url,
             spawn,
             model,
@@ -396,9 +401,7 @@ def bench_serve(
             out,
             command,
         )
-    except DraftVerifyError as err:
-        err_console.print(f"[red]error:[/red] {escape(str(err))}")
-        raise typer.Exit(2) from None
+    )
     print(json.dumps(report, indent=1))
     if not report["passed"]:
         raise typer.Exit(1)
@@ -441,8 +444,8 @@ def bench_serve_llamacpp(
     from .serve_llamacpp import run_comparison
 
     command = recorded_command(ctx, always=())
-    try:
-        report = run_comparison(
+    report = exit_2_on_error(
+        lambda: run_comparison(
             zoo if target is None else None,
             target,
             draft,
@@ -460,9 +463,7 @@ def bench_serve_llamacpp(
             command,
             echo,
         )
-    except DraftVerifyError as err:
-        err_console.print(f"[red]error:[/red] {escape(str(err))}")
-        raise typer.Exit(2) from None
+    )
     print(json.dumps(report["versus"], indent=1))
     if out is not None:
         print(f"wrote {out}")
