@@ -32,6 +32,7 @@ from transformers import (
     T5ForConditionalGeneration,
 )
 
+from draftverify.draft_length import FixedGamma
 from path_audit import _no_paths_outside_the_clone, pytest_configure  # noqa: F401  (the plugin's hook and fixture)
 
 VOCAB = 96
@@ -319,3 +320,15 @@ def code_zoo_without_nat(tmp_path, monkeypatch):
                 (root / "code" / item.name).symlink_to(item)
     monkeypatch.setenv(ZOO_ENV, str(root))
     return root
+
+
+class PlainStepsBetween(FixedGamma):
+    """gamma auto may choose 0 (a plain step, no proposal) between drafted steps."""
+
+    def __init__(self):
+        super().__init__(4)
+        self.step = 0
+
+    def next(self, rows: int = 1) -> int:
+        self.step += 1
+        return 0 if self.step % 3 == 0 else self.gamma

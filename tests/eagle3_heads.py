@@ -7,7 +7,9 @@ from __future__ import annotations
 import torch
 
 from conftest import reference_greedy
+from draftverify import SamplingParams
 from draftverify.drafters.eagle3_head import Eagle3Config, Eagle3Head
+from draftverify.methods import MethodOptions, build_verifier
 from draftverify.train.eagle3 import target_features, ttt_loss
 
 
@@ -43,3 +45,8 @@ def trained_head(
         ttt_loss(head, embed, lm_head, (features, tokens, labels, valid), steps=4).backward()
         optimizer.step()
     return head.eval()
+
+
+def exact(params: SamplingParams | None = None):
+    """The exact verifier (greedy by default)."""
+    return build_verifier("exact", params or SamplingParams(), MethodOptions())

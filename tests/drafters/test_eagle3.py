@@ -15,16 +15,12 @@ from draftverify.draft_length import ConfidenceGamma
 from draftverify.drafters.eagle3 import Eagle3Drafter, LayerInputsTarget, join_right_aligned
 from draftverify.drafters.eagle3_head import Eagle3Head
 from draftverify.methods import MethodOptions, build_verifier
-from eagle3_heads import head_for, trained_head
+from eagle3_heads import exact, head_for, trained_head
 
 torch.set_num_threads(1)
 
 PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
 NEW = 40
-
-
-def exact(params: SamplingParams | None = None):
-    return build_verifier("exact", params or SamplingParams(), MethodOptions())
 
 
 @pytest.mark.parametrize("arch", CAUSAL_ARCHS)

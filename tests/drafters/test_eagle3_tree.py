@@ -7,27 +7,30 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import CAUSAL_ARCHS, build_model, chi2_critical, chi2_statistic, reference_greedy, varied_model
+from conftest import (
+    CAUSAL_ARCHS,
+    PlainStepsBetween,
+    build_model,
+    chi2_critical,
+    chi2_statistic,
+    reference_greedy,
+    varied_model,
+)
 from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.cached_lm import CachedLM
 from draftverify.cli import app
-from draftverify.draft_length import FixedGamma
 from draftverify.drafters.base import NoDrafter
 from draftverify.drafters.eagle3 import Eagle3Drafter
 from draftverify.drafters.eagle3_head import HeadCache
 from draftverify.drafters.eagle3_tree import Eagle3TreeDrafter
-from draftverify.methods import METHODS, MethodOptions, build_drafter, build_verifier
+from draftverify.methods import METHODS, MethodOptions, build_drafter
 from draftverify.sampling import probs_from_logits
-from eagle3_heads import head_for, trained_head
+from eagle3_heads import exact, head_for, trained_head
 
 torch.set_num_threads(1)
 
 PROMPT = torch.tensor([[5, 17, 33, 8, 41, 5, 17]])
 NEW = 40
-
-
-def exact(params: SamplingParams | None = None):
-    return build_verifier("exact", params or SamplingParams(), MethodOptions())
 
 
 @pytest.mark.parametrize("arch", CAUSAL_ARCHS)
@@ -104,18 +107,6 @@ def test_each_node_is_drafted_from_its_own_branch(arch):
     out = generate(model, BranchCheck(head_for(model), top_k=3, nodes=20), exact(), PROMPT, max_new_tokens=16, gamma=3)
     assert out.new_tokens[0].tolist() == reference
     assert BranchCheck.checked > 10  # second-level and deeper branches were checked, not only the root's
-
-
-class PlainStepsBetween(FixedGamma):
-    """gamma auto may choose 0 (a plain step, no proposal) between drafted steps."""
-
-    def __init__(self):
-        super().__init__(4)
-        self.step = 0
-
-    def next(self, rows: int = 1) -> int:
-        self.step += 1
-        return 0 if self.step % 3 == 0 else self.gamma
 
 
 def test_plain_steps_between_trees_stay_exact():

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import CAUSAL_ARCHS, perturbed_copy, target_and_reference, varied_model
+from conftest import CAUSAL_ARCHS, PlainStepsBetween, perturbed_copy, target_and_reference, varied_model
 from draftverify import DraftVerifyError, SamplingParams, generate
-from draftverify.draft_length import FixedGamma
 from draftverify.drafters import ModelDrafter, ModelTreeDrafter, NoDrafter
 from draftverify.methods import MethodOptions, build_verifier
 from draftverify.types import DecodingState
@@ -59,18 +58,6 @@ def test_gamma_caps_the_tree_depth():
     out = generate(model, drafter, exact(), PROMPT, max_new_tokens=NEW, gamma=2)
     assert out.new_tokens[0].tolist() == ref
     assert out.stats.target_calls == -(-NEW // 3)
-
-
-class PlainStepsBetween(FixedGamma):
-    """gamma auto may choose 0 (a plain step, no proposal) between drafted steps."""
-
-    def __init__(self):
-        super().__init__(4)
-        self.step = 0
-
-    def next(self, rows: int = 1) -> int:
-        self.step += 1
-        return 0 if self.step % 3 == 0 else self.gamma
 
 
 def test_plain_steps_between_trees_stay_exact():
