@@ -332,3 +332,32 @@ class PlainStepsBetween(FixedGamma):
     def next(self, rows: int = 1) -> int:
         self.step += 1
         return 0 if self.step % 3 == 0 else self.gamma
+
+
+def tiny_gguf_pair(root: Path, tokenizer_dir: Path) -> dict:
+    """A tiny random Llama target on the given tokenizer and a noisy copy of it as the draft (it agrees on about
+    half the tokens), converted to GGUF: the target at f32, the draft at the llamacpp backend's default draft type."""
+    import copy
+
+    from transformers import AutoTokenizer
+
+    from draftverify.backends import DEFAULT_DRAFT_GGUF
+    from draftverify.backends.gguf import gguf_for
+    from draftverify.backends.llamacpp import GGUFModel
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    save_llama(root / "target", layers=2, seed=0, tokenizer=tokenizer)
+    draft = copy.deepcopy(LlamaForCausalLM.from_pretrained(root / "target"))
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05 * p.std())
+    draft.save_pretrained(root / "draft")
+    tokenizer.save_pretrained(root / "draft")
+    cache = root / "gguf"
+    return {
+        "root": root,
+        "target": GGUFModel(gguf_for(root / "target", cache_dir=cache)),
+        "draft": GGUFModel(gguf_for(root / "draft", DEFAULT_DRAFT_GGUF, cache_dir=cache)),
+        "cache": cache,
+    }

@@ -11,7 +11,6 @@ near-tie flip between a 1-token and an n-token evaluation is reported as one ins
 
 from __future__ import annotations
 
-import copy
 import ctypes
 import json
 import os
@@ -22,9 +21,9 @@ import torch
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
 
-from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
 
-from conftest import save_llama  # noqa: E402
+from conftest import save_llama, tiny_gguf_pair  # noqa: E402
 from draftverify import DraftVerifyError, generate  # noqa: E402
 from draftverify.backends import DEFAULT_DRAFT_GGUF  # noqa: E402
 from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
@@ -91,24 +90,7 @@ def explain(got: list[int], want: list[int], margins: list[float]) -> str:
 def tiny(tmp_path_factory):
     """A tiny random Llama target on the zoo tokenizer, a noisy copy of it as the draft (accepts some tokens, not
     all), converted to GGUF: the target at f32, the draft at the backend's default draft type (q8_0)."""
-    root = tmp_path_factory.mktemp("llamacpp")
-    tokenizer = AutoTokenizer.from_pretrained(ZOO / "tokenizer")
-    save_llama(root / "target", layers=2, seed=0, tokenizer=tokenizer)
-    target = LlamaForCausalLM.from_pretrained(root / "target")
-    draft = copy.deepcopy(target)
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.05 * p.std())  # agrees on about half the tokens
-    draft.save_pretrained(root / "draft")
-    tokenizer.save_pretrained(root / "draft")
-    cache = root / "gguf"
-    return {
-        "root": root,
-        "target": GGUFModel(gguf_for(root / "target", cache_dir=cache)),
-        "draft": GGUFModel(gguf_for(root / "draft", DEFAULT_DRAFT_GGUF, cache_dir=cache)),
-        "cache": cache,
-    }
+    return tiny_gguf_pair(tmp_path_factory.mktemp("llamacpp"), ZOO / "tokenizer")
 
 
 PROMPT = [5, 17, 99, 230, 7, 5, 17, 99, 230, 7, 5, 17]

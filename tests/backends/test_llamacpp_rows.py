@@ -5,21 +5,17 @@ refuse (trees, methods that cannot batch on llama.cpp) in one line."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
 
-from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
 
-from conftest import save_llama  # noqa: E402
+from conftest import tiny_gguf_pair  # noqa: E402
 from draftverify import DraftVerifyError, generate  # noqa: E402
-from draftverify.backends import DEFAULT_DRAFT_GGUF  # noqa: E402
 from draftverify.backends.base import check_backend  # noqa: E402
-from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
-from draftverify.backends.llamacpp import GGUFModel, LlamaCppLM  # noqa: E402
+from draftverify.backends.gguf import converter_available  # noqa: E402
+from draftverify.backends.llamacpp import LlamaCppLM  # noqa: E402
 from draftverify.methods import MethodOptions, build_drafter, build_verifier, resolve_method  # noqa: E402
 from draftverify.registry import DRAFTERS  # noqa: E402
 from draftverify.types import RowRequest, SamplingParams  # noqa: E402
@@ -47,23 +43,9 @@ NEW = 24
 def tiny(tmp_path_factory, request):
     """A tiny random Llama target (f32 GGUF) and a noisy copy of it as the draft (the backend's default draft
     type): the draft agrees on some tokens, not all."""
-    root = tmp_path_factory.mktemp("llamacpp-rows")
-    tokenizer = AutoTokenizer.from_pretrained(request.config.rootpath / "zoo" / "code" / "tokenizer")
-    save_llama(root / "target", layers=2, seed=0, tokenizer=tokenizer)
-    draft = LlamaForCausalLM.from_pretrained(root / "target")
-    draft = copy.deepcopy(draft)
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.05 * p.std())
-    draft.save_pretrained(root / "draft")
-    tokenizer.save_pretrained(root / "draft")
-    cache = root / "gguf"
-    return {
-        "root": root,
-        "target": GGUFModel(gguf_for(root / "target", cache_dir=cache)),
-        "draft": GGUFModel(gguf_for(root / "draft", DEFAULT_DRAFT_GGUF, cache_dir=cache)),
-    }
+    return tiny_gguf_pair(
+        tmp_path_factory.mktemp("llamacpp-rows"), request.config.rootpath / "zoo" / "code" / "tokenizer"
+    )
 
 
 def setup(tiny, method: str, gamma: int = 4):
