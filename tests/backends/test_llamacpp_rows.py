@@ -16,6 +16,7 @@ from draftverify import DraftVerifyError, generate  # noqa: E402
 from draftverify.backends.base import check_backend  # noqa: E402
 from draftverify.backends.gguf import converter_available  # noqa: E402
 from draftverify.backends.llamacpp import LlamaCppLM  # noqa: E402
+from draftverify.draft_length import ConfidenceGamma  # noqa: E402
 from draftverify.methods import MethodOptions, build_drafter, build_verifier, resolve_method  # noqa: E402
 from draftverify.registry import DRAFTERS  # noqa: E402
 from draftverify.types import RowRequest, SamplingParams  # noqa: E402
@@ -37,6 +38,7 @@ PROMPTS = [
     [14, 28, 56, 112, 224, 14, 28, 56, 112],
 ]
 NEW = 24
+UNSURE = ConfidenceGamma(0.005, fixed=6)  # the tiny draft's confidence stop that ends some rows' drafts early
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +118,38 @@ def test_one_decode_per_forward_for_every_row(tiny, monkeypatch, method):
     assert decodes[0][1] == first and (method == "autoregressive" or decodes[0][0] == "draft")
 
 
+def test_a_ragged_chains_padding_is_not_decoded(tiny, monkeypatch):
+    """Under gamma conf each row's draft ends at its own first unconfident token: the verify pass decodes each
+    row's pending token and its own draft only, not the longest row's width, and every row keeps its batch-1
+    text. (The tiny random draft's max q is a few thousandths: this threshold stops some rows, not all.)"""
+    target, drafter, verifier = setup(tiny, "model")
+    decoded = []
+    original = LlamaCppLM._decode_entries
+
+    def counted(self, entries):
+        if self.role == "target":
+            decoded.append(len(entries))
+        return original(self, entries)
+
+    scored = []
+    forward = target.forward
+
+    def recorded(tokens, *args, **kwargs):
+        scored.append(tokens.numel())
+        return forward(tokens, *args, **kwargs)
+
+    monkeypatch.setattr(LlamaCppLM, "_decode_entries", counted)
+    monkeypatch.setattr(target, "forward", recorded)
+    ids, mask = left_padded(PROMPTS[:4])
+    out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=NEW, gamma=UNSURE)
+    for b, prompt in enumerate(PROMPTS[:4]):
+        assert out.rows[b] == alone(tiny, "autoregressive", prompt), f"row {b}"
+    assert out.stats.accepted_tokens > 0
+    later = list(zip(decoded[1:], scored[1:]))  # past the first forward, which decodes the prompts too
+    assert any(d < s for d, s in later), "no ragged draft: the padding's saving is untested"
+    assert all(d <= s for d, s in later)
+
+
 @pytest.mark.parametrize("method", BATCH_METHODS)
 def test_rows_leave_and_join_between_steps_with_their_batch_1_texts(tiny, method):
     """Continuous batching: rows with short limits finish early and leave; waiting prompts join, each in a free
@@ -176,23 +210,43 @@ def test_the_context_grows_with_its_rows_and_keeps_them(tiny, streams):
     assert "\n" not in str(err.value)
 
 
-def test_rows_run_on_a_kv_stream_per_row_slot_and_one_row_on_a_unified_cache(tiny):
-    """One row: one unified KV cache (a tree's branches share the prefix's cells). Rows: kv_unified off, one KV
-    stream per row slot (n_seq_max = the rows, each stream n_ctx / n_seq_max cells), as llama.cpp reports it."""
+def test_rows_run_on_a_kv_stream_per_row_slot_and_one_row_keeps_them_until_a_tree(tiny):
+    """Rows: kv_unified off, one KV stream per row slot (n_seq_max = the rows, each stream n_ctx / n_seq_max cells),
+    as llama.cpp reports it. One row after them keeps the streams while it scores chains (no context made again
+    per request) and goes to one unified cache when it scores a token tree (whose branches share the prefix's
+    cells); its texts, chain and tree, equal those of a backend that never held rows."""
     lib = llama_cpp.llama_cpp
-    lm = LlamaCppLM(tiny["target"], threads=1)
-    assert lm.streams and lm.row_slots is None
-    assert lib.llama_n_seq_max(lm.ctx) == lm.max_sequences and lib.llama_n_ctx_seq(lm.ctx) == lm.n_ctx
+    target, drafter, verifier = setup(tiny, "prompt_lookup")
+    assert target.streams and target.row_slots is None
+    assert lib.llama_n_seq_max(target.ctx) == target.max_sequences and lib.llama_n_ctx_seq(target.ctx) == target.n_ctx
     ids, mask = left_padded(PROMPTS[:3])
-    lm.start(ids, attention_mask=mask)
-    assert lm.row_slots == 3 == lib.llama_n_seq_max(lm.ctx)
-    assert lib.llama_n_ctx_seq(lm.ctx) == lm.n_ctx_seq and lm.n_ctx == 3 * lm.n_ctx_seq
-    lm.forward(ids[:, -1:])
-    lm.commit_rows(torch.tensor([1, 1, 1]))
+    target.start(ids, attention_mask=mask)
+    assert target.row_slots == 3 == lib.llama_n_seq_max(target.ctx)
+    assert lib.llama_n_ctx_seq(target.ctx) == target.n_ctx_seq and target.n_ctx == 3 * target.n_ctx_seq
+    target.forward(ids[:, -1:])
+    target.commit_rows(torch.tensor([1, 1, 1]))
     pos_max = lib.llama_memory_seq_pos_max
-    assert [pos_max(lm.memory, s) for s in range(3)] == [len(p) - 1 for p in PROMPTS[:3]]
-    lm.start(torch.tensor([PROMPTS[0]]))
-    assert lm.row_slots is None and lib.llama_n_seq_max(lm.ctx) == lm.max_sequences
+    assert [pos_max(target.memory, s) for s in range(3)] == [len(p) - 1 for p in PROMPTS[:3]]
+
+    made = []
+    original = LlamaCppLM._make_context
+
+    def counted(self, cells, slots=None):
+        made.append(slots)
+        return original(self, cells, slots)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LlamaCppLM, "_make_context", counted)
+        for prompt in PROMPTS[:2]:
+            out = generate(target, drafter, verifier, torch.tensor([prompt]), max_new_tokens=NEW, gamma=4)
+            assert out.rows[0] == alone(tiny, "prompt_lookup", prompt)
+        assert made == [] and target.row_slots == 3
+        spec, options = resolve_method("prompt_lookup_tree"), MethodOptions(prompt_lookup_min_ngram=1)
+        tree = build_drafter(spec.drafter, target, options)
+        tree_verifier = build_verifier(spec.verifier, SamplingParams(), options)
+        out = generate(target, tree, tree_verifier, torch.tensor([PROMPTS[4]]), max_new_tokens=NEW, gamma=4)
+    assert made == [None] and target.row_slots is None and lib.llama_n_seq_max(target.ctx) == target.max_sequences
+    assert out.rows[0] == alone(tiny, "prompt_lookup_tree", PROMPTS[4])
 
 
 def test_rows_keep_their_batch_1_texts_when_more_join_than_the_context_has_streams(tiny):

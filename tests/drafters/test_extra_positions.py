@@ -47,8 +47,14 @@ def test_a_backend_without_embedded_positions_is_refused():
 
     with pytest.raises(DraftVerifyError, match="the llamacpp backend does not take; run it with --backend hf"):
         ExtraPositionsTarget(TokenIdsOnly(), lambda *a: None, "bita")
+
+
+def test_a_ragged_chains_padding_is_scored_like_every_column():
+    """The extras follow every row's columns, so new_valid (a ragged chain's padding) changes nothing."""
     model = varied_model("llama")
-    wrapped = ExtraPositionsTarget(CachedLM(model), two_extras(model), "test")
-    wrapped.start(PROMPT)
-    with pytest.raises(DraftVerifyError, match="no new_valid"):
-        wrapped.forward(torch.tensor([[41]]), new_valid=torch.tensor([[True]]))
+    outs = []
+    for new_valid in (None, torch.tensor([[True, True, False]])):
+        wrapped = ExtraPositionsTarget(CachedLM(model), two_extras(model), "test")
+        wrapped.start(PROMPT)
+        outs.append(wrapped.forward(torch.tensor([[41, 42, 43]]), new_valid=new_valid).logits)
+    assert outs[0].shape[1] == 3 + 2 and torch.equal(outs[0], outs[1])

@@ -333,8 +333,8 @@ class LlamaCppLM(LlamaCppRows):
         if input_ids.shape[0] > 1 or attention_mask is not None:
             return self._start_rows(input_ids, attention_mask)  # rows mode (llamacpp_rows.py)
         self.seqs = None
-        if self.row_slots is not None:  # a token tree's branches share the prefix's cells: one unified cache again
-            self._make_context(max(self.unified_cells, self.fit_cells))
+        if self.row_slots is not None and self.fit_cells > self.n_ctx_seq:  # stream 0 is too small: one unified
+            self._make_context(max(self.unified_cells, self.fit_cells))  # cache (the next rows make streams again)
         self.deferred = input_ids[0, :-1].tolist()  # decoded with the first forward (_take_deferred)
         self.committed = len(self.deferred)
         return input_ids
@@ -394,6 +394,9 @@ class LlamaCppLM(LlamaCppRows):
                 self._prefilled = TargetOutput(logits=logits[None, :1])
                 logits = logits[1:]
             return TargetOutput(logits=logits[None])  # [1, n, V]
+        if self.row_slots is not None:  # one row on the rows' streams (kept between requests while it drafts
+            # chains): a token tree's branches share the prefix's cells, so one unified cache from here on
+            self._grow(max(self.unified_cells, self.fit_cells))
         self._flush_deferred()  # a tree's new branches copy the prompt's cells (_assign_sequences)
         base = len(self.tail)
         parents = self._parents(n, attention_mask)  # tail indices (new tokens: base + i), -1: after the prefix

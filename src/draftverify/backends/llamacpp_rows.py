@@ -12,10 +12,11 @@ matmuls at 8 rows of a few hundred positions). A batch still mixes every row's t
 micro-batches of consecutive sequence ids with equal token counts: entries go in sequence order). The context is
 made again (`_make_room` / `_grow`, the held sequences copied across with llama_state_seq_get_data / set_data, the
 state's stream count rewritten) when rows start on a one-row context, when more rows join than it has streams
-(twice the streams) and when a row outgrows its stream (twice the cells); one row goes back to one unified cache at
-start(). A sliding-window or recurrent model (whose state has several caches' parts) or a given n_ctx keeps its
-rows on the unified cache, which grows when their positions together outgrow it. Rows score chains only: a token
-tree is one row's (mixed into LlamaCppLM; one-row mode is `seqs` None).
+(twice the streams) and when a row outgrows its stream (twice the cells); one row stays on the streams (sequence 0
+in stream 0) until it scores a token tree or outgrows stream 0, then goes back to one unified cache. A
+sliding-window or recurrent model (whose state has several caches' parts) or a given n_ctx keeps its rows on the
+unified cache, which grows when their positions together outgrow it. Rows score chains only: a token tree is one
+row's (mixed into LlamaCppLM; one-row mode is `seqs` None).
 """
 
 from __future__ import annotations

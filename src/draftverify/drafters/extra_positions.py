@@ -65,9 +65,8 @@ class ExtraPositionsTarget:
         new_valid: torch.Tensor | None = None,
     ) -> TargetOutput:
         """tokens [B, n] (the pending token and the draft, right after a commit) and then the extras: outputs
-        [B, n + E, ...]. attention_mask [n, n] and position_ids [1, n] describe a tree; None: a chain."""
-        if new_valid is not None:
-            raise DraftVerifyError("a verify pass with extra positions scores every row's tokens (no new_valid)")
+        [B, n + E, ...]. attention_mask [n, n] and position_ids [1, n] describe a tree; None: a chain. new_valid (a
+        ragged chain's padding) is not used: the extras follow every row's n columns, so all of them are scored."""
         n = tokens.shape[1]
         if attention_mask is not None and tuple(attention_mask.shape[-2:]) != (n, n):
             raise DraftVerifyError(

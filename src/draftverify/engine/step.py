@@ -69,10 +69,16 @@ def propose(drafter: Drafter, verifier: Verifier, state: DecodingState, gamma: i
 
 def score(target: LMBackend, drafter: Drafter, state: DecodingState, draft: Draft) -> TargetOutput:
     """One target forward over each row's pending token (the one committed token its cache does not hold yet) and
-    the draft: logits [B, 1+N, V] (and hidden states), then whatever a wrapping target appends."""
+    the draft: logits [B, 1+N, V] (and hidden states), then whatever a wrapping target appends. A ragged chain's
+    columns past a row's own draft are padding (new_valid): a backend that decodes only real tokens (llama.cpp's
+    rows) does not pay for the longest row's width in every row."""
     scored = torch.cat([state.tokens[:, -1:], draft.tokens], dim=1)  # [B, 1+N]
     position_ids, mask = verify_layout(target, draft)
-    return target.forward(scored, position_ids, mask, want_hidden=drafter.needs_target_hidden)
+    new_valid = None
+    if draft.tree is None and draft.lengths is not None and scored.shape[0] > 1:
+        columns = torch.arange(scored.shape[1], device=scored.device)[None]
+        new_valid = columns <= draft.lengths.to(scored.device)[:, None]  # [B, 1+N]: pending + the row's draft
+    return target.forward(scored, position_ids, mask, want_hidden=drafter.needs_target_hidden, new_valid=new_valid)
 
 
 def verify(verifier: Verifier, draft: Draft, logits: torch.Tensor, state: DecodingState) -> tuple[Verdict, list[int]]:
