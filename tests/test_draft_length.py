@@ -528,15 +528,17 @@ def test_confidence_drafts_stopping_early_make_a_long_cap_cheap():
     assert conf.best() > auto.best()
 
 
-def test_confidence_a_step_of_a_batch_costs_its_longest_row():
+def test_confidence_a_step_of_a_batch_costs_its_drafts_length_in_every_row():
     policy = ConfidenceGamma(0.4)
     timed(policy)
     set_rates(policy, sure=0.9, unsure=0.5, goes_on=0.5)
     c = policy.c(2)
     assert c == pytest.approx(0.1)
-    # one row: its length is 1 with chance 1/2, else 2; two rows: the longest is 1 only when both end at once
+    # the draft's length is 1 with chance 1/2, else 2 (a batch's rates are its draft's, every row that long): one
+    # row scores 1 + length tokens, two rows twice as many (the fitted call is flat here: 1 plain step either way)
     assert policy.expected_seconds(2, rows=1) == pytest.approx(0.5 * (c + 1) + 0.5 * (2 * c + 1))
-    assert policy.expected_seconds(2, rows=2) == pytest.approx(0.25 * (c + 1) + 0.75 * (2 * c + 1))
+    verify = [policy.target_seconds(2 * (g + 1)) / policy.target_seconds(2) for g in (1, 2)]
+    assert policy.expected_seconds(2, rows=2) == pytest.approx(0.5 * (c + verify[0]) + 0.5 * (2 * c + verify[1]))
     assert policy.expected_seconds(0) == 1.0 and policy.factor(0) == 1.0
 
 

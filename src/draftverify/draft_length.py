@@ -309,8 +309,10 @@ class ConfidenceGamma(AutoGamma):
       its first (such a draft is copying boilerplate), and long confident runs are far likelier than one constant
       rate predicts, so a single alpha (Theorem 8's) undervalues long caps.
       A step costs L draft positions and a target call over L + 1 tokens (StepCosts' fitted curve). In a batch
-      every row stops on its own and the draft forward goes on while any row drafts, so a step costs the longest
-      row (the max of the rows' lengths) while each row emits its own tokens. A drafter that never stops early
+      the draft goes on while any row is confident and every row keeps the batch's length (drafters/model.py: a
+      row's own stop would save no draft forward and, where rows are scored densely or in micro-batches of equal
+      counts, little of the verify pass), so the rates a batch measures are its own draft's and L is the batch's
+      length. A drafter that never stops early
       (prompt lookup) has continue rates 1, and with one acceptance rate at every position this is AutoGamma's
       Theorem 8 exactly.
     - the rates are this run's counts (per row, from update_rows), see _Rate for the priors; a row that drafted
@@ -436,15 +438,15 @@ class ConfidenceGamma(AutoGamma):
 
     def _seconds_table(self, top: int, rows: int) -> list[float]:
         """[top + 1] expected time of a step with cap 0..top over `rows` rows, in plain steps of those rows: the
-        longest row's drafting plus a target call over rows x (longest + 1) tokens."""
+        draft's positions plus a target call over rows x (its length + 1) tokens."""
         verify = self.costs.target_seconds_at([rows * (g + 1) for g in range(top + 1)])  # [top + 1] seconds
         reach, c, plain = self._reach(top), self.c(rows), verify[0]  # plain: a call over the rows' one token each
         table = [1.0]
-        done, below = 0.0, 0.0  # done: the steps whose longest row ended before the cap; below: their chance
+        done, below = 0.0, 0.0  # done: the steps whose draft ended before the cap; below: their chance
         for g in range(1, top + 1):
             cost = g * c + verify[g] / plain
             table.append(done + (1.0 - below) * cost)
-            upto = (1.0 - reach[g + 1]) ** rows  # P(every row ended by its g-th token)
+            upto = 1.0 - reach[g + 1]  # P(the draft ended by its g-th token): a batch's rates are its draft's
             done += (upto - below) * cost
             below = upto
         return table

@@ -16,7 +16,6 @@ from draftverify import DraftVerifyError, generate  # noqa: E402
 from draftverify.backends.base import check_backend  # noqa: E402
 from draftverify.backends.gguf import converter_available  # noqa: E402
 from draftverify.backends.llamacpp import LlamaCppLM  # noqa: E402
-from draftverify.draft_length import ConfidenceGamma  # noqa: E402
 from draftverify.methods import MethodOptions, build_drafter, build_verifier, resolve_method  # noqa: E402
 from draftverify.registry import DRAFTERS  # noqa: E402
 from draftverify.types import RowRequest, SamplingParams  # noqa: E402
@@ -38,7 +37,6 @@ PROMPTS = [
     [14, 28, 56, 112, 224, 14, 28, 56, 112],
 ]
 NEW = 24
-UNSURE = ConfidenceGamma(0.005, fixed=6)  # the tiny draft's confidence stop that ends some rows' drafts early
 
 
 @pytest.fixture(scope="module")
@@ -118,36 +116,62 @@ def test_one_decode_per_forward_for_every_row(tiny, monkeypatch, method):
     assert decodes[0][1] == first and (method == "autoregressive" or decodes[0][0] == "draft")
 
 
-def test_a_ragged_chains_padding_is_not_decoded(tiny, monkeypatch):
-    """Under gamma conf each row's draft ends at its own first unconfident token: the verify pass decodes each
-    row's pending token and its own draft only, not the longest row's width, and every row keeps its batch-1
-    text. (The tiny random draft's max q is a few thousandths: this threshold stops some rows, not all.)"""
-    target, drafter, verifier = setup(tiny, "model")
-    decoded = []
+def test_a_ragged_chains_padding_is_scored_only_as_filler_that_leaves_no_cells(tiny, monkeypatch):
+    """Prompt lookup drafts a different length per row: the verify pass outputs each row's pending token and its
+    own draft only (the longest row's width is padding), decodes padding only as filler that saves micro-batches,
+    and leaves no filler in the cache; every row keeps its batch-1 text."""
+    target, drafter, verifier = setup(tiny, "prompt_lookup")
+    outputs = []
     original = LlamaCppLM._decode_entries
 
     def counted(self, entries):
         if self.role == "target":
-            decoded.append(len(entries))
+            outputs.append(sum(entry[3] for entry in entries))
         return original(self, entries)
 
     scored = []
     forward = target.forward
+    pos_max = llama_cpp.llama_cpp.llama_memory_seq_pos_max
 
     def recorded(tokens, *args, **kwargs):
         scored.append(tokens.numel())
-        return forward(tokens, *args, **kwargs)
+        out = forward(tokens, *args, **kwargs)
+        assert [pos_max(target.memory, s) + 1 for s in target.seqs] == target.held, "filler left in the cache"
+        return out
 
     monkeypatch.setattr(LlamaCppLM, "_decode_entries", counted)
     monkeypatch.setattr(target, "forward", recorded)
     ids, mask = left_padded(PROMPTS[:4])
-    out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=NEW, gamma=UNSURE)
+    out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=NEW, gamma=4)
     for b, prompt in enumerate(PROMPTS[:4]):
-        assert out.rows[b] == alone(tiny, "autoregressive", prompt), f"row {b}"
+        assert out.rows[b] == alone(tiny, "prompt_lookup", prompt), f"row {b}"
     assert out.stats.accepted_tokens > 0
-    later = list(zip(decoded[1:], scored[1:]))  # past the first forward, which decodes the prompts too
-    assert any(d < s for d, s in later), "no ragged draft: the padding's saving is untested"
-    assert all(d <= s for d, s in later)
+    later = list(zip(outputs[1:], scored[1:]))  # past the first forward, which decodes the prompts too
+    assert any(o < s for o, s in later), "no ragged draft: the padding is untested"
+    assert all(o <= s for o, s in later)
+
+
+def test_rows_that_leave_from_the_middle_leave_no_gap_in_the_sequence_ids(tiny):
+    """llama.cpp splits a batch into micro-batches of consecutive sequence ids: when a row leaves, the row with the
+    highest id moves into its id, and every row still equals its batch-1 text."""
+    target, drafter, verifier = setup(tiny, "model")
+    limits = [4, 24, 6, 24, 24, 9]
+    ids, mask = left_padded(PROMPTS[:6])
+    seen = []
+    out = generate(
+        target,
+        drafter,
+        verifier,
+        ids,
+        attention_mask=mask,
+        max_new_tokens=limits,
+        gamma=4,
+        on_tokens=lambda emitted: seen.append(sorted(target.seqs)) and None,
+    )
+    for b, prompt in enumerate(PROMPTS[:6]):
+        assert out.rows[b] == alone(tiny, "model", prompt, limits[b]), f"row {b}"
+    assert len(seen[-1]) < 6 and all(ids == list(range(len(ids))) for ids in seen)
+    assert sorted(drafter.lm.seqs) == list(range(len(drafter.lm.seqs)))
 
 
 @pytest.mark.parametrize("method", BATCH_METHODS)
@@ -170,7 +194,8 @@ def test_rows_leave_and_join_between_steps_with_their_batch_1_texts(tiny, method
         assert out.rows[b] == alone(tiny, method, prompt)[:limit], f"{method}, row {b}"
 
 
-def test_a_left_rows_cells_go_and_a_joining_row_takes_its_sequence_id(tiny):
+def test_a_left_rows_cells_go_and_a_joining_row_takes_the_next_sequence_id(tiny):
+    """On streams the last row moves into a left row's id (its cells with it); a joining row takes the next id."""
     lm = LlamaCppLM(tiny["target"], threads=1)
     ids, mask = left_padded(PROMPTS[:3])
     lm.start(ids, attention_mask=mask)
@@ -180,10 +205,11 @@ def test_a_left_rows_cells_go_and_a_joining_row_takes_its_sequence_id(tiny):
     pos_max = llama_cpp.llama_cpp.llama_memory_seq_pos_max
     assert pos_max(lm.memory, 1) == len(PROMPTS[1]) - 1
     lm.drop_rows(torch.tensor([True, False, True]))
-    assert lm.seqs == [0, 2] and pos_max(lm.memory, 1) == -1  # the left row's cells are gone
+    assert lm.seqs == [0, 1] and pos_max(lm.memory, 2) == -1  # the left row's cells are gone, the last row moved
+    assert pos_max(lm.memory, 1) == len(PROMPTS[2]) - 1
     joining, joining_mask = left_padded([PROMPTS[4]])
     lm.join_rows(joining, joining_mask)
-    assert lm.seqs == [0, 2, 1] and lm.row_length.tolist()[-1] == len(PROMPTS[4]) - 1
+    assert lm.seqs == [0, 1, 2] and lm.row_length.tolist()[-1] == len(PROMPTS[4]) - 1
     lm.forward(torch.tensor([[1], [2], [3]]))  # an uncommitted tail: no row may leave now
     with pytest.raises(DraftVerifyError, match="between steps only"):
         lm.drop_rows(torch.tensor([True, True, False]))

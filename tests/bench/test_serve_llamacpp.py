@@ -52,6 +52,15 @@ def test_lists_and_servers_parse():
         "llamacpp_native[ngram-mod]",
         "llamacpp_native[draft-simple,n_max=8]",
     ]
+    ours = server_specs("model,model[16],model[conf=0.4]", [])[:3]
+    assert [(s.name, s.method, s.gamma) for s in ours] == [
+        ("ours:model", "model", None),
+        ("ours:model[16]", "model", "16"),
+        ("ours:model[conf=0.4]", "model", "conf=0.4"),
+    ]
+    for bad, why in (("model[", "METHOD\\[GAMMA\\]"), ("model[0]", "gamma"), ("model[conf=2]", "conf"), ("nope", "")):
+        with pytest.raises(DraftVerifyError, match=why):
+            server_specs(bad, [])
 
 
 def _cell(server, clients, rate, alone):

@@ -129,8 +129,9 @@ def policy(kind: str):
 
 @pytest.mark.parametrize("kind", ["fixed", "confident"])
 def test_rows_of_a_batch_equal_their_own_greedy_text(fitted, kind):
-    """Left-padded rows of different lengths, leaving at their own limits, the confidence stop ending each row's
-    draft on its own: each row's text is its batch-1 text, and it accepts as many drafts as alone."""
+    """Left-padded rows of different lengths, leaving at their own limits, under a fixed length or the confidence
+    stop (which ends the batch's draft when no row is confident; rows draft on past their own stops): each row's text
+    is its batch-1 text, and at a fixed length it accepts as many drafts as alone."""
     model, head, refs = fitted
     limits = [24, 20, 24, 9]
     ids, mask = padded(ROWS)
@@ -143,7 +144,8 @@ def test_rows_of_a_batch_equal_their_own_greedy_text(fitted, kind):
         for p, n in zip(ROWS, limits)
     ]
     assert 0 < out.stats.accepted_tokens < out.stats.drafted_tokens  # ragged acceptance
-    assert out.stats.accepted_tokens == sum(s.accepted_tokens for s in alone)
+    if kind == "fixed":  # (under the stop a row's drafts are the batch's length, not its own)
+        assert out.stats.accepted_tokens == sum(s.accepted_tokens for s in alone)
 
 
 def test_rows_joining_between_steps_equal_their_own_text(fitted):

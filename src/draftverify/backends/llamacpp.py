@@ -39,6 +39,7 @@ from ..errors import DraftVerifyError
 from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
 from .llamacpp_rows import BATCH, LlamaCppRows
+from .llamacpp_ubatches import MicroBatchCost
 
 GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}  # our --dtype -> the converter's --outtype
 MAX_SEQUENCES = 64  # tree branches one decode may score (llama.cpp allows up to 256)
@@ -245,6 +246,7 @@ class LlamaCppLM(LlamaCppRows):
         )
         self.fit_cells = 0  # the cells the last check_fits asked one sequence for
         self.row_slots: int | None = None  # the context's KV streams (one per row slot); None: one unified cache
+        self.ubatch_cost = MicroBatchCost()  # what one more micro-batch costs on this model, in tokens (rows' filler)
         self.unified_cells = (
             n_ctx if n_ctx is not None else min(self.max_positions or DEFAULT_CELLS, DEFAULT_CELLS) + TREE_ROOM
         )

@@ -22,12 +22,14 @@ row's (mixed into LlamaCppLM; one-row mode is `seqs` None).
 from __future__ import annotations
 
 import ctypes
+from time import perf_counter
 
 import torch
 
 from ..errors import DraftVerifyError
 from ..types import TargetOutput
 from .base import one_row
+from .llamacpp_ubatches import filled_counts, micro_batches
 
 BATCH = 512  # tokens per llama_decode (more are decoded in chunks)
 ROW_ROOM = 256  # cells a row's stream holds beyond its positions when rows mode starts (the drafts' tails)
@@ -142,7 +144,27 @@ class LlamaCppRows:
                 self.lib.llama_memory_seq_rm(self.memory, self.seqs[b], -1, -1)  # its id is free for a joining row
                 for rows in (self.seqs, self.held, self.settled, self.row_deferred, self.row_prefilled):
                     del rows[b]
+        self._compact()
         self._sync_lengths()
+
+    def _compact(self) -> None:
+        """On streams, the rows' sequence ids made 0..B-1 again: the row with the highest id moves into the lowest
+        free one until no id is skipped, because llama.cpp splits a batch into micro-batches of consecutive sequence
+        ids (llamacpp_ubatches.py) and a gap costs one more each decode. The move is llama_state_seq_get_data /
+        set_data (a sequence's state restores into the stream of the id it is set to), which is done when it
+        returns; llama_memory_seq_cp across streams would only be queued until the next decode."""
+        if not self.row_slots:
+            return
+        while self.seqs and max(self.seqs) >= len(self.seqs):
+            gap = min(set(range(len(self.seqs))) - set(self.seqs))
+            b = self.seqs.index(max(self.seqs))
+            size = self.lib.llama_state_seq_get_size(self.ctx, self.seqs[b])
+            data = (ctypes.c_uint8 * size)()
+            written = self.lib.llama_state_seq_get_data(self.ctx, data, size, self.seqs[b])
+            if written and self.lib.llama_state_seq_set_data(self.ctx, data, written, gap) == 0:
+                raise DraftVerifyError(f"llama.cpp could not move sequence {self.seqs[b]} to {gap}")
+            self.lib.llama_memory_seq_rm(self.memory, self.seqs[b], -1, -1)
+            self.seqs[b] = gap
 
     def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
         """Between steps: new left-padded rows [b, L] join at the end of the batch, each in a free sequence id; their
@@ -157,20 +179,31 @@ class LlamaCppRows:
     # ---- decoding ---------------------------------------------------------------------------------------------
     def _forward_rows(self, tokens: torch.Tensor, new_valid: torch.Tensor | None) -> TargetOutput:
         """tokens [B, n] after each row's tail, new_valid [B, n] False at padding; logits [B, n, V] (zeros at
-        padding). The rows' deferred prompts go first, in the same decode."""
+        padding). The rows' deferred prompts go first, in the same decode. On streams a row padded on its right
+        may decode some of its padding columns as filler (llamacpp_ubatches.py), removed right after."""
         batch, n = tokens.shape
         if batch != len(self.seqs):
             raise DraftVerifyError(f"{batch} rows of tokens for a batch of {len(self.seqs)} rows")
         valid = [[True] * n] * batch if new_valid is None else new_valid.bool().tolist()
+        fill = self._fill_counts(valid, n)
         entries, slots = self._deferred_entries()  # (token, position, sequence, output)
         prompt_outputs = len(slots)
+        real_ends = list(self.held)
         for b, (ids, real) in enumerate(zip(tokens.tolist(), valid)):
             for k, (token, keep) in enumerate(zip(ids, real)):
                 if keep:
                     entries.append((token, self.held[b], self.seqs[b], True))
                     slots.append(b * n + k)
                     self.held[b] += 1
+            real_ends[b] = self.held[b]
+            for token in ids[sum(real) : sum(real) + fill[b]]:  # filler: not an output, gone after the decode
+                entries.append((token, self.held[b], self.seqs[b], False))
+                self.held[b] += 1
         logits = self._decode_entries(entries)  # [outputs, V]
+        for b in range(batch):
+            if self.held[b] > real_ends[b]:
+                self.lib.llama_memory_seq_rm(self.memory, self.seqs[b], real_ends[b], -1)
+                self.held[b] = real_ends[b]
         for b, slot in enumerate(slots[:prompt_outputs]):
             self.row_prefilled[slot] = logits[b]
         if prompt_outputs == 0 and len(slots) == batch * n:  # no prompt, no padding: every position, in order
@@ -180,6 +213,22 @@ class LlamaCppRows:
             out[slots[prompt_outputs:]] = logits[prompt_outputs:]
         self._sync_lengths()
         return TargetOutput(logits=out.view(batch, n, -1))  # [B, n, V]
+
+    def _fill_counts(self, valid: list[list[bool]], n: int) -> list[int]:
+        """Filler columns each row decodes after its real ones [B]: on streams, a row whose real columns are a
+        prefix may go on into its padding when that makes the batch split into fewer micro-batches for less than
+        their cost (filled_counts, at this context's fitted micro-batch cost); else none."""
+        if not self.row_slots:
+            return [0] * len(valid)
+        real = [sum(row) for row in valid]
+        right = [all(row[:r]) for row, r in zip(valid, real)]  # padding only after the real columns
+        counts = [0] * (max(self.seqs) + 1)
+        room = [0] * len(counts)
+        for b, s in enumerate(self.seqs):
+            counts[s] = len(self.row_deferred[b]) + real[b]
+            room[s] = counts[s] + (n - real[b] if right[b] and real[b] else 0)
+        filled = filled_counts(counts, room, self.ubatch_cost.ubatch_tokens)
+        return [filled[s] - counts[s] for s in self.seqs]
 
     def _deferred_entries(self) -> tuple[list[tuple[int, int, int, bool]], list[int]]:
         """Every row's deferred prompt as decode entries (output at its last token), taken off the rows; and the
@@ -221,7 +270,13 @@ class LlamaCppRows:
             chunk = ordered[begin : begin + BATCH]
             tokens, positions, seqs, outputs = zip(*chunk)
             self._fill(list(tokens), list(positions), [[s] for s in seqs], list(outputs))
+            started = perf_counter()
             self._decode(len(chunk))
+            if self.row_slots:  # the micro-batch cost this context's filler decisions read
+                per_seq = [0] * (max(seqs) + 1)
+                for s in seqs:
+                    per_seq[s] += 1
+                self.ubatch_cost.observe(micro_batches(per_seq), len(chunk), perf_counter() - started)
             parts.append(self._logits(sum(outputs)))
         logits = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else torch.empty(0, self.vocab_size)
         if order == list(range(len(order))):  # already in sequence order

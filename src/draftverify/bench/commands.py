@@ -415,7 +415,10 @@ def bench_serve_llamacpp(
     target: Optional[str] = typer.Option(None, "--target", help="A target folder or .gguf file instead of the zoo's."),
     draft: Optional[str] = typer.Option(None, "--draft", help="A draft folder or .gguf file instead of the zoo's."),
     methods: str = typer.Option(
-        "autoregressive,model", "--methods", help="Comma list of our methods, one server each (--backend llamacpp)."
+        "autoregressive,model",
+        "--methods",
+        help="Comma list of our methods, one server each (--backend llamacpp); METHOD[GAMMA] gives one its own draft "
+        "length, e.g. model[16].",
     ),
     native: Optional[List[str]] = typer.Option(
         None,

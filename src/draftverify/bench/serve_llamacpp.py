@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ class ServerSpec:
     name: str
     kind: str  # "ours" or "native"
     method: str | None = None  # ours
+    gamma: str | None = None  # ours: the draft length (None: --gamma's)
     native: object | None = None  # native: a native_spec.NativeSpec
 
 
@@ -50,14 +52,22 @@ def parse_list(text: str, flag: str, kind: type = int, low: int = 1, high: int |
 
 
 def server_specs(methods: str, native: list[str]) -> list[ServerSpec]:
-    """The servers to compare: ours for each method of --methods, llama-server for each --native row."""
+    """The servers to compare: ours for each method of --methods (METHOD, or METHOD[GAMMA] with a draft length of
+    its own), llama-server for each --native row."""
+    from ..draft_length import parse_gamma
     from ..methods import resolve_method
     from .native_spec import FAMILY, parse_spec
 
     specs = []
-    for method in [m.strip() for m in methods.split(",") if m.strip()]:
+    for entry in [m.strip() for m in methods.split(",") if m.strip()]:
+        match = re.fullmatch(r"([A-Za-z0-9_]+)(?:\[([^\]]+)\])?", entry)
+        if match is None:
+            raise DraftVerifyError(f"--methods entry {entry!r}: write METHOD or METHOD[GAMMA], e.g. model[16]")
+        method, gamma = match.groups()
         resolve_method(method)
-        specs.append(ServerSpec(f"ours:{method}", "ours", method=method))
+        if gamma is not None:
+            parse_gamma(int(gamma) if gamma.isdigit() else gamma)
+        specs.append(ServerSpec(f"ours:{entry}", "ours", method=method, gamma=gamma))
     for row in native or ["plain"]:
         spec = parse_spec(row if row.startswith(FAMILY) else f"{FAMILY}[{row}]")
         if spec.eagle3:
@@ -97,7 +107,7 @@ def our_server(spec: ServerSpec, models: Models, clients: int, threads: int, gam
     from ..methods import resolve_method
 
     args = ["--target", str(models.target), "--backend", "llamacpp", "--method", spec.method]
-    args += ["--max-batch", str(clients), "--threads", str(threads), "--gamma", gamma, "--no-heal"]
+    args += ["--max-batch", str(clients), "--threads", str(threads), "--gamma", spec.gamma or gamma, "--no-heal"]
     if resolve_method(spec.method).needs_draft:
         if models.draft is None:
             raise DraftVerifyError(f"method {spec.method!r} needs a draft: give --draft or a zoo that has one")

@@ -295,8 +295,8 @@ class Eagle3Drafter(Drafter):
         prenorm, end = self.catch_up(state)
         ready = self._real.any(dim=1)  # [B] rows with a real pair: the others (just joined) draft nothing yet
         stop = state.draft_confidence
-        drafting = ready.clone()  # [B] rows still drafting (the confidence stop ends each on its own)
-        lengths = torch.zeros_like(end)  # [B] tokens each row drafted
+        drafting = ready.clone()  # [B] rows still confident: the draft ends when none is (every row keeps its length,
+        # as the model drafter's rows do: its own stop would save no head step, and its later tokens are its draws)
         drafted: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
         while True:
@@ -304,7 +304,6 @@ class Eagle3Drafter(Drafter):
             token = argmax(probs) if params.greedy else draw_next(probs, state, len(drafted))  # [B]
             drafted.append(token)
             q.append(probs)
-            lengths += drafting
             if stop > 0:
                 drafting &= probs.amax(dim=-1) > stop
             if len(drafted) >= gamma or not bool(drafting.any()):
@@ -315,8 +314,8 @@ class Eagle3Drafter(Drafter):
             self._real = torch.cat([self._real, real], dim=1)
             self.forward_calls += 1
         draft = Draft(tokens=torch.stack(drafted, dim=1), q_probs=torch.stack(q, dim=1))  # [B, N], [B, N, V]
-        if bool((lengths < draft.length).any()):
-            draft.lengths = lengths
+        if not bool(ready.all()):
+            draft.lengths = ready.long() * draft.length  # [B]
         return draft
 
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:

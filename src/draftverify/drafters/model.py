@@ -34,8 +34,11 @@ class ModelDrafter(Drafter):
     form 0 never falls back and 1 always does, even when a float softmax rounds to exactly 1.
 
     The length policy's confidence stop (DecodingState.draft_confidence, gamma `conf`) is the same test used as a
-    draft length: the draft ends *at* (not before) its first token whose max q is <= the threshold, and in a batch
-    each row ends on its own (Draft.lengths) while the draft forward goes on for the rows still drafting. With
+    draft length: the draft ends *at* (not before) its first token whose max q is <= the threshold; in a batch it
+    ends when every row has reached such a token, and every row keeps the batch's length: a row's own stop would
+    save no draft forward (the batch's goes on for the others) and, on a backend that scores rows densely (or in
+    micro-batches of equal counts, as llama.cpp does), little or nothing of the verify pass, while the tokens it
+    drafts past that stop are its own draws from q and are sometimes right. With
     staged drafting (one row), a token that prompt lookup proposes too counts as confident whatever its max q: two
     drafters that agree are right far more often than the draft's q says (options: lookup_confirms). The stop
     still reads only the committed text and the draft, so every exact verifier stays exact.
@@ -147,7 +150,7 @@ class ModelDrafter(Drafter):
         greedy = isinstance(params, SamplingParams) and params.greedy
         staged = self.stages  # one row on a one-row cache: looked-up tokens ride along (looked_up)
         text = state.row(0).tolist() if staged else None  # the row's committed tokens, then its draft so far
-        drafting = lengths = None  # the confidence stop: per row, still drafting / tokens drafted
+        drafting = None  # the confidence stop: per row, still confident
         done = False
         while not done and count < gamma:
             looked = self.looked_up(text, gamma - count) if staged else []  # L looked-up tokens
@@ -184,12 +187,11 @@ class ModelDrafter(Drafter):
                 matches = j < len(looked) and first == looked[j]  # prompt lookup proposes it too
                 if sure is not None:  # the draft ends at its first unconfident token, that token included
                     if drafting is None:
-                        drafting, lengths = [True] * len(sure), [0] * len(sure)
+                        drafting = [True] * len(sure)
                     confirmed = matches and self.lookup_confirms
                     for b, row in enumerate(sure):
-                        lengths[b] += drafting[b]
                         drafting[b] = drafting[b] and (row[j] or confirmed)
-                    done = not any(drafting)  # the batch's forward goes on while any row is still drafting
+                    done = not any(drafting)  # the batch's draft goes on while any row is still confident
                 kept += matches
                 if done or count >= gamma or not matches:
                     break
@@ -204,10 +206,7 @@ class ModelDrafter(Drafter):
             return empty_draft(state)
         if len(chunks) > 1:
             chunks, q = [torch.cat(chunks, dim=1)], [torch.cat(q, dim=1)]
-        draft = Draft(tokens=chunks[0], q_probs=q[0])  # [B, N], [B, N, V]
-        if lengths is not None and min(lengths) < draft.length:
-            draft.lengths = torch.tensor(lengths, device=draft.tokens.device)  # [B]
-        return draft
+        return Draft(tokens=chunks[0], q_probs=q[0])  # [B, N], [B, N, V]
 
     def looked_up(self, text: list[int], room: int) -> list[int]:
         """Staged drafting: the prompt-lookup continuation of the row's text and draft so far (`text`), scored in
