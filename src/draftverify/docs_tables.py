@@ -42,6 +42,12 @@ TABLES: tuple[TableSource, ...] = (
     ),
     TableSource("docs/benchmarks-llamacpp.md", "native-rounds", "benchmarks/speed/rounds-humaneval-llamacpp-native.md"),
     TableSource(
+        "docs/benchmarks-llamacpp.md",
+        "llamacpp-eagle3",
+        "benchmarks/speed/bench-humaneval-llamacpp-eagle3.md",
+        "## Temperature 0 (greedy)",
+    ),
+    TableSource(
         "docs/methods.md", "eagle3-hf", "benchmarks/speed/bench-humaneval-eagle3.md", "## Temperature 0 (greedy)"
     ),
     TableSource("docs/methods.md", "suffix-replay", "benchmarks/methods/replay-humaneval.md"),
