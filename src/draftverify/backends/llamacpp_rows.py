@@ -196,8 +196,9 @@ class LlamaCppRows:
                     slots.append(b * n + k)
                     self.held[b] += 1
             real_ends[b] = self.held[b]
-            for token in ids[sum(real) : sum(real) + fill[b]]:  # filler: not an output, gone after the decode
-                entries.append((token, self.held[b], self.seqs[b], False))
+            for token in ids[sum(real) : sum(real) + fill[b]]:  # filler: no output, removed after the decode,
+                filler = token if 0 <= token < self.vocab_size else 0  # so any valid token id will do
+                entries.append((filler, self.held[b], self.seqs[b], False))
                 self.held[b] += 1
         logits = self._decode_entries(entries)  # [outputs, V]
         for b in range(batch):
