@@ -22,7 +22,7 @@ from rich.table import Table
 from . import __version__
 from .bench import folders
 from .bench.commands import register as register_bench_commands
-from .bench.runner_families import ALIGNED_SUFFIX, BASELINES, PEER_FAMILIES, drafting_methods
+from .bench.runner_families import ALIGNED_SUFFIX, BASELINES, GGUF_SUFFIX, PEER_FAMILIES, drafting_methods
 from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
 from .cli_flags import declared_flags
 from .cli_help import batching_note, draft_methods, flag, one_row_methods
@@ -164,7 +164,9 @@ def _ignored_settings(
 RUNNERS_HELP = (
     f"Comma list of runner families to run (the baselines {' and '.join(BASELINES)} always run): the "
     f"peers {', '.join(PEER_FAMILIES)}; our methods {', '.join(drafting_methods())}; and "
-    f"<method>{ALIGNED_SUFFIX} for a method with the aligned draft (--aligned-draft). llama.cpp's own C++ "
+    f"<method>{ALIGNED_SUFFIX} for a method with the aligned draft (--aligned-draft); <method>{GGUF_SUFFIX} "
+    f"({', '.join(n for n, m in drafting_methods().items() if m.gguf_option)}) with its piece converted to GGUF "
+    "and run in llama.cpp (--backend llamacpp). llama.cpp's own C++ "
     "speculative decoding (llama-server, built by scripts/build_llama_cpp_tools.sh) runs only when named: "
     "llamacpp_native[plain], llamacpp_native[TYPE,...,n_max=N,p_min=P,draft=draft|aligned] with TYPE its "
     "--spec-type (draft-simple, ngram-mod, ngram-map-k, ngram-map-k4v, ngram-simple; several chain), one row each, "

@@ -45,6 +45,9 @@ class DrafterSpec:
     methods: dict[str, MethodEntry]
     options: tuple[type, ...] = ()
     batches: bool = True  # drafts for several left-padded rows at once: the class's supports_batch
+    # an option naming a piece's folder that also takes the GGUF file llama.cpp's converter makes of it (the drafter
+    # then runs that piece in llama.cpp, beside a llama.cpp target): the bench's `<method>_gguf` rows
+    gguf_option: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Method:
     lossless: bool = True
     batches: bool = False
     name: str = ""
+    gguf_option: str | None = None  # DrafterSpec.gguf_option
 
     def drafter_class(self) -> type[Drafter]:
         """The drafter's class (imports its module: torch)."""
@@ -141,7 +145,14 @@ def register_methods(spec: DrafterSpec) -> DrafterSpec:
     for name, entry in spec.methods.items():
         batches = spec.batches if entry.batches is None else entry.batches and spec.batches
         METHODS[name] = Method(
-            spec.name, entry.verifier, entry.summary, entry.needs_draft, entry.lossless, batches, name
+            spec.name,
+            entry.verifier,
+            entry.summary,
+            entry.needs_draft,
+            entry.lossless,
+            batches,
+            name,
+            spec.gguf_option,
         )
     return spec
 

@@ -219,3 +219,32 @@ def test_an_eagle3_head_gives_chain_and_tree_rows_that_keep_the_greedy_text(mode
     hooks.remove()
     assert outputs["eagle3_tree[g=3]"].new_ids == outputs["hf_generate"].new_ids
     assert outputs["eagle3_tree[g=3]"].drafted > 0
+
+
+def test_a_method_whose_piece_runs_as_gguf_gets_a_gguf_twin_on_llama_cpp_only(model_dir, tmp_path, monkeypatch):
+    """`eagle3_gguf` is eagle3 with its head converted to GGUF and run in llama.cpp: a family only where the method
+    declares that option; on the hf backend it is skipped with the reason; on llama.cpp its row reads the GGUF."""
+    from draftverify.drafters.eagle3_head import Eagle3Config, Eagle3Head
+
+    assert "eagle3_gguf" in families() and "eagle3_tree_gguf" not in families() and "model_gguf" not in families()
+    config = _config(model_dir, gammas=(3,), runners=("eagle3", "eagle3_gguf"))
+    target = load_models(config).target
+    Eagle3Head(Eagle3Config.for_target(target.config, target.get_output_embeddings())).save(tmp_path / "head")
+    options = {**config.options, "eagle3_path": tmp_path / "head"}
+    config = BenchConfig(**{**config.as_dict(), "options": options}).resolved()
+    models = load_models(config)
+    rows, notes = _plan(config, models)
+    assert [r.name for r in rows] == ["eagle3[g=3]"]
+    assert any(n.startswith("eagle3_gguf skipped") and "--backend llamacpp" in n for n in notes), notes
+    pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
+    from draftverify.backends.gguf import converter_available, gguf_for
+    from draftverify.backends.llamacpp import LlamaCppLM
+
+    if not converter_available():
+        pytest.skip("no llama.cpp converter: scripts/fetch_llama_cpp_converter.sh")
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path / "gguf"))
+    rows, notes = plan_rows(config, models, LlamaCppLM(gguf_for(model_dir / "target"), threads=1), drafts=(None, None))
+    by_name = {r.name: r for r in rows}
+    assert set(by_name) == {"eagle3[g=3]", "eagle3_gguf[g=3]"}, notes
+    assert str(by_name["eagle3_gguf[g=3]"].options.eagle3_path).endswith("-f16.gguf")
+    assert by_name["eagle3[g=3]"].options.eagle3_path == tmp_path / "head"

@@ -28,7 +28,6 @@ hidden states and modules that the heads / early-exit / NAT drafters read, encod
 from __future__ import annotations
 
 import ctypes
-import functools
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ import torch
 from ..errors import DraftVerifyError
 from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
+from .llamacpp_ext import ext_call
 from .llamacpp_rows import BATCH, LlamaCppRows
 from .llamacpp_ubatches import MicroBatchCost
 
@@ -109,37 +109,6 @@ def cpu_has_amx(cpuinfo: str | None = None) -> bool:
 def flash_attn_type(lib, on: bool = FLASH_ATTENTION) -> int:
     """The context parameter for flash attention on or off."""
     return lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if on else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
-
-
-# llama-ext.h's layer-input extraction (what llama.cpp's draft-eagle3 reads), exported by libllama without C
-# linkage: looked up by its C name first, then by its C++ (Itanium) name
-LAYER_INPUT_CALLS = {
-    "llama_set_embeddings_layer_inp": ("_Z30llama_set_embeddings_layer_inpP13llama_contextjb", None),
-    "llama_get_embeddings_layer_inp": (
-        "_Z30llama_get_embeddings_layer_inpP13llama_contextj",
-        ctypes.POINTER(ctypes.c_float),
-    ),
-}
-
-
-@functools.cache
-def layer_input_calls(lib) -> tuple:
-    """(set, get) of llama.cpp's layer-input extraction, bound with ctypes; a one-line error when this build has
-    none."""
-    shared = lib._lib  # llama-cpp-python's CDLL of libllama
-    found = []
-    for name, (mangled, restype) in LAYER_INPUT_CALLS.items():
-        call = getattr(shared, name, None) or getattr(shared, mangled, None)
-        if call is None:
-            raise DraftVerifyError(
-                f"this llama-cpp-python build's libllama has no {name} (llama.cpp's layer-input extraction); "
-                "install the version the `llamacpp` extra pins"
-            )
-        call.restype = restype
-        found.append(call)
-    found[0].argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_bool]
-    found[1].argtypes = [ctypes.c_void_p, ctypes.c_uint32]
-    return tuple(found)
 
 
 @dataclass
@@ -288,7 +257,7 @@ class LlamaCppLM(LlamaCppRows):
         self.n_ctx = int(lib.llama_n_ctx(self.ctx))
         self.memory = lib.llama_get_memory(self.ctx)
         if self.layer_inputs:
-            set_layer_input = layer_input_calls(lib)[0]
+            set_layer_input = ext_call(lib, "llama_set_embeddings_layer_inp")
             for layer in self.layer_inputs:
                 set_layer_input(self.ctx, layer, True)
 
@@ -632,7 +601,7 @@ class LlamaCppLM(LlamaCppRows):
                 f"llama_decode failed on {n} tokens (status {status}) in the {self.role}'s llama.cpp context"
             )
         if self.layer_inputs:
-            get_layer_input = layer_input_calls(self.lib)[1]
+            get_layer_input = ext_call(self.lib, "llama_get_embeddings_layer_inp")
             rows = torch.empty(n, len(self.layer_inputs), self.model.n_embd, dtype=torch.float32)  # [n, 3, H]
             for k, layer in enumerate(self.layer_inputs):
                 part = torch.empty(n, self.model.n_embd, dtype=torch.float32)
@@ -647,7 +616,7 @@ class LlamaCppLM(LlamaCppRows):
         n_layers = int(self.lib.llama_model_n_layer(self.model.ptr))
         if not all(0 <= layer < n_layers for layer in layers):
             raise DraftVerifyError(f"the {self.role} has {n_layers} layers; cannot read the inputs of {list(layers)}")
-        set_layer_input = layer_input_calls(self.lib)[0]
+        set_layer_input = ext_call(self.lib, "llama_set_embeddings_layer_inp")
         for layer in layers:
             set_layer_input(self.ctx, layer, True)
         self.layer_inputs = tuple(layers)

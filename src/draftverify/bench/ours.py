@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import product
+from pathlib import Path
 from typing import Callable
 
 from ..backends.lean_draft import draft_backend
@@ -30,7 +31,7 @@ from ..methods import Method, MethodOptions, build_drafter, build_verifier
 from ..types import SamplingParams
 from .config import BenchConfig, GammaSpec
 from .models import BenchModels
-from .runner_families import ALIGNED_SUFFIX, drafting_methods
+from .runner_families import ALIGNED_SUFFIX, GGUF_SUFFIX, drafting_methods
 
 GREEDY = SamplingParams(temperature=0.0)
 # options swept by the bench, and the label each gets in a row name
@@ -133,7 +134,7 @@ def plan_rows(
     rows: list[RowSpec] = []
     first_lossless = True
     for name, method in drafting_methods().items():
-        wanted = [f for f in (name, name + ALIGNED_SUFFIX) if config.wants(f)]
+        wanted = [f for f in (name, name + ALIGNED_SUFFIX, name + GGUF_SUFFIX) if config.wants(f)]
         if not wanted:
             continue
         if not hf:
@@ -176,6 +177,10 @@ def plan_rows(
                         base.replace(draft_model=aligned, draft_tokenizer=models.aligned_draft_tokenizer),
                     )
                 )
+        if name + GGUF_SUFFIX in wanted and method.gguf_option:
+            twin = gguf_twin(name, method.gguf_option, base, models, hf, notes)
+            if twin is not None:
+                drafts.append((name + GGUF_SUFFIX, twin))
         for family, options in drafts:
             if not config.wants(family):
                 continue
@@ -188,6 +193,28 @@ def plan_rows(
                 for g in gammas:
                     rows.append(_row(family, method, options.replace(**swept), swept, g, lossless, config))
     return rows, notes
+
+
+def gguf_twin(
+    name: str, option: str, base: MethodOptions, models: BenchModels, hf: bool, notes: list[str]
+) -> MethodOptions | None:
+    """The options of `<name>_gguf`: the piece `option` names, as the GGUF file llama.cpp's converter makes of it
+    (f16, converted against the target's folder, cached), for the drafter to run in llama.cpp; None, with a note,
+    where that cannot run."""
+    from ..backends.gguf import gguf_for
+
+    family, piece = name + GGUF_SUFFIX, getattr(base, option)
+    if hf:
+        notes.append(f"{family} skipped: its piece runs in llama.cpp, beside a llama.cpp target (--backend llamacpp)")
+    elif piece is None:
+        notes.append(f"{family} skipped: no {option} to convert")
+    elif not models.paths.get("target"):
+        notes.append(f"{family} skipped: converting its piece needs the target's Hugging Face folder")
+    else:
+        path = Path(piece)
+        gguf = path if path.suffix == ".gguf" else gguf_for(path, "f16", target_dir=Path(models.paths["target"]))
+        return base.replace(**{option: gguf})
+    return None
 
 
 def _row(

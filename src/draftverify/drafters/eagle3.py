@@ -14,6 +14,7 @@ the drafted positions are cut off when the verdict arrives.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -152,16 +153,32 @@ class LlamaCppLayerInputs(LayerInputsTarget):
     extraction, the one its draft-eagle3 reads); the token embedding and LM head are read from its GGUF file."""
 
     def __init__(self, target: LMBackend, layers: tuple[int, ...]):
-        from ..backends.gguf import token_tensors
-
         super().__init__(target)
         target.capture_layer_inputs(layers)  # type: ignore[attr-defined]
-        embedding, output, self.exact_weights = token_tensors(target.model.path)  # type: ignore[attr-defined]
-        self.embedding = nn.Embedding.from_pretrained(embedding)
-        self.lm_head = nn.Linear(output.shape[1], output.shape[0], bias=False)
-        self.lm_head.weight = nn.Parameter(output, requires_grad=False)
         self.num_layers = int(target.lib.llama_model_n_layer(target.model.ptr))  # type: ignore[attr-defined]
         self.dtype = torch.float32  # llama.cpp hands its features over as float32
+
+    @functools.cached_property
+    def _token_tensors(self) -> tuple[nn.Module, nn.Module, bool]:
+        """Read from the GGUF file when a torch head first asks (a GGUF head reads them in llama.cpp)."""
+        from ..backends.gguf import token_tensors
+
+        embedding, output, exact = token_tensors(self.target.model.path)  # type: ignore[attr-defined]
+        lm_head = nn.Linear(output.shape[1], output.shape[0], bias=False)
+        lm_head.weight = nn.Parameter(output, requires_grad=False)
+        return nn.Embedding.from_pretrained(embedding), lm_head, exact
+
+    @property
+    def embedding(self) -> nn.Module:  # type: ignore[override]
+        return self._token_tensors[0]
+
+    @property
+    def lm_head(self) -> nn.Module:  # type: ignore[override]
+        return self._token_tensors[1]
+
+    @property
+    def exact_weights(self) -> bool:  # type: ignore[override]
+        return self._token_tensors[2]
 
     def start(
         self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
@@ -202,9 +219,9 @@ class Eagle3Drafter(Drafter):
     hidden_from_wrapper = True  # the layer inputs, read by LayerInputsTarget on the hf and llamacpp backends
     supports_batch = True
 
-    def __init__(self, head: Eagle3Head):
+    def __init__(self, head: Eagle3Head | None):
         super().__init__()
-        self.head = head.eval()
+        self.head = head.eval() if head is not None else None  # None: a subclass runs the head (eagle3_gguf.py)
         self.target: LayerInputsTarget | None = None  # bind's: the wrapped target
         self.embed: nn.Module | None = None
         self.lm_head: nn.Module | None = None
@@ -219,6 +236,10 @@ class Eagle3Drafter(Drafter):
 
     @classmethod
     def from_options(cls, target: LMBackend, options) -> "Eagle3Drafter":
+        if cls is Eagle3Drafter and is_gguf(options.eagle3_path):
+            from .eagle3_gguf import Eagle3GgufDrafter
+
+            return Eagle3GgufDrafter(options.eagle3_path)
         return cls(cls.load_head(options))
 
     @classmethod
@@ -228,12 +249,22 @@ class Eagle3Drafter(Drafter):
                 f"{cls.name} needs a trained EAGLE-3 head: pass eagle3_path=... (CLI: --eagle3 DIR; `draftverify "
                 "train eagle3` makes one)"
             )
+        if is_gguf(options.eagle3_path):
+            raise DraftVerifyError(
+                f"{cls.name} runs the head in torch: pass the head's folder (config.json + model.safetensors), not "
+                f"{options.eagle3_path} (a GGUF head runs with the eagle3 method on --backend llamacpp)"
+            )
         return Eagle3Head.load(options.eagle3_path)
+
+    @property
+    def aux_layers(self) -> tuple[int, ...]:
+        """The target layers whose inputs the head reads."""
+        return self.head.config.aux_layers
 
     def wrap_target(self, target: LMBackend) -> LMBackend:
         if isinstance(target, LayerInputsTarget):
             return target  # type: ignore[return-value]
-        return LayerInputsTarget.of(target, self.head.config.aux_layers)  # type: ignore[return-value]
+        return LayerInputsTarget.of(target, self.aux_layers)  # type: ignore[return-value]
 
     def bind(self, target: LMBackend, max_positions: int) -> None:
         if not isinstance(target, LayerInputsTarget):
@@ -257,20 +288,20 @@ class Eagle3Drafter(Drafter):
         """Feed the head, in one forward, every pair whose features the verify passes since the last draft gave;
         returns the last pair's prenorm state [B, 1, H] (its logits predict the token after the pending one) and
         each row's pending token position [B]."""
-        assert self.embed is not None and self._features is not None  # set by bind, and by start / commit
+        assert self._features is not None  # set by start / commit
         assert state.lengths is not None  # set by DecodingState.__post_init__
-        head, features = self.head, self._features
+        features = self._features
         m = features.shape[1]
         end = state.lengths - 1  # [B] the pending tokens' positions
-        g = head.fc(features.to(head.fc.weight.dtype))  # [B, m, H]
+        g = self._encode(features)  # [B, m, H]
         tokens = state.tokens[:, -m:]  # [B, m] pair j's token: the row's token at position end - m + j + 1
         column = torch.arange(m, device=g.device)
         positions = (end[:, None] - m + column).clamp_min(0)  # [B, m]
         fresh = column[None] >= (m - self._counts)[:, None]  # [B, m] the row's real pairs (right-aligned)
         self._all_real = self._all_real and (fresh.shape[0] == 1 or bool(fresh.all()))  # one row: always real
-        prenorm = head.step(self.cache, self.embed(tokens), g, positions, self.mask(fresh))[:, -1:]  # [B, 1, H]
+        prenorm = self._step(tokens, g, positions, fresh)  # [B, 1, H]
         self._real = torch.cat([self._real, fresh], dim=1)
-        self._kept = self.cache.length
+        self._kept += m
         self._features, self._counts = None, torch.zeros_like(self._counts)
         self.forward_calls += 1
         return prenorm, end
@@ -290,8 +321,7 @@ class Eagle3Drafter(Drafter):
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         if self._features is None:  # a one-token prompt: no features yet, the first step drafts nothing
             return empty_draft(state)
-        assert self.embed is not None and self.lm_head is not None  # set by bind
-        head, params = self.head, state.params
+        params = state.params
         prenorm, end = self.catch_up(state)
         ready = self._real.any(dim=1)  # [B] rows with a real pair: the others (just joined) draft nothing yet
         stop = state.draft_confidence
@@ -300,7 +330,7 @@ class Eagle3Drafter(Drafter):
         drafted: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
         while True:
-            probs = probs_from_logits(head.logits(prenorm, self.lm_head)[:, -1], params)  # [B, V]
+            probs = probs_from_logits(self._logits(prenorm), params)  # [B, V]
             token = argmax(probs) if params.greedy else draw_next(probs, state, len(drafted))  # [B]
             drafted.append(token)
             q.append(probs)
@@ -310,7 +340,7 @@ class Eagle3Drafter(Drafter):
                 break
             position = (end + len(drafted) - 1)[:, None]  # [B, 1]
             real = torch.ones_like(position, dtype=torch.bool)  # [B, 1]
-            prenorm = head.step(self.cache, self.embed(token[:, None]), prenorm, position, self.mask(real))
+            prenorm = self._step(token[:, None], prenorm, position, real)
             self._real = torch.cat([self._real, real], dim=1)
             self.forward_calls += 1
         draft = Draft(tokens=torch.stack(drafted, dim=1), q_probs=torch.stack(q, dim=1))  # [B, N], [B, N, V]
@@ -318,10 +348,32 @@ class Eagle3Drafter(Drafter):
             draft.lengths = ready.long() * draft.length  # [B]
         return draft
 
+    # ---- the head's runtime (torch here; eagle3_gguf.py runs the head's GGUF on llama.cpp) ----------------------
+    def _encode(self, features: torch.Tensor) -> torch.Tensor:
+        """The target's fused features [B, m, 3H] -> g [B, m, H]."""
+        return self.head.fc(features.to(self.head.fc.weight.dtype))
+
+    def _step(
+        self, tokens: torch.Tensor, g: torch.Tensor, positions: torch.Tensor, fresh: torch.Tensor
+    ) -> torch.Tensor:
+        """Feed the pairs (g [B, n, H], tokens [B, n]) at positions [B, n] (fresh [B, n]: which are real) into the
+        head's cache; the last pair's prenorm state [B, 1, H]."""
+        assert self.embed is not None  # set by bind
+        return self.head.step(self.cache, self.embed(tokens), g, positions, self.mask(fresh))[:, -1:]
+
+    def _logits(self, prenorm: torch.Tensor) -> torch.Tensor:
+        """A prenorm state [B, 1, H] -> the head's logits [B, V] for the token after its pair's."""
+        assert self.lm_head is not None  # set by bind
+        return self.head.logits(prenorm, self.lm_head)[:, -1]
+
+    def _truncate(self, length: int) -> None:
+        """Keep the first `length` pairs of the head's cache."""
+        self.cache.truncate(length)
+
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
         """The drafted columns leave the cache; the verify pass's features of each row's pending token and kept
         drafts [B, 1 + accepted, 3H] (right-aligned) wait for the next draft."""
-        self.cache.truncate(self._kept)
+        self._truncate(self._kept)
         self._real = self._real[:, : self._kept]
         assert scored is not None and scored.hidden is not None  # needs_target_hidden: the wrapper's features
         fresh, counts = scored.hidden, verdict.num_accepted.to(self._counts.device) + 1  # [B, k, 3H], [B]
@@ -351,6 +403,11 @@ class Eagle3Drafter(Drafter):
         self._counts = torch.cat([self._counts, self._counts.new_zeros(rows)])
         if self._features is not None:
             self._features = torch.cat([self._features, self._features.new_zeros((rows, *self._features.shape[1:]))])
+
+
+def is_gguf(path) -> bool:
+    """A head given as a GGUF file (what llama.cpp's converter writes) rather than a checkpoint folder."""
+    return path is not None and str(path).endswith(".gguf")
 
 
 def join_right_aligned(

@@ -15,7 +15,8 @@ class Eagle3Options:  # eagle3, eagle3_tree
     eagle3_path: Path | None = option(
         None,
         "--eagle3",
-        "EAGLE-3 head folder (config.json + model.safetensors; `draftverify train eagle3` makes one).",
+        "EAGLE-3 head folder (config.json + model.safetensors; `draftverify train eagle3` makes one), or its GGUF "
+        "file (`draftverify export eagle3 --gguf f16`), which method eagle3 runs in llama.cpp (--backend llamacpp).",
         zoo="eagle3",
         what="EAGLE-3 head",
     )
@@ -36,6 +37,7 @@ register_methods(
         "eagle3",
         "draftverify.drafters.eagle3:Eagle3Drafter",
         options=(Eagle3Options,),
+        gguf_option="eagle3_path",
         methods={
             "eagle3": MethodEntry(
                 "EAGLE-3: a one-layer head on three of the target's layers' features drafts a chain, verified exactly"
