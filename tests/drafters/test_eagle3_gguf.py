@@ -87,6 +87,15 @@ def test_the_gguf_head_computes_what_the_torch_head_does(tiny):
     head.truncate(6)  # the drafted pair leaves; the same pair fed again gives the same state
     again, _ = head.decode([11], state_before[None], 6)
     assert close(again, following[0, -1])
+    # a prompt's many pairs (more than one call takes with every pair an output): the last one's, still
+    many = torch.randn(40, 3 * torch_head.config.hidden_size)  # [40, 3H]
+    many_tokens = torch.randint(0, lm_head.weight.shape[0], (1, 40))
+    with torch.no_grad():
+        expected = torch_head.step(HeadCache(), embed(many_tokens), torch_head.fc(many)[None], torch.arange(40)[None])
+        expected_logits = torch_head.logits(expected[:, -1], lm_head)[0]
+    head.clear()
+    state, state_logits = head.decode(many_tokens[0].tolist(), head.encode(many), 0)
+    assert close(state, expected[0, -1]) and close(state_logits, expected_logits)
 
 
 def test_eagle3_with_the_gguf_head_keeps_llama_cpps_greedy_text_and_drafts_as_the_torch_head(tiny):

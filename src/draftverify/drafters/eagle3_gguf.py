@@ -23,6 +23,7 @@ from ..errors import DraftVerifyError
 from .eagle3 import Eagle3Drafter, LlamaCppLayerInputs
 
 HEAD_BATCH = 512  # pairs per llama.cpp call (a long prompt's catch-up goes in pieces)
+ALL_OUTPUTS = 16  # a catch-up of at most this many pairs goes in one call, every pair an output (see decode)
 
 
 class LlamaCppEagle3Head:
@@ -115,30 +116,38 @@ class LlamaCppEagle3Head:
 
     def decode(self, tokens: list[int], g: torch.Tensor, first: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the pairs (tokens[j], g[j]) at positions first + j into the head's cache; returns the last pair's
-        prenorm state [H] and logits [V]. The last pair goes in a call of its own: in a call with several pairs
-        llama.cpp's decoder hands out the first pairs' states and logits whichever are marked as outputs."""
+        prenorm state [H] and logits [V].
+
+        In a call with several pairs, llama.cpp's decoder hands out the first pairs' states and logits whichever
+        are marked as outputs, so either every pair of the call is an output (a few pairs: one call) or the last
+        pair goes in a call of its own (a prompt's many pairs: no logits for all of them)."""
         g = g.to(torch.float32).contiguous()  # [n, H]
         n = len(tokens)
-        for start in range(0, n - 1, HEAD_BATCH):
-            self._decode_pairs(tokens, g, first, range(start, min(start + HEAD_BATCH, n - 1)), output=False)
-        self._decode_pairs(tokens, g, first, range(n - 1, n), output=True)
+        if n <= ALL_OUTPUTS:
+            self._decode_pairs(tokens, g, first, range(n), outputs=True)
+        else:
+            for start in range(0, n - 1, HEAD_BATCH):
+                self._decode_pairs(tokens, g, first, range(start, min(start + HEAD_BATCH, n - 1)), outputs=False)
+            self._decode_pairs(tokens, g, first, range(n - 1, n), outputs=True)
         prenorm = torch.empty(self.hidden, dtype=torch.float32)
-        state = self._call("llama_get_embeddings_nextn_ith")(self.ctx, 0)
+        state = self._call("llama_get_embeddings_nextn_ith")(self.ctx, -1)
         ctypes.memmove(prenorm.data_ptr(), state, prenorm.nbytes)
         logits = torch.empty(self.vocab_size, dtype=torch.float32)
-        ctypes.memmove(logits.data_ptr(), self.lib.llama_get_logits_ith(self.ctx, 0), logits.nbytes)
+        ctypes.memmove(logits.data_ptr(), self.lib.llama_get_logits_ith(self.ctx, -1), logits.nbytes)
         return prenorm, logits
 
-    def _decode_pairs(self, tokens: list[int], g: torch.Tensor, first: int, pairs: range, output: bool) -> None:
+    def _decode_pairs(self, tokens: list[int], g: torch.Tensor, first: int, pairs: range, outputs: bool) -> None:
+        """One decoder call over the pairs (every one an output, or none)."""
         batch, set_pos = self.batch, self._call("llama_batch_ext_set_pos")
         add_token, set_embd = self._call("llama_batch_ext_add_token"), self._call("llama_batch_ext_set_embd_token")
+        set_output = self._call("llama_batch_ext_set_output_logits")
         self._call("llama_batch_ext_clear")(batch)
         for j in pairs:
             index = add_token(batch, 0, tokens[j])
             set_pos(batch, index, ctypes.byref(ctypes.c_int32(first + j)))
             set_embd(batch, index, LlamaEmbd(_row(g, j), 1, self.hidden))
-        if output:
-            self._call("llama_batch_ext_set_output_logits")(batch, len(pairs) - 1, True)
+            if outputs:
+                set_output(batch, index, True)
         self._process(PROCESS_DECODE, len(pairs))
 
     def _call(self, name: str):
