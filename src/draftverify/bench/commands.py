@@ -429,6 +429,12 @@ def bench_serve_llamacpp(
     clients: str = typer.Option("1,4,8", "--clients", help="Comma list of concurrent streaming clients."),
     max_tokens: str = typer.Option("32,256", "--max-tokens", help="Comma list of answer lengths (short, long)."),
     per_client: int = typer.Option(3, "--per-client", help="Requests per client in each cell."),
+    rounds: int = typer.Option(
+        1,
+        "--rounds",
+        help="Loads per server in each cell, the servers taking turns (order rotated each round); a cell reports "
+        "the round with the median throughput.",
+    ),
     gamma: str = typer.Option("conf=0.9", "--gamma", help="Our servers' draft length (as serve --gamma)."),
     threads: int = typer.Option(2, "--threads", help="CPU threads of every server."),
     target_gguf: str = typer.Option(
@@ -465,6 +471,7 @@ def bench_serve_llamacpp(
             out,
             command,
             echo,
+            rounds,
         )
     )
     print(json.dumps(report["versus"], indent=1))

@@ -1,13 +1,15 @@
 """`draftverify bench-serve-llamacpp`: our server on the llama.cpp backend against llama.cpp's own `llama-server`,
 on the same GGUF files, at the same concurrency.
 
-For every answer length and every client count C, each server in turn (ours per method, then llama-server per
-spec type) is started fresh with room for C requests at once (ours `--max-batch C`, llama-server `--parallel C`),
-warmed up, asked every prompt alone (the single-request texts), then loaded by C streaming clients for C x
-`per_client` requests (load_test.run). The report gives each server's throughput (completion tokens over the
-wall time), p50 / p99 latency, how many answers equal the same request sent alone, how many single-request texts
-equal llama-server's plain ones, and the throughput at C over the throughput at one client. Greedy throughout;
-the servers run one after the other, never side by side, so each has the whole CPU.
+For every answer length and every client count C, every server (ours per method, llama-server per spec type) is
+started fresh with room for C requests at once (ours `--max-batch C`, llama-server `--parallel C`), all of them up
+together, each warmed up and asked every prompt alone (the single-request texts). Then, `rounds` times, each in turn
+is loaded by C streaming clients for C x `per_client` requests (load_test.run), the order rotated every round, so a
+drift of the machine's speed falls on every server alike. The report gives each server's throughput (completion
+tokens over the wall time) in the round with the median throughput and in every round, p50 / p99 latency, how many
+answers equal the same request sent alone, how many single-request texts equal llama-server's plain ones, and the
+throughput at C over the throughput at one client. Greedy throughout; one server is loaded at a time, the others
+idle, so each has the whole CPU.
 """
 
 from __future__ import annotations
@@ -136,18 +138,47 @@ def native_server(spec: ServerSpec, models: Models, clients: int, threads: int, 
     return server, f"http://127.0.0.1:{server.port}"
 
 
-def measure(url: str, clients: int, per_client: int, max_tokens: int, duration: float, extra: dict) -> dict:
-    """One cell: warm-up, every prompt alone, then the load; the summary with the single-request texts."""
-    model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
-    asyncio.run(run(url, model, clients, clients, duration, max_tokens, None, extra=extra))
-    alone = asyncio.run(references(url, model, max_tokens, None, False, extra=extra))
+@dataclass
+class Running:
+    """A started server of one cell: where it answers, what its requests add, how it stops, what it has answered."""
+
+    spec: ServerSpec
+    url: str
+    extra: dict
+    close: object
+    model: str = ""
+    alone: dict | None = None
+    rounds: list = None  # type: ignore[assignment]  # per round: (results, wall seconds)
+
+
+def prepare(server: Running, clients: int, max_tokens: int, duration: float) -> None:
+    """Warm-up, then every prompt alone (the single-request texts)."""
+    server.model = httpx.get(server.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    asyncio.run(run(server.url, server.model, clients, clients, duration, max_tokens, None, extra=server.extra))
+    server.alone = asyncio.run(references(server.url, server.model, max_tokens, None, False, extra=server.extra))
+    server.rounds = []
+
+
+def load(server: Running, clients: int, per_client: int, max_tokens: int, duration: float) -> None:
+    """One round: C clients, C x per_client requests."""
     results, wall, _ = asyncio.run(
-        run(url, model, clients, clients * per_client, duration, max_tokens, None, extra=extra)
+        run(server.url, server.model, clients, clients * per_client, duration, max_tokens, None, extra=server.extra)
     )
-    cell = {**summary(results, wall, [], 0, clients), **agreement(results, alone)}
+    server.rounds.append((results, wall))
+
+
+def cell_of(server: Running, clients: int) -> dict:
+    """The round with the median throughput (its latencies too), every round's throughput, and how many answers of
+    every round equal the same request alone."""
+    summaries = [summary(results, wall, [], 0, clients) for results, wall in server.rounds]
+    order = sorted(range(len(summaries)), key=lambda i: summaries[i]["tokens_per_second"] or 0)
+    cell = dict(summaries[order[len(order) // 2]])
+    cell["rounds_tokens_per_second"] = [s["tokens_per_second"] for s in summaries]
+    assert server.alone is not None  # set by prepare
+    cell.update(agreement([r for results, _ in server.rounds for r in results], server.alone))
     for key in [k for k in cell if k.startswith("rss")]:
         del cell[key]
-    cell["alone"] = {prompt: text for (prompt, _), text in alone.items()}
+    cell["alone"] = {prompt: text for (prompt, _), text in server.alone.items()}
     return cell
 
 
@@ -168,6 +199,7 @@ def run_comparison(
     out: Path | None,
     command: str,
     echo,
+    rounds: int = 1,
 ) -> dict:
     """Every (answer length, client count, server) cell; the report (written to out as JSON and markdown)."""
     from ..backends import check_draft_gguf, check_gguf_type
@@ -177,6 +209,8 @@ def run_comparison(
     lengths = parse_list(max_tokens_text, "--max-tokens", high=4096)
     if per_client < 1:
         raise DraftVerifyError(f"--per-client must be >= 1, got {per_client}")
+    if not 1 <= rounds <= 20:
+        raise DraftVerifyError(f"--rounds must be in 1..20, got {rounds}")
     if threads < 1:
         raise DraftVerifyError(f"--threads must be >= 1, got {threads}")
     if not 0 < duration <= 3600:
@@ -190,19 +224,26 @@ def run_comparison(
     cells = []
     for max_tokens in lengths:
         for clients in clients_list:
-            for spec in specs:
-                echo(f"{spec.name}: {clients} client(s), {max_tokens} tokens")
-                if spec.kind == "ours":
-                    proc, url = our_server(spec, models, clients, threads, gamma)
-                    close, extra = (lambda p=proc: (p.terminate(), p.wait(30))), {}  # gone before the next starts
-                else:
-                    server, url = native_server(spec, models, clients, threads, n_ctx)
-                    close, extra = server.close, NATIVE_BODY
-                try:
-                    cell = measure(url, clients, per_client, max_tokens, duration, extra)
-                finally:
-                    close()
-                cells.append({"server": spec.name, "max_tokens": max_tokens, **cell})
+            servers: list[Running] = []
+            try:
+                for spec in specs:  # every server of the cell up at once, idle but for its own load
+                    if spec.kind == "ours":
+                        proc, url = our_server(spec, models, clients, threads, gamma)
+                        servers.append(Running(spec, url, {}, lambda p=proc: (p.terminate(), p.wait(30))))
+                    else:
+                        server, url = native_server(spec, models, clients, threads, n_ctx)
+                        servers.append(Running(spec, url, NATIVE_BODY, server.close))
+                for server in servers:
+                    echo(f"{server.spec.name}: {clients} client(s), {max_tokens} tokens: warm-up, prompts alone")
+                    prepare(server, clients, max_tokens, duration)
+                for index in range(rounds):  # the servers in turn, the order rotated each round
+                    for server in servers[index % len(servers) :] + servers[: index % len(servers)]:
+                        echo(f"{server.spec.name}: {clients} client(s), {max_tokens} tokens: round {index + 1}")
+                        load(server, clients, per_client, max_tokens, duration)
+            finally:
+                for server in servers:
+                    server.close()  # type: ignore[operator]
+            cells += [{"server": s.spec.name, "max_tokens": max_tokens, **cell_of(s, clients)} for s in servers]
     report = {
         "command": command,
         "target_gguf": models.target.name,
@@ -210,6 +251,7 @@ def run_comparison(
         "threads": threads,
         "gamma": gamma,
         "per_client": per_client,
+        "rounds": rounds,
         "prompts": len(PROMPTS),
         "cells": cells,
         "scaling": scaling(cells),
@@ -288,15 +330,19 @@ def markdown(report: dict) -> str:
         f"Target `{report['target_gguf']}`"
         + (f", draft `{report['draft_gguf']}`" if report["draft_gguf"] else "")
         + f", {report['threads']} threads, greedy, {report['prompts']} prompts, {report['per_client']} requests per "
-        f"client, gamma {report['gamma']}; each server started fresh per cell and run alone.",
+        f"client, gamma {report['gamma']}. Per cell every server is started fresh, all of them up at once, each "
+        f"loaded alone in turn for {report.get('rounds', 1)} round(s), the order rotated each round; a cell reports "
+        "the round with the median throughput.",
         "",
-        "| max tokens | clients | server | tokens/s | requests/s | latency p50 / p99 ms | equal to alone | errors |",
-        "|---:|---:|---|---:|---:|---:|---:|---|",
+        "| max tokens | clients | server | tokens/s | every round's tokens/s | requests/s | latency p50 / p99 ms | "
+        "equal to alone | errors |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     for c in report["cells"]:
         errors = ", ".join(f"{k}: {v}" for k, v in c["errors"].items()) or "none"
+        each = " / ".join(str(t) for t in c.get("rounds_tokens_per_second", [c["tokens_per_second"]]))
         lines.append(
-            f"| {c['max_tokens']} | {c['clients']} | `{c['server']}` | {c['tokens_per_second']} | "
+            f"| {c['max_tokens']} | {c['clients']} | `{c['server']}` | {c['tokens_per_second']} | {each} | "
             f"{c['requests_per_second']} | {ms(c['latency_p50_s'])} / {ms(c['latency_p99_s'])} | "
             f"{c.get('greedy_equal_single', '-')} | {errors} |"
         )
