@@ -15,7 +15,7 @@ pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
 from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
 
 from conftest import save_llama  # noqa: E402
-from draftverify import SamplingParams, generate  # noqa: E402
+from draftverify import RowRequest, SamplingParams, generate  # noqa: E402
 from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
 from draftverify.backends.llamacpp import LlamaCppLM  # noqa: E402
 from draftverify.drafters.base import NoDrafter  # noqa: E402
@@ -82,3 +82,78 @@ def test_eagle3_chains_and_trees_give_llama_cpps_greedy_text(tiny, method):
     out = generate(LlamaCppLM(path, threads=1), drafter, verifier, prompt, max_new_tokens=24, gamma=3)
     assert out.new_tokens.tolist() == plain.new_tokens.tolist()
     assert out.stats.accepted_tokens > 6  # the head's drafts were kept, the tree's at their branch's positions
+
+
+ROWS = [PROMPT, [7, 230, 99, 17], [5, 17, 99, 230, 7, 5], [42, 8, 5, 17, 99, 230, 7, 5, 17]]
+
+
+def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
+    return ids, mask
+
+
+@pytest.fixture(scope="module")
+def fitted_rows(tiny):
+    """A head fitted to llama.cpp's greedy texts of ROWS, and those texts."""
+    model, path = tiny
+    verifier = build_verifier("exact", SamplingParams(), MethodOptions())
+    texts = [
+        generate(LlamaCppLM(path, threads=1), NoDrafter(), verifier, torch.tensor([p]), max_new_tokens=24).rows[0]
+        for p in ROWS
+    ]
+    head = trained_head(
+        copy.deepcopy(model).double(), [p + t for p, t in zip(ROWS, texts)], 1, steps=60, aux_layers=LAYERS
+    )
+    return path, head, texts, verifier
+
+
+def test_eagle3_rows_on_llama_cpp_equal_their_batch_1_texts(fitted_rows):
+    """Rows on one llama.cpp context (each its own sequence): the wrapper hands each row its own features (its
+    prompt's, decoded with the first step, and its scored columns'), so every row keeps its llama.cpp text and the
+    head's drafts are accepted; at a fixed length each row accepts what it accepts alone."""
+    path, head, texts, verifier = fitted_rows
+    limits = [24, 20, 24, 9]
+    ids, mask = left_padded(ROWS)
+    out = generate(
+        LlamaCppLM(path, threads=1),
+        Eagle3Drafter(head),
+        verifier,
+        ids,
+        attention_mask=mask,
+        max_new_tokens=limits,
+        gamma=3,
+    )
+    assert out.rows == [t[:n] for t, n in zip(texts, limits)]
+    alone = [
+        generate(
+            LlamaCppLM(path, threads=1), Eagle3Drafter(head), verifier, torch.tensor([p]), max_new_tokens=n, gamma=3
+        )
+        for p, n in zip(ROWS, limits)
+    ]
+    assert out.stats.accepted_tokens > 10
+    assert out.stats.accepted_tokens == sum(a.stats.accepted_tokens for a in alone)
+
+
+def test_eagle3_rows_joining_on_llama_cpp_keep_their_texts(fitted_rows):
+    """Continuous batching on llama.cpp: a joining row's prompt is decoded with a later step (its features are not
+    used: it drafts from what it decodes after, as on the hf backend)."""
+    path, head, texts, verifier = fitted_rows
+    schedule = {2: [1, 2], 4: [3]}
+    calls = []
+
+    def admit():
+        calls.append(len(calls) + 1)
+        return [RowRequest(ROWS[i], 24) for i in schedule.get(len(calls), [])]
+
+    out = generate(
+        LlamaCppLM(path, threads=1),
+        Eagle3Drafter(head),
+        verifier,
+        torch.tensor([ROWS[0]]),
+        max_new_tokens=24,
+        gamma=3,
+        admit=admit,
+    )
+    assert out.rows == texts and out.stats.accepted_tokens > 0

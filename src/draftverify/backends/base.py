@@ -16,8 +16,7 @@ with one line naming a backend that can (`check_backend`), never halfway through
 - `takes_positions`: scores token trees (explicit position ids and an ancestor mask over its uncommitted tail);
 - `supports_rows`: decodes batches of several left-padded rows (forward's new_valid, join_rows); one row is a
   batch of one, so every backend answers the row calls (`OneRow` writes them for a one-row backend in terms of
-  commit and length); `rows_take_trees` (True where undeclared) says that its rows score token trees too, and
-  `rows_give_layer_inputs` (True where undeclared) that a wrapping drafter (eagle3) reads its layers' inputs per row;
+  commit and length); `rows_take_trees` (True where undeclared) says that its rows score token trees too;
 - `exposes_hidden`: returns the last hidden state (drafters with heads on the target's hidden states);
 - `has_modules`: answers the module calls of `ModuleBackend` (its weights' dtype, its token embedding and LM head,
   a backend over its first layers, an encoder-decoder's encoder states), which drafters with weights of their
@@ -246,8 +245,6 @@ def check_backend(target: LMBackend | type, drafter_cls: type, method: str, batc
         needs.append("batches of several rows")
     elif batched and getattr(drafter_cls, "proposes_trees", False) and not offers("rows_take_trees"):
         needs.append("token trees in batches of several rows")
-    elif batched and getattr(drafter_cls, "hidden_from_wrapper", False) and not offers("rows_give_layer_inputs"):
-        needs.append("its layers' inputs in batches of several rows")
     if needs:
         raise DraftVerifyError(
             f"method {method!r} needs {' and '.join(needs)}, which the {name} backend does not "

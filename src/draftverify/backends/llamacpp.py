@@ -175,7 +175,6 @@ class LlamaCppLM(LlamaCppRows):
     takes_positions = True  # token trees: per-node sequence-id sets
     supports_rows = True  # rows mode: a sequence per row (llamacpp_rows.py)
     rows_take_trees = False  # a token tree is one row's
-    rows_give_layer_inputs = False  # the layer inputs a drafter's wrapper reads (eagle3) are one row's
     exposes_hidden = False
     has_modules = False
     computes_in_torch = False  # llama.cpp's own threads
@@ -206,6 +205,8 @@ class LlamaCppLM(LlamaCppRows):
         self.ctx = None
         self.layer_inputs: tuple[int, ...] = ()  # layers whose inputs every decode keeps (capture_layer_inputs)
         self._layer_rows: list[torch.Tensor] = []  # [n, len(layer_inputs) * H] per decode since the last take
+        self.entry_layer_inputs = torch.empty(0)  # rows mode: the last decode's, in its entries' order
+        self.row_layer_inputs: tuple[torch.Tensor, list[torch.Tensor]] | None = None  # take_row_layer_inputs
         # rows on their own KV streams (llamacpp_rows.py) need a plain KV cache (a sliding-window or recurrent
         # model's memory is kept unified, as is a context whose size was given)
         self.streams = not self.fixed_ctx and not (
@@ -621,6 +622,14 @@ class LlamaCppLM(LlamaCppRows):
             set_layer_input(self.ctx, layer, True)
         self.layer_inputs = tuple(layers)
         self._layer_rows = []
+
+    def take_row_layer_inputs(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Rows mode: the last forward's kept layer inputs at its scored columns [B, n, layers * H] (zeros at a
+        row's padding), and each row's deferred prompt's, decoded with it ([P_b, layers * H], P_b may be 0)."""
+        taken, self.row_layer_inputs = self.row_layer_inputs, None
+        if taken is None:
+            raise DraftVerifyError("no rows forward has kept layer inputs since the last take")
+        return taken
 
     def take_layer_inputs(self) -> torch.Tensor:
         """The kept layer inputs of every position decoded since the last call, in decode order [m, layers * H]."""

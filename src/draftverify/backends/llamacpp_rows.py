@@ -186,12 +186,15 @@ class LlamaCppRows:
             raise DraftVerifyError(f"{batch} rows of tokens for a batch of {len(self.seqs)} rows")
         valid = [[True] * n] * batch if new_valid is None else new_valid.bool().tolist()
         fill = self._fill_counts(valid, n)
+        prompt_lengths = [len(prompt) for prompt in self.row_deferred]
         entries, slots = self._deferred_entries()  # (token, position, sequence, output)
         prompt_outputs = len(slots)
+        scored_entries = []  # the entry of each scored (real) column, in slots' order
         real_ends = list(self.held)
         for b, (ids, real) in enumerate(zip(tokens.tolist(), valid)):
             for k, (token, keep) in enumerate(zip(ids, real)):
                 if keep:
+                    scored_entries.append(len(entries))
                     entries.append((token, self.held[b], self.seqs[b], True))
                     slots.append(b * n + k)
                     self.held[b] += 1
@@ -207,6 +210,13 @@ class LlamaCppRows:
                 self.held[b] = real_ends[b]
         for b, slot in enumerate(slots[:prompt_outputs]):
             self.row_prefilled[slot] = logits[b]
+        if self.layer_inputs:  # the eagle3 wrapper's: per row, its scored columns' and its prompt's
+            features = self.entry_layer_inputs  # [entries, layers * H]
+            scored = features.new_zeros(batch * n, features.shape[1])  # zeros at padding
+            scored[slots[prompt_outputs:]] = features[scored_entries]
+            ends = torch.tensor(prompt_lengths).cumsum(0).tolist()
+            prompts = [features[end - length : end] for end, length in zip(ends, prompt_lengths)]
+            self.row_layer_inputs = (scored.view(batch, n, -1), prompts)
         if prompt_outputs == 0 and len(slots) == batch * n:  # no prompt, no padding: every position, in order
             out = logits
         else:
@@ -262,6 +272,7 @@ class LlamaCppRows:
         """Decode (token, position, sequence, output) entries in order, in chunks of BATCH; the logits of the
         output entries [outputs, V]."""
         self._make_room()
+        mark = len(self._layer_rows)  # the layer inputs this call's decodes keep (eagle3's wrapper reads them)
         # by sequence id (each row's own entries in their order): on streams llama.cpp splits a batch into
         # micro-batches of consecutive sequence ids, so this is one micro-batch where rows take equal counts
         order = sorted(range(len(entries)), key=lambda i: entries[i][2])
@@ -280,6 +291,11 @@ class LlamaCppRows:
                 self.ubatch_cost.observe(micro_batches(per_seq), len(chunk), perf_counter() - started)
             parts.append(self._logits(sum(outputs)))
         logits = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else torch.empty(0, self.vocab_size)
+        if self.layer_inputs and len(self._layer_rows) > mark:  # back in the entries' order [entries, layers * H]
+            decoded = torch.cat(self._layer_rows[mark:])
+            del self._layer_rows[mark:]
+            self.entry_layer_inputs = torch.empty_like(decoded)
+            self.entry_layer_inputs[order] = decoded
         if order == list(range(len(order))):  # already in sequence order
             return logits
         rank = {i: r for r, i in enumerate(i for i in order if entries[i][3])}  # output row of each entry

@@ -59,9 +59,11 @@ class LayerInputsTarget:
     def __init__(self, target: LMBackend):
         self.target = target
         self.prefilled: TargetOutput | None = None
-        # [1, P, 3H]: the features of the prompt positions a forward decoded before its scored tokens (llama.cpp
-        # decodes a deferred prompt with the first step), for the drafter to take with that step's
+        # [B, P, 3H] right-aligned, each row's last earlier_counts [B]: the features of the prompt positions a
+        # forward decoded before its scored tokens (llama.cpp decodes a deferred prompt with the first step), for
+        # the drafter to take with that step's
         self.earlier: torch.Tensor | None = None
+        self.earlier_counts: torch.Tensor | None = None
 
     def __getattr__(self, name: str):
         if name == "target":  # not set yet (a copy being built): no recursion through the line below
@@ -187,7 +189,7 @@ class LlamaCppLayerInputs(LayerInputsTarget):
         with the pending token in one piece, as llama.cpp's own greedy decoding does, and its features come back
         then (`earlier`)."""
         self.target.take_layer_inputs()  # type: ignore[attr-defined]  (a previous request's leftovers)
-        self.prefilled, self.earlier = None, None
+        self.prefilled, self.earlier, self.earlier_counts = None, None, None
         return self.target.start(input_ids, False, attention_mask)
 
     def forward(
@@ -199,9 +201,14 @@ class LlamaCppLayerInputs(LayerInputsTarget):
         new_valid: torch.Tensor | None = None,
     ) -> TargetOutput:
         out = self.target.forward(tokens, position_ids, attention_mask, False, new_valid)
+        if self.target.seqs is not None:  # type: ignore[attr-defined]  rows: each row's, from llamacpp_rows.py
+            hidden, prompts = self.target.take_row_layer_inputs()  # type: ignore[attr-defined]  [B, n, 3H]
+            self.earlier, self.earlier_counts = right_aligned(prompts) if any(len(p) for p in prompts) else (None, None)
+            return TargetOutput(logits=out.logits, hidden=hidden if want_hidden else None)
         features = self.target.take_layer_inputs()[None]  # type: ignore[attr-defined]  [1, m, 3H]
         scored = features.shape[1] - tokens.shape[1]  # rows before the scored tokens: the deferred prompt's
         self.earlier = features[:, :scored] if scored else None
+        self.earlier_counts = torch.tensor([scored]) if scored else None
         return TargetOutput(logits=out.logits, hidden=features[:, scored:] if want_hidden else None)
 
 
@@ -378,9 +385,10 @@ class Eagle3Drafter(Drafter):
         assert scored is not None and scored.hidden is not None  # needs_target_hidden: the wrapper's features
         fresh, counts = scored.hidden, verdict.num_accepted.to(self._counts.device) + 1  # [B, k, 3H], [B]
         assert self.target is not None  # set by bind
-        if self.cache.length == 0 and self._features is None and self.target.earlier is not None:
-            fresh = torch.cat([self.target.earlier, fresh], dim=1)  # the prompt decoded with the first step (1 row)
-            counts = counts + self.target.earlier.shape[1]
+        earlier, earlier_counts = self.target.earlier, self.target.earlier_counts
+        if self._kept == 0 and self._features is None and earlier is not None and earlier_counts is not None:
+            # the prompts decoded with the first step (llama.cpp), before each row's pending token and drafts
+            fresh, counts = join_right_aligned(earlier, earlier_counts.to(counts.device), fresh, counts)
         if self._features is None:
             self._features, self._counts = fresh, counts
         else:  # a step without a proposal: both right-aligned blocks, row by row
@@ -408,6 +416,17 @@ class Eagle3Drafter(Drafter):
 def is_gguf(path) -> bool:
     """A head given as a GGUF file (what llama.cpp's converter writes) rather than a checkpoint folder."""
     return path is not None and str(path).endswith(".gguf")
+
+
+def right_aligned(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of different lengths [P_b, D] -> one block [B, max P_b, D], each row at its right end (zeros on the
+    left), and the lengths [B]."""
+    counts = torch.tensor([len(r) for r in rows])
+    block = rows[0].new_zeros((len(rows), int(counts.max()), rows[0].shape[-1]))
+    for b, r in enumerate(rows):
+        if len(r):
+            block[b, block.shape[1] - len(r) :] = r
+    return block, counts
 
 
 def join_right_aligned(
