@@ -18,8 +18,8 @@ from draftverify import SamplingParams, generate, load  # noqa: E402
 from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
 from draftverify.backends.llamacpp import LlamaCppLM  # noqa: E402
 from draftverify.drafters.base import NoDrafter  # noqa: E402
-from draftverify.drafters.eagle3 import Eagle3Drafter  # noqa: E402
-from draftverify.drafters.eagle3_gguf import Eagle3GgufDrafter, LlamaCppEagle3Head  # noqa: E402
+from draftverify.drafters.eagle3 import Eagle3Drafter, Eagle3GgufDrafter  # noqa: E402
+from draftverify.drafters.eagle3_gguf import LlamaCppEagle3Head  # noqa: E402
 from draftverify.drafters.eagle3_head import Eagle3Head, HeadCache  # noqa: E402
 from draftverify.errors import DraftVerifyError  # noqa: E402
 from draftverify.methods import MethodOptions, build_drafter  # noqa: E402

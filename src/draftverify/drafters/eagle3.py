@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -244,8 +245,6 @@ class Eagle3Drafter(Drafter):
     @classmethod
     def from_options(cls, target: LMBackend, options) -> "Eagle3Drafter":
         if cls is Eagle3Drafter and is_gguf(options.eagle3_path):
-            from .eagle3_gguf import Eagle3GgufDrafter
-
             return Eagle3GgufDrafter(options.eagle3_path)
         return cls(cls.load_head(options))
 
@@ -411,6 +410,66 @@ class Eagle3Drafter(Drafter):
         self._counts = torch.cat([self._counts, self._counts.new_zeros(rows)])
         if self._features is not None:
             self._features = torch.cat([self._features, self._features.new_zeros((rows, *self._features.shape[1:]))])
+
+
+class Eagle3GgufDrafter(Eagle3Drafter):
+    """eagle3 with the head as its GGUF file on a llama.cpp context (eagle3_gguf.py), beside a llama.cpp target; one
+    row (the head's context holds one sequence)."""
+
+    supports_batch = False
+
+    def __init__(self, path: str | Path):
+        from ..backends.llamacpp import require_llama_cpp
+        from .eagle3_gguf import LlamaCppEagle3Head
+
+        require_llama_cpp()
+        path = Path(path)
+        if not path.is_file():
+            raise DraftVerifyError(f"--eagle3 {path}: no such GGUF file")
+        super().__init__(None)  # no torch head: the GGUF is the head
+        self.gguf = LlamaCppEagle3Head(path)
+        self._last_logits = torch.empty(0)
+
+    @property
+    def aux_layers(self) -> tuple[int, ...]:
+        return self.gguf.aux_layers
+
+    def bind(self, target: LMBackend, max_positions: int) -> None:
+        if not isinstance(target, LlamaCppLayerInputs):
+            raise DraftVerifyError(
+                "an EAGLE-3 head given as a GGUF file runs on llama.cpp beside a llama.cpp target: use --backend "
+                "llamacpp, or pass the head's folder to run it in torch"
+            )
+        self.target = target
+        self.gguf.attach(target.target, max_positions + 1, target.target.threads)
+
+    def start(self, state, prefilled=None) -> None:
+        if state.tokens.shape[0] != 1:
+            raise DraftVerifyError("eagle3 with a GGUF head drafts for one row at a time; send requests one by one")
+        super().start(state, prefilled)
+        self.gguf.clear()
+
+    def _encode(self, features: torch.Tensor) -> torch.Tensor:
+        return self.gguf.encode(features[0])[None]  # [1, m, H]
+
+    def _step(
+        self, tokens: torch.Tensor, g: torch.Tensor, positions: torch.Tensor, fresh: torch.Tensor
+    ) -> torch.Tensor:
+        prenorm, self._last_logits = self.gguf.decode(tokens[0].tolist(), g[0], int(positions[0, 0]))
+        return prenorm[None, None]  # [1, 1, H]
+
+    def _logits(self, prenorm: torch.Tensor) -> torch.Tensor:
+        """The logits llama.cpp computed with the prenorm state _step last returned (the only one asked for)."""
+        return self._last_logits[None]  # [1, V]
+
+    def _truncate(self, length: int) -> None:
+        self.gguf.truncate(length)
+
+    def drop_rows(self, keep: torch.Tensor) -> None:
+        raise DraftVerifyError("eagle3 with a GGUF head drafts for one row at a time")
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        raise DraftVerifyError("eagle3 with a GGUF head drafts for one row at a time")
 
 
 def is_gguf(path) -> bool:

@@ -7,7 +7,8 @@ last pair's logits and prenorm state, and a rejected draft leaves the cache with
 reads the target's token embedding and LM head through its context's `ctx_other`, so its GGUF (what `draftverify
 export eagle3 --gguf` or llama.cpp's converter writes) holds only its own weights.
 
-`--eagle3 FILE.gguf` picks it (eagle3 method, --backend llamacpp, one row at a time).
+`--eagle3 FILE.gguf` picks it (eagle3 method, --backend llamacpp, one row at a time): drafters/eagle3.py's
+Eagle3GgufDrafter drives this module's LlamaCppEagle3Head.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from pathlib import Path
 
 import torch
 
-from ..backends.base import LMBackend
 from ..backends.llamacpp_ext import PROCESS_DECODE, PROCESS_ENCODE, LlamaEmbd, ext_call
 from ..errors import DraftVerifyError
-from .eagle3 import Eagle3Drafter, LlamaCppLayerInputs
 
 HEAD_BATCH = 512  # pairs per llama.cpp call (a long prompt's catch-up goes in pieces)
 ALL_OUTPUTS = 16  # a catch-up of at most this many pairs goes in one call, every pair an output (see decode)
@@ -177,61 +176,3 @@ class LlamaCppEagle3Head:
 def _row(t: torch.Tensor, i: int):
     """A float pointer to row i of a contiguous float32 matrix."""
     return ctypes.cast(t.data_ptr() + i * t.shape[1] * 4, ctypes.POINTER(ctypes.c_float))
-
-
-class Eagle3GgufDrafter(Eagle3Drafter):
-    """eagle3 with the head's GGUF on llama.cpp (one row: the head's context holds one sequence)."""
-
-    supports_batch = False
-
-    def __init__(self, path: str | Path):
-        from ..backends.llamacpp import require_llama_cpp
-
-        require_llama_cpp()
-        path = Path(path)
-        if not path.is_file():
-            raise DraftVerifyError(f"--eagle3 {path}: no such GGUF file")
-        super().__init__(None)  # no torch head: the GGUF is the head
-        self.gguf = LlamaCppEagle3Head(path)
-        self._last_logits = torch.empty(0)
-
-    @property
-    def aux_layers(self) -> tuple[int, ...]:
-        return self.gguf.aux_layers
-
-    def bind(self, target: LMBackend, max_positions: int) -> None:
-        if not isinstance(target, LlamaCppLayerInputs):
-            raise DraftVerifyError(
-                "an EAGLE-3 head given as a GGUF file runs on llama.cpp beside a llama.cpp target: use --backend "
-                "llamacpp, or pass the head's folder to run it in torch"
-            )
-        self.target = target
-        self.gguf.attach(target.target, max_positions + 1, target.target.threads)
-
-    def start(self, state, prefilled=None) -> None:
-        if state.tokens.shape[0] != 1:
-            raise DraftVerifyError("eagle3 with a GGUF head drafts for one row at a time; send requests one by one")
-        super().start(state, prefilled)
-        self.gguf.clear()
-
-    def _encode(self, features: torch.Tensor) -> torch.Tensor:
-        return self.gguf.encode(features[0])[None]  # [1, m, H]
-
-    def _step(
-        self, tokens: torch.Tensor, g: torch.Tensor, positions: torch.Tensor, fresh: torch.Tensor
-    ) -> torch.Tensor:
-        prenorm, self._last_logits = self.gguf.decode(tokens[0].tolist(), g[0], int(positions[0, 0]))
-        return prenorm[None, None]  # [1, 1, H]
-
-    def _logits(self, prenorm: torch.Tensor) -> torch.Tensor:
-        """The logits llama.cpp computed with the prenorm state _step last returned (the only one asked for)."""
-        return self._last_logits[None]  # [1, V]
-
-    def _truncate(self, length: int) -> None:
-        self.gguf.truncate(length)
-
-    def drop_rows(self, keep: torch.Tensor) -> None:
-        raise DraftVerifyError("eagle3 with a GGUF head drafts for one row at a time")
-
-    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
-        raise DraftVerifyError("eagle3 with a GGUF head drafts for one row at a time")
