@@ -229,7 +229,7 @@ class Eagle3Drafter(Drafter):
 
     def __init__(self, head: Eagle3Head | None):
         super().__init__()
-        self.head = head.eval() if head is not None else None  # None: a subclass runs the head (eagle3_gguf.py)
+        self.head = head.eval() if head is not None else None  # None: a subclass runs the head (Eagle3GgufDrafter)
         self.target: LayerInputsTarget | None = None  # bind's: the wrapped target
         self.embed: nn.Module | None = None
         self.lm_head: nn.Module | None = None
