@@ -281,6 +281,15 @@ def target_and_reference(arch: str, prompt: torch.Tensor, new: int):
     return _REFERENCES[key]
 
 
+def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of token ids of different lengths as one left-padded batch: ids [B, L] (0 at the padding) and the
+    attention mask [B, L] (False there)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
+    return ids, mask
+
+
 def save_llama(path: Path, layers: int, seed: int, tokenizer, context: int = 256) -> None:
     """A tiny random Llama for the zoo tokenizer, saved with it: peaked logits give varied, deterministic text."""
     torch.manual_seed(seed)

@@ -10,6 +10,7 @@ from conftest import (
     VOCAB,
     chi2_critical,
     chi2_statistic,
+    left_padded,
     perturbed_copy,
     reference_greedy as _reference_greedy,
     varied_model,
@@ -53,13 +54,6 @@ def reference_greedy(model, prompt: torch.Tensor, new: int, eos: int | None = No
     return _refs[key]
 
 
-def padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
-    return ids, mask
-
-
 def make_drafter(kind: str, model, refs: list[list[int]]):
     if kind == "none":
         return NoDrafter()
@@ -92,7 +86,7 @@ def test_every_row_equals_its_own_greedy_text(arch, kind):
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
     assert len({tuple(r) for r in refs}) == len(refs)
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     seen: list[torch.Tensor] = []
     out = generate(
         model,
@@ -131,7 +125,7 @@ def test_gamma_auto_rows_equal_their_own_greedy_text(kind):
     model = model_for("llama")
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     out = generate(
         model,
         make_drafter(kind, model, refs),
@@ -169,7 +163,7 @@ def test_rows_stop_at_their_own_eos(arch):
     eos = free[0][at]
     refs = [reference_greedy(model, torch.tensor([p]), NEW, eos=eos) for p in PROMPTS]
     assert len(refs[0]) == at + 1 and any(len(r) == NEW for r in refs)
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     for drafter in (NoDrafter(), ModelDrafter(perturbed_copy(model, 0.5, seed=1)), PromptLookupDrafter()):
         out = generate(
             model, drafter, GreedyVerifier(), ids, attention_mask=mask, max_new_tokens=NEW, gamma=4, eos_token_id=eos
@@ -190,7 +184,7 @@ def test_equal_length_rows_need_no_mask_and_one_row_with_a_mask_is_a_batch():
         gamma=2,
     )
     assert out.rows == refs
-    ids, mask = padded([[1, 2], [5, 17, 33]])
+    ids, mask = left_padded([[1, 2], [5, 17, 33]])
     out = generate(model, NoDrafter(), GreedyVerifier(), ids[1:], attention_mask=mask[1:], max_new_tokens=5)
     assert out.rows == [reference_greedy(model, torch.tensor([[5, 17, 33]]), 5)]
 
@@ -198,7 +192,7 @@ def test_equal_length_rows_need_no_mask_and_one_row_with_a_mask_is_a_batch():
 def test_a_row_the_caller_stops_leaves_and_the_others_go_on_unchanged():
     model = model_for("llama")
     refs = [reference_greedy(model, torch.tensor([p]), NEW) for p in PROMPTS]
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     steps = []
 
     def on_tokens(emitted):
@@ -234,7 +228,7 @@ def test_coupled_sampling_rows_equal_their_own_seeded_text(kind):
         expected.append(one.new_tokens[0].tolist())
     greedy = [reference_greedy(model, torch.tensor([p]), 16) for p in PROMPTS]
     assert expected != greedy
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     refs = [reference_greedy(model, torch.tensor([p]), 16) for p in PROMPTS]
     out = generate(
         model,
@@ -253,7 +247,7 @@ def test_coupled_sampling_rows_equal_their_own_seeded_text(kind):
 def test_speculative_sampling_at_temperature_zero_is_greedy_per_row():
     model = model_for("gpt2")
     refs = [reference_greedy(model, torch.tensor([p]), NEW) for p in PROMPTS]
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     out = generate(
         model,
         ModelDrafter(perturbed_copy(model, 0.5, seed=1)),
@@ -293,7 +287,7 @@ def test_uncoupled_sampling_in_a_batch_follows_the_target_distribution():
 
 def test_bad_batches_are_clear_errors():
     model = model_for("llama")
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     right_padded = torch.flip(mask, dims=[1])
     with pytest.raises(DraftVerifyError, match="pad on the left"):
         generate(model, NoDrafter(), GreedyVerifier(), ids, attention_mask=right_padded, max_new_tokens=4)
@@ -437,7 +431,7 @@ def test_gaps_in_the_cache_and_full_repacks_give_the_same_text(gap_share):
     target = CachedLM(model, role="target")
     draft = CachedLM(perturbed_copy(model, 0.5, seed=1), role="draft")
     target.max_gap_share = draft.max_gap_share = gap_share
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     gaps = []  # per step: slots hidden after a row's first token (gaps, not left padding)
 
     def record(emitted):
@@ -486,7 +480,7 @@ def test_rows_with_their_own_sampling_settings_equal_their_own_text(kind):
     expected = [own_text(model, p, s, 16) for p, s in zip(PROMPTS, MIXED)]
     refs = [reference_greedy(model, torch.tensor([p]), 16) for p in PROMPTS]
     assert expected[1] != refs[1] and expected[3] != refs[3]  # the sampled rows do sample
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     out = generate(
         model,
         make_drafter(kind, model, refs),
@@ -574,7 +568,7 @@ def test_uncoupled_rows_with_their_own_settings_repeat_when_every_sampled_row_is
 
 def test_per_row_settings_need_a_rule_that_judges_rows_apart():
     model = model_for("llama")
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     with pytest.raises(DraftVerifyError, match="one sampling setting for the whole batch"):
         generate(model, NoDrafter(), SpeculativeSamplingVerifier(), ids, MIXED, attention_mask=mask, max_new_tokens=4)
     with pytest.raises(DraftVerifyError, match="params has 2 entries for 4 rows"):
@@ -594,7 +588,7 @@ def test_tree_rows_equal_their_own_greedy_text(arch):
     model = model_for(arch)
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     out = generate(
         model,
         tree_drafter(model),
@@ -642,7 +636,7 @@ def assert_mixed_rows_and_joining(make_drafter) -> None:
     """Rows with their own sampling settings equal their own text, in one batch and when they join one."""
     model = model_for("llama")
     expected = [own_text(model, p, s, 12) for p, s in zip(PROMPTS, MIXED)]
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     out = generate(
         model, make_drafter(model), ExactVerifier(MIXED[0]), ids, MIXED, attention_mask=mask, max_new_tokens=12, gamma=3
     )
@@ -680,7 +674,7 @@ def test_bpd_rows_equal_their_own_greedy_text(arch):
     model = model_for(arch)
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     out = generate(
         model,
         bpd_drafter(model),
@@ -720,7 +714,7 @@ def test_bpd_neural_rows_equal_their_own_greedy_text_and_rescore_as_alone(arch):
     model = model_for(arch)
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     out = generate(
         model,
         bpd_neural_drafter(model),
@@ -774,7 +768,7 @@ def test_bita_rows_equal_their_own_greedy_text(arch, method):
     model = model_for(arch)
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     out = generate(
         model,
         bita_drafter(model, method),
@@ -797,7 +791,7 @@ def test_bita_rows_keep_whole_trees_of_a_self_predicting_target():
     with torch.no_grad():
         model.lm_head.weight.zero_()
         model.lm_head.bias.copy_(-torch.arange(head.out_features, dtype=head.weight.dtype))
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     for method in BITA:
         out = generate(
             model,
@@ -837,7 +831,7 @@ def test_prompt_lookup_tree_rows_equal_their_own_greedy_text(arch):
     model = model_for(arch)
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(LOOKUP_PROMPTS, limits)]
-    ids, mask = padded(LOOKUP_PROMPTS)
+    ids, mask = left_padded(LOOKUP_PROMPTS)
     out = generate(
         model,
         PromptLookupTreeDrafter(max_ngram=2),
@@ -855,7 +849,7 @@ def test_prompt_lookup_tree_rows_sample_with_their_own_settings():
 
     model = model_for("llama")
     expected = [own_text(model, p, s, 14) for p, s in zip(LOOKUP_PROMPTS, MIXED)]
-    ids, mask = padded(LOOKUP_PROMPTS)
+    ids, mask = left_padded(LOOKUP_PROMPTS)
     out = generate(
         model,
         PromptLookupTreeDrafter(max_ngram=2),
@@ -907,7 +901,7 @@ def test_lattice_bpd_rows_equal_their_own_greedy_text(p):
     table = NgramTable.from_sequences([q + r for q, r in zip(PROMPTS, refs)], order=3, vocab_size=VOCAB)
     torch.manual_seed(0)
     drafter = BlockwiseNgramDrafter(BlockwiseHeads.for_target(model, 4), table, k=3, alpha=0.5, p=p)
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     out = generate(
         model, drafter, ExactVerifier(SamplingParams()), ids, attention_mask=mask, max_new_tokens=limits, gamma=3
     )
@@ -933,7 +927,7 @@ def test_nat_rows_equal_their_own_greedy_text(arch):
     model = model_for(arch)
     limits = [NEW, NEW - 7, NEW, 5]
     refs = [reference_greedy(model, torch.tensor([p]), n) for p, n in zip(PROMPTS, limits)]
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     out = generate(
         model,
         nat_drafter(model),
@@ -949,7 +943,7 @@ def test_nat_rows_equal_their_own_greedy_text(arch):
 def test_nat_rows_draft_as_each_row_alone():
     """The first draft of each row in a batch equals that row's first draft alone (same memory, masked padding)."""
     model = model_for("llama")
-    ids, mask = padded(PROMPTS[:3])
+    ids, mask = left_padded(PROMPTS[:3])
     seen: list = []
 
     class Spy(type(nat_drafter(model))):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import perturbed_copy, reference_greedy as _reference_greedy, varied_model
+from conftest import left_padded, perturbed_copy, reference_greedy as _reference_greedy, varied_model
 from draftverify import SamplingParams, generate
 from draftverify.draft_length import ConfidenceGamma
 from draftverify.drafters import LookupModelDrafter, ModelDrafter, NoDrafter
@@ -56,13 +56,6 @@ def state(prompt: list[int], confidence: float, params: SamplingParams | None = 
         generator=None,
         draft_confidence=confidence,
     )
-
-
-def padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
-    return ids, mask
 
 
 @torch.inference_mode()
@@ -152,7 +145,7 @@ def test_a_batch_drafts_until_its_last_row_stops_and_every_row_keeps_that_length
     candidates = sorted({c for p in PROMPTS for c in confidences(arch, p, 8)})
     value = next(v for v in candidates if len({len(a) for a in alone_drafts(arch, v)}) > 1)
     alone = alone_drafts(arch, value)
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     drafter = ModelDrafter(draft_model(arch))
     st = DecodingState(
         tokens=ids,
@@ -188,7 +181,7 @@ def test_lookup_model_rows_drafted_by_the_model_share_the_batchs_stop():
         return out
 
     value = next(v for v in candidates if len(set(model_lengths(v))) > 1)
-    ids, mask = padded(rows)
+    ids, mask = left_padded(rows)
     drafter = LookupModelDrafter(draft_model(arch), max_ngram=3, min_ngram=2)
     st = DecodingState(
         tokens=ids,
@@ -289,7 +282,7 @@ def test_batch_rows_equal_their_batch_one_rows(kind):
         for p, n in zip(PROMPTS, limits)
     ]
     assert alone == [reference_greedy(arch, p, n) for p, n in zip(PROMPTS, limits)]
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     drafter = make(kind, arch)
     recording = Recording(drafter.model if kind == "lookup_model" else drafter)
     out = generate(
@@ -349,7 +342,7 @@ def test_coupled_sampling_text_is_the_autoregressive_text(kind):
         .tolist()
         for p, s in zip(PROMPTS, seeds)
     ]
-    ids, mask = padded(PROMPTS)
+    ids, mask = left_padded(PROMPTS)
     batch_params = SamplingParams(temperature=0.9, top_p=0.95, coupling=True)
     out = generate(
         target(arch),

@@ -14,7 +14,7 @@ pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
 
 from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
 
-from conftest import save_llama  # noqa: E402
+from conftest import left_padded, save_llama  # noqa: E402
 from draftverify import RowRequest, SamplingParams, generate  # noqa: E402
 from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
 from draftverify.backends.llamacpp import LlamaCppLM  # noqa: E402
@@ -85,13 +85,6 @@ def test_eagle3_chains_and_trees_give_llama_cpps_greedy_text(tiny, method):
 
 
 ROWS = [PROMPT, [7, 230, 99, 17], [5, 17, 99, 230, 7, 5], [42, 8, 5, 17, 99, 230, 7, 5, 17]]
-
-
-def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
-    return ids, mask
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import torch
 llama_cpp = pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
 
 
-from conftest import tiny_gguf_pair  # noqa: E402
+from conftest import left_padded, tiny_gguf_pair  # noqa: E402
 from draftverify import DraftVerifyError, generate  # noqa: E402
 from draftverify.backends.base import check_backend  # noqa: E402
 from draftverify.backends.gguf import converter_available  # noqa: E402
@@ -57,13 +57,6 @@ def setup(tiny, method: str, gamma: int = 4):
     target = LlamaCppLM(tiny["target"], threads=1)
     drafter = build_drafter(spec.drafter, target, options)
     return target, drafter, build_verifier(spec.verifier, SamplingParams(), options)
-
-
-def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
-    return ids, mask
 
 
 _ALONE: dict = {}

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from conftest import CAUSAL_ARCHS, reference_greedy, varied_model
+from conftest import CAUSAL_ARCHS, left_padded, reference_greedy, varied_model
 from draftverify import DraftVerifyError, RowRequest, SamplingParams, generate
 from draftverify.cached_lm import CachedLM
 from draftverify.draft_length import ConfidenceGamma
@@ -105,13 +105,6 @@ def test_encoder_decoder_targets_are_refused():
 ROWS = [[5, 17, 33, 8, 41, 5, 17], [9, 4], [60, 61, 62, 60, 61], [12]]  # the last: no features before its first step
 
 
-def padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
-    return ids, mask
-
-
 @pytest.fixture(scope="module")
 def fitted():
     """A target, a head fitted to its text after each of ROWS (so rows accept different amounts), its texts."""
@@ -134,7 +127,7 @@ def test_rows_of_a_batch_equal_their_own_greedy_text(fitted, kind):
     is its batch-1 text, and at a fixed length it accepts as many drafts as alone."""
     model, head, refs = fitted
     limits = [24, 20, 24, 9]
-    ids, mask = padded(ROWS)
+    ids, mask = left_padded(ROWS)
     out = generate(
         model, Eagle3Drafter(head), exact(), ids, attention_mask=mask, max_new_tokens=limits, gamma=policy(kind)
     )
@@ -182,7 +175,7 @@ def test_coupled_sampling_rows_equal_their_own_seeded_text(fitted):
         .tolist()
         for prompt, seed in zip(ROWS, seeds)
     ]
-    ids, mask = padded(ROWS)
+    ids, mask = left_padded(ROWS)
     out = generate(
         model,
         Eagle3Drafter(head),

@@ -18,7 +18,8 @@ import asyncio
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -145,10 +146,10 @@ class Running:
     spec: ServerSpec
     url: str
     extra: dict
-    close: object
+    close: Callable[[], object]
     model: str = ""
     alone: dict | None = None
-    rounds: list = None  # type: ignore[assignment]  # per round: (results, wall seconds)
+    rounds: list[tuple[list[dict], float]] = field(default_factory=list)  # per round: (results, wall seconds)
 
 
 def prepare(server: Running, clients: int, max_tokens: int, duration: float) -> None:
@@ -156,7 +157,6 @@ def prepare(server: Running, clients: int, max_tokens: int, duration: float) -> 
     server.model = httpx.get(server.url + "/v1/models", timeout=10).json()["data"][0]["id"]
     asyncio.run(run(server.url, server.model, clients, clients, duration, max_tokens, None, extra=server.extra))
     server.alone = asyncio.run(references(server.url, server.model, max_tokens, None, False, extra=server.extra))
-    server.rounds = []
 
 
 def load(server: Running, clients: int, per_client: int, max_tokens: int, duration: float) -> None:
@@ -242,7 +242,7 @@ def run_comparison(
                         load(server, clients, per_client, max_tokens, duration)
             finally:
                 for server in servers:
-                    server.close()  # type: ignore[operator]
+                    server.close()
             cells += [{"server": s.spec.name, "max_tokens": max_tokens, **cell_of(s, clients)} for s in servers]
     report = {
         "command": command,

@@ -47,6 +47,7 @@ class LlamaCppEagle3Head:
         self.anchor = None  # a context of the target's model: what ctx_other names (its embedding and LM head)
         self.target_model = None  # that model (GGUFModel)
         self.batch = None
+        self.memory = None
         self.cells = 0
         self.vocab_size = 0
 
@@ -109,7 +110,7 @@ class LlamaCppEagle3Head:
                 index = add_embd(batch, 0, row)
                 set_pos(batch, index, ctypes.byref(ctypes.c_int32(after + j)))  # read by no one, but checked
             self._process(PROCESS_ENCODE, count)
-            out = ext_call(self.lib, "llama_get_embeddings_nextn")(self.ctx)
+            out = self._call("llama_get_embeddings_nextn")(self.ctx)
             ctypes.memmove(g[start : start + count].data_ptr(), out, count * self.hidden * 4)
         return g
 
@@ -153,7 +154,7 @@ class LlamaCppEagle3Head:
         return ext_call(self.lib, name)
 
     def _process(self, kind: int, count: int) -> None:
-        status = ext_call(self.lib, "llama_process")(self.ctx, kind, self.batch)
+        status = self._call("llama_process")(self.ctx, kind, self.batch)
         if status != 0:
             what = "encoder" if kind == PROCESS_ENCODE else "decoder"
             raise DraftVerifyError(f"llama.cpp's EAGLE-3 {what} pass failed on {count} pairs (status {status})")
@@ -161,7 +162,7 @@ class LlamaCppEagle3Head:
     def close(self) -> None:
         lib = self.lib
         if self.batch:
-            ext_call(lib, "llama_batch_ext_free")(self.batch)
+            self._call("llama_batch_ext_free")(self.batch)
         if self.ctx:
             lib.llama_free(self.ctx)
         if self.anchor:
