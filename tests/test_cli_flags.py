@@ -71,6 +71,11 @@ def test_a_missing_declared_file_and_bad_tree_paths_exit_2_before_loading(tmp_pa
         )
         assert result.exit_code == 2 and "--heads" in result.stderr and "no such file or directory" in result.stderr
         assert "loading" not in result.stderr
+    empty = runner.invoke(app, ["generate", "--prompt", "x", "--zoo", "code", "--method", "eagle3", "--eagle3", ""])
+    assert (
+        empty.exit_code == 2 and "--eagle3" in empty.stderr and "is empty: give a file or folder path" in empty.stderr
+    )
+    assert "loading" not in empty.stderr
     bad = runner.invoke(app, ["serve", "--target", str(tmp_path), "--method", "model_tree", "--tree-paths", "[0]"])
     assert bad.exit_code == 2 and "--tree-paths must be a JSON list of lists" in bad.stderr
 

@@ -7,7 +7,10 @@ wrapped in settings_command(cls) takes one flag per field of cls and receives on
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any, Callable, Collection
+
+import typer
 
 from .cli_help import flag
 from .options import SharedOptions, all_fields
@@ -31,11 +34,23 @@ def declared_parameters(shared: bool = True, exclude: Collection[str] = ()) -> l
             help_text += f" Methods: {', '.join(methods_reading(name)) or 'none'}."
         if opt.zoo is not None:
             help_text += f" Default with --zoo: the entry's {opt.zoo}, if it has one."
-        annotation = (str | None) if opt.parse is not None else field_types(cls)[name]
+        annotation = (str | None) if opt.parse is not None or opt.zoo is not None else field_types(cls)[name]
         default = None if opt.parse is not None else default_of(f)  # parsed options: None is the declared default
-        info = flag(default, opt.flag, help=help_text, rich_help_panel=SHARED_PANEL if is_shared else DRAFTER_PANEL)
+        settings = {"callback": _file_path} if opt.zoo is not None else {}  # a path read raw: "" is not "."
+        panel = SHARED_PANEL if is_shared else DRAFTER_PANEL
+        info = flag(default, opt.flag, help=help_text, rich_help_panel=panel, **settings)
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation))
     return params
+
+
+def _file_path(context: typer.Context, parameter: typer.CallbackParam, value: str | None) -> Path | None:
+    """A file option's value as given: a Path, or a usage error (exit 2) for an empty one, which Path would read as
+    the current folder."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise typer.BadParameter("is empty: give a file or folder path")
+    return Path(value)
 
 
 class DeclaredFlags:

@@ -43,6 +43,18 @@ TABLES: tuple[TableSource, ...] = (
     TableSource("docs/benchmarks-llamacpp.md", "native-rounds", "benchmarks/speed/rounds-humaneval-llamacpp-native.md"),
     TableSource(
         "docs/benchmarks-llamacpp.md",
+        "model-free",
+        "benchmarks/speed/bench-humaneval-llamacpp-model-free.md",
+        "## Temperature 0 (greedy)",
+    ),
+    TableSource(
+        "docs/benchmarks-llamacpp.md",
+        "model-free-q8",
+        "benchmarks/speed/bench-humaneval-llamacpp-model-free-q8_0.md",
+        "## Temperature 0 (greedy)",
+    ),
+    TableSource(
+        "docs/benchmarks-llamacpp.md",
         "llamacpp-eagle3",
         "benchmarks/speed/bench-humaneval-llamacpp-eagle3.md",
         "## Temperature 0 (greedy)",

@@ -77,6 +77,14 @@ def test_a_declared_file_given_that_is_not_there_is_named_before_loading(tmp_pat
     check_files({"heads_path": tmp_path, "bita_topk": 7})  # there, and not a file option
 
 
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_declared_path_is_named_not_read_as_the_current_folder(empty):
+    with pytest.raises(
+        DraftVerifyError, match=r"^--eagle3 is empty: give a file or folder path \(API: eagle3_path=\.\.\.\)$"
+    ):
+        check_files({"eagle3_path": empty})
+
+
 def test_a_zoo_without_a_file_the_method_needs_says_which_entry_ships_one():
     with pytest.raises(DraftVerifyError) as caught:
         check_zoo_ships("translate", "bpd_pbest", {})

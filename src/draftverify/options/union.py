@@ -130,8 +130,14 @@ def fill_from_zoo(values: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 def check_files(values: dict[str, Any]) -> None:
-    """A zoo-filled field given a path that is not there: one line naming the flag, before any model loads."""
+    """A zoo-filled field given a path that is not there (or an empty one, which Path reads as the current folder):
+    one line naming the flag, before any model loads."""
     for name, (_, f) in all_fields().items():
         opt = declaration(f)
-        if opt is not None and opt.zoo is not None and values.get(name) is not None and not Path(values[name]).exists():
-            raise DraftVerifyError(f"{opt.flag} {values[name]}: no such file or directory (API: {name}=...)")
+        value = values.get(name)
+        if opt is None or opt.zoo is None or value is None:
+            continue
+        if not str(value).strip():
+            raise DraftVerifyError(f"{opt.flag} is empty: give a file or folder path (API: {name}=...)")
+        if not Path(value).exists():
+            raise DraftVerifyError(f"{opt.flag} {value}: no such file or directory (API: {name}=...)")
