@@ -59,7 +59,12 @@ def test_lists_and_servers_parse():
         ("ours:model[16]", "model", "16"),
         ("ours:model[conf=0.4]", "model", "conf=0.4"),
     ]
-    for bad, why in (("model[", "METHOD\\[GAMMA\\]"), ("model[0]", "gamma"), ("model[conf=2]", "conf"), ("nope", "")):
+    for bad, why in (
+        ("model[", "METHOD\\[GAMMA\\]"),
+        ("model[0]", "gamma"),
+        ("model[conf=2]", "conf"),
+        ("nope", "unknown method .nope."),
+    ):
         with pytest.raises(DraftVerifyError, match=why):
             server_specs(bad, [])
 
