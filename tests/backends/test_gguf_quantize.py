@@ -31,6 +31,10 @@ def q4(tmp_path_factory) -> Path:
     return path
 
 
+# the suffix cache's short matches (its hf defaults): llama.cpp's long default ones rarely draft in 48 tokens
+SHORT_MATCHES = {"suffix": {"suffix_min_match": 1, "suffix_max_match": 8}}
+
+
 @pytest.mark.parametrize("method", ["prompt_lookup", "model", "lookup_model", "model_tree", "suffix"])
 def test_every_llama_cpp_method_keeps_the_quantized_files_greedy_text(q4, method):
     from draftverify import load
@@ -39,7 +43,7 @@ def test_every_llama_cpp_method_keeps_the_quantized_files_greedy_text(q4, method
     reference = load(target=q4, method="autoregressive", backend="llamacpp", threads=2)
     want = reference.generate(prompt, max_new_tokens=48).output.new_tokens[0].tolist()
     draft = ZOO / "draft" if method in ("model", "lookup_model", "model_tree") else None
-    pipe = load(target=q4, draft=draft, method=method, backend="llamacpp", threads=2)
+    pipe = load(target=q4, draft=draft, method=method, backend="llamacpp", threads=2, **SHORT_MATCHES.get(method, {}))
     out = pipe.generate(prompt, max_new_tokens=48)
     assert out.output.new_tokens[0].tolist() == want
     assert out.stats.target_calls < len(want)  # it drafted and some drafts were kept
@@ -63,7 +67,15 @@ def test_target_gguf_q8_0_converts_the_folder_and_every_method_keeps_its_greedy_
     reference = load(target=q8, method="autoregressive", backend="llamacpp", threads=2)
     want = reference.generate(prompt, max_new_tokens=48).output.new_tokens[0].tolist()
     draft = ZOO / "draft" if method in ("model", "lookup_model", "model_tree") else None
-    pipe = load(target=ZOO / "target", target_gguf="q8_0", draft=draft, method=method, backend="llamacpp", threads=2)
+    pipe = load(
+        target=ZOO / "target",
+        target_gguf="q8_0",
+        draft=draft,
+        method=method,
+        backend="llamacpp",
+        threads=2,
+        **SHORT_MATCHES.get(method, {}),
+    )
     assert pipe.target.model.path == q8  # the folder converted at q8_0, the file the reference read
     out = pipe.generate(prompt, max_new_tokens=48)
     assert out.output.new_tokens[0].tolist() == want

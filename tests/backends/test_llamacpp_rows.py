@@ -53,6 +53,7 @@ def setup(tiny, method: str, gamma: int = 4):
     options = MethodOptions(
         draft_model=LlamaCppLM(tiny["draft"], role="draft", threads=1) if spec.needs_draft else None,
         prompt_lookup_min_ngram=1,
+        suffix_min_match=1,  # short matches, as on hf: these prompts are too short for llama.cpp's default
     )
     target = LlamaCppLM(tiny["target"], threads=1)
     drafter = build_drafter(spec.drafter, target, options)

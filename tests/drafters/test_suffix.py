@@ -115,6 +115,29 @@ def test_from_options_reads_the_declared_options():
     assert drafter.index.max_tokens == 100
 
 
+class _DearWidth:
+    """A target whose forward grows dear with its width (llama.cpp's flag), for the defaults it sets."""
+
+    dear_width = True
+
+
+@pytest.mark.parametrize(
+    "target, given, expected",
+    [
+        (None, (None, None), (1, 8)),  # hf: draft after short matches
+        (_DearWidth(), (None, None), (24, 24)),  # llama.cpp: only after long ones, as its ngram-mod
+        (_DearWidth(), (None, 12), (12, 12)),  # a given longest match caps the default shortest
+        (None, (12, None), (12, 12)),  # a given shortest match raises the default longest
+        (_DearWidth(), (2, 5), (2, 5)),  # given ones stand
+    ],
+)
+def test_match_lengths_default_by_how_dear_the_targets_width_is(target, given, expected):
+    model = varied_model("llama") if target is None else target
+    min_match, max_match = given
+    drafter = build_drafter("suffix", model, MethodOptions(suffix_min_match=min_match, suffix_max_match=max_match))
+    assert (drafter.min_match, drafter.max_match) == expected
+
+
 def test_proposal_is_deterministic_and_one_hot():
     drafter = SuffixDrafter()
     drafter.index.finish(drafter.index.add([1, 2, 3, 4, 5, 6]))

@@ -29,6 +29,10 @@ runs its own small tensor ops on one torch thread (loop.py).
 One more (read with `defers_prefill`, False where undeclared): `defers_prefill` says that start() only records the
 prompt and the first forward decodes it together with its own tokens (one decode fewer per request); the loop then
 counts that first step's time as the prefill's and keeps it out of the length policy's cost model.
+
+And `dear_width` (read with `dear_width`, False where undeclared): a forward's cost grows steeply with the tokens
+it scores (llama.cpp's CPU forward, benchmarks/cost), so a drafter whose settings trade how often it drafts for how
+sure its drafts are (the suffix cache's match length) defaults to drafting seldom and sure there.
 """
 
 from __future__ import annotations
@@ -205,6 +209,11 @@ def computes_in_torch(backend: object) -> bool:
 def defers_prefill(backend: object) -> bool:
     """Whether a backend's first forward after start() also decodes the prompt (its optional flag)."""
     return bool(getattr(backend, "defers_prefill", False))
+
+
+def dear_width(backend: object) -> bool:
+    """Whether a backend's forward grows steeply dearer with the tokens it scores (its optional flag)."""
+    return bool(getattr(backend, "dear_width", False))
 
 
 def is_compiled(backend: object) -> bool:

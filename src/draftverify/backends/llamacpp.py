@@ -179,6 +179,7 @@ class LlamaCppLM(LlamaCppRows):
     has_modules = False
     computes_in_torch = False  # llama.cpp's own threads
     defers_prefill = True  # the prompt is decoded with the first chain forward (_take_deferred)
+    dear_width = True  # a CPU forward's cost grows about linearly with the tokens scored (benchmarks/cost)
 
     def __init__(
         self,

@@ -16,12 +16,29 @@ from __future__ import annotations
 
 import torch
 
-from ..backends.base import LMBackend
+from ..backends.base import LMBackend, dear_width
 from ..errors import DraftVerifyError
 from ..suffix_index import SuffixIndex
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft
 from .prompt_lookup import ragged_draft
+
+# (min_match, max_match) not given: where a wider verify pass costs little (hf), draft after short matches; where it
+# grows dear with its width (llama.cpp), draft only after long ones, as llama.cpp's ngram-mod (24 tokens), so the
+# drafts come seldom and are nearly always kept
+MATCH = (1, 8)
+MATCH_DEAR_WIDTH = (24, 24)
+
+
+def match_lengths(target: LMBackend, min_match: int | None, max_match: int | None) -> tuple[int, int]:
+    """The (min_match, max_match) a suffix drafter runs with on this target: the given ones, the missing ones from
+    the target's defaults (and never crossing a given one)."""
+    low, high = MATCH_DEAR_WIDTH if dear_width(target) else MATCH
+    if min_match is None:
+        min_match = low if max_match is None else min(low, max_match)
+    if max_match is None:
+        max_match = max(high, min_match)
+    return min_match, max_match
 
 
 class SuffixDrafter(Drafter):
@@ -49,9 +66,8 @@ class SuffixDrafter(Drafter):
 
     @classmethod
     def from_options(cls, target: LMBackend, options) -> "SuffixDrafter":
-        return cls(
-            options.suffix_max_match, options.suffix_min_match, options.suffix_cache_tokens, options.suffix_min_prob
-        )
+        min_match, max_match = match_lengths(target, options.suffix_min_match, options.suffix_max_match)
+        return cls(max_match, min_match, options.suffix_cache_tokens, options.suffix_min_prob)
 
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
         self._finish(range(len(self._rows)))  # an earlier generation's rows (its last rows never left) are history

@@ -11,8 +11,18 @@ from .declare import option
 
 @dataclass(frozen=True)
 class SuffixOptions:
-    suffix_max_match: int = option(8, "--suffix-max-match", "Longest end of the context matched against the cache.")
-    suffix_min_match: int = option(1, "--suffix-min-match", "Shortest match that drafts.")
+    suffix_max_match: int | None = option(
+        None,
+        "--suffix-max-match",
+        "Longest end of the context matched against the cache (default: 8, or 24 on llama.cpp; never below "
+        "--suffix-min-match).",
+    )
+    suffix_min_match: int | None = option(
+        None,
+        "--suffix-min-match",
+        "Shortest match that drafts (default: 1, or 24 on llama.cpp, whose verify pass grows dear with its width: "
+        "drafts then come seldom and long, as llama.cpp's ngram-mod's; never above a given --suffix-max-match).",
+    )
     suffix_cache_tokens: int = option(
         16384,
         "--suffix-cache-tokens",
