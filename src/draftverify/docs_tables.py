@@ -77,6 +77,10 @@ TABLES: tuple[TableSource, ...] = (
     TableSource("docs/serving.md", "serve-llamacpp", "benchmarks/serving/llamacpp.md", "Command:"),
     TableSource("docs/serving.md", "serve-llamacpp-versus", "benchmarks/serving/llamacpp.md", "## Ours against"),
     TableSource("docs/serving.md", "serve-llamacpp-scaling", "benchmarks/serving/llamacpp.md", "## Throughput over"),
+    TableSource("docs/serving.md", "serve-llamacpp-suffix", "benchmarks/serving/llamacpp-suffix.md", "Command:"),
+    TableSource(
+        "docs/serving.md", "serve-llamacpp-suffix-versus", "benchmarks/serving/llamacpp-suffix.md", "## Ours against"
+    ),
     TableSource("docs/zoo.md", "held-out", "benchmarks/zoo/zoo-held-out.md"),
     TableSource("docs/zoo.md", "bpd-efficiency", "benchmarks/methods/bpd-humaneval.md", "## Block efficiency"),
     TableSource("docs/zoo.md", "bpd-duel", "benchmarks/methods/bpd-humaneval.md", "## Neural-rescored vs plain"),
