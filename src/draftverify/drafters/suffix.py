@@ -45,7 +45,9 @@ class SuffixDrafter(Drafter):
     supports_batch = True
     computes_in_torch = False
 
-    def __init__(self, max_match: int = 8, min_match: int = 1, cache_tokens: int = 16384, min_prob: float = 0.1):
+    def __init__(
+        self, max_match: int = MATCH[1], min_match: int = MATCH[0], cache_tokens: int = 16384, min_prob: float = 0.1
+    ):
         super().__init__()
         if not (1 <= min_match <= max_match):
             raise DraftVerifyError(
