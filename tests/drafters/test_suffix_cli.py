@@ -30,6 +30,7 @@ def test_one_pipeline_keeps_its_cache_across_generate_calls(model_dirs):  # noqa
         (["--suffix-min-prob", "1.5"], "--suffix-min-prob"),
         (["--suffix-cache-tokens", "0"], "--suffix-cache-tokens"),
         (["--suffix-min-match", "4", "--suffix-max-match", "2"], "--suffix-min-match"),
+        (["--suffix-max-match", "0"], "got 1 and 0"),  # the default shortest match is not lowered past 1
     ],
 )
 def test_bad_values_exit_2_with_one_line(model_dirs, extra, message):  # noqa: F811

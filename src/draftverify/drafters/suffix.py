@@ -35,7 +35,7 @@ def match_lengths(target: LMBackend, min_match: int | None, max_match: int | Non
     the target's defaults (and never crossing a given one)."""
     low, high = MATCH_DEAR_WIDTH if dear_width(target) else MATCH
     if min_match is None:
-        min_match = low if max_match is None else min(low, max_match)
+        min_match = low if max_match is None else max(1, min(low, max_match))  # below 1 is the given one's fault
     if max_match is None:
         max_match = max(high, min_match)
     return min_match, max_match
