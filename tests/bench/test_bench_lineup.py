@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from bench_fixtures import ROOT, model_dir  # noqa: F401  (fixture)
+from typer.testing import CliRunner
 
 from draftverify import DraftVerifyError
 from draftverify.bench import families
@@ -13,6 +14,8 @@ from draftverify.bench.models import load_models
 from draftverify.bench.ours import plan_rows
 from draftverify.bench.runners import Hooks, install_hooks
 from draftverify.cached_lm import CachedLM
+from draftverify.cli import app
+from draftverify.errors import OptionValueError
 from draftverify.methods import METHODS, Method
 
 
@@ -136,6 +139,32 @@ def test_a_method_without_its_resources_is_skipped_with_the_reason(model_dir):
     assert families_run == {"prompt_lookup", "prompt_lookup_tree", "suffix", "early_exit", "bild_early_exit"}
     assert any(n.startswith("model skipped") and "needs a draft model" in n for n in notes), notes
     assert any(n.startswith("ngram skipped") and "needs a table" in n for n in notes), notes
+
+
+@pytest.mark.parametrize(
+    "options, runners, message",
+    [
+        ({"suffix_min_match": 0}, ("suffix",), "--suffix-min-match"),
+        ({"suffix_min_match": 30, "suffix_max_match": 24}, ("suffix",), "got 30 and 24"),
+        ({"prompt_lookup_max_ngram": 0}, ("prompt_lookup",), "min_ngram <= max_ngram"),
+        ({"prompt_lookup_matches": 0}, ("prompt_lookup_tree",), "num_matches >= 1"),
+    ],
+)
+def test_a_wrong_option_value_stops_the_bench_instead_of_skipping_the_method(model_dir, options, runners, message):
+    """A method that cannot run here is left out with a note; a value the user gave wrong is theirs to fix."""
+    config = BenchConfig(target=model_dir / "target", quick=True, runners=runners, options=options).resolved()
+    with pytest.raises(OptionValueError, match=message):
+        _plan(config, load_models(config))
+
+
+def test_a_wrong_option_value_is_a_usage_error_on_the_command_line(model_dir, tmp_path):
+    out = tmp_path / "out"
+    args = ["bench", "--quick", "--target", str(model_dir / "target"), "--runners", "suffix"]
+    args += ["--suffix-min-match", "0", "--out", str(out), "--threads", "1", "--no-progress", "--no-plots"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "--suffix-min-match" in result.output and "skipped" not in result.output
+    assert not out.exists() or not any(out.iterdir())  # no report of a run that did not happen
 
 
 def test_unknown_runner_family_lists_the_registered_ones(model_dir):

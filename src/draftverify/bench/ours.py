@@ -26,7 +26,7 @@ from typing import Callable
 
 from ..backends.lean_draft import draft_backend
 from ..cached_lm import CachedLM, cached_model
-from ..errors import DraftVerifyError
+from ..errors import DraftVerifyError, OptionValueError
 from ..methods import Method, MethodOptions, build_drafter, build_verifier
 from ..types import SamplingParams
 from .config import BenchConfig, GammaSpec
@@ -152,6 +152,8 @@ def plan_rows(
         try:
             probe.drafter(base)
             probe.verifier(base)
+        except OptionValueError:
+            raise  # a value the user gave wrong stops the bench (exit 2), it does not leave the method out
         except DraftVerifyError as err:
             notes.append(f"{name} skipped: {err}")
             continue

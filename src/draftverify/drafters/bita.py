@@ -22,7 +22,7 @@ from itertools import product
 import torch
 
 from ..backends.base import LMBackend, require_modules
-from ..errors import DraftVerifyError
+from ..errors import DraftVerifyError, OptionValueError
 from ..tree import TreeSpec
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft
@@ -77,12 +77,12 @@ class BitaDrafter(Drafter):
     def __init__(self, adapter: BitaAdapter, topk: int = 1, num_masks: int | None = None):
         super().__init__()
         if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
-            raise DraftVerifyError(f"bita needs top-k >= 1 candidates per mask token, got {topk!r}")
+            raise OptionValueError(f"bita needs top-k >= 1 candidates per mask token, got {topk!r}")
         trained = adapter.config.num_masks
         if num_masks is not None and (
             isinstance(num_masks, bool) or not isinstance(num_masks, int) or not 1 <= num_masks <= trained
         ):
-            raise DraftVerifyError(f"bita can use 1..{trained} of this adapter's mask tokens, got {num_masks!r}")
+            raise OptionValueError(f"bita can use 1..{trained} of this adapter's mask tokens, got {num_masks!r}")
         self.adapter = adapter.eval()
         # the first m masks of a group see only each other, so fewer than trained keep their meaning
         self.num_masks = num_masks or trained

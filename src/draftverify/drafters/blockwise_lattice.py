@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..backends.base import LMBackend
-from ..errors import DraftVerifyError, check_number
+from ..errors import DraftVerifyError, OptionValueError, check_number
 from ..tree import row_trees
 from ..types import DecodingState, Draft
 from .base import empty_draft
@@ -26,9 +26,9 @@ class BlockwiseNgramDrafter(BlockwiseDrafter):
     def __init__(self, heads: BlockwiseHeads, table: NgramTable, k: int = 4, alpha: float = 0.5, p: int = 1):
         super().__init__(heads)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise DraftVerifyError(f"the lattice needs k >= 1 candidates per head, got {k!r}")
+            raise OptionValueError(f"the lattice needs k >= 1 candidates per head, got {k!r}")
         if isinstance(p, bool) or not isinstance(p, int) or p < 1:
-            raise DraftVerifyError(f"p-best rescoring needs p >= 1 paths, got {p!r}")
+            raise OptionValueError(f"p-best rescoring needs p >= 1 paths, got {p!r}")
         self.table = table
         self.k = k
         self.alpha = check_number("n-gram weight alpha", alpha, 0.0)

@@ -23,7 +23,7 @@ from time import perf_counter
 import torch
 
 from ..backends.base import LMBackend
-from ..errors import DraftVerifyError
+from ..errors import DraftVerifyError, OptionValueError
 from ..sampling import probs_from_logits
 from ..tree import TreeSpec
 from ..tree_sizing import best_subtree
@@ -36,7 +36,7 @@ from .eagle3_head import Eagle3Head
 def positive(name: str, flag: str, value) -> int:
     """A tree option's value, refused in one line unless it is a whole number >= 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise DraftVerifyError(f"eagle3_tree needs {flag} (API: {name}) to be a whole number >= 1, got {value!r}")
+        raise OptionValueError(f"eagle3_tree needs {flag} (API: {name}) to be a whole number >= 1, got {value!r}")
     return value
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import DraftVerifyError
+from ..errors import OptionValueError
 from .ngram import NgramTable
 
 
@@ -33,7 +33,7 @@ class SausageLattice:
     def top_k(cls, head_logits: torch.Tensor, k: int) -> "SausageLattice":
         """head_logits [D, V] (heads 2..D+1 at one position) -> the top-k lattice."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise DraftVerifyError(f"the lattice needs k >= 1 candidates per head, got {k!r}")
+            raise OptionValueError(f"the lattice needs k >= 1 candidates per head, got {k!r}")
         logprobs = head_logits.float().log_softmax(dim=-1)
         top = logprobs.topk(min(k, logprobs.shape[-1]), dim=-1)
         return cls(tokens=top.indices, logprobs=top.values)
@@ -61,7 +61,7 @@ def kbest_paths(
     "p-best 0-gram": the heads' own scores, which for p = 1 is plain BPD's draft.
     """
     if isinstance(p, bool) or not isinstance(p, int) or p < 1:
-        raise DraftVerifyError(f"p-best rescoring needs p >= 1 paths, got {p!r}")
+        raise OptionValueError(f"p-best rescoring needs p >= 1 paths, got {p!r}")
     history = 0 if table is None or alpha == 0 else table.order - 1
     tokens = lattice.tokens.tolist()
     head = lattice.logprobs.double().cpu().numpy()  # [D, k]

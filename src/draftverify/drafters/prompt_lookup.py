@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ..errors import DraftVerifyError
+from ..errors import OptionValueError
 from ..types import DecodingState, Draft
 from .base import Drafter, empty_draft
 
@@ -41,7 +41,7 @@ class PromptLookupDrafter(Drafter):
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         super().__init__()
         if not (1 <= min_ngram <= max_ngram):
-            raise DraftVerifyError(
+            raise OptionValueError(
                 f"prompt lookup needs 1 <= min_ngram <= max_ngram, got min={min_ngram}, max={max_ngram}"
             )
         self.max_ngram = max_ngram

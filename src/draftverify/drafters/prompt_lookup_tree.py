@@ -8,7 +8,7 @@ Model-free and deterministic (q one-hot), like its chain twin.
 
 from __future__ import annotations
 
-from ..errors import DraftVerifyError
+from ..errors import DraftVerifyError, OptionValueError
 from ..tree import row_trees
 from ..types import DecodingState, Draft
 from .base import Drafter, empty_draft
@@ -59,11 +59,11 @@ class PromptLookupTreeDrafter(Drafter):
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_matches: int = 4):
         super().__init__()
         if not (1 <= min_ngram <= max_ngram):
-            raise DraftVerifyError(
+            raise OptionValueError(
                 f"prompt lookup needs 1 <= min_ngram <= max_ngram, got min={min_ngram}, max={max_ngram}"
             )
         if isinstance(num_matches, bool) or not isinstance(num_matches, int) or num_matches < 1:
-            raise DraftVerifyError(f"prompt_lookup_tree needs num_matches >= 1, got {num_matches!r}")
+            raise OptionValueError(f"prompt_lookup_tree needs num_matches >= 1, got {num_matches!r}")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.num_matches = num_matches

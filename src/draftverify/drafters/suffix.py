@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from ..backends.base import LMBackend, dear_width
-from ..errors import DraftVerifyError
+from ..errors import OptionValueError
 from ..suffix_index import SuffixIndex
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft
@@ -50,14 +50,14 @@ class SuffixDrafter(Drafter):
     ):
         super().__init__()
         if not (1 <= min_match <= max_match):
-            raise DraftVerifyError(
+            raise OptionValueError(
                 "the suffix drafter needs 1 <= --suffix-min-match <= --suffix-max-match (API: suffix_min_match, "
                 f"suffix_max_match), got {min_match} and {max_match}"
             )
         if cache_tokens < 1:
-            raise DraftVerifyError(f"--suffix-cache-tokens (API: suffix_cache_tokens) must be >= 1, got {cache_tokens}")
+            raise OptionValueError(f"--suffix-cache-tokens (API: suffix_cache_tokens) must be >= 1, got {cache_tokens}")
         if not (0.0 <= min_prob <= 1.0):
-            raise DraftVerifyError(f"--suffix-min-prob (API: suffix_min_prob) must be between 0 and 1, got {min_prob}")
+            raise OptionValueError(f"--suffix-min-prob (API: suffix_min_prob) must be between 0 and 1, got {min_prob}")
         self.max_match = max_match
         self.min_match = min_match
         self.cache_tokens = cache_tokens
