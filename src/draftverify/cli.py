@@ -178,9 +178,10 @@ TARGET_GGUF_HELP = (
     "users run them, f32, f16 or bf16; every method's text equals that file's own greedy text."
 )
 FLASH_ATTN_HELP = (
-    "With --backend llamacpp: llama.cpp's flash attention, on by default as llama.cpp runs it, or off. Neither makes "
-    "llama.cpp's CPU kernels round a several-token verify pass as one-token decoding does on every input (a "
-    "near-tie can flip on a quantized file; docs/backends.md)."
+    "With --backend llamacpp: llama.cpp's flash attention, on by default as llama.cpp runs it, or off. Off, on a "
+    "llama.cpp library built without llamafile's kernels (scripts/build_llama_cpp_invariant_lib.sh), a chain's "
+    "verify pass scores every token as one-token decoding does, so no near-tie flips on a quantized file "
+    "(docs/backends.md)."
 )
 HEAL_HELP = (
     "Token healing: back the prompt up over its last token and let the first new token start with its text "

@@ -175,6 +175,43 @@ def test_markdown_shows_warnings_first():
     assert "draftverify bench --a" in markdown and "cmd --a" in markdown and "- a note" in markdown
 
 
+def test_markdown_names_the_llama_cpp_library_and_what_its_kernels_mean_for_exactness():
+    result = {
+        "config": {"prompts": "humaneval", "quick": False, "temperatures": [0.0], "max_new_tokens": 4},
+        "machine": {"cpu_model": "cpu", "cores": 2},
+        "date": "today",
+        "prompts": [],
+        "versions": {"torch_threads": 1, "python": "3", "torch": "t", "transformers": "x", "draftverify": "0"},
+        "runners": [],
+        "files": {"json": "x.json"},
+        "notes": [],
+        "command": "cmd",
+        "reproduce": "draftverify bench",
+        "warnings": [],
+    }
+    assert "llama.cpp library" not in render_markdown(result)  # no llama.cpp row ran
+    result["versions"]["llama_cpp_library"] = {"path": None, "llamafile": True}
+    assert "llama.cpp library: llama-cpp-python's own build; llamafile's matrix kernels in, flash attention on" in (
+        render_markdown(result)
+    )
+    result["versions"]["llama_cpp_library"] = {"path": "/x/bin", "llamafile": False}
+    result["config"]["flash_attn"] = False
+    assert "`LLAMA_CPP_LIB_PATH=/x/bin`; llamafile's matrix kernels left out, flash attention off: a chain's" in (
+        render_markdown(result)
+    )
+
+
+def test_the_reproduce_line_carries_the_llama_cpp_library_it_ran_on(monkeypatch, tmp_path):
+    from draftverify.bench.environment import REPO, reproduce_command
+
+    monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
+    assert reproduce_command("/venv/bin/draftverify bench --zoo code") == "draftverify bench --zoo code"
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(REPO / ".cache" / "lib"))
+    assert reproduce_command("draftverify bench") == "LLAMA_CPP_LIB_PATH=.cache/lib draftverify bench"
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(tmp_path))
+    assert reproduce_command("draftverify bench") == f"LLAMA_CPP_LIB_PATH={tmp_path} draftverify bench"
+
+
 class _Overshooting(nn.Module):
     """Stands in for a model whose generate() returns `extra` tokens past max_new_tokens (HF prompt lookup)."""
 

@@ -48,8 +48,7 @@ TREE_ROOM = 256  # cells beyond the positions: a tree's siblings take cells too
 # llama.cpp's own default (flash_attn_type auto) turns flash attention on for the CPU; it is said here, and given
 # to the bench's llama-cpp-python peers (whose Llama() turns it off unless asked), so that every llama.cpp row of a
 # comparison computes the same logits with the same kernels; load(flash_attn=False) / --no-flash-attn turn it off.
-# Neither setting makes llama.cpp's CPU kernels batch-invariant: a verify pass over several tokens can round
-# differently from one-token decoding (on, in the several-query attention kernel), and a near-tie can flip
+# Off, on a library without llamafile's kernels, a chain's verify pass is batch-invariant (llamacpp_kernels.py)
 FLASH_ATTENTION = True
 
 

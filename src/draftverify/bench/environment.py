@@ -68,6 +68,10 @@ def versions() -> dict:
     }
     status = _git("status", "--porcelain", "--untracked-files=no")
     info["git_dirty"] = bool(status) if status is not None else None
+    if "llama_cpp.llama_cpp" in sys.modules:  # llama.cpp rows ran: which library, with which kernels
+        from ..backends.llamacpp_kernels import library
+
+        info["llama_cpp_library"] = library(sys.modules["llama_cpp.llama_cpp"])
     for name in ("sacrebleu", "matplotlib"):
         try:
             info[name] = __import__(name).__version__
@@ -91,6 +95,11 @@ def reproduce_command(command: str) -> str:
         argv[0] = "draftverify"
     elif len(argv) > 2 and argv[1] == "-m" and argv[2] == "draftverify.cli":
         argv = ["draftverify", *argv[3:]]
+    library = os.environ.get("LLAMA_CPP_LIB_PATH")  # llama-cpp-python loads llama.cpp from there (its kernels count)
+    if library:
+        folder = Path(library).resolve()
+        shown = folder.relative_to(REPO) if folder.is_relative_to(REPO) else folder
+        return f"LLAMA_CPP_LIB_PATH={shlex.quote(str(shown))} {shlex.join(argv)}"
     return shlex.join(argv)
 
 

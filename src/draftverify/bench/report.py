@@ -134,6 +134,19 @@ def _device_text(env: dict) -> str:
     return f"models on {device}" + (f" ({env['gpu']})" if env.get("gpu") else "") + "; "
 
 
+def _llama_cpp_lines(cfg: dict, ver: dict) -> list[str]:
+    """Which llama.cpp library the llama.cpp rows ran on and what its kernels mean for exactness (none: no such row)."""
+    library = ver.get("llama_cpp_library")
+    if library is None:
+        return []
+    from ..backends.llamacpp import FLASH_ATTENTION
+    from ..backends.llamacpp_kernels import LIB_PATH_ENV, describe
+
+    flash_attn = FLASH_ATTENTION if cfg.get("flash_attn") is None else cfg["flash_attn"]
+    where = f"`{LIB_PATH_ENV}={library['path']}`" if library["path"] else "llama-cpp-python's own build"
+    return [f"llama.cpp library: {where}; {describe(library['llamafile'], flash_attn)}.", ""]
+
+
 def render_markdown(result: dict) -> str:
     cfg, env, ver = result["config"], result["machine"], result["versions"]
     rows = result["runners"]
@@ -151,6 +164,7 @@ def render_markdown(result: dict) -> str:
         "",
         _compile_line(cfg),
         "",
+        *_llama_cpp_lines(cfg, ver),
         "Reproduce (from the repository root; models and data as recorded in the JSON):",
         "",
         "```bash",

@@ -1,0 +1,47 @@
+"""Whether the llama.cpp library in use scores a verify pass's tokens bit for bit as one-token decoding does.
+
+Two places in llama.cpp's CPU kernels round a product over several tokens differently from the same product over
+one, so that on a quantized file a near-tie can flip between a method's text and the target's own greedy text:
+- llamafile's matrix kernels, built in by default, take every matrix product of two or more rows; ggml's own
+  kernel takes one row;
+- the flash-attention kernel for several queries differs from its one-query kernel.
+A library built without llamafile (INVARIANT_BUILD_SCRIPT, or llama-cpp-python installed with
+CMAKE_ARGS="-DGGML_LLAMAFILE=OFF"), with flash attention off, scores a chain's tokens as one-token decoding does. A
+token tree's masked siblings sit between a node's ancestors in the KV cache and change the order of the attention
+sums, so tree methods can still part on a near tie.
+"""
+
+from __future__ import annotations
+
+import os
+
+INVARIANT_BUILD_SCRIPT = "scripts/build_llama_cpp_invariant_lib.sh"
+LIB_PATH_ENV = "LLAMA_CPP_LIB_PATH"  # llama-cpp-python loads the library from this folder when it is set
+
+
+def has_llamafile(system_info: str) -> bool:
+    """Whether llama_print_system_info's text lists llamafile's kernels as built in."""
+    return "LLAMAFILE = 1" in system_info
+
+
+def library(lib) -> dict:
+    """The loaded library (llama-cpp-python's low-level module `lib`): its folder and whether llamafile is in it."""
+    info = lib.llama_print_system_info().decode("utf-8", "replace")
+    return {"path": os.environ.get(LIB_PATH_ENV) or None, "llamafile": has_llamafile(info)}
+
+
+def chains_exact(llamafile: bool, flash_attn: bool) -> bool:
+    """Whether a chain's verify pass rounds every token as one-token decoding does with these kernels."""
+    return not llamafile and not flash_attn
+
+
+def describe(llamafile: bool, flash_attn: bool) -> str:
+    """One sentence for reports: the kernels and what they mean for exactness."""
+    included = "in" if llamafile else "left out"
+    kernels = f"llamafile's matrix kernels {included}, flash attention {'on' if flash_attn else 'off'}"
+    if chains_exact(llamafile, flash_attn):
+        return f"{kernels}: a chain's verify pass scores every token bit for bit as one-token decoding does"
+    return (
+        f"{kernels}: a verify pass can round differently from one-token decoding, so on a quantized file a near-tie "
+        f"can flip (a library without llamafile, {INVARIANT_BUILD_SCRIPT}, and --no-flash-attn make chains exact)"
+    )

@@ -1,0 +1,97 @@
+"""The llama.cpp library's kernels and exactness: reading whether llamafile's kernels are built in, and, with a
+library built without them (scripts/build_llama_cpp_invariant_lib.sh, as CI does) and flash attention off, a chain's
+verify passes scoring every token bit for bit as one-token decoding does on the q8_0 file, where llama-cpp-python's
+own build parts. The library is chosen when llama_cpp is imported, so those checks run in a child process."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from draftverify.backends.gguf import converter_available
+from draftverify.backends.llamacpp_kernels import chains_exact, describe, has_llamafile
+
+ROOT = Path(__file__).resolve().parents[2]
+INVARIANT_ENV = "DRAFTVERIFY_LLAMA_CPP_INVARIANT_LIB"  # the folder the build script printed (CI sets it)
+
+
+def _invariant_lib() -> Path | None:
+    folder = Path(os.environ.get(INVARIANT_ENV) or ROOT / ".cache" / "llama.cpp-invariant" / "bin")
+    return folder if any((folder / name).is_file() for name in ("libllama.so", "libllama.dylib")) else None
+
+
+SYSTEM_INFO = "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 1 | AMX_INT8 = 1 | {}OPENMP = 1 | REPACK = 1 | "
+
+
+def test_the_llamafile_kernels_are_read_from_the_system_info():
+    assert has_llamafile(SYSTEM_INFO.format("LLAMAFILE = 1 | "))
+    assert not has_llamafile(SYSTEM_INFO.format(""))
+
+
+def test_only_a_library_without_llamafile_with_flash_attention_off_makes_chains_exact():
+    assert chains_exact(llamafile=False, flash_attn=False)
+    assert not any(chains_exact(llamafile, flash) for llamafile, flash in ((True, False), (False, True), (True, True)))
+    assert "bit for bit" in describe(False, False)
+    assert "build_llama_cpp_invariant_lib.sh" in describe(True, False)
+
+
+# HumanEval/6 on the zoo's q8_0 target: with llama-cpp-python's own build and flash attention off, every drafting
+# row of the committed no-flash-attention bench parts from the greedy text at its 13th new token
+CHILD = r"""
+import json, sys
+import torch
+import llama_cpp.llama_cpp as lib
+from transformers import AutoTokenizer
+from draftverify import load
+from draftverify.backends.llamacpp import LlamaCppLM, open_gguf
+from draftverify.backends.llamacpp_kernels import library
+from draftverify.bench.prompts import load_prompts
+from draftverify.types import SamplingParams
+
+zoo = sys.argv[1]
+tokenizer = AutoTokenizer.from_pretrained(zoo + "/target")
+ids = tokenizer(load_prompts("humaneval", None)[6].text, return_tensors="pt").input_ids  # [1, P]
+greedy = SamplingParams(temperature=0.0)
+texts = {}
+for method, draft in (("autoregressive", None), ("model", zoo + "/draft")):
+    pipe = load(target=zoo + "/target", draft=draft, method=method, gamma=6, backend="llamacpp", threads=2,
+                target_gguf="q8_0", flash_attn=False)
+    texts[method] = pipe.generate_ids(ids, greedy, max_new_tokens=32)[0].new_tokens[0].tolist()
+model, _ = open_gguf(zoo + "/target", outtype="q8_0")
+one, wide = (LlamaCppLM(model, threads=2, flash_attn=False) for _ in range(2))
+tokens = torch.tensor([texts["autoregressive"][:30]])  # [1, 30]: 10 passes of 3 kept
+one.start(ids)
+wide.start(ids)
+single = torch.cat([one.forward(tokens[:, i : i + 1]).logits for i in range(tokens.shape[1])], dim=1)  # [1, 30, V]
+chunks = []
+for at in range(0, tokens.shape[1], 3):  # verify passes of 7: 3 kept, 4 rejected draft tokens rolled back
+    wrong = torch.full((1, 4), 7)
+    chunks.append(wide.forward(torch.cat([tokens[:, at : at + 3], wrong], dim=1)).logits[:, :3])
+    wide.commit(3)
+print(json.dumps({
+    "llamafile": library(lib)["llamafile"],
+    "texts_equal": texts["model"] == texts["autoregressive"],
+    "logits_equal": torch.equal(single, torch.cat(chunks, dim=1)),
+}))
+"""
+
+
+@pytest.mark.skipif(
+    not (importlib.util.find_spec("llama_cpp") and converter_available() and _invariant_lib()),
+    reason="no llama.cpp library built without llamafile (scripts/build_llama_cpp_invariant_lib.sh), or the "
+    "llamacpp extra / converter is absent",
+)
+def test_without_llamafile_and_flash_attention_a_chain_scores_as_one_token_decoding_on_q8_0(tmp_path):
+    env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(_invariant_lib()), "DRAFTVERIFY_GGUF_CACHE": str(tmp_path)}
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(ROOT / "zoo" / "code")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    assert result == {"llamafile": False, "texts_equal": True, "logits_equal": True}
