@@ -40,6 +40,12 @@ TABLES: tuple[TableSource, ...] = (
         "benchmarks/speed/bench-humaneval-llamacpp-native-q8_0.md",
         "## Temperature 0 (greedy)",
     ),
+    TableSource(
+        "docs/benchmarks-llamacpp.md",
+        "q8-invariant",
+        "benchmarks/speed/bench-humaneval-llamacpp-q8_0-invariant.md",
+        "## Temperature 0 (greedy)",
+    ),
     TableSource("docs/benchmarks-llamacpp.md", "native-rounds", "benchmarks/speed/rounds-humaneval-llamacpp-native.md"),
     TableSource(
         "docs/benchmarks-llamacpp.md",
