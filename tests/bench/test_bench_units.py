@@ -147,35 +147,8 @@ def test_a_lossless_runner_that_differs_from_the_baseline_raises_a_loud_warning(
     assert by_name["model[g=2]"]["chrf_target_greedy"] < 100.0
 
 
-def test_markdown_shows_warnings_first():
-    result = {
-        "config": {"prompts": "humaneval", "quick": False, "temperatures": [0.0], "max_new_tokens": 4},
-        "machine": {"cpu_model": "cpu", "cores": 2},
-        "date": "today",
-        "prompts": [],
-        "versions": {
-            "torch_threads": 1,
-            "python": "3",
-            "torch": "t",
-            "transformers": "x",
-            "draftverify": "0",
-            "git_commit": "abc",
-            "git_dirty": False,
-        },
-        "runners": [],
-        "files": {"json": "x.json"},
-        "notes": ["a note"],
-        "command": "cmd --a",
-        "reproduce": "draftverify bench --a",
-        "warnings": ["model differs"],
-    }
-    markdown = render_markdown(result)
-    assert "> **WARNING**: model differs" in markdown
-    assert markdown.index("WARNING") < markdown.index("How to read")
-    assert "draftverify bench --a" in markdown and "cmd --a" in markdown and "- a note" in markdown
-
-
-def test_markdown_names_the_llama_cpp_library_and_what_its_kernels_mean_for_exactness():
+def _result(**overrides) -> dict:
+    """A bench result with no runner, as render_markdown reads it."""
     result = {
         "config": {"prompts": "humaneval", "quick": False, "temperatures": [0.0], "max_new_tokens": 4},
         "machine": {"cpu_model": "cpu", "cores": 2},
@@ -189,6 +162,20 @@ def test_markdown_names_the_llama_cpp_library_and_what_its_kernels_mean_for_exac
         "reproduce": "draftverify bench",
         "warnings": [],
     }
+    return {**result, **overrides}
+
+
+def test_markdown_shows_warnings_first():
+    result = _result(notes=["a note"], command="cmd --a", reproduce="draftverify bench --a", warnings=["model differs"])
+    result["versions"].update(git_commit="abc", git_dirty=False)
+    markdown = render_markdown(result)
+    assert "> **WARNING**: model differs" in markdown
+    assert markdown.index("WARNING") < markdown.index("How to read")
+    assert "draftverify bench --a" in markdown and "cmd --a" in markdown and "- a note" in markdown
+
+
+def test_markdown_names_the_llama_cpp_library_and_what_its_kernels_mean_for_exactness():
+    result = _result()
     assert "llama.cpp library" not in render_markdown(result)  # no llama.cpp row ran
     result["versions"]["llama_cpp_library"] = {"path": None, "llamafile": True}
     assert "llama.cpp library: llama-cpp-python's own build; llamafile's matrix kernels in, flash attention on" in (
