@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from draftverify.backends.gguf import converter_available
-from draftverify.backends.llamacpp_kernels import chains_exact, describe, has_llamafile
+from draftverify.backends.llamacpp_kernels import chains_exact, describe, has_llamafile, library_missing
 
 ROOT = Path(__file__).resolve().parents[2]
 INVARIANT_ENV = "DRAFTVERIFY_LLAMA_CPP_INVARIANT_LIB"  # the folder the build script printed (CI sets it)
@@ -39,6 +39,27 @@ def test_only_a_library_without_llamafile_with_flash_attention_off_makes_chains_
     assert not any(chains_exact(llamafile, flash) for llamafile, flash in ((True, False), (False, True), (True, True)))
     assert "bit for bit" in describe(False, False)
     assert "build_llama_cpp_invariant_lib.sh" in describe(True, False)
+
+
+def test_a_library_folder_without_llama_cpp_says_what_to_point_it_at(monkeypatch):
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", "/nowhere")
+    message = library_missing(FileNotFoundError("not found"))
+    assert "$LLAMA_CPP_LIB_PATH=/nowhere holds no llama.cpp library" in message
+    assert "build_llama_cpp_invariant_lib.sh" in message and "unset it" in message
+    monkeypatch.delenv("LLAMA_CPP_LIB_PATH")
+    assert "reinstall it" in library_missing(FileNotFoundError("not found"))
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("llama_cpp"), reason="the llamacpp extra is not installed")
+def test_generate_on_an_empty_library_folder_is_a_one_line_usage_error(tmp_path):
+    env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(tmp_path)}
+    args = ["generate", "--zoo", "code", "--backend", "llamacpp", "--prompt", "x", "--max-new-tokens", "2"]
+    child = subprocess.run(
+        [sys.executable, "-m", "draftverify.cli", *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert child.returncode == 2, child.stderr[-2000:]
+    assert f"$LLAMA_CPP_LIB_PATH={tmp_path} holds no llama.cpp library" in child.stderr
+    assert "Traceback" not in child.stderr
 
 
 # HumanEval/6 on the zoo's q8_0 target: with llama-cpp-python's own build and flash attention off, every drafting

@@ -38,6 +38,7 @@ from ..errors import DraftVerifyError
 from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
 from .llamacpp_ext import ext_call
+from .llamacpp_kernels import library_missing
 from .llamacpp_rows import BATCH, LlamaCppRows
 from .llamacpp_ubatches import MicroBatchCost
 
@@ -63,7 +64,10 @@ def require_llama_cpp():
             f"the llamacpp backend needs llama-cpp-python: {LLAMACPP_INSTALL} "
             "(it builds llama.cpp from source, about 6-8 minutes)"
         )
-    import llama_cpp.llama_cpp as lib
+    try:
+        import llama_cpp.llama_cpp as lib
+    except FileNotFoundError as err:  # llama-cpp-python finds no libllama, its own or in $LLAMA_CPP_LIB_PATH
+        raise DraftVerifyError(library_missing(err)) from None
 
     global _LOG
     if _LOG is None:  # llama.cpp's load and context logs: errors only (kept referenced: C holds the pointer)

@@ -19,6 +19,17 @@ INVARIANT_BUILD_SCRIPT = "scripts/build_llama_cpp_invariant_lib.sh"
 LIB_PATH_ENV = "LLAMA_CPP_LIB_PATH"  # llama-cpp-python loads the library from this folder when it is set
 
 
+def library_missing(err: Exception) -> str:
+    """What to do when llama-cpp-python finds no llama.cpp library to load."""
+    folder = os.environ.get(LIB_PATH_ENV)
+    if folder:
+        return (
+            f"${LIB_PATH_ENV}={folder} holds no llama.cpp library ({err}): point it at the folder "
+            f"{INVARIANT_BUILD_SCRIPT} printed, or unset it to use llama-cpp-python's own"
+        )
+    return f"llama-cpp-python has no llama.cpp library ({err}): reinstall it, pip install -e '.[llamacpp]'"
+
+
 def has_llamafile(system_info: str) -> bool:
     """Whether llama_print_system_info's text lists llamafile's kernels as built in."""
     return "LLAMAFILE = 1" in system_info
