@@ -167,6 +167,45 @@ def test_a_wrong_option_value_is_a_usage_error_on_the_command_line(model_dir, tm
     assert not out.exists() or not any(out.iterdir())  # no report of a run that did not happen
 
 
+def test_backend_llamacpp_without_its_extra_is_a_usage_error_naming_the_install(model_dir, tmp_path, monkeypatch):
+    """--backend llamacpp is asked for by name: without llama-cpp-python the bench stops before loading a model
+    (an exit 0 with every llama.cpp row skipped would read as a run of that backend)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    with pytest.raises(DraftVerifyError, match=r"pip install -e \"\.\[llamacpp\]\""):
+        BenchConfig(target=model_dir / "target", quick=True, backends=("hf", "llamacpp")).resolved()
+    out = tmp_path / "out"
+    args = ["bench", "--quick", "--target", str(model_dir / "target"), "--backend", "llamacpp", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--threads", "1", "--no-progress", "--no-plots"])
+    assert result.exit_code == 2, result.output
+    assert "llama-cpp-python" in result.output and "skipped" not in result.output
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_peers_built_before_a_failing_row_are_closed(model_dir, models, monkeypatch):
+    """A bad option met after the peers' rows are built (llamacpp_native starts its servers then) closes them."""
+    from draftverify.bench import lineup
+
+    closed = []
+
+    class Peer:
+        name = "peer"
+
+        def close(self):
+            closed.append(self.name)
+
+    def failing(*args, **kwargs):
+        raise OptionValueError("--suffix-min-match must be at least 1, got 0")
+
+    monkeypatch.setattr(lineup, "peer_runners", lambda config, models, hooks: ([Peer()], []))
+    monkeypatch.setattr(lineup, "our_runners", failing)
+    with pytest.raises(OptionValueError):
+        build_runners(_config(model_dir, runners=("suffix",)), models, Hooks(target=None))
+    assert closed == ["peer"]
+
+
 def test_unknown_runner_family_lists_the_registered_ones(model_dir):
     with pytest.raises(DraftVerifyError, match="unknown runner family medusa.*specdec\\+\\+"):
         _config(model_dir, runners=("model", "medusa"))

@@ -173,6 +173,10 @@ class BenchConfig:
             )
         if self.compile and "llamacpp" in self.backends:
             raise DraftVerifyError("--compile is for the hf backend; run --backend llamacpp without it")
+        if "llamacpp" in self.backends:
+            from ..backends.llamacpp import require_llama_cpp
+
+            require_llama_cpp()  # asked for by name: a missing extra or library stops here, before any model loads
         if self.draft_gguf is not None:
             from ..backends import check_draft_gguf
 

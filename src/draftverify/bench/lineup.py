@@ -38,6 +38,21 @@ def build_runners(config: BenchConfig, models: BenchModels, hooks: Hooks) -> tup
     ]
     peers, notes = peer_runners(config, models, hooks)
     runners += peers
+    try:
+        ours_rows, our_notes = our_runners(config, models, hooks, target_lm, runners)
+    except BaseException:
+        for runner in runners:  # the peers' servers (llamacpp_native) started before a bad option or model
+            runner.close()
+        raise
+    return runners + ours_rows, notes + our_notes
+
+
+def our_runners(
+    config: BenchConfig, models: BenchModels, hooks: Hooks, target_lm, others: list[Runner]
+) -> tuple[list[Runner], list[str]]:
+    """Our rows from the method registry on each --backend, and notes on what was skipped."""
+    ours = dict(target=target_lm, hooks=hooks, eos_token_id=models.eos_token_id)
+    runners: list[Runner] = []
     our_notes: list[str] = []
     if "hf" in config.backends:
         rows, hf_notes = plan_rows(config, models, target_lm)
@@ -58,38 +73,33 @@ def build_runners(config: BenchConfig, models: BenchModels, hooks: Hooks) -> tup
                 )
             )
     if "llamacpp" in config.backends:
-        llama_rows, llama_notes = llamacpp_backend_runners(config, models, hooks, runners)
+        llama_rows, llama_notes = llamacpp_backend_runners(config, models, hooks, others + runners)
         runners += llama_rows
         our_notes += llama_notes
-    return runners, notes + our_notes
+    return runners, our_notes
 
 
 def llamacpp_backend_runners(
     config: BenchConfig, models: BenchModels, hooks: Hooks, others: list[Runner]
 ) -> tuple[list[Runner], list[str]]:
     """Our loop on the llama.cpp backend: llamacpp:ours_autoregressive and every lossless method it can run, greedy,
-    each checked token for token against llama.cpp's own greedy row `llamacpp` (when that row runs)."""
-    from ..backends.llamacpp import LlamaCppLM, installed, open_gguf
-    from ..errors import DraftVerifyError
+    each checked token for token against llama.cpp's own greedy row `llamacpp` (when that row runs). The backend
+    was asked for by name (--backend), so a missing converter or a model it cannot convert is an error, not a note."""
+    from ..backends.llamacpp import LlamaCppLM, open_gguf
 
-    if not installed():
-        return [], ['llamacpp backend rows skipped: llama-cpp-python is not installed (pip install -e ".[llamacpp]")']
     threads = config.threads or torch.get_num_threads()
-    try:
-        target, _ = open_gguf(models.paths["target"], config.dtype, "target", outtype=config.target_gguf_type())
-        lms = [
-            LlamaCppLM(
-                open_gguf(models.paths[role], config.dtype, role, outtype=config.draft_gguf)[0],
-                role=role,
-                threads=threads,
-                flash_attn=config.llamacpp_flash_attn(),
-            )
-            if models.paths.get(role)
-            else None
-            for role in ("draft", "aligned_draft")
-        ]
-    except DraftVerifyError as err:
-        return [], [f"llamacpp backend rows skipped: {err}"]
+    target, _ = open_gguf(models.paths["target"], config.dtype, "target", outtype=config.target_gguf_type())
+    lms = [
+        LlamaCppLM(
+            open_gguf(models.paths[role], config.dtype, role, outtype=config.draft_gguf)[0],
+            role=role,
+            threads=threads,
+            flash_attn=config.llamacpp_flash_attn(),
+        )
+        if models.paths.get(role)
+        else None
+        for role in ("draft", "aligned_draft")
+    ]
     target_lm = LlamaCppLM(target, role="target", threads=threads, flash_attn=config.llamacpp_flash_attn())
     reference = "llamacpp" if any(r.name == "llamacpp" for r in others) else None
     common = dict(
