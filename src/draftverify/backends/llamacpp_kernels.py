@@ -7,8 +7,9 @@ one, so that on a quantized file a near-tie can flip between a method's text and
 - the flash-attention kernel for several queries differs from its one-query kernel.
 A library built without llamafile (INVARIANT_BUILD_SCRIPT, or llama-cpp-python installed with
 CMAKE_ARGS="-DGGML_LLAMAFILE=OFF"), with flash attention off, scores a chain's tokens as one-token decoding does. A
-token tree's masked siblings sit between a node's ancestors in the KV cache and change the order of the attention
-sums, so tree methods can still part on a near tie.
+token tree's masked siblings sit between a node's ancestors in the KV cache, and its kept branch stays offset from
+its positions afterwards: either moves cells between the lanes of the attention-times-V dot product, so tree
+methods can still part on a near tie.
 """
 
 from __future__ import annotations
