@@ -1,7 +1,8 @@
 """The llama.cpp library's kernels and exactness: reading whether llamafile's kernels are built in, and, with a
 library built without them (scripts/build_llama_cpp_invariant_lib.sh, as CI does) and flash attention off, a chain's
 verify passes scoring every token bit for bit as one-token decoding does on the q8_0 file, where llama-cpp-python's
-own build parts. The library is chosen when llama_cpp is imported, so those checks run in a child process."""
+own build parts, and a batch's rows (each on its own KV stream) keeping their batch-1 greedy texts. The library is
+chosen when llama_cpp is imported, so those checks run in a child process."""
 
 from __future__ import annotations
 
@@ -79,11 +80,15 @@ zoo = sys.argv[1]
 tokenizer = AutoTokenizer.from_pretrained(zoo + "/target")
 ids = tokenizer(load_prompts("humaneval", None)[6].text, return_tensors="pt").input_ids  # [1, P]
 greedy = SamplingParams(temperature=0.0)
+other = tokenizer(load_prompts("humaneval", None)[0].text).input_ids
 texts = {}
 for method, draft in (("autoregressive", None), ("model", zoo + "/draft")):
     pipe = load(target=zoo + "/target", draft=draft, method=method, gamma=6, backend="llamacpp", threads=2,
                 target_gguf="q8_0", flash_attn=False)
     texts[method] = pipe.generate_ids(ids, greedy, max_new_tokens=32)[0].new_tokens[0].tolist()
+    if method == "autoregressive":
+        other_text = pipe.generate_ids(torch.tensor([other]), greedy, max_new_tokens=32)[0].new_tokens[0].tolist()
+rows = pipe.generate_batch_ids([ids[0].tolist(), other], greedy, max_new_tokens=32)[0].rows  # rows on KV streams
 model, _ = open_gguf(zoo + "/target", outtype="q8_0")
 one, wide = (LlamaCppLM(model, threads=2, flash_attn=False) for _ in range(2))
 tokens = torch.tensor([texts["autoregressive"][:30]])  # [1, 30]: 10 passes of 3 kept
@@ -98,6 +103,7 @@ for at in range(0, tokens.shape[1], 3):  # verify passes of 7: 3 kept, 4 rejecte
 print(json.dumps({
     "llamafile": library(lib)["llamafile"],
     "texts_equal": texts["model"] == texts["autoregressive"],
+    "rows_equal": rows == [texts["autoregressive"], other_text],
     "logits_equal": torch.equal(single, torch.cat(chunks, dim=1)),
 }))
 """
@@ -108,11 +114,11 @@ print(json.dumps({
     reason="no llama.cpp library built without llamafile (scripts/build_llama_cpp_invariant_lib.sh), or the "
     "llamacpp extra / converter is absent",
 )
-def test_without_llamafile_and_flash_attention_a_chain_scores_as_one_token_decoding_on_q8_0(tmp_path):
+def test_without_llamafile_and_flash_attention_chains_and_rows_score_as_one_token_decoding_on_q8_0(tmp_path):
     env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(_invariant_lib()), "DRAFTVERIFY_GGUF_CACHE": str(tmp_path)}
     child = subprocess.run(
         [sys.executable, "-c", CHILD, str(ROOT / "zoo" / "code")], env=env, capture_output=True, text=True, timeout=600
     )
     assert child.returncode == 0, child.stderr[-3000:]
     result = json.loads(child.stdout.strip().splitlines()[-1])
-    assert result == {"llamafile": False, "texts_equal": True, "logits_equal": True}
+    assert result == {"llamafile": False, "texts_equal": True, "rows_equal": True, "logits_equal": True}
