@@ -379,6 +379,32 @@ def test_a_draft_with_another_vocabulary_is_refused(tiny, tmp_path):
         )
 
 
+def test_generate_and_serve_say_when_a_method_on_a_quantized_target_may_part(tiny, monkeypatch, capsys):
+    """The note (cli._say_llamacpp_exactness) names what makes chains exact where the kernels do not; with them,
+    it speaks for tree methods only; a float file and plain decoding get none."""
+    from draftverify import load
+    from draftverify.backends import llamacpp_kernels
+    from draftverify.cli import _say_llamacpp_exactness
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tiny["cache"]))
+    common = dict(target=tiny["root"] / "target", backend="llamacpp", threads=1, gamma=3)
+
+    def note(method, kernels_exact, **options) -> str:
+        monkeypatch.setattr(llamacpp_kernels, "library", lambda lib: {"path": None, "llamafile": not kernels_exact})
+        pipe = load(method=method, flash_attn=not kernels_exact, **common, **options)
+        capsys.readouterr()
+        _say_llamacpp_exactness(pipe)
+        return " ".join(capsys.readouterr().err.split())
+
+    draft = {"draft": tiny["root"] / "draft"}
+    assert "build_llama_cpp_invariant_lib.sh" in note("model", False, target_gguf="q8_0", **draft)
+    assert "--no-flash-attn" in note("model", False, target_gguf="q8_0", **draft)
+    assert note("model", True, target_gguf="q8_0", **draft) == ""
+    assert "token trees" in note("model_tree", True, target_gguf="q8_0", **draft)
+    assert note("model", False, **draft) == ""  # f32
+    assert note("autoregressive", False, target_gguf="q8_0") == ""
+
+
 def test_the_draft_converts_at_its_own_gguf_type(tiny, monkeypatch):
     """draft_gguf picks the draft's GGUF type (default q8_0) while the target keeps dtype's; the text is the
     target's greedy text whatever the draft's precision."""

@@ -175,7 +175,9 @@ RUNNERS_HELP = (
 TARGET_GGUF_HELP = (
     "With --backend llamacpp: the GGUF type a target model folder is converted at (default: --dtype's, f32 for "
     "float32): q8_0 and q4_k_m (made by llama.cpp's llama-quantize, scripts/build_llama_cpp_tools.sh) as llama.cpp "
-    "users run them, f32, f16 or bf16; every method's text equals that file's own greedy text."
+    "users run them, f32, f16 or bf16. On a quantized file a chain method's text equals the file's own greedy text "
+    "with a llama.cpp library built without llamafile's kernels and --no-flash-attn (docs/backends.md); generate "
+    "and serve say when it may not."
 )
 FLASH_ATTN_HELP = (
     "With --backend llamacpp: llama.cpp's flash attention, on by default as llama.cpp runs it, or off. Off, on a "
@@ -216,6 +218,25 @@ def _quiet_libraries() -> None:
 
     if not verbose_requested():
         quiet_libraries(process=True)
+
+
+def _say_llamacpp_exactness(pipe) -> None:
+    """A note when a drafting method on a quantized llama.cpp target may part from the file's own greedy text."""
+    from .backends.llamacpp import LlamaCppLM
+
+    target = pipe.target
+    if not isinstance(target, LlamaCppLM) or pipe.method.name == "autoregressive":
+        return
+    from .backends.llamacpp_kernels import exactness_note, is_quantized, library
+
+    note = exactness_note(
+        is_quantized(target.model.meta("general.file_type")),
+        library(target.lib)["llamafile"],
+        target.flash_attn,
+        trees=type(pipe.drafter).proposes_trees,
+    )
+    if note:
+        err_console.print(f"[yellow]note:[/yellow] {escape(note)}")
 
 
 def _check_backend_flags(
@@ -408,6 +429,7 @@ def generate(
             **options,
         )
         pipe.heal = _heal_default(heal, zoo, pipe)
+        _say_llamacpp_exactness(pipe)
         if texts is not None:
             _generate_batches(
                 pipe,
@@ -762,6 +784,7 @@ def serve(
 
         pipe = load(**load_args)
         settings.heal = _heal_default(heal, zoo, pipe)
+        _say_llamacpp_exactness(pipe)
         if settings.max_batch > 1 and not pipe.supports_batches:
             why = "with --compile" if pipe.compiled else ""
             err_console.print(

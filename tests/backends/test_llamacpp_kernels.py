@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 
 from draftverify.backends.gguf import converter_available
-from draftverify.backends.llamacpp_kernels import chains_exact, describe, has_llamafile, library_missing
+from draftverify.backends.llamacpp_kernels import (
+    chains_exact,
+    describe,
+    exactness_note,
+    has_llamafile,
+    is_quantized,
+    library_missing,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 INVARIANT_ENV = "DRAFTVERIFY_LLAMA_CPP_INVARIANT_LIB"  # the folder the build script printed (CI sets it)
@@ -40,6 +47,19 @@ def test_only_a_library_without_llamafile_with_flash_attention_off_makes_chains_
     assert not any(chains_exact(llamafile, flash) for llamafile, flash in ((True, False), (False, True), (True, True)))
     assert "bit for bit" in describe(False, False)
     assert "build_llama_cpp_invariant_lib.sh" in describe(True, False)
+
+
+def test_quantized_file_types_are_read_from_the_gguf_metadata():
+    assert not any(is_quantized(t) for t in ("0", "1", "32", None, "", "x"))  # F32, F16, BF16, none or unreadable
+    assert all(is_quantized(t) for t in ("7", "15", "2"))  # Q8_0, Q4_K_M, Q4_0
+
+
+def test_the_exactness_note_speaks_only_where_a_text_may_part():
+    assert exactness_note(False, True, True, trees=True) is None  # a float file
+    assert "--no-flash-attn" in exactness_note(True, True, False, trees=False)
+    assert "build_llama_cpp_invariant_lib.sh" in exactness_note(True, False, True, trees=False)
+    assert exactness_note(True, False, False, trees=False) is None  # chains with exact kernels
+    assert "token trees" in exactness_note(True, False, False, trees=True)
 
 
 def test_a_library_folder_without_llama_cpp_says_what_to_point_it_at(monkeypatch):

@@ -57,3 +57,31 @@ def describe(llamafile: bool, flash_attn: bool) -> str:
         f"{kernels}: a verify pass can round differently from one-token decoding, so on a quantized file a near-tie "
         f"can flip (a library without llamafile, {INVARIANT_BUILD_SCRIPT}, and --no-flash-attn make chains exact)"
     )
+
+
+FLOAT_FILE_TYPES = frozenset({0, 1, 32})  # GGUF general.file_type (llama.cpp's LLAMA_FTYPE_*): F32, F16, BF16
+
+
+def is_quantized(file_type: str | None) -> bool:
+    """Whether a GGUF's general.file_type metadata (a number as text; None when the file has none) is quantized."""
+    return file_type is not None and file_type.strip().isdigit() and int(file_type) not in FLOAT_FILE_TYPES
+
+
+def exactness_note(quantized: bool, llamafile: bool, flash_attn: bool, trees: bool) -> str | None:
+    """What a user running a drafting method on a llama.cpp target should know about its text against the file's
+    own greedy text, or None when there is nothing to say (a float file, or chains with exact kernels)."""
+    if not quantized:
+        return None
+    if not chains_exact(llamafile, flash_attn):
+        return (
+            "on a quantized file these llama.cpp kernels can round a verify pass differently from one-token decoding, "
+            "so a near-tie can flip this method's text away from the file's own greedy text; for exact chains run "
+            f"{INVARIANT_BUILD_SCRIPT}, set {LIB_PATH_ENV} to the folder it prints and pass --no-flash-attn "
+            "(docs/backends.md)"
+        )
+    if trees:
+        return (
+            "this method drafts token trees, which on a quantized file can still part from the file's own greedy "
+            "text at a near tie (their masked cells move the attention's sums); chain methods match it exactly here"
+        )
+    return None
