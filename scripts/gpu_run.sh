@@ -49,8 +49,8 @@ case "$SCALE" in
     HEADS=(--num-prompts 4 --eval-prompts 2 --generate-batch 4 --batch-size 16 --max-steps 2)
     BITA=(--num-train 4 --eval-prompts 2 --gen-batch 4 --batch-size 2 --cuts 2 --max-steps 2)
     NAT=(--num-prompts 4 --eval-prompts 2 --generate-batch 4 --batch-size 2 --cuts 2 --max-steps 2)
-    EAGLE3=(--max-steps 2)
     PROMPT_TOKENS=(--min-prompt-tokens 8 --max-prompt-tokens 12 --new-tokens 8)
+    EAGLE3=(--num-prompts 4 --eval-prompts 2 --generate-batch 4 --batch-size 2 "${PROMPT_TOKENS[@]}" --max-steps 2)
     BENCH=(--quick --num-prompts 1 --max-new-tokens 8)
     COST=(--quick --cost-sizes 1,2 --cost-modes eager-float32)
     ;;
