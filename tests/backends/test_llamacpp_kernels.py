@@ -67,6 +67,8 @@ def test_a_library_folder_without_llama_cpp_says_what_to_point_it_at(monkeypatch
     message = library_missing(FileNotFoundError("not found"))
     assert "$LLAMA_CPP_LIB_PATH=/nowhere holds no llama.cpp library" in message
     assert "build_llama_cpp_invariant_lib.sh" in message and "unset it" in message
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", "")
+    assert "$LLAMA_CPP_LIB_PATH= holds no llama.cpp library" in library_missing(FileNotFoundError("not found"))
     monkeypatch.delenv("LLAMA_CPP_LIB_PATH")
     assert "reinstall it" in library_missing(FileNotFoundError("not found"))
 

@@ -23,7 +23,7 @@ LIB_PATH_ENV = "LLAMA_CPP_LIB_PATH"  # llama-cpp-python loads the library from t
 def library_missing(err: Exception) -> str:
     """What to do when llama-cpp-python finds no llama.cpp library to load."""
     folder = os.environ.get(LIB_PATH_ENV)
-    if folder:
+    if folder is not None:  # set, even empty: llama-cpp-python looked there, not in its own folder
         return (
             f"${LIB_PATH_ENV}={folder} holds no llama.cpp library ({err}): point it at the folder "
             f"{INVARIANT_BUILD_SCRIPT} printed, or unset it to use llama-cpp-python's own"
