@@ -27,7 +27,13 @@ from conftest import save_llama, tiny_gguf_pair  # noqa: E402
 from draftverify import DraftVerifyError, generate  # noqa: E402
 from draftverify.backends import DEFAULT_DRAFT_GGUF  # noqa: E402
 from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
-from draftverify.backends.llamacpp import GGUFModel, GGUFTokenizer, LlamaCppLM, flash_attn_type  # noqa: E402
+from draftverify.backends.llamacpp import (  # noqa: E402
+    GGUFModel,
+    GGUFTokenizer,
+    LlamaCppLM,
+    first_branch_first,
+    flash_attn_type,
+)
 from draftverify.drafters import NgramTable  # noqa: E402
 from draftverify.methods import MethodOptions, build_drafter, build_verifier, resolve_method  # noqa: E402
 from draftverify.tree import TreeSpec  # noqa: E402
@@ -219,9 +225,9 @@ def count_decodes(monkeypatch) -> list[int]:
     counts: list[int] = []
     inner = LlamaCppLM._decode
 
-    def counted(lm, n):
+    def counted(lm, n, order=None):
         counts.append(n)
-        inner(lm, n)
+        inner(lm, n, order)
 
     monkeypatch.setattr(LlamaCppLM, "_decode", counted)
     return counts
@@ -245,6 +251,46 @@ def test_the_prompt_is_decoded_with_the_first_chain_forward(tiny, monkeypatch):
     assert torch.allclose(got, want, atol=1e-3) and torch.allclose(lm.prefilled.logits, prefilled, atol=1e-3)
     lm.commit(2)
     assert counts == [len(PROMPT) + 2] and (lm.committed, lm.length) == (len(PROMPT) + 1, len(PROMPT) + 1)
+
+
+def test_a_trees_first_branch_takes_the_cells_after_the_tail():
+    # new tokens' parents as tail indices (base 2: two tail tokens before them; -1 or < 2: outside the new tokens)
+    assert first_branch_first([1, 2, 2, 3, 4, 6], base=2) == [0, 1, 3, 2, 4, 5]
+    assert first_branch_first([-1, -1, 0], base=0) == [0, 2, 1]  # two roots, in index order
+
+
+def test_a_kept_branch_past_the_first_is_scored_again_as_a_chain(tiny):
+    """The same tree as above: its first branch (pending, 40, 41) took the cells after the prompt's, so its logits are
+    a chain's already; the branch through 50 and 51 sat past siblings and is decoded again after the pending token:
+    its logits are the chain's, and keeping a prefix of it leaves the cache as if only that prefix was decoded."""
+    tree = TreeSpec.from_parents([-1, -1, 0, 0, 1, 3])
+    nodes = [40, 50, 41, 42, 51, 43]
+    pending = PROMPT[-1]
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    decodes = []
+    for keep, rescored in (([0, 1, 3], None), ([0, 2, 5], 1)):
+        lm.start(torch.tensor([PROMPT]))
+        positions = (lm.length + tree.verify_positions())[None]
+        out = lm.forward(torch.tensor([[pending] + nodes]), positions, tree.verify_mask()).logits[0]  # [7, V]
+        got = lm.rescore_branch(keep)
+        if rescored is None:
+            assert got is None
+            lm.commit(torch.tensor(keep))
+            continue
+        m, logits = got
+        assert m == rescored and logits.shape == (1, 2, lm.vocab_size)
+        assert torch.allclose(logits[0], out[[2, 5]], atol=1e-3)  # after 50, after 51
+        assert lm.committed == len(PROMPT) and lm.length == len(PROMPT) + 2  # pending kept, 50 51 a chain tail
+        with pytest.raises(DraftVerifyError, match="not a prefix of the re-scored branch"):
+            lm.commit(torch.tensor([0, 1]))
+        lm._rescored = (m, keep)  # the refused commit changed nothing else
+        lm.commit(torch.tensor([0, 2]))  # the verdict was cut after 50
+        assert lm.committed == len(PROMPT) + 1 and lm.length == lm.committed
+        after = lm.forward(torch.tensor([[60]])).logits
+        fresh = LlamaCppLM(tiny["target"], threads=1)
+        fresh.start(torch.tensor([PROMPT + [50, 60, 61]]))  # prefills up to 60
+        decodes.append(float((after[0, 0] - fresh.prefilled.logits[0, 0]).abs().max()))
+    assert decodes and decodes[0] < 1e-3
 
 
 def test_a_deferred_prompt_too_long_to_share_a_decode_goes_first_in_chunks(zoo_models, monkeypatch):
@@ -380,8 +426,9 @@ def test_a_draft_with_another_vocabulary_is_refused(tiny, tmp_path):
 
 
 def test_generate_and_serve_say_when_a_method_on_a_quantized_target_may_part(tiny, monkeypatch, capsys):
-    """The note (cli._say_llamacpp_exactness) names what makes chains exact where the kernels do not; with them,
-    it speaks for tree methods only; a float file and plain decoding get none."""
+    """The note (cli._say_llamacpp_exactness) names what makes a method exact where the kernels do not; with them
+    (tree methods included: settle re-scores a kept branch past the first), a float file and plain decoding get
+    none."""
     from draftverify import load
     from draftverify.backends import llamacpp_kernels
     from draftverify.cli import _say_llamacpp_exactness
@@ -400,7 +447,8 @@ def test_generate_and_serve_say_when_a_method_on_a_quantized_target_may_part(tin
     assert "build_llama_cpp_invariant_lib.sh" in note("model", False, target_gguf="q8_0", **draft)
     assert "--no-flash-attn" in note("model", False, target_gguf="q8_0", **draft)
     assert note("model", True, target_gguf="q8_0", **draft) == ""
-    assert "token trees" in note("model_tree", True, target_gguf="q8_0", **draft)
+    assert note("model_tree", True, target_gguf="q8_0", **draft) == ""
+    assert "--no-flash-attn" in note("model_tree", False, target_gguf="q8_0", **draft)
     assert note("model", False, **draft) == ""  # f32
     assert note("autoregressive", False, target_gguf="q8_0") == ""
 

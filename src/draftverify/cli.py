@@ -233,7 +233,6 @@ def _say_llamacpp_exactness(pipe) -> None:
         is_quantized(target.model.meta("general.file_type")),
         library(target.lib)["llamafile"],
         target.flash_attn,
-        trees=type(pipe.drafter).proposes_trees,
     )
     if note:
         err_console.print(f"[yellow]note:[/yellow] {escape(note)}")

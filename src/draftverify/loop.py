@@ -1,6 +1,7 @@
 """generate(): the one decoding loop. Prefill, then per step propose -> score (one target forward) -> verify ->
-commit (engine/step.py), while the scheduler lets rows leave and join (engine/scheduler.py), logits processors
-constrain what the target may say (engine/processors.py) and a recorder keeps the statistics (engine/stats.py).
+settle (a tree's greedy verdict against one-token decoding, where the backend re-scores) -> commit
+(engine/step.py), while the scheduler lets rows leave and join (engine/scheduler.py), logits processors constrain
+what the target may say (engine/processors.py) and a recorder keeps the statistics (engine/stats.py).
 Nothing here depends on the method: a method that changes the target's forward wraps the target
 (Drafter.wrap_target).
 """
@@ -19,7 +20,7 @@ from .drafters.base import Drafter
 from .engine.processors import FirstTokenAllowed
 from .engine.scheduler import Scheduler, row_generator
 from .engine.stats import StatsRecorder, StepRecord, inform_policy
-from .engine.step import commit, prefill, propose, score, verify
+from .engine.step import commit, prefill, propose, score, settle, verify
 from .errors import DraftVerifyError
 from .sampling import RowParams, row_params
 from .threads import one_torch_thread_unless_models_use_it
@@ -95,9 +96,13 @@ def generate(
         t2 = now()
         verdict, accepted = verify(verifier, draft, first_token(out.logits[:, : 1 + draft.length]), state)
         t3 = now()
+        verdict, rescored = settle(target, verifier, draft, verdict, state)
+        if rescored:
+            accepted = verdict.num_accepted.tolist()
+        t4 = now()
         emitted = rows.emitted(verdict.tokens.tolist(), accepted, eos)
         commit(target, drafter, state, draft, verdict, out, emitted)
-        record = recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3))
+        record = recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3, t4), rescored)
         inform_policy(policy, record)
         stop_rows = None
         if on_tokens is not None or on_step is not None:

@@ -55,11 +55,10 @@ def test_quantized_file_types_are_read_from_the_gguf_metadata():
 
 
 def test_the_exactness_note_speaks_only_where_a_text_may_part():
-    assert exactness_note(False, True, True, trees=True) is None  # a float file
-    assert "--no-flash-attn" in exactness_note(True, True, False, trees=False)
-    assert "build_llama_cpp_invariant_lib.sh" in exactness_note(True, False, True, trees=False)
-    assert exactness_note(True, False, False, trees=False) is None  # chains with exact kernels
-    assert "token trees" in exactness_note(True, False, False, trees=True)
+    assert exactness_note(False, True, True) is None  # a float file
+    assert "--no-flash-attn" in exactness_note(True, True, False)
+    assert "build_llama_cpp_invariant_lib.sh" in exactness_note(True, False, True)
+    assert exactness_note(True, False, False) is None  # exact kernels: chains, and trees through settle
 
 
 def test_a_library_folder_without_llama_cpp_says_what_to_point_it_at(monkeypatch):
@@ -86,7 +85,9 @@ def test_generate_on_an_empty_library_folder_is_a_one_line_usage_error(tmp_path)
 
 
 # HumanEval/6 on the zoo's q8_0 target: with llama-cpp-python's own build and flash attention off, every drafting
-# row of the committed no-flash-attention bench parts from the greedy text at its 13th new token
+# row of the committed no-flash-attention bench parts from the greedy text at its 13th new token; with the library
+# without llamafile, model_tree[g=4] parted at its 18th while trees were decoded in the drafter's node order and
+# kept branches were not re-scored (engine/step.py settle)
 CHILD = r"""
 import json, sys
 import torch
@@ -103,11 +104,13 @@ tokenizer = AutoTokenizer.from_pretrained(zoo + "/target")
 ids = tokenizer(load_prompts("humaneval", None)[6].text, return_tensors="pt").input_ids  # [1, P]
 greedy = SamplingParams(temperature=0.0)
 other = tokenizer(load_prompts("humaneval", None)[0].text).input_ids
-texts = {}
-for method, draft in (("autoregressive", None), ("model", zoo + "/draft")):
-    pipe = load(target=zoo + "/target", draft=draft, method=method, gamma=6, backend="llamacpp", threads=2,
+texts, steps = {}, []
+drafts = zoo + "/draft"
+for method, draft, gamma in (("autoregressive", None, 1), ("model_tree", drafts, 4), ("model", drafts, 6)):
+    pipe = load(target=zoo + "/target", draft=draft, method=method, gamma=gamma, backend="llamacpp", threads=2,
                 target_gguf="q8_0", flash_attn=False)
-    texts[method] = pipe.generate_ids(ids, greedy, max_new_tokens=32)[0].new_tokens[0].tolist()
+    out = pipe.generate_ids(ids, greedy, max_new_tokens=32, on_step=lambda record, rows: steps.append(record))[0]
+    texts[method] = out.new_tokens[0].tolist()
     if method == "autoregressive":
         other_text = pipe.generate_ids(torch.tensor([other]), greedy, max_new_tokens=32)[0].new_tokens[0].tolist()
 rows = pipe.generate_batch_ids([ids[0].tolist(), other], greedy, max_new_tokens=32)[0].rows  # rows on KV streams
@@ -125,6 +128,8 @@ for at in range(0, tokens.shape[1], 3):  # verify passes of 7: 3 kept, 4 rejecte
 print(json.dumps({
     "llamafile": library(lib)["llamafile"],
     "texts_equal": texts["model"] == texts["autoregressive"],
+    "tree_text_equal": texts["model_tree"] == texts["autoregressive"],
+    "tree_steps_rescored": any(r.target_calls == 2 for r in steps),  # settle ran (chains never re-score)
     "rows_equal": rows == [texts["autoregressive"], other_text],
     "logits_equal": torch.equal(single, torch.cat(chunks, dim=1)),
 }))
@@ -143,4 +148,11 @@ def test_without_llamafile_and_flash_attention_chains_and_rows_score_as_one_toke
     )
     assert child.returncode == 0, child.stderr[-3000:]
     result = json.loads(child.stdout.strip().splitlines()[-1])
-    assert result == {"llamafile": False, "texts_equal": True, "rows_equal": True, "logits_equal": True}
+    assert result == {
+        "llamafile": False,
+        "texts_equal": True,
+        "tree_text_equal": True,
+        "tree_steps_rescored": True,
+        "rows_equal": True,
+        "logits_equal": True,
+    }

@@ -109,6 +109,22 @@ def cpu_has_amx(cpuinfo: str | None = None) -> bool:
     return any(line.startswith("flags") and "amx_int8" in line.split() for line in cpuinfo.splitlines())
 
 
+def first_branch_first(parents: list[int], base: int) -> list[int]:
+    """New tokens' indices in depth-first order, each node's children in index order (parents: tail indices, new
+    token i is base + i, below base or -1 outside the new tokens). The first branch then takes the cells right
+    after the tail's, as a chain would (LlamaCppLM.rescore_branch relies on it)."""
+    children: dict[int, list[int]] = {}
+    for i, p in enumerate(parents):
+        children.setdefault(p - base if p >= base else -1, []).append(i)
+    order: list[int] = []
+    stack = list(reversed(children.get(-1, [])))
+    while stack:
+        i = stack.pop()
+        order.append(i)
+        stack.extend(reversed(children.get(i, [])))
+    return order
+
+
 def flash_attn_type(lib, on: bool = FLASH_ATTENTION) -> int:
     """The context parameter for flash attention on or off."""
     return lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if on else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
@@ -120,6 +136,8 @@ class _TailToken:
     parent: int  # tail index of the parent, -1: the last committed position
     seq: int  # the sequence id its query is masked by (its first branch)
     children: int = 0
+    token: int = -1
+    rank: int = -1  # its place in the order the tail took its cells, which follow the committed ones in that order
 
 
 class GGUFModel:
@@ -233,6 +251,7 @@ class LlamaCppLM(LlamaCppRows):
         self.root_children = 0
         self.chain = True  # the tail is one chain in sequence 0 (no branch yet)
         self._prefilled: TargetOutput | None = None
+        self._rescored: tuple[int, list[int]] | None = None  # (m, branch) while a re-scored branch awaits commit
 
     def _make_context(self, cells: int, slots: int | None = None) -> None:
         """A new context (the old one freed, its cells lost): one unified KV cache of `cells` cells shared by every
@@ -305,6 +324,7 @@ class LlamaCppLM(LlamaCppRows):
         self.root_children = 0
         self.chain = True
         self._prefilled = None
+        self._rescored = None
         self.deferred = []
         if input_ids.shape[0] > 1 or attention_mask is not None:
             return self._start_rows(input_ids, attention_mask)  # rows mode (llamacpp_rows.py)
@@ -357,7 +377,7 @@ class LlamaCppLM(LlamaCppRows):
             raise DraftVerifyError(f"the llamacpp backend scores at most {BATCH} tokens per forward, got {n}")
         if attention_mask is None and position_ids is None and self.chain:  # the drafts' and chains' common case
             prompt, prompt_positions = self._take_deferred(room=n)  # the rest of a deferred prompt rides along
-            positions, seq_sets = self._extend_chain(n)
+            positions, seq_sets = self._extend_chain(ids)
             self._fill(
                 prompt + ids,
                 prompt_positions + positions,
@@ -387,9 +407,38 @@ class LlamaCppLM(LlamaCppRows):
                     f"(expected {positions}, got {given})"
                 )
         seq_sets = self._assign_sequences(parents, positions, base)
-        self._fill(ids, positions, seq_sets, outputs=[True] * n)
-        self._decode(n)
-        return TargetOutput(logits=self._logits(n)[None])  # [1, n, V]
+        order = first_branch_first(parents, base)  # the new tokens in the order their cells are taken
+        for rank, i in enumerate(order):
+            self.tail[base + i].token, self.tail[base + i].rank = ids[i], base + rank
+        self._fill([ids[i] for i in order], [positions[i] for i in order], [seq_sets[i] for i in order], [True] * n)
+        self._decode(n, order)
+        logits = torch.empty(n, self.vocab_size)
+        logits[order] = self._logits(n)  # [n, V] back in the caller's order
+        return TargetOutput(logits=logits[None])  # [1, n, V]
+
+    def rescore_branch(self, kept: list[int]) -> tuple[int, torch.Tensor] | None:
+        """The kept branch of a scored tree (tail offsets, root first) as one-token decoding scores it, for a verdict
+        that must equal greedy decoding bit for bit. Its first m tokens took the cells right after the committed
+        ones, as a chain does (first_branch_first lays the first branch out so): their logits already are a
+        chain's. A later token's cell sits past masked siblings, which moves cells between the SIMD lanes of the
+        attention-times-V product (llamacpp_kernels.py), so its logits, and those of every token decoded after
+        it, may round differently. Returns None when the whole branch is a chain's; else the first m tokens are
+        kept, the rest decoded again as a chain, and (m, their logits [1, len(kept) - m, V]); commit() then
+        takes a prefix of the branch (at least m) as that chain's prefix."""
+        if self.seqs is not None or self.chain:
+            return None
+        m = 0
+        while m < len(kept) and self.tail[kept[m]].rank == m:
+            m += 1
+        if m == len(kept):
+            return None
+        tokens = [self.tail[j].token for j in kept[m:]]
+        self.commit(torch.tensor(kept[:m], dtype=torch.long))
+        out = self.forward(torch.tensor([tokens]))
+        if self.layer_inputs:  # the tree pass's layer inputs stand for the branch (a drafter's features)
+            self._layer_rows.pop()
+        self._rescored = (m, list(kept))
+        return m, out.logits
 
     def commit(self, kept: int | torch.Tensor) -> None:
         if self.seqs is not None:
@@ -398,6 +447,8 @@ class LlamaCppLM(LlamaCppRows):
             self.commit_rows(torch.full((len(self.seqs),), kept))
             return
         self._flush_deferred()
+        if self._rescored is not None:  # the branch was decoded again as a chain (rescore_branch)
+            kept = self._rescored_prefix(kept)
         if isinstance(kept, torch.Tensor):
             if kept.dim() == 2:
                 if kept.shape[0] != 1:
@@ -435,6 +486,15 @@ class LlamaCppLM(LlamaCppRows):
         self.root_children = 0
         self.chain = True
 
+    def _rescored_prefix(self, kept: int | torch.Tensor) -> int:
+        """The chain tail's count that keeps the tail offsets `kept` of the re-scored branch."""
+        m, branch = self._rescored
+        self._rescored = None
+        offsets = kept.reshape(-1).tolist() if isinstance(kept, torch.Tensor) else list(range(kept))
+        if len(offsets) < m or offsets != branch[: len(offsets)]:
+            raise DraftVerifyError(f"the kept tail offsets {offsets} are not a prefix of the re-scored branch {branch}")
+        return len(offsets) - m
+
     def rollback(self, length: int) -> None:
         """Drop every cached position from `length` on, settled or not (a chain in sequence 0: a staged draft's
         looked-up tokens it did not choose)."""
@@ -442,6 +502,7 @@ class LlamaCppLM(LlamaCppRows):
             raise DraftVerifyError("rollback is for one row; rows keep chains with commit_rows / truncate_rows")
         if not self.chain:
             raise DraftVerifyError("rollback needs a chain tail; a token tree is pending in the llamacpp backend")
+        self._rescored = None
         self._flush_deferred()
         if not 0 <= length <= self.length:
             raise DraftVerifyError(f"cannot roll back to {length} positions of {self.length}")
@@ -515,9 +576,10 @@ class LlamaCppLM(LlamaCppRows):
             parents.append(parent)
         return parents
 
-    def _extend_chain(self, n: int) -> tuple[list[int], list[list[int]]]:
-        """n tokens after a chain tail, all in sequence 0: their positions and sequence-id sets (the bookkeeping
+    def _extend_chain(self, ids: list[int]) -> tuple[list[int], list[list[int]]]:
+        """Tokens after a chain tail, all in sequence 0: their positions and sequence-id sets (the bookkeeping
         _parents and _assign_sequences give a chain, without reading a mask)."""
+        n = len(ids)
         base = len(self.tail)
         if base:
             self.tail[-1].children += 1
@@ -525,7 +587,8 @@ class LlamaCppLM(LlamaCppRows):
             self.root_children += 1
         start = self.committed + base
         self.tail.extend(
-            _TailToken(pos=start + i, parent=base + i - 1, seq=0, children=int(i < n - 1)) for i in range(n)
+            _TailToken(pos=start + i, parent=base + i - 1, seq=0, children=int(i < n - 1), token=t, rank=base + i)
+            for i, t in enumerate(ids)
         )
         return list(range(start, start + n)), [[0]] * n
 
@@ -599,7 +662,9 @@ class LlamaCppLM(LlamaCppRows):
                 row[k] = s
             b.logits[i] = out
 
-    def _decode(self, n: int) -> None:
+    def _decode(self, n: int, order: list[int] | None = None) -> None:
+        """One llama_decode of the filled batch; `order`: the caller's index of each batch entry, for the layer
+        inputs it keeps (handed over in the caller's order)."""
         status = self.lib.llama_decode(self.ctx, self.batch)
         if status != 0:
             raise DraftVerifyError(
@@ -612,6 +677,8 @@ class LlamaCppLM(LlamaCppRows):
                 part = torch.empty(n, self.model.n_embd, dtype=torch.float32)
                 ctypes.memmove(part.data_ptr(), get_layer_input(self.ctx, layer), part.nbytes)
                 rows[:, k] = part
+            if order is not None:
+                rows[order] = rows.clone()
             self._layer_rows.append(rows.flatten(1))
 
     # ---- layer inputs (the eagle3 method's wrapper reads them) ---------------------------------------------------

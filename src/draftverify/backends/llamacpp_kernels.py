@@ -7,9 +7,10 @@ one, so that on a quantized file a near-tie can flip between a method's text and
 - the flash-attention kernel for several queries differs from its one-query kernel.
 A library built without llamafile (INVARIANT_BUILD_SCRIPT, or llama-cpp-python installed with
 CMAKE_ARGS="-DGGML_LLAMAFILE=OFF"), with flash attention off, scores a chain's tokens as one-token decoding does. A
-token tree's masked siblings sit between a node's ancestors in the KV cache, and its kept branch stays offset from
-its positions afterwards: either moves cells between the lanes of the attention-times-V dot product, so tree
-methods can still part on a near tie.
+token tree's masked siblings sit between a node's ancestors in the KV cache, which moves cells between the lanes of
+the attention-times-V dot product; so a greedy verdict on a tree keeps only its first branch's tokens (laid out as
+a chain) as scored, and the backend decodes the rest of a kept branch again as a chain (LlamaCppLM.rescore_branch,
+engine/step.py settle), which makes tree methods exact too.
 """
 
 from __future__ import annotations
@@ -67,21 +68,16 @@ def is_quantized(file_type: str | None) -> bool:
     return file_type is not None and file_type.strip().isdigit() and int(file_type) not in FLOAT_FILE_TYPES
 
 
-def exactness_note(quantized: bool, llamafile: bool, flash_attn: bool, trees: bool) -> str | None:
+def exactness_note(quantized: bool, llamafile: bool, flash_attn: bool) -> str | None:
     """What a user running a drafting method on a llama.cpp target should know about its text against the file's
-    own greedy text, or None when there is nothing to say (a float file, or chains with exact kernels)."""
+    own greedy text, or None when there is nothing to say (a float file, or exact kernels)."""
     if not quantized:
         return None
     if not chains_exact(llamafile, flash_attn):
         return (
             "on a quantized file these llama.cpp kernels can round a verify pass differently from one-token decoding, "
-            "so a near-tie can flip this method's text away from the file's own greedy text; for exact chains run "
+            "so a near-tie can flip this method's text away from the file's own greedy text; for exact texts run "
             f"{INVARIANT_BUILD_SCRIPT}, set {LIB_PATH_ENV} to the folder it prints and pass --no-flash-attn "
             "(docs/backends.md)"
-        )
-    if trees:
-        return (
-            "this method drafts token trees, which on a quantized file can still part from the file's own greedy "
-            "text at a near tie (their masked cells move the attention's sums); chain methods match it exactly here"
         )
     return None

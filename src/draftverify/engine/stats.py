@@ -30,6 +30,7 @@ class StepRecord:
     target_s: float  # seconds of the target's forward
     verify_s: float  # seconds of the verification rule
     prefill: bool  # this step's forward also decoded the prompt (backends/base.py defers_prefill)
+    target_calls: int  # target forwards: 1, or 2 when the kept branch was scored again (engine/step.py settle)
 
 
 def step_record(
@@ -38,11 +39,13 @@ def step_record(
     emitted: list[list[int]],
     gamma: int,
     rows: int,
-    times: tuple[float, float, float, float],
+    times: tuple[float, float, float, float, float],
     prefill: bool,
+    rescored: bool = False,
 ) -> StepRecord:
     """The record of a step that proposed `draft`, accepted `accepted` [B] and emitted `emitted` (per row), timed
-    at the start, after proposing, after the target's forward and after verifying."""
+    at the start, after proposing, after the target's forward, after verifying and after settling (a second
+    target forward when `rescored`)."""
     depths = draft.row_depths(len(accepted))
     row_drafted = (
         depths
@@ -53,7 +56,7 @@ def step_record(
     )
     row_kept = [min(a, len(r)) for a, r in zip(accepted, emitted)]
     row_emitted = [len(r) for r in emitted]
-    t0, t1, t2, t3 = times
+    t0, t1, t2, t3, t4 = times
     return StepRecord(
         gamma=gamma,
         length=draft.length,
@@ -68,9 +71,10 @@ def step_record(
         rejections=sum(a < depth for a, depth in zip(accepted, depths)),
         new_tokens=sum(row_emitted),
         draft_s=t1 - t0,
-        target_s=t2 - t1,
+        target_s=(t2 - t1) + (t4 - t3),
         verify_s=t3 - t2,
         prefill=prefill,
+        target_calls=1 + rescored,
     )
 
 
@@ -119,10 +123,11 @@ class StatsRecorder:
         emitted: list[list[int]],
         gamma: int,
         rows: int,
-        times: tuple[float, float, float, float],
+        times: tuple[float, float, float, float, float],
+        rescored: bool = False,
     ) -> StepRecord:
         """Record a step (see step_record) and return its record."""
-        record = step_record(draft, accepted, emitted, gamma, rows, times, self.carries_prefill)
+        record = step_record(draft, accepted, emitted, gamma, rows, times, self.carries_prefill, rescored)
         self.carries_prefill = False
         self.add(record)
         return record
@@ -133,7 +138,7 @@ class StatsRecorder:
         stats.drafted_tokens += record.drafted
         stats.accepted_tokens += record.emitted_accepted
         stats.rejections += record.rejections
-        stats.target_calls += 1
+        stats.target_calls += record.target_calls
         stats.gammas.append(record.length)
         stats.chosen_gammas.append(record.gamma)
         stats.time_verify += record.verify_s

@@ -17,9 +17,10 @@ from ..backends.base import LMBackend
 from ..draft_length import DraftLength
 from ..drafters.base import Drafter, empty_draft
 from ..errors import DraftVerifyError
-from ..sampling import RowParams
+from ..sampling import RowParams, argmax
 from ..types import DecodingState, Draft, SamplingParams, TargetOutput, Verdict
 from ..verifiers.base import Verifier
+from ..verifiers.tree import tree_verdict
 from .scheduler import append_rows
 
 
@@ -87,6 +88,40 @@ def verify(verifier: Verifier, draft: Draft, logits: torch.Tensor, state: Decodi
     # RowParams reach only per_row_params verifiers (exact), which take them (loop's _check_row_params)
     verdict = verifier.verify(draft, logits, state.params, state.generator)  # type: ignore[arg-type]
     return verdict, verdict.num_accepted.tolist()
+
+
+def settle(
+    target: LMBackend, verifier: Verifier, draft: Draft, verdict: Verdict, state: DecodingState
+) -> tuple[Verdict, bool]:
+    """A greedy verdict on a tree, against one-token decoding's logits. A backend whose tree pass may round a
+    node's logits otherwise than one-token decoding (llama.cpp: a node whose cell sits past masked siblings)
+    scores the kept branch again as a chain (rescore_branch); the verdict is then cut where the chain's argmax
+    parts from the branch, and its next token is the chain's. Returns the verdict and whether the target ran a
+    second forward."""
+    rescore = getattr(target, "rescore_branch", None)
+    if draft.tree is None or rescore is None or not verifier.lossless or not state.params.greedy:
+        return verdict, False
+    kept = kept_positions(draft, verdict)[0].tolist()  # tail offsets: the pending token, then the branch's nodes
+    rescored = rescore(kept)
+    if rescored is None:
+        return verdict, False
+    m, logits = rescored  # the target's logits after kept[m], kept[m + 1], ... [1, len(kept) - m, V]
+    if m < 1:
+        raise DraftVerifyError("a re-scored branch must keep the pending token's own logits (they were processed)")
+    choice = argmax(logits[0]).tolist()  # [len(kept) - m]
+    branch = verdict.path[0, : len(kept) - 1]  # [k] node indices
+    tokens = draft.tokens[0, branch].tolist()  # the node after kept[i] is tokens[i]
+    accepted = m
+    while accepted < len(kept) - 1 and choice[accepted - m] == tokens[accepted]:
+        accepted += 1
+    device = verdict.num_accepted.device
+    settled = tree_verdict(
+        draft.tokens,
+        verdict.path,
+        torch.tensor([accepted], device=device),
+        torch.tensor([choice[accepted - m]], device=device),
+    )
+    return settled, True
 
 
 def commit(

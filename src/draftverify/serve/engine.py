@@ -365,7 +365,7 @@ class Engine:
         """A step's statistics (engine/stats.StepRecord; its per-row lists describe `rows`): each request's usage,
         and the counters /metrics shows, which add up the same numbers."""
         metrics = self.metrics
-        metrics.target_calls.inc()
+        metrics.target_calls.inc(record.target_calls)
         metrics.drafted_tokens.inc(record.drafted)
         metrics.accepted_tokens.inc(record.emitted_accepted)
         kept = record.row_kept
@@ -373,7 +373,7 @@ class Engine:
             job = jobs[row]
             job.drafted += record.row_drafted[i]
             job.accepted += kept[i]
-            job.target_calls += 1
+            job.target_calls += record.target_calls
             metrics.tokens_per_call.observe(record.row_emitted[i])
         for position in range(1, max(kept, default=0) + 1):  # a row that kept k drafts kept positions 1..k
             metrics.accepted_at.labels(str(position)).inc(sum(k >= position for k in kept))
