@@ -261,12 +261,18 @@ def test_a_trees_first_branch_takes_the_cells_after_the_tail():
 
 def test_a_kept_branch_past_the_first_is_scored_again_as_a_chain(tiny):
     """The same tree as above: its first branch (pending, 40, 41) took the cells after the prompt's, so its logits are
-    a chain's already; the branch through 50 and 51 sat past siblings and is decoded again after the pending token:
-    its logits are the chain's, and keeping a prefix of it leaves the cache as if only that prefix was decoded."""
+    a chain's already; the branch through 50 and 51 sat past siblings and is decoded again after the pending token
+    (on kernels that round a chain's rows as one-token decoding does): its logits are the chain's, and keeping a
+    prefix of it leaves the cache as if only that prefix was decoded."""
     tree = TreeSpec.from_parents([-1, -1, 0, 0, 1, 3])
     nodes = [40, 50, 41, 42, 51, 43]
     pending = PROMPT[-1]
     lm = LlamaCppLM(tiny["target"], threads=1)
+    assert lm.chains_exact is False  # llama-cpp-python's own build: nothing is re-scored
+    lm.start(torch.tensor([PROMPT]))
+    lm.forward(torch.tensor([[PROMPT[-1]] + nodes]), (lm.length + tree.verify_positions())[None], tree.verify_mask())
+    assert lm.rescore_branch([0, 2, 5]) is None
+    lm.chains_exact = True  # the mechanics here; bit for bit on the kernels that make it so: test_llamacpp_kernels
     decodes = []
     for keep, rescored in (([0, 1, 3], None), ([0, 2, 5], 1)):
         lm.start(torch.tensor([PROMPT]))

@@ -38,7 +38,7 @@ from ..errors import DraftVerifyError
 from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
 from .llamacpp_ext import ext_call
-from .llamacpp_kernels import library_missing
+from .llamacpp_kernels import chains_exact, library, library_missing
 from .llamacpp_rows import BATCH, LlamaCppRows
 from .llamacpp_ubatches import MicroBatchCost
 
@@ -214,6 +214,9 @@ class LlamaCppLM(LlamaCppRows):
         self.model = model if isinstance(model, GGUFModel) else GGUFModel(model)
         self.flash_attn = flash_attn
         lib = self.lib = self.model.lib
+        # whether a chain's rows round as one-token decoding does (llamacpp_kernels.py): only then is a kept tree
+        # branch worth re-scoring as a chain (rescore_branch)
+        self.chains_exact = chains_exact(library(lib)["llamafile"], flash_attn)
         self.role = role
         self.device = torch.device("cpu")
         self.vocab_size = self.model.n_vocab
@@ -424,8 +427,10 @@ class LlamaCppLM(LlamaCppRows):
         attention-times-V product (llamacpp_kernels.py), so its logits, and those of every token decoded after
         it, may round differently. Returns None when the whole branch is a chain's; else the first m tokens are
         kept, the rest decoded again as a chain, and (m, their logits [1, len(kept) - m, V]); commit() then
-        takes a prefix of the branch (at least m) as that chain's prefix."""
-        if self.seqs is not None or self.chain:
+        takes a prefix of the branch (at least m) as that chain's prefix. None too where a chain's rows do not
+        round as one-token decoding does either (llamafile's kernels, flash attention): a second forward would
+        not make the verdict exact there."""
+        if self.seqs is not None or self.chain or not self.chains_exact:
             return None
         m = 0
         while m < len(kept) and self.tail[kept[m]].rank == m:
