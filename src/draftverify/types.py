@@ -237,7 +237,7 @@ class GenerationStats:
 
     prompt_tokens: int = 0
     new_tokens: int = 0
-    target_calls: int = 0  # target forwards after prefill (one per loop step)
+    target_calls: int = 0  # target forwards after prefill (one per loop step; two where settle re-scored a branch)
     draft_calls: int = 0  # drafter model forwards (0 for model-free drafters)
     drafted_tokens: int = 0
     accepted_tokens: int = 0
