@@ -410,7 +410,9 @@ class LlamaCppLM(LlamaCppRows):
                     f"(expected {positions}, got {given})"
                 )
         seq_sets = self._assign_sequences(parents, positions, base)
-        order = first_branch_first(parents, base)  # the new tokens in the order their cells are taken
+        # the new tokens in the order their cells are taken: first branch first where settle can make a tree exact
+        # (rescore_branch); elsewhere the caller's (any layout moves near-tie roundings there, so none is better)
+        order = first_branch_first(parents, base) if self.chains_exact else list(range(n))
         for rank, i in enumerate(order):
             self.tail[base + i].token, self.tail[base + i].rank = ids[i], base + rank
         self._fill([ids[i] for i in order], [positions[i] for i in order], [seq_sets[i] for i in order], [True] * n)
