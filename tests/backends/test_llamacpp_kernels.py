@@ -7,11 +7,9 @@ chosen when llama_cpp is imported, so those checks run in a child process."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -24,15 +22,7 @@ from draftverify.backends.llamacpp_kernels import (
     is_quantized,
     library_missing,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-INVARIANT_ENV = "DRAFTVERIFY_LLAMA_CPP_INVARIANT_LIB"  # the folder the build script printed (CI sets it)
-
-
-def _invariant_lib() -> Path | None:
-    folder = Path(os.environ.get(INVARIANT_ENV) or ROOT / ".cache" / "llama.cpp-invariant" / "bin")
-    return folder if any((folder / name).is_file() for name in ("libllama.so", "libllama.dylib")) else None
-
+from llamacpp_invariant import NO_INVARIANT_LIB, ROOT, invariant_lib, run_on_invariant_lib
 
 SYSTEM_INFO = "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 1 | AMX_INT8 = 1 | {}OPENMP = 1 | REPACK = 1 | "
 
@@ -137,17 +127,11 @@ print(json.dumps({
 
 
 @pytest.mark.skipif(
-    not (importlib.util.find_spec("llama_cpp") and converter_available() and _invariant_lib()),
-    reason="no llama.cpp library built without llamafile (scripts/build_llama_cpp_invariant_lib.sh), or the "
-    "llamacpp extra / converter is absent",
+    not (importlib.util.find_spec("llama_cpp") and converter_available() and invariant_lib()),
+    reason=f"{NO_INVARIANT_LIB}, or the llamacpp extra / converter is absent",
 )
 def test_without_llamafile_and_flash_attention_chains_and_rows_score_as_one_token_decoding_on_q8_0(tmp_path):
-    env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(_invariant_lib()), "DRAFTVERIFY_GGUF_CACHE": str(tmp_path)}
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD, str(ROOT / "zoo" / "code")], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert child.returncode == 0, child.stderr[-3000:]
-    result = json.loads(child.stdout.strip().splitlines()[-1])
+    result = run_on_invariant_lib(CHILD, tmp_path, str(ROOT / "zoo" / "code"))
     assert result == {
         "llamafile": False,
         "texts_equal": True,
