@@ -436,14 +436,15 @@ def test_generate_and_serve_say_when_a_method_on_a_quantized_target_may_part(tin
     (tree methods included: settle re-scores a kept branch past the first), a float file and plain decoding get
     none."""
     from draftverify import load
-    from draftverify.backends import llamacpp_kernels
+    from draftverify.backends import llamacpp
     from draftverify.cli import _say_llamacpp_exactness
 
     monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tiny["cache"]))
     common = dict(target=tiny["root"] / "target", backend="llamacpp", threads=1, gamma=3)
 
     def note(method, kernels_exact, **options) -> str:
-        monkeypatch.setattr(llamacpp_kernels, "library", lambda lib: {"path": None, "llamafile": not kernels_exact})
+        # the library the backend reads its kernels from (LlamaCppLM.chains_exact)
+        monkeypatch.setattr(llamacpp, "library", lambda lib: {"path": None, "llamafile": not kernels_exact})
         pipe = load(method=method, flash_attn=not kernels_exact, **common, **options)
         capsys.readouterr()
         _say_llamacpp_exactness(pipe)

@@ -227,13 +227,9 @@ def _say_llamacpp_exactness(pipe) -> None:
     target = pipe.target
     if not isinstance(target, LlamaCppLM) or pipe.method.name == "autoregressive":
         return
-    from .backends.llamacpp_kernels import exactness_note, is_quantized, library
+    from .backends.llamacpp_kernels import exactness_note, is_quantized
 
-    note = exactness_note(
-        is_quantized(target.model.meta("general.file_type")),
-        library(target.lib)["llamafile"],
-        target.flash_attn,
-    )
+    note = exactness_note(is_quantized(target.model.meta("general.file_type")), target.chains_exact)
     if note:
         err_console.print(f"[yellow]note:[/yellow] {escape(note)}")
 

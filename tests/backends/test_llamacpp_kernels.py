@@ -45,10 +45,10 @@ def test_quantized_file_types_are_read_from_the_gguf_metadata():
 
 
 def test_the_exactness_note_speaks_only_where_a_text_may_part():
-    assert exactness_note(False, True, True) is None  # a float file
-    assert "--no-flash-attn" in exactness_note(True, True, False)
-    assert "build_llama_cpp_invariant_lib.sh" in exactness_note(True, False, True)
-    assert exactness_note(True, False, False) is None  # exact kernels: chains, and trees through settle
+    assert exactness_note(False, False) is None  # a float file
+    note = exactness_note(True, False)
+    assert "--no-flash-attn" in note and "build_llama_cpp_invariant_lib.sh" in note
+    assert exactness_note(True, True) is None  # exact kernels: chains, and trees through settle
 
 
 def test_a_library_folder_without_llama_cpp_says_what_to_point_it_at(monkeypatch):

@@ -68,12 +68,10 @@ def is_quantized(file_type: str | None) -> bool:
     return file_type is not None and file_type.strip().isdigit() and int(file_type) not in FLOAT_FILE_TYPES
 
 
-def exactness_note(quantized: bool, llamafile: bool, flash_attn: bool) -> str | None:
+def exactness_note(quantized: bool, exact_kernels: bool) -> str | None:
     """What a user running a drafting method on a llama.cpp target should know about its text against the file's
-    own greedy text, or None when there is nothing to say (a float file, or exact kernels)."""
-    if not quantized:
-        return None
-    if not chains_exact(llamafile, flash_attn):
+    own greedy text, or None when there is nothing to say (a float file, or exact kernels: chains_exact)."""
+    if quantized and not exact_kernels:
         return (
             "on a quantized file these llama.cpp kernels can round a verify pass differently from one-token decoding, "
             "so a near-tie can flip this method's text away from the file's own greedy text; for exact texts run "
