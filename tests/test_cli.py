@@ -537,6 +537,7 @@ def test_prompts_file_errors(model_dirs, tmp_path, monkeypatch, args, message): 
     [
         (["--target", "x", "--max-batch", "0"], "--max-batch must be >= 1"),
         (["--target", "x", "--port", "70000"], "--port must be in 0..65535"),
+        (["--target", "x", "--stream-interval", "-1"], "--stream-interval must be in 0..10 seconds"),
         ([], "no model: give --zoo NAME or --target PATH"),
         (["--zoo", "nope"], "no zoo entry 'nope'"),
     ],

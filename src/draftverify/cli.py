@@ -686,6 +686,13 @@ def serve(
     max_tokens_limit: Optional[int] = flag(
         None, "--max-tokens-limit", help="Largest max_tokens a request may ask for (default: the model's context)."
     ),
+    stream_interval: float = flag(
+        0.05,
+        "--stream-interval",
+        help="Least seconds between two chunks of a streamed answer: a step's text waits for later steps' until "
+        "then (the first chunk goes at once; 0: every step's text at once). Each chunk wakes the server's event "
+        "loop, which takes a core from the decoding threads.",
+    ),
     ray: bool = flag(False, "--ray", help="Serve with Ray Serve (pip install 'draftverify[ray]')."),
     replicas: int = flag(1, "--replicas", help="With --ray: model replicas, each with its own worker."),
     log_level: str = flag("info", "--log-level", help="uvicorn's log level."),
@@ -762,6 +769,7 @@ def serve(
             max_batch=max_batch,
             max_tokens_limit=max_tokens_limit,
             heal=heal if heal is not None else zoo is not None,
+            stream_interval=stream_interval,
         )
         if ray:
             from .serve.ray_serve import run_ray

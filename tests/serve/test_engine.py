@@ -4,6 +4,7 @@ and StopText's streaming detokenization."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from types import SimpleNamespace
@@ -14,6 +15,7 @@ import torch
 from serve_fixtures import TOKENIZER, InProcessServer
 from transformers import AutoTokenizer
 
+from draftverify.errors import DraftVerifyError
 from draftverify.serve.app import ServerSettings, create_app
 from draftverify.serve.engine import StopText
 from draftverify.types import GenerationStats
@@ -225,6 +227,53 @@ def test_requests_with_different_settings_share_a_batch_when_rows_keep_their_own
         pipe.free = True
         pipe.release()
         server.stop()
+
+
+def _stream_texts(base: str, max_tokens: int) -> list[str]:
+    """The text of each chunk of a streamed completion."""
+    body = {"model": "stub", "prompt": "hello", "max_tokens": max_tokens, "stream": True}
+    with httpx.stream("POST", base + "/v1/completions", json=body, timeout=30) as r:
+        lines = [line for line in r.iter_lines() if line.startswith("data: {")]
+    return [json.loads(line[6:])["choices"][0]["text"] for line in lines]
+
+
+@pytest.mark.parametrize("interval, chunks", [(0.0, 5), (10.0, 2)])
+def test_a_stream_hands_over_text_at_most_once_per_interval(tokenizer, interval, chunks):
+    """--stream-interval: 0 sends every step's text at once; a long interval sends the first step's text at once and
+    the rest when the request ends. Either way the chunks add up to the whole text, and a whole (non-streamed)
+    request gets it in one piece."""
+    pipe = StubPipe(tokenizer)
+    pipe.free = True  # five steps in a row, well within the long interval
+    app = create_app(pipe, ServerSettings(model_name="stub", stream_interval=interval))
+    server = InProcessServer(app)
+    try:
+        pieces = [text for text in _stream_texts(server.base, max_tokens=5) if text]
+        assert len(pieces) == chunks
+        whole = httpx.post(server.base + "/v1/completions", json={"model": "stub", "prompt": "hello", "max_tokens": 5})
+        assert "".join(pieces) == whole.json()["choices"][0]["text"] == tokenizer.decode([7] * 5)
+    finally:
+        pipe.free = True
+        pipe.release()
+        server.stop()
+
+
+def test_a_whole_request_whose_client_leaves_is_cancelled(stub_server):
+    """A non-streamed request: the server waits for the client's disconnect (no polling) and frees the row."""
+    engine = stub_server.app.state.engine
+    body = {"model": "stub", "prompt": "abandoned", "max_tokens": 50}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(stub_server.base + "/v1/completions", json=body, timeout=0.5)  # held at its first step
+    time.sleep(0.2)  # the server notices the closed connection
+    stub_server.pipe.release(3)
+    assert _wait(lambda: engine.busy_rows == 0)
+    metrics = httpx.get(stub_server.base + "/metrics").text
+    assert 'draftverify_finished_requests_total{reason="cancelled"} 1.0' in metrics
+
+
+@pytest.mark.parametrize("interval", [-0.1, 11.0, float("nan"), True, "0.1"])
+def test_a_bad_stream_interval_is_refused_naming_the_flag(interval):
+    with pytest.raises(DraftVerifyError, match="--stream-interval must be"):
+        ServerSettings(model_name="m", stream_interval=interval)
 
 
 def test_stop_text_holds_back_possible_stop_strings_and_partial_characters(tokenizer):

@@ -52,6 +52,10 @@ class _Role(str):
 ROLE = _Role("")
 
 
+DEFAULT_STREAM_INTERVAL = 0.05  # seconds: a stream's text in chunks of up to 50 ms of decoding
+MAX_STREAM_INTERVAL = 10.0
+
+
 class ServerSettings:
     def __init__(
         self,
@@ -63,7 +67,15 @@ class ServerSettings:
         gamma: int | str | None = None,
         retry_after_s: int = 1,
         heal: bool = False,
+        stream_interval: float = DEFAULT_STREAM_INTERVAL,
     ):
+        if isinstance(stream_interval, bool) or not isinstance(stream_interval, (int, float)):
+            raise DraftVerifyError(f"--stream-interval must be a number of seconds, got {stream_interval!r}")
+        if not 0 <= stream_interval <= MAX_STREAM_INTERVAL:
+            raise DraftVerifyError(
+                f"--stream-interval must be in 0..{MAX_STREAM_INTERVAL:g} seconds (0: every step's text at once), "
+                f"got {stream_interval:g}"
+            )
         self.model_name = model_name
         self.api_key = api_key or None
         self.max_queue = max_queue
@@ -72,6 +84,7 @@ class ServerSettings:
         self.gamma = gamma
         self.retry_after_s = retry_after_s
         self.heal = heal  # token healing of /v1/completions prompts unless a request says otherwise
+        self.stream_interval = float(stream_interval)  # least seconds between two chunks of a stream (engine.Job)
 
 
 def _validation_message(err: ValidationError | RequestValidationError) -> tuple[str, str | None]:
@@ -118,11 +131,12 @@ def _shared(a: list[str], b: list[str]) -> list[str]:
 
 
 async def watch_disconnect(request: Request, job: Job) -> None:
+    """Cancels the job when its client leaves. The body is read, so the ASGI server's next message is the
+    disconnect: waiting for it wakes the event loop once, where polling woke it every few milliseconds."""
     while not job.done:
-        if await request.is_disconnected():
-            job.cancel()
+        if (await request.receive())["type"] == "http.disconnect":
+            job.cancel()  # no-op once done
             return
-        await asyncio.sleep(0.05)
 
 
 async def collect(request: Request, job: Job) -> tuple[str, str, dict]:
@@ -348,6 +362,7 @@ class Service:
         stop: list[str],
         speculation: Speculation,
         healing=None,
+        streamed: bool = False,
     ) -> Job:
         """Queue a generation for the worker, or refuse it now: 429 when the queue is full, 503 when not running."""
         settings = self.settings
@@ -360,6 +375,7 @@ class Service:
             sink=asyncio.Queue(),
             healing=healing,
             speculation=speculation,
+            stream_interval=settings.stream_interval if streamed else None,
         )
         try:
             self.engine.submit(job)
@@ -504,7 +520,8 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
     ids, prompt_text = service.completion_prompt(body)
     params, max_tokens, stop = service.check_common(body, body.max_tokens, len(ids), default_tokens=16)  # OpenAI's
     speculation = service.methods.resolve(body.speculative)
-    job = service.submit(ids, params, max_tokens, stop, speculation, healing=service.healing_for(body, ids))
+    healing = service.healing_for(body, ids)
+    job = service.submit(ids, params, max_tokens, stop, speculation, healing=healing, streamed=bool(body.stream))
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     model = service.settings.model_name
@@ -541,7 +558,9 @@ async def chat(body: ChatRequest, request: Request, service: Service = Depends(a
     ids = service.chat_prompt(body)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params, max_tokens, stop = service.check_common(body, max_tokens, len(ids))
-    job = service.submit(ids, params, max_tokens, stop, service.methods.resolve(body.speculative))
+    job = service.submit(
+        ids, params, max_tokens, stop, service.methods.resolve(body.speculative), streamed=bool(body.stream)
+    )
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     model = service.settings.model_name

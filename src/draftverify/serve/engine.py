@@ -4,10 +4,10 @@ Requests wait in a bounded queue; the worker takes the oldest one together with 
 share its batch (same speculative method and gamma, same sampling settings unless the method judges rows apart, up
 to max_batch rows) and runs them through that method's Pipeline.generate_batch_ids, i.e. the one decoding loop at
 batch size B. Continuous batching: while the batch runs, finished rows leave it and waiting requests with the same
-settings join it between steps; requests with other settings wait for a batch of their own. Each step's tokens
-go back to the asyncio side through loop.call_soon_threadsafe, so the event loop never waits on a model. A
-cancelled request (client gone) leaves its batch at the next step; a request cancelled while still queued is
-skipped.
+settings join it between steps; requests with other settings wait for a batch of their own. Text goes back to
+the asyncio side through loop.call_soon_threadsafe, so the event loop never waits on a model: a streamed request's
+at most once per stream interval, a whole request's at its end (Job.emit_text). A cancelled request (client gone)
+leaves its batch at the next step; a request cancelled while still queued is skipped.
 """
 
 from __future__ import annotations
@@ -96,6 +96,8 @@ class Job:
     sink: asyncio.Queue
     healing: Any = None  # healing.Healing: decode the backed-up prompt, first token constrained (token healing)
     speculation: Speculation | None = None  # the method and gamma it runs; None: the server's
+    # least seconds between two hand-overs of a streamed request's text; None: not streamed, handed over at the end
+    stream_interval: float | None = 0.0
     arrived: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # worker-side
@@ -106,8 +108,27 @@ class Job:
     target_calls: int = 0  # target forwards this row took part in
     first_text_at: float | None = None
     done: bool = False
+    pending: list[str] = field(default_factory=list)  # text not handed over yet
+    handed_at: float | None = None  # when text was last handed over
+
+    def emit_text(self, piece: str) -> None:
+        """Text for the client. It waits for later text while the last hand-over is younger than stream_interval
+        (a whole request's, for the end): every hand-over wakes the event loop, whose thread then takes a core
+        from the threads decoding the next step (llama.cpp's), so handing over each step's text slows decoding."""
+        self.pending.append(piece)
+        if self.stream_interval is None:
+            return
+        now = time.perf_counter()
+        if self.handed_at is None or now - self.handed_at >= self.stream_interval:
+            self.handed_at = now
+            self.emit(("text", "".join(self.pending)))
 
     def emit(self, event: tuple) -> None:
+        """Hands an event to the request's handler; "done" and "error" first hand over the text still pending."""
+        if event[0] == "text":
+            self.pending.clear()
+        elif self.pending:
+            self.emit(("text", "".join(self.pending)))
         try:
             self.loop.call_soon_threadsafe(self.sink.put_nowait, event)
         except RuntimeError:  # the event loop is closed: nobody is listening any more
@@ -399,7 +420,7 @@ class Engine:
                 if job.first_text_at is None:
                     job.first_text_at = time.perf_counter()
                     self.metrics.ttft.observe(job.first_text_at - job.arrived)
-                job.emit(("text", piece))
+                job.emit_text(piece)
             ended = job.text.stopped or ids[-1] in self._eos_set or job.generated >= job.max_tokens
             if ended:
                 self._complete(job)
@@ -420,7 +441,7 @@ class Engine:
             if job.first_text_at is None:
                 job.first_text_at = time.perf_counter()
                 self.metrics.ttft.observe(job.first_text_at - job.arrived)
-            job.emit(("text", piece))
+            job.emit_text(piece)
         ended_by_eos = bool(job.text.ids) and job.text.ids[-1] in self._eos_set
         reason = "stop" if job.text.stopped or ended_by_eos else "length"
         self.metrics.finished.labels(reason).inc()
