@@ -121,14 +121,20 @@ class Job:
         now = time.perf_counter()
         if self.handed_at is None or now - self.handed_at >= self.stream_interval:
             self.handed_at = now
-            self.emit(("text", "".join(self.pending)))
+            self._hand_over_text()
 
     def emit(self, event: tuple) -> None:
-        """Hands an event to the request's handler; "done" and "error" first hand over the text still pending."""
-        if event[0] == "text":
+        """Hands an event ("done", "error") to the request's handler, after the text still pending."""
+        self._hand_over_text()
+        self._put(event)
+
+    def _hand_over_text(self) -> None:
+        if self.pending:
+            text = "".join(self.pending)
             self.pending.clear()
-        elif self.pending:
-            self.emit(("text", "".join(self.pending)))
+            self._put(("text", text))
+
+    def _put(self, event: tuple) -> None:
         try:
             self.loop.call_soon_threadsafe(self.sink.put_nowait, event)
         except RuntimeError:  # the event loop is closed: nobody is listening any more
