@@ -69,12 +69,13 @@ def test_lists_and_servers_parse():
             server_specs(bad, [])
 
 
-def _cell(server, clients, rate, alone):
+def _cell(server, clients, rate, alone, rounds=None):
     return {
         "server": server,
         "max_tokens": 32,
         "clients": clients,
         "tokens_per_second": rate,
+        "rounds_tokens_per_second": rounds or [rate],
         "requests_per_second": 1.0,
         "latency_p50_s": 0.1,
         "latency_p99_s": 0.2,
@@ -89,8 +90,8 @@ def test_scaling_and_versus_come_from_the_cells():
     cells = [
         _cell("ours:model", 1, 100.0, same),
         _cell("llamacpp_native[plain]", 1, 80.0, same),
-        _cell("ours:model", 8, 300.0, other),
-        _cell("llamacpp_native[plain]", 8, 400.0, same),
+        _cell("ours:model", 8, 300.0, other, [300.0, 330.0, 200.0]),
+        _cell("llamacpp_native[plain]", 8, 400.0, same, [400.0, 300.0, 250.0]),
     ]
     assert [(s["server"], s["clients"], s["ratio"]) for s in scaling(cells)] == [
         ("ours:model", 1, 1.0),
@@ -115,8 +116,16 @@ def test_scaling_and_versus_come_from_the_cells():
         "scaling": scaling(cells),
         "versus": rows,
     }
+    # round by round: the same round's loads paired, whatever the medians of each side were
+    assert [(r["paired_ratios"], r["paired_median"], r["rounds_ahead"]) for r in rows] == [
+        ([1.25], 1.25, "1/1"),
+        ([0.75, 1.1, 0.8], 0.8, "1/3"),
+    ]
     text = markdown(report)
-    assert "| 32 | 8 | `ours:model` | 300.0 | `llamacpp_native[plain]` | 400.0 | 0.75x | 1/2 |" in text
+    assert (
+        "| 32 | 8 | `ours:model` | 300.0 | `llamacpp_native[plain]` | 400.0 | 0.75x | 0.75x / 1.1x / 0.8x | 0.8x | 1/3 "
+        "| 1/2 |" in text
+    )
     assert "| 32 | `llamacpp_native[plain]` | 8 | 1 | 5.0x |" in text
 
 

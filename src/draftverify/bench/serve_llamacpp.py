@@ -18,6 +18,7 @@ import asyncio
 import json
 import re
 import shlex
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,9 +286,17 @@ def scaling(cells: list[dict]) -> list[dict]:
     return rows
 
 
+def paired(ours: dict, theirs: dict) -> list[float]:
+    """Round by round, ours over theirs: the two loads of a round ran minutes apart at most, so each ratio sees
+    the same host speed, which drifts by more between rounds than the servers differ."""
+    pairs = zip(ours.get("rounds_tokens_per_second", []), theirs.get("rounds_tokens_per_second", []))
+    return [round(a / b, 2) for a, b in pairs if a and b]
+
+
 def versus(cells: list[dict]) -> list[dict]:
-    """Per (answer length, clients): our best server's throughput over llama-server's best, and how many of our
-    single-request texts equal llama-server plain's."""
+    """Per (answer length, clients): our best server's throughput over llama-server's best (each side's median
+    round), the same two servers round by round (`paired`, their median and how many rounds ours led), and how many
+    of our single-request texts equal llama-server plain's."""
     rows = []
     for key in sorted({(c["max_tokens"], c["clients"]) for c in cells}):
         here = [c for c in cells if (c["max_tokens"], c["clients"]) == key]
@@ -309,6 +318,10 @@ def versus(cells: list[dict]) -> list[dict]:
             if best_theirs["tokens_per_second"]
             else None,
         }
+        if rounds := paired(best_ours, best_theirs):
+            row["paired_ratios"] = rounds
+            row["paired_median"] = round(statistics.median(rounds), 2)
+            row["rounds_ahead"] = f"{sum(r >= 1.0 for r in rounds)}/{len(rounds)}"
         if plain is not None:
             same = sum(plain["alone"].get(p) == t for p, t in best_ours["alone"].items())
             row["alone_equal_native_plain"] = f"{same}/{len(best_ours['alone'])}"
@@ -350,14 +363,17 @@ def markdown(report: dict) -> str:
         "",
         "## Ours against llama-server (best of each side)",
         "",
-        "| max tokens | clients | ours | tokens/s | llama-server | tokens/s | ours / theirs | texts equal to "
-        "llama-server plain |",
-        "|---:|---:|---|---:|---|---:|---:|---:|",
+        "| max tokens | clients | ours | tokens/s | llama-server | tokens/s | ours / theirs | round by round | "
+        "median of rounds | rounds ours led | texts equal to llama-server plain |",
+        "|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for v in report["versus"]:
+        each = " / ".join(f"{r}x" for r in v.get("paired_ratios", []))
+        median = f"{v['paired_median']}x" if "paired_median" in v else "-"
         lines.append(
             f"| {v['max_tokens']} | {v['clients']} | `{v['ours']}` | {v['ours_tokens_per_second']} | `{v['native']}` "
-            f"| {v['native_tokens_per_second']} | {v['ratio']}x | {v.get('alone_equal_native_plain', '-')} |"
+            f"| {v['native_tokens_per_second']} | {v['ratio']}x | {each or '-'} | {median} | "
+            f"{v.get('rounds_ahead', '-')} | {v.get('alone_equal_native_plain', '-')} |"
         )
     lines += [
         "",
