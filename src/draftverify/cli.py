@@ -32,6 +32,7 @@ from .errors import DraftVerifyError
 from .methods import METHODS, resolve_method
 from .options import check_files, parse_values
 from .options.checks import check_zoo_ships, unused_flags
+from .serve import defaults as serve_defaults
 from .train.cli import train_app
 from .zoo import ZOO_DEFAULT_METHOD, zoo_default_method
 
@@ -207,6 +208,18 @@ def _heal_default(heal: Optional[bool], zoo: Optional[str], pipe) -> bool:
     if heal is not None:
         return pipe.check_heal(heal)
     return zoo is not None and not pipe.target.is_encoder_decoder
+
+
+def _load_pipeline(**load_args):
+    """api.load(**load_args) with torch on load_args' threads too (None: its default), the libraries' chatter off."""
+    _quiet_libraries()
+    if (threads := load_args.get("threads")) is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    from .api import load
+
+    return load(**load_args)
 
 
 def _quiet_libraries() -> None:
@@ -398,14 +411,7 @@ def generate(
         source = f"zoo {zoo!r}" if zoo and not target else repr(target)
         loading = f"loading {method}: target {source}" + (f", draft {draft!r}" if draft else "") + " ..."
         err_console.print(f"[dim]{escape(loading)}[/dim]")
-        _quiet_libraries()
-        from .api import load
-
-        if threads is not None:
-            import torch
-
-            torch.set_num_threads(threads)
-        pipe = load(
+        pipe = _load_pipeline(
             target=target,
             draft=draft,
             method=method,
@@ -675,7 +681,9 @@ def serve(
         "--served-model-name",
         help="The model id clients send (default: the zoo name or the target folder's name).",
     ),
-    max_queue: int = flag(64, "--max-queue", help="Requests that may wait; more get 429 with Retry-After."),
+    max_queue: int = flag(
+        serve_defaults.MAX_QUEUE, "--max-queue", help="Requests that may wait; more get 429 with Retry-After."
+    ),
     max_batch: int = flag(
         8,
         "--max-batch",
@@ -687,7 +695,7 @@ def serve(
         None, "--max-tokens-limit", help="Largest max_tokens a request may ask for (default: the model's context)."
     ),
     stream_interval: float = flag(
-        0.05,
+        serve_defaults.STREAM_INTERVAL,
         "--stream-interval",
         help="Least seconds between two chunks of a streamed answer: a step's text waits for later steps' until "
         "then (the first chunk goes at once; 0: every step's text at once). Each chunk wakes the server's event "
@@ -777,15 +785,9 @@ def serve(
             run_ray(load_args, settings, replicas=replicas, host=host, port=port, threads=threads)
             return
         err_console.print(f"[dim]loading {escape(method)}: {escape(name)} ...[/dim]")
-        _quiet_libraries()
-        if threads is not None:
-            import torch
-
-            torch.set_num_threads(threads)
-        from .api import load
         from .serve.app import create_app
 
-        pipe = load(**load_args)
+        pipe = _load_pipeline(**load_args)
         settings.heal = _heal_default(heal, zoo, pipe)
         _say_llamacpp_exactness(pipe)
         if settings.max_batch > 1 and not pipe.supports_batches:

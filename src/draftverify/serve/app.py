@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..checks import check_prompt_text
 from ..errors import DraftVerifyError
 from ..types import SamplingParams
+from .defaults import MAX_QUEUE, MAX_STREAM_INTERVAL, STREAM_INTERVAL
 from .engine import Engine, Job, NotRunning, QueueFull
 from .metrics import Metrics
 from .protocol import (
@@ -52,22 +53,18 @@ class _Role(str):
 ROLE = _Role("")
 
 
-DEFAULT_STREAM_INTERVAL = 0.05  # seconds: a stream's text in chunks of up to 50 ms of decoding
-MAX_STREAM_INTERVAL = 10.0
-
-
 class ServerSettings:
     def __init__(
         self,
         model_name: str,
         api_key: str | None = None,
-        max_queue: int = 64,
+        max_queue: int = MAX_QUEUE,
         max_batch: int = 1,
         max_tokens_limit: int | None = None,
         gamma: int | str | None = None,
         retry_after_s: int = 1,
         heal: bool = False,
-        stream_interval: float = DEFAULT_STREAM_INTERVAL,
+        stream_interval: float = STREAM_INTERVAL,
     ):
         if isinstance(stream_interval, bool) or not isinstance(stream_interval, (int, float)):
             raise DraftVerifyError(f"--stream-interval must be a number of seconds, got {stream_interval!r}")

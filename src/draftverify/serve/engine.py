@@ -23,6 +23,7 @@ from typing import Any, Callable
 from ..detokenize import IncrementalDecoder
 from ..errors import DraftVerifyError
 from ..types import RowRequest, SamplingParams
+from .defaults import MAX_QUEUE
 from .metrics import Metrics
 from .protocol import ApiError
 from .speculation import Speculation
@@ -190,7 +191,7 @@ class Engine:
         self,
         pipe,
         metrics: Metrics,
-        max_queue: int = 64,
+        max_queue: int = MAX_QUEUE,
         max_batch: int = 1,
         gamma: int | str | None = None,
         pipes: dict[str, Any] | None = None,
