@@ -83,6 +83,15 @@ TABLES: tuple[TableSource, ...] = (
     TableSource("docs/serving.md", "serve-llamacpp", "benchmarks/serving/llamacpp.md", "Command:"),
     TableSource("docs/serving.md", "serve-llamacpp-versus", "benchmarks/serving/llamacpp.md", "## Ours against"),
     TableSource("docs/serving.md", "serve-llamacpp-scaling", "benchmarks/serving/llamacpp.md", "## Throughput over"),
+    TableSource(
+        "docs/serving.md", "serve-llamacpp-short-gamma", "benchmarks/serving/llamacpp-short-gamma.md", "Command:"
+    ),
+    TableSource(
+        "docs/serving.md",
+        "serve-llamacpp-short-gamma-versus",
+        "benchmarks/serving/llamacpp-short-gamma.md",
+        "## Ours against",
+    ),
     TableSource("docs/serving.md", "serve-llamacpp-suffix", "benchmarks/serving/llamacpp-suffix.md", "Command:"),
     TableSource(
         "docs/serving.md", "serve-llamacpp-suffix-versus", "benchmarks/serving/llamacpp-suffix.md", "## Ours against"
