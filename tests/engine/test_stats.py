@@ -105,3 +105,33 @@ def test_the_length_policy_hears_batch_totals_and_no_prefill_times():
     inform_policy(policy, step_record(chain(2, 2), [2, 1], [[1, 2, 3], [4, 5]], 2, 2, (0, 1, 3, 4, 4), True))
     inform_policy(policy, step_record(chain(2, 2), [2, 1], [[1, 2, 3], [4, 5]], 2, 2, (0, 1, 3, 4, 4), False))
     assert policy.heard == [(2, 3, 1, None, None, 2), ([2, 2], [2, 1]), (2, 3, 1, 1, 2, 2), ([2, 2], [2, 1])]
+
+
+def test_a_step_after_rows_joined_on_a_deferring_backend_teaches_no_cost():
+    # the joined rows' prompts ride on that step's forwards: its seconds are not a step's, yet its rows decoded
+    drafter = CountingDrafter()
+    recorder = StatsRecorder(drafter, prompt_tokens=5, started=0.0, carries_prefill=True)
+    times = (0.0, 1.0, 3.0, 3.5, 3.5)
+    first = recorder.step(chain(1, 1), [1], [[1, 2]], 1, 1, times)
+    second = recorder.step(chain(1, 1), [1], [[3, 4]], 1, 1, times)
+    recorder.joined(prompt_tokens=4, seconds=0.0)
+    third = recorder.step(chain(2, 1), [1, 1], [[5, 6], [7, 8]], 1, 2, times)
+    fourth = recorder.step(chain(2, 1), [1, 1], [[9, 10], [11, 12]], 1, 2, times)
+    assert [(r.prefill, r.timed) for r in (first, second, third, fourth)] == [
+        (True, False),
+        (False, True),
+        (False, False),
+        (False, True),
+    ]
+    stats = recorder.finish()
+    assert stats.prefill_steps == 1 and stats.time_target == 3 * 2.0  # the join step's rows decoded: decode time
+    policy = Listening()
+    inform_policy(policy, third)
+    assert policy.heard[0][3:5] == (None, None)
+
+
+def test_rows_joining_a_backend_that_prefills_at_once_leave_the_next_step_timed():
+    recorder = StatsRecorder(CountingDrafter(), prompt_tokens=5, started=0.0)
+    recorder.joined(prompt_tokens=4, seconds=0.5)  # the prefill ran inside join, timed there
+    record = recorder.step(chain(2, 1), [1, 1], [[5, 6], [7, 8]], 1, 2, (0.0, 1.0, 3.0, 3.5, 3.5))
+    assert record.timed and not record.prefill

@@ -30,6 +30,7 @@ class StepRecord:
     target_s: float  # seconds of the target's forward
     verify_s: float  # seconds of the verification rule
     prefill: bool  # this step's forward also decoded the prompt (backends/base.py defers_prefill)
+    timed: bool  # its seconds are a step's cost, for the length policy: no prompt was decoded in its forwards
     target_calls: int  # target forwards: 1, or 2 when the kept branch was scored again (engine/step.py settle)
 
 
@@ -42,10 +43,12 @@ def step_record(
     times: tuple[float, float, float, float, float],
     prefill: bool,
     rescored: bool = False,
+    timed: bool = True,
 ) -> StepRecord:
     """The record of a step that proposed `draft`, accepted `accepted` [B] and emitted `emitted` (per row), timed
     at the start, after proposing, after the target's forward, after verifying and after settling (a second
-    target forward when `rescored`)."""
+    target forward when `rescored`). timed: False when its forwards also decoded prompts of rows that joined
+    before it (a prefill step is never timed)."""
     depths = draft.row_depths(len(accepted))
     row_drafted = (
         depths
@@ -74,13 +77,15 @@ def step_record(
         target_s=(t2 - t1) + (t4 - t3),
         verify_s=t3 - t2,
         prefill=prefill,
+        timed=timed and not prefill,
         target_calls=1 + rescored,
     )
 
 
 def inform_policy(policy: DraftLength, record: StepRecord) -> None:
-    """The length policy learns from the step (batch totals); a prefill step's times are not a step's cost."""
-    timed = not record.prefill
+    """The length policy learns from the step (batch totals); the times of a step whose forwards also decoded a
+    prompt are not a step's cost."""
+    timed = record.timed
     policy.update(
         record.length,
         sum(record.accepted),
@@ -97,13 +102,17 @@ class StatsRecorder:
     times outside the steps come through joined() and callback().
 
     carries_prefill: the first step's forward also decodes the prompt (backends/base.py defers_prefill), so its
-    time is the prefill's."""
+    time is the prefill's; on such a backend the prompts of rows that join are decoded by the next step's forwards
+    too, so that step's seconds do not teach the length policy a step's cost (its stats keep them: the other rows
+    decoded in it)."""
 
     def __init__(self, drafter: Drafter, prompt_tokens: int, started: float, carries_prefill: bool = False):
         self.stats = GenerationStats(prompt_tokens=prompt_tokens, time_prefill=perf_counter() - started)
         self.drafter = drafter
         self.started = started
         self.carries_prefill = carries_prefill
+        self.defers_prefill = carries_prefill  # joined rows' prompts, too, ride on the next step's forwards
+        self.carries_joined = False  # the next step's forwards decode prompts of rows that joined
         self.calls_before = drafter.forward_calls  # the drafter's forwards in its start() are not the loop's
         self.timers_before = drafter.timers()  # a drafter's own timers (re-tokenizing), added at the end
         self.callback_seconds = 0.0  # the caller's streaming time is not the loop's: excluded from time_total
@@ -112,6 +121,7 @@ class StatsRecorder:
         """Rows joined between steps (continuous batching): their prefill is prefill time."""
         self.stats.prompt_tokens += prompt_tokens
         self.stats.time_prefill += seconds
+        self.carries_joined = self.defers_prefill
 
     def callback(self, seconds: float) -> None:
         self.callback_seconds += seconds
@@ -127,8 +137,10 @@ class StatsRecorder:
         rescored: bool = False,
     ) -> StepRecord:
         """Record a step (see step_record) and return its record."""
-        record = step_record(draft, accepted, emitted, gamma, rows, times, self.carries_prefill, rescored)
-        self.carries_prefill = False
+        record = step_record(
+            draft, accepted, emitted, gamma, rows, times, self.carries_prefill, rescored, not self.carries_joined
+        )
+        self.carries_prefill = self.carries_joined = False
         self.add(record)
         return record
 
