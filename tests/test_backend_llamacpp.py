@@ -253,6 +253,23 @@ def test_the_prompt_is_decoded_with_the_first_chain_forward(tiny, monkeypatch):
     assert counts == [len(PROMPT) + 2] and (lm.committed, lm.length) == (len(PROMPT) + 1, len(PROMPT) + 1)
 
 
+def test_a_forwards_logits_are_llama_cpps_buffer_until_the_next_forward_and_prefilled_is_a_copy(tiny):
+    """forward's logits are a view of llama.cpp's output buffer (nothing copied): the next forward rewrites them,
+    as backends/base.py says; `prefilled` (decoded with the first forward) is the backend's own copy."""
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    lm.start(torch.tensor([PROMPT]))
+    lm.forward(torch.tensor([[17]]))  # decodes the prompt with it
+    prefilled = lm.prefilled.logits.clone()
+    lm.commit(1)
+    first = lm.forward(torch.tensor([[40, 41]])).logits
+    kept = first.clone()
+    lm.commit(2)
+    second = lm.forward(torch.tensor([[42, 43]])).logits
+    assert second.data_ptr() == first.data_ptr() and torch.equal(first, second)  # one buffer, rewritten
+    assert not torch.equal(kept, second)
+    assert torch.equal(lm.prefilled.logits, prefilled)
+
+
 def test_a_trees_first_branch_takes_the_cells_after_the_tail():
     # new tokens' parents as tail indices (base 2: two tail tokens before them; -1 or < 2: outside the new tokens)
     assert first_branch_first([1, 2, 2, 3, 4, 6], base=2) == [0, 1, 3, 2, 4, 5]
@@ -558,7 +575,7 @@ def test_n_token_and_1_token_evaluations_differ_only_by_rounding_on_the_zoo(zoo_
     single.start(torch.tensor([prompt]))
     alone = []
     for token in [prompt[-1]] + text[:-1]:
-        alone.append(single.forward(torch.tensor([[token]])).logits[0, 0])
+        alone.append(single.forward(torch.tensor([[token]])).logits[0, 0].clone())  # the next decode rewrites it
         single.commit(1)
     alone = torch.stack(alone)  # [T, V], one token per decode
     block = LlamaCppLM(target, threads=1)
@@ -566,7 +583,7 @@ def test_n_token_and_1_token_evaluations_differ_only_by_rounding_on_the_zoo(zoo_
     fed = [prompt[-1]] + text[:-1]
     chunks = []
     for begin in range(0, len(fed), 5):
-        chunks.append(block.forward(torch.tensor([fed[begin : begin + 5]])).logits[0])
+        chunks.append(block.forward(torch.tensor([fed[begin : begin + 5]])).logits[0].clone())
         block.commit(len(fed[begin : begin + 5]))
     together = torch.cat(chunks)  # [T, V], five tokens per decode
     difference = float((alone - together).abs().max())

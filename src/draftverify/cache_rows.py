@@ -174,13 +174,13 @@ class RowsLayout:
         self.row_committed = self._row_length.clone()
         self._chain_end = self.length
 
-    def commit_rows(self, counts: torch.Tensor) -> None:
+    def commit_rows(self, counts: torch.Tensor | list[int]) -> None:
         """Row b keeps the first counts[b] real positions of its uncommitted tail [B]; then every row's positions
         are packed to the right again and the tail is settled."""
         if self.valid is None:
             self.commit(one_row(counts, "counts"))
             return
-        counts = counts.to(self.device)
+        counts = torch.as_tensor(counts, device=self.device)
         if self._chain_end != self.length:  # the tail was scored with a mask (extra positions): keep its prefixes
             width = int(counts.max())
             offsets = torch.arange(width, device=self.device)[None].expand(counts.shape[0], -1)

@@ -20,7 +20,7 @@ from .drafters.base import Drafter
 from .engine.processors import FirstTokenAllowed
 from .engine.scheduler import Scheduler, row_generator
 from .engine.stats import StatsRecorder, StepRecord, inform_policy
-from .engine.step import commit, prefill, propose, score, settle, verify
+from .engine.step import commit, prefill, propose, score, scored_logits, settle, verify
 from .errors import DraftVerifyError
 from .sampling import RowParams, row_params
 from .threads import one_torch_thread_unless_models_use_it
@@ -85,7 +85,7 @@ def generate(
     recorder = StatsRecorder(drafter, prompt_tokens, started, carries_prefill=defers_prefill(target))
     rows = Scheduler(limits, [state.row(b).tolist() for b in range(input_ids.shape[0])])
     while rows.active:
-        step_rows = state.tokens.shape[0]  # the target scores step_rows x (1 + draft length) tokens
+        step_rows = state.batch_size  # the target scores step_rows x (1 + draft length) tokens
         # drafting up to `remaining` (not remaining - 1) lets a drafter the target never overrules (BiLD with
         # alpha_FB = 0, huge alpha_RB) write the whole text; the surplus target token is then cut at max_new_tokens
         step_gamma = min(policy.next(step_rows), rows.most_remaining())
@@ -94,13 +94,13 @@ def generate(
         t1 = now()
         out = score(target, drafter, state, draft)
         t2 = now()
-        verdict, accepted = verify(verifier, draft, first_token(out.logits[:, : 1 + draft.length]), state)
+        verdict, accepted = verify(verifier, draft, first_token(scored_logits(out, draft)), state)
         t3 = now()
         verdict, rescored = settle(target, verifier, draft, verdict, state)
         if rescored:
-            accepted = verdict.num_accepted.tolist()
+            accepted = verdict.accepted
         t4 = now()
-        emitted = rows.emitted(verdict.tokens.tolist(), accepted, eos)
+        emitted = rows.emitted(verdict.rows, accepted, eos)
         commit(target, drafter, state, draft, verdict, out, emitted)
         record = recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3, t4), rescored)
         inform_policy(policy, record)

@@ -81,50 +81,145 @@ class RowParams:
         return f"RowParams({self.rows!r})"
 
 
-@dataclass
 class DecodingState:
-    """What a drafter may read when proposing: the committed sequence so far."""
+    """What a drafter may read when proposing: the committed sequence so far.
 
-    tokens: (
-        torch.Tensor
-    )  # [B, L] committed decoder-side tokens (prompt + generated); last one not yet in the target cache
-    source_ids: torch.Tensor | None  # [B, S] encoder input for encoder-decoder targets, else None
-    prompt_length: int  # number of leading entries of `tokens` that came from the prompt
-    params: SamplingParams | RowParams  # RowParams: rows with settings of their own
-    generator: torch.Generator | None  # seeded RNG shared by drafter and verifier (None when greedy)
-    # rows are the unit (one row is a batch of one): `tokens` is left-padded (every row ends in the last column)
-    # and lengths [B] counts each row's real tokens; seeds [B] key each row's coupled sampling noise (None when
-    # greedy)
-    lengths: torch.Tensor | None = None
-    seeds: list[int] | None = None
-    # the length policy's confidence stop (DraftLength.confidence): a drafter that draws from a model's q ends its
-    # draft at the first token whose max q is <= this (that token included), each row on its own; 0 = never
-    draft_confidence: float = 0.0
-    # the length policy's measured costs of this run (StepCosts: seconds of a target call over n tokens) when it
-    # chooses the draft length itself (gamma auto, conf); a drafter that sizes its draft by cost reads them
-    # (model_tree); None for a fixed gamma or cap
-    costs: StepCosts | None = None
+    tokens [B, L]: committed decoder-side tokens (prompt + generated), left-padded (every row ends in the last
+    column); the last one is not yet in the target cache. lengths [B] counts each row's real tokens. source_ids
+    [B, S]: the encoder input of an encoder-decoder target, else None. prompt_length: leading entries of `tokens`
+    that came from the prompt. params: one SamplingParams, or RowParams for rows with settings of their own.
+    generator: the seeded RNG shared by drafter and verifier (None when greedy). seeds [B] key each row's coupled
+    sampling noise (None when greedy). draft_confidence: the length policy's confidence stop (DraftLength.confidence):
+    a drafter that draws from a model's q ends its draft at the first token whose max q is <= this (that token
+    included), each row on its own; 0 = never. costs: the length policy's measured costs of this run (StepCosts:
+    seconds of a target call over n tokens) when it chooses the draft length itself (gamma auto, conf), read by a
+    drafter that sizes its draft by cost (model_tree); None for a fixed gamma or cap.
 
-    def __post_init__(self) -> None:
-        if self.lengths is None:  # no padding: every row holds all of `tokens`
-            self.lengths = torch.full(
-                (self.tokens.shape[0],), self.tokens.shape[1], dtype=torch.long, device=self.tokens.device
-            )
+    Each step's tokens are appended as host ints (append) and joined to the `tokens` / `lengths` tensors only when
+    someone reads them: a drafter that never reads them (the autoregressive baseline, a lookup over last_tokens)
+    costs the step no tensor op, which is what a step costs after a llama.cpp forward has cooled the caches.
+    """
+
+    def __init__(
+        self,
+        tokens: torch.Tensor,
+        source_ids: torch.Tensor | None,
+        prompt_length: int,
+        params: SamplingParams | RowParams,
+        generator: torch.Generator | None,
+        lengths: torch.Tensor | None = None,
+        seeds: list[int] | None = None,
+        draft_confidence: float = 0.0,
+        costs: StepCosts | None = None,
+    ):
+        self.source_ids = source_ids
+        self.prompt_length = prompt_length
+        self.params = params
+        self.generator = generator
+        self.seeds = seeds
+        self.draft_confidence = draft_confidence
+        self.costs = costs
+        self._tokens = tokens
+        # no padding: every row holds all of `tokens`
+        self._lengths = (
+            lengths
+            if lengths is not None
+            else torch.full((tokens.shape[0],), tokens.shape[1], dtype=torch.long, device=tokens.device)
+        )
+        self._behind: list[list[int]] = []  # per row, the tokens appended since `tokens` was last joined (equal counts)
+        self._host: list[list[int]] | None = None  # each row's real tokens as host ints (row_ids), once asked for
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        """[B, L] long (see the class)."""
+        self._join()
+        return self._tokens
+
+    @tokens.setter
+    def tokens(self, value: torch.Tensor) -> None:
+        self._join()
+        self._tokens = value
+        self._host = None
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """[B] long, each row's real tokens."""
+        self._join()
+        return self._lengths
+
+    @lengths.setter
+    def lengths(self, value: torch.Tensor) -> None:
+        self._join()
+        self._lengths = value
+        self._host = None
+
+    @property
+    def batch_size(self) -> int:
+        return self._tokens.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self._tokens.device
+
+    def append(self, emitted: list[list[int]]) -> None:
+        """Each row's new tokens (host ints, one list per row). Equal counts wait as host ints until `tokens` is
+        read; different counts are joined now (every row must end in the last column again)."""
+        if self._host is not None:
+            for held, row in zip(self._host, emitted):
+                held.extend(row)
+        counts = {len(row) for row in emitted}
+        if len(counts) == 1:
+            if counts.pop():
+                if not self._behind:
+                    self._behind = [list(row) for row in emitted]
+                else:
+                    for waiting, row in zip(self._behind, emitted):
+                        waiting.extend(row)
+            return
+        from .engine.scheduler import append_rows
+
+        self._join()
+        self._tokens, self._lengths = append_rows(self._tokens, self._lengths, emitted)
+
+    def row_ids(self, b: int) -> list[int]:
+        """Row b's real tokens as host ints (the state's own list, kept up to date by append: read it, do not
+        change it). A drafter that reads the text as ints (lookups, n-grams) makes no tensor op and no copy."""
+        if self._host is None:
+            tokens, lengths = self.tokens, self.lengths.tolist()
+            width = tokens.shape[1]
+            self._host = [row[width - length :] for row, length in zip(tokens.tolist(), lengths)]
+        return self._host[b]
+
+    def last_tokens(self) -> list[int]:
+        """Each row's last committed token [B] as host ints (the pending one the target scores next)."""
+        if self._behind:
+            return [row[-1] for row in self._behind]
+        return self._tokens[:, -1].tolist()
+
+    def pending_column(self) -> torch.Tensor:
+        """Each row's last committed token as a column [B, 1] on the state's device."""
+        if self._behind:
+            return torch.tensor([[row[-1]] for row in self._behind], dtype=self._tokens.dtype, device=self.device)
+        return self._tokens[:, -1:]
+
+    def _join(self) -> None:
+        if self._behind:
+            behind, self._behind = self._behind, []
+            new = torch.tensor(behind, dtype=self._tokens.dtype, device=self._tokens.device)  # [B, k]
+            self._tokens = torch.cat([self._tokens, new], dim=1)
+            self._lengths = self._lengths + new.shape[1]
 
     @property
     def padded(self) -> bool:
         """True when some row is shorter than `tokens` (left padding)."""
-        assert self.lengths is not None  # set by __post_init__
         return bool((self.lengths < self.tokens.shape[1]).any())
 
     def row(self, b: int) -> torch.Tensor:
         """Row b's real tokens [L_b] (without the left padding of a batch)."""
-        assert self.lengths is not None  # set by __post_init__
         return self.tokens[b, self.tokens.shape[1] - int(self.lengths[b]) :]
 
     def next_position(self, offset: int = 0) -> torch.Tensor:
         """Decoder index [B] of each row's token `offset` after its last committed one."""
-        assert self.lengths is not None  # set by __post_init__
         return self.lengths + offset
 
 
@@ -190,6 +285,27 @@ class Draft:
     valid: torch.Tensor | None = None  # [B, N] bool, a tree's nodes each row proposes (tree.row_trees); None: all
     position: int | torch.Tensor | None = None  # decoder index of tokens[:, 0] ([B] in a batch; set by the loop)
     seeds: list[int] | None = None  # per-row coupled-noise seeds of a batch (set by the loop)
+    _rows: list[list[int]] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @classmethod
+    def of_rows(cls, rows: list[list[int]], device: torch.device | None = None) -> Draft:
+        """A chain per row from host ints [B][n_b], padded with 0 to the longest; lengths [B] when they differ."""
+        longest = max(len(r) for r in rows)
+        padded = [r + [0] * (longest - len(r)) if len(r) < longest else list(r) for r in rows]
+        ragged = any(len(r) < longest for r in rows)
+        draft = cls(
+            tokens=torch.tensor(padded, dtype=torch.long, device=device),
+            lengths=torch.tensor([len(r) for r in rows], device=device) if ragged else None,
+        )
+        draft._rows = padded
+        return draft
+
+    @property
+    def rows(self) -> list[list[int]]:
+        """tokens as Python ints [B][N], read off once (the step's verify pass and a host verdict both read it)."""
+        if self._rows is None:
+            self._rows = self.tokens.tolist()
+        return self._rows
 
     def __post_init__(self) -> None:
         if self.tree is not None and self.tree.size != self.tokens.shape[1]:
@@ -218,17 +334,83 @@ class Draft:
 PrefixKV = tuple  # tuple over layers of (keys, values), each [KV heads, P, head dim]
 
 
-@dataclass
 class Verdict:
     """Outcome of verification. tokens holds accepted drafts then one target token, padded with -1.
 
     path names the kept draft nodes in order (for a chain: 0, 1, ..., num_accepted - 1), so caches can keep a
     tree's accepted branch; make_verdict fills it for chains, so chain verifiers never deal with it.
+
+    A verdict is read both as tensors (drafters, tree caches) and as Python lists (the loop: what each row emits
+    and how many drafts it kept). Each form is made from the other on first use, once: a verifier that judged on
+    the host (a greedy chain on the CPU) gives lists and no tensor is made unless someone reads one; a verifier that
+    judged in tensors gives tensors, and the loop's first read of the lists is the step's one host sync.
     """
 
-    tokens: torch.Tensor  # [B, N+1] long, -1 padded
-    num_accepted: torch.Tensor  # [B] long, draft tokens kept (0..N); emitted tokens = num_accepted + 1
-    path: torch.Tensor  # [B, N] long, kept draft node indices in order, -1 padded
+    __slots__ = ("_tokens", "_num_accepted", "_path", "_rows", "_accepted", "_device")
+
+    def __init__(
+        self,
+        tokens: torch.Tensor | None = None,
+        num_accepted: torch.Tensor | None = None,
+        path: torch.Tensor | None = None,
+    ):
+        if tokens is None or num_accepted is None or path is None:
+            raise DraftVerifyError("a Verdict needs tokens, num_accepted and path (or Verdict.of_chain's lists)")
+        self._tokens: torch.Tensor | None = tokens
+        self._num_accepted: torch.Tensor | None = num_accepted
+        self._path: torch.Tensor | None = path
+        self._rows: list[list[int]] | None = None
+        self._accepted: list[int] | None = None
+        self._device = tokens.device
+
+    @classmethod
+    def of_chain(cls, rows: list[list[int]], accepted: list[int], device: torch.device | None = None) -> Verdict:
+        """A chain's verdict from host lists: rows [B][N+1] (each row's accepted drafts, its next token, then -1)
+        and accepted [B] (draft tokens each row kept); its tensors are made on first read, on `device`."""
+        verdict = cls.__new__(cls)
+        verdict._tokens = verdict._num_accepted = verdict._path = None
+        verdict._rows, verdict._accepted = rows, accepted
+        verdict._device = device if device is not None else torch.device("cpu")
+        return verdict
+
+    @property
+    def tokens(self) -> torch.Tensor:  # [B, N+1] long, -1 padded
+        if self._tokens is None:
+            self._tokens = torch.tensor(self._rows, dtype=torch.long, device=self._device)
+        return self._tokens
+
+    @property
+    def num_accepted(self) -> torch.Tensor:  # [B] long, draft tokens kept (0..N); emitted tokens = num_accepted + 1
+        if self._num_accepted is None:
+            self._num_accepted = torch.tensor(self._accepted, dtype=torch.long, device=self._device)
+        return self._num_accepted
+
+    @property
+    def path(self) -> torch.Tensor:  # [B, N] long, kept draft node indices in order, -1 padded
+        if self._path is None:  # a chain (of_chain): nodes 0..accepted-1
+            rows, accepted = self.rows, self.accepted
+            width = len(rows[0]) - 1 if rows else 0
+            self._path = torch.tensor(
+                [list(range(a)) + [-1] * (width - a) for a in accepted], dtype=torch.long, device=self._device
+            ).reshape(len(accepted), width)
+        return self._path
+
+    @property
+    def rows(self) -> list[list[int]]:
+        """tokens as lists [B][N+1] (-1 padded)."""
+        if self._rows is None:
+            self._rows = self.tokens.tolist()
+        return self._rows
+
+    @property
+    def accepted(self) -> list[int]:
+        """num_accepted as a list [B]."""
+        if self._accepted is None:
+            self._accepted = self.num_accepted.tolist()
+        return self._accepted
+
+    def __repr__(self) -> str:
+        return f"Verdict(rows={self.rows}, accepted={self.accepted})"
 
 
 @dataclass

@@ -65,7 +65,7 @@ class NoHidden:
 
 
 def test_a_ragged_chain_is_scored_with_each_rows_columns_past_its_draft_as_padding():
-    state = type("State", (), {"tokens": torch.tensor([[1, 2], [3, 4], [5, 6]])})()
+    state = DecodingState(torch.tensor([[1, 2], [3, 4], [5, 6]]), None, 2, SamplingParams(), None)
     target = Recording()
     ragged = Draft(tokens=torch.ones(3, 4, dtype=torch.long), lengths=torch.tensor([4, 1, 0]))
     score(target, NoHidden(), state, ragged)
@@ -74,7 +74,7 @@ def test_a_ragged_chain_is_scored_with_each_rows_columns_past_its_draft_as_paddi
     assert new_valid.int().tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]]
     score(target, NoHidden(), state, Draft(tokens=torch.ones(3, 4, dtype=torch.long)))  # every row drafted N
     assert target.calls[-1][1] is None
-    one = type("State", (), {"tokens": torch.tensor([[1, 2]])})()  # one row: its draft is its own length
+    one = DecodingState(torch.tensor([[1, 2]]), None, 2, SamplingParams(), None)  # one row: its draft is its own length
     score(target, NoHidden(), one, Draft(tokens=torch.ones(1, 2, dtype=torch.long), lengths=torch.tensor([2])))
     assert target.calls[-1][1] is None
 

@@ -112,20 +112,42 @@ def test_check_params_accepts_greedy_and_is_lossless():
     assert GreedyVerifier.name == "greedy"
 
 
-def test_one_row_verdict_equals_the_batched_rule():
-    """One row takes a list walk (verifiers/base.py greedy_verdict); its verdict is the tensor rule's, path included."""
-    from draftverify.verifiers.base import accepted_prefix_length, gather_at, greedy_verdict, make_verdict
+def test_the_host_walk_gives_the_tensor_rules_verdict_for_batches_and_ragged_rows():
+    """A chain on the CPU is judged on Python ints (verifiers/base.py greedy_chain_verdict, one argmax call); its
+    verdict is the tensor rule's, path included, for one row, for batches, and for rows with lengths of their own."""
+    from draftverify.verifiers.base import (
+        accepted_prefix_length,
+        gather_at,
+        greedy_chain_verdict,
+        make_verdict,
+        within_draft,
+    )
 
     gen = torch.Generator().manual_seed(1)
-    for _ in range(200):
+    for trial in range(300):
+        rows = 1 if trial < 100 else int(torch.randint(1, 5, (1,), generator=gen))
         n = int(torch.randint(0, 7, (1,), generator=gen))
-        choice = torch.randint(0, 4, (1, n + 1), generator=gen)
-        draft = torch.where(
-            torch.rand(1, n, generator=gen) < 0.3, torch.randint(0, 4, (1, n), generator=gen), choice[:, :n]
+        choice = torch.randint(0, 4, (rows, n + 1), generator=gen)
+        tokens = torch.where(
+            torch.rand(rows, n, generator=gen) < 0.3, torch.randint(0, 4, (rows, n), generator=gen), choice[:, :n]
         )
-        got = greedy_verdict(draft, choice)
-        accepted = accepted_prefix_length(draft == choice[:, :n])
-        want = make_verdict(draft, accepted, gather_at(choice, accepted))
+        lengths = torch.randint(0, n + 1, (rows,), generator=gen) if trial % 2 else None
+        draft = Draft(tokens=tokens, lengths=lengths)
+        got = greedy_chain_verdict(draft, choice.tolist())
+        accepted = accepted_prefix_length(within_draft(draft, tokens == choice[:, :n]))
+        want = make_verdict(tokens, accepted, gather_at(choice, accepted))
         for field in ("tokens", "num_accepted", "path"):
             a, b = getattr(got, field), getattr(want, field)
-            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), field
+            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), (trial, field)
+        assert got.accepted == want.accepted and got.rows == want.rows
+
+
+def test_the_verifier_judges_cpu_logits_on_the_host_whatever_their_dtype():
+    logits = torch.randn(3, 4, 11)
+    tokens = logits.argmax(dim=-1)[:, :3].clone()
+    tokens[1, 1] = (tokens[1, 1] + 1) % 11  # row 1 parts at its second draft token
+    draft = Draft(tokens=tokens, lengths=torch.tensor([3, 3, 1]))
+    host = GreedyVerifier().verify(draft, logits, SamplingParams(), None)
+    assert host.accepted == [3, 1, 1]
+    half = GreedyVerifier().verify(draft, logits.to(torch.float16), SamplingParams(), None)  # torch's argmax
+    assert half.accepted == host.accepted and torch.equal(half.path, host.path)

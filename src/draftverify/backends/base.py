@@ -26,6 +26,10 @@ One optional flag (read with `computes_in_torch`, True where a backend does not 
 says whether the forward runs on torch's intra-op threads. When no model of a generation does (llama.cpp), the loop
 runs its own small tensor ops on one torch thread (loop.py).
 
+And `takes_host_ids` (read with `takes_host_ids`, False where undeclared): the forward of a chain takes its tokens
+as Python ints ([B][n] lists) besides a tensor: a backend that reads token ids on the host (llama.cpp's batch) then
+costs the step no tensor made from host ints only to be read back.
+
 One more (read with `defers_prefill`, False where undeclared): `defers_prefill` says that start() only records the
 prompt and the first forward decodes it together with its own tokens (one decode fewer per request); the loop then
 counts that first step's time as the prefill's and keeps it out of the length policy's cost model.
@@ -77,16 +81,21 @@ class LMBackend(Protocol):
 
     def forward(
         self,
-        tokens: torch.Tensor,
+        tokens: torch.Tensor | list[list[int]],
         position_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         want_hidden: bool = False,
-        new_valid: torch.Tensor | None = None,
+        new_valid: torch.Tensor | list[list[bool]] | None = None,
     ) -> TargetOutput:
-        """Append tokens [B, n] to the uncommitted tail; their next-token logits [B, n, V].
+        """Append tokens [B, n] to the uncommitted tail; their next-token logits [B, n, V]. tokens and new_valid
+        come as Python lists only to a backend that declares takes_host_ids (a chain: no position_ids, no mask).
 
         position_ids [B or 1, n]: absolute positions (None: after the tail, as a chain); attention_mask bool
         [n, tail + n] over the tail and the new tokens (None: causal); every committed position is always visible.
+
+        The logits hold until this backend's next forward: a backend may hand back a view of its own output buffer
+        (llama.cpp's, as llama_get_logits does), so a caller that keeps them longer clones them. `prefilled` is
+        the backend's own copy.
         """
 
     def commit(self, kept: int | torch.Tensor) -> None:
@@ -97,8 +106,9 @@ class LMBackend(Protocol):
     def row_length(self) -> torch.Tensor:
         """Positions each row holds [B] (its next position id)."""
 
-    def commit_rows(self, counts: torch.Tensor) -> None:
-        """Row b keeps its tail's first counts[b] positions [B] (a chain), drops the rest and settles."""
+    def commit_rows(self, counts: torch.Tensor | list[int]) -> None:
+        """Row b keeps its tail's first counts[b] positions [B] (a chain), drops the rest and settles. counts: a
+        tensor or Python ints (the loop's, read off the verdict on the host)."""
 
     def truncate_rows(self, upto: torch.Tensor) -> None:
         """Row b keeps its first upto[b] positions [B] (at least what it committed) and settles."""
@@ -167,12 +177,21 @@ def require_modules(backend: LMBackend, needs: str) -> ModuleBackend:
     return backend  # type: ignore[return-value]
 
 
+def host_ints(values) -> list[int]:
+    """Per-row values [B] (a tensor, a sequence of ints, or one int) as Python ints."""
+    if isinstance(values, torch.Tensor):
+        return values.reshape(-1).tolist()
+    if isinstance(values, int):
+        return [values]
+    return [int(v) for v in values]
+
+
 def one_row(values, name: str) -> int:
-    """The one entry of a one-row backend's per-row values [1], as an int."""
-    values = torch.as_tensor(values)
-    if values.numel() != 1:
-        raise DraftVerifyError(f"{name} has {values.numel()} entries for a backend that holds one row")
-    return int(values)
+    """The one entry of a one-row backend's per-row values [1] (a tensor or ints), as an int."""
+    ints = host_ints(values)
+    if len(ints) != 1:
+        raise DraftVerifyError(f"{name} has {len(ints)} entries for a backend that holds one row")
+    return ints[0]
 
 
 class OneRow:
@@ -190,7 +209,7 @@ class OneRow:
     def row_length(self) -> torch.Tensor:
         return torch.tensor([self.length], device=self.device)
 
-    def commit_rows(self, counts: torch.Tensor) -> None:
+    def commit_rows(self, counts: torch.Tensor | list[int]) -> None:
         self.commit(one_row(counts, "counts"))
 
     def truncate_rows(self, upto: torch.Tensor) -> None:
@@ -216,6 +235,13 @@ def dear_width(backend: object) -> bool:
     return bool(getattr(backend, "dear_width", False))
 
 
+def takes_host_ids(backend: object) -> bool:
+    """Whether a backend's forward takes the tokens of a chain as Python ints, [B][n] lists, besides a tensor (its
+    optional flag). Read off the backend's class, so a wrapper (which forwards attribute reads to the backend it
+    wraps) is handed tensors unless it declares the flag itself."""
+    return bool(getattr(type(backend), "takes_host_ids", False))
+
+
 def is_compiled(backend: object) -> bool:
     """Whether a backend runs compiled graphs that --compile plans and warms up (its optional flag `compiled`;
     False when undeclared: only the hf backend compiles)."""
@@ -223,7 +249,15 @@ def is_compiled(backend: object) -> bool:
 
 
 def is_backend(obj: object) -> bool:
-    return isinstance(obj, LMBackend)
+    """Whether obj answers the protocol. A runtime Protocol check walks every member (tens of microseconds, paid
+    per request), so the answer is kept per class: a backend's members are its class's and its constructor's."""
+    kind = type(obj)
+    if kind not in _BACKEND_CLASSES:
+        _BACKEND_CLASSES[kind] = isinstance(obj, LMBackend)
+    return _BACKEND_CLASSES[kind]
+
+
+_BACKEND_CLASSES: dict[type, bool] = {}
 
 
 def check_backend(target: LMBackend | type, drafter_cls: type, method: str, batched: bool = False) -> None:

@@ -120,7 +120,7 @@ class LeanDraft:
     def rollback(self, length: int) -> None:
         self.active.rollback(length)
 
-    def commit_rows(self, counts: torch.Tensor) -> None:
+    def commit_rows(self, counts: torch.Tensor | list[int]) -> None:
         self.active.commit_rows(counts)
 
     def truncate_rows(self, upto: torch.Tensor) -> None:

@@ -31,7 +31,9 @@ import ctypes
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from time import perf_counter
 
+import numpy as np
 import torch
 
 from ..errors import DraftVerifyError
@@ -45,12 +47,25 @@ from .llamacpp_ubatches import MicroBatchCost
 GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}  # our --dtype -> the converter's --outtype
 MAX_SEQUENCES = 64  # tree branches one decode may score (llama.cpp allows up to 256)
 DEFAULT_CELLS = 4096  # KV cells a context starts with (grown on demand up to the model's context length)
+MAX_LOGIT_VIEWS = 64  # views of the logits buffer kept (_logits), one per row count asked
 TREE_ROOM = 256  # cells beyond the positions: a tree's siblings take cells too
 # llama.cpp's own default (flash_attn_type auto) turns flash attention on for the CPU; it is said here, and given
 # to the bench's llama-cpp-python peers (whose Llama() turns it off unless asked), so that every llama.cpp row of a
 # comparison computes the same logits with the same kernels; load(flash_attn=False) / --no-flash-attn turn it off.
 # Off, on a library without llamafile's kernels, a chain's verify pass is batch-invariant (llamacpp_kernels.py)
 FLASH_ATTENTION = True
+
+
+class DecodeClock:
+    """Seconds spent inside llama_decode by every context of this process, and the calls: what
+    `draftverify bench-overhead --backend llamacpp` subtracts from a generation's wall time to find the loop's own
+    (two clock reads per decode)."""
+
+    seconds: float = 0.0
+    calls: int = 0
+
+
+DECODE_CLOCK = DecodeClock()
 
 
 def installed() -> bool:
@@ -200,6 +215,7 @@ class LlamaCppLM(LlamaCppRows):
     has_modules = False
     computes_in_torch = False  # llama.cpp's own threads
     defers_prefill = True  # the prompt is decoded with the first chain forward (_take_deferred)
+    takes_host_ids = True  # a chain's tokens as Python ints: llama.cpp's batch reads them on the host
     dear_width = True  # a CPU forward's cost grows about linearly with the tokens scored (benchmarks/cost)
 
     def __init__(
@@ -214,6 +230,8 @@ class LlamaCppLM(LlamaCppRows):
         self.model = model if isinstance(model, GGUFModel) else GGUFModel(model)
         self.flash_attn = flash_attn
         lib = self.lib = self.model.lib
+        # llama_get_logits answering a plain address (llama-cpp-python's binding wraps it in a ctypes pointer)
+        self._logits_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(("llama_get_logits", lib._lib))
         # whether a chain's rows round as one-token decoding does (llamacpp_kernels.py): only then is a kept tree
         # branch worth re-scoring as a chain (rescore_branch)
         self.chains_exact = chains_exact(library(lib)["llamafile"], flash_attn)
@@ -273,6 +291,7 @@ class LlamaCppLM(LlamaCppRows):
         params.flash_attn_type = flash_attn_type(lib, self.flash_attn)
         params.no_perf = True
         self.ctx = lib.llama_init_from_model(self.model.ptr, params)
+        self._logit_views: dict[tuple[int, int, bool], torch.Tensor] = {}  # _logits: views of this context's buffer
         if not self.ctx:
             raise DraftVerifyError(
                 f"llama.cpp could not create a context of {params.n_ctx} cells for {self.model.path}"
@@ -349,30 +368,33 @@ class LlamaCppLM(LlamaCppRows):
 
     def forward(
         self,
-        tokens: torch.Tensor,
+        tokens: torch.Tensor | list[list[int]],
         position_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         want_hidden: bool = False,
-        new_valid: torch.Tensor | None = None,
+        new_valid: torch.Tensor | list[list[bool]] | None = None,
     ) -> TargetOutput:
-        """tokens [B, n] after the tail; logits [B, n, V] (float32). attention_mask: bool [n, tail + n], which
-        must describe a tree of one row (each token sees its parent's view and itself); None: a chain after the
-        tail. new_valid [B, n] (rows mode): False at padding, which is not decoded (its logits are zeros)."""
+        """tokens [B, n] after the tail (a tensor, or Python ints: takes_host_ids); logits [B, n, V] (float32, a
+        view of llama.cpp's buffer: valid until the next forward). attention_mask: bool [n, tail + n], which must
+        describe a tree of one row (each token sees its parent's view and itself); None: a chain after the tail.
+        new_valid [B, n] (rows mode): False at padding, which is not decoded (its logits are zeros)."""
         if want_hidden:
             raise DraftVerifyError(
                 "the llamacpp backend does not return hidden states; run this method on --backend hf"
             )
+        rows = tokens if isinstance(tokens, list) else tokens.tolist()
+        valid = new_valid.bool().tolist() if isinstance(new_valid, torch.Tensor) else new_valid
         if attention_mask is not None or position_ids is not None:
-            if tokens.shape[0] != 1 or self.seqs is not None:
+            if len(rows) != 1 or self.seqs is not None:
                 raise DraftVerifyError(
                     "the llamacpp backend scores token trees one row at a time; batch a chain method on it, or "
                     "run tree methods in batches on --backend hf"
                 )
         elif self.seqs is not None:
-            return self._forward_rows(tokens, new_valid)
-        if tokens.shape[0] != 1 or (new_valid is not None and not bool(new_valid.all())):
+            return self._forward_rows(rows, valid)
+        if len(rows) != 1 or (valid is not None and not all(valid[0])):
             raise DraftVerifyError("this llamacpp backend holds one row: start() it with the batch's rows")
-        ids = tokens[0].tolist()
+        ids = rows[0]
         n = len(ids)
         if n == 0:
             return TargetOutput(logits=torch.empty(1, 0, self.vocab_size))
@@ -388,11 +410,11 @@ class LlamaCppLM(LlamaCppRows):
                 outputs=[False] * (len(prompt) - 1) + [True] * (min(len(prompt), 1) + n),
             )
             self._decode(len(prompt) + n)
-            logits = self._logits(min(len(prompt), 1) + n)  # [(1 +) n, V]: the prompt's last position first
-            if prompt:
-                self._prefilled = TargetOutput(logits=logits[None, :1])
-                logits = logits[1:]
-            return TargetOutput(logits=logits[None])  # [1, n, V]
+            if not prompt:
+                return TargetOutput(logits=self._logits(n, batch_dim=True))  # [1, n, V]
+            logits = self._logits(1 + n)  # [1 + n, V]: the prompt's last position first
+            self._prefilled = TargetOutput(logits=logits[None, :1].clone())  # outlives the view
+            return TargetOutput(logits=logits[None, 1:])  # [1, n, V]
         if self.row_slots is not None:  # one row on the rows' streams (kept between requests while it drafts
             # chains): a token tree's branches share the prefix's cells, so one unified cache from here on
             self._grow(max(self.unified_cells, self.fit_cells))
@@ -441,7 +463,7 @@ class LlamaCppLM(LlamaCppRows):
             return None
         tokens = [self.tail[j].token for j in kept[m:]]
         self.commit(torch.tensor(kept[:m], dtype=torch.long))
-        out = self.forward(torch.tensor([tokens]))
+        out = self.forward([tokens])
         if self.layer_inputs:  # the tree pass's layer inputs stand for the branch (a drafter's features)
             self._layer_rows.pop()
         self._rescored = (m, list(kept))
@@ -471,6 +493,17 @@ class LlamaCppLM(LlamaCppRows):
             if not 0 <= j < len(self.tail) or self.tail[j].parent != previous:
                 raise DraftVerifyError(f"the kept tail offsets {offsets} are not one branch of the scored tree")
             previous = j
+        if not (self.chain and len(offsets) == len(self.tail)):  # a chain kept whole leaves no cell to remove
+            self._drop_unkept(offsets)
+        self.live = {0}
+        self.committed += len(offsets)
+        self.tail = []
+        self.root_children = 0
+        self.chain = True
+
+    def _drop_unkept(self, offsets: list[int]) -> None:
+        """Remove every tail cell off the kept root-to-node path `offsets` (tail indices) and leave the path in
+        sequence 0 alone."""
         rm, cp = self.lib.llama_memory_seq_rm, self.lib.llama_memory_seq_cp
         if not offsets:
             for s in self.live:
@@ -487,11 +520,6 @@ class LlamaCppLM(LlamaCppRows):
         for s in self.live:
             if s != 0:
                 rm(self.memory, s, -1, -1)
-        self.live = {0}
-        self.committed += len(offsets)
-        self.tail = []
-        self.root_children = 0
-        self.chain = True
 
     def _rescored_prefix(self, kept: int | torch.Tensor) -> int:
         """The chain tail's count that keeps the tail offsets `kept` of the re-scored branch."""
@@ -546,7 +574,7 @@ class LlamaCppLM(LlamaCppRows):
             )
             self._decode(len(chunk))
             if last:
-                self._prefilled = TargetOutput(logits=self._logits(1)[None])  # [1, 1, V]
+                self._prefilled = TargetOutput(logits=self._logits(1)[None].clone())  # [1, 1, V], outlives the view
             self.deferred = self.deferred[len(chunk) :]
 
     def _parents(self, n: int, mask: torch.Tensor | None) -> list[int]:
@@ -671,8 +699,11 @@ class LlamaCppLM(LlamaCppRows):
 
     def _decode(self, n: int, order: list[int] | None = None) -> None:
         """One llama_decode of the filled batch; `order`: the caller's index of each batch entry, for the layer
-        inputs it keeps (handed over in the caller's order)."""
+        inputs it keeps (handed over in the caller's order). Its seconds go on DECODE_CLOCK."""
+        started = perf_counter()
         status = self.lib.llama_decode(self.ctx, self.batch)
+        DECODE_CLOCK.seconds += perf_counter() - started
+        DECODE_CLOCK.calls += 1
         if status != 0:
             raise DraftVerifyError(
                 f"llama_decode failed on {n} tokens (status {status}) in the {self.role}'s llama.cpp context"
@@ -716,11 +747,25 @@ class LlamaCppLM(LlamaCppRows):
         self._layer_rows = []
         return rows
 
-    def _logits(self, rows: int) -> torch.Tensor:
-        """The last decode's logits [rows, V] (every output row, in batch order), copied out of llama.cpp."""
-        out = torch.empty(rows, self.vocab_size, dtype=torch.float32)
-        ctypes.memmove(out.data_ptr(), self.lib.llama_get_logits(self.ctx), out.nbytes)  # one C copy
-        return out
+    def _logits(self, rows: int, batch_dim: bool = False) -> torch.Tensor:
+        """The last decode's logits [rows, V] (every output row, in batch order; [1, rows, V] with batch_dim) as a
+        view of llama.cpp's own output buffer: nothing is allocated or copied, what a verifier reads (one argmax) is
+        read in place. The view holds until this context's next decode, which writes the buffer again; a caller
+        that keeps logits longer (the prefilled position, a chunked decode's parts) clones them. Views are kept per
+        buffer address and shape (llama.cpp moves the buffer only when a decode asks for more outputs than it
+        holds)."""
+        address = self._logits_address(self.ctx)
+        key = (address, rows, batch_dim)
+        view = self._logit_views.get(key)
+        if view is None:
+            if len(self._logit_views) >= MAX_LOGIT_VIEWS:
+                self._logit_views.clear()
+            floats = ctypes.cast(address, ctypes.POINTER(ctypes.c_float))
+            array = np.ctypeslib.as_array(
+                floats, shape=(1, rows, self.vocab_size) if batch_dim else (rows, self.vocab_size)
+            )
+            view = self._logit_views[key] = torch.from_numpy(array)
+        return view
 
     def __del__(self):
         lib = getattr(self, "lib", None)

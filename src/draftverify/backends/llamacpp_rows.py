@@ -28,7 +28,7 @@ import torch
 
 from ..errors import DraftVerifyError
 from ..types import TargetOutput
-from .base import one_row
+from .base import host_ints, one_row
 from .llamacpp_ubatches import filled_counts, micro_batches
 
 BATCH = 512  # tokens per llama_decode (more are decoded in chunks)
@@ -107,17 +107,17 @@ class LlamaCppRows:
             return torch.tensor([self.length], device=self.device)
         return torch.tensor(self.held, device=self.device)
 
-    def commit_rows(self, counts: torch.Tensor) -> None:
+    def commit_rows(self, counts: torch.Tensor | list[int]) -> None:
         if self.seqs is None:
             self.commit(one_row(counts, "counts"))
             return
-        self.truncate_rows(torch.tensor(self.settled) + torch.as_tensor(counts).cpu())
+        self.truncate_rows([settled + count for settled, count in zip(self.settled, host_ints(counts))])
 
-    def truncate_rows(self, upto: torch.Tensor) -> None:
+    def truncate_rows(self, upto: torch.Tensor | list[int]) -> None:
         if self.seqs is None:
             self.commit(one_row(upto, "upto") - self.committed)
             return
-        upto = torch.as_tensor(upto).tolist()
+        upto = host_ints(upto)
         if len(upto) != len(self.seqs):
             raise DraftVerifyError(f"{len(upto)} row lengths for a batch of {len(self.seqs)} rows")
         for b, keep in enumerate(upto):
@@ -177,21 +177,21 @@ class LlamaCppRows:
         self._add_rows(input_ids, attention_mask)
 
     # ---- decoding ---------------------------------------------------------------------------------------------
-    def _forward_rows(self, tokens: torch.Tensor, new_valid: torch.Tensor | None) -> TargetOutput:
-        """tokens [B, n] after each row's tail, new_valid [B, n] False at padding; logits [B, n, V] (zeros at
+    def _forward_rows(self, tokens: list[list[int]], new_valid: list[list[bool]] | None) -> TargetOutput:
+        """tokens [B][n] after each row's tail, new_valid [B][n] False at padding; logits [B, n, V] (zeros at
         padding). The rows' deferred prompts go first, in the same decode. On streams a row padded on its right
         may decode some of its padding columns as filler (llamacpp_ubatches.py), removed right after."""
-        batch, n = tokens.shape
+        batch, n = len(tokens), len(tokens[0]) if tokens else 0
         if batch != len(self.seqs):
             raise DraftVerifyError(f"{batch} rows of tokens for a batch of {len(self.seqs)} rows")
-        valid = [[True] * n] * batch if new_valid is None else new_valid.bool().tolist()
+        valid = [[True] * n] * batch if new_valid is None else new_valid
         fill = self._fill_counts(valid, n)
         prompt_lengths = [len(prompt) for prompt in self.row_deferred]
         entries, slots = self._deferred_entries()  # (token, position, sequence, output)
         prompt_outputs = len(slots)
         scored_entries = []  # the entry of each scored (real) column, in slots' order
         real_ends = list(self.held)
-        for b, (ids, real) in enumerate(zip(tokens.tolist(), valid)):
+        for b, (ids, real) in enumerate(zip(tokens, valid)):
             for k, (token, keep) in enumerate(zip(ids, real)):
                 if keep:
                     scored_entries.append(len(entries))
@@ -209,7 +209,7 @@ class LlamaCppRows:
                 self.lib.llama_memory_seq_rm(self.memory, self.seqs[b], real_ends[b], -1)
                 self.held[b] = real_ends[b]
         for b, slot in enumerate(slots[:prompt_outputs]):
-            self.row_prefilled[slot] = logits[b]
+            self.row_prefilled[slot] = logits[b].clone()  # outlives the decode's view (_logits)
         if self.layer_inputs:  # the eagle3 wrapper's: per row, its scored columns' and its prompt's
             features = self.entry_layer_inputs  # [entries, layers * H]
             scored = features.new_zeros(batch * n, features.shape[1])  # zeros at padding
@@ -258,7 +258,7 @@ class LlamaCppRows:
         entries, rows = self._deferred_entries()
         if entries:
             for b, logits in zip(rows, self._decode_entries(entries)):
-                self.row_prefilled[b] = logits
+                self.row_prefilled[b] = logits.clone()  # outlives the decode's view (_logits)
 
     def _rows_prefilled(self) -> TargetOutput | None:
         """Each row's logits at its last prefilled position [B, 1, V] (zeros for a one-token prompt)."""
@@ -270,7 +270,8 @@ class LlamaCppRows:
 
     def _decode_entries(self, entries: list[tuple[int, int, int, bool]]) -> torch.Tensor:
         """Decode (token, position, sequence, output) entries in order, in chunks of BATCH; the logits of the
-        output entries [outputs, V]."""
+        output entries [outputs, V] (a view of llama.cpp's buffer when one decode in order gave them: valid until
+        the next decode, LlamaCppLM._logits)."""
         self._make_room()
         mark = len(self._layer_rows)  # the layer inputs this call's decodes keep (eagle3's wrapper reads them)
         # by sequence id (each row's own entries in their order): on streams llama.cpp splits a batch into
@@ -289,7 +290,8 @@ class LlamaCppRows:
                 for s in seqs:
                     per_seq[s] += 1
                 self.ubatch_cost.observe(micro_batches(per_seq), len(chunk), perf_counter() - started)
-            parts.append(self._logits(sum(outputs)))
+            view = self._logits(sum(outputs))  # the next chunk's decode writes the buffer again
+            parts.append(view if begin + BATCH >= len(ordered) else view.clone())
         logits = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else torch.empty(0, self.vocab_size)
         if self.layer_inputs and len(self._layer_rows) > mark:  # back in the entries' order [entries, layers * H]
             decoded = torch.cat(self._layer_rows[mark:])

@@ -62,7 +62,7 @@ class BlockwiseNgramDrafter(BlockwiseDrafter):
         found = []
         for b in range(state.tokens.shape[0]):
             lattice = SausageLattice.top_k(head_logits[b], self.k)
-            context = state.row(b)[-self.table.order :].tolist()
+            context = state.row_ids(b)[-self.table.order :]
             found.append(kbest_paths(lattice, self.table, context, self.alpha, self.p))
         device = state.tokens.device
         if all(len(paths) == 1 for paths in found) and len({len(paths[0]) for paths in found}) == 1:

@@ -281,7 +281,6 @@ class Eagle3Drafter(Drafter):
         self.head.to(device=target.device, dtype=target.dtype)
 
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
-        assert state.lengths is not None  # set by DecodingState.__post_init__
         device = state.tokens.device
         self.cache = HeadCache()
         self._real = torch.zeros(state.tokens.shape[0], 0, dtype=torch.bool, device=device)
@@ -295,7 +294,6 @@ class Eagle3Drafter(Drafter):
         returns the last pair's prenorm state [B, 1, H] (its logits predict the token after the pending one) and
         each row's pending token position [B]."""
         assert self._features is not None  # set by start / commit
-        assert state.lengths is not None  # set by DecodingState.__post_init__
         features = self._features
         m = features.shape[1]
         end = state.lengths - 1  # [B] the pending tokens' positions

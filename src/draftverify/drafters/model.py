@@ -69,6 +69,7 @@ class ModelDrafter(Drafter):
         self.discard: torch.Tensor | None = None  # batches: rows whose drafts another drafter replaced (see commit)
         self.stages = False  # staged drafting this request: lookup_tokens > 0, one decoder-only row, no rows joined
         self._fed: torch.Tensor | None = None  # batches: each row's committed tokens when the last draft began
+        self._fed_text = 0  # one row (stages): its committed tokens when the last draft began
 
     @classmethod
     def from_options(cls, target: LMBackend, options) -> "ModelDrafter":
@@ -128,10 +129,12 @@ class ModelDrafter(Drafter):
         """What the draft model feeds first this step: each row's committed tokens its cache has not seen,
         right-aligned ([B, width]; rows needing fewer are padded, new_valid [B, width] marks the real ones, None
         when none is padded). Starts the step's bookkeeping that commit() reads (the rows' lengths now)."""
-        self._fed = state.lengths.clone()
         self.discard = None
         if self.stages:  # one unpadded row: plain ints (after a llama.cpp forward each small tensor op is dear)
-            return state.tokens[:, self.lm.length - state.tokens.shape[1] :], None
+            text = state.row_ids(0)
+            self._fed_text = len(text)
+            return torch.tensor([text[self.lm.length :]], device=state.device), None
+        self._fed = state.lengths.clone()
         need = state.lengths - self.lm.row_length.to(state.lengths.device)  # [B] >= 1
         width = int(need.max())
         pending = state.tokens[:, -width:]  # [B, width]
@@ -149,7 +152,7 @@ class ModelDrafter(Drafter):
         stop = state.draft_confidence
         greedy = isinstance(params, SamplingParams) and params.greedy
         staged = self.stages  # one row on a one-row cache: looked-up tokens ride along (looked_up)
-        text = state.row(0).tolist() if staged else None  # the row's committed tokens, then its draft so far
+        text = list(state.row_ids(0)) if staged else None  # the row's committed tokens, then its draft so far
         drafting = None  # the confidence stop: per row, still confident
         done = False
         while not done and count < gamma:
@@ -223,9 +226,9 @@ class ModelDrafter(Drafter):
         # the tail holds the committed tokens fed this step and the drafts fed after them; only the accepted drafts
         # stay valid, and each row's last committed token is pending
         if self.stages:  # one unpadded row: plain ints
-            upto = min(self.lm.length, state.tokens.shape[1] - 1)
+            upto = min(self.lm.length, len(state.row_ids(0)) - 1)
             if self.discard is not None and bool(self.discard[0]):
-                upto = min(upto, int(self._fed[0]))
+                upto = min(upto, self._fed_text)
             self.discard = None
             self.lm.commit(upto - self.lm.committed)
             return

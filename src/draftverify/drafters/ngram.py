@@ -231,7 +231,7 @@ class NgramDrafter(Drafter):
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         keep = self.table.order - 1
-        contexts = [state.row(b)[-keep:].tolist() for b in range(state.tokens.shape[0])]
+        contexts = [state.row_ids(b)[-keep:] for b in range(state.batch_size)]
         tokens: list[torch.Tensor] = []
         q: list[torch.Tensor] = []
         for i in range(gamma):

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import torch
-
 from ..errors import OptionValueError
 from ..types import DecodingState, Draft
 from .base import Drafter, empty_draft
@@ -53,25 +51,19 @@ class PromptLookupDrafter(Drafter):
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         rows = []
-        for b in range(state.tokens.shape[0]):
-            haystack = state.row(b).tolist()
+        for b in range(state.batch_size):
+            haystack = state.row_ids(b)
             if state.source_ids is not None:
                 haystack = state.source_ids[b].tolist() + haystack
-            found = find_continuation(haystack, self.max_ngram, self.min_ngram, gamma)
-            rows.append(torch.tensor(found, dtype=torch.long, device=state.tokens.device))
-        if len(rows) == 1:
-            return Draft(tokens=rows[0][None]) if rows[0].numel() else empty_draft(state)
+            rows.append(find_continuation(haystack, self.max_ngram, self.min_ngram, gamma))
         return ragged_draft(rows, state)
 
 
-def ragged_draft(rows: list[torch.Tensor], state: DecodingState) -> Draft:
-    """Per-row drafts of different lengths [n_b] -> one Draft padded to the longest, with lengths [B] (the
-    verifiers judge no position past a row's own length)."""
-    longest = max(r.numel() for r in rows)
+def ragged_draft(rows: list[list[int]], state: DecodingState) -> Draft:
+    """Per-row drafts of host ints, of different lengths n_b -> one Draft padded to the longest, with lengths [B]
+    when they differ (the verifiers judge no position past a row's own length); no draft at all when every row
+    found none. One tensor op, and the step reads the rows back without another (Draft.rows)."""
+    longest = max(len(r) for r in rows)
     if longest == 0:
         return empty_draft(state)
-    tokens = state.tokens.new_zeros((len(rows), longest))
-    for b, r in enumerate(rows):
-        tokens[b, : r.numel()] = r
-    lengths = torch.tensor([r.numel() for r in rows], device=tokens.device)
-    return Draft(tokens=tokens, lengths=None if bool((lengths == longest).all()) else lengths)
+    return Draft.of_rows(rows, state.device)

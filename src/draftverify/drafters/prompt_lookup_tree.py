@@ -83,7 +83,7 @@ class PromptLookupTreeDrafter(Drafter):
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         rows = [
-            trie(find_continuations(state.row(b).tolist(), self.max_ngram, self.min_ngram, gamma, self.num_matches))
+            trie(find_continuations(state.row_ids(b), self.max_ngram, self.min_ngram, gamma, self.num_matches))
             for b in range(state.tokens.shape[0])
         ]
         if not any(tokens for tokens, _ in rows):

@@ -20,7 +20,7 @@ from ..backends.base import LMBackend, dear_width
 from ..errors import OptionValueError
 from ..suffix_index import SuffixIndex
 from ..types import DecodingState, Draft, TargetOutput, Verdict
-from .base import Drafter, empty_draft
+from .base import Drafter
 from .prompt_lookup import ragged_draft
 
 # (min_match, max_match) not given: where a wider verify pass costs little (hf), draft after short matches; where it
@@ -74,31 +74,24 @@ class SuffixDrafter(Drafter):
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
         self._finish(range(len(self._rows)))  # an earlier generation's rows (its last rows never left) are history
         self._rows, self._seen = [], []
-        assert state.lengths is not None  # set by DecodingState.__post_init__
-        for b, length in enumerate(state.lengths.tolist()):
+        for b in range(state.batch_size):
             source = state.source_ids[b].tolist() if state.source_ids is not None else []
-            self._rows.append(self.index.add(source + state.row(b).tolist()))
-            self._seen.append(length)
+            text = state.row_ids(b)
+            self._rows.append(self.index.add(source + text))
+            self._seen.append(len(text))
 
     def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
-        width = state.tokens.shape[1]
-        assert state.lengths is not None  # set by DecodingState.__post_init__
-        for b, length in enumerate(state.lengths.tolist()):
-            new = length - self._seen[b]
-            if new > 0:
-                self.index.extend(self._rows[b], state.tokens[b, width - new :].tolist())
-                self._seen[b] = length
+        for b in range(state.batch_size):
+            text = state.row_ids(b)
+            if len(text) > self._seen[b]:
+                self.index.extend(self._rows[b], text[self._seen[b] :])
+                self._seen[b] = len(text)
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
-        width = state.tokens.shape[1]
-        assert state.lengths is not None  # set by DecodingState.__post_init__
         rows = []
-        for b, length in enumerate(state.lengths.tolist()):
-            context = state.tokens[b, width - min(self.max_match, length) :].tolist()
-            found = self.index.continuation(context, gamma, self.min_prob)
-            rows.append(torch.tensor(found, dtype=torch.long, device=state.tokens.device))
-        if len(rows) == 1:
-            return Draft(tokens=rows[0][None]) if rows[0].numel() else empty_draft(state)
+        for b in range(state.batch_size):
+            text = state.row_ids(b)
+            rows.append(self.index.continuation(text[-self.max_match :], gamma, self.min_prob))
         return ragged_draft(rows, state)
 
     def drop_rows(self, keep: torch.Tensor) -> None:

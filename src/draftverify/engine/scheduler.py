@@ -116,7 +116,6 @@ class Scheduler:
         target.drop_rows(keep)
         drafter.drop_rows(keep)
         rows = keep.to(state.tokens.device)
-        assert state.lengths is not None  # set by DecodingState.__post_init__
         state.tokens, state.lengths = trim_rows(state.tokens[rows], state.lengths[rows])
         kept = keep.tolist()
         if state.seeds is not None:
@@ -148,7 +147,6 @@ class Scheduler:
             return torch.cat([t.new_zeros((t.shape[0], total - t.shape[1])), t], dim=1)
 
         state.tokens = torch.cat([pad(state.tokens), pad(ids)])
-        assert state.lengths is not None  # set by DecodingState.__post_init__
         state.lengths = torch.cat([state.lengths, mask.long().sum(dim=1)])
         batch_rows = params_rows(state.params, state.tokens.shape[0] - len(requests))
         state.params = row_params(batch_rows + [r.params if r.params is not None else batch_rows[0] for r in requests])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..backends.base import LMBackend
+from ..backends.base import LMBackend, takes_host_ids
 from ..draft_length import DraftLength
 from ..drafters.base import Drafter, empty_draft
 from ..errors import DraftVerifyError
@@ -21,7 +21,6 @@ from ..sampling import RowParams, argmax
 from ..types import DecodingState, Draft, SamplingParams, TargetOutput, Verdict
 from ..verifiers.base import Verifier
 from ..verifiers.tree import tree_verdict
-from .scheduler import append_rows
 
 
 def prefill(
@@ -63,7 +62,8 @@ def propose(drafter: Drafter, verifier: Verifier, state: DecodingState, gamma: i
     draft = drafter.propose(state, gamma) if gamma else empty_draft(state)
     if draft.tree is not None and not verifier.accepts_trees:
         raise DraftVerifyError(f"the {verifier.name} verifier checks chains only; this drafter proposed a tree")
-    draft.position = state.next_position()  # [B] keys position-coupled sampling noise
+    if not state.params.greedy:  # [B] keys position-coupled sampling noise (a greedy verdict reads no noise)
+        draft.position = state.next_position()
     draft.seeds = state.seeds
     return draft
 
@@ -73,8 +73,15 @@ def score(target: LMBackend, drafter: Drafter, state: DecodingState, draft: Draf
     the draft: logits [B, 1+N, V] (and hidden states), then whatever a wrapping target appends. A ragged chain's
     columns past a row's own draft are padding (new_valid): a backend that decodes only real tokens (llama.cpp's
     rows) does not pay for the longest row's width in every row."""
-    scored = torch.cat([state.tokens[:, -1:], draft.tokens], dim=1)  # [B, 1+N]
     position_ids, mask = verify_layout(target, draft)
+    if draft.tree is None and takes_host_ids(target):  # Python ints in, none made into a tensor
+        rows = [[last, *drafted] for last, drafted in zip(state.last_tokens(), draft.rows)]  # [B][1+N]
+        valid = None
+        if draft.lengths is not None and len(rows) > 1:  # pending + each row's own draft
+            valid = [[column <= length for column in range(len(rows[0]))] for length in draft.lengths.tolist()]
+        return target.forward(rows, want_hidden=drafter.needs_target_hidden, new_valid=valid)
+    pending = state.pending_column()  # [B, 1]
+    scored = torch.cat([pending, draft.tokens], dim=1) if draft.length else pending  # [B, 1+N]
     new_valid = None
     if draft.tree is None and draft.lengths is not None and scored.shape[0] > 1:
         columns = torch.arange(scored.shape[1], device=scored.device)[None]
@@ -82,12 +89,19 @@ def score(target: LMBackend, drafter: Drafter, state: DecodingState, draft: Draf
     return target.forward(scored, position_ids, mask, want_hidden=drafter.needs_target_hidden, new_valid=new_valid)
 
 
+def scored_logits(out: TargetOutput, draft: Draft) -> torch.Tensor:
+    """The verify pass's logits at the pending token and the draft [B, 1+N, V], without the positions a wrapping
+    target appended (no new view when there are none)."""
+    logits = out.logits
+    return logits if logits.shape[1] == 1 + draft.length else logits[:, : 1 + draft.length]
+
+
 def verify(verifier: Verifier, draft: Draft, logits: torch.Tensor, state: DecodingState) -> tuple[Verdict, list[int]]:
     """The verifier's verdict on the target's logits [B, 1+N, V] and each row's accepted count (the step's one
     host sync)."""
     # RowParams reach only per_row_params verifiers (exact), which take them (loop's _check_row_params)
     verdict = verifier.verify(draft, logits, state.params, state.generator)  # type: ignore[arg-type]
-    return verdict, verdict.num_accepted.tolist()
+    return verdict, verdict.accepted
 
 
 def settle(
@@ -135,14 +149,13 @@ def commit(
 ) -> None:
     """The target's cache keeps each row's pending token and accepted drafts (its last emitted token is pending
     now), the state appends each row's emitted tokens, and the drafter hears the verdict."""
-    kept = kept_positions(draft, verdict)
     if draft.tree is None:
-        target.commit_rows(kept)
+        target.commit_rows([a + 1 for a in verdict.accepted])  # counts [B], as host ints: no tensor op
     else:
-        target.commit(kept)
-    assert state.lengths is not None  # set by DecodingState.__post_init__
-    state.tokens, state.lengths = append_rows(state.tokens, state.lengths, emitted)
-    drafter.commit(state, verdict, scored_for_drafter(out, kept, draft) if drafter.needs_target_hidden else None)
+        target.commit(kept_positions(draft, verdict))
+    state.append(emitted)
+    scored = scored_for_drafter(out, kept_positions(draft, verdict), draft) if drafter.needs_target_hidden else None
+    drafter.commit(state, verdict, scored)
 
 
 def verify_layout(target: LMBackend, draft: Draft) -> tuple[torch.Tensor | None, torch.Tensor | None]:

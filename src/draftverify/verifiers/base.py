@@ -56,23 +56,22 @@ def make_verdict(draft_tokens: torch.Tensor, num_accepted: torch.Tensor, next_to
     return Verdict(tokens=tokens, num_accepted=num_accepted, path=path)
 
 
-def greedy_verdict(draft_tokens: torch.Tensor, choice: torch.Tensor) -> Verdict:
-    """make_verdict for a chain draft judged by greedy choices: the prefix of draft_tokens [B, N] equal to
-    choice [B, N+1], then the choice after it. One row on the CPU walks Python lists instead: after a llama.cpp
-    forward has streamed the target's weights through the caches, each small tensor op pays its dispatch again."""
-    if draft_tokens.shape[0] != 1 or draft_tokens.device.type != "cpu":
-        accepted = accepted_prefix_length(draft_tokens == choice[:, : draft_tokens.shape[1]])  # [B]
-        return make_verdict(draft_tokens, accepted, gather_at(choice, accepted))
-    drafted, chosen = draft_tokens[0].tolist(), choice[0].tolist()
-    n = 0
-    while n < len(drafted) and drafted[n] == chosen[n]:
-        n += 1
-    rest = [-1] * (len(drafted) - n)
-    return Verdict(
-        tokens=torch.tensor([drafted[:n] + [chosen[n]] + rest], dtype=torch.long),
-        num_accepted=torch.tensor([n], dtype=torch.long),
-        path=torch.tensor([list(range(n)) + rest], dtype=torch.long),
-    )
+def greedy_chain_verdict(draft: Draft, choice: list[list[int]]) -> Verdict:
+    """A chain judged on the host by the target's greedy choices choice [B][>= N+1] (Python ints): each row keeps
+    its drafts up to the first that differs from the choice (within its own length, draft.lengths), then the choice
+    after them. Walks lists and makes no tensor: after a llama.cpp forward has streamed the target's weights
+    through the caches, each small tensor op pays its dispatch again."""
+    drafted = draft.rows
+    limits = draft.lengths.tolist() if draft.lengths is not None else [draft.length] * len(drafted)
+    width = draft.length
+    rows, accepted = [], []
+    for mine, theirs, limit in zip(drafted, choice, limits):
+        n = 0
+        while n < limit and mine[n] == theirs[n]:
+            n += 1
+        rows.append(mine[:n] + [theirs[n]] + [-1] * (width - n))
+        accepted.append(n)
+    return Verdict.of_chain(rows, accepted, draft.tokens.device)
 
 
 def gather_at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

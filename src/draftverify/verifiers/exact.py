@@ -31,12 +31,16 @@ class ExactVerifier(Verifier):
     def __init__(self, params: SamplingParams | RowParams, lenience: float = 1.0):
         self.lenience = lenience
         self._rules: dict[tuple, tuple[Verifier, Verifier]] = {}
+        self._last: tuple[SamplingParams, tuple[Verifier, Verifier]] | None = None
         first = params.rows[0] if isinstance(params, RowParams) else params
         self.chain, self.tree = self.rules(first)
         self.lossless = self.chain.lossless
 
     def rules(self, params: SamplingParams) -> tuple[Verifier, Verifier]:
-        """(chain rule, tree rule) for one setting."""
+        """(chain rule, tree rule) for one setting (the last one asked is answered without building its key: a
+        generation asks every step)."""
+        if self._last is not None and self._last[0] is params:
+            return self._last[1]
         key = RowParams.key(params)
         if key not in self._rules:
             if self.lenience != 1.0:
@@ -50,7 +54,8 @@ class ExactVerifier(Verifier):
             else:
                 tree = GumbelCouplingVerifier() if params.coupled else TreeSpeculativeSamplingVerifier()
             self._rules[key] = (chain, tree)
-        return self._rules[key]
+        self._last = (params, self._rules[key])
+        return self._last[1]
 
     @property
     def name(self) -> str:  # type: ignore[override]  # read-only by design: the chain rule in use names it

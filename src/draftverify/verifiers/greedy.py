@@ -6,9 +6,9 @@ import torch
 
 from ..errors import DraftVerifyError
 from ..registry import register_verifier
-from ..sampling import argmax
+from ..sampling import argmax, argmax_lists
 from ..types import Draft, SamplingParams, Verdict
-from .base import Verifier, accepted_prefix_length, gather_at, greedy_verdict, make_verdict, within_draft
+from .base import Verifier, accepted_prefix_length, gather_at, greedy_chain_verdict, make_verdict, within_draft
 
 
 @register_verifier("greedy")
@@ -24,8 +24,8 @@ class GreedyVerifier(Verifier):
             )
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
+        if target_logits.is_cpu:  # one argmax call, the rest on Python ints
+            return greedy_chain_verdict(draft, argmax_lists(target_logits))
         choice = argmax(target_logits)  # [B, N+1]
-        if draft.lengths is None:  # every row drafted draft.length tokens
-            return greedy_verdict(draft.tokens, choice)
         n = accepted_prefix_length(within_draft(draft, draft.tokens == choice[:, : draft.length]))  # [B]
         return make_verdict(draft.tokens, n, gather_at(choice, n))
