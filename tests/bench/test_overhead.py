@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from bench_fixtures import model_dir  # noqa: F401  (fixtures)
 from typer.testing import CliRunner
 
+from draftverify.backends.gguf import converter_available
+from draftverify.bench import llamacpp
+from draftverify.bench.overhead_llamacpp import BARE
 from draftverify.cli import app
 
 
@@ -50,3 +54,56 @@ def test_the_bench_commands_refuse_no_prompts_and_no_tokens():
             result = CliRunner().invoke(app, [command, flag, "0", *extra])
             assert result.exit_code == 2, (command, flag, result.output)
             assert flag in result.output
+
+
+needs_llama_cpp = pytest.mark.skipif(
+    not (llamacpp.installed() and converter_available()),
+    reason="llama-cpp-python not installed or no llama.cpp converter (scripts/fetch_llama_cpp_converter.sh)",
+)
+
+
+@needs_llama_cpp
+def test_on_llamacpp_it_splits_each_runners_time_at_llama_decode_beside_a_bare_loop(model_dir, tmp_path):  # noqa: F811
+    args = [
+        "bench-overhead",
+        "--backend",
+        "llamacpp",
+        "--target",
+        str(model_dir / "target"),
+        "--draft",
+        str(model_dir / "draft"),
+        "--methods",
+        "autoregressive,prompt_lookup,model",
+        "--num-prompts",
+        "2",
+        "--rounds",
+        "1",
+        "-n",
+        "12",
+        "--threads",
+        "1",
+        "--out",
+        str(tmp_path),
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = {r["runner"]: r for r in json.loads((tmp_path / "loop-overhead-llamacpp.json").read_text())["rows"]}
+    assert list(rows) == [BARE, "autoregressive", "prompt_lookup", "model"]
+    bare, plain = rows[BARE], rows["autoregressive"]
+    assert bare["vs_bare"] == 1.0 and bare["steps"] == bare["new_tokens"]
+    assert plain["new_tokens"] == bare["new_tokens"] and plain["steps"] == plain["new_tokens"]
+    for row in rows.values():
+        assert row["same_tokens"], row["runner"]  # every runner here is lossless: the bare loop's tokens
+        assert 0 < row["decode_s"] < row["wall_s"]
+        assert row["outside_ms_per_token"] == pytest.approx(
+            1000 * (row["wall_s"] - row["decode_s"]) / row["new_tokens"]
+        )
+    assert rows["model"]["steps"] < rows["model"]["new_tokens"]  # its drafts are kept, some at least
+    assert "| model |" in (tmp_path / "loop-overhead-llamacpp.md").read_text()
+
+
+def test_bench_overhead_refuses_an_unknown_backend_and_a_gguf_type_on_hf():
+    result = CliRunner().invoke(app, ["bench-overhead", "--backend", "onnx"])
+    assert result.exit_code == 2 and "--backend" in result.output and "onnx" in result.output
+    result = CliRunner().invoke(app, ["bench-overhead", "--target-gguf", "q8_0"])
+    assert result.exit_code == 2 and "--target-gguf" in result.output

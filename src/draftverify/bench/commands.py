@@ -240,25 +240,82 @@ def bench_cold_start(
 
 def bench_overhead(
     ctx: typer.Context,
-    methods_: str = typer.Option(
-        "autoregressive,model,prompt_lookup,early_exit,bild,specdec++", "--methods", help="Comma list of methods."
+    methods_: Optional[str] = typer.Option(
+        None,
+        "--methods",
+        help="Comma list of methods (default: autoregressive,model,prompt_lookup,early_exit,bild,specdec++ on hf; "
+        "autoregressive,prompt_lookup,suffix,model on llamacpp).",
     ),
     zoo: str = typer.Option("code", "--zoo"),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
     draft: Optional[str] = typer.Option(None, "--draft", "-d"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n", min=1),
-    threads: Optional[int] = typer.Option(1, "--threads", min=1),
+    threads: Optional[int] = typer.Option(
+        None, "--threads", min=1, help="CPU threads (default: 1 on hf, every core on llamacpp)."
+    ),
     out: Path = typer.Option(folders.COST, "--out", help="Folder of NAME.json and NAME.md."),
-    name: str = typer.Option("loop-overhead", "--name", help="File stem."),
+    name: Optional[str] = typer.Option(
+        None, "--name", help="File stem (default loop-overhead, loop-overhead-llamacpp with --backend llamacpp)."
+    ),
+    backend: str = typer.Option(
+        "hf",
+        "--backend",
+        help="hf: each method's share of wall time outside model forwards, from its own timers. llamacpp: our time "
+        "outside llama_decode per token and per step beside a bare ctypes loop over the same library and file, "
+        "runners interleaved prompt by prompt.",
+    ),
+    target_gguf: Optional[str] = typer.Option(
+        None, "--target-gguf", help="--backend llamacpp: the GGUF type the target is converted at (e.g. q8_0)."
+    ),
+    prompts: str = typer.Option(
+        "humaneval", "--prompts", help="--backend llamacpp: the prompt set (humaneval, spec_bench, or a file)."
+    ),
+    num_prompts: int = typer.Option(8, "--num-prompts", min=1, help="--backend llamacpp: prompts taken."),
+    rounds: int = typer.Option(2, "--rounds", min=1, help="--backend llamacpp: passes over the prompts."),
 ) -> None:
-    """The decoding loop's own share of wall time per method: the time outside model forwards."""
-    from .overhead import run_overhead
+    """The decoding loop's own share of wall time per method: the time outside model forwards (--backend hf), or
+    outside llama_decode beside a bare loop over llama.cpp (--backend llamacpp)."""
+    import os
+
+    from .overhead import DEFAULT_METHODS
+    from .overhead_llamacpp import DEFAULT_METHODS as LLAMACPP_METHODS
 
     command = recorded_command(ctx)
+    if methods_ is None:
+        methods_ = ",".join(LLAMACPP_METHODS if backend == "llamacpp" else DEFAULT_METHODS)
     chosen = tuple(m.strip() for m in methods_.split(",") if m.strip())
-    result = run_reporting(
-        lambda: run_overhead(chosen, zoo, target, draft, max_new_tokens, threads, None, out, name, command)
-    )
+    if backend not in ("hf", "llamacpp"):
+        raise typer.BadParameter(f"must be hf or llamacpp, got {backend!r}", param_hint="--backend")
+    if backend == "llamacpp":
+        from .overhead_llamacpp import run_overhead_llamacpp
+
+        result = run_reporting(
+            lambda: run_overhead_llamacpp(
+                chosen,
+                zoo,
+                target,
+                draft,
+                max_new_tokens,
+                threads or os.cpu_count() or 1,
+                target_gguf,
+                prompts,
+                num_prompts,
+                rounds,
+                out,
+                name or "loop-overhead-llamacpp",
+                command,
+            )
+        )
+    else:
+        if target_gguf is not None:
+            raise typer.BadParameter("applies to --backend llamacpp only", param_hint="--target-gguf")
+        from .overhead import run_overhead
+
+        result = run_reporting(
+            lambda: run_overhead(
+                chosen, zoo, target, draft, max_new_tokens, threads or 1, None, out, name or "loop-overhead", command
+            )
+        )
     print(Path(result["files"]["markdown"]).read_text())
 
 

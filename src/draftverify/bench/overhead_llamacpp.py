@@ -1,0 +1,202 @@
+"""`draftverify bench-overhead --backend llamacpp`: what our loop spends outside llama_decode, per token and per
+step, beside a bare ctypes loop over the same library and GGUF file (bench/bare_loop.py), runners interleaved
+prompt by prompt, greedy.
+
+Time inside llama_decode is read off backends.llamacpp.DECODE_CLOCK (every context of the process: the target's
+and a draft model's); the rest of a generation's wall time (ids in, ids out: `Pipeline.generate_ids`) is the
+loop's own, drafters' Python included. The bare loop's rest is what any Python loop over llama-cpp-python pays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from time import perf_counter
+from typing import Any
+
+from ..errors import DraftVerifyError
+from .folders import COST
+
+DEFAULT_METHODS = ("autoregressive", "prompt_lookup", "suffix", "model")
+BARE = "bare ctypes loop"
+
+
+def render(result: dict) -> str:
+    from .report import markdown_table
+
+    rows = []
+    for r in result["rows"]:
+        rows.append(
+            [
+                r["runner"],
+                str(r["new_tokens"]),
+                str(r["steps"]),
+                f"{r['tok_s']:.1f}",
+                f"{r['ms_per_token']:.3f}",
+                f"{r['decode_ms_per_token']:.3f}",
+                f"{r['outside_ms_per_token']:.3f}",
+                f"{r['outside_us_per_step']:.0f}",
+                f"{r['outside_share']:.1f}%",
+                f"**{r['vs_bare']:.3f}x**",
+                "yes" if r["same_tokens"] else "no",
+            ]
+        )
+    columns = [
+        "runner",
+        "new tokens",
+        "steps",
+        "tok/s",
+        "ms / token",
+        "in llama_decode, ms / token",
+        "outside, ms / token",
+        "outside, µs / step",
+        "outside, share of a step",
+        "tok/s vs bare loop",
+        "tokens = bare loop's",
+    ]
+    lines = [
+        "# Loop overhead on llama.cpp",
+        "",
+        f"`{result['command']}`",
+        "",
+        f"{result['date']}; {result['machine']['cpu_model']} ({result['machine']['cores']} cores), "
+        f"{result['threads']} thread(s); {result['gguf']}; {result['prompts']} prompts of {result['prompt_set']} x "
+        f"{result['max_new_tokens']} new tokens, greedy, {result['rounds']} round(s) after a warm-up, runners "
+        "interleaved prompt by prompt.",
+        "",
+        *markdown_table(columns, rows),
+        "",
+        f"Outside = wall time (token ids in, token ids out) minus the seconds inside `llama_decode` (every context: "
+        f"the target's and a draft model's); a step is one target forward (the {BARE}: one token). The {BARE} "
+        "decodes the same file on the same kind of context with a reused batch and a NumPy argmax over a view of "
+        "the logits (bench/bare_loop.py): what it spends outside llama_decode, any Python loop over the library "
+        "spends.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _row(name: str, tokens: int, steps: int, wall: float, decode: float, same: bool, bare_tok_s: float) -> dict:
+    outside = wall - decode
+    tok_s = tokens / wall
+    return {
+        "runner": name,
+        "new_tokens": tokens,
+        "steps": steps,
+        "wall_s": wall,
+        "decode_s": decode,
+        "tok_s": tok_s,
+        "ms_per_token": 1000 * wall / tokens,
+        "decode_ms_per_token": 1000 * decode / tokens,
+        "outside_ms_per_token": 1000 * outside / tokens,
+        "outside_us_per_step": 1e6 * outside / steps,
+        "outside_share": 100 * outside / wall,
+        "vs_bare": tok_s / bare_tok_s if bare_tok_s else 1.0,
+        "same_tokens": same,
+    }
+
+
+def run_overhead_llamacpp(
+    methods: tuple[str, ...] = DEFAULT_METHODS,
+    zoo: str | None = "code",
+    target: str | None = None,
+    draft: str | None = None,
+    new_tokens: int = 96,
+    threads: int = 2,
+    target_gguf: str | None = None,
+    prompt_set: str = "humaneval",
+    num_prompts: int = 8,
+    rounds: int = 2,
+    out: str | Path = COST,
+    name: str = "loop-overhead-llamacpp",
+    command: str = "",
+    options: dict[str, Any] | None = None,
+) -> dict:
+    import torch
+
+    from ..api import load
+    from ..backends.llamacpp import DECODE_CLOCK
+    from ..types import SamplingParams
+    from . import environment
+    from .bare_loop import BareLoop
+    from .prompts import load_prompts
+    from .report import write_json
+
+    if not methods:
+        raise DraftVerifyError("--methods names no method")
+    prompts = load_prompts(prompt_set)[:num_prompts]  # a wrong set is refused before any model loads
+    torch.set_num_threads(threads)
+    pipes = {
+        method: load(
+            target=target,
+            draft=draft,
+            zoo=None if target else zoo,
+            method=method,
+            backend="llamacpp",
+            threads=threads,
+            target_gguf=target_gguf,
+            **(options or {}),
+        )
+        for method in methods
+    }
+    first = next(iter(pipes.values()))
+    gguf = Path(first.target.model.path)
+    bare = BareLoop(gguf, threads)
+    eos = first.eos_token_id
+    eos_ids = {eos} if isinstance(eos, int) else set(eos or ())
+    ids = [first.tokenizer(p.text).input_ids for p in prompts]
+    params = SamplingParams()
+
+    totals: dict[str, dict[str, float]] = {n: dict(tokens=0, steps=0, wall=0.0, decode=0.0) for n in [BARE, *pipes]}
+    same = {n: True for n in pipes}
+
+    def ours(pipe, prompt: list[int], limit: int) -> tuple[list[int], int, float, float]:
+        seconds, started = DECODE_CLOCK.seconds, perf_counter()
+        output, _ = pipe.generate_ids(torch.tensor([prompt]), params, max_new_tokens=limit)
+        wall = perf_counter() - started
+        return output.rows[0], len(output.stats.gammas), wall, DECODE_CLOCK.seconds - seconds
+
+    for pipe in pipes.values():  # warm-up: first calls allocate, convert and page the files in
+        ours(pipe, ids[0], 8)
+    bare.generate(ids[0], 8, eos_ids)
+    for _ in range(rounds):
+        for prompt in ids:
+            started = perf_counter()
+            expected, decode = bare.generate(prompt, new_tokens, eos_ids)
+            t = totals[BARE]
+            t["wall"] += perf_counter() - started
+            t["decode"] += decode
+            t["tokens"] += len(expected)
+            t["steps"] += len(expected)
+            for method, pipe in pipes.items():
+                got, steps, wall, decode = ours(pipe, prompt, new_tokens)
+                t = totals[method]
+                t["wall"] += wall
+                t["decode"] += decode
+                t["tokens"] += len(got)
+                t["steps"] += steps
+                same[method] = same[method] and got == expected
+    bare.close()
+    bare_tok_s = totals[BARE]["tokens"] / totals[BARE]["wall"]
+    rows = [
+        _row(n, int(t["tokens"]), int(t["steps"]), t["wall"], t["decode"], same.get(n, True), bare_tok_s)
+        for n, t in totals.items()
+    ]
+    result = {
+        "name": name,
+        "command": command,
+        "date": environment.now(),
+        "machine": environment.machine(),
+        "threads": threads,
+        "gguf": gguf.name if target is None else str(gguf),
+        "target_gguf": target_gguf,
+        "prompt_set": prompt_set,
+        "prompts": len(prompts),
+        "max_new_tokens": new_tokens,
+        "rounds": rounds,
+        "rows": rows,
+    }
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(result, folder / f"{name}.json")
+    (folder / f"{name}.md").write_text(render(result))
+    result["files"] = {"json": str(folder / f"{name}.json"), "markdown": str(folder / f"{name}.md")}
+    return result
