@@ -13,6 +13,7 @@ from draftverify.draft_length import (
     DraftLength,
     FixedGamma,
     HeuristicGamma,
+    KeptPolicies,
     StepCosts,
     make_draft_length,
     parse_gamma,
@@ -597,3 +598,40 @@ def test_make_rejects_bad_conf(bad):
 def test_confidence_gamma_rejects_bad_settings(kwargs):
     with pytest.raises(DraftVerifyError):
         ConfidenceGamma(**kwargs)
+
+
+def test_a_seeded_cost_curve_sizes_drafts_from_the_first_step():
+    """A measured curve (a backend's cost_curve) gives the policies the cost's growth before any step is timed:
+    where a wide pass is nearly free auto drafts long at once, where it costs as much as its tokens it drafts
+    short or not at all."""
+    cheap = {1: 0.010, 2: 0.0105, 4: 0.0148, 8: 0.020, 16: 0.0316, 32: 0.0529}  # an f32 file on this CPU's shape
+    dear = {k: 0.004 * k for k in cheap}  # every token costs as much as one decode
+    sizes = {}
+    for name, curve in (("cheap", cheap), ("dear", dear)):
+        costs = StepCosts()
+        costs.seed(curve)
+        assert costs.seeded and costs.known and costs.slope_known
+        policy = AutoGamma(costs=costs)
+        for _ in range(30):  # drafts of 8, half of each kept, drafting free: alpha 0.5 measured, no step timed
+            policy.update(8, 4, True, None, None)
+        sizes[name] = policy.next()
+    assert sizes["cheap"] > sizes["dear"]
+    assert sizes["dear"] <= 1
+
+
+def test_kept_policies_seed_the_costs_once_and_only_for_a_timing_policy():
+    calls = []
+
+    def curve():
+        calls.append(1)
+        return {1: 0.01, 2: 0.011, 4: 0.015}
+
+    costs = StepCosts()
+    kept = KeptPolicies(costs, cost_curve=curve)
+    kept.get(4)
+    kept.get("heuristic")
+    assert calls == [] and not costs.seeded  # fixed lengths read no timing: nothing measured
+    kept.get("auto")
+    kept.get("conf=0.5")
+    kept.get("conf")
+    assert calls == [1] and costs.seeded and costs.target_seconds(1) > 0

@@ -205,7 +205,10 @@ class Pipeline:
         self.gamma = gamma
         make_draft_length(gamma, context=self.target.max_positions)  # validate now, not at the first call
         self.step_costs = StepCosts()  # gamma auto's timings, kept across calls: calibrated once per pipeline
-        self.policies = KeptPolicies(self.step_costs, self.target.max_positions)  # auto / conf, kept across calls
+        # auto / conf, kept across calls, starting from the target's measured cost curve where it has one (llama.cpp)
+        self.policies = KeptPolicies(
+            self.step_costs, self.target.max_positions, getattr(self.target, "cost_curve", None)
+        )
         self.compiled = compiling.plan(self.target, self.drafter, gamma)  # the compiled models (none: eager)
         self.heal = self.check_heal(heal)
         self._token_table: TokenTable | None = None  # built at the first healing, then kept

@@ -4,7 +4,7 @@ Theorem 8's length as a cap that the drafter's own confidence ends early (Confid
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .errors import DraftVerifyError
 
@@ -124,7 +124,16 @@ class StepCosts:
         self.folded = False
         self.calls = 0  # timed steps
         self.target = _LinearFit()  # seconds of one target call ~ tokens scored
+        self.seeded = False  # started from a measured cost curve (seed)
         self.draft = _LinearFit()  # seconds per drafted position ~ rows, weighted by the positions drafted
+
+    def seed(self, curve: dict[int, float], weight: float = 1.0) -> None:
+        """Start the target's fit from a measured cost curve {tokens scored: seconds of one call} (a backend's
+        cost_curve, measured beside the run), each point worth `weight` timed steps: the policy then knows from
+        the first step how the cost grows with the width, and the run's own timings take over as they come."""
+        for tokens, seconds in sorted(curve.items()):
+            self.target.add(tokens, seconds, weight)
+        self.seeded = True
 
     def record(self, drafted: int, draft_seconds: float, target_seconds: float, rows: int = 1) -> None:
         if (rows, drafted) not in self.seen_shapes:
@@ -489,9 +498,15 @@ class KeptPolicies:
     each time (nothing measured; the heuristic restarts each call, as Hugging Face's rows do). costs: one StepCosts
     shared by every kept policy (a Pipeline's), or None: each its own."""
 
-    def __init__(self, costs: StepCosts | None = None, context: int | None = None):
+    def __init__(
+        self,
+        costs: StepCosts | None = None,
+        context: int | None = None,
+        cost_curve: Callable[[], dict[int, float]] | None = None,
+    ):
         self.costs = costs
         self.context = context
+        self.cost_curve = cost_curve  # the target's measured curve, read when the first timing policy is made
         self._kept: dict[tuple[str, object], DraftLength] = {}
 
     def get(self, gamma: int | str | DraftLength, key: object = None) -> DraftLength:
@@ -499,6 +514,9 @@ class KeptPolicies:
             return gamma  # the caller's own policy, as it is
         policy = self._kept.get((str(gamma), key))
         if policy is None:
+            if self.costs is not None and not self.costs.seeded and self.cost_curve is not None:
+                if parse_gamma(gamma, self.context) in ("auto", "conf") or str(gamma).startswith("conf="):
+                    self.costs.seed(self.cost_curve())
             policy = make_draft_length(gamma, self.costs, self.context)
             if policy.reads_timers:
                 self._kept[(str(gamma), key)] = policy

@@ -443,6 +443,14 @@ class LlamaCppLM(LlamaCppRows):
         logits[order] = self._logits(n)  # [n, V] back in the caller's order
         return TargetOutput(logits=logits[None])  # [1, n, V]
 
+    def cost_curve(self) -> dict[int, float]:
+        """Seconds of one chain forward over k tokens on this machine {k: seconds} (llamacpp_cost.py): measured once
+        per file, thread count and flash-attention setting, then read from beside the file. The length policies
+        that read timings start from it (api.Pipeline)."""
+        from .llamacpp_cost import cost_curve
+
+        return cost_curve(self)
+
     def rescore_branch(self, kept: list[int]) -> tuple[int, torch.Tensor] | None:
         """The kept branch of a scored tree (tail offsets, root first) as one-token decoding scores it, for a verdict
         that must equal greedy decoding bit for bit. Its first m tokens took the cells right after the committed
