@@ -133,7 +133,13 @@ class SuffixIndex:
         """Up to `limit` tokens after context, each the most frequent continuation of the longest matched suffix
         (the drafted tokens join the context). Stops before the token at which the product of the frequencies
         (count / total at each step: the draft's estimated chance to be kept whole) would fall below min_prob."""
+        return self.continuation_with_odds(context, limit, min_prob)[0]
+
+    def continuation_with_odds(self, context: list[int], limit: int, min_prob: float) -> tuple[list[int], list[float]]:
+        """continuation's tokens and each one's frequency in its matched node (count / total): the index's own
+        estimate that the token follows, given the ones before it."""
         out: list[int] = []
+        odds: list[float] = []
         context = list(context[-self.max_match :])
         prob = 1.0
         while len(out) < limit:
@@ -145,5 +151,6 @@ class SuffixIndex:
             if prob < min_prob:
                 break
             out.append(token)
+            odds.append(count / node.total)
             context = (context + [token])[-self.max_match :]
-        return out
+        return out, odds

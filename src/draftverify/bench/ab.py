@@ -16,7 +16,15 @@ from ..options import all_fields
 from ..options.declare import declaration, field_types
 from .folders import DRAFT_POLICY
 
-LOAD_ARGUMENTS = ("method", "draft", "gamma", "dtype", "backend", "draft_gguf")  # load()'s that a setting may vary
+LOAD_ARGUMENTS = (
+    "method",
+    "draft",
+    "gamma",
+    "dtype",
+    "backend",
+    "draft_gguf",
+    "target_gguf",
+)  # load()'s that a setting may vary
 TRUE, FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 
 

@@ -8,6 +8,7 @@ from .blockwise_lattice import BlockwiseNgramDrafter, BlockwisePBestDrafter
 from .blockwise_neural import BlockwiseNeuralDrafter
 from .cross_tokenizer import CrossTokenizerDrafter
 from .early_exit import EarlyExitDrafter
+from .earn import EarnedDrafter
 from .lookup_model import LookupModelDrafter
 from .model import ModelDrafter
 from .model_tree import ModelTreeDrafter
@@ -41,4 +42,5 @@ __all__ = [
     "NatDecoder",
     "CrossTokenizerDrafter",
     "SuffixDrafter",
+    "EarnedDrafter",
 ]

@@ -23,11 +23,16 @@ def match_starts(haystack: list[int], n: int) -> Iterator[int]:
 def find_continuation(haystack: list[int], max_ngram: int, min_ngram: int, gamma: int) -> list[int]:
     """The pattern is the haystack's last n tokens. Returns up to gamma tokens following its latest earlier
     occurrence, trying the longest n first; [] if nothing matches."""
+    return find_match(haystack, max_ngram, min_ngram, gamma)[0]
+
+
+def find_match(haystack: list[int], max_ngram: int, min_ngram: int, gamma: int) -> tuple[list[int], int]:
+    """find_continuation's tokens and the n of the n-gram that matched (0 when none did)."""
     for n in range(max_ngram, min_ngram - 1, -1):
         if len(haystack) > n:
             for start in match_starts(haystack, n):
-                return haystack[start + n : start + n + gamma]
-    return []
+                return haystack[start + n : start + n + gamma], n
+    return [], 0
 
 
 class PromptLookupDrafter(Drafter):
@@ -50,13 +55,15 @@ class PromptLookupDrafter(Drafter):
         return cls(options.prompt_lookup_max_ngram, options.prompt_lookup_min_ngram)
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
-        rows = []
-        for b in range(state.batch_size):
-            haystack = state.row_ids(b)
-            if state.source_ids is not None:
-                haystack = state.source_ids[b].tolist() + haystack
-            rows.append(find_continuation(haystack, self.max_ngram, self.min_ngram, gamma))
-        return ragged_draft(rows, state)
+        return ragged_draft([self.find(state, b, gamma)[0] for b in range(state.batch_size)], state)
+
+    def find(self, state: DecodingState, b: int, gamma: int) -> tuple[list[int], int]:
+        """Row b's draft as host ints: the continuation of its latest matching n-gram (up to gamma tokens), and
+        that n (0: no match)."""
+        haystack = state.row_ids(b)
+        if state.source_ids is not None:
+            haystack = state.source_ids[b].tolist() + haystack
+        return find_match(haystack, self.max_ngram, self.min_ngram, gamma)
 
 
 def ragged_draft(rows: list[list[int]], state: DecodingState) -> Draft:

@@ -14,7 +14,8 @@ from ..registry import load_plugins
 
 # the registration order is the order of `draftverify methods`, of the help's method lists and of the bench's rows
 # isort: off
-from . import autoregressive, model, prompt_lookup, ngram, early_exit, model_tree, blockwise, bita, nat, eagle3, suffix  # noqa: F401
+from . import autoregressive, model, prompt_lookup, ngram, early_exit, model_tree, blockwise  # noqa: F401
+from . import bita, nat, eagle3, suffix, earn  # noqa: F401
 
 # isort: on
 from .bita import BitaOptions, BitaTreeOptions
@@ -27,6 +28,7 @@ from .blockwise import (
 )
 from .declare import Option, option
 from .early_exit import EarlyExitOptions
+from .earn import EarnOptions
 from .model_tree import TreeOptions
 from .nat import NATOptions
 from .ngram import NgramOptions
@@ -58,6 +60,7 @@ __all__ = [
     "BitaOptions",
     "BitaTreeOptions",
     "EarlyExitOptions",
+    "EarnOptions",
     "HeadsOptions",
     "LatticeOptions",
     "LookupModelOptions",

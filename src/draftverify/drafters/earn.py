@@ -1,0 +1,235 @@
+"""Drafts chosen by what they earn: each step the suffix cache, prompt lookup and the draft model each offer a draft
+with its expected accepted tokens, and the step takes the one with the most expected tokens per second: its
+drafting cost plus the verify cost of its width on this target (the measured cost curve), against plain decoding.
+
+llama.cpp's drafter chains (and `lookup_model` here) take the first drafter that answers, in a fixed order; on a
+target whose verify pass grows dear with its width (a quantized file on a CPU) a long, doubtful copy then costs more
+than it earns, and on one where width is nearly free (f32) a short sure copy leaves the draft model's longer run
+unused. Here every offer is priced:
+
+- expected accepted tokens of a chain whose token k is kept with chance a_k given the ones before: sum over k of
+  a_1 ... a_k. The suffix cache gives a_k itself (its continuation's frequency, scaled by how its estimates fared
+  in this run: observed over predicted accepted tokens); prompt lookup and the draft model have per-position
+  acceptance rates measured in this run (draft_length._Rate, prior 0.5), the model at the length that earns most;
+- seconds: the verify pass over rows x (1 + width) tokens, fitted from this run's steps (the time between a
+  proposal and its verdict) and started from the target's cost curve where it has one (llama.cpp); plus, for the
+  draft model, its measured seconds per drafted token. Lookups cost microseconds and count as free;
+- plain decoding (no draft) is an offer too, at one token per one-token pass.
+
+A source not chosen for `explore_every` steps is taken once when it has a draft, so its rates stay measured. In a
+batch every row drafts from the same source (the batch's expected tokens over the batch's pass). Every component
+hears every commit (the model's cache catches up lazily on what it skipped, as in lookup_model), so the choice
+changes what is proposed, never what is kept: the verifier keeps the output the target's own.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+
+import torch
+
+from ..backends.base import LMBackend
+from ..backends.lean_draft import draft_backend
+from ..draft_length import _LinearFit, _Rate
+from ..errors import DraftVerifyError
+from ..types import DecodingState, Draft, TargetOutput, Verdict
+from .base import Drafter, DraftModel, empty_draft
+from .model import ModelDrafter, require_shared_vocabulary
+from .prompt_lookup import PromptLookupDrafter, ragged_draft
+from .suffix import SuffixDrafter
+
+SOURCES = ("suffix", "lookup", "model")
+MAX_POSITIONS = 64  # draft positions whose acceptance rates are kept
+
+
+def expected_kept(chances: list[float]) -> float:
+    """Expected accepted tokens of a chain whose token k is kept with chance chances[k] given the ones before."""
+    total, reach = 0.0, 1.0
+    for chance in chances:
+        reach *= chance
+        total += reach
+    return total
+
+
+class EarnedDrafter(Drafter):
+    supports_batch = True
+
+    def __init__(
+        self,
+        suffix: SuffixDrafter,
+        lookup: PromptLookupDrafter,
+        model: ModelDrafter | None = None,
+        explore_every: int = 16,
+    ):
+        super().__init__()
+        if isinstance(explore_every, bool) or not isinstance(explore_every, int) or explore_every < 1:
+            raise DraftVerifyError(f"explore_every must be an integer >= 1, got {explore_every!r}")
+        self.suffix, self.lookup, self.model = suffix, lookup, model
+        self.explore_every = explore_every
+        self.rates: dict[str, _Rate] = {}  # acceptance per draft position: per source (lookup: per n-gram length)
+        self.suffix_predicted = self.suffix_observed = 1.0  # the suffix cache's estimates against what was kept
+        self.verify = _LinearFit()  # seconds of a verify pass ~ tokens it scores (rows x (1 + width))
+        # what the draft model's steps earned (running means): draft tokens kept per row, draft width, seconds drafting
+        self.model_earned: tuple[float, float, float] | None = None
+        self.chosen: dict[str, int] = {name: 0 for name in (*SOURCES, "none")}  # steps each source drafted
+        self._idle = {name: 0 for name in SOURCES}  # steps since each source was last chosen
+        # this step's source, its rows' draft lengths, when the proposal ended and the seconds it took
+        self._step: tuple[str, list[int], float, float] | None = None
+        self._timed = False  # the next verify pass is a step's alone (not a prompt's decode)
+
+    @classmethod
+    def from_options(cls, target: LMBackend, options) -> "EarnedDrafter":
+        model = None
+        if options.draft_model is not None:
+            require_shared_vocabulary(options, cls.name)
+            model = ModelDrafter(draft_backend(options.draft_model, "draft", options.compile, options.lean_draft))
+        return cls(
+            SuffixDrafter.from_options(target, options),
+            PromptLookupDrafter.from_options(target, options),
+            model,
+            options.earn_explore_every,
+        )
+
+    @property
+    def computes_in_torch(self) -> bool:
+        return self.model.computes_in_torch if self.model is not None else False
+
+    def models(self) -> list[DraftModel]:
+        if self.model is None:
+            return []
+        return [DraftModel(m.lm, lags=True) for m in self.model.models()]  # idle on lookup steps, then catches up
+
+    def bind(self, target: LMBackend, max_positions: int) -> None:
+        if self.model is not None:
+            self.model.bind(target, max_positions)
+        curve = getattr(target, "cost_curve", None)
+        if curve is not None and not self.verify.known:
+            for tokens, seconds in curve().items():  # the target's measured curve, worth one step per width
+                self.verify.add(tokens, seconds)
+
+    def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
+        self.suffix.start(state, prefilled)
+        if self.model is not None:
+            self.model.start(state, prefilled)
+        self._step, self._timed = None, False
+
+    # ---- the offers -------------------------------------------------------------------------------------------
+    def _rates(self, key: str) -> _Rate:
+        if key not in self.rates:
+            self.rates[key] = _Rate(MAX_POSITIONS)
+        return self.rates[key]
+
+    def _verify_seconds(self, tokens: int) -> float:
+        return max(self.verify(tokens), 1e-9) if self.verify.known else 1.0
+
+    def _rate(self, kept: float, rows: int, width: int, draft_seconds: float = 0.0) -> float:
+        """Expected tokens per second of a step whose rows keep `kept` draft tokens in all over a draft `width`
+        wide: the rows' own next tokens, over the drafting and the verify pass."""
+        return (rows + kept) / (draft_seconds + self._verify_seconds(rows * (1 + width)))
+
+    def _priced_prefix(self, rows: list[list[int]], chances: list[list[float]]) -> tuple[float, int]:
+        """The best (rate, width) of a batch of host drafts cut to a common width: each row's tokens kept with
+        chances[b][k] given the ones before, the verify pass over every row's pending token and the width."""
+        best = (0.0, 0)
+        for width in range(1, max(len(r) for r in rows) + 1):
+            kept = sum(expected_kept(c[:width]) for c in chances)
+            rate = self._rate(kept, len(rows), width)
+            if rate > best[0]:
+                best = (rate, width)
+        return best
+
+    def _model_offer(self, rows: int) -> float:
+        """The draft model's rate from what its steps earned in this run (tokens kept per row, its draft's width
+        and seconds, running means); before its first step an optimistic guess, so it is tried."""
+        kept, width, seconds = self.model_earned if self.model_earned is not None else (2.0, 4.0, 0.0)
+        return (rows + rows * kept) / (seconds + self._verify_seconds(round(rows * (1 + width))))
+
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        rows = state.batch_size
+        offers: dict[str, tuple[float, list[list[int]] | None]] = {}  # source -> (rate, each row's draft)
+        texts = [state.row_ids(b) for b in range(rows)]
+        suffix = [
+            self.suffix.index.continuation_with_odds(t[-self.suffix.max_match :], gamma, self.suffix.min_prob)
+            for t in texts
+        ]
+        scale = self.suffix_observed / self.suffix_predicted
+        suffix_chances = [[min(1.0, o * scale) for o in odds] for _, odds in suffix]
+        if any(found for found, _ in suffix):
+            rate, width = self._priced_prefix([found for found, _ in suffix], suffix_chances)
+            offers["suffix"] = (rate, [found[:width] for found, _ in suffix])
+        matches = [self.lookup.find(state, b, gamma) for b in range(rows)]  # (tokens, n-gram length)
+        copied = [tokens for tokens, _ in matches]
+        if any(copied):
+            chances = [self._rates(f"lookup{n}").rates()[1 : len(tokens) + 1] for tokens, n in matches]
+            rate, width = self._priced_prefix(copied, chances)
+            offers["lookup"] = (rate, [r[:width] for r in copied])
+        if self.model is not None:
+            offers["model"] = (self._model_offer(rows), None)
+        source = max(offers, key=lambda name: offers[name][0], default="none")
+        if source != "none" and offers[source][0] <= self._rate(0.0, rows, 0):
+            source = "none"  # no draft earns more than plain decoding
+        for name in offers:  # a source idle for long is taken once, so its rates stay measured
+            if name != source and self._idle[name] >= self.explore_every:
+                source = name
+                break
+        for name in SOURCES:
+            self._idle[name] = 0 if name == source else self._idle[name] + 1
+        self.chosen[source] += 1
+        started = perf_counter()
+        if source == "model":
+            assert self.model is not None
+            before = self.model.forward_calls
+            draft = self.model.propose(state, gamma)  # its own confidence stop ends it (the length policy's)
+            self.forward_calls += self.model.forward_calls - before
+        elif source == "none":
+            draft = empty_draft(state)
+        else:
+            drafts = offers[source][1]
+            assert drafts is not None
+            draft = ragged_draft(drafts, state)
+        if source == "suffix":
+            self.suffix_predicted += sum(
+                expected_kept(c[: len(d)]) for c, d in zip(suffix_chances, offers["suffix"][1])
+            )
+        lengths = draft.lengths.tolist() if draft.lengths is not None else [draft.length] * rows
+        keys = [f"lookup{n}" for _, n in matches] if source == "lookup" else [source] * rows
+        self._step = (source, lengths, keys, perf_counter(), perf_counter() - started)
+        return draft
+
+    # ---- what was kept ----------------------------------------------------------------------------------------
+    def commit(self, state: DecodingState, verdict: Verdict, scored: TargetOutput | None = None) -> None:
+        if self._step is not None:
+            source, lengths, keys, proposed, drafting = self._step
+            if self._timed:
+                self.verify.add(len(lengths) * (1 + max(lengths, default=0)), perf_counter() - proposed)
+            if source == "model" and self._timed:
+                step = (sum(verdict.accepted) / len(lengths), float(max(lengths, default=0)), drafting)
+                seen = self.model_earned
+                self.model_earned = step if seen is None else tuple(0.8 * a + 0.2 * b for a, b in zip(seen, step))
+            if source != "none":
+                for key, length, accepted in zip(keys, lengths, verdict.accepted):
+                    rates = self._rates(key)
+                    for k in range(1, min(length, MAX_POSITIONS) + 1):
+                        if k > accepted + 1:
+                            break
+                        rates.add(k, k <= accepted)
+                if source == "suffix":
+                    self.suffix_observed += sum(verdict.accepted)
+        self._step, self._timed = None, True
+        self.suffix.commit(state, verdict, scored)
+        if self.model is not None:
+            self.model.commit(state, verdict, scored)
+
+    def drop_rows(self, keep: torch.Tensor) -> None:
+        self.suffix.drop_rows(keep)
+        if self.model is not None:
+            self.model.drop_rows(keep)
+
+    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        self.suffix.join_rows(input_ids, attention_mask)
+        if self.model is not None:
+            self.model.join_rows(input_ids, attention_mask)
+        self._timed = False  # the next pass decodes the joined prompts too (on backends that defer them)
+
+    def forget(self) -> None:
+        self.suffix.forget()

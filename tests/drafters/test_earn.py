@@ -1,0 +1,70 @@
+"""EarnedDrafter: each step the draft that earns most expected tokens per second (drafters/earn.py); the text is
+the target's own whatever it chooses (the conformance suite runs it on every architecture and backend), and here
+what it chooses and why."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import build_model, perturbed_copy, reference_greedy
+from draftverify import generate
+from draftverify.drafters import EarnedDrafter, ModelDrafter, PromptLookupDrafter, SuffixDrafter
+from draftverify.drafters.earn import expected_kept
+from draftverify.errors import DraftVerifyError
+from draftverify.verifiers import GreedyVerifier
+
+torch.set_num_threads(1)
+
+REPEATING = torch.tensor([[5, 17, 33, 8, 41, 5, 17, 33, 8, 41, 5, 17, 33, 8, 41, 5, 17]])
+
+
+@pytest.fixture(scope="module")
+def target():
+    return build_model("llama", layers=2, seed=1, scale=2.5)
+
+
+def drafter(model=None, explore_every: int = 16) -> EarnedDrafter:
+    return EarnedDrafter(SuffixDrafter(), PromptLookupDrafter(3, 1), model, explore_every)
+
+
+def test_expected_kept_sums_the_chances_of_each_prefix():
+    assert expected_kept([]) == 0.0
+    assert expected_kept([1.0, 1.0, 1.0]) == 3.0
+    assert expected_kept([0.5, 0.5]) == pytest.approx(0.5 + 0.25)
+    assert expected_kept([0.0, 1.0]) == 0.0
+
+
+def test_a_flat_verify_pass_takes_a_doubtful_copy_whole_and_a_steep_one_prefers_plain_decoding():
+    chances = [[0.9, 0.6, 0.5, 0.4, 0.3, 0.3, 0.3, 0.3]]
+    rows = [[1, 2, 3, 4, 5, 6, 7, 8]]
+    flat, steep = drafter(), drafter()
+    for tokens in (1, 2, 4, 8, 16):
+        flat.verify.add(tokens, 0.010)  # width free: every further token that may be kept earns
+        steep.verify.add(tokens, 0.004 * tokens)  # every scored token costs a decode
+    flat_rate, flat_width = flat._priced_prefix(rows, chances)
+    steep_rate, steep_width = steep._priced_prefix(rows, chances)
+    assert flat_width == 8 and steep_width == 1
+    assert flat_rate > 1 / flat.verify(1)  # beats plain decoding
+    assert steep_rate < 1 / steep.verify(1)  # where every scored token costs a decode, even 0.9 does not pay
+
+
+def test_the_text_is_the_targets_and_the_model_drafts_only_where_lookups_have_nothing(target):
+    draft = perturbed_copy(target, 0.02, seed=3)
+    earn = drafter(ModelDrafter(draft))
+    out = generate(target, earn, GreedyVerifier(), REPEATING, max_new_tokens=24, gamma=4)
+    assert out.new_tokens[0].tolist() == reference_greedy(target, REPEATING, 24)
+    assert sum(earn.chosen.values()) == out.stats.target_calls
+    assert earn.chosen["lookup"] + earn.chosen["suffix"] > 0  # the text repeats: copies are taken
+
+
+def test_a_source_passed_over_for_long_is_tried_once(target):
+    earn = drafter(explore_every=2)
+    generate(target, earn, GreedyVerifier(), REPEATING, max_new_tokens=24, gamma=4)
+    assert earn.chosen["suffix"] > 0 and earn.chosen["lookup"] > 0
+
+
+def test_explore_every_must_be_a_positive_integer():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(DraftVerifyError, match="explore_every"):
+            drafter(explore_every=bad)
