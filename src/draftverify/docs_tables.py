@@ -141,6 +141,15 @@ TABLES: tuple[TableSource, ...] = (
     ),
     TableSource("docs/benchmarks-llamacpp.md", "bench-rounds", "benchmarks/speed/bench-rounds.md"),
     TableSource("docs/benchmarks-llamacpp.md", "llamacpp-flash-attn", "benchmarks/llamacpp/llamacpp-flash-attn.md"),
+    TableSource(
+        "docs/benchmarks-llamacpp.md", "loop-overhead-llamacpp-f32", "benchmarks/cost/loop-overhead-llamacpp-f32.md"
+    ),
+    TableSource(
+        "docs/benchmarks-llamacpp.md", "loop-overhead-llamacpp-q8_0", "benchmarks/cost/loop-overhead-llamacpp-q8_0.md"
+    ),
+    TableSource("docs/benchmarks-llamacpp.md", "earn-llamacpp-f32", "benchmarks/draft-policy/earn-llamacpp-f32.md"),
+    TableSource("docs/benchmarks-llamacpp.md", "earn-llamacpp-q8_0", "benchmarks/draft-policy/earn-llamacpp-q8_0.md"),
+    TableSource("docs/benchmarks-llamacpp.md", "earn-hf", "benchmarks/draft-policy/earn-hf.md"),
     TableSource("docs/benchmarks-llamacpp.md", "llamacpp-time-split", "benchmarks/cost/llamacpp-time-split.md"),
     TableSource(
         "docs/benchmarks-llamacpp.md",
