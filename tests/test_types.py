@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draftverify.engine.scheduler import append_rows
 from draftverify.errors import DraftVerifyError
-from draftverify.types import DecodingState, Draft, SamplingParams, Verdict
+from draftverify.types import DecodingState, Draft, SamplingParams, Verdict, append_rows
 from draftverify.verifiers.base import make_verdict
 
 

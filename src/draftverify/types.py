@@ -81,6 +81,34 @@ class RowParams:
         return f"RowParams({self.rows!r})"
 
 
+def append_rows(
+    tokens: torch.Tensor, lengths: torch.Tensor, emitted: list[list[int]]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded tokens [B, T] plus each row's new tokens -> left-padded [B, T'] (every row ends in the last
+    column again) and the new lengths."""
+    counts = [len(r) for r in emitted]
+    if len(set(counts)) == 1:  # every row emitted as many: plain concatenation keeps the alignment
+        if counts[0] == 0:
+            return tokens, lengths
+        new = torch.tensor(emitted, dtype=tokens.dtype, device=tokens.device)
+        return torch.cat([tokens, new], dim=1), lengths + counts[0]
+    grow = max(counts)
+    out = torch.cat([tokens.new_zeros((tokens.shape[0], grow)), tokens], dim=1)
+    width = out.shape[1]
+    for b, r in enumerate(emitted):
+        if r:  # move the row left by what it emits, then write its tokens at the end
+            out[b, : width - len(r)] = out[b, len(r) :].clone()
+            out[b, width - len(r) :] = torch.tensor(r, dtype=tokens.dtype, device=tokens.device)
+    new_lengths = lengths + torch.tensor(counts, device=lengths.device)
+    return trim_rows(out, new_lengths)
+
+
+def trim_rows(tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop leading columns that are padding in every row."""
+    width = int(lengths.max())
+    return tokens[:, tokens.shape[1] - width :], lengths
+
+
 class DecodingState:
     """What a drafter may read when proposing: the committed sequence so far.
 
@@ -176,8 +204,6 @@ class DecodingState:
                     for waiting, row in zip(self._behind, emitted):
                         waiting.extend(row)
             return
-        from .engine.scheduler import append_rows
-
         self._join()
         self._tokens, self._lengths = append_rows(self._tokens, self._lengths, emitted)
 

@@ -57,6 +57,7 @@ def test_todays_methods_give_the_rows_the_bench_always_had(model_dir, models):
         "model_tree_aligned[g=3]",
         "prompt_lookup_tree[g=3]",
         "suffix[g=3]",
+        "earn[g=3]",
         "cross_tokenizer[g=3]",
         "cross_tokenizer_aligned[g=3]",
     }
@@ -136,7 +137,8 @@ def test_a_method_without_its_resources_is_skipped_with_the_reason(model_dir):
     config = BenchConfig(target=model_dir / "target", quick=True).resolved()  # no draft, no n-gram table
     rows, notes = _plan(config, load_models(config))
     families_run = {r.family for r in rows}
-    assert families_run == {"prompt_lookup", "prompt_lookup_tree", "suffix", "early_exit", "bild_early_exit"}
+    # earn drafts from the suffix cache and prompt lookup when no draft model is given
+    assert families_run == {"prompt_lookup", "prompt_lookup_tree", "suffix", "earn", "early_exit", "bild_early_exit"}
     assert any(n.startswith("model skipped") and "needs a draft model" in n for n in notes), notes
     assert any(n.startswith("ngram skipped") and "needs a table" in n for n in notes), notes
 

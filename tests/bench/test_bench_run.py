@@ -38,6 +38,7 @@ LOSSLESS_FAMILIES = (
     "model_tree_aligned",
     "prompt_lookup_tree",
     "suffix",
+    "earn",
     "cross_tokenizer",
     "cross_tokenizer_aligned",
 )
@@ -204,6 +205,7 @@ def test_theorem8_prediction_is_walltime_factor_of_the_recorded_alpha_c_gamma(qu
         "ngram",
         "prompt_lookup",
         "suffix",
+        "earn",
         "early_exit",
         "lookup_model",
         "lookup_model_aligned",

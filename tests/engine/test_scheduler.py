@@ -8,9 +8,9 @@ import torch
 from draftverify import DraftVerifyError, RowRequest, SamplingParams
 from draftverify.drafters.base import NoDrafter
 from draftverify.engine.processors import FirstTokenAllowed
-from draftverify.engine.scheduler import Scheduler, append_rows, checked_requests, row_generator, trim_rows
+from draftverify.engine.scheduler import Scheduler, checked_requests, row_generator
 from draftverify.sampling import RowParams
-from draftverify.types import DecodingState
+from draftverify.types import DecodingState, append_rows, trim_rows
 
 VOCAB = 50
 

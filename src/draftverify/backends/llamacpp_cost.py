@@ -14,10 +14,7 @@ import os
 import statistics
 from pathlib import Path
 from time import perf_counter
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .llamacpp import LlamaCppLM
+from typing import Any
 
 WIDTHS = (1, 2, 4, 8, 16, 32)  # tokens per forward measured
 CONTEXT = 192  # positions decoded before the measured forwards (a prompt's worth: attention is not free)
@@ -25,10 +22,10 @@ REPEATS = 5  # timed forwards per width; the median is kept
 CURVE_VERSION = 1  # bumped when what is measured changes, so older files are measured again
 
 
-def curve_path(lm: LlamaCppLM) -> Path:
-    """Where this file's curve for lm's threads and flash attention is kept: beside the GGUF when its folder is
-    writable, else in the GGUF cache. The name carries the file's size and modification time, so a file rewritten
-    in place is measured again."""
+def curve_path(lm: Any) -> Path:
+    """Where this file's curve for lm's threads and flash attention is kept (lm: a LlamaCppLM, typed loosely since
+    that module imports this one): beside the GGUF when its folder is writable, else in the GGUF cache. The name
+    carries the file's size and modification time, so a file rewritten in place is measured again."""
     from .gguf import gguf_cache_dir
 
     path = Path(lm.model.path).resolve()
@@ -40,15 +37,13 @@ def curve_path(lm: LlamaCppLM) -> Path:
     return folder / name
 
 
-def measure(lm: LlamaCppLM) -> dict[int, float]:
+def measure(lm: Any) -> dict[int, float]:
     """Seconds of one chain forward over k tokens after CONTEXT positions, k in WIDTHS (the median of REPEATS), on
     a scratch context of lm's model (its own cells are untouched)."""
     import torch
 
-    from .llamacpp import LlamaCppLM
-
     cells = CONTEXT + 2 * max(WIDTHS)
-    scratch = LlamaCppLM(lm.model, role="cost probe", threads=lm.threads, n_ctx=cells, flash_attn=lm.flash_attn)
+    scratch = type(lm)(lm.model, role="cost probe", threads=lm.threads, n_ctx=cells, flash_attn=lm.flash_attn)
     vocab = lm.vocab_size
     ids = [(7 + 31 * i) % vocab for i in range(CONTEXT + max(WIDTHS) + 1)]
     scratch.start(torch.tensor([ids[:CONTEXT]]))
@@ -68,7 +63,7 @@ def measure(lm: LlamaCppLM) -> dict[int, float]:
     return curve
 
 
-def cost_curve(lm: LlamaCppLM) -> dict[int, float]:
+def cost_curve(lm: Any) -> dict[int, float]:
     """lm's cost curve {tokens: seconds}, read from its file (curve_path) or measured now and written there."""
     path = curve_path(lm)
     try:

@@ -60,9 +60,17 @@ class RowSpec:
     settings: dict = field(default_factory=dict)
 
 
+PLAIN = (bool, int, float, str, type(None))
+
+
 def _plain_attributes(obj) -> dict:
-    """The attributes that configure an object (numbers, strings, tuples); models and caches are left out."""
-    return {k: v for k, v in vars(obj).items() if isinstance(v, (bool, int, float, str, tuple, type(None)))}
+    """The attributes that configure an object (numbers, strings, tuples of them); models, caches and the objects
+    an attribute holds on to (a verifier's rules) are left out."""
+    return {
+        k: v
+        for k, v in vars(obj).items()
+        if isinstance(v, PLAIN) or (isinstance(v, tuple) and all(isinstance(x, PLAIN) for x in v))
+    }
 
 
 class MethodProbe:

@@ -56,7 +56,7 @@ def run_overhead(
 
     from ..api import load
     from . import environment
-    from .report import write_json
+    from .report import write_result
 
     if not methods:
         raise DraftVerifyError("--methods names no method")
@@ -90,9 +90,4 @@ def run_overhead(
         "new_tokens": new_tokens,
         "rows": rows,
     }
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    write_json(result, folder / f"{name}.json")
-    (folder / f"{name}.md").write_text(render(result))
-    result["files"] = {"json": str(folder / f"{name}.json"), "markdown": str(folder / f"{name}.md")}
-    return result
+    return write_result(result, out, name, render)

@@ -118,7 +118,7 @@ def run_overhead_llamacpp(
     from . import environment
     from .bare_loop import BareLoop
     from .prompts import load_prompts
-    from .report import write_json
+    from .report import write_result
 
     if not methods:
         raise DraftVerifyError("--methods names no method")
@@ -194,9 +194,4 @@ def run_overhead_llamacpp(
         "rounds": rounds,
         "rows": rows,
     }
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    write_json(result, folder / f"{name}.json")
-    (folder / f"{name}.md").write_text(render(result))
-    result["files"] = {"json": str(folder / f"{name}.json"), "markdown": str(folder / f"{name}.md")}
-    return result
+    return write_result(result, out, name, render)

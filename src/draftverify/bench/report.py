@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 from .summary import BASELINE, OURS_BASELINE
@@ -11,6 +12,17 @@ from .summary import BASELINE, OURS_BASELINE
 
 def write_json(result: dict, path: Path) -> None:
     path.write_text(json.dumps(_finite(result), indent=1, default=_jsonable, allow_nan=False) + "\n")
+
+
+def write_result(result: dict, out: str | Path, name: str, render: Callable[[dict], str]) -> dict:
+    """A bench's result written into folder `out` as NAME.json and NAME.md (render(result)); result["files"] then
+    names the two (what run_reporting prints)."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(result, folder / f"{name}.json")
+    (folder / f"{name}.md").write_text(render(result))
+    result["files"] = {"json": str(folder / f"{name}.json"), "markdown": str(folder / f"{name}.md")}
+    return result
 
 
 def _finite(value):

@@ -111,7 +111,7 @@ def run_rounds(
     from .lineup import build_runners
     from .models import load_models
     from .prompts import load_prompts
-    from .report import write_json
+    from .report import write_result
     from .run import measure, select_prompts, tokens_per_second
     from .runners import install_hooks
 
@@ -191,9 +191,4 @@ def run_rounds(
         "pairs": summary,
         "rounds": per_round,
     }
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    write_json(result, folder / f"{name}.json")
-    (folder / f"{name}.md").write_text(render(result))
-    result["files"] = {"json": str(folder / f"{name}.json"), "markdown": str(folder / f"{name}.md")}
-    return result
+    return write_result(result, out, name, render)

@@ -11,7 +11,7 @@ from ..backends.base import LMBackend
 from ..drafters.base import Drafter
 from ..errors import DraftVerifyError
 from ..sampling import RowParams, params_rows, row_params
-from ..types import DecodingState, GenerationOutput, GenerationStats, RowRequest, SamplingParams
+from ..types import DecodingState, GenerationOutput, GenerationStats, RowRequest, SamplingParams, trim_rows
 from .processors import FirstTokenAllowed
 
 
@@ -178,31 +178,3 @@ class Scheduler:
             stats=stats,
             rows=[list(r) for r in self.new],
         )
-
-
-def append_rows(
-    tokens: torch.Tensor, lengths: torch.Tensor, emitted: list[list[int]]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded tokens [B, T] plus each row's new tokens -> left-padded [B, T'] (every row ends in the last
-    column again) and the new lengths."""
-    counts = [len(r) for r in emitted]
-    if len(set(counts)) == 1:  # every row emitted as many: plain concatenation keeps the alignment
-        if counts[0] == 0:
-            return tokens, lengths
-        new = torch.tensor(emitted, dtype=tokens.dtype, device=tokens.device)
-        return torch.cat([tokens, new], dim=1), lengths + counts[0]
-    grow = max(counts)
-    out = torch.cat([tokens.new_zeros((tokens.shape[0], grow)), tokens], dim=1)
-    width = out.shape[1]
-    for b, r in enumerate(emitted):
-        if r:  # move the row left by what it emits, then write its tokens at the end
-            out[b, : width - len(r)] = out[b, len(r) :].clone()
-            out[b, width - len(r) :] = torch.tensor(r, dtype=tokens.dtype, device=tokens.device)
-    new_lengths = lengths + torch.tensor(counts, device=lengths.device)
-    return trim_rows(out, new_lengths)
-
-
-def trim_rows(tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Drop leading columns that are padding in every row."""
-    width = int(lengths.max())
-    return tokens[:, tokens.shape[1] - width :], lengths
