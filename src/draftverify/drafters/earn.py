@@ -9,11 +9,15 @@ unused. Here every offer is priced:
 
 - expected accepted tokens of a chain whose token k is kept with chance a_k given the ones before: sum over k of
   a_1 ... a_k. The suffix cache gives a_k itself (its continuation's frequency, scaled by how its estimates fared
-  in this run: observed over predicted accepted tokens); prompt lookup and the draft model have per-position
-  acceptance rates measured in this run (draft_length._Rate, prior 0.5), the model at the length that earns most;
+  in this run: observed over predicted accepted tokens); prompt lookup has per-position acceptance rates measured
+  in this run for each length of the n-gram that matched (draft_length._Rate, prior 0.5). Both drafts are cut to
+  the width that earns most;
+- the draft model is priced by what its own steps earned in this run (draft tokens kept per row, its draft's width,
+  its drafting seconds: running means; an optimistic guess before its first step); when chosen it drafts as `model`
+  does, its confidence stop (gamma conf) ending the draft;
 - seconds: the verify pass over rows x (1 + width) tokens, fitted from this run's steps (the time between a
-  proposal and its verdict) and started from the target's cost curve where it has one (llama.cpp); plus, for the
-  draft model, its measured seconds per drafted token. Lookups cost microseconds and count as free;
+  proposal and its verdict) and started from the target's cost curve where it has one (llama.cpp). Lookups cost
+  microseconds and count as free;
 - plain decoding (no draft) is an offer too, at one token per one-token pass.
 
 A source not chosen for `explore_every` steps is taken once when it has a draft, so its rates stay measured. In a
@@ -76,6 +80,7 @@ class EarnedDrafter(Drafter):
         # this step's source, its rows' draft lengths, when the proposal ended and the seconds it took
         self._step: tuple[str, list[int], float, float] | None = None
         self._timed = False  # the next verify pass is a step's alone (not a prompt's decode)
+        self._suffix_chances: list[list[float]] = []  # the suffix offer's chances, cut to its priced width
 
     @classmethod
     def from_options(cls, target: LMBackend, options) -> "EarnedDrafter":
@@ -144,37 +149,53 @@ class EarnedDrafter(Drafter):
         kept, width, seconds = self.model_earned if self.model_earned is not None else (2.0, 4.0, 0.0)
         return (rows + rows * kept) / (seconds + self._verify_seconds(round(rows * (1 + width))))
 
-    def propose(self, state: DecodingState, gamma: int) -> Draft:
+    def offers(self, state: DecodingState, gamma: int) -> dict[str, tuple[float, list[list[int]] | None, list[str]]]:
+        """Each source's offer: (expected tokens per second, each row's draft as host ints (the model's: None, it
+        drafts when chosen), the rate key each row's draft is judged under)."""
         rows = state.batch_size
-        offers: dict[str, tuple[float, list[list[int]] | None]] = {}  # source -> (rate, each row's draft)
-        texts = [state.row_ids(b) for b in range(rows)]
-        suffix = [
-            self.suffix.index.continuation_with_odds(t[-self.suffix.max_match :], gamma, self.suffix.min_prob)
-            for t in texts
-        ]
+        out: dict[str, tuple[float, list[list[int]] | None, list[str]]] = {}
         scale = self.suffix_observed / self.suffix_predicted
-        suffix_chances = [[min(1.0, o * scale) for o in odds] for _, odds in suffix]
-        if any(found for found, _ in suffix):
-            rate, width = self._priced_prefix([found for found, _ in suffix], suffix_chances)
-            offers["suffix"] = (rate, [found[:width] for found, _ in suffix])
+        found, chances = [], []
+        for b in range(rows):
+            text = state.row_ids(b)
+            tokens, odds = self.suffix.index.continuation_with_odds(
+                text[-self.suffix.max_match :], gamma, self.suffix.min_prob
+            )
+            found.append(tokens)
+            chances.append([min(1.0, o * scale) for o in odds])
+        if any(found):
+            rate, width = self._priced_prefix(found, chances)
+            out["suffix"] = (rate, [tokens[:width] for tokens in found], ["suffix"] * rows)
+            self._suffix_chances = [c[:width] for c in chances]
         matches = [self.lookup.find(state, b, gamma) for b in range(rows)]  # (tokens, n-gram length)
-        copied = [tokens for tokens, _ in matches]
+        copied, keys = [tokens for tokens, _ in matches], [f"lookup{n}" for _, n in matches]
         if any(copied):
-            chances = [self._rates(f"lookup{n}").rates()[1 : len(tokens) + 1] for tokens, n in matches]
-            rate, width = self._priced_prefix(copied, chances)
-            offers["lookup"] = (rate, [r[:width] for r in copied])
+            rates = [self._rates(key).rates()[1 : len(tokens) + 1] for tokens, key in zip(copied, keys)]
+            rate, width = self._priced_prefix(copied, rates)
+            out["lookup"] = (rate, [tokens[:width] for tokens in copied], keys)
         if self.model is not None:
-            offers["model"] = (self._model_offer(rows), None)
+            out["model"] = (self._model_offer(rows), None, ["model"] * rows)
+        return out
+
+    def choose(self, offers: dict, rows: int) -> str:
+        """The source whose offer earns most ("none": plain decoding earns more), or one passed over for
+        explore_every steps that has a draft."""
         source = max(offers, key=lambda name: offers[name][0], default="none")
         if source != "none" and offers[source][0] <= self._rate(0.0, rows, 0):
-            source = "none"  # no draft earns more than plain decoding
-        for name in offers:  # a source idle for long is taken once, so its rates stay measured
+            source = "none"
+        for name in offers:
             if name != source and self._idle[name] >= self.explore_every:
                 source = name
                 break
         for name in SOURCES:
             self._idle[name] = 0 if name == source else self._idle[name] + 1
         self.chosen[source] += 1
+        return source
+
+    def propose(self, state: DecodingState, gamma: int) -> Draft:
+        rows = state.batch_size
+        offers = self.offers(state, gamma)
+        source = self.choose(offers, rows)
         started = perf_counter()
         if source == "model":
             assert self.model is not None
@@ -188,11 +209,9 @@ class EarnedDrafter(Drafter):
             assert drafts is not None
             draft = ragged_draft(drafts, state)
         if source == "suffix":
-            self.suffix_predicted += sum(
-                expected_kept(c[: len(d)]) for c, d in zip(suffix_chances, offers["suffix"][1])
-            )
+            self.suffix_predicted += sum(expected_kept(c) for c in self._suffix_chances)
         lengths = draft.lengths.tolist() if draft.lengths is not None else [draft.length] * rows
-        keys = [f"lookup{n}" for _, n in matches] if source == "lookup" else [source] * rows
+        keys = offers[source][2] if source != "none" else ["none"] * rows
         self._step = (source, lengths, keys, perf_counter(), perf_counter() - started)
         return draft
 
