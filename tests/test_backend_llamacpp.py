@@ -753,3 +753,13 @@ def test_a_prompt_longer_than_one_decode_and_a_one_token_prompt(zoo_models):
         for method in ("autoregressive", "model_tree"):
             got = run_method(target, draft, method, prompt, 12).new_tokens[0].tolist()
             assert got == want, f"{method}, {len(prompt)}-token prompt: {explain(got, want, margins)}"
+
+
+def test_contexts_over_one_file_share_its_loaded_model_until_the_file_changes(tiny, tmp_path):
+    """GGUFModel.shared: pipelines over one file hold one copy of its weights (each its own context)."""
+    copy = tmp_path / "shared.gguf"
+    copy.write_bytes(Path(tiny["target"].path).read_bytes())
+    first, second = LlamaCppLM(copy, threads=1), LlamaCppLM(str(copy), threads=1)
+    assert first.model is second.model and first.ctx != second.ctx
+    os.utime(copy, ns=(1, 1))  # the file changed: loaded again
+    assert LlamaCppLM(copy, threads=1).model is not first.model

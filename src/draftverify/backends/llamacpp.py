@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
@@ -182,6 +183,21 @@ class GGUFModel:
         self.bos_token_id = int(lib.llama_vocab_bos(self.vocab))
         self.architecture = self.meta("general.architecture")
 
+    @classmethod
+    def shared(cls, path: str | Path) -> GGUFModel:
+        """The file's loaded model when one is alive in this process (the same file, unchanged since), else a new
+        load: pipelines and contexts over one file then share its weights (llama.cpp makes any number of contexts
+        from one model) instead of each holding a copy that evicts the other's from the caches."""
+        path = Path(path)
+        if not path.is_file():
+            raise DraftVerifyError(f"no GGUF file at {path}")
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        model = _LOADED.get(key)
+        if model is None:
+            model = _LOADED[key] = cls(path)
+        return model
+
     def vocab_fingerprint(self) -> str:
         """A hash of every token's text: two GGUF files with one fingerprint share a vocabulary."""
         import hashlib
@@ -200,6 +216,9 @@ class GGUFModel:
         if getattr(self, "ptr", None):
             self.lib.llama_model_free(self.ptr)
             self.ptr = None
+
+
+_LOADED: weakref.WeakValueDictionary[tuple[str, int, int], GGUFModel] = weakref.WeakValueDictionary()
 
 
 class LlamaCppLM(LlamaCppRows):
@@ -227,7 +246,7 @@ class LlamaCppLM(LlamaCppRows):
         max_sequences: int = MAX_SEQUENCES,
         flash_attn: bool = FLASH_ATTENTION,
     ):
-        self.model = model if isinstance(model, GGUFModel) else GGUFModel(model)
+        self.model = model if isinstance(model, GGUFModel) else GGUFModel.shared(model)
         self.flash_attn = flash_attn
         lib = self.lib = self.model.lib
         # llama_get_logits answering a plain address (llama-cpp-python's binding wraps it in a ctypes pointer)
@@ -845,7 +864,7 @@ def open_gguf(
     if path.suffix == ".gguf":
         if not path.is_file():
             raise DraftVerifyError(f"no GGUF file at {path}")
-        return GGUFModel(path), None
+        return GGUFModel.shared(path), None
     if not path.is_dir():
         raise DraftVerifyError(
             f"the {role} {str(path)!r} is neither a .gguf file nor a local model folder (the "
@@ -864,7 +883,7 @@ def open_gguf(
     if outtype is None and dtype not in GGUF_TYPES:
         raise DraftVerifyError(f"dtype must be one of {', '.join(GGUF_TYPES)}, got {dtype!r}")
     try:
-        return GGUFModel(gguf_for(path, outtype or GGUF_TYPES[dtype])), config
+        return GGUFModel.shared(gguf_for(path, outtype or GGUF_TYPES[dtype])), config
     except DraftVerifyError as err:
         raise DraftVerifyError(
             f"the {role} cannot run on llama.cpp: {err}; run it with --backend hf, or give a .gguf "
