@@ -124,10 +124,10 @@ class EarnedDrafter(Drafter):
             self.rates[key] = _Rate(MAX_POSITIONS)
         return self.rates[key]
 
-    def _verify_seconds(self, tokens: int) -> float:
+    def _verify_seconds(self, tokens: float) -> float:
         return max(self.verify(tokens), 1e-9) if self.verify.known else 1.0
 
-    def _rate(self, kept: float, rows: int, width: int, draft_seconds: float = 0.0) -> float:
+    def _rate(self, kept: float, rows: int, width: float, draft_seconds: float = 0.0) -> float:
         """Expected tokens per second of a step whose rows keep `kept` draft tokens in all over a draft `width`
         wide: the rows' own next tokens, over the drafting and the verify pass."""
         return (rows + kept) / (draft_seconds + self._verify_seconds(rows * (1 + width)))
@@ -147,7 +147,7 @@ class EarnedDrafter(Drafter):
         """The draft model's rate from what its steps earned in this run (tokens kept per row, its draft's width
         and seconds, running means); before its first step an optimistic guess, so it is tried."""
         kept, width, seconds = self.model_earned if self.model_earned is not None else (2.0, 4.0, 0.0)
-        return (rows + rows * kept) / (seconds + self._verify_seconds(round(rows * (1 + width))))
+        return self._rate(rows * kept, rows, width, seconds)
 
     def offers(self, state: DecodingState, gamma: int) -> dict[str, tuple[float, list[list[int]] | None, list[str]]]:
         """Each source's offer: (expected tokens per second, each row's draft as host ints (the model's: None, it

@@ -73,13 +73,13 @@ def score(target: LMBackend, drafter: Drafter, state: DecodingState, draft: Draf
     the draft: logits [B, 1+N, V] (and hidden states), then whatever a wrapping target appends. A ragged chain's
     columns past a row's own draft are padding (new_valid): a backend that decodes only real tokens (llama.cpp's
     rows) does not pay for the longest row's width in every row."""
-    position_ids, mask = verify_layout(target, draft)
     if draft.tree is None and takes_host_ids(target):  # Python ints in, none made into a tensor
         rows = [[last, *drafted] for last, drafted in zip(state.last_tokens(), draft.rows)]  # [B][1+N]
         valid = None
         if draft.lengths is not None and len(rows) > 1:  # pending + each row's own draft
             valid = [[column <= length for column in range(len(rows[0]))] for length in draft.lengths.tolist()]
         return target.forward(rows, want_hidden=drafter.needs_target_hidden, new_valid=valid)
+    position_ids, mask = verify_layout(target, draft)
     pending = state.pending_column()  # [B, 1]
     scored = torch.cat([pending, draft.tokens], dim=1) if draft.length else pending  # [B, 1+N]
     new_valid = None
