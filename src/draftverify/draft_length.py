@@ -514,11 +514,10 @@ class KeptPolicies:
             return gamma  # the caller's own policy, as it is
         policy = self._kept.get((str(gamma), key))
         if policy is None:
-            if self.costs is not None and not self.costs.seeded and self.cost_curve is not None:
-                if parse_gamma(gamma, self.context) in ("auto", "conf") or str(gamma).startswith("conf="):
-                    self.costs.seed(self.cost_curve())
             policy = make_draft_length(gamma, self.costs, self.context)
-            if policy.reads_timers:
+            if policy.reads_timers:  # a policy that times steps starts from the target's measured curve
+                if self.costs is not None and not self.costs.seeded and self.cost_curve is not None:
+                    self.costs.seed(self.cost_curve())
                 self._kept[(str(gamma), key)] = policy
         return policy
 
