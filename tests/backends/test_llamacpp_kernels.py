@@ -110,7 +110,7 @@ tokens = torch.tensor([texts["autoregressive"][:30]])  # [1, 30]: 10 passes of 3
 one.start(ids)
 wide.start(ids)
 # forward's logits are a view of llama.cpp's buffer, valid until the next forward: each is cloned to be kept
-single = torch.cat([one.forward(tokens[:, i : i + 1]).logits.clone() for i in range(tokens.shape[1])], dim=1)  # [1, 30, V]
+single = torch.cat([one.forward(tokens[:, i : i + 1]).logits.clone() for i in range(tokens.shape[1])], 1)  # [1, 30, V]
 chunks = []
 for at in range(0, tokens.shape[1], 3):  # verify passes of 7: 3 kept, 4 rejected draft tokens rolled back
     wrong = torch.full((1, 4), 7)

@@ -204,6 +204,74 @@ def bench_rounds(
     )
 
 
+def bench_native(
+    ctx: typer.Context,
+    prompts: str = typer.Option(
+        "humaneval,spec_bench:coding,spec_bench:summarization",
+        "--prompts",
+        help="Comma list of prompt sets, each its own cell (humaneval, spec_bench:<category>, or a prompt file).",
+    ),
+    target_gguf: str = typer.Option(
+        "f32,q8_0,q4_k_m", "--target-gguf", help="Comma list of the target's GGUF types, each its own cells."
+    ),
+    methods: str = typer.Option(
+        "model,model_aligned,suffix,lookup_model,earn",
+        "--methods",
+        help="Comma list of our methods swept on the llama.cpp backend (each at every --gamma).",
+    ),
+    gamma: str = typer.Option("conf,conf=0.9", "--gamma", help="Comma list of our rows' draft lengths."),
+    native: str = typer.Option(
+        "llamacpp_native[sweep]",
+        "--native",
+        help="Comma list of llama.cpp's rows swept: llamacpp_native[...] settings, or llamacpp_native[sweep] "
+        "(draft-simple's n_max and p_min with both drafts, the n-gram drafters, their chains).",
+    ),
+    rounds: int = typer.Option(3, "--rounds", help="Rounds of the finalists after the sweep; speeds are medians."),
+    finalists: int = typer.Option(2, "--finalists", help="Fastest rows of each side in the sweep that run rounds."),
+    num_prompts: int = typer.Option(8, "--num-prompts", min=1),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens", "-n", min=1),
+    zoo: str = typer.Option("code", "--zoo"),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
+    draft: Optional[str] = typer.Option(None, "--draft", "-d", help="Draft model (instead of the zoo's)."),
+    aligned_draft: Optional[str] = typer.Option(None, "--aligned-draft", help="Aligned draft (model_aligned rows)."),
+    data_dir: Optional[Path] = typer.Option(
+        None, "--data-dir", help="Folder holding the prompt sets (default: the shipped copies)."
+    ),
+    threads: Optional[int] = typer.Option(2, "--threads", min=1),
+    out: Path = typer.Option(folders.SPEED, "--out", help="Folder of NAME.json and NAME.md."),
+    name: str = typer.Option("bench-native", "--name", help="File stem; a rerun resumes the cells it holds."),
+) -> None:
+    """Our best exact row against llama.cpp's best native row (its own llama-server, settings swept) per prompt
+    set and target GGUF type: a sweep, then rounds of each side's fastest rows; exactness checked row by row."""
+    from .config import parse_gammas, parse_names, split_top_level
+    from .versus_native import run_versus
+
+    command = recorded_command(ctx)
+    run_reporting(
+        lambda: run_versus(
+            tuple(parse_names("--prompts", prompts)),
+            tuple(parse_names("--target-gguf", target_gguf)),
+            tuple(parse_names("--methods", methods)),
+            parse_gammas(gamma),
+            tuple(split_top_level("--native", native)),
+            rounds,
+            finalists,
+            num_prompts,
+            max_new_tokens,
+            zoo,
+            threads,
+            out,
+            name,
+            command,
+            echo,
+            target,
+            draft,
+            aligned_draft,
+            data_dir,
+        )
+    )
+
+
 def bench_cold_start(
     ctx: typer.Context,
     configs: Optional[str] = typer.Option(
@@ -542,6 +610,7 @@ def bench_serve_llamacpp(
 COMMANDS: dict[str, Callable[..., Any]] = {
     "bench-ab": bench_ab,
     "bench-rounds": bench_rounds,
+    "bench-native": bench_native,
     "bench-cold-start": bench_cold_start,
     "bench-overhead": bench_overhead,
     "bench-samples": bench_samples,

@@ -3,7 +3,8 @@ options, before any model loads, so this module imports nothing heavy.
 
 `llamacpp_native[plain]`, `llamacpp_native[draft-simple,n_max=16,p_min=0.75,draft=aligned]`,
 `llamacpp_native[ngram-mod]`, `llamacpp_native[ngram-mod,draft-simple]`: llama.cpp's `--spec-type` list and
-draft-simple's settings; a bare `llamacpp_native` stands for DEFAULT_SPECS.
+draft-simple's settings; a bare `llamacpp_native` stands for DEFAULT_SPECS, `llamacpp_native[sweep]` for
+SWEEP_SPECS (what a user tuning llama.cpp on a prompt set would try).
 """
 
 from __future__ import annotations
@@ -26,6 +27,24 @@ DEFAULT_SPECS = (
     f"{FAMILY}[ngram-mod]",
     f"{FAMILY}[ngram-map-k]",
     f"{FAMILY}[ngram-mod,{DRAFT_TYPE}]",
+)
+SWEEP = f"{FAMILY}[sweep]"
+# llama.cpp's settings swept per prompt set (bench-native): draft-simple's n_max (3 is llama.cpp's default) and
+# p_min (0, its default, drafts n_max tokens every step; 0.75 stops at the draft's first unconfident token) with
+# the zoo draft and its aligned twin, the model-free n-gram drafters at their defaults, and their chains
+SWEEP_SPECS = (
+    f"{FAMILY}[plain]",
+    *(
+        f"{FAMILY}[{DRAFT_TYPE},n_max={n},p_min={p},draft={d}]"
+        for d in DRAFT_ROLES
+        for n in (3, 8, 16)
+        for p in (0, 0.75)
+    ),
+    f"{FAMILY}[ngram-simple]",
+    f"{FAMILY}[ngram-map-k]",
+    f"{FAMILY}[ngram-mod]",
+    *(f"{FAMILY}[ngram-mod,{DRAFT_TYPE},n_max=16,p_min=0.75,draft={d}]" for d in DRAFT_ROLES),
+    f"{FAMILY}[ngram-map-k,{DRAFT_TYPE},n_max=16,p_min=0.75,draft=aligned]",
 )
 
 
@@ -154,12 +173,13 @@ def _setting(text: str, settings: dict[str, str], key: str, kind: type):
 
 
 def native_specs(items: tuple[str, ...] | None) -> list[NativeSpec]:
-    """The native rows --runners asks for, in order, without repeats (a bare `llamacpp_native`: DEFAULT_SPECS).
-    They run only when named: each needs the separately built tools."""
+    """The native rows --runners asks for, in order, without repeats (a bare `llamacpp_native`: DEFAULT_SPECS;
+    `llamacpp_native[sweep]`: SWEEP_SPECS). They run only when named: each needs the separately built tools."""
+    expand = {FAMILY: DEFAULT_SPECS, SWEEP: SWEEP_SPECS}
     specs: list[NativeSpec] = []
     for item in items or ():
         if is_native(item):
-            for text in DEFAULT_SPECS if item == FAMILY else (item,):
+            for text in expand.get(item, (item,)):
                 spec = parse_spec(text)
                 specs += [] if spec in specs else [spec]
     return specs

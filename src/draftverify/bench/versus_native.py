@@ -1,0 +1,324 @@
+"""`draftverify bench-native`: our best exact row against llama.cpp's best native row, per prompt set and target
+file, each side tuned the way a user would tune it on that prompt set.
+
+For each target GGUF type and each prompt set, one cell:
+1. **Sweep.** Every row of both sides runs once over the prompts (the bench's measurement, run.py: one warm-up
+   generation per row, then prompt-major, the row order rotated per prompt): ours are the given method families at
+   the given draft lengths on the llama.cpp backend (`llamacpp:<method>[<gamma>]`), llama.cpp's are its own
+   `llama-server` at the `llamacpp_native[...]` settings given (SWEEP_SPECS by default: draft-simple's n_max and
+   p_min with both zoo drafts, the n-gram drafters, their chains). Each side's plain decoding runs too.
+2. **Rounds.** The `finalists` fastest rows of each side in the sweep (ours among the rows whose greedy text equals
+   our plain decoding's on every prompt) and both plain rows run `rounds` more times, every row restarted before
+   each round (Runner.new_round: a llama-server forgets its n-gram cache). A row's speed is its median round; each
+   side's best row is the finalist with the highest median; the ratio's range is over the rounds.
+
+Exactness is read, not assumed: each of our rows against our plain decoding on the same backend, each native row
+against llama.cpp's plain row, and the two plain rows against each other, prompt by prompt in every round. The
+result file is written after each cell, and a rerun with the same settings skips the cells already in it, so a
+long sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from ..errors import DraftVerifyError
+from .folders import SPEED
+from .native_spec import FAMILY as NATIVE, SWEEP, native_specs
+
+DEFAULT_PROMPT_SETS = ("humaneval", "spec_bench:coding", "spec_bench:summarization")
+DEFAULT_TARGET_GGUFS = ("f32", "q8_0", "q4_k_m")
+# ours: the draft model (and its aligned twin), the model-free suffix cache, and drafts chosen by what they earn
+DEFAULT_METHODS = ("model", "model_aligned", "suffix", "lookup_model", "earn")
+DEFAULT_GAMMAS = ("conf", "conf=0.9")
+OURS_PLAIN = "llamacpp:ours_autoregressive"
+NATIVE_PLAIN = f"{NATIVE}[plain]"
+
+
+def is_ours(row: str) -> bool:
+    return row.startswith("llamacpp:")
+
+
+def exact_rows(records: list[dict]) -> dict[str, bool]:
+    """Row -> whether its greedy text equals its side's plain row's on every prompt of these records (ours against
+    OURS_PLAIN, llama.cpp's against NATIVE_PLAIN; each plain row against the other)."""
+    texts = {(r["runner"], r["prompt_index"]): r["new_ids"] for r in records}
+    rows = sorted({r["runner"] for r in records})
+    prompts = sorted({r["prompt_index"] for r in records})
+
+    def baseline(row: str) -> str:
+        if row == OURS_PLAIN:
+            return NATIVE_PLAIN
+        if row == NATIVE_PLAIN:
+            return OURS_PLAIN
+        return OURS_PLAIN if is_ours(row) else NATIVE_PLAIN
+
+    return {row: all(texts[row, i] == texts[baseline(row), i] for i in prompts) for row in rows}
+
+
+def tokens_per_call(records: list[dict]) -> dict[str, float]:
+    """Row -> new tokens over target calls, summed over the records' prompts."""
+    totals: dict[str, list[int]] = {}
+    for rec in records:
+        total = totals.setdefault(rec["runner"], [0, 0])
+        total[0] += rec["new_tokens"]
+        total[1] += rec["target_calls"]
+    return {row: tokens / max(1, calls) for row, (tokens, calls) in totals.items()}
+
+
+def pick_finalists(speeds: dict[str, float], exact: dict[str, bool], finalists: int) -> list[str]:
+    """The `finalists` fastest speculative rows of each side (ours only among exact rows), fastest first."""
+
+    def fastest(candidates: list[str]) -> list[str]:
+        return sorted(candidates, key=lambda row: -speeds[row])[:finalists]
+
+    rows = [row for row in speeds if row not in (OURS_PLAIN, NATIVE_PLAIN)]
+    ours = fastest([row for row in rows if is_ours(row) and exact[row]])
+    native = fastest([row for row in rows if not is_ours(row)])
+    return ours + native
+
+
+def summarize(per_round: list[dict[str, float]], finalists: list[str]) -> dict:
+    """Median tok/s per row over the rounds; each side's best finalist; best-over-best and plain-over-plain ratios
+    (median over rounds, with their range)."""
+    median = {row: statistics.median(r[row] for r in per_round) for row in per_round[0]}
+
+    def best(rows: list[str]) -> str | None:
+        return max(rows, key=lambda row: median[row]) if rows else None
+
+    def ratio(ours: str | None, peer: str | None) -> dict | None:
+        if ours is None or peer is None:
+            return None
+        ratios = [r[ours] / r[peer] for r in per_round]
+        return {"ours": ours, "peer": peer, "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios)}
+
+    best_ours = best([row for row in finalists if is_ours(row)])
+    best_native = best([row for row in finalists if not is_ours(row)])
+    return {
+        "median_tokens_per_second": median,
+        "best": ratio(best_ours, best_native),
+        "plain": ratio(OURS_PLAIN, NATIVE_PLAIN),
+    }
+
+
+def duel(rows: list, config, chosen: list, tokenizer, rounds: int, finalists: int, echo: Callable[[str], None]) -> dict:
+    """One cell: the sweep over `rows`, then `rounds` rounds of the finalists and both plain rows."""
+    from .run import measure, tokens_per_second
+
+    for row in rows:
+        row.new_round()
+    records = measure(rows, config, chosen, tokenizer)
+    sweep_speed, sweep_exact, sweep_calls = tokens_per_second(records), exact_rows(records), tokens_per_call(records)
+    echo("sweep: " + ", ".join(f"{row} {speed:.1f}" for row, speed in sweep_speed.items()))
+    chosen_rows = pick_finalists(sweep_speed, sweep_exact, finalists)
+    finalist_rows = [row for row in rows if row.name in (OURS_PLAIN, NATIVE_PLAIN, *chosen_rows)]
+    per_round: list[dict[str, float]] = []
+    exact = {row.name: True for row in finalist_rows}
+    quiet = replace(config, warmup_tokens=0)
+    for r in range(rounds):
+        for row in finalist_rows:
+            row.new_round()
+        round_records = measure(finalist_rows, quiet, chosen, tokenizer)
+        per_round.append(tokens_per_second(round_records))
+        exact = {row: ok and exact_rows(round_records)[row] for row, ok in exact.items()}
+        echo(f"round {r + 1}: " + ", ".join(f"{row} {speed:.1f}" for row, speed in per_round[-1].items()))
+    return {
+        "sweep": [
+            {"row": row, "tokens_per_second": speed, "tokens_per_call": sweep_calls[row], "exact": sweep_exact[row]}
+            for row, speed in sorted(sweep_speed.items(), key=lambda item: -item[1])
+        ],
+        "finalists": chosen_rows,
+        "rounds": per_round,
+        "exact": exact,
+        **summarize(per_round, chosen_rows),
+    }
+
+
+def _settings(**values) -> dict:
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in values.items()}
+
+
+def run_versus(
+    prompt_sets: tuple[str, ...] = DEFAULT_PROMPT_SETS,
+    target_ggufs: tuple[str, ...] = DEFAULT_TARGET_GGUFS,
+    methods: tuple[str, ...] = DEFAULT_METHODS,
+    gammas: tuple = DEFAULT_GAMMAS,
+    native: tuple[str, ...] = (SWEEP,),
+    rounds: int = 3,
+    finalists: int = 2,
+    num_prompts: int = 8,
+    max_new_tokens: int = 96,
+    zoo: str | None = "code",
+    threads: int | None = 2,
+    out: str | Path = SPEED,
+    name: str = "bench-native",
+    command: str = "",
+    echo: Callable[[str], None] = lambda line: None,
+    target: str | None = None,
+    draft: str | None = None,
+    aligned_draft: str | None = None,
+    data_dir: str | Path | None = None,
+) -> dict:
+    """Every (target GGUF type, prompt set) cell; OUT/NAME.json and OUT/NAME.md written after each one. Cells
+    already in OUT/NAME.json from a run with the same settings are kept, not measured again."""
+    import torch
+
+    from . import environment
+    from .config import BenchConfig
+    from .lineup import build_runners
+    from .models import load_models
+    from .prompts import load_prompts
+    from .report import write_result
+    from .run import select_prompts
+    from .runners import install_hooks
+
+    for label, value, low in (("--rounds", rounds, 1), ("--finalists", finalists, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise DraftVerifyError(f"{label} must be a whole number >= {low}, got {value!r}")
+    if not prompt_sets or not target_ggufs or not methods:
+        raise DraftVerifyError("--prompts, --target-gguf and --methods each need at least one item")
+    if not native_specs(native):
+        raise DraftVerifyError(f"--native names no {NATIVE}[...] row, got {','.join(native)!r}")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    settings = _settings(
+        methods=methods,
+        gammas=gammas,
+        native=native,
+        rounds=rounds,
+        finalists=finalists,
+        num_prompts=num_prompts,
+        max_new_tokens=max_new_tokens,
+        zoo=None if target else zoo,
+        target=target,
+        draft=draft,
+        aligned_draft=aligned_draft,
+        threads=threads,
+    )
+    previous = Path(out) / f"{name}.json"
+    kept = json.loads(previous.read_text()) if previous.is_file() else None
+    cells = kept["cells"] if kept and kept.get("settings") == settings else []
+    result = {
+        "name": name,
+        "command": command,
+        "date": environment.now(),
+        "machine": environment.machine(),
+        "settings": settings,
+        "cells": cells,
+    }
+    configs = {  # every option checked before the first model loads
+        gguf: BenchConfig(
+            zoo=None if target else zoo,
+            target=target,
+            draft=draft,
+            aligned_draft=aligned_draft,
+            data_dir=data_dir,
+            backends=("llamacpp",),
+            runners=(*methods, *native, NATIVE_PLAIN),
+            gammas=gammas,
+            temperatures=(0.0,),
+            threads=threads,
+            num_prompts=num_prompts,
+            max_new_tokens=max_new_tokens,
+            target_gguf=gguf,
+            progress=False,
+            plots=False,
+        ).resolved()
+        for gguf in target_ggufs
+    }
+    prompt_lists = {prompts: load_prompts(prompts, data_dir) for prompts in prompt_sets}
+    for gguf, config in configs.items():
+        todo = [p for p in prompt_sets if not any(c["target_gguf"] == gguf and c["prompts"] == p for c in cells)]
+        if not todo:
+            continue
+        models = load_models(config)
+        hooks = install_hooks(models)
+        runners = []
+        try:
+            runners, notes = build_runners(config, models, hooks)
+            rows = [r for r in runners if r.name.startswith("llamacpp:") or r.name.startswith(NATIVE)]
+            missing = {OURS_PLAIN, NATIVE_PLAIN} - {r.name for r in rows}
+            if missing:
+                raise DraftVerifyError(f"no {' or '.join(sorted(missing))} row: " + "; ".join(notes))
+            for prompts in todo:
+                echo(f"{gguf}, {prompts}:")
+                chosen, _ = select_prompts(prompt_lists[prompts], models, replace(config, prompts=prompts))
+                cell = duel(rows, config, chosen, models.tokenizer, rounds, finalists, echo)
+                cells.append({"target_gguf": gguf, "prompts": prompts, "num_prompts": len(chosen), **cell})
+                result["date"] = environment.now()
+                write_result(result, out, name, render)
+        finally:
+            hooks.remove()
+            for runner in runners:
+                runner.close()  # the llamacpp_native rows' servers
+    return write_result(result, out, name, render)
+
+
+def _ratio(item: dict | None) -> str:
+    return "-" if item is None else f"{item['ratio']:.2f}x ({item['low']:.2f}x - {item['high']:.2f}x)"
+
+
+def render(result: dict) -> str:
+    from .report import markdown_table
+
+    s = result["settings"]
+    lines = [
+        "# Ours against llama.cpp's own engine, each side's best row per prompt set",
+        "",
+        f"`{result['command']}`",
+        "",
+        f"{result['date']}; {result['machine']['cpu_model']} ({result['machine']['cores']} cores), "
+        f"{s['threads']} threads; {s['num_prompts']} prompts x {s['max_new_tokens']} tokens per prompt set, greedy. "
+        f"Each side's settings swept once per cell; its {s['finalists']} fastest rows and both plain rows then run "
+        f"{s['rounds']} rounds, every row restarted before each; tok/s is the median round, the ratio the median "
+        "of per-round ratios (its range over rounds in brackets). Ours are picked among exact rows only.",
+        "",
+    ]
+    head = [
+        "target",
+        "prompts",
+        "llama.cpp plain tok/s",
+        "ours plain / llama.cpp plain",
+        "llama.cpp best row",
+        "tok/s",
+        "ours best row",
+        "tok/s",
+        "ours best / llama.cpp best",
+        "every row exact",
+    ]
+    body = []
+    for c in result["cells"]:
+        median, best = c["median_tokens_per_second"], c["best"]
+        body.append(
+            [
+                c["target_gguf"],
+                c["prompts"],
+                f"{median[NATIVE_PLAIN]:.1f}",
+                _ratio(c["plain"]),
+                f"`{best['peer']}`" if best else "-",
+                f"{median[best['peer']]:.1f}" if best else "-",
+                f"`{best['ours']}`" if best else "-",
+                f"{median[best['ours']]:.1f}" if best else "-",
+                _ratio(best),
+                "yes" if all(c["exact"].values()) else "no: " + ", ".join(r for r, ok in c["exact"].items() if not ok),
+            ]
+        )
+    lines += markdown_table(head, body)
+    for c in result["cells"]:
+        lines += ["", f"## {c['target_gguf']}, {c['prompts']} ({c['num_prompts']} prompts): the sweep", ""]
+        rows = [
+            [
+                f"`{r['row']}`",
+                f"{r['tokens_per_second']:.1f}",
+                f"{r['tokens_per_call']:.2f}",
+                "yes" if r["exact"] else "no",
+            ]
+            for r in c["sweep"]
+        ]
+        lines += markdown_table(["row", "tok/s (one pass)", "tokens / target call", "= plain"], rows)
+    lines.append("")
+    return "\n".join(lines)
