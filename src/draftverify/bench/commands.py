@@ -272,6 +272,53 @@ def bench_native(
     )
 
 
+def bench_synthetic(
+    ctx: typer.Context,
+    shapes: str = typer.Option(
+        "qwen2.5-0.5b,llama-3.2-1b", "--shapes", help="Comma list of model shapes (random weights, made once)."
+    ),
+    target_gguf: str = typer.Option("q8_0,q4_k_m", "--target-gguf", help="Comma list of the target's GGUF types."),
+    alpha: str = typer.Option(
+        "0.5,0.7,0.8,0.9", "--alpha", help="Comma list of acceptance rates: each drafted token kept with this chance."
+    ),
+    gamma: int = typer.Option(4, "--gamma", help="Draft length on both sides (llama.cpp's --spec-draft-n-max)."),
+    rounds: int = typer.Option(3, "--rounds", help="Rounds over the prompts; speeds are medians."),
+    num_prompts: int = typer.Option(4, "--num-prompts", min=1),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", "-n", min=1),
+    threads: Optional[int] = typer.Option(2, "--threads", min=1),
+    out: Path = typer.Option(folders.SPEED, "--out", help="Folder of NAME.json and NAME.md."),
+    name: str = typer.Option("bench-synthetic", "--name", help="File stem."),
+) -> None:
+    """Our loop against llama.cpp's on random-weight models with the shapes of common small models, acceptance
+    drawn at the same rates on both sides (benchmarking only: the text is not the target's)."""
+    from .config import parse_names
+    from .synthetic import run_synthetic
+
+    command = recorded_command(ctx)
+
+    def run() -> dict:
+        try:
+            alphas = tuple(float(a) for a in parse_names("--alpha", alpha))
+        except ValueError:
+            raise DraftVerifyError(f"--alpha takes a comma list of numbers in [0, 1], got {alpha!r}") from None
+        return run_synthetic(
+            parse_names("--shapes", shapes),
+            parse_names("--target-gguf", target_gguf),
+            alphas,
+            gamma,
+            rounds,
+            num_prompts,
+            max_new_tokens,
+            threads,
+            out,
+            name,
+            command,
+            echo,
+        )
+
+    run_reporting(run)
+
+
 def bench_cold_start(
     ctx: typer.Context,
     configs: Optional[str] = typer.Option(
@@ -611,6 +658,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "bench-ab": bench_ab,
     "bench-rounds": bench_rounds,
     "bench-native": bench_native,
+    "bench-synthetic": bench_synthetic,
     "bench-cold-start": bench_cold_start,
     "bench-overhead": bench_overhead,
     "bench-samples": bench_samples,

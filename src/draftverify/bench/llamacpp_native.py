@@ -70,8 +70,10 @@ class NativeServer:
         label: str,
         parallel: int = 1,
         flash_attn: bool = FLASH_ATTENTION,
+        ignore_eos: bool = False,
     ):
         self.label = label
+        self.ignore_eos = ignore_eos  # every request generates n_predict tokens (random-weight models: bench-synthetic)
         self._start(binary, model, threads, n_ctx, extra, parallel, flash_attn)
 
     def _start(
@@ -148,6 +150,7 @@ class NativeServer:
             "cache_prompt": False,
             "return_tokens": True,
             "stream": False,
+            "ignore_eos": self.ignore_eos,
         }
         request = urllib.request.Request(
             f"http://127.0.0.1:{self.port}/completion",

@@ -23,6 +23,7 @@ from ..drafters.base import Drafter
 from ..loop import generate
 from ..methods import MethodOptions, build_verifier
 from ..types import SamplingParams
+from ..verifiers.base import Verifier
 from .config import GammaSpec
 from .counting import ForwardCounter, step_accounting
 from .models import BenchModels
@@ -259,11 +260,15 @@ class OursRunner(Runner):
                     )
                     lm.commit(0)
 
+    def make_verifier(self, params: SamplingParams, seed: int) -> Verifier:
+        """The verifier of one generation: the named rule (a bench-only rule overrides this)."""
+        return build_verifier(self.verifier, params, self.options)
+
     def run(self, input_ids, temperature, seed, max_new_tokens) -> Measurement:
         # standard speculative sampling, like the Hugging Face runners (seeded sampling is coupled by default,
         # which accepts somewhat less; the bench compares methods at the peers' own rule)
         params = SamplingParams(temperature=float(temperature), seed=seed if temperature > 0 else None, coupling=False)
-        verifier = build_verifier(self.verifier, params, self.options)
+        verifier = self.make_verifier(params, seed)
         self.hooks.reset()
         # each prompt on its own: no text of the warm-up, another row or another temperature is reused (a
         # cross-request cache is measured by bench-replay)

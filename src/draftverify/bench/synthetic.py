@@ -1,0 +1,369 @@
+"""`draftverify bench-synthetic`: our loop against llama.cpp's at the sizes users run, with acceptance drawn at
+random on both sides, so the comparison is of the two loops and their drafting and verify costs, not of a draft.
+
+The zoo's models are small, where a token costs little and a wide verify pass is cheap. Here the target is a
+random-weight model with the shape of a common small model (SHAPES: Qwen2.5-0.5B, Llama-3.2-1B), the draft a
+random two-layer model of the same family and vocabulary (draft_shape), both converted to GGUF by the converter
+and quantized by llama-quantize as every other GGUF here (backends/gguf.py), the zoo's tokenizer padded to the
+shape's vocabulary. The weights say nothing, so acceptance is synthetic on both sides, the same rule:
+
+- llama.cpp: `llama-server --spec-type draft-simple --spec-draft-p-min 0 --spec-synth-rates r1,...,rG`, which
+  accepts draft position i (given the ones before it kept) with probability r_i / r_(i-1) and then appends the
+  target's own token (tools/server/server-context.cpp, server_sample_and_accept_synth);
+- ours: `model` at the fixed draft length G on the llama.cpp backend, verified by SyntheticVerifier with the same
+  rates and rule. SyntheticVerifier is not registered as a verifier: `generate` and `serve` cannot reach it, since
+  its text is not the target's.
+
+rates: r_i = alpha ** i for each --alpha (i = 1..G): alpha is the chance each drafted token is kept given the one
+before it was, as in Leviathan et al.'s analysis (expected tokens per target call (1 - alpha^(G+1)) / (1 - alpha)).
+Both sides generate exactly --max-new-tokens per prompt (EOS ignored: a random model may emit it anywhere).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import statistics
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..errors import DraftVerifyError
+from ..sampling import argmax_lists
+from ..types import Draft, SamplingParams, Verdict
+from ..verifiers.base import Verifier
+from .folders import SPEED
+from .native_spec import FAMILY as NATIVE
+from .runners import OursRunner
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A decoder's shape (what a forward costs), in Hugging Face config terms. architecture: "qwen2" or "llama"."""
+
+    architecture: str
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    rope_theta: float = 10000.0
+
+    def config(self, token_id: int):
+        """The transformers config of a model of this shape; token_id: its BOS / EOS id (the tokenizer's)."""
+        from transformers import LlamaConfig, Qwen2Config
+
+        kinds = {"qwen2": Qwen2Config, "llama": LlamaConfig}
+        if self.architecture not in kinds:
+            raise DraftVerifyError(f"unknown architecture {self.architecture!r}; use one of {', '.join(kinds)}")
+        return kinds[self.architecture](
+            vocab_size=self.vocab,
+            hidden_size=self.hidden,
+            intermediate_size=self.intermediate,
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.heads,
+            num_key_value_heads=self.kv_heads,
+            rope_theta=self.rope_theta,
+            max_position_embeddings=4096,
+            tie_word_embeddings=True,
+            bos_token_id=token_id,
+            eos_token_id=token_id,
+        )
+
+
+# the published configs' dimensions (Llama-3.2-1B's llama3 rope scaling left out: it changes no cost)
+SHAPES = {
+    "qwen2.5-0.5b": Shape("qwen2", 896, 4864, 24, 14, 2, 151936, 1000000.0),
+    "llama-3.2-1b": Shape("llama", 2048, 8192, 16, 32, 8, 128256, 500000.0),
+}
+
+
+def draft_shape(target: Shape) -> Shape:
+    """The draft of a target shape: two layers of width 256 over the target's vocabulary (its output layer is most
+    of its cost, as for the small drafts users pair with such targets)."""
+    return replace(target, hidden=256, intermediate=1024, layers=2, heads=4, kv_heads=1)
+
+
+def random_model(name: str, shape: Shape, tokenizer_dir: Path, cache: Path, seed: int) -> Path:
+    """A Hugging Face folder with random fp16 weights of `shape` and the tokenizer of tokenizer_dir, made once in
+    cache/NAME (written beside it, then renamed: a half-made folder never lands)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = cache / name
+    if (folder / "config.json").is_file():
+        return folder
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    if shape.vocab < len(tokenizer):
+        raise DraftVerifyError(f"{name}: a vocabulary of {shape.vocab} cannot hold the tokenizer's {len(tokenizer)}")
+    token_id = tokenizer.eos_token_id or 0
+    work = cache / f".making-{name}"
+    shutil.rmtree(work, ignore_errors=True)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(shape.config(token_id), dtype=torch.float16)
+    model.save_pretrained(work)
+    for file in TOKENIZER_FILES:
+        if (tokenizer_dir / file).is_file():
+            shutil.copy(tokenizer_dir / file, work / file)
+    work.rename(folder)
+    return folder
+
+
+def conditional_rates(rates: tuple[float, ...]) -> list[float]:
+    """Unconditional per-position rates r_1 >= r_2 >= ... -> the chance of keeping position i given i-1 kept (as
+    llama.cpp's common_speculative_init derives it)."""
+    out, previous = [], 1.0
+    for rate in rates:
+        out.append(rate / previous if previous > 0 else 0.0)
+        previous = rate
+    return out
+
+
+def alpha_rates(alpha: float, gamma: int) -> tuple[float, ...]:
+    return tuple(alpha**i for i in range(1, gamma + 1))
+
+
+class SyntheticVerifier(Verifier):
+    """Benchmarking only (never registered): keeps draft position i with probability conditional[i] given the
+    ones before it kept, then appends the target's greedy token at the first position not kept (or after the
+    draft). Reads the target's logits as the greedy rule does (one argmax over [B, N+1, V]), so a step costs what
+    a greedy step costs."""
+
+    name = "synthetic"
+    supports_batch = True
+
+    def __init__(self, rates: tuple[float, ...], draw: random.Random):
+        self.conditional = conditional_rates(rates)
+        self.draw = draw
+
+    def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
+        choice = argmax_lists(target_logits)
+        limits = draft.lengths.tolist() if draft.lengths is not None else [draft.length] * len(choice)
+        rows, accepted = [], []
+        for mine, theirs, limit in zip(draft.rows, choice, limits):
+            n = 0
+            while n < min(limit, len(self.conditional)) and self.draw.random() < self.conditional[n]:
+                n += 1
+            rows.append(mine[:n] + [theirs[n]] + [-1] * (draft.length - n))
+            accepted.append(n)
+        return Verdict.of_chain(rows, accepted, draft.tokens.device)
+
+
+@dataclass
+class SyntheticRunner(OursRunner):
+    """Our loop verifying with SyntheticVerifier at `rates`; one random stream per row, seeded at its start."""
+
+    rates: tuple[float, ...] = ()
+    seed: int = 0
+    draw: random.Random = field(default_factory=random.Random, repr=False)
+
+    def __post_init__(self) -> None:
+        self.draw.seed(self.seed)
+
+    def make_verifier(self, params: SamplingParams, seed: int) -> Verifier:
+        return SyntheticVerifier(self.rates, self.draw)
+
+
+def tokens_per_call(records: list[dict]) -> dict[str, float]:
+    totals: dict[str, list[int]] = {}
+    for rec in records:
+        total = totals.setdefault(rec["runner"], [0, 0])
+        total[0] += rec["new_tokens"]
+        total[1] += rec["target_calls"]
+    return {row: tokens / max(1, calls) for row, (tokens, calls) in totals.items()}
+
+
+def build_rows(target: Path, draft: Path, alphas, gamma: int, threads: int, n_ctx: int, flash_attn: bool) -> list:
+    """Both sides' plain rows and, per alpha, ours and llama.cpp's synthetic rows (llama-servers started)."""
+    from ..backends.gguf import SERVER, tools_dir
+    from ..backends.llamacpp import GGUFModel, LlamaCppLM
+    from ..methods import MethodOptions, build_drafter
+    from .counting import ForwardCounter
+    from .llamacpp_native import NativeRunner, NativeServer
+    from .runners import Hooks
+
+    binary = tools_dir() / SERVER
+    target_lm = LlamaCppLM(GGUFModel.shared(target), role="target", threads=threads, flash_attn=flash_attn)
+    draft_lm = LlamaCppLM(GGUFModel.shared(draft), role="draft", threads=threads, flash_attn=flash_attn)
+    hooks = Hooks(target=ForwardCounter(torch.nn.Identity()))  # our rows' models are not torch modules
+    common = dict(target=target_lm, hooks=hooks, eos_token_id=None, greedy_only=True, lossless=False)
+    plain = build_drafter("none", target_lm, MethodOptions())
+    rows: list = [OursRunner("llamacpp:ours_autoregressive", "ours_autoregressive", drafter=plain, **common)]
+
+    def server(label: str, extra: list[str]) -> NativeRunner:
+        started = NativeServer(binary, target, threads, n_ctx, extra, label, flash_attn=flash_attn, ignore_eos=True)
+        return NativeRunner(label, NATIVE, greedy_only=True, lossless=False, server=started)
+
+    rows.append(server(f"{NATIVE}[plain]", []))
+    model = build_drafter("model", target_lm, MethodOptions(draft_model=draft_lm, lookup_tokens=0))
+    for alpha in alphas:
+        rates = alpha_rates(alpha, gamma)
+        rows.append(
+            SyntheticRunner(
+                f"llamacpp:model[g={gamma}]@{alpha:g}", "model", gamma=gamma, drafter=model, rates=rates, **common
+            )
+        )
+        spec = ["--spec-type", "draft-simple", "--spec-draft-model", str(draft)]
+        spec += ["--spec-draft-threads", str(threads), "--spec-draft-threads-batch", str(threads)]
+        spec += ["--spec-draft-n-max", str(gamma), "--spec-draft-p-min", "0"]
+        spec += ["--spec-synth-rates", ",".join(f"{r:.6f}" for r in rates)]
+        rows.append(server(f"{NATIVE}[draft-simple,n_max={gamma},p_min=0]@{alpha:g}", spec))
+    return rows
+
+
+def check_alphas(alphas: tuple[float, ...]) -> None:
+    if not alphas or any(not 0.0 <= a <= 1.0 for a in alphas):
+        raise DraftVerifyError(f"--alpha takes numbers in [0, 1], got {','.join(f'{a:g}' for a in alphas) or 'none'}")
+
+
+def run_synthetic(
+    shapes: tuple[str, ...] = tuple(SHAPES),
+    target_ggufs: tuple[str, ...] = ("q8_0", "q4_k_m"),
+    alphas: tuple[float, ...] = (0.5, 0.7, 0.8, 0.9),
+    gamma: int = 4,
+    rounds: int = 3,
+    num_prompts: int = 4,
+    max_new_tokens: int = 64,
+    threads: int | None = 2,
+    out: str | Path = SPEED,
+    name: str = "bench-synthetic",
+    command: str = "",
+    echo: Callable[[str], None] = lambda line: None,
+    known_shapes: dict[str, Shape] = SHAPES,
+    data_dir: str | Path | None = None,
+) -> dict:
+    """Every (shape, target GGUF type) cell, `rounds` rounds each, rows interleaved prompt by prompt; writes
+    OUT/NAME.json and OUT/NAME.md. The random models and their GGUFs are made once and cached."""
+    from ..backends import DEFAULT_DRAFT_GGUF, check_gguf_type
+    from ..backends.gguf import gguf_cache_dir, gguf_for, llama_cpp_dir
+    from ..backends.llamacpp import FLASH_ATTENTION
+    from ..zoo import zoo_folder
+    from . import environment
+    from .config import BenchConfig
+    from .prompts import load_prompts
+    from .report import markdown_table, write_result
+    from .run import measure, tokens_per_second
+
+    unknown = [s for s in shapes if s not in known_shapes]
+    if unknown or not shapes:
+        raise DraftVerifyError(
+            f"--shapes: unknown shape {unknown[0] if unknown else ''!r}; use {', '.join(known_shapes)}"
+        )
+    for gguf in target_ggufs:
+        check_gguf_type(gguf, "--target-gguf", "target")
+    check_alphas(alphas)
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise DraftVerifyError(f"--gamma must be a whole number >= 1, got {gamma!r}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise DraftVerifyError(f"--rounds must be a whole number >= 1, got {rounds!r}")
+    threads = threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    tokenizer_dir = zoo_folder("code") / "target"
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    prompts = load_prompts("humaneval", data_dir)[:num_prompts]
+    chosen = [(p, tokenizer(p.text, return_tensors="pt").input_ids) for p in prompts]
+    config = BenchConfig(
+        zoo="code", temperatures=(0.0,), num_prompts=num_prompts, max_new_tokens=max_new_tokens, warmup_tokens=8,
+        progress=False, plots=False,
+    ).resolved()  # fmt: skip
+    cache = gguf_cache_dir() / "shapes"
+    cache.mkdir(parents=True, exist_ok=True)
+    source = llama_cpp_dir()
+    cells = []
+    result = {
+        "name": name,
+        "command": command,
+        "date": environment.now(),
+        "machine": environment.machine(),
+        "settings": {"gamma": gamma, "alphas": list(alphas), "rounds": rounds, "threads": threads,
+                     "num_prompts": len(chosen), "max_new_tokens": max_new_tokens},
+        "cells": cells,
+    }  # fmt: skip
+    for shape_name in shapes:
+        shape = known_shapes[shape_name]
+        echo(f"{shape_name}: making the random models (once)")
+        target_dir = random_model(f"{shape_name}-target", shape, tokenizer_dir, cache, seed=0)
+        draft_dir = random_model(f"{shape_name}-draft", draft_shape(shape), tokenizer_dir, cache, seed=1)
+        draft = gguf_for(draft_dir, DEFAULT_DRAFT_GGUF, source)
+        for gguf in target_ggufs:
+            target = gguf_for(target_dir, gguf, source)
+            n_ctx = max(ids.shape[1] for _, ids in chosen) + max_new_tokens + gamma + 16
+            rows = build_rows(target, draft, alphas, gamma, threads, n_ctx, FLASH_ATTENTION)
+            try:
+                per_round, calls = [], []
+                for r in range(rounds):
+                    for row in rows:
+                        row.new_round()
+                    records = measure(rows, config if r == 0 else replace(config, warmup_tokens=0), chosen, tokenizer)
+                    per_round.append(tokens_per_second(records))
+                    calls.append(tokens_per_call(records))
+                    echo(
+                        f"{shape_name} {gguf} round {r + 1}: "
+                        + ", ".join(f"{k} {v:.1f}" for k, v in per_round[-1].items())
+                    )
+            finally:
+                for row in rows:
+                    row.close()
+            median = {row: statistics.median(x[row] for x in per_round) for row in per_round[0]}
+            cells.append(
+                {
+                    "shape": shape_name,
+                    "target_gguf": gguf,
+                    "target": target.name,
+                    "draft": draft.name,
+                    "rounds": per_round,
+                    "median_tokens_per_second": median,
+                    "tokens_per_call": {row: statistics.mean(x[row] for x in calls) for row in calls[0]},
+                }
+            )
+            write_result(result, out, name, lambda res: render(res, markdown_table))
+    return write_result(result, out, name, lambda res: render(res, markdown_table))
+
+
+def render(result: dict, markdown_table) -> str:
+    s = result["settings"]
+    lines = [
+        "# Synthetic acceptance at the sizes users run",
+        "",
+        f"`{result['command']}`",
+        "",
+        f"{result['date']}; {result['machine']['cpu_model']} ({result['machine']['cores']} cores), {s['threads']} "
+        f"threads; {s['num_prompts']} HumanEval prompts x {s['max_new_tokens']} tokens, draft length {s['gamma']} on "
+        f"both sides; {s['rounds']} rounds, rows interleaved prompt by prompt; tok/s is the median round. Random "
+        "weights: acceptance is drawn, each drafted token kept with chance alpha given the one before it kept.",
+        "",
+    ]
+    head = [
+        "shape",
+        "target",
+        "alpha",
+        "llama.cpp tok/s",
+        "tokens/call",
+        "ours tok/s",
+        "tokens/call",
+        "ours / llama.cpp",
+    ]
+    body = []
+    for c in result["cells"]:
+        median, calls = c["median_tokens_per_second"], c["tokens_per_call"]
+        ours_plain, native_plain = "llamacpp:ours_autoregressive", f"{NATIVE}[plain]"
+        body.append(
+            [c["shape"], c["target_gguf"], "plain", f"{median[native_plain]:.1f}", "1.00", f"{median[ours_plain]:.1f}",
+             "1.00", f"{median[ours_plain] / median[native_plain]:.2f}x"]
+        )  # fmt: skip
+        for alpha in s["alphas"]:
+            ours = f"llamacpp:model[g={s['gamma']}]@{alpha:g}"
+            native = f"{NATIVE}[draft-simple,n_max={s['gamma']},p_min=0]@{alpha:g}"
+            body.append(
+                [c["shape"], c["target_gguf"], f"{alpha:g}", f"{median[native]:.1f}", f"{calls[native]:.2f}",
+                 f"{median[ours]:.1f}", f"{calls[ours]:.2f}", f"{median[ours] / median[native]:.2f}x"]
+            )  # fmt: skip
+    lines += markdown_table(head, body)
+    lines.append("")
+    return "\n".join(lines)
