@@ -1,7 +1,8 @@
 """The `draftverify reproduce` group: one command per seed paper, each rerunning that paper's tables and ablations
-on our models and naming the tables it reproduces (specdec: SpecDec / SpecDec++ and BiLD's sweeps on translation;
-blockwise; bita; healing, the one study with no seed paper behind it). Typer functions only, each running its
-module of reproduce/; cli.py adds reproduce_app. Nothing heavy is imported here, so --help stays fast."""
+on our models and naming the tables it reproduces (leviathan: the closed-form tables; specdec: SpecDec / SpecDec++
+and BiLD's sweeps on translation; blockwise; bita; healing, the one study with no seed paper behind it). Typer
+functions only, each running its module of reproduce/; cli.py adds reproduce_app. Nothing heavy is imported here,
+so --help stays fast."""
 
 from __future__ import annotations
 
@@ -23,10 +24,21 @@ from ..quiet import quiet_process
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 reproduce_app = typer.Typer(
-    help="The seed papers' tables and ablations on our models, one command per paper: specdec (SpecDec, SpecDec++ "
-    "and BiLD on translation), blockwise (blockwise parallel decoding with rescoring), bita, healing.",
+    help="The seed papers' tables and ablations on our models, one command per paper: leviathan (speculative "
+    "decoding's closed forms), specdec (SpecDec, SpecDec++ and BiLD on translation), blockwise (blockwise parallel "
+    "decoding with rescoring), bita, healing.",
     no_args_is_help=True,
 )
+
+
+@reproduce_app.command("leviathan")
+def leviathan() -> None:
+    """Leviathan et al.'s Table 1 (operations and speed against alpha and gamma) and the EXP column of Table 4
+    (Theorem 8 at the printed alpha, gamma, c), computed by draftverify.theory beside the printed values; no model
+    runs (`bench speed` measures alpha and speed on our models, Theorem 8 beside each row)."""
+    from .leviathan import report
+
+    print(report())
 
 
 @reproduce_app.command("specdec")
