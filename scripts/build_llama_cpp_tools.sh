@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build llama.cpp's own C++ tools (llama-server, llama-speculative-simple, llama-completion, llama-quantize) from the
 # vendored source that scripts/fetch_llama_cpp_converter.sh unpacks (the source the `llamacpp` extra builds), for
-# the `llamacpp_native[...]` rows of `draftverify bench`. CPU only, Release, only those targets, nothing fetched
+# the `llamacpp_native[...]` rows of `draftverify bench speed`. CPU only, Release, only those targets, nothing fetched
 # while building (no OpenSSL, no web UI download). A rerun is a no-op when DEST already holds them, built for the
 # same llama-cpp-python version (DEST/draftverify-tools.stamp). The build log is DEST/build.log.
 #   scripts/build_llama_cpp_tools.sh [SRC] [DEST]   (defaults: .cache/llama.cpp, .cache/llama.cpp-build)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Unpack llama.cpp's source tree (convert_hf_to_gguf.py + gguf-py) from the llama-cpp-python sdist of the installed
-# version, for the llama.cpp rows of `draftverify bench`; prints the export line to use.
+# version, for the llama.cpp rows of `draftverify bench speed`; prints the export line to use.
 #   scripts/fetch_llama_cpp_converter.sh [DEST]        (default DEST: .cache/llama.cpp, ignored by git)
 set -euo pipefail
 dest="${1:-.cache/llama.cpp}"

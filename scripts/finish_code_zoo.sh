@@ -15,7 +15,7 @@ $DV train align --target zoo/code/target --draft zoo/code/draft --out zoo/code/d
   --num-prompts "${ALIGN_PROMPTS:-400}" --eval-prompts "${ALIGN_EVAL_PROMPTS:-48}" --new-tokens 128 \
   --max-steps "${ALIGN_STEPS:-40}" --warmup-steps 5 --lr 5e-4 --batch-size 16 --threads "$THREADS" --bf16
 $DV train ngram --out zoo/code/ngram.safetensors --cache-dir runs/token-cache
-$DV bench --zoo code --num-prompts "${BENCH_PROMPTS:-12}" --max-new-tokens 128 --temperature 0,1.0 \
+$DV bench speed --zoo code --num-prompts "${BENCH_PROMPTS:-12}" --max-new-tokens 128 --temperature 0,1.0 \
   --gamma "${BENCH_GAMMAS:-2,3,4,6,auto}" --bild-fb 0.3,0.5,0.7 --bild-rb 1,2,4 --threads "$THREADS"
-$DV bench-overhead --threads 1
+$DV bench overhead --threads 1
 $DV docs tables

@@ -119,7 +119,7 @@ PIECES=()
 for piece in heads bita nat; do
   if compgen -G "$OUT/$piece/*.json" >/dev/null; then PIECES+=("--$piece" "$OUT/$piece"); fi
 done
-if [[ -d "$OUT/eagle3" ]] && "${DV[@]}" bench --help 2>/dev/null | grep -q -- "--eagle3 "; then
+if [[ -d "$OUT/eagle3" ]] && "${DV[@]}" bench speed --help 2>/dev/null | grep -q -- "--eagle3 "; then
   PIECES+=(--eagle3 "$OUT/eagle3")
 fi
 if [[ $TARGET == zoo/code/target ]]; then MODELS=(--zoo code); else MODELS=(--target "$TARGET"); fi
@@ -133,9 +133,9 @@ CORE=bpd,bita,bita_tree,bita_chain,specdec,model,hf_assisted,hf_prompt_lookup,pr
 REST=$("$PY" -c "from draftverify.bench.runner_families import BASELINES, PEER_FAMILIES, families
 print(','.join(f for f in families() if f not in '$CORE'.split(',') + list(BASELINES + PEER_FAMILIES)))")
 BENCH_ARGS=("${MODELS[@]}" "${PIECES[@]}" "${BENCH[@]}" --device "$DEVICE" --dtype "$BENCH_DTYPE" --out "$OUT/bench")
-stage bench_core "$(budget cost)" "${DV[@]}" bench "${BENCH_ARGS[@]}" --runners "$CORE" \
+stage bench_core "$(budget cost)" "${DV[@]}" bench speed "${BENCH_ARGS[@]}" --runners "$CORE" \
   --name "$NAME-core" --no-progress
-stage bench "$(budget cost)" "${DV[@]}" bench "${BENCH_ARGS[@]}" --runners "$REST" --name "$NAME" --no-progress
-stage cost 0 "${DV[@]}" bench --cost-curve "${MODELS[@]}" "${COST[@]}" --device "$DEVICE" --out "$OUT/cost" \
+stage bench "$(budget cost)" "${DV[@]}" bench speed "${BENCH_ARGS[@]}" --runners "$REST" --name "$NAME" --no-progress
+stage cost 0 "${DV[@]}" bench speed --cost-curve "${MODELS[@]}" "${COST[@]}" --device "$DEVICE" --out "$OUT/cost" \
   --name "cost-${NAME#bench-}" --no-progress
 note "done: $(cd "$OUT" && find . -name '*.json' -o -name 'README.md' -o -name '*.md' | sort | tr '\n' ' ')"

@@ -24,56 +24,56 @@ common=(--zoo code --num-prompts 8 --max-new-tokens 128 --threads 2)
 runners=hf_generate,ours_autoregressive,hf_assisted,hf_prompt_lookup,llamacpp,llamacpp_prompt_lookup,model,model_aligned,lookup_model,model_tree,prompt_lookup,prompt_lookup_tree,ngram,early_exit,bpd,bpd_ngram,bpd_neural,bpd_pbest,bild,specdec++
 # 1. every method, eager float32 (the exact default), greedy and T=1; the blockwise family (and BiTA) greedy beside
 #    the target alone and the zoo's default method; a draft with its own tokenizer; token healing; sample outputs
-draftverify bench "${common[@]}" --temperature 0,1.0 --gamma 4,auto --early-exit-layers 2 --bild-fb 0.5 --bild-rb 2 \
+draftverify bench speed "${common[@]}" --temperature 0,1.0 --gamma 4,auto --early-exit-layers 2 --bild-fb 0.5 --bild-rb 2 \
     --runners "$runners" --no-progress
-draftverify bench "${common[@]}" --temperature 0 --gamma 4,auto --name bench-humaneval-blockwise --bita-masks 1 \
+draftverify bench speed "${common[@]}" --temperature 0 --gamma 4,auto --name bench-humaneval-blockwise --bita-masks 1 \
     --runners hf_generate,ours_autoregressive,lookup_model,model,bpd,bpd_ngram,bpd_neural,bpd_pbest,bita,bita_chain \
     --no-progress
-draftverify bench --target zoo/code/target --draft zoo/code/draft-othertok --runners model,hf_assisted --num-prompts 8 \
+draftverify bench speed --target zoo/code/target --draft zoo/code/draft-othertok --runners model,hf_assisted --num-prompts 8 \
     --max-new-tokens 128 --temperature 0 --gamma 4,auto,conf --threads 2 --name bench-humaneval-othertok \
     --no-progress
-draftverify bench-healing --zoo code --methods lookup_model --num-prompts 8 --max-new-tokens 128 --threads 2 \
+draftverify reproduce healing --zoo code --methods lookup_model --num-prompts 8 --max-new-tokens 128 --threads 2 \
     --name healing-humaneval
-draftverify bench-samples --num-prompts 12 --max-new-tokens 128
+draftverify bench samples --num-prompts 12 --max-new-tokens 128
 # 2. the compiled path (preallocated cache + torch.compile per verify width), greedy
-draftverify bench "${common[@]}" --temperature 0 --gamma 4 --compile --name bench-humaneval-compiled \
+draftverify bench speed "${common[@]}" --temperature 0 --gamma 4 --compile --name bench-humaneval-compiled \
     --runners hf_generate,ours_autoregressive,llamacpp,llamacpp_prompt_lookup,lookup_model,model_tree,prompt_lookup \
     --no-progress
 # 3. the cost of scoring n tokens, eager: float32 with the engine's few-row layout and with torch's stock one,
 #    bfloat16; greedy equality rates; then BiTA's decoding modes with estimated speedups from that curve
-draftverify bench --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,3,4,6,8,12,16,24,32,48,64 \
+draftverify bench speed --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,3,4,6,8,12,16,24,32,48,64 \
     --cost-modes eager-float32,eager-float32-gemm,eager-bfloat16 --no-progress
-draftverify bita-report --prompts 6 --new-tokens 48 --tables modes --threads 1 --cost benchmarks/cost/cost-code.json
-draftverify bpd-report --prompts 12 --tune 3 --new-tokens 48 --threads 1
+draftverify reproduce bita --prompts 6 --new-tokens 48 --tables modes --threads 1 --cost benchmarks/cost/cost-code.json
+draftverify reproduce blockwise --prompts 12 --tune 3 --new-tokens 48 --threads 1
 # 4. a user's first call (fresh processes, ratio to --method autoregressive); the loop's own share of the time
-draftverify bench-cold-start --runs 3 --threads 2
-draftverify bench-overhead --threads 1 --max-new-tokens 128
+draftverify bench cold-start --runs 3 --threads 2
+draftverify bench overhead --threads 1 --max-new-tokens 128
 # 5. batch throughput: HF generate (batched) against our loop without drafting and our methods, B = 1, 2, 4, 8
-draftverify bench-batch --zoo code --methods 'lookup_model,lookup_model[auto],model_tree,prompt_lookup_tree,bpd,bpd_neural,bita,specdec' \
+draftverify bench batch --zoo code --methods 'lookup_model,lookup_model[auto],model_tree,prompt_lookup_tree,bpd,bpd_neural,bita,specdec' \
     --batch-sizes 1,2,4,8 --num-prompts 8 --max-new-tokens 64 --threads 2
 # 6. the server under load: 8 concurrent streaming clients (loopback only), RSS sampled every 100 requests; then
 #    greedy and seeded sampling mixed, every answer checked against the same request sent alone
-draftverify bench-serve --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 1000 \
+draftverify bench serve --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 1000 \
     --duration 900 --max-tokens 16 --rss-every 100 --rss-warm 200 --out benchmarks/serving/load-test.json
-draftverify bench-serve --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 400 \
+draftverify bench serve --spawn "--zoo code --max-batch 8 --threads 2" --clients 8 --requests 400 \
     --duration 600 --max-tokens 16 --mixed --out benchmarks/serving/load-test-mixed.json
 # 7. translation (Multi30k test_2016_flickr): SpecDec over k, SpecDec++ over beta x tau, BiLD's threshold sweep with
 #    the small model before and after prediction alignment, speculative sampling on the same pair, HF baselines
-draftverify bench-translate --zoo translate --data-dir ../shared/data --num-prompts 200 -n 64 --ks 2,4,6,8 \
+draftverify reproduce specdec --zoo translate --data-dir ../shared/data --num-prompts 200 -n 64 --ks 2,4,6,8 \
     --betas 3,5 --taus 1,3 --plus-k 8 --gammas 3 --bild-fb 0.2,0.4,0.6,0.8 --bild-rb 2,5 --bild-gamma 10 \
     --aligned-draft zoo/translate/draft-aligned --threads 2 --name translate-specdec
 # 8. the llama.cpp backend: our methods beside llama.cpp's own decoders in one run, then the same head to head over
 #    rounds, the cost curve, and the side-by-side choices of public options (the draft's GGUF type, staged drafting,
 #    lookup's agreement as confidence); the held-out (--first 100) runs are the ones the choices were made on
 if [ "$llamacpp" = 1 ]; then
-    draftverify bench --zoo code --backend hf,llamacpp --temperature 0 --threads 2 --num-prompts 8 --max-new-tokens 128 \
+    draftverify bench speed --zoo code --backend hf,llamacpp --temperature 0 --threads 2 --num-prompts 8 --max-new-tokens 128 \
         --gamma 4,auto,conf,conf=0.9 \
         --runners llamacpp,llamacpp_prompt_lookup,llamacpp_draft,hf_assisted,model,model_aligned,prompt_lookup,lookup_model,model_tree,prompt_lookup_tree \
         --name bench-humaneval-llamacpp --no-progress
-    draftverify bench-rounds --num-prompts 8 --rounds 5
-    draftverify bench --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,3,4,5,6,8,12,16,24,32,48,64 \
+    draftverify bench rounds --num-prompts 8 --rounds 5
+    draftverify bench speed --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,3,4,5,6,8,12,16,24,32,48,64 \
         --cost-modes eager-float32,llamacpp-float32 --name cost-code-llamacpp
-    ab=(bench-ab --threads 2 --num-prompts 8)
+    ab=(bench ab --threads 2 --num-prompts 8)
     aligned=zoo/code/draft-aligned
     for method in model lookup_model; do
         draftverify "${ab[@]}" --rounds 3 --set backend=llamacpp --set method="$method" --set gamma=conf \

@@ -26,7 +26,7 @@ draftverify train nat --target zoo/translate/target --train-targets runs/transla
 draftverify train seq2seq --data "$DATA" --tokenizer zoo/translate/tokenizer --out runs/translate/align \
     --export runs/translate/align/export --init-from zoo/translate/draft --train-targets runs/translate/distill/train.de \
     --preset small --max-steps 300 --max-minutes 15 --lr 5e-4 --warmup-steps 50 --threads 1 --eval-minutes 100
-draftverify bench-translate --zoo translate --data-dir "$(dirname "$DATA")" --aligned-draft runs/translate/align/export \
+draftverify reproduce specdec --zoo translate --data-dir "$(dirname "$DATA")" --aligned-draft runs/translate/align/export \
     --num-prompts 100 -n 64 --ks "" --betas "" --gammas 3 --bild-fb 0.2,0.4,0.6,0.8 --bild-rb 2,5 --bild-gamma 10 \
     --threads 1 --counts-only --out benchmarks --name translate-bild-aligned
 # 6. the cards, from the training reports (--rescore measures BLEU / chrF again: greedy val + test, beam-5 test)

@@ -11,7 +11,7 @@ by `scripts/gpu_zoo.py train` and `align`) and zoo/code/manifest.json and held_o
 translate: zoo/translate's target/, draft/ and draft-aligned/ cards from training_report.json
 (train/seq2seq_card.py); --rescore first replaces the report's scores with greedy val / test_2016_flickr (and
 --beam B test_2016_flickr), measured here. draft-aligned/'s card also gets BiLD's before / after from
---alignment-bench (bench-translate's JSON), when it exists. nat/: README.md from nat.json.
+--alignment-bench (`draftverify reproduce specdec`'s JSON), when it exists. nat/: README.md from nat.json.
 
 held-out: the held-out loss of zoo models on the validation splits of the first (stdlib) and second (stdlib +
 packages) corpora. The two zoo generations were trained on different corpora, so each is measured on both
@@ -185,7 +185,7 @@ def translate(argv: list[str]) -> None:
         "--alignment-bench",
         type=Path,
         default=Path("benchmarks/translation/translate-bild-aligned.json"),
-        help="bench-translate JSON with the original and aligned small models (draft-aligned's card)",
+        help="reproduce specdec JSON with the original and aligned small models (draft-aligned's card)",
     )
     args = ap.parse_args(argv)
     for folder, role in ROLES.items():

@@ -16,9 +16,11 @@ from draftverify.zoo import shipped
 runner = CliRunner()
 
 
-def command_params(name: str) -> dict[str, object]:
-    """flag -> click parameter of one command, as typer builds it now."""
-    command = typer.main.get_command(app).commands[name]
+def command_params(*path: str) -> dict[str, object]:
+    """flag -> click parameter of one command (its path: "generate", or "bench", "speed"), as typer builds it now."""
+    command = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
     return {flag: p for p in command.params for flag in p.opts}
 
 
@@ -40,7 +42,7 @@ def test_every_declared_option_is_a_flag_of_generate_and_serve_with_its_declared
 
 
 def test_every_drafter_option_is_a_flag_of_bench():
-    params = command_params("bench")
+    params = command_params("bench", "speed")
     for name, f, opt in declared(shared=False):
         assert opt.flag in params, opt.flag
         if name != "early_exit_layers":  # bench's own comma list of layer counts to sweep
@@ -49,9 +51,9 @@ def test_every_drafter_option_is_a_flag_of_bench():
 
 
 def test_the_help_lists_each_flag_with_its_help_and_methods():
-    for command in ("generate", "serve", "bench"):
-        text = runner.invoke(app, [command, "--help"], env={"COLUMNS": "400"}).stdout
-        for _, _, opt in declared(shared=command != "bench"):
+    for command in (["generate"], ["serve"], ["bench", "speed"]):
+        text = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "400"}).stdout
+        for _, _, opt in declared(shared=command != ["bench", "speed"]):
             assert opt.flag in text, (command, opt.flag)
         assert "Methods: specdec, specdec++_nat." in text and shipped("nat") in text
 
@@ -81,8 +83,8 @@ def test_a_missing_declared_file_and_bad_tree_paths_exit_2_before_loading(tmp_pa
 
 
 def test_bench_takes_the_declared_flags():
-    result = runner.invoke(app, ["bench", "--cost-curve", "--nat", "somewhere", "--bita-topk", "2"])
+    result = runner.invoke(app, ["bench", "speed", "--cost-curve", "--nat", "somewhere", "--bita-topk", "2"])
     assert result.exit_code == 2
     assert "--cost-curve does not use --bita-topk, --nat" in result.stderr
     command = rebuild_command({"quick": True, "zoo": None}, {"nat_path": "n", "bita_topk": 3, "pbest": 2})
-    assert command == "draftverify bench --nat n --pbest 2 --quick"  # the default bita_topk is not repeated
+    assert command == "draftverify bench speed --nat n --pbest 2 --quick"  # the default bita_topk is not repeated

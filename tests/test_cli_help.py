@@ -55,7 +55,10 @@ def test_every_command_has_a_help():
         "generate",
         "serve",
         "bench",
-        "bench-batch",
+        "bench speed",
+        "bench batch",
+        "reproduce",
+        "reproduce specdec",
         "methods",
         "train",
         "train lm",
@@ -78,8 +81,8 @@ def test_no_text_in_square_brackets_is_eaten(path):
 def test_the_install_hints_and_length_syntax_survive():
     assert 'pip install -e ".[llamacpp]"' in rendered(("generate",))
     assert "pip install 'draftverify[ray]'" in rendered(("serve",))
-    assert "METHOD[auto]" in rendered(("bench-batch",)) and "'lookup_model,lookup_model[auto]'" in rendered(
-        ("bench-batch",)
+    assert "METHOD[auto]" in rendered(("bench", "batch")) and "'lookup_model,lookup_model[auto]'" in rendered(
+        ("bench", "batch")
     )
 
 
@@ -93,23 +96,23 @@ def test_the_method_lists_agree_with_the_registry():
         assert listed(text, "One of: ", ". Default") == set(METHODS)
     assert listed(generate, "Every method batches except ", " (a model draft") == one_row
     assert listed(serve, "every method but ", ", which serve one request at a time") == one_row
-    assert listed(rendered(("bench-batch",)), "every method but ", "), each at") == one_row
-    assert listed(rendered(("bench",)), "Draft model (the hf_assisted rows and methods ", ").") == draft
+    assert listed(rendered(("bench", "batch")), "every method but ", "), each at") == one_row
+    assert listed(rendered(("bench", "speed")), "Draft model (the hf_assisted rows and methods ", ").") == draft
 
 
 def test_bench_runners_names_every_family():
-    text = rendered(("bench",))
+    text = rendered(("bench", "speed"))
     assert listed(text, "the peers ", "; our methods") == set(PEER_FAMILIES)
     assert listed(text, "; our methods ", "; and <method>_aligned") == set(drafting_methods())
     assert all(b in text for b in BASELINES)
 
 
-@pytest.mark.parametrize("command", ["generate", "serve", "bench"])
+@pytest.mark.parametrize("command", ["generate", "serve", "bench speed"])
 def test_declared_options_show_their_declared_defaults(command):
-    text = rendered((command,))
+    text = rendered(tuple(command.split()))
     for name, (cls, f) in all_fields().items():
         opt = declaration(f)
-        if opt is None or (command == "bench" and (cls is SharedOptions or name == "early_exit_layers")):
+        if opt is None or (command == "bench speed" and (cls is SharedOptions or name == "early_exit_layers")):
             continue
         start = text.index(f" {opt.flag} ")
         row = text[start : start + len(opt.help_text()) + 400]

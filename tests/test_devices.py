@@ -91,8 +91,8 @@ def test_the_llamacpp_backend_refuses_a_gpu_device(one_gpu, tmp_path):
         ["generate", "--zoo", "code", "--prompt", "x", "--device", "cuda:3"],
         ["generate", "--zoo", "code", "--prompt", "x", "--device", "tpu"],
         ["serve", "--zoo", "code", "--device", "cuda:3", "--port", "0"],
-        ["bench", "--quick", "--device", "cuda:3", "--no-plots"],
-        ["bench", "--cost-curve", "--quick", "--device", "cuda:3", "--no-plots"],
+        ["bench", "speed", "--quick", "--device", "cuda:3", "--no-plots"],
+        ["bench", "speed", "--cost-curve", "--quick", "--device", "cuda:3", "--no-plots"],
         ["train", "heads", "--device", "cuda:3", "--max-steps", "1"],
     ],
 )

@@ -26,6 +26,12 @@ def check_sampling(temperature: object, top_k: object, top_p: object, seed: obje
         raise DraftVerifyError(f"coupling must be True, False or None (= on when seeded), got {coupling!r}")
 
 
+def gamma_flag(value: str) -> int | str:
+    """A --gamma flag's text as parse_gamma takes it: an integer (a negative one too, so its error names the number)
+    or the word (auto, conf=0.9, ...), which parse_gamma checks."""
+    return int(value) if value.lstrip("-").isdigit() else value
+
+
 def check_max_new_tokens(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise DraftVerifyError(f"max_new_tokens must be an integer >= 1, got {value!r}")

@@ -1,4 +1,6 @@
-"""The one command line: generate, methods, bench, train.
+"""The one command line: generate, serve, methods, train, export, docs, and the two study groups, `bench <suite>`
+(bench/commands.py: the harness a user reruns against peers) and `reproduce <paper>` (reproduce/commands.py: the
+seed papers' tables and ablations).
 
 Nothing heavy is imported at module level: --help, --version, `methods` and argument errors answer in well
 under a second, and torch/transformers load only when a model does (with a status line saying so). Output
@@ -20,10 +22,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
-from .bench import folders
-from .bench.commands import register as register_bench_commands
-from .bench.runner_families import ALIGNED_SUFFIX, BASELINES, GGUF_SUFFIX, PEER_FAMILIES, drafting_methods
-from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes
+from .bench.commands import bench_app
+from .checks import check_max_new_tokens, check_prompt_text, check_sampling, decode_prompt_bytes, gamma_flag
 from .cli_flags import declared_flags
 from .cli_help import batching_note, draft_methods, flag, one_row_methods
 from .devices import DEVICE_HELP, DTYPE_HELP, check_device_form, check_dtype_name
@@ -32,6 +32,8 @@ from .errors import DraftVerifyError
 from .methods import METHODS, resolve_method
 from .options import check_files, parse_values
 from .options.checks import check_zoo_ships, unused_flags
+from .quiet import quiet_process
+from .reproduce.commands import reproduce_app
 from .serve import defaults as serve_defaults
 from .train.cli import train_app
 from .zoo import ZOO_DEFAULT_METHOD, zoo_default_method
@@ -46,6 +48,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.add_typer(bench_app, name="bench")
+app.add_typer(reproduce_app, name="reproduce")
 app.add_typer(train_app, name="train")
 docs_app = typer.Typer(help="The documentation's measured tables, copied from benchmarks/.", no_args_is_help=True)
 app.add_typer(docs_app, name="docs")
@@ -111,10 +115,6 @@ def stats_table(stats: GenerationStats, title: str = "statistics") -> Table:
     return table
 
 
-def _gamma(value: str) -> int | str:
-    return int(value) if value.lstrip("-").isdigit() else value
-
-
 def _read_prompt(prompt: str) -> str:
     """`-` reads stdin (as bytes: a non-UTF-8 pipe is an error, not a traceback); else the argument itself."""
     if prompt == "-":
@@ -162,17 +162,6 @@ def _ignored_settings(
     return notes
 
 
-RUNNERS_HELP = (
-    f"Comma list of runner families to run (the baselines {' and '.join(BASELINES)} always run): the "
-    f"peers {', '.join(PEER_FAMILIES)}; our methods {', '.join(drafting_methods())}; and "
-    f"<method>{ALIGNED_SUFFIX} for a method with the aligned draft (--aligned-draft); <method>{GGUF_SUFFIX} "
-    f"({', '.join(n for n, m in drafting_methods().items() if m.gguf_option)}) with its piece converted to GGUF "
-    "and run in llama.cpp (--backend llamacpp). llama.cpp's own C++ "
-    "speculative decoding (llama-server, built by scripts/build_llama_cpp_tools.sh) runs only when named: "
-    "llamacpp_native[plain], llamacpp_native[TYPE,...,n_max=N,p_min=P,draft=draft|aligned] with TYPE its "
-    "--spec-type (draft-simple, ngram-mod, ngram-map-k, ngram-map-k4v, ngram-simple; several chain), one row each, "
-    "or llamacpp_native for a default set."
-)
 TARGET_GGUF_HELP = (
     "With --backend llamacpp: the GGUF type a target model folder is converted at (default: --dtype's, f32 for "
     "float32): q8_0 and q4_k_m (made by llama.cpp's llama-quantize, scripts/build_llama_cpp_tools.sh) as llama.cpp "
@@ -212,7 +201,7 @@ def _heal_default(heal: Optional[bool], zoo: Optional[str], pipe) -> bool:
 
 def _load_pipeline(**load_args):
     """api.load(**load_args) with torch on load_args' threads too (None: its default), the libraries' chatter off."""
-    _quiet_libraries()
+    quiet_process()
     if (threads := load_args.get("threads")) is not None:
         import torch
 
@@ -220,17 +209,6 @@ def _load_pipeline(**load_args):
     from .api import load
 
     return load(**load_args)
-
-
-def _quiet_libraries() -> None:
-    """transformers' own output (weight-loading progress bars, which would garble --json output; warnings such as
-    a long prompt against the tokenizer's nominal maximum) is noise to a CLI user; our checks report what matters.
-    The library's one mechanism (quiet.py), for the whole process: a TRANSFORMERS_VERBOSITY the user set wins,
-    and DRAFTVERIFY_VERBOSE=1 shows everything."""
-    from .quiet import quiet_libraries, verbose_requested
-
-    if not verbose_requested():
-        quiet_libraries(process=True)
 
 
 def _say_llamacpp_exactness(pipe) -> None:
@@ -388,7 +366,7 @@ def generate(
         # every check that needs no model runs before anything is imported, loaded or printed
         resolve_method(method)
         options = _method_options(method, zoo, options)
-        parse_gamma(_gamma(gamma))
+        parse_gamma(gamma_flag(gamma))
         check_sampling(temperature, top_k, top_p, seed, coupling)
         check_max_new_tokens(max_new_tokens)
         if threads is not None and threads < 1:
@@ -419,7 +397,7 @@ def generate(
             zoo=zoo,
             dtype=dtype,
             device=device,
-            gamma=_gamma(gamma),
+            gamma=gamma_flag(gamma),
             compile=compile_,
             lean_draft=lean_draft,
             backend=backend,
@@ -730,7 +708,7 @@ def serve(
         method = method or _default_method(zoo, draft)
         resolve_method(method)
         options = _method_options(method, zoo, options)
-        parse_gamma(_gamma(gamma))
+        parse_gamma(gamma_flag(gamma))
         check_device_form(device)
         check_dtype_name(dtype)
         for flag, value in (
@@ -759,7 +737,7 @@ def serve(
             zoo=zoo,
             dtype=dtype,
             device=device,
-            gamma=_gamma(gamma),
+            gamma=gamma_flag(gamma),
             compile=compile_,
             backend=backend,
             threads=threads,
@@ -810,76 +788,6 @@ def serve(
     uvicorn.run(app_, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
 
 
-@app.command("bench-batch")
-def bench_batch(
-    zoo: Optional[str] = flag(None, "--zoo", help="Shipped model set, e.g. 'code'."),
-    target: Optional[str] = flag(None, "--target", "-t"),
-    draft: Optional[str] = flag(None, "--draft", "-d"),
-    methods_: str = flag(
-        "lookup_model",
-        "--methods",
-        help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (methods that "
-        f"batch: every method but {one_row_methods()}), each at --gamma or at its own draft length: METHOD[auto], "
-        "METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]').",
-    ),
-    gamma: str = flag(
-        str(DEFAULT_GAMMA),
-        "--gamma",
-        help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; "
-        "may choose 0, no draft), 'conf[=T]' or 'heuristic'.",
-    ),
-    batch_sizes: str = flag("1,2,4,8", "--batch-sizes"),
-    prompts: str = flag(
-        "humaneval",
-        "--prompts",
-        help="humaneval, spec_bench, spec_bench:<category>,"
-        " or your own prompts: a .jsonl file whose records have a 'prompt' field,"
-        " or a text file with one prompt per line.",
-    ),
-    data_dir: Optional[Path] = flag(None, "--data-dir"),
-    num_prompts: int = flag(16, "--num-prompts", help="Prompts decoded at every batch size (at least the largest B)."),
-    max_new_tokens: int = flag(128, "--max-new-tokens", "-n"),
-    threads: Optional[int] = flag(None, "--threads"),
-    out: Path = flag(folders.BATCH, "--out"),
-    name: str = flag("bench-batch", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
-) -> None:
-    """Batch throughput: tokens/s at batch sizes 1, 2, 4, 8 for HF generate (batched), our loop without drafting
-    and our drafting methods, greedy, on the same prompts; checks every row equals its batch-1 text."""
-    try:
-        from .bench.batch import main as batch_main, parse_sizes
-
-        if zoo is None and target is None:
-            raise DraftVerifyError("no model: give --zoo NAME or --target PATH")
-        check_max_new_tokens(max_new_tokens)
-        _quiet_libraries()
-        results = batch_main(
-            zoo,
-            target,
-            draft,
-            [m for m in methods_.split(",") if m],
-            parse_sizes(batch_sizes),
-            prompts,
-            num_prompts,
-            max_new_tokens,
-            out,
-            name,
-            threads,
-            data_dir,
-            echo=lambda line: err_console.print(escape(line)),
-            gamma=_gamma(gamma),
-        )
-    except DraftVerifyError as err:
-        err_console.print(f"[red]error:[/red] {escape(str(err))}")
-        raise typer.Exit(2) from None
-    console.print(f"wrote {out / name}.json and {out / name}.md")
-    differ = [f"{r.runner} B={r.batch_size}" for r in results if r.equal_rows is not None and r.equal_rows < r.prompts]
-    if differ:
-        err_console.print(
-            f"[yellow]warning:[/yellow] rows differ from their batch-1 text in {', '.join(differ)} "
-            "(float rounding of batched matrix products can flip near-ties; see the last column)"
-        )
-
-
 @app.command()
 def methods() -> None:
     """List the methods: which drafter and verifier each one plugs into the loop, and what its declaration says
@@ -900,501 +808,6 @@ def methods() -> None:
         notes = f" [dim]({', '.join(facts)})[/dim]" if facts else ""
         table.add_row(name, m.drafter, m.verifier, escape(m.summary) + notes)
     console.print(table)
-
-
-@app.command()
-@declared_flags(shared=False, exclude=("early_exit_layers",))  # bench sweeps BiLD's thresholds and the layer counts
-def bench(
-    prompts: str = flag(
-        "humaneval",
-        "--prompts",
-        help="humaneval, spec_bench, spec_bench:<category> (e.g. spec_bench:translation, spec_bench:mt_bench),"
-        " or your own prompts: a .jsonl file whose records have a 'prompt' field,"
-        " or a text file with one prompt per line.",
-    ),
-    data_dir: Optional[Path] = flag(
-        None,
-        "--data-dir",
-        help="Folder holding humaneval/ and spec_bench/ (default: $DRAFTVERIFY_DATA, else the copies shipped with "
-        "draftverify).",
-    ),
-    num_prompts: Optional[int] = flag(
-        None, "--num-prompts", help="Prompts to run: the first N that fit the context (default 20; --quick 2)."
-    ),
-    max_new_tokens: Optional[int] = flag(
-        None, "--max-new-tokens", "-n", help="New tokens per generation (default 128; --quick 8)."
-    ),
-    temperature: Optional[str] = flag(
-        None,
-        "--temperature",
-        help="Comma list; 0 = greedy (lossless runners must match the baseline), > 0 = sampling (default 0,1.0; "
-        "--quick 0).",
-    ),
-    zoo: Optional[str] = flag(
-        None,
-        "--zoo",
-        help="Shipped model set (target, draft, draft-aligned, ngram table); default 'code' unless --target is given.",
-    ),
-    target: Optional[str] = flag(None, "--target", "-t", help="Target model directory (overrides the zoo's)."),
-    draft: Optional[str] = flag(
-        None, "--draft", "-d", help=f"Draft model (the hf_assisted rows and methods {draft_methods()})."
-    ),
-    aligned_draft: Optional[str] = flag(
-        None,
-        "--aligned-draft",
-        help="Aligned draft model (the <method>_aligned rows of the methods that take a draft).",
-    ),
-    gamma: Optional[str] = flag(
-        None,
-        "--gamma",
-        help="Comma list of draft lengths: integers, 'auto', 'heuristic', 'conf[=T]' (auto's length as a cap, drafts "
-        "ending at the draft model's first token with max q <= T, default 0.4) (default 2,3,4,5,6,8,auto; --quick "
-        "3,auto).",
-    ),
-    early_exit_layers: Optional[str] = flag(
-        None,
-        "--early-exit-layers",
-        help="Comma list of early-exit layer counts (default: ~1/4 and ~1/2 of the target's layers).",
-    ),
-    bild_fb: Optional[str] = flag(
-        None, "--bild-fb", help="BiLD fallback thresholds alpha_FB (default 0.2,0.4,0.6,0.8)."
-    ),
-    bild_rb: Optional[str] = flag(None, "--bild-rb", help="BiLD rollback thresholds alpha_RB (default 1,2,3,5)."),
-    bild_gamma: int = flag(
-        10, "--bild-gamma", help="Longest BiLD draft before the target is called anyway (BiLD: 10)."
-    ),
-    runners: Optional[str] = flag(None, "--runners", help=RUNNERS_HELP),
-    seed: int = flag(0, "--seed", help="Sampling seed of prompt i is seed + i, the same for every runner."),
-    warmup_tokens: Optional[int] = flag(
-        None,
-        "--warmup-tokens",
-        help="Tokens of the one warm-up generation per runner (0: none; default 16, --quick 0).",
-    ),
-    threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
-    device: str = flag("cpu", "--device", help=DEVICE_HELP),
-    dtype: str = flag("auto", "--dtype", help=DTYPE_HELP),
-    compile_: bool = flag(
-        False,
-        "--compile",
-        help="Our runners (ours_autoregressive and every method row) run the target and draft models compiled: "
-        "preallocated KV cache + torch.compile per verify-width bucket; the warm-up compiles every width a runner uses "
-        "(seconds recorded per runner), peers stay eager. Name the run apart, e.g. --name bench-humaneval-compiled.",
-    ),
-    out: Optional[Path] = flag(
-        None,
-        "--out",
-        help=f"Output folder for <name>.json, <name>.md and <name>-*.png (default {folders.SPEED}, with --cost-curve "
-        f"{folders.COST}).",
-    ),
-    name: Optional[str] = flag(None, "--name", help="File stem (default bench-<prompts>[-quick])."),
-    quick: bool = flag(
-        False,
-        "--quick",
-        help="Smoke test (about a minute on 2 CPU cores): every runner type once, greedy, 2 prompts, 8 tokens, gamma 3 "
-        "(and auto once), no warm-up, BiTA with one mask token; each flag still overrides.",
-    ),
-    plots: bool = flag(True, "--plots/--no-plots", help="Write the PNG plots."),
-    progress: bool = flag(
-        True,
-        "--progress/--no-progress",
-        help="Show progress on stderr: a bar on a terminal, else a line per runner and prompt.",
-    ),
-    cost_curve: bool = flag(
-        False,
-        "--cost-curve",
-        help="Instead: time one target forward scoring n tokens after a 120-token context, eager vs torch.compile, "
-        "float32 vs bfloat16, with greedy equality rates (uses --zoo/--target, --threads, --num-prompts and "
-        "--max-new-tokens for the equality check, --out, --name, --quick).",
-    ),
-    cost_sizes: Optional[str] = flag(
-        None,
-        "--cost-sizes",
-        help="Comma list of n for --cost-curve (default 1,2,3,4,5,6,8,10,12,16,24,32,48,64; --quick 1,2).",
-    ),
-    cost_modes: Optional[str] = flag(
-        None,
-        "--cost-modes",
-        help="Comma list for --cost-curve: eager-float32 (the engine: few-row linears as W @ x.T), eager-float32-gemm "
-        "(stock F.linear), eager-bfloat16, compiled-float32, compiled-bfloat16 (default all).",
-    ),
-    cost_repeats: Optional[int] = flag(
-        None, "--cost-repeats", help="Timed calls per n for --cost-curve (default 20; --quick 2)."
-    ),
-    backend: str = flag(
-        "hf",
-        "--backend",
-        help="Comma list of what runs our rows: hf, llamacpp (rows llamacpp:<row>: our loop on llama.cpp's kernels, "
-        "the target converted to GGUF at --dtype, the draft at --draft-gguf, greedy only, '= baseline' against "
-        "llama.cpp's own greedy row `llamacpp`), e.g. hf,llamacpp.",
-    ),
-    draft_gguf: Optional[str] = flag(
-        None,
-        "--draft-gguf",
-        help="The draft model's GGUF type in the llama.cpp rows (llamacpp:* and llamacpp_draft alike): q8_0 (default), "
-        "f32, f16 or bf16.",
-    ),
-    target_gguf: Optional[str] = flag(
-        None,
-        "--target-gguf",
-        help="The target's GGUF type in every llama.cpp row (llamacpp:*, llamacpp*, llamacpp_native[...]): q8_0, "
-        "f32, f16 or bf16 (default: --dtype's, f32 for float32). Name such a run apart, e.g. --name ...-q8_0.",
-    ),
-    flash_attn: Optional[bool] = flag(
-        None,
-        "--flash-attn/--no-flash-attn",
-        help="llama.cpp's flash attention in every llama.cpp row (ours, llama-cpp-python's, llama-server's); default "
-        "on, as llama.cpp runs it.",
-    ),
-    options: Optional[dict[str, Any]] = None,  # the declared drafter options' flags (cli_flags.py)
-) -> None:
-    """Benchmark our loop against Hugging Face generate / assisted generation / prompt lookup (same process)."""
-    from .bench.cli import main as bench_main
-
-    _quiet_libraries()
-    code = bench_main(
-        method_options=options or {},
-        backend=backend,
-        cost_curve=cost_curve,
-        cost_sizes=cost_sizes,
-        cost_modes=cost_modes,
-        cost_repeats=cost_repeats,
-        prompts=prompts,
-        data_dir=data_dir,
-        num_prompts=num_prompts,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        zoo=zoo,
-        target=target,
-        draft=draft,
-        aligned_draft=aligned_draft,
-        gamma=gamma,
-        early_exit_layers=early_exit_layers,
-        bild_fb=bild_fb,
-        bild_rb=bild_rb,
-        bild_gamma=bild_gamma,
-        runners=runners,
-        seed=seed,
-        warmup_tokens=warmup_tokens,
-        threads=threads,
-        dtype=dtype,
-        device=device,
-        draft_gguf=draft_gguf,
-        target_gguf=target_gguf,
-        flash_attn=flash_attn,
-        compile=compile_,
-        out=out,
-        name=name,
-        quick=quick,
-        plots=plots,
-        progress=progress,
-    )
-    if code:
-        raise typer.Exit(code)
-
-
-@app.command("bench-translate")
-def bench_translate(
-    zoo: str = flag("translate", "--zoo", help="Zoo entry with an encoder-decoder target (and draft, nat)."),
-    draft: Optional[Path] = flag(
-        None,
-        "--draft",
-        help="Small model of the hf_assisted, model and bild rows (default: the zoo's draft, if it has one).",
-    ),
-    aligned_draft: Optional[Path] = flag(
-        None,
-        "--aligned-draft",
-        help="Aligned small model (BiLD prediction alignment) for the model_aligned and "
-        "bild_aligned rows (default: the zoo's draft-aligned, if it has one).",
-    ),
-    data_dir: Path = flag(Path("../shared/data"), "--data-dir", help="Folder holding multi30k_en_de/."),
-    split: str = flag("test_2016_flickr", "--split", help="Multi30k split whose sources are translated."),
-    num_prompts: int = flag(100, "--num-prompts", help="The first N sentences."),
-    max_new_tokens: int = flag(64, "--max-new-tokens", "-n"),
-    ks: str = flag("2,4,6,8", "--ks", help="SpecDec block sizes k (comma list)."),
-    betas: str = flag("3,5", "--betas", help="SpecDec++ top-beta values."),
-    taus: str = flag("1,3,6", "--taus", help="SpecDec++ tolerances tau."),
-    plus_k: int = flag(8, "--plus-k", help="Block size of the SpecDec++ rows."),
-    gammas: str = flag("3", "--gammas", help="Draft lengths of the small model's rows (model, hf_assisted)."),
-    bild_fb: str = flag("0.2,0.4,0.6,0.8", "--bild-fb", help="BiLD fallback thresholds."),
-    bild_rb: str = flag("1,2,3,5", "--bild-rb", help="BiLD rollback thresholds."),
-    bild_gamma: int = flag(10, "--bild-gamma", help="Longest BiLD draft."),
-    beams: int = flag(5, "--beams", help="Beam size of the AT beam baseline."),
-    threads: Optional[int] = flag(None, "--threads", help="CPU threads for torch."),
-    out: Path = flag(folders.TRANSLATION, "--out", help="Writes <name>.json, <name>.md, <name>-bild.png."),
-    name: str = flag("translate-multi30k", "--name"),
-    counts_only: bool = flag(
-        False,
-        "--counts-only",
-        help="No timings (a busy machine): BLEU, tokens per "
-        "target call, large- and small-model calls; the BiLD plot against calls.",
-    ),
-) -> None:
-    """SpecDec (k sweep), SpecDec++ (beta x tau), BiLD (thresholds) vs AT greedy / beam / HF assisted: BLEU, speed."""
-    import shlex
-
-    from .bench import environment
-    from .bench.prompts import load_multi30k
-    from .bench.translate import _grid, run_sweep, write
-
-    try:
-        grid = dict(
-            ks=_grid(ks, int),
-            betas=_grid(betas, int),
-            taus=_grid(taus, float),
-            plus_k=plus_k,
-            gammas=_grid(gammas, int),
-            fbs=_grid(bild_fb, float),
-            rbs=_grid(bild_rb, float),
-            bild_gamma=bild_gamma,
-            beams=beams,
-        )
-        if num_prompts < 1:
-            raise DraftVerifyError(f"--num-prompts must be >= 1, got {num_prompts}")
-        prompts = load_multi30k(data_dir, split)[:num_prompts]
-        _quiet_libraries()
-        import torch
-
-        from .api import load_model, load_tokenizer, zoo_paths
-        from .options import fill_from_zoo
-        from .zoo import zoo_folder
-
-        if threads is not None:
-            torch.set_num_threads(threads)
-        paths = zoo_paths(zoo)
-        target = load_model(paths["target"])
-        if not getattr(target.config, "is_encoder_decoder", False):
-            raise DraftVerifyError(f"bench-translate needs an encoder-decoder target; zoo {zoo!r}'s is decoder-only")
-        small = {}
-        for role, option, explicit, default in (
-            ("draft", "--draft", draft, paths["draft"]),
-            ("aligned draft", "--aligned-draft", aligned_draft, paths["draft_aligned"]),
-        ):
-            if explicit is not None and not explicit.exists():
-                raise DraftVerifyError(f"{option} {explicit}: no such directory (an exported small translation model)")
-            path = explicit or (default if default.exists() else None)
-            small[role] = load_model(path, role=role) if path is not None else None
-        nat = fill_from_zoo({}, zoo_folder(zoo)).get("nat_path")
-        result = run_sweep(
-            target,
-            small["draft"],
-            nat,
-            load_tokenizer(paths["target"]),
-            prompts,
-            max_new_tokens,
-            log=lambda m: err_console.print(f"[dim]{m}[/dim]"),
-            aligned_model=small["aligned draft"],
-            counts_only=counts_only,
-            **grid,
-        )
-    except DraftVerifyError as err:
-        err_console.print(f"[red]error:[/red] {escape(str(err))}")
-        raise typer.Exit(2) from None
-    result.update(
-        name=name,
-        command=shlex.join(["draftverify", *sys.argv[1:]]),
-        prompts=f"multi30k:{split}",
-        threads=torch.get_num_threads(),
-        date=environment.now(),
-        machine="{cpu_model}, load average {load_average[0]:.1f} at the end".format(**environment.machine()),
-    )
-    files = write(result, out, name)
-    console.print(f"wrote {', '.join(files.values())}")
-
-
-@app.command("bpd-report")
-def bpd_report(
-    zoo: str = flag("code", "--zoo", help="Zoo entry whose target, heads, n-gram table and tokenizer are used."),
-    heads: Optional[Path] = flag(None, "--heads", help="Heads folder (default: the zoo's heads)."),
-    prompts: int = flag(16, "--prompts", help="HumanEval prompts (the first N)."),
-    tune: int = flag(4, "--tune", help="Prompts, of those, used to tune the n-gram weight alpha."),
-    new_tokens: int = flag(64, "--new-tokens"),
-    lattice_k: int = flag(4, "--lattice-k", help="Candidates per head for rescoring and p-best."),
-    out: str = flag(str(folders.METHODS / "bpd-humaneval"), "--out", help="Writes OUT.json and OUT.md."),
-    threads: Optional[int] = flag(None, "--threads"),
-) -> None:
-    """Blockwise drafts on the zoo: block efficiency of bpd, oracle top-k, n-gram and neural rescoring, p-best;
-    repetition in drafts before/after rescoring; per-head entropy; neural vs plain wins/ties/losses (counts only)."""
-    import shlex
-
-    from .api import zoo_paths
-    from .bench.bpd_report import main as report_main
-    from .options import zoo_files
-    from .zoo import zoo_folder
-
-    if prompts < 2:
-        err_console.print(
-            f"[red]error:[/red] --prompts must be >= 2 (some tune the weights, the rest are reported), got {prompts}"
-        )
-        raise typer.Exit(2)
-    if not 0 < tune < prompts:
-        err_console.print(
-            f"[red]error:[/red] --tune must be in 1..{prompts - 1} (some prompts must stay for the report)"
-        )
-        raise typer.Exit(2)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    try:
-        paths, files = zoo_paths(zoo), zoo_files(zoo_folder(zoo))
-        result = report_main(
-            str(paths["target"]),
-            str(heads or files["heads_path"]),
-            str(files["ngram_path"]),
-            str(paths["draft"]),
-            str(paths["target"]),
-            prompts,
-            tune,
-            new_tokens,
-            lattice_k,
-            out,
-            shlex.join(["draftverify", *sys.argv[1:]]),
-        )
-    except DraftVerifyError as err:
-        err_console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2) from None
-    console.print(
-        json.dumps(
-            {
-                "block_efficiency": result["block_efficiency"],
-                "tuned_alpha": result["tuned_alpha"],
-                "tuned_neural_alpha": result["tuned_neural_alpha"],
-                "neural_vs_plain": result["neural_vs_plain"],
-                "repetition": result["repetition"],
-                "h_max": result["h_max"],
-            },
-            indent=1,
-        )
-    )
-    console.print(f"wrote {out}.json and {out}.md")
-
-
-@app.command("bita-report")
-def bita_report(
-    zoo: str = flag("code", "--zoo", help="Zoo entry whose target (and default adapter) are used."),
-    bita: Optional[list[Path]] = flag(
-        None,
-        "--bita",
-        help="Adapter folder(s); the first drives the mode and mask tables and is the reference the prompts, "
-        "prompt-count and mask-count tables compare the others with (same M and P / kind and M / kind and P) (default: "
-        "the zoo's).",
-    ),
-    prompts: int = flag(8, "--prompts", help="HumanEval prompts (the first N)."),
-    new_tokens: int = flag(64, "--new-tokens"),
-    topk: int = flag(3, "--topk", help="Efficient-tree candidates per mask token for the prompt and mask tables."),
-    tables: str = flag(
-        "modes,prompts,masks",
-        "--tables",
-        help="Comma list of the tables to run: modes, prompts, prompt-count, mask-count, masks.",
-    ),
-    cost: Optional[Path] = flag(
-        None, "--cost", help="A cost-curve JSON (draftverify bench --cost-curve) for estimated speedups."
-    ),
-    out: str = flag(str(folders.METHODS / "bita-humaneval"), "--out", help="Writes OUT.json and OUT.md."),
-    threads: Optional[int] = flag(None, "--threads"),
-) -> None:
-    """BiTA ablations on the zoo: decoding modes, prompt designs, numbers of prompt and mask tokens (tokens per
-    target call, verify width, greedy equality; counts only, no timing claims)."""
-    import shlex
-
-    from .api import zoo_paths
-    from .bench.bita_report import TABLES, main as report_main
-    from .options import zoo_files
-    from .zoo import zoo_folder
-
-    chosen = tuple(t.strip() for t in tables.split(",") if t.strip())
-    if not chosen or any(t not in TABLES for t in chosen):
-        err_console.print(f"[red]error:[/red] --tables takes a comma list of {', '.join(TABLES)}, got {tables!r}")
-        raise typer.Exit(2)
-    if prompts < 1 or new_tokens < 1 or topk < 1:
-        err_console.print("[red]error:[/red] --prompts, --new-tokens and --topk must be >= 1")
-        raise typer.Exit(2)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    try:
-        paths = zoo_paths(zoo)
-        adapters = [str(p) for p in bita] if bita else [str(zoo_files(zoo_folder(zoo))["bita_path"])]
-        result = report_main(
-            str(paths["target"]),
-            adapters,
-            prompts,
-            new_tokens,
-            topk,
-            out,
-            shlex.join(["draftverify", *sys.argv[1:]]),
-            str(cost) if cost else None,
-            log=lambda m: err_console.print(escape(m)),
-            tables=chosen,
-        )
-    except DraftVerifyError as err:
-        err_console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2) from None
-    console.print(json.dumps({r["config"]: round(r["tokens_per_call"], 3) for r in result["rows"]}))
-
-
-@app.command("bench-healing")
-def bench_healing(
-    zoo: Optional[str] = flag("code", "--zoo", help="Shipped model set (its target; its draft for --methods)."),
-    target: Optional[str] = flag(None, "--target", "-t", help="Target model directory (instead of the zoo's)."),
-    draft: Optional[str] = flag(None, "--draft", "-d", help="Draft model for --methods that need one."),
-    methods_: str = flag(
-        "lookup_model",
-        "--methods",
-        help="Comma list of our methods that also run the published prompts, healing off and on, compared token for "
-        "token with autoregressive ('' for none).",
-    ),
-    num_prompts: int = flag(8, "--num-prompts", help="The first N HumanEval prompts that fit the context."),
-    max_new_tokens: int = flag(128, "--max-new-tokens", "-n"),
-    data_dir: Optional[Path] = flag(None, "--data-dir", help="Folder holding humaneval/ (default: the shipped copy)."),
-    threads: Optional[int] = flag(None, "--threads"),
-    out: Path = flag(folders.METHODS, "--out"),
-    name: str = flag("healing-humaneval", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
-) -> None:
-    """Token healing on HumanEval: chrF against the canonical solutions for prompts trimmed of their final newline
-    and as published (ending in a newline), healing off and on (greedy). `draftverify bench --prompts
-    humaneval:published` runs the full bench on the published prompts."""
-    import shlex
-
-    # the command as parsed (not sys.argv, which is the caller's when invoked in-process)
-    command = ["draftverify", "bench-healing"] + (["--target", target] if target else ["--zoo", str(zoo)])
-    command += (["--draft", draft] if draft else []) + [
-        "--methods",
-        methods_,
-        "--num-prompts",
-        str(num_prompts),
-        "--max-new-tokens",
-        str(max_new_tokens),
-    ]
-    command += (["--data-dir", str(data_dir)] if data_dir else []) + (["--threads", str(threads)] if threads else [])
-    command += ["--out", str(out), "--name", name]
-    try:
-        from .bench.healing import run_healing
-
-        check_max_new_tokens(max_new_tokens)
-        _quiet_libraries()
-        result = run_healing(
-            zoo=None if target else zoo,
-            target=target,
-            draft=draft,
-            methods=tuple(m.strip() for m in methods_.split(",") if m.strip()),
-            num_prompts=num_prompts,
-            max_new_tokens=max_new_tokens,
-            data_dir=data_dir,
-            threads=threads,
-            out=out,
-            name=name,
-            command=shlex.join(command),
-            echo=lambda line: err_console.print(f"[dim]{escape(line)}[/dim]"),
-        )
-    except DraftVerifyError as err:
-        err_console.print(f"[red]error:[/red] {escape(str(err))}")
-        raise typer.Exit(2) from None
-    from .bench.healing import table
-
-    print(table(result["rows"]))  # plain: a markdown table, never wrapped or read as markup
-    print(f"wrote {result['files']['json']} and {result['files']['markdown']}")
 
 
 @docs_app.command("tables")
@@ -1442,9 +855,6 @@ def export_eagle3_cmd(
         raise typer.Exit(2) from None
     for what, path in paths.items():
         print(f"{what}: {path}")
-
-
-register_bench_commands(app)  # bench-ab, -rounds, -cold-start, -overhead, -samples, -replay, -serve
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ piped or --json output. One mechanism keeps it quiet for both:
 
 - `quiet_libraries()` turns transformers' (and huggingface_hub's) progress bars off, its log level to errors and
   its Python warnings off, and returns a function that puts back exactly what was there before. The CLI calls it
-  once for the whole process; the library (`load`, `load_model`, `load_tokenizer`, the bench) through `quiet()`,
-  only while it loads, so the user's own settings hold again afterwards.
+  once for the whole process (`quiet_process()`); the library (`load`, `load_model`, `load_tokenizer`, the bench)
+  through `quiet()`, only while it loads, so the user's own settings hold again afterwards.
 - A level the user chose wins: with TRANSFORMERS_VERBOSITY set, or a verbosity set in code (anything but
   transformers' default, warning), the log level is left alone.
 - `verbose=True` (API) or DRAFTVERIFY_VERBOSE=1 (API and CLI) leaves everything as transformers has it.
@@ -60,6 +60,15 @@ def quiet_libraries(process: bool = False) -> Callable[[], None]:
             (hub_utils.disable_progress_bars if hub_bars_off else hub_utils.enable_progress_bars)()
 
     return restore
+
+
+def quiet_process() -> None:
+    """The CLI's call, once for the whole process: transformers' own output (weight-loading progress bars, which
+    would garble --json output; warnings such as a long prompt against the tokenizer's nominal maximum) is noise to
+    a CLI user, whose checks report what matters. A TRANSFORMERS_VERBOSITY the user set wins, and
+    DRAFTVERIFY_VERBOSE=1 shows everything."""
+    if not verbose_requested():
+        quiet_libraries(process=True)
 
 
 @contextlib.contextmanager

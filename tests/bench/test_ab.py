@@ -1,4 +1,4 @@
-"""`draftverify bench-ab`: public options side by side, through the real command, and its parts."""
+"""`draftverify bench ab`: public options side by side, through the real command, and its parts."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from draftverify.errors import DraftVerifyError
 
 def test_bench_ab_runs_every_setting_of_a_declared_option_and_writes_its_table(model_dir, data_dir, tmp_path):  # noqa: F811
     args = [
-        "bench-ab",
+        "bench",
+        "ab",
         "--target",
         str(model_dir / "target"),
         "--set",

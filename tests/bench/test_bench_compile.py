@@ -1,4 +1,4 @@
-"""`draftverify bench --quick --compile` on tiny models: the same greedy tokens as the eager run, compiled in the
+"""`draftverify bench speed --quick --compile` on tiny models: the same greedy tokens as the eager run, compiled in the
 warm-up only, with the warm-up seconds recorded. Slow-ish (it compiles a few graphs): one gamma, one method, greedy."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from draftverify.cli import app
 def _bench(model_dir, data_dir, out, *extra) -> dict:
     args = [
         "bench",
+        "speed",
         "--quick",
         *model_args(model_dir),
         "--data-dir",

@@ -65,6 +65,7 @@ def test_unknown_mode_is_named():
 def test_cost_curve_command_writes_json_markdown_and_plot(model_dir, tmp_path):
     args = [
         "bench",
+        "speed",
         "--cost-curve",
         "--quick",
         "--target",
@@ -106,6 +107,6 @@ def test_cost_curve_command_writes_json_markdown_and_plot(model_dir, tmp_path):
     ],
 )
 def test_bad_cost_options_exit_2_with_a_message(extra, message, tmp_path):
-    result = CliRunner().invoke(app, ["bench", "--target", "t", "--out", str(tmp_path), *extra])
+    result = CliRunner().invoke(app, ["bench", "speed", "--target", "t", "--out", str(tmp_path), *extra])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output

@@ -161,7 +161,7 @@ def test_a_wrong_option_value_stops_the_bench_instead_of_skipping_the_method(mod
 
 def test_a_wrong_option_value_is_a_usage_error_on_the_command_line(model_dir, tmp_path):
     out = tmp_path / "out"
-    args = ["bench", "--quick", "--target", str(model_dir / "target"), "--runners", "suffix"]
+    args = ["bench", "speed", "--quick", "--target", str(model_dir / "target"), "--runners", "suffix"]
     args += ["--suffix-min-match", "0", "--out", str(out), "--threads", "1", "--no-progress", "--no-plots"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
@@ -179,7 +179,17 @@ def test_backend_llamacpp_without_its_extra_is_a_usage_error_naming_the_install(
     with pytest.raises(DraftVerifyError, match=r"pip install -e \"\.\[llamacpp\]\""):
         BenchConfig(target=model_dir / "target", quick=True, backends=("hf", "llamacpp")).resolved()
     out = tmp_path / "out"
-    args = ["bench", "--quick", "--target", str(model_dir / "target"), "--backend", "llamacpp", "--out", str(out)]
+    args = [
+        "bench",
+        "speed",
+        "--quick",
+        "--target",
+        str(model_dir / "target"),
+        "--backend",
+        "llamacpp",
+        "--out",
+        str(out),
+    ]
     result = CliRunner().invoke(app, [*args, "--threads", "1", "--no-progress", "--no-plots"])
     assert result.exit_code == 2, result.output
     assert "llama-cpp-python" in result.output and "skipped" not in result.output

@@ -145,11 +145,11 @@ def test_bad_prompt_files_say_what_is_wrong(tmp_path, name, content, message):
 def test_bench_runs_on_own_prompts_and_names_its_files_after_them(model_dir, tmp_path):  # noqa: F811
     path = tmp_path / "my-prompts.jsonl"
     path.write_text(json.dumps({"prompt": "def add(a, b):", "id": "add"}) + "\n")
-    args = ["bench", "--quick", *model_args(model_dir), "--prompts", str(path), "--runners", "prompt_lookup"]
+    args = ["bench", "speed", "--quick", *model_args(model_dir), "--prompts", str(path), "--runners", "prompt_lookup"]
     args += ["--out", str(tmp_path / "out"), "--threads", "1", "--no-progress", "--no-plots"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     payload = json.loads((tmp_path / "out" / "bench-my-prompts-quick.json").read_text())
     assert [p["id"] for p in payload["prompts"]] == ["add"]
-    bad = CliRunner().invoke(app, ["bench", "--quick", "--prompts", str(tmp_path / "missing.jsonl")])
+    bad = CliRunner().invoke(app, ["bench", "speed", "--quick", "--prompts", str(tmp_path / "missing.jsonl")])
     assert bad.exit_code == 2 and "no such file" in bad.output

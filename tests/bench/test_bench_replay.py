@@ -1,4 +1,4 @@
-"""`draftverify bench-replay`: the same prompts twice in one process; suffix drafts the second pass from the first."""
+"""`draftverify bench replay`: the same prompts twice in one process; suffix drafts the second pass from the first."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from draftverify.cli import app
 
 
 def test_the_second_pass_of_suffix_is_drafted_from_the_first(model_dir, data_dir, tmp_path):  # noqa: F811
-    args = ["bench-replay", "--target", str(model_dir / "target"), "--num-prompts", "2", "-n", "16"]
+    args = ["bench", "replay", "--target", str(model_dir / "target"), "--num-prompts", "2", "-n", "16"]
     args += ["--data-dir", str(data_dir), "--out", str(tmp_path), "--name", "replay"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -29,7 +29,7 @@ def test_the_second_pass_of_suffix_is_drafted_from_the_first(model_dir, data_dir
     suffix, lookup = rows["suffix", 2], rows["prompt_lookup", 2]
     assert ratio["tokens_per_call"] == suffix["tokens_per_call"] / lookup["tokens_per_call"]
     markdown = (tmp_path / "replay.md").read_text()
-    assert "draftverify bench-replay" in markdown and "| 2 | `suffix` |" in markdown
+    assert "draftverify bench replay" in markdown and "| 2 | `suffix` |" in markdown
     assert f"| 2 | {ratio['tokens_per_call']:.2f}x |" in markdown
 
 
@@ -61,7 +61,7 @@ def test_a_text_that_differs_is_reported():
 
 def test_bad_methods_are_refused_in_one_line(tmp_path):
     for methods in ("suffix,nope", "suffix,suffix"):
-        result = CliRunner().invoke(app, ["bench-replay", "--methods", methods, "--out", str(tmp_path)])
+        result = CliRunner().invoke(app, ["bench", "replay", "--methods", methods, "--out", str(tmp_path)])
         assert result.exit_code == 2
         assert "error:" in result.output and "Traceback" not in result.output
     assert not list(tmp_path.iterdir())

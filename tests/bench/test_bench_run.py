@@ -1,4 +1,5 @@
-"""`draftverify bench --quick` end to end on tiny random models: files, rows, losslessness, HF agreement, theory."""
+"""`draftverify bench speed --quick` end to end on tiny random models: files, rows, losslessness, HF agreement,
+theory."""
 
 from __future__ import annotations
 
@@ -56,11 +57,12 @@ def llama_cpp_families() -> set[str]:
 
 @pytest.fixture(scope="module")
 def quick(model_dir, data_dir, tmp_path_factory):
-    """One `draftverify bench --quick` through the CLI; returns (result JSON, output folder, CLI output)."""
+    """One `draftverify bench speed --quick` through the CLI; returns (result JSON, output folder, CLI output)."""
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("bench-out")
     args = [
         "bench",
+        "speed",
         "--quick",
         *model_args(model_dir),
         "--data-dir",
@@ -248,7 +250,7 @@ def test_quality_columns_use_chrf_against_reference_and_target_greedy(quick):
 def test_markdown_has_the_command_line_and_a_row_per_runner(quick):
     payload, out, _ = quick
     markdown = (out / "bench-humaneval-quick.md").read_text()
-    assert payload["command"].startswith("draftverify bench") and "--quick" in payload["command"]
+    assert payload["command"].startswith("draftverify bench speed") and "--quick" in payload["command"]
     assert payload["command"] in markdown
     assert str(Path(payload["config"]["target"])) in markdown
     for row in payload["runners"]:
@@ -258,7 +260,7 @@ def test_markdown_has_the_command_line_and_a_row_per_runner(quick):
 
 
 def test_quick_piped_says_each_phase_runner_and_prompt_on_stderr_without_loading_bars(model_dir, data_dir, tmp_path):
-    """The real `draftverify bench --quick` with stderr a pipe (not a terminal): a line per phase and per (runner,
+    """The real `draftverify bench speed --quick` with stderr a pipe (not a terminal): a line per phase and per (runner,
     prompt) as it goes, greedy only and no warm-up (the smoke test's defaults), no transformers bars."""
     env = {
         **os.environ,
@@ -273,6 +275,7 @@ def test_quick_piped_says_each_phase_runner_and_prompt_on_stderr_without_loading
             "-m",
             "draftverify.cli",
             "bench",
+            "speed",
             "--quick",
             *model_args(model_dir),
             "--data-dir",

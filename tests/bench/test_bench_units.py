@@ -80,7 +80,7 @@ def test_cli_bad_options_exit_2_with_a_message(tmp_path):
         (["--zoo", "nonesuch"], "no zoo entry 'nonesuch'"),
     ]
     for extra, message in cases:
-        result = runner.invoke(app, ["bench", "--out", str(tmp_path / "out"), *extra])
+        result = runner.invoke(app, ["bench", "speed", "--out", str(tmp_path / "out"), *extra])
         assert result.exit_code == 2, (extra, result.output)
         assert message in result.output, (extra, result.output)
         assert "Traceback" not in result.output
@@ -159,19 +159,21 @@ def _result(**overrides) -> dict:
         "files": {"json": "x.json"},
         "notes": [],
         "command": "cmd",
-        "reproduce": "draftverify bench",
+        "reproduce": "draftverify bench speed",
         "warnings": [],
     }
     return {**result, **overrides}
 
 
 def test_markdown_shows_warnings_first():
-    result = _result(notes=["a note"], command="cmd --a", reproduce="draftverify bench --a", warnings=["model differs"])
+    result = _result(
+        notes=["a note"], command="cmd --a", reproduce="draftverify bench speed --a", warnings=["model differs"]
+    )
     result["versions"].update(git_commit="abc", git_dirty=False)
     markdown = render_markdown(result)
     assert "> **WARNING**: model differs" in markdown
     assert markdown.index("WARNING") < markdown.index("How to read")
-    assert "draftverify bench --a" in markdown and "cmd --a" in markdown and "- a note" in markdown
+    assert "draftverify bench speed --a" in markdown and "cmd --a" in markdown and "- a note" in markdown
 
 
 def test_markdown_names_the_llama_cpp_library_and_what_its_kernels_mean_for_exactness():
@@ -192,11 +194,11 @@ def test_the_reproduce_line_carries_the_llama_cpp_library_it_ran_on(monkeypatch,
     from draftverify.bench.environment import REPO, reproduce_command
 
     monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
-    assert reproduce_command("/venv/bin/draftverify bench --zoo code") == "draftverify bench --zoo code"
+    assert reproduce_command("/venv/bin/draftverify bench speed --zoo code") == "draftverify bench speed --zoo code"
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(REPO / ".cache" / "lib"))
-    assert reproduce_command("draftverify bench") == "LLAMA_CPP_LIB_PATH=.cache/lib draftverify bench"
+    assert reproduce_command("draftverify bench speed") == "LLAMA_CPP_LIB_PATH=.cache/lib draftverify bench speed"
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(tmp_path))
-    assert reproduce_command("draftverify bench") == f"LLAMA_CPP_LIB_PATH={tmp_path} draftverify bench"
+    assert reproduce_command("draftverify bench speed") == f"LLAMA_CPP_LIB_PATH={tmp_path} draftverify bench speed"
 
 
 class _Overshooting(nn.Module):

@@ -1,4 +1,4 @@
-"""`draftverify bench-cold-start`: one `draftverify generate` per fresh process."""
+"""`draftverify bench cold-start`: one `draftverify generate` per fresh process."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def test_configurations_are_generate_arguments():
 
 def test_bench_cold_start_runs_fresh_processes_and_takes_ratios_to_the_first(model_dir, tmp_path):  # noqa: F811
     args = [
-        "bench-cold-start",
+        "bench",
+        "cold-start",
         "--target",
         str(model_dir / "target"),
         "--configs",
@@ -51,5 +52,5 @@ def test_bench_cold_start_runs_fresh_processes_and_takes_ratios_to_the_first(mod
 
 
 def test_bench_cold_start_refuses_a_prompt_count_it_does_not_have(tmp_path):
-    result = CliRunner().invoke(app, ["bench-cold-start", "--prompts", "3", "--out", str(tmp_path)])
+    result = CliRunner().invoke(app, ["bench", "cold-start", "--prompts", "3", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "--prompts 1..2" in result.output

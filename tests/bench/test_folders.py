@@ -1,4 +1,4 @@
-"""Every bench command writes into the benchmarks/ folder of what it measures unless told otherwise."""
+"""Every bench suite writes into the benchmarks/ folder of what it measures unless told otherwise."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import inspect
 from pathlib import Path
 
 from draftverify.bench import folders
-from draftverify.bench.commands import COMMANDS
+from draftverify.bench.commands import SUITES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,14 +16,16 @@ def test_the_folders_exist_in_the_checkout_and_each_command_defaults_to_one():
     for path in named.values():
         assert path.parent == folders.BENCHMARKS and (ROOT / path).is_dir(), path
     expected = {
-        "bench-ab": folders.DRAFT_POLICY,
-        "bench-rounds": folders.SPEED,
-        "bench-cold-start": folders.SPEED,
-        "bench-overhead": folders.COST,
-        "bench-samples": folders.METHODS,
-        "bench-replay": folders.METHODS,
-        "bench-serve": None,
-        "bench-serve-llamacpp": None,
+        "speed": None,  # SPEED, or COST with --cost-curve: chosen when it runs
+        "batch": folders.BATCH,
+        "ab": folders.DRAFT_POLICY,
+        "rounds": folders.SPEED,
+        "cold-start": folders.SPEED,
+        "overhead": folders.COST,
+        "samples": folders.METHODS,
+        "replay": folders.METHODS,
+        "serve": None,
+        "serve-llamacpp": None,
     }
-    for name, command in COMMANDS.items():
+    for name, command in SUITES.items():
         assert inspect.signature(command).parameters["out"].default.default == expected[name], name

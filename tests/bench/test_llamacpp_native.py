@@ -87,7 +87,7 @@ def test_bad_specs_are_refused_with_one_line(spec, message):
 )
 def test_bad_specs_exit_2_through_the_cli_before_any_model_loads(spec, message, tmp_path):
     result = CliRunner().invoke(
-        app, ["bench", "--target", str(tmp_path / "absent"), "--runners", spec, "--out", str(tmp_path)]
+        app, ["bench", "speed", "--target", str(tmp_path / "absent"), "--runners", spec, "--out", str(tmp_path)]
     )
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
@@ -96,7 +96,7 @@ def test_bad_specs_exit_2_through_the_cli_before_any_model_loads(spec, message, 
 
 def test_a_bad_target_gguf_type_exits_2(tmp_path):
     result = CliRunner().invoke(
-        app, ["bench", "--target", str(tmp_path / "absent"), "--target-gguf", "q4_k", "--out", str(tmp_path)]
+        app, ["bench", "speed", "--target", str(tmp_path / "absent"), "--target-gguf", "q4_k", "--out", str(tmp_path)]
     )
     assert result.exit_code == 2 and "--target-gguf" in result.output and "q8_0" in result.output, result.output
     assert BenchConfig(target="t", quick=True, target_gguf="q8_0").resolved().target_gguf_type() == "q8_0"
@@ -212,7 +212,7 @@ def test_native_rows_give_our_llama_cpp_backends_greedy_text_on_the_zoo(tmp_path
                 assert m.overshoot == 0 and m.seconds > 0 and 1 <= m.target_calls <= len(want)
         with pytest.raises(DraftVerifyError, match="greedy only"):
             runners[0].run(torch.tensor([[1, 2]]), 1.0, 0, 4)
-        # a new round of bench-rounds: a fresh server (ngram-mod's cache of earlier answers gone), the same text
+        # a new round of bench rounds: a fresh server (ngram-mod's cache of earlier answers gone), the same text
         old = runners[1].server.process
         runners[1].new_round()
         assert old.poll() is not None and runners[1].server.process.poll() is None

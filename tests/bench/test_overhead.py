@@ -1,4 +1,4 @@
-"""`draftverify bench-overhead`: the loop's own share of wall time, from each generation's timers."""
+"""`draftverify bench overhead`: the loop's own share of wall time, from each generation's timers."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from draftverify.cli import app
 
 def test_bench_overhead_reports_each_methods_shares(model_dir, tmp_path):  # noqa: F811
     args = [
-        "bench-overhead",
+        "bench",
+        "overhead",
         "--target",
         str(model_dir / "target"),
         "--draft",
@@ -41,17 +42,17 @@ def test_bench_overhead_reports_each_methods_shares(model_dir, tmp_path):  # noq
 
 
 def test_the_bench_commands_refuse_a_thread_count_below_one():
-    for command in ("bench-overhead", "bench-rounds", "bench-cold-start", "bench-ab"):
-        args = [command, "--threads", "0"] + (["--vary", "gamma=2,4"] if command == "bench-ab" else [])
+    for command in ("overhead", "rounds", "cold-start", "ab"):
+        args = ["bench", command, "--threads", "0"] + (["--vary", "gamma=2,4"] if command == "ab" else [])
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 2, (command, result.output)
         assert "--threads" in result.output
 
 
 def test_the_bench_commands_refuse_no_prompts_and_no_tokens():
-    for command, extra in (("bench-samples", []), ("bench-rounds", []), ("bench-ab", ["--vary", "gamma=2,4"])):
+    for command, extra in (("samples", []), ("rounds", []), ("ab", ["--vary", "gamma=2,4"])):
         for flag in ("--num-prompts", "--max-new-tokens"):
-            result = CliRunner().invoke(app, [command, flag, "0", *extra])
+            result = CliRunner().invoke(app, ["bench", command, flag, "0", *extra])
             assert result.exit_code == 2, (command, flag, result.output)
             assert flag in result.output
 
@@ -65,7 +66,8 @@ needs_llama_cpp = pytest.mark.skipif(
 @needs_llama_cpp
 def test_on_llamacpp_it_splits_each_runners_time_at_llama_decode_beside_a_bare_loop(model_dir, tmp_path):  # noqa: F811
     args = [
-        "bench-overhead",
+        "bench",
+        "overhead",
         "--backend",
         "llamacpp",
         "--target",
@@ -103,7 +105,7 @@ def test_on_llamacpp_it_splits_each_runners_time_at_llama_decode_beside_a_bare_l
 
 
 def test_bench_overhead_refuses_an_unknown_backend_and_a_gguf_type_on_hf():
-    result = CliRunner().invoke(app, ["bench-overhead", "--backend", "onnx"])
+    result = CliRunner().invoke(app, ["bench", "overhead", "--backend", "onnx"])
     assert result.exit_code == 2 and "--backend" in result.output and "onnx" in result.output
-    result = CliRunner().invoke(app, ["bench-overhead", "--target-gguf", "q8_0"])
+    result = CliRunner().invoke(app, ["bench", "overhead", "--target-gguf", "q8_0"])
     assert result.exit_code == 2 and "--target-gguf" in result.output

@@ -1,4 +1,4 @@
-"""`draftverify bench-rounds`: head-to-head ratios over rounds, through the real command."""
+"""`draftverify bench rounds`: head-to-head ratios over rounds, through the real command."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from draftverify.errors import DraftVerifyError
 
 def test_bench_rounds_measures_each_pair_every_round(model_dir, data_dir, tmp_path):  # noqa: F811
     args = [
-        "bench-rounds",
+        "bench",
+        "rounds",
         "--target",
         str(model_dir / "target"),
         "--draft",
@@ -52,7 +53,8 @@ def test_bench_rounds_measures_each_pair_every_round(model_dir, data_dir, tmp_pa
 
 def test_bench_rounds_names_the_rows_when_a_pair_names_none(model_dir, data_dir, tmp_path):  # noqa: F811
     args = [
-        "bench-rounds",
+        "bench",
+        "rounds",
         "--target",
         str(model_dir / "target"),
         "--draft",

@@ -1,4 +1,4 @@
-"""`draftverify bench-samples`: the target's greedy completions, cut at HumanEval's stop sequences."""
+"""`draftverify bench samples`: the target's greedy completions, cut at HumanEval's stop sequences."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from draftverify.cli import app
 
 def test_bench_samples_writes_the_targets_own_completions(model_dir, data_dir, tmp_path):  # noqa: F811
     args = [
-        "bench-samples",
+        "bench",
+        "samples",
         "--target",
         str(model_dir / "target"),
         "--num-prompts",

@@ -1,4 +1,4 @@
-"""`draftverify bench-serve-llamacpp`: bad options exit 2 with one line before any server starts, the report's
+"""`draftverify bench serve-llamacpp`: bad options exit 2 with one line before any server starts, the report's
 tables are computed from the cells, and on the zoo's target both servers answer and their single-request texts
 agree (skipped, with the reason, without llama.cpp's tools or the llamacpp extra)."""
 
@@ -35,7 +35,7 @@ from draftverify.errors import DraftVerifyError
     ],
 )
 def test_bad_options_exit_2_with_one_line(args, message):
-    result = CliRunner().invoke(app, ["bench-serve-llamacpp", *args])
+    result = CliRunner().invoke(app, ["bench", "serve-llamacpp", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert len([line for line in result.output.splitlines() if line.strip()]) <= 2
@@ -105,7 +105,7 @@ def test_scaling_and_versus_come_from_the_cells():
         (8, 0.75, "1/2"),
     ]
     report = {
-        "command": "draftverify bench-serve-llamacpp",
+        "command": "draftverify bench serve-llamacpp",
         "target_gguf": "t.gguf",
         "draft_gguf": None,
         "threads": 2,
@@ -149,7 +149,7 @@ def test_both_servers_answer_every_request_on_the_zoo(tmp_path, tmp_path_factory
         "--rounds",
         "2",
     ]
-    result = CliRunner().invoke(app, ["bench-serve-llamacpp", *args, "--out", str(out)])
+    result = CliRunner().invoke(app, ["bench", "serve-llamacpp", *args, "--out", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert [(c["server"], c["clients"]) for c in report["cells"]] == [

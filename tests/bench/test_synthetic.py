@@ -1,4 +1,4 @@
-"""`draftverify bench-synthetic`: the synthetic rule as llama.cpp states it (its rates, what it keeps, how often),
+"""`draftverify bench synthetic`: the synthetic rule as llama.cpp states it (its rates, what it keeps, how often),
 bench-only (no method reaches it), bad options refused with one line, and, with llama.cpp's tools built, a tiny
 random shape through both loops: at alpha 0 every call keeps one token, at alpha 1 every draft is kept."""
 
@@ -101,7 +101,7 @@ def test_the_shapes_are_the_published_ones_and_their_drafts_share_the_vocabulary
     ],
 )
 def test_bad_options_exit_2_with_one_line_before_any_model_is_made(extra, message, tmp_path):
-    result = CliRunner().invoke(app, ["bench-synthetic", "--out", str(tmp_path), *extra])
+    result = CliRunner().invoke(app, ["bench", "synthetic", "--out", str(tmp_path), *extra])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert not list(tmp_path.iterdir())

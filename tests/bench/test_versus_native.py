@@ -1,4 +1,4 @@
-"""`draftverify bench-native`: each side's best row per prompt set and target file. The finalist choice, the
+"""`draftverify bench native`: each side's best row per prompt set and target file. The finalist choice, the
 exactness reading and the ratios on made-up records; bad options refused with one line before any model loads; and,
 with llama.cpp's tools built, one small cell on the zoo through the real command, resumed by a rerun."""
 
@@ -93,7 +93,7 @@ def test_the_sweep_names_every_native_setting_once_and_each_parses():
     ],
 )
 def test_bad_options_exit_2_with_one_line_before_any_model_loads(extra, message, tmp_path):
-    result = CliRunner().invoke(app, ["bench-native", "--out", str(tmp_path), *extra])
+    result = CliRunner().invoke(app, ["bench", "native", "--out", str(tmp_path), *extra])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert not list(tmp_path.iterdir())
@@ -107,7 +107,8 @@ def test_one_cell_on_the_zoo_then_a_rerun_resumes_it(tmp_path, tmp_path_factory,
     if not os.environ.get("DRAFTVERIFY_GGUF_CACHE"):
         monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path_factory.mktemp("versus-gguf")))
     args = [
-        "bench-native",
+        "bench",
+        "native",
         "--prompts",
         "humaneval",
         "--target-gguf",

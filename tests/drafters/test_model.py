@@ -363,7 +363,7 @@ def test_staged_drafting_is_off_for_batches_and_without_lookup_tokens():
 
 
 def test_staged_drafting_is_set_by_the_declared_options():
-    """lookup_tokens and lookup_confirms are method options (load(), bench-ab), read once by from_options; a
+    """lookup_tokens and lookup_confirms are method options (load(), bench ab), read once by from_options; a
     compiled draft keeps fixed widths and stages nothing."""
     from draftverify.methods import MethodOptions
 

@@ -64,8 +64,8 @@ def toy_zoo(tmp_path, monkeypatch, model_dirs):  # noqa: F811
 
 
 def test_the_toy_gets_its_flags_in_every_command(toy):
-    for command in ("generate", "serve", "bench"):
-        text = runner.invoke(app, [command, "--help"], env={"COLUMNS": "400"}).stdout
+    for command in (["generate"], ["serve"], ["bench", "speed"]):
+        text = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "400"}).stdout
         assert "--toy " in text and "--toy-scale" in text and "Methods: toy." in text, command
         assert "The toy drafter's weights file." in text and "[default: 0.5]" in text
 

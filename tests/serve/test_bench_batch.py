@@ -1,4 +1,4 @@
-"""bench-batch on tiny models: every runner at every batch size, rows equal to their batch-1 texts, files written."""
+"""bench batch on tiny models: every runner at every batch size, rows equal to their batch-1 texts, files written."""
 
 from __future__ import annotations
 

@@ -304,12 +304,12 @@ def test_metrics_count_requests_and_tokens(server, client):
 
 
 def _bench_serve(args: list[str]) -> int:
-    """`draftverify bench-serve ARGS` in-process; its exit code."""
+    """`draftverify bench serve ARGS` in-process; its exit code."""
     from typer.testing import CliRunner
 
     from draftverify.cli import app
 
-    return CliRunner().invoke(app, ["bench-serve", *args]).exit_code
+    return CliRunner().invoke(app, ["bench", "serve", *args]).exit_code
 
 
 def test_the_load_test_reports_on_a_bounded_run(server, tmp_path, capsys):

@@ -281,14 +281,14 @@ def test_cli_alignment_fine_tune_learns_the_given_train_targets(trained, tmp_pat
 
 
 def test_card_of_an_aligned_model_reports_bild_before_and_after(trained):
-    """scripts/zoo_cards.py translate attaches bench-translate's before / after figures to draft-aligned's report; the
+    """scripts/zoo_cards.py translate attaches reproduce specdec's before / after figures to draft-aligned's report; the
     card prints both small models' fewest large-model calls (a missing operating point as '-')."""
     from draftverify.train.seq2seq_card import model_card
 
     _, _, out, _ = trained
     report = json.loads((out / "export" / "training_report.json").read_text())
     bench = {
-        "command": "draftverify bench-translate --counts-only",
+        "command": "draftverify reproduce specdec --counts-only",
         "sentences": 100,
         "prompts": "multi30k:test",
         "name": "translate-bild-aligned",

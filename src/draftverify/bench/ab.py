@@ -1,4 +1,4 @@
-"""`draftverify bench-ab`: settings of one method side by side in one process, each a pipeline of its own, every
+"""`draftverify bench ab`: settings of one method side by side in one process, each a pipeline of its own, every
 setting on every prompt, the order rotated prompt by prompt and round by round so a drift in machine load hits
 them alike. A setting is a value of a public option: a load() argument (gamma, dtype, draft_gguf, ...) or a
 declared method option (options/), so whatever is compared here is what a user can choose."""
@@ -35,13 +35,13 @@ def parse_value(name: str, text: str) -> Any:
     fields_ = all_fields()
     if name not in fields_:
         raise DraftVerifyError(
-            f"bench-ab: unknown option {name!r}; a setting names one of {', '.join(LOAD_ARGUMENTS)} "
+            f"bench ab: unknown option {name!r}; a setting names one of {', '.join(LOAD_ARGUMENTS)} "
             f"or a method option: {', '.join(sorted(fields_))}"
         )
     cls, f = fields_[name]
     opt = declaration(f)
     if opt is None:
-        raise DraftVerifyError(f"bench-ab: {name!r} is not a declared option (no flag): only public options vary")
+        raise DraftVerifyError(f"bench ab: {name!r} is not a declared option (no flag): only public options vary")
     if opt.parse is not None:
         return opt.parse(text)
     kind = field_types(cls)[name]
@@ -52,7 +52,7 @@ def parse_value(name: str, text: str) -> Any:
             return text.lower() in TRUE
         return kind(text) if kind in (int, float) else text
     except ValueError:
-        raise DraftVerifyError(f"bench-ab: {name}={text!r} is not a {getattr(kind, '__name__', kind)}") from None
+        raise DraftVerifyError(f"bench ab: {name}={text!r} is not a {getattr(kind, '__name__', kind)}") from None
 
 
 def parse_assignments(items: list[str], many: bool) -> dict[str, list[Any]]:
@@ -64,9 +64,9 @@ def parse_assignments(items: list[str], many: bool) -> dict[str, list[Any]]:
         name = name.strip().lstrip("-").replace("-", "_")
         texts = [v.strip() for v in values.split(",")] if many else [values.strip()]
         if not sep or not name or not all(texts):
-            raise DraftVerifyError(f"bench-ab: {item!r} is not NAME=VALUE{'[,VALUE...]' if many else ''}")
+            raise DraftVerifyError(f"bench ab: {item!r} is not NAME=VALUE{'[,VALUE...]' if many else ''}")
         if name in out:
-            raise DraftVerifyError(f"bench-ab: {name} is given twice")
+            raise DraftVerifyError(f"bench ab: {name} is given twice")
         out[name] = [parse_value(name, t) for t in texts]
     return out
 
@@ -74,11 +74,11 @@ def parse_assignments(items: list[str], many: bool) -> dict[str, list[Any]]:
 def settings_from(vary: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """Every combination of the varied values, in the order given (the first is the reference)."""
     if not vary:
-        raise DraftVerifyError("bench-ab: give at least one --vary NAME=V1,V2")
+        raise DraftVerifyError("bench ab: give at least one --vary NAME=V1,V2")
     names = list(vary)
     settings = [dict(zip(names, combo)) for combo in itertools.product(*vary.values())]
     if len(settings) < 2:
-        raise DraftVerifyError("bench-ab: the varied options give one setting; name at least two values")
+        raise DraftVerifyError("bench ab: the varied options give one setting; name at least two values")
     return settings
 
 
@@ -136,7 +136,7 @@ def alternating_rounds(
                 totals[s][3] += stats.time_total
             if check_text and len(seen) != 1:
                 raise DraftVerifyError(
-                    f"bench-ab: prompt {first + i}: the settings gave different texts (settings "
+                    f"bench ab: prompt {first + i}: the settings gave different texts (settings "
                     "that change the output need --no-check-text)"
                 )
         out.append(totals)
@@ -208,16 +208,16 @@ def run_ab(cfg: ABConfig, echo: Callable[[str], None] = lambda line: None) -> di
         ("max_new_tokens", cfg.max_new_tokens),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise DraftVerifyError(f"bench-ab: {name} must be a whole number >= 1, got {value!r}")
+            raise DraftVerifyError(f"bench ab: {name} must be a whole number >= 1, got {value!r}")
     if cfg.first < 0:
-        raise DraftVerifyError(f"bench-ab: first must be >= 0, got {cfg.first}")
+        raise DraftVerifyError(f"bench ab: first must be >= 0, got {cfg.first}")
     settings = settings_from(cfg.vary)
     clash = sorted(set(cfg.vary) & set(cfg.fixed))
     if clash:
-        raise DraftVerifyError(f"bench-ab: {', '.join(clash)} both varied and set")
+        raise DraftVerifyError(f"bench ab: {', '.join(clash)} both varied and set")
     texts = [p.text for p in load_prompts(cfg.prompts, cfg.data_dir)[cfg.first : cfg.first + cfg.num_prompts]]
     if not texts:
-        raise DraftVerifyError(f"bench-ab: {cfg.prompts} has no prompt {cfg.first}")
+        raise DraftVerifyError(f"bench ab: {cfg.prompts} has no prompt {cfg.first}")
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     pipes = []

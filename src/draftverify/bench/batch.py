@@ -6,12 +6,12 @@ untimed warm-up batch) and the wall time of all of them is summed. Greedy, so ev
 batch-1 text of our autoregressive loop: `equal_rows` counts those that do (in float32 / bf16 a batched GEMM can
 round differently from a one-row one and flip a near-tie; the tests use float64 models, where all must).
 
-A method runs at --gamma, or at its own draft length written after it as in `draftverify bench`'s row names:
+A method runs at --gamma, or at its own draft length written after it as in `draftverify bench speed`'s row names:
 `lookup_model[auto]`, `lookup_model[g=6]`. `mean gamma` is the draft length the policy chose per target step (0 for
 the plain steps gamma auto takes when no draft pays), averaged over every step at that B: with gamma auto it shows
 where speculation stops paying as the batch grows.
 
-    draftverify bench-batch --zoo code --methods 'lookup_model,lookup_model[auto]' --batch-sizes 1,2,4,8
+    draftverify bench batch --zoo code --methods 'lookup_model,lookup_model[auto]' --batch-sizes 1,2,4,8
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Runner(NamedTuple):
 
 def parse_runner(spec: str, default_gamma: int | str) -> Runner:
     """METHOD (at default_gamma) or METHOD[auto], METHOD[heuristic], METHOD[conf], METHOD[conf=T], METHOD[g=N] (the
-    names `draftverify bench` gives its rows)."""
+    names `draftverify bench speed` gives its rows)."""
     match = re.fullmatch(r"([\w+]+)(?:\[(auto|heuristic|conf(?:=[\d.]+)?|g=\d+)\])?", spec.strip())
     if match is None:
         raise DraftVerifyError(

@@ -1,4 +1,4 @@
-"""What `draftverify bench` does with its options: parse the lists, run, print a summary table and the files."""
+"""What `draftverify bench speed` does with its options: parse the lists, run, print a summary table and the files."""
 
 from __future__ import annotations
 
@@ -81,8 +81,8 @@ def given_flags(method_options: dict) -> dict[str, object]:
 
 
 def rebuild_command(options: dict, method_options: dict | None = None) -> str:
-    """`draftverify bench ...` from parsed options, for when sys.argv is not ours (e.g. called in-process)."""
-    argv = ["draftverify", "bench"]
+    """`draftverify bench speed ...` from parsed options, for when sys.argv is not ours (e.g. called in-process)."""
+    argv = ["draftverify", "bench", "speed"]
     for flag, value in given_flags(method_options or {}).items():
         argv += [flag, str(value)]
     for key, value in options.items():
@@ -177,7 +177,7 @@ def main(method_options: dict | None = None, **options) -> int:
     from .run import run_bench
 
     method_options = method_options or {}
-    ours = Path(sys.argv[0]).name in ("draftverify", "cli.py") and sys.argv[1:2] == ["bench"]
+    ours = Path(sys.argv[0]).name in ("draftverify", "cli.py") and sys.argv[1:3] == ["bench", "speed"]
     command = shlex.join(sys.argv) if ours else rebuild_command(options, method_options)
     cost = {k: options.pop(k) for k in ("cost_curve", "cost_sizes", "cost_modes", "cost_repeats")}
     if options.get("out") is None:

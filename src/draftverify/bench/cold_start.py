@@ -1,4 +1,4 @@
-"""`draftverify bench-cold-start`: what a user sees from one `draftverify generate` in a fresh process (cold caches,
+"""`draftverify bench cold-start`: what a user sees from one `draftverify generate` in a fresh process (cold caches,
 the first call of every shape), tokens/s per method and draft length as a ratio to the first configuration's.
 
 Every run is a new process running the installed CLI as the README's main command does (--json for the

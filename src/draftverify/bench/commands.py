@@ -1,6 +1,7 @@
-"""The bench commands beside `bench` itself (bench-ab, bench-rounds, bench-cold-start, bench-overhead,
-bench-samples, bench-replay, bench-serve): typer functions only, each running its module of bench/; cli.py adds
-them with register(app). Nothing heavy is imported here, so --help stays fast."""
+"""The `draftverify bench` group: the harness a user reruns against peers, one suite per subcommand (SUITES:
+speed, batch, serve, serve-llamacpp, overhead, cold-start, ab, rounds, native, synthetic, replay, samples). Typer
+functions only, each running its module of bench/ (the speed suite's flags are in speed_command.py); cli.py adds
+bench_app. Nothing heavy is imported here, so --help stays fast."""
 
 from __future__ import annotations
 
@@ -12,16 +13,22 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from ..checks import check_max_new_tokens, gamma_flag
+from ..cli_help import flag, one_row_methods
+from ..draft_length import DEFAULT_GAMMA
 from ..errors import DraftVerifyError
+from ..quiet import quiet_process
 from . import folders
+from .speed_command import speed
 
+console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 
 
 def recorded_command(ctx: typer.Context, always: tuple[str, ...] = ("out", "name")) -> str:
     """The running command as parsed (not sys.argv, which is the caller's when invoked in-process): every option
     given a value other than its default, and `always` ones whatever their value; secrets (--api-key) as KEY."""
-    argv = ["draftverify", ctx.info_name or ""]
+    argv = ["draftverify", *ctx.command_path.split()[1:]]  # the group too: draftverify bench ab
     for param in ctx.command.params:
         if not getattr(param, "opts", None) or param.param_type_name != "option":
             continue
@@ -61,6 +68,75 @@ def run_reporting(run: Callable[[], dict]) -> dict:
 
 def echo(line: str) -> None:
     err_console.print(f"[dim]{escape(line)}[/dim]")
+
+
+def bench_batch(
+    zoo: Optional[str] = flag(None, "--zoo", help="Shipped model set, e.g. 'code'."),
+    target: Optional[str] = flag(None, "--target", "-t"),
+    draft: Optional[str] = flag(None, "--draft", "-d"),
+    methods_: str = flag(
+        "lookup_model",
+        "--methods",
+        help="Comma list of our drafting methods to run besides hf_generate and ours_autoregressive (methods that "
+        f"batch: every method but {one_row_methods()}), each at --gamma or at its own draft length: METHOD[auto], "
+        "METHOD[heuristic], METHOD[conf], METHOD[g=N] (e.g. 'lookup_model,lookup_model[auto]').",
+    ),
+    gamma: str = flag(
+        str(DEFAULT_GAMMA),
+        "--gamma",
+        help="Draft length of the methods listed without one: an integer, 'auto' (Theorem 8 for the step's batch size; "
+        "may choose 0, no draft), 'conf[=T]' or 'heuristic'.",
+    ),
+    batch_sizes: str = flag("1,2,4,8", "--batch-sizes"),
+    prompts: str = flag(
+        "humaneval",
+        "--prompts",
+        help="humaneval, spec_bench, spec_bench:<category>,"
+        " or your own prompts: a .jsonl file whose records have a 'prompt' field,"
+        " or a text file with one prompt per line.",
+    ),
+    data_dir: Optional[Path] = flag(None, "--data-dir"),
+    num_prompts: int = flag(16, "--num-prompts", help="Prompts decoded at every batch size (at least the largest B)."),
+    max_new_tokens: int = flag(128, "--max-new-tokens", "-n"),
+    threads: Optional[int] = flag(None, "--threads"),
+    out: Path = flag(folders.BATCH, "--out"),
+    name: str = flag("bench-batch", "--name", help="Writes OUT/NAME.json and OUT/NAME.md."),
+) -> None:
+    """Batch throughput: tokens/s at batch sizes 1, 2, 4, 8 for HF generate (batched), our loop without drafting
+    and our drafting methods, greedy, on the same prompts; checks every row equals its batch-1 text."""
+    try:
+        from .batch import main as batch_main, parse_sizes
+
+        if zoo is None and target is None:
+            raise DraftVerifyError("no model: give --zoo NAME or --target PATH")
+        check_max_new_tokens(max_new_tokens)
+        quiet_process()
+        results = batch_main(
+            zoo,
+            target,
+            draft,
+            [m for m in methods_.split(",") if m],
+            parse_sizes(batch_sizes),
+            prompts,
+            num_prompts,
+            max_new_tokens,
+            out,
+            name,
+            threads,
+            data_dir,
+            echo=lambda line: err_console.print(escape(line)),
+            gamma=gamma_flag(gamma),
+        )
+    except DraftVerifyError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    console.print(f"wrote {out / name}.json and {out / name}.md")
+    differ = [f"{r.runner} B={r.batch_size}" for r in results if r.equal_rows is not None and r.equal_rows < r.prompts]
+    if differ:
+        err_console.print(
+            f"[yellow]warning:[/yellow] rows differ from their batch-1 text in {', '.join(differ)} "
+            "(float rounding of batched matrix products can flip near-ties; see the last column)"
+        )
 
 
 def bench_ab(
@@ -654,20 +730,25 @@ def bench_serve_llamacpp(
         raise typer.Exit(1)
 
 
-COMMANDS: dict[str, Callable[..., Any]] = {
-    "bench-ab": bench_ab,
-    "bench-rounds": bench_rounds,
-    "bench-native": bench_native,
-    "bench-synthetic": bench_synthetic,
-    "bench-cold-start": bench_cold_start,
-    "bench-overhead": bench_overhead,
-    "bench-samples": bench_samples,
-    "bench-replay": bench_replay,
-    "bench-serve": bench_serve,
-    "bench-serve-llamacpp": bench_serve_llamacpp,
+# suite -> its command, in the order `draftverify bench --help` lists them
+SUITES: dict[str, Callable[..., Any]] = {
+    "speed": speed,
+    "batch": bench_batch,
+    "serve": bench_serve,
+    "serve-llamacpp": bench_serve_llamacpp,
+    "overhead": bench_overhead,
+    "cold-start": bench_cold_start,
+    "ab": bench_ab,
+    "rounds": bench_rounds,
+    "native": bench_native,
+    "synthetic": bench_synthetic,
+    "replay": bench_replay,
+    "samples": bench_samples,
 }
-
-
-def register(app: typer.Typer) -> None:
-    for name, command in COMMANDS.items():
-        app.command(name)(command)
+bench_app = typer.Typer(
+    help="The benchmark suites a user reruns against peers: speed (the main bench), batch, serve, serve-llamacpp, "
+    "overhead, cold-start, ab, rounds, native, synthetic, replay, samples.",
+    no_args_is_help=True,
+)
+for _name, _command in SUITES.items():
+    bench_app.command(_name)(_command)

@@ -1,4 +1,5 @@
-"""BenchConfig: every knob of `draftverify bench`, parsed from strings and validated before any model is loaded."""
+"""BenchConfig: every knob of `draftverify bench speed`, parsed from strings and validated before any model is
+loaded."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ QUICK_PROMPTS, QUICK_NEW_TOKENS, QUICK_GAMMA = 2, 8, 3
 FULL_TEMPERATURES, QUICK_TEMPERATURES = (0.0, 1.0), (0.0,)
 FULL_WARMUP_TOKENS, QUICK_WARMUP_TOKENS = 16, 0  # --quick is a smoke test: its timings are not read, no warm-up
 QUICK_BITA_MASKS = 1  # bita_tree's full top-k tree over every mask token is the slowest row by far
-DEFAULT_ZOO = "code"  # what `draftverify bench` measures when given no models, as the README's commands assume
+DEFAULT_ZOO = "code"  # what `draftverify bench speed` measures when given no models, as the README's commands assume
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""`draftverify bench --cost-curve`: measure the cost curve (cost.py) for each mode, write JSON, markdown, PNG."""
+"""`draftverify bench speed --cost-curve`: measure the cost curve (cost.py) for each mode, write JSON, markdown, PNG."""
 
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def run_cost(config: CostConfig, progress: Callable[[str], None] | None = None) 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": str(out / f"{config.name}.json"), "markdown": str(out / f"{config.name}.md")}
-    command = config.command or "draftverify bench --cost-curve"
+    command = config.command or "draftverify bench speed --cost-curve"
     result = {
         "name": config.name,
         "date": environment.now(),

@@ -73,7 +73,7 @@ class NativeServer:
         ignore_eos: bool = False,
     ):
         self.label = label
-        self.ignore_eos = ignore_eos  # every request generates n_predict tokens (random-weight models: bench-synthetic)
+        self.ignore_eos = ignore_eos  # every request generates n_predict tokens (random-weight models: bench synthetic)
         self._start(binary, model, threads, n_ctx, extra, parallel, flash_attn)
 
     def _start(

@@ -1,4 +1,4 @@
-"""`draftverify bench-serve`: a bounded loopback load test of `draftverify serve`: N concurrent streaming clients
+"""`draftverify bench serve`: a bounded loopback load test of `draftverify serve`: N concurrent streaming clients
 for a fixed time or a fixed number of requests, whichever ends first; reports throughput, p50/p99 latency and time
 to first token, errors, and the server's resident memory (RSS): sampled every rss_every completed requests, so
 growth after warm-up (the last sample minus the first at or after rss_warm requests: the allocator's and caches'

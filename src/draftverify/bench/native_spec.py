@@ -29,7 +29,7 @@ DEFAULT_SPECS = (
     f"{FAMILY}[ngram-mod,{DRAFT_TYPE}]",
 )
 SWEEP = f"{FAMILY}[sweep]"
-# llama.cpp's settings swept per prompt set (bench-native): draft-simple's n_max (3 is llama.cpp's default) and
+# llama.cpp's settings swept per prompt set (bench native): draft-simple's n_max (3 is llama.cpp's default) and
 # p_min (0, its default, drafts n_max tokens every step; 0.75 stops at the draft's first unconfident token) with
 # the zoo draft and its aligned twin, the model-free n-gram drafters at their defaults, and their chains
 SWEEP_SPECS = (

@@ -1,4 +1,4 @@
-"""`draftverify bench-overhead`: the decoding loop's own share of wall time per method (everything outside model
+"""`draftverify bench overhead`: the decoding loop's own share of wall time per method (everything outside model
 forwards: the verify rule and the loop's bookkeeping), from each generation's own timers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`draftverify bench-overhead --backend llamacpp`: what our loop spends outside llama_decode, per token and per
+"""`draftverify bench overhead --backend llamacpp`: what our loop spends outside llama_decode, per token and per
 step, beside a bare ctypes loop over the same library and GGUF file (bench/bare_loop.py), runners interleaved
 prompt by prompt, greedy.
 

@@ -190,7 +190,7 @@ def plot_bild(rows: list[dict], path: Path, title: str) -> Path:
 
 
 def plot_bita_counts(rows: list[dict], path: Path, title: str) -> Path:
-    """BiTA Figures 8-9: tokens per target call against P (prompt-count rows) and M (mask-count rows) of bita-report,
+    """BiTA Figures 8-9: tokens per target call against P (prompt-count rows) and M (mask-count rows) of reproduce bita,
     the mean verify width on a second axis (what the extra tokens per call cost in positions scored)."""
     plt = pyplot()
     panels = [

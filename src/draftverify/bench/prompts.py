@@ -74,7 +74,7 @@ def load_humaneval(data_dir: Path, published: bool = False) -> list[Prompt]:
         # training text has, and models then start a new top-level block instead of the function body. Every
         # runner gets the same prompt and the reference body is unchanged; peers (HF generate, llama.cpp) do not
         # heal, so the exactness rows stay comparable. `humaneval:published` keeps the prompts as users write
-        # them, for token healing (healing.py, `draftverify bench-healing`) to handle.
+        # them, for token healing (healing.py, `draftverify reproduce healing`) to handle.
         text = row["prompt"] if published else row["prompt"].rstrip("\n")
         out.append(
             Prompt(

@@ -1,8 +1,8 @@
-"""`draftverify bench-replay`: a replayed repetitive workload, the traffic a cross-request cache is for. The same
+"""`draftverify bench replay`: a replayed repetitive workload, the traffic a cross-request cache is for. The same
 prompt set runs several times (passes) in one process, each method on its own pipeline, so the `suffix` drafter's
 cache holds the earlier passes' prompts and answers while prompt lookup sees the current prompt only.
 
-    draftverify bench-replay --zoo code --num-prompts 8 --max-new-tokens 128 --passes 2 --threads 2
+    draftverify bench replay --zoo code --num-prompts 8 --max-new-tokens 128 --passes 2 --threads 2
 
 Greedy. Before the first pass each pipeline decodes a short warm-up text and then forgets it (Drafter.forget), so
 the first pass starts cold. Within a pass, prompt-major: each prompt through every method, the method order rotated
@@ -142,7 +142,7 @@ def run_replay(
     pipes = {m: load(zoo=zoo, target=target, method=m, gamma=gamma, backend=backend, threads=threads) for m in methods}
     first = pipes[methods[0]]
     if first.target.is_encoder_decoder:
-        raise DraftVerifyError("bench-replay continues prompts: it needs a decoder-only target")
+        raise DraftVerifyError("bench replay continues prompts: it needs a decoder-only target")
     limit = first.target.max_positions
     chosen = []
     for prompt in load_prompts(prompts, data_dir):

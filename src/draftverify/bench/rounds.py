@@ -1,4 +1,4 @@
-"""`draftverify bench-rounds`: head-to-head ratios of bench rows over several rounds in one process, so each ratio
+"""`draftverify bench rounds`: head-to-head ratios of bench rows over several rounds in one process, so each ratio
 comes with its spread (one bench run on a shared machine moves a row by several percent).
 
 The rows are the bench's own runners (lineup.py), built once; each round is the bench's measurement (run.py:

@@ -215,7 +215,7 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
     models = load_models(config)
     if getattr(models.target.config, "is_encoder_decoder", False):
         raise DraftVerifyError(
-            "draftverify bench runs decoder-only targets for now (HF generate's output layout and "
+            "draftverify bench speed runs decoder-only targets for now (HF generate's output layout and "
             "the early-exit runner assume one); use `draftverify generate` for encoder-decoder models"
         )
     chosen, prompt_notes = select_prompts(prompts, models, config)

@@ -89,7 +89,7 @@ class Runner(ABC):
         """Before the warm-up generation: compile what the runner will run (nothing for eager runners)."""
 
     def new_round(self) -> None:
-        """Before a round of bench-rounds after the first: forget what earlier requests taught it (a llama-server's
+        """Before a round of bench rounds after the first: forget what earlier requests taught it (a llama-server's
         n-gram cache), so a round does not draft from the texts of the same prompts in the rounds before."""
 
     def close(self) -> None:
@@ -271,7 +271,7 @@ class OursRunner(Runner):
         verifier = self.make_verifier(params, seed)
         self.hooks.reset()
         # each prompt on its own: no text of the warm-up, another row or another temperature is reused (a
-        # cross-request cache is measured by bench-replay)
+        # cross-request cache is measured by bench replay)
         self.drafter.forget()
         started = perf_counter()
         gamma = self.policies.get(self.gamma if self.gamma is not None else 1, temperature)

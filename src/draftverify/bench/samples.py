@@ -1,4 +1,4 @@
-"""`draftverify bench-samples`: the target's greedy completions of the first HumanEval prompts, as a reader sees
+"""`draftverify bench samples`: the target's greedy completions of the first HumanEval prompts, as a reader sees
 them, cut at HumanEval's stop sequences; each marked by whether it ends on its own (reaches a stop sequence within
 the token budget), a mechanical rule, so whoever quotes a sample need not pick one by hand."""
 

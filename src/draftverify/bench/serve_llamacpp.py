@@ -1,4 +1,4 @@
-"""`draftverify bench-serve-llamacpp`: our server on the llama.cpp backend against llama.cpp's own `llama-server`,
+"""`draftverify bench serve-llamacpp`: our server on the llama.cpp backend against llama.cpp's own `llama-server`,
 on the same GGUF files, at the same concurrency.
 
 For every answer length and every client count C, every server (ours per method, llama-server per spec type) is
@@ -75,7 +75,7 @@ def server_specs(methods: str, native: list[str]) -> list[ServerSpec]:
     for row in native or ["plain"]:
         spec = parse_spec(row if row.startswith(FAMILY) else f"{FAMILY}[{row}]")
         if spec.eagle3:
-            raise DraftVerifyError(f"--native {row!r}: draft-eagle3 is not offered here; use `draftverify bench`")
+            raise DraftVerifyError(f"--native {row!r}: draft-eagle3 is not offered here; use `draftverify bench speed`")
         specs.append(ServerSpec(spec.name, "native", native=spec))
     if not any(s.kind == "ours" for s in specs):
         raise DraftVerifyError("--methods names no method of ours")

@@ -1,4 +1,4 @@
-"""`draftverify bench-synthetic`: our loop against llama.cpp's at the sizes users run, with acceptance drawn at
+"""`draftverify bench synthetic`: our loop against llama.cpp's at the sizes users run, with acceptance drawn at
 random on both sides, so the comparison is of the two loops and their drafting and verify costs, not of a draft.
 
 The zoo's models are small, where a token costs little and a wide verify pass is cheap. Here the target is a

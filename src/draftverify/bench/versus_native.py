@@ -1,4 +1,4 @@
-"""`draftverify bench-native`: our best exact row against llama.cpp's best native row, per prompt set and target
+"""`draftverify bench native`: our best exact row against llama.cpp's best native row, per prompt set and target
 file, each side tuned the way a user would tune it on that prompt set.
 
 For each target GGUF type and each prompt set, one cell:

@@ -24,7 +24,7 @@ def _scores_lines(report: dict) -> list[str]:
 
 
 def _alignment_lines(bench: dict) -> list[str]:
-    """BiLD before / after (bench-translate's `aligned` figures): the fewest large-model calls per sentence."""
+    """BiLD before / after (reproduce specdec's `aligned` figures): the fewest large-model calls per sentence."""
     fewest = bench["aligned"]["fewest_target_calls"]
     f2 = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     return [

@@ -1,4 +1,4 @@
-"""`draftverify bench-translate` on a tiny zoo (random Marian target and small model, an untrained NAT drafter):
+"""`draftverify reproduce specdec` on a tiny zoo (random Marian target and small model, an untrained NAT drafter):
 every row runs, lossless rows equal AT greedy, the tables and the BiLD plot are written, bad input exits 2."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import torch
 from typer.testing import CliRunner
 
 from draftverify.bench.prompts import load_prompts
-from draftverify.bench.translate import tokens_per_call_needed
 from draftverify.cli import app
 from draftverify.drafters import NatDecoder
+from draftverify.reproduce.translation import tokens_per_call_needed
 from draftverify.train.seq2seq import make_config
 from draftverify.train.translation_data import train_joint_tokenizer
 from parallel_corpus import write_parallel_corpus
@@ -62,12 +62,13 @@ def test_multi30k_prompts_pair_sources_with_references(tiny_zoo):
     assert len(load_prompts("multi30k:val", tiny_zoo / "data")) == 6
 
 
-def test_bench_translate_runs_every_row(tiny_zoo, monkeypatch, tmp_path):
+def test_reproduce_specdec_runs_every_row(tiny_zoo, monkeypatch, tmp_path):
     monkeypatch.setenv("DRAFTVERIFY_ZOO", str(tiny_zoo / "zoo"))
     result = CliRunner().invoke(
         app,
         [
-            "bench-translate",
+            "reproduce",
+            "specdec",
             "--data-dir",
             str(tiny_zoo / "data"),
             "--num-prompts",
@@ -126,11 +127,11 @@ def test_bench_translate_runs_every_row(tiny_zoo, monkeypatch, tmp_path):
     assert "tokens / call for 2.0x" in (tmp_path / "t.md").read_text()
 
 
-def test_bench_translate_bad_input_exits_2(tiny_zoo, monkeypatch, tmp_path):
+def test_reproduce_specdec_bad_input_exits_2(tiny_zoo, monkeypatch, tmp_path):
     monkeypatch.setenv("DRAFTVERIFY_ZOO", str(tiny_zoo / "zoo"))
-    result = CliRunner().invoke(app, ["bench-translate", "--data-dir", str(tmp_path), "--out", str(tmp_path)])
+    result = CliRunner().invoke(app, ["reproduce", "specdec", "--data-dir", str(tmp_path), "--out", str(tmp_path)])
     assert result.exit_code == 2 and "--data-dir" in result.output
-    result = CliRunner().invoke(app, ["bench-translate", "--data-dir", str(tiny_zoo / "data"), "--ks", "two"])
+    result = CliRunner().invoke(app, ["reproduce", "specdec", "--data-dir", str(tiny_zoo / "data"), "--ks", "two"])
     assert result.exit_code == 2 and "comma list" in result.output
 
 
@@ -138,7 +139,8 @@ def _bench_counts(tiny_zoo, out, *extra):
     return CliRunner().invoke(
         app,
         [
-            "bench-translate",
+            "reproduce",
+            "specdec",
             "--data-dir",
             str(tiny_zoo / "data"),
             "--num-prompts",
@@ -209,7 +211,7 @@ def test_counts_only_before_and_after_with_a_perfectly_aligned_small_model(tiny_
     assert (tmp_path / "c-bild.png").is_file()
 
 
-def test_bench_translate_bad_small_models_exit_2(tiny_zoo, monkeypatch, tmp_path):
+def test_reproduce_specdec_bad_small_models_exit_2(tiny_zoo, monkeypatch, tmp_path):
     from transformers import MarianMTModel
 
     monkeypatch.setenv("DRAFTVERIFY_ZOO", str(tiny_zoo / "zoo"))

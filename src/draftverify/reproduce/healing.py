@@ -1,12 +1,12 @@
-"""Token healing on HumanEval: chrF of the completions against the canonical solutions, for the prompts trimmed of
-their final newline (what `draftverify bench` feeds every runner) and as published (ending in "\\n", as users write
-them), with healing off and on. Greedy, our loop without drafting (`autoregressive`); each method listed with
---methods runs the published prompts too and is compared token for token with `autoregressive` under the same
-healing setting (healed vs healed: a lossless method must equal it).
+"""`draftverify reproduce healing`, token healing on HumanEval: chrF of the completions against the canonical
+solutions, for the prompts trimmed of their final newline (what `draftverify bench speed` feeds every runner) and as
+published (ending in "\\n", as users write them), with healing off and on. Greedy, our loop without drafting
+(`autoregressive`); each method listed with --methods runs the published prompts too and is compared token for token
+with `autoregressive` under the same healing setting (healed vs healed: a lossless method must equal it).
 
-    draftverify bench-healing --zoo code --num-prompts 8 --max-new-tokens 128 --threads 2
+    draftverify reproduce healing --zoo code --num-prompts 8 --max-new-tokens 128 --threads 2
 
-Writes <out>/<name>.json (every completion) and <name>.md (the table). chrF as in `draftverify bench`'s
+Writes <out>/<name>.json (every completion) and <name>.md (the table). chrF as in `draftverify bench speed`'s
 "chrF ref" column: the completion, relative to the prompt as given and cut at HumanEval's stop sequences,
 against the canonical solution (sacrebleu's corpus chrF).
 """
@@ -19,12 +19,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from time import perf_counter
 
+from ..bench import environment
+from ..bench.folders import METHODS
+from ..bench.prompts import load_prompts, truncate_at_stops
+from ..bench.quality import chrf
+from ..bench.report import write_json
 from ..errors import DraftVerifyError
-from . import environment
-from .folders import METHODS
-from .prompts import load_prompts, truncate_at_stops
-from .quality import chrf
-from .report import write_json
 
 FORMS = ("trimmed", "published")  # the prompt set 'humaneval' and 'humaneval:published'
 BASELINE = "autoregressive"
@@ -127,7 +127,7 @@ def run_healing(
         torch.set_num_threads(threads)
     base = load(zoo=zoo, target=target, method=BASELINE)
     if base.target.is_encoder_decoder:
-        raise DraftVerifyError("token healing continues a prompt: bench-healing needs a decoder-only target")
+        raise DraftVerifyError("token healing continues a prompt: reproduce healing needs a decoder-only target")
     pipes = {BASELINE: base}
     for method in methods:
         if method != BASELINE:
@@ -221,7 +221,7 @@ def render_markdown(result: dict) -> str:
             "```",
             "",
             "How to read: **trimmed** prompts end where HumanEval's docstring ends (their final newline removed: what "
-            "`draftverify bench` feeds every runner, so HF generate and llama.cpp, which do not heal, stay "
+            "`draftverify bench speed` feeds every runner, so HF generate and llama.cpp, which do not heal, stay "
             'comparable); **published** prompts end in a bare "\\n", a state the byte-level BPE (which merges "\\n" '
             "with the next line's indentation) never produces in training text. **healing on**: the prompt is backed "
             "up over its last token and the first new token must start with that token's text (healing.py); the "

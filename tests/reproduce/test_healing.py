@@ -1,12 +1,12 @@
-"""`draftverify bench-healing`: HumanEval trimmed vs as published, healing off and on, through the real command."""
+"""`draftverify reproduce healing`: HumanEval trimmed vs as published, healing off and on, through the real command."""
 
 from __future__ import annotations
 
 import json
 
-from bench_fixtures import HUMANEVAL, data_dir, model_dir  # noqa: F401  (fixtures)
 from typer.testing import CliRunner
 
+from bench.bench_fixtures import HUMANEVAL, data_dir, model_dir  # noqa: F401  (fixtures)
 from draftverify.api import load
 from draftverify.bench.prompts import HUMANEVAL_STOPS, truncate_at_stops
 from draftverify.bench.quality import chrf
@@ -15,7 +15,8 @@ from draftverify.cli import app
 
 def test_bench_healing_writes_the_table_and_its_rows_are_the_librarys_texts(model_dir, data_dir, tmp_path):  # noqa: F811
     args = [
-        "bench-healing",
+        "reproduce",
+        "healing",
         "--target",
         str(model_dir / "target"),
         "--draft",
@@ -60,11 +61,12 @@ def test_bench_healing_writes_the_table_and_its_rows_are_the_librarys_texts(mode
     trimmed = rows[("autoregressive", "trimmed", False)]
     assert trimmed["texts"] == [pipe.generate(r["prompt"].rstrip("\n"), max_new_tokens=12).text for r in HUMANEVAL]
     markdown = (tmp_path / "heal.md").read_text()
-    assert "draftverify bench-healing" in markdown and "| trimmed | off | `autoregressive` |" in markdown
+    assert "draftverify reproduce healing" in markdown and "| trimmed | off | `autoregressive` |" in markdown
 
 
 def test_bench_healing_rejects_an_unknown_method_before_loading(model_dir, tmp_path):  # noqa: F811
     result = CliRunner().invoke(
-        app, ["bench-healing", "--target", str(model_dir / "target"), "--methods", "medusa", "--out", str(tmp_path)]
+        app,
+        ["reproduce", "healing", "--target", str(model_dir / "target"), "--methods", "medusa", "--out", str(tmp_path)],
     )
     assert result.exit_code == 2 and "unknown method" in result.stderr

@@ -1,4 +1,4 @@
-"""`draftverify bench-translate`: SpecDec's and BiLD's translation experiments on one encoder-decoder pair.
+"""`draftverify reproduce specdec`: SpecDec's and BiLD's translation experiments on one encoder-decoder pair.
 
 One run decodes the same source sentences (Multi30k test_2016_flickr by default) with every row, sentence by
 sentence and rows rotated per sentence (so drift on a shared machine spreads over all rows):
@@ -30,13 +30,13 @@ from typing import Callable
 
 import torch
 
+from ..bench.prompts import Prompt
 from ..cached_lm import CachedLM
 from ..drafters.base import Drafter
 from ..errors import DraftVerifyError
 from ..loop import generate
 from ..methods import MethodOptions, build_drafter, build_verifier
 from ..types import SamplingParams
-from .prompts import Prompt
 
 GREEDY = SamplingParams()
 TIME_PARTS = ("time_prefill", "time_draft", "time_target", "time_verify", "time_other")

@@ -1,4 +1,4 @@
-"""bpd-report's pieces on a tiny model: repetition statistics, the oracle drafter, the tables."""
+"""reproduce blockwise's pieces on a tiny model: repetition statistics, the oracle drafter, the tables."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import torch
 
 from conftest import VOCAB, build_model, varied_model
-from draftverify.bench import bpd_report as br
 from draftverify.drafters import BlockwiseHeads
 from draftverify.drafters.ngram import NgramTable
+from draftverify.reproduce import blockwise as br
 
 torch.set_num_threads(1)
 
@@ -49,7 +49,7 @@ def test_report_runs_every_variant_and_the_top1_oracle_is_plain_bpd(tmp_path):
     bins = result["kept_by_head2_entropy"]
     assert sum(b["steps"] for b in bins) > 0 and all(b["low"] <= b["high"] for b in bins)
     assert [b["low"] for b in bins] == sorted(b["low"] for b in bins)
-    text = br.markdown(result, "draftverify bpd-report --test")
+    text = br.markdown(result, "draftverify reproduce blockwise --test")
     assert "| bpd | " in text and "h_max" in text and "Table 5" in text
     png = br.plot_report(result, tmp_path / "bpd.png")
     assert png.read_bytes()[:4] == b"\x89PNG"

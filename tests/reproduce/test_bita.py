@@ -1,12 +1,12 @@
-"""bita-report's pieces on a tiny model: every table's rows, exactness, widths, the cost interpolation."""
+"""reproduce bita's pieces on a tiny model: every table's rows, exactness, widths, the cost interpolation."""
 
 from __future__ import annotations
 
 import torch
 
 from conftest import varied_model
-from draftverify.bench import bita_report as br
 from draftverify.drafters import BitaAdapter
+from draftverify.reproduce import bita as br
 
 torch.set_num_threads(1)
 
@@ -30,7 +30,7 @@ def test_report_runs_every_table_exactly_and_counts_widths():
     assert 1 + 3 < full["mean_verify_width"] <= 1 + 14 + 15 * 3
     assert br.relative_cost(cost, 1) == 1.0 and br.relative_cost(cost, 64) == 4.0 and br.relative_cost(cost, 65) is None
     assert full["estimated_speedup"] == full["tokens_per_call"] / br.relative_cost(cost, full["mean_verify_width"])
-    text = br.markdown(result, "draftverify bita-report --test")
+    text = br.markdown(result, "draftverify reproduce bita --test")
     assert "| full tree k=4 |" in text and "Mask tokens used at decode time" in text
 
 
@@ -86,7 +86,7 @@ def test_adapter_tables_compare_trained_counts_against_the_first_adapter(monkeyp
         for r in rows
         if r["table"] in br.ADAPTER_TABLES and r["adapter"] != "d4"
     )
-    text = br.markdown(result, "draftverify bita-report --test")
+    text = br.markdown(result, "draftverify reproduce bita --test")
     assert "| deep prompt (P=4), M=3 | 60 | 0.500 / 0.250 / 0.125 |" in text
     assert "| deep prompt (P=8), M=3 | - | - |" in text and "one adapter per P" in text and "one adapter per M" in text
     assert "- `d4`: `draftverify train bita --num-prompts 4`" in text and "`d8`:" not in text  # d8 has no facts

@@ -1,4 +1,4 @@
-"""`draftverify bita-report`: the BiTA paper's ablations on our zoo, as counts (no wall clock).
+"""`draftverify reproduce bita`: the BiTA paper's ablations on our zoo, as counts (no wall clock).
 
 Greedy, HumanEval prompts (the bench's shipped set), through the one decoding loop; for every configuration:
 tokens per target call (accepted drafts + the target's own token, the paper's speedup driver), the verify width
@@ -16,7 +16,7 @@ The adapter tables (efficient tree) label each adapter by its config (prompt kin
 steps and held-out top-1 accuracy per mask token its trainer saved in bita.json, so one sees the adapters were
 compared at an equal budget. An adapter in several tables is decoded once.
 
-With a cost curve (`draftverify bench --cost-curve ... --cost-sizes ...` JSON), each row also gets an estimated
+With a cost curve (`draftverify bench speed --cost-curve ... --cost-sizes ...` JSON), each row also gets an estimated
 speedup over one-token decoding: tokens per call / (cost of scoring the verify width / cost of scoring 1 token),
 interpolated between measured widths (none outside them).
 """
@@ -310,7 +310,7 @@ def main(
     from transformers import AutoTokenizer
 
     from ..api import load_model
-    from .prompts import load_prompts
+    from ..bench.prompts import load_prompts
 
     target = load_model(target_dir, "float32")
     adapters = {str(d): BitaAdapter.load(d) for d in adapter_dirs}
@@ -324,7 +324,7 @@ def main(
     result["command"] = command
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     if any(sum(r["table"] == t for r in result["rows"]) > 1 for t in ("prompt-count", "mask-count")):
-        from .plots import plot_bita_counts
+        from ..bench.plots import plot_bita_counts
 
         result["plot"] = plot_bita_counts(result["rows"], Path(out + ".png"), "BiTA on the code zoo").name
     Path(out + ".json").write_text(json.dumps(result, indent=1) + "\n")

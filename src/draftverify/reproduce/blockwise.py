@@ -1,4 +1,4 @@
-"""`draftverify bpd-report`: the paper's analyses of blockwise drafts on our zoo, as counts (no wall clock).
+"""`draftverify reproduce blockwise`: the paper's analyses of blockwise drafts on our zoo, as counts (no wall clock).
 
 For each prompt (greedy, the zoo target with trained heads) it runs, through the one decoding loop:
 plain BPD; the oracle path through the top-k lattice for several k (Figure 6: the best draft in hindsight,
@@ -325,7 +325,7 @@ def markdown(result: dict, command: str) -> str:
 def plot_report(result: dict, path: Path) -> Path:
     """Figure 6 (oracle block efficiency against k, with plain BPD and each rescoring variant) and Figure 3 (mean
     entropy per head) side by side."""
-    from .plots import pyplot
+    from ..bench.plots import pyplot
 
     plt = pyplot()
     be = result["block_efficiency"]
@@ -372,7 +372,7 @@ def main(
     from transformers import AutoTokenizer
 
     from ..api import load_model
-    from .prompts import load_prompts
+    from ..bench.prompts import load_prompts
 
     target = load_model(target_dir, "float32")
     heads = BlockwiseHeads.load(heads_dir)
