@@ -63,13 +63,14 @@ def test_a_missing_device_is_a_train_error():
 
 
 def test_fit_measured_keeps_the_before_figure_across_a_resume(tmp_path):
-    from draftverify.train.trainer import Trainer, TrainerOptions
+    from draftverify.train.runner import Run
+    from draftverify.train.trainer import TrainerOptions
 
     def run(max_steps, figures, logs):
         torch.manual_seed(0)
         model = torch.nn.Linear(2, 1)
         opts = TrainerOptions(max_steps=max_steps, warmup_steps=0, threads=1, progress=False, command="t")
-        trainer = Trainer(
+        trainer = Run(
             model,
             opts,
             tmp_path,

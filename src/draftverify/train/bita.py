@@ -9,8 +9,9 @@
    text up to k and the prompt tokens) are trained on tokens k+2..k+M+1: mask i learns the token i + 1 after the
    last real one (the target itself predicts k+1). The real text's keys and values do not depend on the adapter,
    so one no-grad forward caches them and only the C x M mask positions of a batch run with gradients.
-3. **Train.** Only the adapter learns, on the shared ``Trainer`` (AdamW + warmup/cosine, budgets, a resumable
-   SIGINT-safe checkpoint in ``work_dir/run-{prompt}-m{M}-p{P}``, one per adapter settings);
+3. **Train.** Only the adapter learns, on the shared run (``train.runner``, on transformers' Trainer: AdamW +
+   warmup/cosine, budgets, a resumable SIGINT-safe checkpoint in ``work_dir/run-{prompt}-m{M}-p{P}``, one per
+   adapter settings);
    held-out top-1 accuracy per mask token at the start and the end.
 4. **Export.** ``BitaAdapter.save`` (fp16 + bita.json with the training facts) and a model card (``write_card``).
 """
@@ -30,7 +31,8 @@ from ..cache import cache_argument
 from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
-from .trainer import Trainer, TrainerOptions, command_line, machine_name, seed_everything, to_device
+from .runner import Run
+from .trainer import TrainerOptions, command_line, machine_name, seed_everything, to_device
 
 STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
 
@@ -305,7 +307,7 @@ CPU thread(s) ({info["cpu"]}); wall time: generation {info["time_generation_s"]:
 
 
 def write_card(folder: str | Path) -> Path:
-    """Render folder/README.md from folder/bita.json (the training report the trainer saved)."""
+    """Render folder/README.md from folder/bita.json (the training report the run saved)."""
     folder = Path(folder)
     info = json.loads((folder / "bita.json").read_text())
     facts = {**info["training"], **{k: info[k] for k in ("num_masks", "num_prompts", "prompt", "num_layers")}}
@@ -383,7 +385,7 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
         chosen = rng.integers(0, len(train), opts.batch_size)
         return sar_batch([train[i] for i in chosen], opts.num_masks, opts.cuts, rng, pad)
 
-    trainer = Trainer(
+    run = Run(
         adapter,
         opts,
         work / f"run-{opts.prompt}-m{opts.num_masks}-p{opts.num_prompts}",
@@ -394,7 +396,7 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
         log=log,
     )
     state = fit_measured(
-        trainer, lambda: mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad), lambda i: f"mask {i + 1}", log
+        run, lambda: mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad), lambda i: f"mask {i + 1}", log
     )
     if state["stopped"]:
         return {"stopped": True, "step": state["step"]}

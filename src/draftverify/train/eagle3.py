@@ -9,7 +9,8 @@
    target's features, step s reads the head's own output of step s - 1 (as when it drafts on from its own guess),
    and its attention sees the real pairs up to its anchor plus its own earlier steps at that anchor, as its cache
    does when drafting. Loss: the cross-entropy on the target's greedy token, step s weighted 0.8^s. Only the
-   head learns; it reads out through the target's LM head. Resumable checkpoints and a time budget (`Trainer`).
+   head learns; it reads out through the target's LM head. Resumable checkpoints and a time budget
+   (``train.runner``, on transformers' Trainer).
 4. **Export.** The head in the EAGLE-3 checkpoint layout (fp16) and a card with the held-out acceptance per draft
    position before and after training.
 """
@@ -24,7 +25,8 @@ from typing import TYPE_CHECKING, Callable, Optional
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .heads import greedy_data
 from .lm import TrainError
-from .trainer import Trainer, TrainerOptions, command_line, machine_name, seed_everything, to_device
+from .runner import Run
+from .trainer import TrainerOptions, command_line, machine_name, seed_everything, to_device
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
     import torch
@@ -108,7 +110,7 @@ def padded_batch(blob: dict, rows) -> tuple["torch.Tensor", "torch.Tensor", "tor
     """Sequences `rows` right-padded: features [B, T, 3H], tokens [B, T], labels [B, T], valid [B, T] (bool)."""
     import torch
 
-    lengths = [len(blob["tokens"][r]) for r in rows]  # the sequences stay on the CPU; the trainer moves batches
+    lengths = [len(blob["tokens"][r]) for r in rows]  # the sequences stay on the CPU; the run moves batches
     width = max(lengths)
     pad = torch.nn.utils.rnn.pad_sequence
     features = pad([blob["features"][r] for r in rows], batch_first=True)
@@ -285,7 +287,7 @@ def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -
         "seed": opts.seed,
         **opts.optimizer_key(),
     }
-    trainer = Trainer(
+    run = Run(
         head,
         opts,
         work / "run",
@@ -298,7 +300,7 @@ def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -
         log=log,
     )
     state = fit_measured(
-        trainer,
+        run,
         lambda: acceptance(head, embed, lm_head, val, opts.ttt_steps, device=target.device),
         lambda i: f"position {i + 1}",
         log,
@@ -332,7 +334,7 @@ def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -
     }
     out = Path(opts.out_dir)
     head = Eagle3Head(Eagle3Config(**{**config.__dict__, "training": info}))
-    head.load_state_dict(trainer.model.state_dict())
+    head.load_state_dict(run.model.state_dict())
     head.save(out)
     info.update(
         hidden_size=config.hidden_size,

@@ -19,8 +19,9 @@ from typing import Callable, Optional
 from .export import export_model
 from .losses import autocast, averaged_loss, held_out_losses, next_token_losses
 from .presets import count_params
+from .runner import Run
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
-from .trainer import Trainer, TrainerOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .trainer import TrainerOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
 
 
 class DegradedError(TrainError):
@@ -155,10 +156,10 @@ def train_early_exit(
     layer = opts.layer
 
     def loss(m, x):
-        with autocast(trainer.bf16):
+        with autocast(run.bf16):
             return averaged_loss(*next_token_losses(m, x, layer))
 
-    trainer = Trainer(
+    run = Run(
         model,
         opts,
         work,
@@ -166,20 +167,18 @@ def train_early_exit(
         log=log,
         batches=lambda rng: sample_batch(data.train, rng, opts.batch_size, opts.seq_len),
         loss=loss,
-        evaluate=lambda m: held_out_losses(m, data.val_windows, trainer.bf16, opts.batch_size, device=trainer.device)[
-            0
-        ],
+        evaluate=lambda m: held_out_losses(m, data.val_windows, run.bf16, opts.batch_size, device=run.device)[0],
         counts=lambda x: {"tokens_seen": opts.batch_size * opts.seq_len},
         state={"tokens_seen": 0, "target_sha256": target_sha, "layer": layer, "before": None},
     )
-    state = trainer.state
+    state = run.state
     if state["target_sha256"] != target_sha or state["layer"] != layer:
         raise TrainError(
             f"the checkpoint in {work} belongs to another target or --layer; delete it or use another --work-dir"
         )
 
     def both() -> dict:
-        full, early = held_out_losses(model, data.val_windows, trainer.bf16, opts.batch_size, layer, trainer.device)
+        full, early = held_out_losses(model, data.val_windows, run.bf16, opts.batch_size, layer, run.device)
         return {"full": full, "early": early}
 
     if state["before"] is None:
@@ -188,7 +187,7 @@ def train_early_exit(
             f"early-exit: held-out loss before: full model {state['before']['full']:.4f} | layer {layer} "
             f"{state['before']['early']:.4f}"
         )
-    result = trainer.fit(stop_after_steps)
+    result = run.fit(stop_after_steps)
     if result["stopped"]:
         return {"stopped": True, "step": result["step"], "work_dir": str(work)}
     before, after = result["before"], both()
@@ -218,7 +217,7 @@ def train_early_exit(
         "warmup_steps": opts.warmup_steps,
         "min_lr_ratio": opts.min_lr_ratio,
         "grad_clip": opts.grad_clip,
-        "bf16": trainer.bf16,
+        "bf16": run.bf16,
         "threads": torch.get_num_threads(),
         "cpu": cpu_name(),
     }

@@ -43,21 +43,21 @@ def check_inputs(opts) -> None:
 
 
 def fit_measured(
-    trainer, accuracy: Callable[[], list[float]], label: Callable[[int], str], log: Callable[[str], None]
+    run, accuracy: Callable[[], list[float]], label: Callable[[int], str], log: Callable[[str], None]
 ) -> dict:
-    """trainer.fit() between two held-out measurements: accuracy() of the model as initialised (kept in the run's
+    """run.fit() between two held-out measurements: accuracy() of the model as initialised (kept in the run's
     state, so a resumed run reports the same "before") and after training; label(i) names figure i in the log.
     Returns fit()'s state with "before" and, unless the run stopped, "after"."""
-    if trainer.state.get("before") is None:
-        trainer.state["before"] = accuracy()
+    if run.state.get("before") is None:
+        run.state["before"] = accuracy()
 
     def show(figures: list[float]) -> str:
         return ", ".join(f"{label(i)} {a:.3f}" for i, a in enumerate(figures))
 
-    log("held-out top-1 accuracy before: " + show(trainer.state["before"]))
-    state = trainer.fit()
+    log("held-out top-1 accuracy before: " + show(run.state["before"]))
+    state = run.fit()
     if not state["stopped"]:
-        trainer.model.eval()
+        run.model.eval()
         state["after"] = accuracy()
         log("held-out top-1 accuracy after: " + show(state["after"]))
     return state

@@ -10,8 +10,9 @@
    label for head i is token t + i (-100 past the end). Cached next to the generations, so training reruns cost
    no target forward.
 3. **Train.** Only the heads' weights learn: loss = mean over heads 2..h of the cross-entropy of head i on token
-   t + i (head 1 is the target itself), on the shared ``Trainer`` (AdamW + warmup/cosine, budgets, a resumable
-   SIGINT-safe checkpoint in ``work_dir/run-h{h}``); held-out top-1 accuracy per head at the start and the end.
+   t + i (head 1 is the target itself), on the shared run (``train.runner``, on transformers' Trainer: AdamW +
+   warmup/cosine, budgets, a resumable SIGINT-safe checkpoint in ``work_dir/run-h{h}``); held-out top-1 accuracy
+   per head at the start and the end.
 4. **Export.** ``BlockwiseHeads.save`` (fp16 safetensors + heads.json with the training facts) and a model card.
 """
 
@@ -28,8 +29,9 @@ import numpy as np
 from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
+from .runner import Run
 from .tokenizer import tokenizer_hash
-from .trainer import Trainer, TrainerOptions, command_line, machine_name, seed_everything
+from .trainer import TrainerOptions, command_line, machine_name, seed_everything
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
     import torch
@@ -331,7 +333,7 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
         "seed": opts.seed,
         **opts.optimizer_key(),
     }
-    trainer = Trainer(
+    run = Run(
         heads,
         opts,
         work / f"run-h{opts.num_heads}",
@@ -342,7 +344,7 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
         log=log,
     )
     # before: the heads as initialised (copies of head 1)
-    state = fit_measured(trainer, lambda: head_accuracy(heads, lm_head, val_h, val_y), lambda i: f"head {i + 2}", log)
+    state = fit_measured(run, lambda: head_accuracy(heads, lm_head, val_h, val_y), lambda i: f"head {i + 2}", log)
     if state["stopped"]:
         return {"stopped": True, "step": state["step"]}
     step, time_train, before, after = state["step"], state["elapsed"], state["before"], state["after"]

@@ -9,6 +9,7 @@ only ``--max-steps`` bounds the run (up to the warm-up's first step).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from typing import TYPE_CHECKING, Any, Callable
@@ -86,6 +87,23 @@ def training_arguments(run: Run):
         raise TrainError(f"{e} (try --no-bf16)") from None
 
 
+@contextlib.contextmanager
+def _own_config_hidden(model):
+    """The model without its `config` attribute while transformers' Trainer is built, when that is a drafter's own
+    (frozen) config dataclass rather than a transformers config: the Trainer sets ``config.use_cache`` on any."""
+    from transformers import PretrainedConfig
+
+    config = model.__dict__.get("config")
+    if config is None or isinstance(config, PretrainedConfig):
+        yield
+        return
+    del model.__dict__["config"]
+    try:
+        yield
+    finally:
+        model.__dict__["config"] = config
+
+
 def make_trainer(run: Run):
     """A transformers Trainer of `run`: its model, batches, loss and schedule, the progress line as a callback."""
     import torch
@@ -112,12 +130,13 @@ def make_trainer(run: Run):
                 )
             return self.lr_scheduler
 
-    trainer = RecipeTrainer(
-        model=run.model,
-        args=training_arguments(run),
-        train_dataset=batch_stream(run.batches, run.opts.seed),
-        data_collator=lambda items: items[0],
-    )
+    with _own_config_hidden(run.model):
+        trainer = RecipeTrainer(
+            model=run.model,
+            args=training_arguments(run),
+            train_dataset=batch_stream(run.batches, run.opts.seed),
+            data_collator=lambda items: items[0],
+        )
     trainer.remove_callback(PrinterCallback)
     trainer.add_callback(ProgressLine(run))
     return trainer
