@@ -35,8 +35,8 @@ from .export import export_model
 from .losses import autocast
 from .presets import count_params
 from .runner import Run, load_checkpoint
+from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads, to_device
 from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
-from .trainer import TrainerOptions, TrainError, command_line, cpu_name, seed_everything, set_threads, to_device
 
 CACHE_VERSION = 1
 IGNORE = -100
@@ -68,7 +68,7 @@ class AlignError(TrainError):
 
 
 @dataclass
-class AlignOptions(TrainerOptions):
+class AlignOptions(RunOptions):
     target: str
     draft: str
     manifest: str = "zoo/code/manifest.json"
@@ -82,7 +82,7 @@ class AlignOptions(TrainerOptions):
     max_prompt_tokens: int = 256
     new_tokens: int = 128
     gamma: int = 5
-    # fine-tune; the optimizer / schedule / budget fields (keyword-only) are TrainerOptions'
+    # fine-tune; the optimizer / schedule / budget fields (keyword-only) are RunOptions'
     _: KW_ONLY
     batch_size: int = 16
     lr: float = 5e-4

@@ -32,13 +32,13 @@ from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .runner import Run
-from .trainer import TrainerOptions, command_line, machine_name, seed_everything, to_device
+from .settings import RunOptions, command_line, machine_name, seed_everything, to_device
 
 STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
 
 
 @dataclass
-class BitaOptions(FrozenTarget, TrainerOptions):
+class BitaOptions(FrozenTarget, RunOptions):
     target: str
     manifest: str = "zoo/code/manifest.json"
     tokenizer: Optional[str] = None  # default: the target's directory

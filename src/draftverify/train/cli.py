@@ -212,7 +212,7 @@ def lm_cmd(flags: LmFlags) -> None:
 def early_exit_cmd(flags: EarlyExitFlags) -> None:
     """BiLD early exit (section 4.4): fine-tune the target with the averaged loss of layer L and the last layer."""
     from .early_exit import EarlyExitOptions, train_early_exit
-    from .trainer import TrainError
+    from .settings import TrainError
 
     opts = EarlyExitOptions(**_options(flags), command=_command_line())
     try:
@@ -255,7 +255,7 @@ def bench_cmd(flags: BenchFlags) -> None:
 def ngram_cmd(flags: NgramFlags) -> None:
     """Build the n-gram drafter's table from the corpus training split (or target generations)."""
     from .ngram import NgramOptions, build
-    from .trainer import TrainError
+    from .settings import TrainError
 
     opts = NgramOptions(**_options(flags), command=_command_line())
     try:
@@ -286,7 +286,7 @@ def ngram_cmd(flags: NgramFlags) -> None:
 def align_cmd(flags: AlignFlags) -> None:
     """BiLD prediction alignment: fine-tune the draft on the target's greedy outputs; report alpha before/after."""
     from .align import AlignOptions, align
-    from .trainer import TrainError
+    from .settings import TrainError
 
     opts = AlignOptions(**_options(flags), command=_command_line())
     try:
@@ -382,8 +382,8 @@ def bita_cmd(flags: BitaFlags) -> None:
 @settings_command(TranslateTokenizerFlags)
 def translate_tokenizer_cmd(flags: TranslateTokenizerFlags) -> None:
     """Train the translation zoo's joint byte-level BPE on both sides of the train split."""
+    from .settings import TrainError
     from .tokenizer import TokenizerError
-    from .trainer import TrainError
     from .translation_data import train_joint_tokenizer
 
     try:
@@ -400,8 +400,8 @@ def translate_tokenizer_cmd(flags: TranslateTokenizerFlags) -> None:
 def seq2seq_cmd(flags: Seq2SeqFlags) -> None:
     """Train (or resume) a MarianMTModel translation model; export it in fp16 and score it with sacrebleu."""
     from .seq2seq import Seq2SeqOptions, train
+    from .settings import TrainError
     from .tokenizer import TokenizerError
-    from .trainer import TrainError
 
     opts = Seq2SeqOptions(**values(flags), command=_command_line())
     try:
@@ -428,8 +428,8 @@ def seq2seq_cmd(flags: Seq2SeqFlags) -> None:
 def distill_cmd(flags: DistillFlags) -> None:
     """Sequence-level distillation data (Kim & Rush): the model's greedy translations of a split."""
     from .nat import distill
+    from .settings import TrainError, set_threads
     from .tokenizer import TokenizerError
-    from .trainer import TrainError, set_threads
 
     set_threads(flags.threads)
     try:
@@ -470,8 +470,8 @@ def nat_cmd(flags: NatFlags) -> None:
     """SpecDec's NAT drafter on a frozen target: random prefix cuts, k mask slots, glancing. A translation target's
     drafter reads its encoder states (trained on `train distill` targets); a decoder-only target's reads its own
     hidden states (trained on its greedy continuations of corpus prompts)."""
+    from .settings import TrainError
     from .tokenizer import TokenizerError
-    from .trainer import TrainError
 
     target, warmup = flags.target, flags.warmup_steps
     config = target / "config.json"

@@ -26,7 +26,7 @@ from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .heads import greedy_data
 from .lm import TrainError
 from .runner import Run
-from .trainer import TrainerOptions, command_line, machine_name, seed_everything, to_device
+from .settings import RunOptions, command_line, machine_name, seed_everything, to_device
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
     import torch
@@ -36,7 +36,7 @@ STEP_DECAY = 0.8  # EAGLE-3's weight of training-time-test step s: 0.8^s
 
 
 @dataclass
-class Eagle3TrainOptions(FrozenTarget, TrainerOptions):
+class Eagle3TrainOptions(FrozenTarget, RunOptions):
     target: str
     manifest: str = "zoo/code/manifest.json"
     tokenizer: Optional[str] = None  # default: the target's directory

@@ -20,8 +20,8 @@ from .export import export_model
 from .losses import autocast, averaged_loss, held_out_losses, next_token_losses
 from .presets import count_params
 from .runner import Run
+from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
-from .trainer import TrainerOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
 
 
 class DegradedError(TrainError):
@@ -29,7 +29,7 @@ class DegradedError(TrainError):
 
 
 @dataclass
-class EarlyExitOptions(TrainerOptions):
+class EarlyExitOptions(RunOptions):
     target: str
     layer: int
     out_dir: str  # the exported fine-tuned target

@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from .trainer import TrainError, set_threads
+from .settings import TrainError, set_threads
 
 
 class FrozenTarget:
-    """Mixin of a frozen-target recipe's options (a TrainerOptions dataclass with target, tokenizer, manifest,
+    """Mixin of a frozen-target recipe's options (a RunOptions dataclass with target, tokenizer, manifest,
     min_prompt_tokens and max_prompt_tokens fields)."""
 
     @property

@@ -30,8 +30,8 @@ from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .runner import Run
+from .settings import RunOptions, command_line, machine_name, seed_everything
 from .tokenizer import tokenizer_hash
-from .trainer import TrainerOptions, command_line, machine_name, seed_everything
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
     import torch
@@ -41,7 +41,7 @@ FEATURES_VERSION = 1
 
 
 @dataclass
-class HeadsOptions(FrozenTarget, TrainerOptions):
+class HeadsOptions(FrozenTarget, RunOptions):
     target: str
     manifest: str = "zoo/code/manifest.json"
     tokenizer: Optional[str] = None  # default: the target's directory

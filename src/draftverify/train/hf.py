@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from .runner import UNBOUNDED_STEPS, check_finite
-from .trainer import TrainError
+from .settings import TrainError
 
 if TYPE_CHECKING:
     from .runner import Run

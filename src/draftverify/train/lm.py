@@ -27,13 +27,13 @@ from .lm_card import model_card
 from .losses import autocast, averaged_loss, evaluate, held_out_losses, lm_loss, next_token_losses
 from .presets import PRESETS, count_params, make_config
 from .runner import Run, load_checkpoint
+from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
 from .tokenizer import tokenizer_hash
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
-from .trainer import TrainerOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
 
 
 @dataclass
-class TrainOptions(TrainerOptions):
+class TrainOptions(RunOptions):
     tokenizer: str
     manifest: str
     out_dir: str
@@ -49,7 +49,7 @@ class TrainOptions(TrainerOptions):
     early_exit_share: float = 0.2  # its share of the run (of the larger of the step / time fractions)
     max_degradation: float = 0.03  # full-model held-out loss it may cost, else its weights are dropped
     _: KW_ONLY
-    eval_minutes: Optional[float] = 10.0  # eval_every_steps (TrainerOptions) overrides it when set
+    eval_minutes: Optional[float] = 10.0  # eval_every_steps (RunOptions) overrides it when set
 
     def validate(self) -> None:
         if self.preset not in PRESETS and self.init_from is None:

@@ -20,13 +20,13 @@ from typing import Callable, Optional
 import numpy as np
 
 from .runner import Run, load_checkpoint
-from .trainer import TrainerOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
 
 GLANCE_START, GLANCE_END = 0.5, 0.3
 
 
 @dataclass
-class NatOptions(TrainerOptions):
+class NatOptions(RunOptions):
     target: str
     out_dir: str
     train_targets: str  # distilled train targets, one a line (`train distill`)

@@ -30,14 +30,14 @@ from . import heads
 from .frozen import FrozenTarget, load_frozen_target
 from .nat import GLANCE_END, GLANCE_START, glance
 from .runner import Run, load_checkpoint
-from .trainer import TrainerOptions, TrainError, command_line, machine_name, seed_everything, to_device
+from .settings import RunOptions, TrainError, command_line, machine_name, seed_everything, to_device
 
 IGNORE = -100
 STATES_VERSION = 1
 
 
 @dataclass
-class NatLMOptions(FrozenTarget, TrainerOptions):
+class NatLMOptions(FrozenTarget, RunOptions):
     target: str
     out_dir: str
     export_dir: str = "zoo/code/nat"

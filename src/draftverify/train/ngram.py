@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Optional
 
 import numpy as np
 
-from .trainer import TrainError
+from .settings import TrainError
 
 
 @dataclass

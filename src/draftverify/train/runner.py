@@ -43,7 +43,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .trainer import TrainerOptions, TrainError, command_line, model_config
+from .settings import RunOptions, TrainError, command_line, model_config
 
 RUN_STATE = "run_state.json"  # the run's figures, next to each checkpoint's weights
 CHECKPOINT_PREFIX = "checkpoint-"  # transformers' checkpoint folders: checkpoint-<step>
@@ -92,7 +92,7 @@ class Run:
     def __init__(
         self,
         model,
-        opts: TrainerOptions,
+        opts: RunOptions,
         run_dir: str | os.PathLike,
         *,
         batches: Callable[[np.random.Generator], Any],

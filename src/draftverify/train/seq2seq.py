@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .runner import Run, load_checkpoint
-from .trainer import TrainerOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
 
 # Architectures (vocab_size, token ids filled in from the tokenizer). Sized for one CPU thread: see the card.
 PRESETS: dict[str, dict] = {
@@ -87,7 +87,7 @@ def make_config(preset: str, vocab_size: int, eos_id: int, dropout: float = 0.1)
 
 
 @dataclass
-class Seq2SeqOptions(TrainerOptions):
+class Seq2SeqOptions(RunOptions):
     tokenizer: str
     out_dir: str
     data: str = "../shared/data/multi30k_en_de"
