@@ -25,3 +25,10 @@ from draftverify.train.settings import RunOptions, TrainError
 def test_bad_options_are_rejected(kw, message):
     with pytest.raises(TrainError, match=message):
         RunOptions(**{"max_steps": 8, **kw}).validate_run()
+
+
+def test_a_required_flag_not_given_is_named():
+    from draftverify.train.early_exit import EarlyExitOptions
+
+    with pytest.raises(TrainError, match="^give --layer$"):
+        EarlyExitOptions(out_dir="o", max_steps=1).validate_run()

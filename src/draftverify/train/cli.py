@@ -6,6 +6,7 @@ Standalone: ``python -m draftverify.train.cli tokenizer|lm|bench ...``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import typer
 
 from ..cli_flags import settings_command
+from .early_exit import EarlyExitOptions
 from .flags import (
     MULTI30K,
     AlignFlags,
@@ -22,9 +24,7 @@ from .flags import (
     CorpusFlags,
     DistillFlags,
     Eagle3Flags,
-    EarlyExitFlags,
     HeadsFlags,
-    LmFlags,
     NatFlags,
     NgramFlags,
     Seq2SeqFlags,
@@ -32,6 +32,7 @@ from .flags import (
     TranslateTokenizerFlags,
     values,
 )
+from .lm import TrainOptions
 
 train_app = typer.Typer(
     name="train",
@@ -64,6 +65,11 @@ def _own_data(flags) -> dict:
 def _options(flags, *leave_out: str) -> dict:
     """The flags' values as a recipe's options, --data given as its corpus."""
     return {**values(flags, "data", *leave_out), **_own_data(flags)}
+
+
+def _as_run(opts):
+    """A recipe's options as its command's flags made them, with --data as its corpus and the command line."""
+    return dataclasses.replace(opts, **_own_data(opts), command=_command_line())
 
 
 def _command_line() -> str:
@@ -184,14 +190,14 @@ def corpus_cmd(flags: CorpusFlags) -> None:
 
 
 @train_app.command("lm")
-@settings_command(LmFlags)
-def lm_cmd(flags: LmFlags) -> None:
+@settings_command(TrainOptions, leave_out=("dtype",))  # no frozen model to set the precision of
+def lm_cmd(opts: TrainOptions) -> None:
     """Train (or resume) a LlamaForCausalLM from scratch on the code corpus and export it in fp16."""
     from . import lm
 
-    if flags.preset not in lm.PRESETS:
-        _fail(f"unknown preset {flags.preset!r}; choose one of: {', '.join(lm.PRESETS)}")
-    opts = lm.TrainOptions(**_options(flags), command=_command_line())
+    if opts.preset not in lm.PRESETS:
+        _fail(f"unknown preset {opts.preset!r}; choose one of: {', '.join(lm.PRESETS)}")
+    opts = _as_run(opts)
     try:
         summary = lm.train(opts, log=lambda m: typer.echo(m))
     except lm.TrainError as e:
@@ -208,13 +214,13 @@ def lm_cmd(flags: LmFlags) -> None:
 
 
 @train_app.command("early-exit")
-@settings_command(EarlyExitFlags)
-def early_exit_cmd(flags: EarlyExitFlags) -> None:
+@settings_command(EarlyExitOptions, leave_out=("dtype",))  # the target trains: float32
+def early_exit_cmd(opts: EarlyExitOptions) -> None:
     """BiLD early exit (section 4.4): fine-tune the target with the averaged loss of layer L and the last layer."""
-    from .early_exit import EarlyExitOptions, train_early_exit
+    from .early_exit import train_early_exit
     from .settings import TrainError
 
-    opts = EarlyExitOptions(**_options(flags), command=_command_line())
+    opts = _as_run(opts)
     try:
         info = train_early_exit(opts, log=lambda m: typer.echo(m))
     except TrainError as e:

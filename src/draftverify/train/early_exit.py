@@ -16,11 +16,13 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..options.declare import option
 from .export import export_model
 from .losses import autocast, averaged_loss, held_out_losses, next_token_losses
 from .presets import count_params
 from .runner import Run
 from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .shared_flags import OWN_DATA, shared, shared_flags
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
 
 
@@ -29,21 +31,25 @@ class DegradedError(TrainError):
 
 
 @dataclass
+@shared_flags
 class EarlyExitOptions(RunOptions):
-    target: str
-    layer: int
-    out_dir: str  # the exported fine-tuned target
-    work_dir: str = "runs/early-exit"  # checkpoint, log.jsonl, early_exit.json
-    manifest: str = "zoo/code/manifest.json"
-    tokenizer: Optional[str] = None  # default: the target's directory
-    cache_dir: Optional[str] = None  # default: <work_dir>/../token-cache (shared with `train lm`)
-    seq_len: int = 512
-    val_windows: int = 64
-    max_degradation: float = 0.03  # nats/token the full model may lose on the held-out windows
-    force: bool = False  # export even when it lost more
+    """`train early-exit`'s options, each its flag (the run options' too: RunOptions)."""
+
+    layer: int = option(..., "--layer", "Early-exit layer L: the first L layers form the small model.")
+    out_dir: str = shared(..., "Where to export the fine-tuned target.")
+    target: str = shared("zoo/code/target")
+    work_dir: str = shared("runs/early-exit")  # checkpoint, log.jsonl, early_exit.json
+    manifest: str = shared("zoo/code/manifest.json")
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    tokenizer: Optional[str] = shared(None)  # default: the target's directory
+    cache_dir: Optional[str] = shared(None, "Token cache directory (default: <work-dir>/../token-cache).")
+    seq_len: int = shared(512)
+    val_windows: int = shared(64)
+    max_degradation: float = shared(0.03)  # nats/token the full model may lose on the held-out windows
+    force: bool = option(False, "--force", "Export even when the full model degraded more.")
     _: KW_ONLY
-    lr: float = 1e-4
-    warmup_steps: int = 20
+    lr: float = shared(1e-4)
+    warmup_steps: int = shared(20)
 
     @property
     def tokenizer_dir(self) -> str:

@@ -1,89 +1,18 @@
-"""The train commands' flags, declared as dataclasses: one per command, its fields made with options/declare.option
-(default, flag, help), so cli_flags.settings_command builds each command's flags from it as generate's are built
-from the method options. A flag several recipes share (--seed, --lr, --max-minutes, --out, ...) is declared once,
-in SHARED; a recipe's field takes it with shared(default), its own default (and, where the flag means something
-else there, its own help). Field names are the recipes' option names (out_dir for --out), so a command passes
-the values on as they are (values()). No torch import: `draftverify --help` builds these commands."""
+"""The flags of the train commands that have no options dataclass of their own to declare them (tokenizer, corpus,
+bench, ngram, align, heads, bita, eagle3, translate-tokenizer, seq2seq, distill, nat), one dataclass per command,
+its fields made with options/declare.option or shared_flags.shared, so cli_flags.settings_command builds each
+command's flags from it. values() passes them on to a recipe's options as they are. No torch import:
+`draftverify --help` builds these commands."""
 
 from __future__ import annotations
 
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ..devices import DEVICE_HELP
 from ..options.declare import option
 from .corpus import PACKAGES_ROOT
-
-SHARED_KEY = "draftverify.train.shared"
-# field name -> (flag, help): the flags several recipes take, declared once
-SHARED: dict[str, tuple[str, str]] = {
-    "target": ("--target", "Exported target model directory."),
-    "manifest": ("--manifest", "Corpus manifest JSON."),
-    "tokenizer": ("--tokenizer", "Tokenizer directory (default: the target's)."),
-    "out_dir": ("--out", "Run directory (checkpoint/, log.jsonl)."),
-    "work_dir": ("--work-dir", "Checkpoints, caches and logs (resumable)."),
-    "export_dir": ("--export", "Where to export the fp16 model (default: <out>/export)."),
-    "cache_dir": ("--cache-dir", "Token cache directory (default: <out>/../token-cache)."),
-    "init_from": ("--init-from", "Continue from an exported model directory (fresh optimizer)."),
-    "preset": ("--preset", "Architecture preset."),
-    "data": ("--data", "Multi30k folder ({split}.{lang}.gz)."),
-    "src_lang": ("--src-lang", "Source language of the Multi30k files."),
-    "tgt_lang": ("--tgt-lang", "Target language of the Multi30k files."),
-    "train_targets": ("--train-targets", "Target-side sentences replacing the train references (distillation)."),
-    "val_fraction": ("--val-fraction", "Fraction of files held out for validation."),
-    "num_prompts": ("--num-prompts", "Training prompts from the train split."),
-    "eval_prompts": ("--eval-prompts", "Held-out prompts from the val split."),
-    "min_prompt_tokens": ("--min-prompt-tokens", "Shortest prompt (tokens)."),
-    "max_prompt_tokens": ("--max-prompt-tokens", "Longest prompt (tokens)."),
-    "new_tokens": ("--new-tokens", "Greedy target tokens per prompt."),
-    "generate_batch": ("--generate-batch", "Prompts per batched greedy generation call."),
-    "cuts": ("--cuts", "Random cut points per sequence per step."),
-    "seq_len": ("--seq-len", "Tokens per training window."),
-    "max_tokens": ("--max-tokens", "Padded tokens per batch (the longer side)."),
-    "batch_size": ("--batch-size", "Sequences per step."),
-    "max_minutes": ("--max-minutes", "Wall-clock training budget."),
-    "max_steps": ("--max-steps", "Maximum optimizer steps."),
-    "threads": ("--threads", "torch.set_num_threads (default: torch's)."),
-    "lr": ("--lr", "Peak learning rate."),
-    "warmup_steps": ("--warmup-steps", "Steps of linear learning-rate warm-up."),
-    "min_lr_ratio": ("--min-lr-ratio", "Final LR as a fraction of --lr."),
-    "weight_decay": ("--weight-decay", "AdamW weight decay."),
-    "grad_clip": ("--grad-clip", "Gradient norm clip."),
-    "seed": ("--seed", "Random seed (initialisation, data order)."),
-    "bf16": ("--bf16/--no-bf16", "bf16 autocast on CPU (default: the faster one measured on the dev box)."),
-    "eval_minutes": ("--eval-minutes", "Held-out evaluation interval (minutes)."),
-    "eval_every_steps": ("--eval-every", "Held-out evaluation interval in steps (overrides --eval-minutes)."),
-    "val_windows": ("--val-windows", "Number of fixed validation windows."),
-    "checkpoint_minutes": ("--checkpoint-minutes", "Checkpoint interval (minutes)."),
-    "log_every": ("--log-every", "Log a line / JSONL record every N steps."),
-    "progress": ("--progress/--no-progress", "Progress bar (default: if a tty)."),
-    "max_degradation": ("--max-degradation", "Largest rise of the full model's held-out loss (nats) that is kept."),
-    "device": ("--device", DEVICE_HELP + " Every model and batch of the run lives there."),
-    "dtype": (
-        "--dtype",
-        "Precision of the frozen models the recipe reads (the target): auto (float32 on cpu, bfloat16 on a CUDA GPU "
-        "that supports it else float16, float16 on mps), float32, bfloat16 or float16; trained weights stay float32.",
-    ),
-}
-OWN_DATA = (
-    "Your own text instead of --manifest: a folder of text files (read recursively: .txt, .py, .md, ...) or a .jsonl "
-    'with a "text" field (or "prompt" / "completion"), tokenized with the target\'s tokenizer.'
-)
-
-
-def shared(default: Any, help: str | None = None) -> Any:
-    """A field taking the SHARED flag of its name, with this recipe's default (and help, where it differs)."""
-    return field(default=default, metadata={SHARED_KEY: help})
-
-
-def recipe_flags(cls: type) -> type:
-    """@dataclass(frozen=True) for a command's flags, each shared(...) field given its SHARED flag and help."""
-    for name, value in list(vars(cls).items()):
-        if isinstance(value, Field) and SHARED_KEY in value.metadata:
-            flag, help_text = SHARED[name]
-            setattr(cls, name, option(value.default, flag, value.metadata[SHARED_KEY] or help_text))
-    return dataclass(frozen=True)(cls)
+from .shared_flags import OWN_DATA, recipe_flags, shared
 
 
 def values(flags: Any, *leave_out: str) -> dict[str, Any]:
@@ -136,74 +65,6 @@ class CorpusFlags:
     )
     download: bool = option(True, "--download/--no-download", "Fetch wheels (else use --wheel-dir as is).")
     val_fraction: float = shared(0.02)
-
-
-@recipe_flags
-class LmFlags(DeviceFlags):
-    tokenizer: Path = shared(Path("zoo/code/tokenizer"), "Tokenizer directory.")
-    manifest: Path = shared(CODE_MANIFEST)
-    data: Path | None = shared(None, OWN_DATA)
-    preset: str = shared("target", "Architecture preset: target | draft (| tiny).")
-    out_dir: Path = shared(...)
-    export_dir: Path | None = shared(None)
-    cache_dir: Path | None = shared(None)
-    max_minutes: float | None = shared(None)
-    max_steps: int | None = shared(None)
-    threads: int | None = shared(None)
-    batch_size: int = shared(8)
-    seq_len: int = shared(512)
-    lr: float = shared(8e-4)
-    warmup_steps: int = shared(100)
-    min_lr_ratio: float = shared(0.1)
-    weight_decay: float = shared(0.1)
-    grad_clip: float = shared(1.0)
-    seed: int = shared(1234)
-    init_from: Path | None = shared(None)
-    bf16: bool | None = shared(None)
-    eval_minutes: float = shared(10.0)
-    eval_every_steps: int | None = shared(None)
-    val_windows: int = shared(64)
-    checkpoint_minutes: float = shared(10.0)
-    log_every: int = shared(10)
-    progress: bool | None = shared(None)
-    early_exit_layer: int | None = option(
-        None, "--early-exit-layer", "End the run with BiLD 4.4's averaged loss of this layer and the last."
-    )
-    early_exit_share: float = option(0.2, "--early-exit-share", "Share of the run in that phase.")
-    max_degradation: float = shared(
-        0.03, "Drop the phase's weights if the full model's held-out loss rose more (nats)."
-    )
-
-
-@recipe_flags
-class EarlyExitFlags(DeviceFlags):
-    target: Path = shared(CODE_TARGET)
-    layer: int = option(..., "--layer", "Early-exit layer L: the first L layers form the small model.")
-    out_dir: Path = shared(..., "Where to export the fine-tuned target.")
-    work_dir: Path = shared(Path("runs/early-exit"))
-    manifest: Path = shared(CODE_MANIFEST)
-    data: Path | None = shared(None, OWN_DATA)
-    tokenizer: Path | None = shared(None)
-    cache_dir: Path | None = shared(None, "Token cache directory (default: <work-dir>/../token-cache).")
-    max_degradation: float = shared(0.03)
-    force: bool = option(False, "--force", "Export even when the full model degraded more.")
-    max_minutes: float | None = shared(None)
-    max_steps: int | None = shared(None)
-    lr: float = shared(1e-4)
-    batch_size: int = shared(8)
-    seq_len: int = shared(512)
-    warmup_steps: int = shared(20)
-    min_lr_ratio: float = shared(0.1)
-    weight_decay: float = shared(0.1)
-    grad_clip: float = shared(1.0)
-    val_windows: int = shared(64)
-    threads: int | None = shared(None)
-    bf16: bool | None = shared(None)
-    eval_every_steps: int | None = shared(None)
-    checkpoint_minutes: float = shared(10.0)
-    log_every: int = shared(10)
-    seed: int = shared(1234)
-    progress: bool | None = shared(None)
 
 
 @recipe_flags

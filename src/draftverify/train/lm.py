@@ -21,6 +21,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..options.declare import option
 from . import corpus as corpus_mod
 from .export import export_model
 from .lm_card import model_card
@@ -28,28 +29,38 @@ from .losses import autocast, averaged_loss, evaluate, held_out_losses, lm_loss,
 from .presets import PRESETS, count_params, make_config
 from .runner import Run, load_checkpoint
 from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .shared_flags import OWN_DATA, shared, shared_flags
 from .tokenizer import tokenizer_hash
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
 
 
 @dataclass
+@shared_flags
 class TrainOptions(RunOptions):
-    tokenizer: str
-    manifest: str
-    out_dir: str
-    preset: str = "target"
-    export_dir: Optional[str] = None  # default: out_dir/export
-    cache_dir: Optional[str] = None  # default: out_dir/../token-cache
-    init_from: Optional[str] = None
-    seq_len: int = 512
-    val_windows: int = 64
+    """`train lm`'s options, each its flag (the run options' too: RunOptions)."""
+
+    out_dir: str = shared(...)
+    tokenizer: str = shared("zoo/code/tokenizer", "Tokenizer directory.")
+    manifest: str = shared("zoo/code/manifest.json")
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    preset: str = shared("target", "Architecture preset: target | draft (| tiny).")
+    export_dir: Optional[str] = shared(None)  # default: out_dir/export
+    cache_dir: Optional[str] = shared(None)  # default: out_dir/../token-cache
+    init_from: Optional[str] = shared(None)
+    seq_len: int = shared(512)
+    val_windows: int = shared(64)
     config_overrides: dict = field(default_factory=dict)
     export: bool = True
-    early_exit_layer: Optional[int] = None  # BiLD 4.4 averaged-loss phase at the end of the run
-    early_exit_share: float = 0.2  # its share of the run (of the larger of the step / time fractions)
-    max_degradation: float = 0.03  # full-model held-out loss it may cost, else its weights are dropped
+    early_exit_layer: Optional[int] = option(
+        None, "--early-exit-layer", "End the run with BiLD 4.4's averaged loss of this layer and the last."
+    )
+    early_exit_share: float = option(0.2, "--early-exit-share", "Share of the run in that phase.")
+    max_degradation: float = shared(
+        0.03, "Drop the phase's weights if the full model's held-out loss rose more (nats)."
+    )
     _: KW_ONLY
-    eval_minutes: Optional[float] = 10.0  # eval_every_steps (RunOptions) overrides it when set
+    lr: float = shared(8e-4)
+    eval_minutes: Optional[float] = shared(10.0)  # eval_every_steps (RunOptions) overrides it when set
 
     def validate(self) -> None:
         if self.preset not in PRESETS and self.init_from is None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from .shared_flags import shared, shared_flags
+
 # bf16 autocast (fp32 master weights and optimizer): a CPU with bf16 instructions trains faster with it than in
 # fp32 (`draftverify train bench` compares the two on the machine at hand); --no-bf16 turns it off
 DEFAULT_BF16 = True
@@ -24,34 +26,42 @@ class TrainError(RuntimeError):
 
 
 @dataclass(kw_only=True)
+@shared_flags
 class RunOptions:
-    """Optimizer, schedule, budgets and run settings every recipe shares. Keyword-only, so a recipe's options
-    (a subclass) can add positional fields and redeclare one of these to change its default."""
+    """Optimizer, schedule, budgets and run settings every recipe shares, each its flag (train/shared_flags.py).
+    Keyword-only, so a recipe's options (a subclass) can add positional fields and redeclare one of these with
+    shared(its default) to change its default."""
 
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 100
-    weight_decay: float = 0.1
+    lr: float = shared(1e-3)
+    min_lr_ratio: float = shared(0.1)
+    warmup_steps: int = shared(100)
+    weight_decay: float = shared(0.1)
     beta1: float = 0.9
     beta2: float = 0.95
-    grad_clip: float = 1.0
-    max_steps: Optional[int] = None
-    max_minutes: Optional[float] = None
-    threads: Optional[int] = None
-    bf16: Optional[bool] = None  # None -> DEFAULT_BF16
-    batch_size: int = 8
-    seed: int = 1234
-    eval_every_steps: Optional[int] = None  # held-out evaluation every N steps ...
-    eval_minutes: Optional[float] = None  # ... or every N minutes (eval_every_steps wins); always at the end
-    checkpoint_minutes: float = 10.0
-    log_every: int = 10
-    progress: Optional[bool] = None  # None -> tqdm bar iff stderr is a tty
+    grad_clip: float = shared(1.0)
+    max_steps: Optional[int] = shared(None)
+    max_minutes: Optional[float] = shared(None)
+    threads: Optional[int] = shared(None)
+    bf16: Optional[bool] = shared(None)  # None -> DEFAULT_BF16
+    batch_size: int = shared(8)
+    seed: int = shared(1234)
+    eval_every_steps: Optional[int] = shared(None)  # held-out evaluation every N steps ...
+    eval_minutes: Optional[float] = shared(None)  # ... or every N minutes (eval_every_steps wins); always at the end
+    checkpoint_minutes: float = shared(10.0)
+    log_every: int = shared(10)
+    progress: Optional[bool] = shared(None)  # None -> tqdm bar iff stderr is a tty
     command: Optional[str] = None  # recorded in the model card
-    device: str = "cpu"  # cpu, cuda, cuda:N or mps: the models and every batch live there
-    dtype: str = "auto"  # a frozen target's precision (devices.resolve_dtype); trained weights stay float32
+    device: str = shared("cpu")  # cpu, cuda, cuda:N or mps: the models and every batch live there
+    dtype: str = shared("auto")  # a frozen target's precision (devices.resolve_dtype); trained weights stay float32
 
     def validate_run(self) -> None:
-        """The checks of these fields, with the same messages for every recipe (raise TrainError)."""
+        """The checks of these fields, with the same messages for every recipe (raise TrainError); and that every
+        required flag of the recipe's (declared with default ``...``) was given."""
+        from ..options.declare import declared
+
+        for f, opt in declared(type(self)):
+            if getattr(self, f.name) is ...:
+                raise TrainError(f"give {opt.flag}")
         if self.max_steps is None and self.max_minutes is None:
             raise TrainError("give --max-steps and/or --max-minutes")
         for name in (
