@@ -29,3 +29,10 @@ def test_the_optimizer_steps_at_the_scheduled_rates(tmp_path):
         [5e-3, 1e-2, 5e-3, 1e-2 * 0.5 * (1 + np.cos(0.75 * np.pi))], abs=1e-9
     )  # warm-up, then the cosine over the steps done before each: 2/4, 3/4
     assert all(r["grad_norm"] > 0 for r in recs if not r.get("final"))
+
+
+def test_transformers_mixed_precision_is_the_options_bf16(tmp_path):
+    from draftverify.train.hf import training_arguments
+
+    assert training_arguments(_run(tmp_path / "a", _opts(bf16=True))).bf16
+    assert not training_arguments(_run(tmp_path / "b", _opts(bf16=False))).bf16

@@ -32,3 +32,14 @@ def test_a_required_flag_not_given_is_named():
 
     with pytest.raises(TrainError, match="^give --layer$"):
         EarlyExitOptions(out_dir="o", max_steps=1).validate_run()
+
+
+def test_the_frozen_target_recipes_whose_losses_have_no_autocast_train_in_float32():
+    from draftverify.train.bita import BitaOptions
+    from draftverify.train.eagle3 import Eagle3TrainOptions
+    from draftverify.train.heads import HeadsOptions
+    from draftverify.train.lm import TrainOptions
+
+    for cls in (HeadsOptions, BitaOptions, Eagle3TrainOptions):
+        assert not cls(target="t", max_steps=1).use_bf16, cls.__name__
+    assert TrainOptions(out_dir="o", max_steps=1).use_bf16  # the LM recipes keep bf16 autocast by default

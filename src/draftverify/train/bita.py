@@ -55,6 +55,7 @@ class BitaOptions(FrozenTarget, RunOptions):
     gen_batch: int = 32  # prompts generated together
     cuts: int = 16  # cut points per sequence per step
     _: KW_ONLY
+    bf16: Optional[bool] = False  # float32: as the zoo's copy was trained (--bf16 opts in where the command has it)
     batch_size: int = 8  # sequences per step
     lr: float = 3e-2  # the paper's
     warmup_steps: int = 20

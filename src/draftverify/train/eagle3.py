@@ -51,6 +51,7 @@ class Eagle3TrainOptions(FrozenTarget, RunOptions):
     new_tokens: int = 64
     generate_batch: int = 32
     _: KW_ONLY
+    bf16: Optional[bool] = False  # float32: as the zoo's copy was trained (--bf16 opts in where the command has it)
     seed: int = 1234
     batch_size: int = 8  # sequences per step
     lr: float = 1e-3

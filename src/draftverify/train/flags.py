@@ -194,7 +194,7 @@ class Eagle3Flags(FrozenDeviceFlags):
     batch_size: int = shared(8)
     warmup_steps: int = shared(20)
     threads: int | None = shared(None)
-    bf16: bool | None = shared(None)
+    bf16: bool | None = shared(False, "bf16 autocast (default: float32, as the zoo's head was trained).")
     checkpoint_minutes: float = shared(5.0)
     log_every: int = shared(10)
     seed: int = shared(1234)

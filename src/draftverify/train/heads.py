@@ -56,6 +56,7 @@ class HeadsOptions(FrozenTarget, RunOptions):
     new_tokens: int = 64
     generate_batch: int = 32  # prompts per batched generate call (equal-length groups within it)
     _: KW_ONLY
+    bf16: Optional[bool] = False  # float32: as the zoo's copy was trained (--bf16 opts in where the command has it)
     seed: int = 1234
     batch_size: int = 512  # positions per step
     lr: float = 2e-3
