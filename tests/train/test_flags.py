@@ -12,27 +12,40 @@ import typer
 
 from draftverify.options.declare import declared, default_of
 from draftverify.train import flags as train_flags, shared_flags
+from draftverify.train.align import AlignOptions
+from draftverify.train.bita import BitaOptions
 from draftverify.train.cli import train_app
+from draftverify.train.eagle3 import Eagle3TrainOptions
 from draftverify.train.early_exit import EarlyExitOptions
+from draftverify.train.heads import HeadsOptions
 from draftverify.train.lm import TrainOptions
+from draftverify.train.ngram import NgramOptions
+from draftverify.train.seq2seq import Seq2SeqOptions
 
 # a recipe's options are its command's flags, less the run options it has no use for
-LEFT_OUT = {"lm": {"dtype"}, "early-exit": {"dtype"}}
+LEFT_OUT = {
+    "lm": {"dtype"},
+    "early-exit": {"dtype"},
+    "heads": {"eval_every_steps", "eval_minutes"},
+    "eagle3": {"eval_every_steps", "eval_minutes"},
+    "bita": {"eval_every_steps", "eval_minutes"},
+    "seq2seq": {"batch_size", "device", "dtype"},
+}
 COMMANDS = {
     "tokenizer": train_flags.TokenizerFlags,
     "corpus": train_flags.CorpusFlags,
     "lm": TrainOptions,
     "early-exit": EarlyExitOptions,
     "bench": train_flags.BenchFlags,
-    "ngram": train_flags.NgramFlags,
-    "align": train_flags.AlignFlags,
-    "heads": train_flags.HeadsFlags,
-    "bita": train_flags.BitaFlags,
+    "ngram": NgramOptions,
+    "align": AlignOptions,
+    "heads": HeadsOptions,
+    "bita": BitaOptions,
     "translate-tokenizer": train_flags.TranslateTokenizerFlags,
-    "seq2seq": train_flags.Seq2SeqFlags,
+    "seq2seq": Seq2SeqOptions,
     "distill": train_flags.DistillFlags,
     "nat": train_flags.NatFlags,
-    "eagle3": train_flags.Eagle3Flags,
+    "eagle3": Eagle3TrainOptions,
 }
 
 

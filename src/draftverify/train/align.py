@@ -30,12 +30,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..options.declare import option
 from . import corpus as corpus_mod
 from .export import export_model
 from .losses import autocast
 from .presets import count_params
 from .runner import Run, load_checkpoint
 from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads, to_device
+from .shared_flags import OWN_DATA, shared, shared_flags
 from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
 
 CACHE_VERSION = 1
@@ -68,26 +70,32 @@ class AlignError(TrainError):
 
 
 @dataclass
+@shared_flags
 class AlignOptions(RunOptions):
-    target: str
-    draft: str
-    manifest: str = "zoo/code/manifest.json"
-    tokenizer: Optional[str] = None  # default: the target's directory
-    out_dir: str = "zoo/code/draft-aligned"  # exported aligned draft
-    work_dir: str = "runs/align"  # generations cache, eval caches, fine-tune checkpoint, logs
-    generations: Optional[str] = None  # default: <work_dir>/generations.jsonl
-    num_prompts: int = 1000
-    eval_prompts: int = 64
-    min_prompt_tokens: int = 64
-    max_prompt_tokens: int = 256
-    new_tokens: int = 128
-    gamma: int = 5
+    """`train align`'s options, each its flag (the run options' too: RunOptions)."""
+
+    target: str = shared("zoo/code/target")
+    manifest: str = shared("zoo/code/manifest.json")
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    tokenizer: Optional[str] = shared(None)  # default: the target's directory
+    draft: str = option("zoo/code/draft", "--draft", "Exported draft model directory to align.")
+    out_dir: str = shared("zoo/code/draft-aligned", "Where to export the aligned draft.")
+    work_dir: str = shared("runs/align")  # generations cache, eval caches, fine-tune checkpoint, logs
+    generations: Optional[str] = option(
+        None, "--generations", "Calibration generations JSONL (default: <work-dir>/generations.jsonl)."
+    )
+    num_prompts: int = shared(1000)
+    eval_prompts: int = shared(64, "Held-out prompts from the val split for alpha before/after (0 = skip).")
+    min_prompt_tokens: int = shared(64)
+    max_prompt_tokens: int = shared(256)
+    new_tokens: int = shared(128)
+    gamma: int = option(5, "--gamma", "Draft length for generation and the alpha measurement.")
     # fine-tune; the optimizer / schedule / budget fields (keyword-only) are RunOptions'
     _: KW_ONLY
-    batch_size: int = 16
-    lr: float = 5e-4
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
+    batch_size: int = shared(16, "Sequences (prompt + continuation) per step.")
+    lr: float = shared(5e-4)
+    warmup_steps: int = shared(20)
+    weight_decay: float = shared(0.0)
 
     @property
     def tokenizer_dir(self) -> str:

@@ -27,40 +27,48 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..cache import cache_argument
+from ..options.declare import option
 from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .runner import Run
 from .settings import RunOptions, command_line, machine_name, seed_everything, to_device
+from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
 
 STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
 
 
 @dataclass
+@shared_flags
 class BitaOptions(FrozenTarget, RunOptions):
-    target: str
-    manifest: str = "zoo/code/manifest.json"
-    tokenizer: Optional[str] = None  # default: the target's directory
-    out_dir: str = "zoo/code/bita"
-    work_dir: str = "runs/bita"
-    prompt: str = "deep"  # none | shallow | deep
-    num_masks: int = 3
-    num_prompts: int = 16
-    num_train: int = 512  # training prompts (train split)
-    eval_prompts: int = 32  # held-out prompts (val split)
-    min_prompt_tokens: int = 32
-    max_prompt_tokens: int = 128
-    new_tokens: int = 96
-    gen_batch: int = 32  # prompts generated together
-    cuts: int = 16  # cut points per sequence per step
+    """`train bita`'s options, each its flag (the run options' too: RunOptions)."""
+
+    target: str = shared("zoo/code/target")
+    manifest: str = shared(
+        "zoo/code/manifest.json", "Corpus manifest JSON (without the unpacked corpus: its stdlib files, read locally)."
+    )
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    tokenizer: Optional[str] = shared(None)  # default: the target's directory
+    out_dir: str = shared("zoo/code/bita", "Where to save the adapter (safetensors + JSON + card).")
+    work_dir: str = shared("runs/bita")
+    prompt: str = option("deep", "--prompt", "Prompt tokens: none (mask tokens only), shallow or deep.")
+    num_masks: int = option(3, "--num-masks", "M mask tokens (look-ahead positions).")
+    num_prompts: int = shared(16, "P prompt tokens (shallow / deep).")
+    num_train: int = option(512, "--num-train", "Training prompts from the train split.")
+    eval_prompts: int = shared(32)  # held-out prompts (val split)
+    min_prompt_tokens: int = shared(32)
+    max_prompt_tokens: int = shared(128)
+    new_tokens: int = shared(96)
+    gen_batch: int = option(32, "--gen-batch", "Prompts generated together (batched greedy).")
+    cuts: int = shared(16)  # cut points per sequence per step
     _: KW_ONLY
-    bf16: Optional[bool] = False  # float32: as the zoo's copy was trained (--bf16 opts in where the command has it)
-    batch_size: int = 8  # sequences per step
-    lr: float = 3e-2  # the paper's
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
-    seed: int = 1234
+    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
+    batch_size: int = shared(8)  # sequences per step
+    lr: float = shared(3e-2)  # the paper's
+    warmup_steps: int = shared(20)
+    weight_decay: float = shared(0.0)
+    checkpoint_minutes: float = shared(2.0)
+    log_every: int = shared(20)
 
     def validate(self) -> None:
         self.validate_frozen(("num_masks", "num_train", "new_tokens", "gen_batch", "cuts"))
@@ -208,6 +216,7 @@ def mask_logits(model, adapter, ids, cut, prefix=None):
     import torch
     from transformers.cache_utils import DynamicCache
 
+    from ..cache import cache_argument
     from ..prefix import attend_prefix, prefix_columns, prefix_length
 
     batch, width = ids.shape

@@ -15,24 +15,24 @@ from pathlib import Path
 import typer
 
 from ..cli_flags import settings_command
+from .align import AlignOptions
+from .bita import BitaOptions
+from .eagle3 import Eagle3TrainOptions
 from .early_exit import EarlyExitOptions
 from .flags import (
     MULTI30K,
-    AlignFlags,
     BenchFlags,
-    BitaFlags,
     CorpusFlags,
     DistillFlags,
-    Eagle3Flags,
-    HeadsFlags,
     NatFlags,
-    NgramFlags,
-    Seq2SeqFlags,
     TokenizerFlags,
     TranslateTokenizerFlags,
     values,
 )
+from .heads import HeadsOptions
 from .lm import TrainOptions
+from .ngram import NgramOptions
+from .seq2seq import Seq2SeqOptions
 
 train_app = typer.Typer(
     name="train",
@@ -257,13 +257,13 @@ def bench_cmd(flags: BenchFlags) -> None:
 
 
 @train_app.command("ngram")
-@settings_command(NgramFlags)
-def ngram_cmd(flags: NgramFlags) -> None:
+@settings_command(NgramOptions)
+def ngram_cmd(opts: NgramOptions) -> None:
     """Build the n-gram drafter's table from the corpus training split (or target generations)."""
-    from .ngram import NgramOptions, build
+    from .ngram import build
     from .settings import TrainError
 
-    opts = NgramOptions(**_options(flags), command=_command_line())
+    opts = _as_run(opts)
     try:
         summary = build(opts, log=lambda m: typer.echo(m))
     except TrainError as e:
@@ -288,13 +288,13 @@ def ngram_cmd(flags: NgramFlags) -> None:
 
 
 @train_app.command("align")
-@settings_command(AlignFlags)
-def align_cmd(flags: AlignFlags) -> None:
+@settings_command(AlignOptions)
+def align_cmd(opts: AlignOptions) -> None:
     """BiLD prediction alignment: fine-tune the draft on the target's greedy outputs; report alpha before/after."""
-    from .align import AlignOptions, align
+    from .align import align
     from .settings import TrainError
 
-    opts = AlignOptions(**_options(flags), command=_command_line())
+    opts = _as_run(opts)
     try:
         info = align(opts, log=lambda m: typer.echo(m))
     except TrainError as e:
@@ -319,13 +319,13 @@ def align_cmd(flags: AlignFlags) -> None:
 
 
 @train_app.command("heads")
-@settings_command(HeadsFlags)
-def heads_cmd(flags: HeadsFlags) -> None:
+@settings_command(HeadsOptions, leave_out=("eval_every_steps", "eval_minutes"))  # no held-out loss to evaluate
+def heads_cmd(opts: HeadsOptions) -> None:
     """Blockwise parallel decoding heads on a frozen target, trained on its own greedy continuations."""
     from . import lm
-    from .heads import HeadsOptions, train_heads
+    from .heads import train_heads
 
-    opts = HeadsOptions(**_options(flags), command=_command_line())
+    opts = _as_run(opts)
     try:
         info = train_heads(opts, log=lambda m: typer.echo(m))
     except lm.TrainError as e:
@@ -334,19 +334,19 @@ def heads_cmd(flags: HeadsFlags) -> None:
         raise typer.Exit(130)
     typer.echo(
         json.dumps(
-            {"heldout_accuracy": info["heldout_accuracy"]["after"], "steps": info["steps"], "out": str(flags.out_dir)}
+            {"heldout_accuracy": info["heldout_accuracy"]["after"], "steps": info["steps"], "out": str(opts.out_dir)}
         )
     )
 
 
 @train_app.command("eagle3")
-@settings_command(Eagle3Flags)
-def eagle3_cmd(flags: Eagle3Flags) -> None:
+@settings_command(Eagle3TrainOptions, leave_out=("eval_every_steps", "eval_minutes"))  # no held-out loss
+def eagle3_cmd(opts: Eagle3TrainOptions) -> None:
     """An EAGLE-3 head on a frozen target's own features, trained on its greedy tokens with a training-time test."""
     from . import lm
-    from .eagle3 import Eagle3TrainOptions, train_eagle3
+    from .eagle3 import train_eagle3
 
-    opts = Eagle3TrainOptions(**_options(flags), command=_command_line())
+    opts = _as_run(opts)
     try:
         info = train_eagle3(opts, log=lambda m: typer.echo(m))
     except lm.TrainError as e:
@@ -354,17 +354,17 @@ def eagle3_cmd(flags: Eagle3Flags) -> None:
     if info.get("stopped"):
         raise typer.Exit(130)
     after = info["heldout_acceptance"]["after"]
-    typer.echo(json.dumps({"heldout_acceptance": after, "steps": info["steps"], "out": str(flags.out_dir)}))
+    typer.echo(json.dumps({"heldout_acceptance": after, "steps": info["steps"], "out": opts.out_dir}))
 
 
 @train_app.command("bita")
-@settings_command(BitaFlags)
-def bita_cmd(flags: BitaFlags) -> None:
+@settings_command(BitaOptions, leave_out=("eval_every_steps", "eval_minutes"))  # no held-out loss to evaluate
+def bita_cmd(opts: BitaOptions) -> None:
     """BiTA mask and prompt tokens on a frozen target, trained on its own greedy continuations (SAR loss)."""
     from . import lm
-    from .bita import BitaOptions, train_bita
+    from .bita import train_bita
 
-    opts = BitaOptions(**_options(flags), command=_command_line())
+    opts = _as_run(opts)
     try:
         info = train_bita(opts, log=lambda m: typer.echo(m))
     except lm.TrainError as e:
@@ -378,7 +378,7 @@ def bita_cmd(flags: BitaFlags) -> None:
                 "steps": info["steps"],
                 "parameters": info["parameters"],
                 "parameter_share": info["parameter_share"],
-                "out": str(flags.out_dir),
+                "out": opts.out_dir,
             }
         )
     )
@@ -402,14 +402,14 @@ def translate_tokenizer_cmd(flags: TranslateTokenizerFlags) -> None:
 
 
 @train_app.command("seq2seq")
-@settings_command(Seq2SeqFlags)
-def seq2seq_cmd(flags: Seq2SeqFlags) -> None:
+@settings_command(Seq2SeqOptions, leave_out=("batch_size", "device", "dtype"))  # batches by tokens, on the CPU
+def seq2seq_cmd(opts: Seq2SeqOptions) -> None:
     """Train (or resume) a MarianMTModel translation model; export it in fp16 and score it with sacrebleu."""
-    from .seq2seq import Seq2SeqOptions, train
+    from .seq2seq import train
     from .settings import TrainError
     from .tokenizer import TokenizerError
 
-    opts = Seq2SeqOptions(**values(flags), command=_command_line())
+    opts = dataclasses.replace(opts, command=_command_line())
     try:
         report = train(opts, log=lambda m: typer.echo(m))
     except (TrainError, TokenizerError) as e:

@@ -22,11 +22,13 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from ..options.declare import option
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .heads import greedy_data
 from .lm import TrainError
 from .runner import Run
 from .settings import RunOptions, command_line, machine_name, seed_everything, to_device
+from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
     import torch
@@ -36,27 +38,33 @@ STEP_DECAY = 0.8  # EAGLE-3's weight of training-time-test step s: 0.8^s
 
 
 @dataclass
+@shared_flags
 class Eagle3TrainOptions(FrozenTarget, RunOptions):
-    target: str
-    manifest: str = "zoo/code/manifest.json"
-    tokenizer: Optional[str] = None  # default: the target's directory
-    out_dir: str = "zoo/code/eagle3"
-    work_dir: str = "runs/eagle3"  # generations, features, checkpoint
-    ttt_steps: int = 6  # k: training-time-test steps
-    intermediate_size: Optional[int] = None  # the head's MLP (default: the target's)
-    num_prompts: int = 400
-    eval_prompts: int = 48
-    min_prompt_tokens: int = 32
-    max_prompt_tokens: int = 128
-    new_tokens: int = 64
-    generate_batch: int = 32
+    """`train eagle3`'s options, each its flag (the run options' too: RunOptions)."""
+
+    target: str = shared("zoo/code/target")
+    manifest: str = shared("zoo/code/manifest.json")
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    tokenizer: Optional[str] = shared(None)  # default: the target's directory
+    out_dir: str = shared("zoo/code/eagle3", "Where to save the head (EAGLE-3 checkpoint layout + card).")
+    work_dir: str = shared("runs/eagle3")  # generations, features, checkpoint
+    ttt_steps: int = option(6, "--ttt-steps", "Training-time-test steps k (the head fed its own outputs); 1..16.")
+    intermediate_size: Optional[int] = option(
+        None, "--intermediate-size", "The head's MLP size (default: the target's)."
+    )
+    num_prompts: int = shared(400)
+    eval_prompts: int = shared(48)
+    min_prompt_tokens: int = shared(32)
+    max_prompt_tokens: int = shared(128)
+    new_tokens: int = shared(64)
+    generate_batch: int = shared(32)
     _: KW_ONLY
-    bf16: Optional[bool] = False  # float32: as the zoo's copy was trained (--bf16 opts in where the command has it)
-    seed: int = 1234
-    batch_size: int = 8  # sequences per step
-    lr: float = 1e-3
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
+    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
+    batch_size: int = shared(8)  # sequences per step
+    lr: float = shared(1e-3)
+    warmup_steps: int = shared(20)
+    weight_decay: float = shared(0.0)
+    checkpoint_minutes: float = shared(5.0)
 
     def validate(self) -> None:
         self.validate_frozen(("num_prompts", "eval_prompts", "new_tokens", "generate_batch"))

@@ -26,11 +26,13 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
 
+from ..options.declare import option
 from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .runner import Run
 from .settings import RunOptions, command_line, machine_name, seed_everything
+from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
 from .tokenizer import tokenizer_hash
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
@@ -41,27 +43,32 @@ FEATURES_VERSION = 1
 
 
 @dataclass
+@shared_flags
 class HeadsOptions(FrozenTarget, RunOptions):
-    target: str
-    manifest: str = "zoo/code/manifest.json"
-    tokenizer: Optional[str] = None  # default: the target's directory
-    out_dir: str = "zoo/code/heads"
-    work_dir: str = "runs/heads"  # generations, features, checkpoint
-    num_heads: int = 4  # h, counting head 1 (the target)
-    ffn_size: Optional[int] = None  # default: the target's hidden size
-    num_prompts: int = 400
-    eval_prompts: int = 48
-    min_prompt_tokens: int = 32
-    max_prompt_tokens: int = 128
-    new_tokens: int = 64
-    generate_batch: int = 32  # prompts per batched generate call (equal-length groups within it)
+    """`train heads`' options, each its flag (the run options' too: RunOptions)."""
+
+    target: str = shared("zoo/code/target")
+    manifest: str = shared("zoo/code/manifest.json")
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    tokenizer: Optional[str] = shared(None)  # default: the target's directory
+    out_dir: str = shared("zoo/code/heads", "Where to save the heads (safetensors + JSON).")
+    work_dir: str = shared("runs/heads")  # generations, features, checkpoint
+    num_heads: int = option(4, "--num-heads", "h, counting head 1 (the target itself); 2..9.")
+    ffn_size: Optional[int] = option(None, "--ffn-size", "Hidden layer of each head (default: hidden size).")
+    num_prompts: int = shared(400)
+    eval_prompts: int = shared(48)
+    min_prompt_tokens: int = shared(32)
+    max_prompt_tokens: int = shared(128)
+    new_tokens: int = shared(64)
+    generate_batch: int = shared(32)  # prompts per batched generate call (equal-length groups within it)
     _: KW_ONLY
-    bf16: Optional[bool] = False  # float32: as the zoo's copy was trained (--bf16 opts in where the command has it)
-    seed: int = 1234
-    batch_size: int = 512  # positions per step
-    lr: float = 2e-3
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
+    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
+    batch_size: int = shared(512, "Positions per step.")
+    lr: float = shared(2e-3)
+    warmup_steps: int = shared(20)
+    weight_decay: float = shared(0.0)
+    checkpoint_minutes: float = shared(2.0)
+    log_every: int = shared(50)
 
     def validate(self) -> None:
         self.validate_frozen(("num_prompts", "eval_prompts", "new_tokens", "generate_batch"))

@@ -21,8 +21,10 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..options.declare import option
 from .runner import Run, load_checkpoint
 from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .shared_flags import shared, shared_flags
 
 # Architectures (vocab_size, token ids filled in from the tokenizer). Sized for one CPU thread: see the card.
 PRESETS: dict[str, dict] = {
@@ -87,28 +89,34 @@ def make_config(preset: str, vocab_size: int, eos_id: int, dropout: float = 0.1)
 
 
 @dataclass
+@shared_flags
 class Seq2SeqOptions(RunOptions):
-    tokenizer: str
-    out_dir: str
-    data: str = "../shared/data/multi30k_en_de"
-    src_lang: str = "en"
-    tgt_lang: str = "de"
-    preset: str = "target"
-    export_dir: Optional[str] = None  # default: out_dir/export
-    max_tokens: int = 2048  # padded tokens per batch (the longer side)
+    """`train seq2seq`'s options, each its flag (the run options' too: RunOptions)."""
+
+    out_dir: str = shared(...)
+    tokenizer: str = shared("zoo/translate/tokenizer", "Joint tokenizer directory.")
+    data: str = shared("../shared/data/multi30k_en_de")
+    src_lang: str = shared("en")
+    tgt_lang: str = shared("de")
+    preset: str = shared("target", "Architecture: target | small (| tiny).")
+    export_dir: Optional[str] = shared(None)  # default: out_dir/export
+    max_tokens: int = shared(2048)  # padded tokens per batch (the longer side)
     max_len: int = 128  # tokens per sentence (longer ones are cut)
-    label_smoothing: float = 0.1
-    dropout: float = 0.1
-    bleu_sentences: int = 200  # val sources translated at each evaluation
-    train_targets: Optional[str] = None  # a file of target-side sentences replacing the train targets
-    init_from: Optional[str] = None  # an exported model to continue from (fresh optimizer): BiLD alignment
+    label_smoothing: float = option(0.1, "--label-smoothing", "Label smoothing of the cross-entropy loss.")
+    dropout: float = option(0.1, "--dropout", "Dropout of the model.")
+    bleu_sentences: int = option(200, "--bleu-sentences", "Val sources translated at each evaluation.")
+    train_targets: Optional[str] = shared(None)  # a file of target-side sentences replacing the train targets
+    init_from: Optional[str] = shared(None, "Continue from an exported model (fresh optimizer), e.g. BiLD alignment.")
     export: bool = True
     _: KW_ONLY
-    lr: float = 1e-3
-    warmup_steps: int = 400
+    lr: float = shared(1e-3)
+    warmup_steps: int = shared(400)
+    min_lr_ratio: float = shared(0.05)
     beta2: float = 0.98
-    weight_decay: float = 0.01
-    eval_minutes: Optional[float] = 10.0
+    weight_decay: float = shared(0.01)
+    eval_minutes: Optional[float] = shared(10.0, "Val loss / BLEU / chrF interval (minutes).")
+    checkpoint_minutes: float = shared(5.0)
+    log_every: int = shared(20)
 
     def validate(self) -> None:
         if self.preset not in PRESETS:

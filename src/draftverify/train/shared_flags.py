@@ -63,6 +63,7 @@ SHARED: dict[str, tuple[str, str]] = {
         "that supports it else float16, float16 on mps), float32, bfloat16 or float16; trained weights stay float32.",
     ),
 }
+BF16_OPT_IN = "bf16 autocast (default: float32, as the zoo's copy was trained)."
 OWN_DATA = (
     "Your own text instead of --manifest: a folder of text files (read recursively: .txt, .py, .md, ...) or a .jsonl "
     'with a "text" field (or "prompt" / "completion"), tokenized with the target\'s tokenizer.'
