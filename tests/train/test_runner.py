@@ -189,5 +189,6 @@ def test_two_processes_train_one_model_under_torchrun(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert rn.load_checkpoint(tmp_path / "ddp")["state"]["step"] == 3
+    state = rn.load_checkpoint(tmp_path / "ddp")["state"]
+    assert state["step"] == 3 and state["tokens_seen"] == 2 * 3 * 4 * SEQ  # both processes' batches counted
     assert _train_steps(tmp_path / "ddp") == [1, 2, 3]  # one process writes the log

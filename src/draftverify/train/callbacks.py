@@ -13,17 +13,36 @@ if TYPE_CHECKING:
     from .runner import Run
 
 
+def _several_processes() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
 def _from_rank_zero(values: list[float], device) -> list[float]:
     """values as process 0 has them (the wall clock and a signal differ between processes; the decisions taken on
     them must not), or as they are in a single process."""
     import torch
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if not _several_processes():
         return values
     t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.broadcast(t, src=0)
     return t.tolist()
+
+
+def _summed(counts: dict[str, int], device) -> dict[str, int]:
+    """Each count summed over the processes (each trained on its own batch), or as it is in a single process."""
+    import torch
+    import torch.distributed as dist
+
+    if not _several_processes() or not counts:
+        return counts
+    names = sorted(counts)
+    t = torch.tensor([counts[k] for k in names], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return {k: int(v) for k, v in zip(names, t.tolist())}
 
 
 class Budget(TrainerCallback):
@@ -50,6 +69,9 @@ class Budget(TrainerCallback):
             [self.base + time.time() - self.t0, float(bool(self.signalled))], args.device
         )
         run.state["step"], run.state["elapsed"] = state.global_step, elapsed
+        for k, n in _summed(run.pending_counts, args.device).items():
+            run.state[k] = run.state.get(k, 0) + n
+        run.pending_counts = {}
         if run.done():
             run.run_evaluation()
             run.evaluated_at = state.global_step

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -46,6 +47,12 @@ train_app = typer.Typer(
 def _fail(msg: str, code: int = 2) -> None:
     typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code)
+
+
+def _echo(message: str) -> None:
+    """A line of the run's log on stdout, from one process only when the command runs in several (torchrun)."""
+    if os.environ.get("RANK", "0") == "0":
+        typer.echo(message)
 
 
 def _own_data(flags) -> dict:
@@ -199,14 +206,14 @@ def lm_cmd(opts: TrainOptions) -> None:
         _fail(f"unknown preset {opts.preset!r}; choose one of: {', '.join(lm.PRESETS)}")
     opts = _as_run(opts)
     try:
-        summary = lm.train(opts, log=lambda m: typer.echo(m))
+        summary = lm.train(opts, log=_echo)
     except lm.TrainError as e:
         _fail(str(e))
     except MemoryError:
         _fail("out of memory; lower --batch-size or --seq-len")
     if summary.get("stopped"):
         raise typer.Exit(130)
-    typer.echo(
+    _echo(
         json.dumps(
             {k: summary[k] for k in ("params", "step", "tokens_seen", "val_loss", "tokens_per_s") if k in summary}
         )
@@ -222,7 +229,7 @@ def early_exit_cmd(opts: EarlyExitOptions) -> None:
 
     opts = _as_run(opts)
     try:
-        info = train_early_exit(opts, log=lambda m: typer.echo(m))
+        info = train_early_exit(opts, log=_echo)
     except TrainError as e:
         _fail(str(e))
     if info.get("stopped"):
@@ -265,7 +272,7 @@ def ngram_cmd(opts: NgramOptions) -> None:
 
     opts = _as_run(opts)
     try:
-        summary = build(opts, log=lambda m: typer.echo(m))
+        summary = build(opts, log=_echo)
     except TrainError as e:
         _fail(str(e))
     typer.echo(
@@ -296,7 +303,7 @@ def align_cmd(opts: AlignOptions) -> None:
 
     opts = _as_run(opts)
     try:
-        info = align(opts, log=lambda m: typer.echo(m))
+        info = align(opts, log=_echo)
     except TrainError as e:
         _fail(str(e))
     except KeyboardInterrupt:
@@ -327,7 +334,7 @@ def heads_cmd(opts: HeadsOptions) -> None:
 
     opts = _as_run(opts)
     try:
-        info = train_heads(opts, log=lambda m: typer.echo(m))
+        info = train_heads(opts, log=_echo)
     except lm.TrainError as e:
         _fail(str(e))
     if info.get("stopped"):
@@ -348,7 +355,7 @@ def eagle3_cmd(opts: Eagle3TrainOptions) -> None:
 
     opts = _as_run(opts)
     try:
-        info = train_eagle3(opts, log=lambda m: typer.echo(m))
+        info = train_eagle3(opts, log=_echo)
     except lm.TrainError as e:
         _fail(str(e))
     if info.get("stopped"):
@@ -366,7 +373,7 @@ def bita_cmd(opts: BitaOptions) -> None:
 
     opts = _as_run(opts)
     try:
-        info = train_bita(opts, log=lambda m: typer.echo(m))
+        info = train_bita(opts, log=_echo)
     except lm.TrainError as e:
         _fail(str(e))
     if info.get("stopped"):
@@ -411,7 +418,7 @@ def seq2seq_cmd(opts: Seq2SeqOptions) -> None:
 
     opts = dataclasses.replace(opts, command=_command_line())
     try:
-        report = train(opts, log=lambda m: typer.echo(m))
+        report = train(opts, log=_echo)
     except (TrainError, TokenizerError) as e:
         _fail(str(e))
     if report.get("stopped"):
@@ -446,7 +453,7 @@ def distill_cmd(flags: DistillFlags) -> None:
             str(flags.out),
             flags.src_lang,
             flags.tgt_lang,
-            log=lambda m: typer.echo(m),
+            log=_echo,
         )
     except (TrainError, TokenizerError) as e:
         _fail(str(e))
@@ -509,7 +516,7 @@ def nat_cmd(flags: NatFlags) -> None:
             command=_command_line(),
         )
     try:
-        report = train(opts, log=lambda m: typer.echo(m))
+        report = train(opts, log=_echo)
     except (TrainError, TokenizerError) as e:
         _fail(str(e))
     if report.get("stopped"):

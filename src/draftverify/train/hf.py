@@ -120,7 +120,7 @@ def make_trainer(run: Run):
             loss = run.loss(model, batch)
             check_finite(loss, run.state["step"])
             for k, n in (run.counts(batch) if run.counts else {}).items():
-                run.state[k] = run.state.get(k, 0) + n
+                run.pending_counts[k] = run.pending_counts.get(k, 0) + n  # summed over processes at the step's end
             return loss
 
         def create_scheduler(self, num_training_steps, optimizer=None):

@@ -130,6 +130,7 @@ class Run:
         self.checkpoint: Optional[Path] = None
         self.evaluated_at: Optional[int] = None  # the step of the last held-out evaluation (the callbacks')
         self.last_lr: Optional[float] = None
+        self.pending_counts: dict[str, int] = {}  # this process's counts of the current step (the callbacks add them)
         ckpt = checkpoint if checkpoint is not None else load_checkpoint(self.run_dir)
         if ckpt is not None:
             if self._same_key(ckpt):
