@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from ..options.declare import option
-from .frozen import FrozenTarget, fit_measured, load_frozen_target
+from .frozen import FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
 from .heads import greedy_data
 from .lm import TrainError
 from .runner import Run
@@ -39,7 +39,7 @@ STEP_DECAY = 0.8  # EAGLE-3's weight of training-time-test step s: 0.8^s
 
 @dataclass
 @shared_flags
-class Eagle3TrainOptions(FrozenTarget, RunOptions):
+class Eagle3TrainOptions(FrozenTarget, GreedyPrompts, RunOptions):
     """`train eagle3`'s options, each its flag (the run options' too: RunOptions)."""
 
     target: str = shared("zoo/code/target")
@@ -52,12 +52,6 @@ class Eagle3TrainOptions(FrozenTarget, RunOptions):
     intermediate_size: Optional[int] = option(
         None, "--intermediate-size", "The head's MLP size (default: the target's)."
     )
-    num_prompts: int = shared(400)
-    eval_prompts: int = shared(48)
-    min_prompt_tokens: int = shared(32)
-    max_prompt_tokens: int = shared(128)
-    new_tokens: int = shared(64)
-    generate_batch: int = shared(32)
     _: KW_ONLY
     bf16: Optional[bool] = shared(False, BF16_OPT_IN)
     batch_size: int = shared(8)  # sequences per step

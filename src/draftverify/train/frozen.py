@@ -4,10 +4,12 @@ so each recipe says only what it learns."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from .settings import TrainError, set_threads
+from .shared_flags import shared, shared_flags
 
 
 class FrozenTarget:
@@ -27,6 +29,20 @@ class FrozenTarget:
         if self.max_prompt_tokens < self.min_prompt_tokens:
             raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
         check_inputs(self)
+
+
+@dataclass
+@shared_flags
+class GreedyPrompts:
+    """Options mixin (with flags) of the recipes that learn a frozen target's greedy continuations of corpus prompts
+    from its features (`train heads`, `train eagle3`): how many prompts, how long, how many tokens each."""
+
+    num_prompts: int = shared(400)
+    eval_prompts: int = shared(48)
+    min_prompt_tokens: int = shared(32)
+    max_prompt_tokens: int = shared(128)
+    new_tokens: int = shared(64)
+    generate_batch: int = shared(32)  # prompts per batched generate call (equal-length groups within it)
 
 
 def check_inputs(opts) -> None:

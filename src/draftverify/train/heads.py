@@ -28,7 +28,7 @@ import numpy as np
 
 from ..options.declare import option
 from . import align, corpus as corpus_mod
-from .frozen import FrozenTarget, fit_measured, load_frozen_target
+from .frozen import FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
 from .lm import TrainError
 from .runner import Run
 from .settings import RunOptions, command_line, machine_name, seed_everything
@@ -44,7 +44,7 @@ FEATURES_VERSION = 1
 
 @dataclass
 @shared_flags
-class HeadsOptions(FrozenTarget, RunOptions):
+class HeadsOptions(FrozenTarget, GreedyPrompts, RunOptions):
     """`train heads`' options, each its flag (the run options' too: RunOptions)."""
 
     target: str = shared("zoo/code/target")
@@ -55,12 +55,6 @@ class HeadsOptions(FrozenTarget, RunOptions):
     work_dir: str = shared("runs/heads")  # generations, features, checkpoint
     num_heads: int = option(4, "--num-heads", "h, counting head 1 (the target itself); 2..9.")
     ffn_size: Optional[int] = option(None, "--ffn-size", "Hidden layer of each head (default: hidden size).")
-    num_prompts: int = shared(400)
-    eval_prompts: int = shared(48)
-    min_prompt_tokens: int = shared(32)
-    max_prompt_tokens: int = shared(128)
-    new_tokens: int = shared(64)
-    generate_batch: int = shared(32)  # prompts per batched generate call (equal-length groups within it)
     _: KW_ONLY
     bf16: Optional[bool] = shared(False, BF16_OPT_IN)
     batch_size: int = shared(512, "Positions per step.")
