@@ -51,16 +51,14 @@ UNBOUNDED_STEPS = 10**12  # transformers' step bound for a run limited by its wa
 
 
 def last_checkpoint(run_dir: str | os.PathLike) -> Optional[Path]:
-    """run_dir's newest checkpoint folder that has its run state, or None."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
+    """run_dir's newest checkpoint folder (transformers' naming), or None; None too when the run's state is missing
+    there (a save cut short), so the run starts over rather than resume without it."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if not Path(run_dir).is_dir():
         return None
-    found = [
-        p
-        for p in run_dir.glob(CHECKPOINT_PREFIX + "*")
-        if p.name[len(CHECKPOINT_PREFIX) :].isdigit() and (p / RUN_STATE).is_file()
-    ]
-    return max(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]), default=None)
+    found = get_last_checkpoint(str(run_dir))
+    return Path(found) if found is not None and (Path(found) / RUN_STATE).is_file() else None
 
 
 def load_checkpoint(run_dir: str | os.PathLike) -> Optional[dict]:
