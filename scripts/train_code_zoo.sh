@@ -4,7 +4,7 @@
 #   2. target model (~30M params, 100 min budget)                              -> zoo/code/target/
 #   3. draft model  (~3.8M params, 25 min budget)                              -> zoo/code/draft/
 # Checkpoints, token caches and logs go to runs/ (git-ignored).  Re-running the script resumes
-# an interrupted training run from runs/code-*/checkpoint/.
+# an interrupted training run from the last runs/code-*/checkpoint-<step>/.
 #
 # Env knobs: PYTHON (interpreter), THREADS (torch threads per job, default 2),
 #            TARGET_MINUTES (100), DRAFT_MINUTES (25), FORCE_TOKENIZER=1 (rebuild tokenizer/manifest).

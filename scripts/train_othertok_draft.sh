@@ -3,7 +3,7 @@
 #   1. byte-level BPE with 2048 tokens (the zoo's has 8192) on the CPython stdlib .py files of this interpreter
 #      (3.11.7, the first source of the zoo's corpus), manifest split by file  -> runs/othertok/{manifest.json,tokenizer/}
 #   2. the `draft` preset (2 layers, hidden 256; ~2.2M params at this vocab), 10 min at 1 thread -> zoo/code/draft-othertok/
-# Checkpoints, token cache and logs go to runs/ (git-ignored); re-running resumes from runs/othertok/lm/checkpoint/.
+# Checkpoints, token cache and logs go to runs/ (git-ignored); re-running resumes from the last runs/othertok/lm/checkpoint-<step>/.
 #
 # Env knobs: PYTHON (interpreter), THREADS (1), MINUTES (10), VOCAB (2048).
 set -euo pipefail
@@ -38,7 +38,7 @@ universal assisted generation), and the output stays exactly the target's. Its t
 python -m draftverify.cli train tokenizer --out runs/othertok/tokenizer --manifest runs/othertok/manifest.json --vocab-size 2048
 ```
 
-Both steps are `scripts/train_othertok_draft.sh` (resumable from `runs/othertok/lm/checkpoint/`).
+Both steps are `scripts/train_othertok_draft.sh` (resumable from the last `runs/othertok/lm/checkpoint-<step>/`).
 
 ```bash
 draftverify generate --target zoo/code/target --draft zoo/code/draft-othertok --prompt "def fibonacci(n):"

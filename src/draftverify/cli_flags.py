@@ -83,8 +83,9 @@ def declared_flags(shared: bool = True, exclude: Collection[str] = ()) -> Callab
     return lambda func: DeclaredFlags(func, shared, exclude)
 
 
-def field_parameters(cls: type) -> list[inspect.Parameter]:
-    """One keyword parameter per declared field of dataclass cls, named as the field, with its default and help."""
+def field_parameters(cls: type, leave_out: Collection[str] = ()) -> list[inspect.Parameter]:
+    """One keyword parameter per declared field of dataclass cls (less those named in leave_out), named as the
+    field, with its default and help."""
     types = field_types(cls)
     return [
         inspect.Parameter(
@@ -94,6 +95,7 @@ def field_parameters(cls: type) -> list[inspect.Parameter]:
             default=flag(default_of(f), opt.flag, help=opt.help_text()),
         )
         for f, opt in declared(cls)
+        if f.name not in leave_out
     ]
 
 
@@ -101,16 +103,17 @@ class SettingsCommand:
     """A typer command whose flags are the fields of a settings dataclass; called with them, it passes the
     function one instance."""
 
-    def __init__(self, func: Callable[[Any], Any], cls: type):
+    def __init__(self, func: Callable[[Any], Any], cls: type, leave_out: Collection[str]):
         self.func, self.cls = func, cls
         self.__name__, self.__doc__, self.__module__ = func.__name__, func.__doc__, func.__module__
-        self.__signature__ = inspect.Signature(field_parameters(cls))
+        self.__signature__ = inspect.Signature(field_parameters(cls, leave_out))
         self.__annotations__ = {p.name: p.annotation for p in self.__signature__.parameters.values()}
 
     def __call__(self, **kwargs: Any) -> Any:
         return self.func(self.cls(**kwargs))
 
 
-def settings_command(cls: type) -> Callable[[Callable[[Any], Any]], SettingsCommand]:
-    """Decorator (under @app.command()): the command's flags are cls's declared fields (see train/flags.py)."""
-    return lambda func: SettingsCommand(func, cls)
+def settings_command(cls: type, leave_out: Collection[str] = ()) -> Callable[[Callable[[Any], Any]], SettingsCommand]:
+    """Decorator (under @app.command()): the command's flags are cls's declared fields, less those named in
+    leave_out (a recipe's options, or a command's flags dataclass: see train/shared_flags.py)."""
+    return lambda func: SettingsCommand(func, cls, leave_out)

@@ -158,7 +158,7 @@ def test_adapters_trained_with_one_work_dir_share_its_generations(assets, tmp_pa
     )
     assert any("all 16 continuations cached in" in m for m in logs) and any("all 6 continuations" in m for m in logs)
     assert len(info["heldout_accuracy"]["after"]) == 2 and not any("resumed from" in m for m in logs)
-    assert sorted(p.parent.name for p in (tmp_path / "work").glob("run-*/checkpoint")) == [
+    assert sorted(p.parent.name for p in (tmp_path / "work").glob("run-*/checkpoint-*")) == [
         "run-deep-m3-p4",
         "run-none-m2-p4",
     ]  # one run per adapter, one data set

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 from draftverify.train import frozen  # noqa: E402
-from draftverify.train.trainer import TrainError  # noqa: E402
+from draftverify.train.settings import TrainError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -54,22 +54,23 @@ def test_the_target_loads_at_the_runs_dtype(assets):
 
 
 def test_a_missing_device_is_a_train_error():
-    from draftverify.train.trainer import TrainerOptions
+    from draftverify.train.settings import RunOptions
 
     with pytest.raises(TrainError, match="'cuda:9' is not available here.*available: cpu"):
-        TrainerOptions(max_steps=1, device="cuda:9").validate_run()
+        RunOptions(max_steps=1, device="cuda:9").validate_run()
     with pytest.raises(TrainError, match="--dtype must be one of"):
-        TrainerOptions(max_steps=1, dtype="half").validate_run()
+        RunOptions(max_steps=1, dtype="half").validate_run()
 
 
 def test_fit_measured_keeps_the_before_figure_across_a_resume(tmp_path):
-    from draftverify.train.trainer import Trainer, TrainerOptions
+    from draftverify.train.runner import Run
+    from draftverify.train.settings import RunOptions
 
     def run(max_steps, figures, logs):
         torch.manual_seed(0)
         model = torch.nn.Linear(2, 1)
-        opts = TrainerOptions(max_steps=max_steps, warmup_steps=0, threads=1, progress=False, command="t")
-        trainer = Trainer(
+        opts = RunOptions(max_steps=max_steps, warmup_steps=0, threads=1, progress=False, command="t")
+        trainer = Run(
             model,
             opts,
             tmp_path,

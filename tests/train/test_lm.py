@@ -1,6 +1,7 @@
 import json
 
 import pytest
+from checkpoints import assert_same_run, optimizer_state, weights
 from tiny_corpus import write_tiny_corpus
 
 from draftverify.train import lm
@@ -78,7 +79,6 @@ def test_loss_decreases(assets, tmp_path):
 def test_resume_matches_uninterrupted(assets, tmp_path):
     ref = lm.train(_opts(assets, tmp_path / "ref"), log=_quiet)
     assert ref["step"] == 6
-    ref_ckpt = lm.load_checkpoint(tmp_path / "ref")
 
     out = tmp_path / "resumed"
     part = lm.train(_opts(assets, out), log=_quiet, stop_after_steps=3)
@@ -86,7 +86,7 @@ def test_resume_matches_uninterrupted(assets, tmp_path):
     mid = lm.load_checkpoint(out)
     assert mid["state"]["step"] == 3 and mid["state"]["tokens_seen"] == 3 * 4 * 32
     assert not mid["state"]["finished"]
-    assert len(mid["optimizer"]["state"]) > 0
+    assert len(optimizer_state(out)["state"]) > 0
 
     msgs = []
     full = lm.train(_opts(assets, out), log=msgs.append)
@@ -94,12 +94,10 @@ def test_resume_matches_uninterrupted(assets, tmp_path):
     assert full["step"] == 6
     res_ckpt = lm.load_checkpoint(out)
     assert res_ckpt["state"]["resumes"] == 1
-    for k, v in ref_ckpt["model"].items():
-        assert torch.equal(v, res_ckpt["model"][k]), k
-    # optimizer moments are identical too
-    for pid, st in ref_ckpt["optimizer"]["state"].items():
-        assert torch.equal(st["exp_avg"], res_ckpt["optimizer"]["state"][pid]["exp_avg"])
-    assert ref_ckpt["state"]["val_loss"] == pytest.approx(res_ckpt["state"]["val_loss"], abs=0)
+    assert_same_run(tmp_path / "ref", out)  # weights and optimizer moments
+    assert lm.load_checkpoint(tmp_path / "ref")["state"]["val_loss"] == pytest.approx(
+        res_ckpt["state"]["val_loss"], abs=0
+    )
     # the log covers steps 1..6 exactly once
     steps = [
         json.loads(l)["step"]
@@ -141,8 +139,7 @@ def test_export_and_init_from(assets, tmp_path):
     assert model.config.tie_word_embeddings and model.config.eos_token_id == tok.eos_token_id
     assert lm.count_params(model) == s["params"]
     # the fp16 weights are the trained ones
-    ck = lm.load_checkpoint(tmp_path / "run")
-    w = ck["model"]["model.embed_tokens.weight"]
+    w = weights(tmp_path / "run")["model.embed_tokens.weight"]
     assert torch.allclose(model.model.embed_tokens.weight.float(), w, atol=1e-2)
     ids = tok("def add(a, b):\n", return_tensors="pt")["input_ids"]
     out = model.float().generate(ids, max_new_tokens=5, do_sample=False)
@@ -280,9 +277,7 @@ def test_early_exit_phase_resumes_exactly_and_reports(assets, tmp_path):
     assert part["stopped"] and part["step"] == 11
     assert (out / "before-early-exit.pt").is_file()
     full = lm.train(_opts(assets, out, **ee, export=True, export_dir=str(tmp_path / "exp")), log=_quiet)
-    a, b = lm.load_checkpoint(tmp_path / "ref"), lm.load_checkpoint(out)
-    for k, v in a["model"].items():
-        assert torch.equal(v, b["model"][k]), k
+    assert_same_run(tmp_path / "ref", out)
     phase = full["early_exit"]
     assert phase == ref["early_exit"]
     assert phase["from_step"] == 8 and phase["layer"] == 1 and phase["kept"]
@@ -322,7 +317,7 @@ def test_early_exit_phase_is_dropped_when_the_full_model_degrades(assets, tmp_pa
     assert s["val_loss"] == phase["before"]["full"] == calls[0]
     # the exported weights are those from before the phase, not the trained-on ones of the checkpoint
     snap = torch.load(run / "before-early-exit.pt")
-    last = lm.load_checkpoint(run)["model"]
+    last = weights(run)
     exported = load_file(str(exp / "model.safetensors"))
     w = "model.layers.0.mlp.up_proj.weight"
     assert torch.allclose(exported[w].float(), snap[w], atol=1e-3)

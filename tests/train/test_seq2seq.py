@@ -13,7 +13,7 @@ from draftverify import DraftVerifyError, SamplingParams, generate
 from draftverify.drafters import NatDecoder, NatDrafter
 from draftverify.methods import MethodOptions, build_verifier
 from draftverify.train import nat as nat_recipe, seq2seq
-from draftverify.train.trainer import TrainError
+from draftverify.train.settings import TrainError
 from draftverify.train.translation_data import train_joint_tokenizer
 from parallel_corpus import write_parallel_corpus
 

@@ -4,7 +4,11 @@ Modules:
 
 * :mod:`draftverify.train.corpus`    -- corpus manifest over the Python stdlib ``.py`` files
 * :mod:`draftverify.train.tokenizer` -- byte-level BPE tokenizer (HF ``tokenizers``)
-* :mod:`draftverify.train.trainer`   -- the training loop every recipe runs on (budgets, checkpoints, resume)
+* :mod:`draftverify.train.settings`  -- the run options every recipe shares, TrainError, a run's helpers
+* :mod:`draftverify.train.runner`    -- the run every recipe hands its model to (transformers' Trainer: budgets,
+  checkpoints, resume; one process or several under torchrun)
+* :mod:`draftverify.train.hf`        -- that run as a transformers ``Trainer``: arguments, loss, schedule
+* :mod:`draftverify.train.callbacks` -- its budgets, stops and progress line, as Trainer callbacks
 * :mod:`draftverify.train.presets`   -- model architectures of the zoo
 * :mod:`draftverify.train.tokens`    -- the corpus as cached token arrays, training / held-out windows
 * :mod:`draftverify.train.losses`    -- next-token losses, BiLD's early-exit averaged loss
@@ -22,7 +26,10 @@ need them, so ``import draftverify.train`` stays cheap.
 __all__ = [
     "corpus",
     "tokenizer",
-    "trainer",
+    "settings",
+    "runner",
+    "hf",
+    "callbacks",
     "presets",
     "tokens",
     "losses",

@@ -8,8 +8,8 @@
    Each finished prompt is appended to a JSONL (header line, then ``{"i", "source", "prompt", "continuation",
    "stats"}`` records) that is reused on the next run: step 1 is resumable and cached.
 2. **Fine-tune.** The draft is trained on prompt + continuation sequences with the loss on the continuation
-   tokens only (the prompt is context), on the shared trainer (``train.trainer``: optimizer, schedule, budgets,
-   resumable SIGINT/SIGTERM-safe checkpoints); the result is exported in fp16 (``train.export``).
+   tokens only (the prompt is context), on the shared run (``train.runner``, on transformers' Trainer: optimizer,
+   schedule, budgets, resumable SIGINT/SIGTERM-safe checkpoints); the result is exported in fp16 (``train.export``).
 3. **Acceptance.** alpha (``GenerationStats.alpha``) and mean tokens per target call of the draft against the
    target, greedy, on held-out prompts cut the same way from the *validation* split (files never trained on),
    before (the original draft) and after (the exported aligned draft, loaded like ``draftverify.load`` does).
@@ -30,22 +30,15 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..options.declare import option
 from . import corpus as corpus_mod
 from .export import export_model
 from .losses import autocast
 from .presets import count_params
+from .runner import Run, load_checkpoint
+from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads, to_device
+from .shared_flags import OWN_DATA, shared, shared_flags
 from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
-from .trainer import (
-    Trainer,
-    TrainerOptions,
-    TrainError,
-    command_line,
-    cpu_name,
-    load_checkpoint,
-    seed_everything,
-    set_threads,
-    to_device,
-)
 
 CACHE_VERSION = 1
 IGNORE = -100
@@ -77,26 +70,32 @@ class AlignError(TrainError):
 
 
 @dataclass
-class AlignOptions(TrainerOptions):
-    target: str
-    draft: str
-    manifest: str = "zoo/code/manifest.json"
-    tokenizer: Optional[str] = None  # default: the target's directory
-    out_dir: str = "zoo/code/draft-aligned"  # exported aligned draft
-    work_dir: str = "runs/align"  # generations cache, eval caches, fine-tune checkpoint, logs
-    generations: Optional[str] = None  # default: <work_dir>/generations.jsonl
-    num_prompts: int = 1000
-    eval_prompts: int = 64
-    min_prompt_tokens: int = 64
-    max_prompt_tokens: int = 256
-    new_tokens: int = 128
-    gamma: int = 5
-    # fine-tune; the optimizer / schedule / budget fields (keyword-only) are TrainerOptions'
+@shared_flags
+class AlignOptions(RunOptions):
+    """`train align`'s options, each its flag (the run options' too: RunOptions)."""
+
+    target: str = shared("zoo/code/target")
+    manifest: str = shared("zoo/code/manifest.json")
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    tokenizer: Optional[str] = shared(None)  # default: the target's directory
+    draft: str = option("zoo/code/draft", "--draft", "Exported draft model directory to align.")
+    out_dir: str = shared("zoo/code/draft-aligned", "Where to export the aligned draft.")
+    work_dir: str = shared("runs/align")  # generations cache, eval caches, fine-tune checkpoint, logs
+    generations: Optional[str] = option(
+        None, "--generations", "Calibration generations JSONL (default: <work-dir>/generations.jsonl)."
+    )
+    num_prompts: int = shared(1000)
+    eval_prompts: int = shared(64, "Held-out prompts from the val split for alpha before/after (0 = skip).")
+    min_prompt_tokens: int = shared(64)
+    max_prompt_tokens: int = shared(256)
+    new_tokens: int = shared(128)
+    gamma: int = option(5, "--gamma", "Draft length for generation and the alpha measurement.")
+    # fine-tune; the optimizer / schedule / budget fields (keyword-only) are RunOptions'
     _: KW_ONLY
-    batch_size: int = 16
-    lr: float = 5e-4
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
+    batch_size: int = shared(16, "Sequences (prompt + continuation) per step.")
+    lr: float = shared(5e-4)
+    warmup_steps: int = shared(20)
+    weight_decay: float = shared(0.0)
 
     @property
     def tokenizer_dir(self) -> str:
@@ -484,7 +483,7 @@ def finetune(
 ) -> tuple:
     """Fine-tune the draft on records (continuation loss). Returns (model, info); info["stopped"] if interrupted.
 
-    Runs on the shared trainer: checkpoints to <work_dir>/finetune/checkpoint and resumes from it automatically.
+    Runs on the shared run: checkpoints to <work_dir>/finetune/checkpoint-<step> and resumes from it automatically.
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -507,7 +506,7 @@ def finetune(
     def draw(rng):
         return make_batch([records[int(j)] for j in rng.integers(0, len(records), size=opts.batch_size)], pad_id)
 
-    trainer = Trainer(
+    run = Run(
         model,
         opts,
         ft_dir,
@@ -516,8 +515,8 @@ def finetune(
         checkpoint=ckpt,
         log=log,
         batches=draw,
-        loss=lambda m, b: continuation_loss(m, *b, trainer.bf16),
-        evaluate=(lambda m: evaluate_loss(m, heldout, pad_id, trainer.bf16, opts.batch_size)) if heldout else None,
+        loss=lambda m, b: continuation_loss(m, *b, run.bf16),
+        evaluate=(lambda m: evaluate_loss(m, heldout, pad_id, run.bf16, opts.batch_size)) if heldout else None,
         counts=lambda b: {"tokens_seen": int(b[0].numel()), "loss_tokens_seen": int((b[1][:, 1:] != IGNORE).sum())},
         state={
             "tokens_seen": 0,
@@ -530,7 +529,7 @@ def finetune(
         },
     )
     del ckpt
-    bf16, state = trainer.bf16, trainer.state
+    bf16, state = run.bf16, run.state
     # a fixed slice of the calibration set, to show the fit on the training data itself
     probe = records[: min(len(records), 64)]
     if state["train_loss_before"] is None:
@@ -545,7 +544,7 @@ def finetune(
         f"{'bf16 autocast' if bf16 else 'fp32'} | threads {torch.get_num_threads()} | "
         f"max steps {opts.max_steps} | max minutes {opts.max_minutes}"
     )
-    result = trainer.fit(stop_after_steps)
+    result = run.fit(stop_after_steps)
     if result["stopped"]:
         return model, result
     result["train_loss_after"] = evaluate_loss(model, probe, pad_id, bf16, opts.batch_size)

@@ -9,8 +9,9 @@
    text up to k and the prompt tokens) are trained on tokens k+2..k+M+1: mask i learns the token i + 1 after the
    last real one (the target itself predicts k+1). The real text's keys and values do not depend on the adapter,
    so one no-grad forward caches them and only the C x M mask positions of a batch run with gradients.
-3. **Train.** Only the adapter learns, on the shared ``Trainer`` (AdamW + warmup/cosine, budgets, a resumable
-   SIGINT-safe checkpoint in ``work_dir/run-{prompt}-m{M}-p{P}``, one per adapter settings);
+3. **Train.** Only the adapter learns, on the shared run (``train.runner``, on transformers' Trainer: AdamW +
+   warmup/cosine, budgets, a resumable SIGINT-safe checkpoint in ``work_dir/run-{prompt}-m{M}-p{P}``, one per
+   adapter settings);
    held-out top-1 accuracy per mask token at the start and the end.
 4. **Export.** ``BitaAdapter.save`` (fp16 + bita.json with the training facts) and a model card (``write_card``).
 """
@@ -26,38 +27,48 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..cache import cache_argument
+from ..options.declare import option
 from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
-from .trainer import Trainer, TrainerOptions, command_line, machine_name, seed_everything, to_device
+from .runner import Run
+from .settings import RunOptions, command_line, machine_name, seed_everything, to_device
+from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
 
 STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
 
 
 @dataclass
-class BitaOptions(FrozenTarget, TrainerOptions):
-    target: str
-    manifest: str = "zoo/code/manifest.json"
-    tokenizer: Optional[str] = None  # default: the target's directory
-    out_dir: str = "zoo/code/bita"
-    work_dir: str = "runs/bita"
-    prompt: str = "deep"  # none | shallow | deep
-    num_masks: int = 3
-    num_prompts: int = 16
-    num_train: int = 512  # training prompts (train split)
-    eval_prompts: int = 32  # held-out prompts (val split)
-    min_prompt_tokens: int = 32
-    max_prompt_tokens: int = 128
-    new_tokens: int = 96
-    gen_batch: int = 32  # prompts generated together
-    cuts: int = 16  # cut points per sequence per step
+@shared_flags
+class BitaOptions(FrozenTarget, RunOptions):
+    """`train bita`'s options, each its flag (the run options' too: RunOptions)."""
+
+    target: str = shared("zoo/code/target")
+    manifest: str = shared(
+        "zoo/code/manifest.json", "Corpus manifest JSON (without the unpacked corpus: its stdlib files, read locally)."
+    )
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    tokenizer: Optional[str] = shared(None)  # default: the target's directory
+    out_dir: str = shared("zoo/code/bita", "Where to save the adapter (safetensors + JSON + card).")
+    work_dir: str = shared("runs/bita")
+    prompt: str = option("deep", "--prompt", "Prompt tokens: none (mask tokens only), shallow or deep.")
+    num_masks: int = option(3, "--num-masks", "M mask tokens (look-ahead positions).")
+    num_prompts: int = shared(16, "P prompt tokens (shallow / deep).")
+    num_train: int = option(512, "--num-train", "Training prompts from the train split.")
+    eval_prompts: int = shared(32)  # held-out prompts (val split)
+    min_prompt_tokens: int = shared(32)
+    max_prompt_tokens: int = shared(128)
+    new_tokens: int = shared(96)
+    gen_batch: int = option(32, "--gen-batch", "Prompts generated together (batched greedy).")
+    cuts: int = shared(16)  # cut points per sequence per step
     _: KW_ONLY
-    batch_size: int = 8  # sequences per step
-    lr: float = 3e-2  # the paper's
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
-    seed: int = 1234
+    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
+    batch_size: int = shared(8)  # sequences per step
+    lr: float = shared(3e-2)  # the paper's
+    warmup_steps: int = shared(20)
+    weight_decay: float = shared(0.0)
+    checkpoint_minutes: float = shared(2.0)
+    log_every: int = shared(20)
 
     def validate(self) -> None:
         self.validate_frozen(("num_masks", "num_train", "new_tokens", "gen_batch", "cuts"))
@@ -205,6 +216,7 @@ def mask_logits(model, adapter, ids, cut, prefix=None):
     import torch
     from transformers.cache_utils import DynamicCache
 
+    from ..cache import cache_argument
     from ..prefix import attend_prefix, prefix_columns, prefix_length
 
     batch, width = ids.shape
@@ -305,7 +317,7 @@ CPU thread(s) ({info["cpu"]}); wall time: generation {info["time_generation_s"]:
 
 
 def write_card(folder: str | Path) -> Path:
-    """Render folder/README.md from folder/bita.json (the training report the trainer saved)."""
+    """Render folder/README.md from folder/bita.json (the training report the run saved)."""
     folder = Path(folder)
     info = json.loads((folder / "bita.json").read_text())
     facts = {**info["training"], **{k: info[k] for k in ("num_masks", "num_prompts", "prompt", "num_layers")}}
@@ -383,7 +395,7 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
         chosen = rng.integers(0, len(train), opts.batch_size)
         return sar_batch([train[i] for i in chosen], opts.num_masks, opts.cuts, rng, pad)
 
-    trainer = Trainer(
+    run = Run(
         adapter,
         opts,
         work / f"run-{opts.prompt}-m{opts.num_masks}-p{opts.num_prompts}",
@@ -394,7 +406,7 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
         log=log,
     )
     state = fit_measured(
-        trainer, lambda: mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad), lambda i: f"mask {i + 1}", log
+        run, lambda: mask_accuracy(target, adapter, val, opts.cuts, opts.seed, pad), lambda i: f"mask {i + 1}", log
     )
     if state["stopped"]:
         return {"stopped": True, "step": state["step"]}

@@ -6,7 +6,9 @@ Standalone: ``python -m draftverify.train.cli tokenizer|lm|bench ...``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -14,24 +16,24 @@ from pathlib import Path
 import typer
 
 from ..cli_flags import settings_command
+from .align import AlignOptions
+from .bita import BitaOptions
+from .eagle3 import Eagle3TrainOptions
+from .early_exit import EarlyExitOptions
 from .flags import (
     MULTI30K,
-    AlignFlags,
     BenchFlags,
-    BitaFlags,
     CorpusFlags,
     DistillFlags,
-    Eagle3Flags,
-    EarlyExitFlags,
-    HeadsFlags,
-    LmFlags,
     NatFlags,
-    NgramFlags,
-    Seq2SeqFlags,
     TokenizerFlags,
     TranslateTokenizerFlags,
     values,
 )
+from .heads import HeadsOptions
+from .lm import TrainOptions
+from .ngram import NgramOptions
+from .seq2seq import Seq2SeqOptions
 
 train_app = typer.Typer(
     name="train",
@@ -45,6 +47,12 @@ train_app = typer.Typer(
 def _fail(msg: str, code: int = 2) -> None:
     typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code)
+
+
+def _echo(message: str) -> None:
+    """A line of the run's log on stdout, from one process only when the command runs in several (torchrun)."""
+    if os.environ.get("RANK", "0") == "0":
+        typer.echo(message)
 
 
 def _own_data(flags) -> dict:
@@ -64,6 +72,11 @@ def _own_data(flags) -> dict:
 def _options(flags, *leave_out: str) -> dict:
     """The flags' values as a recipe's options, --data given as its corpus."""
     return {**values(flags, "data", *leave_out), **_own_data(flags)}
+
+
+def _as_run(opts):
+    """A recipe's options as its command's flags made them, with --data as its corpus and the command line."""
+    return dataclasses.replace(opts, **_own_data(opts), command=_command_line())
 
 
 def _command_line() -> str:
@@ -184,23 +197,23 @@ def corpus_cmd(flags: CorpusFlags) -> None:
 
 
 @train_app.command("lm")
-@settings_command(LmFlags)
-def lm_cmd(flags: LmFlags) -> None:
+@settings_command(TrainOptions, leave_out=("dtype",))  # no frozen model to set the precision of
+def lm_cmd(opts: TrainOptions) -> None:
     """Train (or resume) a LlamaForCausalLM from scratch on the code corpus and export it in fp16."""
     from . import lm
 
-    if flags.preset not in lm.PRESETS:
-        _fail(f"unknown preset {flags.preset!r}; choose one of: {', '.join(lm.PRESETS)}")
-    opts = lm.TrainOptions(**_options(flags), command=_command_line())
+    if opts.preset not in lm.PRESETS:
+        _fail(f"unknown preset {opts.preset!r}; choose one of: {', '.join(lm.PRESETS)}")
+    opts = _as_run(opts)
     try:
-        summary = lm.train(opts, log=lambda m: typer.echo(m))
+        summary = lm.train(opts, log=_echo)
     except lm.TrainError as e:
         _fail(str(e))
     except MemoryError:
         _fail("out of memory; lower --batch-size or --seq-len")
     if summary.get("stopped"):
         raise typer.Exit(130)
-    typer.echo(
+    _echo(
         json.dumps(
             {k: summary[k] for k in ("params", "step", "tokens_seen", "val_loss", "tokens_per_s") if k in summary}
         )
@@ -208,15 +221,15 @@ def lm_cmd(flags: LmFlags) -> None:
 
 
 @train_app.command("early-exit")
-@settings_command(EarlyExitFlags)
-def early_exit_cmd(flags: EarlyExitFlags) -> None:
+@settings_command(EarlyExitOptions, leave_out=("dtype",))  # the target trains: float32
+def early_exit_cmd(opts: EarlyExitOptions) -> None:
     """BiLD early exit (section 4.4): fine-tune the target with the averaged loss of layer L and the last layer."""
-    from .early_exit import EarlyExitOptions, train_early_exit
-    from .trainer import TrainError
+    from .early_exit import train_early_exit
+    from .settings import TrainError
 
-    opts = EarlyExitOptions(**_options(flags), command=_command_line())
+    opts = _as_run(opts)
     try:
-        info = train_early_exit(opts, log=lambda m: typer.echo(m))
+        info = train_early_exit(opts, log=_echo)
     except TrainError as e:
         _fail(str(e))
     if info.get("stopped"):
@@ -251,15 +264,15 @@ def bench_cmd(flags: BenchFlags) -> None:
 
 
 @train_app.command("ngram")
-@settings_command(NgramFlags)
-def ngram_cmd(flags: NgramFlags) -> None:
+@settings_command(NgramOptions)
+def ngram_cmd(opts: NgramOptions) -> None:
     """Build the n-gram drafter's table from the corpus training split (or target generations)."""
-    from .ngram import NgramOptions, build
-    from .trainer import TrainError
+    from .ngram import build
+    from .settings import TrainError
 
-    opts = NgramOptions(**_options(flags), command=_command_line())
+    opts = _as_run(opts)
     try:
-        summary = build(opts, log=lambda m: typer.echo(m))
+        summary = build(opts, log=_echo)
     except TrainError as e:
         _fail(str(e))
     typer.echo(
@@ -282,15 +295,15 @@ def ngram_cmd(flags: NgramFlags) -> None:
 
 
 @train_app.command("align")
-@settings_command(AlignFlags)
-def align_cmd(flags: AlignFlags) -> None:
+@settings_command(AlignOptions)
+def align_cmd(opts: AlignOptions) -> None:
     """BiLD prediction alignment: fine-tune the draft on the target's greedy outputs; report alpha before/after."""
-    from .align import AlignOptions, align
-    from .trainer import TrainError
+    from .align import align
+    from .settings import TrainError
 
-    opts = AlignOptions(**_options(flags), command=_command_line())
+    opts = _as_run(opts)
     try:
-        info = align(opts, log=lambda m: typer.echo(m))
+        info = align(opts, log=_echo)
     except TrainError as e:
         _fail(str(e))
     except KeyboardInterrupt:
@@ -313,54 +326,54 @@ def align_cmd(flags: AlignFlags) -> None:
 
 
 @train_app.command("heads")
-@settings_command(HeadsFlags)
-def heads_cmd(flags: HeadsFlags) -> None:
+@settings_command(HeadsOptions, leave_out=("eval_every_steps", "eval_minutes"))  # no held-out loss to evaluate
+def heads_cmd(opts: HeadsOptions) -> None:
     """Blockwise parallel decoding heads on a frozen target, trained on its own greedy continuations."""
     from . import lm
-    from .heads import HeadsOptions, train_heads
+    from .heads import train_heads
 
-    opts = HeadsOptions(**_options(flags), command=_command_line())
+    opts = _as_run(opts)
     try:
-        info = train_heads(opts, log=lambda m: typer.echo(m))
+        info = train_heads(opts, log=_echo)
     except lm.TrainError as e:
         _fail(str(e))
     if info.get("stopped"):
         raise typer.Exit(130)
     typer.echo(
         json.dumps(
-            {"heldout_accuracy": info["heldout_accuracy"]["after"], "steps": info["steps"], "out": str(flags.out_dir)}
+            {"heldout_accuracy": info["heldout_accuracy"]["after"], "steps": info["steps"], "out": str(opts.out_dir)}
         )
     )
 
 
 @train_app.command("eagle3")
-@settings_command(Eagle3Flags)
-def eagle3_cmd(flags: Eagle3Flags) -> None:
+@settings_command(Eagle3TrainOptions, leave_out=("eval_every_steps", "eval_minutes"))  # no held-out loss
+def eagle3_cmd(opts: Eagle3TrainOptions) -> None:
     """An EAGLE-3 head on a frozen target's own features, trained on its greedy tokens with a training-time test."""
     from . import lm
-    from .eagle3 import Eagle3TrainOptions, train_eagle3
+    from .eagle3 import train_eagle3
 
-    opts = Eagle3TrainOptions(**_options(flags), command=_command_line())
+    opts = _as_run(opts)
     try:
-        info = train_eagle3(opts, log=lambda m: typer.echo(m))
+        info = train_eagle3(opts, log=_echo)
     except lm.TrainError as e:
         _fail(str(e))
     if info.get("stopped"):
         raise typer.Exit(130)
     after = info["heldout_acceptance"]["after"]
-    typer.echo(json.dumps({"heldout_acceptance": after, "steps": info["steps"], "out": str(flags.out_dir)}))
+    typer.echo(json.dumps({"heldout_acceptance": after, "steps": info["steps"], "out": opts.out_dir}))
 
 
 @train_app.command("bita")
-@settings_command(BitaFlags)
-def bita_cmd(flags: BitaFlags) -> None:
+@settings_command(BitaOptions, leave_out=("eval_every_steps", "eval_minutes"))  # no held-out loss to evaluate
+def bita_cmd(opts: BitaOptions) -> None:
     """BiTA mask and prompt tokens on a frozen target, trained on its own greedy continuations (SAR loss)."""
     from . import lm
-    from .bita import BitaOptions, train_bita
+    from .bita import train_bita
 
-    opts = BitaOptions(**_options(flags), command=_command_line())
+    opts = _as_run(opts)
     try:
-        info = train_bita(opts, log=lambda m: typer.echo(m))
+        info = train_bita(opts, log=_echo)
     except lm.TrainError as e:
         _fail(str(e))
     if info.get("stopped"):
@@ -372,7 +385,7 @@ def bita_cmd(flags: BitaFlags) -> None:
                 "steps": info["steps"],
                 "parameters": info["parameters"],
                 "parameter_share": info["parameter_share"],
-                "out": str(flags.out_dir),
+                "out": opts.out_dir,
             }
         )
     )
@@ -382,8 +395,8 @@ def bita_cmd(flags: BitaFlags) -> None:
 @settings_command(TranslateTokenizerFlags)
 def translate_tokenizer_cmd(flags: TranslateTokenizerFlags) -> None:
     """Train the translation zoo's joint byte-level BPE on both sides of the train split."""
+    from .settings import TrainError
     from .tokenizer import TokenizerError
-    from .trainer import TrainError
     from .translation_data import train_joint_tokenizer
 
     try:
@@ -396,16 +409,16 @@ def translate_tokenizer_cmd(flags: TranslateTokenizerFlags) -> None:
 
 
 @train_app.command("seq2seq")
-@settings_command(Seq2SeqFlags)
-def seq2seq_cmd(flags: Seq2SeqFlags) -> None:
+@settings_command(Seq2SeqOptions, leave_out=("batch_size", "device", "dtype"))  # batches by tokens, on the CPU
+def seq2seq_cmd(opts: Seq2SeqOptions) -> None:
     """Train (or resume) a MarianMTModel translation model; export it in fp16 and score it with sacrebleu."""
-    from .seq2seq import Seq2SeqOptions, train
+    from .seq2seq import train
+    from .settings import TrainError
     from .tokenizer import TokenizerError
-    from .trainer import TrainError
 
-    opts = Seq2SeqOptions(**values(flags), command=_command_line())
+    opts = dataclasses.replace(opts, command=_command_line())
     try:
-        report = train(opts, log=lambda m: typer.echo(m))
+        report = train(opts, log=_echo)
     except (TrainError, TokenizerError) as e:
         _fail(str(e))
     if report.get("stopped"):
@@ -428,8 +441,8 @@ def seq2seq_cmd(flags: Seq2SeqFlags) -> None:
 def distill_cmd(flags: DistillFlags) -> None:
     """Sequence-level distillation data (Kim & Rush): the model's greedy translations of a split."""
     from .nat import distill
+    from .settings import TrainError, set_threads
     from .tokenizer import TokenizerError
-    from .trainer import TrainError, set_threads
 
     set_threads(flags.threads)
     try:
@@ -440,7 +453,7 @@ def distill_cmd(flags: DistillFlags) -> None:
             str(flags.out),
             flags.src_lang,
             flags.tgt_lang,
-            log=lambda m: typer.echo(m),
+            log=_echo,
         )
     except (TrainError, TokenizerError) as e:
         _fail(str(e))
@@ -470,8 +483,8 @@ def nat_cmd(flags: NatFlags) -> None:
     """SpecDec's NAT drafter on a frozen target: random prefix cuts, k mask slots, glancing. A translation target's
     drafter reads its encoder states (trained on `train distill` targets); a decoder-only target's reads its own
     hidden states (trained on its greedy continuations of corpus prompts)."""
+    from .settings import TrainError
     from .tokenizer import TokenizerError
-    from .trainer import TrainError
 
     target, warmup = flags.target, flags.warmup_steps
     config = target / "config.json"
@@ -503,7 +516,7 @@ def nat_cmd(flags: NatFlags) -> None:
             command=_command_line(),
         )
     try:
-        report = train(opts, log=lambda m: typer.echo(m))
+        report = train(opts, log=_echo)
     except (TrainError, TokenizerError) as e:
         _fail(str(e))
     if report.get("stopped"):

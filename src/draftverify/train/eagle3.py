@@ -9,7 +9,8 @@
    target's features, step s reads the head's own output of step s - 1 (as when it drafts on from its own guess),
    and its attention sees the real pairs up to its anchor plus its own earlier steps at that anchor, as its cache
    does when drafting. Loss: the cross-entropy on the target's greedy token, step s weighted 0.8^s. Only the
-   head learns; it reads out through the target's LM head. Resumable checkpoints and a time budget (`Trainer`).
+   head learns; it reads out through the target's LM head. Resumable checkpoints and a time budget
+   (``train.runner``, on transformers' Trainer).
 4. **Export.** The head in the EAGLE-3 checkpoint layout (fp16) and a card with the held-out acceptance per draft
    position before and after training.
 """
@@ -21,10 +22,13 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from .frozen import FrozenTarget, fit_measured, load_frozen_target
+from ..options.declare import option
+from .frozen import FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
 from .heads import greedy_data
 from .lm import TrainError
-from .trainer import Trainer, TrainerOptions, command_line, machine_name, seed_everything, to_device
+from .runner import Run
+from .settings import RunOptions, command_line, machine_name, seed_everything, to_device
+from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
     import torch
@@ -34,26 +38,27 @@ STEP_DECAY = 0.8  # EAGLE-3's weight of training-time-test step s: 0.8^s
 
 
 @dataclass
-class Eagle3TrainOptions(FrozenTarget, TrainerOptions):
-    target: str
-    manifest: str = "zoo/code/manifest.json"
-    tokenizer: Optional[str] = None  # default: the target's directory
-    out_dir: str = "zoo/code/eagle3"
-    work_dir: str = "runs/eagle3"  # generations, features, checkpoint
-    ttt_steps: int = 6  # k: training-time-test steps
-    intermediate_size: Optional[int] = None  # the head's MLP (default: the target's)
-    num_prompts: int = 400
-    eval_prompts: int = 48
-    min_prompt_tokens: int = 32
-    max_prompt_tokens: int = 128
-    new_tokens: int = 64
-    generate_batch: int = 32
+@shared_flags
+class Eagle3TrainOptions(FrozenTarget, GreedyPrompts, RunOptions):
+    """`train eagle3`'s options, each its flag (the run options' too: RunOptions)."""
+
+    target: str = shared("zoo/code/target")
+    manifest: str = shared("zoo/code/manifest.json")
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    tokenizer: Optional[str] = shared(None)  # default: the target's directory
+    out_dir: str = shared("zoo/code/eagle3", "Where to save the head (EAGLE-3 checkpoint layout + card).")
+    work_dir: str = shared("runs/eagle3")  # generations, features, checkpoint
+    ttt_steps: int = option(6, "--ttt-steps", "Training-time-test steps k (the head fed its own outputs); 1..16.")
+    intermediate_size: Optional[int] = option(
+        None, "--intermediate-size", "The head's MLP size (default: the target's)."
+    )
     _: KW_ONLY
-    seed: int = 1234
-    batch_size: int = 8  # sequences per step
-    lr: float = 1e-3
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
+    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
+    batch_size: int = shared(8)  # sequences per step
+    lr: float = shared(1e-3)
+    warmup_steps: int = shared(20)
+    weight_decay: float = shared(0.0)
+    checkpoint_minutes: float = shared(5.0)
 
     def validate(self) -> None:
         self.validate_frozen(("num_prompts", "eval_prompts", "new_tokens", "generate_batch"))
@@ -108,7 +113,7 @@ def padded_batch(blob: dict, rows) -> tuple["torch.Tensor", "torch.Tensor", "tor
     """Sequences `rows` right-padded: features [B, T, 3H], tokens [B, T], labels [B, T], valid [B, T] (bool)."""
     import torch
 
-    lengths = [len(blob["tokens"][r]) for r in rows]  # the sequences stay on the CPU; the trainer moves batches
+    lengths = [len(blob["tokens"][r]) for r in rows]  # the sequences stay on the CPU; the run moves batches
     width = max(lengths)
     pad = torch.nn.utils.rnn.pad_sequence
     features = pad([blob["features"][r] for r in rows], batch_first=True)
@@ -285,7 +290,7 @@ def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -
         "seed": opts.seed,
         **opts.optimizer_key(),
     }
-    trainer = Trainer(
+    run = Run(
         head,
         opts,
         work / "run",
@@ -298,7 +303,7 @@ def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -
         log=log,
     )
     state = fit_measured(
-        trainer,
+        run,
         lambda: acceptance(head, embed, lm_head, val, opts.ttt_steps, device=target.device),
         lambda i: f"position {i + 1}",
         log,
@@ -332,7 +337,7 @@ def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -
     }
     out = Path(opts.out_dir)
     head = Eagle3Head(Eagle3Config(**{**config.__dict__, "training": info}))
-    head.load_state_dict(trainer.model.state_dict())
+    head.load_state_dict(run.model.state_dict())
     head.save(out)
     info.update(
         hidden_size=config.hidden_size,

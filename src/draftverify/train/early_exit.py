@@ -16,11 +16,14 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..options.declare import option
 from .export import export_model
 from .losses import autocast, averaged_loss, held_out_losses, next_token_losses
 from .presets import count_params
+from .runner import Run
+from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .shared_flags import OWN_DATA, shared, shared_flags
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
-from .trainer import Trainer, TrainerOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
 
 
 class DegradedError(TrainError):
@@ -28,21 +31,25 @@ class DegradedError(TrainError):
 
 
 @dataclass
-class EarlyExitOptions(TrainerOptions):
-    target: str
-    layer: int
-    out_dir: str  # the exported fine-tuned target
-    work_dir: str = "runs/early-exit"  # checkpoint, log.jsonl, early_exit.json
-    manifest: str = "zoo/code/manifest.json"
-    tokenizer: Optional[str] = None  # default: the target's directory
-    cache_dir: Optional[str] = None  # default: <work_dir>/../token-cache (shared with `train lm`)
-    seq_len: int = 512
-    val_windows: int = 64
-    max_degradation: float = 0.03  # nats/token the full model may lose on the held-out windows
-    force: bool = False  # export even when it lost more
+@shared_flags
+class EarlyExitOptions(RunOptions):
+    """`train early-exit`'s options, each its flag (the run options' too: RunOptions)."""
+
+    layer: int = option(..., "--layer", "Early-exit layer L: the first L layers form the small model.")
+    out_dir: str = shared(..., "Where to export the fine-tuned target.")
+    target: str = shared("zoo/code/target")
+    work_dir: str = shared("runs/early-exit")  # checkpoint, log.jsonl, early_exit.json
+    manifest: str = shared("zoo/code/manifest.json")
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    tokenizer: Optional[str] = shared(None)  # default: the target's directory
+    cache_dir: Optional[str] = shared(None, "Token cache directory (default: <work-dir>/../token-cache).")
+    seq_len: int = shared(512)
+    val_windows: int = shared(64)
+    max_degradation: float = shared(0.03)  # nats/token the full model may lose on the held-out windows
+    force: bool = option(False, "--force", "Export even when the full model degraded more.")
     _: KW_ONLY
-    lr: float = 1e-4
-    warmup_steps: int = 20
+    lr: float = shared(1e-4)
+    warmup_steps: int = shared(20)
 
     @property
     def tokenizer_dir(self) -> str:
@@ -155,10 +162,10 @@ def train_early_exit(
     layer = opts.layer
 
     def loss(m, x):
-        with autocast(trainer.bf16):
+        with autocast(run.bf16):
             return averaged_loss(*next_token_losses(m, x, layer))
 
-    trainer = Trainer(
+    run = Run(
         model,
         opts,
         work,
@@ -166,20 +173,18 @@ def train_early_exit(
         log=log,
         batches=lambda rng: sample_batch(data.train, rng, opts.batch_size, opts.seq_len),
         loss=loss,
-        evaluate=lambda m: held_out_losses(m, data.val_windows, trainer.bf16, opts.batch_size, device=trainer.device)[
-            0
-        ],
+        evaluate=lambda m: held_out_losses(m, data.val_windows, run.bf16, opts.batch_size, device=run.device)[0],
         counts=lambda x: {"tokens_seen": opts.batch_size * opts.seq_len},
         state={"tokens_seen": 0, "target_sha256": target_sha, "layer": layer, "before": None},
     )
-    state = trainer.state
+    state = run.state
     if state["target_sha256"] != target_sha or state["layer"] != layer:
         raise TrainError(
             f"the checkpoint in {work} belongs to another target or --layer; delete it or use another --work-dir"
         )
 
     def both() -> dict:
-        full, early = held_out_losses(model, data.val_windows, trainer.bf16, opts.batch_size, layer, trainer.device)
+        full, early = held_out_losses(model, data.val_windows, run.bf16, opts.batch_size, layer, run.device)
         return {"full": full, "early": early}
 
     if state["before"] is None:
@@ -188,7 +193,7 @@ def train_early_exit(
             f"early-exit: held-out loss before: full model {state['before']['full']:.4f} | layer {layer} "
             f"{state['before']['early']:.4f}"
         )
-    result = trainer.fit(stop_after_steps)
+    result = run.fit(stop_after_steps)
     if result["stopped"]:
         return {"stopped": True, "step": result["step"], "work_dir": str(work)}
     before, after = result["before"], both()
@@ -218,7 +223,7 @@ def train_early_exit(
         "warmup_steps": opts.warmup_steps,
         "min_lr_ratio": opts.min_lr_ratio,
         "grad_clip": opts.grad_clip,
-        "bf16": trainer.bf16,
+        "bf16": run.bf16,
         "threads": torch.get_num_threads(),
         "cpu": cpu_name(),
     }

@@ -1,89 +1,18 @@
-"""The train commands' flags, declared as dataclasses: one per command, its fields made with options/declare.option
-(default, flag, help), so cli_flags.settings_command builds each command's flags from it as generate's are built
-from the method options. A flag several recipes share (--seed, --lr, --max-minutes, --out, ...) is declared once,
-in SHARED; a recipe's field takes it with shared(default), its own default (and, where the flag means something
-else there, its own help). Field names are the recipes' option names (out_dir for --out), so a command passes
-the values on as they are (values()). No torch import: `draftverify --help` builds these commands."""
+"""The flags of the train commands that have no options dataclass of their own to declare them (tokenizer, corpus,
+bench, ngram, align, heads, bita, eagle3, translate-tokenizer, seq2seq, distill, nat), one dataclass per command,
+its fields made with options/declare.option or shared_flags.shared, so cli_flags.settings_command builds each
+command's flags from it. values() passes them on to a recipe's options as they are. No torch import:
+`draftverify --help` builds these commands."""
 
 from __future__ import annotations
 
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ..devices import DEVICE_HELP
 from ..options.declare import option
 from .corpus import PACKAGES_ROOT
-
-SHARED_KEY = "draftverify.train.shared"
-# field name -> (flag, help): the flags several recipes take, declared once
-SHARED: dict[str, tuple[str, str]] = {
-    "target": ("--target", "Exported target model directory."),
-    "manifest": ("--manifest", "Corpus manifest JSON."),
-    "tokenizer": ("--tokenizer", "Tokenizer directory (default: the target's)."),
-    "out_dir": ("--out", "Run directory (checkpoint/, log.jsonl)."),
-    "work_dir": ("--work-dir", "Checkpoints, caches and logs (resumable)."),
-    "export_dir": ("--export", "Where to export the fp16 model (default: <out>/export)."),
-    "cache_dir": ("--cache-dir", "Token cache directory (default: <out>/../token-cache)."),
-    "init_from": ("--init-from", "Continue from an exported model directory (fresh optimizer)."),
-    "preset": ("--preset", "Architecture preset."),
-    "data": ("--data", "Multi30k folder ({split}.{lang}.gz)."),
-    "src_lang": ("--src-lang", "Source language of the Multi30k files."),
-    "tgt_lang": ("--tgt-lang", "Target language of the Multi30k files."),
-    "train_targets": ("--train-targets", "Target-side sentences replacing the train references (distillation)."),
-    "val_fraction": ("--val-fraction", "Fraction of files held out for validation."),
-    "num_prompts": ("--num-prompts", "Training prompts from the train split."),
-    "eval_prompts": ("--eval-prompts", "Held-out prompts from the val split."),
-    "min_prompt_tokens": ("--min-prompt-tokens", "Shortest prompt (tokens)."),
-    "max_prompt_tokens": ("--max-prompt-tokens", "Longest prompt (tokens)."),
-    "new_tokens": ("--new-tokens", "Greedy target tokens per prompt."),
-    "generate_batch": ("--generate-batch", "Prompts per batched greedy generation call."),
-    "cuts": ("--cuts", "Random cut points per sequence per step."),
-    "seq_len": ("--seq-len", "Tokens per training window."),
-    "max_tokens": ("--max-tokens", "Padded tokens per batch (the longer side)."),
-    "batch_size": ("--batch-size", "Sequences per step."),
-    "max_minutes": ("--max-minutes", "Wall-clock training budget."),
-    "max_steps": ("--max-steps", "Maximum optimizer steps."),
-    "threads": ("--threads", "torch.set_num_threads (default: torch's)."),
-    "lr": ("--lr", "Peak learning rate."),
-    "warmup_steps": ("--warmup-steps", "Steps of linear learning-rate warm-up."),
-    "min_lr_ratio": ("--min-lr-ratio", "Final LR as a fraction of --lr."),
-    "weight_decay": ("--weight-decay", "AdamW weight decay."),
-    "grad_clip": ("--grad-clip", "Gradient norm clip."),
-    "seed": ("--seed", "Random seed (initialisation, data order)."),
-    "bf16": ("--bf16/--no-bf16", "bf16 autocast on CPU (default: the faster one measured on the dev box)."),
-    "eval_minutes": ("--eval-minutes", "Held-out evaluation interval (minutes)."),
-    "eval_every_steps": ("--eval-every", "Held-out evaluation interval in steps (overrides --eval-minutes)."),
-    "val_windows": ("--val-windows", "Number of fixed validation windows."),
-    "checkpoint_minutes": ("--checkpoint-minutes", "Checkpoint interval (minutes)."),
-    "log_every": ("--log-every", "Log a line / JSONL record every N steps."),
-    "progress": ("--progress/--no-progress", "Progress bar (default: if a tty)."),
-    "max_degradation": ("--max-degradation", "Largest rise of the full model's held-out loss (nats) that is kept."),
-    "device": ("--device", DEVICE_HELP + " Every model and batch of the run lives there."),
-    "dtype": (
-        "--dtype",
-        "Precision of the frozen models the recipe reads (the target): auto (float32 on cpu, bfloat16 on a CUDA GPU "
-        "that supports it else float16, float16 on mps), float32, bfloat16 or float16; trained weights stay float32.",
-    ),
-}
-OWN_DATA = (
-    "Your own text instead of --manifest: a folder of text files (read recursively: .txt, .py, .md, ...) or a .jsonl "
-    'with a "text" field (or "prompt" / "completion"), tokenized with the target\'s tokenizer.'
-)
-
-
-def shared(default: Any, help: str | None = None) -> Any:
-    """A field taking the SHARED flag of its name, with this recipe's default (and help, where it differs)."""
-    return field(default=default, metadata={SHARED_KEY: help})
-
-
-def recipe_flags(cls: type) -> type:
-    """@dataclass(frozen=True) for a command's flags, each shared(...) field given its SHARED flag and help."""
-    for name, value in list(vars(cls).items()):
-        if isinstance(value, Field) and SHARED_KEY in value.metadata:
-            flag, help_text = SHARED[name]
-            setattr(cls, name, option(value.default, flag, value.metadata[SHARED_KEY] or help_text))
-    return dataclass(frozen=True)(cls)
+from .shared_flags import OWN_DATA, recipe_flags, shared
 
 
 def values(flags: Any, *leave_out: str) -> dict[str, Any]:
@@ -139,74 +68,6 @@ class CorpusFlags:
 
 
 @recipe_flags
-class LmFlags(DeviceFlags):
-    tokenizer: Path = shared(Path("zoo/code/tokenizer"), "Tokenizer directory.")
-    manifest: Path = shared(CODE_MANIFEST)
-    data: Path | None = shared(None, OWN_DATA)
-    preset: str = shared("target", "Architecture preset: target | draft (| tiny).")
-    out_dir: Path = shared(...)
-    export_dir: Path | None = shared(None)
-    cache_dir: Path | None = shared(None)
-    max_minutes: float | None = shared(None)
-    max_steps: int | None = shared(None)
-    threads: int | None = shared(None)
-    batch_size: int = shared(8)
-    seq_len: int = shared(512)
-    lr: float = shared(8e-4)
-    warmup_steps: int = shared(100)
-    min_lr_ratio: float = shared(0.1)
-    weight_decay: float = shared(0.1)
-    grad_clip: float = shared(1.0)
-    seed: int = shared(1234)
-    init_from: Path | None = shared(None)
-    bf16: bool | None = shared(None)
-    eval_minutes: float = shared(10.0)
-    eval_every_steps: int | None = shared(None)
-    val_windows: int = shared(64)
-    checkpoint_minutes: float = shared(10.0)
-    log_every: int = shared(10)
-    progress: bool | None = shared(None)
-    early_exit_layer: int | None = option(
-        None, "--early-exit-layer", "End the run with BiLD 4.4's averaged loss of this layer and the last."
-    )
-    early_exit_share: float = option(0.2, "--early-exit-share", "Share of the run in that phase.")
-    max_degradation: float = shared(
-        0.03, "Drop the phase's weights if the full model's held-out loss rose more (nats)."
-    )
-
-
-@recipe_flags
-class EarlyExitFlags(DeviceFlags):
-    target: Path = shared(CODE_TARGET)
-    layer: int = option(..., "--layer", "Early-exit layer L: the first L layers form the small model.")
-    out_dir: Path = shared(..., "Where to export the fine-tuned target.")
-    work_dir: Path = shared(Path("runs/early-exit"))
-    manifest: Path = shared(CODE_MANIFEST)
-    data: Path | None = shared(None, OWN_DATA)
-    tokenizer: Path | None = shared(None)
-    cache_dir: Path | None = shared(None, "Token cache directory (default: <work-dir>/../token-cache).")
-    max_degradation: float = shared(0.03)
-    force: bool = option(False, "--force", "Export even when the full model degraded more.")
-    max_minutes: float | None = shared(None)
-    max_steps: int | None = shared(None)
-    lr: float = shared(1e-4)
-    batch_size: int = shared(8)
-    seq_len: int = shared(512)
-    warmup_steps: int = shared(20)
-    min_lr_ratio: float = shared(0.1)
-    weight_decay: float = shared(0.1)
-    grad_clip: float = shared(1.0)
-    val_windows: int = shared(64)
-    threads: int | None = shared(None)
-    bf16: bool | None = shared(None)
-    eval_every_steps: int | None = shared(None)
-    checkpoint_minutes: float = shared(10.0)
-    log_every: int = shared(10)
-    seed: int = shared(1234)
-    progress: bool | None = shared(None)
-
-
-@recipe_flags
 class BenchFlags:
     preset: str = shared("target")
     batch_size: int = shared(4)
@@ -216,201 +77,12 @@ class BenchFlags:
 
 
 @recipe_flags
-class NgramFlags:
-    out: Path = option(Path("zoo/code/ngram.safetensors"), "--out", "Output table (safetensors).")
-    tokenizer: Path = shared(Path("zoo/code/tokenizer"), "Tokenizer directory.")
-    manifest: Path = shared(CODE_MANIFEST)
-    data: Path | None = shared(None, OWN_DATA)
-    from_generations: Path | None = option(
-        None,
-        "--from-generations",
-        "Build from a JSONL of target generations "
-        "(written by `train align`) instead of the corpus; only continuation "
-        "tokens are counted as next tokens.",
-    )
-    eval_generations: Path | None = option(
-        None,
-        "--eval-generations",
-        "Also report top-1 accuracy on the "
-        "continuations of this generations JSONL (e.g. runs/align/"
-        "eval_before.jsonl: held-out target outputs).",
-    )
-    order: int = option(3, "--order", "n: contexts of up to n-1 tokens.")
-    min_count: int = option(2, "--min-count", "Drop contexts seen fewer times (the unigram is kept).")
-    top_k: int = option(8, "--top-k", "Keep at most this many next tokens per context.")
-    cache_dir: Path | None = shared(
-        None, "Reuse/write `train lm`'s token cache here (e.g. runs/token-cache); default: tokenize in memory."
-    )
-    max_tokens: int | None = shared(None, "Use only the first N training tokens.")
-    vocab_size: int | None = option(
-        None, "--vocab-size", "Table vocabulary (default: the tokenizer's, or the generations file's)."
-    )
-    evaluate: bool = option(True, "--eval/--no-eval", "Held-out top-1 accuracy on the val split.")
-
-
-@recipe_flags
-class AlignFlags(FrozenDeviceFlags):
-    target: Path = shared(CODE_TARGET)
-    draft: Path = option(Path("zoo/code/draft"), "--draft", "Exported draft model directory to align.")
-    manifest: Path = shared(CODE_MANIFEST)
-    data: Path | None = shared(None, OWN_DATA)
-    tokenizer: Path | None = shared(None)
-    out_dir: Path = shared(Path("zoo/code/draft-aligned"), "Where to export the aligned draft.")
-    work_dir: Path = shared(Path("runs/align"))
-    generations: Path | None = option(
-        None, "--generations", "Calibration generations JSONL (default: <work-dir>/generations.jsonl)."
-    )
-    num_prompts: int = shared(1000)
-    eval_prompts: int = shared(64, "Held-out prompts from the val split for alpha before/after (0 = skip).")
-    min_prompt_tokens: int = shared(64)
-    max_prompt_tokens: int = shared(256)
-    new_tokens: int = shared(128)
-    gamma: int = option(5, "--gamma", "Draft length for generation and the alpha measurement.")
-    max_minutes: float | None = shared(None)
-    max_steps: int | None = shared(None)
-    lr: float = shared(5e-4)
-    batch_size: int = shared(16, "Sequences (prompt + continuation) per step.")
-    warmup_steps: int = shared(20)
-    min_lr_ratio: float = shared(0.1)
-    weight_decay: float = shared(0.0)
-    grad_clip: float = shared(1.0)
-    threads: int | None = shared(None)
-    bf16: bool | None = shared(None)
-    eval_every_steps: int | None = shared(None)
-    checkpoint_minutes: float = shared(10.0)
-    log_every: int = shared(10)
-    seed: int = shared(1234)
-    progress: bool | None = shared(None)
-
-
-@recipe_flags
-class HeadsFlags(FrozenDeviceFlags):
-    target: Path = shared(CODE_TARGET)
-    manifest: Path = shared(CODE_MANIFEST)
-    data: Path | None = shared(None, OWN_DATA)
-    tokenizer: Path | None = shared(None)
-    out_dir: Path = shared(Path("zoo/code/heads"), "Where to save the heads (safetensors + JSON).")
-    work_dir: Path = shared(Path("runs/heads"))
-    num_heads: int = option(4, "--num-heads", "h, counting head 1 (the target itself); 2..9.")
-    ffn_size: int | None = option(None, "--ffn-size", "Hidden layer of each head (default: hidden size).")
-    num_prompts: int = shared(400)
-    eval_prompts: int = shared(48)
-    min_prompt_tokens: int = shared(32)
-    max_prompt_tokens: int = shared(128)
-    new_tokens: int = shared(64)
-    generate_batch: int = shared(32)
-    max_minutes: float | None = shared(None)
-    max_steps: int | None = shared(None)
-    lr: float = shared(2e-3)
-    batch_size: int = shared(512, "Positions per step.")
-    warmup_steps: int = shared(20)
-    threads: int | None = shared(None)
-    checkpoint_minutes: float = shared(2.0)
-    log_every: int = shared(50)
-    seed: int = shared(1234)
-    progress: bool | None = shared(None)
-
-
-@recipe_flags
-class Eagle3Flags(FrozenDeviceFlags):
-    target: Path = shared(CODE_TARGET)
-    manifest: Path = shared(CODE_MANIFEST)
-    data: Path | None = shared(None, OWN_DATA)
-    tokenizer: Path | None = shared(None)
-    out_dir: Path = shared(Path("zoo/code/eagle3"), "Where to save the head (EAGLE-3 checkpoint layout + card).")
-    work_dir: Path = shared(Path("runs/eagle3"))
-    ttt_steps: int = option(6, "--ttt-steps", "Training-time-test steps k (the head fed its own outputs); 1..16.")
-    intermediate_size: int | None = option(None, "--intermediate-size", "The head's MLP size (default: the target's).")
-    num_prompts: int = shared(400)
-    eval_prompts: int = shared(48)
-    min_prompt_tokens: int = shared(32)
-    max_prompt_tokens: int = shared(128)
-    new_tokens: int = shared(64)
-    generate_batch: int = shared(32)
-    max_minutes: float | None = shared(None)
-    max_steps: int | None = shared(None)
-    lr: float = shared(1e-3)
-    batch_size: int = shared(8)
-    warmup_steps: int = shared(20)
-    threads: int | None = shared(None)
-    bf16: bool | None = shared(None)
-    checkpoint_minutes: float = shared(5.0)
-    log_every: int = shared(10)
-    seed: int = shared(1234)
-    progress: bool | None = shared(None)
-
-
-@recipe_flags
-class BitaFlags(FrozenDeviceFlags):
-    target: Path = shared(CODE_TARGET)
-    manifest: Path = shared(
-        CODE_MANIFEST, "Corpus manifest JSON (without the unpacked corpus: its stdlib files, read locally)."
-    )
-    data: Path | None = shared(None, OWN_DATA)
-    tokenizer: Path | None = shared(None)
-    out_dir: Path = shared(Path("zoo/code/bita"), "Where to save the adapter (safetensors + JSON + card).")
-    work_dir: Path = shared(Path("runs/bita"))
-    prompt: str = option("deep", "--prompt", "Prompt tokens: none (mask tokens only), shallow or deep.")
-    num_masks: int = option(3, "--num-masks", "M mask tokens (look-ahead positions).")
-    num_prompts: int = shared(16, "P prompt tokens (shallow / deep).")
-    num_train: int = option(512, "--num-train", "Training prompts from the train split.")
-    eval_prompts: int = shared(32)
-    min_prompt_tokens: int = shared(32)
-    max_prompt_tokens: int = shared(128)
-    new_tokens: int = shared(96)
-    gen_batch: int = option(32, "--gen-batch", "Prompts generated together (batched greedy).")
-    cuts: int = shared(16)
-    max_minutes: float | None = shared(None)
-    max_steps: int | None = shared(None)
-    lr: float = shared(3e-2)
-    batch_size: int = shared(8)
-    warmup_steps: int = shared(20)
-    threads: int | None = shared(None)
-    checkpoint_minutes: float = shared(2.0)
-    log_every: int = shared(20)
-    seed: int = shared(1234)
-    progress: bool | None = shared(None)
-
-
-@recipe_flags
 class TranslateTokenizerFlags:
     data: Path = shared(MULTI30K)
     out: Path = option(Path("zoo/translate/tokenizer"), "--out", "Tokenizer output directory.")
     src_lang: str = shared("en")
     tgt_lang: str = shared("de")
     vocab_size: int = option(8000, "--vocab-size", "Joint BPE vocabulary size (incl. <|endoftext|>).")
-
-
-@recipe_flags
-class Seq2SeqFlags:
-    out_dir: Path = shared(...)
-    tokenizer: Path = shared(Path("zoo/translate/tokenizer"), "Joint tokenizer directory.")
-    data: Path = shared(MULTI30K)
-    src_lang: str = shared("en")
-    tgt_lang: str = shared("de")
-    preset: str = shared("target", "Architecture: target | small (| tiny).")
-    export_dir: Path | None = shared(None)
-    train_targets: Path | None = shared(None)
-    init_from: Path | None = shared(None, "Continue from an exported model (fresh optimizer), e.g. BiLD alignment.")
-    max_minutes: float | None = shared(None)
-    max_steps: int | None = shared(None)
-    threads: int | None = shared(None)
-    max_tokens: int = shared(2048)
-    lr: float = shared(1e-3)
-    warmup_steps: int = shared(400)
-    min_lr_ratio: float = shared(0.05)
-    weight_decay: float = shared(0.01)
-    label_smoothing: float = option(0.1, "--label-smoothing", "Label smoothing of the cross-entropy loss.")
-    dropout: float = option(0.1, "--dropout", "Dropout of the model.")
-    grad_clip: float = shared(1.0)
-    seed: int = shared(1234)
-    bf16: bool | None = shared(None)
-    eval_minutes: float = shared(10.0, "Val loss / BLEU / chrF interval (minutes).")
-    eval_every_steps: int | None = shared(None)
-    bleu_sentences: int = option(200, "--bleu-sentences", "Val sources translated at each evaluation.")
-    checkpoint_minutes: float = shared(5.0)
-    log_every: int = shared(20)
-    progress: bool | None = shared(None)
 
 
 @recipe_flags

@@ -4,14 +4,16 @@ so each recipe says only what it learns."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .trainer import TrainError, set_threads
+from .settings import TrainError, set_threads
+from .shared_flags import shared, shared_flags
 
 
 class FrozenTarget:
-    """Mixin of a frozen-target recipe's options (a TrainerOptions dataclass with target, tokenizer, manifest,
+    """Mixin of a frozen-target recipe's options (a RunOptions dataclass with target, tokenizer, manifest,
     min_prompt_tokens and max_prompt_tokens fields)."""
 
     @property
@@ -29,6 +31,20 @@ class FrozenTarget:
         check_inputs(self)
 
 
+@dataclass
+@shared_flags
+class GreedyPrompts:
+    """Options mixin (with flags) of the recipes that learn a frozen target's greedy continuations of corpus prompts
+    from its features (`train heads`, `train eagle3`): how many prompts, how long, how many tokens each."""
+
+    num_prompts: int = shared(400)
+    eval_prompts: int = shared(48)
+    min_prompt_tokens: int = shared(32)
+    max_prompt_tokens: int = shared(128)
+    new_tokens: int = shared(64)
+    generate_batch: int = shared(32)  # prompts per batched generate call (equal-length groups within it)
+
+
 def check_inputs(opts) -> None:
     """opts.target, opts.tokenizer_dir and opts.manifest exist (raise TrainError naming the fix)."""
     if not (Path(opts.target) / "config.json").is_file():
@@ -43,21 +59,21 @@ def check_inputs(opts) -> None:
 
 
 def fit_measured(
-    trainer, accuracy: Callable[[], list[float]], label: Callable[[int], str], log: Callable[[str], None]
+    run, accuracy: Callable[[], list[float]], label: Callable[[int], str], log: Callable[[str], None]
 ) -> dict:
-    """trainer.fit() between two held-out measurements: accuracy() of the model as initialised (kept in the run's
+    """run.fit() between two held-out measurements: accuracy() of the model as initialised (kept in the run's
     state, so a resumed run reports the same "before") and after training; label(i) names figure i in the log.
     Returns fit()'s state with "before" and, unless the run stopped, "after"."""
-    if trainer.state.get("before") is None:
-        trainer.state["before"] = accuracy()
+    if run.state.get("before") is None:
+        run.state["before"] = accuracy()
 
     def show(figures: list[float]) -> str:
         return ", ".join(f"{label(i)} {a:.3f}" for i, a in enumerate(figures))
 
-    log("held-out top-1 accuracy before: " + show(trainer.state["before"]))
-    state = trainer.fit()
+    log("held-out top-1 accuracy before: " + show(run.state["before"]))
+    state = run.fit()
     if not state["stopped"]:
-        trainer.model.eval()
+        run.model.eval()
         state["after"] = accuracy()
         log("held-out top-1 accuracy after: " + show(state["after"]))
     return state

@@ -10,8 +10,9 @@
    label for head i is token t + i (-100 past the end). Cached next to the generations, so training reruns cost
    no target forward.
 3. **Train.** Only the heads' weights learn: loss = mean over heads 2..h of the cross-entropy of head i on token
-   t + i (head 1 is the target itself), on the shared ``Trainer`` (AdamW + warmup/cosine, budgets, a resumable
-   SIGINT-safe checkpoint in ``work_dir/run-h{h}``); held-out top-1 accuracy per head at the start and the end.
+   t + i (head 1 is the target itself), on the shared run (``train.runner``, on transformers' Trainer: AdamW +
+   warmup/cosine, budgets, a resumable SIGINT-safe checkpoint in ``work_dir/run-h{h}``); held-out top-1 accuracy
+   per head at the start and the end.
 4. **Export.** ``BlockwiseHeads.save`` (fp16 safetensors + heads.json with the training facts) and a model card.
 """
 
@@ -25,11 +26,14 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
 
+from ..options.declare import option
 from . import align, corpus as corpus_mod
-from .frozen import FrozenTarget, fit_measured, load_frozen_target
+from .frozen import FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
 from .lm import TrainError
+from .runner import Run
+from .settings import RunOptions, command_line, machine_name, seed_everything
+from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
 from .tokenizer import tokenizer_hash
-from .trainer import Trainer, TrainerOptions, command_line, machine_name, seed_everything
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
     import torch
@@ -39,26 +43,26 @@ FEATURES_VERSION = 1
 
 
 @dataclass
-class HeadsOptions(FrozenTarget, TrainerOptions):
-    target: str
-    manifest: str = "zoo/code/manifest.json"
-    tokenizer: Optional[str] = None  # default: the target's directory
-    out_dir: str = "zoo/code/heads"
-    work_dir: str = "runs/heads"  # generations, features, checkpoint
-    num_heads: int = 4  # h, counting head 1 (the target)
-    ffn_size: Optional[int] = None  # default: the target's hidden size
-    num_prompts: int = 400
-    eval_prompts: int = 48
-    min_prompt_tokens: int = 32
-    max_prompt_tokens: int = 128
-    new_tokens: int = 64
-    generate_batch: int = 32  # prompts per batched generate call (equal-length groups within it)
+@shared_flags
+class HeadsOptions(FrozenTarget, GreedyPrompts, RunOptions):
+    """`train heads`' options, each its flag (the run options' too: RunOptions)."""
+
+    target: str = shared("zoo/code/target")
+    manifest: str = shared("zoo/code/manifest.json")
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    tokenizer: Optional[str] = shared(None)  # default: the target's directory
+    out_dir: str = shared("zoo/code/heads", "Where to save the heads (safetensors + JSON).")
+    work_dir: str = shared("runs/heads")  # generations, features, checkpoint
+    num_heads: int = option(4, "--num-heads", "h, counting head 1 (the target itself); 2..9.")
+    ffn_size: Optional[int] = option(None, "--ffn-size", "Hidden layer of each head (default: hidden size).")
     _: KW_ONLY
-    seed: int = 1234
-    batch_size: int = 512  # positions per step
-    lr: float = 2e-3
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
+    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
+    batch_size: int = shared(512, "Positions per step.")
+    lr: float = shared(2e-3)
+    warmup_steps: int = shared(20)
+    weight_decay: float = shared(0.0)
+    checkpoint_minutes: float = shared(2.0)
+    log_every: int = shared(50)
 
     def validate(self) -> None:
         self.validate_frozen(("num_prompts", "eval_prompts", "new_tokens", "generate_batch"))
@@ -331,7 +335,7 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
         "seed": opts.seed,
         **opts.optimizer_key(),
     }
-    trainer = Trainer(
+    run = Run(
         heads,
         opts,
         work / f"run-h{opts.num_heads}",
@@ -342,7 +346,7 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
         log=log,
     )
     # before: the heads as initialised (copies of head 1)
-    state = fit_measured(trainer, lambda: head_accuracy(heads, lm_head, val_h, val_y), lambda i: f"head {i + 2}", log)
+    state = fit_measured(run, lambda: head_accuracy(heads, lm_head, val_h, val_y), lambda i: f"head {i + 2}", log)
     if state["stopped"]:
         return {"stopped": True, "step": state["step"]}
     step, time_train, before, after = state["step"], state["elapsed"], state["before"], state["after"]

@@ -1,6 +1,6 @@
 """`draftverify train lm`: train a small causal LM (``LlamaForCausalLM``) from scratch on the code corpus.
 
-The recipe on top of the shared trainer (train/trainer.py, which owns the loop, schedule, budgets, checkpoints
+The recipe on top of the shared run (train/runner.py, on transformers' Trainer: the schedule, budgets, checkpoints
 and resume):
 
 * the corpus splits come from the token cache (train/tokens.py); training samples random windows of
@@ -21,43 +21,46 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..options.declare import option
 from . import corpus as corpus_mod
 from .export import export_model
 from .lm_card import model_card
 from .losses import autocast, averaged_loss, evaluate, held_out_losses, lm_loss, next_token_losses
 from .presets import PRESETS, count_params, make_config
+from .runner import Run, load_checkpoint
+from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .shared_flags import OWN_DATA, shared, shared_flags
 from .tokenizer import tokenizer_hash
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
-from .trainer import (
-    Trainer,
-    TrainerOptions,
-    TrainError,
-    command_line,
-    cpu_name,
-    load_checkpoint,
-    seed_everything,
-    set_threads,
-)
 
 
 @dataclass
-class TrainOptions(TrainerOptions):
-    tokenizer: str
-    manifest: str
-    out_dir: str
-    preset: str = "target"
-    export_dir: Optional[str] = None  # default: out_dir/export
-    cache_dir: Optional[str] = None  # default: out_dir/../token-cache
-    init_from: Optional[str] = None
-    seq_len: int = 512
-    val_windows: int = 64
+@shared_flags
+class TrainOptions(RunOptions):
+    """`train lm`'s options, each its flag (the run options' too: RunOptions)."""
+
+    out_dir: str = shared(...)
+    tokenizer: str = shared("zoo/code/tokenizer", "Tokenizer directory.")
+    manifest: str = shared("zoo/code/manifest.json")
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    preset: str = shared("target", "Architecture preset: target | draft (| tiny).")
+    export_dir: Optional[str] = shared(None)  # default: out_dir/export
+    cache_dir: Optional[str] = shared(None)  # default: out_dir/../token-cache
+    init_from: Optional[str] = shared(None)
+    seq_len: int = shared(512)
+    val_windows: int = shared(64)
     config_overrides: dict = field(default_factory=dict)
     export: bool = True
-    early_exit_layer: Optional[int] = None  # BiLD 4.4 averaged-loss phase at the end of the run
-    early_exit_share: float = 0.2  # its share of the run (of the larger of the step / time fractions)
-    max_degradation: float = 0.03  # full-model held-out loss it may cost, else its weights are dropped
+    early_exit_layer: Optional[int] = option(
+        None, "--early-exit-layer", "End the run with BiLD 4.4's averaged loss of this layer and the last."
+    )
+    early_exit_share: float = option(0.2, "--early-exit-share", "Share of the run in that phase.")
+    max_degradation: float = shared(
+        0.03, "Drop the phase's weights if the full model's held-out loss rose more (nats)."
+    )
     _: KW_ONLY
-    eval_minutes: Optional[float] = 10.0  # eval_every_steps (TrainerOptions) overrides it when set
+    lr: float = shared(8e-4)
+    eval_minutes: Optional[float] = shared(10.0)  # eval_every_steps (RunOptions) overrides it when set
 
     def validate(self) -> None:
         if self.preset not in PRESETS and self.init_from is None:
@@ -127,13 +130,13 @@ def train(opts: TrainOptions, log: Callable[[str], None] = print, stop_after_ste
     ckpt = load_checkpoint(out_dir)
     model = _build_model(opts, tok, ckpt).to(opts.torch_device())
     n_params = count_params(model)
-    trainer = Trainer(
+    run = Run(
         model,
         opts,
         out_dir,
         batches=lambda rng: sample_batch(data.train, rng, opts.batch_size, opts.seq_len),
-        loss=lambda m, x: lm_loss(m, x, trainer.bf16),
-        evaluate=lambda m: evaluate(m, data.val_windows, trainer.bf16, opts.batch_size, trainer.device),
+        loss=lambda m, x: lm_loss(m, x, run.bf16),
+        evaluate=lambda m: evaluate(m, data.val_windows, run.bf16, opts.batch_size, run.device),
         counts=lambda x: {"tokens_seen": opts.batch_size * opts.seq_len},
         state={"tokens_seen": 0, "preset": opts.preset, "init_from": opts.init_from},
         checkpoint=ckpt,
@@ -143,13 +146,13 @@ def train(opts: TrainOptions, log: Callable[[str], None] = print, stop_after_ste
     log(
         f"model: {opts.preset if not opts.init_from else 'init-from ' + opts.init_from} | "
         f"{n_params:,} params | seq {opts.seq_len} x batch {opts.batch_size} | lr {opts.lr} | "
-        f"{'bf16 autocast' if trainer.bf16 else 'fp32'} | threads {torch.get_num_threads()} | "
+        f"{'bf16 autocast' if run.bf16 else 'fp32'} | threads {torch.get_num_threads()} | "
         f"train {len(data.train):,} tok / val {len(data.val):,} tok ({len(data.val_windows)} val windows)"
     )
     if opts.early_exit_layer is None:
-        state = trainer.fit(stop_after_steps)
+        state = run.fit(stop_after_steps)
     else:
-        state = _fit_with_early_exit_phase(trainer, opts, data.val_windows, stop_after_steps, log)
+        state = _fit_with_early_exit_phase(run, opts, data.val_windows, stop_after_steps, log)
     if state["stopped"]:
         return {"step": state["step"], "stopped": True, "params": n_params, "out_dir": str(out_dir)}
 
@@ -186,14 +189,14 @@ def train(opts: TrainOptions, log: Callable[[str], None] = print, stop_after_ste
         "resumes": state["resumes"],
         "val_loss": val,
         "val_windows": len(data.val_windows),
-        "bf16": trainer.bf16,
+        "bf16": run.bf16,
         "torch": torch.__version__,
         "transformers": tf_version,
         "early_exit": state.get("early_exit"),
     }
     summary = {k: v for k, v in info.items() if k != "config"}
     summary["out_dir"] = str(out_dir)
-    if opts.export:
+    if opts.export and run.is_main:
         export_model(model, tok, export_dir, model_card(info))
         (export_dir / "training_summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
         summary["export_dir"] = str(export_dir)
@@ -205,42 +208,42 @@ SNAPSHOT = "before-early-exit.pt"
 
 
 def _fit_with_early_exit_phase(
-    trainer: Trainer, opts: TrainOptions, windows, stop_after_steps: Optional[int], log: Callable[[str], None]
+    run: Run, opts: TrainOptions, windows, stop_after_steps: Optional[int], log: Callable[[str], None]
 ) -> dict:
     """Plain LM loss up to 1 - early_exit_share of the run, then BiLD's averaged loss to the end (one
     schedule). The weights at the switch are saved next to the checkpoint and put back when the full model's
     held-out loss rose by more than max_degradation; the figures go to state["early_exit"]."""
     import torch
 
-    layer, model, start = opts.early_exit_layer, trainer.model, trainer.state["step"]
-    state = trainer.fit(stop_after_steps, until=1.0 - opts.early_exit_share)
+    layer, model, start = opts.early_exit_layer, run.model, run.state["step"]
+    state = run.fit(stop_after_steps, until=1.0 - opts.early_exit_share)
     if state["stopped"]:
         return state
-    snapshot = trainer.run_dir / SNAPSHOT
-    if trainer.state.get("early_exit") is None:
-        full, early = held_out_losses(model, windows, trainer.bf16, opts.batch_size, layer, trainer.device)
+    snapshot = run.run_dir / SNAPSHOT
+    if run.state.get("early_exit") is None:
+        full, early = held_out_losses(model, windows, run.bf16, opts.batch_size, layer, run.device)
         torch.save(model.state_dict(), snapshot)
-        trainer.state["early_exit"] = {
+        run.state["early_exit"] = {
             "layer": layer,
-            "from_step": trainer.state["step"],
+            "from_step": run.state["step"],
             "before": {"full": full, "early": early},
         }
         log(
-            f"early-exit phase from step {trainer.state['step']} (layer {layer}): held-out loss full {full:.4f} | "
+            f"early-exit phase from step {run.state['step']} (layer {layer}): held-out loss full {full:.4f} | "
             f"layer {layer} {early:.4f}"
         )
 
     def joint(m, x):
-        with autocast(trainer.bf16):
+        with autocast(run.bf16):
             return averaged_loss(*next_token_losses(m, x, layer))
 
-    trainer.loss = joint
-    left = None if stop_after_steps is None else stop_after_steps - (trainer.state["step"] - start)
-    state = trainer.fit(left)
+    run.loss = joint
+    left = None if stop_after_steps is None else stop_after_steps - (run.state["step"] - start)
+    state = run.fit(left)
     if state["stopped"]:
         return state
     ee = state["early_exit"]
-    full, early = held_out_losses(model, windows, trainer.bf16, opts.batch_size, layer, trainer.device)
+    full, early = held_out_losses(model, windows, run.bf16, opts.batch_size, layer, run.device)
     ee["after"] = {"full": full, "early": early}
     ee["max_degradation"] = opts.max_degradation
     ee["kept"] = full <= ee["before"]["full"] + opts.max_degradation

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import Optional
 
-from .trainer import TrainError
+from .settings import TrainError
 
 
 def autocast(bf16: bool, device=None):

@@ -19,22 +19,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .trainer import (
-    Trainer,
-    TrainerOptions,
-    TrainError,
-    command_line,
-    cpu_name,
-    load_checkpoint,
-    seed_everything,
-    set_threads,
-)
+from .runner import Run, load_checkpoint
+from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
 
 GLANCE_START, GLANCE_END = 0.5, 0.3
 
 
 @dataclass
-class NatOptions(TrainerOptions):
+class NatOptions(RunOptions):
     target: str
     out_dir: str
     train_targets: str  # distilled train targets, one a line (`train distill`)
@@ -207,23 +199,23 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
     ckpt = load_checkpoint(out_dir)
     nat = NatDecoder.for_target(target, layers=opts.layers, block_size=opts.block_size)
     n_params = count_params(nat)
-    trainer: Trainer
+    run: Run
 
     def loss(model, batch):
-        k = int(trainer.rng.integers(1, opts.block_size + 1))
-        ratio = (GLANCE_START + (GLANCE_END - GLANCE_START) * trainer.progress()) if opts.glancing else 0.0
-        return nat_loss(model, target, batch, k, trainer.rng, ratio, trainer.bf16)
+        k = int(run.rng.integers(1, opts.block_size + 1))
+        ratio = (GLANCE_START + (GLANCE_END - GLANCE_START) * run.progress()) if opts.glancing else 0.0
+        return nat_loss(model, target, batch, k, run.rng, ratio, run.bf16)
 
     def evaluate(model) -> float:
-        figures = held_out(model, target, val_pairs, val_batches, opts.block_size, pad, trainer.bf16)
-        trainer.state["accepted_per_block"] = figures["accepted_per_block"]
+        figures = held_out(model, target, val_pairs, val_batches, opts.block_size, pad, run.bf16)
+        run.state["accepted_per_block"] = figures["accepted_per_block"]
         log(
-            f"eval at step {trainer.state['step']}: slot loss {figures['slot_loss']:.4f} | mean accepted "
+            f"eval at step {run.state['step']}: slot loss {figures['slot_loss']:.4f} | mean accepted "
             f"{figures['accepted_per_block']:.2f} of k={opts.block_size} slots (teacher-forced, val)"
         )
         return figures["slot_loss"]
 
-    trainer = Trainer(
+    run = Run(
         nat,
         opts,
         out_dir,
@@ -240,9 +232,9 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
     log(
         f"NAT drafter: {n_params:,} params ({opts.layers} layers, d {nat.config.hidden_size}) on the frozen target "
         f"{opts.target} | k in 1..{opts.block_size} | {len(train_pairs):,} pairs | glancing "
-        f"{'on' if opts.glancing else 'off'} | {'bf16 autocast' if trainer.bf16 else 'fp32'}"
+        f"{'on' if opts.glancing else 'off'} | {'bf16 autocast' if run.bf16 else 'fp32'}"
     )
-    state = trainer.fit(stop_after_steps)
+    state = run.fit(stop_after_steps)
     if state["stopped"]:
         return {"step": state["step"], "stopped": True, "params": n_params}
     report = {

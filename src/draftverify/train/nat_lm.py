@@ -29,23 +29,15 @@ import numpy as np
 from . import heads
 from .frozen import FrozenTarget, load_frozen_target
 from .nat import GLANCE_END, GLANCE_START, glance
-from .trainer import (
-    Trainer,
-    TrainerOptions,
-    TrainError,
-    command_line,
-    load_checkpoint,
-    machine_name,
-    seed_everything,
-    to_device,
-)
+from .runner import Run, load_checkpoint
+from .settings import RunOptions, TrainError, command_line, machine_name, seed_everything, to_device
 
 IGNORE = -100
 STATES_VERSION = 1
 
 
 @dataclass
-class NatLMOptions(FrozenTarget, TrainerOptions):
+class NatLMOptions(FrozenTarget, RunOptions):
     target: str
     out_dir: str
     export_dir: str = "zoo/code/nat"
@@ -285,23 +277,23 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
     nat = NatDecoder.for_target(target, layers=opts.layers, block_size=opts.block_size, memory_window=opts.window)
     nat = nat.float().to(target.device)  # float32 weights learn; the target may run in bfloat16 on a GPU
     n_params = count_params(nat)
-    trainer: Trainer
+    run: Run
 
     def loss(model, batch):
-        k = int(trainer.rng.integers(1, opts.block_size + 1))
-        ratio = (GLANCE_START + (GLANCE_END - GLANCE_START) * trainer.progress()) if opts.glancing else 0.0
-        return nat_lm_loss(model, target, batch, k, opts.cuts, trainer.rng, ratio, trainer.bf16)
+        k = int(run.rng.integers(1, opts.block_size + 1))
+        ratio = (GLANCE_START + (GLANCE_END - GLANCE_START) * run.progress()) if opts.glancing else 0.0
+        return nat_lm_loss(model, target, batch, k, opts.cuts, run.rng, ratio, run.bf16)
 
     def evaluate(model) -> float:
-        figures = held_out(model, target, val_seqs, opts.block_size, opts.cuts, trainer.bf16)
-        trainer.state["accepted_per_block"] = figures["accepted_per_block"]
+        figures = held_out(model, target, val_seqs, opts.block_size, opts.cuts, run.bf16)
+        run.state["accepted_per_block"] = figures["accepted_per_block"]
         log(
-            f"eval at step {trainer.state['step']}: slot loss {figures['slot_loss']:.4f} | mean accepted "
+            f"eval at step {run.state['step']}: slot loss {figures['slot_loss']:.4f} | mean accepted "
             f"{figures['accepted_per_block']:.3f} of k={opts.block_size} slots (teacher-forced, val)"
         )
         return figures["slot_loss"]
 
-    trainer = Trainer(
+    run = Run(
         nat,
         opts,
         opts.out_dir,
@@ -315,18 +307,18 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
         log=log,
     )
     del ckpt
-    if trainer.state["before"] is None:
-        trainer.state["before"] = held_out(nat, target, val_seqs, opts.block_size, opts.cuts, trainer.bf16)
+    if run.state["before"] is None:
+        run.state["before"] = held_out(nat, target, val_seqs, opts.block_size, opts.cuts, run.bf16)
     log(
         f"NAT drafter: {n_params:,} params ({opts.layers} layers, d {nat.config.hidden_size}, window {opts.window}) on "
         f"the frozen decoder-only target {opts.target} | k in 1..{opts.block_size} | {len(train_seqs)} sequences | "
         f"glancing {'on' if opts.glancing else 'off'} | before training: mean accepted "
-        f"{trainer.state['before']['accepted_per_block']:.3f} of {opts.block_size} (val)"
+        f"{run.state['before']['accepted_per_block']:.3f} of {opts.block_size} (val)"
     )
-    state = trainer.fit(stop_after_steps)
+    state = run.fit(stop_after_steps)
     if state["stopped"]:
         return {"step": state["step"], "stopped": True, "params": n_params}
-    after = held_out(nat, target, val_seqs, opts.block_size, opts.cuts, trainer.bf16)
+    after = held_out(nat, target, val_seqs, opts.block_size, opts.cuts, run.bf16)
     cfg = nat.config
     info = {
         "target": opts.target,

@@ -29,7 +29,9 @@ from typing import Callable, Iterable, Optional
 
 import numpy as np
 
-from .trainer import TrainError
+from ..options.declare import option
+from .settings import TrainError
+from .shared_flags import OWN_DATA, shared, shared_flags
 
 
 @dataclass
@@ -306,19 +308,38 @@ def generation_sequences(path: str | os.PathLike) -> tuple[dict, list[list[int]]
 
 
 @dataclass
+@shared_flags
 class NgramOptions:
-    out: str = "zoo/code/ngram.safetensors"
-    tokenizer: str = "zoo/code/tokenizer"
-    manifest: str = "zoo/code/manifest.json"
-    from_generations: Optional[str] = None
-    eval_generations: Optional[str] = None
-    order: int = 3
-    min_count: int = 2
-    top_k: int = 8
-    cache_dir: Optional[str] = None
-    max_tokens: Optional[int] = None  # only the first N training tokens (quick checks, speed measurements)
-    vocab_size: Optional[int] = None
-    evaluate: bool = True
+    """`train ngram`'s options, each its flag."""
+
+    out: str = option("zoo/code/ngram.safetensors", "--out", "Output table (safetensors).")
+    tokenizer: str = shared("zoo/code/tokenizer", "Tokenizer directory.")
+    manifest: str = shared("zoo/code/manifest.json")
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    from_generations: Optional[str] = option(
+        None,
+        "--from-generations",
+        "Build from a JSONL of target generations (written by `train align`) instead of the corpus; only "
+        "continuation tokens are counted as next tokens.",
+    )
+    eval_generations: Optional[str] = option(
+        None,
+        "--eval-generations",
+        "Also report top-1 accuracy on the continuations of this generations JSONL (e.g. runs/align/"
+        "eval_before.jsonl: held-out target outputs).",
+    )
+    order: int = option(3, "--order", "n: contexts of up to n-1 tokens.")
+    min_count: int = option(2, "--min-count", "Drop contexts seen fewer times (the unigram is kept).")
+    top_k: int = option(8, "--top-k", "Keep at most this many next tokens per context.")
+    cache_dir: Optional[str] = shared(
+        None, "Reuse/write `train lm`'s token cache here (e.g. runs/token-cache); default: tokenize in memory."
+    )
+    # only the first N training tokens (quick checks, speed measurements)
+    max_tokens: Optional[int] = shared(None, "Use only the first N training tokens.")
+    vocab_size: Optional[int] = option(
+        None, "--vocab-size", "Table vocabulary (default: the tokenizer's, or the generations file's)."
+    )
+    evaluate: bool = option(True, "--eval/--no-eval", "Held-out top-1 accuracy on the val split.")
     command: Optional[str] = None
 
 

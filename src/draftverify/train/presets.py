@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .trainer import TrainError
+from .settings import TrainError
 
 # Architecture presets (vocab_size is filled in from the tokenizer).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -97,7 +97,7 @@ def bench_step_time(
     from transformers import LlamaForCausalLM
 
     from .losses import lm_loss
-    from .trainer import set_threads
+    from .settings import set_threads
 
     set_threads(threads)
     res = {"preset": preset, "batch_size": batch_size, "seq_len": seq_len, "threads": threads}

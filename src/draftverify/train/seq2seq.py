@@ -1,13 +1,13 @@
 """`draftverify train seq2seq`: a small Transformer translation model (``MarianMTModel``) on Multi30k.
 
-The recipe on top of the shared trainer (train/trainer.py owns the loop, schedule, budgets, checkpoints, resume):
+The recipe on top of the shared run (train/runner.py, on transformers' Trainer: schedule, budgets, checkpoints, resume):
 
 * data: sentence pairs of train/translation_data.py, batched by tokens, one joint byte-level BPE tokenizer whose
   ``<|endoftext|>`` is eos, pad and the decoder start token;
 * model: a preset below (Vaswani-style post-LN encoder-decoder with sinusoidal positions and one shared embedding
   matrix for encoder, decoder and output), so ``AutoModelForSeq2SeqLM`` and HF ``generate`` run the export;
 * objective: label-smoothed cross-entropy (Szegedy et al.; 0.1 as in the Transformer paper);
-* held-out figures: the val cross-entropy (the trainer's metric), and sacrebleu BLEU / chrF of greedy
+* held-out figures: the val cross-entropy (the run's metric), and sacrebleu BLEU / chrF of greedy
   translations of the first ``bleu_sentences`` val sources at every evaluation;
 * at the end: fp16 export with the tokenizer, BLEU / chrF on the full val and test sets (greedy, as the card says),
   and ``training_report.json``, from which the model card is written (seq2seq_card.py).
@@ -21,16 +21,10 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from .trainer import (
-    Trainer,
-    TrainerOptions,
-    TrainError,
-    command_line,
-    cpu_name,
-    load_checkpoint,
-    seed_everything,
-    set_threads,
-)
+from ..options.declare import option
+from .runner import Run, load_checkpoint
+from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .shared_flags import shared, shared_flags
 
 # Architectures (vocab_size, token ids filled in from the tokenizer). Sized for one CPU thread: see the card.
 PRESETS: dict[str, dict] = {
@@ -95,28 +89,34 @@ def make_config(preset: str, vocab_size: int, eos_id: int, dropout: float = 0.1)
 
 
 @dataclass
-class Seq2SeqOptions(TrainerOptions):
-    tokenizer: str
-    out_dir: str
-    data: str = "../shared/data/multi30k_en_de"
-    src_lang: str = "en"
-    tgt_lang: str = "de"
-    preset: str = "target"
-    export_dir: Optional[str] = None  # default: out_dir/export
-    max_tokens: int = 2048  # padded tokens per batch (the longer side)
+@shared_flags
+class Seq2SeqOptions(RunOptions):
+    """`train seq2seq`'s options, each its flag (the run options' too: RunOptions)."""
+
+    out_dir: str = shared(...)
+    tokenizer: str = shared("zoo/translate/tokenizer", "Joint tokenizer directory.")
+    data: str = shared("../shared/data/multi30k_en_de")
+    src_lang: str = shared("en")
+    tgt_lang: str = shared("de")
+    preset: str = shared("target", "Architecture: target | small (| tiny).")
+    export_dir: Optional[str] = shared(None)  # default: out_dir/export
+    max_tokens: int = shared(2048)  # padded tokens per batch (the longer side)
     max_len: int = 128  # tokens per sentence (longer ones are cut)
-    label_smoothing: float = 0.1
-    dropout: float = 0.1
-    bleu_sentences: int = 200  # val sources translated at each evaluation
-    train_targets: Optional[str] = None  # a file of target-side sentences replacing the train targets
-    init_from: Optional[str] = None  # an exported model to continue from (fresh optimizer): BiLD alignment
+    label_smoothing: float = option(0.1, "--label-smoothing", "Label smoothing of the cross-entropy loss.")
+    dropout: float = option(0.1, "--dropout", "Dropout of the model.")
+    bleu_sentences: int = option(200, "--bleu-sentences", "Val sources translated at each evaluation.")
+    train_targets: Optional[str] = shared(None)  # a file of target-side sentences replacing the train targets
+    init_from: Optional[str] = shared(None, "Continue from an exported model (fresh optimizer), e.g. BiLD alignment.")
     export: bool = True
     _: KW_ONLY
-    lr: float = 1e-3
-    warmup_steps: int = 400
+    lr: float = shared(1e-3)
+    warmup_steps: int = shared(400)
+    min_lr_ratio: float = shared(0.05)
     beta2: float = 0.98
-    weight_decay: float = 0.01
-    eval_minutes: Optional[float] = 10.0
+    weight_decay: float = shared(0.01)
+    eval_minutes: Optional[float] = shared(10.0, "Val loss / BLEU / chrF interval (minutes).")
+    checkpoint_minutes: float = shared(5.0)
+    log_every: int = shared(20)
 
     def validate(self) -> None:
         if self.preset not in PRESETS:
@@ -316,25 +316,25 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
     ckpt = load_checkpoint(out_dir)
     model = _build_model(opts, tok, ckpt)
     n_params = count_params(model)
-    trainer: Trainer
+    run: Run
 
     def evaluate(m) -> float:
-        loss = held_out_loss(m, val_pairs, val_batches, pad, trainer.bf16)
-        hyp = translate(m, tok, vsrc[: opts.bleu_sentences], bf16=trainer.bf16)
+        loss = held_out_loss(m, val_pairs, val_batches, pad, run.bf16)
+        hyp = translate(m, tok, vsrc[: opts.bleu_sentences], bf16=run.bf16)
         scores = bleu_chrf(hyp, vtgt[: opts.bleu_sentences])
-        trainer.state["val_bleu"], trainer.state["val_chrf"] = scores["bleu"], scores["chrf"]
+        run.state["val_bleu"], run.state["val_chrf"] = scores["bleu"], scores["chrf"]
         log(
-            f"eval at step {trainer.state['step']}: val loss {loss:.4f} | BLEU {scores['bleu']:.2f} | "
+            f"eval at step {run.state['step']}: val loss {loss:.4f} | BLEU {scores['bleu']:.2f} | "
             f"chrF {scores['chrf']:.2f} (greedy, first {len(hyp)} val sentences)"
         )
         return loss
 
-    trainer = Trainer(
+    run = Run(
         model,
         opts,
         out_dir,
         batches=lambda rng: collate(train_pairs, batches[int(rng.integers(len(batches)))], pad),
-        loss=lambda m, b: seq2seq_loss(m, b, opts.label_smoothing, trainer.bf16),
+        loss=lambda m, b: seq2seq_loss(m, b, opts.label_smoothing, run.bf16),
         evaluate=evaluate,
         counts=lambda b: {"tokens_seen": int((b["labels"] >= 0).sum()), "sentences_seen": int(b["labels"].shape[0])},
         state={"tokens_seen": 0, "sentences_seen": 0, "val_bleu": None, "val_chrf": None, "preset": opts.preset},
@@ -345,9 +345,9 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
     log(
         f"model: MarianMTModel preset {opts.preset} | {n_params:,} params | {len(train_pairs):,} train pairs in "
         f"{len(batches):,} batches of <= {opts.max_tokens} tokens | lr {opts.lr} | "
-        f"{'bf16 autocast' if trainer.bf16 else 'fp32'} | threads {torch.get_num_threads()}"
+        f"{'bf16 autocast' if run.bf16 else 'fp32'} | threads {torch.get_num_threads()}"
     )
-    state = trainer.fit(stop_after_steps)
+    state = run.fit(stop_after_steps)
     if state["stopped"]:
         return {"step": state["step"], "stopped": True, "params": n_params, "out_dir": str(out_dir)}
 
@@ -391,7 +391,7 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
         "cpu": cpu_name(),
         "resumes": state["resumes"],
         "val_loss": state["val_loss"],
-        "bf16": trainer.bf16,
+        "bf16": run.bf16,
         "scores": scores,
         "torch": torch.__version__,
         "transformers": tf_version,

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from . import corpus as corpus_mod
+from .settings import TrainError
 from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
-from .trainer import TrainError
 
 
 def _cache_key(manifest: dict, tok_dir: str) -> str:

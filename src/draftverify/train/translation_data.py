@@ -4,7 +4,7 @@ Multi30k's layout (Elliott et al. 2016): ``{split}.{lang}.gz``, one sentence a l
 aligned with line i of the target file. The joint tokenizer is the code zoo's byte-level BPE
 (train/tokenizer.py) trained on both sides of the train split, so one embedding matrix serves encoder and decoder.
 Training batches are *by tokens*: pairs sorted by length are cut into batches of at most ``max_tokens`` padded
-tokens (fixed once per run), and each step draws one of them from the trainer's generator.
+tokens (fixed once per run), and each step draws one of them from the run's batch generator.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .trainer import TrainError
+from .settings import TrainError
 
 DEFAULT_DATA = "../shared/data/multi30k_en_de"
 TEST_SPLIT = "test_2016_flickr"
