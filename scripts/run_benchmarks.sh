@@ -71,6 +71,12 @@ if [ "$llamacpp" = 1 ]; then
         --runners llamacpp,llamacpp_prompt_lookup,llamacpp_draft,hf_assisted,model,model_aligned,prompt_lookup,lookup_model,model_tree,prompt_lookup_tree \
         --name bench-humaneval-llamacpp --no-progress
     draftverify bench rounds --num-prompts 8 --rounds 5
+    # llama.cpp's own engine (needs its tools: scripts/build_llama_cpp_tools.sh): each side's best row per prompt
+    # set and target file, and both loops at the sizes users run with synthetic acceptance
+    draftverify bench native --prompts humaneval,spec_bench:coding,spec_bench:math_reasoning --target-gguf f32,q8_0 \
+        --num-prompts 6 --max-new-tokens 96 --name bench-native
+    draftverify bench synthetic --shapes qwen2.5-0.5b,llama-3.2-1b --target-gguf q8_0,q4_k_m --alpha 0.6,0.8,0.9 \
+        --gamma 4 --num-prompts 3 --max-new-tokens 48 --name bench-synthetic
     draftverify bench speed --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,3,4,5,6,8,12,16,24,32,48,64 \
         --cost-modes eager-float32,llamacpp-float32 --name cost-code-llamacpp
     ab=(bench ab --threads 2 --num-prompts 8)

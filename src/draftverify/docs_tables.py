@@ -26,7 +26,10 @@ class TableSource:
 
 
 TABLES: tuple[TableSource, ...] = (
+    TableSource("README.md", "native-best", "benchmarks/speed/bench-native.md"),
     TableSource("README.md", "bench-llamacpp-duels", "benchmarks/speed/bench-humaneval-llamacpp.md", "## Head to head"),
+    TableSource("docs/benchmarks-llamacpp.md", "native-best", "benchmarks/speed/bench-native.md"),
+    TableSource("docs/benchmarks-llamacpp.md", "synthetic", "benchmarks/speed/bench-synthetic.md"),
     TableSource("docs/usage.md", "healing", "benchmarks/methods/healing-humaneval.md"),
     TableSource(
         "docs/benchmarks-llamacpp.md",

@@ -284,3 +284,36 @@ def test_terminal_summary_keeps_the_bracketed_labels():
     text = console.export_text()
     for name in names:
         assert name in text, text
+
+
+class CountingDrafter:
+    """A drafter stand-in that counts forget() calls."""
+
+    needs_target_hidden = False
+
+    def __init__(self):
+        self.forgets = 0
+
+    def forget(self):
+        self.forgets += 1
+
+
+def test_our_rows_forget_per_prompt_unless_asked_to_keep_a_round(monkeypatch):
+    from types import SimpleNamespace
+
+    import draftverify.bench.runners as runners_module
+
+    stats = SimpleNamespace(target_calls=1, draft_calls=0, drafted_tokens=0, accepted_tokens=0, rejections=0)
+    stats.as_dict = dict
+    monkeypatch.setattr(
+        runners_module, "generate", lambda *a, **k: SimpleNamespace(new_tokens=torch.tensor([[5]]), stats=stats)
+    )
+    hooks = Hooks(target=ForwardCounter(nn.Identity()))
+    for keep, forgets_after_two in ((False, 2), (True, 0)):
+        drafter = CountingDrafter()
+        row = OursRunner("x", "x", drafter=drafter, hooks=hooks, forget_each_prompt=not keep)
+        row.run(torch.tensor([[1, 2]]), 0.0, 0, 1)
+        row.run(torch.tensor([[1, 2]]), 0.0, 0, 1)
+        assert drafter.forgets == forgets_after_two
+        row.new_round()  # a new round starts empty either way
+        assert drafter.forgets == forgets_after_two + 1

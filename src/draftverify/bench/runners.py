@@ -222,6 +222,10 @@ class OursRunner(Runner):
     eos_token_id: int | None = None
     # gamma auto / conf: one policy per temperature, kept across this row's prompts as a Pipeline keeps it
     policies: KeptPolicies = field(default_factory=KeptPolicies, repr=False)
+    # True: each prompt on its own (the main bench). False: the drafter keeps what earlier prompts taught it (the
+    # suffix cache) until the next round, as a server keeps it across requests: bench native, beside llama-server's
+    # n-gram caches, which live as long as the server
+    forget_each_prompt: bool = True
 
     def _compiled(self) -> list[tuple[CachedLM, bool]]:
         """(model, lags) for each compiled CachedLM this runner calls (compiling.compiled_models)."""
@@ -260,6 +264,9 @@ class OursRunner(Runner):
                     )
                     lm.commit(0)
 
+    def new_round(self) -> None:
+        self.drafter.forget()
+
     def make_verifier(self, params: SamplingParams, seed: int) -> Verifier:
         """The verifier of one generation: the named rule (a bench-only rule overrides this)."""
         return build_verifier(self.verifier, params, self.options)
@@ -272,7 +279,8 @@ class OursRunner(Runner):
         self.hooks.reset()
         # each prompt on its own: no text of the warm-up, another row or another temperature is reused (a
         # cross-request cache is measured by bench replay)
-        self.drafter.forget()
+        if self.forget_each_prompt:
+            self.drafter.forget()
         started = perf_counter()
         gamma = self.policies.get(self.gamma if self.gamma is not None else 1, temperature)
         out = generate(

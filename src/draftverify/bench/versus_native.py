@@ -12,6 +12,10 @@ For each target GGUF type and each prompt set, one cell:
    each round (Runner.new_round: a llama-server forgets its n-gram cache). A row's speed is its median round; each
    side's best row is the finalist with the highest median; the ratio's range is over the rounds.
 
+Both sides keep what a round's earlier prompts taught their drafters, as a server does across requests:
+llama-server's n-gram caches live as long as the server, our rows keep the suffix cache until the next round
+(OursRunner.forget_each_prompt off); a new round starts both empty.
+
 Exactness is read, not assumed: each of our rows against our plain decoding on the same backend, each native row
 against llama.cpp's plain row, and the two plain rows against each other, prompt by prompt in every round. The
 result file is written after each cell, and a rerun with the same settings skips the cells already in it, so a
@@ -174,7 +178,7 @@ def run_versus(
     from .prompts import load_prompts
     from .report import write_result
     from .run import select_prompts
-    from .runners import install_hooks
+    from .runners import OursRunner, install_hooks
 
     for label, value, low in (("--rounds", rounds, 1), ("--finalists", finalists, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -241,6 +245,9 @@ def run_versus(
         try:
             runners, notes = build_runners(config, models, hooks)
             rows = [r for r in runners if r.name.startswith("llamacpp:") or r.name.startswith(NATIVE)]
+            for row in rows:  # ours keep the suffix cache across a round's prompts, as llama-server its n-grams
+                if isinstance(row, OursRunner):
+                    row.forget_each_prompt = False
             missing = {OURS_PLAIN, NATIVE_PLAIN} - {r.name for r in rows}
             if missing:
                 raise DraftVerifyError(f"no {' or '.join(sorted(missing))} row: " + "; ".join(notes))
