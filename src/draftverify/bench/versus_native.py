@@ -142,6 +142,11 @@ def duel(rows: list, config, chosen: list, tokenizer, rounds: int, finalists: in
     }
 
 
+def rank(items: tuple[str, ...], item: str) -> int:
+    """Where item stands in the command's list (cells kept from an earlier run with other lists go last)."""
+    return items.index(item) if item in items else len(items)
+
+
 def _settings(**values) -> dict:
     return {key: list(value) if isinstance(value, tuple) else value for key, value in values.items()}
 
@@ -256,6 +261,7 @@ def run_versus(
                 chosen, _ = select_prompts(prompt_lists[prompts], models, replace(config, prompts=prompts))
                 cell = duel(rows, config, chosen, models.tokenizer, rounds, finalists, echo)
                 cells.append({"target_gguf": gguf, "prompts": prompts, "num_prompts": len(chosen), **cell})
+                cells.sort(key=lambda c: (rank(target_ggufs, c["target_gguf"]), rank(prompt_sets, c["prompts"])))
                 result["date"] = environment.now()
                 write_result(result, out, name, render)
         finally:
