@@ -20,6 +20,8 @@ def test_the_folders_exist_in_the_checkout_and_each_command_defaults_to_one():
         "batch": folders.BATCH,
         "ab": folders.DRAFT_POLICY,
         "rounds": folders.SPEED,
+        "native": folders.SPEED,
+        "synthetic": folders.SPEED,
         "cold-start": folders.SPEED,
         "overhead": folders.COST,
         "samples": folders.METHODS,
