@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from transformers import TrainerCallback
 
-if TYPE_CHECKING:
-    from .runner import Run
+# a run's `run` arguments are train/runner.py's Run, not imported here: runner imports this module
 
 
 def _several_processes() -> bool:
@@ -51,7 +50,7 @@ class Budget(TrainerCallback):
     a checkpoint; checkpoints every checkpoint_minutes and runs the held-out evaluation at its cadence. The run's
     elapsed time counts across resumes. reason names the stop that was not a budget (None otherwise)."""
 
-    def __init__(self, run: Run, stop_after_steps: Optional[int], until: Optional[float]):
+    def __init__(self, run, stop_after_steps: Optional[int], until: Optional[float]):
         self.run, self.stop_after_steps, self.until = run, stop_after_steps, until
         self.reason: Optional[str] = None
         self.signalled: Optional[str] = None
@@ -104,7 +103,7 @@ class Budget(TrainerCallback):
         return o.eval_minutes is not None and run.state["elapsed"] - self.last_eval >= o.eval_minutes * 60
 
     def on_save(self, args, state, control, **kwargs):
-        from .runner import CHECKPOINT_PREFIX
+        from .settings import CHECKPOINT_PREFIX
 
         checkpoint = self.run.run_dir / f"{CHECKPOINT_PREFIX}{state.global_step}"
         if self.run.is_main:
@@ -118,7 +117,7 @@ class ProgressLine(TrainerCallback):
     run_dir/log.jsonl and a line on the run's log (training loss averaged since the last, learning rate, gradient
     norm, the held-out figure, tokens/s); or a tqdm bar when opts.use_progress, updated every step."""
 
-    def __init__(self, run: Run):
+    def __init__(self, run):
         self.run, self.bar = run, None
 
     def on_train_begin(self, args, state, control, **kwargs):

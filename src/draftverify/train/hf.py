@@ -12,15 +12,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
-from .runner import UNBOUNDED_STEPS, check_finite
-from .settings import TrainError
+from .settings import UNBOUNDED_STEPS, TrainError, check_finite
 
-if TYPE_CHECKING:
-    from .runner import Run
+# a run's `run` arguments are train/runner.py's Run, not imported here: runner imports this module
 
 
 def batch_stream(batches: Callable[[np.random.Generator], Any], seed: int):
@@ -39,7 +37,7 @@ def batch_stream(batches: Callable[[np.random.Generator], Any], seed: int):
     return BatchStream()
 
 
-def lr_factor(run: Run, step: int) -> float:
+def lr_factor(run, step: int) -> float:
     """The learning rate of optimizer step `step` (0-based) as a fraction of the peak (see the module docstring)."""
     o = run.opts
     if o.warmup_steps > 0 and step < o.warmup_steps:
@@ -48,7 +46,7 @@ def lr_factor(run: Run, step: int) -> float:
     return o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p))
 
 
-def training_arguments(run: Run):
+def training_arguments(run):
     """transformers TrainingArguments carrying the run options: the device, bf16, AdamW, clipping, seed and the
     logging cadence; saving and stopping are the callbacks' (train/callbacks.py)."""
     import torch
@@ -104,7 +102,7 @@ def _own_config_hidden(model):
         model.__dict__["config"] = config
 
 
-def make_trainer(run: Run):
+def make_trainer(run):
     """A transformers Trainer of `run`: its model, batches, loss and schedule, the progress line as a callback."""
     import torch
     from transformers import PrinterCallback, Trainer

@@ -43,11 +43,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .settings import RunOptions, TrainError, command_line, model_config
+from .settings import CHECKPOINT_PREFIX, RunOptions, command_line, model_config
 
 RUN_STATE = "run_state.json"  # the run's figures, next to each checkpoint's weights
-CHECKPOINT_PREFIX = "checkpoint-"  # transformers' checkpoint folders: checkpoint-<step>
-UNBOUNDED_STEPS = 10**12  # transformers' step bound for a run limited by its wall-clock budget only
 
 
 def last_checkpoint(run_dir: str | os.PathLike) -> Optional[Path]:
@@ -300,11 +298,3 @@ class Run:
                 f"{state['elapsed'] / 60:.1f} min"
             )
         return {**state, "stopped": False, "paused": False}
-
-
-def check_finite(loss, step: int) -> None:
-    """A loss that is not finite stops the run with a TrainError naming the step."""
-    import torch
-
-    if not torch.isfinite(loss):
-        raise TrainError(f"loss became {loss.item()} at step {step}; try a lower --lr")

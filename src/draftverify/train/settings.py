@@ -203,3 +203,16 @@ def model_config(model) -> Optional[dict]:
     if hasattr(config, "to_dict"):
         return config.to_dict()
     return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else None
+
+
+# what the run (runner.py), its Trainer (hf.py) and its callbacks (callbacks.py) share
+CHECKPOINT_PREFIX = "checkpoint-"  # transformers' checkpoint folders: checkpoint-<step>
+UNBOUNDED_STEPS = 10**12  # transformers' step bound for a run limited by its wall-clock budget only
+
+
+def check_finite(loss, step: int) -> None:
+    """A loss that is not finite stops the run with a TrainError naming the step."""
+    import torch
+
+    if not torch.isfinite(loss):
+        raise TrainError(f"loss became {loss.item()} at step {step}; try a lower --lr")
