@@ -14,7 +14,7 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "CachedLM": ".cached_lm",
+    "CachedLM": ".backends.hf.cached_lm",
     "Draft": ".types",
     "DraftVerifyError": ".errors",
     "GenerationOutput": ".types",
