@@ -148,8 +148,8 @@ def test_the_core_imports_neither_transformers_nor_the_hf_backend():
 
 
 def test_importing_the_core_loads_no_transformers():
-    """The loop is left out: it imports the drafters package, whose __init__ registers every drafter, the
-    Hugging Face ones included."""
+    """The loop and the engine are left out: they import drafters.base, and so the drafters package, whose
+    __init__ imports every drafter module, the Hugging Face ones included."""
     import subprocess
     import sys
 
