@@ -237,8 +237,8 @@ def varied_model(arch: str, layers: int = 2):
 
 @pytest.fixture
 def float64_softmax(monkeypatch):
-    """Compute every softmax of float32/float64 input in float64: HF eager attention normalises in float32,
-    whose rounding depends on the key length (see tests/test_cache.py), so exact-position checks need this."""
+    """Compute every softmax of float32/float64 input in float64: HF eager attention normalises in float32, whose
+    rounding depends on the key length (see tests/backends/hf/test_cache.py), so exact-position checks need this."""
     original = F.softmax
 
     def softmax(input, dim=None, _stacklevel=3, dtype=None):

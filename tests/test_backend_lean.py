@@ -19,9 +19,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralFo
 from conftest import VOCAB, build_model, forward_atol, perturbed_copy, reference_greedy, target_and_reference
 from draftverify import DraftVerifyError, RowRequest, SamplingParams, generate
 from draftverify.backends.base import is_backend
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.backends.lean import LeanLM
 from draftverify.backends.lean_draft import ENV_SWITCH, LeanDraft, draft_backend, lean_reason
-from draftverify.cached_lm import CachedLM
 from draftverify.drafters import ModelDrafter
 from draftverify.methods import MethodOptions, build_drafter, build_verifier
 from draftverify.tree import TreeSpec

@@ -34,10 +34,13 @@ from draftverify.backends.llamacpp import (  # noqa: E402
     first_branch_first,
     flash_attn_type,
 )
+from draftverify.backends.llamacpp_settle import SettlingVerifier  # noqa: E402
 from draftverify.drafters import NgramTable  # noqa: E402
 from draftverify.methods import MethodOptions, build_drafter, build_verifier, resolve_method  # noqa: E402
 from draftverify.tree import TreeSpec  # noqa: E402
 from draftverify.types import SamplingParams  # noqa: E402
+from draftverify.verifiers.greedy import GreedyVerifier  # noqa: E402
+from draftverify.verifiers.tree import TreeGreedyVerifier  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not converter_available(), reason="no llama.cpp converter: scripts/fetch_llama_cpp_converter.sh"
@@ -314,6 +317,20 @@ def test_a_kept_branch_past_the_first_is_scored_again_as_a_chain(tiny):
         fresh.start(torch.tensor([PROMPT + [50, 60, 61]]))  # prefills up to 60
         decodes.append(float((after[0, 0] - fresh.prefilled.logits[0, 0]).abs().max()))
     assert decodes and decodes[0] < 1e-3
+
+
+def test_the_backend_settles_a_lossless_tree_rule_only_where_that_makes_it_exact(tiny):
+    """LlamaCppLM.wrap_verifier, which the loop asks for its verifier: llama-cpp-python's own build leaves the rule as
+    it is (a second forward would not make a verdict exact there); where a chain's rows round as one-token decoding
+    does, a lossless rule that checks trees settles its greedy tree verdicts (llamacpp_settle.py)."""
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    rule = TreeGreedyVerifier()
+    assert lm.wrap_verifier(rule) is rule
+    lm.chains_exact = True
+    settling = lm.wrap_verifier(rule)
+    assert isinstance(settling, SettlingVerifier) and settling.verifier is rule
+    chains_only = GreedyVerifier()
+    assert lm.wrap_verifier(chains_only) is chains_only
 
 
 def test_a_deferred_prompt_too_long_to_share_a_decode_goes_first_in_chunks(zoo_models, monkeypatch):

@@ -16,7 +16,7 @@ from conftest import (
     varied_model,
 )
 from draftverify import DraftVerifyError, RowRequest, SamplingParams, generate
-from draftverify.cached_lm import CachedLM
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.draft_length import AutoGamma
 from draftverify.drafters import (
     EarlyExitDrafter,
@@ -424,7 +424,7 @@ def test_one_token_prompts_start_and_join_a_batch():
 def test_gaps_in_the_cache_and_full_repacks_give_the_same_text(gap_share):
     """Rows that accept fewer drafts leave gaps in the batch cache; they are hidden (max_gap_share 1: never
     re-packed) or packed away at once (0: every ragged step re-packs). Either way each row is its own text."""
-    from draftverify.cached_lm import CachedLM
+    from draftverify.backends.hf.cached_lm import CachedLM
 
     model = model_for("gpt2")
     refs = [reference_greedy(model, torch.tensor([p]), NEW) for p in PROMPTS]

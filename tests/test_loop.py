@@ -8,6 +8,7 @@ import torch
 
 from conftest import ALL_ARCHS, CAUSAL_ARCHS, VOCAB, perturbed_copy, reference_greedy, varied_model
 from draftverify import DraftVerifyError, RowRequest, SamplingParams, generate
+from draftverify.backends.hf.shallow_view import shallow_view
 from draftverify.draft_length import DraftLength, make_draft_length
 from draftverify.drafters import (
     EarlyExitDrafter,
@@ -22,7 +23,6 @@ from draftverify.drafters.base import Drafter
 from draftverify.drafters.extra_positions import ExtraPositionsTarget, VerifyExtras
 from draftverify.methods import MethodOptions, build_verifier
 from draftverify.sampling import gumbel_argmax, gumbel_noise, probs_from_logits
-from draftverify.shallow_view import shallow_view
 from draftverify.tree import TreeSpec
 from draftverify.types import Draft
 from draftverify.verifiers import (

@@ -15,7 +15,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel
 
 from . import compiling, devices
-from .cached_lm import cached_model
+from .backends.hf.cached_lm import cached_model
 from .checks import check_prompt_text
 from .detokenize import IncrementalDecoder
 from .draft_length import DEFAULT_GAMMA, DraftLength, KeptPolicies, StepCosts, make_draft_length

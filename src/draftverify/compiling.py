@@ -23,8 +23,8 @@ from typing import Callable
 import torch
 
 from .backends.base import LMBackend, is_compiled
-from .cached_lm import CachedLM
-from .compiled_widths import WIDTH_BUCKETS
+from .backends.hf.cached_lm import CachedLM
+from .backends.hf.compiled_widths import WIDTH_BUCKETS
 from .draft_length import make_draft_length, parse_gamma
 from .drafters.base import Drafter, DraftModel
 

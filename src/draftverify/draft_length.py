@@ -260,7 +260,7 @@ class AutoGamma(DraftLength):
 
 
 DEFAULT_GAMMA = 4  # the one default draft length (CLI, API, server, loop): the best fixed length of the main bench
-MAX_GAMMA = 64  # the longest fixed draft: the widest verify width the engine plans for (compiled_widths.WIDTH_BUCKETS)
+MAX_GAMMA = 64  # the longest fixed draft: the widest verify width the engine plans for (hf's WIDTH_BUCKETS)
 
 
 DEFAULT_CONFIDENCE = 0.4  # `conf`'s threshold (Hugging Face's assistant_confidence_threshold; see ConfidenceGamma)

@@ -1,9 +1,9 @@
-"""generate(): the one decoding loop. Prefill, then per step propose -> score (one target forward) -> verify ->
-settle (a tree's greedy verdict against one-token decoding, where the backend re-scores) -> commit
+"""generate(): the one decoding loop. Prefill, then per step propose -> score (one target forward) -> verify -> commit
 (engine/step.py), while the scheduler lets rows leave and join (engine/scheduler.py), logits processors constrain
 what the target may say (engine/processors.py) and a recorder keeps the statistics (engine/stats.py).
-Nothing here depends on the method: a method that changes the target's forward wraps the target
-(Drafter.wrap_target).
+Nothing here depends on the method or the backend: a method that changes the target's forward wraps the target
+(Drafter.wrap_target), and a backend whose verdicts need more than the rule reading its logits wraps the verifier
+(backends/base.py wrap_verifier: llama.cpp's tree settling).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from time import perf_counter
 
 import torch
 
-from .backends.base import LMBackend, check_backend, defers_prefill
+from .backends.base import LMBackend, check_backend, defers_prefill, wrap_verifier
 from .backends.registry import as_backend
 from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
 from .drafters.base import Drafter
 from .engine.processors import FirstTokenAllowed
 from .engine.scheduler import Scheduler, row_generator
 from .engine.stats import StatsRecorder, StepRecord, inform_policy
-from .engine.step import commit, prefill, propose, score, scored_logits, settle, verify
+from .engine.step import commit, prefill, propose, score, scored_logits, verify
 from .errors import DraftVerifyError
 from .sampling import RowParams, row_params
 from .threads import one_torch_thread_unless_models_use_it
@@ -67,6 +67,7 @@ def generate(
     """
     started = perf_counter()
     target = drafter.wrap_target(as_backend(target, "target"))
+    verifier = wrap_verifier(target, verifier)
     input_ids, params, limits, attention_mask = _checked(
         target, drafter, verifier, input_ids, params, max_new_tokens, attention_mask, seeds, admit
     )
@@ -96,13 +97,9 @@ def generate(
         t2 = now()
         verdict, accepted = verify(verifier, draft, first_token(scored_logits(out, draft)), state)
         t3 = now()
-        verdict, rescored = settle(target, verifier, draft, verdict, state)
-        if rescored:
-            accepted = verdict.accepted
-        t4 = now()
         emitted = rows.emitted(verdict.rows, accepted, eos)
         commit(target, drafter, state, draft, verdict, out, emitted)
-        record = recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3, t4), rescored)
+        record = recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3), verdict.target_s)
         inform_policy(policy, record)
         stop_rows = None
         if on_tokens is not None or on_step is not None:

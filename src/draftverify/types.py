@@ -370,9 +370,13 @@ class Verdict:
     and how many drafts it kept). Each form is made from the other on first use, once: a verifier that judged on
     the host (a greedy chain on the CPU) gives lists and no tensor is made unless someone reads one; a verifier that
     judged in tensors gives tensors, and the loop's first read of the lists is the step's one host sync.
+
+    target_s: seconds of target forwards that verifying ran itself (a backend's verifier wrapper that scored the
+    kept branch again: backends/llamacpp_settle.py), counted as target time and one more target call; None when
+    verifying ran none (the rule only read the step's logits).
     """
 
-    __slots__ = ("_tokens", "_num_accepted", "_path", "_rows", "_accepted", "_device")
+    __slots__ = ("_tokens", "_num_accepted", "_path", "_rows", "_accepted", "_device", "target_s")
 
     def __init__(
         self,
@@ -388,6 +392,7 @@ class Verdict:
         self._rows: list[list[int]] | None = None
         self._accepted: list[int] | None = None
         self._device = tokens.device
+        self.target_s: float | None = None
 
     @classmethod
     def of_chain(cls, rows: list[list[int]], accepted: list[int], device: torch.device | None = None) -> Verdict:
@@ -397,6 +402,7 @@ class Verdict:
         verdict._tokens = verdict._num_accepted = verdict._path = None
         verdict._rows, verdict._accepted = rows, accepted
         verdict._device = device if device is not None else torch.device("cpu")
+        verdict.target_s = None
         return verdict
 
     @property
@@ -445,7 +451,7 @@ class GenerationStats:
 
     prompt_tokens: int = 0
     new_tokens: int = 0
-    target_calls: int = 0  # target forwards after prefill (one per loop step; two where settle re-scored a branch)
+    target_calls: int = 0  # target forwards after prefill (one per step; two where verifying re-scored a branch)
     draft_calls: int = 0  # drafter model forwards (0 for model-free drafters)
     drafted_tokens: int = 0
     accepted_tokens: int = 0

@@ -7,8 +7,8 @@ import pytest
 
 from draftverify import load
 from draftverify.backends import registry
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.backends.registry import BACKENDS, BackendEntry, as_backend, register_backend, target_backend
-from draftverify.cached_lm import CachedLM
 from draftverify.errors import DraftVerifyError
 
 CALLS: list[tuple] = []
@@ -41,7 +41,7 @@ def test_an_unknown_backend_is_one_line_listing_the_known_ones(name):
 def test_a_backend_of_ones_own_is_chosen_by_load(monkeypatch):
     monkeypatch.setattr(registry, "BACKENDS", dict(BACKENDS))
     entry = register_backend(
-        BackendEntry("toy", "a toy", "draftverify.cached_lm:CachedLM", loader=f"{__name__}:toy_loader")
+        BackendEntry("toy", "a toy", "draftverify.backends.hf.cached_lm:CachedLM", loader=f"{__name__}:toy_loader")
     )
     assert registry.target_backends() == ["hf", "llamacpp", "toy"]
     assert load(target="t", draft="d", method="model", backend="toy") == "a pipeline"

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from draftverify.backends.base import LMBackend, ModuleBackend, TargetModules, check_backend, require_modules
+from draftverify.backends.hf.cached_lm import CachedLM
+from draftverify.backends.hf.shallow_view import shallow_view
 from draftverify.backends.lean_draft import LeanDraft
 from draftverify.backends.llamacpp import LlamaCppLM
-from draftverify.cached_lm import CachedLM
 from draftverify.errors import DraftVerifyError
-from draftverify.shallow_view import shallow_view
 
 IDS = torch.tensor([[5, 17, 33, 8, 41, 5]])
 

@@ -48,7 +48,7 @@ def test_the_exactness_note_speaks_only_where_a_text_may_part():
     assert exactness_note(False, False) is None  # a float file
     note = exactness_note(True, False)
     assert "--no-flash-attn" in note and "build_llama_cpp_invariant_lib.sh" in note
-    assert exactness_note(True, True) is None  # exact kernels: chains, and trees through settle
+    assert exactness_note(True, True) is None  # exact kernels: chains, and trees through settling
 
 
 def test_a_library_folder_without_llama_cpp_says_what_to_point_it_at(monkeypatch):
@@ -77,7 +77,7 @@ def test_generate_on_an_empty_library_folder_is_a_one_line_usage_error(tmp_path)
 # HumanEval/6 on the zoo's q8_0 target: with llama-cpp-python's own build and flash attention off, every drafting
 # row of the committed no-flash-attention bench parts from the greedy text at its 13th new token; with the library
 # without llamafile, model_tree[g=4] parted at its 18th while trees were decoded in the drafter's node order and
-# kept branches were not re-scored (engine/step.py settle)
+# kept branches were not re-scored (backends/llamacpp_settle.py)
 CHILD = r"""
 import json, sys
 import torch
@@ -120,7 +120,7 @@ print(json.dumps({
     "llamafile": library(lib)["llamafile"],
     "texts_equal": texts["model"] == texts["autoregressive"],
     "tree_text_equal": texts["model_tree"] == texts["autoregressive"],
-    "tree_steps_rescored": any(r.target_calls == 2 for r in steps),  # settle ran (chains never re-score)
+    "tree_steps_rescored": any(r.target_calls == 2 for r in steps),  # a verdict was settled (chains never re-score)
     "rows_equal": rows == [texts["autoregressive"], other_text],
     "logits_equal": torch.equal(single, torch.cat(chunks, dim=1)),
 }))

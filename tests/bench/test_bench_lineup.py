@@ -7,13 +7,13 @@ from bench_fixtures import ROOT, model_dir  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
 from draftverify import DraftVerifyError
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.bench import families
 from draftverify.bench.config import BenchConfig
 from draftverify.bench.lineup import build_runners
 from draftverify.bench.models import load_models
 from draftverify.bench.ours import plan_rows
 from draftverify.bench.runners import Hooks, install_hooks
-from draftverify.cached_lm import CachedLM
 from draftverify.cli import app
 from draftverify.errors import OptionValueError
 from draftverify.methods import METHODS, Method

@@ -14,7 +14,7 @@ import torch
 
 from conftest import build_model, chi2_critical, chi2_statistic
 from draftverify import generate
-from draftverify.cached_lm import CachedLM
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.methods import (
     MethodOptions,
     build_drafter,

@@ -7,7 +7,7 @@ import torch
 
 from conftest import chi2_critical, chi2_statistic, forward_atol, target_and_reference, varied_model
 from draftverify import DraftVerifyError, SamplingParams, generate
-from draftverify.cached_lm import CachedLM
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.drafters import NoDrafter
 from draftverify.drafters.bita import (
     BitaDrafter,

@@ -9,7 +9,7 @@ import torch
 
 from conftest import CAUSAL_ARCHS, chi2_critical, chi2_statistic, reference_greedy, target_and_reference, varied_model
 from draftverify import DraftVerifyError, SamplingParams, generate
-from draftverify.cached_lm import CachedLM
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.drafters import BlockwiseDrafter, BlockwiseHeads
 from draftverify.drafters.blockwise import HeadsConfig, lm_head_fingerprint
 from draftverify.methods import MethodOptions, build_drafter, build_verifier

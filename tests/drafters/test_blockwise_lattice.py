@@ -8,7 +8,7 @@ import torch
 
 from conftest import CAUSAL_ARCHS, VOCAB, chi2_critical, chi2_statistic, target_and_reference
 from draftverify import DraftVerifyError, SamplingParams, generate
-from draftverify.cached_lm import CachedLM
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.drafters import BlockwiseHeads, BlockwiseNgramDrafter, BlockwisePBestDrafter
 from draftverify.drafters.ngram import NgramTable
 from draftverify.methods import MethodOptions, build_drafter, build_verifier

@@ -8,7 +8,7 @@ from test_blockwise_lattice import NEW, PROMPT, exact, first_token_follows_the_t
 
 from conftest import CAUSAL_ARCHS, build_model, target_and_reference
 from draftverify import DraftVerifyError, SamplingParams, generate
-from draftverify.cached_lm import CachedLM
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.drafters import BlockwiseDrafter, BlockwiseNeuralDrafter
 from draftverify.methods import MethodOptions, build_drafter
 from draftverify.types import DecodingState

@@ -10,7 +10,7 @@ import torch
 
 from conftest import CAUSAL_ARCHS, left_padded, reference_greedy, varied_model
 from draftverify import DraftVerifyError, RowRequest, SamplingParams, generate
-from draftverify.cached_lm import CachedLM
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.draft_length import ConfidenceGamma
 from draftverify.drafters.eagle3 import Eagle3Drafter, LayerInputsTarget, join_right_aligned
 from draftverify.drafters.eagle3_head import Eagle3Head

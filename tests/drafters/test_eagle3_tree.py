@@ -17,7 +17,7 @@ from conftest import (
     varied_model,
 )
 from draftverify import DraftVerifyError, SamplingParams, generate
-from draftverify.cached_lm import CachedLM
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.cli import app
 from draftverify.drafters.base import NoDrafter
 from draftverify.drafters.eagle3 import Eagle3Drafter

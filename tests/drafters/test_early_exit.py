@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from conftest import build_model, forward_atol
-from draftverify.cached_lm import CachedLM
+from draftverify.backends.hf.cached_lm import CachedLM
+from draftverify.backends.hf.shallow_view import shallow_view
 from draftverify.drafters import EarlyExitDrafter
 from draftverify.errors import DraftVerifyError
-from draftverify.shallow_view import shallow_view
 
 torch.set_num_threads(1)
 

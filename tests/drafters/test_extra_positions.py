@@ -7,7 +7,7 @@ import torch
 
 from conftest import varied_model
 from draftverify import DraftVerifyError
-from draftverify.cached_lm import CachedLM
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.drafters.extra_positions import ExtraPositionsTarget, VerifyExtras
 
 PROMPT = torch.tensor([[5, 17, 33, 8, 41]])

@@ -70,7 +70,7 @@ def test_mixing_both_drafters_keeps_the_targets_output(target, params, verifier)
 
 
 def test_needs_a_draft_model(target):
-    from draftverify.cached_lm import CachedLM
+    from draftverify.backends.hf.cached_lm import CachedLM
 
     with pytest.raises(DraftVerifyError, match="needs a draft model"):
         LookupModelDrafter.from_options(CachedLM(target), MethodOptions())

@@ -292,7 +292,7 @@ def test_q_is_filtered_softmax_when_sampling(params):
 
 
 def test_bind_checks_vocabulary_and_kind():
-    from draftverify.cached_lm import CachedLM
+    from draftverify.backends.hf.cached_lm import CachedLM
 
     drafter = ModelDrafter(model("llama"))
     drafter.bind(CachedLM(model("gpt2")), 64)  # same vocabulary, both decoder-only

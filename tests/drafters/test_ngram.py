@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import VOCAB, build_model
-from draftverify.cached_lm import CachedLM
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.drafters import NgramDrafter, NgramTable
 from draftverify.errors import DraftVerifyError
 from draftverify.sampling import filter_logits

@@ -24,12 +24,12 @@ def chain(batch: int, n: int, lengths: list[int] | None = None) -> Draft:
 
 def test_a_step_record_adds_up_its_rows():
     # two rows, chain of 3: row 0 accepts 3 but EOS cuts it after 2 tokens; row 1 is rejected at its first draft
-    times = (0.0, 1.0, 3.0, 6.0, 6.0)
+    times = (0.0, 1.0, 3.0, 6.0)
     record = step_record(chain(2, 3), [3, 0], [[7, 8], [9]], gamma=3, rows=2, times=times, prefill=False)
     assert (record.drafted, record.emitted_accepted, record.rejections, record.new_tokens) == (6, 2, 1, 3)
     assert (record.draft_s, record.target_s, record.verify_s) == (1.0, 2.0, 3.0)
     assert (record.row_drafted, record.row_kept, record.row_emitted) == ([3, 3], [2, 0], [2, 1])  # the server's usage
-    ragged = step_record(chain(2, 3, [3, 1]), [1, 1], [[1, 2], [3, 4]], 3, 2, (0, 0, 0, 0, 0), False)
+    ragged = step_record(chain(2, 3, [3, 1]), [1, 1], [[1, 2], [3, 4]], 3, 2, (0, 0, 0, 0), False)
     assert ragged.drafted == 4 and ragged.rejections == 1 and ragged.depths == [3, 1] and ragged.row_drafted == [3, 1]
     tree = TreeSpec.from_paths([(0,), (1,), (0, 0)])
     valid = torch.tensor([[True, True, True], [True, False, False]])
@@ -39,7 +39,7 @@ def test_a_step_record_adds_up_its_rows():
         [[1, 2, 3], [4, 5]],
         3,
         2,
-        (0, 0, 0, 0, 0),
+        (0, 0, 0, 0),
         False,
     )
     assert trees.drafted == 4 and trees.depths == [2, 1] and trees.rejections == 0
@@ -47,12 +47,12 @@ def test_a_step_record_adds_up_its_rows():
 
 
 def test_a_rescored_step_counts_its_second_target_forward():
-    # settle re-scored the kept branch: its forward (between verifying and settling) is target time and a call
-    record = step_record(chain(1, 3), [2], [[1, 2, 3]], 3, 1, (0.0, 1.0, 3.0, 3.5, 5.0), False, rescored=True)
+    # verifying scored the kept branch again (Verdict.target_s, 1.5 of its 2 seconds): target time and a call
+    record = step_record(chain(1, 3), [2], [[1, 2, 3]], 3, 1, (0.0, 1.0, 3.0, 5.0), False, verify_target_s=1.5)
     assert (record.target_s, record.verify_s, record.target_calls) == (3.5, 0.5, 2)
     recorder = StatsRecorder(CountingDrafter(), prompt_tokens=1, started=0.0)
-    recorder.step(chain(1, 3), [2], [[1, 2, 3]], 3, 1, (0.0, 1.0, 3.0, 3.5, 5.0), rescored=True)
-    recorder.step(chain(1, 3), [0], [[4]], 3, 1, (5.0, 5.5, 6.0, 6.5, 6.5))
+    recorder.step(chain(1, 3), [2], [[1, 2, 3]], 3, 1, (0.0, 1.0, 3.0, 5.0), verify_target_s=1.5)
+    recorder.step(chain(1, 3), [0], [[4]], 3, 1, (5.0, 5.5, 6.0, 6.5))
     assert recorder.finish().target_calls == 3
 
 
@@ -61,8 +61,8 @@ def test_the_recorder_builds_generation_stats():
     recorder = StatsRecorder(drafter, prompt_tokens=10, started=0.0)
     assert recorder.stats.time_prefill > 0  # the prefill's time, counted from `started`
     drafter.forward_calls += 2
-    recorder.step(chain(1, 2), [2], [[1, 2, 3]], 2, 1, (0.0, 0.5, 1.5, 1.75, 1.75))
-    recorder.step(chain(1, 2), [0], [[4]], 2, 1, (2.0, 2.25, 3.25, 3.5, 3.5))
+    recorder.step(chain(1, 2), [2], [[1, 2, 3]], 2, 1, (0.0, 0.5, 1.5, 1.75))
+    recorder.step(chain(1, 2), [0], [[4]], 2, 1, (2.0, 2.25, 3.25, 3.5))
     recorder.joined(prompt_tokens=4, seconds=0.0)
     recorder.callback(1.0)
     stats = recorder.finish()
@@ -78,8 +78,8 @@ def test_a_step_that_decoded_the_prompt_counts_as_prefill():
     recorder = StatsRecorder(drafter, prompt_tokens=5, started=0.0, carries_prefill=True)
     before = recorder.stats.time_prefill
     drafter.forward_calls += 3
-    first = recorder.step(chain(1, 1), [1], [[1, 2]], 1, 1, (0.0, 1.0, 3.0, 3.5, 3.5))
-    second = recorder.step(chain(1, 1), [1], [[3, 4]], 1, 1, (4.0, 5.0, 7.0, 7.5, 7.5))
+    first = recorder.step(chain(1, 1), [1], [[1, 2]], 1, 1, (0.0, 1.0, 3.0, 3.5))
+    second = recorder.step(chain(1, 1), [1], [[3, 4]], 1, 1, (4.0, 5.0, 7.0, 7.5))
     assert first.prefill and not second.prefill
     stats = recorder.finish()
     assert stats.prefill_steps == 1 and stats.prefill_draft_calls == 3
@@ -102,8 +102,8 @@ class Listening(DraftLength):
 
 def test_the_length_policy_hears_batch_totals_and_no_prefill_times():
     policy = Listening()
-    inform_policy(policy, step_record(chain(2, 2), [2, 1], [[1, 2, 3], [4, 5]], 2, 2, (0, 1, 3, 4, 4), True))
-    inform_policy(policy, step_record(chain(2, 2), [2, 1], [[1, 2, 3], [4, 5]], 2, 2, (0, 1, 3, 4, 4), False))
+    inform_policy(policy, step_record(chain(2, 2), [2, 1], [[1, 2, 3], [4, 5]], 2, 2, (0, 1, 3, 4), True))
+    inform_policy(policy, step_record(chain(2, 2), [2, 1], [[1, 2, 3], [4, 5]], 2, 2, (0, 1, 3, 4), False))
     assert policy.heard == [(2, 3, 1, None, None, 2), ([2, 2], [2, 1]), (2, 3, 1, 1, 2, 2), ([2, 2], [2, 1])]
 
 
@@ -111,7 +111,7 @@ def test_a_step_after_rows_joined_on_a_deferring_backend_teaches_no_cost():
     # the joined rows' prompts ride on that step's forwards: its seconds are not a step's, yet its rows decoded
     drafter = CountingDrafter()
     recorder = StatsRecorder(drafter, prompt_tokens=5, started=0.0, carries_prefill=True)
-    times = (0.0, 1.0, 3.0, 3.5, 3.5)
+    times = (0.0, 1.0, 3.0, 3.5)
     first = recorder.step(chain(1, 1), [1], [[1, 2]], 1, 1, times)
     second = recorder.step(chain(1, 1), [1], [[3, 4]], 1, 1, times)
     recorder.joined(prompt_tokens=4, seconds=0.0)
@@ -133,5 +133,5 @@ def test_a_step_after_rows_joined_on_a_deferring_backend_teaches_no_cost():
 def test_rows_joining_a_backend_that_prefills_at_once_leave_the_next_step_timed():
     recorder = StatsRecorder(CountingDrafter(), prompt_tokens=5, started=0.0)
     recorder.joined(prompt_tokens=4, seconds=0.5)  # the prefill ran inside join, timed there
-    record = recorder.step(chain(2, 1), [1, 1], [[5, 6], [7, 8]], 1, 2, (0.0, 1.0, 3.0, 3.5, 3.5))
+    record = recorder.step(chain(2, 1), [1, 1], [[5, 6], [7, 8]], 1, 2, (0.0, 1.0, 3.0, 3.5))
     assert record.timed and not record.prefill

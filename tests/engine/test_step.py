@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-from draftverify.engine.step import kept_positions, score, scored_for_drafter, settle, verify_layout
-from draftverify.errors import DraftVerifyError
+from draftverify.engine.step import kept_positions, score, scored_for_drafter, verify_layout
 from draftverify.tree import TreeSpec
 from draftverify.types import DecodingState, Draft, SamplingParams, TargetOutput, Verdict
-from draftverify.verifiers.tree import TreeGreedyVerifier, tree_greedy
 
 
 class Held:
@@ -77,68 +74,3 @@ def test_a_ragged_chain_is_scored_with_each_rows_columns_past_its_draft_as_paddi
     one = DecodingState(torch.tensor([[1, 2]]), None, 2, SamplingParams(), None)  # one row: its draft is its own length
     score(target, NoHidden(), one, Draft(tokens=torch.ones(1, 2, dtype=torch.long), lengths=torch.tensor([2])))
     assert target.calls[-1][1] is None
-
-
-class Rescoring:
-    """A target whose tree pass scored the kept branch's first m tail offsets as a chain: it hands back the chain's
-    argmax tokens after the rest (one-hot logits), or None when m covers the branch."""
-
-    def __init__(self, m: int, chain_tokens: list[int]):
-        self.m, self.chain_tokens, self.asked = m, chain_tokens, []
-
-    def rescore_branch(self, kept: list[int]):
-        self.asked.append(kept)
-        if self.m >= len(kept):
-            return None
-        assert len(self.chain_tokens) == len(kept) - self.m
-        return self.m, torch.nn.functional.one_hot(torch.tensor([self.chain_tokens]), 10).float()  # [1, n, V]
-
-
-def _tree_step(temperature: float = 0.0):
-    # root children: nodes 0 (token 3) and 1 (token 4); node 2 (token 5) under node 1; node 3 (token 6) under node 2
-    tree = TreeSpec.from_parents([-1, -1, 1, 2])
-    draft = Draft(tokens=torch.tensor([[3, 4, 5, 6]]), tree=tree)
-    choice = torch.tensor([[4, 0, 5, 6, 9]])  # the tree pass's argmax: pending -> 4, node 1 -> 5, 2 -> 6, 3 -> 9
-    verdict = tree_greedy(draft.tokens, tree, choice)
-    state = DecodingState(
-        tokens=torch.tensor([[1, 2]]),
-        source_ids=None,
-        prompt_length=2,
-        params=SamplingParams(temperature=temperature),
-        generator=None,
-    )
-    return draft, verdict, state
-
-
-def test_a_greedy_tree_verdict_is_cut_where_the_rescored_chain_parts_from_the_branch():
-    draft, verdict, state = _tree_step()
-    assert verdict.num_accepted.tolist() == [3] and verdict.tokens[0, :4].tolist() == [4, 5, 6, 9]
-    # offsets [0, 2, 3, 4]: the pending token took the first cell, node 1 (offset 2) sat past node 0's cell: m = 1.
-    # The chain's argmax after node 1 is 5 (agrees), after node 2 it is 7 (parts from node 3's 6)
-    target = Rescoring(1, [5, 7, 8])
-    settled, rescored = settle(target, TreeGreedyVerifier(), draft, verdict, state)
-    assert rescored and target.asked == [[0, 2, 3, 4]]
-    assert settled.num_accepted.tolist() == [2] and settled.tokens[0, :3].tolist() == [4, 5, 7]
-    assert kept_positions(draft, settled).tolist() == [[0, 2, 3]]  # a prefix of the re-scored branch
-    agreeing = Rescoring(1, [5, 6, 9])  # the chain agrees everywhere: the verdict stands, next token included
-    settled, _ = settle(agreeing, TreeGreedyVerifier(), draft, verdict, state)
-    assert settled.num_accepted.tolist() == [3] and settled.tokens[0, :4].tolist() == [4, 5, 6, 9]
-
-
-def test_settle_leaves_chains_sampling_and_first_branch_verdicts_alone():
-    draft, verdict, state = _tree_step()
-    exact = Rescoring(5, [])  # the whole branch took a chain's cells
-    assert settle(exact, TreeGreedyVerifier(), draft, verdict, state) == (verdict, False)
-    _, _, sampled = _tree_step(temperature=0.7)
-    untouched = Rescoring(1, [5, 7, 8])
-    assert settle(untouched, TreeGreedyVerifier(), draft, verdict, sampled) == (verdict, False)
-    chain = Draft(tokens=torch.tensor([[4, 5]]))
-    assert settle(untouched, TreeGreedyVerifier(), chain, verdict, state) == (verdict, False)
-    assert settle(object(), TreeGreedyVerifier(), draft, verdict, state) == (verdict, False)  # no rescore_branch
-    assert untouched.asked == []
-
-
-def test_a_rescore_must_keep_the_pending_tokens_logits():
-    draft, verdict, state = _tree_step()
-    with pytest.raises(DraftVerifyError, match="pending token"):
-        settle(Rescoring(0, [4, 5, 6, 9]), TreeGreedyVerifier(), draft, verdict, state)

@@ -122,7 +122,7 @@ def test_prompts_start_at_lines_and_are_reproducible(assets):
 
 
 def test_generation_is_exactly_the_targets_greedy_output(assets, tmp_path):
-    from draftverify.cached_lm import CachedLM
+    from draftverify.backends.hf.cached_lm import CachedLM
     from draftverify.train.tokenizer import load_tokenizer
 
     tok = load_tokenizer(assets / "tok")
@@ -155,7 +155,7 @@ def test_generation_is_exactly_the_targets_greedy_output(assets, tmp_path):
 
 def test_generation_cache_resumes(assets, tmp_path, monkeypatch):
     import draftverify.loop
-    from draftverify.cached_lm import CachedLM
+    from draftverify.backends.hf.cached_lm import CachedLM
     from draftverify.train.tokenizer import load_tokenizer
 
     tok = load_tokenizer(assets / "tok")
@@ -276,7 +276,7 @@ def test_reported_losses_and_alpha_are_those_of_the_original_and_the_exported_dr
     from safetensors.torch import load_file
 
     from draftverify.api import load_model
-    from draftverify.cached_lm import CachedLM
+    from draftverify.backends.hf.cached_lm import CachedLM
 
     opts = _opts(
         assets, tmp_path, num_prompts=8, eval_prompts=4, max_steps=10, warmup_steps=2, lr=3e-3, batch_size=16, bf16=True

@@ -51,7 +51,7 @@ def _held_out(model_dir, assets, layer):
     """Both losses recomputed independently: the exported fp16 model in fp32, the early layer through the
     early_exit drafter's own shallow view."""
     from draftverify.api import load_model
-    from draftverify.shallow_view import shallow_view
+    from draftverify.backends.hf.shallow_view import shallow_view
     from draftverify.train import corpus, tokens
     from draftverify.train.tokenizer import load_tokenizer
 

@@ -33,8 +33,8 @@ def _ce(logits, x):
 
 def test_the_early_layer_loss_is_that_of_the_early_exit_drafters_model(model):
     """Training and drafting read layer L the same way: the early loss is the cross-entropy of the logits of
-    drafters.early_exit.shallow_view (first L layers, then the target's own final norm and LM head)."""
-    from draftverify.shallow_view import shallow_view
+    backends.hf.shallow_view (first L layers, then the target's own final norm and LM head)."""
+    from draftverify.backends.hf.shallow_view import shallow_view
 
     x = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

@@ -1,6 +1,7 @@
 """Target backends: what scores tokens for the loop (base.py: the protocol; registry.py: the backends by name).
-`hf` is cached_lm.CachedLM; `llamacpp` is llamacpp.LlamaCppLM (llama.cpp through llama-cpp-python, the optional
-extra `llamacpp`); `lean` runs draft models only (lean_draft.py).
+`hf` is hf/cached_lm.CachedLM (the Hugging Face backend: its cache edits, rows layout, compiled widths, deep
+prompts, shallow views and few-row linears are the other modules of hf/); `llamacpp` is llamacpp.LlamaCppLM
+(llama.cpp through llama-cpp-python, the optional extra `llamacpp`); `lean` runs draft models only (lean_draft.py).
 
 Nothing heavy is imported here: the GGUF conversion runs `python -m draftverify.backends.gguf` in a child.
 """

@@ -34,6 +34,12 @@ One more (read with `defers_prefill`, False where undeclared): `defers_prefill` 
 prompt and the first forward decodes it together with its own tokens (one decode fewer per request); the loop then
 counts that first step's time as the prefill's and keeps it out of the length policy's cost model.
 
+And `wrap_verifier` (a method, read with `wrap_verifier`; the verifier as it is where undeclared): a backend
+whose verdicts need more than the rule reading its logits wraps the loop's verifier, as a method that changes the
+target's forward wraps the target (Drafter.wrap_target). llama.cpp's tree pass may round a node's logits
+otherwise than one-token decoding, and its wrapper settles a greedy tree verdict against a chain's
+(llamacpp_settle.py); the step keeps its four verbs.
+
 And `dear_width` (read with `dear_width`, False where undeclared): a forward's cost grows steeply with the tokens
 it scores (llama.cpp's CPU forward, benchmarks/cost), so a drafter whose settings trade how often it drafts for how
 sure its drafts are (the suffix cache's match length) defaults to drafting seldom and sure there.
@@ -43,13 +49,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
 from ..errors import DraftVerifyError
 from ..types import TargetOutput
+
+if TYPE_CHECKING:
+    from ..verifiers.base import Verifier
 
 
 @runtime_checkable
@@ -233,6 +242,13 @@ def defers_prefill(backend: object) -> bool:
 def dear_width(backend: object) -> bool:
     """Whether a backend's forward grows steeply dearer with the tokens it scores (its optional flag)."""
     return bool(getattr(backend, "dear_width", False))
+
+
+def wrap_verifier(backend: object, verifier: Verifier) -> Verifier:
+    """The verifier whose verdicts the loop takes on this backend: the backend's own wrapper around `verifier`
+    where it declares one (its optional method wrap_verifier), else `verifier`."""
+    wrap = getattr(backend, "wrap_verifier", None)
+    return verifier if wrap is None else wrap(verifier)
 
 
 def takes_host_ids(backend: object) -> bool:

@@ -6,7 +6,7 @@ object's per-step concatenation, mask and rotary plumbing (the code zoo's draft 
 weights (lean_weights.py): RMSNorm, one fused qkv linear, rope, keys and values written into buffers
 [layers, kv_heads, capacity, head_dim] that grow by doubling (no per-step concatenation), scaled_dot_product_attention
 over the held slots, one fused gate/up linear. Linears on 2..8 rows of a CPU float32 input run as W @ x.T
-(few_row_linear.py) directly, without the torch function mode CachedLM enters.
+(hf/few_row_linear.py) directly, without the torch function mode CachedLM enters.
 
 Positions are pointers: `length` slots hold keys and values, `committed` of them are settled; a chain's rollback
 moves `length` back and a tree's accepted branch is gathered down to the committed end. One row only
@@ -20,11 +20,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..cached_lm import context_limit
 from ..errors import DraftVerifyError
-from ..few_row_linear import few_row_linear, takes_few_rows
 from ..types import TargetOutput
 from .base import OneRow
+from .hf.cached_lm import context_limit
+from .hf.few_row_linear import few_row_linear, takes_few_rows
 from .lean_weights import LeanWeights, Rope, unsupported
 
 MIN_CAPACITY = 256  # slots allocated at least; the buffers double when a forward needs more

@@ -17,9 +17,9 @@ import os
 
 import torch
 
-from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError
 from ..types import TargetOutput
+from .hf.cached_lm import CachedLM, cached_model
 from .lean import LeanLM
 from .lean_weights import unsupported
 

@@ -33,6 +33,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -44,6 +45,9 @@ from .llamacpp_ext import ext_call
 from .llamacpp_kernels import chains_exact, library, library_missing
 from .llamacpp_rows import BATCH, LlamaCppRows
 from .llamacpp_ubatches import MicroBatchCost
+
+if TYPE_CHECKING:
+    from ..verifiers.base import Verifier
 
 GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}  # our --dtype -> the converter's --outtype
 MAX_SEQUENCES = 64  # tree branches one decode may score (llama.cpp allows up to 256)
@@ -451,8 +455,9 @@ class LlamaCppLM(LlamaCppRows):
                     f"(expected {positions}, got {given})"
                 )
         seq_sets = self._assign_sequences(parents, positions, base)
-        # the new tokens in the order their cells are taken: first branch first where settle can make a tree exact
-        # (rescore_branch); elsewhere the caller's (any layout moves near-tie roundings there, so none is better)
+        # the new tokens in the order their cells are taken: first branch first where settling can make a tree
+        # exact (rescore_branch, llamacpp_settle.py); elsewhere the caller's (any layout moves near-tie roundings
+        # there, so none is better)
         order = first_branch_first(parents, base) if self.chains_exact else list(range(n))
         for rank, i in enumerate(order):
             self.tail[base + i].token, self.tail[base + i].rank = ids[i], base + rank
@@ -469,6 +474,17 @@ class LlamaCppLM(LlamaCppRows):
         from .llamacpp_cost import cost_curve
 
         return cost_curve(self)
+
+    def wrap_verifier(self, verifier: Verifier) -> Verifier:
+        """The loop's verifier (backends/base.py wrap_verifier): a lossless rule that checks trees, with its greedy
+        tree verdicts settled against one-token decoding (llamacpp_settle.py), where a chain's rows round as
+        one-token decoding does; elsewhere a second forward would not make a verdict exact (rescore_branch), and the
+        verifier is returned as it is."""
+        if not (self.chains_exact and verifier.lossless and verifier.accepts_trees):
+            return verifier
+        from .llamacpp_settle import SettlingVerifier
+
+        return SettlingVerifier(verifier, self.rescore_branch)
 
     def rescore_branch(self, kept: list[int]) -> tuple[int, torch.Tensor] | None:
         """The kept branch of a scored tree (tail offsets, root first) as one-token decoding scores it, for a verdict

@@ -10,7 +10,7 @@ CMAKE_ARGS="-DGGML_LLAMAFILE=OFF"), with flash attention off, scores a chain's t
 token tree's masked siblings sit between a node's ancestors in the KV cache, which moves cells between the lanes of
 the attention-times-V dot product; so a greedy verdict on a tree keeps only its first branch's tokens (laid out as
 a chain) as scored, and the backend decodes the rest of a kept branch again as a chain (LlamaCppLM.rescore_branch,
-engine/step.py settle), which makes tree methods exact too.
+llamacpp_settle.py), which makes tree methods exact too.
 """
 
 from __future__ import annotations

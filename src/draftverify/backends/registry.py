@@ -99,9 +99,9 @@ register_backend(
     BackendEntry(
         "hf",
         "Hugging Face transformers",
-        "draftverify.cached_lm:CachedLM",
+        "draftverify.backends.hf.cached_lm:CachedLM",
         loader="draftverify.api:load_hf",
-        wraps="draftverify.cached_lm:cached_model",
+        wraps="draftverify.backends.hf.cached_lm:cached_model",
         compiles=True,
         batches=True,
         gpu=True,

@@ -22,9 +22,9 @@ from typing import Callable
 import torch
 from transformers import PreTrainedModel, StaticCache
 
-from ..cache import cache_argument, keep_positions
+from ..backends.hf.cache import cache_argument, keep_positions
+from ..backends.hf.few_row_linear import few_row_linears
 from ..errors import DraftVerifyError
-from ..few_row_linear import few_row_linears
 
 DEFAULT_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 MODES = ("eager-float32", "eager-float32-gemm", "eager-bfloat16", "compiled-float32", "compiled-bfloat16")

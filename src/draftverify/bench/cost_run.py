@@ -111,7 +111,7 @@ def run_cost(config: CostConfig, progress: Callable[[str], None] | None = None) 
     from transformers import AutoTokenizer
 
     from ..api import zoo_paths
-    from ..cached_lm import context_limit
+    from ..backends.hf.cached_lm import context_limit
 
     config = config.resolved()
     if config.threads is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..cached_lm import cached_model
+from ..backends.hf.cached_lm import cached_model
 from ..methods import MethodOptions, build_drafter
 from .config import BenchConfig
 from .models import BenchModels

@@ -10,7 +10,7 @@ from typing import Any
 from transformers import AutoTokenizer, PreTrainedModel
 
 from ..api import draft_tokenizer_for, load_model, zoo_paths
-from ..cached_lm import context_limit
+from ..backends.hf.cached_lm import context_limit
 from ..errors import DraftVerifyError
 from ..options import all_fields, fill_from_zoo
 from ..options.checks import methods_reading

@@ -24,8 +24,8 @@ from itertools import product
 from pathlib import Path
 from typing import Callable
 
+from ..backends.hf.cached_lm import CachedLM, cached_model
 from ..backends.lean_draft import draft_backend
-from ..cached_lm import CachedLM, cached_model
 from ..errors import DraftVerifyError, OptionValueError
 from ..methods import Method, MethodOptions, build_drafter, build_verifier
 from ..types import SamplingParams

@@ -15,8 +15,8 @@ from time import perf_counter
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
-from ..cached_lm import CachedLM
-from ..compiled_widths import WIDTH_BUCKETS, bucket
+from ..backends.hf.cached_lm import CachedLM
+from ..backends.hf.compiled_widths import WIDTH_BUCKETS, bucket
 from ..compiling import compiled_models, max_verify_width
 from ..draft_length import KeptPolicies
 from ..drafters.base import Drafter

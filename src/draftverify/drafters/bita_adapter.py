@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import DynamicCache
 
-from ..cache import cache_argument
+from ..backends.hf.cache import cache_argument
 from ..errors import DraftVerifyError
 from ..types import PrefixKV
 from .blockwise import lm_head_fingerprint

@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from ..backends.base import LMBackend, require_modules
+from ..backends.hf.few_row_linear import few_row_linears
 from ..errors import DraftVerifyError
-from ..few_row_linear import few_row_linears
 from ..sampling import probs_from_logits, sample
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft

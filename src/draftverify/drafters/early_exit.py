@@ -1,7 +1,7 @@
 """BiLD's early-exit small model (section 4.4): the target's first L layers plus its own final norm and LM head.
 
 The view shares every weight with the target (no copy); it keeps its own KV cache for its L layers. The target's
-backend builds it (ModuleBackend.first_layers; the hf backend's is shallow_view.py).
+backend builds it (ModuleBackend.first_layers; the hf backend's is backends/hf/shallow_view.py).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ class StepRecord:
     verify_s: float  # seconds of the verification rule
     prefill: bool  # this step's forward also decoded the prompt (backends/base.py defers_prefill)
     timed: bool  # its seconds are a step's cost, for the length policy: no prompt was decoded in its forwards
-    target_calls: int  # target forwards: 1, or 2 when the kept branch was scored again (engine/step.py settle)
+    target_calls: int  # target forwards: 1, or 2 when verifying scored the kept branch again (Verdict.target_s)
 
 
 def step_record(
@@ -40,14 +40,15 @@ def step_record(
     emitted: list[list[int]],
     gamma: int,
     rows: int,
-    times: tuple[float, float, float, float, float],
+    times: tuple[float, float, float, float],
     prefill: bool,
-    rescored: bool = False,
+    verify_target_s: float | None = None,
     timed: bool = True,
 ) -> StepRecord:
     """The record of a step that proposed `draft`, accepted `accepted` [B] and emitted `emitted` (per row), timed
-    at the start, after proposing, after the target's forward, after verifying and after settling (a second
-    target forward when `rescored`). timed: False when its forwards also decoded prompts of rows that joined
+    at the start, after proposing, after the target's forward and after verifying. verify_target_s: seconds of a
+    second target forward that verifying ran (Verdict.target_s: a kept branch scored again), target time and a
+    target call of their own; None: none. timed: False when its forwards also decoded prompts of rows that joined
     before it (a prefill step is never timed)."""
     depths = draft.row_depths(len(accepted))
     row_drafted = (
@@ -59,7 +60,8 @@ def step_record(
     )
     row_kept = [min(a, len(r)) for a, r in zip(accepted, emitted)]
     row_emitted = [len(r) for r in emitted]
-    t0, t1, t2, t3, t4 = times
+    t0, t1, t2, t3 = times
+    again = verify_target_s or 0.0
     return StepRecord(
         gamma=gamma,
         length=draft.length,
@@ -74,11 +76,11 @@ def step_record(
         rejections=sum(a < depth for a, depth in zip(accepted, depths)),
         new_tokens=sum(row_emitted),
         draft_s=t1 - t0,
-        target_s=(t2 - t1) + (t4 - t3),
-        verify_s=t3 - t2,
+        target_s=(t2 - t1) + again,
+        verify_s=(t3 - t2) - again,
         prefill=prefill,
         timed=timed and not prefill,
-        target_calls=1 + rescored,
+        target_calls=1 + (verify_target_s is not None),
     )
 
 
@@ -133,12 +135,12 @@ class StatsRecorder:
         emitted: list[list[int]],
         gamma: int,
         rows: int,
-        times: tuple[float, float, float, float, float],
-        rescored: bool = False,
+        times: tuple[float, float, float, float],
+        verify_target_s: float | None = None,
     ) -> StepRecord:
         """Record a step (see step_record) and return its record."""
         record = step_record(
-            draft, accepted, emitted, gamma, rows, times, self.carries_prefill, rescored, not self.carries_joined
+            draft, accepted, emitted, gamma, rows, times, self.carries_prefill, verify_target_s, not self.carries_joined
         )
         self.carries_prefill = self.carries_joined = False
         self.add(record)

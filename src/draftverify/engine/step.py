@@ -5,8 +5,9 @@ cache, the state and the drafter keep the verdict's tokens).
 A draft is a chain or a token tree; the verbs treat both alike: the verify pass scores the pending token and the
 draft tokens, with the tree's ancestor mask and depth positions when there is a tree, and the target's cache keeps
 the verdict's path. A method that changes the target's forward wraps the target (Drafter.wrap_target); the verify
-pass's outputs past the scored positions then reach the drafter after the kept ones. Nothing here depends on the
-method.
+pass's outputs past the scored positions then reach the drafter after the kept ones; a backend whose verdicts need
+more than the rule reading its logits wraps the verifier (backends/base.py wrap_verifier: llama.cpp settles a
+greedy tree verdict against one-token decoding). Nothing here depends on the method or the backend.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from ..backends.base import LMBackend, takes_host_ids
 from ..draft_length import DraftLength
 from ..drafters.base import Drafter, empty_draft
 from ..errors import DraftVerifyError
-from ..sampling import RowParams, argmax
+from ..sampling import RowParams
 from ..types import DecodingState, Draft, SamplingParams, TargetOutput, Verdict
 from ..verifiers.base import Verifier
-from ..verifiers.tree import tree_verdict
 
 
 def prefill(
@@ -98,44 +98,11 @@ def scored_logits(out: TargetOutput, draft: Draft) -> torch.Tensor:
 
 def verify(verifier: Verifier, draft: Draft, logits: torch.Tensor, state: DecodingState) -> tuple[Verdict, list[int]]:
     """The verifier's verdict on the target's logits [B, 1+N, V] and each row's accepted count (the step's one
-    host sync)."""
+    host sync). A verdict that took target forwards of its own (a backend's verifier wrapper) says so in
+    Verdict.target_s."""
     # RowParams reach only per_row_params verifiers (exact), which take them (loop's _check_row_params)
     verdict = verifier.verify(draft, logits, state.params, state.generator)  # type: ignore[arg-type]
     return verdict, verdict.accepted
-
-
-def settle(
-    target: LMBackend, verifier: Verifier, draft: Draft, verdict: Verdict, state: DecodingState
-) -> tuple[Verdict, bool]:
-    """A greedy verdict on a tree, against one-token decoding's logits. A backend whose tree pass may round a
-    node's logits otherwise than one-token decoding (llama.cpp: a node whose cell sits past masked siblings)
-    scores the kept branch again as a chain (rescore_branch); the verdict is then cut where the chain's argmax
-    parts from the branch, and its next token is the chain's. Returns the verdict and whether the target ran a
-    second forward."""
-    rescore = getattr(target, "rescore_branch", None)
-    if draft.tree is None or rescore is None or not verifier.lossless or not state.params.greedy:
-        return verdict, False
-    kept = kept_positions(draft, verdict)[0].tolist()  # tail offsets: the pending token, then the branch's nodes
-    rescored = rescore(kept)
-    if rescored is None:
-        return verdict, False
-    m, logits = rescored  # the target's logits after kept[m], kept[m + 1], ... [1, len(kept) - m, V]
-    if m < 1:
-        raise DraftVerifyError("a re-scored branch must keep the pending token's own logits (they were processed)")
-    choice = argmax(logits[0]).tolist()  # [len(kept) - m]
-    branch = verdict.path[0, : len(kept) - 1]  # [k] node indices
-    tokens = draft.tokens[0, branch].tolist()  # the node after kept[i] is tokens[i]
-    accepted = m
-    while accepted < len(kept) - 1 and choice[accepted - m] == tokens[accepted]:
-        accepted += 1
-    device = verdict.num_accepted.device
-    settled = tree_verdict(
-        draft.tokens,
-        verdict.path,
-        torch.tensor([accepted], device=device),
-        torch.tensor([choice[accepted - m]], device=device),
-    )
-    return settled, True
 
 
 def commit(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..cached_lm import CachedLM
+from ..backends.hf.cached_lm import CachedLM
 from ..drafters.blockwise import BlockwiseDrafter, BlockwiseHeads
 from ..drafters.blockwise_lattice import BlockwiseNgramDrafter
 from ..drafters.blockwise_neural import BlockwiseNeuralDrafter, rescore_locally

@@ -30,8 +30,8 @@ from typing import Callable
 
 import torch
 
+from ..backends.hf.cached_lm import CachedLM
 from ..bench.prompts import Prompt
-from ..cached_lm import CachedLM
 from ..drafters.base import Drafter
 from ..errors import DraftVerifyError
 from ..loop import generate

@@ -662,7 +662,7 @@ def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_ste
     import torch
     from transformers import __version__ as tf_version
 
-    from ..cached_lm import CachedLM
+    from ..backends.hf.cached_lm import CachedLM
 
     set_threads(opts.threads)
     command = opts.command or command_line()

@@ -216,8 +216,8 @@ def mask_logits(model, adapter, ids, cut, prefix=None):
     import torch
     from transformers.cache_utils import DynamicCache
 
-    from ..cache import cache_argument
-    from ..prefix import attend_prefix, prefix_columns, prefix_length
+    from ..backends.hf.cache import cache_argument
+    from ..backends.hf.prefix import attend_prefix, prefix_columns, prefix_length
 
     batch, width = ids.shape
     m, c = adapter.config.num_masks, cut.shape[1]

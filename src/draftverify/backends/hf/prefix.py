@@ -16,8 +16,8 @@ from typing import Iterator
 import torch
 from transformers.cache_utils import Cache
 
-from .errors import DraftVerifyError
-from .types import PrefixKV
+from ...errors import DraftVerifyError
+from ...types import PrefixKV
 
 
 def prefix_length(prefix: PrefixKV | None) -> int:

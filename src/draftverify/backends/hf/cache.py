@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache, StaticCache, StaticLayer
 
-from .errors import DraftVerifyError
+from ...errors import DraftVerifyError
 
 
 def new_cache(is_encoder_decoder: bool, config=None, capacity: int | None = None) -> Cache:

@@ -4,7 +4,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 from conftest import build_model
-from draftverify.few_row_linear import ENV_SWITCH, MAX_ROWS, FewRowLinear, few_row_linears
+from draftverify.backends.hf.few_row_linear import ENV_SWITCH, MAX_ROWS, FewRowLinear, few_row_linears
 
 
 class CountingMode(torch.overrides.TorchFunctionMode):
@@ -78,7 +78,7 @@ def test_switches(monkeypatch):
 
 def test_cached_lm_logits_match_the_stock_layout(monkeypatch):
     """A verify pass of 4 tokens through CachedLM: same logits (to float32 rounding) with the layout on and off."""
-    from draftverify.cached_lm import CachedLM
+    from draftverify.backends.hf.cached_lm import CachedLM
 
     tiny_llama = build_model("llama")
     ids = torch.randint(3, tiny_llama.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(0))

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from .backends.base import one_row
+from ...errors import DraftVerifyError
+from ...types import PrefixKV, TargetOutput
+from ..base import one_row
 from .cache import new_cache, self_attention_layers
-from .errors import DraftVerifyError
 from .prefix import prefix_columns, prefix_length
-from .types import PrefixKV, TargetOutput
 
 
 class RowsLayout:

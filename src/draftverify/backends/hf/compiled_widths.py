@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
+from ...types import TargetOutput
 from .cache import keep_positions
-from .types import TargetOutput
 
 WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 

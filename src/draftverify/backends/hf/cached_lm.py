@@ -9,7 +9,7 @@ how many of those are settled. `forward` appends an uncommitted tail; `commit` k
 
 With `capacity` the cache is preallocated (HF StaticCache) and `commit` only moves its write position or copies a
 tree branch down. Three modules, one class: this one holds the model, the plain layout (one row) and the forward;
-cache_rows.py the rows layout (batches), compiled_widths.py the compiled graphs (width buckets, windows, recompile
+rows.py the rows layout (batches), compiled_widths.py the compiled graphs (width buckets, windows, recompile
 limits); the edits to Hugging Face cache internals live in cache.py and prefix.py.
 """
 
@@ -20,15 +20,15 @@ import inspect
 import torch
 from transformers import PreTrainedModel
 
-from .backends.base import LMBackend, TargetModules, is_backend
+from ...errors import DraftVerifyError
+from ...types import PrefixKV, TargetOutput
+from ..base import LMBackend, TargetModules, is_backend
 from .cache import cache_argument, gather_positions, keep_positions, new_cache, returned_cache
-from .cache_rows import RowsLayout
 from .compiled_widths import WIDTH_BUCKETS, CompiledWidths, compile_forward, window_for
-from .errors import DraftVerifyError
 from .few_row_linear import few_row_linears
 from .prefix import attend_prefix, prefix_columns, prefix_length
+from .rows import RowsLayout
 from .shallow_view import shallow_view
-from .types import PrefixKV, TargetOutput
 
 
 def context_limit(config) -> int | None:

@@ -8,7 +8,7 @@ import copy
 from torch import nn
 from transformers import PreTrainedModel
 
-from .errors import DraftVerifyError
+from ...errors import DraftVerifyError
 
 # (attribute path of the decoder body, name of its layer list, config field holding the layer count)
 _LAYER_LAYOUTS = (

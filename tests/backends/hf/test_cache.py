@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from conftest import SEQ2SEQ_ARCHS, VOCAB
-from draftverify.cache import cache_length, gather_positions, keep_positions, new_cache
-from draftverify.cached_lm import CachedLM
+from draftverify.backends.hf.cache import cache_length, gather_positions, keep_positions, new_cache
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.errors import DraftVerifyError
 
 torch.set_num_threads(1)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from conftest import SEQ2SEQ_ARCHS, VOCAB
-from draftverify.cache import cache_length
-from draftverify.cached_lm import CachedLM
+from draftverify.backends.hf.cache import cache_length
+from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.errors import DraftVerifyError
 from draftverify.tree import TreeSpec
 
@@ -165,7 +165,7 @@ def test_compiled_forward_pads_to_a_bucket_and_stays_exact(models):
     """One compiled graph (width 3 padded to 4); output equals the target's greedy text. Slow: it compiles."""
     from conftest import reference_greedy, varied_model
     from draftverify import SamplingParams, generate
-    from draftverify.compiled_widths import bucket
+    from draftverify.backends.hf.compiled_widths import bucket
     from draftverify.drafters import ModelDrafter
     from draftverify.methods import MethodOptions, build_verifier
 
@@ -229,7 +229,7 @@ def test_tree_mask_also_reaches_the_sdpa_attention(arch):
 def test_a_preallocated_cache_is_sized_to_the_request_not_to_the_model(models):
     """Every forward attends over all slots of a static cache: a request gets the next power of two above its
     positions plus the widest verify (at least 256, at most the capacity), and the logits do not change."""
-    from draftverify.compiled_widths import window_for
+    from draftverify.backends.hf.compiled_widths import window_for
 
     assert window_for(100, 2048) == 256 and window_for(300, 2048) == 512 and window_for(1990, 2048) == 2048
     assert window_for(300, 400) == 400
