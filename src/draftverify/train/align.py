@@ -30,13 +30,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..bench.environment import command_line, cpu_model
 from ..options.declare import option
 from . import corpus as corpus_mod
 from .export import export_model
 from .losses import autocast
 from .presets import count_params
 from .runner import Run, load_checkpoint
-from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads, to_device
+from .settings import RunOptions, TrainError, seed_everything, set_threads, to_device
 from .shared_flags import OWN_DATA, shared, shared_flags
 from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
 
@@ -803,7 +804,7 @@ def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_ste
         "min_lr_ratio": opts.min_lr_ratio,
         "grad_clip": opts.grad_clip,
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
         "torch": torch.__version__,
         "transformers": tf_version,
         "out_dir": str(out),

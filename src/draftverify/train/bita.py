@@ -27,12 +27,13 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..bench.environment import command_line
 from ..options.declare import option
 from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .runner import Run
-from .settings import RunOptions, command_line, machine_name, seed_everything, to_device
+from .settings import RunOptions, machine_name, seed_everything, to_device
 from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
 
 STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library

@@ -9,12 +9,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shlex
-import sys
-from pathlib import Path
 
 import typer
 
+from ..bench.environment import command_line, reproduce_command
 from ..cli_flags import settings_command
 from .align import AlignOptions
 from .bita import BitaOptions
@@ -76,15 +74,7 @@ def _options(flags, *leave_out: str) -> dict:
 
 def _as_run(opts):
     """A recipe's options as its command's flags made them, with --data as its corpus and the command line."""
-    return dataclasses.replace(opts, **_own_data(opts), command=_command_line())
-
-
-def _command_line() -> str:
-    argv = list(sys.argv)
-    prog = Path(argv[0]).name if argv else "draftverify"
-    if prog in ("cli.py", "__main__.py", "-m"):
-        prog = "python -m draftverify.train.cli"
-    return " ".join([prog] + [shlex.quote(a) for a in argv[1:]])
+    return dataclasses.replace(opts, **_own_data(opts), command=reproduce_command(command_line()))
 
 
 @train_app.command("tokenizer")
@@ -416,7 +406,7 @@ def seq2seq_cmd(opts: Seq2SeqOptions) -> None:
     from .settings import TrainError
     from .tokenizer import TokenizerError
 
-    opts = dataclasses.replace(opts, command=_command_line())
+    opts = dataclasses.replace(opts, command=reproduce_command(command_line()))
     try:
         report = train(opts, log=_echo)
     except (TrainError, TokenizerError) as e:
@@ -496,7 +486,7 @@ def nat_cmd(flags: NatFlags) -> None:
             **_options(flags, *NAT_TRANSLATION_ONLY, "export_dir", "warmup_steps"),
             export_dir=str(flags.export_dir or "zoo/code/nat"),
             warmup_steps=50 if warmup is None else warmup,
-            command=_command_line(),
+            command=reproduce_command(command_line()),
         )
     else:
         from .nat import NatOptions, train
@@ -513,7 +503,7 @@ def nat_cmd(flags: NatFlags) -> None:
             data=str(flags.data or MULTI30K),
             export_dir=str(flags.export_dir or "zoo/translate/nat"),
             warmup_steps=200 if warmup is None else warmup,
-            command=_command_line(),
+            command=reproduce_command(command_line()),
         )
     try:
         report = train(opts, log=_echo)

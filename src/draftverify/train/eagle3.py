@@ -22,12 +22,13 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from ..bench.environment import command_line
 from ..options.declare import option
 from .frozen import FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
 from .heads import greedy_data
 from .lm import TrainError
 from .runner import Run
-from .settings import RunOptions, command_line, machine_name, seed_everything, to_device
+from .settings import RunOptions, machine_name, seed_everything, to_device
 from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it

@@ -16,12 +16,13 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..bench.environment import command_line, cpu_model
 from ..options.declare import option
 from .export import export_model
 from .losses import autocast, averaged_loss, held_out_losses, next_token_losses
 from .presets import count_params
 from .runner import Run
-from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .settings import RunOptions, TrainError, seed_everything, set_threads
 from .shared_flags import OWN_DATA, shared, shared_flags
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
 
@@ -225,7 +226,7 @@ def train_early_exit(
         "grad_clip": opts.grad_clip,
         "bf16": run.bf16,
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
     }
     text = json.dumps(info, indent=1, default=str) + "\n"
     (work / "early_exit.json").write_text(text)

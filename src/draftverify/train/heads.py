@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
 
+from ..bench.environment import command_line
 from ..options.declare import option
 from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
 from .lm import TrainError
 from .runner import Run
-from .settings import RunOptions, command_line, machine_name, seed_everything
+from .settings import RunOptions, machine_name, seed_everything
 from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
 from .tokenizer import tokenizer_hash
 

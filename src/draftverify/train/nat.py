@@ -19,8 +19,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..bench.environment import command_line, cpu_model
 from .runner import Run, load_checkpoint
-from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .settings import RunOptions, TrainError, seed_everything, set_threads
 
 GLANCE_START, GLANCE_END = 0.5, 0.3
 
@@ -251,7 +252,7 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
         "epochs": state["sentences_seen"] / max(len(train_pairs), 1),
         "elapsed": state["elapsed"],
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
         "slot_loss": state["slot_loss"],
         "accepted_per_block": state["accepted_per_block"],
         "lr": opts.lr,

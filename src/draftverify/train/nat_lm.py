@@ -26,11 +26,12 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..bench.environment import command_line
 from . import heads
 from .frozen import FrozenTarget, load_frozen_target
 from .nat import GLANCE_END, GLANCE_START, glance
 from .runner import Run, load_checkpoint
-from .settings import RunOptions, TrainError, command_line, machine_name, seed_everything, to_device
+from .settings import RunOptions, TrainError, machine_name, seed_everything, to_device
 
 IGNORE = -100
 STATES_VERSION = 1

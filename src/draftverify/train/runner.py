@@ -43,7 +43,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .settings import RunOptions, TrainError, command_line, model_config
+from ..bench.environment import command_line
+from .settings import RunOptions, TrainError, model_config
 
 RUN_STATE = "run_state.json"  # the run's figures, next to each checkpoint's weights
 CHECKPOINT_PREFIX = "checkpoint-"  # transformers' checkpoint folders: checkpoint-<step>

@@ -21,9 +21,10 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..bench.environment import command_line, cpu_model
 from ..options.declare import option
 from .runner import Run, load_checkpoint
-from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .settings import RunOptions, TrainError, seed_everything, set_threads
 from .shared_flags import shared, shared_flags
 
 # Architectures (vocab_size, token ids filled in from the tokenizer). Sized for one CPU thread: see the card.
@@ -388,7 +389,7 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
         "epochs": state["sentences_seen"] / max(len(train_pairs), 1),
         "elapsed": state["elapsed"],
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
         "resumes": state["resumes"],
         "val_loss": state["val_loss"],
         "bf16": run.bf16,
