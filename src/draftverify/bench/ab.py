@@ -249,10 +249,7 @@ def run_ab(cfg: ABConfig, echo: Callable[[str], None] = lambda line: None) -> di
         "check_text": cfg.check_text,
     }
     result = {
-        "name": cfg.name,
-        "command": cfg.command,
-        "date": environment.now(),
-        "machine": environment.machine(),
+        **environment.header(cfg.name, cfg.command),
         "config": config,
         "rows": summarize(rounds, settings),
         "rounds": rounds,

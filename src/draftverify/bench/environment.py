@@ -87,6 +87,20 @@ def command_line() -> str:
     return shlex.join(sys.argv)
 
 
+def header(name: str, command: str | None = None, device: str | None = None) -> dict:
+    """The fields a result opens with: its name, the date, the command (None: this process's) and that command as
+    `draftverify ...`, the machine (with `device`, also where the models ran) and the library versions."""
+    command = command_line() if command is None else command
+    return {
+        "name": name,
+        "date": now(),
+        "command": command,
+        "reproduce": reproduce_command(command),
+        "machine": machine() if device is None else {**machine(), **accelerator(device)},
+        "versions": versions(),
+    }
+
+
 def reproduce_command(command: str) -> str:
     """`command` with the entry point (a path to the script or to cli.py) shown as `draftverify`."""
     try:

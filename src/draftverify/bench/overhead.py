@@ -81,10 +81,7 @@ def run_overhead(
             }
         )
     result = {
-        "name": name,
-        "command": command,
-        "date": environment.now(),
-        "machine": environment.machine(),
+        **environment.header(name, command),
         "threads": threads,
         "models": target or f"the {zoo} zoo",
         "new_tokens": new_tokens,

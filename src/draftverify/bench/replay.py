@@ -12,8 +12,6 @@ difference is reported in the file and fails the command. Writes <out>/<name>.js
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 from time import perf_counter
 
@@ -21,7 +19,7 @@ from ..errors import DraftVerifyError
 from . import environment
 from .folders import METHODS
 from .prompts import load_prompts, prompt_set_name
-from .report import write_json
+from .report import write_result
 
 DEFAULT_METHODS = ("autoregressive", "prompt_lookup", "suffix")
 PAIR = ("suffix", "prompt_lookup")  # the comparison the replay is for, when both run
@@ -168,14 +166,8 @@ def run_replay(
                 records.append(_record(method, pass_, index, prompt.id, result, perf_counter() - started))
     order = {m: i for i, m in enumerate(methods)}
     records.sort(key=lambda r: (r["pass"], r["prompt_index"], order[r["method"]]))
-    command = command or shlex.join(sys.argv)
     result = {
-        "name": name,
-        "date": environment.now(),
-        "command": command,
-        "reproduce": environment.reproduce_command(command),
-        "machine": environment.machine(),
-        "versions": environment.versions(),
+        **environment.header(name, command),
         "config": {
             "zoo": zoo,
             "target": str(target) if target else None,
@@ -194,13 +186,7 @@ def run_replay(
         "differences": differences(records, methods[0]),
         "records": records,
     }
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    files = {"json": str(folder / f"{name}.json"), "markdown": str(folder / f"{name}.md")}
-    result["files"] = files
-    write_json(result, Path(files["json"]))
-    Path(files["markdown"]).write_text(render_markdown(result))
-    return result
+    return write_result(result, out, name, render_markdown)
 
 
 def table(rows: list[dict]) -> str:

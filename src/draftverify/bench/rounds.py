@@ -181,10 +181,7 @@ def run_rounds(
             }
         )
     result = {
-        "name": name,
-        "command": command,
-        "date": environment.now(),
-        "machine": environment.machine(),
+        **environment.header(name, command),
         "prompts": len(chosen),
         "max_new_tokens": config.max_new_tokens,
         "rows": [r.name for r in rows],

@@ -13,8 +13,6 @@ against the canonical solution (sacrebleu's corpus chrF).
 
 from __future__ import annotations
 
-import shlex
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from time import perf_counter
@@ -23,7 +21,7 @@ from ..bench import environment
 from ..bench.folders import METHODS
 from ..bench.prompts import load_prompts, truncate_at_stops
 from ..bench.quality import chrf
-from ..bench.report import write_json
+from ..bench.report import write_result
 from ..errors import DraftVerifyError
 
 FORMS = ("trimmed", "published")  # the prompt set 'humaneval' and 'humaneval:published'
@@ -150,14 +148,8 @@ def run_healing(
         if row.runner != BASELINE:
             same = reference[(row.form, row.heal)]
             row.equal_to_baseline = sum(a == b for a, b in zip(row.new_ids, same.new_ids))
-    command = command or shlex.join(sys.argv)
     result = {
-        "name": name,
-        "date": environment.now(),
-        "command": command,
-        "reproduce": environment.reproduce_command(command),
-        "machine": environment.machine(),
-        "versions": environment.versions(),
+        **environment.header(name, command),
         "config": {
             "zoo": zoo,
             "target": str(target) if target else None,
@@ -170,13 +162,7 @@ def run_healing(
         "prompts": [p.id for _, p in chosen],
         "rows": [asdict(r) for r in rows],
     }
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    files = {"json": str(folder / f"{name}.json"), "markdown": str(folder / f"{name}.md")}
-    result["files"] = files
-    write_json(result, Path(files["json"]))
-    Path(files["markdown"]).write_text(render_markdown(result))
-    return result
+    return write_result(result, out, name, render_markdown)
 
 
 def _f(value, digits: int = 1) -> str:
