@@ -72,10 +72,6 @@ def plot_speedup(rows: list[dict], path: Path, title: str) -> Path:
     return path
 
 
-# ours family -> its Hugging Face counterpart, drawn in the same colour with a dashed line
-PAIRS = {"model": "hf_assisted", "prompt_lookup": "hf_prompt_lookup"}
-
-
 def _curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Fixed-gamma rows grouped into one curve per family (early exit: per layer count)."""
     curves: dict[str, list[dict]] = {}
