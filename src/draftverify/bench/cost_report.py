@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..markdown import markdown_table
 from .cost import REFERENCE_MODE
-from .report import cost_table, markdown_table
+from .report import cost_table
 
 
 def _by_n(entry: dict) -> dict[int, float]:

@@ -20,7 +20,7 @@ BARE = "bare ctypes loop"
 
 
 def render(result: dict) -> str:
-    from .report import markdown_table
+    from ..markdown import markdown_table
 
     rows = []
     for r in result["rows"]:

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from ..markdown import markdown_table
 from .summary import BASELINE, OURS_BASELINE
 
 
@@ -119,12 +120,6 @@ def overshoot_text(r: dict) -> str:
     if not r["overshoot_tokens"]:
         return "-"
     return f"{r['overshoot_tokens']} ({r['overshoot_prompts']}/{r['prompts']})"
-
-
-def markdown_table(columns, rows) -> list[str]:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
 
 
 def cost_table(result: dict) -> list[str]:
