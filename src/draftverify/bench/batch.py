@@ -29,6 +29,7 @@ import torch
 from ..backends.base import require_modules
 from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
+from ..markdown import markdown_table
 
 
 @dataclass
@@ -159,19 +160,18 @@ def markdown(results: list[BatchRow], meta: dict) -> str:
         f"Machine: {meta.get('machine', {}).get('cpu_model')}, torch threads "
         f"{meta.get('versions', {}).get('torch_threads')}",
         "",
-        "| runner | B | new tokens | seconds | tokens/s | vs HF generate at B | target steps | mean gamma | "
-        "rows = batch-1 AR text |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in results:
-        speed = f"{r.speedup_vs_hf:.2f}x" if r.speedup_vs_hf is not None else ""
-        exact = "" if r.equal_rows is None else f"{r.equal_rows}/{r.prompts}"
-        gamma = "" if r.mean_gamma is None else f"{r.mean_gamma:.2f}"
-        lines.append(
-            f"| {r.runner} | {r.batch_size} | {r.new_tokens} | {r.seconds:.2f} | {r.tokens_per_second:.1f} | "
-            f"{speed} | {r.steps} | {gamma} | {exact} |"
+    columns = ("runner", "B", "new tokens", "seconds", "tokens/s", "vs HF generate at B", "target steps", "mean gamma")
+    cells = [
+        (r.runner, r.batch_size, r.new_tokens, f"{r.seconds:.2f}", f"{r.tokens_per_second:.1f}")
+        + ("" if r.speedup_vs_hf is None else f"{r.speedup_vs_hf:.2f}x", r.steps)
+        + (
+            "" if r.mean_gamma is None else f"{r.mean_gamma:.2f}",
+            "" if r.equal_rows is None else f"{r.equal_rows}/{r.prompts}",
         )
-    return "\n".join(lines) + "\n"
+        for r in results
+    ]
+    return "\n".join(lines + markdown_table((*columns, "rows = batch-1 AR text"), cells, "lrrrrrrrl")) + "\n"
 
 
 def main(

@@ -16,6 +16,7 @@ from pathlib import Path
 from time import perf_counter
 
 from ..errors import DraftVerifyError
+from ..markdown import markdown_table
 from . import environment
 from .folders import METHODS
 from .prompts import load_prompts, prompt_set_name
@@ -191,17 +192,23 @@ def run_replay(
 
 def table(rows: list[dict]) -> str:
     """The markdown table: a row per pass and method."""
-    lines = [
-        "| pass | method | new tokens | target calls | tokens / call | drafted | accepted | seconds | tok/s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    columns = (
+        "pass",
+        "method",
+        "new tokens",
+        "target calls",
+        "tokens / call",
+        "drafted",
+        "accepted",
+        "seconds",
+        "tok/s",
+    )
+    cells = [
+        (r["pass"], f"`{r['method']}`", r["new_tokens"], r["target_calls"], f"{r['tokens_per_call']:.2f}")
+        + (r["drafted"], r["accepted"], f"{r['seconds']:.2f}", f"{r['tokens_per_second']:.1f}")
+        for r in rows
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['pass']} | `{r['method']}` | {r['new_tokens']} | {r['target_calls']} | "
-            f"{r['tokens_per_call']:.2f} | {r['drafted']} | {r['accepted']} | {r['seconds']:.2f} | "
-            f"{r['tokens_per_second']:.1f} |"
-        )
-    return "\n".join(lines)
+    return "\n".join(markdown_table(columns, cells, "rlrrrrrrr"))
 
 
 def render_markdown(result: dict) -> str:
@@ -246,11 +253,10 @@ def render_markdown(result: dict) -> str:
 def ratio_lines(ratios: list[dict]) -> list[str]:
     if not ratios:
         return []
-    lines = [
+    cells = [(r["pass"], f"{r['tokens_per_call']:.2f}x", f"{r['tokens_per_second']:.2f}x") for r in ratios]
+    return [
         f"`{PAIR[0]}` over `{PAIR[1]}`, per pass:",
         "",
-        "| pass | tokens / call | tok/s |",
-        "|---:|---:|---:|",
+        *markdown_table(("pass", "tokens / call", "tok/s"), cells, "rrr"),
+        "",
     ]
-    lines += [f"| {r['pass']} | {r['tokens_per_call']:.2f}x | {r['tokens_per_second']:.2f}x |" for r in ratios]
-    return lines + [""]
