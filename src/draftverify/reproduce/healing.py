@@ -23,6 +23,7 @@ from ..bench.prompts import load_prompts, truncate_at_stops
 from ..bench.quality import chrf
 from ..bench.report import write_result
 from ..errors import DraftVerifyError
+from ..markdown import markdown_table
 
 FORMS = ("trimmed", "published")  # the prompt set 'humaneval' and 'humaneval:published'
 BASELINE = "autoregressive"
@@ -169,22 +170,21 @@ def _f(value, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+SHARES = ("healed_prompts", "first_token_changed", "equal_to_baseline")  # counts shown out of the row's prompts
+
+
 def table(rows: list[dict]) -> str:
     """The markdown table (also what docs/usage.md copies)."""
-    lines = [
-        "| prompt form | healing | runner | prompts healed | first token changed | chrF ref | "
-        "= autoregressive (same form, healing) | new tokens |",
-        "|---|---|---|---:|---:|---:|---|---:|",
-    ]
+    columns = ("prompt form", "healing", "runner", "prompts healed", "first token changed", "chrF ref")
+    columns += ("= autoregressive (same form, healing)", "new tokens")
+    cells = []
     for r in rows:
-        equal = "-" if r["equal_to_baseline"] is None else f"{r['equal_to_baseline']}/{r['prompts']}"
-        changed = "-" if r["first_token_changed"] is None else f"{r['first_token_changed']}/{r['prompts']}"
-        lines.append(
-            f"| {r['form']} | {'on' if r['heal'] else 'off'} | `{r['runner']}` | "
-            f"{r['healed_prompts']}/{r['prompts']} | {changed} | {_f(r['chrf_reference'])} | {equal} | "
-            f"{r['new_tokens']} |"
+        share = {k: "-" if r[k] is None else f"{r[k]}/{r['prompts']}" for k in SHARES}
+        cells.append(
+            (r["form"], "on" if r["heal"] else "off", f"`{r['runner']}`", share["healed_prompts"])
+            + (share["first_token_changed"], _f(r["chrf_reference"]), share["equal_to_baseline"], r["new_tokens"])
         )
-    return "\n".join(lines)
+    return "\n".join(markdown_table(columns, cells, "lllrrrlr"))
 
 
 def render_markdown(result: dict) -> str:
