@@ -31,6 +31,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..bench.environment import command_line, cpu_model
+from ..markdown import markdown_table
 from ..options.declare import option
 from . import corpus as corpus_mod
 from .export import export_model
@@ -594,15 +595,15 @@ def align_card(info: dict) -> str:
         f"calibration), up to {info['new_tokens']} new tokens each. alpha is `GenerationStats.alpha` "
         "(accepted / (accepted + rejected) draft tokens, pooled over all prompts).",
         "",
-        "| draft | alpha | mean tokens per target call | target calls | accepted / drafted |",
-        "|---|---|---|---|---|",
     ]
-    for name, s in (("before (original draft)", b), ("after (this model)", a)):
-        if s:
-            lines.append(
-                f"| {name} | {s['alpha']:.3f} | {s['tokens_per_call']:.2f} | {s['target_calls']} | "
-                f"{s['accepted_tokens']} / {s['drafted_tokens']} |"
-            )
+    cells = [
+        (name, f"{s['alpha']:.3f}", f"{s['tokens_per_call']:.2f}", s["target_calls"])
+        + (f"{s['accepted_tokens']} / {s['drafted_tokens']}",)
+        for name, s in (("before (original draft)", b), ("after (this model)", a))
+        if s
+    ]
+    columns = ("draft", "alpha", "mean tokens per target call", "target calls", "accepted / drafted")
+    lines += markdown_table(columns, cells)
     if info.get("exact_continuations") is not None:
         lines += [
             "",

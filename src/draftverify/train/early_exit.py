@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..bench.environment import command_line, cpu_model
+from ..markdown import markdown_table
 from ..options.declare import option
 from .export import export_model
 from .losses import autocast, averaged_loss, held_out_losses, next_token_losses
@@ -102,10 +103,10 @@ def early_exit_card(info: dict) -> str:
         "",
         f"On {info['val_windows']} fixed windows of {info['seq_len']} tokens of the corpus validation split.",
         "",
-        "| | full model | layer " + str(info["layer"]) + " |",
-        "|---|---|---|",
-        f"| before | {b['full']:.4f} | {b['early']:.4f} |",
-        f"| after (this model) | {a['full']:.4f} | {a['early']:.4f} |",
+        *markdown_table(
+            ("", "full model", f"layer {info['layer']}"),
+            [(name, f"{s['full']:.4f}", f"{s['early']:.4f}") for name, s in (("before", b), ("after (this model)", a))],
+        ),
         "",
         f"The full model's loss changed by {info['degradation']:+.4f} (bound {info['max_degradation']}"
         + ("; exported with --force" if info["degradation"] > info["max_degradation"] else "")
