@@ -28,6 +28,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..bench.environment import command_line
+from ..markdown import markdown_table
 from ..options.declare import option
 from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
@@ -280,8 +281,9 @@ def mask_accuracy(model, adapter, records: list[dict], cuts: int, seed: int, pad
 
 def card(info: dict) -> str:
     acc = info["heldout_accuracy"]
-    rows = "\n".join(
-        f"| {i + 1} | +{i + 2} | {b:.3f} | {a:.3f} |" for i, (b, a) in enumerate(zip(acc["before"], acc["after"]))
+    rows = [(i + 1, f"+{i + 2}", f"{b:.3f}", f"{a:.3f}") for i, (b, a) in enumerate(zip(acc["before"], acc["after"]))]
+    table = "\n".join(
+        markdown_table(("mask", "predicts (after the last real token)", "before training", "after"), rows)
     )
     prompt = {
         "none": "no prompt tokens (mask tokens only)",
@@ -311,9 +313,7 @@ CPU thread(s) ({info["cpu"]}); wall time: generation {info["time_generation_s"]:
 {info["time_train_s"]:.0f} s.
 
 ## Held-out top-1 accuracy per mask token
-| mask | predicts (after the last real token) | before training | after |
-|---|---|---|---|
-{rows}
+{table}
 """
 
 

@@ -27,6 +27,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..bench.environment import command_line
+from ..markdown import markdown_table
 from . import heads
 from .frozen import FrozenTarget, load_frozen_target
 from .nat import GLANCE_END, GLANCE_START, glance
@@ -212,6 +213,11 @@ def held_out(nat, target, seqs: list[Sequence], k: int, n: int, bf16: bool, batc
 
 
 def nat_lm_card(info: dict) -> str:
+    rows = [
+        (name, f"{info[key]['slot_loss']:.3f}", f"{info[key]['accepted_per_block']:.3f}")
+        for name, key in (("before training", "before"), ("after", "after"))
+    ]
+    table = "\n".join(markdown_table(("", "slot loss", f"mean accepted slots of {info['block_size']}"), rows))
     return f"""# SpecDec NAT drafter for `{info["target"]}` (decoder-only)
 
 {info["layers"]} bidirectional post-LN decoder layer(s) (d {info["hidden_size"]}, {info["heads"]} heads, FFN
@@ -235,10 +241,7 @@ k drawn from 1..{info["block_size"]}, glancing {info["glancing"]}.
 the hidden states; generations {info["time_generation_s"]:.0f} s, 0 when cached).
 
 ## Held-out accepted slots per block (k = {info["block_size"]}, teacher-forced at fixed cuts)
-| | slot loss | mean accepted slots of {info["block_size"]} |
-|---|---|---|
-| before training | {info["before"]["slot_loss"]:.3f} | {info["before"]["accepted_per_block"]:.3f} |
-| after | {info["after"]["slot_loss"]:.3f} | {info["after"]["accepted_per_block"]:.3f} |
+{table}
 """
 
 
