@@ -1,5 +1,6 @@
-"""Markdown tables, the one way the project writes them: bench and reproduce reports, training cards, serving
-load tests. Standard library only, so a light module (a load-test client, a card) can use it without torch."""
+"""The markdown pieces every report shares, one way each: tables (bench and reproduce reports, training cards,
+serving load tests) and the block that shows the command reproducing a report. Standard library only, so a light
+module (a load-test client, a card) can use it without torch."""
 
 from __future__ import annotations
 
@@ -14,3 +15,9 @@ def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[object]], ali
         raise ValueError(f"markdown_table: align {align!r} must be l or r for each of the {len(columns)} columns")
     rule = "|" + "".join("---:|" if a == "r" else "---|" for a in (align or "l" * len(columns)))
     return ["| " + " | ".join(columns) + " |", rule] + ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+
+
+def command_block(title: str, command: str) -> list[str]:
+    """`title` (e.g. "Reproduce:"), a blank line, then `command` in a bash code block: the lines a report shows its
+    reproducing command with."""
+    return [title, "", "```bash", command, "```"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..markdown import markdown_table
+from ..markdown import command_block, markdown_table
 from .cost import REFERENCE_MODE
 from .report import cost_table
 
@@ -25,11 +25,7 @@ def render_cost_markdown(result: dict) -> str:
         f"{env['cpu_model']} ({env['cores']} cores, torch threads {ver['torch_threads']}); torch {ver['torch']}, "
         f"transformers {ver['transformers']}.",
         "",
-        "Reproduce:",
-        "",
-        "```bash",
-        result["reproduce"],
-        "```",
+        *command_block("Reproduce:", result["reproduce"]),
         "",
         "Modes: eager = the model's own forward; compiled = `torch.compile(fullgraph=True, dynamic=False)` with "
         "`torch._inductor.config.freezing = True` (one static graph per width). **x 1 token** = the forward's time "

@@ -16,7 +16,7 @@ from pathlib import Path
 from time import perf_counter
 
 from ..errors import DraftVerifyError
-from ..markdown import markdown_table
+from ..markdown import command_block, markdown_table
 from . import environment
 from .folders import METHODS
 from .prompts import load_prompts, prompt_set_name
@@ -230,11 +230,7 @@ def render_markdown(result: dict) -> str:
             f"load average {load_avg[0]:.1f}); python {versions['python']}, torch {versions['torch']}, draftverify "
             f"{versions['draftverify']}, commit {(versions.get('git_commit') or 'unknown')[:12]}.",
             "",
-            "Reproduce (from the repository root):",
-            "",
-            "```bash",
-            result["reproduce"],
-            "```",
+            *command_block("Reproduce (from the repository root):", result["reproduce"]),
             "",
             "How to read: each method runs on its own pipeline, kept for the whole run, so `suffix`'s cache holds "
             "every earlier generation of the run (pass 1 reads the earlier prompts of pass 1; pass 2 also the same "

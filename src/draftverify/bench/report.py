@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from ..markdown import markdown_table
+from ..markdown import command_block, markdown_table
 from .summary import BASELINE, OURS_BASELINE
 
 
@@ -172,11 +172,9 @@ def render_markdown(result: dict) -> str:
         _compile_line(cfg),
         "",
         *_llama_cpp_lines(cfg, ver),
-        "Reproduce (from the repository root; models and data as recorded in the JSON):",
-        "",
-        "```bash",
-        result["reproduce"],
-        "```",
+        *command_block(
+            "Reproduce (from the repository root; models and data as recorded in the JSON):", result["reproduce"]
+        ),
         "",
         f"Recorded command line: `{result['command']}`",
         "",

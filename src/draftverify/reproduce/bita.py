@@ -32,7 +32,7 @@ from ..drafters.base import NoDrafter
 from ..drafters.bita import BitaDrafter, BitaEfficientDrafter, BitaFullTreeDrafter
 from ..drafters.bita_adapter import FOLDER, BitaAdapter
 from ..loop import generate
-from ..markdown import markdown_table
+from ..markdown import command_block, markdown_table
 from ..methods import MethodOptions, build_verifier
 from ..types import SamplingParams
 
@@ -245,11 +245,7 @@ def markdown(result: dict, command: str) -> str:
         f"# BiTA ablations on the code zoo (counts; greedy, {result['prompts']} HumanEval prompts, "
         f"{result['new_tokens']} new tokens each)",
         "",
-        "Reproduce:",
-        "",
-        "```bash",
-        command,
-        "```",
+        *command_block("Reproduce:", command),
         "",
         "tokens/call = new tokens / target calls; width = positions one target call scores (pending token + "
         "candidate tree + mask tokens); equal = share of prompts whose text equals the target's greedy text; "

@@ -23,7 +23,7 @@ from ..bench.prompts import load_prompts, truncate_at_stops
 from ..bench.quality import chrf
 from ..bench.report import write_result
 from ..errors import DraftVerifyError
-from ..markdown import markdown_table
+from ..markdown import command_block, markdown_table
 
 FORMS = ("trimmed", "published")  # the prompt set 'humaneval' and 'humaneval:published'
 BASELINE = "autoregressive"
@@ -200,11 +200,7 @@ def render_markdown(result: dict) -> str:
             f"{versions['torch']}, transformers {versions['transformers']}, draftverify {versions['draftverify']}, "
             f"commit {(versions.get('git_commit') or 'unknown')[:12]}.",
             "",
-            "Reproduce (from the repository root):",
-            "",
-            "```bash",
-            result["reproduce"],
-            "```",
+            *command_block("Reproduce (from the repository root):", result["reproduce"]),
             "",
             "How to read: **trimmed** prompts end where HumanEval's docstring ends (their final newline removed: what "
             "`draftverify bench speed` feeds every runner, so HF generate and llama.cpp, which do not heal, stay "
