@@ -17,7 +17,7 @@ def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[object]], ali
     return ["| " + " | ".join(columns) + " |", rule] + ["| " + " | ".join(map(str, row)) + " |" for row in rows]
 
 
-def command_block(title: str, command: str) -> list[str]:
-    """`title` (e.g. "Reproduce:"), a blank line, then `command` in a bash code block: the lines a report shows its
-    reproducing command with."""
-    return [title, "", "```bash", command, "```"]
+def command_block(title: str, command: str, language: str = "bash") -> list[str]:
+    """`title` (e.g. "Reproduce:"), a blank line, then `command` in a code block marked `language` ("" for none, as
+    the training cards have it): the lines a report or a card shows the command that made it with."""
+    return [title, "", f"```{language}", command, "```"]

@@ -31,7 +31,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..bench.environment import command_line, cpu_model
-from ..markdown import markdown_table
+from ..markdown import command_block, markdown_table
 from ..options.declare import option
 from . import corpus as corpus_mod
 from .export import export_model
@@ -624,11 +624,7 @@ def align_card(info: dict) -> str:
         "loop (the base draft drafts, the greedy verifier keeps exactly the target's argmax: alpha "
         f"{info['calibration']['alpha']:.3f} on this set).",
         "",
-        "## Fine-tuning",
-        "",
-        "```",
-        info["command"],
-        "```",
+        *command_block("## Fine-tuning", info["command"], language=""),
         "",
         "- Loss: cross-entropy on the continuation tokens only (the prompt is context).",
         f"- {ft['step']:,} steps of {info['batch_size']} sequences (random with replacement), AdamW "

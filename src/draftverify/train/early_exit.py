@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..bench.environment import command_line, cpu_model
-from ..markdown import markdown_table
+from ..markdown import command_block, markdown_table
 from ..options.declare import option
 from .export import export_model
 from .losses import autocast, averaged_loss, held_out_losses, next_token_losses
@@ -112,11 +112,7 @@ def early_exit_card(info: dict) -> str:
         + ("; exported with --force" if info["degradation"] > info["max_degradation"] else "")
         + ").",
         "",
-        "## Fine-tuning",
-        "",
-        "```",
-        info["command"],
-        "```",
+        *command_block("## Fine-tuning", info["command"], language=""),
         "",
         f"- {info['step']:,} steps of {info['batch_size']} x {info['seq_len']} tokens ({info['tokens_seen']:,} "
         f"tokens), AdamW (betas {info['betas']}, weight decay {info['weight_decay']}), peak LR {info['lr']}, "

@@ -4,7 +4,7 @@ from its training_report.json, so every figure on a card is one the training mea
 from __future__ import annotations
 
 from ..bench.folders import TRANSLATION
-from ..markdown import markdown_table
+from ..markdown import command_block, markdown_table
 
 
 def _scores_lines(report: dict) -> list[str]:
@@ -96,11 +96,7 @@ def model_card(report: dict) -> str:
         + ("bf16 autocast (fp32 master weights)" if report["bf16"] else "float32")
         + " on CPU.",
         "",
-        "## Training",
-        "",
-        "```",
-        report["command"],
-        "```",
+        *command_block("## Training", report["command"], language=""),
         "",
         f"- Batches of at most {report['max_tokens']:,} padded tokens, AdamW (betas {tuple(report['betas'])}, weight "
         f"decay {report['weight_decay']}), peak LR {report['lr']}, {report['warmup_steps']} warmup steps, cosine "
