@@ -123,16 +123,21 @@ class RunOptions:
     def use_bf16(self) -> bool:
         return DEFAULT_BF16 if self.bf16 is None else bool(self.bf16)
 
-    def optimizer_key(self) -> dict:
-        """The optimizer and schedule settings, for a recipe's checkpoint key (a resumed run must keep them)."""
+    def optimizer_settings(self) -> dict:
+        """AdamW's and the schedule's settings, as a training report records them (betas a tuple)."""
         return {
             "lr": self.lr,
+            "betas": (self.beta1, self.beta2),
+            "weight_decay": self.weight_decay,
             "warmup_steps": self.warmup_steps,
             "min_lr_ratio": self.min_lr_ratio,
-            "weight_decay": self.weight_decay,
-            "betas": [self.beta1, self.beta2],
             "grad_clip": self.grad_clip,
         }
+
+    def optimizer_key(self) -> dict:
+        """The optimizer and schedule settings, for a recipe's checkpoint key (a resumed run must keep them); betas
+        a list, as the key saved with a checkpoint reads back from JSON."""
+        return {**self.optimizer_settings(), "betas": [self.beta1, self.beta2]}
 
 
 # --------------------------------------------------------------------------- helpers
