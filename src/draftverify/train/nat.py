@@ -87,6 +87,12 @@ def nat_batch(labels, k: int, rng: np.random.Generator, start_id: int, cuts=None
     return tokens, slots, padding, targets
 
 
+def glance_ratio(glancing: bool, progress: float) -> float:
+    """GLAT's glancing ratio at `progress` (0..1) of the run: annealed from GLANCE_START to GLANCE_END; 0 without
+    glancing."""
+    return GLANCE_START + (GLANCE_END - GLANCE_START) * progress if glancing else 0.0
+
+
 def glance(tokens, slots, targets, predictions, ratio: float, rng: np.random.Generator):
     """GLAT's glancing: reveal round(ratio x wrong) random masks of each row whose token is known (the reference
     replaces [MASK]; the position before it, which predicts that token, leaves the loss)."""
@@ -204,8 +210,7 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
 
     def loss(model, batch):
         k = int(run.rng.integers(1, opts.block_size + 1))
-        ratio = (GLANCE_START + (GLANCE_END - GLANCE_START) * run.progress()) if opts.glancing else 0.0
-        return nat_loss(model, target, batch, k, run.rng, ratio, run.bf16)
+        return nat_loss(model, target, batch, k, run.rng, glance_ratio(opts.glancing, run.progress()), run.bf16)
 
     def evaluate(model) -> float:
         figures = held_out(model, target, val_pairs, val_batches, opts.block_size, pad, run.bf16)

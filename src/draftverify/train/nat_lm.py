@@ -30,7 +30,7 @@ from ..bench.environment import command_line
 from ..markdown import markdown_table
 from . import heads
 from .frozen import FrozenTarget, load_frozen_target
-from .nat import GLANCE_END, GLANCE_START, glance
+from .nat import GLANCE_END, GLANCE_START, glance, glance_ratio
 from .runner import Run, load_checkpoint
 from .settings import RunOptions, TrainError, machine_name, seed_everything, to_device
 
@@ -285,7 +285,7 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
 
     def loss(model, batch):
         k = int(run.rng.integers(1, opts.block_size + 1))
-        ratio = (GLANCE_START + (GLANCE_END - GLANCE_START) * run.progress()) if opts.glancing else 0.0
+        ratio = glance_ratio(opts.glancing, run.progress())
         return nat_lm_loss(model, target, batch, k, opts.cuts, run.rng, ratio, run.bf16)
 
     def evaluate(model) -> float:
