@@ -67,7 +67,7 @@ def render_cost_markdown(result: dict) -> str:
 
 
 def plot_cost(result: dict, path: Path) -> Path:
-    from .plots import pyplot
+    from .plots import pyplot, save_figure
 
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -86,8 +86,6 @@ def plot_cost(result: dict, path: Path) -> Path:
         ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{result['label']}: cost of scoring n tokens after {result['context_tokens']} tokens")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(
+        fig, path, f"{result['label']}: cost of scoring n tokens after {result['context_tokens']} tokens"
+    )

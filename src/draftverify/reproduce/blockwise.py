@@ -337,7 +337,7 @@ def markdown(result: dict, command: str) -> str:
 def plot_report(result: dict, path: Path) -> Path:
     """Figure 6 (oracle block efficiency against k, with plain BPD and each rescoring variant) and Figure 3 (mean
     entropy per head) side by side."""
-    from ..bench.plots import pyplot
+    from ..bench.plots import pyplot, save_figure
 
     plt = pyplot()
     be = result["block_efficiency"]
@@ -362,10 +362,7 @@ def plot_report(result: dict, path: Path) -> Path:
     right.set_xlabel("head (1 = the target)")
     right.set_ylabel("mean entropy (nats)")
     right.set_title(f"Per-head entropy (h_max = {result['h_max']})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main(

@@ -511,10 +511,9 @@ def plot_bild(rows: list[dict], path: Path, counts_only: bool = False) -> Path |
     points = [r for r in rows if r.get(key) is not None]
     if not any(r["family"] == "bild" for r in points):
         return None
-    import matplotlib
+    from ..bench.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     scale = 1 if counts_only else 1000
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -530,10 +529,7 @@ def plot_bild(rows: list[dict], path: Path, counts_only: bool = False) -> Path |
     ax.set_xlabel("large-model calls per sentence" if counts_only else "ms per sentence")
     ax.set_ylabel("BLEU (test)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def write(result: dict, out: Path, name: str) -> dict:
