@@ -28,7 +28,7 @@ from .options import check_files, check_names, fill_from_zoo
 from .options.checks import check_zoo_ships
 from .quiet import quiet
 from .sampling import row_params
-from .types import GenerationOutput, GenerationStats, SamplingParams
+from .types import GenerationOutput, GenerationStats, SamplingParams, left_padded
 from .zoo import zoo_folder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -467,10 +467,8 @@ class Pipeline:
                 first_token_allowed=None if first_token_allowed is None else first_token_allowed[0],
                 on_step=on_step,
             )
-        width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows])
-        mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in rows])
+        ids, mask = left_padded(rows, pad)
         return self._run(
             ids,
             params,

@@ -30,6 +30,7 @@ from ..backends.base import require_modules
 from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
 from ..markdown import markdown_table
+from ..types import left_padded
 
 
 @dataclass
@@ -80,13 +81,12 @@ def _hf_generate(pipe, rows: list[list[int]], max_new_tokens: int, gamma) -> tup
     eos = pipe.eos_token_id
     eos_set = set([eos] if isinstance(eos, int) else (eos or []))
     pad = pipe.tokenizer.pad_token_id if pipe.tokenizer.pad_token_id is not None else (min(eos_set) if eos_set else 0)
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=pipe.target.device)
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=pipe.target.device)
+    ids, mask = left_padded(rows, pad, pipe.target.device)
+    width = ids.shape[1]
     with torch.inference_mode():
         out = model.generate(
             input_ids=ids,
-            attention_mask=mask,
+            attention_mask=mask.long(),
             max_new_tokens=max_new_tokens,
             do_sample=False,
             pad_token_id=pad,

@@ -119,15 +119,16 @@ def batched_greedy(
     continuation ends at its first EOS. on_batch receives each batch's continuations in prompt order."""
     import torch
 
+    from ..types import left_padded
+
     for start in range(0, len(prompts), batch):
         group = prompts[start : start + batch]
-        width = max(len(p) for p in group)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in group], device=model.device)
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in group], device=model.device)
+        ids, mask = left_padded(group, pad, model.device)
+        width = ids.shape[1]
         with torch.no_grad():
             out = model.generate(
                 input_ids=ids,
-                attention_mask=attention,
+                attention_mask=mask.long(),
                 max_new_tokens=new_tokens,
                 do_sample=False,
                 eos_token_id=eos,
