@@ -181,7 +181,16 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
     from ..drafters.nat import NatDecoder
     from .presets import count_params
     from .tokenizer import load_tokenizer
-    from .translation_data import DATA_TERMS, Pairs, collate, encode, read_pairs, read_targets, token_batches
+    from .translation_data import (
+        DATA_TERMS,
+        Pairs,
+        collate,
+        encode,
+        read_pairs,
+        read_targets,
+        token_batches,
+        with_targets,
+    )
 
     set_threads(opts.threads)
     out_dir = Path(opts.out_dir)
@@ -190,11 +199,7 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
     target = AutoModelForSeq2SeqLM.from_pretrained(opts.target, dtype=torch.float32).eval()
     for p in target.parameters():
         p.requires_grad_(False)
-    src, _ = read_pairs(opts.data, "train", opts.src_lang, opts.tgt_lang)
-    tgt = read_targets(opts.train_targets, len(src))
-    if len(tgt) < len(src):
-        log(f"{opts.train_targets} has {len(tgt)} of the {len(src)} train targets: training on those pairs")
-        src = src[: len(tgt)]
+    src, tgt = with_targets(read_pairs(opts.data, "train", opts.src_lang, opts.tgt_lang)[0], opts.train_targets, log)
     train_pairs = Pairs(encode(tok, src, opts.max_len), encode(tok, tgt, opts.max_len))
     vsrc, vref = read_pairs(opts.data, "val", opts.src_lang, opts.tgt_lang)
     vtgt = read_targets(opts.val_targets, len(vsrc)) if opts.val_targets else vref

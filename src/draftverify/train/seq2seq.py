@@ -292,8 +292,8 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
         collate,
         encode,
         read_pairs,
-        read_targets,
         token_batches,
+        with_targets,
     )
 
     set_threads(opts.threads)
@@ -303,10 +303,7 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
     pad = tok.eos_token_id
     src, tgt = read_pairs(opts.data, "train", opts.src_lang, opts.tgt_lang)
     if opts.train_targets:
-        tgt = read_targets(opts.train_targets, len(src))
-        if len(tgt) < len(src):
-            log(f"{opts.train_targets} has {len(tgt)} of the {len(src)} train targets: training on those pairs")
-            src = src[: len(tgt)]
+        src, tgt = with_targets(src, opts.train_targets, log)
     train_pairs = Pairs(encode(tok, src, opts.max_len), encode(tok, tgt, opts.max_len))
     vsrc, vtgt = read_pairs(opts.data, "val", opts.src_lang, opts.tgt_lang)
     val_pairs = Pairs(encode(tok, vsrc, opts.max_len), encode(tok, vtgt, opts.max_len))
