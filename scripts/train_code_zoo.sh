@@ -13,7 +13,8 @@
 #   scripts/train_code_zoo.sh othertok  a draft for the target with ANOTHER tokenizer (issue #22, cross-tokenizer
 #                                       speculative decoding), 10 min at 1 thread -> zoo/code/draft-othertok/:
 #     1. byte-level BPE with 2048 tokens (the zoo's has 8192) on the CPython stdlib .py files of this interpreter
-#        (3.11.7, the first source of the zoo's corpus), manifest split by file  -> runs/othertok/{manifest.json,tokenizer/}
+#        (3.11.7, the first source of the zoo's corpus), manifest split by file
+#                                                                      -> runs/othertok/{manifest.json,tokenizer/}
 #     2. the `draft` preset (2 layers, hidden 256; ~2.2M params at this vocab)
 # Checkpoints, token caches and logs go to runs/ (git-ignored). Re-running a stage resumes an interrupted training
 # run from its last runs/*/checkpoint-<step>/.
