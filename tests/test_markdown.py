@@ -12,6 +12,10 @@ def test_a_table_is_its_header_rule_and_a_line_per_row_with_cells_as_text():
     ]
 
 
+def test_an_empty_header_cell_is_written_as_one_space():
+    assert markdown_table(("", "loss"), [("before", "1.0")])[0] == "| | loss |"
+
+
 def test_align_right_aligns_the_columns_it_marks_r():
     assert markdown_table(("row", "x", "y"), [], "lrr")[1] == "|---|---:|---:|"
 
