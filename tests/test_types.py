@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from draftverify.errors import DraftVerifyError
-from draftverify.types import DecodingState, Draft, SamplingParams, Verdict, append_rows
+from draftverify.types import DecodingState, Draft, SamplingParams, Verdict, append_rows, left_padded
 from draftverify.verifiers.base import make_verdict
 
 
@@ -70,3 +70,10 @@ def test_a_draft_of_host_rows_pads_them_and_keeps_them():
     assert ragged.rows == [[4, 5, 6], [7, 0, 0]]
     even = Draft.of_rows([[1, 2], [3, 4]])
     assert even.lengths is None and even.rows == even.tokens.tolist()
+
+
+def test_left_padded_rows_end_in_the_last_column_with_the_mask_false_at_the_padding():
+    ids, mask = left_padded([[5, 6, 7], (8,)], pad=0)
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8]]
+    assert ids.dtype == torch.int64
+    assert mask.tolist() == [[True, True, True], [False, False, True]]

@@ -28,7 +28,7 @@ from .options import check_files, check_names, fill_from_zoo
 from .options.checks import check_zoo_ships
 from .quiet import quiet
 from .sampling import row_params
-from .types import GenerationOutput, GenerationStats, SamplingParams
+from .types import GenerationOutput, GenerationStats, SamplingParams, left_padded
 from .zoo import zoo_folder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -354,6 +354,20 @@ class Pipeline:
         """Token ids in, GenerationOutput and the verifier's name out (the server's entry point): ids [1, L];
         on_tokens receives each step's emitted tokens [1, k]; first_token_allowed [K] constrains the first new
         token (token healing; see loop.generate); on_step receives each step's record (loop.generate)."""
+        return self._run(
+            ids,
+            params,
+            gamma,
+            max_new_tokens=max_new_tokens,
+            on_tokens=on_tokens,
+            first_token_allowed=first_token_allowed,
+            on_step=on_step,
+        )
+
+    def _run(self, ids: torch.Tensor, params, gamma, **loop_options) -> tuple[GenerationOutput, str]:
+        """ids [B, L] through loop.generate with this pipeline's target, drafter, EOS and draft-length policy for
+        gamma (None: the pipeline's), judged by a verifier built for params; loop_options go to generate as they
+        are. Returns the output and the verifier's name."""
         verifier = build_verifier(self.verifier_name, params, self.options)
         policy = self.policies.get(self.gamma if gamma is None else gamma, getattr(params, "temperature", None))
         output = generate(
@@ -362,12 +376,9 @@ class Pipeline:
             verifier,
             ids,
             params,
-            max_new_tokens=max_new_tokens,
             gamma=policy,
             eos_token_id=self.eos_token_id,
-            on_tokens=on_tokens,
-            first_token_allowed=first_token_allowed,
-            on_step=on_step,
+            **loop_options,
         )
         return output, verifier.name
 
@@ -456,21 +467,13 @@ class Pipeline:
                 first_token_allowed=None if first_token_allowed is None else first_token_allowed[0],
                 on_step=on_step,
             )
-        width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows])
-        mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in rows])
-        verifier = build_verifier(self.verifier_name, params, self.options)
-        policy = self.policies.get(self.gamma if gamma is None else gamma, getattr(params, "temperature", None))
-        output = generate(
-            self.target,
-            self.drafter,
-            verifier,
+        ids, mask = left_padded(rows, pad)
+        return self._run(
             ids,
             params,
+            gamma,
             max_new_tokens=max_new_tokens,
-            gamma=policy,
-            eos_token_id=self.eos_token_id,
             on_tokens=on_tokens,
             attention_mask=mask,
             seeds=seeds,
@@ -478,7 +481,6 @@ class Pipeline:
             first_token_allowed=first_token_allowed,
             on_step=on_step,
         )
-        return output, verifier.name
 
 
 class _TextStreamer:

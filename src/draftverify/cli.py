@@ -162,6 +162,10 @@ def _ignored_settings(
     return notes
 
 
+DRAFT_GGUF_HELP = (
+    "With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or bf16; "
+    "the draft's precision changes which tokens it proposes, never the output."
+)
 TARGET_GGUF_HELP = (
     "With --backend llamacpp: the GGUF type a target model folder is converted at (default: --dtype's, f32 for "
     "float32): q8_0 and q4_k_m (made by llama.cpp's llama-quantize, scripts/build_llama_cpp_tools.sh) as llama.cpp "
@@ -350,12 +354,7 @@ def generate(
         "cached under ~/.cache/draftverify/gguf). llamacpp runs the methods that need only the target's logits, "
         "chain methods in batches too.",
     ),
-    draft_gguf: Optional[str] = flag(
-        None,
-        "--draft-gguf",
-        help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or "
-        "bf16; the draft's precision changes which tokens it proposes, never the output.",
-    ),
+    draft_gguf: Optional[str] = flag(None, "--draft-gguf", help=DRAFT_GGUF_HELP),
     target_gguf: Optional[str] = flag(None, "--target-gguf", help=TARGET_GGUF_HELP),
     flash_attn: Optional[bool] = flag(None, "--flash-attn/--no-flash-attn", help=FLASH_ATTN_HELP),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)
@@ -692,12 +691,7 @@ def serve(
         "--backend",
         help="hf (transformers) or llamacpp (llama.cpp via llama-cpp-python; tree methods one request at a time).",
     ),
-    draft_gguf: Optional[str] = flag(
-        None,
-        "--draft-gguf",
-        help="With --backend llamacpp: the GGUF type a draft model folder is converted at, q8_0 (default), f32, f16 or "
-        "bf16; the draft's precision changes which tokens it proposes, never the output.",
-    ),
+    draft_gguf: Optional[str] = flag(None, "--draft-gguf", help=DRAFT_GGUF_HELP),
     target_gguf: Optional[str] = flag(None, "--target-gguf", help=TARGET_GGUF_HELP),
     flash_attn: Optional[bool] = flag(None, "--flash-attn/--no-flash-attn", help=FLASH_ATTN_HELP),
     options: Optional[dict[str, Any]] = None,  # the declared method options' flags (cli_flags.py)

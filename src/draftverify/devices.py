@@ -88,8 +88,3 @@ def resolve(device: object = "cpu", dtype: object = "auto") -> tuple:
     """(torch.device, dtype name): both checked, auto resolved."""
     dev = resolve_device(device)
     return dev, resolve_dtype(dtype, dev)
-
-
-def module_devices(module) -> set:
-    """The devices of every parameter and buffer of a torch module (what a test walks to see nothing stayed put)."""
-    return {t.device for t in list(module.parameters()) + list(module.buffers())}

@@ -71,20 +71,19 @@ def generate(
     input_ids, params, limits, attention_mask = _checked(
         target, drafter, verifier, input_ids, params, max_new_tokens, attention_mask, seeds, admit
     )
-    policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)
+    policy = _draft_length(gamma, drafter)
     first_token = FirstTokenAllowed(target.vocab_size, first_token_allowed, input_ids.shape[0])
     positions = (1 if target.is_encoder_decoder else input_ids.shape[1]) + max(limits)
     target.check_fits(positions)
     drafter.bind(target, positions)
     eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or [])
     generator, row_seeds = row_generator(params, input_ids.shape[0], seeds, admit is not None, input_ids.device)
-    if drafter.drafts_in_target_pass:
-        policy.drafting_folded()
     now = _clock(target.device, policy.reads_timers)
 
     state, prompt_tokens = prefill(target, drafter, input_ids, attention_mask, params, generator, row_seeds, policy)
     recorder = StatsRecorder(drafter, prompt_tokens, started, carries_prefill=defers_prefill(target))
     rows = Scheduler(limits, [state.row(b).tolist() for b in range(input_ids.shape[0])])
+    calls_back = on_tokens is not None or on_step is not None
     while rows.active:
         step_rows = state.batch_size  # the target scores step_rows x (1 + draft length) tokens
         # drafting up to `remaining` (not remaining - 1) lets a drafter the target never overrules (BiLD with
@@ -101,22 +100,63 @@ def generate(
         commit(target, drafter, state, draft, verdict, out, emitted)
         record = recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3), verdict.target_s)
         inform_policy(policy, record)
-        stop_rows = None
-        if on_tokens is not None or on_step is not None:
-            t4 = perf_counter()
-            if on_step is not None:
-                on_step(record, rows.active)
-            if on_tokens is not None:
-                stop_rows = on_tokens(rows.padded(emitted, input_ids.device))
-            recorder.callback(perf_counter() - t4)
+        stop_rows = (
+            _call_back(record, emitted, rows, input_ids.device, recorder, on_step, on_tokens) if calls_back else None
+        )
         rows.leave(stop_rows, target, drafter, state)
         joining = admit() if admit is not None and rows.active else None
         if joining:
-            t5 = perf_counter()
-            joined = rows.join(joining, target, drafter, state, first_token)
-            _check_row_params(verifier, state.params)
-            recorder.joined(joined, perf_counter() - t5)
+            _join(joining, rows, target, drafter, verifier, state, first_token, recorder)
     return rows.output(input_ids, recorder.finish())
+
+
+def _draft_length(gamma: int | str | DraftLength, drafter: Drafter) -> DraftLength:
+    """The draft-length policy `gamma` names (a DraftLength as it is), told before the first step when the drafter
+    drafts inside the target's verify forward (its drafting then has no cost of its own)."""
+    policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)
+    if drafter.drafts_in_target_pass:
+        policy.drafting_folded()
+    return policy
+
+
+def _call_back(
+    record: StepRecord,
+    emitted: list[list[int]],
+    rows: Scheduler,
+    device: torch.device,
+    recorder: StatsRecorder,
+    on_step: Callable[[StepRecord, list[int]], None] | None,
+    on_tokens: TokenCallback | None,
+) -> list[int] | None:
+    """One step handed to the caller: on_step(record, the active rows), then on_tokens(the emitted tokens [B, k],
+    -1 where a row emitted fewer or has left). Returns what on_tokens returns (the rows to stop now, or None); the
+    callbacks' time is recorded apart from decoding's."""
+    started = perf_counter()
+    stop_rows = None
+    if on_step is not None:
+        on_step(record, rows.active)
+    if on_tokens is not None:
+        stop_rows = on_tokens(rows.padded(emitted, device))
+    recorder.callback(perf_counter() - started)
+    return stop_rows
+
+
+def _join(
+    joining: list[RowRequest],
+    rows: Scheduler,
+    target: LMBackend,
+    drafter: Drafter,
+    verifier: Verifier,
+    state,
+    first_token: FirstTokenAllowed,
+    recorder: StatsRecorder,
+) -> None:
+    """Rows admitted between steps (continuous batching) join the batch, their sampling parameters checked against
+    the verifier; the time the join took is recorded."""
+    started = perf_counter()
+    joined = rows.join(joining, target, drafter, state, first_token)
+    _check_row_params(verifier, state.params)
+    recorder.joined(joined, perf_counter() - started)
 
 
 def _checked(

@@ -81,6 +81,16 @@ class RowParams:
         return f"RowParams({self.rows!r})"
 
 
+def left_padded(rows, pad: int = 0, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of token ids of different lengths (lists or tuples) as one left-padded batch: ids [B, W] (int64, `pad`
+    on the left) and the attention mask [B, W] (bool, False at the padding), W the longest row's length (Hugging
+    Face's generate takes the mask as mask.long())."""
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], device=device)
+    mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in rows], device=device)
+    return ids, mask
+
+
 def append_rows(
     tokens: torch.Tensor, lengths: torch.Tensor, emitted: list[list[int]]
 ) -> tuple[torch.Tensor, torch.Tensor]:

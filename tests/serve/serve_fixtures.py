@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from transformers import AutoTokenizer
 
 import draftverify
 from conftest import save_llama
+from draftverify.bench.load_test import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = ROOT / "zoo" / "code" / "tokenizer"
@@ -37,12 +37,6 @@ def make_models(root: Path, chat_template: bool = True) -> Path:
     save_llama(root / "target", layers=2, seed=0, tokenizer=tokenizer, context=CONTEXT)
     save_llama(root / "draft", layers=1, seed=1, tokenizer=tokenizer, context=CONTEXT)
     return root
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerProcess:

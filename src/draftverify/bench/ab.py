@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import DraftVerifyError
+from ..markdown import markdown_table
 from ..options import all_fields
 from ..options.declare import declaration, field_types
 from .folders import DRAFT_POLICY
@@ -181,17 +182,15 @@ def render(result: dict[str, Any]) -> str:
         "**vs reference**: median over rounds of tok/s over the first setting's, with the range over rounds; "
         "draft forwards per round.",
         "",
-        "| setting | tok/s (median round) | vs reference | tokens / call | draft forwards |",
-        "|---|---:|---:|---:|---:|",
     ]
-    for row in result["rows"]:
-        low, high = row["vs_reference_range"]
-        per_call = "-" if row["tokens_per_call"] is None else f"{row['tokens_per_call']:.2f}"
-        lines.append(
-            f"| {label(row['setting'])} | {row['tokens_per_second']:.1f} | {row['vs_reference']:.3f}x "
-            f"({low:.3f}-{high:.3f}) | {per_call} | {row['draft_calls']} |"
-        )
-    return "\n".join(lines + [""])
+    cells = [
+        (label(row["setting"]), f"{row['tokens_per_second']:.1f}")
+        + (f"{row['vs_reference']:.3f}x ({row['vs_reference_range'][0]:.3f}-{row['vs_reference_range'][1]:.3f})",)
+        + ("-" if row["tokens_per_call"] is None else f"{row['tokens_per_call']:.2f}", row["draft_calls"])
+        for row in result["rows"]
+    ]
+    columns = ("setting", "tok/s (median round)", "vs reference", "tokens / call", "draft forwards")
+    return "\n".join(lines + markdown_table(columns, cells, "lrrrr") + [""])
 
 
 def run_ab(cfg: ABConfig, echo: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
@@ -249,10 +248,7 @@ def run_ab(cfg: ABConfig, echo: Callable[[str], None] = lambda line: None) -> di
         "check_text": cfg.check_text,
     }
     result = {
-        "name": cfg.name,
-        "command": cfg.command,
-        "date": environment.now(),
-        "machine": environment.machine(),
+        **environment.header(cfg.name, cfg.command),
         "config": config,
         "rows": summarize(rounds, settings),
         "rounds": rounds,

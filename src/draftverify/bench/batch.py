@@ -29,6 +29,8 @@ import torch
 from ..backends.base import require_modules
 from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
+from ..markdown import markdown_table
+from ..types import left_padded
 
 
 @dataclass
@@ -79,13 +81,12 @@ def _hf_generate(pipe, rows: list[list[int]], max_new_tokens: int, gamma) -> tup
     eos = pipe.eos_token_id
     eos_set = set([eos] if isinstance(eos, int) else (eos or []))
     pad = pipe.tokenizer.pad_token_id if pipe.tokenizer.pad_token_id is not None else (min(eos_set) if eos_set else 0)
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=pipe.target.device)
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=pipe.target.device)
+    ids, mask = left_padded(rows, pad, pipe.target.device)
+    width = ids.shape[1]
     with torch.inference_mode():
         out = model.generate(
             input_ids=ids,
-            attention_mask=mask,
+            attention_mask=mask.long(),
             max_new_tokens=max_new_tokens,
             do_sample=False,
             pad_token_id=pad,
@@ -159,19 +160,18 @@ def markdown(results: list[BatchRow], meta: dict) -> str:
         f"Machine: {meta.get('machine', {}).get('cpu_model')}, torch threads "
         f"{meta.get('versions', {}).get('torch_threads')}",
         "",
-        "| runner | B | new tokens | seconds | tokens/s | vs HF generate at B | target steps | mean gamma | "
-        "rows = batch-1 AR text |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in results:
-        speed = f"{r.speedup_vs_hf:.2f}x" if r.speedup_vs_hf is not None else ""
-        exact = "" if r.equal_rows is None else f"{r.equal_rows}/{r.prompts}"
-        gamma = "" if r.mean_gamma is None else f"{r.mean_gamma:.2f}"
-        lines.append(
-            f"| {r.runner} | {r.batch_size} | {r.new_tokens} | {r.seconds:.2f} | {r.tokens_per_second:.1f} | "
-            f"{speed} | {r.steps} | {gamma} | {exact} |"
+    columns = ("runner", "B", "new tokens", "seconds", "tokens/s", "vs HF generate at B", "target steps", "mean gamma")
+    cells = [
+        (r.runner, r.batch_size, r.new_tokens, f"{r.seconds:.2f}", f"{r.tokens_per_second:.1f}")
+        + ("" if r.speedup_vs_hf is None else f"{r.speedup_vs_hf:.2f}x", r.steps)
+        + (
+            "" if r.mean_gamma is None else f"{r.mean_gamma:.2f}",
+            "" if r.equal_rows is None else f"{r.equal_rows}/{r.prompts}",
         )
-    return "\n".join(lines) + "\n"
+        for r in results
+    ]
+    return "\n".join(lines + markdown_table((*columns, "rows = batch-1 AR text"), cells, "lrrrrrrrl")) + "\n"
 
 
 def main(

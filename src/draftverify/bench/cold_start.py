@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import DraftVerifyError
+from ..markdown import markdown_table
 from .folders import SPEED
 
 PROMPTS = ("def quicksort(xs):", "class LRUCache:\n    def __init__(self, capacity):")
@@ -86,17 +87,15 @@ def render(record: dict) -> str:
         f"{record['target'] or 'the ' + str(record['zoo']) + ' zoo'}. tok/s is the CLI's own figure "
         "(generation only, model loading excluded); the process column includes imports and loading.",
         "",
-        f"| configuration | median tok/s | min - max | vs {record['reference']} | tokens/call | mean gamma | "
-        "process s |",
-        "|---|---|---|---|---|---|---|",
     ]
-    for label, s in record["summary"].items():
-        lines.append(
-            f"| {label} | {s['median_tokens_per_second']:.1f} | {s['min']:.1f} - {s['max']:.1f} "
-            f"| {s['ratio_to_reference']:.2f}x | {s['median_tokens_per_call']:.2f} "
-            f"| {s['median_mean_gamma']:.1f} | {s['median_process_seconds']:.1f} |"
-        )
-    return "\n".join(lines) + "\n"
+    columns = ("configuration", "median tok/s", "min - max", f"vs {record['reference']}", "tokens/call")
+    cells = [
+        (label, f"{s['median_tokens_per_second']:.1f}", f"{s['min']:.1f} - {s['max']:.1f}")
+        + (f"{s['ratio_to_reference']:.2f}x", f"{s['median_tokens_per_call']:.2f}", f"{s['median_mean_gamma']:.1f}")
+        + (f"{s['median_process_seconds']:.1f}",)
+        for label, s in record["summary"].items()
+    ]
+    return "\n".join(lines + markdown_table((*columns, "mean gamma", "process s"), cells)) + "\n"
 
 
 def run_cold_start(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..markdown import command_block, markdown_table
 from .cost import REFERENCE_MODE
-from .report import cost_table, markdown_table
+from .report import cost_table
 
 
 def _by_n(entry: dict) -> dict[int, float]:
@@ -24,11 +25,7 @@ def render_cost_markdown(result: dict) -> str:
         f"{env['cpu_model']} ({env['cores']} cores, torch threads {ver['torch_threads']}); torch {ver['torch']}, "
         f"transformers {ver['transformers']}.",
         "",
-        "Reproduce:",
-        "",
-        "```bash",
-        result["reproduce"],
-        "```",
+        *command_block("Reproduce:", result["reproduce"]),
         "",
         "Modes: eager = the model's own forward; compiled = `torch.compile(fullgraph=True, dynamic=False)` with "
         "`torch._inductor.config.freezing = True` (one static graph per width). **x 1 token** = the forward's time "
@@ -70,7 +67,7 @@ def render_cost_markdown(result: dict) -> str:
 
 
 def plot_cost(result: dict, path: Path) -> Path:
-    from .plots import pyplot
+    from .plots import pyplot, save_figure
 
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -89,8 +86,6 @@ def plot_cost(result: dict, path: Path) -> Path:
         ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{result['label']}: cost of scoring n tokens after {result['context_tokens']} tokens")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(
+        fig, path, f"{result['label']}: cost of scoring n tokens after {result['context_tokens']} tokens"
+    )

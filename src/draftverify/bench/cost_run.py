@@ -182,13 +182,8 @@ def run_cost(config: CostConfig, progress: Callable[[str], None] | None = None) 
     files = {"json": str(out / f"{config.name}.json"), "markdown": str(out / f"{config.name}.md")}
     command = config.command or "draftverify bench speed --cost-curve"
     result = {
-        "name": config.name,
-        "date": environment.now(),
-        "command": command,
-        "reproduce": environment.reproduce_command(command),
+        **environment.header(config.name, command, config.device),
         "config": _jsonable_config(config),
-        "machine": {**environment.machine(), **environment.accelerator(config.device)},
-        "versions": environment.versions(),
         "target": str(target),
         "label": f"{config.zoo} zoo target" if config.zoo else target.name,
         "context_tokens": int(context.shape[1]),

@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it; elsewhere what platform knows (e.g. "arm", "x86_64")."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.lower().startswith("model name"):
@@ -81,8 +82,23 @@ def versions() -> dict:
 
 
 def command_line() -> str:
-    """The exact command line of this process."""
+    """The exact command line of this process, quoted as a shell would take it (reproduce_command shows it as
+    `draftverify ...`): what a result and a training card record as the command that made them."""
     return shlex.join(sys.argv)
+
+
+def header(name: str, command: str | None = None, device: str | None = None) -> dict:
+    """The fields a result opens with: its name, the date, the command (None: this process's) and that command as
+    `draftverify ...`, the machine (with `device`, also where the models ran) and the library versions."""
+    command = command_line() if command is None else command
+    return {
+        "name": name,
+        "date": now(),
+        "command": command,
+        "reproduce": reproduce_command(command),
+        "machine": machine() if device is None else {**machine(), **accelerator(device)},
+        "versions": versions(),
+    }
 
 
 def reproduce_command(command: str) -> str:

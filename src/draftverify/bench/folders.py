@@ -16,5 +16,4 @@ METHODS = (
 )  # one method's own report: reproduce bita / blockwise / healing, bench samples / replay
 TRANSLATION = BENCHMARKS / "translation"  # reproduce specdec
 DRAFT_POLICY = BENCHMARKS / "draft-policy"  # bench ab over draft-length and staged-drafting options
-LLAMACPP = BENCHMARKS / "llamacpp"  # bench ab over the llama.cpp backend's settings
 ZOO = BENCHMARKS / "zoo"  # the zoo's own figures (held-out losses)

@@ -20,7 +20,6 @@ import atexit
 import ctypes
 import json
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,18 +33,13 @@ from time import perf_counter
 from ..backends.gguf import BUILD_SCRIPT, SERVER, TOOLS_ENV, tools_dir  # noqa: F401  (TOOLS_ENV, BUILD_SCRIPT: read by tests)
 from ..backends.llamacpp import FLASH_ATTENTION, cpu_has_amx
 from ..errors import DraftVerifyError
+from .load_test import free_port
 from .native_spec import DRAFT_ROLES, FAMILY, NativeSpec, native_specs
 from .runners import Measurement, Runner
 
 START_TIMEOUT = 180.0  # seconds for a server to load its models and answer /health
 REQUEST_TIMEOUT = 600.0
 PR_SET_PDEATHSIG = 1  # prctl(2)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _die_with_parent() -> None:
@@ -80,7 +74,7 @@ class NativeServer:
         self, binary: Path, model: Path, threads: int, n_ctx: int, extra: list[str], parallel: int, flash_attn: bool
     ) -> None:
         self.start_args = (binary, model, threads, n_ctx, extra, parallel, flash_attn)
-        self.port = _free_port()
+        self.port = free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
         self.args = [
             str(binary),

@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 import httpx
 
 from ..errors import DraftVerifyError
+from ..markdown import markdown_table
 
 PROMPTS = [
     "def quicksort(xs):\n    ",
@@ -259,14 +260,35 @@ def markdown(report: dict) -> str:
         "",
         "## Summary",
         "",
-        "| requests | answered | errors | tokens/s | requests/s | latency p50 / p99 ms | first token p50 / p99 ms "
-        "| RSS first -> last sample MiB | growth MiB | growth after warm-up MiB |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
-        f"| {report['requests']} | {report['ok']} | {errors} | {report['tokens_per_second']} | "
-        f"{report['requests_per_second']} | {ms(report['latency_p50_s'])} / {ms(report['latency_p99_s'])} | "
-        f"{ms(report['ttft_p50_s'])} / {ms(report['ttft_p99_s'])} | "
-        + (f"{samples[0]['rss_mib']:.1f} -> {samples[-1]['rss_mib']:.1f}" if samples else "")
-        + f" | {mib(report['rss_growth_mib'])} | {mib(report['rss_growth_after_warmup_mib'])} |",
+        *markdown_table(
+            (
+                "requests",
+                "answered",
+                "errors",
+                "tokens/s",
+                "requests/s",
+                "latency p50 / p99 ms",
+                "first token p50 / p99 ms",
+                "RSS first -> last sample MiB",
+                "growth MiB",
+                "growth after warm-up MiB",
+            ),
+            [
+                (
+                    report["requests"],
+                    report["ok"],
+                    errors,
+                    report["tokens_per_second"],
+                    report["requests_per_second"],
+                    f"{ms(report['latency_p50_s'])} / {ms(report['latency_p99_s'])}",
+                    f"{ms(report['ttft_p50_s'])} / {ms(report['ttft_p99_s'])}",
+                    f"{samples[0]['rss_mib']:.1f} -> {samples[-1]['rss_mib']:.1f}" if samples else "",
+                    mib(report["rss_growth_mib"]),
+                    mib(report["rss_growth_after_warmup_mib"]),
+                )
+            ],
+            "rrlrrrrrrr",
+        ),
         "",
     ]
     if report.get("mixed"):
@@ -274,9 +296,11 @@ def markdown(report: dict) -> str:
             "Every answered request against the same prompt and settings sent alone to the idle server first "
             "(each row of a batch must equal its single-request text):",
             "",
-            "| greedy equal to single request | seeded sampling equal to single request |",
-            "|---:|---:|",
-            f"| {report.get('greedy_equal_single', '-')} | {report.get('sampled_equal_single', '-')} |",
+            *markdown_table(
+                ("greedy equal to single request", "seeded sampling equal to single request"),
+                [(report.get("greedy_equal_single", "-"), report.get("sampled_equal_single", "-"))],
+                "rr",
+            ),
             "",
         ]
     if samples:
@@ -292,17 +316,23 @@ def markdown(report: dict) -> str:
             f"`{sparkline([x['rss_mib'] for x in samples])}` {samples[0]['rss_mib']:.1f} -> "
             f"{samples[-1]['rss_mib']:.1f} MiB",
             "",
-            "| requests completed | seconds | RSS MiB | vs warm-up sample MiB |",
-            "|---:|---:|---:|---:|",
         ]
-        for x in samples:
-            warmed = warm is not None and x["requests"] >= warm["requests"]
-            versus = f"{x['rss_mib'] - warm['rss_mib']:+.1f}" if warmed else ""
-            lines.append(f"| {x['requests']} | {x['seconds']:.1f} | {x['rss_mib']:.1f} | {versus} |")
+        warm_at = float("inf") if warm is None else warm["requests"]
+        rows = [
+            (
+                x["requests"],
+                f"{x['seconds']:.1f}",
+                f"{x['rss_mib']:.1f}",
+                f"{x['rss_mib'] - warm['rss_mib']:+.1f}" if x["requests"] >= warm_at else "",
+            )
+            for x in samples
+        ]
+        lines += markdown_table(("requests completed", "seconds", "RSS MiB", "vs warm-up sample MiB"), rows, "rrrr")
     return "\n".join(lines) + "\n"
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a server this process starts (the OS picks it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

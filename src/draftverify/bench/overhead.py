@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DraftVerifyError
+from ..markdown import markdown_table
 from .folders import COST
 
 PROMPT = "def quicksort(xs):\n    if len(xs) <= 1:\n        return xs\n"
@@ -23,14 +24,23 @@ def render(result: dict) -> str:
         f"{result['threads'] or 'torch default'} thread(s); {result['models']}; {result['new_tokens']} new tokens "
         "after one 8-token warm-up, greedy.",
         "",
-        "| method | new tokens | target calls | draft | target forward | verify rule | other | loop overhead |",
-        "|---|---|---|---|---|---|---|---|",
     ]
-    for r in result["rows"]:
-        lines.append(
-            f"| {r['method']} | {r['new_tokens']} | {r['target_calls']} | {r['draft']:.1f}% | "
-            f"{r['target']:.1f}% | {r['verify']:.2f}% | {r['other']:.2f}% | **{r['overhead']:.2f}%** |"
-        )
+    columns = (
+        "method",
+        "new tokens",
+        "target calls",
+        "draft",
+        "target forward",
+        "verify rule",
+        "other",
+        "loop overhead",
+    )
+    cells = [
+        (r["method"], r["new_tokens"], r["target_calls"], f"{r['draft']:.1f}%", f"{r['target']:.1f}%")
+        + (f"{r['verify']:.2f}%", f"{r['other']:.2f}%", f"**{r['overhead']:.2f}%**")
+        for r in result["rows"]
+    ]
+    lines += markdown_table(columns, cells)
     lines += [
         "",
         "Loop overhead = (verify rule + other) / total wall time: the time not spent in model forwards "
@@ -81,10 +91,7 @@ def run_overhead(
             }
         )
     result = {
-        "name": name,
-        "command": command,
-        "date": environment.now(),
-        "machine": environment.machine(),
+        **environment.header(name, command),
         "threads": threads,
         "models": target or f"the {zoo} zoo",
         "new_tokens": new_tokens,

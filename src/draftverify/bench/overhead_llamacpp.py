@@ -20,7 +20,7 @@ BARE = "bare ctypes loop"
 
 
 def render(result: dict) -> str:
-    from .report import markdown_table
+    from ..markdown import markdown_table
 
     rows = []
     for r in result["rows"]:
@@ -181,10 +181,7 @@ def run_overhead_llamacpp(
         for n, t in totals.items()
     ]
     result = {
-        "name": name,
-        "command": command,
-        "date": environment.now(),
-        "machine": environment.machine(),
+        **environment.header(name, command),
         "threads": threads,
         "gguf": gguf.name if target is None else str(gguf),
         "target_gguf": target_gguf,

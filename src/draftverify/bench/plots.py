@@ -36,6 +36,17 @@ def pyplot():
     return plt
 
 
+def save_figure(fig, path: Path, title: str | None = None, dpi: int = 110) -> Path:
+    """fig with `title` above its panels (None: no title), laid out and written to path as a PNG at dpi, then closed
+    (pyplot holds every figure until it is closed); returns path."""
+    if title is not None:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return path
+
+
 def _temps(rows: list[dict]) -> list[float]:
     return list(dict.fromkeys(r["temperature"] for r in rows))
 
@@ -65,15 +76,7 @@ def plot_speedup(rows: list[dict], path: Path, title: str) -> Path:
         ax.set_xlabel(f"speedup over {BASELINE} (tokens/s ratio)")
         ax.set_title(_t_label(t))
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(f"{title}: speedup per runner (black edge: peers, Hugging Face and llama.cpp)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-# ours family -> its Hugging Face counterpart, drawn in the same colour with a dashed line
-PAIRS = {"model": "hf_assisted", "prompt_lookup": "hf_prompt_lookup"}
+    return save_figure(fig, path, f"{title}: speedup per runner (black edge: peers, Hugging Face and llama.cpp)")
 
 
 def _curves(rows: list[dict]) -> dict[str, list[dict]]:
@@ -119,11 +122,7 @@ def plot_tokens_per_call(rows: list[dict], path: Path, title: str) -> Path:
         ax.grid(alpha=0.3)
         if curves:
             ax.legend(fontsize=7)
-    fig.suptitle(f"{title}: tokens per target call vs gamma, ours (solid) vs Hugging Face (dashed)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, f"{title}: tokens per target call vs gamma, ours (solid) vs Hugging Face (dashed)")
 
 
 def plot_bild(rows: list[dict], path: Path, title: str) -> Path:
@@ -182,11 +181,7 @@ def plot_bild(rows: list[dict], path: Path, title: str) -> Path:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
-    fig.suptitle(f"{title}: BiLD quality vs latency (numbers: alpha_FB)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, f"{title}: BiLD quality vs latency (numbers: alpha_FB)")
 
 
 def plot_bita_counts(rows: list[dict], path: Path, title: str) -> Path:
@@ -213,8 +208,4 @@ def plot_bita_counts(rows: list[dict], path: Path, title: str) -> Path:
         width = ax.twinx()
         width.plot(xs, [r["mean_verify_width"] for r in pts], marker="s", linestyle="--", color="#888888")
         width.set_ylabel("verify width (positions per call)", color="#888888")
-    fig.suptitle(f"{title}: tokens per call vs prompt and mask tokens (greedy, efficient tree)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, f"{title}: tokens per call vs prompt and mask tokens (greedy, efficient tree)")

@@ -12,16 +12,15 @@ difference is reported in the file and fails the command. Writes <out>/<name>.js
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 from time import perf_counter
 
 from ..errors import DraftVerifyError
+from ..markdown import command_block, markdown_table
 from . import environment
 from .folders import METHODS
 from .prompts import load_prompts, prompt_set_name
-from .report import write_json
+from .report import write_result
 
 DEFAULT_METHODS = ("autoregressive", "prompt_lookup", "suffix")
 PAIR = ("suffix", "prompt_lookup")  # the comparison the replay is for, when both run
@@ -168,14 +167,8 @@ def run_replay(
                 records.append(_record(method, pass_, index, prompt.id, result, perf_counter() - started))
     order = {m: i for i, m in enumerate(methods)}
     records.sort(key=lambda r: (r["pass"], r["prompt_index"], order[r["method"]]))
-    command = command or shlex.join(sys.argv)
     result = {
-        "name": name,
-        "date": environment.now(),
-        "command": command,
-        "reproduce": environment.reproduce_command(command),
-        "machine": environment.machine(),
-        "versions": environment.versions(),
+        **environment.header(name, command),
         "config": {
             "zoo": zoo,
             "target": str(target) if target else None,
@@ -194,28 +187,28 @@ def run_replay(
         "differences": differences(records, methods[0]),
         "records": records,
     }
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    files = {"json": str(folder / f"{name}.json"), "markdown": str(folder / f"{name}.md")}
-    result["files"] = files
-    write_json(result, Path(files["json"]))
-    Path(files["markdown"]).write_text(render_markdown(result))
-    return result
+    return write_result(result, out, name, render_markdown)
 
 
 def table(rows: list[dict]) -> str:
     """The markdown table: a row per pass and method."""
-    lines = [
-        "| pass | method | new tokens | target calls | tokens / call | drafted | accepted | seconds | tok/s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    columns = (
+        "pass",
+        "method",
+        "new tokens",
+        "target calls",
+        "tokens / call",
+        "drafted",
+        "accepted",
+        "seconds",
+        "tok/s",
+    )
+    cells = [
+        (r["pass"], f"`{r['method']}`", r["new_tokens"], r["target_calls"], f"{r['tokens_per_call']:.2f}")
+        + (r["drafted"], r["accepted"], f"{r['seconds']:.2f}", f"{r['tokens_per_second']:.1f}")
+        for r in rows
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['pass']} | `{r['method']}` | {r['new_tokens']} | {r['target_calls']} | "
-            f"{r['tokens_per_call']:.2f} | {r['drafted']} | {r['accepted']} | {r['seconds']:.2f} | "
-            f"{r['tokens_per_second']:.1f} |"
-        )
-    return "\n".join(lines)
+    return "\n".join(markdown_table(columns, cells, "rlrrrrrrr"))
 
 
 def render_markdown(result: dict) -> str:
@@ -237,11 +230,7 @@ def render_markdown(result: dict) -> str:
             f"load average {load_avg[0]:.1f}); python {versions['python']}, torch {versions['torch']}, draftverify "
             f"{versions['draftverify']}, commit {(versions.get('git_commit') or 'unknown')[:12]}.",
             "",
-            "Reproduce (from the repository root):",
-            "",
-            "```bash",
-            result["reproduce"],
-            "```",
+            *command_block("Reproduce (from the repository root):", result["reproduce"]),
             "",
             "How to read: each method runs on its own pipeline, kept for the whole run, so `suffix`'s cache holds "
             "every earlier generation of the run (pass 1 reads the earlier prompts of pass 1; pass 2 also the same "
@@ -260,11 +249,10 @@ def render_markdown(result: dict) -> str:
 def ratio_lines(ratios: list[dict]) -> list[str]:
     if not ratios:
         return []
-    lines = [
+    cells = [(r["pass"], f"{r['tokens_per_call']:.2f}x", f"{r['tokens_per_second']:.2f}x") for r in ratios]
+    return [
         f"`{PAIR[0]}` over `{PAIR[1]}`, per pass:",
         "",
-        "| pass | tokens / call | tok/s |",
-        "|---:|---:|---:|",
+        *markdown_table(("pass", "tokens / call", "tok/s"), cells, "rrr"),
+        "",
     ]
-    lines += [f"| {r['pass']} | {r['tokens_per_call']:.2f}x | {r['tokens_per_second']:.2f}x |" for r in ratios]
-    return lines + [""]

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from ..markdown import command_block, markdown_table
 from .summary import BASELINE, OURS_BASELINE
 
 
@@ -121,12 +122,6 @@ def overshoot_text(r: dict) -> str:
     return f"{r['overshoot_tokens']} ({r['overshoot_prompts']}/{r['prompts']})"
 
 
-def markdown_table(columns, rows) -> list[str]:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
-
-
 def cost_table(result: dict) -> list[str]:
     """Milliseconds per forward and the cost relative to one token, one column pair per mode."""
     modes, sizes = result["modes"], result["config"]["sizes"]
@@ -177,11 +172,9 @@ def render_markdown(result: dict) -> str:
         _compile_line(cfg),
         "",
         *_llama_cpp_lines(cfg, ver),
-        "Reproduce (from the repository root; models and data as recorded in the JSON):",
-        "",
-        "```bash",
-        result["reproduce"],
-        "```",
+        *command_block(
+            "Reproduce (from the repository root; models and data as recorded in the JSON):", result["reproduce"]
+        ),
         "",
         f"Recorded command line: `{result['command']}`",
         "",

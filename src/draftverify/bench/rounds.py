@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import DraftVerifyError
+from ..markdown import markdown_table
 from .folders import SPEED
 from .native_spec import is_native
 
@@ -64,25 +65,18 @@ def render(result: dict) -> str:
         "the bench's measurement in one process. In every pair ours gave the peer's greedy text on every "
         "prompt of every round.",
         "",
-        "| ours | peer | ours tok/s (median round) | peer tok/s (median round) | ours / peer (median round) | "
-        "range over rounds |",
-        "|---|---|---:|---:|---:|---|",
     ]
-    for p in result["pairs"]:
-        lines.append(
-            f"| `{p['ours']}` | `{p['peer']}` | {p['ours_tokens_per_second']:.1f} | "
-            f"{p['peer_tokens_per_second']:.1f} | {p['ratio']:.2f}x | {p['low']:.2f}x - {p['high']:.2f}x |"
-        )
-    lines += [
-        "",
-        "## Rounds (tok/s)",
-        "",
-        "| round | " + " | ".join(f"`{n}`" for n in names) + " |",
-        "|---|" + "---:|" * len(names),
-        *[f"| {r + 1} | " + " | ".join(f"{x[n]:.1f}" for n in names) + " |" for r, x in enumerate(per_round)],
-        "",
+    columns = ("ours", "peer", "ours tok/s (median round)", "peer tok/s (median round)", "ours / peer (median round)")
+    cells = [
+        (f"`{p['ours']}`", f"`{p['peer']}`", f"{p['ours_tokens_per_second']:.1f}")
+        + (f"{p['peer_tokens_per_second']:.1f}", f"{p['ratio']:.2f}x", f"{p['low']:.2f}x - {p['high']:.2f}x")
+        for p in result["pairs"]
     ]
-    return "\n".join(lines)
+    lines += markdown_table((*columns, "range over rounds"), cells, "llrrrl")
+    each_round = [(r + 1, *(f"{x[n]:.1f}" for n in names)) for r, x in enumerate(per_round)]
+    lines += ["", "## Rounds (tok/s)", ""]
+    lines += markdown_table(("round", *(f"`{n}`" for n in names)), each_round, "l" + "r" * len(names))
+    return "\n".join(lines + [""])
 
 
 def run_rounds(
@@ -181,10 +175,7 @@ def run_rounds(
             }
         )
     result = {
-        "name": name,
-        "command": command,
-        "date": environment.now(),
-        "machine": environment.machine(),
+        **environment.header(name, command),
         "prompts": len(chosen),
         "max_new_tokens": config.max_new_tokens,
         "rows": [r.name for r in rows],

@@ -260,13 +260,8 @@ def run_bench(config: BenchConfig | None = None, **overrides) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": str(out / f"{config.name}.json"), "markdown": str(out / f"{config.name}.md")}
     result = {
-        "name": config.name,
-        "date": environment.now(),
-        "command": command,
-        "reproduce": environment.reproduce_command(command),
+        **environment.header(config.name, command, config.device),
         "config": config.as_dict(),
-        "machine": {**environment.machine(), **environment.accelerator(config.device)},
-        "versions": environment.versions(),
         "models": models.describe(),
         "prompts": [
             {"index": i, "id": p.id, "prompt_tokens": int(ids.shape[1]), "has_reference": p.reference is not None}

@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 
 from ..errors import DraftVerifyError
+from ..markdown import markdown_table
 from .load_test import PROMPTS, agreement, references, run, spawn, summary
 
 NATIVE_BODY = {"cache_prompt": False}  # llama-server: every request prefills its prompt, as ours does
@@ -347,44 +348,75 @@ def markdown(report: dict) -> str:
         f"loaded alone in turn for {report.get('rounds', 1)} round(s), the order rotated each round; a cell reports "
         "the round with the median throughput.",
         "",
-        "| max tokens | clients | server | tokens/s | every round's tokens/s | requests/s | latency p50 / p99 ms | "
-        "equal to alone | errors |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---|",
     ]
-    for c in report["cells"]:
-        errors = ", ".join(f"{k}: {v}" for k, v in c["errors"].items()) or "none"
-        each = " / ".join(str(t) for t in c.get("rounds_tokens_per_second", [c["tokens_per_second"]]))
-        lines.append(
-            f"| {c['max_tokens']} | {c['clients']} | `{c['server']}` | {c['tokens_per_second']} | {each} | "
-            f"{c['requests_per_second']} | {ms(c['latency_p50_s'])} / {ms(c['latency_p99_s'])} | "
-            f"{c.get('greedy_equal_single', '-')} | {errors} |"
+    cells = [
+        (
+            c["max_tokens"],
+            c["clients"],
+            f"`{c['server']}`",
+            c["tokens_per_second"],
+            " / ".join(str(t) for t in c.get("rounds_tokens_per_second", [c["tokens_per_second"]])),
+            c["requests_per_second"],
+            f"{ms(c['latency_p50_s'])} / {ms(c['latency_p99_s'])}",
+            c.get("greedy_equal_single", "-"),
+            ", ".join(f"{k}: {v}" for k, v in c["errors"].items()) or "none",
         )
-    lines += [
-        "",
-        "## Ours against llama-server (best of each side)",
-        "",
-        "| max tokens | clients | ours | tokens/s | llama-server | tokens/s | ours / theirs | round by round | "
-        "median of rounds | rounds ours led | texts equal to llama-server plain |",
-        "|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        for c in report["cells"]
     ]
-    for v in report["versus"]:
-        each = " / ".join(f"{r}x" for r in v.get("paired_ratios", []))
-        median = f"{v['paired_median']}x" if "paired_median" in v else "-"
-        lines.append(
-            f"| {v['max_tokens']} | {v['clients']} | `{v['ours']}` | {v['ours_tokens_per_second']} | `{v['native']}` "
-            f"| {v['native_tokens_per_second']} | {v['ratio']}x | {each or '-'} | {median} | "
-            f"{v.get('rounds_ahead', '-')} | {v.get('alone_equal_native_plain', '-')} |"
+    lines += markdown_table(
+        (
+            "max tokens",
+            "clients",
+            "server",
+            "tokens/s",
+            "every round's tokens/s",
+            "requests/s",
+            "latency p50 / p99 ms",
+            "equal to alone",
+            "errors",
+        ),
+        cells,
+        "rrlrrrrrl",
+    )
+    versus = [
+        (
+            v["max_tokens"],
+            v["clients"],
+            f"`{v['ours']}`",
+            v["ours_tokens_per_second"],
+            f"`{v['native']}`",
+            v["native_tokens_per_second"],
+            f"{v['ratio']}x",
+            " / ".join(f"{r}x" for r in v.get("paired_ratios", [])) or "-",
+            f"{v['paired_median']}x" if "paired_median" in v else "-",
+            v.get("rounds_ahead", "-"),
+            v.get("alone_equal_native_plain", "-"),
         )
-    lines += [
-        "",
-        "## Throughput over the fewest clients",
-        "",
-        "| max tokens | server | clients | over clients | ratio |",
-        "|---:|---|---:|---:|---:|",
+        for v in report["versus"]
     ]
-    for s in report["scaling"]:
-        if s["clients"] != s["over_clients"]:
-            lines.append(
-                f"| {s['max_tokens']} | `{s['server']}` | {s['clients']} | {s['over_clients']} | {s['ratio']}x |"
-            )
+    lines += ["", "## Ours against llama-server (best of each side)", ""]
+    lines += markdown_table(
+        (
+            "max tokens",
+            "clients",
+            "ours",
+            "tokens/s",
+            "llama-server",
+            "tokens/s",
+            "ours / theirs",
+            "round by round",
+            "median of rounds",
+            "rounds ours led",
+            "texts equal to llama-server plain",
+        ),
+        versus,
+        "rrlrlrrrrrr",
+    )
+    scaling = [
+        (s["max_tokens"], f"`{s['server']}`", s["clients"], s["over_clients"], f"{s['ratio']}x")
+        for s in report["scaling"]
+        if s["clients"] != s["over_clients"]
+    ]
+    lines += ["", "## Throughput over the fewest clients", ""]
+    lines += markdown_table(("max tokens", "server", "clients", "over clients", "ratio"), scaling, "rlrrr")
     return "\n".join(lines) + "\n"

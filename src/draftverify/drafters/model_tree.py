@@ -69,7 +69,6 @@ class ModelTreeDrafter(Drafter):
         # what commit() needs to know about the last proposal (host ints: no device sync)
         self._tree: TreeSpec | None = None  # None: nothing proposed since the last commit (a plain step)
         self._nodes: list[int] = []  # the proposed tree's nodes as indices into full_tree
-        self._tokens_before = 0  # committed tokens when it was proposed
         self._pending = 0  # committed tokens the draft fed first
 
     @classmethod

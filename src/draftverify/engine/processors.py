@@ -8,16 +8,9 @@ constrained (a draft token the constraint rules out is simply rejected).
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import torch
 
 from ..errors import DraftVerifyError
-
-
-class LogitsProcessor(Protocol):
-    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits [B, 1+N, V] of one verify pass -> the logits the verifier judges."""
 
 
 def allowed_ids(allowed, vocab_size: int) -> torch.Tensor | None:

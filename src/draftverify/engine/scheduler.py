@@ -11,7 +11,15 @@ from ..backends.base import LMBackend
 from ..drafters.base import Drafter
 from ..errors import DraftVerifyError
 from ..sampling import RowParams, params_rows, row_params
-from ..types import DecodingState, GenerationOutput, GenerationStats, RowRequest, SamplingParams, trim_rows
+from ..types import (
+    DecodingState,
+    GenerationOutput,
+    GenerationStats,
+    RowRequest,
+    SamplingParams,
+    left_padded,
+    trim_rows,
+)
 from .processors import FirstTokenAllowed
 
 
@@ -135,13 +143,10 @@ class Scheduler:
         for request in requests:
             target.check_fits(len(request.prompt_ids) + request.max_new_tokens)
             drafter.bind(target, len(request.prompt_ids) + request.max_new_tokens)
-        width = max(len(r) for r in prompts)
-        device = state.tokens.device
-        ids = torch.tensor([[0] * (width - len(r)) + r for r in prompts], device=device)
-        mask = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in prompts], device=device)
+        ids, mask = left_padded(prompts, 0, state.tokens.device)
         target.join_rows(ids, mask)  # type: ignore[attr-defined]  # only supports_rows backends join (check_backend)
         drafter.join_rows(ids, mask)
-        total = max(width, state.tokens.shape[1])
+        total = max(ids.shape[1], state.tokens.shape[1])
 
         def pad(t: torch.Tensor) -> torch.Tensor:  # [R, W] -> [R, total], zeros on the left
             return torch.cat([t.new_zeros((t.shape[0], total - t.shape[1])), t], dim=1)

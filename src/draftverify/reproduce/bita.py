@@ -32,6 +32,7 @@ from ..drafters.base import NoDrafter
 from ..drafters.bita import BitaDrafter, BitaEfficientDrafter, BitaFullTreeDrafter
 from ..drafters.bita_adapter import FOLDER, BitaAdapter
 from ..loop import generate
+from ..markdown import command_block, markdown_table
 from ..methods import MethodOptions, build_verifier
 from ..types import SamplingParams
 
@@ -244,11 +245,7 @@ def markdown(result: dict, command: str) -> str:
         f"# BiTA ablations on the code zoo (counts; greedy, {result['prompts']} HumanEval prompts, "
         f"{result['new_tokens']} new tokens each)",
         "",
-        "Reproduce:",
-        "",
-        "```bash",
-        command,
-        "```",
+        *command_block("Reproduce:", command),
         "",
         "tokens/call = new tokens / target calls; width = positions one target call scores (pending token + "
         "candidate tree + mask tokens); equal = share of prompts whose text equals the target's greedy text; "
@@ -266,24 +263,16 @@ def markdown(result: dict, command: str) -> str:
         chosen = [r for r in result["rows"] if r["table"] == table]
         if not chosen:
             continue
-        lines += [f"## {title}", ""]
-        if table in ADAPTER_TABLES:
-            lines += [
-                "| configuration | steps | held-out top-1 per mask | tokens/call | width | equal | est. speedup |",
-                "|---|---|---|---|---|---|---|",
-            ]
-        else:
-            lines += ["| configuration | tokens/call | width | equal | est. speedup |", "|---|---|---|---|---|"]
-        for r in chosen:
-            est = "-" if r["estimated_speedup"] is None else f"{r['estimated_speedup']:.2f}x"
-            trained = (
-                f" {'-' if r['steps'] is None else r['steps']} | {_accuracy(r)} |" if table in ADAPTER_TABLES else ""
-            )
-            lines.append(
-                f"| {r['config']} |{trained} {r['tokens_per_call']:.3f} | {r['mean_verify_width']:.1f} | "
-                f"{100 * r['equal_to_greedy']:.0f}% | {est} |"
-            )
-        lines.append("")
+        adapter = table in ADAPTER_TABLES
+        cells = [
+            (r["config"], *(("-" if r["steps"] is None else r["steps"], _accuracy(r)) if adapter else ()))
+            + (f"{r['tokens_per_call']:.3f}", f"{r['mean_verify_width']:.1f}", f"{100 * r['equal_to_greedy']:.0f}%")
+            + ("-" if r["estimated_speedup"] is None else f"{r['estimated_speedup']:.2f}x",)
+            for r in chosen
+        ]
+        trained_columns = ("steps", "held-out top-1 per mask") if adapter else ()
+        columns = ("configuration", *trained_columns, "tokens/call", "width", "equal", "est. speedup")
+        lines += [f"## {title}", "", *markdown_table(columns, cells), ""]
     if result.get("plot"):
         lines += [f"![tokens per call vs P and vs M]({result['plot']})", ""]
     trained = {name: a["command"] for name, a in result["adapters"].items() if a.get("command")}

@@ -29,6 +29,7 @@ from ..drafters.blockwise_neural import BlockwiseNeuralDrafter, rescore_locally
 from ..drafters.lattice import SausageLattice
 from ..drafters.ngram import NgramTable
 from ..loop import generate
+from ..markdown import markdown_table
 from ..methods import MethodOptions, build_verifier
 from ..types import DecodingState, Draft, SamplingParams
 
@@ -273,11 +274,11 @@ def markdown(result: dict, command: str) -> str:
         "for this report).",
         "",
         "## Block efficiency (Table 4, Figure 6)",
-        "| drafts | tokens per target call | vs bpd |",
-        "|---|---|---|",
+        *markdown_table(
+            ("drafts", "tokens per target call", "vs bpd"),
+            [(name, f"{value:.3f}", f"{100 * (value / base - 1):+.1f}%") for name, value in be.items()],
+        ),
     ]
-    for name, value in be.items():
-        lines.append(f"| {name} | {value:.3f} | {100 * (value / base - 1):+.1f}% |")
     duel = result["neural_vs_plain"]
     steps = max(duel["win"] + duel["tie"] + duel["loss"], 1)
     lines += [
@@ -288,21 +289,31 @@ def markdown(result: dict, command: str) -> str:
         f"## Neural-rescored vs plain drafts, step by step (Table 5; alpha {result['tuned_neural_alpha']})",
         "At each step of the plain BPD run, both drafts continue the same text; a win keeps more tokens.",
         "",
-        "| steps | ties | wins | losses | % repair (wins that removed a repetition) "
-        "| % regress (losses that added one) |",
-        "|---|---|---|---|---|---|",
-        f"| {steps} | {100 * duel['tie'] / steps:.1f}% | {100 * duel['win'] / steps:.1f}% | "
-        f"{100 * duel['loss'] / steps:.1f}% | {100 * duel['repair'] / max(duel['win'], 1):.1f}% | "
-        f"{100 * duel['regress'] / max(duel['loss'], 1):.1f}% |",
+        *markdown_table(
+            ("steps", "ties", "wins", "losses")
+            + ("% repair (wins that removed a repetition)", "% regress (losses that added one)"),
+            [
+                (
+                    steps,
+                    *(f"{100 * duel[k] / steps:.1f}%" for k in ("tie", "win", "loss")),
+                    f"{100 * duel['repair'] / max(duel['win'], 1):.1f}%",
+                    f"{100 * duel['regress'] / max(duel['loss'], 1):.1f}%",
+                )
+            ],
+        ),
         "",
         "## Consecutive repetition in drafts (Table 3)",
-        "| drafts | % consecutive identical | mean max run | drafts |",
-        "|---|---|---|---|",
+        *markdown_table(
+            ("drafts", "% consecutive identical", "mean max run", "drafts"),
+            [
+                (name, f"{rep['consecutive_pct']:.1f}", f"{rep['mean_max_run']:.2f}", rep["drafts"])
+                for name, rep in result["repetition"].items()
+            ],
+        ),
+        "",
+        "## Mean entropy per head (Figure 3), nats",
+        *markdown_table(("head", "entropy"), [(i + 1, f"{h:.3f}") for i, h in enumerate(result["head_entropy_nats"])]),
     ]
-    for name, rep in result["repetition"].items():
-        lines.append(f"| {name} | {rep['consecutive_pct']:.1f} | {rep['mean_max_run']:.2f} | {rep['drafts']} |")
-    lines += ["", "## Mean entropy per head (Figure 3), nats", "| head | entropy |", "|---|---|"]
-    lines += [f"| {i + 1} | {h:.3f} |" for i, h in enumerate(result["head_entropy_nats"])]
     lines += [
         "",
         f"h_max (entropy rises monotonically up to this head): {result['h_max']}",
@@ -310,13 +321,14 @@ def markdown(result: dict, command: str) -> str:
         "## Draft tokens kept by head 2's entropy (Figure 3: confident heads draft better)",
         "Plain BPD steps of the report prompts in four equal-count bins of head 2's entropy.",
         "",
-        "| head 2 entropy (nats) | steps | mean draft tokens kept |",
-        "|---|---|---|",
     ]
-    lines += [
-        f"| {b['low']:.2f} - {b['high']:.2f} | {b['steps']} | {b['mean_kept']:.2f} |"
-        for b in result["kept_by_head2_entropy"]
-    ]
+    lines += markdown_table(
+        ("head 2 entropy (nats)", "steps", "mean draft tokens kept"),
+        [
+            (f"{b['low']:.2f} - {b['high']:.2f}", b["steps"], f"{b['mean_kept']:.2f}")
+            for b in result["kept_by_head2_entropy"]
+        ],
+    )
     if result.get("plot"):
         lines += ["", f"![oracle and rescoring]({Path(result['plot']).name})"]
     return "\n".join(lines + [""])
@@ -325,7 +337,7 @@ def markdown(result: dict, command: str) -> str:
 def plot_report(result: dict, path: Path) -> Path:
     """Figure 6 (oracle block efficiency against k, with plain BPD and each rescoring variant) and Figure 3 (mean
     entropy per head) side by side."""
-    from ..bench.plots import pyplot
+    from ..bench.plots import pyplot, save_figure
 
     plt = pyplot()
     be = result["block_efficiency"]
@@ -350,10 +362,7 @@ def plot_report(result: dict, path: Path) -> Path:
     right.set_xlabel("head (1 = the target)")
     right.set_ylabel("mean entropy (nats)")
     right.set_title(f"Per-head entropy (h_max = {result['h_max']})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main(

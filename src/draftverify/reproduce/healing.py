@@ -13,8 +13,6 @@ against the canonical solution (sacrebleu's corpus chrF).
 
 from __future__ import annotations
 
-import shlex
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from time import perf_counter
@@ -23,8 +21,9 @@ from ..bench import environment
 from ..bench.folders import METHODS
 from ..bench.prompts import load_prompts, truncate_at_stops
 from ..bench.quality import chrf
-from ..bench.report import write_json
+from ..bench.report import write_result
 from ..errors import DraftVerifyError
+from ..markdown import command_block, markdown_table
 
 FORMS = ("trimmed", "published")  # the prompt set 'humaneval' and 'humaneval:published'
 BASELINE = "autoregressive"
@@ -150,14 +149,8 @@ def run_healing(
         if row.runner != BASELINE:
             same = reference[(row.form, row.heal)]
             row.equal_to_baseline = sum(a == b for a, b in zip(row.new_ids, same.new_ids))
-    command = command or shlex.join(sys.argv)
     result = {
-        "name": name,
-        "date": environment.now(),
-        "command": command,
-        "reproduce": environment.reproduce_command(command),
-        "machine": environment.machine(),
-        "versions": environment.versions(),
+        **environment.header(name, command),
         "config": {
             "zoo": zoo,
             "target": str(target) if target else None,
@@ -170,35 +163,28 @@ def run_healing(
         "prompts": [p.id for _, p in chosen],
         "rows": [asdict(r) for r in rows],
     }
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    files = {"json": str(folder / f"{name}.json"), "markdown": str(folder / f"{name}.md")}
-    result["files"] = files
-    write_json(result, Path(files["json"]))
-    Path(files["markdown"]).write_text(render_markdown(result))
-    return result
+    return write_result(result, out, name, render_markdown)
 
 
 def _f(value, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+SHARES = ("healed_prompts", "first_token_changed", "equal_to_baseline")  # counts shown out of the row's prompts
+
+
 def table(rows: list[dict]) -> str:
     """The markdown table (also what docs/usage.md copies)."""
-    lines = [
-        "| prompt form | healing | runner | prompts healed | first token changed | chrF ref | "
-        "= autoregressive (same form, healing) | new tokens |",
-        "|---|---|---|---:|---:|---:|---|---:|",
-    ]
+    columns = ("prompt form", "healing", "runner", "prompts healed", "first token changed", "chrF ref")
+    columns += ("= autoregressive (same form, healing)", "new tokens")
+    cells = []
     for r in rows:
-        equal = "-" if r["equal_to_baseline"] is None else f"{r['equal_to_baseline']}/{r['prompts']}"
-        changed = "-" if r["first_token_changed"] is None else f"{r['first_token_changed']}/{r['prompts']}"
-        lines.append(
-            f"| {r['form']} | {'on' if r['heal'] else 'off'} | `{r['runner']}` | "
-            f"{r['healed_prompts']}/{r['prompts']} | {changed} | {_f(r['chrf_reference'])} | {equal} | "
-            f"{r['new_tokens']} |"
+        share = {k: "-" if r[k] is None else f"{r[k]}/{r['prompts']}" for k in SHARES}
+        cells.append(
+            (r["form"], "on" if r["heal"] else "off", f"`{r['runner']}`", share["healed_prompts"])
+            + (share["first_token_changed"], _f(r["chrf_reference"]), share["equal_to_baseline"], r["new_tokens"])
         )
-    return "\n".join(lines)
+    return "\n".join(markdown_table(columns, cells, "lllrrrlr"))
 
 
 def render_markdown(result: dict) -> str:
@@ -214,11 +200,7 @@ def render_markdown(result: dict) -> str:
             f"{versions['torch']}, transformers {versions['transformers']}, draftverify {versions['draftverify']}, "
             f"commit {(versions.get('git_commit') or 'unknown')[:12]}.",
             "",
-            "Reproduce (from the repository root):",
-            "",
-            "```bash",
-            result["reproduce"],
-            "```",
+            *command_block("Reproduce (from the repository root):", result["reproduce"]),
             "",
             "How to read: **trimmed** prompts end where HumanEval's docstring ends (their final newline removed: what "
             "`draftverify bench speed` feeds every runner, so HF generate and llama.cpp, which do not heal, stay "

@@ -14,7 +14,7 @@ what `draftverify bench speed` measures on our models, with Theorem 8's predicti
 
 from __future__ import annotations
 
-from ..bench.report import markdown_table
+from ..markdown import markdown_table
 from ..theory import operations_factor, walltime_factor
 
 # the paper's numbers as printed (tests/test_theory.py checks theory.py against them)

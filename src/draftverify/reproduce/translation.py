@@ -35,6 +35,7 @@ from ..bench.prompts import Prompt
 from ..drafters.base import Drafter
 from ..errors import DraftVerifyError
 from ..loop import generate
+from ..markdown import markdown_table
 from ..methods import MethodOptions, build_drafter, build_verifier
 from ..types import SamplingParams
 
@@ -372,10 +373,9 @@ def aligned_comparison(rows: list[dict]) -> dict:
 
 
 def _table(rows: list[dict], columns: list[tuple[str, str, Callable]]) -> list[str]:
-    lines = ["| " + " | ".join(c[0] for c in columns) + " |", "|" + "---|" * len(columns)]
-    for r in rows:
-        lines.append("| " + " | ".join(c[2](r.get(c[1])) if r.get(c[1]) is not None else "-" for c in columns) + " |")
-    return lines
+    """The sweep's table: one column a (header, the row's key, its format), '-' where a row has no value."""
+    cells = [[show(r[key]) if r.get(key) is not None else "-" for _, key, show in columns] for r in rows]
+    return markdown_table([c[0] for c in columns], cells)
 
 
 def _aligned_lines(aligned: dict) -> list[str]:
@@ -384,27 +384,31 @@ def _aligned_lines(aligned: dict) -> list[str]:
     lines = [
         "## Prediction alignment: original / aligned small model (BiLD 3.5.1)",
         "",
-        "| row | BLEU | large-model calls / sentence | small-model calls / sentence | tokens / target call | "
-        "same as AT greedy |",
-        "|---|---|---|---|---|---|",
     ]
-    for p in aligned["pairs"]:
-        same = p["same_as_greedy"]
-        lines.append(
-            f"| `{p['row']}` | {both(p['bleu'])} | {both(p['target_calls_per_sentence'])} | "
-            f"{both(p['draft_calls_per_sentence'])} | {both(p['tokens_per_call'])} | "
-            f"{100 * same[0]:.0f}% / {100 * same[1]:.0f}% |"
+    keys = ("bleu", "target_calls_per_sentence", "draft_calls_per_sentence", "tokens_per_call")
+    pairs = [
+        (
+            f"`{p['row']}`",
+            *(both(p[k]) for k in keys),
+            "{:.0f}% / {:.0f}%".format(*(100 * x for x in p["same_as_greedy"])),
         )
+        for p in aligned["pairs"]
+    ]
+    columns = ("row", "BLEU", "large-model calls / sentence", "small-model calls / sentence", "tokens / target call")
+    lines += markdown_table((*columns, "same as AT greedy"), pairs)
     fewest = aligned["fewest_target_calls"]
     lines += [
         "",
         f"Fewest large-model calls per sentence among the BiLD rows (AT greedy BLEU {aligned['greedy_bleu']:.2f}):",
         "",
-        "| small model | at no BLEU loss | within 1 BLEU |",
-        "|---|---|---|",
     ]
-    for family, label in (("bild", "original"), ("bild" + ALIGNED_SUFFIX, "aligned")):
-        lines.append(f"| {label} | {f2(fewest[family]['no_loss'])} | {f2(fewest[family]['within_1_bleu'])} |")
+    lines += markdown_table(
+        ("small model", "at no BLEU loss", "within 1 BLEU"),
+        [
+            (label, f2(fewest[family]["no_loss"]), f2(fewest[family]["within_1_bleu"]))
+            for family, label in (("bild", "original"), ("bild" + ALIGNED_SUFFIX, "aligned"))
+        ],
+    )
     return lines + [""]
 
 
@@ -446,16 +450,18 @@ def render_markdown(result: dict) -> str:
         lines += [
             "## Where the time goes (our loop; SpecDec Table 18)",
             "",
-            "| row | encoders (prefill) | drafter | verifier forward | verify rule | other |",
-            "|---|---|---|---|---|---|",
+            *markdown_table(
+                ("row", "encoders (prefill)", "drafter", "verifier forward", "verify rule", "other"),
+                [
+                    (
+                        f"`{r['name']}`",
+                        *(pct(r["time_split"][k]) for k in ("prefill", "draft", "target", "verify", "other")),
+                    )
+                    for r in split
+                ],
+            ),
+            "",
         ]
-        for r in split:
-            t = r["time_split"]
-            lines.append(
-                f"| `{r['name']}` | {pct(t['prefill'])} | {pct(t['draft'])} | {pct(t['target'])} | "
-                f"{pct(t['verify'])} | {pct(t['other'])} |"
-            )
-        lines.append("")
         lines += _step_cost_lines(split)
     if result["notes"]:
         lines += ["## Notes", "", *[f"- {n}" for n in result["notes"]], ""]
@@ -474,18 +480,16 @@ def _step_cost_lines(rows: list[dict]) -> list[str]:
         f"Our autoregressive loop: {a:.2f} ms per token. A row runs 2.0x that loop when its tokens per call reach "
         "2.0 x (ms per step) / (AR ms per token).",
         "",
-        "| row | ms / step | ms / verifier call | ms / drafter call | tokens / call | tokens / call for 2.0x |",
-        "|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        if r["name"] == "autoregressive" or not r.get("ms_per_step"):
-            continue
-        drafter = "-" if r.get("ms_per_drafter_call") is None else f"{r['ms_per_drafter_call']:.2f}"
-        lines.append(
-            f"| `{r['name']}` | {r['ms_per_step']:.2f} | {r['ms_per_verifier_call']:.2f} | {drafter} | "
-            f"{r['tokens_per_call']:.2f} | {tokens_per_call_needed(r, a):.2f} |"
-        )
-    return lines + [""]
+    cells = [
+        (f"`{r['name']}`", f"{r['ms_per_step']:.2f}", f"{r['ms_per_verifier_call']:.2f}")
+        + ("-" if r.get("ms_per_drafter_call") is None else f"{r['ms_per_drafter_call']:.2f}",)
+        + (f"{r['tokens_per_call']:.2f}", f"{tokens_per_call_needed(r, a):.2f}")
+        for r in rows
+        if r["name"] != "autoregressive" and r.get("ms_per_step")
+    ]
+    columns = ("row", "ms / step", "ms / verifier call", "ms / drafter call", "tokens / call", "tokens / call for 2.0x")
+    return lines + markdown_table(columns, cells) + [""]
 
 
 PLOT_FAMILIES = (
@@ -507,10 +511,9 @@ def plot_bild(rows: list[dict], path: Path, counts_only: bool = False) -> Path |
     points = [r for r in rows if r.get(key) is not None]
     if not any(r["family"] == "bild" for r in points):
         return None
-    import matplotlib
+    from ..bench.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     scale = 1 if counts_only else 1000
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -526,10 +529,7 @@ def plot_bild(rows: list[dict], path: Path, counts_only: bool = False) -> Path |
     ax.set_xlabel("large-model calls per sentence" if counts_only else "ms per sentence")
     ax.set_ylabel("BLEU (test)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def write(result: dict, out: Path, name: str) -> dict:

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..detokenize import IncrementalDecoder
 from ..errors import DraftVerifyError
@@ -470,6 +470,3 @@ class Engine:
                 "max_queue": self.max_queue,
                 "max_batch": self.max_batch,
             }
-
-
-Emit = Callable[[tuple], None]

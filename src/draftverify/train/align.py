@@ -30,13 +30,15 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..bench.environment import command_line, cpu_model
+from ..markdown import command_block, markdown_table
 from ..options.declare import option
 from . import corpus as corpus_mod
 from .export import export_model
 from .losses import autocast
 from .presets import count_params
 from .runner import Run, load_checkpoint
-from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads, to_device
+from .settings import RunOptions, TrainError, seed_everything, set_threads, to_device
 from .shared_flags import OWN_DATA, shared, shared_flags
 from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
 
@@ -593,15 +595,15 @@ def align_card(info: dict) -> str:
         f"calibration), up to {info['new_tokens']} new tokens each. alpha is `GenerationStats.alpha` "
         "(accepted / (accepted + rejected) draft tokens, pooled over all prompts).",
         "",
-        "| draft | alpha | mean tokens per target call | target calls | accepted / drafted |",
-        "|---|---|---|---|---|",
     ]
-    for name, s in (("before (original draft)", b), ("after (this model)", a)):
-        if s:
-            lines.append(
-                f"| {name} | {s['alpha']:.3f} | {s['tokens_per_call']:.2f} | {s['target_calls']} | "
-                f"{s['accepted_tokens']} / {s['drafted_tokens']} |"
-            )
+    cells = [
+        (name, f"{s['alpha']:.3f}", f"{s['tokens_per_call']:.2f}", s["target_calls"])
+        + (f"{s['accepted_tokens']} / {s['drafted_tokens']}",)
+        for name, s in (("before (original draft)", b), ("after (this model)", a))
+        if s
+    ]
+    columns = ("draft", "alpha", "mean tokens per target call", "target calls", "accepted / drafted")
+    lines += markdown_table(columns, cells)
     if info.get("exact_continuations") is not None:
         lines += [
             "",
@@ -622,11 +624,7 @@ def align_card(info: dict) -> str:
         "loop (the base draft drafts, the greedy verifier keeps exactly the target's argmax: alpha "
         f"{info['calibration']['alpha']:.3f} on this set).",
         "",
-        "## Fine-tuning",
-        "",
-        "```",
-        info["command"],
-        "```",
+        *command_block("## Fine-tuning", info["command"], language=""),
         "",
         "- Loss: cross-entropy on the continuation tokens only (the prompt is context).",
         f"- {ft['step']:,} steps of {info['batch_size']} sequences (random with replacement), AdamW "
@@ -796,14 +794,9 @@ def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_ste
         "finetune": {k: v for k, v in ft.items() if k not in ("commands",)},
         "command": "\n".join(c for c in ft.get("commands", [command]) if c) or command,
         "batch_size": opts.batch_size,
-        "lr": opts.lr,
-        "betas": (opts.beta1, opts.beta2),
-        "weight_decay": opts.weight_decay,
-        "warmup_steps": opts.warmup_steps,
-        "min_lr_ratio": opts.min_lr_ratio,
-        "grad_clip": opts.grad_clip,
+        **opts.optimizer_settings(),
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
         "torch": torch.__version__,
         "transformers": tf_version,
         "out_dir": str(out),

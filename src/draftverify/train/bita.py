@@ -27,12 +27,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..bench.environment import command_line
+from ..markdown import markdown_table
 from ..options.declare import option
 from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .runner import Run
-from .settings import RunOptions, command_line, machine_name, seed_everything, to_device
+from .settings import RunOptions, machine_name, seed_everything, to_device
 from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
 
 STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
@@ -117,15 +119,16 @@ def batched_greedy(
     continuation ends at its first EOS. on_batch receives each batch's continuations in prompt order."""
     import torch
 
+    from ..types import left_padded
+
     for start in range(0, len(prompts), batch):
         group = prompts[start : start + batch]
-        width = max(len(p) for p in group)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in group], device=model.device)
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in group], device=model.device)
+        ids, mask = left_padded(group, pad, model.device)
+        width = ids.shape[1]
         with torch.no_grad():
             out = model.generate(
                 input_ids=ids,
-                attention_mask=attention,
+                attention_mask=mask.long(),
                 max_new_tokens=new_tokens,
                 do_sample=False,
                 eos_token_id=eos,
@@ -279,8 +282,9 @@ def mask_accuracy(model, adapter, records: list[dict], cuts: int, seed: int, pad
 
 def card(info: dict) -> str:
     acc = info["heldout_accuracy"]
-    rows = "\n".join(
-        f"| {i + 1} | +{i + 2} | {b:.3f} | {a:.3f} |" for i, (b, a) in enumerate(zip(acc["before"], acc["after"]))
+    rows = [(i + 1, f"+{i + 2}", f"{b:.3f}", f"{a:.3f}") for i, (b, a) in enumerate(zip(acc["before"], acc["after"]))]
+    table = "\n".join(
+        markdown_table(("mask", "predicts (after the last real token)", "before training", "after"), rows)
     )
     prompt = {
         "none": "no prompt tokens (mask tokens only)",
@@ -310,9 +314,7 @@ CPU thread(s) ({info["cpu"]}); wall time: generation {info["time_generation_s"]:
 {info["time_train_s"]:.0f} s.
 
 ## Held-out top-1 accuracy per mask token
-| mask | predicts (after the last real token) | before training | after |
-|---|---|---|---|
-{rows}
+{table}
 """
 
 

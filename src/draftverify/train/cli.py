@@ -9,12 +9,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shlex
-import sys
-from pathlib import Path
+from collections.abc import Callable
 
 import typer
 
+from ..bench.environment import command_line, reproduce_command
 from ..cli_flags import settings_command
 from .align import AlignOptions
 from .bita import BitaOptions
@@ -76,15 +75,21 @@ def _options(flags, *leave_out: str) -> dict:
 
 def _as_run(opts):
     """A recipe's options as its command's flags made them, with --data as its corpus and the command line."""
-    return dataclasses.replace(opts, **_own_data(opts), command=_command_line())
+    return dataclasses.replace(opts, **_own_data(opts), command=reproduce_command(command_line()))
 
 
-def _command_line() -> str:
-    argv = list(sys.argv)
-    prog = Path(argv[0]).name if argv else "draftverify"
-    if prog in ("cli.py", "__main__.py", "-m"):
-        prog = "python -m draftverify.train.cli"
-    return " ".join([prog] + [shlex.quote(a) for a in argv[1:]])
+def _run(recipe: Callable[..., dict], opts, *errors: type[Exception]) -> dict:
+    """recipe(opts) with the run's log on stdout; its result. A TrainError (or one of `errors`) is a one-line exit 2;
+    a run that stopped before its end (interrupted: its last checkpoint resumes it) exits 130."""
+    from .settings import TrainError
+
+    try:
+        result = recipe(opts, log=_echo)
+    except (TrainError, *errors) as e:
+        _fail(str(e))
+    if result.get("stopped"):
+        raise typer.Exit(130)
+    return result
 
 
 @train_app.command("tokenizer")
@@ -225,15 +230,8 @@ def lm_cmd(opts: TrainOptions) -> None:
 def early_exit_cmd(opts: EarlyExitOptions) -> None:
     """BiLD early exit (section 4.4): fine-tune the target with the averaged loss of layer L and the last layer."""
     from .early_exit import train_early_exit
-    from .settings import TrainError
 
-    opts = _as_run(opts)
-    try:
-        info = train_early_exit(opts, log=_echo)
-    except TrainError as e:
-        _fail(str(e))
-    if info.get("stopped"):
-        raise typer.Exit(130)
+    info = _run(train_early_exit, _as_run(opts))
     typer.echo(
         json.dumps(
             {
@@ -268,13 +266,8 @@ def bench_cmd(flags: BenchFlags) -> None:
 def ngram_cmd(opts: NgramOptions) -> None:
     """Build the n-gram drafter's table from the corpus training split (or target generations)."""
     from .ngram import build
-    from .settings import TrainError
 
-    opts = _as_run(opts)
-    try:
-        summary = build(opts, log=_echo)
-    except TrainError as e:
-        _fail(str(e))
+    summary = _run(build, _as_run(opts))
     typer.echo(
         json.dumps(
             {
@@ -329,16 +322,10 @@ def align_cmd(opts: AlignOptions) -> None:
 @settings_command(HeadsOptions, leave_out=("eval_every_steps", "eval_minutes"))  # no held-out loss to evaluate
 def heads_cmd(opts: HeadsOptions) -> None:
     """Blockwise parallel decoding heads on a frozen target, trained on its own greedy continuations."""
-    from . import lm
     from .heads import train_heads
 
     opts = _as_run(opts)
-    try:
-        info = train_heads(opts, log=_echo)
-    except lm.TrainError as e:
-        _fail(str(e))
-    if info.get("stopped"):
-        raise typer.Exit(130)
+    info = _run(train_heads, opts)
     typer.echo(
         json.dumps(
             {"heldout_accuracy": info["heldout_accuracy"]["after"], "steps": info["steps"], "out": str(opts.out_dir)}
@@ -350,16 +337,10 @@ def heads_cmd(opts: HeadsOptions) -> None:
 @settings_command(Eagle3TrainOptions, leave_out=("eval_every_steps", "eval_minutes"))  # no held-out loss
 def eagle3_cmd(opts: Eagle3TrainOptions) -> None:
     """An EAGLE-3 head on a frozen target's own features, trained on its greedy tokens with a training-time test."""
-    from . import lm
     from .eagle3 import train_eagle3
 
     opts = _as_run(opts)
-    try:
-        info = train_eagle3(opts, log=_echo)
-    except lm.TrainError as e:
-        _fail(str(e))
-    if info.get("stopped"):
-        raise typer.Exit(130)
+    info = _run(train_eagle3, opts)
     after = info["heldout_acceptance"]["after"]
     typer.echo(json.dumps({"heldout_acceptance": after, "steps": info["steps"], "out": opts.out_dir}))
 
@@ -368,16 +349,10 @@ def eagle3_cmd(opts: Eagle3TrainOptions) -> None:
 @settings_command(BitaOptions, leave_out=("eval_every_steps", "eval_minutes"))  # no held-out loss to evaluate
 def bita_cmd(opts: BitaOptions) -> None:
     """BiTA mask and prompt tokens on a frozen target, trained on its own greedy continuations (SAR loss)."""
-    from . import lm
     from .bita import train_bita
 
     opts = _as_run(opts)
-    try:
-        info = train_bita(opts, log=_echo)
-    except lm.TrainError as e:
-        _fail(str(e))
-    if info.get("stopped"):
-        raise typer.Exit(130)
+    info = _run(train_bita, opts)
     typer.echo(
         json.dumps(
             {
@@ -413,16 +388,9 @@ def translate_tokenizer_cmd(flags: TranslateTokenizerFlags) -> None:
 def seq2seq_cmd(opts: Seq2SeqOptions) -> None:
     """Train (or resume) a MarianMTModel translation model; export it in fp16 and score it with sacrebleu."""
     from .seq2seq import train
-    from .settings import TrainError
     from .tokenizer import TokenizerError
 
-    opts = dataclasses.replace(opts, command=_command_line())
-    try:
-        report = train(opts, log=_echo)
-    except (TrainError, TokenizerError) as e:
-        _fail(str(e))
-    if report.get("stopped"):
-        raise typer.Exit(130)
+    report = _run(train, dataclasses.replace(opts, command=reproduce_command(command_line())), TokenizerError)
     typer.echo(
         json.dumps(
             {
@@ -483,7 +451,6 @@ def nat_cmd(flags: NatFlags) -> None:
     """SpecDec's NAT drafter on a frozen target: random prefix cuts, k mask slots, glancing. A translation target's
     drafter reads its encoder states (trained on `train distill` targets); a decoder-only target's reads its own
     hidden states (trained on its greedy continuations of corpus prompts)."""
-    from .settings import TrainError
     from .tokenizer import TokenizerError
 
     target, warmup = flags.target, flags.warmup_steps
@@ -496,7 +463,7 @@ def nat_cmd(flags: NatFlags) -> None:
             **_options(flags, *NAT_TRANSLATION_ONLY, "export_dir", "warmup_steps"),
             export_dir=str(flags.export_dir or "zoo/code/nat"),
             warmup_steps=50 if warmup is None else warmup,
-            command=_command_line(),
+            command=reproduce_command(command_line()),
         )
     else:
         from .nat import NatOptions, train
@@ -513,14 +480,9 @@ def nat_cmd(flags: NatFlags) -> None:
             data=str(flags.data or MULTI30K),
             export_dir=str(flags.export_dir or "zoo/translate/nat"),
             warmup_steps=200 if warmup is None else warmup,
-            command=_command_line(),
+            command=reproduce_command(command_line()),
         )
-    try:
-        report = train(opts, log=_echo)
-    except (TrainError, TokenizerError) as e:
-        _fail(str(e))
-    if report.get("stopped"):
-        raise typer.Exit(130)
+    report = _run(train, opts, TokenizerError)
     if decoder_only:
         typer.echo(json.dumps({k: report[k] for k in ("params", "step", "before", "after", "bytes")}))
     else:

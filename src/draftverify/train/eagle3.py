@@ -22,12 +22,14 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from ..bench.environment import command_line
+from ..markdown import markdown_table
 from ..options.declare import option
 from .frozen import FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
 from .heads import greedy_data
 from .lm import TrainError
 from .runner import Run
-from .settings import RunOptions, command_line, machine_name, seed_everything, to_device
+from .settings import RunOptions, machine_name, seed_everything, to_device
 from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
@@ -208,7 +210,8 @@ def acceptance(head, embed, lm_head, blob: dict, steps: int, batch_size: int = 8
 
 def eagle3_card(info: dict) -> str:
     before, after = info["heldout_acceptance"]["before"], info["heldout_acceptance"]["after"]
-    rows = "\n".join(f"| {i + 1} | {b:.3f} | {a:.3f} |" for i, (b, a) in enumerate(zip(before, after)))
+    rows = [(i + 1, f"{b:.3f}", f"{a:.3f}") for i, (b, a) in enumerate(zip(before, after))]
+    table = "\n".join(markdown_table(("draft position i", "before training", "after"), rows))
     expected = sum(after)
     return f"""# EAGLE-3 head for `{info["target"]}`
 
@@ -237,9 +240,7 @@ The share of held-out positions where the head's first i drafted tokens all equa
 (teacher-forced inputs, as the training-time test runs them). Their sum, {expected:.2f}, is the expected number of
 accepted tokens per verify pass of a greedy chain of {info["ttt_steps"]}.
 
-| draft position i | before training | after |
-|---|---|---|
-{rows}
+{table}
 """
 
 

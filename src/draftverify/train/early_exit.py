@@ -16,12 +16,14 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..bench.environment import command_line, cpu_model
+from ..markdown import command_block, markdown_table
 from ..options.declare import option
 from .export import export_model
 from .losses import autocast, averaged_loss, held_out_losses, next_token_losses
 from .presets import count_params
 from .runner import Run
-from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .settings import RunOptions, TrainError, seed_everything, set_threads
 from .shared_flags import OWN_DATA, shared, shared_flags
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
 
@@ -101,20 +103,16 @@ def early_exit_card(info: dict) -> str:
         "",
         f"On {info['val_windows']} fixed windows of {info['seq_len']} tokens of the corpus validation split.",
         "",
-        "| | full model | layer " + str(info["layer"]) + " |",
-        "|---|---|---|",
-        f"| before | {b['full']:.4f} | {b['early']:.4f} |",
-        f"| after (this model) | {a['full']:.4f} | {a['early']:.4f} |",
+        *markdown_table(
+            ("", "full model", f"layer {info['layer']}"),
+            [(name, f"{s['full']:.4f}", f"{s['early']:.4f}") for name, s in (("before", b), ("after (this model)", a))],
+        ),
         "",
         f"The full model's loss changed by {info['degradation']:+.4f} (bound {info['max_degradation']}"
         + ("; exported with --force" if info["degradation"] > info["max_degradation"] else "")
         + ").",
         "",
-        "## Fine-tuning",
-        "",
-        "```",
-        info["command"],
-        "```",
+        *command_block("## Fine-tuning", info["command"], language=""),
         "",
         f"- {info['step']:,} steps of {info['batch_size']} x {info['seq_len']} tokens ({info['tokens_seen']:,} "
         f"tokens), AdamW (betas {info['betas']}, weight decay {info['weight_decay']}), peak LR {info['lr']}, "
@@ -217,15 +215,10 @@ def train_early_exit(
         "seq_len": opts.seq_len,
         "batch_size": opts.batch_size,
         "val_windows": len(data.val_windows),
-        "lr": opts.lr,
-        "betas": (opts.beta1, opts.beta2),
-        "weight_decay": opts.weight_decay,
-        "warmup_steps": opts.warmup_steps,
-        "min_lr_ratio": opts.min_lr_ratio,
-        "grad_clip": opts.grad_clip,
+        **opts.optimizer_settings(),
         "bf16": run.bf16,
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
     }
     text = json.dumps(info, indent=1, default=str) + "\n"
     (work / "early_exit.json").write_text(text)

@@ -40,7 +40,6 @@ class FrozenDeviceFlags(DeviceFlags):
 
 
 CODE_MANIFEST = Path("zoo/code/manifest.json")
-CODE_TARGET = Path("zoo/code/target")
 MULTI30K = Path("../shared/data/multi30k_en_de")
 
 

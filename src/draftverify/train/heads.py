@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
 
+from ..bench.environment import command_line
+from ..markdown import markdown_table
 from ..options.declare import option
 from . import align, corpus as corpus_mod
 from .frozen import FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
 from .lm import TrainError
 from .runner import Run
-from .settings import RunOptions, command_line, machine_name, seed_everything
+from .settings import RunOptions, machine_name, seed_everything
 from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
 from .tokenizer import tokenizer_hash
 
@@ -256,10 +258,11 @@ def head_accuracy(heads, lm_head, hidden, labels, batch_size: int = 1024) -> lis
 
 def heads_card(info: dict) -> str:
     acc = info["heldout_accuracy"]
-    rows = "\n".join(
-        f"| {i + 2} | {before:.3f} | {after:.3f} |"
-        for i, (before, after) in enumerate(zip(acc["before"], acc["after"]))
-    )
+    rows = [(1, "1.000 (the target itself)", "1.000")]
+    rows += [
+        (i + 2, f"{before:.3f}", f"{after:.3f}") for i, (before, after) in enumerate(zip(acc["before"], acc["after"]))
+    ]
+    table = "\n".join(markdown_table(("head", "before training (copy of head 1)", "after"), rows))
     return f"""# Blockwise parallel decoding heads for `{info["target"]}`
 
 {info["num_heads"]} heads (head 1 is the target's own next-token prediction; heads 2..{info["num_heads"]} are trained):
@@ -281,10 +284,7 @@ The target's own greedy continuations ({info["new_tokens"]} tokens) of {info["nu
 {info["time_features_s"]:.0f} s, training {info["time_train_s"]:.0f} s.
 
 ## Held-out top-1 accuracy per head (the target's greedy token at t + i)
-| head | before training (copy of head 1) | after |
-|---|---|---|
-| 1 | 1.000 (the target itself) | 1.000 |
-{rows}
+{table}
 """
 
 

@@ -21,6 +21,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..bench.environment import command_line, cpu_model
 from ..options.declare import option
 from . import corpus as corpus_mod
 from .export import export_model
@@ -28,7 +29,7 @@ from .lm_card import model_card
 from .losses import autocast, averaged_loss, evaluate, held_out_losses, lm_loss, next_token_losses
 from .presets import PRESETS, count_params, make_config
 from .runner import Run, load_checkpoint
-from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .settings import RunOptions, TrainError, seed_everything, set_threads
 from .shared_flags import OWN_DATA, shared, shared_flags
 from .tokenizer import tokenizer_hash
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
@@ -172,18 +173,13 @@ def train(opts: TrainOptions, log: Callable[[str], None] = print, stop_after_ste
         "command": "\n".join(state["commands"]) if state["resumes"] else command,
         "seq_len": opts.seq_len,
         "batch_size": opts.batch_size,
-        "lr": opts.lr,
-        "betas": (opts.beta1, opts.beta2),
-        "weight_decay": opts.weight_decay,
-        "warmup_steps": opts.warmup_steps,
-        "min_lr_ratio": opts.min_lr_ratio,
-        "grad_clip": opts.grad_clip,
+        **opts.optimizer_settings(),
         "seed": opts.seed,
         "step": state["step"],
         "tokens_seen": state["tokens_seen"],
         "elapsed": state["elapsed"],
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
         "tokens_per_s": state["tokens_seen"] / max(state["elapsed"], 1e-9),
         "init_from": state.get("init_from"),
         "resumes": state["resumes"],

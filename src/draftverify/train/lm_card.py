@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import platform
 
+from ..markdown import command_block
+
 
 def _rope_theta(cfg: dict) -> float:
     """transformers 5 keeps rope_theta inside rope_parameters; 4.x configs kept it at the top level."""
@@ -70,11 +72,7 @@ def model_card(info: dict) -> str:
         + ("bf16 autocast (fp32 master weights)" if info["bf16"] else "float32")
         + " on CPU.",
         "",
-        "## Training",
-        "",
-        "```",
-        info["command"],
-        "```",
+        *command_block("## Training", info["command"], language=""),
         "",
         f"- Sequence length {info['seq_len']}, batch {info['batch_size']} sequences "
         f"({info['seq_len'] * info['batch_size']:,} tokens/step), AdamW (betas {info['betas']}, "

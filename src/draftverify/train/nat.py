@@ -19,8 +19,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..bench.environment import command_line, cpu_model
 from .runner import Run, load_checkpoint
-from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .settings import RunOptions, TrainError, seed_everything, set_threads
 
 GLANCE_START, GLANCE_END = 0.5, 0.3
 
@@ -84,6 +85,12 @@ def nat_batch(labels, k: int, rng: np.random.Generator, start_id: int, cuts=None
         n = min(k, m - p)
         targets[b, p : p + n] = labels[b, p : p + n]
     return tokens, slots, padding, targets
+
+
+def glance_ratio(glancing: bool, progress: float) -> float:
+    """GLAT's glancing ratio at `progress` (0..1) of the run: annealed from GLANCE_START to GLANCE_END; 0 without
+    glancing."""
+    return GLANCE_START + (GLANCE_END - GLANCE_START) * progress if glancing else 0.0
 
 
 def glance(tokens, slots, targets, predictions, ratio: float, rng: np.random.Generator):
@@ -174,7 +181,16 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
     from ..drafters.nat import NatDecoder
     from .presets import count_params
     from .tokenizer import load_tokenizer
-    from .translation_data import DATA_TERMS, Pairs, collate, encode, read_pairs, read_targets, token_batches
+    from .translation_data import (
+        DATA_TERMS,
+        Pairs,
+        collate,
+        encode,
+        read_pairs,
+        read_targets,
+        token_batches,
+        with_targets,
+    )
 
     set_threads(opts.threads)
     out_dir = Path(opts.out_dir)
@@ -183,11 +199,7 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
     target = AutoModelForSeq2SeqLM.from_pretrained(opts.target, dtype=torch.float32).eval()
     for p in target.parameters():
         p.requires_grad_(False)
-    src, _ = read_pairs(opts.data, "train", opts.src_lang, opts.tgt_lang)
-    tgt = read_targets(opts.train_targets, len(src))
-    if len(tgt) < len(src):
-        log(f"{opts.train_targets} has {len(tgt)} of the {len(src)} train targets: training on those pairs")
-        src = src[: len(tgt)]
+    src, tgt = with_targets(read_pairs(opts.data, "train", opts.src_lang, opts.tgt_lang)[0], opts.train_targets, log)
     train_pairs = Pairs(encode(tok, src, opts.max_len), encode(tok, tgt, opts.max_len))
     vsrc, vref = read_pairs(opts.data, "val", opts.src_lang, opts.tgt_lang)
     vtgt = read_targets(opts.val_targets, len(vsrc)) if opts.val_targets else vref
@@ -203,8 +215,7 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
 
     def loss(model, batch):
         k = int(run.rng.integers(1, opts.block_size + 1))
-        ratio = (GLANCE_START + (GLANCE_END - GLANCE_START) * run.progress()) if opts.glancing else 0.0
-        return nat_loss(model, target, batch, k, run.rng, ratio, run.bf16)
+        return nat_loss(model, target, batch, k, run.rng, glance_ratio(opts.glancing, run.progress()), run.bf16)
 
     def evaluate(model) -> float:
         figures = held_out(model, target, val_pairs, val_batches, opts.block_size, pad, run.bf16)
@@ -251,7 +262,7 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
         "epochs": state["sentences_seen"] / max(len(train_pairs), 1),
         "elapsed": state["elapsed"],
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
         "slot_loss": state["slot_loss"],
         "accepted_per_block": state["accepted_per_block"],
         "lr": opts.lr,

@@ -26,11 +26,13 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..bench.environment import command_line
+from ..markdown import markdown_table
 from . import heads
 from .frozen import FrozenTarget, load_frozen_target
-from .nat import GLANCE_END, GLANCE_START, glance
+from .nat import GLANCE_END, GLANCE_START, glance, glance_ratio
 from .runner import Run, load_checkpoint
-from .settings import RunOptions, TrainError, command_line, machine_name, seed_everything, to_device
+from .settings import RunOptions, TrainError, machine_name, seed_everything, to_device
 
 IGNORE = -100
 STATES_VERSION = 1
@@ -211,6 +213,11 @@ def held_out(nat, target, seqs: list[Sequence], k: int, n: int, bf16: bool, batc
 
 
 def nat_lm_card(info: dict) -> str:
+    rows = [
+        (name, f"{info[key]['slot_loss']:.3f}", f"{info[key]['accepted_per_block']:.3f}")
+        for name, key in (("before training", "before"), ("after", "after"))
+    ]
+    table = "\n".join(markdown_table(("", "slot loss", f"mean accepted slots of {info['block_size']}"), rows))
     return f"""# SpecDec NAT drafter for `{info["target"]}` (decoder-only)
 
 {info["layers"]} bidirectional post-LN decoder layer(s) (d {info["hidden_size"]}, {info["heads"]} heads, FFN
@@ -234,10 +241,7 @@ k drawn from 1..{info["block_size"]}, glancing {info["glancing"]}.
 the hidden states; generations {info["time_generation_s"]:.0f} s, 0 when cached).
 
 ## Held-out accepted slots per block (k = {info["block_size"]}, teacher-forced at fixed cuts)
-| | slot loss | mean accepted slots of {info["block_size"]} |
-|---|---|---|
-| before training | {info["before"]["slot_loss"]:.3f} | {info["before"]["accepted_per_block"]:.3f} |
-| after | {info["after"]["slot_loss"]:.3f} | {info["after"]["accepted_per_block"]:.3f} |
+{table}
 """
 
 
@@ -281,7 +285,7 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
 
     def loss(model, batch):
         k = int(run.rng.integers(1, opts.block_size + 1))
-        ratio = (GLANCE_START + (GLANCE_END - GLANCE_START) * run.progress()) if opts.glancing else 0.0
+        ratio = glance_ratio(opts.glancing, run.progress())
         return nat_lm_loss(model, target, batch, k, opts.cuts, run.rng, ratio, run.bf16)
 
     def evaluate(model) -> float:

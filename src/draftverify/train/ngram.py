@@ -277,20 +277,15 @@ def corpus_tokens(
     """(flat eos-terminated token array of a split, tokenizer): the token cache of ``train lm`` when
     cache_dir is given (shared with the LM runs), else tokenized in memory the same way."""
     from . import corpus as corpus_mod
-    from .tokenizer import TokenizerError, load_tokenizer
-    from .tokens import load_token_cache, tokenize_split
+    from .tokenizer import load_tokenizer
+    from .tokens import as_train_errors, load_token_cache, tokenize_split
 
-    try:
+    with as_train_errors():
         tok = load_tokenizer(tokenizer_dir)
-    except TokenizerError as e:
-        raise TrainError(str(e)) from None
-    try:
         m = corpus_mod.load_manifest(manifest)
         if cache_dir is not None:
             return load_token_cache(m, str(tokenizer_dir), tok, str(cache_dir), log=log)[split], tok
         return tokenize_split(m, tok, split, tok.eos_token_id), tok
-    except corpus_mod.CorpusError as e:
-        raise TrainError(str(e)) from None
 
 
 def generation_sequences(path: str | os.PathLike) -> tuple[dict, list[list[int]], list[int]]:

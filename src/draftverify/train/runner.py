@@ -43,7 +43,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .settings import CHECKPOINT_PREFIX, RunOptions, command_line, model_config
+from ..bench.environment import command_line
+from .settings import CHECKPOINT_PREFIX, RunOptions, model_config
 
 RUN_STATE = "run_state.json"  # the run's figures, next to each checkpoint's weights
 

@@ -21,9 +21,10 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..bench.environment import command_line, cpu_model
 from ..options.declare import option
 from .runner import Run, load_checkpoint
-from .settings import RunOptions, TrainError, command_line, cpu_name, seed_everything, set_threads
+from .settings import RunOptions, TrainError, seed_everything, set_threads
 from .shared_flags import shared, shared_flags
 
 # Architectures (vocab_size, token ids filled in from the tokenizer). Sized for one CPU thread: see the card.
@@ -291,8 +292,8 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
         collate,
         encode,
         read_pairs,
-        read_targets,
         token_batches,
+        with_targets,
     )
 
     set_threads(opts.threads)
@@ -302,10 +303,7 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
     pad = tok.eos_token_id
     src, tgt = read_pairs(opts.data, "train", opts.src_lang, opts.tgt_lang)
     if opts.train_targets:
-        tgt = read_targets(opts.train_targets, len(src))
-        if len(tgt) < len(src):
-            log(f"{opts.train_targets} has {len(tgt)} of the {len(src)} train targets: training on those pairs")
-            src = src[: len(tgt)]
+        src, tgt = with_targets(src, opts.train_targets, log)
     train_pairs = Pairs(encode(tok, src, opts.max_len), encode(tok, tgt, opts.max_len))
     vsrc, vtgt = read_pairs(opts.data, "val", opts.src_lang, opts.tgt_lang)
     val_pairs = Pairs(encode(tok, vsrc, opts.max_len), encode(tok, vtgt, opts.max_len))
@@ -388,7 +386,7 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
         "epochs": state["sentences_seen"] / max(len(train_pairs), 1),
         "elapsed": state["elapsed"],
         "threads": torch.get_num_threads(),
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
         "resumes": state["resumes"],
         "val_loss": state["val_loss"],
         "bf16": run.bf16,

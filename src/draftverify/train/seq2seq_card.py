@@ -4,20 +4,21 @@ from its training_report.json, so every figure on a card is one the training mea
 from __future__ import annotations
 
 from ..bench.folders import TRANSLATION
+from ..markdown import command_block, markdown_table
 
 
 def _scores_lines(report: dict) -> list[str]:
-    lines = []
-    for s in report.get("scores", {}).values():
-        decoding = "greedy" if s["num_beams"] == 1 else f"beam {s['num_beams']}"
-        lines.append(f"| {s['split']} | {decoding} | {s['sentences']} | {s['bleu']:.2f} | {s['chrf']:.2f} |")
-    if not lines:
+    scores = list(report.get("scores", {}).values())
+    if not scores:
         return []
-    sig = next(iter(report["scores"].values()))
+    cells = [
+        (s["split"], "greedy" if s["num_beams"] == 1 else f"beam {s['num_beams']}", s["sentences"])
+        + (f"{s['bleu']:.2f}", f"{s['chrf']:.2f}")
+        for s in scores
+    ]
+    sig = scores[0]
     return [
-        "| split | decoding | sentences | BLEU | chrF |",
-        "|---|---|---|---|---|",
-        *lines,
+        *markdown_table(("split", "decoding", "sentences", "BLEU", "chrF"), cells),
         "",
         f"sacrebleu signatures: `{sig['bleu_signature']}`, `{sig['chrf_signature']}`.",
     ]
@@ -34,12 +35,13 @@ def _alignment_lines(bench: dict) -> list[str]:
         f"{bench['aligned']['greedy_bleu']:.2f}); the fewest large-model calls per sentence among the BiLD "
         "fallback / rollback settings:",
         "",
-        "| small model | at no BLEU loss | within 1 BLEU |",
-        "|---|---|---|",
-        *[
-            f"| {label} | {f2(fewest[family]['no_loss'])} | {f2(fewest[family]['within_1_bleu'])} |"
-            for family, label in (("bild", "original (`draft`)"), ("bild_aligned", "aligned (this model)"))
-        ],
+        *markdown_table(
+            ("small model", "at no BLEU loss", "within 1 BLEU"),
+            [
+                (label, f2(fewest[family]["no_loss"]), f2(fewest[family]["within_1_bleu"]))
+                for family, label in (("bild", "original (`draft`)"), ("bild_aligned", "aligned (this model)"))
+            ],
+        ),
         "",
         f"Every row: `{(TRANSLATION / bench['name']).as_posix()}.md`.",
         "",
@@ -94,11 +96,7 @@ def model_card(report: dict) -> str:
         + ("bf16 autocast (fp32 master weights)" if report["bf16"] else "float32")
         + " on CPU.",
         "",
-        "## Training",
-        "",
-        "```",
-        report["command"],
-        "```",
+        *command_block("## Training", report["command"], language=""),
         "",
         f"- Batches of at most {report['max_tokens']:,} padded tokens, AdamW (betas {tuple(report['betas'])}, weight "
         f"decay {report['weight_decay']}), peak LR {report['lr']}, {report['warmup_steps']} warmup steps, cosine "

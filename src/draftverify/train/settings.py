@@ -1,7 +1,8 @@
 """What every recipe's run is set with and runs on: the run options they share (RunOptions: optimizer, schedule,
 budgets, device), the error a recipe raises for the user (TrainError), and the small helpers of a run (threads,
-seeds, the machine's name, the command line, a batch moved to a device). The run itself is train/runner.py's, on
-transformers' Trainer. No torch import at module level: the CLI's help builds without it."""
+seeds, the machine's name, a batch moved to a device; the CPU's name and the command line are bench/environment's).
+The run itself is train/runner.py's, on transformers' Trainer. No torch import at module level: the CLI's help
+builds without it."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import os
 import random
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
+from ..bench.environment import cpu_model
 from .shared_flags import shared, shared_flags
 
 # bf16 autocast (fp32 master weights and optimizer): a CPU with bf16 instructions trains faster with it than in
@@ -122,16 +123,21 @@ class RunOptions:
     def use_bf16(self) -> bool:
         return DEFAULT_BF16 if self.bf16 is None else bool(self.bf16)
 
-    def optimizer_key(self) -> dict:
-        """The optimizer and schedule settings, for a recipe's checkpoint key (a resumed run must keep them)."""
+    def optimizer_settings(self) -> dict:
+        """AdamW's and the schedule's settings, as a training report records them (betas a tuple)."""
         return {
             "lr": self.lr,
+            "betas": (self.beta1, self.beta2),
+            "weight_decay": self.weight_decay,
             "warmup_steps": self.warmup_steps,
             "min_lr_ratio": self.min_lr_ratio,
-            "weight_decay": self.weight_decay,
-            "betas": [self.beta1, self.beta2],
             "grad_clip": self.grad_clip,
         }
+
+    def optimizer_key(self) -> dict:
+        """The optimizer and schedule settings, for a recipe's checkpoint key (a resumed run must keep them); betas
+        a list, as the key saved with a checkpoint reads back from JSON."""
+        return {**self.optimizer_settings(), "betas": [self.beta1, self.beta2]}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -171,30 +177,14 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
-def cpu_name() -> str:
-    with contextlib.suppress(OSError):
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    import platform
-
-    return platform.processor() or "unknown CPU"
-
-
 def machine_name(device) -> str:
     """The CPU's name and, when the models ran elsewhere, the device (a GPU by its name): what a card records."""
     import torch
 
     device = torch.device(device)
     if device.type == "cuda":
-        return f"{cpu_name()}; models on {device} ({torch.cuda.get_device_name(device)})"
-    return cpu_name() if device.type == "cpu" else f"{cpu_name()}; models on {device}"
-
-
-def command_line() -> str:
-    import shlex
-
-    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+        return f"{cpu_model()}; models on {device} ({torch.cuda.get_device_name(device)})"
+    return cpu_model() if device.type == "cpu" else f"{cpu_model()}; models on {device}"
 
 
 def model_config(model) -> Optional[dict]:

@@ -7,8 +7,10 @@ project reports is measured on the same windows.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,17 +117,22 @@ def check_corpus_inputs(tokenizer_dir: str, manifest: str) -> None:
         )
 
 
+@contextlib.contextmanager
+def as_train_errors() -> Iterator[None]:
+    """A tokenizer's or the corpus's error inside (a missing file, a bad manifest) raised as the TrainError a
+    recipe's command reports in one line."""
+    try:
+        yield
+    except (TokenizerError, corpus_mod.CorpusError) as e:
+        raise TrainError(str(e)) from None
+
+
 def load_corpus(tokenizer_dir: str, manifest: str, cache_dir: str, seq_len: int, val_windows: int, log=print) -> Corpus:
     """Tokenizer, cached token arrays and `val_windows` fixed validation windows of seq_len + 1 tokens."""
-    try:
+    with as_train_errors():
         tok = load_tokenizer(tokenizer_dir)
-    except TokenizerError as e:
-        raise TrainError(str(e)) from None
-    try:
         m = corpus_mod.load_manifest(manifest)
         data = load_token_cache(m, tokenizer_dir, tok, cache_dir, log=log)
-    except corpus_mod.CorpusError as e:
-        raise TrainError(str(e)) from None
     if len(data["train"]) <= seq_len + 1:
         raise TrainError(f"train split has only {len(data['train'])} tokens; need > seq_len+1 ({seq_len + 1})")
     return Corpus(tok, m, data["train"], data["val"], fixed_windows(data["val"], val_windows, seq_len))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,16 @@ def read_targets(path: str | os.PathLike, limit: int) -> list[str]:
     text = Path(path).read_text(encoding="utf-8")
     lines = text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
     return lines[:limit] if text else []
+
+
+def with_targets(src: list[str], path: str, log: Callable[[str], None]) -> tuple[list[str], list[str]]:
+    """The train sources paired with the distilled targets in `path` (`train distill`, one a line); a file that
+    holds fewer targets than there are sources trains on the pairs it covers, which the log says."""
+    tgt = read_targets(path, len(src))
+    if len(tgt) < len(src):
+        log(f"{path} has {len(tgt)} of the {len(src)} train targets: training on those pairs")
+        src = src[: len(tgt)]
+    return src, tgt
 
 
 def train_joint_tokenizer(
