@@ -12,6 +12,7 @@ from conftest import left_padded, perturbed_copy, reference_greedy as _reference
 from draftverify import SamplingParams, generate
 from draftverify.draft_length import ConfidenceGamma
 from draftverify.drafters import LookupModelDrafter, ModelDrafter, NoDrafter
+from draftverify.drafters.draft_positions import StagedForwards
 from draftverify.types import DecodingState, Draft
 from draftverify.verifiers import GreedyVerifier, GumbelCouplingVerifier
 from draftverify.verifiers.exact import ExactVerifier
@@ -198,21 +199,20 @@ def test_lookup_model_rows_drafted_by_the_model_share_the_batchs_stop():
     assert draft.lengths[1:].tolist() == [max(model_lengths(value))] * 3
 
 
-class LookupSays:
-    """Stands in for ModelDrafter.looked_up: prompt lookup 'finds' the given continuation (the tokens after those
+def lookup_says(continuation: list[int], prompt_length: int):
+    """Stands in for StagedForwards._looked_up: prompt lookup 'finds' the given continuation (the tokens after those
     drafted so far, as many as the drafter has room for), so a test decides where lookup agrees with the draft."""
 
-    def __init__(self, continuation: list[int], prompt_length: int):
-        self.continuation, self.prompt_length = continuation, prompt_length
+    def looked_up(forwards: StagedForwards, room: int) -> list[int]:
+        drafted = len(forwards.text) - prompt_length  # text: the committed tokens, then the draft so far
+        room = min(5, room - 1)  # as _looked_up: lookup_tokens, leaving the forward's own token
+        return continuation[drafted : drafted + max(room, 0)]
 
-    def __call__(self, text: list[int], room: int) -> list[int]:
-        drafted = len(text) - self.prompt_length  # text: the committed tokens, then the draft so far
-        room = min(5, room - 1)  # as looked_up: lookup_tokens, leaving the forward's own token
-        return self.continuation[drafted : drafted + max(room, 0)]
+    return looked_up
 
 
 @torch.inference_mode()
-def test_a_token_prompt_lookup_proposes_too_counts_as_confident():
+def test_a_token_prompt_lookup_proposes_too_counts_as_confident(monkeypatch):
     """Staged drafting with the stop at 1.0 (every max q is <= 1): alone, each draft is one token; where lookup
     proposes the draft's own tokens the draft goes on through them, and it ends at the first token lookup does not
     propose (that token included): a looked-up token it does not choose, or the forward's own token after the 5
@@ -228,7 +228,7 @@ def test_a_token_prompt_lookup_proposes_too_counts_as_confident():
         st = state(PROMPT, 1.0)
         drafter.start(st)
         assert drafter.stages
-        drafter.looked_up = LookupSays(continuation, len(PROMPT))
+        monkeypatch.setattr(StagedForwards, "_looked_up", lookup_says(continuation, len(PROMPT)))
         draft = drafter.propose(st, 8)
         assert draft.length == length, (confirms, continuation)
         assert draft.tokens[0].tolist() == own[:length]

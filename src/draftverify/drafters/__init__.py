@@ -7,7 +7,8 @@ methods.py, api.py and the CLI import; this package imports every drafter module
 
 Drafters (module: classes, and the methods built on them)
 - base.py: Drafter (the interface the loop calls: propose, then commit), NoDrafter (autoregressive)
-- model.py: ModelDrafter (model, bild): a small LM drafts a chain with its own KV cache
+- model.py: ModelDrafter (model, bild): a small LM drafts a chain with its own KV cache; where its positions come
+  from (one forward per token, or staged with prompt lookup) in draft_positions.py, when it stops in draft_stops.py
 - cross_tokenizer.py: CrossTokenizerDrafter (cross_tokenizer): a draft LM with its own tokenizer
 - early_exit.py: EarlyExitDrafter (early_exit, bild_early_exit): the target's first layers draft
 - model_tree.py: ModelTreeDrafter (model_tree): a draft LM expands a token tree

@@ -9,10 +9,11 @@ from ..backends.base import LMBackend
 from ..backends.lean_draft import draft_backend
 from ..backends.registry import as_backend
 from ..errors import DraftVerifyError, check_number
-from ..sampling import argmax, draw_next, probs_from_logits
-from ..types import DecodingState, Draft, SamplingParams, Verdict
+from ..sampling import draw_next
+from ..types import DecodingState, Draft, Verdict
 from .base import Drafter, DraftModel, empty_draft
-from .prompt_lookup import find_continuation
+from .draft_positions import DraftForwards, PositionNeeds, StagedForwards, position_needs
+from .draft_stops import DraftStops
 
 
 def require_shared_vocabulary(options, drafter: str) -> None:
@@ -60,7 +61,7 @@ class ModelDrafter(Drafter):
             raise DraftVerifyError(
                 f"lookup_tokens (--lookup-tokens) must be a whole number >= 0, got {lookup_tokens!r}"
             )
-        self.lookup_tokens = lookup_tokens  # staged drafting (see looked_up); 0: off
+        self.lookup_tokens = lookup_tokens  # staged drafting (draft_positions.py StagedForwards); 0: off
         self.lookup_ngrams = lookup_ngrams  # longest and shortest n-gram the lookup matches
         self.lookup_confirms = lookup_confirms  # staged drafting: a token lookup proposes too counts as confident
         # a backend as it is; HF models on the hf backend (from_options picks the lean backend where it applies:
@@ -72,7 +73,7 @@ class ModelDrafter(Drafter):
         self._fed_text = 0  # one row (stages): its committed tokens when the last draft began
 
     @classmethod
-    def from_options(cls, target: LMBackend, options) -> "ModelDrafter":
+    def from_options(cls, target: LMBackend, options) -> Drafter:
         if options.draft_model is None:
             raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
         if options.draft_tokenizer is not None:  # a draft with another vocabulary: its text is re-tokenized
@@ -144,83 +145,47 @@ class ModelDrafter(Drafter):
         return pending, new_valid
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
-        params = state.params
-        pending, new_valid = self.unseen(state)
-        chunks: list[torch.Tensor] = []  # each draft forward's tokens [B, k]
-        q: list[torch.Tensor] = []  # and their q [B, k, V]
-        count = 0  # draft tokens so far
-        stop = state.draft_confidence
-        greedy = isinstance(params, SamplingParams) and params.greedy
-        staged = self.stages  # one row on a one-row cache: looked-up tokens ride along (looked_up)
-        text = list(state.row_ids(0)) if staged else None  # the row's committed tokens, then its draft so far
-        drafting = None  # the confidence stop: per row, still confident
-        done = False
-        while not done and count < gamma:
-            looked = self.looked_up(text, gamma - count) if staged else []  # L looked-up tokens
-            held = self.lm.length if staged else 0
-            width = pending.shape[1]
-            fed = torch.cat([pending, pending.new_tensor([looked])], dim=1) if looked else pending  # [B, w + L]
-            logits = self.lm.forward(fed, new_valid=new_valid).logits  # [B, w + L, V]
-            new_valid = None
-            self.forward_calls += 1
-            # q after the pending token and after each looked-up one, in one softmax and one max; the loop below
-            # reads them as Python numbers (after a llama.cpp forward every small tensor op runs on cold caches)
-            q_all = probs_from_logits(logits[:, width - 1 :], params)  # [B, L + 1, V]
-            top_all = q_all.amax(dim=-1)  # [B, L + 1] max q: what the stop rules read
-            greedy_all = argmax(q_all) if greedy else None  # [B, L + 1] the greedy tokens
-            picks = greedy_all.tolist() if greedy else None
-            tops = top_all.tolist() if self.fallback_threshold > 0 else None
-            sure = (top_all > stop).tolist() if stop > 0 else None  # compared in float32, as q is
-            drawn: list[torch.Tensor] = []  # sampling: this forward's draws [B] each
-            kept = 0  # looked-up tokens equal to the draft's own, so their positions' logits are its next ones
-            taken = 0  # this forward's draft tokens
-            for j in range(len(looked) + 1):
-                if tops is not None and max(row[j] for row in tops) <= self.fallback_threshold:
-                    done = True
-                    break
-                if greedy:
-                    first = picks[0][j]
-                else:
-                    drawn.append(draw_next(q_all[:, j], state, count))  # [B]
-                    first = int(drawn[-1][0])
-                count += 1
-                taken += 1
-                if text is not None:
-                    text.append(first)
-                matches = j < len(looked) and first == looked[j]  # prompt lookup proposes it too
-                if sure is not None:  # the draft ends at its first unconfident token, that token included
-                    if drafting is None:
-                        drafting = [True] * len(sure)
-                    confirmed = matches and self.lookup_confirms
-                    for b, row in enumerate(sure):
-                        drafting[b] = drafting[b] and (row[j] or confirmed)
-                    done = not any(drafting)  # the batch's draft goes on while any row is still confident
-                kept += matches
-                if done or count >= gamma or not matches:
-                    break
-            if taken:
-                chunk = greedy_all[:, :taken] if greedy else torch.stack(drawn, dim=1)  # [B, taken]
-                chunks.append(chunk)
-                q.append(q_all[:, :taken])
-                pending = chunk[:, -1:]
-            if kept < len(looked):  # drop the looked-up tokens the draft did not choose from its cache
-                self.lm.rollback(held + width + kept)
-        if not chunks:
+        """Up to gamma draft tokens [B, N] and their q [B, N, V]: at each position the draft's distribution q
+        (from forwards() : one forward per token, or staged), BiLD's fallback may end the draft before the
+        token, then the token is drawn from q (its argmax when greedy) and the confidence stop may end the draft
+        at it (draft_stops.py)."""
+        needs = position_needs(state.params, self.fallback_threshold, state.draft_confidence)
+        forwards = self.forwards(state, needs)
+        stops = DraftStops(self.fallback_threshold, state.draft_confidence, self.lookup_confirms)
+        picked: list[list[int]] = []  # greedy: each position's tokens, as Python ints [N][B]
+        drawn: list[torch.Tensor] = []  # sampling: each position's tokens [B]
+        q: list[torch.Tensor] = []  # each position's q [B, V]
+        while len(q) < gamma:
+            position = forwards.next(gamma - len(q))
+            if stops.falls_back(position):
+                break
+            if position.greedy is not None:
+                picked.append(position.greedy)
+                first = position.greedy[0]
+                forwards.took(position.greedy, first)
+            else:
+                token = draw_next(position.q, state, len(q))  # [B]
+                drawn.append(token)
+                first = int(token[0])
+                forwards.took(token, first)
+            q.append(position.q)
+            if stops.ends_at(position, first):
+                break
+        forwards.finish()
+        if not q:
             return empty_draft(state)
-        if len(chunks) > 1:
-            chunks, q = [torch.cat(chunks, dim=1)], [torch.cat(q, dim=1)]
-        return Draft(tokens=chunks[0], q_probs=q[0])  # [B, N], [B, N, V]
+        if picked:  # one tensor from the host ints, which the verify pass reads again (Draft.rows)
+            draft = Draft.of_rows([list(row) for row in zip(*picked)], state.device)
+            draft.q_probs = torch.stack(q, dim=1)
+            return draft
+        return Draft(tokens=torch.stack(drawn, dim=1), q_probs=torch.stack(q, dim=1))  # [B, N], [B, N, V]
 
-    def looked_up(self, text: list[int], room: int) -> list[int]:
-        """Staged drafting: the prompt-lookup continuation of the row's text and draft so far (`text`), scored in
-        the same draft forward as the pending token, leaving `room` draft tokens for this step; the draft keeps the
-        leading ones equal to its own choices, so one forward can yield several of its tokens and the proposals
-        are unchanged. Each of them that the draft chooses counts as confident (lookup_confirms); the forward's
-        last token, past the looked-up ones, is judged by its max q alone."""
-        room = min(self.lookup_tokens, room - 1)
-        if room <= 0:
-            return []
-        return find_continuation(text, self.lookup_ngrams[0], self.lookup_ngrams[1], room)
+    def forwards(self, state: DecodingState, needs: PositionNeeds) -> DraftForwards:
+        """Where this step's positions come from: staged drafting on one row when on (lookup_tokens), else one
+        forward per draft token."""
+        if self.stages:
+            return StagedForwards(self, state, needs, self.lookup_tokens, self.lookup_ngrams)
+        return DraftForwards(self, state, needs)
 
     def commit(self, state: DecodingState, verdict: Verdict, scored=None) -> None:
         # the tail holds the committed tokens fed this step and the drafts fed after them; only the accepted drafts
@@ -233,7 +198,7 @@ class ModelDrafter(Drafter):
             self.lm.commit(upto - self.lm.committed)
             return
         upto = torch.minimum(self.lm.row_length, (state.lengths - 1).to(self.lm.row_length.device))  # [B]
-        if self.discard is not None:  # these rows committed someone else's draft: ours are not their text
+        if self.discard is not None and self._fed is not None:  # these rows committed another drafter's draft
             upto = torch.where(self.discard.to(upto.device), torch.minimum(upto, self._fed.to(upto.device)), upto)
             self.discard = None
         self.lm.truncate_rows(upto)

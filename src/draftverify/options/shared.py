@@ -30,7 +30,7 @@ class SharedOptions:
     lenience: float = option(1.0, "--lenience", "Leviathan A.5 lenience l in (0, 1]; 1 = exact.")
     beta: int = option(3, "--beta", "SpecDec++ top-beta.")
     tau: float = option(1.0, "--tau", "SpecDec++ tolerance tau.")
-    # staged drafting (drafters/model.py ModelDrafter.looked_up): the draft model's forward also scores a prompt-lookup
+    # staged drafting (drafters/draft_positions.py StagedForwards): the draft forward also scores a prompt-lookup
     # continuation and keeps the tokens it would have chosen anyway, so one forward can yield several draft tokens
     lookup_tokens: int = option(
         5,
