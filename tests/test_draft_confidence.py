@@ -61,8 +61,9 @@ def state(prompt: list[int], confidence: float, params: SamplingParams | None = 
 
 @torch.inference_mode()
 def confidences(arch: str, prompt: list[int], gamma: int = 12) -> list[float]:
-    """The draft's max q at each of its first gamma greedy positions after prompt (no stop)."""
-    drafter = ModelDrafter(draft_model(arch))
+    """The draft's max q at each of its first gamma greedy positions after prompt (no stop: a fallback threshold no
+    max q reaches down to makes the greedy draft compute q)."""
+    drafter = ModelDrafter(draft_model(arch), fallback_threshold=1e-12)
     st = state(prompt, 0.0)
     drafter.start(st)
     return drafter.propose(st, gamma).q_probs[0].max(dim=-1).values.tolist()

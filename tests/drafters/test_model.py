@@ -22,6 +22,10 @@ SOURCE = [7, 22, 9, 14, 63]
 
 _models: dict = {}
 
+# a fallback threshold no max q reaches down to: a greedy draft then computes q (a stop rule reads it), which a
+# test compares; without a stop rule a greedy draft is a deterministic proposal with no q (Draft.q_probs None)
+SHOWS_Q = 1e-12
+
 
 def model(arch: str = "llama"):
     if arch not in _models:
@@ -95,7 +99,7 @@ def test_proposes_exactly_gamma_greedy_tokens(arch, gamma):
     st = start(drafter, arch)
     draft = drafter.propose(st, gamma)
     assert draft.tokens.shape == (1, gamma)
-    assert draft.q_probs.shape == (1, gamma, model(arch).config.vocab_size)
+    assert draft.q_probs is None  # a greedy draft is a deterministic proposal: q one-hot, no softmax paid
     assert drafter.forward_calls == gamma
     if not model(arch).config.is_encoder_decoder:
         assert draft.tokens[0].tolist() == reference_greedy(model(arch), st.tokens, gamma)
@@ -107,8 +111,9 @@ def test_proposes_exactly_gamma_greedy_tokens(arch, gamma):
 
 
 def confidences(arch: str, gamma: int) -> tuple[list[int], list[float]]:
-    """Greedy tokens and the max q of each drafted position, from a drafter that never falls back."""
-    drafter = ModelDrafter(model(arch))
+    """Greedy tokens and the max q of each drafted position, from a drafter that never falls back (a fallback
+    threshold no max q reaches down to, SHOWS_Q)."""
+    drafter = ModelDrafter(model(arch), fallback_threshold=SHOWS_Q)
     draft = drafter.propose(start(drafter, arch), gamma)
     return draft.tokens[0].tolist(), draft.q_probs[0].max(dim=-1).values.tolist()
 
@@ -211,12 +216,12 @@ def test_cache_after_commit_holds_committed_minus_one(arch):
 
 @pytest.mark.parametrize("arch", ["llama", "bart"])
 def test_next_proposal_after_commit_equals_fresh_drafter(arch):
-    drafter = ModelDrafter(model(arch))
+    drafter = ModelDrafter(model(arch), fallback_threshold=SHOWS_Q)
     st = start(drafter, arch)
     draft = drafter.propose(st, 5)
     commit(drafter, st, draft.tokens, 1, (int(draft.tokens[0, 1]) + 7) % model(arch).config.vocab_size)
     again = drafter.propose(st, 4)
-    fresh = ModelDrafter(model(arch))
+    fresh = ModelDrafter(model(arch), fallback_threshold=SHOWS_Q)
     fresh.start(DecodingState(st.tokens, st.source_ids, st.tokens.shape[1], st.params, None))
     reference = fresh.propose(st, 4)
     assert torch.equal(again.tokens, reference.tokens)
@@ -254,7 +259,7 @@ def test_commit_after_fallback_holds_committed_minus_one():
 
 def check_q(arch: str, params: SamplingParams, gamma: int = 5):
     generator = None if params.greedy else torch.Generator().manual_seed(4)
-    drafter = ModelDrafter(model(arch))
+    drafter = ModelDrafter(model(arch), fallback_threshold=SHOWS_Q)
     st = start(drafter, arch, params, generator)
     draft = drafter.propose(st, gamma)
     seq = torch.cat([st.tokens, draft.tokens], dim=1)
@@ -321,7 +326,10 @@ def test_staged_drafting_proposes_the_draft_models_own_tokens_with_fewer_forward
     weights = AutoModelForCausalLM.from_pretrained(zoo / "draft", dtype=torch.float32)
     text = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef add(a, b):\n"
     prompt = torch.tensor([tokenizer(text).input_ids])
-    drafters = [ModelDrafter(draft_backend(weights, "draft", False, lean), lookup_tokens=k) for k in (0, 5)]
+    drafters = [
+        ModelDrafter(draft_backend(weights, "draft", False, lean), lookup_tokens=k, fallback_threshold=SHOWS_Q)
+        for k in (0, 5)
+    ]
     states = []
     for drafter in drafters:
         st = DecodingState(

@@ -28,12 +28,14 @@ from .prompt_lookup import find_continuation
 class DraftPosition:
     """The draft model's distribution for the next draft token of every row, and what the drafting loop reads of it.
 
-    q [B, V]: the draft's probabilities (filtered as the target's p will be); greedy: each row's argmax (greedy
-    sampling only, else None); top: each row's max q (None when no stop rule reads it); sure: max q > the
-    confidence threshold, compared in float32 as q is (None without a confidence stop); looked: the prompt lookup's
-    token at this position (staged drafting), None elsewhere."""
+    q [B, V]: the draft's probabilities (filtered as the target's p will be), or None for a greedy draft no stop
+    rule reads (a greedy draft is a deterministic proposal, q one-hot at its token: Draft.q_probs None, and no
+    softmax over the vocabulary is paid per token); greedy: each row's argmax (greedy sampling only, else None);
+    top: each row's max q (None when no stop rule reads it); sure: max q > the confidence threshold, compared in
+    float32 as q is (None without a confidence stop); looked: the prompt lookup's token at this position (staged
+    drafting), None elsewhere."""
 
-    q: torch.Tensor
+    q: torch.Tensor | None
     greedy: list[int] | None
     top: list[float] | None
     sure: list[bool] | None
@@ -47,6 +49,11 @@ class PositionNeeds:
     greedy: bool
     top: bool
     confidence: float
+
+    @property
+    def q(self) -> bool:
+        """Whether q itself is needed: to draw from it, or for a stop rule's max q."""
+        return not self.greedy or self.top or self.confidence > 0
 
 
 class DraftForwards:
@@ -93,8 +100,17 @@ class DraftForwards:
         logits = self.lm.forward(fed, new_valid=self.new_valid).logits  # [B, w + L, V]
         self.new_valid = None
         self.drafter.forward_calls += 1
-        q = probs_from_logits(logits[:, width - 1 :], self.params)  # [B, L + 1, V]
         needs = self.needs
+        scored = logits[:, width - 1 :]  # [B, L + 1, V]
+        if not needs.q:  # greedy, no stop rule: the argmax of the logits is the argmax of q
+            argmaxes = argmax(scored).tolist()  # [B][L + 1]
+            return [
+                DraftPosition(
+                    q=None, greedy=[row[j] for row in argmaxes], top=None, sure=None, looked=self._looked(looked, j)
+                )
+                for j in range(len(looked) + 1)
+            ]
+        q = probs_from_logits(scored, self.params)  # [B, L + 1, V]
         top = q.amax(dim=-1) if needs.top or needs.confidence > 0 else None  # [B, L + 1]
         picks = argmax(q).tolist() if needs.greedy else None  # [B][L + 1]
         tops = top.tolist() if needs.top and top is not None else None
@@ -105,10 +121,14 @@ class DraftForwards:
                 greedy=[row[j] for row in picks] if picks is not None else None,
                 top=[row[j] for row in tops] if tops is not None else None,
                 sure=[row[j] for row in sure] if sure is not None else None,
-                looked=looked[j] if j < len(looked) else None,
+                looked=self._looked(looked, j),
             )
             for j in range(len(looked) + 1)
         ]
+
+    @staticmethod
+    def _looked(looked: list[int], j: int) -> int | None:
+        return looked[j] if j < len(looked) else None
 
 
 class StagedForwards(DraftForwards):

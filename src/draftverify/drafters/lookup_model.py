@@ -76,12 +76,14 @@ class LookupModelDrafter(Drafter):
         width = max(drafted.length, copied.length)
         tokens = state.tokens.new_zeros((batch, width))
         tokens[:, : drafted.length] = drafted.tokens
-        q = drafted.q_probs.new_zeros((batch, width, drafted.q_probs.shape[-1]))
-        q[:, : drafted.length] = drafted.q_probs
         rows = copying.nonzero().flatten()
         tokens[rows, : copied.length] = copied.tokens[rows]
-        q[rows] = 0.0  # a copied token is a deterministic proposal: q one-hot at it
-        q[rows, : copied.length] = torch.nn.functional.one_hot(copied.tokens[rows], q.shape[-1]).to(q.dtype)
+        q = None  # a greedy draft's tokens are deterministic proposals, as copied ones are: q one-hot at each
+        if drafted.q_probs is not None:
+            q = drafted.q_probs.new_zeros((batch, width, drafted.q_probs.shape[-1]))
+            q[:, : drafted.length] = drafted.q_probs
+            q[rows] = 0.0  # a copied token is a deterministic proposal: q one-hot at it
+            q[rows, : copied.length] = torch.nn.functional.one_hot(copied.tokens[rows], q.shape[-1]).to(q.dtype)
         model_len = drafted.lengths if drafted.lengths is not None else torch.full_like(copy_len, drafted.length)
         lengths = torch.where(copying, copy_len, model_len.to(copy_len.device))  # the model's rows may end early
         return Draft(tokens=tokens, q_probs=q, lengths=lengths)

@@ -154,7 +154,7 @@ class ModelDrafter(Drafter):
         stops = DraftStops(self.fallback_threshold, state.draft_confidence, self.lookup_confirms)
         picked: list[list[int]] = []  # greedy: each position's tokens, as Python ints [N][B]
         drawn: list[torch.Tensor] = []  # sampling: each position's tokens [B]
-        q: list[torch.Tensor] = []  # each position's q [B, V]
+        q: list[torch.Tensor | None] = []  # each position's q [B, V] (None: a greedy draft, one-hot)
         while len(q) < gamma:
             position = forwards.next(gamma - len(q))
             if stops.falls_back(position):
@@ -164,6 +164,7 @@ class ModelDrafter(Drafter):
                 first = position.greedy[0]
                 forwards.took(position.greedy, first)
             else:
+                assert position.q is not None  # sampling always reads q (PositionNeeds.q)
                 token = draw_next(position.q, state, len(q))  # [B]
                 drawn.append(token)
                 first = int(token[0])
@@ -174,11 +175,12 @@ class ModelDrafter(Drafter):
         forwards.finish()
         if not q:
             return empty_draft(state)
+        q_probs = torch.stack(q, dim=1) if q[0] is not None else None  # type: ignore[arg-type]  # [B, N, V]
         if picked:  # one tensor from the host ints, which the verify pass reads again (Draft.rows)
             draft = Draft.of_rows([list(row) for row in zip(*picked)], state.device)
-            draft.q_probs = torch.stack(q, dim=1)
+            draft.q_probs = q_probs
             return draft
-        return Draft(tokens=torch.stack(drawn, dim=1), q_probs=torch.stack(q, dim=1))  # [B, N], [B, N, V]
+        return Draft(tokens=torch.stack(drawn, dim=1), q_probs=q_probs)  # [B, N], [B, N, V]
 
     def forwards(self, state: DecodingState, needs: PositionNeeds) -> DraftForwards:
         """Where this step's positions come from: staged drafting on one row when on (lookup_tokens), else one
