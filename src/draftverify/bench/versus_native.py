@@ -64,16 +64,6 @@ def exact_rows(records: list[dict]) -> dict[str, bool]:
     return {row: all(texts[row, i] == texts[baseline(row), i] for i in prompts) for row in rows}
 
 
-def tokens_per_call(records: list[dict]) -> dict[str, float]:
-    """Row -> new tokens over target calls, summed over the records' prompts."""
-    totals: dict[str, list[int]] = {}
-    for rec in records:
-        total = totals.setdefault(rec["runner"], [0, 0])
-        total[0] += rec["new_tokens"]
-        total[1] += rec["target_calls"]
-    return {row: tokens / max(1, calls) for row, (tokens, calls) in totals.items()}
-
-
 def pick_finalists(speeds: dict[str, float], exact: dict[str, bool], finalists: int) -> list[str]:
     """The `finalists` fastest speculative rows of each side (ours only among exact rows), fastest first."""
 
@@ -111,7 +101,7 @@ def summarize(per_round: list[dict[str, float]], finalists: list[str]) -> dict:
 
 def duel(rows: list, config, chosen: list, tokenizer, rounds: int, finalists: int, echo: Callable[[str], None]) -> dict:
     """One cell: the sweep over `rows`, then `rounds` rounds of the finalists and both plain rows."""
-    from .run import measure, tokens_per_second
+    from .run import measure, tokens_per_call, tokens_per_second
 
     for row in rows:
         row.new_round()

@@ -30,16 +30,16 @@ from ..bench.environment import command_line
 from ..markdown import markdown_table
 from . import heads
 from .frozen import FrozenTarget, load_frozen_target
-from .nat import GLANCE_END, GLANCE_START, glance, glance_ratio
+from .nat import GLANCE_END, GLANCE_START, NatRunOptions, glance, glance_ratio, slot_figures
 from .runner import Run, load_checkpoint
-from .settings import RunOptions, TrainError, machine_name, seed_everything, to_device
+from .settings import TrainError, machine_name, seed_everything, to_device
 
 IGNORE = -100
 STATES_VERSION = 1
 
 
 @dataclass
-class NatLMOptions(FrozenTarget, RunOptions):
+class NatLMOptions(FrozenTarget, NatRunOptions):
     target: str
     out_dir: str
     export_dir: str = "zoo/code/nat"
@@ -59,11 +59,7 @@ class NatLMOptions(FrozenTarget, RunOptions):
     glancing: bool = True
     _: KW_ONLY
     batch_size: int = 8  # sequences per step
-    lr: float = 1e-3
     warmup_steps: int = 50
-    beta2: float = 0.98
-    weight_decay: float = 0.01
-    eval_minutes: Optional[float] = 5.0
 
     def validate(self) -> None:
         self.validate_frozen(
@@ -290,12 +286,7 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
 
     def evaluate(model) -> float:
         figures = held_out(model, target, val_seqs, opts.block_size, opts.cuts, run.bf16)
-        run.state["accepted_per_block"] = figures["accepted_per_block"]
-        log(
-            f"eval at step {run.state['step']}: slot loss {figures['slot_loss']:.4f} | mean accepted "
-            f"{figures['accepted_per_block']:.3f} of k={opts.block_size} slots (teacher-forced, val)"
-        )
-        return figures["slot_loss"]
+        return slot_figures(run, figures, opts.block_size, log, digits=3)
 
     run = Run(
         nat,
