@@ -24,7 +24,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -39,7 +39,7 @@ from .losses import autocast
 from .presets import count_params
 from .runner import Run, load_checkpoint
 from .settings import RunOptions, TrainError, seed_everything, set_threads, to_device
-from .shared_flags import OWN_DATA, shared, shared_flags
+from .shared_flags import OWN_DATA, recipe_options, shared
 from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
 
 CACHE_VERSION = 1
@@ -71,8 +71,7 @@ class AlignError(TrainError):
 # --------------------------------------------------------------------------- options
 
 
-@dataclass
-@shared_flags
+@recipe_options
 class AlignOptions(RunOptions):
     """`train align`'s options, each its flag (the run options' too: RunOptions)."""
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import sysconfig
 import time
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -31,26 +31,22 @@ from ..bench.environment import command_line
 from ..markdown import markdown_table
 from ..options.declare import option
 from . import align, corpus as corpus_mod
-from .frozen import FrozenTarget, fit_measured, load_frozen_target
+from .frozen import CodeTarget, FrozenTarget, fit_measured, load_frozen_target
 from .lm import TrainError
 from .runner import Run
 from .settings import RunOptions, machine_name, seed_everything, to_device
-from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
+from .shared_flags import BF16_OPT_IN, recipe_options, shared
 
 STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
 
 
-@dataclass
-@shared_flags
-class BitaOptions(FrozenTarget, RunOptions):
+@recipe_options
+class BitaOptions(FrozenTarget, CodeTarget, RunOptions):
     """`train bita`'s options, each its flag (the run options' too: RunOptions)."""
 
-    target: str = shared("zoo/code/target")
     manifest: str = shared(
         "zoo/code/manifest.json", "Corpus manifest JSON (without the unpacked corpus: its stdlib files, read locally)."
     )
-    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
-    tokenizer: Optional[str] = shared(None)  # default: the target's directory
     out_dir: str = shared("zoo/code/bita", "Where to save the adapter (safetensors + JSON + card).")
     work_dir: str = shared("runs/bita")
     prompt: str = option("deep", "--prompt", "Prompt tokens: none (mask tokens only), shallow or deep.")

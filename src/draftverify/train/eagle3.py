@@ -18,19 +18,19 @@
 from __future__ import annotations
 
 import time
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from ..bench.environment import command_line
 from ..markdown import markdown_table
 from ..options.declare import option
-from .frozen import FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
+from .frozen import CodeTarget, FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
 from .heads import greedy_data
 from .lm import TrainError
 from .runner import Run
 from .settings import RunOptions, machine_name, seed_everything, to_device
-from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
+from .shared_flags import BF16_OPT_IN, recipe_options, shared
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
     import torch
@@ -39,15 +39,10 @@ FEATURES_VERSION = 1
 STEP_DECAY = 0.8  # EAGLE-3's weight of training-time-test step s: 0.8^s
 
 
-@dataclass
-@shared_flags
-class Eagle3TrainOptions(FrozenTarget, GreedyPrompts, RunOptions):
+@recipe_options
+class Eagle3TrainOptions(FrozenTarget, CodeTarget, GreedyPrompts, RunOptions):
     """`train eagle3`'s options, each its flag (the run options' too: RunOptions)."""
 
-    target: str = shared("zoo/code/target")
-    manifest: str = shared("zoo/code/manifest.json")
-    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
-    tokenizer: Optional[str] = shared(None)  # default: the target's directory
     out_dir: str = shared("zoo/code/eagle3", "Where to save the head (EAGLE-3 checkpoint layout + card).")
     work_dir: str = shared("runs/eagle3")  # generations, features, checkpoint
     ttt_steps: int = option(6, "--ttt-steps", "Training-time-test steps k (the head fed its own outputs); 1..16.")

@@ -4,12 +4,11 @@ so each recipe says only what it learns."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from .settings import TrainError, set_threads
-from .shared_flags import shared, shared_flags
+from .shared_flags import OWN_DATA, recipe_options, shared
 
 
 class FrozenTarget:
@@ -31,8 +30,19 @@ class FrozenTarget:
         check_inputs(self)
 
 
-@dataclass
-@shared_flags
+@recipe_options
+class CodeTarget:
+    """Options mixin (with flags) of the recipes that learn on the code zoo's target from corpus prompts (`train
+    heads`, `train eagle3`, `train bita`): the target, where the prompts come from (the corpus manifest, or your
+    own text) and the tokenizer."""
+
+    target: str = shared("zoo/code/target")
+    manifest: str = shared("zoo/code/manifest.json")
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    tokenizer: Optional[str] = shared(None)  # default: the target's directory
+
+
+@recipe_options
 class GreedyPrompts:
     """Options mixin (with flags) of the recipes that learn a frozen target's greedy continuations of corpus prompts
     from its features (`train heads`, `train eagle3`): how many prompts, how long, how many tokens each."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
@@ -30,11 +30,11 @@ from ..bench.environment import command_line
 from ..markdown import markdown_table
 from ..options.declare import option
 from . import align, corpus as corpus_mod
-from .frozen import FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
+from .frozen import CodeTarget, FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
 from .lm import TrainError
 from .runner import Run
 from .settings import RunOptions, machine_name, seed_everything
-from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
+from .shared_flags import BF16_OPT_IN, recipe_options, shared
 from .tokenizer import tokenizer_hash
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
@@ -44,15 +44,10 @@ IGNORE = -100
 FEATURES_VERSION = 1
 
 
-@dataclass
-@shared_flags
-class HeadsOptions(FrozenTarget, GreedyPrompts, RunOptions):
+@recipe_options
+class HeadsOptions(FrozenTarget, CodeTarget, GreedyPrompts, RunOptions):
     """`train heads`' options, each its flag (the run options' too: RunOptions)."""
 
-    target: str = shared("zoo/code/target")
-    manifest: str = shared("zoo/code/manifest.json")
-    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
-    tokenizer: Optional[str] = shared(None)  # default: the target's directory
     out_dir: str = shared("zoo/code/heads", "Where to save the heads (safetensors + JSON).")
     work_dir: str = shared("runs/heads")  # generations, features, checkpoint
     num_heads: int = option(4, "--num-heads", "h, counting head 1 (the target itself); 2..9.")

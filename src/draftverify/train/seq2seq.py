@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -26,7 +26,7 @@ from ..options.declare import option
 from .presets import count_params, preset_config, preset_table
 from .runner import Run, load_checkpoint
 from .settings import RunOptions, TrainError, seed_everything, set_threads
-from .shared_flags import shared, shared_flags
+from .shared_flags import recipe_options, shared
 
 # Architectures (vocab_size, token ids filled in from the tokenizer), one row a preset in PRESET_FIELDS' order.
 # Sized for one CPU thread: see the card.
@@ -78,8 +78,7 @@ def make_config(preset: str, vocab_size: int, eos_id: int, dropout: float = 0.1)
     )
 
 
-@dataclass
-@shared_flags
+@recipe_options
 class Seq2SeqOptions(RunOptions):
     """`train seq2seq`'s options, each its flag (the run options' too: RunOptions)."""
 
