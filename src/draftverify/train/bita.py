@@ -31,7 +31,7 @@ from ..bench.environment import command_line
 from ..markdown import markdown_table
 from ..options.declare import option
 from . import align, corpus as corpus_mod
-from .frozen import CodeTarget, FrozenTarget, fit_measured, load_frozen_target
+from .frozen import CodeTarget, FrozenTarget, fit_facts, fit_measured, load_frozen_target
 from .lm import TrainError
 from .runner import Run
 from .settings import RunOptions, machine_name, seed_everything, to_device
@@ -408,7 +408,6 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
     )
     if state["stopped"]:
         return {"stopped": True, "step": state["step"]}
-    step, time_train, before, after = state["step"], state["elapsed"], state["before"], state["after"]
 
     # ---- 3. export
     parameters = sum(p.numel() for p in adapter.parameters())
@@ -425,12 +424,7 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
         "max_prompt_tokens": opts.max_prompt_tokens,
         "gen_batch": opts.gen_batch,
         "cuts": opts.cuts,
-        "steps": step,
-        "batch_size": opts.batch_size,
-        "lr": opts.lr,
-        "warmup_steps": opts.warmup_steps,
-        "seed": opts.seed,
-        "heldout_accuracy": {"before": before, "after": after},
+        **fit_facts(opts, state, "heldout_accuracy"),
         "parameters": parameters,
         "target_parameters": target_parameters,
         "parameter_share": parameters / target_parameters,
@@ -438,7 +432,7 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
         "threads": torch.get_num_threads(),
         "cpu": machine_name(target.device),
         "time_generation_s": round(time_generation, 1),
-        "time_train_s": round(time_train, 1),
+        "time_train_s": round(state["elapsed"], 1),
     }
     out = Path(opts.out_dir)
     adapter.save(out, metadata={"training": info})

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from ..bench.environment import command_line
 from ..markdown import markdown_table
 from ..options.declare import option
-from .frozen import CodeTarget, FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
+from .frozen import CodeTarget, FrozenTarget, GreedyPrompts, fit_facts, fit_measured, load_frozen_target
 from .heads import greedy_data
 from .lm import TrainError
 from .runner import Run
@@ -318,12 +318,7 @@ def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -
         "max_prompt_tokens": opts.max_prompt_tokens,
         "train_positions": sum(len(t) for t in train["tokens"]),
         "ttt_steps": opts.ttt_steps,
-        "steps": state["step"],
-        "batch_size": opts.batch_size,
-        "lr": opts.lr,
-        "warmup_steps": opts.warmup_steps,
-        "seed": opts.seed,
-        "heldout_acceptance": {"before": state["before"], "after": state["after"]},
+        **fit_facts(opts, state, "heldout_acceptance"),
         "command": opts.command,
         "threads": torch.get_num_threads(),
         "cpu": machine_name(target.device),

@@ -89,6 +89,19 @@ def fit_measured(
     return state
 
 
+def fit_facts(opts, state: dict, measure: str) -> dict:
+    """What a frozen-target recipe's report says of its fit_measured() run, in the report's order: the steps, batch
+    size, peak learning rate, warm-up and seed, and the held-out `measure` before and after training."""
+    return {
+        "steps": state["step"],
+        "batch_size": opts.batch_size,
+        "lr": opts.lr,
+        "warmup_steps": opts.warmup_steps,
+        "seed": opts.seed,
+        measure: {"before": state["before"], "after": state["after"]},
+    }
+
+
 def load_frozen_target(opts) -> tuple:
     """(tokenizer, target): the target at opts.frozen_dtype() on opts.device, eval mode, no weight requiring a
     gradient; on opts.threads."""

@@ -30,7 +30,7 @@ from ..bench.environment import command_line
 from ..markdown import markdown_table
 from ..options.declare import option
 from . import align, corpus as corpus_mod
-from .frozen import CodeTarget, FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
+from .frozen import CodeTarget, FrozenTarget, GreedyPrompts, fit_facts, fit_measured, load_frozen_target
 from .lm import TrainError
 from .runner import Run
 from .settings import RunOptions, machine_name, seed_everything
@@ -344,7 +344,6 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
     state = fit_measured(run, lambda: head_accuracy(heads, lm_head, val_h, val_y), lambda i: f"head {i + 2}", log)
     if state["stopped"]:
         return {"stopped": True, "step": state["step"]}
-    step, time_train, before, after = state["step"], state["elapsed"], state["before"], state["after"]
 
     # ---- 4. export
     info = {
@@ -358,18 +357,13 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
         "max_prompt_tokens": opts.max_prompt_tokens,
         "train_positions": int(train_h.shape[0]),
         "eval_positions": int(val_h.shape[0]),
-        "steps": step,
-        "batch_size": opts.batch_size,
-        "lr": opts.lr,
-        "warmup_steps": opts.warmup_steps,
-        "seed": opts.seed,
-        "heldout_accuracy": {"before": before, "after": after},
+        **fit_facts(opts, state, "heldout_accuracy"),
         "command": opts.command,
         "threads": torch.get_num_threads(),
         "cpu": machine_name(target.device),
         "time_generation_s": round(time_generation, 1),
         "time_features_s": round(time_features, 1),
-        "time_train_s": round(time_train, 1),
+        "time_train_s": round(state["elapsed"], 1),
     }
     out = Path(opts.out_dir)
     heads.save(out, metadata={"training": info})
