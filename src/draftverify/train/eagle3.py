@@ -26,7 +26,7 @@ from ..bench.environment import command_line
 from ..markdown import markdown_table
 from ..options.declare import option
 from .frozen import CodeTarget, FrozenTarget, GreedyPrompts, fit_facts, fit_measured, load_frozen_target
-from .heads import greedy_data
+from .heads import greedy_data, per_split
 from .lm import TrainError
 from .runner import Run
 from .settings import RunOptions, machine_name, seed_everything, to_device
@@ -260,19 +260,16 @@ def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -
     header, splits = greedy_data(opts, tok, target, work, opts.use_progress, log)
     time_generation = time.time() - t0
 
-    t0 = time.time()
-    data = {}
-    for split, records in splits.items():
-        key = {
-            "version": FEATURES_VERSION,
-            "target_sha256": header["target_sha256"],
-            "layers": list(config.aux_layers),
-            "records": len(records),
-            "seed": opts.seed + (split == "val"),
-        }
-        path = work / f"eagle3-features-{split}.pt"
-        data[split] = cached_features(path, key, target, records, config.aux_layers, log)
-    time_features = time.time() - t0
+    data, time_features = per_split(
+        splits,
+        header,
+        opts.seed,
+        FEATURES_VERSION,
+        lambda split, records, key: cached_features(
+            work / f"eagle3-features-{split}.pt", key, target, records, config.aux_layers, log
+        ),
+        layers=list(config.aux_layers),
+    )
     train, val = data["train"], data["val"]
 
     seed_everything(opts.seed)

@@ -22,7 +22,7 @@ import json
 import time
 from dataclasses import KW_ONLY
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
@@ -175,6 +175,26 @@ def greedy_data(opts, tok, target, work: Path, progress: bool, log: Callable[[st
     return header, splits
 
 
+def per_split(
+    splits: dict[str, list], header: dict, seed: int, version: int, build: Callable[[str, list, dict], Any], **key
+) -> tuple[dict, float]:
+    """{split: build(split, records, cache key)} over greedy_data's splits, and the seconds it took. The cache key
+    of a split's features (a recipe keeps them in a file and rebuilds them when the key differs): their `version`,
+    the target's hash, the recipe's own `key` fields, the split's record count and seed (val's is seed + 1)."""
+    t0 = time.time()
+    built = {}
+    for split, records in splits.items():
+        split_key = {
+            "version": version,
+            "target_sha256": header["target_sha256"],
+            **key,
+            "records": len(records),
+            "seed": seed + (split == "val"),
+        }
+        built[split] = build(split, records, split_key)
+    return built, time.time() - t0
+
+
 # --------------------------------------------------------------------------- features
 
 
@@ -303,18 +323,16 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
     time_generation = time.time() - t0
 
     # ---- 2. hidden states and labels (cached)
-    t0 = time.time()
-    feats = {}
-    for split, records in splits.items():
-        key = {
-            "version": FEATURES_VERSION,
-            "target_sha256": header["target_sha256"],
-            "num_heads": opts.num_heads,
-            "records": len(records),
-            "seed": opts.seed + (split == "val"),
-        }
-        feats[split] = cached_features(work / f"features-{split}.pt", key, target, records, opts.num_heads, log)
-    time_features = time.time() - t0
+    feats, time_features = per_split(
+        splits,
+        header,
+        opts.seed,
+        FEATURES_VERSION,
+        lambda split, records, key: cached_features(
+            work / f"features-{split}.pt", key, target, records, opts.num_heads, log
+        ),
+        num_heads=opts.num_heads,
+    )
     device = target.device  # the features train where the target ran (cached on the CPU)
     (train_h, train_y), (val_h, val_y) = ((h.to(device), y.to(device)) for h, y in (feats["train"], feats["val"]))
 

@@ -257,17 +257,13 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
     t0 = time.time()
     header, records = heads.greedy_data(opts, tok, target, work, progress, log)
     time_generation = time.time() - t0
-    t0 = time.time()
-    data = {}
-    for split, recs in records.items():
-        key = {
-            "version": STATES_VERSION,
-            "target_sha256": header["target_sha256"],
-            "records": len(recs),
-            "seed": opts.seed + (split == "val"),
-        }
-        data[split] = sequences(recs, cached_states(work / f"states-{split}.pt", key, target, recs, log))
-    time_states = time.time() - t0
+    data, time_states = heads.per_split(
+        records,
+        header,
+        opts.seed,
+        STATES_VERSION,
+        lambda split, recs, key: sequences(recs, cached_states(work / f"states-{split}.pt", key, target, recs, log)),
+    )
     train_seqs, val_seqs = data["train"], data["val"]
     if not train_seqs or not val_seqs:
         raise TrainError("no prompt had a continuation to learn from; check --manifest and --new-tokens")
