@@ -113,30 +113,10 @@ def batched_greedy(
 ) -> None:
     """The target's greedy continuation of each prompt, `batch` at a time (sorted by length, left padded); each
     continuation ends at its first EOS. on_batch receives each batch's continuations in prompt order."""
-    import torch
-
-    from ..types import left_padded
+    from ..backends.hf.greedy import hf_greedy
 
     for start in range(0, len(prompts), batch):
-        group = prompts[start : start + batch]
-        ids, mask = left_padded(group, pad, model.device)
-        width = ids.shape[1]
-        with torch.no_grad():
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=mask.long(),
-                max_new_tokens=new_tokens,
-                do_sample=False,
-                eos_token_id=eos,
-                pad_token_id=pad,
-                min_new_tokens=1,
-            )
-        rows = []
-        for row in out[:, width:].tolist():
-            if eos is not None and eos in row:
-                row = row[: row.index(eos) + 1]
-            rows.append(row)
-        on_batch(rows)
+        on_batch(hf_greedy(model, prompts[start : start + batch], pad, eos, new_tokens, min_new_tokens=1)[0])
 
 
 def generations(
