@@ -23,7 +23,7 @@ import sysconfig
 import time
 from dataclasses import KW_ONLY
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -31,17 +31,17 @@ from ..bench.environment import command_line
 from ..markdown import markdown_table
 from ..options.declare import option
 from . import align, corpus as corpus_mod
-from .frozen import CodeTarget, FrozenTarget, fit_facts, fit_measured, load_frozen_target
+from .frozen import CodeTarget, FrozenRunOptions, FrozenTarget, fit_facts, fit_measured, load_frozen_target, run_facts
 from .lm import TrainError
 from .runner import Run
-from .settings import RunOptions, machine_name, seed_everything, to_device
-from .shared_flags import BF16_OPT_IN, recipe_options, shared
+from .settings import seed_everything, to_device
+from .shared_flags import recipe_options, shared
 
 STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
 
 
 @recipe_options
-class BitaOptions(FrozenTarget, CodeTarget, RunOptions):
+class BitaOptions(FrozenTarget, CodeTarget, FrozenRunOptions):
     """`train bita`'s options, each its flag (the run options' too: RunOptions)."""
 
     manifest: str = shared(
@@ -60,11 +60,8 @@ class BitaOptions(FrozenTarget, CodeTarget, RunOptions):
     gen_batch: int = option(32, "--gen-batch", "Prompts generated together (batched greedy).")
     cuts: int = shared(16)  # cut points per sequence per step
     _: KW_ONLY
-    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
     batch_size: int = shared(8)  # sequences per step
     lr: float = shared(3e-2)  # the paper's
-    warmup_steps: int = shared(20)
-    weight_decay: float = shared(0.0)
     checkpoint_minutes: float = shared(2.0)
     log_every: int = shared(20)
 
@@ -309,7 +306,6 @@ def write_card(folder: str | Path) -> Path:
 def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
     """Run (or resume) data, training and export. Returns the training facts written to bita.json."""
     opts.validate()
-    import torch
 
     from ..drafters.bita_adapter import BitaAdapter
 
@@ -408,11 +404,7 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
         "parameters": parameters,
         "target_parameters": target_parameters,
         "parameter_share": parameters / target_parameters,
-        "command": opts.command,
-        "threads": torch.get_num_threads(),
-        "cpu": machine_name(target.device),
-        "time_generation_s": round(time_generation, 1),
-        "time_train_s": round(state["elapsed"], 1),
+        **run_facts(opts, target, state, generation=time_generation),
     }
     out = Path(opts.out_dir)
     adapter.save(out, metadata={"training": info})

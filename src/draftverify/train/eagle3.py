@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Callable, Optional
 from ..bench.environment import command_line
 from ..markdown import markdown_table
 from ..options.declare import option
-from .frozen import CodeTarget, FrozenTarget, GreedyPrompts, fit_facts, fit_measured, load_frozen_target
-from .heads import greedy_data, per_split
+from .frozen import GreedyFeaturesOptions, fit_facts, fit_measured, load_frozen_target, run_facts
+from .heads import greedy_features
 from .lm import TrainError
 from .runner import Run
-from .settings import RunOptions, machine_name, seed_everything, to_device
-from .shared_flags import BF16_OPT_IN, recipe_options, shared
+from .settings import seed_everything, to_device
+from .shared_flags import recipe_options, shared
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
     import torch
@@ -40,7 +40,7 @@ STEP_DECAY = 0.8  # EAGLE-3's weight of training-time-test step s: 0.8^s
 
 
 @recipe_options
-class Eagle3TrainOptions(FrozenTarget, CodeTarget, GreedyPrompts, RunOptions):
+class Eagle3TrainOptions(GreedyFeaturesOptions):
     """`train eagle3`'s options, each its flag (the run options' too: RunOptions)."""
 
     out_dir: str = shared("zoo/code/eagle3", "Where to save the head (EAGLE-3 checkpoint layout + card).")
@@ -50,11 +50,8 @@ class Eagle3TrainOptions(FrozenTarget, CodeTarget, GreedyPrompts, RunOptions):
         None, "--intermediate-size", "The head's MLP size (default: the target's)."
     )
     _: KW_ONLY
-    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
     batch_size: int = shared(8)  # sequences per step
     lr: float = shared(1e-3)
-    warmup_steps: int = shared(20)
-    weight_decay: float = shared(0.0)
     checkpoint_minutes: float = shared(5.0)
 
     def validate(self) -> None:
@@ -245,7 +242,6 @@ accepted tokens per verify pass of a greedy chain of {info["ttt_steps"]}.
 def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -> dict:
     """Run (or resume) data, features, training and export. Returns the facts written to the card."""
     opts.validate()
-    import torch
 
     from ..drafters.eagle3_head import Eagle3Config, Eagle3Head
 
@@ -256,19 +252,12 @@ def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     config = Eagle3Config.for_target(target.config, lm_head, opts.intermediate_size)
     work = Path(opts.work_dir)
-    t0 = time.time()
-    header, splits = greedy_data(opts, tok, target, work, opts.use_progress, log)
-    time_generation = time.time() - t0
 
-    data, time_features = per_split(
-        splits,
-        header,
-        opts.seed,
-        FEATURES_VERSION,
-        lambda split, records, key: cached_features(
-            work / f"eagle3-features-{split}.pt", key, target, records, config.aux_layers, log
-        ),
-        layers=list(config.aux_layers),
+    def features(split: str, records: list, key: dict):  # the layers' inputs and the greedy tokens per sequence
+        return cached_features(work / f"eagle3-features-{split}.pt", key, target, records, config.aux_layers, log)
+
+    header, data, time_generation, time_features = greedy_features(
+        opts, tok, target, work, log, FEATURES_VERSION, features, layers=list(config.aux_layers)
     )
     train, val = data["train"], data["val"]
 
@@ -316,12 +305,7 @@ def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -
         "train_positions": sum(len(t) for t in train["tokens"]),
         "ttt_steps": opts.ttt_steps,
         **fit_facts(opts, state, "heldout_acceptance"),
-        "command": opts.command,
-        "threads": torch.get_num_threads(),
-        "cpu": machine_name(target.device),
-        "time_generation_s": round(time_generation, 1),
-        "time_features_s": round(time_features, 1),
-        "time_train_s": round(state["elapsed"], 1),
+        **run_facts(opts, target, state, generation=time_generation, features=time_features),
     }
     out = Path(opts.out_dir)
     head = Eagle3Head(Eagle3Config(**{**config.__dict__, "training": info}))

@@ -4,11 +4,12 @@ so each recipe says only what it learns."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from .settings import TrainError, set_threads
-from .shared_flags import OWN_DATA, recipe_options, shared
+from .settings import RunOptions, TrainError, machine_name, set_threads
+from .shared_flags import BF16_OPT_IN, OWN_DATA, recipe_options, shared, shared_flags
 
 
 class FrozenTarget:
@@ -28,6 +29,17 @@ class FrozenTarget:
         if self.max_prompt_tokens < self.min_prompt_tokens:
             raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
         check_inputs(self)
+
+
+@dataclass(kw_only=True)
+@shared_flags
+class FrozenRunOptions(RunOptions):
+    """The run defaults of the recipes that train a small piece on a frozen target (`train heads`, `train eagle3`,
+    `train bita`): float32 unless bf16 is asked for, a short warm-up, no weight decay."""
+
+    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
+    warmup_steps: int = shared(20)
+    weight_decay: float = shared(0.0)
 
 
 @recipe_options
@@ -53,6 +65,12 @@ class GreedyPrompts:
     max_prompt_tokens: int = shared(128)
     new_tokens: int = shared(64)
     generate_batch: int = shared(32)  # prompts per batched generate call (equal-length groups within it)
+
+
+@recipe_options
+class GreedyFeaturesOptions(FrozenTarget, CodeTarget, GreedyPrompts, FrozenRunOptions):
+    """The options every recipe that learns from a frozen code target's features on its own greedy continuations
+    takes (`train heads`, `train eagle3`): each adds what it trains."""
 
 
 def check_inputs(opts) -> None:
@@ -99,6 +117,20 @@ def fit_facts(opts, state: dict, measure: str) -> dict:
         "warmup_steps": opts.warmup_steps,
         "seed": opts.seed,
         measure: {"before": state["before"], "after": state["after"]},
+    }
+
+
+def run_facts(opts, target, state: dict, **seconds: float) -> dict:
+    """How a frozen-target recipe ran, the end of its report: the command, torch's threads, the machine, then the
+    wall seconds of each part named in `seconds` (generation, features: 0.1 s) and of training."""
+    import torch
+
+    return {
+        "command": opts.command,
+        "threads": torch.get_num_threads(),
+        "cpu": machine_name(target.device),
+        **{f"time_{part}_s": round(value, 1) for part, value in seconds.items()},
+        "time_train_s": round(state["elapsed"], 1),
     }
 
 

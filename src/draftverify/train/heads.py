@@ -30,11 +30,11 @@ from ..bench.environment import command_line
 from ..markdown import markdown_table
 from ..options.declare import option
 from . import align, corpus as corpus_mod
-from .frozen import CodeTarget, FrozenTarget, GreedyPrompts, fit_facts, fit_measured, load_frozen_target
+from .frozen import GreedyFeaturesOptions, fit_facts, fit_measured, load_frozen_target, run_facts
 from .lm import TrainError
 from .runner import Run
-from .settings import RunOptions, machine_name, seed_everything
-from .shared_flags import BF16_OPT_IN, recipe_options, shared
+from .settings import seed_everything
+from .shared_flags import recipe_options, shared
 from .tokenizer import tokenizer_hash
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
@@ -45,7 +45,7 @@ FEATURES_VERSION = 1
 
 
 @recipe_options
-class HeadsOptions(FrozenTarget, CodeTarget, GreedyPrompts, RunOptions):
+class HeadsOptions(GreedyFeaturesOptions):
     """`train heads`' options, each its flag (the run options' too: RunOptions)."""
 
     out_dir: str = shared("zoo/code/heads", "Where to save the heads (safetensors + JSON).")
@@ -53,11 +53,8 @@ class HeadsOptions(FrozenTarget, CodeTarget, GreedyPrompts, RunOptions):
     num_heads: int = option(4, "--num-heads", "h, counting head 1 (the target itself); 2..9.")
     ffn_size: Optional[int] = option(None, "--ffn-size", "Hidden layer of each head (default: hidden size).")
     _: KW_ONLY
-    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
     batch_size: int = shared(512, "Positions per step.")
     lr: float = shared(2e-3)
-    warmup_steps: int = shared(20)
-    weight_decay: float = shared(0.0)
     checkpoint_minutes: float = shared(2.0)
     log_every: int = shared(50)
 
@@ -175,12 +172,23 @@ def greedy_data(opts, tok, target, work: Path, progress: bool, log: Callable[[st
     return header, splits
 
 
-def per_split(
-    splits: dict[str, list], header: dict, seed: int, version: int, build: Callable[[str, list, dict], Any], **key
-) -> tuple[dict, float]:
-    """{split: build(split, records, cache key)} over greedy_data's splits, and the seconds it took. The cache key
-    of a split's features (a recipe keeps them in a file and rebuilds them when the key differs): their `version`,
-    the target's hash, the recipe's own `key` fields, the split's record count and seed (val's is seed + 1)."""
+def greedy_features(
+    opts,
+    tok,
+    target,
+    work: Path,
+    log: Callable[[str], None],
+    version: int,
+    build: Callable[[str, list, dict], Any],
+    **key,
+) -> tuple[dict, dict, float, float]:
+    """greedy_data's continuations (cached in `work`), then {split: build(split, its records, cache key)}: the
+    header, the built splits and the seconds of each part. The cache key of a split's features (a recipe keeps
+    them in a file and rebuilds them when the key differs): their `version`, the target's hash, the recipe's own
+    `key` fields, the split's record count and seed (val's is seed + 1)."""
+    t0 = time.time()
+    header, splits = greedy_data(opts, tok, target, work, opts.use_progress, log)
+    time_generation = time.time() - t0
     t0 = time.time()
     built = {}
     for split, records in splits.items():
@@ -189,10 +197,10 @@ def per_split(
             "target_sha256": header["target_sha256"],
             **key,
             "records": len(records),
-            "seed": seed + (split == "val"),
+            "seed": opts.seed + (split == "val"),
         }
         built[split] = build(split, records, split_key)
-    return built, time.time() - t0
+    return header, built, time_generation, time.time() - t0
 
 
 # --------------------------------------------------------------------------- features
@@ -314,24 +322,15 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
     from ..drafters.blockwise import BlockwiseHeads
 
     opts.command = opts.command or command_line()
-    progress = opts.use_progress
     tok, target = load_frozen_target(opts)
     lm_head = target.get_output_embeddings()
     work = Path(opts.work_dir)
-    t0 = time.time()
-    header, splits = greedy_data(opts, tok, target, work, progress, log)
-    time_generation = time.time() - t0
 
-    # ---- 2. hidden states and labels (cached)
-    feats, time_features = per_split(
-        splits,
-        header,
-        opts.seed,
-        FEATURES_VERSION,
-        lambda split, records, key: cached_features(
-            work / f"features-{split}.pt", key, target, records, opts.num_heads, log
-        ),
-        num_heads=opts.num_heads,
+    def features(split: str, records: list, key: dict):  # hidden states and labels [positions, H], [positions, h]
+        return cached_features(work / f"features-{split}.pt", key, target, records, opts.num_heads, log)
+
+    header, feats, time_generation, time_features = greedy_features(
+        opts, tok, target, work, log, FEATURES_VERSION, features, num_heads=opts.num_heads
     )
     device = target.device  # the features train where the target ran (cached on the CPU)
     (train_h, train_y), (val_h, val_y) = ((h.to(device), y.to(device)) for h, y in (feats["train"], feats["val"]))
@@ -376,12 +375,7 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
         "train_positions": int(train_h.shape[0]),
         "eval_positions": int(val_h.shape[0]),
         **fit_facts(opts, state, "heldout_accuracy"),
-        "command": opts.command,
-        "threads": torch.get_num_threads(),
-        "cpu": machine_name(target.device),
-        "time_generation_s": round(time_generation, 1),
-        "time_features_s": round(time_features, 1),
-        "time_train_s": round(state["elapsed"], 1),
+        **run_facts(opts, target, state, generation=time_generation, features=time_features),
     }
     out = Path(opts.out_dir)
     heads.save(out, metadata={"training": info})

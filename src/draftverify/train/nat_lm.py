@@ -251,18 +251,14 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
     from ..drafters.nat import NatDecoder
     from .presets import count_params
 
-    progress = opts.use_progress
     tok, target = load_frozen_target(opts)
     work = Path(opts.work_dir)
-    t0 = time.time()
-    header, records = heads.greedy_data(opts, tok, target, work, progress, log)
-    time_generation = time.time() - t0
-    data, time_states = heads.per_split(
-        records,
-        header,
-        opts.seed,
-        STATES_VERSION,
-        lambda split, recs, key: sequences(recs, cached_states(work / f"states-{split}.pt", key, target, recs, log)),
+
+    def states(split: str, recs: list, key: dict) -> list:  # per sequence: its tokens and last hidden states
+        return sequences(recs, cached_states(work / f"states-{split}.pt", key, target, recs, log))
+
+    header, data, time_generation, time_states = heads.greedy_features(
+        opts, tok, target, work, log, STATES_VERSION, states
     )
     train_seqs, val_seqs = data["train"], data["val"]
     if not train_seqs or not val_seqs:
