@@ -28,11 +28,14 @@ import json
 import statistics
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import DraftVerifyError
 from .folders import SPEED
 from .native_spec import FAMILY as NATIVE, SWEEP, native_specs
+
+if TYPE_CHECKING:
+    from .config import ModelChoice
 
 DEFAULT_PROMPT_SETS = ("humaneval", "spec_bench:coding", "spec_bench:summarization")
 DEFAULT_TARGET_GGUFS = ("f32", "q8_0", "q4_k_m")
@@ -151,23 +154,20 @@ def run_versus(
     finalists: int = 2,
     num_prompts: int = 8,
     max_new_tokens: int = 96,
-    zoo: str | None = "code",
+    choice: ModelChoice | None = None,
     threads: int | None = 2,
     out: str | Path = SPEED,
     name: str = "bench-native",
     command: str = "",
     echo: Callable[[str], None] = lambda line: None,
-    target: str | None = None,
-    draft: str | None = None,
-    aligned_draft: str | None = None,
-    data_dir: str | Path | None = None,
 ) -> dict:
-    """Every (target GGUF type, prompt set) cell; OUT/NAME.json and OUT/NAME.md written after each one. Cells
-    already in OUT/NAME.json from a run with the same settings are kept, not measured again."""
+    """Every (target GGUF type, prompt set) cell of the models `choice` names (the code zoo's by default);
+    OUT/NAME.json and OUT/NAME.md written after each one. Cells already in OUT/NAME.json from a run with the same
+    settings are kept, not measured again."""
     import torch
 
     from . import environment
-    from .config import BenchConfig
+    from .config import ModelChoice
     from .lineup import build_runners
     from .models import load_models
     from .prompts import load_prompts
@@ -184,6 +184,7 @@ def run_versus(
         raise DraftVerifyError(f"--native names no {NATIVE}[...] row, got {','.join(native)!r}")
     if threads is not None:
         torch.set_num_threads(threads)
+    choice = choice or ModelChoice()
     settings = _settings(
         methods=methods,
         gammas=gammas,
@@ -192,10 +193,7 @@ def run_versus(
         finalists=finalists,
         num_prompts=num_prompts,
         max_new_tokens=max_new_tokens,
-        zoo=None if target else zoo,
-        target=target,
-        draft=draft,
-        aligned_draft=aligned_draft,
+        **choice.named(),
         threads=threads,
     )
     previous = Path(out) / f"{name}.json"
@@ -210,26 +208,18 @@ def run_versus(
         "cells": cells,
     }
     configs = {  # every option checked before the first model loads
-        gguf: BenchConfig(
-            zoo=None if target else zoo,
-            target=target,
-            draft=draft,
-            aligned_draft=aligned_draft,
-            data_dir=data_dir,
+        gguf: choice.greedy_config(
+            threads,
+            num_prompts,
+            max_new_tokens,
             backends=("llamacpp",),
             runners=(*methods, *native, NATIVE_PLAIN),
             gammas=gammas,
-            temperatures=(0.0,),
-            threads=threads,
-            num_prompts=num_prompts,
-            max_new_tokens=max_new_tokens,
             target_gguf=gguf,
-            progress=False,
-            plots=False,
-        ).resolved()
+        )
         for gguf in target_ggufs
     }
-    prompt_lists = {prompts: load_prompts(prompts, data_dir) for prompts in prompt_sets}
+    prompt_lists = {prompts: load_prompts(prompts, choice.data_dir) for prompts in prompt_sets}
     for gguf, config in configs.items():
         todo = [p for p in prompt_sets if not any(c["target_gguf"] == gguf and c["prompts"] == p for c in cells)]
         if not todo:
