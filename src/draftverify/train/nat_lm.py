@@ -36,6 +36,8 @@ from .settings import TrainError, machine_name, seed_everything, to_device
 
 IGNORE = -100
 STATES_VERSION = 1
+# the drafter's NatConfig fields its card states (its shape)
+CARD_SHAPE = ("layers", "hidden_size", "heads", "ffn_size", "block_size", "memory_window")
 
 
 @dataclass
@@ -336,15 +338,7 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
     }
     out = Path(opts.export_dir)
     nat.save(out, {"training": info})
-    info.update(
-        layers=cfg.layers,
-        hidden_size=cfg.hidden_size,
-        heads=cfg.heads,
-        ffn_size=cfg.ffn_size,
-        block_size=cfg.block_size,
-        memory_window=cfg.memory_window,
-        bytes=(out / "nat.safetensors").stat().st_size,
-    )
+    info.update({name: getattr(cfg, name) for name in CARD_SHAPE}, bytes=(out / "nat.safetensors").stat().st_size)
     (out / "README.md").write_text(nat_lm_card(info))
     log(f"saved the NAT drafter ({info['bytes']:,} bytes fp16) and its card to {out}")
     log(json.dumps({"before": state["before"], "after": after}))
