@@ -316,20 +316,22 @@ def bench_native(
     """Our best exact row against llama.cpp's best native row (its own llama-server, settings swept) per prompt
     set and target GGUF type: a sweep, then rounds of each side's fastest rows; exactness checked row by row."""
     from .config import ModelChoice, parse_gammas, parse_names, split_top_level
-    from .versus_native import run_versus
+    from .versus_native import Sweep, run_versus
 
     command = recorded_command(ctx)
     run_reporting(
         lambda: run_versus(
             tuple(parse_names("--prompts", prompts)),
             tuple(parse_names("--target-gguf", target_gguf)),
-            tuple(parse_names("--methods", methods)),
-            parse_gammas(gamma),
-            tuple(split_top_level("--native", native)),
-            rounds,
-            finalists,
-            num_prompts,
-            max_new_tokens,
+            Sweep(
+                tuple(parse_names("--methods", methods)),
+                parse_gammas(gamma),
+                tuple(split_top_level("--native", native)),
+                rounds,
+                finalists,
+                num_prompts,
+                max_new_tokens,
+            ),
             ModelChoice(zoo, target, draft, aligned_draft, data_dir),
             threads,
             out,

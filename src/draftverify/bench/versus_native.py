@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -140,6 +140,21 @@ def rank(items: tuple[str, ...], item: str) -> int:
     return items.index(item) if item in items else len(items)
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """What each cell sweeps on both sides and how long it times them: our methods at each draft length, llama.cpp's
+    native rows, the rounds of each side's fastest `finalists`, and the prompts and tokens of each. With the models
+    and threads, the settings a rerun must match to keep the cells it finds (the result's "settings")."""
+
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    gammas: tuple = DEFAULT_GAMMAS
+    native: tuple[str, ...] = (SWEEP,)
+    rounds: int = 3
+    finalists: int = 2
+    num_prompts: int = 8
+    max_new_tokens: int = 96
+
+
 def _settings(**values) -> dict:
     return {key: list(value) if isinstance(value, tuple) else value for key, value in values.items()}
 
@@ -147,13 +162,7 @@ def _settings(**values) -> dict:
 def run_versus(
     prompt_sets: tuple[str, ...] = DEFAULT_PROMPT_SETS,
     target_ggufs: tuple[str, ...] = DEFAULT_TARGET_GGUFS,
-    methods: tuple[str, ...] = DEFAULT_METHODS,
-    gammas: tuple = DEFAULT_GAMMAS,
-    native: tuple[str, ...] = (SWEEP,),
-    rounds: int = 3,
-    finalists: int = 2,
-    num_prompts: int = 8,
-    max_new_tokens: int = 96,
+    sweep: Sweep = Sweep(),
     choice: ModelChoice | None = None,
     threads: int | None = 2,
     out: str | Path = SPEED,
@@ -175,27 +184,17 @@ def run_versus(
     from .run import select_prompts
     from .runners import OursRunner, install_hooks
 
-    for label, value, low in (("--rounds", rounds, 1), ("--finalists", finalists, 1)):
+    for label, value, low in (("--rounds", sweep.rounds, 1), ("--finalists", sweep.finalists, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise DraftVerifyError(f"{label} must be a whole number >= {low}, got {value!r}")
-    if not prompt_sets or not target_ggufs or not methods:
+    if not prompt_sets or not target_ggufs or not sweep.methods:
         raise DraftVerifyError("--prompts, --target-gguf and --methods each need at least one item")
-    if not native_specs(native):
-        raise DraftVerifyError(f"--native names no {NATIVE}[...] row, got {','.join(native)!r}")
+    if not native_specs(sweep.native):
+        raise DraftVerifyError(f"--native names no {NATIVE}[...] row, got {','.join(sweep.native)!r}")
     if threads is not None:
         torch.set_num_threads(threads)
     choice = choice or ModelChoice()
-    settings = _settings(
-        methods=methods,
-        gammas=gammas,
-        native=native,
-        rounds=rounds,
-        finalists=finalists,
-        num_prompts=num_prompts,
-        max_new_tokens=max_new_tokens,
-        **choice.named(),
-        threads=threads,
-    )
+    settings = _settings(**asdict(sweep), **choice.named(), threads=threads)
     previous = Path(out) / f"{name}.json"
     kept = json.loads(previous.read_text()) if previous.is_file() else None
     cells = kept["cells"] if kept and kept.get("settings") == settings else []
@@ -210,11 +209,11 @@ def run_versus(
     configs = {  # every option checked before the first model loads
         gguf: choice.greedy_config(
             threads,
-            num_prompts,
-            max_new_tokens,
+            sweep.num_prompts,
+            sweep.max_new_tokens,
             backends=("llamacpp",),
-            runners=(*methods, *native, NATIVE_PLAIN),
-            gammas=gammas,
+            runners=(*sweep.methods, *sweep.native, NATIVE_PLAIN),
+            gammas=sweep.gammas,
             target_gguf=gguf,
         )
         for gguf in target_ggufs
@@ -239,7 +238,7 @@ def run_versus(
             for prompts in todo:
                 echo(f"{gguf}, {prompts}:")
                 chosen, _ = select_prompts(prompt_lists[prompts], models, replace(config, prompts=prompts))
-                cell = duel(rows, config, chosen, models.tokenizer, rounds, finalists, echo)
+                cell = duel(rows, config, chosen, models.tokenizer, sweep.rounds, sweep.finalists, echo)
                 cells.append({"target_gguf": gguf, "prompts": prompts, "num_prompts": len(chosen), **cell})
                 cells.sort(key=lambda c: (rank(target_ggufs, c["target_gguf"]), rank(prompt_sets, c["prompts"])))
                 result["date"] = environment.now()
