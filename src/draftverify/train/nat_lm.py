@@ -29,7 +29,7 @@ import numpy as np
 from ..bench.environment import command_line
 from ..markdown import markdown_table
 from . import heads
-from .frozen import FrozenTarget, load_frozen_target
+from .frozen import FrozenTarget, GreedyPrompts, load_frozen_target
 from .nat import GLANCE_END, GLANCE_START, NatRunOptions, glance, glance_ratio, slot_figures
 from .runner import Run, load_checkpoint
 from .settings import TrainError, machine_name, seed_everything, to_device
@@ -41,7 +41,11 @@ CARD_SHAPE = ("layers", "hidden_size", "heads", "ffn_size", "block_size", "memor
 
 
 @dataclass
-class NatLMOptions(FrozenTarget, NatRunOptions):
+class NatLMOptions(FrozenTarget, GreedyPrompts, NatRunOptions):
+    """The NAT recipe's options on a decoder-only target: its prompts and greedy continuations are `train heads`'
+    (GreedyPrompts, more of them), so one --work-dir's generations serve both."""
+
+    _: KW_ONLY
     target: str
     out_dir: str
     export_dir: str = "zoo/code/nat"
@@ -50,16 +54,12 @@ class NatLMOptions(FrozenTarget, NatRunOptions):
     work_dir: str = "runs/nat-code"  # generations and hidden states (share `train heads`'s to reuse its generations)
     num_prompts: int = 700
     eval_prompts: int = 80
-    min_prompt_tokens: int = 32
-    max_prompt_tokens: int = 128
-    new_tokens: int = 64
     generate_batch: int = 64
     block_size: int = 8
     layers: int = 2
     window: int = 64  # W: hidden states the drafter reads
     cuts: int = 16  # blocks per sequence per step
     glancing: bool = True
-    _: KW_ONLY
     batch_size: int = 8  # sequences per step
     warmup_steps: int = 50
 
