@@ -60,8 +60,8 @@ def _linear(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
     return linear.weight.detach(), _w(linear.bias)
 
 
-def _norm(norm: nn.Module) -> tuple[torch.Tensor, float]:
-    """An RMSNorm's weight [H] and epsilon, as LayerWeights holds them."""
+def _norm(norm) -> tuple[torch.Tensor, float]:
+    """An RMSNorm module's weight [H] and epsilon, as LayerWeights holds them."""
     return norm.weight.detach(), float(norm.variance_epsilon)
 
 

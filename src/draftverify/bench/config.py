@@ -316,7 +316,7 @@ class ModelChoice:
     aligned_draft: str | None = None
     data_dir: str | Path | None = None
 
-    def named(self) -> dict[str, str | None]:
+    def named(self) -> dict[str, Any]:
         """The models as BenchConfig and a study's recorded settings name them (no zoo when a target is given)."""
         return {
             "zoo": None if self.target else self.zoo,
