@@ -25,172 +25,95 @@ class TableSource:
     after: str | None = None  # the first table after this text is copied; None: the file's first table
 
 
-TABLES: tuple[TableSource, ...] = (
-    TableSource("README.md", "native-best", "benchmarks/speed/bench-native.md"),
-    TableSource("README.md", "bench-llamacpp-duels", "benchmarks/speed/bench-humaneval-llamacpp.md", "## Head to head"),
-    TableSource("docs/benchmarks-llamacpp.md", "native-best", "benchmarks/speed/bench-native.md"),
-    TableSource("docs/benchmarks-llamacpp.md", "synthetic", "benchmarks/speed/bench-synthetic.md"),
-    TableSource("docs/usage.md", "healing", "benchmarks/methods/healing-humaneval.md"),
-    TableSource(
-        "docs/benchmarks-llamacpp.md",
-        "native-duels",
-        "benchmarks/speed/bench-humaneval-llamacpp-native.md",
-        "## Temperature 0 (greedy)",
+GREEDY = "## Temperature 0 (greedy)"  # where a bench speed file's greedy table starts
+# page -> its marked tables: (marker, benchmark file) or (marker, benchmark file, the text the table follows)
+_PAGES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "README.md": (
+        ("native-best", "benchmarks/speed/bench-native.md"),
+        ("bench-llamacpp-duels", "benchmarks/speed/bench-humaneval-llamacpp.md", "## Head to head"),
     ),
-    TableSource(
-        "docs/benchmarks-llamacpp.md",
-        "native-duels-q8",
-        "benchmarks/speed/bench-humaneval-llamacpp-native-q8_0.md",
-        "## Temperature 0 (greedy)",
+    "docs/benchmarks-llamacpp.md": (
+        ("native-best", "benchmarks/speed/bench-native.md"),
+        ("synthetic", "benchmarks/speed/bench-synthetic.md"),
+        ("native-duels", "benchmarks/speed/bench-humaneval-llamacpp-native.md", GREEDY),
+        ("native-duels-q8", "benchmarks/speed/bench-humaneval-llamacpp-native-q8_0.md", GREEDY),
+        ("q8-invariant", "benchmarks/speed/bench-humaneval-llamacpp-q8_0-invariant.md", GREEDY),
+        ("native-rounds", "benchmarks/speed/rounds-humaneval-llamacpp-native.md"),
+        ("model-free", "benchmarks/speed/bench-humaneval-llamacpp-model-free.md", GREEDY),
+        ("model-free-q8", "benchmarks/speed/bench-humaneval-llamacpp-model-free-q8_0.md", GREEDY),
+        ("llamacpp-eagle3", "benchmarks/speed/bench-humaneval-llamacpp-eagle3.md", GREEDY),
+        ("bench-llamacpp", "benchmarks/speed/bench-humaneval-llamacpp.md", GREEDY),
+        ("bench-llamacpp-duels", "benchmarks/speed/bench-humaneval-llamacpp.md", "## Head to head"),
+        ("bench-rounds", "benchmarks/speed/bench-rounds.md"),
+        ("llamacpp-flash-attn", "benchmarks/llamacpp/llamacpp-flash-attn.md"),
+        ("loop-overhead-llamacpp-f32", "benchmarks/cost/loop-overhead-llamacpp-f32.md"),
+        ("loop-overhead-llamacpp-q8_0", "benchmarks/cost/loop-overhead-llamacpp-q8_0.md"),
+        ("earn-llamacpp-f32", "benchmarks/draft-policy/earn-llamacpp-f32.md"),
+        ("earn-llamacpp-q8_0", "benchmarks/draft-policy/earn-llamacpp-q8_0.md"),
+        ("earn-hf", "benchmarks/draft-policy/earn-hf.md"),
+        ("llamacpp-time-split", "benchmarks/cost/llamacpp-time-split.md"),
+        ("llamacpp-time-split-widths", "benchmarks/cost/llamacpp-time-split.md", "## Verify forwards by width"),
+        ("draft-second-opinions", "benchmarks/draft-policy/draft-second-opinions-from-100.md"),
+        (
+            "draft-second-opinions-split",
+            "benchmarks/draft-policy/draft-second-opinions-from-100.md",
+            "By second opinion",
+        ),
+        ("staged-draft-ab", "benchmarks/draft-policy/staged-draft-ab.md"),
+        ("lookup-agreement-ab", "benchmarks/draft-policy/lookup-agreement-ab.md"),
+        ("conf-cap-ab", "benchmarks/draft-policy/conf-cap-ab.md"),
+        ("conf-cap-ab-heldout", "benchmarks/draft-policy/conf-cap-ab-from-100.md"),
+        ("cost-curve-llamacpp", "benchmarks/cost/cost-code-llamacpp.md", "## Milliseconds per forward"),
     ),
-    TableSource(
-        "docs/benchmarks-llamacpp.md",
-        "q8-invariant",
-        "benchmarks/speed/bench-humaneval-llamacpp-q8_0-invariant.md",
-        "## Temperature 0 (greedy)",
+    "docs/usage.md": (("healing", "benchmarks/methods/healing-humaneval.md"),),
+    "docs/methods.md": (
+        ("eagle3-hf", "benchmarks/speed/bench-humaneval-eagle3.md", GREEDY),
+        ("suffix-replay", "benchmarks/methods/replay-humaneval.md"),
     ),
-    TableSource("docs/benchmarks-llamacpp.md", "native-rounds", "benchmarks/speed/rounds-humaneval-llamacpp-native.md"),
-    TableSource(
-        "docs/benchmarks-llamacpp.md",
-        "model-free",
-        "benchmarks/speed/bench-humaneval-llamacpp-model-free.md",
-        "## Temperature 0 (greedy)",
+    "docs/backends.md": (
+        ("llamacpp-draft-gguf", "benchmarks/llamacpp/llamacpp-draft-gguf.md"),
+        ("llamacpp-precision", "benchmarks/llamacpp/llamacpp-precision.md"),
+        ("lean-draft", "benchmarks/cost/lean-draft.md", "## Milliseconds per draft forward"),
+        ("lean-draft-generation", "benchmarks/cost/lean-draft.md", "## Generation"),
     ),
-    TableSource(
-        "docs/benchmarks-llamacpp.md",
-        "model-free-q8",
-        "benchmarks/speed/bench-humaneval-llamacpp-model-free-q8_0.md",
-        "## Temperature 0 (greedy)",
+    "docs/serving.md": (
+        ("bench-batch", "benchmarks/batch/bench-batch.md"),
+        ("load-test", "benchmarks/serving/load-test.md", "## Summary"),
+        ("load-test-rss", "benchmarks/serving/load-test.md", "## Resident memory"),
+        ("load-test-mixed", "benchmarks/serving/load-test-mixed.md", "## Summary"),
+        ("load-test-mixed-equal", "benchmarks/serving/load-test-mixed.md", "Every answered request"),
+        ("serve-llamacpp", "benchmarks/serving/llamacpp.md", "Command:"),
+        ("serve-llamacpp-versus", "benchmarks/serving/llamacpp.md", "## Ours against"),
+        ("serve-llamacpp-scaling", "benchmarks/serving/llamacpp.md", "## Throughput over"),
+        ("serve-llamacpp-short-gamma", "benchmarks/serving/llamacpp-short-gamma.md", "Command:"),
+        ("serve-llamacpp-short-gamma-versus", "benchmarks/serving/llamacpp-short-gamma.md", "## Ours against"),
+        ("serve-llamacpp-suffix", "benchmarks/serving/llamacpp-suffix.md", "Command:"),
+        ("serve-llamacpp-suffix-versus", "benchmarks/serving/llamacpp-suffix.md", "## Ours against"),
     ),
-    TableSource(
-        "docs/benchmarks-llamacpp.md",
-        "llamacpp-eagle3",
-        "benchmarks/speed/bench-humaneval-llamacpp-eagle3.md",
-        "## Temperature 0 (greedy)",
+    "docs/zoo.md": (
+        ("held-out", "benchmarks/zoo/zoo-held-out.md"),
+        ("bpd-efficiency", "benchmarks/methods/bpd-humaneval.md", "## Block efficiency"),
+        ("bpd-duel", "benchmarks/methods/bpd-humaneval.md", "## Neural-rescored vs plain"),
     ),
-    TableSource(
-        "docs/methods.md", "eagle3-hf", "benchmarks/speed/bench-humaneval-eagle3.md", "## Temperature 0 (greedy)"
+    "docs/benchmarks.md": (
+        ("bench-greedy", "benchmarks/speed/bench-humaneval.md", GREEDY),
+        ("bench-sampling", "benchmarks/speed/bench-humaneval.md", "## Temperature 1"),
+        ("bench-bild", "benchmarks/speed/bench-humaneval.md", "## Lossy methods"),
+        ("bench-compiled", "benchmarks/speed/bench-humaneval-compiled.md", GREEDY),
+        ("gemv-floor", "benchmarks/cost/gemv-floor.md"),
+        ("bench-blockwise", "benchmarks/speed/bench-humaneval-blockwise.md", GREEDY),
+        ("cost-curve", "benchmarks/cost/cost-code.md", "## Milliseconds per forward"),
+        ("cost-equality", "benchmarks/cost/cost-code.md", "## Greedy equality"),
+        ("bench-othertok", "benchmarks/speed/bench-humaneval-othertok.md", GREEDY),
+        ("cold-start", "benchmarks/speed/cold-start.md"),
+        ("loop-overhead", "benchmarks/cost/loop-overhead.md"),
     ),
-    TableSource("docs/methods.md", "suffix-replay", "benchmarks/methods/replay-humaneval.md"),
-    TableSource("docs/backends.md", "llamacpp-draft-gguf", "benchmarks/llamacpp/llamacpp-draft-gguf.md"),
-    TableSource("docs/backends.md", "llamacpp-precision", "benchmarks/llamacpp/llamacpp-precision.md"),
-    TableSource("docs/backends.md", "lean-draft", "benchmarks/cost/lean-draft.md", "## Milliseconds per draft forward"),
-    TableSource("docs/backends.md", "lean-draft-generation", "benchmarks/cost/lean-draft.md", "## Generation"),
-    TableSource("docs/serving.md", "bench-batch", "benchmarks/batch/bench-batch.md"),
-    TableSource("docs/serving.md", "load-test", "benchmarks/serving/load-test.md", "## Summary"),
-    TableSource("docs/serving.md", "load-test-rss", "benchmarks/serving/load-test.md", "## Resident memory"),
-    TableSource("docs/serving.md", "load-test-mixed", "benchmarks/serving/load-test-mixed.md", "## Summary"),
-    TableSource(
-        "docs/serving.md", "load-test-mixed-equal", "benchmarks/serving/load-test-mixed.md", "Every answered request"
+    "docs/translation.md": (
+        ("translate-specdec", "benchmarks/translation/translate-specdec.md"),
+        ("translate-step-cost", "benchmarks/translation/translate-specdec.md", "## What a step costs"),
     ),
-    TableSource("docs/serving.md", "serve-llamacpp", "benchmarks/serving/llamacpp.md", "Command:"),
-    TableSource("docs/serving.md", "serve-llamacpp-versus", "benchmarks/serving/llamacpp.md", "## Ours against"),
-    TableSource("docs/serving.md", "serve-llamacpp-scaling", "benchmarks/serving/llamacpp.md", "## Throughput over"),
-    TableSource(
-        "docs/serving.md", "serve-llamacpp-short-gamma", "benchmarks/serving/llamacpp-short-gamma.md", "Command:"
-    ),
-    TableSource(
-        "docs/serving.md",
-        "serve-llamacpp-short-gamma-versus",
-        "benchmarks/serving/llamacpp-short-gamma.md",
-        "## Ours against",
-    ),
-    TableSource("docs/serving.md", "serve-llamacpp-suffix", "benchmarks/serving/llamacpp-suffix.md", "Command:"),
-    TableSource(
-        "docs/serving.md", "serve-llamacpp-suffix-versus", "benchmarks/serving/llamacpp-suffix.md", "## Ours against"
-    ),
-    TableSource("docs/zoo.md", "held-out", "benchmarks/zoo/zoo-held-out.md"),
-    TableSource("docs/zoo.md", "bpd-efficiency", "benchmarks/methods/bpd-humaneval.md", "## Block efficiency"),
-    TableSource("docs/zoo.md", "bpd-duel", "benchmarks/methods/bpd-humaneval.md", "## Neural-rescored vs plain"),
-    TableSource(
-        "docs/benchmarks.md", "bench-greedy", "benchmarks/speed/bench-humaneval.md", "## Temperature 0 (greedy)"
-    ),
-    TableSource("docs/benchmarks.md", "bench-sampling", "benchmarks/speed/bench-humaneval.md", "## Temperature 1"),
-    TableSource("docs/benchmarks.md", "bench-bild", "benchmarks/speed/bench-humaneval.md", "## Lossy methods"),
-    TableSource(
-        "docs/benchmarks.md",
-        "bench-compiled",
-        "benchmarks/speed/bench-humaneval-compiled.md",
-        "## Temperature 0 (greedy)",
-    ),
-    TableSource("docs/benchmarks.md", "gemv-floor", "benchmarks/cost/gemv-floor.md"),
-    TableSource(
-        "docs/benchmarks.md",
-        "bench-blockwise",
-        "benchmarks/speed/bench-humaneval-blockwise.md",
-        "## Temperature 0 (greedy)",
-    ),
-    TableSource("docs/benchmarks.md", "cost-curve", "benchmarks/cost/cost-code.md", "## Milliseconds per forward"),
-    TableSource("docs/benchmarks.md", "cost-equality", "benchmarks/cost/cost-code.md", "## Greedy equality"),
-    TableSource(
-        "docs/benchmarks.md",
-        "bench-othertok",
-        "benchmarks/speed/bench-humaneval-othertok.md",
-        "## Temperature 0 (greedy)",
-    ),
-    TableSource("docs/benchmarks.md", "cold-start", "benchmarks/speed/cold-start.md"),
-    TableSource("docs/benchmarks.md", "loop-overhead", "benchmarks/cost/loop-overhead.md"),
-    TableSource(
-        "docs/benchmarks-llamacpp.md",
-        "bench-llamacpp",
-        "benchmarks/speed/bench-humaneval-llamacpp.md",
-        "## Temperature 0 (greedy)",
-    ),
-    TableSource(
-        "docs/benchmarks-llamacpp.md",
-        "bench-llamacpp-duels",
-        "benchmarks/speed/bench-humaneval-llamacpp.md",
-        "## Head to head",
-    ),
-    TableSource("docs/benchmarks-llamacpp.md", "bench-rounds", "benchmarks/speed/bench-rounds.md"),
-    TableSource("docs/benchmarks-llamacpp.md", "llamacpp-flash-attn", "benchmarks/llamacpp/llamacpp-flash-attn.md"),
-    TableSource(
-        "docs/benchmarks-llamacpp.md", "loop-overhead-llamacpp-f32", "benchmarks/cost/loop-overhead-llamacpp-f32.md"
-    ),
-    TableSource(
-        "docs/benchmarks-llamacpp.md", "loop-overhead-llamacpp-q8_0", "benchmarks/cost/loop-overhead-llamacpp-q8_0.md"
-    ),
-    TableSource("docs/benchmarks-llamacpp.md", "earn-llamacpp-f32", "benchmarks/draft-policy/earn-llamacpp-f32.md"),
-    TableSource("docs/benchmarks-llamacpp.md", "earn-llamacpp-q8_0", "benchmarks/draft-policy/earn-llamacpp-q8_0.md"),
-    TableSource("docs/benchmarks-llamacpp.md", "earn-hf", "benchmarks/draft-policy/earn-hf.md"),
-    TableSource("docs/benchmarks-llamacpp.md", "llamacpp-time-split", "benchmarks/cost/llamacpp-time-split.md"),
-    TableSource(
-        "docs/benchmarks-llamacpp.md",
-        "llamacpp-time-split-widths",
-        "benchmarks/cost/llamacpp-time-split.md",
-        "## Verify forwards by width",
-    ),
-    TableSource(
-        "docs/benchmarks-llamacpp.md",
-        "draft-second-opinions",
-        "benchmarks/draft-policy/draft-second-opinions-from-100.md",
-    ),
-    TableSource(
-        "docs/benchmarks-llamacpp.md",
-        "draft-second-opinions-split",
-        "benchmarks/draft-policy/draft-second-opinions-from-100.md",
-        "By second opinion",
-    ),
-    TableSource("docs/benchmarks-llamacpp.md", "staged-draft-ab", "benchmarks/draft-policy/staged-draft-ab.md"),
-    TableSource("docs/benchmarks-llamacpp.md", "lookup-agreement-ab", "benchmarks/draft-policy/lookup-agreement-ab.md"),
-    TableSource("docs/benchmarks-llamacpp.md", "conf-cap-ab", "benchmarks/draft-policy/conf-cap-ab.md"),
-    TableSource(
-        "docs/benchmarks-llamacpp.md", "conf-cap-ab-heldout", "benchmarks/draft-policy/conf-cap-ab-from-100.md"
-    ),
-    TableSource(
-        "docs/benchmarks-llamacpp.md",
-        "cost-curve-llamacpp",
-        "benchmarks/cost/cost-code-llamacpp.md",
-        "## Milliseconds per forward",
-    ),
-    TableSource("docs/translation.md", "translate-specdec", "benchmarks/translation/translate-specdec.md"),
-    TableSource(
-        "docs/translation.md",
-        "translate-step-cost",
-        "benchmarks/translation/translate-specdec.md",
-        "## What a step costs",
-    ),
-)
+}
+TABLES: tuple[TableSource, ...] = tuple(TableSource(page, *row) for page, rows in _PAGES.items() for row in rows)
 
 # marked blocks that are not tables, written by the commands that make them (the zoo target's sample completions)
 NOT_TABLES = frozenset({"humaneval-sample"})

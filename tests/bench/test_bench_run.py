@@ -352,3 +352,14 @@ def test_tokens_per_second_sums_each_runners_prompts():
         {"runner": "a", "new_tokens": 20, "seconds": 0.5},
     ]
     assert tokens_per_second(records) == {"a": 20.0, "b": 30.0}  # (10 + 20) / 1.5, not the mean of 10 and 40
+
+
+def test_tokens_per_call_sums_each_runners_prompts():
+    from draftverify.bench.run import tokens_per_call
+
+    records = [
+        {"runner": "a", "new_tokens": 4, "target_calls": 2},
+        {"runner": "a", "new_tokens": 2, "target_calls": 2},
+        {"runner": "b", "new_tokens": 0, "target_calls": 0},
+    ]
+    assert tokens_per_call(records) == {"a": 6 / 4, "b": 0.0}  # summed, not averaged; no call: 0, not an error

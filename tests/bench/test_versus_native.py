@@ -19,7 +19,6 @@ from draftverify.bench.versus_native import (
     exact_rows,
     pick_finalists,
     summarize,
-    tokens_per_call,
 )
 from draftverify.cli import app
 
@@ -44,10 +43,6 @@ def test_each_row_is_read_against_its_own_sides_plain_text():
     # a native row is read against llama.cpp's plain text, not ours; the plain rows against each other
     got = exact_rows(records({OURS_PLAIN: plain, NATIVE_PLAIN: [[1, 2, 3], [4, 6]], NATIVE_FAST: [[1, 2, 3], [4, 6]]}))
     assert got == {OURS_PLAIN: False, NATIVE_PLAIN: False, NATIVE_FAST: True}
-
-
-def test_tokens_per_call_sums_over_prompts():
-    assert tokens_per_call(records({FAST: [[1, 2, 3, 4], [5, 6]]}, calls=2)) == {FAST: 6 / 4}
 
 
 def test_finalists_are_each_sides_fastest_and_ours_only_among_exact_rows():

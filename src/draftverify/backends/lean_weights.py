@@ -55,6 +55,16 @@ def _w(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else t.detach()
 
 
+def _linear(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A linear's weight [out, in] and bias [out] (None without one), as LayerWeights holds them."""
+    return linear.weight.detach(), _w(linear.bias)
+
+
+def _norm(norm) -> tuple[torch.Tensor, float]:
+    """An RMSNorm module's weight [H] and epsilon, as LayerWeights holds them."""
+    return norm.weight.detach(), float(norm.variance_epsilon)
+
+
 def _fused(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One [sum(out), in] weight (and bias, zeros where a part has none) for linears that read the same input."""
     weight = torch.cat([m.weight.detach() for m in linears])
@@ -68,7 +78,9 @@ def _fused(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]
 
 @dataclass
 class LayerWeights:
-    """One decoder layer: norms [H], fused qkv [(Hq + 2 Hkv) d, H], o [H, Hq d], fused gate_up [2 I, H], down [H, I]."""
+    """One decoder layer: norms [H], fused qkv [(Hq + 2 Hkv) d, H], o [H, Hq d], fused gate_up [2 I, H], down [H, I].
+    Each norm is followed by its epsilon and each linear by its bias (None: none), so a layer is built from pairs
+    (LeanWeights.from_model)."""
 
     norm_in: torch.Tensor
     eps_in: float
@@ -103,24 +115,16 @@ class LeanWeights:
         layers = []
         for layer in body.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            qkv, qkv_bias = _fused([attn.q_proj, attn.k_proj, attn.v_proj])
-            gate_up, gate_up_bias = _fused([mlp.gate_proj, mlp.up_proj])
             act = F.silu if getattr(model.config, "hidden_act", None) == "silu" else mlp.act_fn
             layers.append(
                 LayerWeights(
-                    norm_in=_w(layer.input_layernorm.weight),
-                    eps_in=float(layer.input_layernorm.variance_epsilon),
-                    qkv=qkv,
-                    qkv_bias=qkv_bias,
-                    o=_w(attn.o_proj.weight),
-                    o_bias=_w(attn.o_proj.bias),
-                    norm_post=_w(layer.post_attention_layernorm.weight),
-                    eps_post=float(layer.post_attention_layernorm.variance_epsilon),
-                    gate_up=gate_up,
-                    gate_up_bias=gate_up_bias,
-                    down=_w(mlp.down_proj.weight),
-                    down_bias=_w(mlp.down_proj.bias),
-                    act=act,
+                    *_norm(layer.input_layernorm),  # norm_in, eps_in
+                    *_fused([attn.q_proj, attn.k_proj, attn.v_proj]),  # qkv, qkv_bias
+                    *_linear(attn.o_proj),  # o, o_bias
+                    *_norm(layer.post_attention_layernorm),  # norm_post, eps_post
+                    *_fused([mlp.gate_proj, mlp.up_proj]),  # gate_up, gate_up_bias
+                    *_linear(mlp.down_proj),  # down, down_bias
+                    act,
                 )
             )
         first = body.layers[0].self_attn

@@ -27,10 +27,10 @@ from typing import NamedTuple
 import torch
 
 from ..backends.base import require_modules
+from ..backends.hf.greedy import hf_greedy
 from ..draft_length import parse_gamma
 from ..errors import DraftVerifyError
 from ..markdown import markdown_table
-from ..types import left_padded
 
 
 @dataclass
@@ -81,23 +81,8 @@ def _hf_generate(pipe, rows: list[list[int]], max_new_tokens: int, gamma) -> tup
     eos = pipe.eos_token_id
     eos_set = set([eos] if isinstance(eos, int) else (eos or []))
     pad = pipe.tokenizer.pad_token_id if pipe.tokenizer.pad_token_id is not None else (min(eos_set) if eos_set else 0)
-    ids, mask = left_padded(rows, pad, pipe.target.device)
-    width = ids.shape[1]
-    with torch.inference_mode():
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=mask.long(),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=pad,
-            eos_token_id=eos,
-            min_new_tokens=0,
-        )
-    new = []
-    for row in out[:, width:].tolist():
-        cut = next((i + 1 for i, t in enumerate(row) if t in eos_set), len(row))
-        new.append(row[:cut])
-    return new, out.shape[1] - width, []
+    new, width = hf_greedy(model, rows, pad, eos, max_new_tokens)
+    return new, width, []
 
 
 def _ours(pipe, rows: list[list[int]], max_new_tokens: int, gamma) -> tuple[list[list[int]], int, list[int]]:

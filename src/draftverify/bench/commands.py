@@ -254,7 +254,7 @@ def bench_rounds(
     name: str = typer.Option("bench-rounds", "--name", help="File stem."),
 ) -> None:
     """Head-to-head ratios of bench rows over several rounds in one process, each with its range over rounds."""
-    from .config import parse_gammas, parse_names
+    from .config import ModelChoice, parse_gammas, parse_names
     from .rounds import DEFAULT_PAIRS, parse_pairs, run_rounds
 
     command = recorded_command(ctx)
@@ -266,16 +266,12 @@ def bench_rounds(
             max_new_tokens,
             parse_gammas(gamma),
             parse_names("--backend", backend),
-            zoo,
+            ModelChoice(zoo, target, draft, aligned_draft, data_dir),
             threads,
             out,
             name,
             command,
             echo,
-            target,
-            draft,
-            aligned_draft,
-            data_dir,
         )
     )
 
@@ -319,31 +315,29 @@ def bench_native(
 ) -> None:
     """Our best exact row against llama.cpp's best native row (its own llama-server, settings swept) per prompt
     set and target GGUF type: a sweep, then rounds of each side's fastest rows; exactness checked row by row."""
-    from .config import parse_gammas, parse_names, split_top_level
-    from .versus_native import run_versus
+    from .config import ModelChoice, parse_gammas, parse_names, split_top_level
+    from .versus_native import Sweep, run_versus
 
     command = recorded_command(ctx)
     run_reporting(
         lambda: run_versus(
             tuple(parse_names("--prompts", prompts)),
             tuple(parse_names("--target-gguf", target_gguf)),
-            tuple(parse_names("--methods", methods)),
-            parse_gammas(gamma),
-            tuple(split_top_level("--native", native)),
-            rounds,
-            finalists,
-            num_prompts,
-            max_new_tokens,
-            zoo,
+            Sweep(
+                tuple(parse_names("--methods", methods)),
+                parse_gammas(gamma),
+                tuple(split_top_level("--native", native)),
+                rounds,
+                finalists,
+                num_prompts,
+                max_new_tokens,
+            ),
+            ModelChoice(zoo, target, draft, aligned_draft, data_dir),
             threads,
             out,
             name,
             command,
             echo,
-            target,
-            draft,
-            aligned_draft,
-            data_dir,
         )
     )
 

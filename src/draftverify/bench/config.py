@@ -303,3 +303,39 @@ def split_top_level(option: str, text: str) -> list[str]:
 def parse_runners(text: str) -> tuple[str, ...]:
     """--runners: families, and llamacpp_native[...] rows whose brackets hold commas."""
     return tuple(split_top_level("--runners", text))
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which models a bench study runs, the zoo's (`zoo`) or a target and drafts of one's own (then the zoo is not
+    read), and where its prompt sets are (None: $DRAFTVERIFY_DATA, else the shipped copies)."""
+
+    zoo: str | None = DEFAULT_ZOO
+    target: str | None = None
+    draft: str | None = None
+    aligned_draft: str | None = None
+    data_dir: str | Path | None = None
+
+    def named(self) -> dict[str, Any]:
+        """The models as BenchConfig and a study's recorded settings name them (no zoo when a target is given)."""
+        return {
+            "zoo": None if self.target else self.zoo,
+            "target": self.target,
+            "draft": self.draft,
+            "aligned_draft": self.aligned_draft,
+        }
+
+    def greedy_config(self, threads: int | None, num_prompts: int, max_new_tokens: int, **settings) -> BenchConfig:
+        """A resolved BenchConfig of these models for a study that times rows against each other at temperature 0
+        (the rows' greedy texts are compared), with no progress bar or plots; `settings`: the study's own fields."""
+        return BenchConfig(
+            **self.named(),
+            data_dir=self.data_dir,
+            temperatures=(0.0,),
+            threads=threads,
+            num_prompts=num_prompts,
+            max_new_tokens=max_new_tokens,
+            progress=False,
+            plots=False,
+            **settings,
+        ).resolved()

@@ -13,12 +13,15 @@ import re
 import statistics
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import DraftVerifyError
 from ..markdown import markdown_table
 from .folders import SPEED
 from .native_spec import is_native
+
+if TYPE_CHECKING:
+    from .config import ModelChoice
 
 # ours on llama.cpp against llama.cpp plain and its prompt lookup at llama-cpp-python's defaults, with the zoo draft
 # and its aligned twin; `model` with the confidence stop on HF against transformers' assisted generation
@@ -86,22 +89,19 @@ def run_rounds(
     max_new_tokens: int = 128,
     gammas: tuple = ("conf", "conf=0.9"),
     backends: tuple[str, ...] = ("hf", "llamacpp"),
-    zoo: str | None = "code",
+    choice: ModelChoice | None = None,
     threads: int | None = 2,
     out: str | Path = SPEED,
     name: str = "bench-rounds",
     command: str = "",
     echo: Callable[[str], None] = lambda line: None,
-    target: str | None = None,
-    draft: str | None = None,
-    aligned_draft: str | None = None,
-    data_dir: str | Path | None = None,
 ) -> dict:
-    """Measure every row the pairs name `rounds` times; write OUT/NAME.json and OUT/NAME.md."""
+    """Measure every row the pairs name `rounds` times (the models `choice` names: the code zoo's by default);
+    write OUT/NAME.json and OUT/NAME.md."""
     import torch
 
     from . import environment
-    from .config import BenchConfig
+    from .config import ModelChoice
     from .lineup import build_runners
     from .models import load_models
     from .prompts import load_prompts
@@ -114,22 +114,10 @@ def run_rounds(
     if threads is not None:
         torch.set_num_threads(threads)
     wanted = {n for pair in pairs for n in pair}
-    config = BenchConfig(
-        zoo=None if target else zoo,
-        target=target,
-        draft=draft,
-        aligned_draft=aligned_draft,
-        data_dir=data_dir,
-        backends=backends,
-        runners=tuple(sorted({family(n) for n in wanted})),
-        gammas=gammas,
-        temperatures=(0.0,),
-        threads=threads,
-        num_prompts=num_prompts,
-        max_new_tokens=max_new_tokens,
-        progress=False,
-        plots=False,
-    ).resolved()
+    families = tuple(sorted({family(n) for n in wanted}))
+    config = (choice or ModelChoice()).greedy_config(
+        threads, num_prompts, max_new_tokens, backends=backends, runners=families, gammas=gammas
+    )
     models = load_models(config)
     hooks = install_hooks(models)
     runners = []

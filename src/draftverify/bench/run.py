@@ -114,14 +114,25 @@ def compilations() -> int:
     return int(counters["frames"]["total"])
 
 
-def tokens_per_second(records: list[dict]) -> dict[str, float]:
-    """Each runner's new tokens over its seconds, summed over the prompts of a measure() call's records."""
+def summed_tokens(records: list[dict], per: str) -> dict[str, list[float]]:
+    """Each runner's [new tokens, its records' `per` field (seconds, target_calls)], each summed over the prompts
+    of a measure() call's records: the rates below are ratios of sums, so a long prompt weighs as its tokens do."""
     totals: dict[str, list[float]] = {}
     for rec in records:
         total = totals.setdefault(rec["runner"], [0.0, 0.0])
         total[0] += rec["new_tokens"]
-        total[1] += rec["seconds"]
-    return {name: tokens / seconds for name, (tokens, seconds) in totals.items()}
+        total[1] += rec[per]
+    return totals
+
+
+def tokens_per_second(records: list[dict]) -> dict[str, float]:
+    """Each runner's new tokens over its seconds, summed over the prompts of a measure() call's records."""
+    return {name: tokens / seconds for name, (tokens, seconds) in summed_tokens(records, "seconds").items()}
+
+
+def tokens_per_call(records: list[dict]) -> dict[str, float]:
+    """Each runner's new tokens over its target calls, summed over the prompts of a measure() call's records."""
+    return {name: tokens / max(1, calls) for name, (tokens, calls) in summed_tokens(records, "target_calls").items()}
 
 
 def measure(runners: list[Runner], config: BenchConfig, chosen: list, tokenizer) -> list[dict]:

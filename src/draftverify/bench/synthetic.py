@@ -168,15 +168,6 @@ class SyntheticRunner(OursRunner):
         return SyntheticVerifier(self.rates, self.draw)
 
 
-def tokens_per_call(records: list[dict]) -> dict[str, float]:
-    totals: dict[str, list[int]] = {}
-    for rec in records:
-        total = totals.setdefault(rec["runner"], [0, 0])
-        total[0] += rec["new_tokens"]
-        total[1] += rec["target_calls"]
-    return {row: tokens / max(1, calls) for row, (tokens, calls) in totals.items()}
-
-
 def build_rows(target: Path, draft: Path, alphas, gamma: int, threads: int, n_ctx: int, flash_attn: bool) -> list:
     """Both sides' plain rows and, per alpha, ours and llama.cpp's synthetic rows (llama-servers started)."""
     from ..backends.gguf import SERVER, tools_dir
@@ -246,7 +237,7 @@ def run_synthetic(
     from .config import BenchConfig
     from .prompts import load_prompts
     from .report import markdown_table, write_result
-    from .run import measure, tokens_per_second
+    from .run import measure, tokens_per_call, tokens_per_second
 
     unknown = [s for s in shapes if s not in known_shapes]
     if unknown or not shapes:

@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import DraftVerifyError
 from .folders import SPEED
 from .native_spec import FAMILY as NATIVE, SWEEP, native_specs
+
+if TYPE_CHECKING:
+    from .config import ModelChoice
 
 DEFAULT_PROMPT_SETS = ("humaneval", "spec_bench:coding", "spec_bench:summarization")
 DEFAULT_TARGET_GGUFS = ("f32", "q8_0", "q4_k_m")
@@ -62,16 +65,6 @@ def exact_rows(records: list[dict]) -> dict[str, bool]:
         return OURS_PLAIN if is_ours(row) else NATIVE_PLAIN
 
     return {row: all(texts[row, i] == texts[baseline(row), i] for i in prompts) for row in rows}
-
-
-def tokens_per_call(records: list[dict]) -> dict[str, float]:
-    """Row -> new tokens over target calls, summed over the records' prompts."""
-    totals: dict[str, list[int]] = {}
-    for rec in records:
-        total = totals.setdefault(rec["runner"], [0, 0])
-        total[0] += rec["new_tokens"]
-        total[1] += rec["target_calls"]
-    return {row: tokens / max(1, calls) for row, (tokens, calls) in totals.items()}
 
 
 def pick_finalists(speeds: dict[str, float], exact: dict[str, bool], finalists: int) -> list[str]:
@@ -111,7 +104,7 @@ def summarize(per_round: list[dict[str, float]], finalists: list[str]) -> dict:
 
 def duel(rows: list, config, chosen: list, tokenizer, rounds: int, finalists: int, echo: Callable[[str], None]) -> dict:
     """One cell: the sweep over `rows`, then `rounds` rounds of the finalists and both plain rows."""
-    from .run import measure, tokens_per_second
+    from .run import measure, tokens_per_call, tokens_per_second
 
     for row in rows:
         row.new_round()
@@ -147,6 +140,21 @@ def rank(items: tuple[str, ...], item: str) -> int:
     return items.index(item) if item in items else len(items)
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """What each cell sweeps on both sides and how long it times them: our methods at each draft length, llama.cpp's
+    native rows, the rounds of each side's fastest `finalists`, and the prompts and tokens of each. With the models
+    and threads, the settings a rerun must match to keep the cells it finds (the result's "settings")."""
+
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    gammas: tuple = DEFAULT_GAMMAS
+    native: tuple[str, ...] = (SWEEP,)
+    rounds: int = 3
+    finalists: int = 2
+    num_prompts: int = 8
+    max_new_tokens: int = 96
+
+
 def _settings(**values) -> dict:
     return {key: list(value) if isinstance(value, tuple) else value for key, value in values.items()}
 
@@ -154,30 +162,21 @@ def _settings(**values) -> dict:
 def run_versus(
     prompt_sets: tuple[str, ...] = DEFAULT_PROMPT_SETS,
     target_ggufs: tuple[str, ...] = DEFAULT_TARGET_GGUFS,
-    methods: tuple[str, ...] = DEFAULT_METHODS,
-    gammas: tuple = DEFAULT_GAMMAS,
-    native: tuple[str, ...] = (SWEEP,),
-    rounds: int = 3,
-    finalists: int = 2,
-    num_prompts: int = 8,
-    max_new_tokens: int = 96,
-    zoo: str | None = "code",
+    sweep: Sweep = Sweep(),
+    choice: ModelChoice | None = None,
     threads: int | None = 2,
     out: str | Path = SPEED,
     name: str = "bench-native",
     command: str = "",
     echo: Callable[[str], None] = lambda line: None,
-    target: str | None = None,
-    draft: str | None = None,
-    aligned_draft: str | None = None,
-    data_dir: str | Path | None = None,
 ) -> dict:
-    """Every (target GGUF type, prompt set) cell; OUT/NAME.json and OUT/NAME.md written after each one. Cells
-    already in OUT/NAME.json from a run with the same settings are kept, not measured again."""
+    """Every (target GGUF type, prompt set) cell of the models `choice` names (the code zoo's by default);
+    OUT/NAME.json and OUT/NAME.md written after each one. Cells already in OUT/NAME.json from a run with the same
+    settings are kept, not measured again."""
     import torch
 
     from . import environment
-    from .config import BenchConfig
+    from .config import ModelChoice
     from .lineup import build_runners
     from .models import load_models
     from .prompts import load_prompts
@@ -185,29 +184,17 @@ def run_versus(
     from .run import select_prompts
     from .runners import OursRunner, install_hooks
 
-    for label, value, low in (("--rounds", rounds, 1), ("--finalists", finalists, 1)):
+    for label, value, low in (("--rounds", sweep.rounds, 1), ("--finalists", sweep.finalists, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise DraftVerifyError(f"{label} must be a whole number >= {low}, got {value!r}")
-    if not prompt_sets or not target_ggufs or not methods:
+    if not prompt_sets or not target_ggufs or not sweep.methods:
         raise DraftVerifyError("--prompts, --target-gguf and --methods each need at least one item")
-    if not native_specs(native):
-        raise DraftVerifyError(f"--native names no {NATIVE}[...] row, got {','.join(native)!r}")
+    if not native_specs(sweep.native):
+        raise DraftVerifyError(f"--native names no {NATIVE}[...] row, got {','.join(sweep.native)!r}")
     if threads is not None:
         torch.set_num_threads(threads)
-    settings = _settings(
-        methods=methods,
-        gammas=gammas,
-        native=native,
-        rounds=rounds,
-        finalists=finalists,
-        num_prompts=num_prompts,
-        max_new_tokens=max_new_tokens,
-        zoo=None if target else zoo,
-        target=target,
-        draft=draft,
-        aligned_draft=aligned_draft,
-        threads=threads,
-    )
+    choice = choice or ModelChoice()
+    settings = _settings(**asdict(sweep), **choice.named(), threads=threads)
     previous = Path(out) / f"{name}.json"
     kept = json.loads(previous.read_text()) if previous.is_file() else None
     cells = kept["cells"] if kept and kept.get("settings") == settings else []
@@ -220,26 +207,18 @@ def run_versus(
         "cells": cells,
     }
     configs = {  # every option checked before the first model loads
-        gguf: BenchConfig(
-            zoo=None if target else zoo,
-            target=target,
-            draft=draft,
-            aligned_draft=aligned_draft,
-            data_dir=data_dir,
+        gguf: choice.greedy_config(
+            threads,
+            sweep.num_prompts,
+            sweep.max_new_tokens,
             backends=("llamacpp",),
-            runners=(*methods, *native, NATIVE_PLAIN),
-            gammas=gammas,
-            temperatures=(0.0,),
-            threads=threads,
-            num_prompts=num_prompts,
-            max_new_tokens=max_new_tokens,
+            runners=(*sweep.methods, *sweep.native, NATIVE_PLAIN),
+            gammas=sweep.gammas,
             target_gguf=gguf,
-            progress=False,
-            plots=False,
-        ).resolved()
+        )
         for gguf in target_ggufs
     }
-    prompt_lists = {prompts: load_prompts(prompts, data_dir) for prompts in prompt_sets}
+    prompt_lists = {prompts: load_prompts(prompts, choice.data_dir) for prompts in prompt_sets}
     for gguf, config in configs.items():
         todo = [p for p in prompt_sets if not any(c["target_gguf"] == gguf and c["prompts"] == p for c in cells)]
         if not todo:
@@ -259,7 +238,7 @@ def run_versus(
             for prompts in todo:
                 echo(f"{gguf}, {prompts}:")
                 chosen, _ = select_prompts(prompt_lists[prompts], models, replace(config, prompts=prompts))
-                cell = duel(rows, config, chosen, models.tokenizer, rounds, finalists, echo)
+                cell = duel(rows, config, chosen, models.tokenizer, sweep.rounds, sweep.finalists, echo)
                 cells.append({"target_gguf": gguf, "prompts": prompts, "num_prompts": len(chosen), **cell})
                 cells.sort(key=lambda c: (rank(target_ggufs, c["target_gguf"]), rank(prompt_sets, c["prompts"])))
                 result["date"] = environment.now()

@@ -17,7 +17,6 @@ fingerprint, so an adapter cannot be used with a target it was not trained on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -28,7 +27,7 @@ from ..errors import DraftVerifyError
 from ..types import PrefixKV
 from .blockwise import lm_head_fingerprint
 from .fingerprint import fingerprint_matches
-from .weights_folder import WeightsFolder
+from .weights_folder import SavedModule, WeightsFolder
 
 ADAPTER_FORMAT = "draftverify-bita"
 FOLDER = WeightsFolder("bita", ADAPTER_FORMAT, "BiTA adapter", "draftverify train bita")
@@ -75,10 +74,12 @@ def kv_layout(model: nn.Module) -> tuple[int, int, int]:
     return len(cache.layers), keys.shape[1], keys.shape[3]
 
 
-class BitaAdapter(nn.Module):
+class BitaAdapter(SavedModule):
+    weights_folder = FOLDER
+    config_class = BitaConfig
+
     def __init__(self, config: BitaConfig):
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         c = config
         self.mask_embeds = nn.Parameter(torch.randn(c.num_masks, c.hidden_size) * INIT_STD)  # [M, H]
         if c.prompt == "deep":
@@ -126,11 +127,3 @@ class BitaAdapter(nn.Module):
                 f"{self.config.target_fingerprint}, this target's is {found}); train one for it with "
                 "`draftverify train bita`"
             )
-
-    def save(self, folder: str | Path, metadata: dict | None = None) -> Path:
-        """folder/bita.safetensors (fp16) + folder/bita.json (config and any metadata, e.g. training facts)."""
-        return FOLDER.save(self, self.config, folder, metadata)
-
-    @classmethod
-    def load(cls, folder: str | Path) -> "BitaAdapter":
-        return FOLDER.load(cls, BitaConfig, folder)

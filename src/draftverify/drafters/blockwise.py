@@ -15,7 +15,6 @@ prefilled position, whose next token is the prompt's last (pending) token.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -27,7 +26,7 @@ from ..sampling import probs_from_logits, sample
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft
 from .fingerprint import fingerprint_matches, weight_fingerprint
-from .weights_folder import WeightsFolder
+from .weights_folder import SavedModule, WeightsFolder
 
 HEADS_FORMAT = "draftverify-bpd-heads"
 MAX_HEADS = 9  # the paper's largest block (heads 1..9)
@@ -63,13 +62,15 @@ class HeadsConfig:
                 raise DraftVerifyError(f"heads config: {name} must be a positive integer, got {value!r}")
 
 
-class BlockwiseHeads(nn.Module):
+class BlockwiseHeads(SavedModule):
     """Heads 2..h: h_i = h + W2_i relu(W1_i h + b1_i) + b2_i; logits_i = lm_head(h_i). The LM head is the
     target's and is passed in, never stored, so saving the heads saves only their own weights (a few MB)."""
 
+    weights_folder = FOLDER
+    config_class = HeadsConfig
+
     def __init__(self, config: HeadsConfig):
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         extra = config.num_heads - 1
         self.w1 = nn.Parameter(torch.empty(extra, config.hidden_size, config.ffn_size))  # [h-1, H, F]
         self.b1 = nn.Parameter(torch.zeros(extra, config.ffn_size))  # [h-1, F]
@@ -109,14 +110,6 @@ class BlockwiseHeads(nn.Module):
                 f"{self.config.target_fingerprint}, this target's is {found}); train heads for it with "
                 "`draftverify train heads`"
             )
-
-    def save(self, folder: str | Path, metadata: dict | None = None) -> Path:
-        """folder/heads.safetensors (fp16) + folder/heads.json (config and any metadata, e.g. training facts)."""
-        return FOLDER.save(self, self.config, folder, metadata)
-
-    @classmethod
-    def load(cls, folder: str | Path) -> "BlockwiseHeads":
-        return FOLDER.load(cls, HeadsConfig, folder)
 
 
 class BlockwiseDrafter(Drafter):

@@ -13,12 +13,12 @@ from typing import Callable
 import torch
 
 from ..backends.base import LMBackend
-from ..backends.lean_draft import draft_backend
 from ..errors import DraftVerifyError, check_number
 from ..types import DecodingState, Draft, Verdict
 from .base import DraftModel, empty_draft
 from .blockwise import BlockwiseDrafter, BlockwiseHeads, load_heads
-from .model import ModelDrafter, require_shared_vocabulary
+from .draft_options import draft_model_backend
+from .model import ModelDrafter
 
 
 def rescore_locally(
@@ -54,10 +54,7 @@ class BlockwiseNeuralDrafter(BlockwiseDrafter):
 
     @classmethod
     def from_options(cls, target: LMBackend, options) -> "BlockwiseNeuralDrafter":
-        if options.draft_model is None:
-            raise DraftVerifyError("bpd_neural rescores with a small LM: pass draft=... (CLI: --draft PATH)")
-        require_shared_vocabulary(options, cls.name)
-        rescorer = draft_backend(options.draft_model, "draft", options.compile, options.lean_draft)
+        rescorer = draft_model_backend(options, cls.name, "bpd_neural rescores with a small LM")
         return cls(load_heads(options), rescorer, options.lattice_k, options.rescore_weight)
 
     def bind(self, target: LMBackend, max_positions: int) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -28,6 +28,7 @@ from ..sampling import argmax, draw_next, probs_from_logits
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft
 from .eagle3_head import Eagle3Head, HeadCache
+from .wrapped_target import WrappedTarget
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -46,7 +47,7 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     )
 
 
-class LayerInputsTarget:
+class LayerInputsTarget(WrappedTarget):
     """The wrapped target: forward and start return, as hidden states, the inputs of three of its layers
     concatenated [B, n, 3H] instead of the last layer's; everything else is the target's own. Also what the head
     reads of the target's weights: its token embedding and LM head (`embedding`, `lm_head`), layer count, and
@@ -58,7 +59,7 @@ class LayerInputsTarget:
     exact_weights: bool = True
 
     def __init__(self, target: LMBackend):
-        self.target = target
+        super().__init__(target)
         self.prefilled: TargetOutput | None = None
         # [B, P, 3H] right-aligned, each row's last earlier_counts [B]: the features of the prompt positions a
         # forward decoded before its scored tokens (llama.cpp decodes a deferred prompt with the first step), for
@@ -66,10 +67,28 @@ class LayerInputsTarget:
         self.earlier: torch.Tensor | None = None
         self.earlier_counts: torch.Tensor | None = None
 
-    def __getattr__(self, name: str):
-        if name == "target":  # not set yet (a copy being built): no recursion through the line below
-            raise AttributeError(name)
-        return getattr(self.target, name)
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        want_hidden: bool = False,
+        new_valid: torch.Tensor | None = None,
+    ) -> TargetOutput:
+        """The target's forward of tokens [B, n] (its own hidden states not asked for); hidden: the chosen layers'
+        inputs at those tokens [B, n, 3H] when want_hidden. Each backend reads them its own way: `_reading`
+        around the forward, `_read` after it."""
+        with self._reading() as seen:
+            out = self.target.forward(tokens, position_ids, attention_mask, False, new_valid)
+        return TargetOutput(logits=out.logits, hidden=self._read(seen, tokens.shape[1], want_hidden))
+
+    def _reading(self) -> AbstractContextManager:
+        """Open around the target's forward: what it yields is what `_read` gets (nothing: nullcontext)."""
+        return nullcontext()
+
+    def _read(self, seen, count: int, want_hidden: bool) -> torch.Tensor | None:
+        """After the forward of `count` tokens: their features [B, count, 3H], or None when not wanted."""
+        raise NotImplementedError
 
     @staticmethod
     def of(target: LMBackend, layers: tuple[int, ...]) -> "LayerInputsTarget":
@@ -138,17 +157,11 @@ class HookedLayerInputs(LayerInputsTarget):
         self.prefilled = None if prefilled is None else TargetOutput(logits=prefilled.logits, hidden=hidden)
         return committed
 
-    def forward(
-        self,
-        tokens: torch.Tensor,
-        position_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        want_hidden: bool = False,
-        new_valid: torch.Tensor | None = None,
-    ) -> TargetOutput:
-        with self._capture() as seen:
-            out = self.target.forward(tokens, position_ids, attention_mask, False, new_valid)
-        return TargetOutput(logits=out.logits, hidden=self._fused(seen, tokens.shape[1]) if want_hidden else None)
+    def _reading(self) -> AbstractContextManager:
+        return self._capture()
+
+    def _read(self, seen: list[list[torch.Tensor]], count: int, want_hidden: bool) -> torch.Tensor | None:
+        return self._fused(seen, count) if want_hidden else None
 
 
 class LlamaCppLayerInputs(LayerInputsTarget):
@@ -193,24 +206,18 @@ class LlamaCppLayerInputs(LayerInputsTarget):
         self.prefilled, self.earlier, self.earlier_counts = None, None, None
         return self.target.start(input_ids, False, attention_mask)
 
-    def forward(
-        self,
-        tokens: torch.Tensor,
-        position_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        want_hidden: bool = False,
-        new_valid: torch.Tensor | None = None,
-    ) -> TargetOutput:
-        out = self.target.forward(tokens, position_ids, attention_mask, False, new_valid)
+    def _read(self, seen: None, count: int, want_hidden: bool) -> torch.Tensor | None:
+        """Every forward takes what llama.cpp kept (so the next one starts empty) and keeps the features of any
+        prompt positions it decoded before the scored tokens as `earlier`."""
         if self.target.seqs is not None:  # type: ignore[attr-defined]  rows: each row's, from llamacpp_rows.py
             hidden, prompts = self.target.take_row_layer_inputs()  # type: ignore[attr-defined]  [B, n, 3H]
             self.earlier, self.earlier_counts = right_aligned(prompts) if any(len(p) for p in prompts) else (None, None)
-            return TargetOutput(logits=out.logits, hidden=hidden if want_hidden else None)
+            return hidden if want_hidden else None
         features = self.target.take_layer_inputs()[None]  # type: ignore[attr-defined]  [1, m, 3H]
-        scored = features.shape[1] - tokens.shape[1]  # rows before the scored tokens: the deferred prompt's
+        scored = features.shape[1] - count  # rows before the scored tokens: the deferred prompt's
         self.earlier = features[:, :scored] if scored else None
         self.earlier_counts = torch.tensor([scored]) if scored else None
-        return TargetOutput(logits=out.logits, hidden=features[:, scored:] if want_hidden else None)
+        return features[:, scored:] if want_hidden else None
 
 
 class Eagle3Drafter(Drafter):

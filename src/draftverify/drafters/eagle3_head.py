@@ -17,15 +17,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import DraftVerifyError
 from .blockwise import lm_head_fingerprint
 from .fingerprint import fingerprint_matches
+from .weights_folder import fill, read_json, save_fp16
 
 EAGLE3_FORMAT = "draftverify-eagle3"
 MADE_BY = "draftverify train eagle3"
@@ -292,8 +293,7 @@ class Eagle3Head(nn.Module):
         """folder/config.json + folder/model.safetensors (fp16), the EAGLE-3 checkpoint layout."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        tensors = {name: t.detach().to("cpu", torch.float16).contiguous() for name, t in self.state_dict().items()}
-        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        save_fp16(self, folder / "model.safetensors", "pt")
         (folder / "config.json").write_text(json.dumps(self.config.checkpoint_config(), indent=1) + "\n")
         return folder
 
@@ -305,10 +305,7 @@ class Eagle3Head(nn.Module):
             raise DraftVerifyError(
                 f"no EAGLE-3 head in {folder}: expected config.json and model.safetensors (written by `{MADE_BY}`)"
             )
-        try:
-            info = json.loads(config_path.read_text())
-        except json.JSONDecodeError as err:
-            raise DraftVerifyError(f"{config_path} is not valid JSON: {err}") from None
+        info = read_json(config_path)
         own = info.get("draftverify") if isinstance(info, dict) else None
         if not isinstance(own, dict) or own.get("format") != EAGLE3_FORMAT:
             raise DraftVerifyError(
@@ -320,11 +317,4 @@ class Eagle3Head(nn.Module):
             config = Eagle3Config(**{k: v for k, v in own.items() if k in names})
         except TypeError as err:
             raise DraftVerifyError(f"{config_path}: {err}") from None
-        head = cls(config)
-        tensors = load_file(str(weights_path))
-        expected = {name: tuple(t.shape) for name, t in head.state_dict().items()}
-        found = {name: tuple(t.shape) for name, t in tensors.items()}
-        if found != expected:
-            raise DraftVerifyError(f"{weights_path} does not match its config: tensors {found}, expected {expected}")
-        head.load_state_dict({name: t.float() for name, t in tensors.items()})
-        return head
+        return cast(Eagle3Head, fill(cls(config), weights_path))

@@ -19,6 +19,7 @@ import torch
 from ..backends.base import LMBackend
 from ..errors import DraftVerifyError
 from ..types import PrefixKV, TargetOutput
+from .wrapped_target import WrappedTarget
 
 
 @dataclass
@@ -39,7 +40,7 @@ class VerifyExtras:
 ExtrasFor = Callable[[bool, int, int], VerifyExtras]
 
 
-class ExtraPositionsTarget:
+class ExtraPositionsTarget(WrappedTarget):
     """The wrapped target with `extras` appended to every forward; everything else is the target's own."""
 
     def __init__(self, target: LMBackend, extras: ExtrasFor, method: str):
@@ -48,13 +49,8 @@ class ExtraPositionsTarget:
                 f"{method} appends learned embeddings to the target's verify pass, which the "
                 f"{target.name} backend does not take; run it with --backend hf (backend='hf')"
             )
-        self.target = target
+        super().__init__(target)
         self.extras = extras
-
-    def __getattr__(self, name: str):
-        if name == "target":  # not set yet (a copy being built): no recursion through the line below
-            raise AttributeError(name)
-        return getattr(self.target, name)
 
     def forward(
         self,

@@ -14,11 +14,10 @@ import torch
 from torch import nn
 
 from ..backends.base import LMBackend
-from ..backends.lean_draft import draft_backend
-from ..errors import DraftVerifyError
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, DraftModel
-from .model import ModelDrafter, require_shared_vocabulary
+from .draft_options import draft_model_backend
+from .model import ModelDrafter
 from .prompt_lookup import PromptLookupDrafter
 
 
@@ -35,10 +34,7 @@ class LookupModelDrafter(Drafter):
 
     @classmethod
     def from_options(cls, target: LMBackend, options) -> "LookupModelDrafter":
-        if options.draft_model is None:
-            raise DraftVerifyError("the 'lookup_model' drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
-        require_shared_vocabulary(options, cls.name)
-        draft = draft_backend(options.draft_model, "draft", options.compile, options.lean_draft)
+        draft = draft_model_backend(options, cls.name)
         return cls(draft, options.prompt_lookup_max_ngram, options.lookup_model_min_ngram, options.alpha_fb)
 
     @property

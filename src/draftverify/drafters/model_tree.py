@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from ..backends.base import LMBackend
-from ..backends.lean_draft import draft_backend
 from ..backends.registry import as_backend
 from ..errors import DraftVerifyError
 from ..sampling import probs_from_logits
@@ -24,7 +23,8 @@ from ..tree import TreeSpec
 from ..tree_sizing import NodeRates, best_subtree
 from ..types import DecodingState, Draft, Verdict
 from .base import Drafter, DraftModel
-from .model import ModelDrafter, require_shared_vocabulary
+from .draft_options import draft_model_backend
+from .model import ModelDrafter
 
 # 3 candidates at the root, 2 under the best, a chain along the best branch: 10 nodes, depth 4
 DEFAULT_TREE_PATHS: tuple[tuple[int, ...], ...] = (
@@ -73,11 +73,8 @@ class ModelTreeDrafter(Drafter):
 
     @classmethod
     def from_options(cls, target: LMBackend, options) -> "ModelTreeDrafter":
-        if options.draft_model is None:
-            raise DraftVerifyError(f"the {cls.name!r} drafter needs a draft model: pass draft=... (CLI: --draft PATH)")
-        require_shared_vocabulary(options, cls.name)
-        paths = options.tree_paths if options.tree_paths is not None else DEFAULT_TREE_PATHS
-        return cls(draft_backend(options.draft_model, "draft", options.compile, options.lean_draft), paths)
+        draft = draft_model_backend(options, cls.name)
+        return cls(draft, options.tree_paths if options.tree_paths is not None else DEFAULT_TREE_PATHS)
 
     def bind(self, target: LMBackend, max_positions: int) -> None:
         ModelDrafter.check_pair(self.lm, target, max_positions)

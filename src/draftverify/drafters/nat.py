@@ -29,7 +29,6 @@ stays lossless.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -40,7 +39,7 @@ from ..sampling import draw_next, probs_from_logits
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, empty_draft
 from .fingerprint import fingerprint_matches, weight_fingerprint
-from .weights_folder import WeightsFolder
+from .weights_folder import SavedModule, WeightsFolder
 
 NAT_FORMAT = "draftverify-nat-drafter"
 FOLDER = WeightsFolder("nat", NAT_FORMAT, "NAT drafter", "draftverify train nat")
@@ -88,12 +87,14 @@ class NatConfig:
         return asdict(self)
 
 
-class NatDecoder(nn.Module):
+class NatDecoder(SavedModule):
     """Post-LN Transformer decoder layers without a causal mask, a learned [MASK] vector and positions."""
 
+    weights_folder = FOLDER
+    config_class = NatConfig
+
     def __init__(self, config: NatConfig):
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         H = config.hidden_size
         self.mask_embedding = nn.Parameter(torch.randn(H) * H**-0.5)  # [H]
         self.positions = nn.Embedding(config.max_positions, H)
@@ -265,14 +266,6 @@ class NatDecoder(nn.Module):
                 f"{self.config.target_fingerprint}, this target's is {found}); train one for it with "
                 "`draftverify train nat`"
             )
-
-    def save(self, folder: str | Path, metadata: dict | None = None) -> Path:
-        """folder/nat.safetensors (fp16) + folder/nat.json (config and any metadata, e.g. training facts)."""
-        return FOLDER.save(self, self.config, folder, metadata)
-
-    @classmethod
-    def load(cls, folder: str | Path) -> "NatDecoder":
-        return FOLDER.load(cls, NatConfig, folder)
 
 
 class NatDrafter(Drafter):

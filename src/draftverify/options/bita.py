@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..registry import DrafterSpec, MethodEntry, register_methods
 from .declare import option
+from .methods import register_method
 
 
 @dataclass(frozen=True)
@@ -29,37 +29,23 @@ class BitaTreeOptions:  # bita, bita_tree
     bita_topk: int = option(3, "--bita-topk", "Candidates per mask token.")
 
 
-register_methods(
-    DrafterSpec(
-        "bita",
-        "draftverify.drafters.bita:BitaEfficientDrafter",
-        options=(BitaOptions, BitaTreeOptions),
-        methods={
-            "bita": MethodEntry(
-                "BiTA: learned mask tokens on the frozen target draft an efficient top-k tree in its verify pass"
-            ),
-        },
-    )
+register_method(
+    "bita",
+    "draftverify.drafters.bita:BitaEfficientDrafter",
+    "BiTA: learned mask tokens on the frozen target draft an efficient top-k tree in its verify pass",
+    (BitaOptions, BitaTreeOptions),
 )
 
-register_methods(
-    DrafterSpec(
-        "bita_tree",
-        "draftverify.drafters.bita:BitaFullTreeDrafter",
-        options=(BitaOptions, BitaTreeOptions),
-        methods={
-            "bita_tree": MethodEntry("BiTA with the full top-k tree (k + k^2 + ... + k^M candidates)"),
-        },
-    )
+register_method(
+    "bita_tree",
+    "draftverify.drafters.bita:BitaFullTreeDrafter",
+    "BiTA with the full top-k tree (k + k^2 + ... + k^M candidates)",
+    (BitaOptions, BitaTreeOptions),
 )
 
-register_methods(
-    DrafterSpec(
-        "bita_chain",
-        "draftverify.drafters.bita:BitaDrafter",
-        options=(BitaOptions,),
-        methods={
-            "bita_chain": MethodEntry("BiTA's straightforward decoding: the previous pass's mask tokens' top-1 chain"),
-        },
-    )
+register_method(
+    "bita_chain",
+    "draftverify.drafters.bita:BitaDrafter",
+    "BiTA's straightforward decoding: the previous pass's mask tokens' top-1 chain",
+    (BitaOptions,),
 )

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..registry import DrafterSpec, MethodEntry, register_methods
 from .declare import option
+from .methods import register_method
 from .ngram import NgramOptions
 
 
@@ -47,51 +47,31 @@ class NeuralRescoreOptions:  # bpd_neural
     )
 
 
-register_methods(
-    DrafterSpec(
-        "bpd",
-        "draftverify.drafters.blockwise:BlockwiseDrafter",
-        options=(HeadsOptions,),
-        methods={
-            "bpd": MethodEntry(
-                "blockwise parallel decoding: heads on the target's hidden state draft in its verify pass"
-            ),
-        },
-    )
+register_method(
+    "bpd",
+    "draftverify.drafters.blockwise:BlockwiseDrafter",
+    "blockwise parallel decoding: heads on the target's hidden state draft in its verify pass",
+    (HeadsOptions,),
 )
 
-register_methods(
-    DrafterSpec(
-        "bpd_ngram",
-        "draftverify.drafters.blockwise_lattice:BlockwiseNgramDrafter",
-        options=(HeadsOptions, NgramOptions, LatticeOptions, NgramRescoreOptions),
-        methods={
-            "bpd_ngram": MethodEntry("bpd with the heads' top-k lattice rescored by an n-gram table (best path)"),
-        },
-    )
+register_method(
+    "bpd_ngram",
+    "draftverify.drafters.blockwise_lattice:BlockwiseNgramDrafter",
+    "bpd with the heads' top-k lattice rescored by an n-gram table (best path)",
+    (HeadsOptions, NgramOptions, LatticeOptions, NgramRescoreOptions),
 )
 
-register_methods(
-    DrafterSpec(
-        "bpd_neural",
-        "draftverify.drafters.blockwise_neural:BlockwiseNeuralDrafter",
-        options=(HeadsOptions, LatticeOptions, NeuralRescoreOptions),
-        methods={
-            "bpd_neural": MethodEntry(
-                "bpd with each head's top-k rescored left to right by the draft model (local neural rescoring)",
-                needs_draft=True,
-            ),
-        },
-    )
+register_method(
+    "bpd_neural",
+    "draftverify.drafters.blockwise_neural:BlockwiseNeuralDrafter",
+    "bpd with each head's top-k rescored left to right by the draft model (local neural rescoring)",
+    (HeadsOptions, LatticeOptions, NeuralRescoreOptions),
+    needs_draft=True,
 )
 
-register_methods(
-    DrafterSpec(
-        "bpd_pbest",
-        "draftverify.drafters.blockwise_lattice:BlockwisePBestDrafter",
-        options=(HeadsOptions, NgramOptions, LatticeOptions, NgramRescoreOptions, PBestOptions),
-        methods={
-            "bpd_pbest": MethodEntry("bpd's p best n-gram-rescored lattice paths merged into one token tree"),
-        },
-    )
+register_method(
+    "bpd_pbest",
+    "draftverify.drafters.blockwise_lattice:BlockwisePBestDrafter",
+    "bpd's p best n-gram-rescored lattice paths merged into one token tree",
+    (HeadsOptions, NgramOptions, LatticeOptions, NgramRescoreOptions, PBestOptions),
 )

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..registry import DrafterSpec, MethodEntry, register_methods
 from .declare import option
+from .methods import register_method
 from .prompt_lookup import LookupNgramOptions, PromptLookupOptions
 from .suffix import SuffixOptions
 
@@ -21,17 +21,11 @@ class EarnOptions:
     )
 
 
-register_methods(
-    DrafterSpec(
-        "earn",
-        "draftverify.drafters.earn:EarnedDrafter",
-        options=(EarnOptions, SuffixOptions, LookupNgramOptions, PromptLookupOptions),
-        methods={
-            "earn": MethodEntry(
-                "each step the draft that earns most: the suffix cache, prompt lookup or the draft model, priced "
-                "by expected accepted tokens over drafting plus the verify pass's measured cost",
-                needs_draft=True,
-            ),
-        },
-    )
+register_method(
+    "earn",
+    "draftverify.drafters.earn:EarnedDrafter",
+    "each step the draft that earns most: the suffix cache, prompt lookup or the draft model, priced "
+    "by expected accepted tokens over drafting plus the verify pass's measured cost",
+    (EarnOptions, SuffixOptions, LookupNgramOptions, PromptLookupOptions),
+    needs_draft=True,
 )

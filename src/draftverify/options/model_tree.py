@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass
 
 from ..errors import DraftVerifyError
-from ..registry import DrafterSpec, MethodEntry, register_methods
 from .declare import option
+from .methods import register_method
 
 
 def parse_tree_paths(value: str) -> list[tuple[int, ...]]:
@@ -32,15 +32,10 @@ class TreeOptions:
     )
 
 
-register_methods(
-    DrafterSpec(
-        "model_tree",
-        "draftverify.drafters.model_tree:ModelTreeDrafter",
-        options=(TreeOptions,),
-        methods={
-            "model_tree": MethodEntry(
-                "the draft model's top-k expansion as a static token tree, verified at once", needs_draft=True
-            ),
-        },
-    )
+register_method(
+    "model_tree",
+    "draftverify.drafters.model_tree:ModelTreeDrafter",
+    "the draft model's top-k expansion as a static token tree, verified at once",
+    (TreeOptions,),
+    needs_draft=True,
 )

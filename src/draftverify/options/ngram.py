@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..registry import DrafterSpec, MethodEntry, register_methods
 from .declare import option
+from .methods import register_method
 
 
 @dataclass(frozen=True)
@@ -21,13 +21,9 @@ class NgramOptions:
     )
 
 
-register_methods(
-    DrafterSpec(
-        "ngram",
-        "draftverify.drafters.ngram:NgramDrafter",
-        options=(NgramOptions,),
-        methods={
-            "ngram": MethodEntry("a negligible-cost n-gram table drafts (works under sampling too)"),
-        },
-    )
+register_method(
+    "ngram",
+    "draftverify.drafters.ngram:NgramDrafter",
+    "a negligible-cost n-gram table drafts (works under sampling too)",
+    (NgramOptions,),
 )

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..registry import DrafterSpec, MethodEntry, register_methods
 from .declare import option
+from .methods import register_method
 
 
 @dataclass(frozen=True)
@@ -35,39 +35,24 @@ class LookupModelOptions:  # lookup_model
     )
 
 
-register_methods(
-    DrafterSpec(
-        "prompt_lookup",
-        "draftverify.drafters.prompt_lookup:PromptLookupDrafter",
-        options=(LookupNgramOptions, PromptLookupOptions),
-        methods={
-            "prompt_lookup": MethodEntry("copy the continuation of the latest matching n-gram in the context"),
-        },
-    )
+register_method(
+    "prompt_lookup",
+    "draftverify.drafters.prompt_lookup:PromptLookupDrafter",
+    "copy the continuation of the latest matching n-gram in the context",
+    (LookupNgramOptions, PromptLookupOptions),
 )
 
-register_methods(
-    DrafterSpec(
-        "lookup_model",
-        "draftverify.drafters.lookup_model:LookupModelDrafter",
-        options=(LookupNgramOptions, LookupModelOptions),
-        methods={
-            "lookup_model": MethodEntry(
-                "copy from the context when its last n-gram recurs, else the draft model drafts "
-                "(the code zoo's default)",
-                needs_draft=True,
-            ),
-        },
-    )
+register_method(
+    "lookup_model",
+    "draftverify.drafters.lookup_model:LookupModelDrafter",
+    "copy from the context when its last n-gram recurs, else the draft model drafts (the code zoo's default)",
+    (LookupNgramOptions, LookupModelOptions),
+    needs_draft=True,
 )
 
-register_methods(
-    DrafterSpec(
-        "prompt_lookup_tree",
-        "draftverify.drafters.prompt_lookup_tree:PromptLookupTreeDrafter",
-        options=(LookupNgramOptions, PromptLookupOptions, LookupTreeOptions),
-        methods={
-            "prompt_lookup_tree": MethodEntry("several earlier matches of the last n-gram, merged into one tree"),
-        },
-    )
+register_method(
+    "prompt_lookup_tree",
+    "draftverify.drafters.prompt_lookup_tree:PromptLookupTreeDrafter",
+    "several earlier matches of the last n-gram, merged into one tree",
+    (LookupNgramOptions, PromptLookupOptions, LookupTreeOptions),
 )

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..registry import DrafterSpec, MethodEntry, register_methods
 from .declare import option
+from .methods import register_method
 
 
 @dataclass(frozen=True)
@@ -37,16 +37,10 @@ class SuffixOptions:
     )
 
 
-register_methods(
-    DrafterSpec(
-        "suffix",
-        "draftverify.drafters.suffix:SuffixDrafter",
-        options=(SuffixOptions,),
-        methods={
-            "suffix": MethodEntry(
-                "the most frequent continuation of the context's longest suffix in this request and earlier ones "
-                "(a cache shared across requests)"
-            ),
-        },
-    )
+register_method(
+    "suffix",
+    "draftverify.drafters.suffix:SuffixDrafter",
+    "the most frequent continuation of the context's longest suffix in this request and earlier ones "
+    "(a cache shared across requests)",
+    (SuffixOptions,),
 )

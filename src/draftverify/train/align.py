@@ -24,7 +24,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -39,7 +39,7 @@ from .losses import autocast
 from .presets import count_params
 from .runner import Run, load_checkpoint
 from .settings import RunOptions, TrainError, seed_everything, set_threads, to_device
-from .shared_flags import OWN_DATA, shared, shared_flags
+from .shared_flags import OWN_DATA, recipe_options, shared
 from .tokenizer import TokenizerError, load_tokenizer, tokenizer_hash
 
 CACHE_VERSION = 1
@@ -71,8 +71,7 @@ class AlignError(TrainError):
 # --------------------------------------------------------------------------- options
 
 
-@dataclass
-@shared_flags
+@recipe_options
 class AlignOptions(RunOptions):
     """`train align`'s options, each its flag (the run options' too: RunOptions)."""
 
@@ -705,6 +704,35 @@ def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_ste
         "eos_token_id": eos,
     }
 
+    def continuations(path: Path, header: dict, prompts: list[dict], draft, desc: str, **settings) -> list[dict]:
+        """greedy_continuations of `prompts` by this run's target, drafted by `draft` (each record keeps its alpha)."""
+        return greedy_continuations(
+            path,
+            header,
+            prompts,
+            target_lm,
+            draft,
+            opts.gamma,
+            opts.new_tokens,
+            eos,
+            desc=desc,
+            progress=progress,
+            log=log,
+            **settings,
+        )
+
+    def eval_header(draft, sha256: str) -> dict:
+        """The cache header of a draft's held-out generations (before and after alignment: the same prompts)."""
+        return {
+            **base_header,
+            "kind": "eval",
+            "split": "val",
+            "seed": opts.seed + 1,
+            "draft": str(draft),
+            "draft_sha256": sha256,
+            "gamma": opts.gamma,
+        }
+
     # ---- step 1: the target's greedy continuations of the calibration prompts (cached)
     t0 = time.time()
     calib_prompts = sample_prompts(
@@ -714,18 +742,12 @@ def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_ste
         f"step 1: {len(calib_prompts)} calibration prompts from the train split "
         f"({sum(len(p['prompt']) for p in calib_prompts):,} prompt tokens) -> {opts.generations_path}"
     )
-    calib = greedy_continuations(
+    calib = continuations(
         opts.generations_path,
         {**base_header, "kind": "calibration", "split": "train", "draft": str(opts.draft)},
         calib_prompts,
-        target_lm,
         draft_model,
-        opts.gamma,
-        opts.new_tokens,
-        eos,
-        desc="target greedy (calibration)",
-        progress=progress,
-        log=log,
+        "target greedy (calibration)",
     )
     calib_summary = summarize(calib)
     log(
@@ -741,26 +763,12 @@ def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_ste
         eval_prompts = sample_prompts(
             manifest, tok, "val", opts.eval_prompts, opts.min_prompt_tokens, opts.max_prompt_tokens, opts.seed + 1
         )
-        heldout = greedy_continuations(
+        heldout = continuations(
             work / "eval_before.jsonl",
-            {
-                **base_header,
-                "kind": "eval",
-                "split": "val",
-                "seed": opts.seed + 1,
-                "draft": str(opts.draft),
-                "draft_sha256": draft_sha,
-                "gamma": opts.gamma,
-            },
+            eval_header(opts.draft, draft_sha),
             eval_prompts,
-            target_lm,
             draft_model,
-            opts.gamma,
-            opts.new_tokens,
-            eos,
-            desc="alpha before (held-out)",
-            progress=progress,
-            log=log,
+            "alpha before (held-out)",
         )
         before = summarize(heldout)
         log(
@@ -808,27 +816,13 @@ def align(opts: AlignOptions, log: Callable[[str], None] = print, stop_after_ste
     # ---- step 3: alpha of the exported aligned draft on the same held-out prompts
     if opts.eval_prompts:
         aligned = _load(str(out), "aligned draft", opts.frozen_dtype(), opts.torch_device())
-        after_recs = greedy_continuations(
+        after_recs = continuations(
             work / "eval_after.jsonl",
-            {
-                **base_header,
-                "kind": "eval",
-                "split": "val",
-                "seed": opts.seed + 1,
-                "draft": str(out),
-                "draft_sha256": model_digest(out),
-                "gamma": opts.gamma,
-            },
+            eval_header(out, model_digest(out)),
             eval_prompts,
-            target_lm,
             aligned,
-            opts.gamma,
-            opts.new_tokens,
-            eos,
-            desc="alpha after (held-out)",
+            "alpha after (held-out)",
             reset_on_mismatch=True,
-            progress=progress,
-            log=log,
         )
         after = summarize(after_recs)
         info["after"] = after

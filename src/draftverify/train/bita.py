@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 import sysconfig
 import time
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -31,26 +31,22 @@ from ..bench.environment import command_line
 from ..markdown import markdown_table
 from ..options.declare import option
 from . import align, corpus as corpus_mod
-from .frozen import FrozenTarget, fit_measured, load_frozen_target
+from .frozen import CodeTarget, FrozenRunOptions, FrozenTarget, fit_facts, fit_measured, load_frozen_target, run_facts
 from .lm import TrainError
 from .runner import Run
-from .settings import RunOptions, machine_name, seed_everything, to_device
-from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
+from .settings import seed_everything, to_device
+from .shared_flags import recipe_options, shared
 
 STDLIB_DIR = "cpython-3.11.7/"  # the manifest's folder of the standard library
 
 
-@dataclass
-@shared_flags
-class BitaOptions(FrozenTarget, RunOptions):
+@recipe_options
+class BitaOptions(FrozenTarget, CodeTarget, FrozenRunOptions):
     """`train bita`'s options, each its flag (the run options' too: RunOptions)."""
 
-    target: str = shared("zoo/code/target")
     manifest: str = shared(
         "zoo/code/manifest.json", "Corpus manifest JSON (without the unpacked corpus: its stdlib files, read locally)."
     )
-    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
-    tokenizer: Optional[str] = shared(None)  # default: the target's directory
     out_dir: str = shared("zoo/code/bita", "Where to save the adapter (safetensors + JSON + card).")
     work_dir: str = shared("runs/bita")
     prompt: str = option("deep", "--prompt", "Prompt tokens: none (mask tokens only), shallow or deep.")
@@ -64,11 +60,8 @@ class BitaOptions(FrozenTarget, RunOptions):
     gen_batch: int = option(32, "--gen-batch", "Prompts generated together (batched greedy).")
     cuts: int = shared(16)  # cut points per sequence per step
     _: KW_ONLY
-    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
     batch_size: int = shared(8)  # sequences per step
     lr: float = shared(3e-2)  # the paper's
-    warmup_steps: int = shared(20)
-    weight_decay: float = shared(0.0)
     checkpoint_minutes: float = shared(2.0)
     log_every: int = shared(20)
 
@@ -117,30 +110,10 @@ def batched_greedy(
 ) -> None:
     """The target's greedy continuation of each prompt, `batch` at a time (sorted by length, left padded); each
     continuation ends at its first EOS. on_batch receives each batch's continuations in prompt order."""
-    import torch
-
-    from ..types import left_padded
+    from ..backends.hf.greedy import hf_greedy
 
     for start in range(0, len(prompts), batch):
-        group = prompts[start : start + batch]
-        ids, mask = left_padded(group, pad, model.device)
-        width = ids.shape[1]
-        with torch.no_grad():
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=mask.long(),
-                max_new_tokens=new_tokens,
-                do_sample=False,
-                eos_token_id=eos,
-                pad_token_id=pad,
-                min_new_tokens=1,
-            )
-        rows = []
-        for row in out[:, width:].tolist():
-            if eos is not None and eos in row:
-                row = row[: row.index(eos) + 1]
-            rows.append(row)
-        on_batch(rows)
+        on_batch(hf_greedy(model, prompts[start : start + batch], pad, eos, new_tokens, min_new_tokens=1)[0])
 
 
 def generations(
@@ -333,7 +306,6 @@ def write_card(folder: str | Path) -> Path:
 def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
     """Run (or resume) data, training and export. Returns the training facts written to bita.json."""
     opts.validate()
-    import torch
 
     from ..drafters.bita_adapter import BitaAdapter
 
@@ -412,7 +384,6 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
     )
     if state["stopped"]:
         return {"stopped": True, "step": state["step"]}
-    step, time_train, before, after = state["step"], state["elapsed"], state["before"], state["after"]
 
     # ---- 3. export
     parameters = sum(p.numel() for p in adapter.parameters())
@@ -429,20 +400,11 @@ def train_bita(opts: BitaOptions, log: Callable[[str], None] = print) -> dict:
         "max_prompt_tokens": opts.max_prompt_tokens,
         "gen_batch": opts.gen_batch,
         "cuts": opts.cuts,
-        "steps": step,
-        "batch_size": opts.batch_size,
-        "lr": opts.lr,
-        "warmup_steps": opts.warmup_steps,
-        "seed": opts.seed,
-        "heldout_accuracy": {"before": before, "after": after},
+        **fit_facts(opts, state, "heldout_accuracy"),
         "parameters": parameters,
         "target_parameters": target_parameters,
         "parameter_share": parameters / target_parameters,
-        "command": opts.command,
-        "threads": torch.get_num_threads(),
-        "cpu": machine_name(target.device),
-        "time_generation_s": round(time_generation, 1),
-        "time_train_s": round(time_train, 1),
+        **run_facts(opts, target, state, generation=time_generation),
     }
     out = Path(opts.out_dir)
     adapter.save(out, metadata={"training": info})

@@ -318,52 +318,44 @@ def align_cmd(opts: AlignOptions) -> None:
     )
 
 
+# the recipes on a frozen target measure held-out accuracy before and after, not a held-out loss during the run
+NO_HELD_OUT_LOSS = ("eval_every_steps", "eval_minutes")
+
+
+def _frozen_recipe(recipe: Callable[..., dict], opts, measure: str, *figures: str) -> None:
+    """Run a frozen-target recipe on its command's options (_as_run) and print one JSON line: its held-out
+    `measure` after training, its steps, the `figures` of its result and where it saved what it trained."""
+    opts = _as_run(opts)
+    info = _run(recipe, opts)
+    summary = {measure: info[measure]["after"], "steps": info["steps"], **{name: info[name] for name in figures}}
+    typer.echo(json.dumps({**summary, "out": str(opts.out_dir)}))
+
+
 @train_app.command("heads")
-@settings_command(HeadsOptions, leave_out=("eval_every_steps", "eval_minutes"))  # no held-out loss to evaluate
+@settings_command(HeadsOptions, leave_out=NO_HELD_OUT_LOSS)
 def heads_cmd(opts: HeadsOptions) -> None:
     """Blockwise parallel decoding heads on a frozen target, trained on its own greedy continuations."""
     from .heads import train_heads
 
-    opts = _as_run(opts)
-    info = _run(train_heads, opts)
-    typer.echo(
-        json.dumps(
-            {"heldout_accuracy": info["heldout_accuracy"]["after"], "steps": info["steps"], "out": str(opts.out_dir)}
-        )
-    )
+    _frozen_recipe(train_heads, opts, "heldout_accuracy")
 
 
 @train_app.command("eagle3")
-@settings_command(Eagle3TrainOptions, leave_out=("eval_every_steps", "eval_minutes"))  # no held-out loss
+@settings_command(Eagle3TrainOptions, leave_out=NO_HELD_OUT_LOSS)
 def eagle3_cmd(opts: Eagle3TrainOptions) -> None:
     """An EAGLE-3 head on a frozen target's own features, trained on its greedy tokens with a training-time test."""
     from .eagle3 import train_eagle3
 
-    opts = _as_run(opts)
-    info = _run(train_eagle3, opts)
-    after = info["heldout_acceptance"]["after"]
-    typer.echo(json.dumps({"heldout_acceptance": after, "steps": info["steps"], "out": opts.out_dir}))
+    _frozen_recipe(train_eagle3, opts, "heldout_acceptance")
 
 
 @train_app.command("bita")
-@settings_command(BitaOptions, leave_out=("eval_every_steps", "eval_minutes"))  # no held-out loss to evaluate
+@settings_command(BitaOptions, leave_out=NO_HELD_OUT_LOSS)
 def bita_cmd(opts: BitaOptions) -> None:
     """BiTA mask and prompt tokens on a frozen target, trained on its own greedy continuations (SAR loss)."""
     from .bita import train_bita
 
-    opts = _as_run(opts)
-    info = _run(train_bita, opts)
-    typer.echo(
-        json.dumps(
-            {
-                "heldout_accuracy": info["heldout_accuracy"]["after"],
-                "steps": info["steps"],
-                "parameters": info["parameters"],
-                "parameter_share": info["parameter_share"],
-                "out": opts.out_dir,
-            }
-        )
-    )
+    _frozen_recipe(train_bita, opts, "heldout_accuracy", "parameters", "parameter_share")
 
 
 @train_app.command("translate-tokenizer")

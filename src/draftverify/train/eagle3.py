@@ -18,19 +18,19 @@
 from __future__ import annotations
 
 import time
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from ..bench.environment import command_line
 from ..markdown import markdown_table
 from ..options.declare import option
-from .frozen import FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
-from .heads import greedy_data
+from .frozen import GreedyFeaturesOptions, fit_facts, fit_measured, load_frozen_target, run_facts
+from .heads import greedy_features
 from .lm import TrainError
 from .runner import Run
-from .settings import RunOptions, machine_name, seed_everything, to_device
-from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
+from .settings import seed_everything, to_device
+from .shared_flags import recipe_options, shared
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
     import torch
@@ -39,15 +39,10 @@ FEATURES_VERSION = 1
 STEP_DECAY = 0.8  # EAGLE-3's weight of training-time-test step s: 0.8^s
 
 
-@dataclass
-@shared_flags
-class Eagle3TrainOptions(FrozenTarget, GreedyPrompts, RunOptions):
+@recipe_options
+class Eagle3TrainOptions(GreedyFeaturesOptions):
     """`train eagle3`'s options, each its flag (the run options' too: RunOptions)."""
 
-    target: str = shared("zoo/code/target")
-    manifest: str = shared("zoo/code/manifest.json")
-    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
-    tokenizer: Optional[str] = shared(None)  # default: the target's directory
     out_dir: str = shared("zoo/code/eagle3", "Where to save the head (EAGLE-3 checkpoint layout + card).")
     work_dir: str = shared("runs/eagle3")  # generations, features, checkpoint
     ttt_steps: int = option(6, "--ttt-steps", "Training-time-test steps k (the head fed its own outputs); 1..16.")
@@ -55,11 +50,8 @@ class Eagle3TrainOptions(FrozenTarget, GreedyPrompts, RunOptions):
         None, "--intermediate-size", "The head's MLP size (default: the target's)."
     )
     _: KW_ONLY
-    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
     batch_size: int = shared(8)  # sequences per step
     lr: float = shared(1e-3)
-    warmup_steps: int = shared(20)
-    weight_decay: float = shared(0.0)
     checkpoint_minutes: float = shared(5.0)
 
     def validate(self) -> None:
@@ -250,7 +242,6 @@ accepted tokens per verify pass of a greedy chain of {info["ttt_steps"]}.
 def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -> dict:
     """Run (or resume) data, features, training and export. Returns the facts written to the card."""
     opts.validate()
-    import torch
 
     from ..drafters.eagle3_head import Eagle3Config, Eagle3Head
 
@@ -261,23 +252,13 @@ def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     config = Eagle3Config.for_target(target.config, lm_head, opts.intermediate_size)
     work = Path(opts.work_dir)
-    t0 = time.time()
-    header, splits = greedy_data(opts, tok, target, work, opts.use_progress, log)
-    time_generation = time.time() - t0
 
-    t0 = time.time()
-    data = {}
-    for split, records in splits.items():
-        key = {
-            "version": FEATURES_VERSION,
-            "target_sha256": header["target_sha256"],
-            "layers": list(config.aux_layers),
-            "records": len(records),
-            "seed": opts.seed + (split == "val"),
-        }
-        path = work / f"eagle3-features-{split}.pt"
-        data[split] = cached_features(path, key, target, records, config.aux_layers, log)
-    time_features = time.time() - t0
+    def features(split: str, records: list, key: dict):  # the layers' inputs and the greedy tokens per sequence
+        return cached_features(work / f"eagle3-features-{split}.pt", key, target, records, config.aux_layers, log)
+
+    header, data, time_generation, time_features = greedy_features(
+        opts, tok, target, work, log, FEATURES_VERSION, features, layers=list(config.aux_layers)
+    )
     train, val = data["train"], data["val"]
 
     seed_everything(opts.seed)
@@ -323,18 +304,8 @@ def train_eagle3(opts: Eagle3TrainOptions, log: Callable[[str], None] = print) -
         "max_prompt_tokens": opts.max_prompt_tokens,
         "train_positions": sum(len(t) for t in train["tokens"]),
         "ttt_steps": opts.ttt_steps,
-        "steps": state["step"],
-        "batch_size": opts.batch_size,
-        "lr": opts.lr,
-        "warmup_steps": opts.warmup_steps,
-        "seed": opts.seed,
-        "heldout_acceptance": {"before": state["before"], "after": state["after"]},
-        "command": opts.command,
-        "threads": torch.get_num_threads(),
-        "cpu": machine_name(target.device),
-        "time_generation_s": round(time_generation, 1),
-        "time_features_s": round(time_features, 1),
-        "time_train_s": round(state["elapsed"], 1),
+        **fit_facts(opts, state, "heldout_acceptance"),
+        **run_facts(opts, target, state, generation=time_generation, features=time_features),
     }
     out = Path(opts.out_dir)
     head = Eagle3Head(Eagle3Config(**{**config.__dict__, "training": info}))

@@ -12,7 +12,7 @@ not only early exit.
 from __future__ import annotations
 
 import json
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -24,7 +24,7 @@ from .losses import autocast, averaged_loss, held_out_losses, next_token_losses
 from .presets import count_params
 from .runner import Run
 from .settings import RunOptions, TrainError, seed_everything, set_threads
-from .shared_flags import OWN_DATA, shared, shared_flags
+from .shared_flags import OWN_DATA, recipe_options, shared
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
 
 
@@ -32,8 +32,7 @@ class DegradedError(TrainError):
     """The full model's held-out loss rose by more than the allowed bound: nothing was exported."""
 
 
-@dataclass
-@shared_flags
+@recipe_options
 class EarlyExitOptions(RunOptions):
     """`train early-exit`'s options, each its flag (the run options' too: RunOptions)."""
 

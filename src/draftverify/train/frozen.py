@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
-from .settings import TrainError, set_threads
-from .shared_flags import shared, shared_flags
+from .settings import RunOptions, TrainError, machine_name, set_threads
+from .shared_flags import BF16_OPT_IN, OWN_DATA, recipe_options, shared, shared_flags
 
 
 class FrozenTarget:
@@ -31,8 +31,30 @@ class FrozenTarget:
         check_inputs(self)
 
 
-@dataclass
+@dataclass(kw_only=True)
 @shared_flags
+class FrozenRunOptions(RunOptions):
+    """The run defaults of the recipes that train a small piece on a frozen target (`train heads`, `train eagle3`,
+    `train bita`): float32 unless bf16 is asked for, a short warm-up, no weight decay."""
+
+    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
+    warmup_steps: int = shared(20)
+    weight_decay: float = shared(0.0)
+
+
+@recipe_options
+class CodeTarget:
+    """Options mixin (with flags) of the recipes that learn on the code zoo's target from corpus prompts (`train
+    heads`, `train eagle3`, `train bita`): the target, where the prompts come from (the corpus manifest, or your
+    own text) and the tokenizer."""
+
+    target: str = shared("zoo/code/target")
+    manifest: str = shared("zoo/code/manifest.json")
+    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
+    tokenizer: Optional[str] = shared(None)  # default: the target's directory
+
+
+@recipe_options
 class GreedyPrompts:
     """Options mixin (with flags) of the recipes that learn a frozen target's greedy continuations of corpus prompts
     from its features (`train heads`, `train eagle3`): how many prompts, how long, how many tokens each."""
@@ -43,6 +65,12 @@ class GreedyPrompts:
     max_prompt_tokens: int = shared(128)
     new_tokens: int = shared(64)
     generate_batch: int = shared(32)  # prompts per batched generate call (equal-length groups within it)
+
+
+@recipe_options
+class GreedyFeaturesOptions(FrozenTarget, CodeTarget, GreedyPrompts, FrozenRunOptions):
+    """The options every recipe that learns from a frozen code target's features on its own greedy continuations
+    takes (`train heads`, `train eagle3`): each adds what it trains."""
 
 
 def check_inputs(opts) -> None:
@@ -77,6 +105,33 @@ def fit_measured(
         state["after"] = accuracy()
         log("held-out top-1 accuracy after: " + show(state["after"]))
     return state
+
+
+def fit_facts(opts, state: dict, measure: str) -> dict:
+    """What a frozen-target recipe's report says of its fit_measured() run, in the report's order: the steps, batch
+    size, peak learning rate, warm-up and seed, and the held-out `measure` before and after training."""
+    return {
+        "steps": state["step"],
+        "batch_size": opts.batch_size,
+        "lr": opts.lr,
+        "warmup_steps": opts.warmup_steps,
+        "seed": opts.seed,
+        measure: {"before": state["before"], "after": state["after"]},
+    }
+
+
+def run_facts(opts, target, state: dict, **seconds: float) -> dict:
+    """How a frozen-target recipe ran, the end of its report: the command, torch's threads, the machine, then the
+    wall seconds of each part named in `seconds` (generation, features: 0.1 s) and of training."""
+    import torch
+
+    return {
+        "command": opts.command,
+        "threads": torch.get_num_threads(),
+        "cpu": machine_name(target.device),
+        **{f"time_{part}_s": round(value, 1) for part, value in seconds.items()},
+        "time_train_s": round(state["elapsed"], 1),
+    }
 
 
 def load_frozen_target(opts) -> tuple:

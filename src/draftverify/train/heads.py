@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
@@ -30,11 +30,11 @@ from ..bench.environment import command_line
 from ..markdown import markdown_table
 from ..options.declare import option
 from . import align, corpus as corpus_mod
-from .frozen import FrozenTarget, GreedyPrompts, fit_measured, load_frozen_target
+from .frozen import GreedyFeaturesOptions, fit_facts, fit_measured, load_frozen_target, run_facts
 from .lm import TrainError
 from .runner import Run
-from .settings import RunOptions, machine_name, seed_everything
-from .shared_flags import BF16_OPT_IN, OWN_DATA, shared, shared_flags
+from .settings import seed_everything
+from .shared_flags import recipe_options, shared
 from .tokenizer import tokenizer_hash
 
 if TYPE_CHECKING:  # torch is imported where it is used: the module loads without it
@@ -44,25 +44,17 @@ IGNORE = -100
 FEATURES_VERSION = 1
 
 
-@dataclass
-@shared_flags
-class HeadsOptions(FrozenTarget, GreedyPrompts, RunOptions):
+@recipe_options
+class HeadsOptions(GreedyFeaturesOptions):
     """`train heads`' options, each its flag (the run options' too: RunOptions)."""
 
-    target: str = shared("zoo/code/target")
-    manifest: str = shared("zoo/code/manifest.json")
-    data: Optional[str] = shared(None, OWN_DATA)  # read as the manifest (the command does)
-    tokenizer: Optional[str] = shared(None)  # default: the target's directory
     out_dir: str = shared("zoo/code/heads", "Where to save the heads (safetensors + JSON).")
     work_dir: str = shared("runs/heads")  # generations, features, checkpoint
     num_heads: int = option(4, "--num-heads", "h, counting head 1 (the target itself); 2..9.")
     ffn_size: Optional[int] = option(None, "--ffn-size", "Hidden layer of each head (default: hidden size).")
     _: KW_ONLY
-    bf16: Optional[bool] = shared(False, BF16_OPT_IN)
     batch_size: int = shared(512, "Positions per step.")
     lr: float = shared(2e-3)
-    warmup_steps: int = shared(20)
-    weight_decay: float = shared(0.0)
     checkpoint_minutes: float = shared(2.0)
     log_every: int = shared(50)
 
@@ -178,6 +170,37 @@ def greedy_data(opts, tok, target, work: Path, progress: bool, log: Callable[[st
             log=log,
         )
     return header, splits
+
+
+def greedy_features(
+    opts,
+    tok,
+    target,
+    work: Path,
+    log: Callable[[str], None],
+    version: int,
+    build: Callable[[str, list, dict], Any],
+    **key,
+) -> tuple[dict, dict, float, float]:
+    """greedy_data's continuations (cached in `work`), then {split: build(split, its records, cache key)}: the
+    header, the built splits and the seconds of each part. The cache key of a split's features (a recipe keeps
+    them in a file and rebuilds them when the key differs): their `version`, the target's hash, the recipe's own
+    `key` fields, the split's record count and seed (val's is seed + 1)."""
+    t0 = time.time()
+    header, splits = greedy_data(opts, tok, target, work, opts.use_progress, log)
+    time_generation = time.time() - t0
+    t0 = time.time()
+    built = {}
+    for split, records in splits.items():
+        split_key = {
+            "version": version,
+            "target_sha256": header["target_sha256"],
+            **key,
+            "records": len(records),
+            "seed": opts.seed + (split == "val"),
+        }
+        built[split] = build(split, records, split_key)
+    return header, built, time_generation, time.time() - t0
 
 
 # --------------------------------------------------------------------------- features
@@ -299,27 +322,16 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
     from ..drafters.blockwise import BlockwiseHeads
 
     opts.command = opts.command or command_line()
-    progress = opts.use_progress
     tok, target = load_frozen_target(opts)
     lm_head = target.get_output_embeddings()
     work = Path(opts.work_dir)
-    t0 = time.time()
-    header, splits = greedy_data(opts, tok, target, work, progress, log)
-    time_generation = time.time() - t0
 
-    # ---- 2. hidden states and labels (cached)
-    t0 = time.time()
-    feats = {}
-    for split, records in splits.items():
-        key = {
-            "version": FEATURES_VERSION,
-            "target_sha256": header["target_sha256"],
-            "num_heads": opts.num_heads,
-            "records": len(records),
-            "seed": opts.seed + (split == "val"),
-        }
-        feats[split] = cached_features(work / f"features-{split}.pt", key, target, records, opts.num_heads, log)
-    time_features = time.time() - t0
+    def features(split: str, records: list, key: dict):  # hidden states and labels [positions, H], [positions, h]
+        return cached_features(work / f"features-{split}.pt", key, target, records, opts.num_heads, log)
+
+    header, feats, time_generation, time_features = greedy_features(
+        opts, tok, target, work, log, FEATURES_VERSION, features, num_heads=opts.num_heads
+    )
     device = target.device  # the features train where the target ran (cached on the CPU)
     (train_h, train_y), (val_h, val_y) = ((h.to(device), y.to(device)) for h, y in (feats["train"], feats["val"]))
 
@@ -349,7 +361,6 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
     state = fit_measured(run, lambda: head_accuracy(heads, lm_head, val_h, val_y), lambda i: f"head {i + 2}", log)
     if state["stopped"]:
         return {"stopped": True, "step": state["step"]}
-    step, time_train, before, after = state["step"], state["elapsed"], state["before"], state["after"]
 
     # ---- 4. export
     info = {
@@ -363,18 +374,8 @@ def train_heads(opts: HeadsOptions, log: Callable[[str], None] = print) -> dict:
         "max_prompt_tokens": opts.max_prompt_tokens,
         "train_positions": int(train_h.shape[0]),
         "eval_positions": int(val_h.shape[0]),
-        "steps": step,
-        "batch_size": opts.batch_size,
-        "lr": opts.lr,
-        "warmup_steps": opts.warmup_steps,
-        "seed": opts.seed,
-        "heldout_accuracy": {"before": before, "after": after},
-        "command": opts.command,
-        "threads": torch.get_num_threads(),
-        "cpu": machine_name(target.device),
-        "time_generation_s": round(time_generation, 1),
-        "time_features_s": round(time_features, 1),
-        "time_train_s": round(time_train, 1),
+        **fit_facts(opts, state, "heldout_accuracy"),
+        **run_facts(opts, target, state, generation=time_generation, features=time_features),
     }
     out = Path(opts.out_dir)
     heads.save(out, metadata={"training": info})

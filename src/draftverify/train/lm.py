@@ -17,7 +17,7 @@ and resume):
 from __future__ import annotations
 
 import json
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -30,13 +30,12 @@ from .losses import autocast, averaged_loss, evaluate, held_out_losses, lm_loss,
 from .presets import PRESETS, count_params, make_config
 from .runner import Run, load_checkpoint
 from .settings import RunOptions, TrainError, seed_everything, set_threads
-from .shared_flags import OWN_DATA, shared, shared_flags
+from .shared_flags import OWN_DATA, recipe_options, shared
 from .tokenizer import tokenizer_hash
 from .tokens import check_corpus_inputs, load_corpus, sample_batch
 
 
-@dataclass
-@shared_flags
+@recipe_options
 class TrainOptions(RunOptions):
     """`train lm`'s options, each its flag (the run options' too: RunOptions)."""
 

@@ -26,8 +26,19 @@ from .settings import RunOptions, TrainError, seed_everything, set_threads
 GLANCE_START, GLANCE_END = 0.5, 0.3
 
 
+@dataclass(kw_only=True)
+class NatRunOptions(RunOptions):
+    """The run settings both NAT recipes default alike (this one on a translation target, nat_lm.py's on a
+    decoder-only one); each sets its own warm-up."""
+
+    lr: float = 1e-3
+    beta2: float = 0.98
+    weight_decay: float = 0.01
+    eval_minutes: Optional[float] = 5.0
+
+
 @dataclass
-class NatOptions(RunOptions):
+class NatOptions(NatRunOptions):
     target: str
     out_dir: str
     train_targets: str  # distilled train targets, one a line (`train distill`)
@@ -42,11 +53,7 @@ class NatOptions(RunOptions):
     max_len: int = 128
     glancing: bool = True
     _: KW_ONLY
-    lr: float = 1e-3
     warmup_steps: int = 200
-    beta2: float = 0.98
-    weight_decay: float = 0.01
-    eval_minutes: Optional[float] = 5.0
 
     def validate(self) -> None:
         for name in ("block_size", "layers", "max_tokens", "max_len"):
@@ -173,6 +180,17 @@ def held_out(nat, target, pairs, batches, k: int, pad_id: int, bf16: bool) -> di
     return {"slot_loss": ce / max(n_tok, 1), "accepted_per_block": accepted / max(n_blocks, 1)}
 
 
+def slot_figures(run: Run, figures: dict, k: int, log: Callable[[str], None], digits: int) -> float:
+    """An evaluation's held-out figures (held_out's, or nat_lm's): the mean accepted slots kept in the run's state
+    for the card, one log line, and the slot loss returned (the run's metric)."""
+    run.state["accepted_per_block"] = figures["accepted_per_block"]
+    log(
+        f"eval at step {run.state['step']}: slot loss {figures['slot_loss']:.4f} | mean accepted "
+        f"{figures['accepted_per_block']:.{digits}f} of k={k} slots (teacher-forced, val)"
+    )
+    return figures["slot_loss"]
+
+
 def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps: Optional[int] = None) -> dict:
     opts.validate()
     import torch
@@ -219,12 +237,7 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
 
     def evaluate(model) -> float:
         figures = held_out(model, target, val_pairs, val_batches, opts.block_size, pad, run.bf16)
-        run.state["accepted_per_block"] = figures["accepted_per_block"]
-        log(
-            f"eval at step {run.state['step']}: slot loss {figures['slot_loss']:.4f} | mean accepted "
-            f"{figures['accepted_per_block']:.2f} of k={opts.block_size} slots (teacher-forced, val)"
-        )
-        return figures["slot_loss"]
+        return slot_figures(run, figures, opts.block_size, log, digits=2)
 
     run = Run(
         nat,

@@ -29,17 +29,23 @@ import numpy as np
 from ..bench.environment import command_line
 from ..markdown import markdown_table
 from . import heads
-from .frozen import FrozenTarget, load_frozen_target
-from .nat import GLANCE_END, GLANCE_START, glance, glance_ratio
+from .frozen import FrozenTarget, GreedyPrompts, load_frozen_target
+from .nat import GLANCE_END, GLANCE_START, NatRunOptions, glance, glance_ratio, slot_figures
 from .runner import Run, load_checkpoint
-from .settings import RunOptions, TrainError, machine_name, seed_everything, to_device
+from .settings import TrainError, machine_name, seed_everything, to_device
 
 IGNORE = -100
 STATES_VERSION = 1
+# the drafter's NatConfig fields its card states (its shape)
+CARD_SHAPE = ("layers", "hidden_size", "heads", "ffn_size", "block_size", "memory_window")
 
 
 @dataclass
-class NatLMOptions(FrozenTarget, RunOptions):
+class NatLMOptions(FrozenTarget, GreedyPrompts, NatRunOptions):
+    """The NAT recipe's options on a decoder-only target: its prompts and greedy continuations are `train heads`'
+    (GreedyPrompts, more of them), so one --work-dir's generations serve both."""
+
+    _: KW_ONLY
     target: str
     out_dir: str
     export_dir: str = "zoo/code/nat"
@@ -48,22 +54,14 @@ class NatLMOptions(FrozenTarget, RunOptions):
     work_dir: str = "runs/nat-code"  # generations and hidden states (share `train heads`'s to reuse its generations)
     num_prompts: int = 700
     eval_prompts: int = 80
-    min_prompt_tokens: int = 32
-    max_prompt_tokens: int = 128
-    new_tokens: int = 64
     generate_batch: int = 64
     block_size: int = 8
     layers: int = 2
     window: int = 64  # W: hidden states the drafter reads
     cuts: int = 16  # blocks per sequence per step
     glancing: bool = True
-    _: KW_ONLY
     batch_size: int = 8  # sequences per step
-    lr: float = 1e-3
     warmup_steps: int = 50
-    beta2: float = 0.98
-    weight_decay: float = 0.01
-    eval_minutes: Optional[float] = 5.0
 
     def validate(self) -> None:
         self.validate_frozen(
@@ -255,23 +253,15 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
     from ..drafters.nat import NatDecoder
     from .presets import count_params
 
-    progress = opts.use_progress
     tok, target = load_frozen_target(opts)
     work = Path(opts.work_dir)
-    t0 = time.time()
-    header, records = heads.greedy_data(opts, tok, target, work, progress, log)
-    time_generation = time.time() - t0
-    t0 = time.time()
-    data = {}
-    for split, recs in records.items():
-        key = {
-            "version": STATES_VERSION,
-            "target_sha256": header["target_sha256"],
-            "records": len(recs),
-            "seed": opts.seed + (split == "val"),
-        }
-        data[split] = sequences(recs, cached_states(work / f"states-{split}.pt", key, target, recs, log))
-    time_states = time.time() - t0
+
+    def states(split: str, recs: list, key: dict) -> list:  # per sequence: its tokens and last hidden states
+        return sequences(recs, cached_states(work / f"states-{split}.pt", key, target, recs, log))
+
+    header, data, time_generation, time_states = heads.greedy_features(
+        opts, tok, target, work, log, STATES_VERSION, states
+    )
     train_seqs, val_seqs = data["train"], data["val"]
     if not train_seqs or not val_seqs:
         raise TrainError("no prompt had a continuation to learn from; check --manifest and --new-tokens")
@@ -290,12 +280,7 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
 
     def evaluate(model) -> float:
         figures = held_out(model, target, val_seqs, opts.block_size, opts.cuts, run.bf16)
-        run.state["accepted_per_block"] = figures["accepted_per_block"]
-        log(
-            f"eval at step {run.state['step']}: slot loss {figures['slot_loss']:.4f} | mean accepted "
-            f"{figures['accepted_per_block']:.3f} of k={opts.block_size} slots (teacher-forced, val)"
-        )
-        return figures["slot_loss"]
+        return slot_figures(run, figures, opts.block_size, log, digits=3)
 
     run = Run(
         nat,
@@ -353,15 +338,7 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
     }
     out = Path(opts.export_dir)
     nat.save(out, {"training": info})
-    info.update(
-        layers=cfg.layers,
-        hidden_size=cfg.hidden_size,
-        heads=cfg.heads,
-        ffn_size=cfg.ffn_size,
-        block_size=cfg.block_size,
-        memory_window=cfg.memory_window,
-        bytes=(out / "nat.safetensors").stat().st_size,
-    )
+    info.update({name: getattr(cfg, name) for name in CARD_SHAPE}, bytes=(out / "nat.safetensors").stat().st_size)
     (out / "README.md").write_text(nat_lm_card(info))
     log(f"saved the NAT drafter ({info['bytes']:,} bytes fp16) and its card to {out}")
     log(json.dumps({"before": state["before"], "after": after}))

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..options.declare import option
 from .settings import TrainError
-from .shared_flags import OWN_DATA, shared, shared_flags
+from .shared_flags import OWN_DATA, recipe_options, shared
 
 
 @dataclass
@@ -302,8 +302,7 @@ def generation_sequences(path: str | os.PathLike) -> tuple[dict, list[list[int]]
 # --------------------------------------------------------------------------- the command
 
 
-@dataclass
-@shared_flags
+@recipe_options
 class NgramOptions:
     """`train ngram`'s options, each its flag."""
 

@@ -11,46 +11,49 @@ from typing import Any
 
 from .settings import TrainError
 
-# Architecture presets (vocab_size is filled in from the tokenizer).
-PRESETS: dict[str, dict[str, Any]] = {
-    # ~52.5M parameters with an 8192 vocab (tied embeddings); fp16 export ~105 MB. 14x the draft, within the
-    # target / draft ratios of the papers; deeper than the first zoo's target, for a far lower loss.
-    "target": dict(
-        hidden_size=576,
-        num_hidden_layers=12,
-        num_attention_heads=9,
-        num_key_value_heads=9,
-        intermediate_size=1536,
-        max_position_embeddings=2048,
-    ),
-    # ~3.8M parameters with an 8192 vocab (tied embeddings). Two layers, not four: a CPU decode step's cost grows
-    # with the layers, and Theorem 8 rewards a low cost ratio c more than the acceptance two more layers buy.
-    "draft": dict(
-        hidden_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        intermediate_size=768,
-        max_position_embeddings=2048,
-    ),
-    # for tests / smoke checks only
-    "tiny": dict(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=512,
-    ),
-}
+# The LlamaConfig fields a preset sets, in the order of PRESETS' rows (vocab_size is filled in from the tokenizer).
+PRESET_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+)
+
+
+def preset_table(fields: tuple[str, ...], rows: dict[str, tuple]) -> dict[str, dict[str, Any]]:
+    """{preset: {field: value}} from one row of values a preset, in `fields`' order (a table, not repeated dicts)."""
+    return {name: dict(zip(fields, row, strict=True)) for name, row in rows.items()}
+
+
+def preset_config(presets: dict[str, dict[str, Any]], preset: str) -> dict[str, Any]:
+    """A copy of `preset`'s fields; TrainError naming the choices when there is no such preset."""
+    if preset not in presets:
+        raise TrainError(f"unknown preset {preset!r}; choose one of: {', '.join(presets)}")
+    return dict(presets[preset])
+
+
+PRESETS = preset_table(
+    PRESET_FIELDS,
+    {
+        # ~52.5M parameters with an 8192 vocab (tied embeddings); fp16 export ~105 MB. 14x the draft, within the
+        # target / draft ratios of the papers; deeper than the first zoo's target, for a far lower loss.
+        "target": (576, 12, 9, 9, 1536, 2048),
+        # ~3.8M parameters with an 8192 vocab (tied embeddings). Two layers, not four: a CPU decode step's cost
+        # grows with the layers, and Theorem 8 rewards a low cost ratio c more than the acceptance two more layers
+        # buy.
+        "draft": (256, 2, 4, 4, 768, 2048),
+        # for tests / smoke checks only
+        "tiny": (32, 2, 2, 2, 64, 512),
+    },
+)
 
 
 def make_config(preset: str, vocab_size: int, eos_id: int, **overrides):
     from transformers import LlamaConfig
 
-    if preset not in PRESETS:
-        raise TrainError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
-    kw = dict(PRESETS[preset])
+    kw = preset_config(PRESETS, preset)
     kw.update({k: v for k, v in overrides.items() if v is not None})
     return LlamaConfig(
         vocab_size=vocab_size,

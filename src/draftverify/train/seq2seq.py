@@ -17,49 +17,39 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..bench.environment import command_line, cpu_model
 from ..options.declare import option
+from .presets import count_params, preset_config, preset_table
 from .runner import Run, load_checkpoint
 from .settings import RunOptions, TrainError, seed_everything, set_threads
-from .shared_flags import shared, shared_flags
+from .shared_flags import recipe_options, shared
 
-# Architectures (vocab_size, token ids filled in from the tokenizer). Sized for one CPU thread: see the card.
-PRESETS: dict[str, dict] = {
-    # the target: Transformer-base shape scaled down (d 256, 3+3 layers, 4 heads, FFN 1024)
-    "target": dict(
-        d_model=256,
-        encoder_layers=3,
-        decoder_layers=3,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=1024,
-        decoder_ffn_dim=1024,
-    ),
-    # BiLD's small autoregressive model: one decoder layer, narrower
-    "small": dict(
-        d_model=192,
-        encoder_layers=2,
-        decoder_layers=1,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=768,
-        decoder_ffn_dim=768,
-    ),
-    # for tests only
-    "tiny": dict(
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-    ),
-}
+# Architectures (vocab_size, token ids filled in from the tokenizer), one row a preset in PRESET_FIELDS' order.
+# Sized for one CPU thread: see the card.
+PRESET_FIELDS = (
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+)
+PRESETS = preset_table(
+    PRESET_FIELDS,
+    {
+        # the target: Transformer-base shape scaled down (d 256, 3+3 layers, 4 heads, FFN 1024)
+        "target": (256, 3, 3, 4, 4, 1024, 1024),
+        # BiLD's small autoregressive model: one decoder layer, narrower
+        "small": (192, 2, 1, 4, 4, 768, 768),
+        # for tests only
+        "tiny": (32, 1, 1, 2, 2, 64, 64),
+    },
+)
 MAX_POSITIONS = 512
 
 
@@ -67,8 +57,7 @@ def make_config(preset: str, vocab_size: int, eos_id: int, dropout: float = 0.1)
     """A MarianConfig for `preset` whose eos = pad = decoder start = the tokenizer's eos."""
     from transformers import MarianConfig
 
-    if preset not in PRESETS:
-        raise TrainError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    fields = preset_config(PRESETS, preset)
     return MarianConfig(
         vocab_size=vocab_size,
         decoder_vocab_size=vocab_size,
@@ -85,12 +74,11 @@ def make_config(preset: str, vocab_size: int, eos_id: int, dropout: float = 0.1)
         bos_token_id=eos_id,
         decoder_start_token_id=eos_id,
         forced_eos_token_id=None,
-        **PRESETS[preset],
+        **fields,
     )
 
 
-@dataclass
-@shared_flags
+@recipe_options
 class Seq2SeqOptions(RunOptions):
     """`train seq2seq`'s options, each its flag (the run options' too: RunOptions)."""
 
@@ -282,7 +270,6 @@ def train(opts: Seq2SeqOptions, log: Callable[[str], None] = print, stop_after_s
     from transformers import __version__ as tf_version
 
     from .export import export_model
-    from .presets import count_params
     from .seq2seq_card import model_card
     from .tokenizer import load_tokenizer, tokenizer_hash
     from .translation_data import (

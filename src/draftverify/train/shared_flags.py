@@ -84,6 +84,12 @@ def shared_flags(cls: type) -> type:
     return cls
 
 
+def recipe_options(cls: type) -> type:
+    """@dataclass for a recipe's options (a RunOptions subclass, or a mixin of them) whose shared(...) fields take
+    their SHARED flags."""
+    return dataclass(shared_flags(cls))
+
+
 def recipe_flags(cls: type) -> type:
     """@dataclass(frozen=True) for a command's flags (a command with no options dataclass of its own)."""
     return dataclass(frozen=True)(shared_flags(cls))

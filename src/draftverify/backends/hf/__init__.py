@@ -8,6 +8,7 @@
 - prefix.py           a deep prompt: per-layer keys and values only some positions of a forward attend to
 - shallow_view.py     a model's first layers as a model sharing its weights (first_layers: early exit)
 - few_row_linear.py   linears on 2-16 rows as W @ x.T on the CPU (a torch function mode around each forward)
+- greedy.py           Hugging Face's own greedy generate on a left-padded batch (a reference, a recipe's data)
 
 Nothing is imported here: importing a module of this package loads transformers (few_row_linear.py: torch only),
 which the CLI's help and the backend registry do not wait for.
