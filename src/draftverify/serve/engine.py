@@ -441,9 +441,9 @@ class Engine:
             ids = [t for t in tokens if t >= 0]
             if not ids:
                 continue
-            before = len(job.text.ids)
+            before = job.generated
             piece = job.text.push(ids)
-            kept.append(self._count(job, len(job.text.ids) - before))
+            kept.append(self._count(job, job.generated - before))
             if piece:
                 if job.first_text_at is None:
                     job.first_text_at = time.perf_counter()
