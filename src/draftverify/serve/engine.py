@@ -116,6 +116,7 @@ class Job:
     sink: asyncio.Queue
     healing: Any = None  # healing.Healing: decode the backed-up prompt, first token constrained (token healing)
     speculation: Speculation | None = None  # the method and gamma it runs; None: the server's
+    index: int = 0  # which of its request's n choices (the request's prompt is counted once, with choice 0)
     # least seconds between two hand-overs of a streamed request's text; None: not streamed, handed over at the end
     stream_interval: float | None = 0.0
     arrived: float = field(default_factory=time.perf_counter)
@@ -255,15 +256,18 @@ class Engine:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and not self._stopping
 
-    def submit(self, job: Job) -> None:
+    def submit(self, *jobs: Job) -> None:
+        """Queue a request's jobs (its choices: adjacent in the queue, so they share a batch when it has room),
+        all or none: QueueFull unless every one has a place."""
         with self._cond:
             if not self.alive:
                 raise NotRunning()
-            if len(self._waiting) >= self.max_queue:
+            if len(self._waiting) + len(jobs) > self.max_queue:
                 raise QueueFull()
-            if job.speculation is None:
-                job.speculation = self.default
-            self._waiting.append(job)
+            for job in jobs:
+                if job.speculation is None:
+                    job.speculation = self.default
+                self._waiting.append(job)
             self.metrics.queue_depth.set(len(self._waiting))
             self._cond.notify()
 
@@ -486,7 +490,8 @@ class Engine:
         ended_by_eos = bool(job.text.ids) and job.text.ids[-1] in self._eos_set
         reason = "stop" if job.text.stopped or ended_by_eos else "length"
         self.metrics.finished.labels(reason).inc()
-        self.metrics.prompt_tokens.inc(len(job.prompt_ids))
+        if job.index == 0:
+            self.metrics.prompt_tokens.inc(len(job.prompt_ids))
         job.emit(("done", reason, job.usage))
 
     def _fail(self, job: Job, error: ApiError) -> None:
