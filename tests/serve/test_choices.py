@@ -125,3 +125,10 @@ def test_chat_takes_n_too(client):
     assert [c.index for c in out.choices] == [0, 1]
     assert out.choices[1].message.content == alone.choices[0].message.content
     assert out.usage.prompt_tokens == alone.usage.prompt_tokens
+
+
+@pytest.mark.parametrize("n", [0, 65])  # this server queues 64 rows (the default --max-queue): each choice is one
+def test_a_bad_n_is_a_400_naming_it(client, n):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2, n=n)
+    assert caught.value.body["param"] == "n" and "--max-queue" in caught.value.body["message"]
