@@ -33,6 +33,16 @@ class IncrementalDecoder:
         self.ids.extend(ids)
         self._decode(final=False)
 
+    def mark(self) -> tuple:
+        """Where the decoder stands, for rewind: what the server's stop strings need to find the token that
+        completed one within a step's several tokens."""
+        return len(self.ids), self.text, self.prefix, self.read, self.healing
+
+    def rewind(self, mark: tuple) -> None:
+        """Back to where mark() found the decoder, as if the ids pushed since had never come."""
+        count, self.text, self.prefix, self.read, self.healing = mark
+        del self.ids[count:]
+
     def finish(self) -> None:
         """The end of the ids: a character left incomplete is decoded as it stands (U+FFFD), as a whole decode
         would show it."""

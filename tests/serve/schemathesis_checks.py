@@ -10,13 +10,18 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 @schemathesis.check
 def valid_data_accepted(ctx, response, case):
-    """positive_data_acceptance, save for a prompt over the context window: how many tokens a text makes is the
-    tokenizer's business, which a schema cannot state (the 400 says which: code context_length_exceeded)."""
+    """positive_data_acceptance, save for what a schema cannot state, which the 400 names: a prompt over the
+    context window (how many tokens a text makes is the tokenizer's business; code context_length_exceeded), and a
+    best_of other than n (one field equal to another; the field's description says so; param best_of)."""
     if response.status_code == 400:
         try:
-            code = json.loads(response.content)["error"]["code"]
+            error = json.loads(response.content)["error"]
         except (ValueError, KeyError, TypeError):
-            code = None
-        if code == "context_length_exceeded":
+            error = {}
+        if error.get("code") == "context_length_exceeded":
+            return None
+        body = case.body if isinstance(case.body, dict) else {}
+        n = 1 if body.get("n") is None else body["n"]
+        if error.get("param") == "best_of" and body.get("best_of") not in (None, n):
             return None
     return positive_data_acceptance(ctx, response, case)

@@ -303,6 +303,39 @@ def test_stop_text_streams_exactly_the_whole_decode(tokenizer):
         assert "".join(pieces) + streamer.finish() == tokenizer.decode(ids, skip_special_tokens=True)
 
 
+def _answer(tokenizer, ids: list[int], stops: list[str], chunk: int, healing=None) -> tuple[str, list[int]]:
+    streamer = StopText(tokenizer, stops, healing)
+    pieces = []
+    for start in range(0, len(ids), chunk):
+        pieces.append(streamer.push(ids[start : start + chunk]))
+        if streamer.stopped:
+            break
+    return "".join(pieces) + streamer.finish(), streamer.ids
+
+
+@pytest.mark.parametrize(
+    "stops",
+    [["y = 2\nx"], ["x = 2"], ["y = 2\nx = 2\ny", "x ="], ["2\nx = 2\n", "= 2\ny"], ["\u00e9"], ["zzz"]],
+)
+def test_stop_text_ends_where_one_token_at_a_time_ends_whatever_a_push_brings(tokenizer, stops):
+    """A speculative step pushes several tokens: the answer still ends at the token that completed the first stop
+    string completed, its text and its tokens (what usage counts) those of one token at a time, the tokens drafted
+    past it dropped. With several stop strings, the one completed first ends it (not the one that starts first)."""
+    ids = tokenizer("y = 2\nx = 2\ny = 2\nx = 2\nh\u00e9llo y = 2\n").input_ids
+    alone = _answer(tokenizer, ids, stops, 1)
+    for chunk in (2, 3, 5, 8, len(ids)):
+        assert _answer(tokenizer, ids, stops, chunk) == alone, chunk
+    text, kept = alone
+    if stops == ["zzz"]:
+        assert kept == ids
+    else:  # the last kept token completed a stop string: without it, no stop string shows
+        assert not any(s in tokenizer.decode(kept[:-1]) for s in stops) and any(
+            s in tokenizer.decode(kept) for s in stops
+        )
+    if stops == ["y = 2\nx = 2\ny", "x ="]:
+        assert text == "y = 2\n"  # "x =" completed first, though the other starts earlier
+
+
 def test_stop_text_of_a_healed_prompt_starts_after_the_original_prompt(tokenizer):
     """Token healing: the first token re-emits the removed text ("\\n"), which is neither sent again nor searched
     for stop strings; everything after it streams as usual."""
@@ -318,6 +351,7 @@ def test_stop_text_of_a_healed_prompt_starts_after_the_original_prompt(tokenizer
         streamer = StopText(tokenizer, stops, healing)
         pieces = [streamer.push([t]) for t in new]
         assert "".join(pieces) + streamer.finish() == expected, stops
+        assert _answer(tokenizer, new, stops, 4, healing) == _answer(tokenizer, new, stops, 1, healing)  # by steps
     # the "\n    " stop string would match at once if the removed "\n" counted; it matches only inside g
 
 

@@ -53,6 +53,17 @@ def test_the_document_declares_bodies_statuses_and_this_servers_limits(server):
     assert speculative["method"]["enum"][0] == "model" and "bild" not in speculative["method"]["enum"]
 
 
+def test_the_document_declares_n_and_best_of(server):
+    schemas = httpx.get(server.base + "/openapi.json").json()["components"]["schemas"]
+    for request in ("CompletionRequest", "ChatRequest"):
+        n = schemas[request]["properties"]["n"]
+        assert n["minimum"] == 1 and n["maximum"] == 64  # each choice waits as a row: at most --max-queue of them
+        assert "seed + its index" in n["description"]
+    best_of = schemas["CompletionRequest"]["properties"]["best_of"]
+    assert best_of["minimum"] == 1 and "Equal to n" in best_of["description"]
+    assert "summed over the choices" in schemas["Usage"]["properties"]["completion_tokens"]["description"]
+
+
 def test_trace_and_other_methods_get_405_with_allow(server):
     r = httpx.request("TRACE", server.base + "/v1/completions")
     assert r.status_code == 405 and r.headers["allow"] == "POST" and r.json()["error"]["message"]

@@ -13,8 +13,9 @@ import os
 import secrets
 import time
 import uuid
-from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import replace
+from typing import AsyncGenerator, AsyncIterator
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,6 +31,7 @@ from .defaults import MAX_QUEUE, MAX_STREAM_INTERVAL, STREAM_INTERVAL
 from .engine import Engine, Job, NotRunning, QueueFull
 from .metrics import Metrics
 from .protocol import (
+    MAX_CHOICES,
     SEED_LIMIT,
     ApiError,
     ChatCompletion,
@@ -127,31 +129,65 @@ def _shared(a: list[str], b: list[str]) -> list[str]:
     return a[:n]
 
 
-async def watch_disconnect(request: Request, job: Job) -> None:
-    """Cancels the job when its client leaves. The body is read, so the ASGI server's next message is the
-    disconnect: waiting for it wakes the event loop once, where polling woke it every few milliseconds."""
-    while not job.done:
+async def watch_disconnect(request: Request, jobs: list[Job]) -> None:
+    """Cancels the jobs (a request's choices) when their client leaves. The body is read, so the ASGI server's next
+    message is the disconnect: waiting for it wakes the event loop once, where polling woke it every few
+    milliseconds."""
+    while not all(job.done for job in jobs):
         if (await request.receive())["type"] == "http.disconnect":
-            job.cancel()  # no-op once done
+            for job in jobs:
+                job.cancel()  # no-op once done
             return
 
 
-async def collect(request: Request, job: Job) -> tuple[str, str, dict]:
-    """A whole (non-streamed) generation: its text, finish reason and usage; a client that leaves cancels it."""
-    watcher = asyncio.ensure_future(watch_disconnect(request, job))
-    pieces: list[str] = []
+async def events(jobs: list[Job]) -> AsyncGenerator[tuple[int, tuple], None]:
+    """The events of a request's choices as they come, each with its choice's index, until every choice is done
+    (or one failed: the error is the last event)."""
+    reading = {asyncio.ensure_future(job.sink.get()): i for i, job in enumerate(jobs)}
     try:
-        while True:
-            event = await job.sink.get()
-            if event[0] == "text":
-                pieces.append(event[1])
-            elif event[0] == "done":
-                return "".join(pieces), event[1], event[2]
-            else:
-                raise event[1]
+        while reading:
+            done, _ = await asyncio.wait(reading, return_when=asyncio.FIRST_COMPLETED)
+            for future in sorted(done, key=reading.__getitem__):
+                i = reading.pop(future)
+                event = future.result()
+                yield i, event
+                if event[0] == "error":
+                    return
+                if event[0] == "text":
+                    reading[asyncio.ensure_future(jobs[i].sink.get())] = i
+    finally:
+        for future in reading:
+            future.cancel()
+
+
+def summed_usage(usages: list[dict]) -> dict:
+    """A request's usage from its choices': the prompt once, every other count added up over the choices."""
+    total = {key: sum(u[key] for u in usages) for key in usages[0]}
+    total["prompt_tokens"] = usages[0]["prompt_tokens"]
+    total["total_tokens"] = total["prompt_tokens"] + total["completion_tokens"]
+    return total
+
+
+async def collect(request: Request, jobs: list[Job]) -> tuple[list[tuple[str, str]], dict]:
+    """A whole (non-streamed) generation: each choice's text and finish reason, and the request's usage; a client
+    that leaves cancels it."""
+    watcher = asyncio.ensure_future(watch_disconnect(request, jobs))
+    pieces: list[list[str]] = [[] for _ in jobs]
+    ends: list[tuple[str, dict]] = [("", {})] * len(jobs)
+    try:
+        async with aclosing(events(jobs)) as stream:
+            async for i, event in stream:
+                if event[0] == "text":
+                    pieces[i].append(event[1])
+                elif event[0] == "done":
+                    ends[i] = event[1], event[2]
+                else:
+                    raise event[1]
+        return [("".join(p), reason) for p, (reason, _) in zip(pieces, ends)], summed_usage([u for _, u in ends])
     finally:
         watcher.cancel()
-        job.cancel()  # no-op once done; frees the row if this handler was cancelled
+        for job in jobs:
+            job.cancel()  # no-op once done; frees the rows if this handler was cancelled
 
 
 def sse(obj) -> str:
@@ -218,8 +254,6 @@ class Service:
                 param="model",
                 code="model_not_found",
             )
-        if body.n not in (None, 1):
-            raise ApiError(400, f"n={body.n} is not supported: one choice per request (send n requests)", param="n")
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(body, name) not in (None, 0, 0.0):
                 raise ApiError(
@@ -354,28 +388,33 @@ class Service:
     def submit(
         self,
         ids: list[int],
-        params: SamplingParams,
+        choices: list[SamplingParams],
         max_tokens: int,
         stop: list[str],
         speculation: Speculation,
         healing=None,
         streamed: bool = False,
-    ) -> Job:
-        """Queue a generation for the worker, or refuse it now: 429 when the queue is full, 503 when not running."""
+    ) -> list[Job]:
+        """Queue a generation per choice for the worker (rows of one batch where it has room), or refuse them now:
+        429 when the queue has no room for all, 503 when not running."""
         settings = self.settings
-        job = Job(
-            ids=ids,
-            params=params,
-            max_tokens=max_tokens,
-            stop=stop,
-            loop=asyncio.get_running_loop(),
-            sink=asyncio.Queue(),
-            healing=healing,
-            speculation=speculation,
-            stream_interval=settings.stream_interval if streamed else None,
-        )
+        jobs = [
+            Job(
+                ids=ids,
+                params=params,
+                max_tokens=max_tokens,
+                stop=stop,
+                loop=asyncio.get_running_loop(),
+                sink=asyncio.Queue(),
+                healing=healing,
+                speculation=speculation,
+                index=index,
+                stream_interval=settings.stream_interval if streamed else None,
+            )
+            for index, params in enumerate(choices)
+        ]
         try:
-            self.engine.submit(job)
+            self.engine.submit(*jobs)
         except QueueFull:
             self.metrics.rejected.labels("queue_full").inc()
             raise ApiError(
@@ -393,36 +432,73 @@ class Service:
                 type="server_error",
                 headers={"Retry-After": str(5 * settings.retry_after_s)},
             ) from None
-        return job
+        return jobs
 
     async def stream_events(
-        self, job: Job, chunk, first: list[str], endpoint: str, started: float, include_usage: bool
+        self, jobs: list[Job], chunk, first: list[str], endpoint: str, started: float, include_usage: bool
     ) -> AsyncIterator[str]:
-        """The SSE body of a streamed generation; the request is counted when the stream ends, however it ends."""
+        """The SSE body of a streamed generation, each chunk with its choice's index (chunk(piece, finish, index));
+        the request is counted when the stream ends, however it ends."""
         status = "200"
+        usages: list[dict] = []
         try:
-            for piece in first:
-                yield sse(chunk(piece, None))
-            while True:
-                event = await job.sink.get()
-                if event[0] == "text":
-                    yield sse(chunk(event[1], None))
-                elif event[0] == "done":
-                    yield sse(chunk(None, event[1]))
-                    if include_usage:
-                        final = chunk(None, None)
-                        final["choices"] = []
-                        final["usage"] = event[2]
-                        yield sse(final)
-                    break
-                else:
-                    status = str(event[1].status)
-                    yield sse(event[1].body())
-                    break
+            for index in range(len(jobs)):
+                for piece in first:
+                    yield sse(chunk(piece, None, index))
+            async with aclosing(events(jobs)) as stream:
+                async for index, event in stream:
+                    if event[0] == "text":
+                        yield sse(chunk(event[1], None, index))
+                    elif event[0] == "done":
+                        yield sse(chunk(None, event[1], index))
+                        usages.append(event[2])
+                    else:
+                        status = str(event[1].status)
+                        yield sse(event[1].body())
+            if include_usage and status == "200":
+                final = chunk(None, None, 0)
+                final["choices"] = []
+                final["usage"] = summed_usage(usages)
+                yield sse(final)
             yield "data: [DONE]\n\n"
         finally:
-            job.cancel()  # the client went away (or we finished): its row leaves the batch at the next step
+            for job in jobs:
+                job.cancel()  # the client went away (or we finished): its rows leave the batch at the next step
             self.record(endpoint, status, started)
+
+    def choices(self, body, params: SamplingParams) -> list[SamplingParams]:
+        """The sampling settings of each of the request's n choices: choice i samples with seed + i (a seed given),
+        so it is what a request with that seed gets alone; each waits in the queue as a row of its own."""
+        n = 1 if body.n is None else body.n
+        limit = min(MAX_CHOICES, self.settings.max_queue)
+        if not 1 <= n <= limit:
+            raise ApiError(
+                400,
+                f"n must be in 1..{limit} (each choice is a row waiting in the queue, which holds "
+                f"{self.settings.max_queue}: --max-queue), got {n}",
+                param="n",
+            )
+        return [params if params.seed is None else replace(params, seed=params.seed + i) for i in range(n)]
+
+
+def check_best_of(body: CompletionRequest) -> None:
+    """best_of: the candidates the n choices are the best of, by cumulative log-probability. Only best_of = n is
+    served (every candidate returned): ranking more candidates needs each one's log-probability, which this server
+    does not compute."""
+    n = 1 if body.n is None else body.n
+    if body.best_of is None or body.best_of == n:
+        return
+    if body.best_of < n:
+        raise ApiError(
+            400, f"best_of ({body.best_of}) must be >= n ({n}): the n choices are picked from it", param="best_of"
+        )
+    raise ApiError(
+        400,
+        f"best_of={body.best_of} > n={n} is not supported: picking the best n of {body.best_of} candidates ranks them "
+        "by their cumulative log-probability, which this server does not compute; send best_of = n or leave it out "
+        "(and n choices come back)",
+        param="best_of",
+    )
 
 
 async def get_service(request: Request) -> Service:
@@ -508,8 +584,6 @@ async def models(service: Service = Depends(authorized)):
 async def completions(body: CompletionRequest, request: Request, service: Service = Depends(authorized)):
     endpoint = "/v1/completions"
     started = time.perf_counter()
-    if body.best_of not in (None, 1):
-        raise ApiError(400, f"best_of={body.best_of} is not supported (only 1)", param="best_of")
     if body.logprobs is not None:
         raise ApiError(400, "logprobs are not supported", param="logprobs")
     if body.suffix:
@@ -518,27 +592,33 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
     params, max_tokens, stop = service.check_common(body, body.max_tokens, len(ids), default_tokens=16)  # OpenAI's
     speculation = service.methods.resolve(body.speculative)
     healing = service.healing_for(body, ids)
-    job = service.submit(ids, params, max_tokens, stop, speculation, healing=healing, streamed=bool(body.stream))
+    choices = service.choices(body, params)
+    check_best_of(body)
+    jobs = service.submit(ids, choices, max_tokens, stop, speculation, healing=healing, streamed=bool(body.stream))
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     model = service.settings.model_name
     echo = prompt_text if body.echo else ""
 
-    def chunk(text, finish):
+    def choice(text, finish, index=0):
+        return {"text": text or "", "index": index, "logprobs": None, "finish_reason": finish}
+
+    def chunk(text, finish, index=0):
         return {
             "id": cid,
             "object": "text_completion",
             "created": created,
             "model": model,
-            "choices": [{"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish}],
+            "choices": [choice(text, finish, index)],
         }
 
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         first = [echo] if echo else []
-        return event_stream(service.stream_events(job, chunk, first, endpoint, started, include_usage))
-    text, reason, usage = await collect(request, job)
-    out = chunk(echo + text, reason)
+        return event_stream(service.stream_events(jobs, chunk, first, endpoint, started, include_usage))
+    answers, usage = await collect(request, jobs)
+    out = chunk(None, None)
+    out["choices"] = [choice(echo + text, reason, i) for i, (text, reason) in enumerate(answers)]
     out["usage"] = usage
     service.record(endpoint, "200", started)
     return out
@@ -555,8 +635,9 @@ async def chat(body: ChatRequest, request: Request, service: Service = Depends(a
     ids = service.chat_prompt(body)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params, max_tokens, stop = service.check_common(body, max_tokens, len(ids))
-    job = service.submit(
-        ids, params, max_tokens, stop, service.methods.resolve(body.speculative), streamed=bool(body.stream)
+    choices = service.choices(body, params)
+    jobs = service.submit(
+        ids, choices, max_tokens, stop, service.methods.resolve(body.speculative), streamed=bool(body.stream)
     )
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
@@ -565,7 +646,7 @@ async def chat(body: ChatRequest, request: Request, service: Service = Depends(a
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
-        def chunk(piece, finish):
+        def chunk(piece, finish, index=0):
             delta = (
                 {} if piece is None else ({"role": "assistant", "content": ""} if piece is ROLE else {"content": piece})
             )
@@ -574,11 +655,11 @@ async def chat(body: ChatRequest, request: Request, service: Service = Depends(a
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": model,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
             }
 
-        return event_stream(service.stream_events(job, chunk, [ROLE], endpoint, started, include_usage))
-    text, reason, usage = await collect(request, job)
+        return event_stream(service.stream_events(jobs, chunk, [ROLE], endpoint, started, include_usage))
+    answers, usage = await collect(request, jobs)
     service.record(endpoint, "200", started)
     return {
         "id": cid,
@@ -586,7 +667,8 @@ async def chat(body: ChatRequest, request: Request, service: Service = Depends(a
         "created": created,
         "model": model,
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": reason}
+            {"index": i, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": reason}
+            for i, (text, reason) in enumerate(answers)
         ],
         "usage": usage,
     }
@@ -651,6 +733,8 @@ def server_openapi(app: FastAPI) -> dict:
             if ceilings:
                 properties[field]["maximum"] = min(ceilings)
     _integers(schemas["CompletionRequest"]["properties"]["prompt"], maximum=service.pipe.target.vocab_size - 1)
+    for name in token_fields:  # each choice waits in the queue as a row
+        schemas[name]["properties"]["n"]["maximum"] = min(MAX_CHOICES, service.settings.max_queue)
     speculative = schemas["Speculative"]["properties"]
     speculative["method"]["enum"] = [*service.methods.names, None]
     speculative["gamma"]["maximum"] = service.methods.longest_gamma

@@ -42,7 +42,12 @@ class NotRunning(Exception):
 class StopText:
     """Detokenizes a growing list of token ids into new text, holding back characters that may still turn into
     a stop string (or a multi-byte character), and ends the text before the first stop string. Incremental: each
-    push decodes only the tokens since the last emitted boundary (detokenize.IncrementalDecoder)."""
+    push decodes only the tokens since the last emitted boundary (detokenize.IncrementalDecoder).
+
+    The answer ends where decoding one token at a time would end it, however many tokens a push brings (a
+    speculative step brings several): at the first token whose text completes a stop string, the tokens after it
+    dropped (`ids` keeps the answer's tokens: what its usage counts), the text cut before the earliest stop string
+    it holds."""
 
     def __init__(self, tokenizer, stop: list[str], healing=None):
         self.decoder = IncrementalDecoder(tokenizer, healing)  # healing: the re-emitted removed text is cut
@@ -56,19 +61,33 @@ class StopText:
         return self.decoder.ids
 
     def push(self, ids: list[int]) -> str:
-        """New text to emit after these tokens; sets .stopped when a stop string appeared (text before it only)."""
+        """New text to emit after these tokens; sets .stopped when a stop string appeared (text before it only,
+        and only the tokens up to the one that completed it kept in .ids)."""
+        mark = self.decoder.mark()
         self.decoder.push(ids)
+        end = self._stop_at()
+        if end is not None and len(ids) > 1:  # which of the tokens completed it: replay them one at a time
+            self.decoder.rewind(mark)
+            for token in ids:
+                self.decoder.push([token])
+                end = self._stop_at()
+                if end is not None:
+                    break
+        if end is not None:
+            self.stopped = True
+            return self._take(self.decoder.text, end)
         if self.decoder.pending:  # the removed text is not all decoded yet: nothing to say
             return ""
+        return self._take(self.decoder.text, len(self.decoder.text) - self.hold)
+
+    def _stop_at(self) -> int | None:
+        """Where the text ends when it holds a stop string (at the earliest one), else None. Text already returned
+        never holds one, so only its last len(s) - 1 characters are searched again."""
+        if self.decoder.pending:  # the removed text is not all decoded yet: no answer text to search
+            return None
         text = self.decoder.text
-        for s in self.stop:
-            at = text.find(s, max(0, self.sent - len(s) + 1))
-            if at >= 0:
-                self.stopped = True
-                text = text[:at]
-        if self.stopped:
-            return self._take(text, len(text))
-        return self._take(text, len(text) - self.hold)
+        found = [at for s in self.stop if (at := text.find(s, max(0, self.sent - len(s) + 1))) >= 0]
+        return min(found) if found else None
 
     def finish(self) -> str:
         if self.stopped:
@@ -97,15 +116,16 @@ class Job:
     sink: asyncio.Queue
     healing: Any = None  # healing.Healing: decode the backed-up prompt, first token constrained (token healing)
     speculation: Speculation | None = None  # the method and gamma it runs; None: the server's
+    index: int = 0  # which of its request's n choices (the request's prompt is counted once, with choice 0)
     # least seconds between two hand-overs of a streamed request's text; None: not streamed, handed over at the end
     stream_interval: float | None = 0.0
     arrived: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # worker-side
     text: StopText | None = None
-    generated: int = 0
     drafted: int = 0  # draft tokens proposed for this row
-    accepted: int = 0  # of which emitted
+    accepted: int = 0  # of which emitted, within the answer
+    step_kept: int = 0  # accepted draft tokens among those the last step emitted (they come first)
     target_calls: int = 0  # target forwards this row took part in
     first_text_at: float | None = None
     done: bool = False
@@ -159,6 +179,11 @@ class Job:
         its own)."""
         p = self.params
         return (self.speculation,) + (() if mixed else (p.temperature, p.top_k, p.top_p, p.coupled))
+
+    @property
+    def generated(self) -> int:
+        """The answer's tokens so far (StopText.ids): what usage and /metrics count."""
+        return 0 if self.text is None else len(self.text.ids)
 
     @property
     def usage(self) -> dict[str, int]:
@@ -231,15 +256,18 @@ class Engine:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and not self._stopping
 
-    def submit(self, job: Job) -> None:
+    def submit(self, *jobs: Job) -> None:
+        """Queue a request's jobs (its choices: adjacent in the queue, so they share a batch when it has room),
+        all or none: QueueFull unless every one has a place."""
         with self._cond:
             if not self.alive:
                 raise NotRunning()
-            if len(self._waiting) >= self.max_queue:
+            if len(self._waiting) + len(jobs) > self.max_queue:
                 raise QueueFull()
-            if job.speculation is None:
-                job.speculation = self.default
-            self._waiting.append(job)
+            for job in jobs:
+                if job.speculation is None:
+                    job.speculation = self.default
+                self._waiting.append(job)
             self.metrics.queue_depth.set(len(self._waiting))
             self._cond.notify()
 
@@ -390,25 +418,22 @@ class Engine:
             self.metrics.running.set(0)
 
     def _on_step(self, jobs: list[Job], record, rows: list[int]) -> None:
-        """A step's statistics (engine/stats.StepRecord; its per-row lists describe `rows`): each request's usage,
-        and the counters /metrics shows, which add up the same numbers."""
+        """A step's statistics (engine/stats.StepRecord; its per-row lists describe `rows`): the work it did, for
+        each request's usage and the counters /metrics shows, which add up the same numbers. What a row gained
+        is counted by _on_tokens, which knows where its answer ends."""
         metrics = self.metrics
         metrics.target_calls.inc(record.target_calls)
         metrics.drafted_tokens.inc(record.drafted)
-        metrics.accepted_tokens.inc(record.emitted_accepted)
-        kept = record.row_kept
         for i, row in enumerate(rows):
             job = jobs[row]
             job.drafted += record.row_drafted[i]
-            job.accepted += kept[i]
             job.target_calls += record.target_calls
-            metrics.tokens_per_call.observe(record.row_emitted[i])
-        for position in range(1, max(kept, default=0) + 1):  # a row that kept k drafts kept positions 1..k
-            metrics.accepted_at.labels(str(position)).inc(sum(k >= position for k in kept))
+            job.step_kept = record.row_kept[i]
 
     def _on_tokens(self, jobs: list[Job], emitted) -> list[int]:
         """emitted [B, k], -1 where a row emitted fewer tokens (or has left). Returns the rows to stop now."""
         stop_rows = []
+        kept = []  # per row that gained tokens: the accepted drafts among the answer's new tokens
         for row, tokens in enumerate(emitted.tolist()):
             job = jobs[row]
             if job.done:
@@ -420,9 +445,9 @@ class Engine:
             ids = [t for t in tokens if t >= 0]
             if not ids:
                 continue
-            job.generated += len(ids)
-            self.metrics.generated_tokens.inc(len(ids))
+            before = job.generated
             piece = job.text.push(ids)
+            kept.append(self._count(job, job.generated - before))
             if piece:
                 if job.first_text_at is None:
                     job.first_text_at = time.perf_counter()
@@ -432,9 +457,22 @@ class Engine:
             if ended:
                 self._complete(job)
                 stop_rows.append(row)
+        for position in range(1, max(kept, default=0) + 1):  # a row that kept k drafts kept positions 1..k
+            self.metrics.accepted_at.labels(str(position)).inc(sum(k >= position for k in kept))
         self.busy_rows = sum(not job.done for job in jobs)
         self.metrics.running.set(self.busy_rows)
         return stop_rows
+
+    def _count(self, job: Job, new: int) -> int:
+        """A row's step gave its answer `new` tokens (all it emitted, or those up to a stop string): the counters
+        and the usage's accepted drafts (they come first among a step's tokens). Returns how many of them count."""
+        kept = min(job.step_kept, new)
+        job.accepted += kept
+        metrics = self.metrics
+        metrics.generated_tokens.inc(new)
+        metrics.accepted_tokens.inc(kept)
+        metrics.tokens_per_call.observe(new)
+        return kept
 
     def _complete(self, job: Job) -> None:
         if job.done:
@@ -452,7 +490,8 @@ class Engine:
         ended_by_eos = bool(job.text.ids) and job.text.ids[-1] in self._eos_set
         reason = "stop" if job.text.stopped or ended_by_eos else "length"
         self.metrics.finished.labels(reason).inc()
-        self.metrics.prompt_tokens.inc(len(job.prompt_ids))
+        if job.index == 0:
+            self.metrics.prompt_tokens.inc(len(job.prompt_ids))
         job.emit(("done", reason, job.usage))
 
     def _fail(self, job: Job, error: ApiError) -> None:

@@ -44,7 +44,10 @@ class Metrics:
         )
         self.prompt_tokens = Counter("draftverify_prompt_tokens", "Prompt tokens of finished requests", registry=r)
         self.generated_tokens = Counter(
-            "draftverify_generated_tokens", "Tokens generated (every request, cancelled ones too)", registry=r
+            "draftverify_generated_tokens",
+            "Tokens of the answers, as usage's completion_tokens counts them (up to the token that ended each, "
+            "whatever the speculation drafted past it; cancelled requests' too)",
+            registry=r,
         )
         self.target_calls = Counter(
             "draftverify_target_calls",
@@ -53,7 +56,9 @@ class Metrics:
         )
         self.drafted_tokens = Counter("draftverify_drafted_tokens", "Draft tokens proposed", registry=r)
         self.accepted_tokens = Counter(
-            "draftverify_accepted_tokens", "Draft tokens the verifier kept (and that were emitted)", registry=r
+            "draftverify_accepted_tokens",
+            "Draft tokens the verifier kept (and that were emitted, within an answer)",
+            registry=r,
         )
         self.accepted_at = Counter(
             "draftverify_accepted_by_position",

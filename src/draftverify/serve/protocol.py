@@ -2,7 +2,7 @@
 
 Unknown fields are rejected (extra="forbid") rather than silently ignored: a client that asks for logprobs or
 tools should hear that it will not get them. Fields OpenAI defines that we cannot honour are accepted only at
-their neutral value (n=1, best_of=1, penalties 0, no logit_bias, no logprobs), anything else is a 400.
+their neutral value (best_of=n, penalties 0, no logit_bias, no logprobs), anything else is a 400.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ STRICT = ConfigDict(extra="forbid", strict=True)  # no coercion: "5" is not a ma
 
 GAMMA_NAMES = r"auto|heuristic|conf(=(0(\.[0-9]+)?|1(\.0+)?))?"  # the named draft lengths a request may give
 SEED_LIMIT = 2**53 - 1  # the integers a JSON number holds exactly (a double), whichever client parses it
+MAX_CHOICES = 128  # n, as OpenAI bounds it (a server's document says less where --max-queue holds fewer rows)
 
 
 def _whole(value: Any) -> Any:
@@ -105,7 +106,9 @@ class _Sampling(BaseModel):
     temperature: Optional[float] = _checked(minimum=0, maximum=2)  # OpenAI's default is 1
     top_p: Optional[float] = _checked(exclusiveMinimum=0, maximum=1)
     top_k: Optional[Int] = _checked(minimum=-1)  # not OpenAI's; vLLM's extension (-1 or 0: off)
-    n: Optional[Int] = _checked(minimum=1, maximum=1)
+    n: Optional[Int] = _checked(
+        minimum=1, maximum=MAX_CHOICES, description="Choices to generate, each sampled with seed + its index"
+    )
     stream: Optional[bool] = False
     stream_options: Optional[StreamOptions] = None
     stop: Optional[Union[str, list[str]]] = _checked(maxItems=4)
@@ -121,7 +124,9 @@ class CompletionRequest(_Sampling):
     # the handler checks the prompt (its messages say what is wrong); the schema states the same rules
     prompt: Annotated[Union[str, list[str], list[Int], list[list[Int]]], WithJsonSchema(PROMPT_SCHEMA)]
     echo: Optional[bool] = False
-    best_of: Optional[Int] = _checked(minimum=1, maximum=1)
+    best_of: Optional[Int] = _checked(
+        minimum=1, maximum=MAX_CHOICES, description="Equal to n (the default): every candidate is returned"
+    )
     logprobs: Annotated[Optional[Int], WithJsonSchema({"type": "null", "description": "Not supported"})] = None
     suffix: Optional[str] = _checked(maxLength=0)
     heal: Optional[StrictBool] = None  # not OpenAI's: token healing for this request (default: the server's --heal)
@@ -172,7 +177,10 @@ class ErrorResponse(BaseModel):
 
 class Usage(BaseModel):
     prompt_tokens: int
-    completion_tokens: int
+    completion_tokens: int = Field(
+        description="The answer's tokens up to the one that ended it (the token that completed a stop string, the "
+        "EOS, the max_tokens-th), whatever the speculation drafted past it; summed over the choices"
+    )
     total_tokens: int
     # draftverify's extension: what speculation did for this request
     drafted_tokens: int = Field(description="Draft tokens proposed for this request")
