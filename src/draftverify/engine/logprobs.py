@@ -56,7 +56,7 @@ class LogprobsRecorder:
         row asks and none can join (rows that join may ask)."""
         if logprobs is None:
             return [None] * batch if joins else None
-        rows = [logprobs] * batch if isinstance(logprobs, Logprobs) else list(logprobs)
+        rows: list[Logprobs | None] = [logprobs] * batch if isinstance(logprobs, Logprobs) else list(logprobs)
         if len(rows) != batch:
             raise DraftVerifyError(f"logprobs has {len(rows)} entries for {batch} rows")
         for entry in rows:
@@ -134,9 +134,9 @@ class LogprobsRecorder:
         entries = position_logprobs(picked, tokens, tops)
         start = 0
         for i, row, count in owners:
-            out[i] = entries[start : start + count]
+            out[i] = mine = entries[start : start + count]
             record = self.rows[row]
             assert record is not None
-            record.tokens.extend(out[i])
+            record.tokens.extend(mine)
             start += count
         return out

@@ -25,11 +25,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..checks import check_prompt_text
 from ..errors import DraftVerifyError
-from ..types import SamplingParams
+from ..types import Logprobs, SamplingParams
 from .defaults import MAX_QUEUE, MAX_STREAM_INTERVAL, STREAM_INTERVAL
 from .engine import Engine, Job, NotRunning, QueueFull
+from .logprobs import Scored, chat_logprobs, completion_logprobs
 from .metrics import Metrics
 from .protocol import (
+    MAX_LOGPROBS,
+    MAX_TOP_LOGPROBS,
     SEED_LIMIT,
     ApiError,
     ChatCompletion,
@@ -136,17 +139,20 @@ async def watch_disconnect(request: Request, job: Job) -> None:
             return
 
 
-async def collect(request: Request, job: Job) -> tuple[str, str, dict]:
-    """A whole (non-streamed) generation: its text, finish reason and usage; a client that leaves cancels it."""
+async def collect(request: Request, job: Job) -> tuple[str, str, dict, list[Scored]]:
+    """A whole (non-streamed) generation: its text, finish reason, usage and scored tokens (serve/logprobs.py); a
+    client that leaves cancels it."""
     watcher = asyncio.ensure_future(watch_disconnect(request, job))
     pieces: list[str] = []
+    scored: list[Scored] = []
     try:
         while True:
             event = await job.sink.get()
             if event[0] == "text":
                 pieces.append(event[1])
+                scored.extend(event[2])
             elif event[0] == "done":
-                return "".join(pieces), event[1], event[2]
+                return "".join(pieces), event[1], event[2], scored
             else:
                 raise event[1]
     finally:
@@ -330,8 +336,6 @@ class Service:
                 param="messages",
                 code="no_chat_template",
             )
-        if body.logprobs or body.top_logprobs:
-            raise ApiError(400, "logprobs are not supported", param="logprobs")
         if body.response_format not in (None, {"type": "text"}):
             raise ApiError(400, "response_format other than {'type': 'text'} is not supported", param="response_format")
         if {"max_tokens", "max_completion_tokens"} <= body.model_fields_set:
@@ -351,6 +355,44 @@ class Service:
             raise ApiError(400, "the messages render to no tokens", param="messages")
         return ids
 
+    def completion_logprobs(self, body: CompletionRequest) -> Logprobs | None:
+        """What /v1/completions' logprobs (and echo) ask for, checked: 0..MAX_LOGPROBS most likely tokens; the
+        prompt's too with echo (a decoder-only target's)."""
+        if body.logprobs is None:
+            return None
+        if isinstance(body.logprobs, bool) or not 0 <= body.logprobs <= MAX_LOGPROBS:
+            raise ApiError(
+                400, f"logprobs must be an integer in 0..{MAX_LOGPROBS}, got {body.logprobs!r}", param="logprobs"
+            )
+        if body.echo and self.pipe.target.is_encoder_decoder:
+            raise ApiError(
+                400,
+                "echo with logprobs scores the prompt, which this model translates as its source: drop echo",
+                param="echo",
+            )
+        if body.heal:
+            raise ApiError(
+                400,
+                "heal re-tokenizes the prompt's end, so the answer's tokens would not be the text's: drop heal or "
+                "logprobs",
+                param="heal",
+            )
+        return Logprobs(top=body.logprobs, prompt=bool(body.echo))
+
+    @staticmethod
+    def chat_logprobs(body: ChatRequest) -> Logprobs | None:
+        """What chat's logprobs / top_logprobs ask for, checked (top_logprobs needs logprobs, as OpenAI's)."""
+        top = body.top_logprobs
+        if top is not None and (isinstance(top, bool) or not 0 <= top <= MAX_TOP_LOGPROBS):
+            raise ApiError(
+                400, f"top_logprobs must be an integer in 0..{MAX_TOP_LOGPROBS}, got {top!r}", param="top_logprobs"
+            )
+        if not body.logprobs:
+            if top:
+                raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+            return None
+        return Logprobs(top=top or 0)
+
     def submit(
         self,
         ids: list[int],
@@ -360,8 +402,12 @@ class Service:
         speculation: Speculation,
         healing=None,
         streamed: bool = False,
+        logprobs: Logprobs | None = None,
+        echo: str | None = None,
     ) -> Job:
-        """Queue a generation for the worker, or refuse it now: 429 when the queue is full, 503 when not running."""
+        """Queue a generation for the worker, or refuse it now: 429 when the queue is full, 503 when not running.
+        logprobs: what the request reports; echo: the prompt's text, which the worker hands over with its
+        log-probabilities (logprobs.prompt)."""
         settings = self.settings
         job = Job(
             ids=ids,
@@ -373,6 +419,8 @@ class Service:
             healing=healing,
             speculation=speculation,
             stream_interval=settings.stream_interval if streamed else None,
+            logprobs=logprobs,
+            echo=echo if logprobs is not None and logprobs.prompt else None,
         )
         try:
             self.engine.submit(job)
@@ -406,7 +454,7 @@ class Service:
             while True:
                 event = await job.sink.get()
                 if event[0] == "text":
-                    yield sse(chunk(event[1], None))
+                    yield sse(chunk(event[1], None, event[2]))
                 elif event[0] == "done":
                     yield sse(chunk(None, event[1]))
                     if include_usage:
@@ -510,35 +558,45 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
     started = time.perf_counter()
     if body.best_of not in (None, 1):
         raise ApiError(400, f"best_of={body.best_of} is not supported (only 1)", param="best_of")
-    if body.logprobs is not None:
-        raise ApiError(400, "logprobs are not supported", param="logprobs")
     if body.suffix:
         raise ApiError(400, "suffix (insertion) is not supported", param="suffix")
+    logprobs = service.completion_logprobs(body)
     ids, prompt_text = service.completion_prompt(body)
     params, max_tokens, stop = service.check_common(body, body.max_tokens, len(ids), default_tokens=16)  # OpenAI's
     speculation = service.methods.resolve(body.speculative)
-    healing = service.healing_for(body, ids)
-    job = service.submit(ids, params, max_tokens, stop, speculation, healing=healing, streamed=bool(body.stream))
+    healing = None if logprobs is not None else service.healing_for(body, ids)
+    job = service.submit(
+        ids,
+        params,
+        max_tokens,
+        stop,
+        speculation,
+        healing=healing,
+        streamed=bool(body.stream),
+        logprobs=logprobs,
+        echo=prompt_text,
+    )
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     model = service.settings.model_name
-    echo = prompt_text if body.echo else ""
+    echo = prompt_text if body.echo and job.echo is None else ""  # else the worker hands it over, scored
 
-    def chunk(text, finish):
+    def chunk(text, finish, scored=None):
+        written = None if logprobs is None or scored is None else completion_logprobs(scored, service.tokenizer)
         return {
             "id": cid,
             "object": "text_completion",
             "created": created,
             "model": model,
-            "choices": [{"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish}],
+            "choices": [{"text": text or "", "index": 0, "logprobs": written, "finish_reason": finish}],
         }
 
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         first = [echo] if echo else []
         return event_stream(service.stream_events(job, chunk, first, endpoint, started, include_usage))
-    text, reason, usage = await collect(request, job)
-    out = chunk(echo + text, reason)
+    text, reason, usage, scored = await collect(request, job)
+    out = chunk(echo + text, reason, scored)
     out["usage"] = usage
     service.record(endpoint, "200", started)
     return out
@@ -555,17 +613,27 @@ async def chat(body: ChatRequest, request: Request, service: Service = Depends(a
     ids = service.chat_prompt(body)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params, max_tokens, stop = service.check_common(body, max_tokens, len(ids))
+    logprobs = service.chat_logprobs(body)
     job = service.submit(
-        ids, params, max_tokens, stop, service.methods.resolve(body.speculative), streamed=bool(body.stream)
+        ids,
+        params,
+        max_tokens,
+        stop,
+        service.methods.resolve(body.speculative),
+        streamed=bool(body.stream),
+        logprobs=logprobs,
     )
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     model = service.settings.model_name
 
+    def written(scored):
+        return None if logprobs is None or scored is None else chat_logprobs(scored, service.tokenizer)
+
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
-        def chunk(piece, finish):
+        def chunk(piece, finish, scored=None):
             delta = (
                 {} if piece is None else ({"role": "assistant", "content": ""} if piece is ROLE else {"content": piece})
             )
@@ -574,11 +642,11 @@ async def chat(body: ChatRequest, request: Request, service: Service = Depends(a
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": model,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                "choices": [{"index": 0, "delta": delta, "logprobs": written(scored), "finish_reason": finish}],
             }
 
         return event_stream(service.stream_events(job, chunk, [ROLE], endpoint, started, include_usage))
-    text, reason, usage = await collect(request, job)
+    text, reason, usage, scored = await collect(request, job)
     service.record(endpoint, "200", started)
     return {
         "id": cid,
@@ -586,7 +654,12 @@ async def chat(body: ChatRequest, request: Request, service: Service = Depends(a
         "created": created,
         "model": model,
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": reason}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": written(scored),
+                "finish_reason": reason,
+            }
         ],
         "usage": usage,
     }

@@ -22,8 +22,9 @@ from typing import Any
 
 from ..detokenize import IncrementalDecoder
 from ..errors import DraftVerifyError
-from ..types import RowRequest, SamplingParams
+from ..types import Logprobs, RowRequest, SamplingParams
 from .defaults import MAX_QUEUE
+from .logprobs import Scored, ScoredText, prompt_scored
 from .metrics import Metrics
 from .protocol import ApiError
 from .speculation import Speculation
@@ -87,7 +88,9 @@ class StopText:
 @dataclass
 class Job:
     """One request's generation. Events reach `sink` (an asyncio.Queue) as tuples:
-    ("text", str), ("done", finish_reason, usage dict) or ("error", ApiError)."""
+    ("text", str, [Scored]), ("done", finish_reason, usage dict) or ("error", ApiError). A text event carries the
+    scored tokens whose text starts in it (serve/logprobs.py) when the request asked for log-probabilities; with
+    echo too, the worker hands over the prompt's text first, with the prompt's tokens."""
 
     ids: list[int]
     params: SamplingParams
@@ -99,6 +102,8 @@ class Job:
     speculation: Speculation | None = None  # the method and gamma it runs; None: the server's
     # least seconds between two hand-overs of a streamed request's text; None: not streamed, handed over at the end
     stream_interval: float | None = 0.0
+    logprobs: Logprobs | None = None  # the log-probabilities it reports; prompt: with echo
+    echo: str | None = None  # the prompt's text, handed over with its tokens' log-probabilities (echo and logprobs)
     arrived: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # worker-side
@@ -110,13 +115,17 @@ class Job:
     first_text_at: float | None = None
     done: bool = False
     pending: list[str] = field(default_factory=list)  # text not handed over yet
+    pending_scored: list[Scored] = field(default_factory=list)  # its scored tokens
+    scored: ScoredText | None = None  # the scored tokens waiting for their text (when logprobs were asked)
     handed_at: float | None = None  # when text was last handed over
 
-    def emit_text(self, piece: str) -> None:
-        """Text for the client. It waits for later text while the last hand-over is younger than stream_interval
-        (a whole request's, for the end): every hand-over wakes the event loop, whose thread then takes a core
-        from the threads decoding the next step (llama.cpp's), so handing over each step's text slows decoding."""
+    def emit_text(self, piece: str, scored: list[Scored] | None = None) -> None:
+        """Text for the client (and the scored tokens that start in it). It waits for later text while the last
+        hand-over is younger than stream_interval (a whole request's, for the end): every hand-over wakes the event
+        loop, whose thread then takes a core from the threads decoding the next step (llama.cpp's), so handing
+        over each step's text slows decoding."""
         self.pending.append(piece)
+        self.pending_scored.extend(scored or ())
         if self.stream_interval is None:
             return
         now = time.perf_counter()
@@ -131,9 +140,10 @@ class Job:
 
     def _hand_over_text(self) -> None:
         if self.pending:
-            text = "".join(self.pending)
+            text, scored = "".join(self.pending), list(self.pending_scored)
             self.pending.clear()
-            self._put(("text", text))
+            self.pending_scored.clear()
+            self._put(("text", text, scored))
 
     def _put(self, event: tuple) -> None:
         try:
@@ -317,6 +327,7 @@ class Engine:
                     seed=job.params.seed,
                     first_token_allowed=job.first_allowed,
                     params=job.params,
+                    logprobs=job.logprobs,
                 )
                 for job in new
             ]
@@ -327,6 +338,8 @@ class Engine:
         started = time.perf_counter()
         for job in jobs:
             job.text = StopText(self.pipe.tokenizer, job.stop, job.healing)
+            if job.logprobs is not None:
+                job.scored = ScoredText(self.pipe.tokenizer, base=len(job.echo or ""))
             self.metrics.queue_wait.observe(started - job.arrived)
         self.metrics.batch_size.observe(len(jobs))
 
@@ -372,6 +385,7 @@ class Engine:
                 seeds=[job.params.seed for job in jobs],
                 gamma=speculation.gamma,
                 **healed,
+                logprobs=[job.logprobs for job in jobs],
                 on_tokens=lambda emitted: self._on_tokens(jobs, emitted),
                 admit=self._admitter(jobs, variant) if variant.max_batch > 1 else None,
                 on_step=lambda record, rows: self._on_step(jobs, record, rows),
@@ -405,6 +419,21 @@ class Engine:
             metrics.tokens_per_call.observe(record.row_emitted[i])
         for position in range(1, max(kept, default=0) + 1):  # a row that kept k drafts kept positions 1..k
             metrics.accepted_at.labels(str(position)).inc(sum(k >= position for k in kept))
+        if record.logprobs is not None:
+            self._scored(jobs, record, rows)
+
+    def _scored(self, jobs: list[Job], record, rows: list[int]) -> None:
+        """A step's log-probabilities to the requests that asked: an echoed prompt's go out at once with the
+        prompt's text (before anything generated); the emitted tokens' wait for their text (_on_tokens)."""
+        for i, row in enumerate(rows):
+            job = jobs[row]
+            if job.scored is None or job.done:
+                continue
+            prompt = None if record.prompt_logprobs is None else record.prompt_logprobs[i]
+            if prompt is not None and job.echo is not None:
+                job.emit_text(job.echo, prompt_scored(self.pipe.tokenizer, job.prompt_ids, prompt))
+            if record.logprobs[i]:
+                job.scored.add(record.logprobs[i])
 
     def _on_tokens(self, jobs: list[Job], emitted) -> list[int]:
         """emitted [B, k], -1 where a row emitted fewer tokens (or has left). Returns the rows to stop now."""
@@ -423,11 +452,13 @@ class Engine:
             job.generated += len(ids)
             self.metrics.generated_tokens.inc(len(ids))
             piece = job.text.push(ids)
+            scored = job.scored.release(job.text.sent) if job.scored is not None else []
             if piece:
                 if job.first_text_at is None:
                     job.first_text_at = time.perf_counter()
                     self.metrics.ttft.observe(job.first_text_at - job.arrived)
-                job.emit_text(piece)
+            if piece or scored:
+                job.emit_text(piece, scored)
             ended = job.text.stopped or ids[-1] in self._eos_set or job.generated >= job.max_tokens
             if ended:
                 self._complete(job)
@@ -444,11 +475,14 @@ class Engine:
             return
         job.done = True
         piece = job.text.finish()
+        # a stop string ends the answer: tokens whose text starts past it are not part of it
+        scored = job.scored.release(job.text.sent if job.text.stopped else None) if job.scored is not None else []
         if piece:
             if job.first_text_at is None:
                 job.first_text_at = time.perf_counter()
                 self.metrics.ttft.observe(job.first_text_at - job.arrived)
-            job.emit_text(piece)
+        if piece or scored:
+            job.emit_text(piece, scored)
         ended_by_eos = bool(job.text.ids) and job.text.ids[-1] in self._eos_set
         reason = "stop" if job.text.stopped or ended_by_eos else "length"
         self.metrics.finished.labels(reason).inc()
