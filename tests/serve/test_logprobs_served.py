@@ -221,3 +221,32 @@ def test_bad_logprobs_are_a_400_naming_the_field(server, path, fields, param):
     reply = httpx.post(server.base + path, json={"model": "tiny", **fields}, timeout=60)
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["param"] == param
+
+
+def test_llama_cpp_server_logprobs_under_speculation_are_the_target_alone(models, tmp_path):
+    """`serve --backend llamacpp`: the same answers and, within llama.cpp's rounding between decode widths, the
+    same log-probabilities under speculation as the target alone; whole and streamed."""
+    pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
+    from draftverify.backends.gguf import converter_available
+
+    if not converter_available():
+        pytest.skip("no llama.cpp converter: scripts/fetch_llama_cpp_converter.sh")
+    flags = ["--target", str(models / "target"), "--draft", str(models / "draft"), "--method", "model"]
+    proc = ServerProcess(
+        flags + ["--backend", "llamacpp", "--served-model-name", "tiny", "--max-batch", "4", "--threads", "1"],
+        env={"DRAFTVERIFY_GGUF_CACHE": str(tmp_path / "gguf")},
+        startup_s=300,
+    )
+    try:
+        for setting in sorted(SETTINGS):
+            plain = complete(proc, speculative=ALONE, **SETTINGS[setting])
+            for method in sorted(SPECULATION):
+                ours = complete(proc, speculative=SPECULATION[method], **SETTINGS[setting])
+                assert ours["text"] == plain["text"]
+                assert_same(ours["logprobs"], plain["logprobs"], atol=1e-3)  # llama.cpp rounds per decode width
+        fields = {"prompt": PROMPT, "max_tokens": NEW, "logprobs": 2, "echo": True, "temperature": 0}
+        chunks = streamed(proc, "/v1/completions", {**fields, "speculative": SPECULATION["prompt_lookup"]})
+        tokens = [t for c in chunks if c["logprobs"] for t in c["logprobs"]["tokens"]]
+        assert tokens == complete(proc, **fields)["logprobs"]["tokens"]
+    finally:
+        proc.stop()

@@ -62,7 +62,7 @@ class LogprobsRecorder:
         for entry in rows:
             if entry is not None and not isinstance(entry, Logprobs):
                 raise DraftVerifyError(f"logprobs entries must be Logprobs or None, got {type(entry).__name__}")
-        return rows
+        return rows if joins or any(entry is not None for entry in rows) else None
 
     def add(self, asked: list[Logprobs | None], prompts: list[list[int]]) -> bool:
         """Rows that start or join; True when the backend must keep their prompts' logits."""
