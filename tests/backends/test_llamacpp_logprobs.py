@@ -10,10 +10,12 @@ import torch
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed")
 
-from conftest import left_padded, tiny_gguf_pair  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+
+from conftest import left_padded, save_llama, tiny_gguf_pair  # noqa: E402
 from draftverify import Logprobs, RowRequest, generate  # noqa: E402
-from draftverify.backends.gguf import converter_available  # noqa: E402
-from draftverify.backends.llamacpp import LlamaCppLM  # noqa: E402
+from draftverify.backends.gguf import converter_available, gguf_for  # noqa: E402
+from draftverify.backends.llamacpp import GGUFModel, LlamaCppLM  # noqa: E402
 from draftverify.methods import MethodOptions, build_drafter, build_verifier, resolve_method  # noqa: E402
 from draftverify.types import SamplingParams  # noqa: E402
 
@@ -101,3 +103,43 @@ def test_rows_and_joining_rows_report_the_target_alone_logprobs(tiny, method):
             assert_close(out.logprobs[row].prompt, alone.logprobs[0].prompt)
         else:
             assert out.logprobs[row].prompt is None
+
+
+@pytest.fixture(scope="module")
+def long_target(tmp_path_factory, request):
+    """A tiny random Llama with room for a prompt longer than one llama_decode (512 tokens), as f32 GGUF."""
+    root = tmp_path_factory.mktemp("llamacpp-long")
+    tokenizer = AutoTokenizer.from_pretrained(request.config.rootpath / "zoo" / "code" / "tokenizer")
+    save_llama(root / "target", layers=2, seed=0, tokenizer=tokenizer, context=1024)
+    return GGUFModel(gguf_for(root / "target", cache_dir=root / "gguf"))
+
+
+def prefilled_at(model: GGUFModel, prompt: list[int], position: int) -> torch.Tensor:
+    """The logits at one prompt position [V], from a prefill that ends there (the reference)."""
+    lm = LlamaCppLM(model, threads=1)
+    lm.start(torch.tensor([prompt[: position + 2]]))
+    return lm.prefilled.logits[0, -1]
+
+
+@pytest.mark.parametrize("rows", [False, True])
+def test_a_prompt_longer_than_one_decode_keeps_every_positions_logits(long_target, rows):
+    """A deferred prompt of 700 tokens is decoded in chunks (the first ones alone, the rest with the first step's
+    tokens); every chunk's logits are kept, in order, one row or in rows mode (a second row beside it)."""
+    prompt = [(7 * i) % 4000 + 5 for i in range(700)]
+    lm = LlamaCppLM(long_target, threads=1)
+    if rows:
+        ids, mask = left_padded([prompt, [9, 10, 11]])
+        lm.start(ids, attention_mask=mask, prompt_logits=True)
+        lm.forward([[prompt[-1], 40], [11, 41]])
+    else:
+        lm.start(torch.tensor([prompt]), prompt_logits=True)
+        lm.forward([[prompt[-1], 40]])
+    kept = lm.take_prompt_logits()
+    assert kept[0].shape == (len(prompt) - 1, lm.vocab_size)
+    if rows:
+        assert kept[1].shape == (2, lm.vocab_size)
+    # positions on both sides of the first chunk's end, whose reference's last chunk is not a decode of one or two
+    # tokens (llama.cpp rounds those a little otherwise: what any width does, ATOL above)
+    for position in (0, 255, 511, 600, 698):
+        assert torch.allclose(kept[0][position], prefilled_at(long_target, prompt, position), atol=1e-4)
+    assert lm.take_prompt_logits() == [None] * len(kept)  # handed over once

@@ -445,8 +445,8 @@ class LlamaCppLM(LlamaCppRows):
         if attention_mask is None and position_ids is None and self.chain:  # the drafts' and chains' common case
             prompt, prompt_positions = self._take_deferred(room=n)  # the rest of a deferred prompt rides along
             positions, seq_sets = self._extend_chain(ids)
-            keep = self.prompt_parts is not None  # every prompt position's logits, or its last one's
-            outputs = len(prompt) if keep else min(len(prompt), 1)
+            every = self.prompt_parts is not None  # every prompt position's logits, or its last one's
+            outputs = len(prompt) if every else min(len(prompt), 1)
             self._fill(
                 prompt + ids,
                 prompt_positions + positions,
@@ -457,7 +457,7 @@ class LlamaCppLM(LlamaCppRows):
             if not prompt:
                 return TargetOutput(logits=self._logits(n, batch_dim=True))  # [1, n, V]
             logits = self._logits(outputs + n)  # [outputs + n, V]: the prompt's (last) positions first
-            if keep:
+            if every:
                 self.prompt_parts.append(logits[:outputs].clone())  # outlives the view
             self._prefilled = TargetOutput(logits=logits[None, outputs - 1 : outputs].clone())
             return TargetOutput(logits=logits[None, outputs:])  # [1, n, V]
@@ -632,18 +632,18 @@ class LlamaCppLM(LlamaCppRows):
             chunk = self.deferred[: min(BATCH, len(self.deferred) - keep)]
             start = self.committed - len(self.deferred)
             last = len(chunk) == len(self.deferred)
-            keep = self.prompt_parts is not None  # every position's logits, or the prompt's last one's
+            every = self.prompt_parts is not None  # every position's logits, or the prompt's last one's
             self._fill(
                 chunk,
                 list(range(start, start + len(chunk))),
                 [[0]] * len(chunk),
-                outputs=[keep or (last and i == len(chunk) - 1) for i in range(len(chunk))],
+                outputs=[every or (last and i == len(chunk) - 1) for i in range(len(chunk))],
             )
             self._decode(len(chunk))
-            if keep:
+            if every:
                 self.prompt_parts.append(self._logits(len(chunk)).clone())  # outlives the view
             if last:  # [1, 1, V], outlives the view
-                self._prefilled = TargetOutput(logits=self._logits(len(chunk) if keep else 1)[None, -1:].clone())
+                self._prefilled = TargetOutput(logits=self._logits(len(chunk) if every else 1)[None, -1:].clone())
             self.deferred = self.deferred[len(chunk) :]
 
     def _parents(self, n: int, mask: torch.Tensor | None) -> list[int]:
