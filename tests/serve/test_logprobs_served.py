@@ -6,6 +6,7 @@ log_softmax over the whole sequence, computed here in one plain forward; bad val
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -130,6 +131,28 @@ def test_streamed_chunks_carry_the_same_logprobs(server):
         start += len(c["text"])
     assert joined == whole["logprobs"]
     assert sum(c["logprobs"] is not None for c in chunks) > 2  # spread over the chunks, not all at the end
+
+
+def test_requests_sharing_a_batch_get_their_own_logprobs(server):
+    """Requests decoded together (rows of one batch, joining it as others finish) asking for different things: each
+    answer as when sent alone."""
+    asks = [
+        {"prompt": PROMPT, "logprobs": 3, "echo": True},
+        {"prompt": PROMPT[:5], "logprobs": 0},
+        {"prompt": PROMPT[3:], "max_tokens": 6},
+        {"prompt": PROMPT[:2], "logprobs": 1, "echo": True, "max_tokens": 4},
+        {"prompt": PROMPT[::-1], "logprobs": 5, "echo": True},
+    ]
+    bodies = [{"max_tokens": NEW, "temperature": 0, "speculative": SPECULATION["prompt_lookup"], **a} for a in asks]
+    alone = [post(server, "/v1/completions", b)["choices"][0] for b in bodies]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        together = [r["choices"][0] for r in pool.map(lambda b: post(server, "/v1/completions", b), bodies)]
+    for ours, its in zip(together, alone):
+        assert ours["text"] == its["text"]
+        if its["logprobs"] is None:
+            assert ours["logprobs"] is None
+        else:
+            assert_same(ours["logprobs"], its["logprobs"], atol=1e-4)  # rows of a padded batch round otherwise
 
 
 def test_lm_eval_reads_a_loglikelihood_off_echo(server, target):

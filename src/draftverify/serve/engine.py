@@ -378,6 +378,8 @@ class Engine:
                 if any(job.healing is not None for job in jobs)
                 else {}
             )
+            # rows that join may ask for logprobs whether or not these do (admit: the loop is ready for them)
+            scored = {"logprobs": [job.logprobs for job in jobs]} if any(job.logprobs for job in jobs) else {}
             variant.pipe.generate_batch_ids(
                 [job.prompt_ids for job in jobs],
                 [job.params for job in jobs],
@@ -385,7 +387,7 @@ class Engine:
                 seeds=[job.params.seed for job in jobs],
                 gamma=speculation.gamma,
                 **healed,
-                logprobs=[job.logprobs for job in jobs],
+                **scored,
                 on_tokens=lambda emitted: self._on_tokens(jobs, emitted),
                 admit=self._admitter(jobs, variant) if variant.max_batch > 1 else None,
                 on_step=lambda record, rows: self._on_step(jobs, record, rows),
