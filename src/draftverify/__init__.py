@@ -20,6 +20,7 @@ _EXPORTS = {
     "DraftVerifyError": ".errors",
     "GenerationOutput": ".types",
     "GenerationStats": ".types",
+    "Logprobs": ".types",
     "Pipeline": ".api",
     "RowRequest": ".types",
     "SamplingParams": ".types",

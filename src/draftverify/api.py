@@ -28,7 +28,7 @@ from .options import check_files, check_names, fill_from_zoo
 from .options.checks import check_zoo_ships
 from .quiet import quiet
 from .sampling import row_params
-from .types import GenerationOutput, GenerationStats, SamplingParams, left_padded
+from .types import GenerationOutput, GenerationStats, Logprobs, SamplingParams, left_padded
 from .zoo import zoo_folder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -350,10 +350,12 @@ class Pipeline:
         on_tokens=None,
         first_token_allowed: torch.Tensor | None = None,
         on_step=None,
+        logprobs: Logprobs | None = None,
     ) -> tuple[GenerationOutput, str]:
         """Token ids in, GenerationOutput and the verifier's name out (the server's entry point): ids [1, L];
         on_tokens receives each step's emitted tokens [1, k]; first_token_allowed [K] constrains the first new
-        token (token healing; see loop.generate); on_step receives each step's record (loop.generate)."""
+        token (token healing; see loop.generate); on_step receives each step's record (loop.generate); logprobs:
+        the log-probabilities to report (types.Logprobs; GenerationOutput.logprobs and each step's record)."""
         return self._run(
             ids,
             params,
@@ -362,6 +364,7 @@ class Pipeline:
             on_tokens=on_tokens,
             first_token_allowed=first_token_allowed,
             on_step=on_step,
+            logprobs=logprobs,
         )
 
     def _run(self, ids: torch.Tensor, params, gamma, **loop_options) -> tuple[GenerationOutput, str]:
@@ -434,13 +437,15 @@ class Pipeline:
         admit=None,
         first_token_allowed: list[torch.Tensor | None] | None = None,
         on_step=None,
+        logprobs: list[Logprobs | None] | None = None,
     ) -> tuple[GenerationOutput, str]:
         """Several token-id prompts through the loop at once (left-padded, one row each); one row runs the
         batch-1 path unless admit is given. on_tokens receives [B, k] (-1 padded) and may return rows to stop;
         admit lets rows join between steps (continuous batching: it returns a list of RowRequest);
         first_token_allowed: each row's allowed first tokens or None (token healing). params: one setting for all
         rows, or one per row (each row drafted and judged by its own temperature / top-k / top-p / seed). on_step
-        receives each step's record and the rows it describes (loop.generate: the server's per-request usage)."""
+        receives each step's record and the rows it describes (loop.generate: the server's per-request usage).
+        logprobs: each row's log-probabilities to report (types.Logprobs or None), or None for none."""
         if not rows or any(not r for r in rows):
             raise DraftVerifyError("every prompt needs at least one token")
         if isinstance(params, (list, tuple)):
@@ -466,6 +471,7 @@ class Pipeline:
                 on_tokens=on_tokens,
                 first_token_allowed=None if first_token_allowed is None else first_token_allowed[0],
                 on_step=on_step,
+                logprobs=None if logprobs is None else logprobs[0],
             )
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         ids, mask = left_padded(rows, pad)
@@ -480,6 +486,7 @@ class Pipeline:
             admit=admit,
             first_token_allowed=first_token_allowed,
             on_step=on_step,
+            logprobs=logprobs,
         )
 
 

@@ -17,6 +17,7 @@ from .backends.base import LMBackend, check_backend, defers_prefill, wrap_verifi
 from .backends.registry import as_backend
 from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
 from .drafters.base import Drafter
+from .engine.logprobs import LogprobsRecorder
 from .engine.processors import FirstTokenAllowed
 from .engine.scheduler import Scheduler, row_generator
 from .engine.stats import StatsRecorder, StepRecord, inform_policy
@@ -24,7 +25,7 @@ from .engine.step import commit, prefill, propose, score, scored_logits, verify
 from .errors import DraftVerifyError
 from .sampling import RowParams, row_params
 from .threads import one_torch_thread_unless_models_use_it
-from .types import GenerationOutput, RowRequest, SamplingParams
+from .types import GenerationOutput, Logprobs, RowRequest, SamplingParams
 from .verifiers.base import Verifier
 
 TokenCallback = Callable[[torch.Tensor], None]  # receives each step's emitted tokens [B, k]
@@ -48,6 +49,7 @@ def generate(
     admit: Callable[[], list[RowRequest]] | None = None,
     first_token_allowed: torch.Tensor | list | None = None,
     on_step: Callable[[StepRecord, list[int]], None] | None = None,
+    logprobs: Logprobs | list[Logprobs | None] | None = None,
 ) -> GenerationOutput:
     """Decode up to max_new_tokens after input_ids [B, L] (the source, for encoder-decoder targets) with any backend
     as target (a plain Hugging Face model gets a CachedLM).
@@ -64,6 +66,9 @@ def generate(
     token ids each row's first new token may be (token healing), for every row or one per row (engine/processors.py).
     on_step receives each step's StepRecord and the rows its per-row lists describe (indices as on_tokens counts
     them), before on_tokens: what a server needs to tell each request what was drafted and accepted for it.
+    logprobs: the log-probabilities each row reports (types.Logprobs, one for every row or one per row; a joining
+    row's RowRequest.logprobs), under the target's own distribution (engine/logprobs.py): each step's record carries
+    that step's (StepRecord.logprobs, .prompt_logprobs) and the output all of them (GenerationOutput.logprobs).
     """
     started = perf_counter()
     target = drafter.wrap_target(as_backend(target, "target"))
@@ -80,9 +85,16 @@ def generate(
     generator, row_seeds = row_generator(params, input_ids.shape[0], seeds, admit is not None, input_ids.device)
     now = _clock(target.device, policy.reads_timers)
 
-    state, prompt_tokens = prefill(target, drafter, input_ids, attention_mask, params, generator, row_seeds, policy)
+    asked = LogprobsRecorder.requested(logprobs, input_ids.shape[0], admit is not None)
+    if asked is not None:
+        LogprobsRecorder.check(target, asked)
+    prompt_logits = asked is not None and any(a is not None and a.prompt for a in asked)
+    state, prompt_tokens = prefill(
+        target, drafter, input_ids, attention_mask, params, generator, row_seeds, policy, prompt_logits
+    )
     recorder = StatsRecorder(drafter, prompt_tokens, started, carries_prefill=defers_prefill(target))
     rows = Scheduler(limits, [state.row(b).tolist() for b in range(input_ids.shape[0])])
+    scores = None if asked is None else LogprobsRecorder(asked, rows.prompts)
     calls_back = on_tokens is not None or on_step is not None
     while rows.active:
         step_rows = state.batch_size  # the target scores step_rows x (1 + draft length) tokens
@@ -94,11 +106,17 @@ def generate(
         t1 = now()
         out = score(target, drafter, state, draft)
         t2 = now()
-        verdict, accepted = verify(verifier, draft, first_token(scored_logits(out, draft)), state)
+        logits = scored_logits(out, draft)  # the target's own: what logprobs report (engine/logprobs.py)
+        verdict, accepted = verify(verifier, draft, first_token(logits), state)
         t3 = now()
         emitted = rows.emitted(verdict.rows, accepted, eos)
+        if scores is not None:  # before commit: a backend's logits may be a view its next decode overwrites
+            step_logprobs = scores.step(logits, draft, verdict, emitted, rows.active)
+            step_prompts = scores.prompt(target, rows.active)
         commit(target, drafter, state, draft, verdict, out, emitted)
         record = recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3), verdict.target_s)
+        if scores is not None:
+            record.logprobs, record.prompt_logprobs = step_logprobs, step_prompts
         inform_policy(policy, record)
         stop_rows = (
             _call_back(record, emitted, rows, input_ids.device, recorder, on_step, on_tokens) if calls_back else None
@@ -106,8 +124,8 @@ def generate(
         rows.leave(stop_rows, target, drafter, state)
         joining = admit() if admit is not None and rows.active else None
         if joining:
-            _join(joining, rows, target, drafter, verifier, state, first_token, recorder)
-    return rows.output(input_ids, recorder.finish())
+            _join(joining, rows, target, drafter, verifier, state, first_token, recorder, scores)
+    return rows.output(input_ids, recorder.finish(), None if scores is None else scores.rows)
 
 
 def _draft_length(gamma: int | str | DraftLength, drafter: Drafter) -> DraftLength:
@@ -150,11 +168,12 @@ def _join(
     state,
     first_token: FirstTokenAllowed,
     recorder: StatsRecorder,
+    scores: LogprobsRecorder | None,
 ) -> None:
     """Rows admitted between steps (continuous batching) join the batch, their sampling parameters checked against
     the verifier; the time the join took is recorded."""
     started = perf_counter()
-    joined = rows.join(joining, target, drafter, state, first_token)
+    joined = rows.join(joining, target, drafter, state, first_token, scores)
     _check_row_params(verifier, state.params)
     recorder.joined(joined, perf_counter() - started)
 

@@ -259,19 +259,58 @@ class DecodingState:
         return self.lengths + offset
 
 
+@dataclass(frozen=True)
+class Logprobs:
+    """The log-probabilities a row reports (generate's `logprobs`, RowRequest.logprobs): each emitted token's under
+    the target's own distribution at its position (log_softmax of the verify pass's logits, before any logits
+    processor, temperature, top-k or top-p: what the target alone gives whatever the method drafts), with the `top`
+    most likely tokens there (0: none listed); `prompt`: the prompt's tokens' too, each given the ones before it
+    (the first has none), from the prefill."""
+
+    top: int = 0
+    prompt: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.top, bool) or not isinstance(self.top, int) or self.top < 0:
+            raise DraftVerifyError(f"logprobs top must be an integer >= 0, got {self.top!r}")
+        if not isinstance(self.prompt, bool):
+            raise DraftVerifyError(f"logprobs prompt must be True or False, got {self.prompt!r}")
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One position's: the token there, its log-probability, and the most likely tokens there with theirs (most
+    likely first; as many as Logprobs.top asked)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass
+class RowLogprobs:
+    """A row's log-probabilities: its emitted tokens' (in order) and, when asked, its prompt's from the second
+    token on (None: not asked)."""
+
+    tokens: list[TokenLogprob] = field(default_factory=list)
+    prompt: list[TokenLogprob] | None = None
+
+
 @dataclass
 class RowRequest:
     """A row that joins a running batch (generate's admit returns a list of them); it takes the next row index.
 
     prompt_ids: its prompt token ids (at least one); max_new_tokens: its own limit; seed: keys its coupled sampling
     noise (None: a fresh one); first_token_allowed: the token ids its first new token may be (token healing), or
-    None; params: its own SamplingParams, or None for the batch's first row's."""
+    None; params: its own SamplingParams, or None for the batch's first row's; logprobs: what log-probabilities
+    it reports (Logprobs), or None."""
 
     prompt_ids: list[int]
     max_new_tokens: int
     seed: int | None = None
     first_token_allowed: torch.Tensor | list[int] | None = None
     params: SamplingParams | None = None
+    logprobs: Logprobs | None = None
 
     def __post_init__(self) -> None:
         ids = self.prompt_ids
@@ -295,6 +334,10 @@ class RowRequest:
         if self.params is not None and not isinstance(self.params, SamplingParams):
             raise DraftVerifyError(
                 f"a joining row's params must be a SamplingParams or None, got {type(self.params).__name__}"
+            )
+        if self.logprobs is not None and not isinstance(self.logprobs, Logprobs):
+            raise DraftVerifyError(
+                f"a joining row's logprobs must be a Logprobs or None, got {type(self.logprobs).__name__}"
             )
 
 
@@ -548,3 +591,4 @@ class GenerationOutput:
     new_tokens: torch.Tensor  # [B, new]; a batch of rows pads the shorter ones on the right with -1
     stats: GenerationStats  # a batch's stats add up its rows (target_calls counts shared steps once)
     rows: list[list[int]] | None = None  # a batch's new tokens per row, without padding (None for one row)
+    logprobs: list[RowLogprobs | None] | None = None  # per row, those it asked for (generate's logprobs); else None

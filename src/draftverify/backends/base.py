@@ -40,6 +40,12 @@ target's forward wraps the target (Drafter.wrap_target). llama.cpp's tree pass m
 otherwise than one-token decoding, and its wrapper settles a greedy tree verdict against a chain's
 (llamacpp_settle.py); the step keeps its four verbs.
 
+And `take_prompt_logits` (a method; a backend without it gives no prompt log-probabilities, engine/logprobs.py
+says so): asked with start(..., prompt_logits=True) or join_rows(..., prompt_logits=True), a backend keeps the
+prefill's logits at every prompt position but the last and hands them over once, per row, after the forward that
+decoded them (llama.cpp decodes a deferred prompt with the first step's forward). The loop passes prompt_logits only
+when a row asks, so a backend without the method never receives it.
+
 And `dear_width` (read with `dear_width`, False where undeclared): a forward's cost grows steeply with the tokens
 it scores (llama.cpp's CPU forward, benchmarks/cost), so a drafter whose settings trade how often it drafts for how
 sure its drafts are (the suffix cache's match length) defaults to drafting seldom and sure there.

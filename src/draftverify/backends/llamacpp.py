@@ -296,6 +296,7 @@ class LlamaCppLM(LlamaCppRows):
         self.chain = True  # the tail is one chain in sequence 0 (no branch yet)
         self._prefilled: TargetOutput | None = None
         self._rescored: tuple[int, list[int]] | None = None  # (m, branch) while a re-scored branch awaits commit
+        self.prompt_parts: list[torch.Tensor] | None = None  # one row's kept prompt logits (start's prompt_logits)
 
     def _make_context(self, cells: int, slots: int | None = None) -> None:
         """A new context (the old one freed, its cells lost): one unified KV cache of `cells` cells shared by every
@@ -356,8 +357,14 @@ class LlamaCppLM(LlamaCppRows):
             self._grow(decoder_positions + TREE_ROOM + held)  # the live sequences are copied across
 
     def start(
-        self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        want_hidden: bool = False,
+        attention_mask: torch.Tensor | None = None,
+        prompt_logits: bool = False,
     ) -> torch.Tensor:
+        """Reset to input_ids [B, L]; all but each row's last token are deferred to the next forward (or to reading
+        `prefilled`). prompt_logits: that decode keeps the logits at every prompt position (take_prompt_logits)."""
         if want_hidden:
             raise DraftVerifyError(
                 "the llamacpp backend does not return hidden states; run this method on --backend hf"
@@ -371,8 +378,9 @@ class LlamaCppLM(LlamaCppRows):
         self._prefilled = None
         self._rescored = None
         self.deferred = []
+        self.prompt_parts = [] if prompt_logits else None
         if input_ids.shape[0] > 1 or attention_mask is not None:
-            return self._start_rows(input_ids, attention_mask)  # rows mode (llamacpp_rows.py)
+            return self._start_rows(input_ids, attention_mask, prompt_logits)  # rows mode (llamacpp_rows.py)
         self.seqs = None
         if self.row_slots is not None and self.fit_cells > self.n_ctx_seq:  # stream 0 is too small: one unified
             self._make_context(max(self.unified_cells, self.fit_cells))  # cache (the next rows make streams again)
@@ -388,6 +396,17 @@ class LlamaCppLM(LlamaCppRows):
             return self._rows_prefilled()
         self._flush_deferred()
         return self._prefilled
+
+    def take_prompt_logits(self) -> list[torch.Tensor | None]:
+        """The logits start / join_rows kept (prompt_logits=True), once, per row: [P, V] at the row's prompt
+        positions but the last, None for a row whose were not kept. Decodes a prompt still deferred."""
+        if self.seqs is not None:
+            return self._take_rows_prompt_logits()
+        self._flush_deferred()
+        parts, self.prompt_parts = self.prompt_parts, None
+        if parts is None:
+            return [None]
+        return [torch.cat(parts) if parts else torch.empty(0, self.vocab_size)]
 
     def forward(
         self,
@@ -426,18 +445,22 @@ class LlamaCppLM(LlamaCppRows):
         if attention_mask is None and position_ids is None and self.chain:  # the drafts' and chains' common case
             prompt, prompt_positions = self._take_deferred(room=n)  # the rest of a deferred prompt rides along
             positions, seq_sets = self._extend_chain(ids)
+            every = self.prompt_parts is not None  # every prompt position's logits, or its last one's
+            outputs = len(prompt) if every else min(len(prompt), 1)
             self._fill(
                 prompt + ids,
                 prompt_positions + positions,
                 [[0]] * (len(prompt) + n),
-                outputs=[False] * (len(prompt) - 1) + [True] * (min(len(prompt), 1) + n),
+                outputs=[False] * (len(prompt) - outputs) + [True] * (outputs + n),
             )
             self._decode(len(prompt) + n)
             if not prompt:
                 return TargetOutput(logits=self._logits(n, batch_dim=True))  # [1, n, V]
-            logits = self._logits(1 + n)  # [1 + n, V]: the prompt's last position first
-            self._prefilled = TargetOutput(logits=logits[None, :1].clone())  # outlives the view
-            return TargetOutput(logits=logits[None, 1:])  # [1, n, V]
+            logits = self._logits(outputs + n)  # [outputs + n, V]: the prompt's (last) positions first
+            if every:
+                self.prompt_parts.append(logits[:outputs].clone())  # outlives the view
+            self._prefilled = TargetOutput(logits=logits[None, outputs - 1 : outputs].clone())
+            return TargetOutput(logits=logits[None, outputs:])  # [1, n, V]
         if self.row_slots is not None:  # one row on the rows' streams (kept between requests while it drafts
             # chains): a token tree's branches share the prefix's cells, so one unified cache from here on
             self._grow(max(self.unified_cells, self.fit_cells))
@@ -609,15 +632,18 @@ class LlamaCppLM(LlamaCppRows):
             chunk = self.deferred[: min(BATCH, len(self.deferred) - keep)]
             start = self.committed - len(self.deferred)
             last = len(chunk) == len(self.deferred)
+            every = self.prompt_parts is not None  # every position's logits, or the prompt's last one's
             self._fill(
                 chunk,
                 list(range(start, start + len(chunk))),
                 [[0]] * len(chunk),
-                outputs=[last and i == len(chunk) - 1 for i in range(len(chunk))],
+                outputs=[every or (last and i == len(chunk) - 1) for i in range(len(chunk))],
             )
             self._decode(len(chunk))
-            if last:
-                self._prefilled = TargetOutput(logits=self._logits(1)[None].clone())  # [1, 1, V], outlives the view
+            if every:
+                self.prompt_parts.append(self._logits(len(chunk)).clone())  # outlives the view
+            if last:  # [1, 1, V], outlives the view
+                self._prefilled = TargetOutput(logits=self._logits(len(chunk) if every else 1)[None, -1:].clone())
             self.deferred = self.deferred[len(chunk) :]
 
     def _parents(self, n: int, mask: torch.Tensor | None) -> list[int]:

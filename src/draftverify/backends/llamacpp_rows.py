@@ -40,17 +40,23 @@ class LlamaCppRows:
     rows mode (start() with several rows or a padding mask, or a row joining)."""
 
     # rows mode: row b's sequence id, the positions it holds (tail included), the ones settled, its prompt tokens
-    # not decoded yet (the last ones of its settled positions) and its prefilled logits [V] (None: none yet)
+    # not decoded yet (the last ones of its settled positions), its prefilled logits [V] (None: none yet) and the
+    # logits of its prompt's positions when kept (prompt_logits: a list of parts [k, V] until taken; None: not kept)
     seqs: list[int] | None = None
     held: list[int]
     settled: list[int]
     row_deferred: list[list[int]]
     row_prefilled: list[torch.Tensor | None]
+    row_prompt_logits: list[list[torch.Tensor] | None]
+    prompt_parts: list[torch.Tensor] | None  # one-row mode's (LlamaCppLM)
 
     # ---- entering rows mode -----------------------------------------------------------------------------------
-    def _start_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    def _start_rows(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, prompt_logits: bool = False
+    ) -> torch.Tensor:
         """Reset to the left-padded rows input_ids [B, L] (attention_mask [B, L] False at the padding); every
-        row's prompt but its last token is deferred to the next forward."""
+        row's prompt but its last token is deferred to the next forward (which keeps the logits of every prompt
+        position with prompt_logits)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
         if attention_mask.shape != input_ids.shape or not bool(attention_mask[:, -1].all()):
@@ -59,10 +65,11 @@ class LlamaCppRows:
                 "(every row's last column is a real token)"
             )
         self.seqs, self.held, self.settled, self.row_deferred, self.row_prefilled = [], [], [], [], []
-        self._add_rows(input_ids, attention_mask)
+        self.row_prompt_logits = []
+        self._add_rows(input_ids, attention_mask, prompt_logits)
         return input_ids
 
-    def _add_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+    def _add_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_logits: bool = False) -> None:
         for ids, real in zip(input_ids.tolist(), attention_mask.bool().tolist()):
             prompt = [t for t, r in zip(ids, real) if r]
             self.seqs.append(self._free_sequence())
@@ -70,6 +77,7 @@ class LlamaCppRows:
             self.held.append(len(prompt) - 1)
             self.settled.append(len(prompt) - 1)
             self.row_prefilled.append(None)
+            self.row_prompt_logits.append([] if prompt_logits else None)
         self._sync_lengths()
         self._make_room()  # a stream for every row (the context made again when they outnumber its streams)
 
@@ -87,6 +95,7 @@ class LlamaCppRows:
         self._check_settled()
         self.seqs, self.held, self.settled = [0], [self.committed], [self.committed]
         self.row_deferred, self.row_prefilled = [self.deferred], [None]
+        self.row_prompt_logits, self.prompt_parts = [self.prompt_parts], None
         if self._prefilled is not None:
             self.row_prefilled[0] = self._prefilled.logits[0, 0]
         self.deferred = []
@@ -142,7 +151,14 @@ class LlamaCppRows:
         for b in reversed(range(len(keep))):
             if not keep[b]:
                 self.lib.llama_memory_seq_rm(self.memory, self.seqs[b], -1, -1)  # its id is free for a joining row
-                for rows in (self.seqs, self.held, self.settled, self.row_deferred, self.row_prefilled):
+                for rows in (
+                    self.seqs,
+                    self.held,
+                    self.settled,
+                    self.row_deferred,
+                    self.row_prefilled,
+                    self.row_prompt_logits,
+                ):
                     del rows[b]
         self._compact()
         self._sync_lengths()
@@ -166,15 +182,40 @@ class LlamaCppRows:
             self.lib.llama_memory_seq_rm(self.memory, self.seqs[b], -1, -1)
             self.seqs[b] = gap
 
-    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
+    def join_rows(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, prompt_logits: bool = False
+    ) -> None:
         """Between steps: new left-padded rows [b, L] join at the end of the batch, each in a free sequence id; their
-        prompts are decoded with the next forward."""
+        prompts are decoded with the next forward (keeping every prompt position's logits with prompt_logits)."""
         if self.seqs is None:
             self._to_rows()
         self._check_settled()
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
-        self._add_rows(input_ids, attention_mask)
+        self._add_rows(input_ids, attention_mask, prompt_logits)
+
+    def _take_rows_prompt_logits(self) -> list[torch.Tensor | None]:
+        """take_prompt_logits in rows mode: each row's kept prompt logits [P, V] (None: not kept), once."""
+        self._flush_rows()
+        taken = [
+            None if parts is None else torch.cat(parts) if parts else torch.empty(0, self.vocab_size)
+            for parts in self.row_prompt_logits
+        ]
+        self.row_prompt_logits = [None] * len(self.row_prompt_logits)
+        return taken
+
+    def _keep_prompt_outputs(self, owners: list[tuple[int, bool]], logits: torch.Tensor) -> None:
+        """The deferred prompts' output logits [len(owners), V] (a view): each row's last position's become its
+        `prefilled`, and every position's are kept for a row that asked (row_prompt_logits); cloned, to outlive
+        the decode's view."""
+        kept: dict[int, list[int]] = {}
+        for k, (b, last) in enumerate(owners):
+            if last:
+                self.row_prefilled[b] = logits[k].clone()
+            if self.row_prompt_logits[b] is not None:
+                kept.setdefault(b, []).append(k)
+        for b, outputs in kept.items():
+            self.row_prompt_logits[b].append(logits[outputs[0] : outputs[-1] + 1].clone())  # a row's are in order
 
     # ---- decoding ---------------------------------------------------------------------------------------------
     def _forward_rows(self, tokens: list[list[int]], new_valid: list[list[bool]] | None) -> TargetOutput:
@@ -187,8 +228,9 @@ class LlamaCppRows:
         valid = [[True] * n] * batch if new_valid is None else new_valid
         fill = self._fill_counts(valid, n)
         prompt_lengths = [len(prompt) for prompt in self.row_deferred]
-        entries, slots = self._deferred_entries()  # (token, position, sequence, output)
-        prompt_outputs = len(slots)
+        entries, owners = self._deferred_entries()  # (token, position, sequence, output), (row, last) per output
+        prompt_outputs = len(owners)
+        slots = [b for b, _ in owners]
         scored_entries = []  # the entry of each scored (real) column, in slots' order
         real_ends = list(self.held)
         for b, (ids, real) in enumerate(zip(tokens, valid)):
@@ -208,8 +250,7 @@ class LlamaCppRows:
             if self.held[b] > real_ends[b]:
                 self.lib.llama_memory_seq_rm(self.memory, self.seqs[b], real_ends[b], -1)
                 self.held[b] = real_ends[b]
-        for b, slot in enumerate(slots[:prompt_outputs]):
-            self.row_prefilled[slot] = logits[b].clone()  # outlives the decode's view (_logits)
+        self._keep_prompt_outputs(owners, logits[:prompt_outputs])
         if self.layer_inputs:  # the eagle3 wrapper's: per row, its scored columns' and its prompt's
             features = self.entry_layer_inputs  # [entries, layers * H]
             scored = features.new_zeros(batch * n, features.shape[1])  # zeros at padding
@@ -241,24 +282,27 @@ class LlamaCppRows:
         filled = filled_counts(counts, room, self.ubatch_cost.ubatch_tokens)
         return [filled[s] - counts[s] for s in self.seqs]
 
-    def _deferred_entries(self) -> tuple[list[tuple[int, int, int, bool]], list[int]]:
-        """Every row's deferred prompt as decode entries (output at its last token), taken off the rows; and the
-        row of each output."""
-        entries, rows = [], []
+    def _deferred_entries(self) -> tuple[list[tuple[int, int, int, bool]], list[tuple[int, bool]]]:
+        """Every row's deferred prompt as decode entries (output at its last token, or at each of its tokens for a
+        row that keeps its prompt's logits), taken off the rows; and each output's row and whether it is the
+        row's last."""
+        entries, owners = [], []
         for b, prompt in enumerate(self.row_deferred):
             start = self.settled[b] - len(prompt)
-            entries.extend((t, start + i, self.seqs[b], i == len(prompt) - 1) for i, t in enumerate(prompt))
-            if prompt:
-                rows.append(b)
+            every = self.row_prompt_logits[b] is not None
+            for i, t in enumerate(prompt):
+                last = i == len(prompt) - 1
+                entries.append((t, start + i, self.seqs[b], every or last))
+                if every or last:
+                    owners.append((b, last))
             self.row_deferred[b] = []
-        return entries, rows
+        return entries, owners
 
     def _flush_rows(self) -> None:
         """Decode every row's deferred prompt now (chunks of BATCH)."""
-        entries, rows = self._deferred_entries()
+        entries, owners = self._deferred_entries()
         if entries:
-            for b, logits in zip(rows, self._decode_entries(entries)):
-                self.row_prefilled[b] = logits.clone()  # outlives the decode's view (_logits)
+            self._keep_prompt_outputs(owners, self._decode_entries(entries))
 
     def _rows_prefilled(self) -> TargetOutput | None:
         """Each row's logits at its last prefilled position [B, 1, V] (zeros for a one-token prompt)."""

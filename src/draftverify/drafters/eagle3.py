@@ -148,10 +148,14 @@ class HookedLayerInputs(LayerInputsTarget):
         return torch.cat([inputs[-1][:, inputs[-1].shape[1] - count :] for inputs in seen], dim=-1)
 
     def start(
-        self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        want_hidden: bool = False,
+        attention_mask: torch.Tensor | None = None,
+        prompt_logits: bool = False,
     ) -> torch.Tensor:
         with self._capture() as seen:
-            committed = self.target.start(input_ids, False, attention_mask)
+            committed = self.target.start(input_ids, False, attention_mask, prompt_logits)
         prefilled = self.target.prefilled
         hidden = self._fused(seen, input_ids.shape[1] - 1) if want_hidden and prefilled is not None else None
         self.prefilled = None if prefilled is None else TargetOutput(logits=prefilled.logits, hidden=hidden)
@@ -197,14 +201,18 @@ class LlamaCppLayerInputs(LayerInputsTarget):
         return self._token_tensors[2]
 
     def start(
-        self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        want_hidden: bool = False,
+        attention_mask: torch.Tensor | None = None,
+        prompt_logits: bool = False,
     ) -> torch.Tensor:
         """The prompt stays deferred: the first step (which drafts nothing, having no features yet) decodes it
         with the pending token in one piece, as llama.cpp's own greedy decoding does, and its features come back
         then (`earlier`)."""
         self.target.take_layer_inputs()  # type: ignore[attr-defined]  (a previous request's leftovers)
         self.prefilled, self.earlier, self.earlier_counts = None, None, None
-        return self.target.start(input_ids, False, attention_mask)
+        return self.target.start(input_ids, False, attention_mask, prompt_logits)
 
     def _read(self, seen: None, count: int, want_hidden: bool) -> torch.Tensor | None:
         """Every forward takes what llama.cpp kept (so the next one starts empty) and keeps the features of any

@@ -15,11 +15,13 @@ from ..types import (
     DecodingState,
     GenerationOutput,
     GenerationStats,
+    RowLogprobs,
     RowRequest,
     SamplingParams,
     left_padded,
     trim_rows,
 )
+from .logprobs import LogprobsRecorder
 from .processors import FirstTokenAllowed
 
 
@@ -132,19 +134,31 @@ class Scheduler:
             state.params = row_params([p for p, k in zip(state.params.rows, kept) if k])
 
     def join(
-        self, joining, target: LMBackend, drafter: Drafter, state: DecodingState, first_token: FirstTokenAllowed
+        self,
+        joining,
+        target: LMBackend,
+        drafter: Drafter,
+        state: DecodingState,
+        first_token: FirstTokenAllowed,
+        scores: LogprobsRecorder | None = None,
     ) -> int:
         """Continuous batching: prefill the rows admit() returned (RowRequests) and append them to the batch
-        (target, drafter, state, first-token constraints); a row without its own SamplingParams takes the batch's
-        first row's. Returns the prompt tokens that joined."""
+        (target, drafter, state, first-token constraints, the log-probabilities they ask for); a row without its
+        own SamplingParams takes the batch's first row's. Returns the prompt tokens that joined."""
         requests = checked_requests(joining)
         allowed = first_token.check([r.first_token_allowed for r in requests])
         prompts = [r.prompt_ids for r in requests]
+        asked = [r.logprobs for r in requests]
+        if scores is None and any(a is not None for a in asked):
+            raise DraftVerifyError("rows that ask for logprobs join a generation started with logprobs (or admit)")
         for request in requests:
             target.check_fits(len(request.prompt_ids) + request.max_new_tokens)
             drafter.bind(target, len(request.prompt_ids) + request.max_new_tokens)
+        if scores is not None:
+            LogprobsRecorder.check(target, asked)
         ids, mask = left_padded(prompts, 0, state.tokens.device)
-        target.join_rows(ids, mask)  # type: ignore[attr-defined]  # only supports_rows backends join (check_backend)
+        keep = {"prompt_logits": True} if scores is not None and scores.add(asked, prompts) else {}
+        target.join_rows(ids, mask, **keep)  # type: ignore[attr-defined]  # only supports_rows backends join
         drafter.join_rows(ids, mask)
         total = max(ids.shape[1], state.tokens.shape[1])
 
@@ -166,9 +180,11 @@ class Scheduler:
         self.ended.extend(False for _ in prompts)
         return sum(len(r) for r in prompts)
 
-    def output(self, input_ids: torch.Tensor, stats: GenerationStats) -> GenerationOutput:
+    def output(
+        self, input_ids: torch.Tensor, stats: GenerationStats, logprobs: list[RowLogprobs | None] | None = None
+    ) -> GenerationOutput:
         """new_tokens [B, max new] and sequences [B, max prompt + new] (each row's prompt and new tokens),
-        right-padded with -1."""
+        right-padded with -1; logprobs: each row's (engine/logprobs.py), when some row asked."""
 
         def grid(lists: list[list[int]]) -> torch.Tensor:
             out = torch.full((len(lists), max((len(r) for r in lists), default=0)), -1, dtype=torch.long)
@@ -182,4 +198,5 @@ class Scheduler:
             new_tokens=grid(self.new),
             stats=stats,
             rows=[list(r) for r in self.new],
+            logprobs=logprobs,
         )

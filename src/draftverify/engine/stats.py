@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter
 
 from ..draft_length import DraftLength
 from ..drafters.base import Drafter, add_drafter_times
-from ..types import Draft, GenerationStats
+from ..types import Draft, GenerationStats, TokenLogprob
 
 
 @dataclass(slots=True)
@@ -32,6 +32,10 @@ class StepRecord:
     prefill: bool  # this step's forward also decoded the prompt (backends/base.py defers_prefill)
     timed: bool  # its seconds are a step's cost, for the length policy: no prompt was decoded in its forwards
     target_calls: int  # target forwards: 1, or 2 when verifying scored the kept branch again (Verdict.target_s)
+    # per row, the log-probabilities of its emitted tokens (None: it asked for none), when some row asked
+    # (engine/logprobs.py); and of its prompt, on the step whose forward decoded a prompt whose logprobs were asked
+    logprobs: list[list[TokenLogprob] | None] | None = field(default=None)
+    prompt_logprobs: list[list[TokenLogprob] | None] | None = field(default=None)
 
 
 def step_record(

@@ -32,10 +32,13 @@ def prefill(
     generator: torch.Generator | None,
     seeds: list[int] | None,
     policy: DraftLength,
+    prompt_logits: bool = False,
 ) -> tuple[DecodingState, int]:
     """The target's prefill of input_ids [B, L] (left-padded where attention_mask [B, L] is False) and the
-    drafter's start; returns the decoding state and the prompt's real tokens."""
-    committed = target.start(input_ids, want_hidden=drafter.needs_target_hidden, attention_mask=attention_mask)
+    drafter's start; returns the decoding state and the prompt's real tokens. prompt_logits: the target keeps the
+    prefill's logits at every prompt position (take_prompt_logits), for the prompt's log-probabilities."""
+    keep = {"prompt_logits": True} if prompt_logits else {}  # asked of a backend only when wanted (its capability)
+    committed = target.start(input_ids, want_hidden=drafter.needs_target_hidden, attention_mask=attention_mask, **keep)
     real = attention_mask.to(input_ids.device).long() if attention_mask is not None else None  # [B, L] or None
     if target.is_encoder_decoder or real is None:
         lengths = torch.full((input_ids.shape[0],), committed.shape[1], dtype=torch.long, device=input_ids.device)

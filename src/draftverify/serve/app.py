@@ -26,12 +26,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..checks import check_prompt_text
 from ..errors import DraftVerifyError
-from ..types import SamplingParams
+from ..types import Logprobs, SamplingParams
 from .defaults import MAX_QUEUE, MAX_STREAM_INTERVAL, STREAM_INTERVAL
 from .engine import Engine, Job, NotRunning, QueueFull
+from .logprobs import Scored, chat_logprobs, completion_logprobs
 from .metrics import Metrics
 from .protocol import (
     MAX_CHOICES,
+    MAX_LOGPROBS,
+    MAX_TOP_LOGPROBS,
     SEED_LIMIT,
     ApiError,
     ChatCompletion,
@@ -168,22 +171,25 @@ def summed_usage(usages: list[dict]) -> dict:
     return total
 
 
-async def collect(request: Request, jobs: list[Job]) -> tuple[list[tuple[str, str]], dict]:
-    """A whole (non-streamed) generation: each choice's text and finish reason, and the request's usage; a client
-    that leaves cancels it."""
+async def collect(request: Request, jobs: list[Job]) -> tuple[list[tuple[str, str, list[Scored]]], dict]:
+    """A whole (non-streamed) generation: each choice's text, finish reason and scored tokens (serve/logprobs.py),
+    and the request's usage; a client that leaves cancels it."""
     watcher = asyncio.ensure_future(watch_disconnect(request, jobs))
     pieces: list[list[str]] = [[] for _ in jobs]
+    scored: list[list[Scored]] = [[] for _ in jobs]
     ends: list[tuple[str, dict]] = [("", {})] * len(jobs)
     try:
         async with aclosing(events(jobs)) as stream:
             async for i, event in stream:
                 if event[0] == "text":
                     pieces[i].append(event[1])
+                    scored[i].extend(event[2])
                 elif event[0] == "done":
                     ends[i] = event[1], event[2]
                 else:
                     raise event[1]
-        return [("".join(p), reason) for p, (reason, _) in zip(pieces, ends)], summed_usage([u for _, u in ends])
+        answers = [("".join(p), reason, s) for p, (reason, _), s in zip(pieces, ends, scored)]
+        return answers, summed_usage([u for _, u in ends])
     finally:
         watcher.cancel()
         for job in jobs:
@@ -364,8 +370,6 @@ class Service:
                 param="messages",
                 code="no_chat_template",
             )
-        if body.logprobs or body.top_logprobs:
-            raise ApiError(400, "logprobs are not supported", param="logprobs")
         if body.response_format not in (None, {"type": "text"}):
             raise ApiError(400, "response_format other than {'type': 'text'} is not supported", param="response_format")
         if {"max_tokens", "max_completion_tokens"} <= body.model_fields_set:
@@ -385,6 +389,44 @@ class Service:
             raise ApiError(400, "the messages render to no tokens", param="messages")
         return ids
 
+    def completion_logprobs(self, body: CompletionRequest) -> Logprobs | None:
+        """What /v1/completions' logprobs (and echo) ask for, checked: 0..MAX_LOGPROBS most likely tokens; the
+        prompt's too with echo (a decoder-only target's)."""
+        if body.logprobs is None:
+            return None
+        if isinstance(body.logprobs, bool) or not 0 <= body.logprobs <= MAX_LOGPROBS:
+            raise ApiError(
+                400, f"logprobs must be an integer in 0..{MAX_LOGPROBS}, got {body.logprobs!r}", param="logprobs"
+            )
+        if body.echo and self.pipe.target.is_encoder_decoder:
+            raise ApiError(
+                400,
+                "echo with logprobs scores the prompt, which this model translates as its source: drop echo",
+                param="echo",
+            )
+        if body.heal:
+            raise ApiError(
+                400,
+                "heal re-tokenizes the prompt's end, so the answer's tokens would not be the text's: drop heal or "
+                "logprobs",
+                param="heal",
+            )
+        return Logprobs(top=body.logprobs, prompt=bool(body.echo))
+
+    @staticmethod
+    def chat_logprobs(body: ChatRequest) -> Logprobs | None:
+        """What chat's logprobs / top_logprobs ask for, checked (top_logprobs needs logprobs, as OpenAI's)."""
+        top = body.top_logprobs
+        if top is not None and (isinstance(top, bool) or not 0 <= top <= MAX_TOP_LOGPROBS):
+            raise ApiError(
+                400, f"top_logprobs must be an integer in 0..{MAX_TOP_LOGPROBS}, got {top!r}", param="top_logprobs"
+            )
+        if not body.logprobs:
+            if top:
+                raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+            return None
+        return Logprobs(top=top or 0)
+
     def submit(
         self,
         ids: list[int],
@@ -394,9 +436,12 @@ class Service:
         speculation: Speculation,
         healing=None,
         streamed: bool = False,
+        logprobs: Logprobs | None = None,
+        echo: str | None = None,
     ) -> list[Job]:
         """Queue a generation per choice for the worker (rows of one batch where it has room), or refuse them now:
-        429 when the queue has no room for all, 503 when not running."""
+        429 when the queue has no room for all, 503 when not running. logprobs: what the request reports; echo:
+        the prompt's text, which the worker hands over with its log-probabilities (logprobs.prompt)."""
         settings = self.settings
         jobs = [
             Job(
@@ -410,6 +455,8 @@ class Service:
                 speculation=speculation,
                 index=index,
                 stream_interval=settings.stream_interval if streamed else None,
+                logprobs=logprobs,
+                echo=echo if logprobs is not None and logprobs.prompt else None,
             )
             for index, params in enumerate(choices)
         ]
@@ -448,7 +495,7 @@ class Service:
             async with aclosing(events(jobs)) as stream:
                 async for index, event in stream:
                     if event[0] == "text":
-                        yield sse(chunk(event[1], None, index))
+                        yield sse(chunk(event[1], None, index, event[2]))
                     elif event[0] == "done":
                         yield sse(chunk(None, event[1], index))
                         usages.append(event[2])
@@ -483,8 +530,7 @@ class Service:
 
 def check_best_of(body: CompletionRequest) -> None:
     """best_of: the candidates the n choices are the best of, by cumulative log-probability. Only best_of = n is
-    served (every candidate returned): ranking more candidates needs each one's log-probability, which this server
-    does not compute."""
+    served (every candidate returned); ranking more candidates than choices is not."""
     n = 1 if body.n is None else body.n
     if body.best_of is None or body.best_of == n:
         return
@@ -494,9 +540,8 @@ def check_best_of(body: CompletionRequest) -> None:
         )
     raise ApiError(
         400,
-        f"best_of={body.best_of} > n={n} is not supported: picking the best n of {body.best_of} candidates ranks them "
-        "by their cumulative log-probability, which this server does not compute; send best_of = n or leave it out "
-        "(and n choices come back)",
+        f"best_of={body.best_of} > n={n} is not supported: this server does not rank candidates; send best_of = n or "
+        "leave it out (and n choices come back)",
         param="best_of",
     )
 
@@ -584,32 +629,42 @@ async def models(service: Service = Depends(authorized)):
 async def completions(body: CompletionRequest, request: Request, service: Service = Depends(authorized)):
     endpoint = "/v1/completions"
     started = time.perf_counter()
-    if body.logprobs is not None:
-        raise ApiError(400, "logprobs are not supported", param="logprobs")
     if body.suffix:
         raise ApiError(400, "suffix (insertion) is not supported", param="suffix")
+    logprobs = service.completion_logprobs(body)
     ids, prompt_text = service.completion_prompt(body)
     params, max_tokens, stop = service.check_common(body, body.max_tokens, len(ids), default_tokens=16)  # OpenAI's
     speculation = service.methods.resolve(body.speculative)
-    healing = service.healing_for(body, ids)
+    healing = None if logprobs is not None else service.healing_for(body, ids)
     choices = service.choices(body, params)
     check_best_of(body)
-    jobs = service.submit(ids, choices, max_tokens, stop, speculation, healing=healing, streamed=bool(body.stream))
+    jobs = service.submit(
+        ids,
+        choices,
+        max_tokens,
+        stop,
+        speculation,
+        healing=healing,
+        streamed=bool(body.stream),
+        logprobs=logprobs,
+        echo=prompt_text,
+    )
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     model = service.settings.model_name
-    echo = prompt_text if body.echo else ""
+    echo = prompt_text if body.echo and jobs[0].echo is None else ""  # else the worker hands it over, scored
 
-    def choice(text, finish, index=0):
-        return {"text": text or "", "index": index, "logprobs": None, "finish_reason": finish}
+    def choice(text, finish, index=0, scored=None):
+        written = None if logprobs is None or scored is None else completion_logprobs(scored, service.tokenizer)
+        return {"text": text or "", "index": index, "logprobs": written, "finish_reason": finish}
 
-    def chunk(text, finish, index=0):
+    def chunk(text, finish, index=0, scored=None):
         return {
             "id": cid,
             "object": "text_completion",
             "created": created,
             "model": model,
-            "choices": [choice(text, finish, index)],
+            "choices": [choice(text, finish, index, scored)],
         }
 
     if body.stream:
@@ -618,7 +673,7 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
         return event_stream(service.stream_events(jobs, chunk, first, endpoint, started, include_usage))
     answers, usage = await collect(request, jobs)
     out = chunk(None, None)
-    out["choices"] = [choice(echo + text, reason, i) for i, (text, reason) in enumerate(answers)]
+    out["choices"] = [choice(echo + text, reason, i, scored) for i, (text, reason, scored) in enumerate(answers)]
     out["usage"] = usage
     service.record(endpoint, "200", started)
     return out
@@ -635,18 +690,28 @@ async def chat(body: ChatRequest, request: Request, service: Service = Depends(a
     ids = service.chat_prompt(body)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params, max_tokens, stop = service.check_common(body, max_tokens, len(ids))
+    logprobs = service.chat_logprobs(body)
     choices = service.choices(body, params)
     jobs = service.submit(
-        ids, choices, max_tokens, stop, service.methods.resolve(body.speculative), streamed=bool(body.stream)
+        ids,
+        choices,
+        max_tokens,
+        stop,
+        service.methods.resolve(body.speculative),
+        streamed=bool(body.stream),
+        logprobs=logprobs,
     )
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     model = service.settings.model_name
 
+    def written(scored):
+        return None if logprobs is None or scored is None else chat_logprobs(scored, service.tokenizer)
+
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
-        def chunk(piece, finish, index=0):
+        def chunk(piece, finish, index=0, scored=None):
             delta = (
                 {} if piece is None else ({"role": "assistant", "content": ""} if piece is ROLE else {"content": piece})
             )
@@ -655,7 +720,7 @@ async def chat(body: ChatRequest, request: Request, service: Service = Depends(a
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": model,
-                "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                "choices": [{"index": index, "delta": delta, "logprobs": written(scored), "finish_reason": finish}],
             }
 
         return event_stream(service.stream_events(jobs, chunk, [ROLE], endpoint, started, include_usage))
@@ -667,8 +732,13 @@ async def chat(body: ChatRequest, request: Request, service: Service = Depends(a
         "created": created,
         "model": model,
         "choices": [
-            {"index": i, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": reason}
-            for i, (text, reason) in enumerate(answers)
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": written(scored),
+                "finish_reason": reason,
+            }
+            for i, (text, reason, scored) in enumerate(answers)
         ],
         "usage": usage,
     }

@@ -22,8 +22,9 @@ from typing import Any
 
 from ..detokenize import IncrementalDecoder
 from ..errors import DraftVerifyError
-from ..types import RowRequest, SamplingParams
+from ..types import Logprobs, RowRequest, SamplingParams
 from .defaults import MAX_QUEUE
+from .logprobs import Scored, ScoredText, prompt_scored
 from .metrics import Metrics
 from .protocol import ApiError
 from .speculation import Speculation
@@ -106,7 +107,9 @@ class StopText:
 @dataclass
 class Job:
     """One request's generation. Events reach `sink` (an asyncio.Queue) as tuples:
-    ("text", str), ("done", finish_reason, usage dict) or ("error", ApiError)."""
+    ("text", str, [Scored]), ("done", finish_reason, usage dict) or ("error", ApiError). A text event carries the
+    scored tokens whose text starts in it (serve/logprobs.py) when the request asked for log-probabilities; with
+    echo too, the worker hands over the prompt's text first, with the prompt's tokens."""
 
     ids: list[int]
     params: SamplingParams
@@ -119,6 +122,8 @@ class Job:
     index: int = 0  # which of its request's n choices (the request's prompt is counted once, with choice 0)
     # least seconds between two hand-overs of a streamed request's text; None: not streamed, handed over at the end
     stream_interval: float | None = 0.0
+    logprobs: Logprobs | None = None  # the log-probabilities it reports; prompt: with echo
+    echo: str | None = None  # the prompt's text, handed over with its tokens' log-probabilities (echo and logprobs)
     arrived: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # worker-side
@@ -130,13 +135,17 @@ class Job:
     first_text_at: float | None = None
     done: bool = False
     pending: list[str] = field(default_factory=list)  # text not handed over yet
+    pending_scored: list[Scored] = field(default_factory=list)  # its scored tokens
+    scored: ScoredText | None = None  # the scored tokens waiting for their text (when logprobs were asked)
     handed_at: float | None = None  # when text was last handed over
 
-    def emit_text(self, piece: str) -> None:
-        """Text for the client. It waits for later text while the last hand-over is younger than stream_interval
-        (a whole request's, for the end): every hand-over wakes the event loop, whose thread then takes a core
-        from the threads decoding the next step (llama.cpp's), so handing over each step's text slows decoding."""
+    def emit_text(self, piece: str, scored: list[Scored] | None = None) -> None:
+        """Text for the client (and the scored tokens that start in it). It waits for later text while the last
+        hand-over is younger than stream_interval (a whole request's, for the end): every hand-over wakes the event
+        loop, whose thread then takes a core from the threads decoding the next step (llama.cpp's), so handing
+        over each step's text slows decoding."""
         self.pending.append(piece)
+        self.pending_scored.extend(scored or ())
         if self.stream_interval is None:
             return
         now = time.perf_counter()
@@ -151,9 +160,10 @@ class Job:
 
     def _hand_over_text(self) -> None:
         if self.pending:
-            text = "".join(self.pending)
+            text, scored = "".join(self.pending), list(self.pending_scored)
             self.pending.clear()
-            self._put(("text", text))
+            self.pending_scored.clear()
+            self._put(("text", text, scored))
 
     def _put(self, event: tuple) -> None:
         try:
@@ -345,6 +355,7 @@ class Engine:
                     seed=job.params.seed,
                     first_token_allowed=job.first_allowed,
                     params=job.params,
+                    logprobs=job.logprobs,
                 )
                 for job in new
             ]
@@ -355,6 +366,8 @@ class Engine:
         started = time.perf_counter()
         for job in jobs:
             job.text = StopText(self.pipe.tokenizer, job.stop, job.healing)
+            if job.logprobs is not None:
+                job.scored = ScoredText(self.pipe.tokenizer, base=len(job.echo or ""))
             self.metrics.queue_wait.observe(started - job.arrived)
         self.metrics.batch_size.observe(len(jobs))
 
@@ -393,6 +406,8 @@ class Engine:
                 if any(job.healing is not None for job in jobs)
                 else {}
             )
+            # rows that join may ask for logprobs whether or not these do (admit: the loop is ready for them)
+            scored = {"logprobs": [job.logprobs for job in jobs]} if any(job.logprobs for job in jobs) else {}
             variant.pipe.generate_batch_ids(
                 [job.prompt_ids for job in jobs],
                 [job.params for job in jobs],
@@ -400,6 +415,7 @@ class Engine:
                 seeds=[job.params.seed for job in jobs],
                 gamma=speculation.gamma,
                 **healed,
+                **scored,
                 on_tokens=lambda emitted: self._on_tokens(jobs, emitted),
                 admit=self._admitter(jobs, variant) if variant.max_batch > 1 else None,
                 on_step=lambda record, rows: self._on_step(jobs, record, rows),
@@ -429,6 +445,21 @@ class Engine:
             job.drafted += record.row_drafted[i]
             job.target_calls += record.target_calls
             job.step_kept = record.row_kept[i]
+        if record.logprobs is not None:
+            self._scored(jobs, record, rows)
+
+    def _scored(self, jobs: list[Job], record, rows: list[int]) -> None:
+        """A step's log-probabilities to the requests that asked: an echoed prompt's go out at once with the
+        prompt's text (before anything generated); the emitted tokens' wait for their text (_on_tokens)."""
+        for i, row in enumerate(rows):
+            job = jobs[row]
+            if job.scored is None or job.done:
+                continue
+            prompt = None if record.prompt_logprobs is None else record.prompt_logprobs[i]
+            if prompt is not None and job.echo is not None:
+                job.emit_text(job.echo, prompt_scored(self.pipe.tokenizer, job.prompt_ids, prompt))
+            if record.logprobs[i]:
+                job.scored.add(record.logprobs[i])
 
     def _on_tokens(self, jobs: list[Job], emitted) -> list[int]:
         """emitted [B, k], -1 where a row emitted fewer tokens (or has left). Returns the rows to stop now."""
@@ -448,11 +479,13 @@ class Engine:
             before = job.generated
             piece = job.text.push(ids)
             kept.append(self._count(job, job.generated - before))
+            scored = job.scored.release(job.text.sent) if job.scored is not None else []
             if piece:
                 if job.first_text_at is None:
                     job.first_text_at = time.perf_counter()
                     self.metrics.ttft.observe(job.first_text_at - job.arrived)
-                job.emit_text(piece)
+            if piece or scored:
+                job.emit_text(piece, scored)
             ended = job.text.stopped or ids[-1] in self._eos_set or job.generated >= job.max_tokens
             if ended:
                 self._complete(job)
@@ -482,11 +515,14 @@ class Engine:
             return
         job.done = True
         piece = job.text.finish()
+        # a stop string ends the answer: tokens whose text starts past it are not part of it
+        scored = job.scored.release(job.text.sent if job.text.stopped else None) if job.scored is not None else []
         if piece:
             if job.first_text_at is None:
                 job.first_text_at = time.perf_counter()
                 self.metrics.ttft.observe(job.first_text_at - job.arrived)
-            job.emit_text(piece)
+        if piece or scored:
+            job.emit_text(piece, scored)
         ended_by_eos = bool(job.text.ids) and job.text.ids[-1] in self._eos_set
         reason = "stop" if job.text.stopped or ended_by_eos else "length"
         self.metrics.finished.labels(reason).inc()

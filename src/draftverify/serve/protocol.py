@@ -1,8 +1,8 @@
 """OpenAI request bodies (the fields draftverify serves) and OpenAI-style error bodies.
 
-Unknown fields are rejected (extra="forbid") rather than silently ignored: a client that asks for logprobs or
-tools should hear that it will not get them. Fields OpenAI defines that we cannot honour are accepted only at
-their neutral value (best_of=n, penalties 0, no logit_bias, no logprobs), anything else is a 400.
+Unknown fields are rejected (extra="forbid") rather than silently ignored: a client that asks for tools should
+hear that it will not get them. Fields OpenAI defines that we cannot honour are accepted only at their neutral
+value (best_of=n, penalties 0, no logit_bias), anything else is a 400.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ class ApiError(Exception):
 
 STRICT = ConfigDict(extra="forbid", strict=True)  # no coercion: "5" is not a max_tokens, as the schema says
 
+MAX_LOGPROBS = 5  # completions' logprobs, as OpenAI's legacy completions cap it
+MAX_TOP_LOGPROBS = 20  # chat's top_logprobs, as OpenAI caps it
 GAMMA_NAMES = r"auto|heuristic|conf(=(0(\.[0-9]+)?|1(\.0+)?))?"  # the named draft lengths a request may give
 SEED_LIMIT = 2**53 - 1  # the integers a JSON number holds exactly (a double), whichever client parses it
 MAX_CHOICES = 128  # n, as OpenAI bounds it (a server's document says less where --max-queue holds fewer rows)
@@ -121,13 +123,29 @@ class _Sampling(BaseModel):
 
 
 class CompletionRequest(_Sampling):
+    # logprobs and "heal": true, not both (healing re-tokenizes the prompt's end)
+    model_config = ConfigDict(
+        **STRICT,
+        json_schema_extra={
+            "not": {
+                "required": ["logprobs", "heal"],
+                "properties": {"logprobs": {"type": "integer"}, "heal": {"const": True}},
+            }
+        },
+    )
+
     # the handler checks the prompt (its messages say what is wrong); the schema states the same rules
     prompt: Annotated[Union[str, list[str], list[Int], list[list[Int]]], WithJsonSchema(PROMPT_SCHEMA)]
     echo: Optional[bool] = False
     best_of: Optional[Int] = _checked(
         minimum=1, maximum=MAX_CHOICES, description="Equal to n (the default): every candidate is returned"
     )
-    logprobs: Annotated[Optional[Int], WithJsonSchema({"type": "null", "description": "Not supported"})] = None
+    logprobs: Optional[Int] = _checked(
+        minimum=0,
+        maximum=MAX_LOGPROBS,
+        description="Log-probabilities of the answer's tokens (and, with echo, the prompt's) with this many most "
+        "likely tokens at each position",
+    )
     suffix: Optional[str] = _checked(maxLength=0)
     heal: Optional[StrictBool] = None  # not OpenAI's: token healing for this request (default: the server's --heal)
 
@@ -146,15 +164,31 @@ class ChatMessage(BaseModel):
 
 
 class ChatRequest(_Sampling):
-    # max_tokens or max_completion_tokens, not both
+    # max_tokens or max_completion_tokens, not both; top_logprobs above 0 only with logprobs true
     model_config = ConfigDict(
-        **STRICT, json_schema_extra={"not": {"required": ["max_tokens", "max_completion_tokens"]}}
+        **STRICT,
+        json_schema_extra={
+            "allOf": [
+                {"not": {"required": ["max_tokens", "max_completion_tokens"]}},
+                {
+                    "not": {
+                        "required": ["top_logprobs"],
+                        "properties": {
+                            "top_logprobs": {"type": "integer", "minimum": 1},
+                            "logprobs": {"not": {"const": True}},
+                        },
+                    }
+                },
+            ]
+        },
     )
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: Optional[Int] = _checked(minimum=1)
-    logprobs: Optional[bool] = _checked(enum=[False, None])
-    top_logprobs: Optional[Int] = _checked(minimum=0, maximum=0)
+    logprobs: Optional[bool] = Field(default=None, description="Log-probabilities of the answer's tokens")
+    top_logprobs: Optional[Int] = _checked(
+        minimum=0, maximum=MAX_TOP_LOGPROBS, description="The most likely tokens listed at each position"
+    )
     response_format: Optional[dict[str, Any]] = _checked(
         properties={"type": {"const": "text"}}, required=["type"], additionalProperties=False
     )
@@ -191,10 +225,20 @@ class Usage(BaseModel):
 FinishReason = Optional[Literal["stop", "length"]]
 
 
+class CompletionLogprobs(BaseModel):
+    """Per token of the choice's text (the prompt's first when echoed): its text, log-probability (null for the
+    prompt's first token, which nothing scores), most likely tokens with theirs, and where its text starts."""
+
+    tokens: list[str]
+    token_logprobs: list[Optional[float]]
+    top_logprobs: list[Optional[dict[str, float]]]
+    text_offset: list[int]
+
+
 class CompletionChoice(BaseModel):
     text: str
     index: int
-    logprobs: None = None
+    logprobs: Optional[CompletionLogprobs] = None
     finish_reason: FinishReason
 
 
@@ -215,10 +259,24 @@ class AssistantMessage(BaseModel):
     content: str
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: Optional[list[int]] = None
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: Optional[list[ChatTokenLogprob]] = None
+
+
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: Optional[ChatLogprobs] = None
     finish_reason: FinishReason
 
 

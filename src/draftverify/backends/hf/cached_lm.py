@@ -96,6 +96,7 @@ class CachedLM(RowsLayout, CompiledWidths):
         self.encoder_outputs = None
         self.source_mask = None
         self.prefilled: TargetOutput | None = None  # set by start()
+        self.prompt_logits: list[torch.Tensor | None] | None = None  # per row, kept by start / join_rows when asked
         # batch mode (start() with several rows or a padding mask): which cache slots hold a real token [B, length],
         # and how many real positions each row holds [B] (its next position id); None for one unpadded row
         self.valid: torch.Tensor | None = None
@@ -119,7 +120,11 @@ class CachedLM(RowsLayout, CompiledWidths):
             )
 
     def start(
-        self, input_ids: torch.Tensor, want_hidden: bool = False, attention_mask: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        want_hidden: bool = False,
+        attention_mask: torch.Tensor | None = None,
+        prompt_logits: bool = False,
     ) -> torch.Tensor:
         """Reset the cache and prefill. input_ids: [B, L] (the source for encoder-decoder models).
 
@@ -129,13 +134,15 @@ class CachedLM(RowsLayout, CompiledWidths):
         hidden states at every prefilled position [B, L-1, H] (left padding included in a batch), or is None when
         nothing was prefilled (encoder-decoder, or a one-token prompt): drafters that read hidden states draft the
         first step from it (the blockwise heads from the last state, the NAT drafter from all of them).
+        prompt_logits: also keep the logits at every prefilled position, for take_prompt_logits (decoder-only).
         """
         self.cache = new_cache(self.is_encoder_decoder, self.config, self.window)
         self.length = self.committed = self._chain_end = 0
         self.prefilled = None
+        self.prompt_logits = None
         self.valid = self._row_length = self.row_committed = None
         if input_ids.shape[0] > 1 or attention_mask is not None:
-            return self._start_rows(input_ids, attention_mask, want_hidden)
+            return self._start_rows(input_ids, attention_mask, want_hidden, prompt_logits)
         if self.is_encoder_decoder:
             start_id = getattr(self.config, "decoder_start_token_id", None)
             if start_id is None:
@@ -145,12 +152,29 @@ class CachedLM(RowsLayout, CompiledWidths):
             self.source_mask = torch.ones_like(input_ids)
             self.encoder_outputs = self.model.get_encoder()(input_ids=input_ids, attention_mask=self.source_mask)
             return torch.full((input_ids.shape[0], 1), start_id, dtype=torch.long, device=input_ids.device)
+        if prompt_logits:
+            self.prompt_logits = [torch.empty(0, self.vocab_size, device=self.device)]  # a one-token prompt's
         if input_ids.shape[1] > 1:
-            self.prefilled = self._run(
-                input_ids[:, :-1], keep=1, want_hidden=want_hidden, keep_hidden=input_ids.shape[1] - 1
+            prefilled = input_ids.shape[1] - 1
+            out = self._run(
+                input_ids[:, :-1],
+                keep=prefilled if prompt_logits else 1,
+                want_hidden=want_hidden,
+                keep_hidden=prefilled,
             )
-            self.commit(input_ids.shape[1] - 1)
+            self.prefilled = TargetOutput(logits=out.logits[:, -1:], hidden=out.hidden)
+            if prompt_logits:
+                self.prompt_logits = [out.logits[0]]
+            self.commit(prefilled)
         return input_ids
+
+    def take_prompt_logits(self) -> list[torch.Tensor | None]:
+        """The prefill's logits that start / join_rows kept (prompt_logits=True), once, per row [B]: logits
+        [P, V] at the row's prompt positions but the last (position p scores prompt token p + 1), None for a row
+        whose were not kept."""
+        kept, self.prompt_logits = self.prompt_logits, None
+        rows = 1 if self.valid is None else self.valid.shape[0]
+        return kept if kept is not None else [None] * rows
 
     def forward(
         self,

@@ -45,7 +45,11 @@ class RowsLayout:
             raise DraftVerifyError("batches of several rows run on a growing KV cache: drop --compile / capacity")
 
     def _start_rows(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, want_hidden: bool
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        want_hidden: bool,
+        prompt_logits: bool = False,
     ) -> torch.Tensor:
         self._check_rows()
         batch, width = input_ids.shape
@@ -60,11 +64,20 @@ class RowsLayout:
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=self.device)
         self._row_length = torch.zeros(batch, dtype=torch.long, device=self.device)
         self.row_committed = self._row_length.clone()
+        real = attention_mask.sum(dim=1).tolist()  # [B] each row's prompt tokens
+        if prompt_logits:  # row b's prompt positions but its last are the last real[b] - 1 prefilled columns
+            self.prompt_logits = [torch.empty(0, self.vocab_size, device=self.device)] * batch
         if width > 1:
             out = self._forward_rows(
-                input_ids[:, :-1], attention_mask[:, :-1], want_hidden, keep=1, keep_hidden=width - 1
+                input_ids[:, :-1],
+                attention_mask[:, :-1],
+                want_hidden,
+                keep=width - 1 if prompt_logits else 1,
+                keep_hidden=width - 1,
             )
-            self.prefilled = out
+            self.prefilled = TargetOutput(logits=out.logits[:, -1:], hidden=out.hidden)
+            if prompt_logits:
+                self.prompt_logits = [out.logits[b, width - count :] for b, count in enumerate(real)]
             self.commit_rows(attention_mask[:, :-1].sum(dim=1))
         return input_ids
 
@@ -220,9 +233,12 @@ class RowsLayout:
             raise DraftVerifyError("drop rows between steps only (the tail is not committed)")
         self._pack(self.valid)
 
-    def join_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
+    def join_rows(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, prompt_logits: bool = False
+    ) -> None:
         """Batch mode, between steps: prefill new left-padded rows [b, L] and append them to the batch (continuous
-        batching). Their cache is left-padded to the batch's width (or the batch's to theirs) and concatenated."""
+        batching). Their cache is left-padded to the batch's width (or the batch's to theirs) and concatenated.
+        prompt_logits: keep their prefill's logits (take_prompt_logits; None for the rows already there)."""
         if self.length > self.committed:
             raise DraftVerifyError("rows join between steps only (the tail is not committed)")
         if self.valid is None:
@@ -230,7 +246,10 @@ class RowsLayout:
         old = (self.cache, self.valid, self._row_length, self.row_committed, self.length)
         self.cache = new_cache(False, self.config, None)
         self.length = self.committed = self._chain_end = 0
-        self._start_rows(input_ids, attention_mask, want_hidden=False)
+        self.prompt_logits = None
+        self._start_rows(input_ids, attention_mask, want_hidden=False, prompt_logits=prompt_logits)
+        if self.prompt_logits is not None:
+            self.prompt_logits = [None] * old[1].shape[0] + self.prompt_logits
         new_layers = self_attention_layers(self.cache) if self.length else []
         new_valid, new_len, new_committed, new_width = self.valid, self._row_length, self.row_committed, self.length
         cache, valid, row_length, row_committed, width = old
