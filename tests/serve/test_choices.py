@@ -1,7 +1,8 @@
 """`n` choices through the openai client, on a real server process: the choices of one request run as rows of one
 batch (one after another where the method decodes one row at a time), choice i sampled with seed + i, so each equals
 the request with that seed asked alone; greedy choices are all the target's own text; a stream tags each chunk with
-its choice's index; the usage adds the choices up (the prompt once). best_of = n is every choice; on both backends."""
+its choice's index; the usage adds the choices up (the prompt once). best_of = n is every choice, best_of > n the n
+likeliest candidates; on both backends."""
 
 from __future__ import annotations
 
@@ -99,6 +100,18 @@ def test_greedy_choices_are_all_the_targets_text(server, client, models, tmp_pat
     out = complete(client, n=3, temperature=0)
     assert [c.text for c in out.choices] == [greedy] * 3
     assert [c.text for c in complete(client, n=2, temperature=0, best_of=2).choices] == [greedy] * 2  # best_of = n
+
+
+def test_best_of_returns_the_candidates_whose_tokens_the_target_finds_likeliest(client):
+    """best_of = 3, n = 2: the candidates are the requests with seeds SEED, SEED + 1, SEED + 2 asked alone, and the
+    two returned are those with the highest cumulative log-probability (best first); the usage bills all three."""
+    alone = [complete(client, temperature=1.0, seed=SEED + i, logprobs=0) for i in range(3)]
+    totals = [sum(a.choices[0].logprobs.token_logprobs) for a in alone]
+    order = sorted(range(3), key=lambda i: (-totals[i], i))
+    best = complete(client, n=2, best_of=3, temperature=1.0, seed=SEED)
+    assert [c.text for c in best.choices] == [alone[i].choices[0].text for i in order[:2]]
+    assert [c.index for c in best.choices] == [0, 1] and best.choices[0].logprobs is None  # not asked for
+    assert best.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone)
 
 
 def test_a_stream_tags_each_chunk_with_its_choice(client):

@@ -60,7 +60,7 @@ def test_the_document_declares_n_and_best_of(server):
         assert n["minimum"] == 1 and n["maximum"] == 64  # each choice waits as a row: at most --max-queue of them
         assert "seed + its index" in n["description"]
     best_of = schemas["CompletionRequest"]["properties"]["best_of"]
-    assert best_of["minimum"] == 1 and "Equal to n" in best_of["description"]
+    assert best_of["minimum"] == 1 and "at least n" in best_of["description"]
     assert "summed over the choices" in schemas["Usage"]["properties"]["completion_tokens"]["description"]
 
 

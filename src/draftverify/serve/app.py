@@ -513,37 +513,53 @@ class Service:
                 job.cancel()  # the client went away (or we finished): its rows leave the batch at the next step
             self.record(endpoint, status, started)
 
-    def choices(self, body, params: SamplingParams) -> list[SamplingParams]:
-        """The sampling settings of each of the request's n choices: choice i samples with seed + i (a seed given),
-        so it is what a request with that seed gets alone; each waits in the queue as a row of its own."""
+    def choices(self, body, params: SamplingParams, count: int | None = None) -> list[SamplingParams]:
+        """The sampling settings of each of the request's n choices (or `count` candidates, best_of): choice i
+        samples with seed + i (a seed given), so it is what a request with that seed gets alone; each waits in the
+        queue as a row of its own."""
         n = 1 if body.n is None else body.n
         limit = min(MAX_CHOICES, self.settings.max_queue)
-        if not 1 <= n <= limit:
-            raise ApiError(
-                400,
-                f"n must be in 1..{limit} (each choice is a row waiting in the queue, which holds "
-                f"{self.settings.max_queue}: --max-queue), got {n}",
-                param="n",
-            )
-        return [params if params.seed is None else replace(params, seed=params.seed + i) for i in range(n)]
+        for field, value in (("n", n), ("best_of", count)):
+            if value is not None and not 1 <= value <= limit:
+                raise ApiError(
+                    400,
+                    f"{field} must be in 1..{limit} (each choice is a row waiting in the queue, which holds "
+                    f"{self.settings.max_queue}: --max-queue), got {value}",
+                    param=field,
+                )
+        count = n if count is None else count
+        return [params if params.seed is None else replace(params, seed=params.seed + i) for i in range(count)]
 
 
-def check_best_of(body: CompletionRequest) -> None:
-    """best_of: the candidates the n choices are the best of, by cumulative log-probability. Only best_of = n is
-    served (every candidate returned); ranking more candidates than choices is not."""
+def check_best_of(body: CompletionRequest) -> int:
+    """best_of: how many candidates the n choices are the best of (by cumulative log-probability; OpenAI's rule),
+    checked: at least n, and not streamed when more than n (the best are known only when every candidate is done)."""
     n = 1 if body.n is None else body.n
     if body.best_of is None or body.best_of == n:
-        return
+        return n
     if body.best_of < n:
         raise ApiError(
             400, f"best_of ({body.best_of}) must be >= n ({n}): the n choices are picked from it", param="best_of"
         )
-    raise ApiError(
-        400,
-        f"best_of={body.best_of} > n={n} is not supported: this server does not rank candidates; send best_of = n or "
-        "leave it out (and n choices come back)",
-        param="best_of",
-    )
+    if body.stream:
+        raise ApiError(
+            400,
+            f"best_of={body.best_of} > n={n} cannot be streamed: the best candidates are known only when all are "
+            "done; drop stream or send best_of = n",
+            param="best_of",
+        )
+    return body.best_of
+
+
+def best_answers(answers: list[tuple[str, str, list[Scored]]], n: int) -> list[tuple[str, str, list[Scored]]]:
+    """The n candidates with the highest cumulative log-probability of their tokens (best first; the earlier
+    candidate where two tie). An echoed prompt's tokens add the same to every candidate."""
+
+    def total(answer: tuple[str, str, list[Scored]]) -> float:
+        return sum(s.entry.logprob for s in answer[2] if s.entry is not None)
+
+    ranked = sorted(range(len(answers)), key=lambda i: (-total(answers[i]), i))
+    return [answers[i] for i in ranked[:n]]
 
 
 async def get_service(request: Request) -> Service:
@@ -635,18 +651,19 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
     ids, prompt_text = service.completion_prompt(body)
     params, max_tokens, stop = service.check_common(body, body.max_tokens, len(ids), default_tokens=16)  # OpenAI's
     speculation = service.methods.resolve(body.speculative)
-    healing = None if logprobs is not None else service.healing_for(body, ids)
-    choices = service.choices(body, params)
-    check_best_of(body)
+    n, candidates = 1 if body.n is None else body.n, check_best_of(body)
+    # candidates are ranked by their tokens' log-probabilities, which the worker then reports for every one
+    scored = logprobs if logprobs is not None or candidates == n else Logprobs()
+    healing = None if scored is not None else service.healing_for(body, ids)
     jobs = service.submit(
         ids,
-        choices,
+        service.choices(body, params, candidates),
         max_tokens,
         stop,
         speculation,
         healing=healing,
         streamed=bool(body.stream),
-        logprobs=logprobs,
+        logprobs=scored,
         echo=prompt_text,
     )
     cid = f"cmpl-{uuid.uuid4().hex}"
@@ -671,9 +688,11 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         first = [echo] if echo else []
         return event_stream(service.stream_events(jobs, chunk, first, endpoint, started, include_usage))
-    answers, usage = await collect(request, jobs)
+    answers, usage = await collect(request, jobs)  # the usage counts every candidate's tokens, as OpenAI bills them
+    if candidates > n:
+        answers = best_answers(answers, n)
     out = chunk(None, None)
-    out["choices"] = [choice(echo + text, reason, i, scored) for i, (text, reason, scored) in enumerate(answers)]
+    out["choices"] = [choice(echo + text, reason, i, tokens) for i, (text, reason, tokens) in enumerate(answers)]
     out["usage"] = usage
     service.record(endpoint, "200", started)
     return out

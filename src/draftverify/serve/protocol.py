@@ -138,7 +138,10 @@ class CompletionRequest(_Sampling):
     prompt: Annotated[Union[str, list[str], list[Int], list[list[Int]]], WithJsonSchema(PROMPT_SCHEMA)]
     echo: Optional[bool] = False
     best_of: Optional[Int] = _checked(
-        minimum=1, maximum=MAX_CHOICES, description="Equal to n (the default): every candidate is returned"
+        minimum=1,
+        maximum=MAX_CHOICES,
+        description="Candidates the n choices are the best of, by the cumulative log-probability of their tokens: at "
+        "least n (the default, every candidate returned); above n not with stream",
     )
     logprobs: Optional[Int] = _checked(
         minimum=0,
