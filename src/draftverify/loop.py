@@ -1,6 +1,7 @@
 """generate(): the one decoding loop. Prefill, then per step propose -> score (one target forward) -> verify -> commit
-(engine/step.py), while the scheduler lets rows leave and join (engine/scheduler.py), logits processors constrain
-what the target may say (engine/processors.py) and a recorder keeps the statistics (engine/stats.py).
+(engine/step.py), while the scheduler lets rows leave and join (engine/scheduler.py), logits processors shape
+what the target may say at every verified position and cut the draft tokens they forbid (engine/processors.py) and
+a recorder keeps the statistics (engine/stats.py).
 Nothing here depends on the method or the backend: a method that changes the target's forward wraps the target
 (Drafter.wrap_target), and a backend whose verdicts need more than the rule reading its logits wraps the verifier
 (backends/base.py wrap_verifier: llama.cpp's tree settling).
@@ -17,11 +18,12 @@ from .backends.base import LMBackend, check_backend, defers_prefill, wrap_verifi
 from .backends.registry import as_backend
 from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
 from .drafters.base import Drafter
-from .engine.processors import FirstTokenAllowed
+from .engine.processors import Processors
 from .engine.scheduler import Scheduler, row_generator
 from .engine.stats import StatsRecorder, StepRecord, inform_policy
 from .engine.step import commit, prefill, propose, score, scored_logits, verify
 from .errors import DraftVerifyError
+from .processing import Processing
 from .sampling import RowParams, row_params
 from .threads import one_torch_thread_unless_models_use_it
 from .types import GenerationOutput, RowRequest, SamplingParams
@@ -48,6 +50,7 @@ def generate(
     admit: Callable[[], list[RowRequest]] | None = None,
     first_token_allowed: torch.Tensor | list | None = None,
     on_step: Callable[[StepRecord, list[int]], None] | None = None,
+    processing: Processing | list[Processing | None] | None = None,
 ) -> GenerationOutput:
     """Decode up to max_new_tokens after input_ids [B, L] (the source, for encoder-decoder targets) with any backend
     as target (a plain Hugging Face model gets a CachedLM).
@@ -64,6 +67,9 @@ def generate(
     token ids each row's first new token may be (token healing), for every row or one per row (engine/processors.py).
     on_step receives each step's StepRecord and the rows its per-row lists describe (indices as on_tokens counts
     them), before on_tokens: what a server needs to tell each request what was drafted and accepted for it.
+    processing: penalties, logit bias, min_tokens, ignore_eos, stop tokens and structured output (processing.py),
+    for every row or one per row; applied at every verified position, so the output is the target's own decoding
+    under them (a structured constraint comes compiled: structured.GrammarCompiler, which Pipeline runs).
     """
     started = perf_counter()
     target = drafter.wrap_target(as_backend(target, "target"))
@@ -72,17 +78,19 @@ def generate(
         target, drafter, verifier, input_ids, params, max_new_tokens, attention_mask, seeds, admit
     )
     policy = _draft_length(gamma, drafter)
-    first_token = FirstTokenAllowed(target.vocab_size, first_token_allowed, input_ids.shape[0])
+    eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or [])
+    processors = Processors(target.vocab_size, eos, target.device)
+    checked = processors.check(processing, first_token_allowed, input_ids.shape[0])
     positions = (1 if target.is_encoder_decoder else input_ids.shape[1]) + max(limits)
     target.check_fits(positions)
     drafter.bind(target, positions)
-    eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or [])
     generator, row_seeds = row_generator(params, input_ids.shape[0], seeds, admit is not None, input_ids.device)
     now = _clock(target.device, policy.reads_timers)
 
     state, prompt_tokens = prefill(target, drafter, input_ids, attention_mask, params, generator, row_seeds, policy)
     recorder = StatsRecorder(drafter, prompt_tokens, started, carries_prefill=defers_prefill(target))
-    rows = Scheduler(limits, [state.row(b).tolist() for b in range(input_ids.shape[0])])
+    prompts = [state.row(b).tolist() for b in range(input_ids.shape[0])]
+    rows = Scheduler(limits, prompts, processors.add(checked, prompts))
     calls_back = on_tokens is not None or on_step is not None
     while rows.active:
         step_rows = state.batch_size  # the target scores step_rows x (1 + draft length) tokens
@@ -90,23 +98,24 @@ def generate(
         # alpha_FB = 0, huge alpha_RB) write the whole text; the surplus target token is then cut at max_new_tokens
         step_gamma = min(policy.next(step_rows), rows.most_remaining())
         t0 = now()
-        draft = propose(drafter, verifier, state, step_gamma)
+        draft = processors.cut(propose(drafter, verifier, state, step_gamma), state)
         t1 = now()
         out = score(target, drafter, state, draft)
         t2 = now()
-        verdict, accepted = verify(verifier, draft, first_token(scored_logits(out, draft)), state)
+        verdict, accepted = verify(verifier, draft, processors(scored_logits(out, draft), state, draft), state)
         t3 = now()
-        emitted = rows.emitted(verdict.rows, accepted, eos)
+        emitted = rows.emitted(verdict.rows, accepted)
         commit(target, drafter, state, draft, verdict, out, emitted)
+        processors.commit(emitted)
         record = recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3), verdict.target_s)
         inform_policy(policy, record)
         stop_rows = (
             _call_back(record, emitted, rows, input_ids.device, recorder, on_step, on_tokens) if calls_back else None
         )
-        rows.leave(stop_rows, target, drafter, state)
+        rows.leave(stop_rows, target, drafter, state, processors)
         joining = admit() if admit is not None and rows.active else None
         if joining:
-            _join(joining, rows, target, drafter, verifier, state, first_token, recorder)
+            _join(joining, rows, target, drafter, verifier, state, processors, recorder)
     return rows.output(input_ids, recorder.finish())
 
 
@@ -148,13 +157,13 @@ def _join(
     drafter: Drafter,
     verifier: Verifier,
     state,
-    first_token: FirstTokenAllowed,
+    processors: Processors,
     recorder: StatsRecorder,
 ) -> None:
     """Rows admitted between steps (continuous batching) join the batch, their sampling parameters checked against
     the verifier; the time the join took is recorded."""
     started = perf_counter()
-    joined = rows.join(joining, target, drafter, state, first_token)
+    joined = rows.join(joining, target, drafter, state, processors)
     _check_row_params(verifier, state.params)
     recorder.joined(joined, perf_counter() - started)
 

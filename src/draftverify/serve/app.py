@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import secrets
 import time
 import uuid
@@ -25,12 +26,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..checks import check_prompt_text
 from ..errors import DraftVerifyError
+from ..processing import PLAIN, Processing, ProcessingError, Structured
 from ..types import SamplingParams
 from .defaults import MAX_QUEUE, MAX_STREAM_INTERVAL, STREAM_INTERVAL
 from .engine import Engine, Job, NotRunning, QueueFull
 from .metrics import Metrics
 from .protocol import (
     SEED_LIMIT,
+    TOKEN_ID,
     ApiError,
     ChatCompletion,
     ChatRequest,
@@ -154,6 +157,42 @@ async def collect(request: Request, job: Job) -> tuple[str, str, dict]:
         job.cancel()  # no-op once done; frees the row if this handler was cancelled
 
 
+def _structured(body) -> tuple[Structured | None, str | None]:
+    """The constraint on the text a request asks for (response_format json_object / json_schema, or vLLM's
+    structured_outputs) and the field that asks for it, or (None, None)."""
+    form, wanted = body.response_format, body.structured_outputs
+    asks_json = form is not None and form.type != "text"
+    if asks_json and wanted is not None:
+        raise ApiError(400, "give response_format or structured_outputs, not both", param="structured_outputs")
+    if asks_json and form.type == "json_schema":
+        where, fields = "response_format.json_schema.schema", {"json_schema": form.json_schema.schema_}
+    elif asks_json:
+        where, fields = "response_format", {"json_object": True}
+    elif wanted is not None:
+        offered = {
+            "json": wanted.json_,
+            "regex": wanted.regex,
+            "choice": wanted.choice,
+            "grammar": wanted.grammar,
+            "json_object": wanted.json_object,
+        }
+        kinds = [name for name, value in offered.items() if value is not None]
+        if len(kinds) != 1:
+            raise ApiError(
+                400, "structured_outputs: give exactly one of " + ", ".join(offered), param="structured_outputs"
+            )
+        name = kinds[0]
+        where = f"structured_outputs.{name}"
+        fields = {"json_schema" if name == "json" else name: offered[name]}
+        fields["any_whitespace"] = not wanted.disable_any_whitespace
+    else:
+        return None, None
+    try:
+        return Structured(**fields), where
+    except ProcessingError as err:
+        raise ApiError(400, f"{where}: {err.reason}", param=where, code="invalid_grammar") from None
+
+
 def sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
@@ -220,16 +259,6 @@ class Service:
             )
         if body.n not in (None, 1):
             raise ApiError(400, f"n={body.n} is not supported: one choice per request (send n requests)", param="n")
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(body, name) not in (None, 0, 0.0):
-                raise ApiError(
-                    400,
-                    f"{name} is not supported (only 0): it would change the target's distribution, "
-                    "which draft-then-verify reproduces exactly",
-                    param=name,
-                )
-        if body.logit_bias:
-            raise ApiError(400, "logit_bias is not supported", param="logit_bias")
         temperature = 1.0 if body.temperature is None else body.temperature
         if not 0.0 <= temperature <= 2.0:
             raise ApiError(400, f"temperature must be between 0 and 2, got {temperature}", param="temperature")
@@ -291,6 +320,45 @@ class Service:
         heal = self.settings.heal if body.heal is None else body.heal
         return pipe.heal_ids(ids) if heal and not pipe.target.is_encoder_decoder else None
 
+    async def processing_for(self, body) -> Processing | None:
+        """The request's logits processing (penalties, logit_bias, min_tokens, ignore_eos, stop_token_ids) and
+        structured output (response_format, structured_outputs), checked against this model, its grammar compiled
+        off the event loop; None when it asks for none. A bad value is a 400 naming the field; a constraint the
+        grammar engine refuses has code invalid_grammar (which no schema can tell in advance)."""
+        vocab = self.pipe.target.vocab_size
+        fields = {
+            name: getattr(body, name)
+            for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens", "ignore_eos")
+            if getattr(body, name) is not None
+        }
+        if body.logit_bias:
+            fields["logit_bias"] = {}
+            for key, value in body.logit_bias.items():
+                if not re.fullmatch(TOKEN_ID, key) or int(key) >= vocab:
+                    raise ApiError(
+                        400, f"logit_bias: {key!r} is not a token id of this model (0..{vocab - 1})", param="logit_bias"
+                    )
+                fields["logit_bias"][int(key)] = value
+        if body.stop_token_ids:
+            fields["stop_token_ids"] = body.stop_token_ids
+        structured, where = _structured(body)
+        try:
+            processing = Processing(**fields, structured=structured)
+            processing.check_vocabulary(vocab)
+        except ProcessingError as err:  # the fields' own limits (the schema states them too)
+            raise ApiError(400, str(err), param=err.field) from None
+        if processing == PLAIN:
+            return None
+        if structured is None:
+            return processing
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(None, self.pipe.compile_processing, processing)
+        except ProcessingError as err:
+            raise ApiError(400, f"{where}: {err.reason}", param=where, code="invalid_grammar") from None
+        except DraftVerifyError as err:  # no xgrammar, or a tokenizer it cannot read
+            raise ApiError(400, str(err), param=where) from None
+
     def encode_text(self, text: str) -> list[int]:
         ids = self.tokenizer(text).input_ids
         if not ids:
@@ -332,8 +400,6 @@ class Service:
             )
         if body.logprobs or body.top_logprobs:
             raise ApiError(400, "logprobs are not supported", param="logprobs")
-        if body.response_format not in (None, {"type": "text"}):
-            raise ApiError(400, "response_format other than {'type': 'text'} is not supported", param="response_format")
         if {"max_tokens", "max_completion_tokens"} <= body.model_fields_set:
             raise ApiError(400, "give max_tokens or max_completion_tokens, not both", param="max_tokens")
         messages = []
@@ -360,6 +426,7 @@ class Service:
         speculation: Speculation,
         healing=None,
         streamed: bool = False,
+        processing: Processing | None = None,
     ) -> Job:
         """Queue a generation for the worker, or refuse it now: 429 when the queue is full, 503 when not running."""
         settings = self.settings
@@ -373,6 +440,7 @@ class Service:
             healing=healing,
             speculation=speculation,
             stream_interval=settings.stream_interval if streamed else None,
+            processing=processing,
         )
         try:
             self.engine.submit(job)
@@ -518,7 +586,10 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
     params, max_tokens, stop = service.check_common(body, body.max_tokens, len(ids), default_tokens=16)  # OpenAI's
     speculation = service.methods.resolve(body.speculative)
     healing = service.healing_for(body, ids)
-    job = service.submit(ids, params, max_tokens, stop, speculation, healing=healing, streamed=bool(body.stream))
+    processing = await service.processing_for(body)
+    job = service.submit(
+        ids, params, max_tokens, stop, speculation, healing=healing, streamed=bool(body.stream), processing=processing
+    )
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     model = service.settings.model_name
@@ -555,9 +626,9 @@ async def chat(body: ChatRequest, request: Request, service: Service = Depends(a
     ids = service.chat_prompt(body)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params, max_tokens, stop = service.check_common(body, max_tokens, len(ids))
-    job = service.submit(
-        ids, params, max_tokens, stop, service.methods.resolve(body.speculative), streamed=bool(body.stream)
-    )
+    speculation = service.methods.resolve(body.speculative)
+    processing = await service.processing_for(body)
+    job = service.submit(ids, params, max_tokens, stop, speculation, streamed=bool(body.stream), processing=processing)
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     model = service.settings.model_name
@@ -626,6 +697,22 @@ def _integers(schema, **limits) -> None:
             _integers(value, **limits)
 
 
+def below(n: int) -> str:
+    """A regular expression of the decimal integers 0 .. n-1 as JSON writes them (no leading zeros): the token ids
+    logit_bias may name, as the keys of an object."""
+    top = str(n - 1)
+    parts = ["[0-9]"] if len(top) > 1 else []
+    parts += [f"[1-9][0-9]{{{k - 1}}}" for k in range(2, len(top))]
+    for i, digit in enumerate(top):  # as long as top: its first i digits, then a smaller digit, then any
+        low = 1 if i == 0 and len(top) > 1 else 0
+        if int(digit) > low:
+            rest = len(top) - i - 1
+            smaller = str(low) if low == int(digit) - 1 else f"[{low}-{int(digit) - 1}]"
+            parts.append(top[:i] + smaller + (f"[0-9]{{{rest}}}" if rest else ""))
+    parts.append(top)
+    return "^(" + "|".join(parts) + ")$"
+
+
 def server_openapi(app: FastAPI) -> dict:
     """This server's OpenAPI document: the request and response models, with what this server takes filled in
     (its model name, its methods and draft lengths, token ids below its vocabulary, max_tokens within its limit and
@@ -650,7 +737,12 @@ def server_openapi(app: FastAPI) -> dict:
         for field in fields:
             if ceilings:
                 properties[field]["maximum"] = min(ceilings)
-    _integers(schemas["CompletionRequest"]["properties"]["prompt"], maximum=service.pipe.target.vocab_size - 1)
+    vocab = service.pipe.target.vocab_size
+    _integers(schemas["CompletionRequest"]["properties"]["prompt"], maximum=vocab - 1)
+    for name in token_fields:  # the token ids logit_bias and stop_token_ids may name: this model's
+        properties = schemas[name]["properties"]
+        properties["logit_bias"]["propertyNames"] = {"pattern": below(vocab)}
+        _integers(properties["stop_token_ids"], maximum=vocab - 1)
     speculative = schemas["Speculative"]["properties"]
     speculative["method"]["enum"] = [*service.methods.names, None]
     speculative["gamma"]["maximum"] = service.methods.longest_gamma

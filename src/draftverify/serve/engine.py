@@ -22,6 +22,7 @@ from typing import Any
 
 from ..detokenize import IncrementalDecoder
 from ..errors import DraftVerifyError
+from ..processing import Processing
 from ..types import RowRequest, SamplingParams
 from .defaults import MAX_QUEUE
 from .metrics import Metrics
@@ -99,10 +100,13 @@ class Job:
     speculation: Speculation | None = None  # the method and gamma it runs; None: the server's
     # least seconds between two hand-overs of a streamed request's text; None: not streamed, handed over at the end
     stream_interval: float | None = 0.0
+    processing: Processing | None = None  # penalties, logit_bias, stop tokens, structured output (compiled); None: none
     arrived: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # worker-side
     text: StopText | None = None
+    stops: set[int] = field(default_factory=set)  # the tokens that end it: EOS unless ignore_eos, its stop_token_ids
+    stopped_by_token: bool = False  # it ended at one of them
     generated: int = 0
     drafted: int = 0  # draft tokens proposed for this row
     accepted: int = 0  # of which emitted
@@ -172,6 +176,14 @@ class Job:
             "accepted_tokens": self.accepted,
             "target_calls": self.target_calls,
         }
+
+
+def _without_stop_token(ids: list[int], job: Job) -> list[int]:
+    """A step's ids for the text: a stop token of stop_token_ids that ends the answer is not part of its text, as in
+    vLLM (EOS is a special token, which the text leaves out anyway)."""
+    if job.processing is not None and ids[-1] in job.processing.stop_token_ids:
+        return ids[:-1]
+    return ids
 
 
 @dataclass(frozen=True)
@@ -317,6 +329,7 @@ class Engine:
                     seed=job.params.seed,
                     first_token_allowed=job.first_allowed,
                     params=job.params,
+                    processing=job.processing,
                 )
                 for job in new
             ]
@@ -327,6 +340,7 @@ class Engine:
         started = time.perf_counter()
         for job in jobs:
             job.text = StopText(self.pipe.tokenizer, job.stop, job.healing)
+            job.stops = self._eos_set if job.processing is None else job.processing.stops(self._eos_set)
             self.metrics.queue_wait.observe(started - job.arrived)
         self.metrics.batch_size.observe(len(jobs))
 
@@ -360,18 +374,18 @@ class Engine:
         self.busy_rows = len(jobs)
         self.metrics.running.set(len(jobs))
         try:
-            healed = (
-                {"first_token_allowed": [job.first_allowed for job in jobs]}
-                if any(job.healing is not None for job in jobs)
-                else {}
-            )
+            per_row: dict = {}  # what only some requests ask for, given for every row when one does
+            if any(job.healing is not None for job in jobs):
+                per_row["first_token_allowed"] = [job.first_allowed for job in jobs]
+            if any(job.processing is not None for job in jobs):
+                per_row["processing"] = [job.processing for job in jobs]
             variant.pipe.generate_batch_ids(
                 [job.prompt_ids for job in jobs],
                 [job.params for job in jobs],
                 max_new_tokens=[job.max_tokens for job in jobs],
                 seeds=[job.params.seed for job in jobs],
                 gamma=speculation.gamma,
-                **healed,
+                **per_row,
                 on_tokens=lambda emitted: self._on_tokens(jobs, emitted),
                 admit=self._admitter(jobs, variant) if variant.max_batch > 1 else None,
                 on_step=lambda record, rows: self._on_step(jobs, record, rows),
@@ -422,13 +436,14 @@ class Engine:
                 continue
             job.generated += len(ids)
             self.metrics.generated_tokens.inc(len(ids))
-            piece = job.text.push(ids)
+            piece = job.text.push(_without_stop_token(ids, job))
             if piece:
                 if job.first_text_at is None:
                     job.first_text_at = time.perf_counter()
                     self.metrics.ttft.observe(job.first_text_at - job.arrived)
                 job.emit_text(piece)
-            ended = job.text.stopped or ids[-1] in self._eos_set or job.generated >= job.max_tokens
+            job.stopped_by_token = ids[-1] in job.stops
+            ended = job.text.stopped or job.stopped_by_token or job.generated >= job.max_tokens
             if ended:
                 self._complete(job)
                 stop_rows.append(row)
@@ -449,8 +464,7 @@ class Engine:
                 job.first_text_at = time.perf_counter()
                 self.metrics.ttft.observe(job.first_text_at - job.arrived)
             job.emit_text(piece)
-        ended_by_eos = bool(job.text.ids) and job.text.ids[-1] in self._eos_set
-        reason = "stop" if job.text.stopped or ended_by_eos else "length"
+        reason = "stop" if job.text.stopped or job.stopped_by_token else "length"
         self.metrics.finished.labels(reason).inc()
         self.metrics.prompt_tokens.inc(len(job.prompt_ids))
         job.emit(("done", reason, job.usage))
