@@ -26,6 +26,7 @@ from .loop import generate
 from .methods import MethodOptions, build_drafter, build_verifier, resolve_method
 from .options import check_files, check_names, fill_from_zoo
 from .options.checks import check_zoo_ships
+from .processing import Processing
 from .quiet import quiet
 from .sampling import row_params
 from .types import GenerationOutput, GenerationStats, Logprobs, SamplingParams, left_padded
@@ -262,9 +263,15 @@ class Pipeline:
         on_text: Callable[[str], None] | None = None,
         coupling: bool | None = None,
         heal: bool | None = None,
+        processing: Processing | list[Processing | None] | None = None,
     ) -> GenerationResult | list[GenerationResult]:
         """coupling (default: on when seeded) samples with position-keyed noise: the same seed then gives the
         same text for every method and draft length. Nothing is streamed before every check has passed.
+
+        processing: penalties, logit_bias, min_tokens, ignore_eos, stop_token_ids and structured output
+        (draftverify.Processing, draftverify.Structured; one for every text, or one per text): the text is the
+        target's own decoding under them, whatever the method (a structured constraint is compiled for this
+        pipeline's tokenizer first; the `structured` extra).
 
         heal (default: the pipeline's `heal`): token healing. The prompt is backed up over its last token and the
         first new token must start with that token's text; the result is the target's own decoding of the
@@ -280,7 +287,7 @@ class Pipeline:
         heal = self.heal if heal is None else self.check_heal(heal)
         if isinstance(text, (list, tuple)):
             return self._generate_texts(
-                list(text), max_new_tokens, temperature, top_k, top_p, seed, gamma, coupling, on_text, heal
+                list(text), max_new_tokens, temperature, top_k, top_p, seed, gamma, coupling, on_text, heal, processing
             )
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling)
         ids = self.encode(text)
@@ -295,6 +302,7 @@ class Pipeline:
             gamma=gamma,
             on_tokens=streamer.push if streamer else None,
             first_token_allowed=None if healing is None else healing.allowed,
+            processing=processing,
         )
         if streamer is not None:
             streamer.finish()
@@ -351,11 +359,13 @@ class Pipeline:
         first_token_allowed: torch.Tensor | None = None,
         on_step=None,
         logprobs: Logprobs | None = None,
+        processing: Processing | list[Processing | None] | None = None,
     ) -> tuple[GenerationOutput, str]:
         """Token ids in, GenerationOutput and the verifier's name out (the server's entry point): ids [1, L];
         on_tokens receives each step's emitted tokens [1, k]; first_token_allowed [K] constrains the first new
         token (token healing; see loop.generate); on_step receives each step's record (loop.generate); logprobs:
-        the log-probabilities to report (types.Logprobs; GenerationOutput.logprobs and each step's record)."""
+        the log-probabilities to report (types.Logprobs; GenerationOutput.logprobs and each step's record);
+        processing: the logits processing (draftverify.Processing; its structured output compiled here)."""
         return self._run(
             ids,
             params,
@@ -365,12 +375,34 @@ class Pipeline:
             first_token_allowed=first_token_allowed,
             on_step=on_step,
             logprobs=logprobs,
+            processing=processing,
         )
+
+    @property
+    def grammar_compiler(self):
+        """The structured-output compiler for this pipeline's tokenizer and target (structured.py; xgrammar, the
+        `structured` extra), made at the first use and shared by every pipeline on the same tokenizer."""
+        from .structured import compiler_for
+
+        eos = self.eos_token_id
+        stops = (eos,) if isinstance(eos, int) else tuple(eos or ())
+        return compiler_for(self.tokenizer, self.target.vocab_size, stops)
+
+    def compile_processing(self, processing: Processing | list | None):
+        """processing with its structured constraint compiled for this pipeline (each entry of a list)."""
+        if isinstance(processing, (list, tuple)):
+            return [self.compile_processing(p) for p in processing]
+        if not isinstance(processing, Processing) or processing.structured is None:
+            return processing  # None, or what loop.generate will refuse by name
+        return replace(processing, structured=self.grammar_compiler.compile(processing.structured))
 
     def _run(self, ids: torch.Tensor, params, gamma, **loop_options) -> tuple[GenerationOutput, str]:
         """ids [B, L] through loop.generate with this pipeline's target, drafter, EOS and draft-length policy for
         gamma (None: the pipeline's), judged by a verifier built for params; loop_options go to generate as they
-        are. Returns the output and the verifier's name."""
+        are, save processing, whose structured output is compiled first. Returns the output and the verifier's
+        name."""
+        if loop_options.get("processing") is not None:
+            loop_options["processing"] = self.compile_processing(loop_options["processing"])
         verifier = build_verifier(self.verifier_name, params, self.options)
         policy = self.policies.get(self.gamma if gamma is None else gamma, getattr(params, "temperature", None))
         output = generate(
@@ -397,6 +429,7 @@ class Pipeline:
         coupling,
         on_text,
         heal: bool = False,
+        processing=None,
     ) -> list[GenerationResult]:
         if not texts:
             raise DraftVerifyError("the list of prompts is empty")
@@ -418,7 +451,13 @@ class Pipeline:
         rows = [r if h is None else h.ids for r, h in zip(rows, healings)]
         allowed = [None if h is None else h.allowed for h in healings] if any(healings) else None
         output, verifier = self.generate_batch_ids(
-            rows, params, max_new_tokens=max_new_tokens, seeds=seeds, gamma=gamma, first_token_allowed=allowed
+            rows,
+            params,
+            max_new_tokens=max_new_tokens,
+            seeds=seeds,
+            gamma=gamma,
+            first_token_allowed=allowed,
+            processing=processing,
         )
         new_rows = output.rows if output.rows is not None else [output.new_tokens[0].tolist()]
         return [
@@ -438,14 +477,16 @@ class Pipeline:
         first_token_allowed: list[torch.Tensor | None] | None = None,
         on_step=None,
         logprobs: list[Logprobs | None] | None = None,
+        processing: Processing | list[Processing | None] | None = None,
     ) -> tuple[GenerationOutput, str]:
         """Several token-id prompts through the loop at once (left-padded, one row each); one row runs the
         batch-1 path unless admit is given. on_tokens receives [B, k] (-1 padded) and may return rows to stop;
         admit lets rows join between steps (continuous batching: it returns a list of RowRequest);
         first_token_allowed: each row's allowed first tokens or None (token healing). params: one setting for all
         rows, or one per row (each row drafted and judged by its own temperature / top-k / top-p / seed). on_step
-        receives each step's record and the rows it describes (loop.generate: the server's per-request usage).
-        logprobs: each row's log-probabilities to report (types.Logprobs or None), or None for none."""
+        receives each step's record and the rows it describes (loop.generate: the server's per-request usage);
+        logprobs: each row's log-probabilities to report (types.Logprobs or None), or None for none; processing:
+        one draftverify.Processing for every row, or one per row (None: none)."""
         if not rows or any(not r for r in rows):
             raise DraftVerifyError("every prompt needs at least one token")
         if isinstance(params, (list, tuple)):
@@ -472,6 +513,7 @@ class Pipeline:
                 first_token_allowed=None if first_token_allowed is None else first_token_allowed[0],
                 on_step=on_step,
                 logprobs=None if logprobs is None else logprobs[0],
+                processing=_first(processing, len(rows)),
             )
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         ids, mask = left_padded(rows, pad)
@@ -487,7 +529,17 @@ class Pipeline:
             first_token_allowed=first_token_allowed,
             on_step=on_step,
             logprobs=logprobs,
+            processing=processing,
         )
+
+
+def _first(processing, rows: int):
+    """A one-row batch's processing: the one given, or the first of a list (of as many as there are rows)."""
+    if isinstance(processing, (list, tuple)):
+        if len(processing) != rows:
+            raise DraftVerifyError(f"processing has {len(processing)} entries for {rows} rows")
+        return processing[0]
+    return processing
 
 
 class _TextStreamer:

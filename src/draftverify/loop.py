@@ -1,6 +1,7 @@
 """generate(): the one decoding loop. Prefill, then per step propose -> score (one target forward) -> verify -> commit
-(engine/step.py), while the scheduler lets rows leave and join (engine/scheduler.py), logits processors constrain
-what the target may say (engine/processors.py) and a recorder keeps the statistics (engine/stats.py).
+(engine/step.py), while the scheduler lets rows leave and join (engine/scheduler.py), logits processors shape
+what the target may say at every verified position and cut the draft tokens they forbid (engine/processors.py) and
+a recorder keeps the statistics (engine/stats.py).
 Nothing here depends on the method or the backend: a method that changes the target's forward wraps the target
 (Drafter.wrap_target), and a backend whose verdicts need more than the rule reading its logits wraps the verifier
 (backends/base.py wrap_verifier: llama.cpp's tree settling).
@@ -18,11 +19,12 @@ from .backends.registry import as_backend
 from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
 from .drafters.base import Drafter
 from .engine.logprobs import LogprobsRecorder
-from .engine.processors import FirstTokenAllowed
+from .engine.processors import Processors
 from .engine.scheduler import Scheduler, row_generator
 from .engine.stats import StatsRecorder, StepRecord, inform_policy
 from .engine.step import commit, prefill, propose, score, scored_logits, verify
 from .errors import DraftVerifyError
+from .processing import Processing
 from .sampling import RowParams, row_params
 from .threads import one_torch_thread_unless_models_use_it
 from .types import GenerationOutput, Logprobs, RowRequest, SamplingParams
@@ -49,26 +51,20 @@ def generate(
     admit: Callable[[], list[RowRequest]] | None = None,
     first_token_allowed: torch.Tensor | list | None = None,
     on_step: Callable[[StepRecord, list[int]], None] | None = None,
+    processing: Processing | list[Processing | None] | None = None,
     logprobs: Logprobs | list[Logprobs | None] | None = None,
 ) -> GenerationOutput:
     """Decode up to max_new_tokens after input_ids [B, L] (the source, for encoder-decoder targets) with any backend
-    as target (a plain Hugging Face model gets a CachedLM).
+    as target. Output equals the target's own greedy decoding (greedy verifier) or is distributed as the target's
+    samples (speculative_sampling, l = 1) whatever the drafter proposes.
 
-    Output equals the target's own greedy decoding (greedy verifier) or is distributed as the target's samples
-    (speculative_sampling, l = 1) whatever the drafter proposes; other verifiers trade that for speed.
-
-    Rows are the unit: one row is a batch of one. Rows of different lengths are left-padded, with attention_mask
-    [B, L] False at the padding; each row stops at its own EOS or max_new_tokens (an int, or one per row) and
-    equals its own batch-1 output (greedy, and coupled sampling with seeds, one per row). params: one
-    SamplingParams, or one per row (a list, or sampling.RowParams). on_tokens receives [B, k] (-1 where a row
-    emitted fewer or has left) and may return the rows to stop now. admit (continuous batching): called between
-    steps, returns a list of RowRequest (types.py), rows that join (engine/scheduler.py). first_token_allowed: the
-    token ids each row's first new token may be (token healing), for every row or one per row (engine/processors.py).
-    on_step receives each step's StepRecord and the rows its per-row lists describe (indices as on_tokens counts
-    them), before on_tokens: what a server needs to tell each request what was drafted and accepted for it.
-    logprobs: the log-probabilities each row reports (types.Logprobs, one for every row or one per row; a joining
-    row's RowRequest.logprobs), under the target's own distribution (engine/logprobs.py): each step's record carries
-    that step's (StepRecord.logprobs, .prompt_logprobs) and the output all of them (GenerationOutput.logprobs).
+    Rows are the unit: left-padded rows (attention_mask [B, L] False at the padding) each stop at their own EOS or
+    max_new_tokens (an int, or one per row) and equal their batch-1 output. params: one SamplingParams, or one per
+    row. on_tokens receives [B, k] (-1 where a row emitted fewer or has left) and may return the rows to stop now;
+    on_step each step's StepRecord and the rows it describes, before on_tokens. admit (continuous batching) returns
+    the RowRequests that join between steps. For every row or one per row: first_token_allowed (token healing),
+    processing (processing.py: penalties, logit bias, min_tokens, stop tokens, structured output, applied at every
+    verified position: engine/processors.py) and logprobs (types.Logprobs: engine/logprobs.py).
     """
     started = perf_counter()
     target = drafter.wrap_target(as_backend(target, "target"))
@@ -77,55 +73,52 @@ def generate(
         target, drafter, verifier, input_ids, params, max_new_tokens, attention_mask, seeds, admit
     )
     policy = _draft_length(gamma, drafter)
-    first_token = FirstTokenAllowed(target.vocab_size, first_token_allowed, input_ids.shape[0])
-    positions = (1 if target.is_encoder_decoder else input_ids.shape[1]) + max(limits)
-    target.check_fits(positions)
-    drafter.bind(target, positions)
-    eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or [])
-    generator, row_seeds = row_generator(params, input_ids.shape[0], seeds, admit is not None, input_ids.device)
+    batch = input_ids.shape[0]
+    processors = Processors(target.vocab_size, _eos_ids(eos_token_id), target.device)
+    checked = processors.check(processing, first_token_allowed, batch)
+    asked = LogprobsRecorder.requested(target, logprobs, batch, admit is not None)
+    generator, row_seeds = row_generator(params, batch, seeds, admit is not None, input_ids.device)
     now = _clock(target.device, policy.reads_timers)
 
-    asked = LogprobsRecorder.requested(logprobs, input_ids.shape[0], admit is not None)
-    if asked is not None:
-        LogprobsRecorder.check(target, asked)
-    prompt_logits = asked is not None and any(a is not None and a.prompt for a in asked)
+    keep = LogprobsRecorder.keeps_prompts(asked)  # the prompts' logits: some row asks for its prompt's logprobs
     state, prompt_tokens = prefill(
-        target, drafter, input_ids, attention_mask, params, generator, row_seeds, policy, prompt_logits
+        target, drafter, input_ids, attention_mask, params, generator, row_seeds, policy, keep
     )
     recorder = StatsRecorder(drafter, prompt_tokens, started, carries_prefill=defers_prefill(target))
-    rows = Scheduler(limits, [state.row(b).tolist() for b in range(input_ids.shape[0])])
-    scores = None if asked is None else LogprobsRecorder(asked, rows.prompts)
-    calls_back = on_tokens is not None or on_step is not None
+    prompts = [state.row(b).tolist() for b in range(batch)]
+    rows = Scheduler(limits, prompts, processors.add(checked, prompts))
+    scores = None if asked is None else LogprobsRecorder(asked, prompts)
     while rows.active:
         step_rows = state.batch_size  # the target scores step_rows x (1 + draft length) tokens
         # drafting up to `remaining` (not remaining - 1) lets a drafter the target never overrules (BiLD with
         # alpha_FB = 0, huge alpha_RB) write the whole text; the surplus target token is then cut at max_new_tokens
         step_gamma = min(policy.next(step_rows), rows.most_remaining())
         t0 = now()
-        draft = propose(drafter, verifier, state, step_gamma)
+        draft = processors.cut(propose(drafter, verifier, state, step_gamma), state)
         t1 = now()
         out = score(target, drafter, state, draft)
         t2 = now()
-        logits = scored_logits(out, draft)  # the target's own: what logprobs report (engine/logprobs.py)
-        verdict, accepted = verify(verifier, draft, first_token(logits), state)
+        logits = scored_logits(out, draft)  # the target's own: what logprobs report (processors do not change it)
+        verdict, accepted = verify(verifier, draft, processors(logits, state, draft), state)
         t3 = now()
-        emitted = rows.emitted(verdict.rows, accepted, eos)
-        if scores is not None:  # before commit: a backend's logits may be a view its next decode overwrites
-            step_logprobs = scores.step(logits, draft, verdict, emitted, rows.active)
-            step_prompts = scores.prompt(target, rows.active)
+        emitted = rows.emitted(verdict.rows, accepted)
+        # before commit: a backend's logits may be a view its next decode overwrites
+        scored = None if scores is None else scores.of_step(logits, draft, verdict, emitted, target, rows.active)
         commit(target, drafter, state, draft, verdict, out, emitted)
+        processors.commit(emitted)
         record = recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3), verdict.target_s)
-        if scores is not None:
-            record.logprobs, record.prompt_logprobs = step_logprobs, step_prompts
+        record.logprobs, record.prompt_logprobs = scored if scored is not None else (None, None)
         inform_policy(policy, record)
-        stop_rows = (
-            _call_back(record, emitted, rows, input_ids.device, recorder, on_step, on_tokens) if calls_back else None
-        )
-        rows.leave(stop_rows, target, drafter, state)
+        stop_rows = _call_back(record, emitted, rows, input_ids.device, recorder, on_step, on_tokens)
+        rows.leave(stop_rows, target, drafter, state, processors)
         joining = admit() if admit is not None and rows.active else None
         if joining:
-            _join(joining, rows, target, drafter, verifier, state, first_token, recorder, scores)
+            _join(joining, rows, target, drafter, verifier, state, processors, recorder, scores)
     return rows.output(input_ids, recorder.finish(), None if scores is None else scores.rows)
+
+
+def _eos_ids(eos_token_id: int | list[int] | None) -> set[int]:
+    return {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or [])
 
 
 def _draft_length(gamma: int | str | DraftLength, drafter: Drafter) -> DraftLength:
@@ -149,6 +142,8 @@ def _call_back(
     """One step handed to the caller: on_step(record, the active rows), then on_tokens(the emitted tokens [B, k],
     -1 where a row emitted fewer or has left). Returns what on_tokens returns (the rows to stop now, or None); the
     callbacks' time is recorded apart from decoding's."""
+    if on_step is None and on_tokens is None:
+        return None
     started = perf_counter()
     stop_rows = None
     if on_step is not None:
@@ -166,14 +161,14 @@ def _join(
     drafter: Drafter,
     verifier: Verifier,
     state,
-    first_token: FirstTokenAllowed,
+    processors: Processors,
     recorder: StatsRecorder,
     scores: LogprobsRecorder | None,
 ) -> None:
     """Rows admitted between steps (continuous batching) join the batch, their sampling parameters checked against
     the verifier; the time the join took is recorded."""
     started = perf_counter()
-    joined = rows.join(joining, target, drafter, state, first_token, scores)
+    joined = rows.join(joining, target, drafter, state, processors, scores)
     _check_row_params(verifier, state.params)
     recorder.joined(joined, perf_counter() - started)
 
@@ -211,6 +206,9 @@ def _checked(
         check_backend(target, type(drafter), drafter.name, batched=True)
     if seeds is not None and len(seeds) != batch:
         raise DraftVerifyError(f"seeds has {len(seeds)} entries for {batch} rows")
+    positions = (1 if target.is_encoder_decoder else input_ids.shape[1]) + max(limits)
+    target.check_fits(positions)
+    drafter.bind(target, positions)
     return input_ids, params, limits, attention_mask
 
 

@@ -6,6 +6,7 @@ Shapes: B batch, N draft length (tree nodes), V vocabulary, H hidden size, n pos
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from .tree import TreeSpec
 
 if TYPE_CHECKING:
     from .draft_length import StepCosts
+    from .processing import Processing
 
 
 @dataclass(frozen=True)
@@ -303,7 +305,8 @@ class RowRequest:
     prompt_ids: its prompt token ids (at least one); max_new_tokens: its own limit; seed: keys its coupled sampling
     noise (None: a fresh one); first_token_allowed: the token ids its first new token may be (token healing), or
     None; params: its own SamplingParams, or None for the batch's first row's; logprobs: what log-probabilities
-    it reports (Logprobs), or None."""
+    it reports (Logprobs), or None; processing: its logits processing (processing.Processing: penalties, logit
+    bias, min_tokens, stop tokens, structured output), or None."""
 
     prompt_ids: list[int]
     max_new_tokens: int
@@ -311,6 +314,7 @@ class RowRequest:
     first_token_allowed: torch.Tensor | list[int] | None = None
     params: SamplingParams | None = None
     logprobs: Logprobs | None = None
+    processing: Processing | None = None
 
     def __post_init__(self) -> None:
         ids = self.prompt_ids
@@ -364,6 +368,9 @@ class Draft:
     valid: torch.Tensor | None = None  # [B, N] bool, a tree's nodes each row proposes (tree.row_trees); None: all
     position: int | torch.Tensor | None = None  # decoder index of tokens[:, 0] ([B] in a batch; set by the loop)
     seeds: list[int] | None = None  # per-row coupled-noise seeds of a batch (set by the loop)
+    # the step's logits processing of target logits at given verify positions (set by the loop when rows have
+    # processors; engine/processors.py): what a verdict that scores positions again (llama.cpp's settling) applies
+    process: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = field(default=None, repr=False, compare=False)
     _rows: list[list[int]] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod

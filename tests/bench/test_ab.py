@@ -111,3 +111,22 @@ def test_summary_ratios_are_per_round_medians_over_the_first_setting():
     assert rows[0]["vs_reference"] == 1.0 and rows[1]["vs_reference"] == 2.0
     assert rows[1]["vs_reference_range"] == [2.0, 4.0] and rows[1]["tokens_per_second"] == 20.0
     assert rows[0]["tokens_per_call"] == 2.0 and rows[1]["tokens_per_call"] == 5.0 and rows[1]["draft_calls"] == 3
+
+
+def test_structured_output_is_one_kind_and_its_value_or_a_file(tmp_path):
+    from draftverify.bench.ab import parse_structured
+
+    assert parse_structured("regex=( {4}.*\\n){1,3}").regex == "( {4}.*\\n){1,3}"
+    assert parse_structured("json_object=true").json_object is True
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"type": "object"}')
+    assert parse_structured(f"json_schema=@{schema}").json_schema == '{"type":"object"}'
+    for bad, message in (
+        ("regex", "not KIND=VALUE"),
+        ("choice=a,b", "not KIND=VALUE"),
+        ("json_object=no", "takes true"),
+        (f"grammar=@{tmp_path / 'none.ebnf'}", "cannot read"),
+        ("json_schema={nope", "not valid JSON"),
+    ):
+        with pytest.raises(DraftVerifyError, match=message):
+            parse_structured(bad)

@@ -7,7 +7,7 @@ import torch
 
 from draftverify import DraftVerifyError, RowRequest, SamplingParams
 from draftverify.drafters.base import NoDrafter
-from draftverify.engine.processors import FirstTokenAllowed
+from draftverify.engine.processors import FirstTokenAllowed, Processors
 from draftverify.engine.scheduler import Scheduler, checked_requests, row_generator
 from draftverify.sampling import RowParams
 from draftverify.types import DecodingState, append_rows, trim_rows
@@ -47,40 +47,53 @@ def state_of(rows: list[list[int]], params=SamplingParams(), seeds=None) -> Deco
     )
 
 
+def processors(rows: int = 0) -> Processors:
+    """The processors of `rows` rows without processing."""
+    made = Processors(VOCAB, set(), torch.device("cpu"))
+    made.add(made.check(None, None, rows), [[1]] * rows)
+    return made
+
+
 def test_rows_emit_until_their_eos_or_limit():
-    rows = Scheduler([3, 5], [[1], [2]])
+    rows = Scheduler([3, 5], [[1], [2]], [{9}, {9}])
     assert rows.most_remaining() == 5
-    emitted = rows.emitted([[4, 9, 6], [7, 8, -1]], [2, 1], eos={9})
+    emitted = rows.emitted([[4, 9, 6], [7, 8, -1]], [2, 1])
     assert emitted == [[4, 9], [7, 8]] and rows.ended == [True, False]  # row 0 stops at its EOS
-    rows = Scheduler([2], [[1]])
-    assert rows.emitted([[4, 5, 6]], [2], eos=set()) == [[4, 5]] and rows.ended == [True]  # cut at the limit
-    grid = Scheduler([4, 4], [[1], [2]])
-    step = grid.emitted([[4, 5], [6, -1]], [1, 0], eos=set())
+    rows = Scheduler([2], [[1]], [set()])
+    assert rows.emitted([[4, 5, 6]], [2]) == [[4, 5]] and rows.ended == [True]  # cut at the limit
+    grid = Scheduler([4, 4], [[1], [2]], [set(), set()])
+    step = grid.emitted([[4, 5], [6, -1]], [1, 0])
     assert grid.padded(step, "cpu").tolist() == [[4, 5], [6, -1]]
+
+
+def test_each_row_stops_at_its_own_stop_tokens():
+    rows = Scheduler([5, 5], [[1], [2]], [{7}, {9, 8}])  # row 0 ignores EOS 9; row 1 also stops at 8
+    assert rows.emitted([[9, 7, 6], [8, 9, 6]], [2, 2]) == [[9, 7], [8]] and rows.ended == [True, True]
 
 
 def test_ended_and_stopped_rows_leave_the_target_the_drafter_and_the_state():
     target = RecordingTarget()
-    rows = Scheduler([4, 4, 4], [[1, 2], [3], [4, 5, 6]])
+    rows = Scheduler([4, 4, 4], [[1, 2], [3], [4, 5, 6]], [{9}] * 3)
     params = RowParams([SamplingParams(), SamplingParams(temperature=1.0), SamplingParams(temperature=0.5)])
     state = state_of([[1, 2], [3], [4, 5, 6]], params, seeds=[10, 11, 12])
-    rows.emitted([[7], [8], [9]], [0, 0, 0], eos={9})  # row 2 ends at its EOS
-    rows.leave(None, target, NoDrafter(), state)
+    kept = processors(3)
+    rows.emitted([[7], [8], [9]], [0, 0, 0])  # row 2 ends at its EOS
+    rows.leave(None, target, NoDrafter(), state, kept)
     assert rows.active == [0, 1] and target.calls == [("drop_rows", [True, True, False])]
     assert state.tokens.tolist() == [[1, 2], [0, 3]] and state.lengths.tolist() == [2, 1]  # the padding column went
     assert state.seeds == [10, 11] and [p.temperature for p in state.params.rows] == [0.0, 1.0]
-    rows.leave([1], target, NoDrafter(), state)  # the caller stops row 1 (an original index)
+    rows.leave([1], target, NoDrafter(), state, kept)  # the caller stops row 1 (an original index)
     assert rows.active == [0] and state.tokens.tolist() == [[1, 2]]
     assert state.params == SamplingParams()  # one setting left: a plain SamplingParams again
-    rows.leave([0], target, NoDrafter(), state)  # the last row: the generation is over, nothing is dropped
-    assert rows.active == [] and len(target.calls) == 2
+    rows.leave([0], target, NoDrafter(), state, kept)  # the last row: the generation is over, nothing is dropped
+    assert rows.active == [] and len(target.calls) == 2 and kept.rows == 1
 
 
 def test_rows_join_with_their_own_limits_seeds_settings_and_first_tokens():
     target = RecordingTarget()
-    rows = Scheduler([4], [[1, 2, 3]])
+    rows = Scheduler([4], [[1, 2, 3]], [set()])
     state = state_of([[1, 2, 3]], SamplingParams(temperature=1.0, seed=5), seeds=[5])
-    first = FirstTokenAllowed(VOCAB)
+    joined_to = processors(1)
     mine = SamplingParams(temperature=0.5)
     joined = rows.join(
         [
@@ -90,8 +103,9 @@ def test_rows_join_with_their_own_limits_seeds_settings_and_first_tokens():
         target,
         NoDrafter(),
         state,
-        first,
+        joined_to,
     )
+    first = next(p for p in joined_to.present if isinstance(p, FirstTokenAllowed))
     assert joined == 5 and rows.active == [0, 1, 2] and rows.limits == [4, 2, 6]
     assert target.calls[:2] == [("check_fits", 3), ("check_fits", 10)]
     assert target.calls[2] == (
@@ -112,16 +126,16 @@ def test_admit_returns_typed_row_requests():
     assert checked_requests(None) == [] and checked_requests([]) == []
     with pytest.raises(DraftVerifyError, match="admit\\(\\) must return a list of RowRequest, got tuple"):
         checked_requests([([1, 2], 4, None)])
-    rows = Scheduler([4], [[1]])
+    rows = Scheduler([4], [[1]], [set()])
     with pytest.raises(DraftVerifyError, match="RowRequest"):
-        rows.join([([5], 3)], RecordingTarget(), NoDrafter(), state_of([[1]]), FirstTokenAllowed(VOCAB))
+        rows.join([([5], 3)], RecordingTarget(), NoDrafter(), state_of([[1]]), processors(1))
     with pytest.raises(DraftVerifyError, match="must be in"):  # checked before anything joins
         rows.join(
             [RowRequest([5], 3, first_token_allowed=[VOCAB])],
             RecordingTarget(),
             NoDrafter(),
             state_of([[1]]),
-            FirstTokenAllowed(VOCAB),
+            processors(1),
         )
     assert rows.active == [0]
 

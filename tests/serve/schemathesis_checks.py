@@ -11,14 +11,15 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 @schemathesis.check
 def valid_data_accepted(ctx, response, case):
     """positive_data_acceptance, save for what a schema cannot state, which the 400 names: a prompt over the
-    context window (how many tokens a text makes is the tokenizer's business; code context_length_exceeded), and a
-    best_of other than n (one field equal to another; the field's description says so; param best_of)."""
+    context window (how many tokens a text makes is the tokenizer's business; code context_length_exceeded), a
+    constraint the grammar engine refuses (which regexes, grammars and JSON schemas compile is the engine's business;
+    code invalid_grammar), and a best_of other than n with stream (param best_of)."""
     if response.status_code == 400:
         try:
             error = json.loads(response.content)["error"]
         except (ValueError, KeyError, TypeError):
             error = {}
-        if error.get("code") == "context_length_exceeded":
+        if error.get("code") in ("context_length_exceeded", "invalid_grammar"):
             return None
         body = case.body if isinstance(case.body, dict) else {}
         n = 1 if body.get("n") is None else body["n"]

@@ -217,7 +217,7 @@ BAD_REQUESTS = [
     ({"model": "tiny", "prompt": "x", "temperature": -1}, 400, "temperature must be between 0 and 2", "temperature"),
     ({"model": "tiny", "prompt": "x", "temperature": 7}, 400, "temperature must be between 0 and 2", "temperature"),
     ({"model": "tiny", "prompt": "x", "top_p": 0}, 400, "top_p must be in", "top_p"),
-    ({"model": "tiny", "prompt": "x", "presence_penalty": 1}, 400, "presence_penalty is not supported", None),
+    ({"model": "tiny", "prompt": "x", "presence_penalty": 3}, 400, "presence_penalty: must be in", "presence_penalty"),
     ({"model": "tiny", "prompt": "x", "logprobs": 6}, 400, "logprobs must be an integer in 0..5", "logprobs"),
     ({"model": "tiny", "prompt": ""}, 400, "prompt is empty", "prompt"),
     ({"model": "tiny", "prompt": "   "}, 400, "only whitespace", "prompt"),

@@ -71,6 +71,8 @@ def settle(rescore: Rescore, draft: Draft, verdict: Verdict) -> Verdict | None:
     m, logits = rescored  # the target's logits after kept[m], kept[m + 1], ... [1, len(kept) - m, V]
     if m < 1:
         raise DraftVerifyError("a re-scored branch must keep the pending token's own logits (they were processed)")
+    if draft.process is not None:  # the rows' logits processors, at the verify positions these logits stand for
+        logits = draft.process(logits, kept[m:])
     choice = argmax(logits[0]).tolist()  # [len(kept) - m]
     branch = verdict.path[0, :n]  # [n] node indices
     tokens = draft.tokens[0, branch].tolist()  # the node after kept[i] is tokens[i]

@@ -102,9 +102,33 @@ class ABConfig:
     warmup_tokens: int = 32
     threads: int | None = None
     check_text: bool = True  # lossless settings must give the same text; a difference stops the run
+    structured: Any = None  # processing.Structured every setting decodes under (structured output), or None
     out: str | Path = DRAFT_POLICY
     name: str = "ab"
     command: str = ""
+
+
+def parse_structured(text: str):
+    """--structured KIND=VALUE as a processing.Structured: json_schema=JSON, regex=RE, grammar=EBNF (each VALUE, or
+    @FILE for a file's text), json_object=true."""
+    from ..processing import STRUCTURED_KINDS, Structured
+
+    kind, sep, value = text.partition("=")
+    kind = kind.strip()
+    if not sep or kind not in STRUCTURED_KINDS or kind == "choice":
+        raise DraftVerifyError(
+            f"bench ab: --structured {text!r} is not KIND=VALUE with KIND json_schema, json_object, regex or grammar"
+        )
+    if value.startswith("@"):
+        try:
+            value = Path(value[1:]).read_text()
+        except OSError as err:
+            raise DraftVerifyError(f"bench ab: --structured {kind}: cannot read {value[1:]!r}: {err}") from None
+    if kind == "json_object":
+        if value.lower() not in TRUE:
+            raise DraftVerifyError(f"bench ab: --structured json_object takes true, got {value!r}")
+        return Structured(json_object=True)
+    return Structured(**{kind: value})
 
 
 def load_setting(cfg: ABConfig, setting: dict[str, Any]):
@@ -165,9 +189,16 @@ def summarize(rounds: list[list[list[float]]], settings: list[dict[str, Any]]) -
     return rows
 
 
+def _spec_value(spec) -> Any:
+    return getattr(spec, spec.kind)
+
+
 def render(result: dict[str, Any]) -> str:
     cfg = result["config"]
     fixed = ", ".join(f"{k}={v}" for k, v in cfg["fixed"].items()) or "the defaults"
+    structured = cfg.get("structured")
+    if structured:
+        fixed += "; structured output " + ", ".join(f"{k} `{v}`" for k, v in structured.items())
     lines = [
         f"# {result['name']}",
         "",
@@ -219,14 +250,19 @@ def run_ab(cfg: ABConfig, echo: Callable[[str], None] = lambda line: None) -> di
         raise DraftVerifyError(f"bench ab: {cfg.prompts} has no prompt {cfg.first}")
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
+    processing = None
+    if cfg.structured is not None:
+        from ..processing import Processing
+
+        processing = Processing(structured=cfg.structured)
     pipes = []
     for setting in settings:
         echo(f"loading {label(setting)}")
         pipes.append(load_setting(cfg, setting))
         if cfg.warmup_tokens:
-            pipes[-1].generate(texts[0], max_new_tokens=cfg.warmup_tokens)
+            pipes[-1].generate(texts[0], max_new_tokens=cfg.warmup_tokens, processing=processing)
     rounds = alternating_rounds(
-        lambda s, text: pipes[s].generate(text, max_new_tokens=cfg.max_new_tokens),
+        lambda s, text: pipes[s].generate(text, max_new_tokens=cfg.max_new_tokens, processing=processing),
         len(settings),
         texts,
         cfg.rounds,
@@ -246,6 +282,7 @@ def run_ab(cfg: ABConfig, echo: Callable[[str], None] = lambda line: None) -> di
         "warmup_tokens": cfg.warmup_tokens,
         "threads": cfg.threads,
         "check_text": cfg.check_text,
+        "structured": None if cfg.structured is None else {cfg.structured.kind: _spec_value(cfg.structured)},
     }
     result = {
         **environment.header(cfg.name, cfg.command),

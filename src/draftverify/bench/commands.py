@@ -188,12 +188,18 @@ def bench_ab(
         "different texts (lossless settings must not); off for settings that change "
         "the output (dtype, backend).",
     ),
+    structured: Optional[str] = typer.Option(
+        None,
+        "--structured",
+        help="KIND=VALUE: every setting decodes under this structured output: json_schema=JSON, regex=RE, "
+        "grammar=EBNF (VALUE or @FILE), json_object=true (the structured extra: xgrammar).",
+    ),
     out: Path = typer.Option(folders.DRAFT_POLICY, "--out", help="Folder of NAME.json and NAME.md."),
     name: str = typer.Option("ab", "--name", help="File stem."),
 ) -> None:
     """Settings of one method side by side in one process: each a pipeline of its own, every setting on every
     prompt, the order rotated prompt by prompt; tok/s, its ratio to the first setting, tokens per call."""
-    from .ab import ABConfig, parse_assignments, render, run_ab
+    from .ab import ABConfig, parse_assignments, parse_structured, render, run_ab
 
     command = recorded_command(ctx)
 
@@ -213,6 +219,7 @@ def bench_ab(
             warmup_tokens=warmup_tokens,
             threads=threads,
             check_text=check_text,
+            structured=None if structured is None else parse_structured(structured),
             out=out,
             name=name,
             command=command,

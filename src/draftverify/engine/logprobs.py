@@ -48,12 +48,26 @@ class LogprobsRecorder:
         self.waiting: set[int] = set()  # rows whose prompt's logits the backend keeps, not taken yet
         self.add(asked, prompts)
 
-    @staticmethod
+    @classmethod
     def requested(
+        cls, target, logprobs: Logprobs | list[Logprobs | None] | None, batch: int, joins: bool
+    ) -> list[Logprobs | None] | None:
+        """generate's `logprobs` (one Logprobs for every row, or one per row) as one entry per row, checked against
+        the target (check); None when no row asks and none can join (rows that join may ask)."""
+        rows = cls._per_row(logprobs, batch, joins)
+        if rows is not None:
+            cls.check(target, rows)
+        return rows
+
+    @staticmethod
+    def keeps_prompts(asked: list[Logprobs | None] | None) -> bool:
+        """Whether the prefill must keep the prompts' logits (some row asks for its prompt's log-probabilities)."""
+        return asked is not None and any(a is not None and a.prompt for a in asked)
+
+    @staticmethod
+    def _per_row(
         logprobs: Logprobs | list[Logprobs | None] | None, batch: int, joins: bool
     ) -> list[Logprobs | None] | None:
-        """generate's `logprobs` (one Logprobs for every row, or one per row) as one entry per row; None when no
-        row asks and none can join (rows that join may ask)."""
         if logprobs is None:
             return [None] * batch if joins else None
         rows: list[Logprobs | None] = [logprobs] * batch if isinstance(logprobs, Logprobs) else list(logprobs)
@@ -106,6 +120,14 @@ class LogprobsRecorder:
             record.prompt = out[i]
         self.waiting.clear()
         return out
+
+    def of_step(
+        self, logits: torch.Tensor, draft: Draft, verdict: Verdict, emitted: list[list[int]], target, active: list[int]
+    ) -> tuple[list[list[TokenLogprob] | None], list[list[TokenLogprob] | None] | None]:
+        """A step's (StepRecord.logprobs, .prompt_logprobs): its emitted tokens' (step) and, after a forward that
+        decoded prompts whose logits were asked for, theirs (prompt). Read before commit: the logits may be a view
+        the backend's next decode overwrites."""
+        return self.step(logits, draft, verdict, emitted, active), self.prompt(target, active)
 
     def step(
         self, logits: torch.Tensor, draft: Draft, verdict: Verdict, emitted: list[list[int]], active: list[int]

@@ -22,7 +22,7 @@ from ..types import (
     trim_rows,
 )
 from .logprobs import LogprobsRecorder
-from .processors import FirstTokenAllowed
+from .processors import Processors
 
 
 def checked_requests(joining) -> list[RowRequest]:
@@ -33,7 +33,7 @@ def checked_requests(joining) -> list[RowRequest]:
             raise DraftVerifyError(
                 f"admit() must return a list of RowRequest, got {type(row).__name__} {row!r}; "
                 "build each joining row as RowRequest(prompt_ids, max_new_tokens, seed=..., "
-                "first_token_allowed=..., params=...) (from draftverify import RowRequest)"
+                "first_token_allowed=..., params=..., processing=...) (from draftverify import RowRequest)"
             )
     return joining
 
@@ -67,12 +67,14 @@ def row_generator(
 
 class Scheduler:
     """Bookkeeping of the rows: which are still decoding (`active`, original indices in batch order), what each
-    has emitted, when each ends; rows leave (leave) and join (join) between steps."""
+    has emitted, when each ends (stops: each row's tokens that end it, EOS and its own stop tokens); rows leave
+    (leave) and join (join) between steps."""
 
-    def __init__(self, limits: list[int], prompts: list[list[int]]):
+    def __init__(self, limits: list[int], prompts: list[list[int]], stops: list[set[int]]):
         self.batch = len(prompts)
         self.limits = list(limits)
         self.prompts = prompts
+        self.stops = list(stops)
         self.active = list(range(self.batch))
         self.new: list[list[int]] = [[] for _ in prompts]
         self.ended: list[bool] = [False] * self.batch
@@ -80,14 +82,15 @@ class Scheduler:
     def most_remaining(self) -> int:
         return max(self.limits[r] - len(self.new[r]) for r in self.active)
 
-    def emitted(self, tokens: list[list[int]], accepted: list[int], eos: set[int]) -> list[list[int]]:
+    def emitted(self, tokens: list[list[int]], accepted: list[int]) -> list[list[int]]:
         """Each active row's emitted tokens this step: accepted drafts + the target's token, cut after the first
-        EOS and at the row's max_new_tokens."""
+        of its stop tokens and at the row's max_new_tokens."""
         out = []
         for i, row in enumerate(self.active):
             toks = tokens[i][: accepted[i] + 1]
+            stops = self.stops[row]
             for j, t in enumerate(toks):
-                if t in eos:
+                if t in stops:
                     toks = toks[: j + 1]
                     self.ended[row] = True
                     break
@@ -117,9 +120,11 @@ class Scheduler:
         self.active = [row for row, k in zip(self.active, keep) if k]
         return torch.tensor(keep)
 
-    def leave(self, stop_rows, target: LMBackend, drafter: Drafter, state: DecodingState) -> None:
-        """Rows that ended (EOS, max_new_tokens, or stopped by the caller: stop_rows) leave the target, the drafter
-        and the state; when none is left the generation is over and nothing needs dropping."""
+    def leave(
+        self, stop_rows, target: LMBackend, drafter: Drafter, state: DecodingState, processors: Processors
+    ) -> None:
+        """Rows that ended (a stop token, max_new_tokens, or stopped by the caller: stop_rows) leave the target, the
+        drafter, the state and the processors; when none is left the generation is over and nothing needs dropping."""
         keep = self.finish(stop_rows)
         if keep is None or not self.active:
             return
@@ -128,6 +133,7 @@ class Scheduler:
         rows = keep.to(state.tokens.device)
         state.tokens, state.lengths = trim_rows(state.tokens[rows], state.lengths[rows])
         kept = keep.tolist()
+        processors.drop(kept)
         if state.seeds is not None:
             state.seeds = [s for s, k in zip(state.seeds, kept) if k]
         if isinstance(state.params, RowParams):
@@ -139,14 +145,17 @@ class Scheduler:
         target: LMBackend,
         drafter: Drafter,
         state: DecodingState,
-        first_token: FirstTokenAllowed,
+        processors: Processors,
         scores: LogprobsRecorder | None = None,
     ) -> int:
         """Continuous batching: prefill the rows admit() returned (RowRequests) and append them to the batch
-        (target, drafter, state, first-token constraints, the log-probabilities they ask for); a row without its
-        own SamplingParams takes the batch's first row's. Returns the prompt tokens that joined."""
+        (target, drafter, state, logits processors: the first-token constraints of healing, penalties, ...; the
+        log-probabilities they ask for); a row without its own SamplingParams takes the batch's first row's.
+        Returns the prompt tokens that joined."""
         requests = checked_requests(joining)
-        allowed = first_token.check([r.first_token_allowed for r in requests])
+        checked = processors.check(
+            [r.processing for r in requests], [r.first_token_allowed for r in requests], len(requests)
+        )
         prompts = [r.prompt_ids for r in requests]
         asked = [r.logprobs for r in requests]
         if scores is None and any(a is not None for a in asked):
@@ -171,7 +180,7 @@ class Scheduler:
         state.params = row_params(batch_rows + [r.params if r.params is not None else batch_rows[0] for r in requests])
         if state.seeds is not None:
             state.seeds = state.seeds + [r.seed if r.seed is not None else fresh_seed() for r in requests]
-        first_token.join(allowed, state.tokens.shape[0])
+        self.stops.extend(processors.add(checked, prompts))
         self.active.extend(range(self.batch, self.batch + len(prompts)))
         self.batch += len(prompts)
         self.prompts.extend(prompts)

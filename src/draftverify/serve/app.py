@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import secrets
 import time
 import uuid
@@ -26,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..checks import check_prompt_text
 from ..errors import DraftVerifyError
+from ..processing import PLAIN, Processing, ProcessingError, Structured
 from ..types import Logprobs, SamplingParams
 from .defaults import MAX_QUEUE, MAX_STREAM_INTERVAL, STREAM_INTERVAL
 from .engine import Engine, Job, NotRunning, QueueFull
@@ -36,6 +38,7 @@ from .protocol import (
     MAX_LOGPROBS,
     MAX_TOP_LOGPROBS,
     SEED_LIMIT,
+    TOKEN_ID,
     ApiError,
     ChatCompletion,
     ChatRequest,
@@ -196,6 +199,42 @@ async def collect(request: Request, jobs: list[Job]) -> tuple[list[tuple[str, st
             job.cancel()  # no-op once done; frees the rows if this handler was cancelled
 
 
+def _structured(body) -> tuple[Structured | None, str | None]:
+    """The constraint on the text a request asks for (response_format json_object / json_schema, or vLLM's
+    structured_outputs) and the field that asks for it, or (None, None)."""
+    form, wanted = body.response_format, body.structured_outputs
+    asks_json = form is not None and form.type != "text"
+    if asks_json and wanted is not None:
+        raise ApiError(400, "give response_format or structured_outputs, not both", param="structured_outputs")
+    if asks_json and form.type == "json_schema":
+        where, fields = "response_format.json_schema.schema", {"json_schema": form.json_schema.schema_}
+    elif asks_json:
+        where, fields = "response_format", {"json_object": True}
+    elif wanted is not None:
+        offered = {
+            "json": wanted.json_,
+            "regex": wanted.regex,
+            "choice": wanted.choice,
+            "grammar": wanted.grammar,
+            "json_object": wanted.json_object,
+        }
+        kinds = [name for name, value in offered.items() if value is not None]
+        if len(kinds) != 1:
+            raise ApiError(
+                400, "structured_outputs: give exactly one of " + ", ".join(offered), param="structured_outputs"
+            )
+        name = kinds[0]
+        where = f"structured_outputs.{name}"
+        fields = {"json_schema" if name == "json" else name: offered[name]}
+        fields["any_whitespace"] = not wanted.disable_any_whitespace
+    else:
+        return None, None
+    try:
+        return Structured(**fields), where
+    except ProcessingError as err:
+        raise ApiError(400, f"{where}: {err.reason}", param=where, code="invalid_grammar") from None
+
+
 def sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
@@ -260,16 +299,6 @@ class Service:
                 param="model",
                 code="model_not_found",
             )
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(body, name) not in (None, 0, 0.0):
-                raise ApiError(
-                    400,
-                    f"{name} is not supported (only 0): it would change the target's distribution, "
-                    "which draft-then-verify reproduces exactly",
-                    param=name,
-                )
-        if body.logit_bias:
-            raise ApiError(400, "logit_bias is not supported", param="logit_bias")
         temperature = 1.0 if body.temperature is None else body.temperature
         if not 0.0 <= temperature <= 2.0:
             raise ApiError(400, f"temperature must be between 0 and 2, got {temperature}", param="temperature")
@@ -331,6 +360,45 @@ class Service:
         heal = self.settings.heal if body.heal is None else body.heal
         return pipe.heal_ids(ids) if heal and not pipe.target.is_encoder_decoder else None
 
+    async def processing_for(self, body) -> Processing | None:
+        """The request's logits processing (penalties, logit_bias, min_tokens, ignore_eos, stop_token_ids) and
+        structured output (response_format, structured_outputs), checked against this model, its grammar compiled
+        off the event loop; None when it asks for none. A bad value is a 400 naming the field; a constraint the
+        grammar engine refuses has code invalid_grammar (which no schema can tell in advance)."""
+        vocab = self.pipe.target.vocab_size
+        fields = {
+            name: getattr(body, name)
+            for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens", "ignore_eos")
+            if getattr(body, name) is not None
+        }
+        if body.logit_bias:
+            fields["logit_bias"] = {}
+            for key, value in body.logit_bias.items():
+                if not re.fullmatch(TOKEN_ID, key) or int(key) >= vocab:
+                    raise ApiError(
+                        400, f"logit_bias: {key!r} is not a token id of this model (0..{vocab - 1})", param="logit_bias"
+                    )
+                fields["logit_bias"][int(key)] = value
+        if body.stop_token_ids:
+            fields["stop_token_ids"] = body.stop_token_ids
+        structured, where = _structured(body)
+        try:
+            processing = Processing(**fields, structured=structured)
+            processing.check_vocabulary(vocab)
+        except ProcessingError as err:  # the fields' own limits (the schema states them too)
+            raise ApiError(400, str(err), param=err.field) from None
+        if processing == PLAIN:
+            return None
+        if structured is None:
+            return processing
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(None, self.pipe.compile_processing, processing)
+        except ProcessingError as err:
+            raise ApiError(400, f"{where}: {err.reason}", param=where, code="invalid_grammar") from None
+        except DraftVerifyError as err:  # no xgrammar, or a tokenizer it cannot read
+            raise ApiError(400, str(err), param=where) from None
+
     def encode_text(self, text: str) -> list[int]:
         ids = self.tokenizer(text).input_ids
         if not ids:
@@ -370,8 +438,6 @@ class Service:
                 param="messages",
                 code="no_chat_template",
             )
-        if body.response_format not in (None, {"type": "text"}):
-            raise ApiError(400, "response_format other than {'type': 'text'} is not supported", param="response_format")
         if {"max_tokens", "max_completion_tokens"} <= body.model_fields_set:
             raise ApiError(400, "give max_tokens or max_completion_tokens, not both", param="max_tokens")
         messages = []
@@ -438,10 +504,12 @@ class Service:
         streamed: bool = False,
         logprobs: Logprobs | None = None,
         echo: str | None = None,
+        processing: Processing | None = None,
     ) -> list[Job]:
         """Queue a generation per choice for the worker (rows of one batch where it has room), or refuse them now:
         429 when the queue has no room for all, 503 when not running. logprobs: what the request reports; echo:
-        the prompt's text, which the worker hands over with its log-probabilities (logprobs.prompt)."""
+        the prompt's text, which the worker hands over with its log-probabilities (logprobs.prompt); processing:
+        its penalties, logit bias, stop tokens and structured output."""
         settings = self.settings
         jobs = [
             Job(
@@ -457,6 +525,7 @@ class Service:
                 stream_interval=settings.stream_interval if streamed else None,
                 logprobs=logprobs,
                 echo=echo if logprobs is not None and logprobs.prompt else None,
+                processing=processing,
             )
             for index, params in enumerate(choices)
         ]
@@ -655,6 +724,7 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
     # candidates are ranked by their tokens' log-probabilities, which the worker then reports for every one
     scored = logprobs if logprobs is not None or candidates == n else Logprobs()
     healing = None if scored is not None else service.healing_for(body, ids)
+    processing = await service.processing_for(body)
     jobs = service.submit(
         ids,
         service.choices(body, params, candidates),
@@ -665,6 +735,7 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
         streamed=bool(body.stream),
         logprobs=scored,
         echo=prompt_text,
+        processing=processing,
     )
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
@@ -710,15 +781,16 @@ async def chat(body: ChatRequest, request: Request, service: Service = Depends(a
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     params, max_tokens, stop = service.check_common(body, max_tokens, len(ids))
     logprobs = service.chat_logprobs(body)
-    choices = service.choices(body, params)
+    processing = await service.processing_for(body)
     jobs = service.submit(
         ids,
-        choices,
+        service.choices(body, params),
         max_tokens,
         stop,
         service.methods.resolve(body.speculative),
         streamed=bool(body.stream),
         logprobs=logprobs,
+        processing=processing,
     )
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
@@ -797,6 +869,22 @@ def _integers(schema, **limits) -> None:
             _integers(value, **limits)
 
 
+def below(n: int) -> str:
+    """A regular expression of the decimal integers 0 .. n-1 as JSON writes them (no leading zeros): the token ids
+    logit_bias may name, as the keys of an object."""
+    top = str(n - 1)
+    parts = ["[0-9]"] if len(top) > 1 else []
+    parts += [f"[1-9][0-9]{{{k - 1}}}" for k in range(2, len(top))]
+    for i, digit in enumerate(top):  # as long as top: its first i digits, then a smaller digit, then any
+        low = 1 if i == 0 and len(top) > 1 else 0
+        if int(digit) > low:
+            rest = len(top) - i - 1
+            smaller = str(low) if low == int(digit) - 1 else f"[{low}-{int(digit) - 1}]"
+            parts.append(top[:i] + smaller + (f"[0-9]{{{rest}}}" if rest else ""))
+    parts.append(top)
+    return "^(" + "|".join(parts) + ")$"
+
+
 def server_openapi(app: FastAPI) -> dict:
     """This server's OpenAPI document: the request and response models, with what this server takes filled in
     (its model name, its methods and draft lengths, token ids below its vocabulary, max_tokens within its limit and
@@ -821,9 +909,14 @@ def server_openapi(app: FastAPI) -> dict:
         for field in fields:
             if ceilings:
                 properties[field]["maximum"] = min(ceilings)
-    _integers(schemas["CompletionRequest"]["properties"]["prompt"], maximum=service.pipe.target.vocab_size - 1)
-    for name in token_fields:  # each choice waits in the queue as a row
-        schemas[name]["properties"]["n"]["maximum"] = min(MAX_CHOICES, service.settings.max_queue)
+    vocab = service.pipe.target.vocab_size
+    _integers(schemas["CompletionRequest"]["properties"]["prompt"], maximum=vocab - 1)
+    # n: each choice waits in the queue as a row; logit_bias and stop_token_ids name this model's token ids
+    for name in token_fields:
+        properties = schemas[name]["properties"]
+        properties["n"]["maximum"] = min(MAX_CHOICES, service.settings.max_queue)
+        properties["logit_bias"]["propertyNames"] = {"pattern": below(vocab)}
+        _integers(properties["stop_token_ids"], maximum=vocab - 1)
     speculative = schemas["Speculative"]["properties"]
     speculative["method"]["enum"] = [*service.methods.names, None]
     speculative["gamma"]["maximum"] = service.methods.longest_gamma

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..detokenize import IncrementalDecoder
 from ..errors import DraftVerifyError
+from ..processing import Processing
 from ..types import Logprobs, RowRequest, SamplingParams
 from .defaults import MAX_QUEUE
 from .logprobs import Scored, ScoredText, prompt_scored
@@ -124,10 +125,14 @@ class Job:
     stream_interval: float | None = 0.0
     logprobs: Logprobs | None = None  # the log-probabilities it reports; prompt: with echo
     echo: str | None = None  # the prompt's text, handed over with its tokens' log-probabilities (echo and logprobs)
+    processing: Processing | None = None  # penalties, logit_bias, stop tokens, structured output (compiled); None: none
     arrived: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # worker-side
     text: StopText | None = None
+    stops: set[int] = field(default_factory=set)  # the tokens that end it: EOS unless ignore_eos, its stop_token_ids
+    stopped_by_token: bool = False  # it ended at one of them
+    stop_token_cut: bool = False  # that token is one of stop_token_ids: counted, but not part of the text
     drafted: int = 0  # draft tokens proposed for this row
     accepted: int = 0  # of which emitted, within the answer
     step_kept: int = 0  # accepted draft tokens among those the last step emitted (they come first)
@@ -192,8 +197,9 @@ class Job:
 
     @property
     def generated(self) -> int:
-        """The answer's tokens so far (StopText.ids): what usage and /metrics count."""
-        return 0 if self.text is None else len(self.text.ids)
+        """The answer's tokens so far (StopText.ids, and a stop token of stop_token_ids that ended it, which is not
+        part of the text): what usage and /metrics count."""
+        return (0 if self.text is None else len(self.text.ids)) + self.stop_token_cut
 
     @property
     def usage(self) -> dict[str, int]:
@@ -207,6 +213,14 @@ class Job:
             "accepted_tokens": self.accepted,
             "target_calls": self.target_calls,
         }
+
+
+def _without_stop_token(ids: list[int], job: Job) -> list[int]:
+    """A step's ids for the text: a stop token of stop_token_ids that ends the answer is not part of its text, as in
+    vLLM (EOS is a special token, which the text leaves out anyway)."""
+    if job.processing is not None and ids[-1] in job.processing.stop_token_ids:
+        return ids[:-1]
+    return ids
 
 
 @dataclass(frozen=True)
@@ -356,6 +370,7 @@ class Engine:
                     first_token_allowed=job.first_allowed,
                     params=job.params,
                     logprobs=job.logprobs,
+                    processing=job.processing,
                 )
                 for job in new
             ]
@@ -368,6 +383,7 @@ class Engine:
             job.text = StopText(self.pipe.tokenizer, job.stop, job.healing)
             if job.logprobs is not None:
                 job.scored = ScoredText(self.pipe.tokenizer, base=len(job.echo or ""))
+            job.stops = self._eos_set if job.processing is None else job.processing.stops(self._eos_set)
             self.metrics.queue_wait.observe(started - job.arrived)
         self.metrics.batch_size.observe(len(jobs))
 
@@ -401,21 +417,21 @@ class Engine:
         self.busy_rows = len(jobs)
         self.metrics.running.set(len(jobs))
         try:
-            healed = (
-                {"first_token_allowed": [job.first_allowed for job in jobs]}
-                if any(job.healing is not None for job in jobs)
-                else {}
-            )
+            per_row: dict = {}  # what only some requests ask for, given for every row when one does
+            if any(job.healing is not None for job in jobs):
+                per_row["first_token_allowed"] = [job.first_allowed for job in jobs]
+            if any(job.processing is not None for job in jobs):
+                per_row["processing"] = [job.processing for job in jobs]
             # rows that join may ask for logprobs whether or not these do (admit: the loop is ready for them)
-            scored = {"logprobs": [job.logprobs for job in jobs]} if any(job.logprobs for job in jobs) else {}
+            if any(job.logprobs for job in jobs):
+                per_row["logprobs"] = [job.logprobs for job in jobs]
             variant.pipe.generate_batch_ids(
                 [job.prompt_ids for job in jobs],
                 [job.params for job in jobs],
                 max_new_tokens=[job.max_tokens for job in jobs],
                 seeds=[job.params.seed for job in jobs],
                 gamma=speculation.gamma,
-                **healed,
-                **scored,
+                **per_row,
                 on_tokens=lambda emitted: self._on_tokens(jobs, emitted),
                 admit=self._admitter(jobs, variant) if variant.max_batch > 1 else None,
                 on_step=lambda record, rows: self._on_step(jobs, record, rows),
@@ -477,7 +493,9 @@ class Engine:
             if not ids:
                 continue
             before = job.generated
-            piece = job.text.push(ids)
+            text_ids = _without_stop_token(ids, job)
+            piece = job.text.push(text_ids)
+            job.stop_token_cut = len(text_ids) < len(ids) and not job.text.stopped
             kept.append(self._count(job, job.generated - before))
             scored = job.scored.release(job.text.sent) if job.scored is not None else []
             if piece:
@@ -486,7 +504,8 @@ class Engine:
                     self.metrics.ttft.observe(job.first_text_at - job.arrived)
             if piece or scored:
                 job.emit_text(piece, scored)
-            ended = job.text.stopped or ids[-1] in self._eos_set or job.generated >= job.max_tokens
+            job.stopped_by_token = ids[-1] in job.stops and not job.text.stopped
+            ended = job.text.stopped or job.stopped_by_token or job.generated >= job.max_tokens
             if ended:
                 self._complete(job)
                 stop_rows.append(row)
@@ -523,8 +542,7 @@ class Engine:
                 self.metrics.ttft.observe(job.first_text_at - job.arrived)
         if piece or scored:
             job.emit_text(piece, scored)
-        ended_by_eos = bool(job.text.ids) and job.text.ids[-1] in self._eos_set
-        reason = "stop" if job.text.stopped or ended_by_eos else "length"
+        reason = "stop" if job.text.stopped or job.stopped_by_token else "length"
         self.metrics.finished.labels(reason).inc()
         if job.index == 0:
             self.metrics.prompt_tokens.inc(len(job.prompt_ids))

@@ -2,7 +2,7 @@
 
 Unknown fields are rejected (extra="forbid") rather than silently ignored: a client that asks for tools should
 hear that it will not get them. Fields OpenAI defines that we cannot honour are accepted only at their neutral
-value (best_of=n, penalties 0, no logit_bias), anything else is a 400.
+value (best_of below n, or above it streamed, is a 400).
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema
+
+from ..processing import BIAS_LIMIT, PENALTY_LIMIT, REPETITION_LIMITS
 
 
 class ApiError(Exception):
@@ -98,10 +100,75 @@ class Speculative(BaseModel):
     enabled: StrictBool = Field(default=True, description="false: the target alone, whatever method and gamma say")
 
 
+# ---- structured output: OpenAI's response_format and vLLM's structured_outputs ------------------------------------
+TOKEN_ID = r"^(0|[1-9][0-9]*)$"  # a token id as a JSON object's key
+
+
+def _structured_schema(schema: dict) -> None:
+    """StructuredOutputs' schema: exactly one kind of constraint, and no null default (a field left out is absent,
+    and null is no value the fields take)."""
+    for prop in schema.get("properties", {}).values():
+        if prop.get("default", 0) is None:
+            del prop["default"]
+    schema["oneOf"] = [{"required": [name]} for name in STRUCTURED_FIELDS]
+
+
+class TextFormat(BaseModel):
+    model_config = STRICT
+    type: Literal["text"]
+
+
+class JsonObjectFormat(BaseModel):
+    model_config = STRICT
+    type: Literal["json_object"]
+
+
+class JsonSchemaSpec(BaseModel):
+    model_config = STRICT
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
+    description: Optional[str] = None
+    schema_: dict[str, Any] = Field(alias="schema", description="The JSON Schema the answer follows")
+    strict: Optional[bool] = None
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = STRICT
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaSpec
+
+
+ResponseFormat = Annotated[Union[TextFormat, JsonObjectFormat, JsonSchemaFormat], Field(discriminator="type")]
+
+STRUCTURED_FIELDS = ("json", "regex", "choice", "grammar", "json_object")
+
+
+class StructuredOutputs(BaseModel):
+    """vLLM's structured_outputs: exactly one of json (a JSON Schema), regex, choice, grammar (EBNF / GBNF) or
+    json_object; disable_any_whitespace: JSON without free whitespace between tokens."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_structured_schema)
+    json_: Union[dict[str, Any], str] = Field(default=None, alias="json")  # type: ignore[assignment]
+    regex: str = None  # type: ignore[assignment]
+    choice: list[str] = Field(default=None, min_length=1)  # type: ignore[arg-type]
+    grammar: str = None  # type: ignore[assignment]
+    json_object: Literal[True] = None  # type: ignore[assignment]
+    disable_any_whitespace: StrictBool = False
+
+
+# response_format asking for JSON and structured_outputs together: a 400 (the schema says so)
+BOTH_CONSTRAINTS: dict[str, Any] = {
+    "required": ["response_format", "structured_outputs"],
+    "properties": {
+        "response_format": {"type": "object", "properties": {"type": {"enum": ["json_object", "json_schema"]}}},
+        "structured_outputs": {"type": "object"},
+    },
+}
+
+
 class _Sampling(BaseModel):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
-    model_config = STRICT
+    model_config = ConfigDict(**STRICT, json_schema_extra={"not": BOTH_CONSTRAINTS})
 
     model: str
     max_tokens: Optional[Int] = _checked(minimum=1)
@@ -115,11 +182,26 @@ class _Sampling(BaseModel):
     stream_options: Optional[StreamOptions] = None
     stop: Optional[Union[str, list[str]]] = _checked(maxItems=4)
     seed: Optional[Int] = _checked(minimum=-SEED_LIMIT, maximum=SEED_LIMIT)
-    presence_penalty: Optional[float] = _checked(minimum=0, maximum=0)
-    frequency_penalty: Optional[float] = _checked(minimum=0, maximum=0)
-    logit_bias: Optional[dict[str, float]] = _checked(maxProperties=0)
     user: Optional[str] = None
     speculative: Optional[Speculative] = None
+    # logits processing and structured output (processing.py; the handlers check them: Service.processing_for)
+    presence_penalty: Optional[float] = _checked(minimum=-PENALTY_LIMIT, maximum=PENALTY_LIMIT)
+    frequency_penalty: Optional[float] = _checked(minimum=-PENALTY_LIMIT, maximum=PENALTY_LIMIT)
+    logit_bias: Optional[dict[str, float]] = _checked(
+        propertyNames={"pattern": TOKEN_ID},  # the server narrows it to its vocabulary (server_openapi)
+        additionalProperties={"type": "number", "minimum": -BIAS_LIMIT, "maximum": BIAS_LIMIT},
+        description="Token id (as a string) -> bias in [-100, 100], added to its logit",
+    )
+    repetition_penalty: Optional[float] = _checked(
+        minimum=REPETITION_LIMITS[0],
+        maximum=REPETITION_LIMITS[1],
+        description="vLLM's: > 1 penalises tokens of the prompt and the output (1: off)",
+    )
+    min_tokens: Optional[Int] = _checked(minimum=0, description="No stop token (EOS, stop_token_ids) before this many")
+    ignore_eos: Optional[StrictBool] = Field(default=None, description="Go on past EOS (up to max_tokens)")
+    stop_token_ids: Optional[list[Int]] = _checked(items={"type": "integer", "minimum": 0})
+    response_format: Optional[ResponseFormat] = None
+    structured_outputs: Optional[StructuredOutputs] = None
 
 
 class CompletionRequest(_Sampling):
@@ -167,7 +249,8 @@ class ChatMessage(BaseModel):
 
 
 class ChatRequest(_Sampling):
-    # max_tokens or max_completion_tokens, not both; top_logprobs above 0 only with logprobs true
+    # max_tokens or max_completion_tokens, not both; top_logprobs above 0 only with logprobs true; one constraint on
+    # the text (as _Sampling says)
     model_config = ConfigDict(
         **STRICT,
         json_schema_extra={
@@ -182,6 +265,7 @@ class ChatRequest(_Sampling):
                         },
                     }
                 },
+                {"not": BOTH_CONSTRAINTS},
             ]
         },
     )
@@ -191,9 +275,6 @@ class ChatRequest(_Sampling):
     logprobs: Optional[bool] = Field(default=None, description="Log-probabilities of the answer's tokens")
     top_logprobs: Optional[Int] = _checked(
         minimum=0, maximum=MAX_TOP_LOGPROBS, description="The most likely tokens listed at each position"
-    )
-    response_format: Optional[dict[str, Any]] = _checked(
-        properties={"type": {"const": "text"}}, required=["type"], additionalProperties=False
     )
     # tools / functions / tool_choice are unknown fields: a 400 that names them
 
