@@ -497,13 +497,7 @@ class Engine:
             piece = job.text.push(text_ids)
             job.stop_token_cut = len(text_ids) < len(ids) and not job.text.stopped
             kept.append(self._count(job, job.generated - before))
-            scored = job.scored.release(job.text.sent) if job.scored is not None else []
-            if piece:
-                if job.first_text_at is None:
-                    job.first_text_at = time.perf_counter()
-                    self.metrics.ttft.observe(job.first_text_at - job.arrived)
-            if piece or scored:
-                job.emit_text(piece, scored)
+            self._hand_over(job, piece, job.scored.release(job.text.sent) if job.scored is not None else [])
             job.stopped_by_token = ids[-1] in job.stops and not job.text.stopped
             ended = job.text.stopped or job.stopped_by_token or job.generated >= job.max_tokens
             if ended:
@@ -526,6 +520,15 @@ class Engine:
         metrics.tokens_per_call.observe(new)
         return kept
 
+    def _hand_over(self, job: Job, piece: str, scored: list[Scored]) -> None:
+        """The answer's new text and the scored tokens that start in it to the client; the first text's arrival is
+        the request's time to first token."""
+        if piece and job.first_text_at is None:
+            job.first_text_at = time.perf_counter()
+            self.metrics.ttft.observe(job.first_text_at - job.arrived)
+        if piece or scored:
+            job.emit_text(piece, scored)
+
     def _complete(self, job: Job) -> None:
         if job.done:
             return
@@ -536,12 +539,7 @@ class Engine:
         piece = job.text.finish()
         # a stop string ends the answer: tokens whose text starts past it are not part of it
         scored = job.scored.release(job.text.sent if job.text.stopped else None) if job.scored is not None else []
-        if piece:
-            if job.first_text_at is None:
-                job.first_text_at = time.perf_counter()
-                self.metrics.ttft.observe(job.first_text_at - job.arrived)
-        if piece or scored:
-            job.emit_text(piece, scored)
+        self._hand_over(job, piece, scored)
         reason = "stop" if job.text.stopped or job.stopped_by_token else "length"
         self.metrics.finished.labels(reason).inc()
         if job.index == 0:
