@@ -223,6 +223,35 @@ def test_a_tree_scored_in_one_decode_equals_each_branch_scored_alone(tiny):
     assert torch.allclose(after[0, 0], fresh.prefilled.logits[0, 0], atol=1e-3)
 
 
+def test_a_context_holds_one_sequence_until_its_first_tree_which_keeps_the_cells_held(tiny):
+    """Chains run on a context of one sequence (llama_decode checks the batch against every sequence a context
+    holds, per decode); the first token tree makes the context again with max_sequences, the committed cells copied
+    across: the tree's logits equal its branches scored as chains by a backend that never scored a tree, and the
+    context keeps its sequences for the next trees."""
+    n_seq_max = llama_cpp.llama_cpp.llama_n_seq_max
+    tree = TreeSpec.from_parents([-1, -1, 0])
+    nodes = [50, 51, 52]
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    lm.start(torch.tensor([PROMPT]))
+    lm.forward(torch.tensor([[PROMPT[-1], 40]]))
+    lm.commit(2)  # the prompt and 40 in the cache; 41 pending
+    assert n_seq_max(lm.ctx) == 1 == lm.sequences
+    positions = (lm.length + tree.verify_positions())[None]
+    out = lm.forward(torch.tensor([[41] + nodes]), positions, tree.verify_mask()).logits[0].clone()  # [4, V]
+    assert n_seq_max(lm.ctx) == lm.max_sequences == lm.sequences
+    for path in ([0, 2], [1]):
+        chain = LlamaCppLM(tiny["target"], threads=1)
+        chain.start(torch.tensor([PROMPT + [40, 41]]))
+        logits = chain.forward(torch.tensor([[41] + [nodes[j] for j in path]])).logits[0]
+        assert torch.allclose(logits[0], out[0], atol=1e-3)
+        for k, j in enumerate(path):
+            assert torch.allclose(logits[1 + k], out[1 + j], atol=1e-3), (path, k)
+    lm.commit(torch.tensor([[0, 2]]))  # 41, 51
+    lm.start(torch.tensor([PROMPT]))  # a new request: the context keeps its sequences
+    lm.forward(torch.tensor([[PROMPT[-1]]]))
+    assert n_seq_max(lm.ctx) == lm.max_sequences
+
+
 def count_decodes(monkeypatch) -> list[int]:
     """The token count of every llama_decode the backend makes from now on."""
     counts: list[int] = []

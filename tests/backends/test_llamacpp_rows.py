@@ -238,7 +238,7 @@ def test_rows_run_on_a_kv_stream_per_row_slot_and_one_row_keeps_them_until_a_tre
     lib = llama_cpp.llama_cpp
     target, drafter, verifier = setup(tiny, "prompt_lookup")
     assert target.streams and target.row_slots is None
-    assert lib.llama_n_seq_max(target.ctx) == target.max_sequences and lib.llama_n_ctx_seq(target.ctx) == target.n_ctx
+    assert lib.llama_n_seq_max(target.ctx) == 1 and lib.llama_n_ctx_seq(target.ctx) == target.n_ctx  # no tree yet
     ids, mask = left_padded(PROMPTS[:3])
     target.start(ids, attention_mask=mask)
     assert target.row_slots == 3 == lib.llama_n_seq_max(target.ctx)

@@ -51,6 +51,10 @@ if TYPE_CHECKING:
 
 GGUF_TYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}  # our --dtype -> the converter's --outtype
 MAX_SEQUENCES = 64  # tree branches one decode may score (llama.cpp allows up to 256)
+# Sequences a one-row context holds until its first token tree: llama_decode checks the batch against every
+# sequence the context holds (pairs of them, in llama_batch_allocr::init), a cost paid per decode, which a
+# context of one sequence does not pay. The first tree makes the context again with max_sequences (forward)
+CHAIN_SEQUENCES = 1
 DEFAULT_CELLS = 4096  # KV cells a context starts with (grown on demand up to the model's context length)
 MAX_LOGIT_VIEWS = 64  # views of the logits buffer kept (_logits), one per row count asked
 TREE_ROOM = 256  # cells beyond the positions: a tree's siblings take cells too
@@ -264,6 +268,7 @@ class LlamaCppLM(LlamaCppRows):
         self.max_positions = self.model.n_ctx_train or None
         self.threads = threads if threads is not None else torch.get_num_threads()
         self.max_sequences = max_sequences
+        self.sequences = CHAIN_SEQUENCES  # the unified context's sequences: max_sequences from the first tree on
         self.fixed_ctx = n_ctx is not None
         # cells: the request's positions plus room for a wide tree's siblings, which take cells but no positions.
         # The context starts at most DEFAULT_CELLS + TREE_ROOM cells (a 128k-context model would otherwise allocate
@@ -309,7 +314,7 @@ class LlamaCppLM(LlamaCppRows):
         params = lib.llama_context_default_params()
         params.n_ctx = cells * (slots or 1)  # llama.cpp gives each stream n_ctx / n_seq_max cells
         params.n_batch = params.n_ubatch = BATCH
-        params.n_seq_max = slots or self.max_sequences
+        params.n_seq_max = slots or self.sequences
         params.n_threads = params.n_threads_batch = self.threads
         params.kv_unified = slots is None  # branches share the prefix's cells; rows get a stream each
         params.flash_attn_type = flash_attn_type(lib, self.flash_attn)
@@ -461,8 +466,11 @@ class LlamaCppLM(LlamaCppRows):
                 self.prompt_parts.append(logits[:outputs].clone())  # outlives the view
             self._prefilled = TargetOutput(logits=logits[None, outputs - 1 : outputs].clone())
             return TargetOutput(logits=logits[None, outputs:])  # [1, n, V]
-        if self.row_slots is not None:  # one row on the rows' streams (kept between requests while it drafts
-            # chains): a token tree's branches share the prefix's cells, so one unified cache from here on
+        if self.row_slots is not None or self.sequences < self.max_sequences:
+            # a token tree's branches take a sequence each and share the prefix's cells: one unified cache of
+            # max_sequences from here on, made now with the held cells copied across (one row on the rows' streams,
+            # kept between requests while it drafts chains, or a context of one sequence before its first tree)
+            self.sequences = self.max_sequences
             self._grow(max(self.unified_cells, self.fit_cells))
         self._flush_deferred()  # a tree's new branches copy the prompt's cells (_assign_sequences)
         base = len(self.tail)

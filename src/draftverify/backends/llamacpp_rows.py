@@ -368,14 +368,17 @@ class LlamaCppRows:
                 )
             return
         cells = sum(self.held)
-        if cells <= self.n_ctx:
+        wider = max(self.seqs, default=0) >= self.sequences  # a row takes a sequence of the context's own
+        if cells <= self.n_ctx and not wider:
             return
-        if self.fixed_ctx:
+        if cells > self.n_ctx and self.fixed_ctx:
             raise DraftVerifyError(
                 f"the {self.role}'s llama.cpp context holds {self.n_ctx} cells (n_ctx); its rows need {cells}: give "
                 "a larger n_ctx or fewer rows"
             )
-        self._grow(max(2 * self.n_ctx, cells))
+        if wider:
+            self.sequences = self.max_sequences
+        self._grow(max(2 * self.n_ctx, cells) if cells > self.n_ctx else self.n_ctx)
 
     def _grow(self, cells: int, slots: int | None = None) -> None:
         """A context of `cells` cells per sequence on `slots` streams (None: one unified cache of `cells`) in place

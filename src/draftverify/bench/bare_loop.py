@@ -14,9 +14,9 @@ import numpy as np
 
 from ..backends.llamacpp import (
     BATCH,
+    CHAIN_SEQUENCES,
     DEFAULT_CELLS,
     FLASH_ATTENTION,
-    MAX_SEQUENCES,
     TREE_ROOM,
     cpu_has_amx,
     flash_attn_type,
@@ -40,7 +40,7 @@ class BareLoop:
         params = lib.llama_context_default_params()  # the llama.cpp backend's one-row context (_make_context)
         params.n_ctx = DEFAULT_CELLS + TREE_ROOM
         params.n_batch = params.n_ubatch = BATCH
-        params.n_seq_max = MAX_SEQUENCES
+        params.n_seq_max = CHAIN_SEQUENCES
         params.n_threads = params.n_threads_batch = threads
         params.kv_unified = True
         params.flash_attn_type = flash_attn_type(lib, flash_attn)
