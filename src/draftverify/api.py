@@ -500,36 +500,29 @@ class Pipeline:
             if seeds is None:
                 seeds = [p.seed for p in params]
             params = row_params(params)
-        if len(rows) == 1 and admit is None:
+        if len(rows) == 1 and admit is None:  # the batch-1 path (generate_ids): one row's own settings, no padding
             if seeds is not None and seeds[0] != params.seed:
                 params = replace(params, seed=seeds[0])
-            limit = max_new_tokens[0] if isinstance(max_new_tokens, (list, tuple)) else max_new_tokens
-            return self.generate_ids(
-                torch.tensor([rows[0]]),
-                params,
-                max_new_tokens=limit,
-                gamma=gamma,
-                on_tokens=on_tokens,
-                first_token_allowed=None if first_token_allowed is None else first_token_allowed[0],
-                on_step=on_step,
-                logprobs=None if logprobs is None else logprobs[0],
-                processing=_first(processing, len(rows)),
-            )
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids, mask = left_padded(rows, pad)
+            ids, batch = torch.tensor([rows[0]]), {}
+            max_new_tokens = max_new_tokens[0] if isinstance(max_new_tokens, (list, tuple)) else max_new_tokens
+            first_token_allowed = None if first_token_allowed is None else first_token_allowed[0]
+            logprobs = None if logprobs is None else logprobs[0]  # type: ignore[assignment]
+            processing = _first(processing, len(rows))
+        else:
+            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+            ids, mask = left_padded(rows, pad)
+            batch = dict(attention_mask=mask, seeds=seeds, admit=admit)
         return self._run(
             ids,
             params,
             gamma,
             max_new_tokens=max_new_tokens,
             on_tokens=on_tokens,
-            attention_mask=mask,
-            seeds=seeds,
-            admit=admit,
             first_token_allowed=first_token_allowed,
             on_step=on_step,
             logprobs=logprobs,
             processing=processing,
+            **batch,
         )
 
 

@@ -6,7 +6,7 @@ import torch
 
 from draftverify.draft_length import DraftLength
 from draftverify.drafters.base import NoDrafter
-from draftverify.engine.stats import StatsRecorder, inform_policy, step_record
+from draftverify.engine.stats import StatsRecorder, inform_policy
 from draftverify.tree import TreeSpec
 from draftverify.types import Draft
 
@@ -22,18 +22,24 @@ def chain(batch: int, n: int, lengths: list[int] | None = None) -> Draft:
     )
 
 
+def record_of(draft, accepted, emitted, gamma, rows, times, prefill=False, verify_target_s=None):
+    """One step's record, from a recorder whose first step is the prefill's when `prefill`."""
+    recorder = StatsRecorder(NoDrafter(), prompt_tokens=1, started=0.0, carries_prefill=prefill)
+    return recorder.step(draft, accepted, emitted, gamma, rows, times, verify_target_s)
+
+
 def test_a_step_record_adds_up_its_rows():
     # two rows, chain of 3: row 0 accepts 3 but EOS cuts it after 2 tokens; row 1 is rejected at its first draft
     times = (0.0, 1.0, 3.0, 6.0)
-    record = step_record(chain(2, 3), [3, 0], [[7, 8], [9]], gamma=3, rows=2, times=times, prefill=False)
+    record = record_of(chain(2, 3), [3, 0], [[7, 8], [9]], gamma=3, rows=2, times=times, prefill=False)
     assert (record.drafted, record.emitted_accepted, record.rejections, record.new_tokens) == (6, 2, 1, 3)
     assert (record.draft_s, record.target_s, record.verify_s) == (1.0, 2.0, 3.0)
     assert (record.row_drafted, record.row_kept, record.row_emitted) == ([3, 3], [2, 0], [2, 1])  # the server's usage
-    ragged = step_record(chain(2, 3, [3, 1]), [1, 1], [[1, 2], [3, 4]], 3, 2, (0, 0, 0, 0), False)
+    ragged = record_of(chain(2, 3, [3, 1]), [1, 1], [[1, 2], [3, 4]], 3, 2, (0, 0, 0, 0), False)
     assert ragged.drafted == 4 and ragged.rejections == 1 and ragged.depths == [3, 1] and ragged.row_drafted == [3, 1]
     tree = TreeSpec.from_paths([(0,), (1,), (0, 0)])
     valid = torch.tensor([[True, True, True], [True, False, False]])
-    trees = step_record(
+    trees = record_of(
         Draft(tokens=torch.zeros(2, 3, dtype=torch.long), tree=tree, valid=valid),
         [2, 1],
         [[1, 2, 3], [4, 5]],
@@ -48,7 +54,7 @@ def test_a_step_record_adds_up_its_rows():
 
 def test_a_rescored_step_counts_its_second_target_forward():
     # verifying scored the kept branch again (Verdict.target_s, 1.5 of its 2 seconds): target time and a call
-    record = step_record(chain(1, 3), [2], [[1, 2, 3]], 3, 1, (0.0, 1.0, 3.0, 5.0), False, verify_target_s=1.5)
+    record = record_of(chain(1, 3), [2], [[1, 2, 3]], 3, 1, (0.0, 1.0, 3.0, 5.0), False, verify_target_s=1.5)
     assert (record.target_s, record.verify_s, record.target_calls) == (3.5, 0.5, 2)
     recorder = StatsRecorder(CountingDrafter(), prompt_tokens=1, started=0.0)
     recorder.step(chain(1, 3), [2], [[1, 2, 3]], 3, 1, (0.0, 1.0, 3.0, 5.0), verify_target_s=1.5)
@@ -102,8 +108,8 @@ class Listening(DraftLength):
 
 def test_the_length_policy_hears_batch_totals_and_no_prefill_times():
     policy = Listening()
-    inform_policy(policy, step_record(chain(2, 2), [2, 1], [[1, 2, 3], [4, 5]], 2, 2, (0, 1, 3, 4), True))
-    inform_policy(policy, step_record(chain(2, 2), [2, 1], [[1, 2, 3], [4, 5]], 2, 2, (0, 1, 3, 4), False))
+    inform_policy(policy, record_of(chain(2, 2), [2, 1], [[1, 2, 3], [4, 5]], 2, 2, (0, 1, 3, 4), True))
+    inform_policy(policy, record_of(chain(2, 2), [2, 1], [[1, 2, 3], [4, 5]], 2, 2, (0, 1, 3, 4), False))
     assert policy.heard == [(2, 3, 1, None, None, 2), ([2, 2], [2, 1]), (2, 3, 1, 1, 2, 2), ([2, 2], [2, 1])]
 
 

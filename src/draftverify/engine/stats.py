@@ -38,56 +38,6 @@ class StepRecord:
     prompt_logprobs: list[list[TokenLogprob] | None] | None = field(default=None)
 
 
-def step_record(
-    draft: Draft,
-    accepted: list[int],
-    emitted: list[list[int]],
-    gamma: int,
-    rows: int,
-    times: tuple[float, float, float, float],
-    prefill: bool,
-    verify_target_s: float | None = None,
-    timed: bool = True,
-) -> StepRecord:
-    """The record of a step that proposed `draft`, accepted `accepted` [B] and emitted `emitted` (per row), timed
-    at the start, after proposing, after the target's forward and after verifying. verify_target_s: seconds of a
-    second target forward that verifying ran (Verdict.target_s: a kept branch scored again), target time and a
-    target call of their own; None: none. timed: False when its forwards also decoded prompts of rows that joined
-    before it (a prefill step is never timed)."""
-    depths = draft.row_depths(len(accepted))
-    row_drafted = (
-        depths
-        if draft.lengths is not None
-        else draft.valid.sum(dim=1).tolist()
-        if draft.valid is not None
-        else [draft.length] * len(accepted)
-    )
-    row_kept = [min(a, len(r)) for a, r in zip(accepted, emitted)]
-    row_emitted = [len(r) for r in emitted]
-    t0, t1, t2, t3 = times
-    again = verify_target_s or 0.0
-    return StepRecord(
-        gamma=gamma,
-        length=draft.length,
-        rows=rows,
-        depths=depths,
-        accepted=accepted,
-        row_drafted=row_drafted,
-        row_kept=row_kept,
-        row_emitted=row_emitted,
-        drafted=sum(row_drafted),
-        emitted_accepted=sum(row_kept),
-        rejections=sum(a < depth for a, depth in zip(accepted, depths)),
-        new_tokens=sum(row_emitted),
-        draft_s=t1 - t0,
-        target_s=(t2 - t1) + again,
-        verify_s=(t3 - t2) - again,
-        prefill=prefill,
-        timed=timed and not prefill,
-        target_calls=1 + (verify_target_s is not None),
-    )
-
-
 def inform_policy(policy: DraftLength, record: StepRecord) -> None:
     """The length policy learns from the step (batch totals); the times of a step whose forwards also decoded a
     prompt are not a step's cost."""
@@ -142,9 +92,44 @@ class StatsRecorder:
         times: tuple[float, float, float, float],
         verify_target_s: float | None = None,
     ) -> StepRecord:
-        """Record a step (see step_record) and return its record."""
-        record = step_record(
-            draft, accepted, emitted, gamma, rows, times, self.carries_prefill, verify_target_s, not self.carries_joined
+        """Record a step that proposed `draft`, accepted `accepted` [B] and emitted `emitted` (per row), timed at
+        the start, after proposing, after the target's forward and after verifying, and return its record.
+        verify_target_s: seconds of a second target forward that verifying ran (Verdict.target_s: a kept branch
+        scored again), target time and a target call of their own; None: none. The step is the prefill's when its
+        forwards also decoded the prompt (carries_prefill), and not timed (not a step's cost, for the length policy)
+        when they decoded the prompts of rows that joined before it."""
+        depths = draft.row_depths(len(accepted))
+        row_drafted = (
+            depths
+            if draft.lengths is not None
+            else draft.valid.sum(dim=1).tolist()
+            if draft.valid is not None
+            else [draft.length] * len(accepted)
+        )
+        row_kept = [min(a, len(r)) for a, r in zip(accepted, emitted)]
+        row_emitted = [len(r) for r in emitted]
+        t0, t1, t2, t3 = times
+        again = verify_target_s or 0.0
+        prefill = self.carries_prefill
+        record = StepRecord(
+            gamma=gamma,
+            length=draft.length,
+            rows=rows,
+            depths=depths,
+            accepted=accepted,
+            row_drafted=row_drafted,
+            row_kept=row_kept,
+            row_emitted=row_emitted,
+            drafted=sum(row_drafted),
+            emitted_accepted=sum(row_kept),
+            rejections=sum(a < depth for a, depth in zip(accepted, depths)),
+            new_tokens=sum(row_emitted),
+            draft_s=t1 - t0,
+            target_s=(t2 - t1) + again,
+            verify_s=(t3 - t2) - again,
+            prefill=prefill,
+            timed=not (prefill or self.carries_joined),
+            target_calls=1 + (verify_target_s is not None),
         )
         self.carries_prefill = self.carries_joined = False
         self.add(record)

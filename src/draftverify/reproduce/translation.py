@@ -22,6 +22,7 @@ nothing) and the HF assisted rows (they measure time only). Writes <out>/<name>.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,22 +156,23 @@ def small_model_rows(
                 {"gamma": g},
             )
         )
-    for fb in fbs:
-        for rb in rbs:
-            o = MethodOptions(draft_model=small, alpha_fb=fb, alpha_rb=rb)
-            rows.append(
-                ours_row(
-                    f"bild{suffix}[fb={fb:g},rb={rb:g}]",
-                    f"bild{suffix}",
-                    target,
-                    build_drafter("model", target, o),
-                    "bild",
-                    o,
-                    bild_gamma,
-                    eos,
-                    {"alpha_fb": fb, "alpha_rb": rb, "max_draft": bild_gamma},
-                )
+    for fb, rb in itertools.product(fbs, rbs):
+        o = MethodOptions(draft_model=small, alpha_fb=fb, alpha_rb=rb)
+        settings = {"alpha_fb": fb, "alpha_rb": rb, "max_draft": bild_gamma}
+        drafter = build_drafter("model", target, o)
+        rows.append(
+            ours_row(
+                f"bild{suffix}[fb={fb:g},rb={rb:g}]",
+                f"bild{suffix}",
+                target,
+                drafter,
+                "bild",
+                o,
+                bild_gamma,
+                eos,
+                settings,
             )
+        )
     return rows
 
 
@@ -212,22 +214,11 @@ def build_rows(
         options = MethodOptions(nat_path=nat_path)
         nat = build_drafter("nat", target, options)
         rows += [ours_row(f"specdec[k={k}]", "specdec", target, nat, "exact", options, k, eos, {"k": k}) for k in ks]
-        for beta in betas:
-            for tau in taus:
-                o = MethodOptions(nat_path=nat_path, beta=beta, tau=tau)
-                rows.append(
-                    ours_row(
-                        f"specdec++[k={plus_k},b={beta},t={tau:g}]",
-                        "specdec++",
-                        target,
-                        nat,
-                        "topbeta",
-                        o,
-                        plus_k,
-                        eos,
-                        {"k": plus_k, "beta": beta, "tau": tau},
-                    )
-                )
+        for beta, tau in itertools.product(betas, taus):
+            o = MethodOptions(nat_path=nat_path, beta=beta, tau=tau)
+            settings = {"k": plus_k, "beta": beta, "tau": tau}
+            name = f"specdec++[k={plus_k},b={beta},t={tau:g}]"
+            rows.append(ours_row(name, "specdec++", target, nat, "topbeta", o, plus_k, eos, settings))
     else:
         notes.append("no NAT drafter: specdec rows skipped")
     grid = dict(gammas=gammas, fbs=fbs, rbs=rbs, bild_gamma=bild_gamma, hf_assisted=not counts_only)
