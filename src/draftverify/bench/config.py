@@ -174,10 +174,6 @@ class BenchConfig:
             )
         if self.compile and "llamacpp" in self.backends:
             raise DraftVerifyError("--compile is for the hf backend; run --backend llamacpp without it")
-        if "llamacpp" in self.backends:
-            from ..backends.llamacpp import require_llama_cpp
-
-            require_llama_cpp()  # asked for by name: a missing extra or library stops here, before any model loads
         if self.draft_gguf is not None:
             from ..backends import check_draft_gguf
 
@@ -188,6 +184,10 @@ class BenchConfig:
             check_gguf_type(self.target_gguf, "--target-gguf", "target")
         if not self.name or "/" in self.name:
             raise DraftVerifyError(f"--name must be a non-empty file stem without '/', got {self.name!r}")
+        if "llamacpp" in self.backends:  # after the options' own checks: a wrong option is named as such anywhere
+            from ..backends.llamacpp import require_llama_cpp
+
+            require_llama_cpp()  # asked for by name: a missing extra or library stops here, before any model loads
 
     def wants(self, family: str) -> bool:
         return family in BASELINES or self.runners is None or family in self.runners

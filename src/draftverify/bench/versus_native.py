@@ -206,6 +206,7 @@ def run_versus(
         "settings": settings,
         "cells": cells,
     }
+    prompt_lists = {prompts: load_prompts(prompts, choice.data_dir) for prompts in prompt_sets}
     configs = {  # every option checked before the first model loads
         gguf: choice.greedy_config(
             threads,
@@ -218,7 +219,6 @@ def run_versus(
         )
         for gguf in target_ggufs
     }
-    prompt_lists = {prompts: load_prompts(prompts, choice.data_dir) for prompts in prompt_sets}
     for gguf, config in configs.items():
         todo = [p for p in prompt_sets if not any(c["target_gguf"] == gguf and c["prompts"] == p for c in cells)]
         if not todo:
