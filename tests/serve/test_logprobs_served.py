@@ -130,7 +130,10 @@ def test_streamed_chunks_carry_the_same_logprobs(server):
             assert all(start <= o <= start + len(c["text"]) for o in c["logprobs"]["text_offset"])  # its own text
         start += len(c["text"])
     assert joined == whole["logprobs"]
-    assert sum(c["logprobs"] is not None for c in chunks) > 2  # spread over the chunks, not all at the end
+    # each piece of text comes with its own tokens' logprobs (the echo's first), not all at the end; how many pieces
+    # there are depends on how many steps the worker ran before the stream read them
+    pieces = [c for c in chunks if c["text"]]
+    assert len(pieces) >= 2 and all(c["logprobs"] is not None for c in pieces)
 
 
 def test_requests_sharing_a_batch_get_their_own_logprobs(server):
