@@ -171,7 +171,9 @@ TWO_PROCESSES = """
 import sys
 sys.path.insert(0, {tests!r})
 from test_runner import _opts, _run
+from draftverify.train.runner import end_processes
 out = _run({run_dir!r}, _opts(max_steps=3)).fit()
+end_processes()
 assert out["step"] == 3 and out["finished"], out
 """
 

@@ -81,12 +81,14 @@ def _as_run(opts):
 def _run(recipe: Callable[..., dict], opts, *errors: type[Exception]) -> dict:
     """recipe(opts) with the run's log on stdout; its result. A TrainError (or one of `errors`) is a one-line exit 2;
     a run that stopped before its end (interrupted: its last checkpoint resumes it) exits 130."""
+    from .runner import end_processes
     from .settings import TrainError
 
     try:
         result = recipe(opts, log=_echo)
     except (TrainError, *errors) as e:
         _fail(str(e))
+    end_processes()
     if result.get("stopped"):
         raise typer.Exit(130)
     return result

@@ -49,6 +49,18 @@ from .settings import CHECKPOINT_PREFIX, RunOptions, model_config
 RUN_STATE = "run_state.json"  # the run's figures, next to each checkpoint's weights
 
 
+def end_processes() -> None:
+    """Close the process group a run under ``torchrun`` / ``accelerate launch`` opened (accelerate opens it, nothing
+    closes it): every process waits for the others, then the group is destroyed. A process that exits with the group
+    still open can abort in gloo's teardown ("terminate called without an active exception") after its work is
+    done, which fails the launcher. No-op in a single process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def last_checkpoint(run_dir: str | os.PathLike) -> Optional[Path]:
     """run_dir's newest checkpoint folder (transformers' naming), or None; None too when the run's state is missing
     there (a save cut short), so the run starts over rather than resume without it."""
