@@ -154,7 +154,7 @@ def flash_attn_type(lib, on: bool = FLASH_ATTENTION) -> int:
     return lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if on else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
 
 
-@dataclass
+@dataclass(slots=True)
 class _TailToken:
     pos: int
     parent: int  # tail index of the parent, -1: the last committed position
@@ -448,18 +448,22 @@ class LlamaCppLM(LlamaCppRows):
         if n > BATCH:
             raise DraftVerifyError(f"the llamacpp backend scores at most {BATCH} tokens per forward, got {n}")
         if attention_mask is None and position_ids is None and self.chain:  # the drafts' and chains' common case
+            if not self.deferred:  # every step's forward after the first: the hot path, kept to a few calls
+                self._fill_chain(ids, self._extend_chain(ids))
+                self._decode(n)
+                return TargetOutput(logits=self._logits(n, batch_dim=True))  # [1, n, V]
             prompt, prompt_positions = self._take_deferred(room=n)  # the rest of a deferred prompt rides along
-            positions, seq_sets = self._extend_chain(ids)
+            start = self._extend_chain(ids)
             every = self.prompt_parts is not None  # every prompt position's logits, or its last one's
             outputs = len(prompt) if every else min(len(prompt), 1)
             self._fill(
                 prompt + ids,
-                prompt_positions + positions,
+                prompt_positions + list(range(start, start + n)),
                 [[0]] * (len(prompt) + n),
                 outputs=[False] * (len(prompt) - outputs) + [True] * (outputs + n),
             )
             self._decode(len(prompt) + n)
-            if not prompt:
+            if not prompt:  # all of it decoded on its own first (_take_deferred: it did not fit beside the tokens)
                 return TargetOutput(logits=self._logits(n, batch_dim=True))  # [1, n, V]
             logits = self._logits(outputs + n)  # [outputs + n, V]: the prompt's (last) positions first
             if every:
@@ -549,6 +553,9 @@ class LlamaCppLM(LlamaCppRows):
                 raise DraftVerifyError("the llamacpp backend keeps a tree's branch for one row; rows keep chains")
             self.commit_rows(torch.full((len(self.seqs),), kept))
             return
+        if isinstance(kept, int) and self.chain and not self.deferred and self._rescored is None:
+            self._commit_chain(kept)  # every step's commit after a chain forward: the hot path
+            return
         self._flush_deferred()
         if self._rescored is not None:  # the branch was decoded again as a chain (rescore_branch)
             kept = self._rescored_prefix(kept)
@@ -574,6 +581,18 @@ class LlamaCppLM(LlamaCppRows):
         self.tail = []
         self.root_children = 0
         self.chain = True
+
+    def _commit_chain(self, kept: int) -> None:
+        """commit(kept) of a chain tail in sequence 0 (any prefix of a chain is a branch of it): the cells past the
+        kept prefix are removed, nothing else is read."""
+        tail = self.tail
+        if not 0 <= kept <= len(tail):
+            raise DraftVerifyError(f"cannot keep {kept} positions of a {len(tail)}-position tail")
+        if kept < len(tail):
+            self.lib.llama_memory_seq_rm(self.memory, 0, self.committed + kept, -1)
+        self.committed += kept
+        self.tail = []
+        self.root_children = 0
 
     def _drop_unkept(self, offsets: list[int]) -> None:
         """Remove every tail cell off the kept root-to-node path `offsets` (tail indices) and leave the path in
@@ -688,21 +707,20 @@ class LlamaCppLM(LlamaCppRows):
             parents.append(parent)
         return parents
 
-    def _extend_chain(self, ids: list[int]) -> tuple[list[int], list[list[int]]]:
-        """Tokens after a chain tail, all in sequence 0: their positions and sequence-id sets (the bookkeeping
-        _parents and _assign_sequences give a chain, without reading a mask)."""
-        n = len(ids)
-        base = len(self.tail)
+    def _extend_chain(self, ids: list[int]) -> int:
+        """Tokens after a chain tail, all in sequence 0 (the bookkeeping _parents and _assign_sequences give a
+        chain, without reading a mask); returns the first one's position (the rest follow it)."""
+        tail = self.tail
+        base = len(tail)
         if base:
-            self.tail[-1].children += 1
+            tail[-1].children += 1
         else:
             self.root_children += 1
         start = self.committed + base
-        self.tail.extend(
-            _TailToken(pos=start + i, parent=base + i - 1, seq=0, children=int(i < n - 1), token=t, rank=base + i)
-            for i, t in enumerate(ids)
-        )
-        return list(range(start, start + n)), [[0]] * n
+        last = len(ids) - 1
+        for i, token in enumerate(ids):
+            tail.append(_TailToken(start + i, base + i - 1, 0, int(i < last), token, base + i))
+        return start
 
     def _parent_of(self, j: int, parents: list[int], base: int) -> int:
         return self.tail[j].parent if j < base else parents[j - base]
@@ -773,6 +791,18 @@ class LlamaCppLM(LlamaCppRows):
             for k, s in enumerate(seqs):
                 row[k] = s
             b.logits[i] = out
+
+    def _fill_chain(self, ids: list[int], start: int) -> None:
+        """The batch as _fill makes it for a chain in sequence 0 from position `start`, logits at every token."""
+        b = self.batch
+        b.n_tokens = len(ids)
+        token, pos, n_seq_id, seq_id, logits = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
+        for i, t in enumerate(ids):
+            token[i] = t
+            pos[i] = start + i
+            n_seq_id[i] = 1
+            seq_id[i][0] = 0
+            logits[i] = 1
 
     def _decode(self, n: int, order: list[int] | None = None) -> None:
         """One llama_decode of the filled batch; `order`: the caller's index of each batch entry, for the layer

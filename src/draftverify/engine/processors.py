@@ -300,7 +300,7 @@ class Processors:
         """The draft without the tokens a mask forbids (and all that follow them), before the target pays for them:
         a chain ends before its first forbidden token (its width shrinks to the longest row's), a tree's forbidden
         nodes and their subtrees leave `valid`; a drafter's q is renormalised over the allowed tokens."""
-        live = self.live()
+        live = self.live() if self.present else None
         if not live:
             self._step = None
             return draft
@@ -353,7 +353,7 @@ class Processors:
     ) -> torch.Tensor:
         """The verify logits [B, P, V] processed: at every position of the step (P = 1+N), or at the given verify
         positions (a re-scored branch: backends/llamacpp_settle.py). Unprocessed, the logits as they are."""
-        live = self.live()
+        live = self.live() if self.present else None
         if not live:
             return logits
         step = self._step if self._step is not None and self._step.draft is draft else Step(draft)

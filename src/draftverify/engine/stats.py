@@ -98,22 +98,26 @@ class StatsRecorder:
         scored again), target time and a target call of their own; None: none. The step is the prefill's when its
         forwards also decoded the prompt (carries_prefill), and not timed (not a step's cost, for the length policy)
         when they decoded the prompts of rows that joined before it."""
-        depths = draft.row_depths(len(accepted))
-        row_drafted = (
-            depths
-            if draft.lengths is not None
-            else draft.valid.sum(dim=1).tolist()
-            if draft.valid is not None
-            else [draft.length] * len(accepted)
-        )
-        row_kept = [min(a, len(r)) for a, r in zip(accepted, emitted)]
+        length = draft.length
+        if draft.tree is None and draft.lengths is None:  # a chain every row drafted whole: the common step
+            depths = row_drafted = [length] * len(accepted)
+        else:
+            depths = draft.row_depths(len(accepted))
+            row_drafted = (
+                depths
+                if draft.lengths is not None
+                else draft.valid.sum(dim=1).tolist()
+                if draft.valid is not None
+                else [length] * len(accepted)
+            )
         row_emitted = [len(r) for r in emitted]
+        row_kept = [a if a < n else n for a, n in zip(accepted, row_emitted)]
         t0, t1, t2, t3 = times
         again = verify_target_s or 0.0
         prefill = self.carries_prefill
         record = StepRecord(
             gamma=gamma,
-            length=draft.length,
+            length=length,
             rows=rows,
             depths=depths,
             accepted=accepted,
@@ -122,7 +126,7 @@ class StatsRecorder:
             row_emitted=row_emitted,
             drafted=sum(row_drafted),
             emitted_accepted=sum(row_kept),
-            rejections=sum(a < depth for a, depth in zip(accepted, depths)),
+            rejections=sum([a < depth for a, depth in zip(accepted, depths)]),
             new_tokens=sum(row_emitted),
             draft_s=t1 - t0,
             target_s=(t2 - t1) + again,
