@@ -408,20 +408,16 @@ def generate(
         )
         pipe.heal = _heal_default(heal, zoo, pipe)
         _say_llamacpp_exactness(pipe)
+        sampling = dict(
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            coupling=coupling,
+        )
         if texts is not None:
-            _generate_batches(
-                pipe,
-                texts,
-                batch_size,
-                as_json,
-                method,
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                seed=seed,
-                coupling=coupling,
-            )
+            _generate_batches(pipe, texts, batch_size, as_json, method, **sampling)
             return
         compiled = _precompile(pipe, text_in, max_new_tokens) if pipe.compiled else None
         echoed = []  # the prompt is echoed with the first new text, i.e. only once every check has passed
@@ -436,16 +432,7 @@ def generate(
 
         on_text = None if as_json else stream
 
-        result = pipe.generate(
-            text_in,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            coupling=coupling,
-            on_text=on_text,
-        )
+        result = pipe.generate(text_in, on_text=on_text, **sampling)
     except DraftVerifyError as err:
         err_console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None

@@ -469,6 +469,7 @@ def bench_overhead(
     outside llama_decode beside a bare loop over llama.cpp (--backend llamacpp)."""
     import os
 
+    from .config import ModelChoice
     from .overhead import DEFAULT_METHODS
     from .overhead_llamacpp import DEFAULT_METHODS as LLAMACPP_METHODS
 
@@ -476,6 +477,7 @@ def bench_overhead(
     if methods_ is None:
         methods_ = ",".join(LLAMACPP_METHODS if backend == "llamacpp" else DEFAULT_METHODS)
     chosen = tuple(m.strip() for m in methods_.split(",") if m.strip())
+    choice = ModelChoice(zoo, target, draft)
     if backend not in ("hf", "llamacpp"):
         raise typer.BadParameter(f"must be hf or llamacpp, got {backend!r}", param_hint="--backend")
     if backend == "llamacpp":
@@ -484,9 +486,7 @@ def bench_overhead(
         result = run_reporting(
             lambda: run_overhead_llamacpp(
                 chosen,
-                zoo,
-                target,
-                draft,
+                choice,
                 max_new_tokens,
                 threads or os.cpu_count() or 1,
                 target_gguf,
@@ -505,7 +505,7 @@ def bench_overhead(
 
         result = run_reporting(
             lambda: run_overhead(
-                chosen, zoo, target, draft, max_new_tokens, threads or 1, None, out, name or "loop-overhead", command
+                chosen, choice, max_new_tokens, threads or 1, None, out, name or "loop-overhead", command
             )
         )
     print(Path(result["files"]["markdown"]).read_text())
@@ -559,14 +559,14 @@ def bench_replay(
     """A replayed repetitive workload: the same prompts several times in one process, `suffix` (its cache warm
     from the earlier passes) against `prompt_lookup`, in tokens per target call and tokens per second; exit 1 when
     a method's text differs from the first method's."""
+    from .config import ModelChoice
     from .replay import run_replay, table
 
     command = recorded_command(ctx)
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     result = run_reporting(
         lambda: run_replay(
-            zoo=None if target else zoo,
-            target=target,
+            ModelChoice(zoo, target, data_dir=data_dir),
             methods=chosen,
             prompts=prompts,
             num_prompts=num_prompts,
@@ -574,7 +574,6 @@ def bench_replay(
             passes=passes,
             gamma=int(gamma) if gamma.isdigit() else gamma,
             backend=backend,
-            data_dir=data_dir,
             threads=threads,
             out=out,
             name=name,

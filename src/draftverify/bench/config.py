@@ -316,14 +316,13 @@ class ModelChoice:
     aligned_draft: str | None = None
     data_dir: str | Path | None = None
 
+    def load_args(self) -> dict[str, Any]:
+        """The target and draft as load() takes them (no zoo when a target is given)."""
+        return {"zoo": None if self.target else self.zoo, "target": self.target, "draft": self.draft}
+
     def named(self) -> dict[str, Any]:
         """The models as BenchConfig and a study's recorded settings name them (no zoo when a target is given)."""
-        return {
-            "zoo": None if self.target else self.zoo,
-            "target": self.target,
-            "draft": self.draft,
-            "aligned_draft": self.aligned_draft,
-        }
+        return {**self.load_args(), "aligned_draft": self.aligned_draft}
 
     def greedy_config(self, threads: int | None, num_prompts: int, max_new_tokens: int, **settings) -> BenchConfig:
         """A resolved BenchConfig of these models for a study that times rows against each other at temperature 0

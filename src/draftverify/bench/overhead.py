@@ -4,11 +4,14 @@ forwards: the verify rule and the loop's bookkeeping), from each generation's ow
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DraftVerifyError
 from ..markdown import markdown_table
 from .folders import COST
+
+if TYPE_CHECKING:
+    from .config import ModelChoice
 
 PROMPT = "def quicksort(xs):\n    if len(xs) <= 1:\n        return xs\n"
 DEFAULT_METHODS = ("autoregressive", "model", "prompt_lookup", "early_exit", "bild", "specdec++")
@@ -52,9 +55,7 @@ def render(result: dict) -> str:
 
 def run_overhead(
     methods: tuple[str, ...] = DEFAULT_METHODS,
-    zoo: str | None = "code",
-    target: str | None = None,
-    draft: str | None = None,
+    choice: ModelChoice | None = None,
     new_tokens: int = 128,
     threads: int | None = 1,
     options: dict[str, Any] | None = None,
@@ -66,15 +67,17 @@ def run_overhead(
 
     from ..api import load
     from . import environment
+    from .config import ModelChoice
     from .report import write_result
 
     if not methods:
         raise DraftVerifyError("--methods names no method")
     if threads is not None:
         torch.set_num_threads(threads)
+    choice = choice or ModelChoice()
     rows = []
     for method in methods:
-        pipe = load(target=target, draft=draft, zoo=None if target else zoo, method=method, **(options or {}))
+        pipe = load(**choice.load_args(), method=method, **(options or {}))
         pipe.generate(PROMPT, max_new_tokens=8)  # warm-up
         s = pipe.generate(PROMPT, max_new_tokens=new_tokens).stats
         t = s.time_total
@@ -93,7 +96,7 @@ def run_overhead(
     result = {
         **environment.header(name, command),
         "threads": threads,
-        "models": target or f"the {zoo} zoo",
+        "models": choice.target or f"the {choice.zoo} zoo",
         "new_tokens": new_tokens,
         "rows": rows,
     }

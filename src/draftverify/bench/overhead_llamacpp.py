@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DraftVerifyError
 from .folders import COST
+
+if TYPE_CHECKING:
+    from .config import ModelChoice
 
 DEFAULT_METHODS = ("autoregressive", "prompt_lookup", "suffix", "model")
 BARE = "bare ctypes loop"
@@ -96,9 +99,7 @@ def _row(name: str, tokens: int, steps: int, wall: float, decode: float, same: b
 
 def run_overhead_llamacpp(
     methods: tuple[str, ...] = DEFAULT_METHODS,
-    zoo: str | None = "code",
-    target: str | None = None,
-    draft: str | None = None,
+    choice: ModelChoice | None = None,
     new_tokens: int = 96,
     threads: int = 2,
     target_gguf: str | None = None,
@@ -117,6 +118,7 @@ def run_overhead_llamacpp(
     from ..types import SamplingParams
     from . import environment
     from .bare_loop import BareLoop
+    from .config import ModelChoice
     from .prompts import load_prompts
     from .report import write_result
 
@@ -124,11 +126,10 @@ def run_overhead_llamacpp(
         raise DraftVerifyError("--methods names no method")
     prompts = load_prompts(prompt_set)[:num_prompts]  # a wrong set is refused before any model loads
     torch.set_num_threads(threads)
+    choice = choice or ModelChoice()
     pipes = {
         method: load(
-            target=target,
-            draft=draft,
-            zoo=None if target else zoo,
+            **choice.load_args(),
             method=method,
             backend="llamacpp",
             threads=threads,
@@ -183,7 +184,7 @@ def run_overhead_llamacpp(
     result = {
         **environment.header(name, command),
         "threads": threads,
-        "gguf": gguf.name if target is None else str(gguf),
+        "gguf": gguf.name if choice.target is None else str(gguf),
         "target_gguf": target_gguf,
         "prompt_set": prompt_set,
         "prompts": len(prompts),

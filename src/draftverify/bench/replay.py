@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from ..errors import DraftVerifyError
 from ..markdown import command_block, markdown_table
@@ -21,6 +22,9 @@ from . import environment
 from .folders import METHODS
 from .prompts import load_prompts, prompt_set_name
 from .report import write_result
+
+if TYPE_CHECKING:
+    from .config import ModelChoice
 
 DEFAULT_METHODS = ("autoregressive", "prompt_lookup", "suffix")
 PAIR = ("suffix", "prompt_lookup")  # the comparison the replay is for, when both run
@@ -111,8 +115,7 @@ def differences(records: list[dict], reference: str) -> list[str]:
 
 
 def run_replay(
-    zoo: str | None = "code",
-    target: str | None = None,
+    choice: ModelChoice | None = None,
     methods: tuple[str, ...] = DEFAULT_METHODS,
     prompts: str = "humaneval",
     num_prompts: int = 8,
@@ -120,31 +123,34 @@ def run_replay(
     passes: int = 2,
     gamma: int | str = 8,
     backend: str = "hf",
-    data_dir: str | Path | None = None,
     threads: int | None = None,
     out: str | Path = METHODS,
     name: str | None = None,
     command: str | None = None,
     echo=None,
 ) -> dict:
-    """Run the replay (see the module) and write <out>/<name>.json and .md; returns the result dict."""
+    """Run the replay (see the module) on the target `choice` names (the code zoo's by default; no draft model)
+    and write <out>/<name>.json and .md; returns the result dict."""
     import torch
 
     from ..api import load
+    from .config import ModelChoice
 
+    choice = choice or ModelChoice()
+    models = choice.load_args()
     _check(methods, num_prompts, max_new_tokens, passes)
-    if zoo is None and target is None:
+    if models["zoo"] is None and models["target"] is None:
         raise DraftVerifyError("no model: give --zoo NAME or --target PATH")
     if threads is not None:
         torch.set_num_threads(threads)
     name = name or f"replay-{prompt_set_name(prompts)}"
-    pipes = {m: load(zoo=zoo, target=target, method=m, gamma=gamma, backend=backend, threads=threads) for m in methods}
+    pipes = {m: load(**models, method=m, gamma=gamma, backend=backend, threads=threads) for m in methods}
     first = pipes[methods[0]]
     if first.target.is_encoder_decoder:
         raise DraftVerifyError("bench replay continues prompts: it needs a decoder-only target")
     limit = first.target.max_positions
     chosen = []
-    for prompt in load_prompts(prompts, data_dir):
+    for prompt in load_prompts(prompts, choice.data_dir):
         if len(chosen) == num_prompts:
             break
         length = first.encode(prompt.text).shape[1]
@@ -170,8 +176,8 @@ def run_replay(
     result = {
         **environment.header(name, command),
         "config": {
-            "zoo": zoo,
-            "target": str(target) if target else None,
+            "zoo": models["zoo"],
+            "target": str(choice.target) if choice.target else None,
             "methods": list(methods),
             "prompts": prompts,
             "num_prompts": len(chosen),

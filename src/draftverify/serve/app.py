@@ -668,6 +668,12 @@ STREAMED = {"text/event-stream": {"schema": SSE_EVENT}}
 router = APIRouter()
 
 
+def generation_route(path: str, response_model: type):
+    """The route of a generation endpoint: POST at path, answered with response_model or, for a request that
+    streams, with server-sent events, and documented with the errors every generation may end in."""
+    return router.post(path, response_model=response_model, responses={200: {"content": STREAMED}, **GENERATION_ERRORS})
+
+
 @router.get(
     "/health",
     response_model=Health,
@@ -706,11 +712,7 @@ async def models(service: Service = Depends(authorized)):
     }
 
 
-@router.post(
-    "/v1/completions",
-    response_model=Completion,
-    responses={200: {"content": STREAMED}, **GENERATION_ERRORS},
-)
+@generation_route("/v1/completions", Completion)
 async def completions(body: CompletionRequest, request: Request, service: Service = Depends(authorized)):
     endpoint = "/v1/completions"
     started = time.perf_counter()
@@ -769,11 +771,7 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
     return out
 
 
-@router.post(
-    "/v1/chat/completions",
-    response_model=ChatCompletion,
-    responses={200: {"content": STREAMED}, **GENERATION_ERRORS},
-)
+@generation_route("/v1/chat/completions", ChatCompletion)
 async def chat(body: ChatRequest, request: Request, service: Service = Depends(authorized)):
     endpoint = "/v1/chat/completions"
     started = time.perf_counter()

@@ -124,7 +124,6 @@ def nat_loss(
 ):
     """Mean cross-entropy over the unrevealed labelled slots (glance_ratio 0: plain SpecDec objective)."""
     import torch
-    import torch.nn.functional as F
 
     from .losses import autocast
 
@@ -136,6 +135,18 @@ def nat_loss(
             ).last_hidden_state.float()
     tokens, slots, padding, labels = nat_batch(batch["labels"], k, rng, start_id, cuts)
     run = lambda t, s: nat(target, t, s, memory, batch["attention_mask"], padding)  # noqa: E731
+    return glancing_loss(run, tokens, slots, labels, rng, glance_ratio, bf16)
+
+
+def glancing_loss(run, tokens, slots, labels, rng: np.random.Generator, glance_ratio: float, bf16: bool):
+    """The NAT drafters' training objective, whatever feeds them: run(tokens, slots) -> logits; with glance_ratio
+    > 0 a no-grad pass first predicts every slot and glance() reveals some of the wrong ones; then the mean
+    cross-entropy over the labelled slots left (labels -100 leave the loss)."""
+    import torch
+    import torch.nn.functional as F
+
+    from .losses import autocast
+
     if glance_ratio > 0:
         with torch.no_grad(), autocast(bf16):
             predictions = run(tokens, slots).argmax(dim=-1)
@@ -178,6 +189,17 @@ def held_out(nat, target, pairs, batches, k: int, pad_id: int, bf16: bool) -> di
                 n_blocks += 1
     nat.train(was)
     return {"slot_loss": ce / max(n_tok, 1), "accepted_per_block": accepted / max(n_blocks, 1)}
+
+
+def banner(nat, n_params: int, opts, target: str, data: str, last: str, shape: str = "") -> str:
+    """The line a NAT training run starts with (opts: either recipe's options): the drafter's size and shape (shape:
+    more of it, e.g. its window), the frozen target (target: what kind), the blocks, the data, whether it glances,
+    and a last part of its own."""
+    return (
+        f"NAT drafter: {n_params:,} params ({opts.layers} layers, d {nat.config.hidden_size}{shape}) on the frozen "
+        f"{target} {opts.target} | k in 1..{opts.block_size} | {data} | glancing {'on' if opts.glancing else 'off'} "
+        f"| {last}"
+    )
 
 
 def slot_figures(run: Run, figures: dict, k: int, log: Callable[[str], None], digits: int) -> float:
@@ -253,11 +275,7 @@ def train(opts: NatOptions, log: Callable[[str], None] = print, stop_after_steps
         log=log,
     )
     del ckpt
-    log(
-        f"NAT drafter: {n_params:,} params ({opts.layers} layers, d {nat.config.hidden_size}) on the frozen target "
-        f"{opts.target} | k in 1..{opts.block_size} | {len(train_pairs):,} pairs | glancing "
-        f"{'on' if opts.glancing else 'off'} | {'bf16 autocast' if run.bf16 else 'fp32'}"
-    )
+    log(banner(nat, n_params, opts, "target", f"{len(train_pairs):,} pairs", "bf16 autocast" if run.bf16 else "fp32"))
     state = run.fit(stop_after_steps)
     if state["stopped"]:
         return {"step": state["step"], "stopped": True, "params": n_params}

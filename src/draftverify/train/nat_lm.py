@@ -30,7 +30,7 @@ from ..bench.environment import command_line
 from ..markdown import markdown_table
 from . import heads
 from .frozen import FrozenTarget, GreedyPrompts, load_frozen_target
-from .nat import GLANCE_END, GLANCE_START, NatRunOptions, glance, glance_ratio, slot_figures
+from .nat import GLANCE_END, GLANCE_START, NatRunOptions, banner, glance_ratio, glancing_loss, slot_figures
 from .runner import Run, load_checkpoint
 from .settings import TrainError, machine_name, seed_everything, to_device
 
@@ -162,21 +162,10 @@ def nat_lm_loss(
     nat, target, seqs: list[Sequence], k: int, n: int, rng: np.random.Generator, glance_ratio: float, bf16: bool
 ):
     """Mean cross-entropy over the unrevealed labelled slots (glance_ratio 0: plain SpecDec objective)."""
-    import torch
-    import torch.nn.functional as F
-
-    from .losses import autocast
-
     batch = block_batch(seqs, k, draw_cuts(seqs, n, rng))
     tokens, slots, labels, memory, end = to_device(batch, target.device)
     run = lambda t, s: nat(target, t, s, memory, memory_end=end)  # noqa: E731
-    if glance_ratio > 0:
-        with torch.no_grad(), autocast(bf16):
-            predictions = run(tokens, slots).argmax(dim=-1)
-        tokens, slots, labels = glance(tokens, slots, labels, predictions, glance_ratio, rng)
-    with autocast(bf16):
-        logits = run(tokens, slots)
-    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE)
+    return glancing_loss(run, tokens, slots, labels, rng, glance_ratio, bf16)
 
 
 def held_out(nat, target, seqs: list[Sequence], k: int, n: int, bf16: bool, batch: int = 8) -> dict:
@@ -298,12 +287,11 @@ def train(opts: NatLMOptions, log: Callable[[str], None] = print, stop_after_ste
     del ckpt
     if run.state["before"] is None:
         run.state["before"] = held_out(nat, target, val_seqs, opts.block_size, opts.cuts, run.bf16)
-    log(
-        f"NAT drafter: {n_params:,} params ({opts.layers} layers, d {nat.config.hidden_size}, window {opts.window}) on "
-        f"the frozen decoder-only target {opts.target} | k in 1..{opts.block_size} | {len(train_seqs)} sequences | "
-        f"glancing {'on' if opts.glancing else 'off'} | before training: mean accepted "
-        f"{run.state['before']['accepted_per_block']:.3f} of {opts.block_size} (val)"
+    before = (
+        f"before training: mean accepted {run.state['before']['accepted_per_block']:.3f} of {opts.block_size} (val)"
     )
+    data = f"{len(train_seqs)} sequences"
+    log(banner(nat, n_params, opts, "decoder-only target", data, before, shape=f", window {opts.window}"))
     state = run.fit(stop_after_steps)
     if state["stopped"]:
         return {"step": state["step"], "stopped": True, "params": n_params}
