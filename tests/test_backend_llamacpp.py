@@ -302,6 +302,43 @@ def test_a_forwards_logits_are_llama_cpps_buffer_until_the_next_forward_and_pref
     assert torch.equal(lm.prefilled.logits, prefilled)
 
 
+@pytest.mark.parametrize(
+    "method, gamma", [("autoregressive", 1), ("suffix", 4), ("prompt_lookup", 4), ("model", "conf"), ("model", 4)]
+)
+def test_a_chain_step_on_llama_cpp_makes_no_torch_call_after_the_first(tiny, tiny_reference, method, gamma):
+    """The hot path of a host-side chain method on this backend, a draft model's drafting included: after the
+    first step (which decodes the prompt), a step reads llama.cpp's logits through NumPy (sampling.host_array) and
+    keeps everything else in Python objects: no torch function, method or attribute read, each of which costs a
+    step many microseconds right after llama_decode has cooled the caches. The text is still llama.cpp's own
+    greedy text."""
+    from torch.overrides import TorchFunctionMode
+
+    want, margins = tiny_reference
+    calls: list[list[str]] = []
+
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            calls[-1].append(getattr(func, "__qualname__", repr(func)))
+            return func(*args, **(kwargs or {}))
+
+    def on_step(record, active):
+        calls.append([])
+
+    spec = resolve_method(method)
+    backend = LlamaCppLM(tiny["target"], threads=1)
+    draft = LlamaCppLM(tiny["draft"], role="draft", threads=1) if spec.needs_draft else None
+    drafter = build_drafter(spec.drafter, backend, MethodOptions(draft_model=draft, prompt_lookup_min_ngram=1))
+    verifier = build_verifier(spec.verifier, SamplingParams(), MethodOptions())
+    calls.append([])
+    with Count():
+        out = generate(
+            backend, drafter, verifier, torch.tensor([PROMPT]), max_new_tokens=len(want), gamma=gamma, on_step=on_step
+        )
+    assert out.new_tokens[0].tolist() == want, explain(out.new_tokens[0].tolist(), want, margins)
+    steps = calls[1:-1]  # from the second step to the last one (the first decodes the prompt; the output after)
+    assert len(steps) > 5 and all(step == [] for step in steps), [step for step in steps if step][:3]
+
+
 def test_a_trees_first_branch_takes_the_cells_after_the_tail():
     # new tokens' parents as tail indices (base 2: two tail tokens before them; -1 or < 2: outside the new tokens)
     assert first_branch_first([1, 2, 2, 3, 4, 6], base=2) == [0, 1, 3, 2, 4, 5]

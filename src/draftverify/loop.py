@@ -88,6 +88,7 @@ def generate(
     prompts = [state.row(b).tolist() for b in range(batch)]
     rows = Scheduler(limits, prompts, processors.add(checked, prompts))
     scores = None if asked is None else LogprobsRecorder(asked, prompts)
+    device = input_ids.device  # read once: a torch call right after a llama.cpp forward costs the step dearly
     while rows.active:
         step_rows = state.batch_size  # the target scores step_rows x (1 + draft length) tokens
         # drafting up to `remaining` (not remaining - 1) lets a drafter the target never overrules (BiLD with
@@ -109,7 +110,7 @@ def generate(
         record = recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3), verdict.target_s)
         record.logprobs, record.prompt_logprobs = scored if scored is not None else (None, None)
         inform_policy(policy, record)
-        stop_rows = _call_back(record, emitted, rows, input_ids.device, recorder, on_step, on_tokens)
+        stop_rows = _call_back(record, emitted, rows, device, recorder, on_step, on_tokens)
         rows.leave(stop_rows, target, drafter, state, processors)
         joining = admit() if admit is not None and rows.active else None
         if joining:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
 import torch
 
 from .errors import DraftVerifyError
@@ -68,9 +69,27 @@ def argmax(values: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(values.numpy().argmax(axis=-1))  # a 0-d tensor for one [V] vector
 
 
+def with_host_array(view: torch.Tensor, array: np.ndarray) -> torch.Tensor:
+    """view (a tensor over `array`'s memory, torch.from_numpy(array)) marked with the array, so that host_array
+    finds it without a torch call."""
+    view._host_array = array  # type: ignore[attr-defined]
+    return view
+
+
+def host_array(values: torch.Tensor) -> np.ndarray | None:
+    """The NumPy array a host backend's logits view was made over (with_host_array: llama.cpp's output buffer),
+    or None for any other tensor, a slice of such a view included. Read without a torch call: right after a
+    llama.cpp forward, torch's code and objects are cold and a single call costs many times what it costs in a
+    tight loop."""
+    return getattr(values, "_host_array", None)
+
+
 def argmax_lists(values: torch.Tensor) -> list:
     """argmax(values) as Python ints, nested over the leading dimensions: on the CPU one NumPy call and no tensor
     made (what a host-side verdict reads), elsewhere one device-to-host copy."""
+    host = host_array(values)
+    if host is not None:
+        return host.argmax(axis=-1).tolist()
     if not values.is_cpu or values.dtype not in (torch.float32, torch.float64) or values.requires_grad:
         return values.argmax(dim=-1).tolist()
     return values.numpy().argmax(axis=-1).tolist()

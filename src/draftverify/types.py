@@ -8,7 +8,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -160,6 +160,7 @@ class DecodingState:
         self.draft_confidence = draft_confidence
         self.costs = costs
         self._tokens = tokens
+        self._batch, self._device = tokens.shape[0], tokens.device  # read every step: kept as Python objects
         # no padding: every row holds all of `tokens`
         self._lengths = (
             lengths
@@ -179,6 +180,7 @@ class DecodingState:
     def tokens(self, value: torch.Tensor) -> None:
         self._join()
         self._tokens = value
+        self._batch, self._device = value.shape[0], value.device
         self._host = None
 
     @property
@@ -195,11 +197,11 @@ class DecodingState:
 
     @property
     def batch_size(self) -> int:
-        return self._tokens.shape[0]
+        return self._batch
 
     @property
     def device(self) -> torch.device:
-        return self._tokens.device
+        return self._device
 
     def append(self, emitted: list[list[int]]) -> None:
         """Each row's new tokens (host ints, one list per row). Equal counts wait as host ints until `tokens` is
@@ -359,6 +361,10 @@ class Draft:
 
     q_probs None means a deterministic proposal (q is one-hot at each token). For a tree, q_probs[:, j] is the
     distribution node j was drawn from (conditioned on its parent). lengths None means every row uses all N.
+
+    A draft made from host ints (of_rows) makes its `tokens` tensor only when something reads it: a chain verified
+    on the host (a llama.cpp target) never does, and a tensor made right after a llama.cpp forward costs the step
+    what the forward left cold (torch's code and objects), many times its own work.
     """
 
     tokens: torch.Tensor  # [B, N] long; node j of the tree, or position j of the chain
@@ -372,18 +378,23 @@ class Draft:
     # processors; engine/processors.py): what a verdict that scores positions again (llama.cpp's settling) applies
     process: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = field(default=None, repr=False, compare=False)
     _rows: list[list[int]] | None = field(default=None, init=False, repr=False, compare=False)
+    # what the `tokens` property (below the class) keeps, and what of_rows / __post_init__ set: not set by __init__
+    _tokens: Any = field(init=False, repr=False, compare=False)  # the tensor, or _PENDING until first read
+    _length: int = field(init=False, repr=False, compare=False)
+    _device: torch.device = field(init=False, repr=False, compare=False)
 
     @classmethod
     def of_rows(cls, rows: list[list[int]], device: torch.device | None = None) -> Draft:
-        """A chain per row from host ints [B][n_b], padded with 0 to the longest; lengths [B] when they differ."""
+        """A chain per row from host ints [B][n_b], padded with 0 to the longest; lengths [B] when they differ.
+        Its tokens tensor is made on `device` when first read."""
         longest = max(len(r) for r in rows)
         padded = [r + [0] * (longest - len(r)) if len(r) < longest else list(r) for r in rows]
         ragged = any(len(r) < longest for r in rows)
         draft = cls(
-            tokens=torch.tensor(padded, dtype=torch.long, device=device),
+            tokens=_PENDING,
             lengths=torch.tensor([len(r) for r in rows], device=device) if ragged else None,
         )
-        draft._rows = padded
+        draft._rows, draft._length, draft._device = padded, longest, device or torch.device("cpu")
         return draft
 
     @property
@@ -394,12 +405,20 @@ class Draft:
         return self._rows
 
     def __post_init__(self) -> None:
-        if self.tree is not None and self.tree.size != self.tokens.shape[1]:
-            raise DraftVerifyError(f"a tree of {self.tree.size} nodes cannot carry {self.tokens.shape[1]} draft tokens")
+        if self._tokens is _PENDING:  # of_rows sets the length and device
+            return
+        self._length = self._tokens.shape[1]
+        if self.tree is not None and self.tree.size != self._length:
+            raise DraftVerifyError(f"a tree of {self.tree.size} nodes cannot carry {self._length} draft tokens")
 
     @property
     def length(self) -> int:
-        return self.tokens.shape[1]
+        return self._length
+
+    @property
+    def device(self) -> torch.device:
+        """Where the tokens tensor is (or will be made)."""
+        return self._device if self._tokens is _PENDING else self._tokens.device
 
     @property
     def depth(self) -> int:
@@ -415,6 +434,25 @@ class Draft:
             depth = self.tree.depth.to(self.valid.device)  # [N]
             return (self.valid.long() * depth[None]).amax(dim=1).tolist()
         return [self.depth] * rows
+
+
+_PENDING: Any = object()  # Draft.tokens not made yet (of_rows): made from the rows when first read
+
+
+def _draft_tokens(draft: Draft) -> torch.Tensor:
+    if draft._tokens is _PENDING:
+        rows = draft._rows or []
+        draft._tokens = torch.tensor(rows, dtype=torch.long, device=draft._device).reshape(len(rows), draft._length)
+    return draft._tokens
+
+
+def _set_draft_tokens(draft: Draft, value: torch.Tensor) -> None:
+    draft._tokens = value
+
+
+# `tokens` is the dataclass's first field (its __init__, replace, repr and eq read and write it through this
+# property), stored as _tokens: made from the rows on first read where of_rows gave host ints only
+Draft.tokens = property(_draft_tokens, _set_draft_tokens, doc="[B, N] long draft tokens")  # type: ignore[assignment]
 
 
 PrefixKV = tuple  # tuple over layers of (keys, values), each [KV heads, P, head dim]

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from ..errors import DraftVerifyError
+from ..sampling import with_host_array
 from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
 from .llamacpp_ext import ext_call
@@ -293,6 +294,8 @@ class LlamaCppLM(LlamaCppRows):
         )
         self._make_context(self.unified_cells)
         self.batch = lib.llama_batch_init(BATCH, 0, max_sequences)
+        b = self.batch  # its arrays, read once: _fill_chain writes them every step
+        self._batch_arrays = (b.token, b.pos, b.n_seq_id, b.seq_id, b.logits)
         self.committed = 0
         self.deferred: list[int] = []  # the committed prompt tokens not decoded yet (the last ones of committed)
         self.tail: list[_TailToken] = []
@@ -794,9 +797,8 @@ class LlamaCppLM(LlamaCppRows):
 
     def _fill_chain(self, ids: list[int], start: int) -> None:
         """The batch as _fill makes it for a chain in sequence 0 from position `start`, logits at every token."""
-        b = self.batch
-        b.n_tokens = len(ids)
-        token, pos, n_seq_id, seq_id, logits = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
+        self.batch.n_tokens = len(ids)
+        token, pos, n_seq_id, seq_id, logits = self._batch_arrays
         for i, t in enumerate(ids):
             token[i] = t
             pos[i] = start + i
@@ -871,7 +873,7 @@ class LlamaCppLM(LlamaCppRows):
             array = np.ctypeslib.as_array(
                 floats, shape=(1, rows, self.vocab_size) if batch_dim else (rows, self.vocab_size)
             )
-            view = self._logit_views[key] = torch.from_numpy(array)
+            view = self._logit_views[key] = with_host_array(torch.from_numpy(array), array)
         return view
 
     def __del__(self):

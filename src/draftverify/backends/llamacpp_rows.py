@@ -118,7 +118,7 @@ class LlamaCppRows:
 
     def commit_rows(self, counts: torch.Tensor | list[int]) -> None:
         if self.seqs is None:
-            self.commit(one_row(counts, "counts"))
+            self.commit(counts[0] if type(counts) is list and len(counts) == 1 else one_row(counts, "counts"))
             return
         self.truncate_rows([settled + count for settled, count in zip(self.settled, host_ints(counts))])
 

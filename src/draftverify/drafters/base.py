@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from abc import ABC, abstractmethod
 from typing import NamedTuple
 
@@ -22,16 +21,8 @@ class DraftModel(NamedTuple):
 
 
 def empty_draft(state: DecodingState) -> Draft:
-    """No draft tokens [B, 0] (a plain decoding step); the empty tensor is made once per shape and shared, since
-    nothing can be written into it."""
-    draft = Draft(tokens=_no_tokens(state.batch_size, state.device))
-    draft._rows = [[] for _ in range(state.batch_size)]
-    return draft
-
-
-@functools.lru_cache(maxsize=64)
-def _no_tokens(rows: int, device: torch.device) -> torch.Tensor:
-    return torch.empty((rows, 0), dtype=torch.long, device=device)
+    """No draft tokens [B, 0] (a plain decoding step), made of host lists: no tensor unless one is read."""
+    return Draft.of_rows([[] for _ in range(state.batch_size)], state.device)
 
 
 class Drafter(ABC):

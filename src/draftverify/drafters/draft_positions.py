@@ -17,11 +17,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from ..sampling import argmax, probs_from_logits
+from ..backends.base import takes_host_ids
+from ..sampling import argmax, host_array, probs_from_logits
 from ..types import DecodingState, SamplingParams
 from .prompt_lookup import find_continuation
+
+
+def fed_width(pending: torch.Tensor | list[list[int]]) -> int:
+    """Columns of what a draft forward feeds first [B, w] (a tensor or rows of ints)."""
+    return len(pending[0]) if isinstance(pending, list) else pending.shape[1]
 
 
 @dataclass
@@ -66,8 +73,9 @@ class DraftForwards:
         self.params = state.params
         self.needs = needs
         self.device = state.device
-        self.pending, self.new_valid = drafter.unseen(state)  # [B, w], and [B, w] or None
+        self.pending, self.new_valid = drafter.unseen(state)  # [B, w] (a tensor or ints), and [B, w] or None
         self.drawn: torch.Tensor | list[int] | None = None  # the tokens drawn last, fed first by the next forward
+        self.host_ids = takes_host_ids(self.lm)  # a draft model that reads ints: no tensor made per draft token
 
     def next(self, room: int) -> DraftPosition:
         """The next draft position (room: draft tokens this step may still take, >= 1)."""
@@ -78,13 +86,15 @@ class DraftForwards:
         position read."""
         self.drawn = token
 
-    def _pending(self) -> torch.Tensor:
+    def _pending(self) -> torch.Tensor | list[list[int]]:
         """What the next forward feeds first [B, w]: the committed tokens the cache has not seen (the step's first
-        forward), else the tokens drawn last."""
+        forward), else the tokens drawn last; Python ints where the draft model takes them and they are ints."""
         if self.drawn is not None:
             drawn, self.drawn = self.drawn, None
             if isinstance(drawn, torch.Tensor):
                 self.pending = drawn[:, None]
+            elif self.host_ids:
+                self.pending = [[t] for t in drawn]  # [B][1]
             else:
                 self.pending = torch.tensor([[t] for t in drawn], device=self.device)  # [B, 1]
         return self.pending
@@ -92,15 +102,23 @@ class DraftForwards:
     def finish(self) -> None:
         """The draft is complete: nothing left to undo (StagedForwards drops unchosen looked-up tokens)."""
 
-    def _forward(self, pending: torch.Tensor, looked: list[int]) -> list[DraftPosition]:
+    def _forward(self, pending: torch.Tensor | list[list[int]], looked: list[int]) -> list[DraftPosition]:
         """One draft forward of pending [B, w] and the looked-up tokens [L]: the positions after the pending tokens
         and after each looked-up one (L + 1 of them, in order)."""
-        width = pending.shape[1]
-        fed = torch.cat([pending, pending.new_tensor([looked])], dim=1) if looked else pending  # [B, w + L]
+        width = fed_width(pending)
+        fed: torch.Tensor | list[list[int]] = pending
+        if looked:
+            if isinstance(pending, list):
+                fed = [row + looked for row in pending]
+            else:
+                fed = torch.cat([pending, pending.new_tensor([looked])], dim=1)  # [B, w + L]
         logits = self.lm.forward(fed, new_valid=self.new_valid).logits  # [B, w + L, V]
         self.new_valid = None
         self.drafter.forward_calls += 1
         needs = self.needs
+        host = host_array(logits) if needs.greedy else None
+        if host is not None:  # a host backend's logits (llama.cpp's buffer): read through NumPy, no torch call
+            return self._host_positions(host[:, width - 1 :], looked)
         scored = logits[:, width - 1 :]  # [B, L + 1, V]
         if not needs.q:  # greedy, no stop rule: the argmax of the logits is the argmax of q
             argmaxes = argmax(scored).tolist()  # [B][L + 1]
@@ -119,6 +137,30 @@ class DraftForwards:
             DraftPosition(
                 q=q[:, j],
                 greedy=[row[j] for row in picks] if picks is not None else None,
+                top=[row[j] for row in tops] if tops is not None else None,
+                sure=[row[j] for row in sure] if sure is not None else None,
+                looked=self._looked(looked, j),
+            )
+            for j in range(len(looked) + 1)
+        ]
+
+    def _host_positions(self, scored: np.ndarray, looked: list[int]) -> list[DraftPosition]:
+        """The greedy positions of one forward from its logits as a NumPy array [B, L + 1, V] (a host backend's
+        buffer): each row's argmax and, where a stop rule reads it, its max q = 1 / sum(exp(logits - max)) in
+        float32, the untempered softmax's peak (probs_from_logits for greedy params); q itself is not made (a
+        greedy draft is a deterministic proposal)."""
+        needs = self.needs
+        picks = scored.argmax(axis=-1).tolist()  # [B][L + 1]
+        tops = sure = None
+        if needs.top or needs.confidence > 0:
+            shifted = scored - scored.max(axis=-1, keepdims=True)
+            peak = np.float32(1.0) / np.exp(shifted, dtype=np.float32).sum(axis=-1, dtype=np.float32)  # [B, L + 1]
+            tops = peak.tolist() if needs.top else None
+            sure = (peak > np.float32(needs.confidence)).tolist() if needs.confidence > 0 else None
+        return [
+            DraftPosition(
+                q=None,
+                greedy=[row[j] for row in picks],
                 top=[row[j] for row in tops] if tops is not None else None,
                 sure=[row[j] for row in sure] if sure is not None else None,
                 looked=self._looked(looked, j),
@@ -157,7 +199,7 @@ class StagedForwards(DraftForwards):
         self.finish()
         looked = self._looked_up(room)
         pending = self._pending()
-        self.held, self.fed, self.kept, self.looked = self.lm.length, pending.shape[1], 0, len(looked)
+        self.held, self.fed, self.kept, self.looked = self.lm.length, fed_width(pending), 0, len(looked)
         self.last, *self.ready = self._forward(pending, looked)
         return self.last
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..backends.base import LMBackend
+from ..backends.base import LMBackend, takes_host_ids
 from ..backends.lean_draft import draft_backend
 from ..backends.registry import as_backend
 from ..errors import DraftVerifyError, check_number
@@ -126,15 +126,18 @@ class ModelDrafter(Drafter):
         mask = torch.arange(width, device=state.tokens.device)[None] >= (width - state.lengths)[:, None]  # [B, L]
         self.lm.start(state.tokens, attention_mask=mask if state.padded else None)
 
-    def unseen(self, state: DecodingState) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def unseen(self, state: DecodingState) -> tuple[torch.Tensor | list[list[int]], torch.Tensor | None]:
         """What the draft model feeds first this step: each row's committed tokens its cache has not seen,
         right-aligned ([B, width]; rows needing fewer are padded, new_valid [B, width] marks the real ones, None
-        when none is padded). Starts the step's bookkeeping that commit() reads (the rows' lengths now)."""
+        when none is padded). Starts the step's bookkeeping that commit() reads (the rows' lengths now). One
+        unpadded row: Python ints, a tensor only for a draft model that takes one (after a llama.cpp forward each
+        small tensor op is dear)."""
         self.discard = None
-        if self.stages:  # one unpadded row: plain ints (after a llama.cpp forward each small tensor op is dear)
+        if self.stages:
             text = state.row_ids(0)
             self._fed_text = len(text)
-            return torch.tensor([text[self.lm.length :]], device=state.device), None
+            fed = [text[self.lm.length :]]
+            return (fed if takes_host_ids(self.lm) else torch.tensor(fed, device=state.device)), None
         self._fed = state.lengths.clone()
         need = state.lengths - self.lm.row_length.to(state.lengths.device)  # [B] >= 1
         width = int(need.max())

@@ -18,7 +18,7 @@ from ..backends.base import LMBackend, takes_host_ids
 from ..draft_length import DraftLength
 from ..drafters.base import Drafter, empty_draft
 from ..errors import DraftVerifyError
-from ..sampling import RowParams
+from ..sampling import RowParams, host_array
 from ..types import DecodingState, Draft, SamplingParams, TargetOutput, Verdict
 from ..verifiers.base import Verifier
 
@@ -96,7 +96,9 @@ def scored_logits(out: TargetOutput, draft: Draft) -> torch.Tensor:
     """The verify pass's logits at the pending token and the draft [B, 1+N, V], without the positions a wrapping
     target appended (no new view when there are none)."""
     logits = out.logits
-    return logits if logits.shape[1] == 1 + draft.length else logits[:, : 1 + draft.length]
+    host = host_array(logits)  # a host backend's view: its width read without a torch call
+    width = host.shape[1] if host is not None else logits.shape[1]
+    return logits if width == 1 + draft.length else logits[:, : 1 + draft.length]
 
 
 def verify(verifier: Verifier, draft: Draft, logits: torch.Tensor, state: DecodingState) -> tuple[Verdict, list[int]]:

@@ -71,7 +71,7 @@ def greedy_chain_verdict(draft: Draft, choice: list[list[int]]) -> Verdict:
             n += 1
         rows.append(mine[:n] + [theirs[n]] + [-1] * (width - n))
         accepted.append(n)
-    return Verdict.of_chain(rows, accepted, draft.tokens.device)
+    return Verdict.of_chain(rows, accepted, draft.device)
 
 
 def gather_at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ import torch
 
 from ..errors import DraftVerifyError
 from ..registry import register_verifier
-from ..sampling import argmax, argmax_lists
+from ..sampling import argmax, argmax_lists, host_array
 from ..types import Draft, SamplingParams, Verdict
 from .base import Verifier, accepted_prefix_length, gather_at, greedy_chain_verdict, make_verdict, within_draft
 
@@ -24,7 +24,7 @@ class GreedyVerifier(Verifier):
             )
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
-        if target_logits.is_cpu:  # one argmax call, the rest on Python ints
+        if host_array(target_logits) is not None or target_logits.is_cpu:  # one argmax call, the rest on ints
             return greedy_chain_verdict(draft, argmax_lists(target_logits))
         choice = argmax(target_logits)  # [B, N+1]
         n = accepted_prefix_length(within_draft(draft, draft.tokens == choice[:, : draft.length]))  # [B]
