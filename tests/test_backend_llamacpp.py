@@ -303,7 +303,15 @@ def test_a_forwards_logits_are_llama_cpps_buffer_until_the_next_forward_and_pref
 
 
 @pytest.mark.parametrize(
-    "method, gamma", [("autoregressive", 1), ("suffix", 4), ("prompt_lookup", 4), ("model", "conf"), ("model", 4)]
+    "method, gamma",
+    [
+        ("autoregressive", 1),
+        ("suffix", 4),
+        ("prompt_lookup", 4),
+        ("model", "conf"),
+        ("model", "conf=0.001"),
+        ("model", 4),
+    ],
 )
 def test_a_chain_step_on_llama_cpp_makes_no_torch_call_after_the_first(tiny, tiny_reference, method, gamma):
     """The hot path of a host-side chain method on this backend, a draft model's drafting included: after the

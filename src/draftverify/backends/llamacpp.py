@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from ..errors import DraftVerifyError
-from ..sampling import with_host_array
+from ..sampling import host_array, with_host_array
 from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
 from .llamacpp_ext import ext_call
@@ -472,7 +472,8 @@ class LlamaCppLM(LlamaCppRows):
             if every:
                 self.prompt_parts.append(logits[:outputs].clone())  # outlives the view
             self._prefilled = TargetOutput(logits=logits[None, outputs - 1 : outputs].clone())
-            return TargetOutput(logits=logits[None, outputs:])  # [1, n, V]
+            after = host_array(logits)[None, outputs:]  # [1, n, V], a view that keeps its NumPy array too
+            return TargetOutput(logits=with_host_array(torch.from_numpy(after), after))
         if self.row_slots is not None or self.sequences < self.max_sequences:
             # a token tree's branches take a sequence each and share the prefix's cells: one unified cache of
             # max_sequences from here on, made now with the held cells copied across (one row on the rows' streams,

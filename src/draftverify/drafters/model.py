@@ -178,7 +178,8 @@ class ModelDrafter(Drafter):
         forwards.finish()
         if not q:
             return empty_draft(state)
-        q_probs = torch.stack(q, dim=1) if q[0] is not None else None  # type: ignore[arg-type]  # [B, N, V]
+        # [B, N, V]; None where a greedy draft's positions came without q (read through NumPy: draft_positions.py)
+        q_probs = None if any(p is None for p in q) else torch.stack(q, dim=1)  # type: ignore[arg-type]
         if picked:  # one tensor from the host ints, which the verify pass reads again (Draft.rows)
             draft = Draft.of_rows([list(row) for row in zip(*picked)], state.device)
             draft.q_probs = q_probs
