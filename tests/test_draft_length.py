@@ -635,3 +635,20 @@ def test_kept_policies_seed_the_costs_once_and_only_for_a_timing_policy():
     kept.get("conf=0.5")
     kept.get("conf")
     assert calls == [1] and costs.seeded and costs.target_seconds(1) > 0
+
+
+@pytest.mark.parametrize("gamma,learns", [(4, False), ("heuristic", True), ("auto", True), ("conf", True)])
+def test_a_policy_learns_when_it_reads_the_steps_feedback(gamma, learns):
+    # the loop tells only a learning policy about each step: one that reads feedback must say it learns
+    assert make_draft_length(gamma).learns is learns
+
+
+def test_a_policy_of_ones_own_that_reads_feedback_learns():
+    class RowsOnly(FixedGamma):
+        def update_rows(self, lengths, accepted):
+            self.seen = accepted
+
+    class Plain(FixedGamma):
+        pass
+
+    assert RowsOnly(3).learns and not Plain(3).learns

@@ -21,6 +21,13 @@ class DraftLength(ABC):
         None where the draft length is the user's (a fixed gamma or cap)."""
         return None
 
+    @property
+    def learns(self) -> bool:
+        """Whether the policy reads the steps' feedback (its class overrides update or update_rows): the loop tells
+        only such a policy about each step."""
+        kind = type(self)
+        return kind.update is not DraftLength.update or kind.update_rows is not DraftLength.update_rows
+
     @abstractmethod
     def next(self, rows: int = 1) -> int:
         """gamma for the coming step of a batch of `rows` rows: >= 1, or 0 for a plain decoding step (no draft)."""

@@ -89,6 +89,8 @@ def generate(
     rows = Scheduler(limits, prompts, processors.add(checked, prompts))
     scores = None if asked is None else LogprobsRecorder(asked, prompts)
     device = input_ids.device  # read once: a torch call right after a llama.cpp forward costs the step dearly
+    learns = policy.learns  # a fixed length hears nothing about the steps
+    calls_back = on_step is not None or on_tokens is not None
     while rows.active:
         step_rows = state.batch_size  # the target scores step_rows x (1 + draft length) tokens
         # drafting up to `remaining` (not remaining - 1) lets a drafter the target never overrules (BiLD with
@@ -107,10 +109,15 @@ def generate(
         scored = None if scores is None else scores.of_step(logits, draft, verdict, emitted, target, rows.active)
         commit(target, drafter, state, draft, verdict, out, emitted)
         processors.commit(emitted)
-        record = recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3), verdict.target_s)
-        record.logprobs, record.prompt_logprobs = scored if scored is not None else (None, None)
-        inform_policy(policy, record)
-        stop_rows = _call_back(record, emitted, rows, device, recorder, on_step, on_tokens)
+        recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3), verdict.target_s)
+        stop_rows = None
+        if learns or calls_back:  # the step's record, made only for those who read it
+            record = recorder.record()
+            record.logprobs, record.prompt_logprobs = scored if scored is not None else (None, None)
+            if learns:
+                inform_policy(policy, record)
+            if calls_back:
+                stop_rows = _call_back(record, emitted, rows, device, recorder, on_step, on_tokens)
         rows.leave(stop_rows, target, drafter, state, processors)
         joining = admit() if admit is not None and rows.active else None
         if joining:
@@ -143,8 +150,6 @@ def _call_back(
     """One step handed to the caller: on_step(record, the active rows), then on_tokens(the emitted tokens [B, k],
     -1 where a row emitted fewer or has left). Returns what on_tokens returns (the rows to stop now, or None); the
     callbacks' time is recorded apart from decoding's."""
-    if on_step is None and on_tokens is None:
-        return None
     started = perf_counter()
     stop_rows = None
     if on_step is not None:

@@ -169,6 +169,7 @@ class DecodingState:
         )
         self._behind: list[list[int]] = []  # per row, the tokens appended since `tokens` was last joined (equal counts)
         self._host: list[list[int]] | None = None  # each row's real tokens as host ints (row_ids), once asked for
+        self._empty: Draft | None = None  # a plain step's draft for this batch size (empty_draft)
 
     @property
     def tokens(self) -> torch.Tensor:
@@ -181,7 +182,7 @@ class DecodingState:
         self._join()
         self._tokens = value
         self._batch, self._device = value.shape[0], value.device
-        self._host = None
+        self._host = self._empty = None
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -203,15 +204,22 @@ class DecodingState:
     def device(self) -> torch.device:
         return self._device
 
+    def empty_draft(self) -> Draft:
+        """No draft tokens [B, 0] (a plain decoding step), made once per batch size and handed out again: nothing a
+        step reads of it changes (the loop sets its position and seeds on every draft), and a plain step after a
+        llama.cpp forward is cheaper for the objects it does not make."""
+        if self._empty is None:
+            self._empty = Draft.of_rows([[]] * self._batch, self._device)
+        return self._empty
+
     def append(self, emitted: list[list[int]]) -> None:
         """Each row's new tokens (host ints, one list per row). Equal counts wait as host ints until `tokens` is
         read; different counts are joined now (every row must end in the last column again)."""
         if self._host is not None:
             for held, row in zip(self._host, emitted):
                 held.extend(row)
-        counts = {len(row) for row in emitted}
-        if len(counts) == 1:
-            if counts.pop():
+        if len(emitted) == 1 or len({len(row) for row in emitted}) == 1:  # equal counts (one row: no set made)
+            if emitted[0]:
                 if not self._behind:
                     self._behind = [list(row) for row in emitted]
                 else:
@@ -387,9 +395,12 @@ class Draft:
     def of_rows(cls, rows: list[list[int]], device: torch.device | None = None) -> Draft:
         """A chain per row from host ints [B][n_b], padded with 0 to the longest; lengths [B] when they differ.
         Its tokens tensor is made on `device` when first read."""
-        longest = max(len(r) for r in rows)
-        padded = [r + [0] * (longest - len(r)) if len(r) < longest else list(r) for r in rows]
-        ragged = any(len(r) < longest for r in rows)
+        if len(rows) == 1:  # one row: nothing to pad
+            padded, longest, ragged = [list(rows[0])], len(rows[0]), False
+        else:
+            longest = max(len(r) for r in rows)
+            padded = [r + [0] * (longest - len(r)) if len(r) < longest else list(r) for r in rows]
+            ragged = any(len(r) < longest for r in rows)
         draft = cls(
             tokens=_PENDING,
             lengths=torch.tensor([len(r) for r in rows], device=device) if ragged else None,

@@ -1,4 +1,4 @@
-"""The stats recorder: GenerationStats from one StepRecord per step."""
+"""The stats recorder: GenerationStats from one StepRecord per step (made when read, added up at the end)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def chain(batch: int, n: int, lengths: list[int] | None = None) -> Draft:
 def record_of(draft, accepted, emitted, gamma, rows, times, prefill=False, verify_target_s=None):
     """One step's record, from a recorder whose first step is the prefill's when `prefill`."""
     recorder = StatsRecorder(NoDrafter(), prompt_tokens=1, started=0.0, carries_prefill=prefill)
-    return recorder.step(draft, accepted, emitted, gamma, rows, times, verify_target_s)
+    recorder.step(draft, accepted, emitted, gamma, rows, times, verify_target_s)
+    return recorder.record()
 
 
 def test_a_step_record_adds_up_its_rows():
@@ -84,8 +85,10 @@ def test_a_step_that_decoded_the_prompt_counts_as_prefill():
     recorder = StatsRecorder(drafter, prompt_tokens=5, started=0.0, carries_prefill=True)
     before = recorder.stats.time_prefill
     drafter.forward_calls += 3
-    first = recorder.step(chain(1, 1), [1], [[1, 2]], 1, 1, (0.0, 1.0, 3.0, 3.5))
-    second = recorder.step(chain(1, 1), [1], [[3, 4]], 1, 1, (4.0, 5.0, 7.0, 7.5))
+    recorder.step(chain(1, 1), [1], [[1, 2]], 1, 1, (0.0, 1.0, 3.0, 3.5))
+    first = recorder.record()
+    recorder.step(chain(1, 1), [1], [[3, 4]], 1, 1, (4.0, 5.0, 7.0, 7.5))
+    second = recorder.record()
     assert first.prefill and not second.prefill
     stats = recorder.finish()
     assert stats.prefill_steps == 1 and stats.prefill_draft_calls == 3
@@ -118,11 +121,15 @@ def test_a_step_after_rows_joined_on_a_deferring_backend_teaches_no_cost():
     drafter = CountingDrafter()
     recorder = StatsRecorder(drafter, prompt_tokens=5, started=0.0, carries_prefill=True)
     times = (0.0, 1.0, 3.0, 3.5)
-    first = recorder.step(chain(1, 1), [1], [[1, 2]], 1, 1, times)
-    second = recorder.step(chain(1, 1), [1], [[3, 4]], 1, 1, times)
+    recorder.step(chain(1, 1), [1], [[1, 2]], 1, 1, times)
+    first = recorder.record()
+    recorder.step(chain(1, 1), [1], [[3, 4]], 1, 1, times)
+    second = recorder.record()
     recorder.joined(prompt_tokens=4, seconds=0.0)
-    third = recorder.step(chain(2, 1), [1, 1], [[5, 6], [7, 8]], 1, 2, times)
-    fourth = recorder.step(chain(2, 1), [1, 1], [[9, 10], [11, 12]], 1, 2, times)
+    recorder.step(chain(2, 1), [1, 1], [[5, 6], [7, 8]], 1, 2, times)
+    third = recorder.record()
+    recorder.step(chain(2, 1), [1, 1], [[9, 10], [11, 12]], 1, 2, times)
+    fourth = recorder.record()
     assert [(r.prefill, r.timed) for r in (first, second, third, fourth)] == [
         (True, False),
         (False, True),
@@ -139,5 +146,20 @@ def test_a_step_after_rows_joined_on_a_deferring_backend_teaches_no_cost():
 def test_rows_joining_a_backend_that_prefills_at_once_leave_the_next_step_timed():
     recorder = StatsRecorder(CountingDrafter(), prompt_tokens=5, started=0.0)
     recorder.joined(prompt_tokens=4, seconds=0.5)  # the prefill ran inside join, timed there
-    record = recorder.step(chain(2, 1), [1, 1], [[5, 6], [7, 8]], 1, 2, (0.0, 1.0, 3.0, 3.5))
+    recorder.step(chain(2, 1), [1, 1], [[5, 6], [7, 8]], 1, 2, (0.0, 1.0, 3.0, 3.5))
+    record = recorder.record()
     assert record.timed and not record.prefill
+
+
+def test_a_record_read_mid_generation_is_the_one_finish_adds_up():
+    # the hot loop keeps each step's numbers only: what a reader gets then and the totals at the end agree
+    recorder = StatsRecorder(CountingDrafter(), prompt_tokens=1, started=0.0)
+    records = []
+    for accepted, emitted in [([2], [[1, 2, 3]]), ([0], [[4]]), ([1], [[5, 6]])]:
+        recorder.step(chain(1, 2), accepted, emitted, 2, 1, (0.0, 1.0, 3.0, 3.5))
+        records.append(recorder.record())
+    stats = recorder.finish()
+    assert stats.new_tokens == sum(r.new_tokens for r in records) == 6
+    assert stats.accepted_tokens == sum(r.emitted_accepted for r in records) == 3
+    assert stats.rejections == sum(r.rejections for r in records) == 2
+    assert [r.row_kept for r in records] == [[2], [0], [1]]

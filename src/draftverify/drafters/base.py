@@ -21,8 +21,9 @@ class DraftModel(NamedTuple):
 
 
 def empty_draft(state: DecodingState) -> Draft:
-    """No draft tokens [B, 0] (a plain decoding step), made of host lists: no tensor unless one is read."""
-    return Draft.of_rows([[] for _ in range(state.batch_size)], state.device)
+    """No draft tokens [B, 0] (a plain decoding step), made of host lists: no tensor unless one is read; the state's
+    one for its batch size (DecodingState.empty_draft)."""
+    return state.empty_draft()
 
 
 class Drafter(ABC):

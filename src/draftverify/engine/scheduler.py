@@ -78,8 +78,12 @@ class Scheduler:
         self.active = list(range(self.batch))
         self.new: list[list[int]] = [[] for _ in prompts]
         self.ended: list[bool] = [False] * self.batch
+        self.ending = False  # some row ended in this step's emitted(): leave() has rows to drop
 
     def most_remaining(self) -> int:
+        if len(self.active) == 1:  # one row: no generator to run
+            row = self.active[0]
+            return self.limits[row] - len(self.new[row])
         return max(self.limits[r] - len(self.new[r]) for r in self.active)
 
     def emitted(self, tokens: list[list[int]], accepted: list[int]) -> list[list[int]]:
@@ -92,12 +96,12 @@ class Scheduler:
             for j, t in enumerate(toks):
                 if t in stops:
                     toks = toks[: j + 1]
-                    self.ended[row] = True
+                    self.ended[row] = self.ending = True
                     break
             toks = toks[: self.limits[row] - len(self.new[row])]
             self.new[row].extend(toks)
             if len(self.new[row]) >= self.limits[row]:
-                self.ended[row] = True
+                self.ended[row] = self.ending = True
             out.append(toks)
         return out
 
@@ -125,6 +129,9 @@ class Scheduler:
     ) -> None:
         """Rows that ended (a stop token, max_new_tokens, or stopped by the caller: stop_rows) leave the target, the
         drafter, the state and the processors; when none is left the generation is over and nothing needs dropping."""
+        if not (stop_rows or self.ending):  # nobody ended this step
+            return
+        self.ending = False
         keep = self.finish(stop_rows)
         if keep is None or not self.active:
             return

@@ -1,4 +1,5 @@
-"""GenerationStats built from one StepRecord per step, so the step's verbs only report what happened."""
+"""GenerationStats built from one StepRecord per step, so the step's verbs only report what happened; the records are
+made when read and added up at the end, not in the hot loop."""
 
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ class StatsRecorder:
         self.calls_before = drafter.forward_calls  # the drafter's forwards in its start() are not the loop's
         self.timers_before = drafter.timers()  # a drafter's own timers (re-tokenizing), added at the end
         self.callback_seconds = 0.0  # the caller's streaming time is not the loop's: excluded from time_total
+        self._steps: list[tuple] = []  # each step's numbers as step() kept them, until finish() adds them up
 
     def joined(self, prompt_tokens: int, seconds: float) -> None:
         """Rows joined between steps (continuous batching): their prefill is prefill time."""
@@ -91,16 +93,20 @@ class StatsRecorder:
         rows: int,
         times: tuple[float, float, float, float],
         verify_target_s: float | None = None,
-    ) -> StepRecord:
-        """Record a step that proposed `draft`, accepted `accepted` [B] and emitted `emitted` (per row), timed at
-        the start, after proposing, after the target's forward and after verifying, and return its record.
-        verify_target_s: seconds of a second target forward that verifying ran (Verdict.target_s: a kept branch
-        scored again), target time and a target call of their own; None: none. The step is the prefill's when its
-        forwards also decoded the prompt (carries_prefill), and not timed (not a step's cost, for the length policy)
-        when they decoded the prompts of rows that joined before it."""
+    ) -> None:
+        """Keep a step that proposed `draft`, accepted `accepted` [B] and emitted `emitted` (per row), timed at the
+        start, after proposing, after the target's forward and after verifying. verify_target_s: seconds of a second
+        target forward that verifying ran (Verdict.target_s: a kept branch scored again), target time and a target
+        call of their own; None: none. The step is the prefill's when its forwards also decoded the prompt
+        (carries_prefill), and not timed (not a step's cost, for the length policy) when they decoded the prompts of
+        rows that joined before it.
+
+        Only the step's numbers are kept (one tuple; the lists are the step's own, not copied): its StepRecord is
+        made when read (record()) and the totals are added up by finish(). Right after a llama.cpp forward every
+        object a step touches is cold, so the hot loop does no bookkeeping it can leave to the end."""
         length = draft.length
         if draft.tree is None and draft.lengths is None:  # a chain every row drafted whole: the common step
-            depths = row_drafted = [length] * len(accepted)
+            depths = row_drafted = None  # [length] per row, made when read
         else:
             depths = draft.row_depths(len(accepted))
             row_drafted = (
@@ -110,12 +116,39 @@ class StatsRecorder:
                 if draft.valid is not None
                 else [length] * len(accepted)
             )
+        prefill = self.carries_prefill
+        prefill_calls = self.drafter.forward_calls if prefill else 0  # the drafter's forwards up to the prefill's end
+        timed = not (prefill or self.carries_joined)
+        self._steps.append(
+            (
+                gamma,
+                length,
+                rows,
+                depths,
+                row_drafted,
+                accepted,
+                emitted,
+                times,
+                verify_target_s,
+                prefill,
+                timed,
+                prefill_calls,
+            )
+        )
+        self.carries_prefill = self.carries_joined = False
+
+    def record(self, step: int = -1) -> StepRecord:
+        """The StepRecord of a kept step (the last one by default)."""
+        gamma, length, rows, depths, row_drafted, accepted, emitted, times, again_s, prefill, timed, _ = self._steps[
+            step
+        ]
+        if depths is None:
+            depths = row_drafted = [length] * len(accepted)
         row_emitted = [len(r) for r in emitted]
         row_kept = [a if a < n else n for a, n in zip(accepted, row_emitted)]
         t0, t1, t2, t3 = times
-        again = verify_target_s or 0.0
-        prefill = self.carries_prefill
-        record = StepRecord(
+        again = again_s or 0.0
+        return StepRecord(
             gamma=gamma,
             length=length,
             rows=rows,
@@ -132,14 +165,11 @@ class StatsRecorder:
             target_s=(t2 - t1) + again,
             verify_s=(t3 - t2) - again,
             prefill=prefill,
-            timed=not (prefill or self.carries_joined),
-            target_calls=1 + (verify_target_s is not None),
+            timed=timed,
+            target_calls=1 + (again_s is not None),
         )
-        self.carries_prefill = self.carries_joined = False
-        self.add(record)
-        return record
 
-    def add(self, record: StepRecord) -> None:
+    def _add(self, record: StepRecord, prefill_calls: int) -> None:
         stats = self.stats
         stats.new_tokens += record.new_tokens
         stats.drafted_tokens += record.drafted
@@ -151,13 +181,18 @@ class StatsRecorder:
         stats.time_verify += record.verify_s
         if record.prefill:  # this step also decoded the prompt (the target's and a draft's): the prefill's time
             stats.prefill_steps += 1
-            stats.prefill_draft_calls += self.drafter.forward_calls - self.calls_before
+            stats.prefill_draft_calls += prefill_calls - self.calls_before
             stats.time_prefill += record.draft_s + record.target_s
         else:
             stats.time_draft += record.draft_s
             stats.time_target += record.target_s
 
     def finish(self) -> GenerationStats:
+        """The generation's GenerationStats: every kept step added up, then the drafter's calls and timers and the
+        total time."""
+        for step in range(len(self._steps)):
+            self._add(self.record(step), self._steps[step][-1])
+        self._steps.clear()
         self.stats.draft_calls = self.drafter.forward_calls - self.calls_before
         add_drafter_times(self.stats, self.drafter, self.timers_before)
         self.stats.time_total = perf_counter() - self.started - self.callback_seconds

@@ -24,7 +24,10 @@ class GreedyVerifier(Verifier):
             )
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
-        if host_array(target_logits) is not None or target_logits.is_cpu:  # one argmax call, the rest on ints
+        host = host_array(target_logits)
+        if host is not None:  # a host backend's view: one NumPy argmax, the rest on ints
+            return greedy_chain_verdict(draft, host.argmax(axis=-1).tolist())
+        if target_logits.is_cpu:
             return greedy_chain_verdict(draft, argmax_lists(target_logits))
         choice = argmax(target_logits)  # [B, N+1]
         n = accepted_prefix_length(within_draft(draft, draft.tokens == choice[:, : draft.length]))  # [B]
