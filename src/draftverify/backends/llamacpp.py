@@ -324,6 +324,7 @@ class LlamaCppLM(LlamaCppRows):
         params.no_perf = True
         self.ctx = lib.llama_init_from_model(self.model.ptr, params)
         self._logit_views: dict[tuple[int, int, bool], torch.Tensor] = {}  # _logits: views of this context's buffer
+        self._chain_outputs: dict[int, TargetOutput] = {}  # _chain_output: one per view (by its id)
         if not self.ctx:
             raise DraftVerifyError(
                 f"llama.cpp could not create a context of {params.n_ctx} cells for {self.model.path}"
@@ -454,7 +455,7 @@ class LlamaCppLM(LlamaCppRows):
             if not self.deferred:  # every step's forward after the first: the hot path, kept to a few calls
                 self._fill_chain(ids, self._extend_chain(ids))
                 self._decode(n)
-                return TargetOutput(logits=self._logits(n, batch_dim=True))  # [1, n, V]
+                return self._chain_output(n)  # [1, n, V]
             prompt, prompt_positions = self._take_deferred(room=n)  # the rest of a deferred prompt rides along
             start = self._extend_chain(ids)
             every = self.prompt_parts is not None  # every prompt position's logits, or its last one's
@@ -870,12 +871,23 @@ class LlamaCppLM(LlamaCppRows):
         if view is None:
             if len(self._logit_views) >= MAX_LOGIT_VIEWS:
                 self._logit_views.clear()
+                self._chain_outputs.clear()
             floats = ctypes.cast(address, ctypes.POINTER(ctypes.c_float))
             array = np.ctypeslib.as_array(
                 floats, shape=(1, rows, self.vocab_size) if batch_dim else (rows, self.vocab_size)
             )
             view = self._logit_views[key] = with_host_array(torch.from_numpy(array), array)
         return view
+
+    def _chain_output(self, rows: int) -> TargetOutput:
+        """TargetOutput(logits=_logits(rows, batch_dim=True)), made once per view and handed out again: its logits
+        are the view, valid until the next decode as every forward's are, and nothing changes an output once made;
+        an object fewer per step, which right after a decode costs what the caches lost."""
+        view = self._logits(rows, batch_dim=True)
+        out = self._chain_outputs.get(id(view))
+        if out is None or out.logits is not view:  # a view made again (the views were cleared)
+            out = self._chain_outputs[id(view)] = TargetOutput(logits=view)
+        return out
 
     def __del__(self):
         lib = getattr(self, "lib", None)

@@ -115,14 +115,15 @@ class Scheduler:
         return grid.to(device)
 
     def finish(self, stop_rows) -> torch.Tensor | None:
-        """Mark rows the caller stopped; returns keep [B_active] (bool) when some rows leave, else None."""
+        """Mark rows the caller stopped; returns keep [B_active] (bool) when some rows leave and some stay, else
+        None (nothing to drop: none left, or all left and the generation is over)."""
         for row in stop_rows or ():
             self.ended[int(row)] = True
         keep = [not self.ended[row] for row in self.active]
         if all(keep):
             return None
         self.active = [row for row, k in zip(self.active, keep) if k]
-        return torch.tensor(keep)
+        return torch.tensor(keep) if self.active else None
 
     def leave(
         self, stop_rows, target: LMBackend, drafter: Drafter, state: DecodingState, processors: Processors
@@ -133,7 +134,7 @@ class Scheduler:
             return
         self.ending = False
         keep = self.finish(stop_rows)
-        if keep is None or not self.active:
+        if keep is None:
             return
         target.drop_rows(keep)
         drafter.drop_rows(keep)
