@@ -6,7 +6,7 @@ import torch
 
 from draftverify.draft_length import DraftLength
 from draftverify.drafters.base import NoDrafter
-from draftverify.engine.stats import StatsRecorder, inform_policy
+from draftverify.engine.stats import FOLD_STEPS, StatsRecorder, inform_policy
 from draftverify.tree import TreeSpec
 from draftverify.types import Draft
 
@@ -163,3 +163,20 @@ def test_a_record_read_mid_generation_is_the_one_finish_adds_up():
     assert stats.accepted_tokens == sum(r.emitted_accepted for r in records) == 3
     assert stats.rejections == sum(r.rejections for r in records) == 2
     assert [r.row_kept for r in records] == [[2], [0], [1]]
+
+
+def test_a_long_generation_keeps_a_bounded_number_of_steps():
+    # a served generation (continuous batching) lives as long as its batch: the kept steps are added up as they go
+    recorder = StatsRecorder(CountingDrafter(), prompt_tokens=1, started=0.0)
+    steps = 3 * FOLD_STEPS + 5
+    for _ in range(steps):
+        recorder.step(chain(1, 2), [1], [[1, 2]], 2, 1, (0.0, 1.0, 3.0, 3.5))
+        assert recorder.record().new_tokens == 2
+        assert len(recorder._steps) <= FOLD_STEPS
+    stats = recorder.finish()
+    assert (stats.new_tokens, stats.accepted_tokens, stats.rejections, len(stats.gammas)) == (
+        2 * steps,
+        steps,
+        steps,
+        steps,
+    )

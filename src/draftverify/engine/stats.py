@@ -10,6 +10,8 @@ from ..draft_length import DraftLength
 from ..drafters.base import Drafter, add_drafter_times
 from ..types import Draft, GenerationStats, TokenLogprob
 
+FOLD_STEPS = 256  # steps the recorder keeps before adding them up (a served generation lives as long as its batch)
+
 
 @dataclass(slots=True)
 class StepRecord:
@@ -73,7 +75,9 @@ class StatsRecorder:
         self.calls_before = drafter.forward_calls  # the drafter's forwards in its start() are not the loop's
         self.timers_before = drafter.timers()  # a drafter's own timers (re-tokenizing), added at the end
         self.callback_seconds = 0.0  # the caller's streaming time is not the loop's: excluded from time_total
-        self._steps: list[tuple] = []  # each step's numbers as step() kept them, until finish() adds them up
+        # each step's numbers as step() kept them (gamma, length, rows, depths, row_drafted, accepted, emitted, times,
+        # verify_target_s, prefill, timed, prefill_calls), until they are added up (_fold: at finish, or FOLD_STEPS)
+        self._steps: list[tuple] = []
 
     def joined(self, prompt_tokens: int, seconds: float) -> None:
         """Rows joined between steps (continuous batching): their prefill is prefill time."""
@@ -116,6 +120,8 @@ class StatsRecorder:
                 if draft.valid is not None
                 else [length] * len(accepted)
             )
+        if len(self._steps) >= FOLD_STEPS:  # a generation as long-lived as a server's keeps no more than this
+            self._fold()
         prefill = self.carries_prefill
         prefill_calls = self.drafter.forward_calls if prefill else 0  # the drafter's forwards up to the prefill's end
         timed = not (prefill or self.carries_joined)
@@ -169,6 +175,12 @@ class StatsRecorder:
             target_calls=1 + (again_s is not None),
         )
 
+    def _fold(self) -> None:
+        """Add the kept steps up into the stats and forget them."""
+        for step in range(len(self._steps)):
+            self._add(self.record(step), self._steps[step][-1])
+        self._steps.clear()
+
     def _add(self, record: StepRecord, prefill_calls: int) -> None:
         stats = self.stats
         stats.new_tokens += record.new_tokens
@@ -190,9 +202,7 @@ class StatsRecorder:
     def finish(self) -> GenerationStats:
         """The generation's GenerationStats: every kept step added up, then the drafter's calls and timers and the
         total time."""
-        for step in range(len(self._steps)):
-            self._add(self.record(step), self._steps[step][-1])
-        self._steps.clear()
+        self._fold()
         self.stats.draft_calls = self.drafter.forward_calls - self.calls_before
         add_drafter_times(self.stats, self.drafter, self.timers_before)
         self.stats.time_total = perf_counter() - self.started - self.callback_seconds
