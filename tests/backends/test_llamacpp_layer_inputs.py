@@ -84,6 +84,33 @@ def test_eagle3_chains_and_trees_give_llama_cpps_greedy_text(tiny, method):
     assert out.stats.accepted_tokens > 6  # the head's drafts were kept, the tree's at their branch's positions
 
 
+def test_a_request_after_an_eagle3_one_on_the_same_context_extracts_nothing(tiny):
+    """Extraction is asked for per request: after an eagle3 generation, a plain one on the same backend keeps no
+    layer inputs (llama.cpp's extraction is off for it), and the next eagle3 generation asks again and keeps its
+    text."""
+    model, path = tiny
+    verifier = build_verifier("exact", SamplingParams(), MethodOptions())
+    prompt = torch.tensor([PROMPT])
+    lm = LlamaCppLM(path, threads=1)
+    plain = generate(lm, NoDrafter(), verifier, prompt, max_new_tokens=16)
+    head = trained_head(
+        copy.deepcopy(model).double(), [PROMPT + plain.new_tokens[0].tolist()], 1, steps=30, aux_layers=LAYERS
+    )
+    first = generate(lm, Eagle3Drafter(head), verifier, prompt, max_new_tokens=16, gamma=3)
+    assert lm.layer_inputs == LAYERS  # the eagle3 request extracted
+    again = generate(lm, NoDrafter(), verifier, prompt, max_new_tokens=16)
+    assert lm.layer_inputs == () and lm.take_layer_inputs().shape[0] == 0  # the plain one did not
+    second = generate(lm, Eagle3Drafter(head), verifier, prompt, max_new_tokens=16, gamma=3)
+    assert lm.layer_inputs == LAYERS
+    assert (
+        first.new_tokens.tolist()
+        == again.new_tokens.tolist()
+        == second.new_tokens.tolist()
+        == plain.new_tokens.tolist()
+    )
+    assert second.stats.accepted_tokens == first.stats.accepted_tokens  # the same drafts: features read again
+
+
 ROWS = [PROMPT, [7, 230, 99, 17], [5, 17, 99, 230, 7, 5], [42, 8, 5, 17, 99, 230, 7, 5, 17]]
 
 

@@ -380,6 +380,8 @@ class LlamaCppLM(LlamaCppRows):
             )
         self.lib.llama_memory_clear(self.memory, False)  # cells only: freed cells are masked until rewritten, so
         # zeroing the buffers too would only cost time per request
+        if self.layer_inputs:  # an earlier request's extraction (capture_layer_inputs): asked for anew each request
+            self._set_layer_inputs(())
         self.tail = []
         self.live = {0}
         self.root_children = 0
@@ -832,16 +834,30 @@ class LlamaCppLM(LlamaCppRows):
 
     # ---- layer inputs (the eagle3 method's wrapper reads them) ---------------------------------------------------
     def capture_layer_inputs(self, layers: tuple[int, ...]) -> None:
-        """From now on every decode keeps the inputs of these layers at each of its positions (llama.cpp's own
-        extraction, the one its draft-eagle3 reads); take_layer_inputs() hands them over."""
+        """Until the next start(), every decode keeps the inputs of these layers at each of its positions (llama.cpp's
+        own extraction, the one its draft-eagle3 reads); take_layer_inputs() hands them over. A request asks for
+        them after its start: another method's requests on the same context do not pay for the extraction."""
+        self.check_layers(layers)
+        self._set_layer_inputs(tuple(layers))
+
+    def check_layers(self, layers: tuple[int, ...]) -> int:
+        """The model's layer count; DraftVerifyError when it lacks one of `layers`."""
         n_layers = int(self.lib.llama_model_n_layer(self.model.ptr))
         if not all(0 <= layer < n_layers for layer in layers):
             raise DraftVerifyError(f"the {self.role} has {n_layers} layers; cannot read the inputs of {list(layers)}")
-        set_layer_input = ext_call(self.lib, "llama_set_embeddings_layer_inp")
-        for layer in layers:
-            set_layer_input(self.ctx, layer, True)
-        self.layer_inputs = tuple(layers)
+        return n_layers
+
+    def _set_layer_inputs(self, layers: tuple[int, ...]) -> None:
+        """Extract exactly these layers' inputs from now on (none: no extraction); nothing kept from before."""
+        if layers != self.layer_inputs:
+            set_layer_input = ext_call(self.lib, "llama_set_embeddings_layer_inp")
+            for layer in self.layer_inputs:
+                set_layer_input(self.ctx, layer, False)
+            for layer in layers:
+                set_layer_input(self.ctx, layer, True)
+            self.layer_inputs = layers
         self._layer_rows = []
+        self.row_layer_inputs = None
 
     def take_row_layer_inputs(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Rows mode: the last forward's kept layer inputs at its scored columns [B, n, layers * H] (zeros at a

@@ -174,8 +174,8 @@ class LlamaCppLayerInputs(LayerInputsTarget):
 
     def __init__(self, target: LMBackend, layers: tuple[int, ...]):
         super().__init__(target)
-        target.capture_layer_inputs(layers)  # type: ignore[attr-defined]
-        self.num_layers = int(target.lib.llama_model_n_layer(target.model.ptr))  # type: ignore[attr-defined]
+        self.layers = layers  # extracted from each request's start on (capture_layer_inputs)
+        self.num_layers = target.check_layers(layers)  # type: ignore[attr-defined]
         self.dtype = torch.float32  # llama.cpp hands its features over as float32
 
     @functools.cached_property
@@ -209,10 +209,11 @@ class LlamaCppLayerInputs(LayerInputsTarget):
     ) -> torch.Tensor:
         """The prompt stays deferred: the first step (which drafts nothing, having no features yet) decodes it
         with the pending token in one piece, as llama.cpp's own greedy decoding does, and its features come back
-        then (`earlier`)."""
-        self.target.take_layer_inputs()  # type: ignore[attr-defined]  (a previous request's leftovers)
+        then (`earlier`). The backend's start drops an earlier request's extraction; this request asks again."""
         self.prefilled, self.earlier, self.earlier_counts = None, None, None
-        return self.target.start(input_ids, False, attention_mask, prompt_logits)
+        committed = self.target.start(input_ids, False, attention_mask, prompt_logits)
+        self.target.capture_layer_inputs(self.layers)  # type: ignore[attr-defined]
+        return committed
 
     def _read(self, seen: None, count: int, want_hidden: bool) -> torch.Tensor | None:
         """Every forward takes what llama.cpp kept (so the next one starts empty) and keeps the features of any

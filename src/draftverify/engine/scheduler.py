@@ -203,12 +203,10 @@ class Scheduler:
         """new_tokens [B, max new] and sequences [B, max prompt + new] (each row's prompt and new tokens),
         right-padded with -1; logprobs: each row's (engine/logprobs.py), when some row asked."""
 
-        def grid(lists: list[list[int]]) -> torch.Tensor:
-            out = torch.full((len(lists), max((len(r) for r in lists), default=0)), -1, dtype=torch.long)
-            for b, r in enumerate(lists):
-                if r:
-                    out[b, : len(r)] = torch.tensor(r)
-            return out.to(input_ids.device)
+        def grid(lists: list[list[int]]) -> torch.Tensor:  # one tensor made from padded lists: one torch call
+            width = max((len(r) for r in lists), default=0)
+            padded = [r + [-1] * (width - len(r)) for r in lists]
+            return torch.tensor(padded, dtype=torch.long).reshape(len(lists), width).to(input_ids.device)
 
         return GenerationOutput(
             sequences=grid([p + n for p, n in zip(self.prompts, self.new)]),
