@@ -154,3 +154,22 @@ def test_translation_target_still_needs_train_targets(tmp_path):
         train_app, ["nat", "--target", str(tmp_path / "mt"), "--out", str(tmp_path / "run"), "--max-steps", "1"]
     )
     assert r.exit_code != 0 and "--train-targets" in r.output
+
+
+def test_data_seed_draws_the_prompts_whatever_the_training_seed(assets, tmp_path):
+    from draftverify.train import heads
+    from draftverify.train.frozen import load_frozen_target
+    from draftverify.train.settings import TrainError
+
+    def drawn(name: str, **kw) -> dict:
+        opts = _opts(assets, tmp_path / name, work_dir=str(tmp_path / name / "work"), **kw)
+        tok, target = load_frozen_target(opts)
+        _, splits = heads.greedy_data(opts, tok, target, tmp_path / name / "work", False, lambda line: None)
+        return {split: [r["prompt"] for r in records] for split, records in splits.items()}
+
+    shared_a, shared_b = drawn("a", seed=1, data_seed=7), drawn("b", seed=2, data_seed=7)
+    assert shared_a == shared_b  # one held-out set (and training set) for runs that differ in --seed only
+    assert drawn("c", seed=1) != drawn("d", seed=2)  # without it, --seed draws them
+    assert drawn("e", seed=7) == shared_a  # --data-seed N draws what --seed N would
+    with pytest.raises(TrainError, match="--data-seed"):
+        _opts(assets, tmp_path, data_seed=-1).validate()

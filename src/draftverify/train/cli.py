@@ -433,6 +433,7 @@ NAT_DECODER_ONLY = (
     "max_prompt_tokens",
     "new_tokens",
     "generate_batch",
+    "data_seed",
     "window",
     "cuts",
     "batch_size",

@@ -122,6 +122,11 @@ class NatFlags(FrozenDeviceFlags):
     max_prompt_tokens: int = shared(128, "Decoder-only: longest prompt.")
     new_tokens: int = shared(64, "Decoder-only: greedy tokens per prompt.")
     generate_batch: int = shared(64, "Decoder-only: prompts per generate call.")
+    data_seed: int | None = shared(
+        None,
+        "Decoder-only: seed the train and held-out prompts are drawn with (default: --seed); runs with different "
+        "--seed and one --data-seed score on the same held-out set.",
+    )
     window: int = option(64, "--window", "Decoder-only: W, the target hidden states the drafter reads.")
     cuts: int = shared(16, "Decoder-only: blocks per sequence per step.")
     batch_size: int = shared(8, "Decoder-only: sequences per step.")

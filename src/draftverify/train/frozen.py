@@ -28,6 +28,9 @@ class FrozenTarget:
                 raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.max_prompt_tokens < self.min_prompt_tokens:
             raise TrainError("--max-prompt-tokens must be >= --min-prompt-tokens")
+        data_seed = getattr(self, "data_seed", None)
+        if data_seed is not None and (isinstance(data_seed, bool) or not isinstance(data_seed, int) or data_seed < 0):
+            raise TrainError(f"--data-seed must be an integer >= 0, got {data_seed!r}")
         check_inputs(self)
 
 
@@ -65,6 +68,12 @@ class GreedyPrompts:
     max_prompt_tokens: int = shared(128)
     new_tokens: int = shared(64)
     generate_batch: int = shared(32)  # prompts per batched generate call (equal-length groups within it)
+    data_seed: Optional[int] = shared(None)  # None: --seed draws the prompts too
+
+    @property
+    def prompt_seed(self) -> int:
+        """The seed the training prompts are drawn with (the held-out ones: this + 1): --data-seed, else --seed."""
+        return self.seed if self.data_seed is None else self.data_seed  # type: ignore[attr-defined]
 
 
 @recipe_options
@@ -116,6 +125,7 @@ def fit_facts(opts, state: dict, measure: str) -> dict:
         "lr": opts.lr,
         "warmup_steps": opts.warmup_steps,
         "seed": opts.seed,
+        **({"data_seed": opts.data_seed} if getattr(opts, "data_seed", None) is not None else {}),
         measure: {"before": state["before"], "after": state["after"]},
     }
 

@@ -134,7 +134,7 @@ def greedy_data(opts, tok, target, work: Path, progress: bool, log: Callable[[st
     """The target's greedy continuations of corpus prompts: {"train": records, "val": records} and the cache header.
 
     opts: any recipe's options with target, tokenizer_dir, manifest, num_prompts, eval_prompts, min_prompt_tokens,
-    max_prompt_tokens, new_tokens, generate_batch and seed (`train heads`, `train nat` on a decoder-only target:
+    max_prompt_tokens, new_tokens, generate_batch and prompt_seed (`train heads`, `train nat` on a decoder-only target:
     the same settings give the same prompts, so one recipe's cached generations serve the other)."""
     vocab = align.check_compatible(opts.target, opts.target, tok)
     manifest = corpus_mod.load_manifest(opts.manifest)
@@ -154,7 +154,8 @@ def greedy_data(opts, tok, target, work: Path, progress: bool, log: Callable[[st
         "eos_token_id": eos,
     }
     splits = {}
-    for split, n, seed in (("train", opts.num_prompts, opts.seed), ("val", opts.eval_prompts, opts.seed + 1)):
+    first = opts.prompt_seed  # --data-seed, else --seed
+    for split, n, seed in (("train", opts.num_prompts, first), ("val", opts.eval_prompts, first + 1)):
         prompts = align.sample_prompts(manifest, tok, split, n, opts.min_prompt_tokens, opts.max_prompt_tokens, seed)
         prompts.sort(key=lambda p: len(p["prompt"]))  # neighbours share lengths: batches need no padding
         splits[split] = batched_continuations(
@@ -185,7 +186,7 @@ def greedy_features(
     """greedy_data's continuations (cached in `work`), then {split: build(split, its records, cache key)}: the
     header, the built splits and the seconds of each part. The cache key of a split's features (a recipe keeps
     them in a file and rebuilds them when the key differs): their `version`, the target's hash, the recipe's own
-    `key` fields, the split's record count and seed (val's is seed + 1)."""
+    `key` fields, the split's record count and prompt seed (val's is that + 1)."""
     t0 = time.time()
     header, splits = greedy_data(opts, tok, target, work, opts.use_progress, log)
     time_generation = time.time() - t0
@@ -197,7 +198,7 @@ def greedy_features(
             "target_sha256": header["target_sha256"],
             **key,
             "records": len(records),
-            "seed": opts.seed + (split == "val"),
+            "seed": opts.prompt_seed + (split == "val"),
         }
         built[split] = build(split, records, split_key)
     return header, built, time_generation, time.time() - t0

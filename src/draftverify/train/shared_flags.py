@@ -35,6 +35,11 @@ SHARED: dict[str, tuple[str, str]] = {
     "max_prompt_tokens": ("--max-prompt-tokens", "Longest prompt (tokens)."),
     "new_tokens": ("--new-tokens", "Greedy target tokens per prompt."),
     "generate_batch": ("--generate-batch", "Prompts per batched greedy generation call."),
+    "data_seed": (
+        "--data-seed",
+        "Seed the training and held-out prompts are drawn with (default: --seed); runs with different --seed and "
+        "one --data-seed train on the same prompts and score on the same held-out set.",
+    ),
     "cuts": ("--cuts", "Random cut points per sequence per step."),
     "seq_len": ("--seq-len", "Tokens per training window."),
     "max_tokens": ("--max-tokens", "Padded tokens per batch (the longer side)."),
