@@ -156,6 +156,23 @@ def test_translation_target_still_needs_train_targets(tmp_path):
     assert r.exit_code != 0 and "--train-targets" in r.output
 
 
+def test_a_flag_the_targets_kind_does_not_read_is_refused(assets, tmp_path):
+    from typer.testing import CliRunner
+
+    from draftverify.train.cli import train_app
+
+    (tmp_path / "mt").mkdir()
+    (tmp_path / "mt" / "config.json").write_text(json.dumps({"model_type": "marian", "is_encoder_decoder": True}))
+    out = ["--out", str(tmp_path / "run"), "--max-steps", "1"]
+    for target, flag, kind in (
+        (tmp_path / "mt", ["--data-seed", "3"], "translation model"),
+        (assets / "target", ["--max-tokens", "100"], "decoder-only LM"),
+    ):
+        r = CliRunner().invoke(train_app, ["nat", "--target", str(target), *flag, *out])
+        assert r.exit_code == 2, r.output
+        assert kind in r.output and flag[0] in r.output and "Traceback" not in r.output
+
+
 def test_data_seed_draws_the_prompts_whatever_the_training_seed(assets, tmp_path):
     from draftverify.train import heads
     from draftverify.train.frozen import load_frozen_target

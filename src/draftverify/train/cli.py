@@ -422,7 +422,7 @@ def distill_cmd(flags: DistillFlags) -> None:
     typer.echo(json.dumps({"split": flags.split, "sentences": n, "out": str(flags.out)}))
 
 
-# the nat command's flags that only one kind of target reads
+# the nat command's flags that only one kind of target reads (--data: both, as their corpus)
 NAT_TRANSLATION_ONLY = ("train_targets", "val_targets", "data", "src_lang", "tgt_lang", "max_tokens")
 NAT_DECODER_ONLY = (
     "manifest",
@@ -451,6 +451,13 @@ def nat_cmd(flags: NatFlags) -> None:
     target, warmup = flags.target, flags.warmup_steps
     config = target / "config.json"
     decoder_only = config.is_file() and not json.loads(config.read_text()).get("is_encoder_decoder", False)
+    unread = NAT_TRANSLATION_ONLY if decoder_only else NAT_DECODER_ONLY
+    defaults = {f.name: f.default for f in dataclasses.fields(flags)}
+    given = [name for name in unread if name != "data" and getattr(flags, name) != defaults[name]]
+    if given:
+        kind = "a decoder-only LM" if decoder_only else "a translation model"
+        names = ", ".join("--" + name.replace("_", "-") for name in given)
+        _fail(f"--target {target} is {kind}: its NAT recipe does not read {names} (leave them out)")
     if decoder_only:
         from .nat_lm import NatLMOptions, train
 
