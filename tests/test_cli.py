@@ -592,6 +592,19 @@ def test_zoo_heals_a_prompt_ending_in_a_newline_by_default_and_no_heal_does_not(
     assert streamed.exit_code == 0 and streamed.stdout == DOCSTRING_PROMPT + texts["--heal"] + "\n"
 
 
+def test_the_code_zoo_runs_earn_by_default_and_its_text_is_the_targets_greedy_text():
+    """Without --method, `generate --zoo code` runs the zoo's default (earn: each step the draft that earns most),
+    which is lossless: its text is the target's own greedy text."""
+    from draftverify.api import load
+
+    result = runner.invoke(app, ["generate", "--zoo", "code", "--prompt", "def fibonacci(n):", "-n", "24", "--json"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["method"] == "earn"
+    plain = load(zoo="code", method="autoregressive").generate("def fibonacci(n):", max_new_tokens=24, heal=True)
+    assert record["text"] == plain.text  # (a zoo heals the prompt's last token by default)
+
+
 def test_heal_is_off_without_a_zoo_unless_asked(model_dirs):  # noqa: F811
     from draftverify.api import load
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .errors import DraftVerifyError
 
-ZOO_DEFAULT_METHOD = "lookup_model"  # copying where code repeats, the draft model elsewhere (the code zoo)
+ZOO_DEFAULT_METHOD = "earn"  # each step the draft that earns most: suffix cache, prompt lookup or the draft model
 SETTINGS_NAME = "zoo.json"  # optional per-entry settings, e.g. {"default_method": "specdec"}
 
 

@@ -45,7 +45,7 @@ register_method(
 register_method(
     "lookup_model",
     "draftverify.drafters.lookup_model:LookupModelDrafter",
-    "copy from the context when its last n-gram recurs, else the draft model drafts (the code zoo's default)",
+    "copy from the context when its last n-gram recurs, else the draft model drafts",
     (LookupNgramOptions, LookupModelOptions),
     needs_draft=True,
 )
