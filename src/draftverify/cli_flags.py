@@ -101,16 +101,28 @@ def field_parameters(cls: type, leave_out: Collection[str] = ()) -> list[inspect
 
 class SettingsCommand:
     """A typer command whose flags are the fields of a settings dataclass; called with them, it passes the
-    function one instance."""
+    function one instance, and, to a function that takes a second parameter, the names of the fields whose flags
+    the command line gave (a value equal to the default included: what was typed, not what differs)."""
 
-    def __init__(self, func: Callable[[Any], Any], cls: type, leave_out: Collection[str]):
+    def __init__(self, func: Callable[..., Any], cls: type, leave_out: Collection[str]):
         self.func, self.cls = func, cls
+        self.passes_given = len(inspect.signature(func).parameters) == 2
         self.__name__, self.__doc__, self.__module__ = func.__name__, func.__doc__, func.__module__
-        self.__signature__ = inspect.Signature(field_parameters(cls, leave_out))
+        context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+        self.__signature__ = inspect.Signature([context, *field_parameters(cls, leave_out)])
         self.__annotations__ = {p.name: p.annotation for p in self.__signature__.parameters.values()}
 
-    def __call__(self, **kwargs: Any) -> Any:
-        return self.func(self.cls(**kwargs))
+    def __call__(self, ctx: typer.Context, **kwargs: Any) -> Any:
+        settings = self.cls(**kwargs)
+        if not self.passes_given:
+            return self.func(settings)
+        given = frozenset(name for name in kwargs if _from_command_line(ctx, name))
+        return self.func(settings, given)
+
+
+def _from_command_line(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
 
 
 def settings_command(cls: type, leave_out: Collection[str] = ()) -> Callable[[Callable[[Any], Any]], SettingsCommand]:

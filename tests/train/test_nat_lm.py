@@ -167,6 +167,7 @@ def test_a_flag_the_targets_kind_does_not_read_is_refused(assets, tmp_path):
     for target, flag, kind in (
         (tmp_path / "mt", ["--data-seed", "3"], "translation model"),
         (assets / "target", ["--max-tokens", "100"], "decoder-only LM"),
+        (assets / "target", ["--max-tokens", "2048"], "decoder-only LM"),  # given at its default: still refused
     ):
         r = CliRunner().invoke(train_app, ["nat", "--target", str(target), *flag, *out])
         assert r.exit_code == 2, r.output

@@ -442,7 +442,7 @@ NAT_DECODER_ONLY = (
 
 @train_app.command("nat")
 @settings_command(NatFlags)
-def nat_cmd(flags: NatFlags) -> None:
+def nat_cmd(flags: NatFlags, given: frozenset[str]) -> None:
     """SpecDec's NAT drafter on a frozen target: random prefix cuts, k mask slots, glancing. A translation target's
     drafter reads its encoder states (trained on `train distill` targets); a decoder-only target's reads its own
     hidden states (trained on its greedy continuations of corpus prompts)."""
@@ -452,11 +452,10 @@ def nat_cmd(flags: NatFlags) -> None:
     config = target / "config.json"
     decoder_only = config.is_file() and not json.loads(config.read_text()).get("is_encoder_decoder", False)
     unread = NAT_TRANSLATION_ONLY if decoder_only else NAT_DECODER_ONLY
-    defaults = {f.name: f.default for f in dataclasses.fields(flags)}
-    given = [name for name in unread if name != "data" and getattr(flags, name) != defaults[name]]
-    if given:
+    unread_given = [name for name in unread if name != "data" and name in given]
+    if unread_given:
         kind = "a decoder-only LM" if decoder_only else "a translation model"
-        names = ", ".join("--" + name.replace("_", "-") for name in given)
+        names = ", ".join("--" + name.replace("_", "-") for name in unread_given)
         _fail(f"--target {target} is {kind}: its NAT recipe does not read {names} (leave them out)")
     if decoder_only:
         from .nat_lm import NatLMOptions, train
