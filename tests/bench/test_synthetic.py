@@ -15,10 +15,12 @@ from draftverify.backends.gguf import converter_available, tools_built
 from draftverify.bench.synthetic import (
     SHAPES,
     Shape,
+    SideLengths,
     SyntheticVerifier,
     alpha_rates,
     conditional_rates,
     draft_shape,
+    render,
     run_synthetic,
 )
 from draftverify.cli import app
@@ -95,7 +97,10 @@ def test_the_shapes_are_the_published_ones_and_their_drafts_share_the_vocabulary
         (["--alpha", "1.5"], "--alpha takes numbers in [0, 1]"),
         (["--alpha", "x"], "--alpha takes a comma list of numbers"),
         (["--shapes", "gpt-9"], "unknown shape 'gpt-9'"),
-        (["--gamma", "0"], "--gamma must be a whole number >= 1"),
+        (["--gamma", "0"], "--gamma takes whole numbers >= 1 or auto"),
+        (["--gamma", "conf"], "--gamma takes whole numbers >= 1 or auto"),
+        (["--native-n-max", "auto"], "--native-n-max takes whole numbers >= 1, got 'auto'"),
+        (["--native-n-max", "2,-1"], "--native-n-max takes whole numbers >= 1, got -1"),
         (["--rounds", "0"], "--rounds must be a whole number >= 1"),
         (["--target-gguf", "q3_x"], "q3_x"),
     ],
@@ -115,13 +120,35 @@ def test_a_tiny_shape_through_both_loops(tmp_path, monkeypatch):
     monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path / "gguf"))
     tiny = {"tiny": Shape("qwen2", 64, 128, 2, 2, 1, 8192)}
     result = run_synthetic(
-        ("tiny",), ("q8_0",), (0.0, 1.0), gamma=3, rounds=1, num_prompts=2, max_new_tokens=12, known_shapes=tiny,
-        out=tmp_path / "out",
+        ("tiny",), ("q8_0",), (0.0, 1.0), SideLengths((3, "auto"), (3,)), rounds=1, num_prompts=2,
+        max_new_tokens=12, known_shapes=tiny, out=tmp_path / "out",
     )  # fmt: skip
     (cell,) = result["cells"]
     calls = cell["tokens_per_call"]
     for side in ("llamacpp:model[g=3]@{}", "llamacpp_native[draft-simple,n_max=3,p_min=0]@{}"):
         assert calls[side.format(0)] == pytest.approx(12 / 12, abs=0.1)  # a call per token (ours after prefill)
         assert calls[side.format(1)] >= 2.4  # gamma + 1 per call but where fewer tokens were left
-    assert len(cell["median_tokens_per_second"]) == 6
-    assert "| tiny | q8_0 | 1 |" in (tmp_path / "out" / "bench-synthetic.md").read_text()
+    assert calls["llamacpp:model[auto]@0"] == pytest.approx(1.0, abs=0.1)  # nothing is ever kept
+    assert len(cell["median_tokens_per_second"]) == 2 + 2 * 3
+    report = (tmp_path / "out" / "bench-synthetic.md").read_text()
+    assert "| tiny | q8_0 | 1 | n_max=3 |" in report and "steps/s at length 3" in report
+
+
+def test_each_sides_best_row_is_set_against_the_others_and_the_shared_length_compares_steps():
+    median = {"llamacpp:ours_autoregressive": 10.0, "llamacpp_native[plain]": 10.0,
+              "llamacpp:model[g=4]@0.5": 8.0, "llamacpp:model[auto]@0.5": 12.0,
+              "llamacpp_native[draft-simple,n_max=2,p_min=0]@0.5": 9.0,
+              "llamacpp_native[draft-simple,n_max=4,p_min=0]@0.5": 6.0}  # fmt: skip
+    calls = {k: 2.0 for k in median} | {"llamacpp:model[g=4]@0.5": 4.0}
+    result = {
+        "command": "c", "date": "d", "machine": {"cpu_model": "cpu", "cores": 2},
+        "settings": {"gammas": [4, "auto"], "native_n_max": [2, 4], "shared_length": 4, "alphas": [0.5],
+                     "rounds": 1, "threads": 2, "num_prompts": 1, "max_new_tokens": 8},
+        "cells": [{"shape": "s", "target_gguf": "q8_0", "median_tokens_per_second": median, "tokens_per_call": calls}],
+    }  # fmt: skip
+    from draftverify.markdown import markdown_table
+
+    line = next(x for x in render(result, markdown_table).splitlines() if x.startswith("| s | q8_0 | 0.5 |"))
+    # ours best (auto, 12.0) over llama.cpp's best (n_max=2, 9.0); at length 4: (8 / 4) / (6 / 2) steps/s
+    assert line == "| s | q8_0 | 0.5 | n_max=2 | 9.0 | 2.00 | auto | 12.0 | 2.00 | 1.33x | 0.67x |"
+    assert SideLengths((4, "auto"), (2, 4)).shared == 4 and SideLengths(("auto",), (2,)).shared is None

@@ -358,7 +358,15 @@ def bench_synthetic(
     alpha: str = typer.Option(
         "0.5,0.7,0.8,0.9", "--alpha", help="Comma list of acceptance rates: each drafted token kept with this chance."
     ),
-    gamma: int = typer.Option(4, "--gamma", help="Draft length on both sides (llama.cpp's --spec-draft-n-max)."),
+    gamma: str = typer.Option(
+        "4,auto",
+        "--gamma",
+        help="Comma list of our draft lengths: whole numbers, or auto (the cost model's length from this run's "
+        "measured acceptance and verify cost).",
+    ),
+    native_n_max: str = typer.Option(
+        "2,4", "--native-n-max", help="Comma list of llama.cpp's draft lengths (its --spec-draft-n-max)."
+    ),
     rounds: int = typer.Option(3, "--rounds", help="Rounds over the prompts; speeds are medians."),
     num_prompts: int = typer.Option(4, "--num-prompts", min=1),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", "-n", min=1),
@@ -369,9 +377,12 @@ def bench_synthetic(
     """Our loop against llama.cpp's on random-weight models with the shapes of common small models, acceptance
     drawn at the same rates on both sides (benchmarking only: the text is not the target's)."""
     from .config import parse_names
-    from .synthetic import run_synthetic
+    from .synthetic import SideLengths, run_synthetic
 
     command = recorded_command(ctx)
+
+    def lengths(flag: str, text: str) -> tuple:
+        return tuple(int(x) if x.lstrip("-").isdigit() else x for x in parse_names(flag, text))
 
     def run() -> dict:
         try:
@@ -382,7 +393,7 @@ def bench_synthetic(
             parse_names("--shapes", shapes),
             parse_names("--target-gguf", target_gguf),
             alphas,
-            gamma,
+            SideLengths(lengths("--gamma", gamma), lengths("--native-n-max", native_n_max)),
             rounds,
             num_prompts,
             max_new_tokens,

@@ -10,13 +10,18 @@ shape's vocabulary. The weights say nothing, so acceptance is synthetic on both 
 - llama.cpp: `llama-server --spec-type draft-simple --spec-draft-p-min 0 --spec-synth-rates r1,...,rG`, which
   accepts draft position i (given the ones before it kept) with probability r_i / r_(i-1) and then appends the
   target's own token (tools/server/server-context.cpp, server_sample_and_accept_synth);
-- ours: `model` at the fixed draft length G on the llama.cpp backend, verified by SyntheticVerifier with the same
-  rates and rule. SyntheticVerifier is not registered as a verifier: `generate` and `serve` cannot reach it, since
-  its text is not the target's.
+- ours: `model` on the llama.cpp backend at each of our draft lengths (a fixed G, or `auto`: the cost model's
+  length from this run's measured acceptance and verify cost), verified by SyntheticVerifier with the same rates and
+  rule. SyntheticVerifier is not registered as a verifier: `generate` and `serve` cannot reach it, since its text
+  is not the target's.
 
 rates: r_i = alpha ** i for each --alpha (i = 1..G): alpha is the chance each drafted token is kept given the one
 before it was, as in Leviathan et al.'s analysis (expected tokens per target call (1 - alpha^(G+1)) / (1 - alpha)).
 Both sides generate exactly --max-new-tokens per prompt (EOS ignored: a random model may emit it anywhere).
+
+Each side runs its own settings (llama.cpp: --spec-draft-n-max values; ours: draft lengths), and the table sets each
+side's fastest row per acceptance rate against the other's, and the two rows at the one length both ran side by
+side in steps per second (what a step of draft and verify costs each loop).
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ from typing import Callable
 
 import torch
 
+from ..draft_length import MAX_GAMMA
 from ..errors import DraftVerifyError
 from ..sampling import argmax_lists
 from ..types import Draft, SamplingParams, Verdict
 from ..verifiers.base import Verifier
+from .config import GammaSpec
 from .folders import SPEED
 from .native_spec import FAMILY as NATIVE
 from .runners import OursRunner
@@ -168,8 +175,29 @@ class SyntheticRunner(OursRunner):
         return SyntheticVerifier(self.rates, self.draw)
 
 
-def build_rows(target: Path, draft: Path, alphas, gamma: int, threads: int, n_ctx: int, flash_attn: bool) -> list:
-    """Both sides' plain rows and, per alpha, ours and llama.cpp's synthetic rows (llama-servers started)."""
+def ours_name(gamma: GammaSpec, alpha: float) -> str:
+    return f"llamacpp:model[{gamma_label(gamma)}]@{alpha:g}"
+
+
+def native_name(n_max: int, alpha: float) -> str:
+    return f"{NATIVE}[draft-simple,n_max={n_max},p_min=0]@{alpha:g}"
+
+
+def gamma_label(gamma: GammaSpec) -> str:
+    return f"g={gamma}" if isinstance(gamma, int) else str(gamma)
+
+
+def build_rows(
+    target: Path,
+    draft: Path,
+    alphas,
+    lengths: SideLengths,
+    threads: int,
+    n_ctx: int,
+    flash_attn: bool,
+) -> list:
+    """Both sides' plain rows and, per alpha, ours at each of our draft lengths and llama.cpp's at each n_max
+    (llama-servers started)."""
     from ..backends.gguf import SERVER, tools_dir
     from ..backends.llamacpp import GGUFModel, LlamaCppLM
     from ..methods import MethodOptions, build_drafter
@@ -192,18 +220,42 @@ def build_rows(target: Path, draft: Path, alphas, gamma: int, threads: int, n_ct
     rows.append(server(f"{NATIVE}[plain]", []))
     model = build_drafter("model", target_lm, MethodOptions(draft_model=draft_lm, lookup_tokens=0))
     for alpha in alphas:
-        rates = alpha_rates(alpha, gamma)
-        rows.append(
-            SyntheticRunner(
-                f"llamacpp:model[g={gamma}]@{alpha:g}", "model", gamma=gamma, drafter=model, rates=rates, **common
-            )
-        )
-        spec = ["--spec-type", "draft-simple", "--spec-draft-model", str(draft)]
-        spec += ["--spec-draft-threads", str(threads), "--spec-draft-threads-batch", str(threads)]
-        spec += ["--spec-draft-n-max", str(gamma), "--spec-draft-p-min", "0"]
-        spec += ["--spec-synth-rates", ",".join(f"{r:.6f}" for r in rates)]
-        rows.append(server(f"{NATIVE}[draft-simple,n_max={gamma},p_min=0]@{alpha:g}", spec))
+        for gamma in lengths.ours:
+            rates = alpha_rates(alpha, gamma if isinstance(gamma, int) else MAX_GAMMA)
+            name = ours_name(gamma, alpha)
+            rows.append(SyntheticRunner(name, "model", gamma=gamma, drafter=model, rates=rates, **common))
+        for n_max in lengths.native:
+            spec = ["--spec-type", "draft-simple", "--spec-draft-model", str(draft)]
+            spec += ["--spec-draft-threads", str(threads), "--spec-draft-threads-batch", str(threads)]
+            spec += ["--spec-draft-n-max", str(n_max), "--spec-draft-p-min", "0"]
+            spec += ["--spec-synth-rates", ",".join(f"{r:.6f}" for r in alpha_rates(alpha, n_max))]
+            rows.append(server(native_name(n_max, alpha), spec))
     return rows
+
+
+@dataclass(frozen=True)
+class SideLengths:
+    """Each side's draft-length settings: ours (fixed lengths or `auto`) and llama.cpp's --spec-draft-n-max values.
+    Raises DraftVerifyError (one line) on a length that is not a whole number >= 1 (or auto, ours)."""
+
+    ours: tuple[GammaSpec, ...] = (4, "auto")
+    native: tuple[int, ...] = (2, 4)
+
+    def __post_init__(self) -> None:
+        for flag, values, words in (("--gamma", self.ours, ("auto",)), ("--native-n-max", self.native, ())):
+            if not values:
+                raise DraftVerifyError(f"{flag} needs at least one draft length")
+            for value in values:
+                whole = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+                if not whole and value not in words:
+                    also = " or auto (the cost model's length)" if words else ""
+                    raise DraftVerifyError(f"{flag} takes whole numbers >= 1{also}, got {value!r}")
+
+    @property
+    def shared(self) -> int | None:
+        """The longest fixed length both sides run (their loops compared step for step there), None if none."""
+        both = set(self.native) & {g for g in self.ours if isinstance(g, int)}
+        return max(both) if both else None
 
 
 def check_alphas(alphas: tuple[float, ...]) -> None:
@@ -215,7 +267,7 @@ def run_synthetic(
     shapes: tuple[str, ...] = tuple(SHAPES),
     target_ggufs: tuple[str, ...] = ("q8_0", "q4_k_m"),
     alphas: tuple[float, ...] = (0.5, 0.7, 0.8, 0.9),
-    gamma: int = 4,
+    lengths: SideLengths = SideLengths(),
     rounds: int = 3,
     num_prompts: int = 4,
     max_new_tokens: int = 64,
@@ -247,8 +299,6 @@ def run_synthetic(
     for gguf in target_ggufs:
         check_gguf_type(gguf, "--target-gguf", "target")
     check_alphas(alphas)
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise DraftVerifyError(f"--gamma must be a whole number >= 1, got {gamma!r}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise DraftVerifyError(f"--rounds must be a whole number >= 1, got {rounds!r}")
     threads = threads or torch.get_num_threads()
@@ -272,7 +322,8 @@ def run_synthetic(
         "command": command,
         "date": environment.now(),
         "machine": environment.machine(),
-        "settings": {"gamma": gamma, "alphas": list(alphas), "rounds": rounds, "threads": threads,
+        "settings": {"gammas": list(lengths.ours), "native_n_max": list(lengths.native),
+                     "shared_length": lengths.shared, "alphas": list(alphas), "rounds": rounds, "threads": threads,
                      "num_prompts": len(chosen), "max_new_tokens": max_new_tokens},
         "cells": cells,
     }  # fmt: skip
@@ -284,8 +335,8 @@ def run_synthetic(
         draft = gguf_for(draft_dir, DEFAULT_DRAFT_GGUF, source)
         for gguf in target_ggufs:
             target = gguf_for(target_dir, gguf, source)
-            n_ctx = max(ids.shape[1] for _, ids in chosen) + max_new_tokens + gamma + 16
-            rows = build_rows(target, draft, alphas, gamma, threads, n_ctx, FLASH_ATTENTION)
+            n_ctx = max(ids.shape[1] for _, ids in chosen) + max_new_tokens + MAX_GAMMA + 16
+            rows = build_rows(target, draft, alphas, lengths, threads, n_ctx, FLASH_ATTENTION)
             try:
                 per_round, calls = [], []
                 for r in range(rounds):
@@ -319,47 +370,51 @@ def run_synthetic(
 
 def render(result: dict, markdown_table) -> str:
     s = result["settings"]
+    shared = s["shared_length"]
+    ours_lengths = ", ".join(gamma_label(g) for g in s["gammas"])
     lines = [
         "# Synthetic acceptance at the sizes users run",
         "",
         f"`{result['command']}`",
         "",
         f"{result['date']}; {result['machine']['cpu_model']} ({result['machine']['cores']} cores), {s['threads']} "
-        f"threads; {s['num_prompts']} HumanEval prompts x {s['max_new_tokens']} tokens, draft length {s['gamma']} on "
-        f"both sides; {s['rounds']} rounds, rows interleaved prompt by prompt; tok/s is the median round. Random "
-        "weights: acceptance is drawn, each drafted token kept with chance alpha given the one before it kept. "
-        "Steps/s (tok/s over tokens per target call) sets aside how many tokens each side's draws happened to keep: "
-        "what a step of draft and verify costs each loop.",
+        f"threads; {s['num_prompts']} HumanEval prompts x {s['max_new_tokens']} tokens; ours `model` at "
+        f"{ours_lengths}, llama.cpp's draft-simple at n_max {', '.join(map(str, s['native_n_max']))}; "
+        f"{s['rounds']} rounds, rows interleaved prompt by prompt; tok/s is the median round. Random weights: "
+        "acceptance is drawn, each drafted token kept with chance alpha given the one before it kept. Each side's "
+        "fastest row per alpha is set against the other's."
+        + (
+            f" The last column compares the two rows at the length both ran ({shared}) in steps per second (tok/s "
+            "over tokens per target call): what a step of draft and verify costs each loop, setting aside how many "
+            "tokens each side's draws happened to keep."
+            if shared
+            else ""
+        ),
         "",
     ]
-    head = [
-        "shape",
-        "target",
-        "alpha",
-        "llama.cpp tok/s",
-        "tokens/call",
-        "ours tok/s",
-        "tokens/call",
-        "ours / llama.cpp",
-        "steps/s, ours / llama.cpp",
-    ]
+    head = ["shape", "target", "alpha", "llama.cpp best", "tok/s", "tokens/call", "ours best", "tok/s",
+            "tokens/call", "ours / llama.cpp"]  # fmt: skip
+    if shared:
+        head.append(f"steps/s at length {shared}, ours / llama.cpp")
     body = []
     for c in result["cells"]:
         median, calls = c["median_tokens_per_second"], c["tokens_per_call"]
         ours_plain, native_plain = "llamacpp:ours_autoregressive", f"{NATIVE}[plain]"
+        ratio = median[ours_plain] / median[native_plain]
         body.append(
-            [c["shape"], c["target_gguf"], "plain", f"{median[native_plain]:.1f}", "1.00", f"{median[ours_plain]:.1f}",
-             "1.00", f"{median[ours_plain] / median[native_plain]:.2f}x",
-             f"{median[ours_plain] / median[native_plain]:.2f}x"]
+            [c["shape"], c["target_gguf"], "plain", "plain", f"{median[native_plain]:.1f}", "1.00", "plain",
+             f"{median[ours_plain]:.1f}", "1.00", f"{ratio:.2f}x"] + ([f"{ratio:.2f}x"] if shared else [])
         )  # fmt: skip
         for alpha in s["alphas"]:
-            ours = f"llamacpp:model[g={s['gamma']}]@{alpha:g}"
-            native = f"{NATIVE}[draft-simple,n_max={s['gamma']},p_min=0]@{alpha:g}"
-            body.append(
-                [c["shape"], c["target_gguf"], f"{alpha:g}", f"{median[native]:.1f}", f"{calls[native]:.2f}",
-                 f"{median[ours]:.1f}", f"{calls[ours]:.2f}", f"{median[ours] / median[native]:.2f}x",
-                 f"{median[ours] / calls[ours] / (median[native] / calls[native]):.2f}x"]
-            )  # fmt: skip
+            native = max((native_name(n, alpha) for n in s["native_n_max"]), key=lambda row: median[row])
+            ours = max((ours_name(g, alpha) for g in s["gammas"]), key=lambda row: median[row])
+            row = [c["shape"], c["target_gguf"], f"{alpha:g}", f"n_max={native.split('n_max=')[1].split(',')[0]}",
+                   f"{median[native]:.1f}", f"{calls[native]:.2f}", ours.split("[")[1].split("]")[0],
+                   f"{median[ours]:.1f}", f"{calls[ours]:.2f}", f"{median[ours] / median[native]:.2f}x"]  # fmt: skip
+            if shared:
+                mine, theirs = ours_name(shared, alpha), native_name(shared, alpha)
+                row.append(f"{median[mine] / calls[mine] / (median[theirs] / calls[theirs]):.2f}x")
+            body.append(row)
     lines += markdown_table(head, body)
     lines.append("")
     return "\n".join(lines)
