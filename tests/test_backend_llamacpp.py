@@ -14,6 +14,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -466,6 +468,21 @@ def test_keeping_something_that_is_not_a_branch_is_refused(tiny):
             torch.tensor([[7, 40, 41]]),
             attention_mask=torch.tensor([[True, False, False], [True, True, False], [False, True, True]]),
         )
+
+
+def test_models_and_contexts_alive_at_exit_end_the_process_quietly(tiny):
+    """Objects still referenced when Python exits are collected after llama_cpp's module is torn down: their
+    finalizers must not call into it (no 'Exception ignored in ... __del__' on stderr)."""
+    script = (
+        "import sys\n"
+        "from draftverify.backends.llamacpp import GGUFModel, LlamaCppLM\n"
+        f"model = GGUFModel({str(tiny['target'].path)!r})\n"
+        "lm = LlamaCppLM(model, role='target', threads=1)\n"
+        "lm.start(__import__('torch').tensor([[5, 17, 99]])); lm.forward([[7]])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 def test_no_hidden_states(tiny):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import sys
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,7 +223,7 @@ class GGUFModel:
         return buf.value.decode("utf-8", "replace") if n >= 0 else None
 
     def __del__(self):
-        if getattr(self, "ptr", None):
+        if getattr(self, "ptr", None) and not sys.is_finalizing():  # at exit llama_cpp's functions may be gone
             self.lib.llama_model_free(self.ptr)
             self.ptr = None
 
@@ -907,7 +908,7 @@ class LlamaCppLM(LlamaCppRows):
 
     def __del__(self):
         lib = getattr(self, "lib", None)
-        if lib is None:
+        if lib is None or sys.is_finalizing():  # at exit llama_cpp's functions may be gone; the process frees all
             return
         if getattr(self, "batch", None) is not None:
             lib.llama_batch_free(self.batch)
