@@ -268,13 +268,17 @@ def test_a_conf_row_keeps_its_policy_across_prompts_one_per_temperature(model_di
     hooks = install_hooks(models)
     runner = next(r for r in build_runners(config, models, hooks)[0] if r.name == "model[conf]")
     ids = models.tokenizer("def add(a, b):\n", return_tensors="pt").input_ids
+    curve = {1: 0.010, 2: 0.011, 4: 0.012, 8: 0.020, 16: 0.040, 32: 0.080}  # as a llama.cpp target measures it
+    runner.target.cost_curve = lambda: curve
     runner.run(ids, 0.0, 0, 12)
     policy = runner.policies.get("conf", 0.0)
+    assert policy.costs.seeded  # as a Pipeline's: from the target's measured curve, before the first step
     calls = policy.costs.calls
     runner.run(ids, 0.0, 0, 12)
     hooks.remove()
     assert runner.policies.get("conf", 0.0) is policy and policy.costs.calls > calls
     assert runner.policies.get("conf", 1.0) is not policy
+    assert runner.policies.get("conf", 1.0).costs is policy.costs  # one StepCosts for the row, as a Pipeline's
 
 
 def test_an_eagle3_head_gives_chain_and_tree_rows_that_keep_the_greedy_text(model_dir, tmp_path):

@@ -18,7 +18,7 @@ from transformers import GenerationConfig, PreTrainedModel
 from ..backends.hf.cached_lm import CachedLM
 from ..backends.hf.compiled_widths import WIDTH_BUCKETS, bucket
 from ..compiling import compiled_models, max_verify_width
-from ..draft_length import KeptPolicies
+from ..draft_length import KeptPolicies, StepCosts
 from ..drafters.base import Drafter
 from ..loop import generate
 from ..methods import MethodOptions, build_verifier
@@ -220,8 +220,10 @@ class OursRunner(Runner):
     options: MethodOptions = field(default_factory=MethodOptions)
     hooks: Hooks | None = None
     eos_token_id: int | None = None
-    # gamma auto / conf: one policy per temperature, kept across this row's prompts as a Pipeline keeps it
-    policies: KeptPolicies = field(default_factory=KeptPolicies, repr=False)
+    # gamma auto / conf: one policy per temperature, kept across this row's prompts as a Pipeline keeps them (one
+    # StepCosts for the row, seeded from the target's measured cost curve where it has one: llama.cpp); made at the
+    # row's first generation (its warm-up), when the target is known
+    policies: KeptPolicies | None = field(default=None, repr=False)
     # True: each prompt on its own (the main bench). False: the drafter keeps what earlier prompts taught it (the
     # suffix cache) until the next round, as a server keeps it across requests: bench native, beside llama-server's
     # n-gram caches, which live as long as the server
@@ -281,8 +283,11 @@ class OursRunner(Runner):
         # cross-request cache is measured by bench replay)
         if self.forget_each_prompt:
             self.drafter.forget()
-        started = perf_counter()
+        if self.policies is None:
+            context = getattr(self.target, "max_positions", None)
+            self.policies = KeptPolicies(StepCosts(), context, getattr(self.target, "cost_curve", None))
         gamma = self.policies.get(self.gamma if self.gamma is not None else 1, temperature)
+        started = perf_counter()
         out = generate(
             self.target,
             self.drafter,
