@@ -55,6 +55,8 @@ _PAGES: dict[str, tuple[tuple[str, ...], ...]] = {
         ("earn-llamacpp-f32-coding", "benchmarks/draft-policy/earn-llamacpp-f32-coding.md"),
         ("earn-hf-math", "benchmarks/draft-policy/earn-hf-math.md"),
         ("earn-llamacpp-f32-math", "benchmarks/draft-policy/earn-llamacpp-f32-math.md"),
+        ("earn-llamacpp-q8_0-coding", "benchmarks/draft-policy/earn-llamacpp-q8_0-coding.md"),
+        ("earn-llamacpp-q8_0-math", "benchmarks/draft-policy/earn-llamacpp-q8_0-math.md"),
         ("llamacpp-time-split", "benchmarks/cost/llamacpp-time-split.md"),
         ("llamacpp-time-split-widths", "benchmarks/cost/llamacpp-time-split.md", "## Verify forwards by width"),
         ("draft-second-opinions", "benchmarks/draft-policy/draft-second-opinions-from-100.md"),
