@@ -406,11 +406,12 @@ def render(result: dict, markdown_table) -> str:
              f"{median[ours_plain]:.1f}", "1.00", f"{ratio:.2f}x"] + ([f"{ratio:.2f}x"] if shared else [])
         )  # fmt: skip
         for alpha in s["alphas"]:
-            native = max((native_name(n, alpha) for n in s["native_n_max"]), key=lambda row: median[row])
-            ours = max((ours_name(g, alpha) for g in s["gammas"]), key=lambda row: median[row])
-            row = [c["shape"], c["target_gguf"], f"{alpha:g}", f"n_max={native.split('n_max=')[1].split(',')[0]}",
-                   f"{median[native]:.1f}", f"{calls[native]:.2f}", ours.split("[")[1].split("]")[0],
-                   f"{median[ours]:.1f}", f"{calls[ours]:.2f}", f"{median[ours] / median[native]:.2f}x"]  # fmt: skip
+            n_max = max(s["native_n_max"], key=lambda n: median[native_name(n, alpha)])
+            gamma = max(s["gammas"], key=lambda g: median[ours_name(g, alpha)])
+            native, ours = native_name(n_max, alpha), ours_name(gamma, alpha)
+            row = [c["shape"], c["target_gguf"], f"{alpha:g}", f"n_max={n_max}", f"{median[native]:.1f}",
+                   f"{calls[native]:.2f}", gamma_label(gamma), f"{median[ours]:.1f}", f"{calls[ours]:.2f}",
+                   f"{median[ours] / median[native]:.2f}x"]  # fmt: skip
             if shared:
                 mine, theirs = ours_name(shared, alpha), native_name(shared, alpha)
                 row.append(f"{median[mine] / calls[mine] / (median[theirs] / calls[theirs]):.2f}x")
