@@ -8,9 +8,9 @@ import pytest
 from bench_fixtures import model_dir  # noqa: F401  (fixtures)
 from typer.testing import CliRunner
 
-from draftverify.backends.gguf import converter_available
+from draftverify.backends.gguf import converter_available, tools_built
 from draftverify.bench import llamacpp
-from draftverify.bench.overhead_llamacpp import BARE
+from draftverify.bench.overhead_llamacpp import BARE, SERVER_ROW
 from draftverify.cli import app
 
 
@@ -89,9 +89,20 @@ def test_on_llamacpp_it_splits_each_runners_time_at_llama_decode_beside_a_bare_l
     ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    rows = {r["runner"]: r for r in json.loads((tmp_path / "loop-overhead-llamacpp.json").read_text())["rows"]}
+    result = json.loads((tmp_path / "loop-overhead-llamacpp.json").read_text())
+    rows = {r["runner"]: r for r in result["rows"]}
+    server = rows.pop(SERVER_ROW, None)
     assert list(rows) == [BARE, "autoregressive", "prompt_lookup", "model"]
     bare, plain = rows[BARE], rows["autoregressive"]
+    text = (tmp_path / "loop-overhead-llamacpp.md").read_text()
+    if tools_built():  # llama.cpp's own llama-server on the same file: the same greedy tokens, its own time
+        assert server is not None and server["same_tokens"] and server["new_tokens"] == bare["new_tokens"]
+        assert server["decode_s"] is None and server["wall_s"] > 0
+        assert result["server"]["bare_vs_server"] == pytest.approx(bare["tok_s"] / server["tok_s"])
+        assert result["server"]["autoregressive_vs_server"] == pytest.approx(plain["tok_s"] / server["tok_s"])
+        assert f"| {SERVER_ROW} | {server['new_tokens']} |" in text and "the bare loop at **" in text
+    else:
+        assert server is None and result["server"] is None and f"No {SERVER_ROW} row:" in text
     assert bare["vs_bare"] == 1.0 and bare["steps"] == bare["new_tokens"]
     assert plain["new_tokens"] == bare["new_tokens"] and plain["steps"] == plain["new_tokens"]
     for row in rows.values():

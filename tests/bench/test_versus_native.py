@@ -18,6 +18,7 @@ from draftverify.bench.versus_native import (
     OURS_PLAIN,
     exact_rows,
     pick_finalists,
+    render,
     summarize,
 )
 from draftverify.cli import app
@@ -65,6 +66,18 @@ def test_the_best_rows_are_the_finalists_with_the_highest_median_round():
     assert got["best"]["ratio"] == 1.5 and got["best"]["low"] == 1.2 and got["best"]["high"] == 2.6
     assert got["plain"] == {"ours": OURS_PLAIN, "peer": NATIVE_PLAIN, "ratio": 1.0, "low": 0.9, "high": 1.1}
     assert summarize(rounds, [FAST])["best"] is None  # no native finalist: no ratio
+
+
+def test_a_cell_without_an_exact_row_of_ours_still_names_llama_cpps_best_row():
+    rounds = [{OURS_PLAIN: 9.0, NATIVE_PLAIN: 10.0, NATIVE_FAST: 20.0, NATIVE_SLOW: 15.0}] * 3
+    finalists = [NATIVE_SLOW, NATIVE_FAST]  # none of ours: every one of our rows wrote another text somewhere
+    cell = {"target_gguf": "q4_k_m", "prompts": "humaneval", "num_prompts": 2, "finalists": finalists, "sweep": []}
+    cell |= {"rounds": rounds, "exact": {row: True for row in rounds[0]}, **summarize(rounds, finalists)}
+    settings = {"threads": 2, "num_prompts": 2, "max_new_tokens": 8, "finalists": 2, "rounds": 3}
+    machine = {"cpu_model": "cpu", "cores": 2}
+    text = render({"command": "c", "date": "d", "machine": machine, "settings": settings, "cells": [cell]})
+    row = next(line for line in text.splitlines() if line.startswith("| q4_k_m"))
+    assert f"`{NATIVE_FAST}` | 20.0 | none exact | - | - |" in row
 
 
 def test_the_sweep_names_every_native_setting_once_and_each_parses():

@@ -4,7 +4,12 @@ prompt by prompt, greedy.
 
 Time inside llama_decode is read off backends.llamacpp.DECODE_CLOCK (every context of the process: the target's
 and a draft model's); the rest of a generation's wall time (ids in, ids out: `Pipeline.generate_ids`) is the
-loop's own, drafters' Python included. The bare loop's rest is what any Python loop over llama-cpp-python pays."""
+loop's own, drafters' Python included. The bare loop's rest is what any Python loop over llama-cpp-python pays.
+
+With llama.cpp's tools built (scripts/build_llama_cpp_tools.sh), llama.cpp's own `llama-server` decodes the same
+prompts too (one greedy /completion each, its own prompt_ms + predicted_ms, as `bench native` times it), so the file
+splits our distance from llama.cpp's plain decoding in two: our loop beside the bare loop, and any Python loop over
+llama-cpp-python's library beside llama.cpp's own binary."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ if TYPE_CHECKING:
 
 DEFAULT_METHODS = ("autoregressive", "prompt_lookup", "suffix", "model")
 BARE = "bare ctypes loop"
+SERVER_ROW = "llama.cpp's llama-server"
 
 
 def render(result: dict) -> str:
@@ -27,6 +33,7 @@ def render(result: dict) -> str:
 
     rows = []
     for r in result["rows"]:
+        split = r["decode_s"] is not None  # llama-server's own time is not split at llama_decode
         rows.append(
             [
                 r["runner"],
@@ -34,10 +41,10 @@ def render(result: dict) -> str:
                 str(r["steps"]),
                 f"{r['tok_s']:.1f}",
                 f"{r['ms_per_token']:.3f}",
-                f"{r['decode_ms_per_token']:.3f}",
-                f"{r['outside_ms_per_token']:.3f}",
-                f"{r['outside_us_per_step']:.0f}",
-                f"{r['outside_share']:.1f}%",
+                f"{r['decode_ms_per_token']:.3f}" if split else "-",
+                f"{r['outside_ms_per_token']:.3f}" if split else "-",
+                f"{r['outside_us_per_step']:.0f}" if split else "-",
+                f"{r['outside_share']:.1f}%" if split else "-",
                 f"**{r['vs_bare']:.3f}x**",
                 "yes" if r["same_tokens"] else "no",
             ]
@@ -73,13 +80,48 @@ def render(result: dict) -> str:
         "the logits (bench/bare_loop.py): what it spends outside llama_decode, any Python loop over the library "
         "spends.",
         "",
+        _server_note(result),
+        "",
     ]
     return "\n".join(lines)
 
 
-def _row(name: str, tokens: int, steps: int, wall: float, decode: float, same: bool, bare_tok_s: float) -> dict:
-    outside = wall - decode
+def _server_note(result: dict) -> str:
+    server = result.get("server")
+    if not server:
+        return f"No {SERVER_ROW} row: {result.get('server_skipped') or 'not run'}."
+    ours = server["autoregressive_vs_server"]
+    return (
+        f"The last row, {SERVER_ROW}, is llama.cpp's own `{server['binary']}` (built from the vendored source by "
+        "scripts/build_llama_cpp_tools.sh) on the same file and threads, one greedy `/completion` per prompt with "
+        "`n_predict` = the tokens asked, timed by its own `prompt_ms` + `predicted_ms` (HTTP not counted), as "
+        "`draftverify bench native` times it: "
+        + (f"our `autoregressive` runs at **{ours:.3f}x** its tok/s, " if ours is not None else "")
+        + f"the bare loop at **{server['bare_vs_server']:.3f}x**."
+    )
+
+
+def _row(name: str, tokens: int, steps: int, wall: float, decode: float | None, same: bool, bare_tok_s: float) -> dict:
+    """One runner's totals; decode None (llama-server: its time is not split at llama_decode) leaves the split
+    columns None."""
     tok_s = tokens / wall
+    if decode is None:
+        return {
+            "runner": name,
+            "new_tokens": tokens,
+            "steps": steps,
+            "wall_s": wall,
+            "decode_s": None,
+            "tok_s": tok_s,
+            "ms_per_token": 1000 * wall / tokens,
+            "decode_ms_per_token": None,
+            "outside_ms_per_token": None,
+            "outside_us_per_step": None,
+            "outside_share": None,
+            "vs_bare": tok_s / bare_tok_s if bare_tok_s else 1.0,
+            "same_tokens": same,
+        }
+    outside = wall - decode
     return {
         "runner": name,
         "new_tokens": tokens,
@@ -141,13 +183,20 @@ def run_overhead_llamacpp(
     first = next(iter(pipes.values()))
     gguf = Path(first.target.model.path)
     bare = BareLoop(gguf, threads)
+    server, skipped = _start_server(gguf, threads, first.target)
     eos = first.eos_token_id
     eos_ids = {eos} if isinstance(eos, int) else set(eos or ())
     ids = [first.tokenizer(p.text).input_ids for p in prompts]
     params = SamplingParams()
 
-    totals: dict[str, dict[str, float]] = {n: dict(tokens=0, steps=0, wall=0.0, decode=0.0) for n in [BARE, *pipes]}
-    same = {n: True for n in pipes}
+    names = [BARE, *pipes, *([SERVER_ROW] if server is not None else [])]
+    totals: dict[str, dict[str, float]] = {n: dict(tokens=0, steps=0, wall=0.0, decode=0.0) for n in names}
+    same = {n: True for n in names if n != BARE}
+
+    def served(prompt: list[int], limit: int) -> tuple[list[int], float]:
+        reply = server.complete(prompt, limit)
+        seconds = (reply["timings"]["prompt_ms"] + reply["timings"]["predicted_ms"]) / 1000
+        return [int(t) for t in reply["tokens"]][:limit], seconds
 
     def ours(pipe, prompt: list[int], limit: int) -> tuple[list[int], int, float, float]:
         seconds, started = DECODE_CLOCK.seconds, perf_counter()
@@ -158,6 +207,8 @@ def run_overhead_llamacpp(
     for pipe in pipes.values():  # warm-up: first calls allocate, convert and page the files in
         ours(pipe, ids[0], 8)
     bare.generate(ids[0], 8, eos_ids)
+    if server is not None:
+        served(ids[0], 8)
     for _ in range(rounds):
         for prompt in ids:
             started = perf_counter()
@@ -175,10 +226,27 @@ def run_overhead_llamacpp(
                 t["tokens"] += len(got)
                 t["steps"] += steps
                 same[method] = same[method] and got == expected
+            if server is not None:
+                got, wall = served(prompt, new_tokens)
+                t = totals[SERVER_ROW]
+                t["wall"] += wall
+                t["tokens"] += len(got)
+                t["steps"] += len(got)
+                same[SERVER_ROW] = same[SERVER_ROW] and _without_eos(got, eos_ids) == _without_eos(expected, eos_ids)
     bare.close()
+    if server is not None:
+        server.close()
     bare_tok_s = totals[BARE]["tokens"] / totals[BARE]["wall"]
     rows = [
-        _row(n, int(t["tokens"]), int(t["steps"]), t["wall"], t["decode"], same.get(n, True), bare_tok_s)
+        _row(
+            n,
+            int(t["tokens"]),
+            int(t["steps"]),
+            t["wall"],
+            None if n == SERVER_ROW else t["decode"],
+            same.get(n, True),
+            bare_tok_s,
+        )
         for n, t in totals.items()
     ]
     result = {
@@ -191,5 +259,47 @@ def run_overhead_llamacpp(
         "max_new_tokens": new_tokens,
         "rounds": rounds,
         "rows": rows,
+        "server": _server_summary(rows, server),
+        "server_skipped": skipped,
     }
     return write_result(result, out, name, render)
+
+
+def _without_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
+    """The tokens without a final EOS (the bare loop keeps it, llama-server's reply may leave it out)."""
+    return tokens[:-1] if tokens and tokens[-1] in eos_ids else tokens
+
+
+def _start_server(gguf: Path, threads: int, target) -> tuple[Any, str | None]:
+    """llama.cpp's own llama-server on the target's GGUF file with the backend's context settings, or None and why
+    not (its tools not built: scripts/build_llama_cpp_tools.sh)."""
+    from ..backends.gguf import tools_dir
+    from .llamacpp_native import SERVER, NativeServer
+
+    try:
+        folder = tools_dir()
+    except DraftVerifyError as err:
+        return None, str(err)
+    server = NativeServer(
+        folder / SERVER,
+        gguf,
+        threads,
+        target.max_positions or 4096,
+        [],
+        label=SERVER_ROW,
+        flash_attn=target.flash_attn,
+    )
+    return server, None
+
+
+def _server_summary(rows: list[dict], server) -> dict | None:
+    """llama-server's binary and the tok/s of our plain decoding and of the bare loop relative to its own."""
+    if server is None:
+        return None
+    tok_s = {r["runner"]: r["tok_s"] for r in rows}
+    ours = tok_s.get("autoregressive")
+    return {
+        "binary": Path(server.args[0]).name,
+        "autoregressive_vs_server": ours / tok_s[SERVER_ROW] if ours is not None else None,
+        "bare_vs_server": tok_s[BARE] / tok_s[SERVER_ROW],
+    }

@@ -254,6 +254,13 @@ def _ratio(item: dict | None) -> str:
     return "-" if item is None else f"{item['ratio']:.2f}x ({item['low']:.2f}x - {item['high']:.2f}x)"
 
 
+def fastest_finalist(cell: dict, ours: bool) -> str | None:
+    """A cell's fastest finalist of one side by median round (None: that side had none, e.g. none of our rows was
+    exact), so a side's best row is named even when the other side has none to set against it."""
+    rows = [row for row in cell["finalists"] if is_ours(row) == ours]
+    return max(rows, key=lambda row: cell["median_tokens_per_second"][row], default=None)
+
+
 def render(result: dict) -> str:
     from .report import markdown_table
 
@@ -284,18 +291,19 @@ def render(result: dict) -> str:
     ]
     body = []
     for c in result["cells"]:
-        median, best = c["median_tokens_per_second"], c["best"]
+        median = c["median_tokens_per_second"]
+        peer, ours = fastest_finalist(c, ours=False), fastest_finalist(c, ours=True)
         body.append(
             [
                 c["target_gguf"],
                 c["prompts"],
                 f"{median[NATIVE_PLAIN]:.1f}",
                 _ratio(c["plain"]),
-                f"`{best['peer']}`" if best else "-",
-                f"{median[best['peer']]:.1f}" if best else "-",
-                f"`{best['ours']}`" if best else "-",
-                f"{median[best['ours']]:.1f}" if best else "-",
-                _ratio(best),
+                f"`{peer}`" if peer else "-",
+                f"{median[peer]:.1f}" if peer else "-",
+                f"`{ours}`" if ours else "none exact",
+                f"{median[ours]:.1f}" if ours else "-",
+                _ratio(c["best"]),
                 "yes" if all(c["exact"].values()) else "no: " + ", ".join(r for r, ok in c["exact"].items() if not ok),
             ]
         )
