@@ -111,7 +111,7 @@ def test_bad_options_exit_2_with_one_line_before_any_model_loads(extra, message,
     not (tools_built() and importlib.util.find_spec("llama_cpp") and converter_available()),
     reason="llama.cpp's tools are not built (scripts/build_llama_cpp_tools.sh) or the llamacpp extra is absent",
 )
-def test_one_cell_on_the_zoo_then_a_rerun_resumes_it(tmp_path, tmp_path_factory, monkeypatch):
+def test_one_cell_on_the_zoo_a_rerun_resumes_and_fresh_measures_again(tmp_path, tmp_path_factory, monkeypatch):
     if not os.environ.get("DRAFTVERIFY_GGUF_CACHE"):
         monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path_factory.mktemp("versus-gguf")))
     args = [
@@ -152,3 +152,7 @@ def test_one_cell_on_the_zoo_then_a_rerun_resumes_it(tmp_path, tmp_path_factory,
     assert again.exit_code == 0, again.output
     assert "sweep:" not in again.output
     assert json.loads((tmp_path / "bench-native.json").read_text())["cells"] == saved["cells"]
+    anew = CliRunner().invoke(app, [*args, "--fresh"])  # after a code change: every cell measured again
+    assert anew.exit_code == 0, anew.output
+    assert "sweep:" in anew.output
+    assert len(json.loads((tmp_path / "bench-native.json").read_text())["cells"]) == 1

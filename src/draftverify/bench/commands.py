@@ -319,6 +319,12 @@ def bench_native(
     threads: Optional[int] = typer.Option(2, "--threads", min=1),
     out: Path = typer.Option(folders.SPEED, "--out", help="Folder of NAME.json and NAME.md."),
     name: str = typer.Option("bench-native", "--name", help="File stem; a rerun resumes the cells it holds."),
+    fresh: bool = typer.Option(
+        False,
+        "--fresh",
+        help="Measure every cell again, even those OUT/NAME.json holds from a run with the same settings (a rerun "
+        "after a code change: resuming keeps the old code's cells).",
+    ),
 ) -> None:
     """Our best exact row against llama.cpp's best native row (its own llama-server, settings swept) per prompt
     set and target GGUF type: a sweep, then rounds of each side's fastest rows; exactness checked row by row."""
@@ -345,6 +351,7 @@ def bench_native(
             name,
             command,
             echo,
+            fresh,
         )
     )
 

@@ -169,10 +169,11 @@ def run_versus(
     name: str = "bench-native",
     command: str = "",
     echo: Callable[[str], None] = lambda line: None,
+    fresh: bool = False,
 ) -> dict:
     """Every (target GGUF type, prompt set) cell of the models `choice` names (the code zoo's by default);
     OUT/NAME.json and OUT/NAME.md written after each one. Cells already in OUT/NAME.json from a run with the same
-    settings are kept, not measured again."""
+    settings are kept, not measured again, unless `fresh`: the run then starts from an empty file."""
     import torch
 
     from . import environment
@@ -196,7 +197,7 @@ def run_versus(
     choice = choice or ModelChoice()
     settings = _settings(**asdict(sweep), **choice.named(), threads=threads)
     previous = Path(out) / f"{name}.json"
-    kept = json.loads(previous.read_text()) if previous.is_file() else None
+    kept = json.loads(previous.read_text()) if previous.is_file() and not fresh else None
     cells = kept["cells"] if kept and kept.get("settings") == settings else []
     result = {
         "name": name,
