@@ -105,23 +105,7 @@ def _row(name: str, tokens: int, steps: int, wall: float, decode: float | None, 
     """One runner's totals; decode None (llama-server: its time is not split at llama_decode) leaves the split
     columns None."""
     tok_s = tokens / wall
-    if decode is None:
-        return {
-            "runner": name,
-            "new_tokens": tokens,
-            "steps": steps,
-            "wall_s": wall,
-            "decode_s": None,
-            "tok_s": tok_s,
-            "ms_per_token": 1000 * wall / tokens,
-            "decode_ms_per_token": None,
-            "outside_ms_per_token": None,
-            "outside_us_per_step": None,
-            "outside_share": None,
-            "vs_bare": tok_s / bare_tok_s if bare_tok_s else 1.0,
-            "same_tokens": same,
-        }
-    outside = wall - decode
+    outside = None if decode is None else wall - decode
     return {
         "runner": name,
         "new_tokens": tokens,
@@ -130,10 +114,10 @@ def _row(name: str, tokens: int, steps: int, wall: float, decode: float | None, 
         "decode_s": decode,
         "tok_s": tok_s,
         "ms_per_token": 1000 * wall / tokens,
-        "decode_ms_per_token": 1000 * decode / tokens,
-        "outside_ms_per_token": 1000 * outside / tokens,
-        "outside_us_per_step": 1e6 * outside / steps,
-        "outside_share": 100 * outside / wall,
+        "decode_ms_per_token": None if decode is None else 1000 * decode / tokens,
+        "outside_ms_per_token": None if outside is None else 1000 * outside / tokens,
+        "outside_us_per_step": None if outside is None else 1e6 * outside / steps,
+        "outside_share": None if outside is None else 100 * outside / wall,
         "vs_bare": tok_s / bare_tok_s if bare_tok_s else 1.0,
         "same_tokens": same,
     }
