@@ -84,17 +84,14 @@ def summarize(per_round: list[dict[str, float]], finalists: list[str]) -> dict:
     (median over rounds, with their range)."""
     median = {row: statistics.median(r[row] for r in per_round) for row in per_round[0]}
 
-    def best(rows: list[str]) -> str | None:
-        return max(rows, key=lambda row: median[row]) if rows else None
-
     def ratio(ours: str | None, peer: str | None) -> dict | None:
         if ours is None or peer is None:
             return None
         ratios = [r[ours] / r[peer] for r in per_round]
         return {"ours": ours, "peer": peer, "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios)}
 
-    best_ours = best([row for row in finalists if is_ours(row)])
-    best_native = best([row for row in finalists if not is_ours(row)])
+    best_ours = fastest([row for row in finalists if is_ours(row)], median)
+    best_native = fastest([row for row in finalists if not is_ours(row)], median)
     return {
         "median_tokens_per_second": median,
         "best": ratio(best_ours, best_native),
@@ -255,11 +252,15 @@ def _ratio(item: dict | None) -> str:
     return "-" if item is None else f"{item['ratio']:.2f}x ({item['low']:.2f}x - {item['high']:.2f}x)"
 
 
+def fastest(rows: list[str], median: dict[str, float]) -> str | None:
+    """The row with the highest median tok/s (None: no rows)."""
+    return max(rows, key=lambda row: median[row], default=None)
+
+
 def fastest_finalist(cell: dict, ours: bool) -> str | None:
     """A cell's fastest finalist of one side by median round (None: that side had none, e.g. none of our rows was
     exact), so a side's best row is named even when the other side has none to set against it."""
-    rows = [row for row in cell["finalists"] if is_ours(row) == ours]
-    return max(rows, key=lambda row: cell["median_tokens_per_second"][row], default=None)
+    return fastest([row for row in cell["finalists"] if is_ours(row) == ours], cell["median_tokens_per_second"])
 
 
 def render(result: dict) -> str:
