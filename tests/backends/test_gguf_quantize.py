@@ -106,3 +106,18 @@ def test_target_gguf_is_refused_for_a_gguf_file_and_on_the_hf_backend(tmp_path):
         load(target=path, target_gguf="q8_0", method="autoregressive", backend="llamacpp")
     with pytest.raises(DraftVerifyError, match="on the hf backend the target loads at dtype"):
         load(target=ZOO / "target", target_gguf="q8_0", method="autoregressive")
+
+
+def test_the_default_build_of_llama_server_is_found_beside_the_static_tools(tmp_path, monkeypatch):
+    from draftverify.backends import gguf
+
+    static, shared = tmp_path / "bin", tmp_path / "shared" / "bin"
+    static.mkdir()
+    (static / gguf.SERVER).write_text("")
+    monkeypatch.setenv(gguf.TOOLS_ENV, str(static))
+    assert gguf.default_build_dir() is None  # the static tools alone (a build from before the default build)
+    shared.mkdir(parents=True)
+    (shared / gguf.SERVER).write_text("")
+    assert gguf.default_build_dir() == shared
+    monkeypatch.setenv(gguf.TOOLS_ENV, str(tmp_path / "nowhere"))
+    assert gguf.default_build_dir() is None  # no tools: no default build either

@@ -8,9 +8,9 @@ import pytest
 from bench_fixtures import model_dir  # noqa: F401  (fixtures)
 from typer.testing import CliRunner
 
-from draftverify.backends.gguf import converter_available, tools_built
+from draftverify.backends.gguf import converter_available, default_build_dir, tools_built
 from draftverify.bench import llamacpp
-from draftverify.bench.overhead_llamacpp import BARE, SERVER_ROW
+from draftverify.bench.overhead_llamacpp import BARE, DEFAULT_BUILD_ROW, SERVER_ROW
 from draftverify.cli import app
 
 
@@ -92,6 +92,7 @@ def test_on_llamacpp_it_splits_each_runners_time_at_llama_decode_beside_a_bare_l
     result = json.loads((tmp_path / "loop-overhead-llamacpp.json").read_text())
     rows = {r["runner"]: r for r in result["rows"]}
     server = rows.pop(SERVER_ROW, None)
+    default_build = rows.pop(DEFAULT_BUILD_ROW, None)
     assert list(rows) == [BARE, "autoregressive", "prompt_lookup", "model"]
     bare, plain = rows[BARE], rows["autoregressive"]
     text = (tmp_path / "loop-overhead-llamacpp.md").read_text()
@@ -103,6 +104,17 @@ def test_on_llamacpp_it_splits_each_runners_time_at_llama_decode_beside_a_bare_l
         assert f"| {SERVER_ROW} | {server['new_tokens']} |" in text and "the bare loop at **" in text
     else:
         assert server is None and result["server"] is None and f"No {SERVER_ROW} row:" in text
+    if default_build_dir() is not None:  # llama.cpp's default (shared-library) build of the same server beside it
+        assert default_build["same_tokens"] and default_build["new_tokens"] == bare["new_tokens"]
+        assert default_build["decode_s"] is None
+        summary = result["server_default_build"]
+        assert summary["bare_vs_server"] == pytest.approx(bare["tok_s"] / default_build["tok_s"])
+        assert summary["static_vs_default"] == pytest.approx(server["tok_s"] / default_build["tok_s"])
+        assert f"| {DEFAULT_BUILD_ROW} | {default_build['new_tokens']} |" in text
+        assert f"the static build decodes at **{summary['static_vs_default']:.3f}x**" in text
+    else:
+        assert default_build is None and result["server_default_build"] is None
+        assert tools_built() == (f"No {DEFAULT_BUILD_ROW} row:" in text)
     assert bare["vs_bare"] == 1.0 and bare["steps"] == bare["new_tokens"]
     assert plain["new_tokens"] == bare["new_tokens"] and plain["steps"] == plain["new_tokens"]
     for row in rows.values():

@@ -80,6 +80,17 @@ def tools_dir() -> Path:
     )
 
 
+def default_build_dir() -> Path | None:
+    """The folder of llama-server built as llama.cpp's own CMake builds it by default, with shared libraries
+    (scripts/build_llama_cpp_tools.sh puts it in DEST/shared/bin, beside the static tools in DEST/bin), or None
+    when tools_dir() has none beside it."""
+    try:
+        folder = tools_dir().parent / "shared" / "bin"
+    except DraftVerifyError:
+        return None
+    return folder if (folder / SERVER).is_file() else None
+
+
 def tools_built() -> bool:
     """Whether tools_dir() finds llama.cpp's built tools (tests and bench rows that need them skip otherwise)."""
     try:

@@ -9,7 +9,9 @@ loop's own, drafters' Python included. The bare loop's rest is what any Python l
 With llama.cpp's tools built (scripts/build_llama_cpp_tools.sh), llama.cpp's own `llama-server` decodes the same
 prompts too (one greedy /completion each, its own prompt_ms + predicted_ms, as `bench native` times it), so the file
 splits our distance from llama.cpp's plain decoding in two: our loop beside the bare loop, and any Python loop over
-llama-cpp-python's library beside llama.cpp's own binary."""
+llama-cpp-python's library beside llama.cpp's own binary. Two builds of it run: the static one `bench native`
+compares against, and llama.cpp's default build (shared libraries, as its CMake and release archives make it), the
+kind of build a shared library loaded into Python is."""
 
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ if TYPE_CHECKING:
 
 DEFAULT_METHODS = ("autoregressive", "prompt_lookup", "suffix", "model")
 BARE = "bare ctypes loop"
-SERVER_ROW = "llama.cpp's llama-server"
+SERVER_ROW = "llama.cpp's llama-server"  # the static build, bench native's yardstick
+DEFAULT_BUILD_ROW = "llama.cpp's llama-server, default build"  # shared libraries, as llama.cpp builds by default
 
 
 def render(result: dict) -> str:
@@ -90,14 +93,28 @@ def _server_note(result: dict) -> str:
     server = result.get("server")
     if not server:
         return f"No {SERVER_ROW} row: {result.get('server_skipped') or 'not run'}."
+    note = (
+        f"The row {SERVER_ROW} is llama.cpp's own `{server['binary']}`, built from the vendored source by "
+        "scripts/build_llama_cpp_tools.sh with llama.cpp linked in statically (the build `draftverify bench native` "
+        "compares against), on the same file and threads, one greedy `/completion` per prompt with `n_predict` = "
+        "the tokens asked, timed by its own `prompt_ms` + `predicted_ms` (HTTP not counted), as `bench native` "
+        f"times it: {_ratios(server)}."
+    )
+    default = result.get("server_default_build")
+    if not default:
+        return note + f" No {DEFAULT_BUILD_ROW} row: llama-server was not built with shared libraries beside it."
+    return note + (
+        f" The row {DEFAULT_BUILD_ROW} is the same server built as llama.cpp's own CMake and release archives build "
+        "it by default, with shared libraries (the kind of build llama-cpp-python loads into Python), timed the "
+        f"same way: {_ratios(default)}; the static build decodes at **{default['static_vs_default']:.3f}x** its "
+        "tok/s."
+    )
+
+
+def _ratios(server: dict) -> str:
     ours = server["autoregressive_vs_server"]
-    return (
-        f"The last row, {SERVER_ROW}, is llama.cpp's own `{server['binary']}` (built from the vendored source by "
-        "scripts/build_llama_cpp_tools.sh) on the same file and threads, one greedy `/completion` per prompt with "
-        "`n_predict` = the tokens asked, timed by its own `prompt_ms` + `predicted_ms` (HTTP not counted), as "
-        "`draftverify bench native` times it: "
-        + (f"our `autoregressive` runs at **{ours:.3f}x** its tok/s, " if ours is not None else "")
-        + f"the bare loop at **{server['bare_vs_server']:.3f}x**."
+    return (f"our `autoregressive` runs at **{ours:.3f}x** its tok/s, " if ours is not None else "") + (
+        f"the bare loop at **{server['bare_vs_server']:.3f}x**"
     )
 
 
@@ -167,17 +184,17 @@ def run_overhead_llamacpp(
     first = next(iter(pipes.values()))
     gguf = Path(first.target.model.path)
     bare = BareLoop(gguf, threads)
-    server, skipped = _start_server(gguf, threads, first.target)
+    servers, skipped = _start_servers(gguf, threads, first.target)
     eos = first.eos_token_id
     eos_ids = {eos} if isinstance(eos, int) else set(eos or ())
     ids = [first.tokenizer(p.text).input_ids for p in prompts]
     params = SamplingParams()
 
-    names = [BARE, *pipes, *([SERVER_ROW] if server is not None else [])]
+    names = [BARE, *pipes, *servers]
     totals: dict[str, dict[str, float]] = {n: dict(tokens=0, steps=0, wall=0.0, decode=0.0) for n in names}
     same = {n: True for n in names if n != BARE}
 
-    def served(prompt: list[int], limit: int) -> tuple[list[int], float]:
+    def served(server, prompt: list[int], limit: int) -> tuple[list[int], float]:
         reply = server.complete(prompt, limit)
         seconds = (reply["timings"]["prompt_ms"] + reply["timings"]["predicted_ms"]) / 1000
         return [int(t) for t in reply["tokens"]][:limit], seconds
@@ -191,8 +208,8 @@ def run_overhead_llamacpp(
     for pipe in pipes.values():  # warm-up: first calls allocate, convert and page the files in
         ours(pipe, ids[0], 8)
     bare.generate(ids[0], 8, eos_ids)
-    if server is not None:
-        served(ids[0], 8)
+    for server in servers.values():
+        served(server, ids[0], 8)
     for _ in range(rounds):
         for prompt in ids:
             started = perf_counter()
@@ -210,15 +227,15 @@ def run_overhead_llamacpp(
                 t["tokens"] += len(got)
                 t["steps"] += steps
                 same[method] = same[method] and got == expected
-            if server is not None:
-                got, wall = served(prompt, new_tokens)
-                t = totals[SERVER_ROW]
+            for row, server in servers.items():
+                got, wall = served(server, prompt, new_tokens)
+                t = totals[row]
                 t["wall"] += wall
                 t["tokens"] += len(got)
                 t["steps"] += len(got)
-                same[SERVER_ROW] = same[SERVER_ROW] and _without_eos(got, eos_ids) == _without_eos(expected, eos_ids)
+                same[row] = same[row] and _without_eos(got, eos_ids) == _without_eos(expected, eos_ids)
     bare.close()
-    if server is not None:
+    for server in servers.values():
         server.close()
     bare_tok_s = totals[BARE]["tokens"] / totals[BARE]["wall"]
     rows = [
@@ -227,7 +244,7 @@ def run_overhead_llamacpp(
             int(t["tokens"]),
             int(t["steps"]),
             t["wall"],
-            None if n == SERVER_ROW else t["decode"],
+            None if n in servers else t["decode"],
             same.get(n, True),
             bare_tok_s,
         )
@@ -243,7 +260,8 @@ def run_overhead_llamacpp(
         "max_new_tokens": new_tokens,
         "rounds": rounds,
         "rows": rows,
-        "server": _server_summary(rows, server),
+        "server": _server_summary(rows, servers.get(SERVER_ROW), SERVER_ROW),
+        "server_default_build": _server_summary(rows, servers.get(DEFAULT_BUILD_ROW), DEFAULT_BUILD_ROW),
         "server_skipped": skipped,
     }
     return write_result(result, out, name, render)
@@ -254,36 +272,47 @@ def _without_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
     return tokens[:-1] if tokens and tokens[-1] in eos_ids else tokens
 
 
-def _start_server(gguf: Path, threads: int, target) -> tuple[Any, str | None]:
-    """llama.cpp's own llama-server on the target's GGUF file with the backend's context settings, or None and why
-    not (its tools not built: scripts/build_llama_cpp_tools.sh)."""
-    from ..backends.gguf import tools_dir
+def _start_servers(gguf: Path, threads: int, target) -> tuple[dict[str, Any], str | None]:
+    """llama.cpp's own llama-server on the target's GGUF file with the backend's context settings, by row: the
+    static build and, when built beside it, llama.cpp's default (shared-library) build; none and why not when the
+    tools are not built (scripts/build_llama_cpp_tools.sh)."""
+    from ..backends.gguf import default_build_dir, tools_dir
     from .llamacpp_native import SERVER, NativeServer
 
     try:
-        folder = tools_dir()
+        folders = {SERVER_ROW: tools_dir()}
     except DraftVerifyError as err:
-        return None, str(err)
-    server = NativeServer(
-        folder / SERVER,
-        gguf,
-        threads,
-        target.max_positions or 4096,
-        [],
-        label=SERVER_ROW,
-        flash_attn=target.flash_attn,
-    )
-    return server, None
+        return {}, str(err)
+    default = default_build_dir()
+    if default is not None:
+        folders[DEFAULT_BUILD_ROW] = default
+    servers = {
+        row: NativeServer(
+            folder / SERVER,
+            gguf,
+            threads,
+            target.max_positions or 4096,
+            [],
+            label=row,
+            flash_attn=target.flash_attn,
+        )
+        for row, folder in folders.items()
+    }
+    return servers, None
 
 
-def _server_summary(rows: list[dict], server) -> dict | None:
-    """llama-server's binary and the tok/s of our plain decoding and of the bare loop relative to its own."""
+def _server_summary(rows: list[dict], server, row: str) -> dict | None:
+    """A llama-server row's binary and the tok/s of our plain decoding and of the bare loop relative to its own (the
+    default build's: the static build's too)."""
     if server is None:
         return None
     tok_s = {r["runner"]: r["tok_s"] for r in rows}
     ours = tok_s.get("autoregressive")
-    return {
+    summary = {
         "binary": Path(server.args[0]).name,
-        "autoregressive_vs_server": ours / tok_s[SERVER_ROW] if ours is not None else None,
-        "bare_vs_server": tok_s[BARE] / tok_s[SERVER_ROW],
+        "autoregressive_vs_server": ours / tok_s[row] if ours is not None else None,
+        "bare_vs_server": tok_s[BARE] / tok_s[row],
     }
+    if row == DEFAULT_BUILD_ROW:
+        summary["static_vs_default"] = tok_s[SERVER_ROW] / tok_s[row]
+    return summary
