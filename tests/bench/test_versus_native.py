@@ -147,7 +147,9 @@ def test_one_cell_on_the_zoo_a_rerun_resumes_and_fresh_measures_again(tmp_path, 
     assert len(cell["rounds"]) == 2 and set(cell["rounds"][0]) == {*cell["finalists"], OURS_PLAIN, NATIVE_PLAIN}
     assert all(cell["exact"].values()), cell["exact"]  # f32: every row keeps the greedy text
     assert cell["best"]["ours"] == "llamacpp:suffix[conf]" and cell["best"]["peer"] == "llamacpp_native[ngram-mod]"
-    assert "| f32 | humaneval |" in (tmp_path / "bench-native.md").read_text()
+    text = (tmp_path / "bench-native.md").read_text()
+    assert "| f32 | humaneval |" in text
+    assert "Our rows' llama.cpp library: " in text and "flash attention on" in text  # llama.cpp's default
     again = CliRunner().invoke(app, args)  # the same settings: the cell is kept, nothing measured
     assert again.exit_code == 0, again.output
     assert "sweep:" not in again.output
@@ -156,3 +158,9 @@ def test_one_cell_on_the_zoo_a_rerun_resumes_and_fresh_measures_again(tmp_path, 
     assert anew.exit_code == 0, anew.output
     assert "sweep:" in anew.output
     assert len(json.loads((tmp_path / "bench-native.json").read_text())["cells"]) == 1
+    off = CliRunner().invoke(app, [*args, "--no-flash-attn"])  # other settings: not the file's cells
+    assert off.exit_code == 0, off.output
+    assert "sweep:" in off.output
+    saved = json.loads((tmp_path / "bench-native.json").read_text())
+    assert saved["settings"]["flash_attn"] is False and len(saved["cells"]) == 1
+    assert "flash attention off" in (tmp_path / "bench-native.md").read_text()

@@ -43,6 +43,16 @@ def library(lib) -> dict:
     return {"path": os.environ.get(LIB_PATH_ENV) or None, "llamafile": has_llamafile(info)}
 
 
+def describe_library(lib: dict, flash_attn: bool | None) -> str:
+    """For reports: which library `lib` (library()'s dict) is, its kernels and what they mean for exactness, with
+    flash attention on or off (None: llama.cpp's default)."""
+    from .llamacpp import FLASH_ATTENTION
+
+    flash_attn = FLASH_ATTENTION if flash_attn is None else flash_attn
+    where = f"`{LIB_PATH_ENV}={lib['path']}`" if lib["path"] else "llama-cpp-python's own build"
+    return f"{where}; {describe(lib['llamafile'], flash_attn)}"
+
+
 def chains_exact(llamafile: bool, flash_attn: bool) -> bool:
     """Whether a chain's verify pass rounds every token as one-token decoding does with these kernels."""
     return not llamafile and not flash_attn

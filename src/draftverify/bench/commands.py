@@ -325,6 +325,13 @@ def bench_native(
         help="Measure every cell again, even those OUT/NAME.json holds from a run with the same settings (a rerun "
         "after a code change: resuming keeps the old code's cells).",
     ),
+    flash_attn: Optional[bool] = typer.Option(
+        None,
+        "--flash-attn/--no-flash-attn",
+        help="llama.cpp's flash attention on both sides (our rows and llama-server's); default on, as llama.cpp "
+        "runs it. Off, with our rows on a library without llamafile's kernels (LLAMA_CPP_LIB_PATH), every chain of "
+        "ours is exact on a quantized file.",
+    ),
 ) -> None:
     """Our best exact row against llama.cpp's best native row (its own llama-server, settings swept) per prompt
     set and target GGUF type: a sweep, then rounds of each side's fastest rows; exactness checked row by row."""
@@ -352,6 +359,7 @@ def bench_native(
             command,
             echo,
             fresh,
+            flash_attn,
         )
     )
 

@@ -146,12 +146,9 @@ def _llama_cpp_lines(cfg: dict, ver: dict) -> list[str]:
     library = ver.get("llama_cpp_library")
     if library is None:
         return []
-    from ..backends.llamacpp import FLASH_ATTENTION
-    from ..backends.llamacpp_kernels import LIB_PATH_ENV, describe
+    from ..backends.llamacpp_kernels import describe_library
 
-    flash_attn = FLASH_ATTENTION if cfg.get("flash_attn") is None else cfg["flash_attn"]
-    where = f"`{LIB_PATH_ENV}={library['path']}`" if library["path"] else "llama-cpp-python's own build"
-    return [f"llama.cpp library: {where}; {describe(library['llamafile'], flash_attn)}.", ""]
+    return [f"llama.cpp library: {describe_library(library, cfg.get('flash_attn'))}.", ""]
 
 
 def render_markdown(result: dict) -> str:

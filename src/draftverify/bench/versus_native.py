@@ -25,11 +25,14 @@ long sweep resumes where it stopped.
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from ..backends.llamacpp_kernels import LIB_PATH_ENV, describe_library, library
 from ..errors import DraftVerifyError
 from .folders import SPEED
 from .native_spec import FAMILY as NATIVE, SWEEP, native_specs
@@ -167,10 +170,14 @@ def run_versus(
     command: str = "",
     echo: Callable[[str], None] = lambda line: None,
     fresh: bool = False,
+    flash_attn: bool | None = None,
 ) -> dict:
     """Every (target GGUF type, prompt set) cell of the models `choice` names (the code zoo's by default);
     OUT/NAME.json and OUT/NAME.md written after each one. Cells already in OUT/NAME.json from a run with the same
-    settings are kept, not measured again, unless `fresh`: the run then starts from an empty file."""
+    settings are kept, not measured again, unless `fresh`: the run then starts from an empty file. `flash_attn`:
+    llama.cpp's flash attention on both sides (None: its default, on). The library our rows load (llama-cpp-python's,
+    or the one LLAMA_CPP_LIB_PATH names) is part of the settings and named in the file with what its kernels mean
+    for exactness."""
     import torch
 
     from . import environment
@@ -192,7 +199,9 @@ def run_versus(
     if threads is not None:
         torch.set_num_threads(threads)
     choice = choice or ModelChoice()
-    settings = _settings(**asdict(sweep), **choice.named(), threads=threads)
+    settings = _settings(
+        **asdict(sweep), **choice.named(), threads=threads, flash_attn=flash_attn, library=os.environ.get(LIB_PATH_ENV)
+    )
     previous = Path(out) / f"{name}.json"
     kept = json.loads(previous.read_text()) if previous.is_file() and not fresh else None
     cells = kept["cells"] if kept and kept.get("settings") == settings else []
@@ -214,6 +223,7 @@ def run_versus(
             runners=(*sweep.methods, *sweep.native, NATIVE_PLAIN),
             gammas=sweep.gammas,
             target_gguf=gguf,
+            flash_attn=flash_attn,
         )
         for gguf in target_ggufs
     }
@@ -238,6 +248,7 @@ def run_versus(
                 chosen, _ = select_prompts(prompt_lists[prompts], models, replace(config, prompts=prompts))
                 cell = duel(rows, config, chosen, models.tokenizer, sweep.rounds, sweep.finalists, echo)
                 cells.append({"target_gguf": gguf, "prompts": prompts, "num_prompts": len(chosen), **cell})
+                result["llama_cpp_library"] = library(sys.modules["llama_cpp.llama_cpp"])
                 cells.sort(key=lambda c: (rank(target_ggufs, c["target_gguf"]), rank(prompt_sets, c["prompts"])))
                 result["date"] = environment.now()
                 write_result(result, out, name, render)
@@ -246,6 +257,15 @@ def run_versus(
             for runner in runners:
                 runner.close()  # the llamacpp_native rows' servers
     return write_result(result, out, name, render)
+
+
+def _library_lines(result: dict) -> list[str]:
+    """Which llama.cpp library our rows ran on, and what its kernels with the run's flash-attention setting mean for
+    exactness (llama-server is llama.cpp's own build: scripts/build_llama_cpp_tools.sh)."""
+    lib = result.get("llama_cpp_library")
+    if lib is None:
+        return []
+    return [f"Our rows' llama.cpp library: {describe_library(lib, result['settings'].get('flash_attn'))}.", ""]
 
 
 def _ratio(item: dict | None) -> str:
@@ -278,6 +298,7 @@ def render(result: dict) -> str:
         f"{s['rounds']} rounds, every row restarted before each; tok/s is the median round, the ratio the median "
         "of per-round ratios (its range over rounds in brackets). Ours are picked among exact rows only.",
         "",
+        *_library_lines(result),
     ]
     head = [
         "target",
