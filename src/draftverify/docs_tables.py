@@ -34,6 +34,7 @@ _PAGES: dict[str, tuple[tuple[str, ...], ...]] = {
     ),
     "docs/benchmarks-llamacpp.md": (
         ("native-best", "benchmarks/speed/bench-native.md"),
+        ("native-exact", "benchmarks/speed/bench-native-exact.md"),
         ("synthetic", "benchmarks/speed/bench-synthetic.md"),
         ("native-duels", "benchmarks/speed/bench-humaneval-llamacpp-native.md", GREEDY),
         ("native-duels-q8", "benchmarks/speed/bench-humaneval-llamacpp-native-q8_0.md", GREEDY),

@@ -59,12 +59,13 @@ from draftverify.backends.gguf import gguf_for
 zoo, prompt, methods, drafted = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(","), sys.argv[4].split(",")
 short = json.loads(sys.argv[5])
 result = {}
-for kind in ("q4_k_m", "q8_0"):
+# q8_0 only: on a k-quant file (q4_k_m) no kernels make a chain's rows round as one-token decoding does
+# (llamacpp_kernels.py EXACT_FILE_TYPES), so its texts are not claimed equal
+for kind in ("q8_0",):
     path = gguf_for(zoo / "target", kind)
     reference = load(target=path, method="autoregressive", backend="llamacpp", threads=2, flash_attn=False)
     want = reference.generate(prompt, max_new_tokens=48).output.new_tokens[0].tolist()
-    # q4_k_m: the file; q8_0: the folder, which --target-gguf converts to the file the reference read
-    target = {"target": path} if kind == "q4_k_m" else {"target": zoo / "target", "target_gguf": kind}
+    target = {"target": zoo / "target", "target_gguf": kind}  # the folder, converted to the file the reference read
     for method in methods:
         pipe = load(**target, draft=zoo / "draft" if method in drafted else None, method=method, backend="llamacpp",
                     threads=2, flash_attn=False, **short.get(method, {}))
@@ -79,12 +80,12 @@ print(json.dumps(result))
 
 
 @pytest.mark.skipif(not invariant_lib(), reason=NO_INVARIANT_LIB)
-def test_on_the_invariant_library_every_method_keeps_each_quantized_files_greedy_text(tmp_path):
+def test_on_the_invariant_library_every_method_keeps_the_q8_0_files_greedy_text(tmp_path):
     import json
 
     args = (str(ZOO), PROMPT, ",".join(METHODS), ",".join(DRAFTED), json.dumps(SHORT_MATCHES))
     result = run_on_invariant_lib(CHILD, tmp_path, *args)
-    assert len(result) == 2 * len(METHODS)
+    assert len(result) == len(METHODS)
     failed = {case: checks for case, checks in result.items() if not all(checks.values())}
     assert not failed
 

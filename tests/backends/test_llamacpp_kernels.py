@@ -35,7 +35,10 @@ def test_the_llamafile_kernels_are_read_from_the_system_info():
 def test_only_a_library_without_llamafile_with_flash_attention_off_makes_chains_exact():
     assert chains_exact(llamafile=False, flash_attn=False)
     assert not any(chains_exact(llamafile, flash) for llamafile, flash in ((True, False), (False, True), (True, True)))
-    assert "bit for bit" in describe(False, False)
+    assert "bit for bit" in describe(False, False) and "not on k-quant files" in describe(False, False)
+    # the kernels make chains exact on float and q8_0 files, not on a k-quant file (q4_k_m: LLAMA_FTYPE 15)
+    assert all(chains_exact(False, False, file_type) for file_type in ("0", "1", "32", "7"))
+    assert not chains_exact(False, False, "15") and not chains_exact(True, False, "7")
     assert "build_llama_cpp_invariant_lib.sh" in describe(True, False)
 
 
@@ -49,6 +52,8 @@ def test_the_exactness_note_speaks_only_where_a_text_may_part():
     note = exactness_note(True, False)
     assert "--no-flash-attn" in note and "build_llama_cpp_invariant_lib.sh" in note
     assert exactness_note(True, True) is None  # exact kernels: chains, and trees through settling
+    k_quant = exactness_note(True, False, exact_type=False)  # no kernels make a k-quant file's chains exact
+    assert "k-quant" in k_quant and "q8_0" in k_quant and "--no-flash-attn" not in k_quant
 
 
 def test_a_library_folder_without_llama_cpp_says_what_to_point_it_at(monkeypatch):

@@ -222,8 +222,8 @@ class GGUFModel:
         n = self.lib.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
         return buf.value.decode("utf-8", "replace") if n >= 0 else None
 
-    def __del__(self):
-        if getattr(self, "ptr", None) and not sys.is_finalizing():  # at exit llama_cpp's functions may be gone
+    def __del__(self, finalizing=sys.is_finalizing):  # bound now: at exit the module's `sys` may be gone already
+        if getattr(self, "ptr", None) and not finalizing():  # at exit llama_cpp's functions may be gone
             self.lib.llama_model_free(self.ptr)
             self.ptr = None
 
@@ -261,9 +261,9 @@ class LlamaCppLM(LlamaCppRows):
         lib = self.lib = self.model.lib
         # llama_get_logits answering a plain address (llama-cpp-python's binding wraps it in a ctypes pointer)
         self._logits_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(("llama_get_logits", lib._lib))
-        # whether a chain's rows round as one-token decoding does (llamacpp_kernels.py): only then is a kept tree
-        # branch worth re-scoring as a chain (rescore_branch)
-        self.chains_exact = chains_exact(library(lib)["llamafile"], flash_attn)
+        # whether a chain's rows round as one-token decoding does (llamacpp_kernels.py: the kernels and the file's
+        # type): only then is a kept tree branch worth re-scoring as a chain (rescore_branch)
+        self.chains_exact = chains_exact(library(lib)["llamafile"], flash_attn, self.model.meta("general.file_type"))
         self.role = role
         self.device = torch.device("cpu")
         self.vocab_size = self.model.n_vocab
@@ -906,9 +906,9 @@ class LlamaCppLM(LlamaCppRows):
             out = self._chain_outputs[id(view)] = TargetOutput(logits=view)
         return out
 
-    def __del__(self):
+    def __del__(self, finalizing=sys.is_finalizing):  # bound now: at exit the module's `sys` may be gone already
         lib = getattr(self, "lib", None)
-        if lib is None or sys.is_finalizing():  # at exit llama_cpp's functions may be gone; the process frees all
+        if lib is None or finalizing():  # at exit llama_cpp's functions may be gone; the process frees all
             return
         if getattr(self, "batch", None) is not None:
             lib.llama_batch_free(self.batch)

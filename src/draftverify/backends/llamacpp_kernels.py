@@ -11,6 +11,9 @@ token tree's masked siblings sit between a node's ancestors in the KV cache, whi
 the attention-times-V dot product; so a greedy verdict on a tree keeps only its first branch's tokens (laid out as
 a chain) as scored, and the backend decodes the rest of a kept branch again as a chain (LlamaCppLM.rescore_branch,
 llamacpp_settle.py), which makes tree methods exact too.
+That holds on float and q8_0 files (EXACT_FILE_TYPES). On a k-quant file (q4_k_m: q4_K and q6_K weights) a product
+over several rows still rounds otherwise than over one on such a library, so chains are not exact there either
+(measured: `bench native --no-flash-attn` on that library, benchmarks/speed/bench-native-exact.md).
 """
 
 from __future__ import annotations
@@ -53,9 +56,10 @@ def describe_library(lib: dict, flash_attn: bool | None) -> str:
     return f"{where}; {describe(lib['llamafile'], flash_attn)}"
 
 
-def chains_exact(llamafile: bool, flash_attn: bool) -> bool:
-    """Whether a chain's verify pass rounds every token as one-token decoding does with these kernels."""
-    return not llamafile and not flash_attn
+def chains_exact(llamafile: bool, flash_attn: bool, file_type: str | None = None) -> bool:
+    """Whether a chain's verify pass rounds every token as one-token decoding does with these kernels on a file of
+    this GGUF general.file_type (None: the kernels alone, as on a float or q8_0 file)."""
+    return not llamafile and not flash_attn and (file_type is None or exact_file_type(file_type))
 
 
 def describe(llamafile: bool, flash_attn: bool) -> str:
@@ -63,7 +67,10 @@ def describe(llamafile: bool, flash_attn: bool) -> str:
     included = "in" if llamafile else "left out"
     kernels = f"llamafile's matrix kernels {included}, flash attention {'on' if flash_attn else 'off'}"
     if chains_exact(llamafile, flash_attn):
-        return f"{kernels}: a chain's verify pass scores every token bit for bit as one-token decoding does"
+        return (
+            f"{kernels}: a chain's verify pass scores every token bit for bit as one-token decoding does on float "
+            "and q8_0 files (not on k-quant files such as q4_k_m)"
+        )
     return (
         f"{kernels}: a verify pass can round differently from one-token decoding, so on a quantized file a near-tie "
         f"can flip (a library without llamafile, {INVARIANT_BUILD_SCRIPT}, and --no-flash-attn make chains exact)"
@@ -71,6 +78,14 @@ def describe(llamafile: bool, flash_attn: bool) -> str:
 
 
 FLOAT_FILE_TYPES = frozenset({0, 1, 32})  # GGUF general.file_type (llama.cpp's LLAMA_FTYPE_*): F32, F16, BF16
+# the file types whose products over several rows round as over one without llamafile: the float types and Q8_0 (7)
+EXACT_FILE_TYPES = FLOAT_FILE_TYPES | {7}
+
+
+def exact_file_type(file_type: str | None) -> bool:
+    """Whether a GGUF's general.file_type (a number as text; None when the file has none: not known to be exact)
+    is one whose chains the exact kernels score as one-token decoding does (EXACT_FILE_TYPES)."""
+    return file_type is not None and file_type.strip().isdigit() and int(file_type) in EXACT_FILE_TYPES
 
 
 def is_quantized(file_type: str | None) -> bool:
@@ -78,9 +93,17 @@ def is_quantized(file_type: str | None) -> bool:
     return file_type is not None and file_type.strip().isdigit() and int(file_type) not in FLOAT_FILE_TYPES
 
 
-def exactness_note(quantized: bool, exact_kernels: bool) -> str | None:
+def exactness_note(quantized: bool, exact_kernels: bool, exact_type: bool = True) -> str | None:
     """What a user running a drafting method on a llama.cpp target should know about its text against the file's
-    own greedy text, or None when there is nothing to say (a float file, or exact kernels: chains_exact)."""
+    own greedy text, or None when there is nothing to say (a float file, or exact kernels on a file type they make
+    exact: chains_exact). exact_type: whether the file's type is one the exact kernels make exact (exact_file_type)."""
+    if quantized and not exact_type:
+        return (
+            "on a k-quant file (such as q4_k_m) llama.cpp rounds a verify pass differently from one-token decoding "
+            "with any of its kernels, so a near-tie can flip this method's text away from the file's own greedy "
+            f"text; for exact texts use a q8_0 or float file with the library {INVARIANT_BUILD_SCRIPT} builds "
+            "(docs/backends.md)"
+        )
     if quantized and not exact_kernels:
         return (
             "on a quantized file these llama.cpp kernels can round a verify pass differently from one-token decoding, "
