@@ -53,19 +53,33 @@ def test_every_llama_cpp_method_runs_and_drafts_on_a_k_quant_file(q4, method):
 CHILD = r"""
 import json, sys
 from pathlib import Path
+import torch
 from draftverify import load
 from draftverify.backends.gguf import gguf_for
+from draftverify.backends.llamacpp import GGUFModel, LlamaCppLM
 
 zoo, prompt, methods, drafted = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(","), sys.argv[4].split(",")
 short = json.loads(sys.argv[5])
 result = {}
-# q8_0 only: on a k-quant file (q4_k_m) no kernels make a chain's rows round as one-token decoding does
-# (llamacpp_kernels.py EXACT_FILE_TYPES), so its texts are not claimed equal
-for kind in ("q8_0",):
+for kind in ("q4_k_m", "q8_0"):
     path = gguf_for(zoo / "target", kind)
     reference = load(target=path, method="autoregressive", backend="llamacpp", threads=2, flash_attn=False)
     want = reference.generate(prompt, max_new_tokens=48).output.new_tokens[0].tolist()
-    target = {"target": zoo / "target", "target_gguf": kind}  # the folder, converted to the file the reference read
+    # verify passes of 12 (4 kept, 8 rejected: wide enough for the tiled K-quant product and the repacked weights'
+    # several-row kernel) give the logits one-token decoding gives, bit for bit
+    one, wide = (LlamaCppLM(GGUFModel.shared(path), threads=2, flash_attn=False) for _ in range(2))
+    ids = reference.tokenizer(prompt, return_tensors="pt").input_ids
+    tokens = torch.tensor([want[:24]])
+    one.start(ids)
+    wide.start(ids)
+    single = torch.cat([one.forward(tokens[:, i : i + 1]).logits.clone() for i in range(24)], 1)
+    chunks = []
+    for at in range(0, 24, 4):
+        chunks.append(wide.forward(torch.cat([tokens[:, at : at + 4], torch.full((1, 8), 7)], 1)).logits[:, :4].clone())
+        wide.commit(4)
+    result[f"{kind} logits"] = {"one-token logits": torch.equal(single, torch.cat(chunks, 1))}
+    # q4_k_m: the file; q8_0: the folder, which --target-gguf converts to the file the reference read
+    target = {"target": path} if kind == "q4_k_m" else {"target": zoo / "target", "target_gguf": kind}
     for method in methods:
         pipe = load(**target, draft=zoo / "draft" if method in drafted else None, method=method, backend="llamacpp",
                     threads=2, flash_attn=False, **short.get(method, {}))
@@ -80,12 +94,12 @@ print(json.dumps(result))
 
 
 @pytest.mark.skipif(not invariant_lib(), reason=NO_INVARIANT_LIB)
-def test_on_the_invariant_library_every_method_keeps_the_q8_0_files_greedy_text(tmp_path):
+def test_on_the_invariant_library_every_method_keeps_each_quantized_files_greedy_text(tmp_path):
     import json
 
     args = (str(ZOO), PROMPT, ",".join(METHODS), ",".join(DRAFTED), json.dumps(SHORT_MATCHES))
     result = run_on_invariant_lib(CHILD, tmp_path, *args)
-    assert len(result) == len(METHODS)
+    assert len(result) == 2 * (len(METHODS) + 1)
     failed = {case: checks for case, checks in result.items() if not all(checks.values())}
     assert not failed
 

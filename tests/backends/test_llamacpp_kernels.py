@@ -15,8 +15,10 @@ import pytest
 
 from draftverify.backends.gguf import converter_available
 from draftverify.backends.llamacpp_kernels import (
+    TILED_MM_ENV,
     chains_exact,
     describe,
+    exact_kernels_setup,
     exactness_note,
     has_llamafile,
     is_quantized,
@@ -35,11 +37,21 @@ def test_the_llamafile_kernels_are_read_from_the_system_info():
 def test_only_a_library_without_llamafile_with_flash_attention_off_makes_chains_exact():
     assert chains_exact(llamafile=False, flash_attn=False)
     assert not any(chains_exact(llamafile, flash) for llamafile, flash in ((True, False), (False, True), (True, True)))
-    assert "bit for bit" in describe(False, False) and "not on k-quant files" in describe(False, False)
-    # the kernels make chains exact on float and q8_0 files, not on a k-quant file (q4_k_m: LLAMA_FTYPE 15)
-    assert all(chains_exact(False, False, file_type) for file_type in ("0", "1", "32", "7"))
-    assert not chains_exact(False, False, "15") and not chains_exact(True, False, "7")
+    assert "bit for bit" in describe(False, False) and "q4_k_m" in describe(False, False)
+    assert all(chains_exact(False, False, file_type) for file_type in ("0", "1", "32", "7"))  # float and q8_0 files
+    assert not chains_exact(True, False, "7") and not chains_exact(False, False, "2")  # q4_0: not measured
     assert "build_llama_cpp_invariant_lib.sh" in describe(True, False)
+
+
+def test_a_q4_k_m_files_chains_are_exact_only_with_the_tiled_k_quant_product_off(monkeypatch):
+    monkeypatch.delenv(TILED_MM_ENV, raising=False)
+    assert not chains_exact(False, False, "15")  # q4_k_m (LLAMA_FTYPE 15): the tiled product takes 8+ rows
+    assert exact_kernels_setup(llamafile=True) is False and TILED_MM_ENV not in os.environ  # default kernels: as is
+    assert exact_kernels_setup(llamafile=False) is True and os.environ[TILED_MM_ENV] == "0"  # weights unrepacked
+    assert chains_exact(False, False, "15") and not chains_exact(False, True, "15")
+    monkeypatch.setenv(TILED_MM_ENV, "1")  # a user who turns it on keeps it on, and loses the promise
+    assert exact_kernels_setup(llamafile=False) is True and os.environ[TILED_MM_ENV] == "1"
+    assert not chains_exact(False, False, "15")
 
 
 def test_quantized_file_types_are_read_from_the_gguf_metadata():
@@ -52,8 +64,8 @@ def test_the_exactness_note_speaks_only_where_a_text_may_part():
     note = exactness_note(True, False)
     assert "--no-flash-attn" in note and "build_llama_cpp_invariant_lib.sh" in note
     assert exactness_note(True, True) is None  # exact kernels: chains, and trees through settling
-    k_quant = exactness_note(True, False, exact_type=False)  # no kernels make a k-quant file's chains exact
-    assert "k-quant" in k_quant and "q8_0" in k_quant and "--no-flash-attn" not in k_quant
+    other = exactness_note(True, False, exact_type=False)  # a type no kernels are known to make exact
+    assert "not one whose verify passes are known" in other and "q4_k_m" in other and "--no-flash-attn" in other
 
 
 def test_a_library_folder_without_llama_cpp_says_what_to_point_it_at(monkeypatch):

@@ -44,7 +44,7 @@ from ..sampling import host_array, with_host_array
 from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
 from .llamacpp_ext import ext_call
-from .llamacpp_kernels import chains_exact, library, library_missing
+from .llamacpp_kernels import chains_exact, exact_kernels_setup, library, library_missing
 from .llamacpp_rows import BATCH, LlamaCppRows
 from .llamacpp_ubatches import MicroBatchCost
 
@@ -176,7 +176,9 @@ class GGUFModel:
         if not path.is_file():
             raise DraftVerifyError(f"no GGUF file at {path}")
         params = lib.llama_model_default_params()
-        params.use_extra_bufts = not cpu_has_amx()
+        # unrepacked weights on the exact kernels' library (llamacpp_kernels.py) and on AMX CPUs (cpu_has_amx)
+        unrepacked = exact_kernels_setup(library(lib)["llamafile"])
+        params.use_extra_bufts = not (unrepacked or cpu_has_amx())
         self.path = path
         self.lib = lib
         self.ptr = lib.llama_model_load_from_file(str(path).encode(), params)

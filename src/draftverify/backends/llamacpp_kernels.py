@@ -1,19 +1,22 @@
 """Whether the llama.cpp library in use scores a verify pass's tokens bit for bit as one-token decoding does.
 
-Two places in llama.cpp's CPU kernels round a product over several tokens differently from the same product over
+Four places in llama.cpp's CPU kernels round a product over several tokens differently from the same product over
 one, so that on a quantized file a near-tie can flip between a method's text and the target's own greedy text:
 - llamafile's matrix kernels, built in by default, take every matrix product of two or more rows; ggml's own
   kernel takes one row;
-- the flash-attention kernel for several queries differs from its one-query kernel.
+- the flash-attention kernel for several queries differs from its one-query kernel;
+- weights repacked into interleaved blocks at load (q4_0, q4_K and others on x86: llama.cpp's "extra buffer
+  types") are multiplied by a several-row kernel for four or more rows and a one-row kernel otherwise;
+- a tiled K-quant matrix product (ggml-cpu/tiled) takes products of eight or more rows of q2_K-q6_K and IQ weights;
+  llama.cpp turns it off when the environment has GGML_CPU_TILED_MM=0 (TILED_MM_ENV).
 A library built without llamafile (INVARIANT_BUILD_SCRIPT, or llama-cpp-python installed with
-CMAKE_ARGS="-DGGML_LLAMAFILE=OFF"), with flash attention off, scores a chain's tokens as one-token decoding does. A
-token tree's masked siblings sit between a node's ancestors in the KV cache, which moves cells between the lanes of
-the attention-times-V dot product; so a greedy verdict on a tree keeps only its first branch's tokens (laid out as
-a chain) as scored, and the backend decodes the rest of a kept branch again as a chain (LlamaCppLM.rescore_branch,
-llamacpp_settle.py), which makes tree methods exact too.
-That holds on float and q8_0 files (EXACT_FILE_TYPES). On a k-quant file (q4_k_m: q4_K and q6_K weights) a product
-over several rows still rounds otherwise than over one on such a library, so chains are not exact there either
-(measured: `bench native --no-flash-attn` on that library, benchmarks/speed/bench-native-exact.md).
+CMAKE_ARGS="-DGGML_LLAMAFILE=OFF") is the exact kernels' library: on it the backend loads weights unrepacked and
+turns the tiled product off for the process (GGUFModel, exact_kernels_setup), so with flash attention off a chain's
+tokens score as one-token decoding does. Measured on float, q8_0 and q4_k_m files (EXACT_FILE_TYPES); other
+quantized types are not claimed. A token tree's masked siblings sit between a node's ancestors in the KV cache,
+which moves cells between the lanes of the attention-times-V dot product; so a greedy verdict on a tree keeps only
+its first branch's tokens (laid out as a chain) as scored, and the backend decodes the rest of a kept branch again as
+a chain (LlamaCppLM.rescore_branch, llamacpp_settle.py), which makes tree methods exact too.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import os
 
 INVARIANT_BUILD_SCRIPT = "scripts/build_llama_cpp_invariant_lib.sh"
+TILED_MM_ENV = "GGML_CPU_TILED_MM"  # llama.cpp's tiled K-quant matrix product: on unless this is "0"
 LIB_PATH_ENV = "LLAMA_CPP_LIB_PATH"  # llama-cpp-python loads the library from this folder when it is set
 
 
@@ -56,10 +60,23 @@ def describe_library(lib: dict, flash_attn: bool | None) -> str:
     return f"{where}; {describe(lib['llamafile'], flash_attn)}"
 
 
+def exact_kernels_setup(llamafile: bool) -> bool:
+    """Before a model loads: on a library without llamafile (the exact kernels' library) turn the tiled K-quant
+    product off for this process, unless the environment sets its switch already, and say to load the weights
+    unrepacked (llama_model_params.use_extra_bufts off). Returns whether to keep the weights unrepacked."""
+    if llamafile:
+        return False
+    os.environ.setdefault(TILED_MM_ENV, "0")  # read by llama.cpp at its first K-quant product, after this
+    return True
+
+
 def chains_exact(llamafile: bool, flash_attn: bool, file_type: str | None = None) -> bool:
     """Whether a chain's verify pass rounds every token as one-token decoding does with these kernels on a file of
-    this GGUF general.file_type (None: the kernels alone, as on a float or q8_0 file)."""
-    return not llamafile and not flash_attn and (file_type is None or exact_file_type(file_type))
+    this GGUF general.file_type (None: the kernels alone, as on a float file); a k-quant file also needs the tiled
+    product off (exact_kernels_setup)."""
+    if llamafile or flash_attn:
+        return False
+    return file_type is None or exact_file_type(file_type)
 
 
 def describe(llamafile: bool, flash_attn: bool) -> str:
@@ -68,8 +85,8 @@ def describe(llamafile: bool, flash_attn: bool) -> str:
     kernels = f"llamafile's matrix kernels {included}, flash attention {'on' if flash_attn else 'off'}"
     if chains_exact(llamafile, flash_attn):
         return (
-            f"{kernels}: a chain's verify pass scores every token bit for bit as one-token decoding does on float "
-            "and q8_0 files (not on k-quant files such as q4_k_m)"
+            f"{kernels}: a chain's verify pass scores every token bit for bit as one-token decoding does on float, "
+            "q8_0 and q4_k_m files (weights unrepacked, the tiled K-quant product off)"
         )
     return (
         f"{kernels}: a verify pass can round differently from one-token decoding, so on a quantized file a near-tie "
@@ -78,14 +95,20 @@ def describe(llamafile: bool, flash_attn: bool) -> str:
 
 
 FLOAT_FILE_TYPES = frozenset({0, 1, 32})  # GGUF general.file_type (llama.cpp's LLAMA_FTYPE_*): F32, F16, BF16
-# the file types whose products over several rows round as over one without llamafile: the float types and Q8_0 (7)
+# the file types measured to score chains as one-token decoding does on the exact kernels: the float types, Q8_0 (7)
+# and, with the tiled K-quant product off, Q4_K_M (15)
 EXACT_FILE_TYPES = FLOAT_FILE_TYPES | {7}
+TILED_FILE_TYPES = frozenset({15})
 
 
 def exact_file_type(file_type: str | None) -> bool:
     """Whether a GGUF's general.file_type (a number as text; None when the file has none: not known to be exact)
-    is one whose chains the exact kernels score as one-token decoding does (EXACT_FILE_TYPES)."""
-    return file_type is not None and file_type.strip().isdigit() and int(file_type) in EXACT_FILE_TYPES
+    is one whose chains the exact kernels score as one-token decoding does (EXACT_FILE_TYPES; TILED_FILE_TYPES when
+    the tiled K-quant product is off in this process)."""
+    if file_type is None or not file_type.strip().isdigit():
+        return False
+    kind = int(file_type)
+    return kind in EXACT_FILE_TYPES or (kind in TILED_FILE_TYPES and os.environ.get(TILED_MM_ENV) == "0")
 
 
 def is_quantized(file_type: str | None) -> bool:
@@ -99,10 +122,10 @@ def exactness_note(quantized: bool, exact_kernels: bool, exact_type: bool = True
     exact: chains_exact). exact_type: whether the file's type is one the exact kernels make exact (exact_file_type)."""
     if quantized and not exact_type:
         return (
-            "on a k-quant file (such as q4_k_m) llama.cpp rounds a verify pass differently from one-token decoding "
-            "with any of its kernels, so a near-tie can flip this method's text away from the file's own greedy "
-            f"text; for exact texts use a q8_0 or float file with the library {INVARIANT_BUILD_SCRIPT} builds "
-            "(docs/backends.md)"
+            "this file's quantization type is not one whose verify passes are known to round as one-token decoding "
+            "does with any of llama.cpp's kernels, so a near-tie can flip this method's text away from the file's "
+            f"own greedy text; for exact texts use a q8_0, q4_k_m or float file with the library "
+            f"{INVARIANT_BUILD_SCRIPT} builds and --no-flash-attn (docs/backends.md)"
         )
     if quantized and not exact_kernels:
         return (
