@@ -23,6 +23,7 @@ from draftverify.backends.llamacpp_kernels import (
     has_llamafile,
     is_quantized,
     library_missing,
+    peer_environment,
 )
 from llamacpp_invariant import NO_INVARIANT_LIB, ROOT, invariant_lib, run_on_invariant_lib
 
@@ -44,11 +45,15 @@ def test_only_a_library_without_llamafile_with_flash_attention_off_makes_chains_
 
 
 def test_a_q4_k_m_files_chains_are_exact_only_with_the_tiled_k_quant_product_off(monkeypatch):
+    from draftverify.backends import llamacpp_kernels
+
     monkeypatch.delenv(TILED_MM_ENV, raising=False)
+    monkeypatch.setattr(llamacpp_kernels, "_tiled_off_by_us", False)
     assert not chains_exact(False, False, "15")  # q4_k_m (LLAMA_FTYPE 15): the tiled product takes 8+ rows
     assert exact_kernels_setup(llamafile=True) is False and TILED_MM_ENV not in os.environ  # default kernels: as is
     assert exact_kernels_setup(llamafile=False) is True and os.environ[TILED_MM_ENV] == "0"  # weights unrepacked
     assert chains_exact(False, False, "15") and not chains_exact(False, True, "15")
+    assert TILED_MM_ENV not in peer_environment()  # llama.cpp's own server runs its default kernels
     monkeypatch.setenv(TILED_MM_ENV, "1")  # a user who turns it on keeps it on, and loses the promise
     assert exact_kernels_setup(llamafile=False) is True and os.environ[TILED_MM_ENV] == "1"
     assert not chains_exact(False, False, "15")

@@ -60,14 +60,29 @@ def describe_library(lib: dict, flash_attn: bool | None) -> str:
     return f"{where}; {describe(lib['llamafile'], flash_attn)}"
 
 
+_tiled_off_by_us = False  # whether exact_kernels_setup set TILED_MM_ENV (peer_environment leaves it out)
+
+
 def exact_kernels_setup(llamafile: bool) -> bool:
     """Before a model loads: on a library without llamafile (the exact kernels' library) turn the tiled K-quant
     product off for this process, unless the environment sets its switch already, and say to load the weights
     unrepacked (llama_model_params.use_extra_bufts off). Returns whether to keep the weights unrepacked."""
+    global _tiled_off_by_us
     if llamafile:
         return False
-    os.environ.setdefault(TILED_MM_ENV, "0")  # read by llama.cpp at its first K-quant product, after this
+    if TILED_MM_ENV not in os.environ:
+        os.environ[TILED_MM_ENV] = "0"  # read by llama.cpp at its first K-quant product, after this
+        _tiled_off_by_us = True
     return True
+
+
+def peer_environment() -> dict[str, str]:
+    """The environment for a peer's process (llama.cpp's own llama-server): this process's, without the switch
+    exact_kernels_setup set for our rows, so the peer runs llama.cpp's kernels as a user's shell would."""
+    env = dict(os.environ)
+    if _tiled_off_by_us:
+        env.pop(TILED_MM_ENV, None)
+    return env
 
 
 def chains_exact(llamafile: bool, flash_attn: bool, file_type: str | None = None) -> bool:

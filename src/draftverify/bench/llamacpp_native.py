@@ -32,6 +32,7 @@ from time import perf_counter
 
 from ..backends.gguf import BUILD_SCRIPT, SERVER, TOOLS_ENV, tools_dir  # noqa: F401  (TOOLS_ENV, BUILD_SCRIPT: read by tests)
 from ..backends.llamacpp import FLASH_ATTENTION, cpu_has_amx
+from ..backends.llamacpp_kernels import peer_environment
 from ..errors import DraftVerifyError
 from .load_test import free_port
 from .native_spec import DRAFT_ROLES, FAMILY, NativeSpec, native_specs
@@ -104,6 +105,7 @@ class NativeServer:
         ]
         self.process = subprocess.Popen(
             self.args,
+            env=peer_environment(),  # llama.cpp's own kernels, not the exact ones our rows may have asked for
             stdout=self.log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
