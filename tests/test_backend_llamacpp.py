@@ -565,6 +565,7 @@ def test_generate_and_serve_say_when_a_method_on_a_quantized_target_may_part(tin
     from draftverify.cli import _say_llamacpp_exactness
 
     monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tiny["cache"]))
+    monkeypatch.setenv("GGML_CPU_TILED_MM", "0")  # as the exact kernels set it: nothing left set after the test
     common = dict(target=tiny["root"] / "target", backend="llamacpp", threads=1, gamma=3)
 
     def note(method, kernels_exact, **options) -> str:

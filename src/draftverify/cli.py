@@ -222,10 +222,10 @@ def _say_llamacpp_exactness(pipe) -> None:
     target = pipe.target
     if not isinstance(target, LlamaCppLM) or pipe.method.name == "autoregressive":
         return
-    from .backends.llamacpp_kernels import exact_file_type, exactness_note, is_quantized
+    from .backends.llamacpp_kernels import covered_file_type, exactness_note, is_quantized
 
     file_type = target.model.meta("general.file_type")
-    note = exactness_note(is_quantized(file_type), target.chains_exact, exact_file_type(file_type))
+    note = exactness_note(is_quantized(file_type), target.chains_exact, covered_file_type(file_type))
     if note:
         err_console.print(f"[yellow]note:[/yellow] {escape(note)}")
 

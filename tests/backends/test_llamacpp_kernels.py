@@ -17,6 +17,7 @@ from draftverify.backends.gguf import converter_available
 from draftverify.backends.llamacpp_kernels import (
     TILED_MM_ENV,
     chains_exact,
+    covered_file_type,
     describe,
     exact_kernels_setup,
     exactness_note,
@@ -41,13 +42,16 @@ def test_only_a_library_without_llamafile_with_flash_attention_off_makes_chains_
     assert "bit for bit" in describe(False, False) and "q4_k_m" in describe(False, False)
     assert all(chains_exact(False, False, file_type) for file_type in ("0", "1", "32", "7"))  # float and q8_0 files
     assert not chains_exact(True, False, "7") and not chains_exact(False, False, "2")  # q4_0: not measured
+    # what the exact kernels cover, whatever this process's switches: the note on the default kernels reads it
+    assert all(covered_file_type(t) for t in ("0", "7", "15")) and not any(covered_file_type(t) for t in ("2", None))
     assert "build_llama_cpp_invariant_lib.sh" in describe(True, False)
 
 
 def test_a_q4_k_m_files_chains_are_exact_only_with_the_tiled_k_quant_product_off(monkeypatch):
     from draftverify.backends import llamacpp_kernels
 
-    monkeypatch.delenv(TILED_MM_ENV, raising=False)
+    monkeypatch.setenv(TILED_MM_ENV, "1")  # recorded, so the switch exact_kernels_setup sets is undone afterwards
+    monkeypatch.delenv(TILED_MM_ENV)
     monkeypatch.setattr(llamacpp_kernels, "_tiled_off_by_us", False)
     assert not chains_exact(False, False, "15")  # q4_k_m (LLAMA_FTYPE 15): the tiled product takes 8+ rows
     assert exact_kernels_setup(llamafile=True) is False and TILED_MM_ENV not in os.environ  # default kernels: as is

@@ -116,14 +116,19 @@ EXACT_FILE_TYPES = FLOAT_FILE_TYPES | {7}
 TILED_FILE_TYPES = frozenset({15})
 
 
-def exact_file_type(file_type: str | None) -> bool:
+def covered_file_type(file_type: str | None) -> bool:
     """Whether a GGUF's general.file_type (a number as text; None when the file has none: not known to be exact)
-    is one whose chains the exact kernels score as one-token decoding does (EXACT_FILE_TYPES; TILED_FILE_TYPES when
-    the tiled K-quant product is off in this process)."""
+    is one the exact kernels, with exact_kernels_setup's settings, make score chains as one-token decoding does."""
     if file_type is None or not file_type.strip().isdigit():
         return False
-    kind = int(file_type)
-    return kind in EXACT_FILE_TYPES or (kind in TILED_FILE_TYPES and os.environ.get(TILED_MM_ENV) == "0")
+    return int(file_type) in EXACT_FILE_TYPES | TILED_FILE_TYPES
+
+
+def exact_file_type(file_type: str | None) -> bool:
+    """covered_file_type, with the tiled K-quant product off in this process where the type needs it."""
+    if not covered_file_type(file_type):
+        return False
+    return int(file_type) not in TILED_FILE_TYPES or os.environ.get(TILED_MM_ENV) == "0"
 
 
 def is_quantized(file_type: str | None) -> bool:
@@ -134,7 +139,7 @@ def is_quantized(file_type: str | None) -> bool:
 def exactness_note(quantized: bool, exact_kernels: bool, exact_type: bool = True) -> str | None:
     """What a user running a drafting method on a llama.cpp target should know about its text against the file's
     own greedy text, or None when there is nothing to say (a float file, or exact kernels on a file type they make
-    exact: chains_exact). exact_type: whether the file's type is one the exact kernels make exact (exact_file_type)."""
+    exact: chains_exact). exact_type: whether the exact kernels make the file's type exact (covered_file_type)."""
     if quantized and not exact_type:
         return (
             "this file's quantization type is not one whose verify passes are known to round as one-token decoding "
