@@ -127,6 +127,23 @@ def test_without_the_tools_the_rows_are_a_note(tmp_path, monkeypatch):
     assert llamacpp_native.native_runners(BenchConfig(target="t", quick=True).resolved(), None) == ([], [])
 
 
+@pytest.mark.skipif(os.name != "posix", reason="a shell script stands in for llama-server")
+def test_llama_server_runs_llama_cpps_own_kernels_not_the_switch_our_rows_set(tmp_path, monkeypatch):
+    """The tiled-product switch our rows set on the exact kernels' library (llamacpp_kernels.exact_kernels_setup)
+    stays out of llama-server's environment: llama.cpp's own engine runs as a user's shell would start it."""
+    from draftverify.backends import llamacpp_kernels
+
+    fake = tmp_path / "llama-server"  # says what it was given, then exits, as a server that cannot start would
+    fake.write_text('#!/bin/sh\necho "tiled=${GGML_CPU_TILED_MM-unset}"\nexit 3\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv(llamacpp_kernels.TILED_MM_ENV, "1")  # recorded, so the switch set below is undone afterwards
+    monkeypatch.delenv(llamacpp_kernels.TILED_MM_ENV)
+    monkeypatch.setattr(llamacpp_kernels, "_tiled_off_by_us", False)
+    assert llamacpp_kernels.exact_kernels_setup(llamafile=False) and os.environ["GGML_CPU_TILED_MM"] == "0"
+    with pytest.raises(DraftVerifyError, match=r"exited \(3\): tiled=unset"):
+        llamacpp_native.NativeServer(fake, tmp_path / "model.gguf", 1, 256, [], "fake")
+
+
 def test_a_reply_counts_calls_from_accepted_drafts_and_stops_at_n():
     timings = {"prompt_ms": 5.0, "predicted_ms": 15.0, "predicted_n": 16, "draft_n": 12, "draft_n_accepted": 9}
     m = measurement({"tokens": list(range(16)), "timings": timings}, 16, wall_seconds=0.03)
