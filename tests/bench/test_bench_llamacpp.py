@@ -186,7 +186,8 @@ def test_the_peers_and_our_backend_compute_the_same_logits(model_dir, monkeypatc
     import numpy as np
     from llama_cpp import Llama
 
-    from draftverify.backends.llamacpp import FLASH_ATTENTION, LlamaCppLM
+    from draftverify.backends.llamacpp import LlamaCppLM
+    from draftverify.backends.llamacpp_kernels import FLASH_ATTENTION
 
     monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path))
     config = _config(model_dir, runners=("llamacpp", "llamacpp_prompt_lookup"))

@@ -44,7 +44,7 @@ from ..sampling import host_array, with_host_array
 from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
 from .llamacpp_ext import ext_call
-from .llamacpp_kernels import chains_exact, exact_kernels_setup, library, library_missing
+from .llamacpp_kernels import FLASH_ATTENTION, chains_exact, exact_kernels_setup, library, library_missing
 from .llamacpp_rows import BATCH, LlamaCppRows
 from .llamacpp_ubatches import MicroBatchCost
 
@@ -60,11 +60,6 @@ CHAIN_SEQUENCES = 1
 DEFAULT_CELLS = 4096  # KV cells a context starts with (grown on demand up to the model's context length)
 MAX_LOGIT_VIEWS = 64  # views of the logits buffer kept (_logits), one per row count asked
 TREE_ROOM = 256  # cells beyond the positions: a tree's siblings take cells too
-# llama.cpp's own default (flash_attn_type auto) turns flash attention on for the CPU; it is said here, and given
-# to the bench's llama-cpp-python peers (whose Llama() turns it off unless asked), so that every llama.cpp row of a
-# comparison computes the same logits with the same kernels; load(flash_attn=False) / --no-flash-attn turn it off.
-# Off, on a library without llamafile's kernels, a chain's verify pass is batch-invariant (llamacpp_kernels.py)
-FLASH_ATTENTION = True
 
 
 class DecodeClock:

@@ -26,6 +26,11 @@ import os
 INVARIANT_BUILD_SCRIPT = "scripts/build_llama_cpp_invariant_lib.sh"
 TILED_MM_ENV = "GGML_CPU_TILED_MM"  # llama.cpp's tiled K-quant matrix product: on unless this is "0"
 LIB_PATH_ENV = "LLAMA_CPP_LIB_PATH"  # llama-cpp-python loads the library from this folder when it is set
+# llama.cpp's own default (flash_attn_type auto) turns flash attention on for the CPU; it is said here, and given
+# to the bench's llama-cpp-python peers (whose Llama() turns it off unless asked), so that every llama.cpp row of a
+# comparison computes the same logits with the same kernels; load(flash_attn=False) / --no-flash-attn turn it off.
+# Off, on a library without llamafile's kernels, a chain's verify pass is batch-invariant
+FLASH_ATTENTION = True
 
 
 def library_missing(err: Exception) -> str:
@@ -53,8 +58,6 @@ def library(lib) -> dict:
 def describe_library(lib: dict, flash_attn: bool | None) -> str:
     """For reports: which library `lib` (library()'s dict) is, its kernels and what they mean for exactness, with
     flash attention on or off (None: llama.cpp's default)."""
-    from .llamacpp import FLASH_ATTENTION
-
     flash_attn = FLASH_ATTENTION if flash_attn is None else flash_attn
     where = f"`{LIB_PATH_ENV}={lib['path']}`" if lib["path"] else "llama-cpp-python's own build"
     return f"{where}; {describe(lib['llamafile'], flash_attn)}"

@@ -68,7 +68,7 @@ class BenchConfig:
     # (float32 -> f32); q8_0 is what llama.cpp users run
     target_gguf: str | None = None
     # llama.cpp's flash attention in every llama.cpp row (ours, llama-cpp-python's, llama.cpp's own servers):
-    # None = backends.llamacpp.FLASH_ATTENTION (on, as llama.cpp runs it); off, on a library without llamafile, chains
+    # None = backends.llamacpp_kernels.FLASH_ATTENTION (on, as llama.cpp runs it); off, on a library without llamafile, chains
     # are bit-exact on quantized files (backends/llamacpp_kernels.py)
     flash_attn: bool | None = None
     out: str | Path = SPEED
@@ -194,7 +194,7 @@ class BenchConfig:
 
     def llamacpp_flash_attn(self) -> bool:
         """Flash attention in the llama.cpp rows: --flash-attn / --no-flash-attn, else llama.cpp's default (on)."""
-        from ..backends.llamacpp import FLASH_ATTENTION
+        from ..backends.llamacpp_kernels import FLASH_ATTENTION
 
         return FLASH_ATTENTION if self.flash_attn is None else self.flash_attn
 

@@ -31,8 +31,8 @@ from pathlib import Path
 from time import perf_counter
 
 from ..backends.gguf import BUILD_SCRIPT, SERVER, TOOLS_ENV, tools_dir  # noqa: F401  (TOOLS_ENV, BUILD_SCRIPT: read by tests)
-from ..backends.llamacpp import FLASH_ATTENTION, cpu_has_amx
-from ..backends.llamacpp_kernels import peer_environment
+from ..backends.llamacpp import cpu_has_amx
+from ..backends.llamacpp_kernels import FLASH_ATTENTION, peer_environment
 from ..errors import DraftVerifyError
 from .load_test import free_port
 from .native_spec import DRAFT_ROLES, FAMILY, NativeSpec, native_specs

@@ -283,7 +283,7 @@ def run_synthetic(
     OUT/NAME.json and OUT/NAME.md. The random models and their GGUFs are made once and cached."""
     from ..backends import DEFAULT_DRAFT_GGUF, check_gguf_type
     from ..backends.gguf import gguf_cache_dir, gguf_for, llama_cpp_dir
-    from ..backends.llamacpp import FLASH_ATTENTION
+    from ..backends.llamacpp_kernels import FLASH_ATTENTION
     from ..zoo import zoo_folder
     from . import environment
     from .config import BenchConfig
