@@ -608,7 +608,9 @@ def test_the_draft_converts_at_its_own_gguf_type(tiny, monkeypatch):
         texts[kind] = pipe.generate("def add(a, b):", max_new_tokens=12).output.new_tokens[0].tolist()
     want, _ = plain_greedy(tiny["target"], pipe.encode("def add(a, b):")[0].tolist(), 12)
     assert texts[None] == texts["f16"] == want[: len(texts[None])] and len(texts[None]) > 0
-    with pytest.raises(DraftVerifyError, match="must be one of q8_0, q4_k_m, f32, f16, bf16, got 'q4'"):
+    with pytest.raises(
+        DraftVerifyError, match="must be one of q8_0, q4_k_m, q4_0, q5_k_m, q6_k, f32, f16, bf16, got 'q4'"
+    ):
         load(target=tiny["root"] / "target", draft=tiny["root"] / "draft", backend="llamacpp", draft_gguf="q4")
     with pytest.raises(DraftVerifyError, match="on the hf backend the draft loads at dtype"):
         load(target=tiny["root"] / "target", draft=tiny["root"] / "draft", draft_gguf="q8_0")
@@ -760,8 +762,8 @@ def test_the_command_line(tiny, monkeypatch):
     for extra, message in (
         (["--method", "bita"], "method 'bita' needs extra embedded positions"),
         (["--compile"], "--compile is for --backend hf"),
-        (["--draft-gguf", "q4"], "--draft-gguf) must be one of q8_0, q4_k_m, f32, f16, bf16"),
-        (["--target-gguf", "q4"], "--target-gguf) must be one of q8_0, q4_k_m, f32, f16, bf16"),
+        (["--draft-gguf", "q4"], "--draft-gguf) must be one of q8_0, q4_k_m, q4_0, q5_k_m, q6_k, f32, f16, bf16"),
+        (["--target-gguf", "q4"], "--target-gguf) must be one of q8_0, q4_k_m, q4_0, q5_k_m, q6_k, f32, f16, bf16"),
         (["--method", "model", "--draft", str(tiny["root"] / "nowhere")], "neither a .gguf file nor"),
     ):
         result = runner.invoke(app, base + extra)

@@ -599,10 +599,10 @@ def load(
     converted to GGUF at `dtype` on first use and cached; the draft model runs on llama.cpp as well; threads: its
     CPU threads, default torch's; draft_gguf: the GGUF type a draft folder is converted at,
     backends.DRAFT_GGUF_TYPES, default q8_0: a draft's precision changes what it proposes, never the output;
-    target_gguf: the GGUF type a target folder is converted at, default dtype's: q8_0 or q4_k_m as llama.cpp users
-    run their models, the output then that file's own greedy text; flash_attn: llama.cpp's flash attention, on by
-    default as llama.cpp runs it, or off; neither makes llama.cpp's CPU kernels give a several-token verify pass the
-    bits of one-token decoding on every input, docs/backends.md).
+    target_gguf: the GGUF type a target folder is converted at, default dtype's: q8_0, q4_k_m, q4_0, q5_k_m or q6_k
+    as llama.cpp users run their models, the output then that file's own greedy text; flash_attn: llama.cpp's flash
+    attention, on by default as llama.cpp runs it, or off; neither makes llama.cpp's CPU kernels give a several-token
+    verify pass the bits of one-token decoding on every input, docs/backends.md).
 
     options are the declared method options (draftverify.options: each drafter's own, e.g. nat_path, and the
     shared ones: alpha_fb, alpha_rb, lenience, beta, tau); an unknown name is a DraftVerifyError. With zoo, the

@@ -168,8 +168,9 @@ DRAFT_GGUF_HELP = (
 )
 TARGET_GGUF_HELP = (
     "With --backend llamacpp: the GGUF type a target model folder is converted at (default: --dtype's, f32 for "
-    "float32): q8_0 and q4_k_m (made by llama.cpp's llama-quantize, scripts/build_llama_cpp_tools.sh) as llama.cpp "
-    "users run them, f32, f16 or bf16. On a quantized file every method's text (token trees included) equals "
+    "float32): q8_0, q4_k_m, q4_0, q5_k_m or q6_k (all but q8_0 made by llama.cpp's llama-quantize, "
+    "scripts/build_llama_cpp_tools.sh) as llama.cpp users run them, f32, f16 or bf16. On a quantized file every "
+    "method's text (token trees included) equals "
     "the file's own greedy text with a llama.cpp library built without llamafile's kernels and --no-flash-attn "
     "(docs/backends.md); generate and serve say when it may not."
 )

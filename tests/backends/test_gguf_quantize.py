@@ -61,7 +61,7 @@ from draftverify.backends.llamacpp import GGUFModel, LlamaCppLM
 zoo, prompt, methods, drafted = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(","), sys.argv[4].split(",")
 short = json.loads(sys.argv[5])
 result = {}
-for kind in ("q4_k_m", "q8_0"):
+for kind in ("q4_k_m", "q8_0", "q4_0", "q5_k_m", "q6_k"):
     path = gguf_for(zoo / "target", kind)
     reference = load(target=path, method="autoregressive", backend="llamacpp", threads=2, flash_attn=False)
     want = reference.generate(prompt, max_new_tokens=48).output.new_tokens[0].tolist()
@@ -77,7 +77,12 @@ for kind in ("q4_k_m", "q8_0"):
     for at in range(0, 24, 4):
         chunks.append(wide.forward(torch.cat([tokens[:, at : at + 4], torch.full((1, 8), 7)], 1)).logits[:, :4].clone())
         wide.commit(4)
-    result[f"{kind} logits"] = {"one-token logits": torch.equal(single, torch.cat(chunks, 1))}
+    result[f"{kind} logits"] = {
+        "one-token logits": torch.equal(single, torch.cat(chunks, 1)),
+        "claimed exact": one.chains_exact,  # llamacpp_kernels.EXACT_FILE_TYPES / TILED_FILE_TYPES name the type
+    }
+    if kind not in ("q4_k_m", "q8_0"):
+        continue  # the other types: their logits only (every method's text on the two the docs' runs use)
     # q4_k_m: the file; q8_0: the folder, which --target-gguf converts to the file the reference read
     target = {"target": path} if kind == "q4_k_m" else {"target": zoo / "target", "target_gguf": kind}
     for method in methods:
@@ -99,7 +104,7 @@ def test_on_the_invariant_library_every_method_keeps_each_quantized_files_greedy
 
     args = (str(ZOO), PROMPT, ",".join(METHODS), ",".join(DRAFTED), json.dumps(SHORT_MATCHES))
     result = run_on_invariant_lib(CHILD, tmp_path, *args)
-    assert len(result) == 2 * (len(METHODS) + 1)
+    assert len(result) == 2 * len(METHODS) + 5
     failed = {case: checks for case, checks in result.items() if not all(checks.values())}
     assert not failed
 

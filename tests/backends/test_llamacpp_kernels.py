@@ -41,9 +41,10 @@ def test_only_a_library_without_llamafile_with_flash_attention_off_makes_chains_
     assert not any(chains_exact(llamafile, flash) for llamafile, flash in ((True, False), (False, True), (True, True)))
     assert "bit for bit" in describe(False, False) and "q4_k_m" in describe(False, False)
     assert all(chains_exact(False, False, file_type) for file_type in ("0", "1", "32", "7"))  # float and q8_0 files
-    assert not chains_exact(True, False, "7") and not chains_exact(False, False, "2")  # q4_0: not measured
+    assert not chains_exact(True, False, "7") and not chains_exact(False, False, "3")  # q4_1: not measured
     # what the exact kernels cover, whatever this process's switches: the note on the default kernels reads it
-    assert all(covered_file_type(t) for t in ("0", "7", "15")) and not any(covered_file_type(t) for t in ("2", None))
+    assert all(covered_file_type(t) for t in ("0", "2", "7", "15", "17", "18"))
+    assert not any(covered_file_type(t) for t in ("3", None))
     assert "build_llama_cpp_invariant_lib.sh" in describe(True, False)
 
 

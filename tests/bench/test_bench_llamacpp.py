@@ -142,7 +142,7 @@ def test_the_draft_gguf_type_is_checked(model_dir):
 
     assert _config(model_dir).draft_gguf == "q8_0"
     assert _config(model_dir, draft_gguf="f32").draft_gguf == "f32"
-    message = r"--draft-gguf\) must be one of q8_0, q4_k_m, f32, f16, bf16, got 'int4'"
+    message = r"--draft-gguf\) must be one of q8_0, q4_k_m, q4_0, q5_k_m, q6_k, f32, f16, bf16, got 'int4'"
     with pytest.raises(DraftVerifyError, match=message):
         _config(model_dir, draft_gguf="int4")
 

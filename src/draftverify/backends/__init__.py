@@ -12,7 +12,8 @@ LLAMACPP_INSTALL = 'pip install -e ".[llamacpp]"'
 # a draft model's GGUF type on the llamacpp backend (llama.cpp's converter --outtype). Its precision changes which
 # tokens it proposes, never the output (the target verifies each one), so a draft defaults to 8-bit weights: a
 # one-token forward waits on reading the weights, and 8-bit weights are a quarter of float32's
-DRAFT_GGUF_TYPES = ("q8_0", "q4_k_m", "f32", "f16", "bf16")  # q4_k_m: made by llama-quantize
+# q4_k_m, q4_0, q5_k_m, q6_k: made by llama-quantize from the f32 file (gguf.QUANTIZE_TYPES)
+DRAFT_GGUF_TYPES = ("q8_0", "q4_k_m", "q4_0", "q5_k_m", "q6_k", "f32", "f16", "bf16")
 DEFAULT_DRAFT_GGUF = "q8_0"
 
 

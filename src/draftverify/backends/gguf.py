@@ -209,7 +209,8 @@ def gguf_for(
     return cached
 
 
-QUANTIZE_TYPES = {"q4_k_m": "Q4_K_M"}  # GGUF types made by llama-quantize -> its type name
+# GGUF types made by llama-quantize from the f32 file -> its type name
+QUANTIZE_TYPES = {"q4_k_m": "Q4_K_M", "q4_0": "Q4_0", "q5_k_m": "Q5_K_M", "q6_k": "Q6_K"}
 
 
 def quantize(source: Path, out: Path, outtype: str) -> Path:

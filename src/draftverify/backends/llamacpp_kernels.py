@@ -12,11 +12,12 @@ one, so that on a quantized file a near-tie can flip between a method's text and
 A library built without llamafile (INVARIANT_BUILD_SCRIPT, or llama-cpp-python installed with
 CMAKE_ARGS="-DGGML_LLAMAFILE=OFF") is the exact kernels' library: on it the backend loads weights unrepacked and
 turns the tiled product off for the process (GGUFModel, exact_kernels_setup), so with flash attention off a chain's
-tokens score as one-token decoding does. Measured on float, q8_0 and q4_k_m files (EXACT_FILE_TYPES); other
-quantized types are not claimed. A token tree's masked siblings sit between a node's ancestors in the KV cache,
-which moves cells between the lanes of the attention-times-V dot product; so a greedy verdict on a tree keeps only
-its first branch's tokens (laid out as a chain) as scored, and the backend decodes the rest of a kept branch again as
-a chain (LlamaCppLM.rescore_branch, llamacpp_settle.py), which makes tree methods exact too.
+tokens score as one-token decoding does. Measured on float, q4_0, q8_0, q4_k_m, q5_k_m and q6_k files
+(EXACT_FILE_TYPES, TILED_FILE_TYPES); other quantized types are not claimed. A token tree's masked siblings sit
+between a node's ancestors in the KV cache, which moves cells between the lanes of the attention-times-V dot
+product; so a greedy verdict on a tree keeps only its first branch's tokens (laid out as a chain) as scored, and the
+backend decodes the rest of a kept branch again as a chain (LlamaCppLM.rescore_branch, llamacpp_settle.py), which
+makes tree methods exact too.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def describe(llamafile: bool, flash_attn: bool) -> str:
     if chains_exact(llamafile, flash_attn):
         return (
             f"{kernels}: a chain's verify pass scores every token bit for bit as one-token decoding does on float, "
-            "q8_0 and q4_k_m files (weights unrepacked, the tiled K-quant product off)"
+            "q4_0, q8_0, q4_k_m, q5_k_m and q6_k files (weights unrepacked, the tiled K-quant product off)"
         )
     return (
         f"{kernels}: a verify pass can round differently from one-token decoding, so on a quantized file a near-tie "
@@ -113,10 +114,11 @@ def describe(llamafile: bool, flash_attn: bool) -> str:
 
 
 FLOAT_FILE_TYPES = frozenset({0, 1, 32})  # GGUF general.file_type (llama.cpp's LLAMA_FTYPE_*): F32, F16, BF16
-# the file types measured to score chains as one-token decoding does on the exact kernels: the float types, Q8_0 (7)
-# and, with the tiled K-quant product off, Q4_K_M (15)
-EXACT_FILE_TYPES = FLOAT_FILE_TYPES | {7}
-TILED_FILE_TYPES = frozenset({15})
+# the file types measured to score chains as one-token decoding does on the exact kernels (the invariant-library
+# test): the float types, Q4_0 (2) and Q8_0 (7), and, with the tiled K-quant product off, Q4_K_M (15), Q5_K_M (17)
+# and Q6_K (18)
+EXACT_FILE_TYPES = FLOAT_FILE_TYPES | {2, 7}
+TILED_FILE_TYPES = frozenset({15, 17, 18})
 
 
 def covered_file_type(file_type: str | None) -> bool:
@@ -147,7 +149,7 @@ def exactness_note(quantized: bool, exact_kernels: bool, exact_type: bool = True
         return (
             "this file's quantization type is not one whose verify passes are known to round as one-token decoding "
             "does with any of llama.cpp's kernels, so a near-tie can flip this method's text away from the file's "
-            f"own greedy text; for exact texts use a q8_0, q4_k_m or float file with the library "
+            f"own greedy text; for exact texts use a float, q4_0, q8_0, q4_k_m, q5_k_m or q6_k file with the library "
             f"{INVARIANT_BUILD_SCRIPT} builds and --no-flash-attn (docs/backends.md)"
         )
     if quantized and not exact_kernels:

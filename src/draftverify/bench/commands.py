@@ -712,7 +712,7 @@ def bench_serve_llamacpp(
     gamma: str = typer.Option("conf=0.9", "--gamma", help="Our servers' draft length (as serve --gamma)."),
     threads: int = typer.Option(2, "--threads", help="CPU threads of every server."),
     target_gguf: str = typer.Option(
-        "f32", "--target-gguf", help="The target's GGUF type: f32, f16, bf16, q8_0, q4_k_m."
+        "f32", "--target-gguf", help="The target's GGUF type: f32, f16, bf16, q8_0, q4_k_m, q4_0, q5_k_m, q6_k."
     ),
     draft_gguf: str = typer.Option("q8_0", "--draft-gguf", help="The draft's GGUF type."),
     duration: float = typer.Option(600.0, "--duration", help="Longest seconds one cell's load may run."),

@@ -69,7 +69,7 @@ class BenchConfig:
     target_gguf: str | None = None
     # llama.cpp's flash attention in every llama.cpp row (ours, llama-cpp-python's, llama.cpp's own servers):
     # None = backends.llamacpp_kernels.FLASH_ATTENTION (on, as llama.cpp runs it); off, on a library without
-    # llamafile, chains are bit-exact on q8_0 and q4_k_m files (backends/llamacpp_kernels.py)
+    # llamafile, chains are bit-exact on the float files and the quantized types it names (llamacpp_kernels.py)
     flash_attn: bool | None = None
     out: str | Path = SPEED
     name: str | None = None  # file stem; default from the prompt set (+ "-quick")
