@@ -38,7 +38,7 @@ case "$SCALE" in
     BITA=(--num-train 800 --eval-prompts 32 --gen-batch 64 --batch-size 32 --max-minutes 1.0)
     NAT=(--num-prompts 800 --eval-prompts 64 --generate-batch 200 --batch-size 32 --max-minutes 0.9)
     EAGLE3=(--max-minutes 0.8)
-    PROMPT_TOKENS=(--min-prompt-tokens 56 --max-prompt-tokens 64 --new-tokens 64)  # few lengths: few generate calls
+    PROMPT_TOKENS=(--min-prompt-tokens 64 --max-prompt-tokens 64 --new-tokens 64)  # one length: one generate call a batch
     BENCH=(--num-prompts 4 --max-new-tokens 96 --temperature 0 --gamma 4 --warmup-tokens 16 --bild-fb 0.4 --bild-rb 2)
     COST=(--cost-sizes 1,2,3,4,6,8,12,16,24,32,48,64 --cost-modes eager-float32,eager-bfloat16 --cost-repeats 10
       --num-prompts 2 --max-new-tokens 16)
