@@ -81,6 +81,48 @@ def test_backoff_scores_are_finite_for_every_token():
     assert scores.shape == (V,) and np.isfinite(scores).all()
 
 
+def _by_count(tab: NgramTable) -> NgramTable:
+    """The same counts with each context's next tokens by count, most frequent first, as `train ngram` writes them."""
+    arrays = {}
+    for k, level in tab.levels.items():
+        order = np.concatenate(
+            [
+                lo + np.argsort(-level.counts[lo:hi], kind="stable")
+                for lo, hi in zip(level.offsets[:-1], level.offsets[1:])
+            ]
+        )
+        arrays[k] = (level.contexts, level.offsets, level.tokens[order], level.counts[order])
+    return NgramTable.from_arrays(tab.order, tab.vocab_size, arrays)
+
+
+def reference_backoff(sequences: list[list[int]], context: list[int], backoff: float = 0.4) -> np.ndarray:
+    """Stupid backoff straight from its definition, over plain Counters."""
+    from collections import Counter
+
+    seen = Counter(token for seq in sequences for token in seq)
+    scores = np.array([1.0 + seen[w] for w in range(V)]) / (V + sum(seen.values()))
+    for k in range(1, min(2, len(context)) + 1):
+        ctx = tuple(context[-k:])
+        nxt = Counter(seq[i] for seq in sequences for i in range(k, len(seq)) if tuple(seq[i - k : i]) == ctx)
+        if nxt:
+            total = sum(nxt.values())
+            scores = np.array([nxt[w] / total if nxt[w] else backoff * scores[w] for w in range(V)])
+    return np.log(scores)
+
+
+@pytest.mark.parametrize("context", [[1, 2], [3], [], [11, 11], [0, 5]])
+def test_backoff_scores_for_a_few_tokens_are_the_full_arrays_whatever_the_run_order(context):
+    gen = np.random.default_rng(0)
+    sequences = [gen.integers(0, V, 40).tolist() for _ in range(6)]
+    tab = NgramTable.from_sequences(sequences, order=3, vocab_size=V)
+    full = tab.backoff_logprobs(context)
+    np.testing.assert_allclose(full, reference_backoff(sequences, context), rtol=1e-12)
+    candidates = [7, 0, 11, 3]
+    for each in (tab, _by_count(tab)):
+        assert each.backoff_logprobs(context).tolist() == full.tolist()
+        assert each.backoff_logprobs(context, candidates).tolist() == full[candidates].tolist()
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(DraftVerifyError, match="k >= 1"):
         SausageLattice.top_k(torch.zeros(2, V), 0)

@@ -65,15 +65,12 @@ def kbest_paths(
     history = 0 if table is None or alpha == 0 else table.order - 1
     tokens = lattice.tokens.tolist()
     head = lattice.logprobs.double().cpu().numpy()  # [D, k]
-    lm_cache: dict[tuple[int, ...], np.ndarray] = {}
 
     def lm_scores(state: tuple[int, ...], j: int) -> np.ndarray:
         """alpha * log S(candidate | state) for slot j's candidates [k]."""
         if history == 0:
             return np.zeros(len(tokens[j]))
-        if state not in lm_cache:
-            lm_cache[state] = table.backoff_logprobs(list(state))
-        return alpha * lm_cache[state][tokens[j]]
+        return alpha * table.backoff_logprobs(list(state), tokens[j])
 
     start = tuple(context[len(context) - history :]) if history else ()
     beams: dict[tuple[int, ...], list[tuple[float, tuple[int, ...]]]] = {start: [(0.0, ())]}  # state -> p best

@@ -62,6 +62,9 @@ class NgramTable:
         self.order = order
         self.vocab_size = vocab_size
         self.levels = levels
+        unigram = np.ones(vocab_size, dtype=np.float64)  # add-one: every token has a finite score
+        np.add.at(unigram, levels[0].tokens, levels[0].counts)
+        self.unigram_scores = unigram / unigram.sum()  # [V] backoff_logprobs' floor, the same for every context
 
     @classmethod
     def from_arrays(cls, order: int, vocab_size: int, arrays: dict[int, tuple]) -> "NgramTable":
@@ -127,14 +130,14 @@ class NgramTable:
                 return torch.from_numpy(level.tokens[lo:hi]), torch.from_numpy(level.counts[lo:hi])
         raise AssertionError("unreachable: the empty context is always present")
 
-    def backoff_logprobs(self, context: list[int], backoff: float = 0.4) -> np.ndarray:
-        """log S(w | context) for every w [V]: "stupid backoff" scores (Brants et al. 2007) over the kept contexts,
-        from an add-one unigram up to the longest seen suffix, so every token has a finite score (lattice
-        rescoring must be able to rank any path). Scores, not normalised probabilities, as in that scheme."""
-        unigram = self.levels[0]
-        scores = np.ones(self.vocab_size, dtype=np.float64)
-        np.add.at(scores, unigram.tokens, unigram.counts)
-        scores /= scores.sum()
+    def backoff_logprobs(self, context: list[int], tokens: list[int] | None = None, backoff: float = 0.4) -> np.ndarray:
+        """log S(w | context) for every w [V], or for the ids in `tokens` [n] only: "stupid backoff" scores (Brants
+        et al. 2007) over the kept contexts, from an add-one unigram up to the longest seen suffix, so every token
+        has a finite score (lattice rescoring must be able to rank any path). Scores, not normalised
+        probabilities, as in that scheme. Asking for a few tokens costs a binary search per kept context length,
+        not a pass over the vocabulary: a lattice asks this for each of its states."""
+        ids = np.arange(self.vocab_size) if tokens is None else np.asarray(tokens, dtype=np.int64)
+        scores = self.unigram_scores[ids]
         for k in range(1, min(self.order - 1, len(context)) + 1):
             level = self.levels.get(k)
             key = 0
@@ -144,9 +147,11 @@ class NgramTable:
             if level is None or m >= level.keys.size or level.keys[m] != key:
                 continue  # unseen (or pruned) context: keep the shorter one's scores
             lo, hi = level.offsets[m], level.offsets[m + 1]
-            seen = np.zeros(self.vocab_size, dtype=np.float64)
-            np.add.at(seen, level.tokens[lo:hi], level.counts[lo:hi])
-            scores = np.where(seen > 0, seen / seen.sum(), backoff * scores)
+            order = np.argsort(level.tokens[lo:hi])  # a run is by count (train ngram) or by id (from_sequences)
+            run, counts = level.tokens[lo:hi][order], level.counts[lo:hi][order].astype(np.float64)
+            at = np.minimum(np.searchsorted(run, ids), run.size - 1)
+            seen = np.where(run[at] == ids, counts[at], 0.0)
+            scores = np.where(seen > 0, seen / counts.sum(), backoff * scores)
         return np.log(scores)
 
     @property
