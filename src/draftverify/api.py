@@ -707,10 +707,10 @@ def load_llamacpp(
     draft_gguf, target_gguf, flash_attn = (backend_options.get(k) for k in ("draft_gguf", "target_gguf", "flash_attn"))
     draft_gguf = check_draft_gguf(draft_gguf if draft_gguf is not None else DEFAULT_DRAFT_GGUF)
     if target_gguf is not None:
-        check_gguf_type(target_gguf, "target_gguf (--target-gguf)", "target")
+        check_gguf_type(target_gguf, "target_gguf / --target-gguf", "target")
         if Path(target).suffix == ".gguf":
             raise DraftVerifyError(
-                f"target_gguf (--target-gguf) converts a model folder; {Path(target).name} is a .gguf file already: "
+                f"target_gguf / --target-gguf converts a model folder; {Path(target).name} is a .gguf file already: "
                 "drop the option, or give the model's folder"
             )
     if compile:
