@@ -36,6 +36,7 @@ from draftverify.backends.llamacpp import (  # noqa: E402
     first_branch_first,
     flash_attn_type,
 )
+from draftverify.backends.llamacpp_kernels import float_type_by_width  # noqa: E402
 from draftverify.backends.llamacpp_settle import SettlingVerifier  # noqa: E402
 from draftverify.drafters import NgramTable  # noqa: E402
 from draftverify.methods import MethodOptions, build_drafter, build_verifier, resolve_method  # noqa: E402
@@ -647,6 +648,14 @@ def zoo_models(tmp_path_factory):
         GGUFModel(gguf_for(ZOO / "draft", DEFAULT_DRAFT_GGUF, cache_dir=cache)),
         tokenizer,
     )
+
+
+def test_the_file_type_is_the_metadatas_and_the_weights_width_tells_the_same(zoo_models):
+    target, draft, _ = zoo_models
+    assert (target.file_type(), draft.file_type()) == ("0", "7")  # the zoo's f32 target, its q8_0 draft
+    lib = target.lib
+    widths = [float_type_by_width(lib.llama_model_size(m.ptr), lib.llama_model_n_params(m.ptr)) for m in zoo_models[:2]]
+    assert widths == ["0", None]  # what a file without general.file_type would have been taken for
 
 
 @pytest.mark.parametrize("method", CHAIN_METHODS + TREE_METHODS)

@@ -225,7 +225,7 @@ def _say_llamacpp_exactness(pipe) -> None:
         return
     from .backends.llamacpp_kernels import covered_file_type, exactness_note, is_quantized
 
-    file_type = target.model.meta("general.file_type")
+    file_type = target.model.file_type()
     note = exactness_note(is_quantized(file_type), target.chains_exact, covered_file_type(file_type))
     if note:
         err_console.print(f"[yellow]note:[/yellow] {escape(note)}")

@@ -21,8 +21,10 @@ from draftverify.backends.llamacpp_kernels import (
     describe,
     exact_kernels_setup,
     exactness_note,
+    float_type_by_width,
     has_llamafile,
     is_quantized,
+    kernels_exact,
     library_missing,
     peer_environment,
 )
@@ -37,8 +39,9 @@ def test_the_llamafile_kernels_are_read_from_the_system_info():
 
 
 def test_only_a_library_without_llamafile_with_flash_attention_off_makes_chains_exact():
-    assert chains_exact(llamafile=False, flash_attn=False)
-    assert not any(chains_exact(llamafile, flash) for llamafile, flash in ((True, False), (False, True), (True, True)))
+    assert kernels_exact(llamafile=False, flash_attn=False)
+    assert not any(kernels_exact(llamafile, flash) for llamafile, flash in ((True, False), (False, True), (True, True)))
+    assert not chains_exact(False, False, None)  # a quantized file of unknown type (no general.file_type): not claimed
     assert "bit for bit" in describe(False, False) and "q4_k_m" in describe(False, False)
     assert all(chains_exact(False, False, file_type) for file_type in ("0", "1", "32", "7"))  # float and q8_0 files
     assert not chains_exact(True, False, "7") and not chains_exact(False, False, "3")  # q4_1: not measured
@@ -65,8 +68,16 @@ def test_a_q4_k_m_files_chains_are_exact_only_with_the_tiled_k_quant_product_off
 
 
 def test_quantized_file_types_are_read_from_the_gguf_metadata():
-    assert not any(is_quantized(t) for t in ("0", "1", "32", None, "", "x"))  # F32, F16, BF16, none or unreadable
-    assert all(is_quantized(t) for t in ("7", "15", "2"))  # Q8_0, Q4_K_M, Q4_0
+    assert not any(is_quantized(t) for t in ("0", "1", "32"))  # F32, F16, BF16
+    assert all(is_quantized(t) for t in ("7", "15", "2", None, "", "x"))  # Q8_0, Q4_K_M, Q4_0; unknown or unreadable
+
+
+def test_a_file_without_a_file_type_is_a_float_only_by_its_weights_width():
+    params = 50_000_000
+    assert float_type_by_width(4 * params, params) == "0"  # F32
+    assert float_type_by_width(2 * params + 4 * 10_000, params) == "1"  # F16 weights, F32 norms
+    assert float_type_by_width(int(1.0625 * params), params) is None  # Q8_0: 34 bytes a block of 32
+    assert float_type_by_width(int(0.6 * params), params) is None  # Q4_K_M
 
 
 def test_the_exactness_note_speaks_only_where_a_text_may_part():

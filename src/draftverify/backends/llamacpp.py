@@ -44,7 +44,14 @@ from ..sampling import host_array, with_host_array
 from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
 from .llamacpp_ext import ext_call
-from .llamacpp_kernels import FLASH_ATTENTION, chains_exact, exact_kernels_setup, library, library_missing
+from .llamacpp_kernels import (
+    FLASH_ATTENTION,
+    chains_exact,
+    exact_kernels_setup,
+    float_type_by_width,
+    library,
+    library_missing,
+)
 from .llamacpp_rows import BATCH, LlamaCppRows
 from .llamacpp_ubatches import MicroBatchCost
 
@@ -219,6 +226,16 @@ class GGUFModel:
         n = self.lib.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
         return buf.value.decode("utf-8", "replace") if n >= 0 else None
 
+    def file_type(self) -> str | None:
+        """The file's general.file_type (llama.cpp's LLAMA_FTYPE_* as text), or for a file without it the float type
+        its weights' mean width shows, None for a quantized one (llamacpp_kernels.float_type_by_width)."""
+        file_type = self.meta("general.file_type")
+        if file_type is not None:
+            return file_type
+        return float_type_by_width(
+            int(self.lib.llama_model_size(self.ptr)), int(self.lib.llama_model_n_params(self.ptr))
+        )
+
     def __del__(self, finalizing=sys.is_finalizing):  # bound now: at exit the module's `sys` may be gone already
         if getattr(self, "ptr", None) and not finalizing():  # at exit llama_cpp's functions may be gone
             self.lib.llama_model_free(self.ptr)
@@ -260,7 +277,7 @@ class LlamaCppLM(LlamaCppRows):
         self._logits_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(("llama_get_logits", lib._lib))
         # whether a chain's rows round as one-token decoding does (llamacpp_kernels.py: the kernels and the file's
         # type): only then is a kept tree branch worth re-scoring as a chain (rescore_branch)
-        self.chains_exact = chains_exact(library(lib)["llamafile"], flash_attn, self.model.meta("general.file_type"))
+        self.chains_exact = chains_exact(library(lib)["llamafile"], flash_attn, self.model.file_type())
         self.role = role
         self.device = torch.device("cpu")
         self.vocab_size = self.model.n_vocab

@@ -89,20 +89,24 @@ def peer_environment() -> dict[str, str]:
     return env
 
 
-def chains_exact(llamafile: bool, flash_attn: bool, file_type: str | None = None) -> bool:
+def kernels_exact(llamafile: bool, flash_attn: bool) -> bool:
+    """Whether these kernels round a chain's verify pass as one-token decoding does on a float file: no llamafile
+    matrix kernels, no flash attention."""
+    return not (llamafile or flash_attn)
+
+
+def chains_exact(llamafile: bool, flash_attn: bool, file_type: str | None) -> bool:
     """Whether a chain's verify pass rounds every token as one-token decoding does with these kernels on a file of
-    this GGUF general.file_type (None: the kernels alone, as on a float file); a k-quant file also needs the tiled
-    product off (exact_kernels_setup)."""
-    if llamafile or flash_attn:
-        return False
-    return file_type is None or exact_file_type(file_type)
+    this type (GGUFModel.file_type; None: a quantized file of unknown type, not claimed); a k-quant file also needs
+    the tiled product off (exact_kernels_setup)."""
+    return kernels_exact(llamafile, flash_attn) and exact_file_type(file_type)
 
 
 def describe(llamafile: bool, flash_attn: bool) -> str:
     """One sentence for reports: the kernels and what they mean for exactness."""
     included = "in" if llamafile else "left out"
     kernels = f"llamafile's matrix kernels {included}, flash attention {'on' if flash_attn else 'off'}"
-    if chains_exact(llamafile, flash_attn):
+    if kernels_exact(llamafile, flash_attn):
         return (
             f"{kernels}: a chain's verify pass scores every token bit for bit as one-token decoding does on float, "
             "q4_0, q8_0, q4_k_m, q5_k_m and q6_k files (weights unrepacked, the tiled K-quant product off)"
@@ -122,8 +126,9 @@ TILED_FILE_TYPES = frozenset({15, 17, 18})
 
 
 def covered_file_type(file_type: str | None) -> bool:
-    """Whether a GGUF's general.file_type (a number as text; None when the file has none: not known to be exact)
-    is one the exact kernels, with exact_kernels_setup's settings, make score chains as one-token decoding does."""
+    """Whether a GGUF of this type (GGUFModel.file_type: a number as text; None, a quantized file of unknown type: not
+    known to be exact) is one the exact kernels, with exact_kernels_setup's settings, make score chains as one-token
+    decoding does."""
     if file_type is None or not file_type.strip().isdigit():
         return False
     return int(file_type) in EXACT_FILE_TYPES | TILED_FILE_TYPES
@@ -137,8 +142,18 @@ def exact_file_type(file_type: str | None) -> bool:
 
 
 def is_quantized(file_type: str | None) -> bool:
-    """Whether a GGUF's general.file_type metadata (a number as text; None when the file has none) is quantized."""
-    return file_type is not None and file_type.strip().isdigit() and int(file_type) not in FLOAT_FILE_TYPES
+    """Whether a GGUF of this type (GGUFModel.file_type: a number as text, None for a quantized file of unknown type)
+    is quantized."""
+    return file_type is None or not file_type.strip().isdigit() or int(file_type) not in FLOAT_FILE_TYPES
+
+
+def float_type_by_width(size_bytes: int, n_params: int) -> str | None:
+    """For a GGUF without general.file_type: the float type its weights' mean width shows ("0", F32, above 31 bits
+    a weight; "1", F16 or BF16, above 15), else None: a quantized file, its type unknown. llama.cpp guesses the type
+    from the commonest tensor type; a mean width only tells floats apart from the rest, which is all that claiming
+    exactness needs, and errs towards not claiming it."""
+    bits = 8 * size_bytes / max(n_params, 1)
+    return "0" if bits > 31 else "1" if bits > 15 else None
 
 
 def exactness_note(quantized: bool, exact_kernels: bool, exact_type: bool = True) -> str | None:
