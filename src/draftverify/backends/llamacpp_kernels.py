@@ -108,8 +108,8 @@ def describe(llamafile: bool, flash_attn: bool) -> str:
     kernels = f"llamafile's matrix kernels {included}, flash attention {'on' if flash_attn else 'off'}"
     if kernels_exact(llamafile, flash_attn):
         return (
-            f"{kernels}: a chain's verify pass scores every token bit for bit as one-token decoding does on float, "
-            "q4_0, q8_0, q4_k_m, q5_k_m and q6_k files (weights unrepacked, the tiled K-quant product off)"
+            f"{kernels}: a chain's verify pass scores every token bit for bit as one-token decoding does on "
+            f"{EXACT_TYPES_TEXT} files (weights unrepacked, the tiled K-quant product off)"
         )
     return (
         f"{kernels}: a verify pass can round differently from one-token decoding, so on a quantized file a near-tie "
@@ -123,6 +123,7 @@ FLOAT_FILE_TYPES = frozenset({0, 1, 32})  # GGUF general.file_type (llama.cpp's 
 # and Q6_K (18)
 EXACT_FILE_TYPES = FLOAT_FILE_TYPES | {2, 7}
 TILED_FILE_TYPES = frozenset({15, 17, 18})
+EXACT_TYPES_TEXT = "float, q4_0, q8_0, q4_k_m, q5_k_m and q6_k"  # the two sets above, as messages name them
 
 
 def covered_file_type(file_type: str | None) -> bool:
@@ -164,7 +165,7 @@ def exactness_note(quantized: bool, exact_kernels: bool, exact_type: bool = True
         return (
             "this file's quantization type is not one whose verify passes are known to round as one-token decoding "
             "does with any of llama.cpp's kernels, so a near-tie can flip this method's text away from the file's "
-            f"own greedy text; for exact texts use a float, q4_0, q8_0, q4_k_m, q5_k_m or q6_k file with the library "
+            f"own greedy text; for exact texts use a file of a type they cover ({EXACT_TYPES_TEXT}) with the library "
             f"{INVARIANT_BUILD_SCRIPT} builds and --no-flash-attn (docs/backends.md)"
         )
     if quantized and not exact_kernels:

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from ..backends import DRAFT_GGUF_TYPES
 from ..checks import check_max_new_tokens, gamma_flag
 from ..cli_help import flag, one_row_methods
 from ..draft_length import DEFAULT_GAMMA
@@ -712,7 +713,7 @@ def bench_serve_llamacpp(
     gamma: str = typer.Option("conf=0.9", "--gamma", help="Our servers' draft length (as serve --gamma)."),
     threads: int = typer.Option(2, "--threads", help="CPU threads of every server."),
     target_gguf: str = typer.Option(
-        "f32", "--target-gguf", help="The target's GGUF type: f32, f16, bf16, q8_0, q4_k_m, q4_0, q5_k_m, q6_k."
+        "f32", "--target-gguf", help=f"The target's GGUF type: {', '.join(DRAFT_GGUF_TYPES)}."
     ),
     draft_gguf: str = typer.Option("q8_0", "--draft-gguf", help="The draft's GGUF type."),
     duration: float = typer.Option(600.0, "--duration", help="Longest seconds one cell's load may run."),
