@@ -1,9 +1,23 @@
-# The steps the llama.cpp build scripts share (sourced by build_llama_cpp_tools.sh and
+# The steps the llama.cpp build scripts share (sourced by build_llama_cpp_tools.sh, build_llama_cpp_lib.sh and
 # build_llama_cpp_invariant_lib.sh): the source and llama-cpp-python checks, the no-op rerun when DEST already holds
-# a build for the same llama-cpp-python version (DEST/$stamp_name), a build folder configured from another source
-# tree cleared, then a CPU-only Release configure with the caller's flags, a build of its targets into DEST/bin
+# a build for the same llama-cpp-python version and flags (DEST/$stamp_name), a build folder configured from another
+# source tree cleared, then a CPU-only Release configure with the caller's flags, a build of its targets into DEST/bin
 # (log: DEST/build.log) and the export line that points at them.
 # The caller sets src, dest, jobs, stamp_name, export_var, the arrays flags and targets, and defines built().
+
+# A shared library for Python to load (llama-cpp-python's LLAMA_CPP_LIB_PATH): libllama and the ggml libraries only.
+# A shared library is position-independent code, and by default the compiler then lets any exported function be
+# replaced at load time (ELF interposition), so it neither inlines nor calls directly one exported function from
+# another inside the library, and calls into the other ggml libraries go through the PLT; the static build of
+# llama.cpp's tools pays none of that. -fno-semantic-interposition and -fno-plt give the shared library the
+# static build's calls (the arithmetic is unchanged: same kernels, same rounding); llama.cpp's default shared build
+# (build_llama_cpp_tools.sh's DEST/shared) keeps its own flags, as users get it.
+python_library_flags=(-DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+    -DLLAMA_BUILD_SERVER=OFF)
+if [ "$(uname -s)" = Linux ]; then
+    python_library_flags+=("-DCMAKE_C_FLAGS=-fno-semantic-interposition -fno-plt"
+        "-DCMAKE_CXX_FLAGS=-fno-semantic-interposition -fno-plt")
+fi
 llama_cpp_build() {
     [ -f "$src/CMakeLists.txt" ] || {
         echo "no llama.cpp source in $src: run scripts/fetch_llama_cpp_converter.sh first" >&2; exit 2; }
@@ -11,8 +25,8 @@ llama_cpp_build() {
     local version
     version="$(python -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))' 2>/dev/null)" || {
         echo "llama-cpp-python is not installed: pip install -e '.[llamacpp]'" >&2; exit 2; }
-    local stamp="$dest/$stamp_name"
-    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "llama-cpp-python ${version}" ] && built; then
+    local stamp="$dest/$stamp_name" built_as="llama-cpp-python ${version}; ${flags[*]}"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$built_as" ] && built; then
         echo "export $export_var=$(cd "$dest/bin" && pwd)"
         exit 0
     fi
@@ -33,6 +47,6 @@ llama_cpp_build() {
     cmake --build "$dest" --config Release -j "$jobs" --target "${targets[@]}" >>"$log" 2>&1 || {
         echo "the llama.cpp build failed, see $log" >&2; exit 1; }
     built || { echo "the build finished without ${targets[*]} in $dest/bin, see $log" >&2; exit 1; }
-    echo "llama-cpp-python ${version}" >"$stamp"
+    echo "$built_as" >"$stamp"
     echo "export $export_var=$(cd "$dest/bin" && pwd)"
 }

@@ -13,7 +13,7 @@ import pytest
 
 from draftverify.backends.gguf import BUILD_SCRIPT, converter_available, gguf_for, tools_built
 from draftverify.errors import DraftVerifyError
-from llamacpp_invariant import NO_INVARIANT_LIB, invariant_lib, run_on_invariant_lib
+from llamacpp_libraries import NO_INVARIANT_LIB, invariant_lib, run_on_invariant_lib
 
 ZOO = Path(__file__).resolve().parents[2] / "zoo" / "code"
 METHODS = ("prompt_lookup", "model", "lookup_model", "model_tree", "suffix")

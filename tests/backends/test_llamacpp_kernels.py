@@ -28,7 +28,7 @@ from draftverify.backends.llamacpp_kernels import (
     library_missing,
     peer_environment,
 )
-from llamacpp_invariant import NO_INVARIANT_LIB, ROOT, invariant_lib, run_on_invariant_lib
+from llamacpp_libraries import NO_INVARIANT_LIB, ROOT, invariant_lib, run_on_invariant_lib
 
 SYSTEM_INFO = "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 1 | AMX_INT8 = 1 | {}OPENMP = 1 | REPACK = 1 | "
 
