@@ -72,18 +72,24 @@ if [ "$llamacpp" = 1 ]; then
         --name bench-humaneval-llamacpp --no-progress
     draftverify bench rounds --num-prompts 8 --rounds 5
     # llama.cpp's own engine (needs its tools: scripts/build_llama_cpp_tools.sh): each side's best row per prompt
-    # set and target file; the same on the quantized files with ours on the library without llamafile's kernels and
-    # flash attention off on both sides (every chain of ours exact); both loops at the sizes users run with
-    # synthetic acceptance
+    # set and target file, ours on llama.cpp's library built for Python (build_llama_cpp_lib.sh); the same on the
+    # quantized files with ours on the library without llamafile's kernels and flash attention off on both sides
+    # (every chain of ours exact); both loops at the sizes users run with synthetic acceptance
     native=(bench native --prompts humaneval,spec_bench:coding,spec_bench:math_reasoning --num-prompts 6
         --max-new-tokens 96)
-    draftverify "${native[@]}" --target-gguf f32,q8_0,q4_k_m --name bench-native --fresh
+    lib="$(scripts/build_llama_cpp_lib.sh | sed -n 's/^export LLAMA_CPP_LIB_PATH=//p')"
+    LLAMA_CPP_LIB_PATH="$lib" draftverify "${native[@]}" --target-gguf f32,q8_0,q4_k_m --name bench-native --fresh
     invariant="$(scripts/build_llama_cpp_invariant_lib.sh | sed -n 's/^export LLAMA_CPP_LIB_PATH=//p')"
     LLAMA_CPP_LIB_PATH="$invariant" draftverify "${native[@]}" --target-gguf q8_0,q4_k_m --no-flash-attn \
         --name bench-native-exact --fresh
-    # the loop's own cost beside a bare ctypes loop and llama-server (its static and its default build)
+    # the loop's own cost beside a bare ctypes loop and llama-server (its static and its default build), on
+    # llama-cpp-python's own library and on the one build_llama_cpp_lib.sh builds
     draftverify bench overhead --backend llamacpp --rounds 3 --name loop-overhead-llamacpp-f32
     draftverify bench overhead --backend llamacpp --target-gguf q8_0 --rounds 3 --name loop-overhead-llamacpp-q8_0
+    LLAMA_CPP_LIB_PATH="$lib" draftverify bench overhead --backend llamacpp --rounds 3 \
+        --name loop-overhead-llamacpp-f32-built
+    LLAMA_CPP_LIB_PATH="$lib" draftverify bench overhead --backend llamacpp --target-gguf q8_0 --rounds 3 \
+        --name loop-overhead-llamacpp-q8_0-built
     draftverify bench synthetic --shapes qwen2.5-0.5b,llama-3.2-1b --target-gguf q8_0,q4_k_m --alpha 0.6,0.8,0.9 \
         --gamma 2,4,auto --native-n-max 2,4 --num-prompts 3 --max-new-tokens 48 --name bench-synthetic
     draftverify bench speed --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,3,4,5,6,8,12,16,24,32,48,64 \

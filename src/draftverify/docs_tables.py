@@ -49,6 +49,8 @@ _PAGES: dict[str, tuple[tuple[str, ...], ...]] = {
         ("llamacpp-flash-attn", "benchmarks/llamacpp/llamacpp-flash-attn.md"),
         ("loop-overhead-llamacpp-f32", "benchmarks/cost/loop-overhead-llamacpp-f32.md"),
         ("loop-overhead-llamacpp-q8_0", "benchmarks/cost/loop-overhead-llamacpp-q8_0.md"),
+        ("loop-overhead-llamacpp-f32-built", "benchmarks/cost/loop-overhead-llamacpp-f32-built.md"),
+        ("loop-overhead-llamacpp-q8_0-built", "benchmarks/cost/loop-overhead-llamacpp-q8_0-built.md"),
         ("earn-llamacpp-f32", "benchmarks/draft-policy/earn-llamacpp-f32.md"),
         ("earn-llamacpp-q8_0", "benchmarks/draft-policy/earn-llamacpp-q8_0.md"),
         ("earn-hf", "benchmarks/draft-policy/earn-hf.md"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from bench_fixtures import model_dir  # noqa: F401  (fixtures)
@@ -115,6 +116,10 @@ def test_on_llamacpp_it_splits_each_runners_time_at_llama_decode_beside_a_bare_l
     else:
         assert default_build is None and result["server_default_build"] is None
         assert tools_built() == (f"No {DEFAULT_BUILD_ROW} row:" in text)
+    library = result["llama_cpp_library"]  # the one LLAMA_CPP_LIB_PATH names, else llama-cpp-python's own
+    assert library["path"] == (os.environ.get("LLAMA_CPP_LIB_PATH") or None)
+    named = f"LLAMA_CPP_LIB_PATH={library['path']}" if library["path"] else "llama-cpp-python's own build"
+    assert f"The Python rows' llama.cpp library: {named}; llamafile's matrix kernels" in text.replace("`", "")
     assert bare["vs_bare"] == 1.0 and bare["steps"] == bare["new_tokens"]
     assert plain["new_tokens"] == bare["new_tokens"] and plain["steps"] == plain["new_tokens"]
     for row in rows.values():

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 
 INVARIANT_BUILD_SCRIPT = "scripts/build_llama_cpp_invariant_lib.sh"
+LIB_BUILD_SCRIPT = "scripts/build_llama_cpp_lib.sh"  # llama.cpp's kernels, built for Python's calls (docs/backends.md)
 TILED_MM_ENV = "GGML_CPU_TILED_MM"  # llama.cpp's tiled K-quant matrix product: on unless this is "0"
 LIB_PATH_ENV = "LLAMA_CPP_LIB_PATH"  # llama-cpp-python loads the library from this folder when it is set
 # llama.cpp's own default (flash_attn_type auto) turns flash attention on for the CPU; it is said here, and given
@@ -40,7 +41,7 @@ def library_missing(err: Exception) -> str:
     if folder is not None:  # set, even empty: llama-cpp-python looked there, not in its own folder
         return (
             f"${LIB_PATH_ENV}={folder} holds no llama.cpp library ({err}): point it at the folder "
-            f"{INVARIANT_BUILD_SCRIPT} printed, or unset it to use llama-cpp-python's own"
+            f"{LIB_BUILD_SCRIPT} or {INVARIANT_BUILD_SCRIPT} printed, or unset it to use llama-cpp-python's own"
         )
     return f"llama-cpp-python has no llama.cpp library ({err}): reinstall it, pip install -e '.[llamacpp]'"
 

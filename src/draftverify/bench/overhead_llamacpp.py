@@ -10,11 +10,13 @@ With llama.cpp's tools built (scripts/build_llama_cpp_tools.sh), llama.cpp's own
 prompts too (one greedy /completion each, its own prompt_ms + predicted_ms, as `bench native` times it), so the file
 splits our distance from llama.cpp's plain decoding in two: our loop beside the bare loop, and any Python loop over
 llama-cpp-python's library beside llama.cpp's own binary. Two builds of it run: the static one `bench native`
-compares against, and llama.cpp's default build (shared libraries, as its CMake and release archives make it), the
-kind of build a shared library loaded into Python is."""
+compares against, and llama.cpp's default build (shared libraries, as its CMake and release archives make it, and as
+llama-cpp-python builds the library it ships). Run under LLAMA_CPP_LIB_PATH (the file's command says so), the
+Python rows load the library it names, such as the one scripts/build_llama_cpp_lib.sh builds."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -75,6 +77,7 @@ def render(result: dict) -> str:
         f"{result['max_new_tokens']} new tokens, greedy, {result['rounds']} round(s) after a warm-up, runners "
         "interleaved prompt by prompt.",
         "",
+        *_library_lines(result),
         *markdown_table(columns, rows),
         "",
         f"Outside = wall time (token ids in, token ids out) minus the seconds inside `llama_decode` (every context: "
@@ -87,6 +90,16 @@ def render(result: dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _library_lines(result: dict) -> list[str]:
+    """Which llama.cpp library the Python rows (ours and the bare loop) ran on, and what its kernels mean."""
+    from ..backends.llamacpp_kernels import describe_library
+
+    lib = result.get("llama_cpp_library")
+    if lib is None:
+        return []
+    return [f"The Python rows' llama.cpp library: {describe_library(lib, result.get('flash_attn'))}.", ""]
 
 
 def _server_note(result: dict) -> str:
@@ -105,9 +118,9 @@ def _server_note(result: dict) -> str:
         return note + f" No {DEFAULT_BUILD_ROW} row: llama-server was not built with shared libraries beside it."
     return note + (
         f" The row {DEFAULT_BUILD_ROW} is the same server built as llama.cpp's own CMake and release archives build "
-        "it by default, with shared libraries (the kind of build llama-cpp-python loads into Python), timed the "
-        f"same way: {_ratios(default)}; the static build decodes at **{default['static_vs_default']:.3f}x** its "
-        "tok/s."
+        "it by default, with shared libraries and llama.cpp's own compiler flags (as llama-cpp-python builds the "
+        f"library it ships), timed the same way: {_ratios(default)}; the static build decodes at "
+        f"**{default['static_vs_default']:.3f}x** its tok/s."
     )
 
 
@@ -158,6 +171,7 @@ def run_overhead_llamacpp(
 
     from ..api import load
     from ..backends.llamacpp import DECODE_CLOCK
+    from ..backends.llamacpp_kernels import library
     from ..types import SamplingParams
     from . import environment
     from .bare_loop import BareLoop
@@ -263,6 +277,8 @@ def run_overhead_llamacpp(
         "server": _server_summary(rows, servers.get(SERVER_ROW), SERVER_ROW),
         "server_default_build": _server_summary(rows, servers.get(DEFAULT_BUILD_ROW), DEFAULT_BUILD_ROW),
         "server_skipped": skipped,
+        "llama_cpp_library": library(sys.modules["llama_cpp.llama_cpp"]),
+        "flash_attn": first.target.flash_attn,
     }
     return write_result(result, out, name, render)
 
