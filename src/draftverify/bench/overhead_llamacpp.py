@@ -11,8 +11,8 @@ prompts too (one greedy /completion each, its own prompt_ms + predicted_ms, as `
 splits our distance from llama.cpp's plain decoding in two: our loop beside the bare loop, and any Python loop over
 llama-cpp-python's library beside llama.cpp's own binary. Two builds of it run: the static one `bench native`
 compares against, and llama.cpp's default build (shared libraries, as its CMake and release archives make it, and as
-llama-cpp-python builds the library it ships). Run under LLAMA_CPP_LIB_PATH (the file's command says so), the
-Python rows load the library it names, such as the one scripts/build_llama_cpp_lib.sh builds."""
+llama-cpp-python builds the library it ships). Run under LLAMA_CPP_LIB_PATH, the Python rows load
+the library it names, such as the one scripts/build_llama_cpp_lib.sh builds (the file names the library)."""
 
 from __future__ import annotations
 
