@@ -10,8 +10,8 @@
 # replaced at load time (ELF interposition), so it neither inlines nor calls directly one exported function from
 # another inside the library, and calls into the other ggml libraries go through the PLT; the static build of
 # llama.cpp's tools pays none of that. -fno-semantic-interposition and -fno-plt give the shared library the
-# static build's calls (the arithmetic is unchanged: same kernels, same rounding); llama.cpp's default shared build
-# (build_llama_cpp_tools.sh's DEST/shared) keeps its own flags, as users get it.
+# static build's calls (the same kernels, and the same text: tests/backends/test_llamacpp_lib.py); llama.cpp's
+# default shared build (build_llama_cpp_tools.sh's DEST/shared) keeps its own flags, as users get it.
 python_library_flags=(-DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
     -DLLAMA_BUILD_SERVER=OFF)
 if [ "$(uname -s)" = Linux ]; then
