@@ -462,6 +462,20 @@ def test_empty_prompt_is_rejected():
         generate(model, NoDrafter(), GreedyVerifier(), torch.zeros((1, 0), dtype=torch.long), max_new_tokens=4)
 
 
+def test_a_drafter_that_never_drafts_is_never_asked_and_every_step_is_plain():
+    """Drafter.drafts False (autoregressive): the loop runs a fixed length 0 whatever gamma says, so its propose is
+    never called, and the text is the target's greedy decoding."""
+    model, reference = target_and_reference("llama")
+
+    class Silent(NoDrafter):
+        def propose(self, state, gamma):
+            raise AssertionError("a drafter that never drafts was asked for a draft")
+
+    out = generate(model, Silent(), GreedyVerifier(), PROMPT, max_new_tokens=12, gamma=4)
+    assert out.new_tokens[0].tolist() == reference_greedy(model, PROMPT, 12)
+    assert out.stats.chosen_gammas == [0] * 12 and out.stats.drafted_tokens == 0
+
+
 @pytest.mark.parametrize("gamma", [0, -1, 2.5, "fast"])
 def test_bad_gamma_is_rejected(gamma):
     model, _ = target_and_reference("llama")

@@ -16,7 +16,7 @@ import torch
 
 from .backends.base import LMBackend, check_backend, defers_prefill, wrap_verifier
 from .backends.registry import as_backend
-from .draft_length import DEFAULT_GAMMA, DraftLength, make_draft_length
+from .draft_length import DEFAULT_GAMMA, DraftLength, FixedGamma, make_draft_length
 from .drafters.base import Drafter
 from .engine.logprobs import LogprobsRecorder
 from .engine.processors import Processors
@@ -67,7 +67,8 @@ def generate(
     verified position: engine/processors.py) and logprobs (types.Logprobs: engine/logprobs.py).
     """
     started = perf_counter()
-    target = drafter.wrap_target(as_backend(target, "target"))
+    backend = as_backend(target, "target")
+    target = drafter.wrap_target(backend)
     verifier = wrap_verifier(target, verifier)
     input_ids, params, limits, attention_mask = _checked(
         target, drafter, verifier, input_ids, params, max_new_tokens, attention_mask, seeds, admit
@@ -88,27 +89,37 @@ def generate(
     prompts = [state.row(b).tolist() for b in range(batch)]
     rows = Scheduler(limits, prompts, processors.add(checked, prompts))
     scores = None if asked is None else LogprobsRecorder(asked, prompts)
+    # What a step skips when it has nothing to do, decided here, not per step: right after a llama.cpp forward the
+    # caches are cold, and each call the step makes costs many times its own work.
     device = input_ids.device  # read once: a torch call right after a llama.cpp forward costs the step dearly
     learns = policy.learns  # a fixed length hears nothing about the steps
     calls_back = on_step is not None or on_tokens is not None
+    appends = target is not backend  # only a wrapping target may append positions past the scored ones
+    shaping = processors.present  # the processors' own list (rows that join may add to it): empty, none to run
     while rows.active:
         step_rows = state.batch_size  # the target scores step_rows x (1 + draft length) tokens
-        # drafting up to `remaining` (not remaining - 1) lets a drafter the target never overrules (BiLD with
-        # alpha_FB = 0, huge alpha_RB) write the whole text; the surplus target token is then cut at max_new_tokens
-        step_gamma = min(policy.next(step_rows), rows.most_remaining())
+        step_gamma = policy.next(step_rows)
+        if step_gamma:
+            # drafting up to `remaining` (not remaining - 1) lets a drafter the target never overrules (BiLD with
+            # alpha_FB = 0, huge alpha_RB) write the whole text; the surplus target token is cut at max_new_tokens
+            step_gamma = min(step_gamma, rows.most_remaining())
         t0 = now()
-        draft = processors.cut(propose(drafter, verifier, state, step_gamma), state)
+        draft = propose(drafter, verifier, state, step_gamma)
+        if shaping:
+            draft = processors.cut(draft, state)
         t1 = now()
         out = score(target, drafter, state, draft)
         t2 = now()
-        logits = scored_logits(out, draft)  # the target's own: what logprobs report (processors do not change it)
-        verdict, accepted = verify(verifier, draft, processors(logits, state, draft), state)
+        # the target's own logits at the scored positions: what logprobs report (processors do not change them)
+        logits = scored_logits(out, draft) if appends else out.logits
+        verdict, accepted = verify(verifier, draft, processors(logits, state, draft) if shaping else logits, state)
         t3 = now()
         emitted = rows.emitted(verdict.rows, accepted)
         # before commit: a backend's logits may be a view its next decode overwrites
         scored = None if scores is None else scores.of_step(logits, draft, verdict, emitted, target, rows.active)
         commit(target, drafter, state, draft, verdict, out, emitted)
-        processors.commit(emitted)
+        if shaping:
+            processors.commit(emitted)
         recorder.step(draft, accepted, emitted, step_gamma, step_rows, (t0, t1, t2, t3), verdict.target_s)
         stop_rows = None
         if learns or calls_back:  # the step's record, made only for those who read it
@@ -118,7 +129,8 @@ def generate(
                 inform_policy(policy, record)
             if calls_back:
                 stop_rows = _call_back(record, emitted, rows, device, recorder, on_step, on_tokens)
-        rows.leave(stop_rows, target, drafter, state, processors)
+        if stop_rows or rows.ending:  # some row ended: it leaves
+            rows.leave(stop_rows, target, drafter, state, processors)
         joining = admit() if admit is not None and rows.active else None
         if joining:
             _join(joining, rows, target, drafter, verifier, state, processors, recorder, scores)
@@ -131,8 +143,11 @@ def _eos_ids(eos_token_id: int | list[int] | None) -> set[int]:
 
 def _draft_length(gamma: int | str | DraftLength, drafter: Drafter) -> DraftLength:
     """The draft-length policy `gamma` names (a DraftLength as it is), told before the first step when the drafter
-    drafts inside the target's verify forward (its drafting then has no cost of its own)."""
-    policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)
+    drafts inside the target's verify forward (its drafting then has no cost of its own); a fixed 0 for a drafter
+    that never drafts (autoregressive: every step is a plain one, and the drafter is not asked)."""
+    policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)  # checked even then
+    if not drafter.drafts:
+        return FixedGamma(0)
     if drafter.drafts_in_target_pass:
         policy.drafting_folded()
     return policy

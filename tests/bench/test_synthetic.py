@@ -5,6 +5,7 @@ random shape through both loops: at alpha 0 every call keeps one token, at alpha
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
 
 import pytest
@@ -132,6 +133,8 @@ def test_a_tiny_shape_through_both_loops(tmp_path, monkeypatch):
     assert len(cell["median_tokens_per_second"]) == 2 + 2 * 3
     report = (tmp_path / "out" / "bench-synthetic.md").read_text()
     assert "| tiny | q8_0 | 1 | n_max=3 |" in report and "steps/s at length 3" in report
+    assert result["llama_cpp_library"]["path"] == (os.environ.get("LLAMA_CPP_LIB_PATH") or None)  # our rows ran on it
+    assert "Our rows' llama.cpp library: " in report
 
 
 def test_each_sides_best_row_is_set_against_the_others_and_the_shared_length_compares_steps():

@@ -106,6 +106,22 @@ def test_rows_with_their_own_processing_equal_their_own_text_and_may_join(method
     assert out.rows == alone[:2] + [joined_alone.new_tokens[0].tolist()]
 
 
+def test_a_row_with_processing_joins_rows_that_have_none():
+    """The loop skips the processors while no row has any (decided once, on the processors' own list): a row that
+    joins with penalties then has them applied from its first token, and the rows without keep their plain text."""
+    model, draft, prompt, _, named = case("llama")
+    plain = decode(model, draft, "prompt_lookup", [prompt], None, max_new_tokens=NEW, gamma=4).rows[0]
+    joined_alone = decode(model, draft, "prompt_lookup", [prompt[5:]], named["penalties"], max_new_tokens=NEW, gamma=4)
+    assert joined_alone.rows[0] != decode(model, draft, "prompt_lookup", [prompt[5:]], None, max_new_tokens=NEW).rows[0]
+    joining = [RowRequest(prompt[5:], NEW, processing=named["penalties"])]
+
+    def admit():
+        return [joining.pop()] if joining else []
+
+    out = decode(model, draft, "prompt_lookup", [prompt], None, max_new_tokens=NEW, gamma=4, admit=admit)
+    assert out.rows == [plain, joined_alone.rows[0]]
+
+
 # ---- sampling: the processed distribution, past the first position ------------------------------------------------
 VOCAB = 10
 ROWS = 3000

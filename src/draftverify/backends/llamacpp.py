@@ -309,7 +309,7 @@ class LlamaCppLM(LlamaCppRows):
         )
         self._make_context(self.unified_cells)
         self.batch = lib.llama_batch_init(BATCH, 0, max_sequences)
-        b = self.batch  # its arrays, read once: _fill_chain writes them every step
+        b = self.batch  # its arrays, read once: _extend_chain fills them every step
         self._batch_arrays = (b.token, b.pos, b.n_seq_id, b.seq_id, b.logits)
         self.committed = 0
         self.deferred: list[int] = []  # the committed prompt tokens not decoded yet (the last ones of committed)
@@ -339,7 +339,7 @@ class LlamaCppLM(LlamaCppRows):
         params.no_perf = True
         self.ctx = lib.llama_init_from_model(self.model.ptr, params)
         self._logit_views: dict[tuple[int, int, bool], torch.Tensor] = {}  # _logits: views of this context's buffer
-        self._chain_outputs: dict[int, TargetOutput] = {}  # _chain_output: one per view (by its id)
+        self._chain_outputs: dict[tuple[int, int], TargetOutput] = {}  # _chain_output: (buffer address, width)
         if not self.ctx:
             raise DraftVerifyError(
                 f"llama.cpp could not create a context of {params.n_ctx} cells for {self.model.path}"
@@ -470,7 +470,7 @@ class LlamaCppLM(LlamaCppRows):
             raise DraftVerifyError(f"the llamacpp backend scores at most {BATCH} tokens per forward, got {n}")
         if attention_mask is None and position_ids is None and self.chain:  # the drafts' and chains' common case
             if not self.deferred:  # every step's forward after the first: the hot path, kept to a few calls
-                self._fill_chain(ids, self._extend_chain(ids))
+                self._extend_chain(ids, fill=True)
                 self._decode(n)
                 return self._chain_output(n)  # [1, n, V]
             prompt, prompt_positions = self._take_deferred(room=n)  # the rest of a deferred prompt rides along
@@ -576,7 +576,14 @@ class LlamaCppLM(LlamaCppRows):
             self.commit_rows(torch.full((len(self.seqs),), kept))
             return
         if isinstance(kept, int) and self.chain and not self.deferred and self._rescored is None:
-            self._commit_chain(kept)  # every step's commit after a chain forward: the hot path
+            # every step's commit after a chain forward (the hot path): the cells past the kept prefix are removed
+            if not 0 <= kept <= len(self.tail):
+                raise DraftVerifyError(f"cannot keep {kept} positions of a {len(self.tail)}-position tail")
+            if kept < len(self.tail):
+                self.lib.llama_memory_seq_rm(self.memory, 0, self.committed + kept, -1)
+            self.committed += kept
+            self.tail = []
+            self.root_children = 0
             return
         self._flush_deferred()
         if self._rescored is not None:  # the branch was decoded again as a chain (rescore_branch)
@@ -603,18 +610,6 @@ class LlamaCppLM(LlamaCppRows):
         self.tail = []
         self.root_children = 0
         self.chain = True
-
-    def _commit_chain(self, kept: int) -> None:
-        """commit(kept) of a chain tail in sequence 0 (any prefix of a chain is a branch of it): the cells past the
-        kept prefix are removed, nothing else is read."""
-        tail = self.tail
-        if not 0 <= kept <= len(tail):
-            raise DraftVerifyError(f"cannot keep {kept} positions of a {len(tail)}-position tail")
-        if kept < len(tail):
-            self.lib.llama_memory_seq_rm(self.memory, 0, self.committed + kept, -1)
-        self.committed += kept
-        self.tail = []
-        self.root_children = 0
 
     def _drop_unkept(self, offsets: list[int]) -> None:
         """Remove every tail cell off the kept root-to-node path `offsets` (tail indices) and leave the path in
@@ -729,9 +724,11 @@ class LlamaCppLM(LlamaCppRows):
             parents.append(parent)
         return parents
 
-    def _extend_chain(self, ids: list[int]) -> int:
+    def _extend_chain(self, ids: list[int], fill: bool = False) -> int:
         """Tokens after a chain tail, all in sequence 0 (the bookkeeping _parents and _assign_sequences give a
-        chain, without reading a mask); returns the first one's position (the rest follow it)."""
+        chain, without reading a mask); returns the first one's position (the rest follow it). fill: the batch is
+        filled in the same pass, as _fill makes it for these tokens with logits at every one (the hot path's
+        forward: one loop over the tokens, not two)."""
         tail = self.tail
         base = len(tail)
         if base:
@@ -740,8 +737,19 @@ class LlamaCppLM(LlamaCppRows):
             self.root_children += 1
         start = self.committed + base
         last = len(ids) - 1
-        for i, token in enumerate(ids):
-            tail.append(_TailToken(start + i, base + i - 1, 0, int(i < last), token, base + i))
+        if fill:
+            self.batch.n_tokens = len(ids)
+            token, pos, n_seq_id, seq_id, logits = self._batch_arrays
+            for i, t in enumerate(ids):
+                tail.append(_TailToken(start + i, base + i - 1, 0, int(i < last), t, base + i))
+                token[i] = t
+                pos[i] = start + i
+                n_seq_id[i] = 1
+                seq_id[i][0] = 0
+                logits[i] = 1
+            return start
+        for i, t in enumerate(ids):
+            tail.append(_TailToken(start + i, base + i - 1, 0, int(i < last), t, base + i))
         return start
 
     def _parent_of(self, j: int, parents: list[int], base: int) -> int:
@@ -813,17 +821,6 @@ class LlamaCppLM(LlamaCppRows):
             for k, s in enumerate(seqs):
                 row[k] = s
             b.logits[i] = out
-
-    def _fill_chain(self, ids: list[int], start: int) -> None:
-        """The batch as _fill makes it for a chain in sequence 0 from position `start`, logits at every token."""
-        self.batch.n_tokens = len(ids)
-        token, pos, n_seq_id, seq_id, logits = self._batch_arrays
-        for i, t in enumerate(ids):
-            token[i] = t
-            pos[i] = start + i
-            n_seq_id[i] = 1
-            seq_id[i][0] = 0
-            logits[i] = 1
 
     def _decode(self, n: int, order: list[int] | None = None) -> None:
         """One llama_decode of the filled batch; `order`: the caller's index of each batch entry, for the layer
@@ -911,13 +908,15 @@ class LlamaCppLM(LlamaCppRows):
         return view
 
     def _chain_output(self, rows: int) -> TargetOutput:
-        """TargetOutput(logits=_logits(rows, batch_dim=True)), made once per view and handed out again: its logits
-        are the view, valid until the next decode as every forward's are, and nothing changes an output once made;
-        an object fewer per step, which right after a decode costs what the caches lost."""
-        view = self._logits(rows, batch_dim=True)
-        out = self._chain_outputs.get(id(view))
-        if out is None or out.logits is not view:  # a view made again (the views were cleared)
-            out = self._chain_outputs[id(view)] = TargetOutput(logits=view)
+        """TargetOutput(logits=_logits(rows, batch_dim=True)), made once per buffer address and width and handed out
+        again: its logits are the view, valid until the next decode as every forward's are, and nothing changes an
+        output once made; the objects and calls fewer per step, which right after a decode cost what the caches
+        lost."""
+        key = (self._logits_address(self.ctx), rows)
+        out = self._chain_outputs.get(key)
+        if out is None:
+            out = TargetOutput(logits=self._logits(rows, batch_dim=True))
+            self._chain_outputs[key] = out  # after _logits, which may have cleared them
         return out
 
     def __del__(self, finalizing=sys.is_finalizing):  # bound now: at exit the module's `sys` may be gone already

@@ -29,6 +29,7 @@ from __future__ import annotations
 import random
 import shutil
 import statistics
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -283,7 +284,7 @@ def run_synthetic(
     OUT/NAME.json and OUT/NAME.md. The random models and their GGUFs are made once and cached."""
     from ..backends import DEFAULT_DRAFT_GGUF, check_gguf_type
     from ..backends.gguf import gguf_cache_dir, gguf_for, llama_cpp_dir
-    from ..backends.llamacpp_kernels import FLASH_ATTENTION
+    from ..backends.llamacpp_kernels import FLASH_ATTENTION, library
     from ..zoo import zoo_folder
     from . import environment
     from .config import BenchConfig
@@ -337,6 +338,8 @@ def run_synthetic(
             target = gguf_for(target_dir, gguf, source)
             n_ctx = max(ids.shape[1] for _, ids in chosen) + max_new_tokens + MAX_GAMMA + 16
             rows = build_rows(target, draft, alphas, lengths, threads, n_ctx, FLASH_ATTENTION)
+            if "llama_cpp_library" not in result:  # loaded now: llama-cpp-python's own, or LLAMA_CPP_LIB_PATH's
+                result["llama_cpp_library"] = library(sys.modules["llama_cpp.llama_cpp"])
             try:
                 per_round, calls = [], []
                 for r in range(rounds):
@@ -391,6 +394,7 @@ def render(result: dict, markdown_table) -> str:
             else ""
         ),
         "",
+        *_library_lines(result),
     ]
     head = ["shape", "target", "alpha", "llama.cpp best", "tok/s", "tokens/call", "ours best", "tok/s",
             "tokens/call", "ours / llama.cpp"]  # fmt: skip
@@ -419,3 +423,13 @@ def render(result: dict, markdown_table) -> str:
     lines += markdown_table(head, body)
     lines.append("")
     return "\n".join(lines)
+
+
+def _library_lines(result: dict) -> list[str]:
+    """Which llama.cpp library our rows ran on (llama.cpp's rows run its own tools, built statically)."""
+    from ..backends.llamacpp_kernels import FLASH_ATTENTION, describe_library
+
+    lib = result.get("llama_cpp_library")
+    if lib is None:  # a file written before the library was recorded
+        return []
+    return [f"Our rows' llama.cpp library: {describe_library(lib, FLASH_ATTENTION)}.", ""]

@@ -35,6 +35,7 @@ class Drafter(ABC):
     needs_target_hidden: bool = False  # heads / BiTA read the target's hidden states: commit() receives them
     hidden_from_wrapper: bool = False  # the target wrap_target() returns makes those hidden states (eagle3)
     drafts_in_target_pass: bool = False  # the draft comes out of the verify forward itself (no separate cost)
+    drafts: bool = True  # False: it never proposes a token (autoregressive), so the loop never asks it to
     supports_batch: bool = False  # drafts for a batch of several left-padded rows (DecodingState.lengths)
     # what of a Hugging Face target's modules the drafter reads or extends (a phrase for messages), or "" when it
     # talks to the target through the backend protocol only (backends/base.py), so any backend can run it
@@ -120,6 +121,7 @@ class NoDrafter(Drafter):
 
     supports_batch = True
     computes_in_torch = False
+    drafts = False
 
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         return empty_draft(state)

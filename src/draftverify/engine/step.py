@@ -16,7 +16,7 @@ import torch
 
 from ..backends.base import LMBackend, takes_host_ids
 from ..draft_length import DraftLength
-from ..drafters.base import Drafter, empty_draft
+from ..drafters.base import Drafter
 from ..errors import DraftVerifyError
 from ..sampling import RowParams, host_array
 from ..types import DecodingState, Draft, SamplingParams, TargetOutput, Verdict
@@ -62,7 +62,7 @@ def prefill(
 def propose(drafter: Drafter, verifier: Verifier, state: DecodingState, gamma: int) -> Draft:
     """The drafter's draft of at most gamma tokens; gamma 0 (gamma auto, when no draft pays) is a plain decoding
     step: an empty draft, and the drafter only hears the commit."""
-    draft = drafter.propose(state, gamma) if gamma else empty_draft(state)
+    draft = drafter.propose(state, gamma) if gamma else state.empty_draft()
     if draft.tree is not None and not verifier.accepts_trees:
         raise DraftVerifyError(f"the {verifier.name} verifier checks chains only; this drafter proposed a tree")
     if not state.params.greedy:  # [B] keys position-coupled sampling noise (a greedy verdict reads no noise)

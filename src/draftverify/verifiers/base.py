@@ -62,8 +62,8 @@ def greedy_chain_verdict(draft: Draft, choice: list[list[int]]) -> Verdict:
     after them. Walks lists and makes no tensor: after a llama.cpp forward has streamed the target's weights
     through the caches, each small tensor op pays its dispatch again."""
     drafted = draft.rows
-    limits = draft.lengths.tolist() if draft.lengths is not None else [draft.length] * len(drafted)
     width = draft.length
+    limits = draft.lengths.tolist() if draft.lengths is not None else [width] * len(drafted)
     rows, accepted = [], []
     for mine, theirs, limit in zip(drafted, choice, limits):
         n = 0

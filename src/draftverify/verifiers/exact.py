@@ -69,7 +69,8 @@ class ExactVerifier(Verifier):
     def verify(self, draft: Draft, target_logits: torch.Tensor, params, generator) -> Verdict:
         if isinstance(params, RowParams):
             return verify_by_rows(self.verify, draft, target_logits, params, generator)
-        chain, tree = self.rules(params)
+        last = self._last  # rules() inlined for the setting asked last: every step of a generation asks it
+        chain, tree = last[1] if last is not None and last[0] is params else self.rules(params)
         if draft.tree is None:
             return chain.verify(draft, target_logits, params, generator)
         if self.lenience != 1.0:
