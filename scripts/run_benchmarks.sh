@@ -90,8 +90,9 @@ if [ "$llamacpp" = 1 ]; then
         --name loop-overhead-llamacpp-f32-built
     LLAMA_CPP_LIB_PATH="$lib" draftverify bench overhead --backend llamacpp --target-gguf q8_0 --rounds 3 \
         --name loop-overhead-llamacpp-q8_0-built
-    draftverify bench synthetic --shapes qwen2.5-0.5b,llama-3.2-1b --target-gguf q8_0,q4_k_m --alpha 0.6,0.8,0.9 \
-        --gamma 2,4,auto --native-n-max 2,4 --num-prompts 3 --max-new-tokens 48 --name bench-synthetic
+    LLAMA_CPP_LIB_PATH="$lib" draftverify bench synthetic --shapes qwen2.5-0.5b,llama-3.2-1b \
+        --target-gguf q8_0,q4_k_m --alpha 0.6,0.8,0.9 --gamma 2,4,auto --native-n-max 2,4 --num-prompts 3 \
+        --max-new-tokens 48 --name bench-synthetic
     draftverify bench speed --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,3,4,5,6,8,12,16,24,32,48,64 \
         --cost-modes eager-float32,llamacpp-float32 --name cost-code-llamacpp
     ab=(bench ab --threads 2 --num-prompts 8)

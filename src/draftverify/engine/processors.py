@@ -246,7 +246,8 @@ class Processors:
         self.vocab_size = vocab_size
         self.eos = eos
         self.device = device
-        self.present: list[Processor] = []
+        self.present: list[Processor] = []  # extended in place, never rebound: the loop holds this list and skips
+        # the processors while it is empty
         self.rows = 0
         self.stops: list[list[int]] = []  # each row's stop tokens (what a position the masks leave empty allows)
         self._step: Step | None = None
