@@ -65,6 +65,14 @@ def describe_library(lib: dict, flash_attn: bool | None) -> str:
     return f"{where}; {describe(lib['llamafile'], flash_attn)}"
 
 
+def library_lines(lib: dict | None, flash_attn: bool | None, rows: str = "Our rows'") -> list[str]:
+    """A bench report's line naming the library `rows` loaded (library()'s dict, recorded in the result) and what its
+    kernels mean, then a blank line; none for a result recorded before the library was (lib None)."""
+    if lib is None:
+        return []
+    return [f"{rows} llama.cpp library: {describe_library(lib, flash_attn)}.", ""]
+
+
 _tiled_off_by_us = False  # whether exact_kernels_setup set TILED_MM_ENV (peer_environment leaves it out)
 
 

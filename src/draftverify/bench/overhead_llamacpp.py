@@ -34,6 +34,7 @@ DEFAULT_BUILD_ROW = "llama.cpp's llama-server, default build"  # shared librarie
 
 
 def render(result: dict) -> str:
+    from ..backends.llamacpp_kernels import library_lines
     from ..markdown import markdown_table
 
     rows = []
@@ -77,7 +78,7 @@ def render(result: dict) -> str:
         f"{result['max_new_tokens']} new tokens, greedy, {result['rounds']} round(s) after a warm-up, runners "
         "interleaved prompt by prompt.",
         "",
-        *_library_lines(result),
+        *library_lines(result.get("llama_cpp_library"), result.get("flash_attn"), "The Python rows'"),
         *markdown_table(columns, rows),
         "",
         f"Outside = wall time (token ids in, token ids out) minus the seconds inside `llama_decode` (every context: "
@@ -90,16 +91,6 @@ def render(result: dict) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def _library_lines(result: dict) -> list[str]:
-    """Which llama.cpp library the Python rows (ours and the bare loop) ran on, and what its kernels mean."""
-    from ..backends.llamacpp_kernels import describe_library
-
-    lib = result.get("llama_cpp_library")
-    if lib is None:
-        return []
-    return [f"The Python rows' llama.cpp library: {describe_library(lib, result.get('flash_attn'))}.", ""]
 
 
 def _server_note(result: dict) -> str:

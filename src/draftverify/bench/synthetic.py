@@ -372,6 +372,8 @@ def run_synthetic(
 
 
 def render(result: dict, markdown_table) -> str:
+    from ..backends.llamacpp_kernels import FLASH_ATTENTION, library_lines
+
     s = result["settings"]
     shared = s["shared_length"]
     ours_lengths = ", ".join(gamma_label(g) for g in s["gammas"])
@@ -394,7 +396,7 @@ def render(result: dict, markdown_table) -> str:
             else ""
         ),
         "",
-        *_library_lines(result),
+        *library_lines(result.get("llama_cpp_library"), FLASH_ATTENTION),
     ]
     head = ["shape", "target", "alpha", "llama.cpp best", "tok/s", "tokens/call", "ours best", "tok/s",
             "tokens/call", "ours / llama.cpp"]  # fmt: skip
@@ -423,13 +425,3 @@ def render(result: dict, markdown_table) -> str:
     lines += markdown_table(head, body)
     lines.append("")
     return "\n".join(lines)
-
-
-def _library_lines(result: dict) -> list[str]:
-    """Which llama.cpp library our rows ran on (llama.cpp's rows run its own tools, built statically)."""
-    from ..backends.llamacpp_kernels import FLASH_ATTENTION, describe_library
-
-    lib = result.get("llama_cpp_library")
-    if lib is None:  # a file written before the library was recorded
-        return []
-    return [f"Our rows' llama.cpp library: {describe_library(lib, FLASH_ATTENTION)}.", ""]

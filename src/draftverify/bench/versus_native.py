@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..backends.llamacpp_kernels import LIB_PATH_ENV, describe_library, library
+from ..backends.llamacpp_kernels import LIB_PATH_ENV, library, library_lines
 from ..errors import DraftVerifyError
 from .folders import SPEED
 from .native_spec import FAMILY as NATIVE, SWEEP, native_specs
@@ -259,15 +259,6 @@ def run_versus(
     return write_result(result, out, name, render)
 
 
-def _library_lines(result: dict) -> list[str]:
-    """Which llama.cpp library our rows ran on, and what its kernels with the run's flash-attention setting mean for
-    exactness (llama-server is llama.cpp's own build: scripts/build_llama_cpp_tools.sh)."""
-    lib = result.get("llama_cpp_library")
-    if lib is None:
-        return []
-    return [f"Our rows' llama.cpp library: {describe_library(lib, result['settings'].get('flash_attn'))}.", ""]
-
-
 def _ratio(item: dict | None) -> str:
     return "-" if item is None else f"{item['ratio']:.2f}x ({item['low']:.2f}x - {item['high']:.2f}x)"
 
@@ -298,7 +289,7 @@ def render(result: dict) -> str:
         f"{s['rounds']} rounds, every row restarted before each; tok/s is the median round, the ratio the median "
         "of per-round ratios (its range over rounds in brackets). Ours are picked among exact rows only.",
         "",
-        *_library_lines(result),
+        *library_lines(result.get("llama_cpp_library"), result["settings"].get("flash_attn")),
     ]
     head = [
         "target",
