@@ -151,6 +151,22 @@ def test_chain_logits_equal_hf_through_prefill_chains_and_rollback(name):
         close(lean.forward(torch.tensor([[7]])).logits[0], full(model, seq)[-1:], model)
 
 
+def test_logits_to_keep_gives_the_last_positions_of_a_full_forward():
+    """A draft catching up reads its last position alone: logits_to_keep=k gives the last k positions' logits (the
+    output layer runs on those rows only), as a forward of every position gives them; k past n gives all n."""
+    model = tiny("llama")
+    every, last = LeanLM(model), LeanLM(model)
+    for lm in (every, last):
+        lm.start(PROMPT)
+    step = torch.tensor([[9, 10, 11, 12]])
+    want = every.forward(step).logits  # [1, 4, V]
+    close(last.forward(step, logits_to_keep=2).logits, want[:, 2:], model)
+    assert last.length == every.length  # every token is fed
+    close(
+        last.forward(torch.tensor([[13]]), logits_to_keep=3).logits, every.forward(torch.tensor([[13]])).logits, model
+    )
+
+
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen2-tied", "llama-rope-yarn"])
 def test_a_tree_scores_each_branch_as_hf_scores_its_path(name):
     """A tree forward with depth positions and an ancestor mask over the tail; then a branch is committed and the

@@ -198,6 +198,33 @@ def test_rollback_then_rescoring_gives_the_logits_of_a_fresh_run(tiny):
     assert torch.allclose(again, reference, atol=1e-3)
 
 
+def test_logits_to_keep_makes_only_the_last_positions_output_rows_with_a_full_forwards_logits(tiny):
+    """A draft model catching up reads its last position alone: forward(..., logits_to_keep=k) asks llama.cpp for
+    the last k tokens' outputs only (the output layer runs on those rows) and gives the logits a full forward gives
+    there: with the deferred prompt (the first forward), on the hot path after it, and on a tree."""
+    full, lm = LlamaCppLM(tiny["target"], threads=1), LlamaCppLM(tiny["target"], threads=1)
+    full.start(torch.tensor([PROMPT]))
+    lm.start(torch.tensor([PROMPT]))
+    want = full.forward(torch.tensor([[17, 40, 41]])).logits.clone()  # [1, 3, V]
+    got = lm.forward(torch.tensor([[17, 40, 41]]), logits_to_keep=1).logits
+    assert got.shape == (1, 1, lm.vocab_size) and torch.allclose(got[0, 0], want[0, 2], atol=1e-3)
+    assert torch.allclose(lm.prefilled.logits, full.prefilled.logits, atol=1e-3)  # the prompt's own output stays
+    full.commit(3)
+    lm.commit(3)
+    want = full.forward(torch.tensor([[42, 43, 44, 45]])).logits.clone()
+    got = lm.forward([[42, 43, 44, 45]], logits_to_keep=2).logits  # host ints: the hot path
+    assert [lm.batch.logits[i] for i in range(4)] == [0, 0, 1, 1]
+    assert got.shape == (1, 2, lm.vocab_size) and torch.allclose(got[0], want[0, 2:], atol=1e-3)
+    assert lm.forward([[46]], logits_to_keep=3).logits.shape == (1, 1, lm.vocab_size)  # k past n: all n
+    tree = TreeSpec.from_parents([-1, -1, 0])
+    for backend in (full, lm):
+        backend.commit(0)
+    positions = (lm.length + tree.verify_positions())[None]
+    every = full.forward(torch.tensor([[42, 50, 51, 52]]), positions, tree.verify_mask()).logits
+    last = lm.forward(torch.tensor([[42, 50, 51, 52]]), positions, tree.verify_mask(), logits_to_keep=2).logits
+    assert torch.allclose(last[0], every[0, 2:], atol=1e-3)
+
+
 def test_a_tree_scored_in_one_decode_equals_each_branch_scored_alone(tiny):
     """Three branches from the pending token, one of them branching again; each node's logits equal its path's
     logits scored as a chain; then keeping the second branch leaves the cache as if only it had been scored."""

@@ -46,12 +46,12 @@ class RecomputingLM(OneRow):
         return input_ids
 
     def forward(
-        self, tokens, position_ids=None, attention_mask=None, want_hidden=False, new_valid=None
+        self, tokens, position_ids=None, attention_mask=None, want_hidden=False, new_valid=None, logits_to_keep=0
     ) -> TargetOutput:
         assert position_ids is None and attention_mask is None, "chains only"
         self.ids += tokens[0].tolist()
         logits = self.model(input_ids=torch.tensor([self.ids])).logits
-        return TargetOutput(logits=logits[:, -tokens.shape[1] :])
+        return TargetOutput(logits=logits[:, -(logits_to_keep or tokens.shape[1]) :])
 
     def commit(self, kept) -> None:
         self.committed += int(kept)

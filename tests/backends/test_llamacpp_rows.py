@@ -145,6 +145,29 @@ def test_a_ragged_chains_padding_is_scored_only_as_filler_that_leaves_no_cells(t
     assert all(o <= s for o, s in later)
 
 
+def test_a_draft_models_rows_ask_for_the_last_fed_columns_logits_alone(tiny, monkeypatch):
+    """The draft model catches each row up on its committed tokens and reads the last one's logits only: each of
+    its decodes after the first (which carries the prompts) has one output per row it feeds, however many tokens
+    a row feeds; every row keeps its batch-1 text."""
+    target, drafter, verifier = setup(tiny, "model")
+    decodes = []
+    original = LlamaCppLM._decode_entries
+
+    def counted(self, entries):
+        if self.role == "draft":
+            decodes.append((len(entries), sum(e[3] for e in entries), len({e[2] for e in entries})))
+        return original(self, entries)
+
+    monkeypatch.setattr(LlamaCppLM, "_decode_entries", counted)
+    ids, mask = left_padded(PROMPTS[:4])
+    out = generate(target, drafter, verifier, ids, attention_mask=mask, max_new_tokens=NEW, gamma=4)
+    for b, prompt in enumerate(PROMPTS[:4]):
+        assert out.rows[b] == alone(tiny, "model", prompt), f"row {b}"
+    later = decodes[1:]
+    assert all(outputs == rows for _, outputs, rows in later)
+    assert any(fed > rows for fed, _, rows in later), "no row caught up on more than one token: untested"
+
+
 def test_rows_that_leave_from_the_middle_leave_no_gap_in_the_sequence_ids(tiny):
     """llama.cpp splits a batch into micro-batches of consecutive sequence ids: when a row leaves, the row with the
     highest id moves into its id, and every row still equals its batch-1 text."""

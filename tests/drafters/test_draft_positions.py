@@ -10,22 +10,24 @@ VOCAB = 6
 
 
 class ScriptedLM:
-    """A draft LM whose next token after token t is (t + 1) % VOCAB, certainly; it records its forwards and
-    rollbacks and keeps a cache length."""
+    """A draft LM whose next token after token t is (t + 1) % VOCAB, certainly; it records its forwards, the
+    logits each asked for and its rollbacks, and keeps a cache length."""
 
     def __init__(self):
         self.length = 0
         self.fed: list[list[int]] = []
+        self.kept: list[int] = []
         self.rollbacks: list[int] = []
 
-    def forward(self, tokens, new_valid=None):
+    def forward(self, tokens, new_valid=None, logits_to_keep=0):
         ids = tokens[0].tolist()
         self.fed.append(ids)
+        self.kept.append(logits_to_keep)
         self.length += len(ids)
         logits = torch.full((1, len(ids), VOCAB), -10.0)
         for i, t in enumerate(ids):
             logits[0, i, (t + 1) % VOCAB] = 10.0
-        return TargetOutput(logits=logits)
+        return TargetOutput(logits=logits[:, len(ids) - logits_to_keep :] if logits_to_keep else logits)
 
     def rollback(self, length):
         self.rollbacks.append(length)
@@ -65,6 +67,7 @@ def test_one_forward_per_draft_token_feeding_the_token_drawn():
     second = forwards.next(2)
     assert second.greedy == [4]
     assert drafter.lm.fed == [[1, 2], [3]] and drafter.forward_calls == 2
+    assert drafter.lm.kept == [1, 1]  # the catch-up's first token is fed, its logits neither read nor made
 
 
 def test_staged_positions_after_chosen_looked_up_tokens_cost_no_forward(monkeypatch):
@@ -82,6 +85,7 @@ def test_staged_positions_after_chosen_looked_up_tokens_cost_no_forward(monkeypa
     # from it, and the cache dropped the looked-up 0 before the next forward fed 5
     assert drafter.lm.fed[0] == [2, 3, 4, 0] and drafter.lm.fed[1][0] == 5
     assert drafter.lm.rollbacks[0] == 3  # held 0 + pending 1 + kept 2
+    assert drafter.lm.kept[0] == 4  # the pending token's and each looked-up one's
     assert drafter.forward_calls == 2
     assert forwards.text[-4:] == [3, 4, 5, 0]
 

@@ -101,9 +101,14 @@ class LMBackend(Protocol):
         attention_mask: torch.Tensor | None = None,
         want_hidden: bool = False,
         new_valid: torch.Tensor | list[list[bool]] | None = None,
+        logits_to_keep: int = 0,
     ) -> TargetOutput:
         """Append tokens [B, n] to the uncommitted tail; their next-token logits [B, n, V]. tokens and new_valid
         come as Python lists only to a backend that declares takes_host_ids (a chain: no position_ids, no mask).
+
+        logits_to_keep k > 0: the logits of the last min(k, n) positions only [B, min(k, n), V], as Hugging Face's
+        argument of that name (0: all n). A draft model catching up on the committed tokens it has not seen reads
+        only the last one's, and the output layer over the vocabulary is most of a small draft's cost per row.
 
         position_ids [B or 1, n]: absolute positions (None: after the tail, as a chain); attention_mask bool
         [n, tail + n] over the tail and the new tokens (None: causal); every committed position is always visible.

@@ -126,16 +126,19 @@ class LeanLM(OneRow):
         attention_mask: torch.Tensor | None = None,
         want_hidden: bool = False,
         new_valid: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
     ) -> TargetOutput:
-        """Append tokens [1, n] to the tail; their next-token logits [1, n, V]. position_ids [1, n] (None: a chain
-        after the tail); attention_mask bool [n, tail + n] or [1, n, tail + n] (None: causal)."""
+        """Append tokens [1, n] to the tail; their next-token logits [1, n, V] (the last min(logits_to_keep, n)
+        alone when > 0). position_ids [1, n] (None: a chain after the tail); attention_mask bool [n, tail + n] or
+        [1, n, tail + n] (None: causal)."""
         if tokens.shape[0] != 1 or (new_valid is not None and not bool(new_valid.all())):
             raise DraftVerifyError("the lean backend scores one row; run batches on CachedLM")
         self._logits_only(want_hidden)
         n = tokens.shape[1]
+        keep = min(logits_to_keep, n) if logits_to_keep > 0 else n
         positions = None if position_ids is None else position_ids.reshape(-1)
-        logits = self._run(tokens[0].to(self.device), positions, self._visible(n, attention_mask), keep=n)
-        return TargetOutput(logits=logits[None])  # [1, n, V]
+        logits = self._run(tokens[0].to(self.device), positions, self._visible(n, attention_mask), keep=keep)
+        return TargetOutput(logits=logits[None])  # [1, keep, V]
 
     def _logits_only(self, want_hidden: bool) -> None:
         if want_hidden:

@@ -441,11 +441,14 @@ class LlamaCppLM(LlamaCppRows):
         attention_mask: torch.Tensor | None = None,
         want_hidden: bool = False,
         new_valid: torch.Tensor | list[list[bool]] | None = None,
+        logits_to_keep: int = 0,
     ) -> TargetOutput:
         """tokens [B, n] after the tail (a tensor, or Python ints: takes_host_ids); logits [B, n, V] (float32, a
         view of llama.cpp's buffer: valid until the next forward). attention_mask: bool [n, tail + n], which must
         describe a tree of one row (each token sees its parent's view and itself); None: a chain after the tail.
-        new_valid [B, n] (rows mode): False at padding, which is not decoded (its logits are zeros)."""
+        new_valid [B, n] (rows mode): False at padding, which is not decoded (its logits are zeros).
+        logits_to_keep k > 0: only the last min(k, n) positions are output rows of the decode [B, min(k, n), V]
+        (llama.cpp runs the output layer on output rows alone)."""
         if want_hidden:
             raise DraftVerifyError(
                 "the llamacpp backend does not return hidden states; run this method on --backend hf"
@@ -459,7 +462,7 @@ class LlamaCppLM(LlamaCppRows):
                     "run tree methods in batches on --backend hf"
                 )
         elif self.seqs is not None:
-            return self._forward_rows(rows, valid)
+            return self._forward_rows(rows, valid, logits_to_keep)
         if len(rows) != 1 or (valid is not None and not all(valid[0])):
             raise DraftVerifyError("this llamacpp backend holds one row: start() it with the batch's rows")
         ids = rows[0]
@@ -468,11 +471,12 @@ class LlamaCppLM(LlamaCppRows):
             return TargetOutput(logits=torch.empty(1, 0, self.vocab_size))
         if n > BATCH:
             raise DraftVerifyError(f"the llamacpp backend scores at most {BATCH} tokens per forward, got {n}")
+        keep = min(logits_to_keep, n) if logits_to_keep > 0 else n
         if attention_mask is None and position_ids is None and self.chain:  # the drafts' and chains' common case
             if not self.deferred:  # every step's forward after the first: the hot path, kept to a few calls
-                self._extend_chain(ids, fill=True)
+                self._extend_chain(ids, fill=True, keep=keep)
                 self._decode(n)
-                return self._chain_output(n)  # [1, n, V]
+                return self._chain_output(keep)  # [1, keep, V]
             prompt, prompt_positions = self._take_deferred(room=n)  # the rest of a deferred prompt rides along
             start = self._extend_chain(ids)
             every = self.prompt_parts is not None  # every prompt position's logits, or its last one's
@@ -481,16 +485,16 @@ class LlamaCppLM(LlamaCppRows):
                 prompt + ids,
                 prompt_positions + list(range(start, start + n)),
                 [[0]] * (len(prompt) + n),
-                outputs=[False] * (len(prompt) - outputs) + [True] * (outputs + n),
+                outputs=[False] * (len(prompt) - outputs) + [True] * outputs + [False] * (n - keep) + [True] * keep,
             )
             self._decode(len(prompt) + n)
             if not prompt:  # all of it decoded on its own first (_take_deferred: it did not fit beside the tokens)
-                return TargetOutput(logits=self._logits(n, batch_dim=True))  # [1, n, V]
-            logits = self._logits(outputs + n)  # [outputs + n, V]: the prompt's (last) positions first
+                return TargetOutput(logits=self._logits(keep, batch_dim=True))  # [1, keep, V]
+            logits = self._logits(outputs + keep)  # [outputs + keep, V]: the prompt's (last) positions first
             if every:
                 self.prompt_parts.append(logits[:outputs].clone())  # outlives the view
             self._prefilled = TargetOutput(logits=logits[None, outputs - 1 : outputs].clone())
-            after = host_array(logits)[None, outputs:]  # [1, n, V], a view that keeps its NumPy array too
+            after = host_array(logits)[None, outputs:]  # [1, keep, V], a view that keeps its NumPy array too
             return TargetOutput(logits=with_host_array(torch.from_numpy(after), after))
         if self.row_slots is not None or self.sequences < self.max_sequences:
             # a token tree's branches take a sequence each and share the prefix's cells: one unified cache of
@@ -522,7 +526,7 @@ class LlamaCppLM(LlamaCppRows):
         self._decode(n, order)
         logits = torch.empty(n, self.vocab_size)
         logits[order] = self._logits(n)  # [n, V] back in the caller's order
-        return TargetOutput(logits=logits[None])  # [1, n, V]
+        return TargetOutput(logits=logits[None, n - keep :])  # [1, keep, V]
 
     def cost_curve(self) -> dict[int, float]:
         """Seconds of one chain forward over k tokens on this machine {k: seconds} (llamacpp_cost.py): measured once
@@ -724,10 +728,10 @@ class LlamaCppLM(LlamaCppRows):
             parents.append(parent)
         return parents
 
-    def _extend_chain(self, ids: list[int], fill: bool = False) -> int:
+    def _extend_chain(self, ids: list[int], fill: bool = False, keep: int = 0) -> int:
         """Tokens after a chain tail, all in sequence 0 (the bookkeeping _parents and _assign_sequences give a
         chain, without reading a mask); returns the first one's position (the rest follow it). fill: the batch is
-        filled in the same pass, as _fill makes it for these tokens with logits at every one (the hot path's
+        filled in the same pass, as _fill makes it for these tokens with logits at the last `keep` (the hot path's
         forward: one loop over the tokens, not two)."""
         tail = self.tail
         base = len(tail)
@@ -740,13 +744,14 @@ class LlamaCppLM(LlamaCppRows):
         if fill:
             self.batch.n_tokens = len(ids)
             token, pos, n_seq_id, seq_id, logits = self._batch_arrays
+            first_output = len(ids) - keep
             for i, t in enumerate(ids):
                 tail.append(_TailToken(start + i, base + i - 1, 0, int(i < last), t, base + i))
                 token[i] = t
                 pos[i] = start + i
                 n_seq_id[i] = 1
                 seq_id[i][0] = 0
-                logits[i] = 1
+                logits[i] = i >= first_output
             return start
         for i, t in enumerate(ids):
             tail.append(_TailToken(start + i, base + i - 1, 0, int(i < last), t, base + i))

@@ -218,11 +218,16 @@ class LlamaCppRows:
             self.row_prompt_logits[b].append(logits[outputs[0] : outputs[-1] + 1].clone())  # a row's are in order
 
     # ---- decoding ---------------------------------------------------------------------------------------------
-    def _forward_rows(self, tokens: list[list[int]], new_valid: list[list[bool]] | None) -> TargetOutput:
+    def _forward_rows(
+        self, tokens: list[list[int]], new_valid: list[list[bool]] | None, logits_to_keep: int = 0
+    ) -> TargetOutput:
         """tokens [B][n] after each row's tail, new_valid [B][n] False at padding; logits [B, n, V] (zeros at
-        padding). The rows' deferred prompts go first, in the same decode. On streams a row padded on its right
+        padding), or of the last min(logits_to_keep, n) columns alone when > 0 (the others are no output rows of
+        the decode). The rows' deferred prompts go first, in the same decode. On streams a row padded on its right
         may decode some of its padding columns as filler (llamacpp_ubatches.py), removed right after."""
         batch, n = len(tokens), len(tokens[0]) if tokens else 0
+        keep = min(logits_to_keep, n) if logits_to_keep > 0 else n
+        first = n - keep  # the first column with logits
         if batch != len(self.seqs):
             raise DraftVerifyError(f"{batch} rows of tokens for a batch of {len(self.seqs)} rows")
         valid = [[True] * n] * batch if new_valid is None else new_valid
@@ -232,13 +237,16 @@ class LlamaCppRows:
         prompt_outputs = len(owners)
         slots = [b for b, _ in owners]
         scored_entries = []  # the entry of each scored (real) column, in slots' order
+        out_slots = []  # the place of each output column's logits in [B * keep]
         real_ends = list(self.held)
         for b, (ids, real) in enumerate(zip(tokens, valid)):
-            for k, (token, keep) in enumerate(zip(ids, real)):
-                if keep:
+            for k, (token, is_real) in enumerate(zip(ids, real)):
+                if is_real:
                     scored_entries.append(len(entries))
-                    entries.append((token, self.held[b], self.seqs[b], True))
+                    entries.append((token, self.held[b], self.seqs[b], k >= first))
                     slots.append(b * n + k)
+                    if k >= first:
+                        out_slots.append(b * keep + k - first)
                     self.held[b] += 1
             real_ends[b] = self.held[b]
             for token in ids[sum(real) : sum(real) + fill[b]]:  # filler: no output, removed after the decode,
@@ -258,13 +266,13 @@ class LlamaCppRows:
             ends = torch.tensor(prompt_lengths).cumsum(0).tolist()
             prompts = [features[end - length : end] for end, length in zip(ends, prompt_lengths)]
             self.row_layer_inputs = (scored.view(batch, n, -1), prompts)
-        if prompt_outputs == 0 and len(slots) == batch * n:  # no prompt, no padding: every position, in order
+        if prompt_outputs == 0 and len(out_slots) == batch * keep:  # no prompt, no padding: every output, in order
             out = logits
         else:
-            out = torch.zeros(batch * n, self.vocab_size)
-            out[slots[prompt_outputs:]] = logits[prompt_outputs:]
+            out = torch.zeros(batch * keep, self.vocab_size)
+            out[out_slots] = logits[prompt_outputs:]
         self._sync_lengths()
-        return TargetOutput(logits=out.view(batch, n, -1))  # [B, n, V]
+        return TargetOutput(logits=out.view(batch, keep, -1))  # [B, keep, V]
 
     def _fill_counts(self, valid: list[list[bool]], n: int) -> list[int]:
         """Filler columns each row decodes after its real ones [B]: on streams, a row whose real columns are a

@@ -76,7 +76,7 @@ class BlockwiseNeuralDrafter(BlockwiseDrafter):
         def next_logits(last: torch.Tensor | None) -> torch.Tensor:
             self.forward_calls += 1
             if last is None:
-                return self.lm.forward(unseen, new_valid=new_valid).logits[:, -1]  # [B, V]
+                return self.lm.forward(unseen, new_valid=new_valid, logits_to_keep=1).logits[:, -1]  # [B, V]
             return self.lm.forward(last).logits[:, -1]
 
         return Draft(tokens=rescore_locally(self.head_logits()[:, :gamma], self.k, self.alpha, next_logits))

@@ -203,7 +203,8 @@ class CrossTokenizerDrafter(Drafter):
         proposal: list[int] | None = None  # the target tokens of `drafted`, when converted at its present length
         complete = unsure = False
         for _ in range(limit):
-            logits = self.lm.forward(torch.tensor([pending], device=self.lm.device)).logits[0, -1]  # [V_draft]
+            fed = torch.tensor([pending], device=self.lm.device)
+            logits = self.lm.forward(fed, logits_to_keep=1).logits[0, -1]  # [V_draft]
             self.forward_calls += 1
             x = int(logits.argmax())
             if not self.draft.spells[x]:  # a special token or a padding row: the draft's text ends here

@@ -105,21 +105,21 @@ class DraftForwards:
     def _forward(self, pending: torch.Tensor | list[list[int]], looked: list[int]) -> list[DraftPosition]:
         """One draft forward of pending [B, w] and the looked-up tokens [L]: the positions after the pending tokens
         and after each looked-up one (L + 1 of them, in order)."""
-        width = fed_width(pending)
         fed: torch.Tensor | list[list[int]] = pending
         if looked:
             if isinstance(pending, list):
                 fed = [row + looked for row in pending]
             else:
                 fed = torch.cat([pending, pending.new_tensor([looked])], dim=1)  # [B, w + L]
-        logits = self.lm.forward(fed, new_valid=self.new_valid).logits  # [B, w + L, V]
+        # the pending tokens but the last are only fed (their logits are not read, nor made)
+        logits = self.lm.forward(fed, new_valid=self.new_valid, logits_to_keep=len(looked) + 1).logits  # [B, L + 1, V]
         self.new_valid = None
         self.drafter.forward_calls += 1
         needs = self.needs
         host = host_array(logits) if needs.greedy else None
         if host is not None:  # a host backend's logits (llama.cpp's buffer): read through NumPy, no torch call
-            return self._host_positions(host[:, width - 1 :], looked)
-        scored = logits[:, width - 1 :]  # [B, L + 1, V]
+            return self._host_positions(host, looked)
+        scored = logits  # [B, L + 1, V]
         if not needs.q:  # greedy, no stop rule: the argmax of the logits is the argmax of q
             argmaxes = argmax(scored).tolist()  # [B][L + 1]
             return [

@@ -74,12 +74,13 @@ class LayerInputsTarget(WrappedTarget):
         attention_mask: torch.Tensor | None = None,
         want_hidden: bool = False,
         new_valid: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
     ) -> TargetOutput:
         """The target's forward of tokens [B, n] (its own hidden states not asked for); hidden: the chosen layers'
-        inputs at those tokens [B, n, 3H] when want_hidden. Each backend reads them its own way: `_reading`
-        around the forward, `_read` after it."""
+        inputs at those tokens [B, n, 3H] when want_hidden (logits_to_keep cuts the logits alone). Each backend
+        reads them its own way: `_reading` around the forward, `_read` after it."""
         with self._reading() as seen:
-            out = self.target.forward(tokens, position_ids, attention_mask, False, new_valid)
+            out = self.target.forward(tokens, position_ids, attention_mask, False, new_valid, logits_to_keep)
         return TargetOutput(logits=out.logits, hidden=self._read(seen, tokens.shape[1], want_hidden))
 
     def _reading(self) -> AbstractContextManager:

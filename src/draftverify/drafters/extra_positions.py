@@ -59,10 +59,16 @@ class ExtraPositionsTarget(WrappedTarget):
         attention_mask: torch.Tensor | None = None,
         want_hidden: bool = False,
         new_valid: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
     ) -> TargetOutput:
         """tokens [B, n] (the pending token and the draft, right after a commit) and then the extras: outputs
         [B, n + E, ...]. attention_mask [n, n] and position_ids [1, n] describe a tree; None: a chain. new_valid (a
-        ragged chain's padding) is not used: the extras follow every row's n columns, so all of them are scored."""
+        ragged chain's padding) is not used: the extras follow every row's n columns, so all of them are scored.
+        logits_to_keep must be 0: the method reads the extras' outputs after the tokens'."""
+        if logits_to_keep:
+            raise DraftVerifyError(
+                "a target with extra positions outputs every position: call it with logits_to_keep=0"
+            )
         n = tokens.shape[1]
         if attention_mask is not None and tuple(attention_mask.shape[-2:]) != (n, n):
             raise DraftVerifyError(

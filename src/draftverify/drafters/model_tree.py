@@ -141,7 +141,7 @@ class ModelTreeDrafter(Drafter):
         if bool((need < width).any()):
             new_valid = torch.arange(width, device=pending.device)[None] >= (width - need)[:, None]
         self._pending = width
-        root_logits = self.lm.forward(pending, new_valid=new_valid).logits[:, -1]  # [B, V]
+        root_logits = self.lm.forward(pending, new_valid=new_valid, logits_to_keep=1).logits[:, -1]  # [B, V]
         self.forward_calls += 1
         forwards = 1
         batch = pending.shape[0]

@@ -145,6 +145,28 @@ def test_static_cache_matches_the_growing_cache(models, float64_softmax, arch):
     assert static_lm.cache.layers[0].keys.shape[2] == 80  # still the one preallocated buffer
 
 
+@pytest.mark.parametrize("rows", [False, True])
+def test_logits_to_keep_gives_the_last_positions_of_a_full_forward(models, rows):
+    """logits_to_keep=k gives the last k positions' logits as a forward of every position gives them (the model's
+    own logits_to_keep: the LM head runs on those rows only), on one row and on left-padded rows, where a row's
+    padding is never among the last k; the hidden states stay every position's."""
+    model = models("llama", layers=2, seed=2)
+    every, last = CachedLM(model), CachedLM(model)
+    if rows:
+        ids = torch.tensor([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12]])
+        mask = ids != 0
+        step = torch.tensor([[0, 13, 14], [15, 16, 17]])
+        valid = step != 0
+    else:
+        ids, mask, step, valid = torch.tensor([[5, 6, 7, 8]]), None, torch.tensor([[13, 14, 15]]), None
+    for lm in (every, last):
+        lm.start(ids, attention_mask=mask)
+    want = every.forward(step, want_hidden=True, new_valid=valid)
+    got = last.forward(step, want_hidden=True, new_valid=valid, logits_to_keep=2)
+    torch.testing.assert_close(got.logits, want.logits[:, 1:], rtol=0, atol=1e-6)
+    assert got.hidden.shape == want.hidden.shape
+
+
 def test_static_cache_refuses_what_it_cannot_hold(models):
     model = models("llama", layers=1, seed=0)
     with pytest.raises(DraftVerifyError, match="capacity"):

@@ -183,6 +183,7 @@ class CachedLM(RowsLayout, CompiledWidths):
         attention_mask: torch.Tensor | None = None,
         want_hidden: bool = False,
         new_valid: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
     ) -> TargetOutput:
         """Append tokens [B, n] to the cache's tail; return their next-token logits [B, n, V] (and hidden [B, n, H]).
 
@@ -193,21 +194,28 @@ class CachedLM(RowsLayout, CompiledWidths):
         pending token's position plus each node's depth.
         attention_mask: bool [n, t + n] or [B, n, t + n] over the uncommitted tail t = length - committed and the
         new tokens (True = may attend); every committed position is always visible. None = causal.
+        logits_to_keep k > 0: the logits of the last min(k, n) positions alone [B, min(k, n), V] (the output
+        layer runs on those only where the model takes Hugging Face's argument of that name); hidden stays [B, n, H].
         """
         self._check_positions(position_ids, attention_mask)
+        n = tokens.shape[1]
+        keep = min(logits_to_keep, n) if logits_to_keep > 0 else n
         if self.valid is not None:
             if attention_mask is not None:
-                return self._forward_tree_rows(tokens, position_ids, attention_mask, want_hidden)
-            return self._forward_rows(tokens, new_valid, want_hidden)
+                out = self._forward_tree_rows(tokens, position_ids, attention_mask, want_hidden)
+                return TargetOutput(logits=out.logits[:, n - keep :], hidden=out.hidden)
+            return self._forward_rows(tokens, new_valid, want_hidden, keep=keep, keep_hidden=n)
         if self._compiled is None:
             return self._run(
                 tokens,
-                keep=tokens.shape[1],
+                keep=keep,
                 position_ids=position_ids,
                 attention_mask=attention_mask,
                 want_hidden=want_hidden,
+                keep_hidden=n,
             )
-        return self._run_padded(tokens, position_ids, attention_mask, want_hidden)
+        out = self._run_padded(tokens, position_ids, attention_mask, want_hidden)
+        return TargetOutput(logits=out.logits[:, n - keep :], hidden=out.hidden)
 
     def forward_extra(
         self,
