@@ -247,7 +247,7 @@ def GGUFDraftModel(model, num_pred_tokens: int, threads: int, flash_attn: bool):
                 self.lm.check_fits(len(ids) + num_pred_tokens)
                 self.lm.start(torch.tensor([ids]))
                 self.seen, pending = ids[:-1], ids[-1:]
-            logits = self.lm.forward(torch.tensor([pending])).logits[0, -1]
+            logits = self.lm.forward(torch.tensor([pending]), logits_to_keep=1).logits[0, -1]
             self.lm.commit(len(pending))
             self.seen += pending
             drafted: list[int] = []
