@@ -40,6 +40,16 @@ def test_the_wrapped_target_returns_the_chosen_layers_inputs(arch):
     assert target.forward(PROMPT[:, :1]).hidden is None  # features only when asked for
 
 
+def test_logits_to_keep_cuts_the_wrapped_targets_logits_and_leaves_every_positions_layer_inputs():
+    model = varied_model("llama", layers=4)
+    target = LayerInputsTarget.of(CachedLM(model), (1, 2, 3))
+    target.start(PROMPT[:, :5], want_hidden=True)
+    out = target.forward(PROMPT[:, 4:], want_hidden=True, logits_to_keep=1)
+    full = model(PROMPT, output_hidden_states=True)
+    assert out.logits.shape[1] == 1 and torch.allclose(out.logits, full.logits[:, -1:], atol=1e-6)
+    assert out.hidden.shape[1] == 3
+
+
 def test_a_trained_head_drafts_accepted_tokens_and_the_text_stays_the_targets():
     model = varied_model("llama")
     reference = reference_greedy(model, PROMPT, NEW)

@@ -77,11 +77,14 @@ class LayerInputsTarget(WrappedTarget):
         logits_to_keep: int = 0,
     ) -> TargetOutput:
         """The target's forward of tokens [B, n] (its own hidden states not asked for); hidden: the chosen layers'
-        inputs at those tokens [B, n, 3H] when want_hidden (logits_to_keep cuts the logits alone). Each backend
-        reads them its own way: `_reading` around the forward, `_read` after it."""
+        inputs at those tokens [B, n, 3H] when want_hidden. logits_to_keep cuts the logits alone, after a forward
+        of every position's (a backend reads layer inputs only where it makes outputs). Each backend reads them its
+        own way: `_reading` around the forward, `_read` after it."""
+        n = tokens.shape[1]
         with self._reading() as seen:
-            out = self.target.forward(tokens, position_ids, attention_mask, False, new_valid, logits_to_keep)
-        return TargetOutput(logits=out.logits, hidden=self._read(seen, tokens.shape[1], want_hidden))
+            out = self.target.forward(tokens, position_ids, attention_mask, False, new_valid)
+        logits = out.logits[:, n - min(logits_to_keep, n) :] if logits_to_keep > 0 else out.logits
+        return TargetOutput(logits=logits, hidden=self._read(seen, n, want_hidden))
 
     def _reading(self) -> AbstractContextManager:
         """Open around the target's forward: what it yields is what `_read` gets (nothing: nullcontext)."""
