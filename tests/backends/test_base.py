@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draftverify.backends.base import LMBackend, ModuleBackend, TargetModules, check_backend, require_modules
+from draftverify.backends.base import (
+    LMBackend,
+    ModuleBackend,
+    TargetModules,
+    check_backend,
+    kept_positions,
+    require_modules,
+)
 from draftverify.backends.hf.cached_lm import CachedLM
 from draftverify.backends.hf.shallow_view import shallow_view
 from draftverify.backends.lean_draft import LeanDraft
@@ -98,3 +105,7 @@ def test_check_backend_reads_what_the_backend_kind_offers_not_what_one_model_can
     check_backend(t5, DRAFTERS["model_tree"], "model_tree")
     with pytest.raises(DraftVerifyError, match="method 'early_exit' needs the target's own layers.*llamacpp backend"):
         check_backend(LlamaCppLM, DRAFTERS["early_exit"], "early_exit")
+
+
+def test_logits_to_keep_counts_the_last_positions_as_hugging_faces_argument_does():
+    assert [kept_positions(k, 4) for k in (0, 1, 3, 4, 9, -1)] == [4, 1, 3, 4, 4, 4]

@@ -197,6 +197,12 @@ def require_modules(backend: LMBackend, needs: str) -> ModuleBackend:
     return backend  # type: ignore[return-value]
 
 
+def kept_positions(logits_to_keep: int, n: int) -> int:
+    """How many of a forward's n positions get logits under forward(..., logits_to_keep) (LMBackend.forward): the
+    last min(k, n) for k > 0, else all n."""
+    return min(logits_to_keep, n) if logits_to_keep > 0 else n
+
+
 def host_ints(values) -> list[int]:
     """Per-row values [B] (a tensor, a sequence of ints, or one int) as Python ints."""
     if isinstance(values, torch.Tensor):

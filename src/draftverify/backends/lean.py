@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from ..errors import DraftVerifyError
 from ..types import TargetOutput
-from .base import OneRow
+from .base import OneRow, kept_positions
 from .hf.cached_lm import context_limit
 from .hf.few_row_linear import few_row_linear, takes_few_rows
 from .lean_weights import LeanWeights, Rope, unsupported
@@ -135,7 +135,7 @@ class LeanLM(OneRow):
             raise DraftVerifyError("the lean backend scores one row; run batches on CachedLM")
         self._logits_only(want_hidden)
         n = tokens.shape[1]
-        keep = min(logits_to_keep, n) if logits_to_keep > 0 else n
+        keep = kept_positions(logits_to_keep, n)
         positions = None if position_ids is None else position_ids.reshape(-1)
         logits = self._run(tokens[0].to(self.device), positions, self._visible(n, attention_mask), keep=keep)
         return TargetOutput(logits=logits[None])  # [1, keep, V]

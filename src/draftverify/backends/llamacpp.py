@@ -43,6 +43,7 @@ from ..errors import DraftVerifyError
 from ..sampling import host_array, with_host_array
 from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
+from .base import kept_positions
 from .llamacpp_ext import ext_call
 from .llamacpp_kernels import (
     FLASH_ATTENTION,
@@ -471,7 +472,7 @@ class LlamaCppLM(LlamaCppRows):
             return TargetOutput(logits=torch.empty(1, 0, self.vocab_size))
         if n > BATCH:
             raise DraftVerifyError(f"the llamacpp backend scores at most {BATCH} tokens per forward, got {n}")
-        keep = min(logits_to_keep, n) if logits_to_keep > 0 else n
+        keep = kept_positions(logits_to_keep, n)
         if attention_mask is None and position_ids is None and self.chain:  # the drafts' and chains' common case
             if not self.deferred:  # every step's forward after the first: the hot path, kept to a few calls
                 self._extend_chain(ids, fill=True, keep=keep)

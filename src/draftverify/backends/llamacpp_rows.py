@@ -28,7 +28,7 @@ import torch
 
 from ..errors import DraftVerifyError
 from ..types import TargetOutput
-from .base import host_ints, one_row
+from .base import host_ints, kept_positions, one_row
 from .llamacpp_ubatches import filled_counts, micro_batches
 
 BATCH = 512  # tokens per llama_decode (more are decoded in chunks)
@@ -226,7 +226,7 @@ class LlamaCppRows:
         the decode). The rows' deferred prompts go first, in the same decode. On streams a row padded on its right
         may decode some of its padding columns as filler (llamacpp_ubatches.py), removed right after."""
         batch, n = len(tokens), len(tokens[0]) if tokens else 0
-        keep = min(logits_to_keep, n) if logits_to_keep > 0 else n
+        keep = kept_positions(logits_to_keep, n)
         first = n - keep  # the first column with logits
         if batch != len(self.seqs):
             raise DraftVerifyError(f"{batch} rows of tokens for a batch of {len(self.seqs)} rows")

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..backends.base import LMBackend, require_modules
+from ..backends.base import LMBackend, kept_positions, require_modules
 from ..errors import DraftVerifyError
 from ..sampling import argmax, draw_next, probs_from_logits
 from ..types import DecodingState, Draft, TargetOutput, Verdict
@@ -83,7 +83,7 @@ class LayerInputsTarget(WrappedTarget):
         n = tokens.shape[1]
         with self._reading() as seen:
             out = self.target.forward(tokens, position_ids, attention_mask, False, new_valid)
-        logits = out.logits[:, n - min(logits_to_keep, n) :] if logits_to_keep > 0 else out.logits
+        logits = out.logits[:, n - kept_positions(logits_to_keep, n) :]
         return TargetOutput(logits=logits, hidden=self._read(seen, n, want_hidden))
 
     def _reading(self) -> AbstractContextManager:

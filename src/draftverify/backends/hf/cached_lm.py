@@ -22,7 +22,7 @@ from transformers import PreTrainedModel
 
 from ...errors import DraftVerifyError
 from ...types import PrefixKV, TargetOutput
-from ..base import LMBackend, TargetModules, is_backend
+from ..base import LMBackend, TargetModules, is_backend, kept_positions
 from .cache import cache_argument, gather_positions, keep_positions, new_cache, returned_cache
 from .compiled_widths import WIDTH_BUCKETS, CompiledWidths, compile_forward, window_for
 from .few_row_linear import few_row_linears
@@ -199,7 +199,7 @@ class CachedLM(RowsLayout, CompiledWidths):
         """
         self._check_positions(position_ids, attention_mask)
         n = tokens.shape[1]
-        keep = min(logits_to_keep, n) if logits_to_keep > 0 else n
+        keep = kept_positions(logits_to_keep, n)
         if self.valid is not None:
             if attention_mask is not None:
                 out = self._forward_tree_rows(tokens, position_ids, attention_mask, want_hidden)
