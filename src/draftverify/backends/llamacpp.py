@@ -475,7 +475,7 @@ class LlamaCppLM(LlamaCppRows):
         keep = kept_positions(logits_to_keep, n)
         if attention_mask is None and position_ids is None and self.chain:  # the drafts' and chains' common case
             if not self.deferred:  # every step's forward after the first: the hot path, kept to a few calls
-                self._extend_chain(ids, fill=True, keep=keep)
+                self._extend_chain(ids, fill=True, logits_to_keep=keep)
                 self._decode(n)
                 return self._chain_output(keep)  # [1, keep, V]
             prompt, prompt_positions = self._take_deferred(room=n)  # the rest of a deferred prompt rides along
@@ -729,11 +729,11 @@ class LlamaCppLM(LlamaCppRows):
             parents.append(parent)
         return parents
 
-    def _extend_chain(self, ids: list[int], fill: bool = False, keep: int = 0) -> int:
+    def _extend_chain(self, ids: list[int], fill: bool = False, logits_to_keep: int = 0) -> int:
         """Tokens after a chain tail, all in sequence 0 (the bookkeeping _parents and _assign_sequences give a
         chain, without reading a mask); returns the first one's position (the rest follow it). fill: the batch is
-        filled in the same pass, as _fill makes it for these tokens with logits at the last `keep` (the hot path's
-        forward: one loop over the tokens, not two)."""
+        filled in the same pass, as _fill makes it for these tokens with logits where forward's logits_to_keep puts
+        them (0: at every one; the hot path's forward: one loop over the tokens, not two)."""
         tail = self.tail
         base = len(tail)
         if base:
@@ -745,7 +745,7 @@ class LlamaCppLM(LlamaCppRows):
         if fill:
             self.batch.n_tokens = len(ids)
             token, pos, n_seq_id, seq_id, logits = self._batch_arrays
-            first_output = len(ids) - keep
+            first_output = len(ids) - kept_positions(logits_to_keep, len(ids))
             for i, t in enumerate(ids):
                 tail.append(_TailToken(start + i, base + i - 1, 0, int(i < last), t, base + i))
                 token[i] = t
