@@ -15,6 +15,7 @@ from draftverify.draft_length import (
     HeuristicGamma,
     KeptPolicies,
     StepCosts,
+    VerifyCost,
     make_draft_length,
     parse_gamma,
 )
@@ -652,3 +653,59 @@ def test_a_policy_of_ones_own_that_reads_feedback_learns():
         pass
 
     assert RowsOnly(3).learns and not Plain(3).learns
+
+
+# a q8_0 file on a two-core CPU, as measured: a second token runs another kernel and costs about twice the first,
+# while two to four tokens cost nearly the same
+KINKED = {1: 0.0207, 2: 0.0430, 4: 0.0546, 8: 0.0999, 16: 0.1665, 32: 0.2211}
+
+
+def test_a_seeded_verify_cost_is_the_measured_curve_between_and_past_its_widths():
+    cost = VerifyCost()
+    cost.seed(KINKED)
+    assert cost.known and cost.varies and cost.curved
+    for tokens, seconds in KINKED.items():
+        assert cost(tokens) == pytest.approx(seconds)
+    assert cost(3) == pytest.approx((0.0430 + 0.0546) / 2)  # linear between two measured widths
+    assert cost(40) == pytest.approx(0.2211 + 8 * (0.2211 - 0.1665) / 16)  # the last segment's slope past them
+    assert cost(0.5) == pytest.approx(0.0207 / 2)
+
+
+def test_a_dip_in_the_measured_curve_is_read_as_noise():
+    cost = VerifyCost()
+    cost.seed({1: 0.010, 2: 0.0148, 4: 0.0142, 8: 0.018})  # an f32 file: four tokens timed below two
+    assert cost(4) == pytest.approx(0.0148) and cost(3) == pytest.approx(0.0148)
+    assert all(cost(a) <= cost(b) for a, b in zip(range(1, 12), range(2, 13)))
+
+
+def test_the_runs_timed_calls_scale_the_curve_and_keep_its_shape():
+    cost = VerifyCost()
+    cost.seed(KINKED, weight=1.0)
+    for _ in range(60):  # a longer context: every call takes 1.5x the curve's time at its width
+        cost.add(5, 1.5 * cost._shape(5))
+    level = (len(KINKED) + 60 * 1.5) / (len(KINKED) + 60)
+    for tokens in (1, 2, 5, 16):
+        assert cost(tokens) == pytest.approx(level * VerifyCost._shape(cost, tokens))
+    assert cost(2) / cost(1) == pytest.approx(0.0430 / 0.0207)  # the kink stays where it was measured
+
+
+def test_without_a_curve_the_verify_cost_is_a_line_through_the_timed_calls():
+    cost = VerifyCost()
+    assert not cost.known and not cost.varies
+    cost.add(1, 0.010)
+    assert cost.known and not cost.varies and cost(8) == pytest.approx(0.010)  # one width: flat
+    cost.add(9, 0.018)
+    assert cost.varies and cost(5) == pytest.approx(0.014)
+
+
+@pytest.mark.parametrize("alpha,plain", [(0.6, True), (0.8, True), (0.95, False)])
+def test_auto_decodes_plainly_where_the_measured_curve_says_no_draft_pays(alpha, plain):
+    """On the kinked curve a one-token draft costs a two-token pass, twice a plain step: at alpha 0.6 or 0.8 no
+    length earns more than plain decoding (a line through the same points priced the two-token pass at 1.2x a
+    plain step and drafted); at 0.95 a draft does."""
+    costs = StepCosts()
+    costs.seed(KINKED)
+    costs.draft.add(1, 0.0025)  # a draft forward: an eighth of a plain step
+    policy = AutoGamma(costs=costs)
+    policy.accepted, policy.judged = alpha * 1000, 1000.0
+    assert (policy.best() == 0) is plain

@@ -3,6 +3,7 @@ Theorem 8's length as a cap that the drafter's own confidence ends early (Confid
 
 from __future__ import annotations
 
+import bisect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
@@ -114,6 +115,75 @@ class _LinearFit:
         return self.at([x])[0]
 
 
+class VerifyCost:
+    """Seconds of one target call scoring n tokens (a verify pass over a pending token and n - 1 drafts).
+
+    With a measured cost curve (seed: {tokens: seconds}, a backend's cost_curve) the curve's shape is kept: linear
+    between its measured widths, along its last segment past them, and never falling as the width grows. A line
+    through those points cannot price a quantized file on a CPU, where one token runs one kernel and two run another
+    that costs about twice as much, while two to four cost nearly the same: the line made a one-token draft look
+    cheap and plain decoding dear, so drafts that lose to plain decoding were taken. The run's own timed calls set
+    the level: each call's seconds over the curve's at its width, averaged with the curve counted as `weight` calls
+    per width at ratio 1 (a longer context makes every width dearer alike).
+    Without a curve: one line fitted to the timed calls (_LinearFit)."""
+
+    def __init__(self) -> None:
+        self.line = _LinearFit()  # every timed call (the unseeded model)
+        self.widths: list[float] = []  # the curve's tokens, ascending
+        self.seconds: list[float] = []  # its seconds there, made non-decreasing
+        self.ratio_sum = 0.0  # timed seconds / the curve's, summed, with the curve's own weight
+        self.ratio_weight = 0.0
+
+    def seed(self, curve: dict[int, float], weight: float = 1.0) -> None:
+        points = sorted((float(k), float(s)) for k, s in curve.items() if k >= 1 and s > 0)
+        if not points:
+            return
+        self.widths = [k for k, _ in points]
+        self.seconds = []
+        for _, s in points:  # more tokens never cost less: a dip is timing noise
+            self.seconds.append(max(s, self.seconds[-1]) if self.seconds else s)
+        self.ratio_sum = self.ratio_weight = weight * len(points)
+
+    def add(self, tokens: float, seconds: float) -> None:
+        self.line.add(tokens, seconds)
+        if self.widths:
+            self.ratio_sum += seconds / self._shape(tokens)
+            self.ratio_weight += 1.0
+
+    @property
+    def curved(self) -> bool:
+        """Whether a measured curve sets the shape."""
+        return bool(self.widths)
+
+    @property
+    def known(self) -> bool:
+        return self.curved or (self.line.known and self.line.wy > 0)
+
+    @property
+    def varies(self) -> bool:
+        """Whether the cost's growth with the width is measured (a curve of two widths or more, or timed calls of
+        two different widths), not assumed flat."""
+        return len(self.widths) > 1 or self.line.varies
+
+    def _shape(self, tokens: float) -> float:
+        widths, seconds = self.widths, self.seconds
+        if tokens <= widths[0] or len(widths) == 1:  # below the narrowest width measured: in proportion
+            return seconds[0] * tokens / widths[0] if tokens < widths[0] else seconds[0]
+        i = min(bisect.bisect_left(widths, tokens), len(widths) - 1)  # the segment [i - 1, i]; the last one past it
+        slope = (seconds[i] - seconds[i - 1]) / (widths[i] - widths[i - 1])
+        return seconds[i - 1] + slope * (tokens - widths[i - 1])
+
+    def at(self, tokens: Sequence[float]) -> list[float]:
+        """Seconds of a call at each entry of `tokens`."""
+        if not self.widths:
+            return self.line.at(tokens)
+        level = self.ratio_sum / self.ratio_weight
+        return [level * self._shape(t) for t in tokens]
+
+    def __call__(self, tokens: float) -> float:
+        return self.at([tokens])[0]
+
+
 class StepCosts:
     """Timings AutoGamma learns its costs from; a Pipeline keeps one across its calls, so the cost model is
     calibrated once per loaded pipeline and each later call (or batch) starts from it instead of from scratch.
@@ -121,25 +191,25 @@ class StepCosts:
     The first step of each shape (rows, draft length) is not recorded: it pays one-time costs (kernel selection and
     buffer allocation for a new input shape, lazy initialisation) that no later step pays, and in a cold process
     they dwarf the step itself, which used to drive gamma auto to short drafts and below plain decoding.
-    A target call scores rows x (gamma + 1) tokens; its seconds are fitted as a + b * tokens, so the fit sees the
-    work grow with the batch as well as with the draft (flat while the forward is memory-bound, steep once it is
-    compute-bound). Drafting seconds per drafted position (one draft forward over the batch) are fitted against rows.
+    A target call scores rows x (gamma + 1) tokens; its seconds follow the target's measured cost curve where the
+    backend has one (VerifyCost), else a + b * tokens fitted to the timed calls, so the cost grows with the batch as
+    well as with the draft (flat while the forward is memory-bound, steep once it is compute-bound). Drafting
+    seconds per drafted position (one draft forward over the batch) are fitted against rows.
     """
 
     def __init__(self) -> None:
         self.seen_shapes: set[tuple[int, int]] = set()
         self.folded = False
         self.calls = 0  # timed steps
-        self.target = _LinearFit()  # seconds of one target call ~ tokens scored
+        self.target = VerifyCost()  # seconds of one target call ~ tokens scored
         self.seeded = False  # started from a measured cost curve (seed)
         self.draft = _LinearFit()  # seconds per drafted position ~ rows, weighted by the positions drafted
 
     def seed(self, curve: dict[int, float], weight: float = 1.0) -> None:
         """Start the target's fit from a measured cost curve {tokens scored: seconds of one call} (a backend's
         cost_curve, measured beside the run), each point worth `weight` timed steps: the policy then knows from
-        the first step how the cost grows with the width, and the run's own timings take over as they come."""
-        for tokens, seconds in sorted(curve.items()):
-            self.target.add(tokens, seconds, weight)
+        the first step how the cost grows with the width, and the run's own timings set its level (VerifyCost)."""
+        self.target.seed(curve, weight)
         self.seeded = True
 
     def record(self, drafted: int, draft_seconds: float, target_seconds: float, rows: int = 1) -> None:
@@ -153,11 +223,12 @@ class StepCosts:
 
     @property
     def known(self) -> bool:
-        return self.target.known and self.target.wy > 0
+        return self.target.known
 
     @property
     def slope_known(self) -> bool:
-        """Whether target calls over two different numbers of tokens were timed: until then the fit is flat."""
+        """Whether the cost over two different numbers of tokens is known (a seeded curve, or timed calls): until
+        then the fit is flat."""
         return self.target.varies
 
     def target_seconds(self, tokens: int) -> float:

@@ -15,9 +15,9 @@ unused. Here every offer is priced:
 - the draft model is priced by what its own steps earned in this run (draft tokens kept per row, its draft's width,
   its drafting seconds: running means; an optimistic guess before its first step); when chosen it drafts as `model`
   does, its confidence stop (gamma conf) ending the draft;
-- seconds: the verify pass over rows x (1 + width) tokens, fitted from this run's steps (the time between a
-  proposal and its verdict) and started from the target's cost curve where it has one (llama.cpp). Lookups cost
-  microseconds and count as free;
+- seconds: the verify pass over rows x (1 + width) tokens: the target's cost curve where it has one (llama.cpp),
+  its level set by this run's steps (the time between a proposal and its verdict; draft_length.VerifyCost), else a
+  line fitted to those steps. Lookups cost microseconds and count as free;
 - plain decoding (no draft) is an offer too, at one token per one-token pass.
 
 A source not chosen for `explore_every` steps is taken once when it has a draft, so its rates stay measured. In a
@@ -34,7 +34,7 @@ import torch
 
 from ..backends.base import LMBackend
 from ..backends.lean_draft import draft_backend
-from ..draft_length import _LinearFit, _Rate
+from ..draft_length import VerifyCost, _Rate
 from ..errors import DraftVerifyError
 from ..types import DecodingState, Draft, TargetOutput, Verdict
 from .base import Drafter, DraftModel, empty_draft
@@ -72,7 +72,7 @@ class EarnedDrafter(Drafter):
         self.explore_every = explore_every
         self.rates: dict[str, _Rate] = {}  # acceptance per draft position: per source (lookup: per n-gram length)
         self.suffix_predicted = self.suffix_observed = 1.0  # the suffix cache's estimates against what was kept
-        self.verify = _LinearFit()  # seconds of a verify pass ~ tokens it scores (rows x (1 + width))
+        self.verify = VerifyCost()  # seconds of a verify pass ~ tokens it scores (rows x (1 + width))
         # what the draft model's steps earned (running means): draft tokens kept per row, draft width, seconds drafting
         self.model_earned: tuple[float, float, float] | None = None
         self.chosen: dict[str, int] = {name: 0 for name in (*SOURCES, "none")}  # steps each source drafted
@@ -109,8 +109,7 @@ class EarnedDrafter(Drafter):
             self.model.bind(target, max_positions)
         curve = getattr(target, "cost_curve", None)
         if curve is not None and not self.verify.known:
-            for tokens, seconds in curve().items():  # the target's measured curve, worth one step per width
-                self.verify.add(tokens, seconds)
+            self.verify.seed(curve())  # the target's measured curve, worth one step per width
 
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
         self.suffix.start(state, prefilled)
