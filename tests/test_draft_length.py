@@ -120,7 +120,7 @@ def test_auto_gamma_drafts_nothing_when_speculation_does_not_pay():
 
 
 def test_auto_gamma_drafts_nothing_with_no_acceptance():
-    policy = AutoGamma(gamma=3)
+    policy = AutoGamma(gamma=3, min_evidence=8)
     chosen = []
     for _ in range(50):
         gamma = policy.next()
@@ -434,7 +434,8 @@ def test_confidence_probes_from_plain_decoding_reach_the_cap_and_find_the_drafts
     for rule in ("to the cap", "one token"):
         if rule == "one token":
             monkeypatch.setattr(ConfidenceGamma, "probe", lambda self, rows=1: 1)
-        runs = [run_after_a_bad_start(ConfidenceGamma(0.4), seed) for seed in range(5)]
+        # plain decoding allowed from the first judged token (min_evidence 0): the probes are what is tested here
+        runs = [run_after_a_bad_start(ConfidenceGamma(0.4, min_evidence=0), seed) for seed in range(5)]
         plain_steps[rule] = sum(caps.count(0) for caps in runs)
         if rule == "to the cap":
             for caps in runs:
@@ -709,3 +710,24 @@ def test_auto_decodes_plainly_where_the_measured_curve_says_no_draft_pays(alpha,
     policy = AutoGamma(costs=costs)
     policy.accepted, policy.judged = alpha * 1000, 1000.0
     assert (policy.best() == 0) is plain
+
+
+def test_auto_drafts_until_its_rates_are_measured_before_it_decodes_plainly():
+    """On the kinked curve the prior alone (alpha 0.5) says no draft pays; plain decoding chosen then would measure
+    nothing, so the policy drafts until min_evidence draft tokens were judged, and goes plain only if they say so."""
+    costs = StepCosts()
+    costs.seed(KINKED)
+    policy = AutoGamma(costs=costs, min_evidence=10)
+    assert policy.best() == 0 and policy.next() >= 1
+    policy.update(2, 0, True, None, None)
+    for _ in range(9):
+        policy.update(1, 0, True, None, None)
+    assert policy.evidence == 10 and policy.next() == 0  # measured: nothing is kept
+
+
+def test_conf_counts_its_judged_draft_tokens_as_evidence():
+    policy = ConfidenceGamma()
+    assert policy.evidence == 0
+    policy.cap = 8
+    policy.update_rows([3], [1])  # two draft tokens judged: the first kept, the second not
+    assert policy.evidence == 2

@@ -255,6 +255,9 @@ class StepCosts:
         return self.draft_seconds(rows) / self.target_seconds(rows)
 
 
+MIN_EVIDENCE = 64  # draft tokens judged before a learning policy may choose plain decoding
+
+
 class AutoGamma(DraftLength):
     """Leviathan section 3.5: gamma maximising Theorem 8 for the alpha and c measured so far, for this step's rows.
 
@@ -265,16 +268,26 @@ class AutoGamma(DraftLength):
     (StepCosts) and gamma maximises E(tokens) / (gamma * c + verify_cost(rows x (gamma + 1)) / cost(rows)): with a
     flat fit this is Theorem 8 exactly. gamma 0 (plain decoding, factor 1) wins when no draft beats it, e.g. a
     large batch on a compute-bound target; a drafted step every probe_every plain ones keeps alpha measured (it would
-    otherwise freeze where it was). Until a timing is known gamma stays at its start value (4: a fixed length
-    that suits both the draft model and prompt lookup on the code zoo, so the first steps are not wasted).
+    otherwise freeze where it was), and until min_evidence draft tokens were judged the best draft is taken instead
+    (a choice of plain decoding made on the prior alone measures nothing and can hold for a whole prompt). Until a
+    timing is known gamma stays at its start value (4: a fixed length that suits both the draft model and prompt
+    lookup on the code zoo, so the first steps are not wasted).
     """
 
     reads_timers = True
 
-    def __init__(self, gamma: int = 4, max_gamma: int = 16, costs: StepCosts | None = None, probe_every: int = 8):
+    def __init__(
+        self,
+        gamma: int = 4,
+        max_gamma: int = 16,
+        costs: StepCosts | None = None,
+        probe_every: int = 8,
+        min_evidence: int = MIN_EVIDENCE,
+    ):
         self.gamma = gamma
         self.max_gamma = max_gamma
         self.probe_every = probe_every
+        self.min_evidence = min_evidence
         self.costs = costs if costs is not None else StepCosts()
         self.accepted = 1.0
         self.judged = 2.0
@@ -283,6 +296,11 @@ class AutoGamma(DraftLength):
     @property
     def alpha(self) -> float:
         return self.accepted / self.judged
+
+    @property
+    def evidence(self) -> float:
+        """Draft tokens judged so far (the counts alone, without the prior's)."""
+        return self.judged - 2.0
 
     @property
     def sizing_costs(self) -> StepCosts | None:
@@ -301,8 +319,9 @@ class AutoGamma(DraftLength):
     def folded(self) -> bool:
         return self.costs.folded
 
-    def best(self, rows: int = 1) -> int:
-        """Theorem 8's gamma in 0..max_gamma for a batch of `rows` (ties go to the shorter draft)."""
+    def best(self, rows: int = 1, drafting: bool = False) -> int:
+        """Theorem 8's gamma in 0..max_gamma for a batch of `rows` (ties go to the shorter draft); drafting: the
+        best of 1..max_gamma."""
         from .theory import walltime_factor
 
         if not self.costs.known:
@@ -311,12 +330,17 @@ class AutoGamma(DraftLength):
         plain = self.target_seconds(rows)
         factors = {
             g: walltime_factor(alpha, g, c, verify_cost=self.target_seconds(rows * (g + 1)) / plain)
-            for g in range(self.max_gamma + 1)
+            for g in range(int(drafting), self.max_gamma + 1)
         }
         return max(factors, key=lambda g: (factors[g], -g))
 
     def next(self, rows: int = 1) -> int:
         gamma = self.best(rows)
+        if not gamma and self.evidence < self.min_evidence:
+            # plain decoding is chosen on measured rates only, never on the priors: where a verify pass of two
+            # tokens costs twice one (a quantized file on a CPU) the priors alone pick plain decoding, its steps
+            # measure nothing, and a draft that pays was found only after a prompt or more of probes
+            gamma = self.best(rows, drafting=True)
         if gamma:
             self._plain_steps = 0
             return gamma
@@ -435,8 +459,9 @@ class ConfidenceGamma(AutoGamma):
         fixed: int | None = None,
         explore_every: int = 8,
         slack: float = 0.02,
+        min_evidence: int = MIN_EVIDENCE,
     ):
-        super().__init__(gamma, max_gamma, costs, probe_every)
+        super().__init__(gamma, max_gamma, costs, probe_every, min_evidence)
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
             raise DraftVerifyError(f"the draft confidence threshold must be a number in [0, 1], got {threshold!r}")
         if fixed is not None and (isinstance(fixed, bool) or not isinstance(fixed, int) or fixed < 1):
@@ -490,13 +515,19 @@ class ConfidenceGamma(AutoGamma):
             self.cap = self.max_gamma  # explore: the rates past a short cap are never measured otherwise
         return self.cap
 
-    def best(self, rows: int = 1) -> int:
+    @property
+    def evidence(self) -> float:
+        return sum(self.sure.trials) + sum(self.unsure.trials)
+
+    def best(self, rows: int = 1, drafting: bool = False) -> int:
         if self.fixed is not None:
             return self.fixed
         if not self.costs.known:
             return self.max_gamma if rows == 1 else self.gamma
         tokens, seconds = self._tokens_table(self.max_gamma), self._seconds_table(self.max_gamma, rows)
         factors = [t / s for t, s in zip(tokens, seconds)]
+        if drafting:
+            factors[0] = 0.0
         near = max(factors) * (1.0 - (self.slack if rows == 1 else 0.0))
         return max(g for g, f in enumerate(factors) if f >= near)
 

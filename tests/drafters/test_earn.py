@@ -68,3 +68,20 @@ def test_explore_every_must_be_a_positive_integer():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(DraftVerifyError, match="explore_every"):
             drafter(explore_every=bad)
+
+
+def test_the_model_is_tried_before_what_it_earned_prices_it_and_a_catch_up_is_not_a_steps_cost():
+    from draftverify.drafters.earn import MIN_MODEL_STEPS
+
+    earn = drafter()
+    earn.verify.seed({1: 0.003, 2: 0.007, 4: 0.008, 8: 0.012})  # a quantized file's kinked curve
+    plain = earn._rate(0.0, 1, 0)
+    earn._previous = "none"  # the model's first step after plain decoding: it caught up on the skipped tokens
+    earn._earned_by_model(kept=0.5, width=2.0, drafting=0.050)
+    assert earn.model_earned == (0.5, 2.0, 0.0)  # the catch-up's seconds are left out
+    assert earn._model_offer(1) > plain  # one poor step does not price it yet: it is tried again
+    earn._previous = "model"
+    for _ in range(MIN_MODEL_STEPS):
+        earn._earned_by_model(kept=0.5, width=2.0, drafting=0.002)
+    assert earn.model_earned[2] > 0.0
+    assert earn._model_offer(1) < plain  # measured: half a token kept for a 3-token pass loses to plain decoding

@@ -136,8 +136,9 @@ class NativeServer:
         self.close()
         raise DraftVerifyError(f"{self.label}: {SERVER} did not answer within {START_TIMEOUT:.0f} s: {tail}")
 
-    def complete(self, prompt: list[int], n_predict: int) -> dict:
-        """POST /completion: greedy, at most n_predict tokens after the prompt's token ids, no prompt cache."""
+    def complete(self, prompt: list[int], n_predict: int, seed: int | None = None) -> dict:
+        """POST /completion: greedy, at most n_predict tokens after the prompt's token ids, no prompt cache; `seed`:
+        the request's own (a synthetic-acceptance server seeds its draws with it), else the server draws one."""
         body = {
             "prompt": prompt,
             "n_predict": n_predict,
@@ -148,6 +149,8 @@ class NativeServer:
             "stream": False,
             "ignore_eos": self.ignore_eos,
         }
+        if seed is not None:
+            body["seed"] = seed
         request = urllib.request.Request(
             f"http://127.0.0.1:{self.port}/completion",
             data=json.dumps(body).encode(),
@@ -210,8 +213,13 @@ class NativeRunner(Runner):
         if temperature > 0:
             raise DraftVerifyError("the llama.cpp rows run greedy only")
         started = perf_counter()
-        reply = self.server.complete(input_ids[0].tolist(), max_new_tokens)
+        prompt = input_ids[0].tolist()
+        reply = self.server.complete(prompt, max_new_tokens, self.request_seed(prompt))
         return measurement(reply, max_new_tokens, perf_counter() - started)
+
+    def request_seed(self, prompt: list[int]) -> int | None:
+        """The seed a request carries (None: the server's own; bench synthetic seeds its draws)."""
+        return None
 
     def new_round(self) -> None:
         self.server.restart()

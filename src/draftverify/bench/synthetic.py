@@ -15,6 +15,12 @@ shape's vocabulary. The weights say nothing, so acceptance is synthetic on both 
   rule. SyntheticVerifier is not registered as a verifier: `generate` and `serve` cannot reach it, since its text
   is not the target's.
 
+The draws are the same numbers on both sides: each prompt of each round carries one seed (request_seed), which
+llama-server takes as the request's `seed` and ours draws from as libstdc++ does (CppUniform: uniform_real_distribution
+over std::mt19937). At the same draft length the two loops then keep the same positions step by step, so what
+separates them there is what a step costs each; rows at other lengths draw from the same streams too, so the rows
+of one rate differ by their lengths, not by their luck.
+
 rates: r_i = alpha ** i for each --alpha (i = 1..G): alpha is the chance each drafted token is kept given the one
 before it was, as in Leviathan et al.'s analysis (expected tokens per target call (1 - alpha^(G+1)) / (1 - alpha)).
 Both sides generate exactly --max-new-tokens per prompt (EOS ignored: a random model may emit it anywhere).
@@ -26,10 +32,13 @@ side in steps per second (what a step of draft and verify costs each loop).
 
 from __future__ import annotations
 
+import math
 import random
 import shutil
 import statistics
 import sys
+import zlib
+from array import array
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -43,6 +52,7 @@ from ..types import Draft, SamplingParams, Verdict
 from ..verifiers.base import Verifier
 from .config import GammaSpec
 from .folders import SPEED
+from .llamacpp_native import NativeRunner
 from .native_spec import FAMILY as NATIVE
 from .runners import OursRunner
 
@@ -135,18 +145,55 @@ def alpha_rates(alpha: float, gamma: int) -> tuple[float, ...]:
     return tuple(alpha**i for i in range(1, gamma + 1))
 
 
+def mt19937_state(seed: int) -> tuple[int, ...]:
+    """The 624 words std::mt19937(seed) starts from (the C++ standard's seeding, init_genrand)."""
+    words = [seed & 0xFFFFFFFF]
+    for i in range(1, 624):
+        previous = words[-1]
+        words.append((1812433253 * (previous ^ (previous >> 30)) + i) & 0xFFFFFFFF)
+    return tuple(words)
+
+
+class CppUniform:
+    """std::uniform_real_distribution<double>(0, 1) drawing from std::mt19937(seed), value for value as libstdc++
+    draws it: llama-server's synthetic acceptance draws so (server_sample_and_accept_synth, its slot's generator
+    seeded with the request's `seed`), and our rows seeded alike draw the same numbers, so at the same draft length
+    both loops keep the same positions step by step. The generator is Python's own Mersenne Twister (random.Random)
+    set to std::mt19937's starting state; a draw is generate_canonical<double, 53>: two 32-bit outputs, (first +
+    second * 2^32) / 2^64 in double arithmetic, just below 1 where that rounds up to 1."""
+
+    def __init__(self, seed: int):
+        self.words = random.Random()
+        self.words.setstate((3, (*mt19937_state(seed), 624), None))  # 624: the first draw twists the state
+
+    def __call__(self) -> float:
+        low = float(self.words.getrandbits(32))
+        value = (low + float(self.words.getrandbits(32)) * 4294967296.0) / 18446744073709551616.0
+        return value if value < 1.0 else math.nextafter(1.0, 0.0)
+
+
+def request_seed(prompt: list[int], round_index: int) -> int:
+    """The acceptance draws' seed of one prompt in one round, the same on both sides: a 32-bit CRC of both, never
+    0xFFFFFFFF (llama-server's LLAMA_DEFAULT_SEED, which it replaces with a random one)."""
+    return zlib.crc32(array("q", [round_index, *prompt]).tobytes()) % 0xFFFFFFFF
+
+
 class SyntheticVerifier(Verifier):
     """Benchmarking only (never registered): keeps draft position i with probability conditional[i] given the
     ones before it kept, then appends the target's greedy token at the first position not kept (or after the
     draft). Reads the target's logits as the greedy rule does (one argmax over [B, N+1, V]), so a step costs what
-    a greedy step costs."""
+    a greedy step costs. As llama.cpp's rule: one draw per position until the first not kept, and a drafted
+    end-of-generation token (is_eog) is not kept whatever its draw."""
 
     name = "synthetic"
     supports_batch = True
 
-    def __init__(self, rates: tuple[float, ...], draw: random.Random):
+    def __init__(
+        self, rates: tuple[float, ...], draw: Callable[[], float], is_eog: Callable[[int], bool] = lambda t: False
+    ):
         self.conditional = conditional_rates(rates)
         self.draw = draw
+        self.is_eog = is_eog
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, params: SamplingParams, generator) -> Verdict:
         choice = argmax_lists(target_logits)
@@ -154,7 +201,9 @@ class SyntheticVerifier(Verifier):
         rows, accepted = [], []
         for mine, theirs, limit in zip(draft.rows, choice, limits):
             n = 0
-            while n < min(limit, len(self.conditional)) and self.draw.random() < self.conditional[n]:
+            while n < min(limit, len(self.conditional)) and self.draw() < self.conditional[n]:
+                if self.is_eog(mine[n]):
+                    break
                 n += 1
             rows.append(mine[:n] + [theirs[n]] + [-1] * (draft.length - n))
             accepted.append(n)
@@ -163,17 +212,38 @@ class SyntheticVerifier(Verifier):
 
 @dataclass
 class SyntheticRunner(OursRunner):
-    """Our loop verifying with SyntheticVerifier at `rates`; one random stream per row, seeded at its start."""
+    """Our loop verifying with SyntheticVerifier at `rates`, its draws seeded per prompt and round as llama.cpp's
+    rows are (request_seed)."""
 
     rates: tuple[float, ...] = ()
-    seed: int = 0
-    draw: random.Random = field(default_factory=random.Random, repr=False)
+    is_eog: Callable[[int], bool] = field(default=lambda t: False, repr=False)
+    round_index: int = 0
+    _seed: int = 0
 
-    def __post_init__(self) -> None:
-        self.draw.seed(self.seed)
+    def new_round(self) -> None:
+        super().new_round()
+        self.round_index += 1
+
+    def run(self, input_ids, temperature, seed, max_new_tokens):
+        self._seed = request_seed(input_ids[0].tolist(), self.round_index)
+        return super().run(input_ids, temperature, seed, max_new_tokens)
 
     def make_verifier(self, params: SamplingParams, seed: int) -> Verifier:
-        return SyntheticVerifier(self.rates, self.draw)
+        return SyntheticVerifier(self.rates, CppUniform(self._seed), self.is_eog)
+
+
+@dataclass
+class SyntheticNativeRunner(NativeRunner):
+    """A llama-server row with synthetic acceptance, each request seeded as our rows' draws are (request_seed)."""
+
+    round_index: int = 0
+
+    def new_round(self) -> None:
+        super().new_round()
+        self.round_index += 1
+
+    def request_seed(self, prompt: list[int]) -> int | None:
+        return request_seed(prompt, self.round_index)
 
 
 def ours_name(gamma: GammaSpec, alpha: float) -> str:
@@ -203,7 +273,7 @@ def build_rows(
     from ..backends.llamacpp import GGUFModel, LlamaCppLM
     from ..methods import MethodOptions, build_drafter
     from .counting import ForwardCounter
-    from .llamacpp_native import NativeRunner, NativeServer
+    from .llamacpp_native import NativeServer
     from .runners import Hooks
 
     binary = tools_dir() / SERVER
@@ -211,25 +281,34 @@ def build_rows(
     draft_lm = LlamaCppLM(GGUFModel.shared(draft), role="draft", threads=threads, flash_attn=flash_attn)
     hooks = Hooks(target=ForwardCounter(torch.nn.Identity()))  # our rows' models are not torch modules
     common = dict(target=target_lm, hooks=hooks, eos_token_id=None, greedy_only=True, lossless=False)
+    model_file = target_lm.model
+
+    def is_eog(token: int) -> bool:  # llama.cpp's own test, on the same file's vocabulary
+        return bool(model_file.lib.llama_vocab_is_eog(model_file.vocab, token))
+
     plain = build_drafter("none", target_lm, MethodOptions())
     rows: list = [OursRunner("llamacpp:ours_autoregressive", "ours_autoregressive", drafter=plain, **common)]
 
-    def server(label: str, extra: list[str]) -> NativeRunner:
+    def server(label: str, extra: list[str], synthetic: bool = True) -> NativeRunner:
         started = NativeServer(binary, target, threads, n_ctx, extra, label, flash_attn=flash_attn, ignore_eos=True)
-        return NativeRunner(label, NATIVE, greedy_only=True, lossless=False, server=started)
+        kind = SyntheticNativeRunner if synthetic else NativeRunner
+        return kind(label, NATIVE, greedy_only=True, lossless=False, server=started)
 
-    rows.append(server(f"{NATIVE}[plain]", []))
+    rows.append(server(f"{NATIVE}[plain]", [], synthetic=False))
     model = build_drafter("model", target_lm, MethodOptions(draft_model=draft_lm, lookup_tokens=0))
     for alpha in alphas:
         for gamma in lengths.ours:
             rates = alpha_rates(alpha, gamma if isinstance(gamma, int) else MAX_GAMMA)
             name = ours_name(gamma, alpha)
-            rows.append(SyntheticRunner(name, "model", gamma=gamma, drafter=model, rates=rates, **common))
+            rows.append(
+                SyntheticRunner(name, "model", gamma=gamma, drafter=model, rates=rates, is_eog=is_eog, **common)
+            )
         for n_max in lengths.native:
             spec = ["--spec-type", "draft-simple", "--spec-draft-model", str(draft)]
             spec += ["--spec-draft-threads", str(threads), "--spec-draft-threads-batch", str(threads)]
             spec += ["--spec-draft-n-max", str(n_max), "--spec-draft-p-min", "0"]
-            spec += ["--spec-synth-rates", ",".join(f"{r:.6f}" for r in alpha_rates(alpha, n_max))]
+            # the rates' exact doubles (shortest round-trip form), so both sides compare draws with the same numbers
+            spec += ["--spec-synth-rates", ",".join(repr(r) for r in alpha_rates(alpha, n_max))]
             rows.append(server(native_name(n_max, alpha), spec))
     return rows
 
@@ -386,12 +465,13 @@ def render(result: dict, markdown_table) -> str:
         f"threads; {s['num_prompts']} HumanEval prompts x {s['max_new_tokens']} tokens; ours `model` at "
         f"{ours_lengths}, llama.cpp's draft-simple at n_max {', '.join(map(str, s['native_n_max']))}; "
         f"{s['rounds']} rounds, rows interleaved prompt by prompt; tok/s is the median round. Random weights: "
-        "acceptance is drawn, each drafted token kept with chance alpha given the one before it kept. Each side's "
-        "fastest row per alpha is set against the other's."
+        "acceptance is drawn, each drafted token kept with chance alpha given the one before it kept, both sides "
+        "drawing the same numbers (one seed per prompt and round, llama-server's generator reproduced on ours), so "
+        "at the same length they keep the same positions. Each side's fastest row per alpha is set against the "
+        "other's."
         + (
             f" The last column compares the two rows at the length both ran ({shared}) in steps per second (tok/s "
-            "over tokens per target call): what a step of draft and verify costs each loop, setting aside how many "
-            "tokens each side's draws happened to keep."
+            "over tokens per target call): what a step of draft and verify costs each loop."
             if shared
             else ""
         ),

@@ -13,7 +13,7 @@ unused. Here every offer is priced:
   in this run for each length of the n-gram that matched (draft_length._Rate, prior 0.5). Both drafts are cut to
   the width that earns most;
 - the draft model is priced by what its own steps earned in this run (draft tokens kept per row, its draft's width,
-  its drafting seconds: running means; an optimistic guess before its first step); when chosen it drafts as `model`
+  its drafting seconds: running means; an optimistic guess for its first steps); when chosen it drafts as `model`
   does, its confidence stop (gamma conf) ending the draft;
 - seconds: the verify pass over rows x (1 + width) tokens: the target's cost curve where it has one (llama.cpp),
   its level set by this run's steps (the time between a proposal and its verdict; draft_length.VerifyCost), else a
@@ -44,6 +44,7 @@ from .suffix import SuffixDrafter
 
 SOURCES = ("suffix", "lookup", "model")
 MAX_POSITIONS = 64  # draft positions whose acceptance rates are kept
+MIN_MODEL_STEPS = 8  # timed steps of the draft model before what they earned prices its offer
 
 
 def expected_kept(chances: list[float]) -> float:
@@ -75,11 +76,13 @@ class EarnedDrafter(Drafter):
         self.verify = VerifyCost()  # seconds of a verify pass ~ tokens it scores (rows x (1 + width))
         # what the draft model's steps earned (running means): draft tokens kept per row, draft width, seconds drafting
         self.model_earned: tuple[float, float, float] | None = None
+        self.model_steps = 0  # timed steps the model drafted
         self.chosen: dict[str, int] = {name: 0 for name in (*SOURCES, "none")}  # steps each source drafted
         self._idle = {name: 0 for name in SOURCES}  # steps since each source was last chosen
         # this step's source, its rows' draft lengths, when the proposal ended and the seconds it took
         self._step: tuple[str, list[int], float, float] | None = None
         self._timed = False  # the next verify pass is a step's alone (not a prompt's decode)
+        self._previous = "none"  # the last step's source
         self._suffix_chances: list[list[float]] = []  # the suffix offer's chances, cut to its priced width
 
     @classmethod
@@ -115,7 +118,7 @@ class EarnedDrafter(Drafter):
         self.suffix.start(state, prefilled)
         if self.model is not None:
             self.model.start(state, prefilled)
-        self._step, self._timed = None, False
+        self._step, self._timed, self._previous = None, False, "none"
 
     # ---- the offers -------------------------------------------------------------------------------------------
     def _rates(self, key: str) -> _Rate:
@@ -144,8 +147,10 @@ class EarnedDrafter(Drafter):
 
     def _model_offer(self, rows: int) -> float:
         """The draft model's rate from what its steps earned in this run (tokens kept per row, its draft's width
-        and seconds, running means); before its first step an optimistic guess, so it is tried."""
-        kept, width, seconds = self.model_earned if self.model_earned is not None else (2.0, 4.0, 0.0)
+        and seconds, running means); until MIN_MODEL_STEPS were timed an optimistic guess (a draft of 4 kept
+        whole), so it is tried, and measured where it drafts step after step, not only when explored."""
+        measured = self.model_earned is not None and self.model_steps >= MIN_MODEL_STEPS
+        kept, width, seconds = self.model_earned if measured else (4.0, 4.0, 0.0)  # type: ignore[misc]
         return self._rate(rows * kept, rows, width, seconds)
 
     def offers(self, state: DecodingState, gamma: int) -> dict[str, tuple[float, list[list[int]] | None, list[str]]]:
@@ -191,6 +196,17 @@ class EarnedDrafter(Drafter):
         self.chosen[source] += 1
         return source
 
+    def _earned_by_model(self, kept: float, width: float, drafting: float) -> None:
+        """A timed step of the model's into what it earned (running means of draft tokens kept per row, the draft's
+        width, its drafting seconds). After another source's step the model first caught up on what it skipped:
+        those seconds are not what a step of its costs, and are left out."""
+        seen = self.model_earned
+        if self._previous != "model":
+            drafting = seen[2] if seen is not None else 0.0
+        step = (kept, width, drafting)
+        self.model_earned = step if seen is None else tuple(0.8 * a + 0.2 * b for a, b in zip(seen, step))
+        self.model_steps += 1
+
     def propose(self, state: DecodingState, gamma: int) -> Draft:
         rows = state.batch_size
         offers = self.offers(state, gamma)
@@ -221,9 +237,7 @@ class EarnedDrafter(Drafter):
             if self._timed:
                 self.verify.add(len(lengths) * (1 + max(lengths, default=0)), perf_counter() - proposed)
             if source == "model" and self._timed:
-                step = (sum(verdict.accepted) / len(lengths), float(max(lengths, default=0)), drafting)
-                seen = self.model_earned
-                self.model_earned = step if seen is None else tuple(0.8 * a + 0.2 * b for a, b in zip(seen, step))
+                self._earned_by_model(sum(verdict.accepted) / len(lengths), float(max(lengths, default=0)), drafting)
             if source != "none":
                 for key, length, accepted in zip(keys, lengths, verdict.accepted):
                     rates = self._rates(key)
@@ -233,6 +247,7 @@ class EarnedDrafter(Drafter):
                         rates.add(k, k <= accepted)
                 if source == "suffix":
                     self.suffix_observed += sum(verdict.accepted)
+            self._previous = source
         self._step, self._timed = None, True
         self.suffix.commit(state, verdict, scored)
         if self.model is not None:
