@@ -206,7 +206,7 @@ def test_a_tiny_shape_through_both_loops(tmp_path, monkeypatch):
     assert calls["llamacpp:model[auto]@0"] == pytest.approx(1.0, abs=0.1)  # nothing is ever kept
     assert len(cell["median_tokens_per_second"]) == 2 + 2 * 3
     report = (tmp_path / "out" / "bench-synthetic.md").read_text()
-    assert "| tiny | q8_0 | 1 | n_max=3 |" in report and "steps/s at length 3" in report
+    assert "| tiny | q8_0 | 1 | n_max=3 |" in report and "at length 3, ours / llama.cpp" in report
     assert result["llama_cpp_library"]["path"] == (os.environ.get("LLAMA_CPP_LIB_PATH") or None)  # our rows ran on it
     assert "Our rows' llama.cpp library: " in report
 
@@ -243,7 +243,7 @@ def test_both_loops_keep_the_same_draft_positions_at_the_same_length(monkeypatch
             row.close()
 
 
-def test_each_sides_best_row_is_set_against_the_others_and_the_shared_length_compares_steps():
+def test_each_sides_best_row_is_set_against_the_others_and_the_shared_length_compares_the_loops():
     median = {"llamacpp:ours_autoregressive": 10.0, "llamacpp_native[plain]": 10.0,
               "llamacpp:model[g=4]@0.5": 8.0, "llamacpp:model[auto]@0.5": 12.0,
               "llamacpp_native[draft-simple,n_max=2,p_min=0]@0.5": 9.0,
@@ -258,6 +258,6 @@ def test_each_sides_best_row_is_set_against_the_others_and_the_shared_length_com
     from draftverify.markdown import markdown_table
 
     line = next(x for x in render(result, markdown_table).splitlines() if x.startswith("| s | q8_0 | 0.5 |"))
-    # ours best (auto, 12.0) over llama.cpp's best (n_max=2, 9.0); at length 4: (8 / 4) / (6 / 2) steps/s
-    assert line == "| s | q8_0 | 0.5 | n_max=2 | 9.0 | 2.00 | auto | 12.0 | 2.00 | 1.33x | 0.67x |"
+    # ours best (auto, 12.0) over llama.cpp's best (n_max=2, 9.0); at length 4: 8.0 / 6.0 (the same draws)
+    assert line == "| s | q8_0 | 0.5 | n_max=2 | 9.0 | 2.00 | auto | 12.0 | 2.00 | 1.33x | 1.33x |"
     assert SideLengths((4, "auto"), (2, 4)).shared == 4 and SideLengths(("auto",), (2,)).shared is None

@@ -15,9 +15,9 @@ take a sequence of their own and score chains, on a context made with a KV strea
   then sees exactly the committed prefix, its ancestors and itself. Keeping the accepted branch is
   `llama_memory_seq_rm` of the other sequences and of the branch's tail beyond the kept node, then
   `llama_memory_seq_cp` of the branch back into sequence 0.
-- The prompt's prefill is deferred to the first forward of a chain and decoded in the same `llama_decode` as that
-  forward's tokens (one decode fewer per request; a long prompt's leading chunks go first). Anything else (a tree,
-  a commit, a rollback, reading `prefilled`) decodes the deferred prompt on its own first.
+- The prompt's prefill is deferred to the first forward (or to whatever reads the cache first: a tree, a commit, a
+  rollback, `prefilled`) and decoded there in a `llama_decode` of its own, never beside the forward's tokens: the
+  prompt's cells then hold the same values whatever a method decodes first, as plain decoding's do.
 - The caller describes a tree as CachedLM's callers do (position ids plus an ancestor mask over the tail and the
   new tokens); the mask is read back into parents here, and anything that is not a tree is refused.
 
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from ..errors import DraftVerifyError
-from ..sampling import host_array, with_host_array
+from ..sampling import with_host_array
 from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
 from .base import kept_positions
@@ -258,7 +258,7 @@ class LlamaCppLM(LlamaCppRows):
     exposes_hidden = False
     has_modules = False
     computes_in_torch = False  # llama.cpp's own threads
-    defers_prefill = True  # the prompt is decoded with the first chain forward (_take_deferred)
+    defers_prefill = True  # the prompt is decoded by the first forward (_flush_deferred)
     takes_host_ids = True  # a chain's tokens as Python ints: llama.cpp's batch reads them on the host
     dear_width = True  # a CPU forward's cost grows about linearly with the tokens scored (benchmarks/cost)
 
@@ -411,7 +411,7 @@ class LlamaCppLM(LlamaCppRows):
         self.seqs = None
         if self.row_slots is not None and self.fit_cells > self.n_ctx_seq:  # stream 0 is too small: one unified
             self._make_context(max(self.unified_cells, self.fit_cells))  # cache (the next rows make streams again)
-        self.deferred = input_ids[0, :-1].tolist()  # decoded with the first forward (_take_deferred)
+        self.deferred = input_ids[0, :-1].tolist()  # decoded by the first forward (_flush_deferred)
         self.committed = len(self.deferred)
         return input_ids
 
@@ -474,29 +474,15 @@ class LlamaCppLM(LlamaCppRows):
             raise DraftVerifyError(f"the llamacpp backend scores at most {BATCH} tokens per forward, got {n}")
         keep = kept_positions(logits_to_keep, n)
         if attention_mask is None and position_ids is None and self.chain:  # the drafts' and chains' common case
-            if not self.deferred:  # every step's forward after the first: the hot path, kept to a few calls
-                self._extend_chain(ids, fill=True, logits_to_keep=keep)
-                self._decode(n)
-                return self._chain_output(keep)  # [1, keep, V]
-            prompt, prompt_positions = self._take_deferred(room=n)  # the rest of a deferred prompt rides along
-            start = self._extend_chain(ids)
-            every = self.prompt_parts is not None  # every prompt position's logits, or its last one's
-            outputs = len(prompt) if every else min(len(prompt), 1)
-            self._fill(
-                prompt + ids,
-                prompt_positions + list(range(start, start + n)),
-                [[0]] * (len(prompt) + n),
-                outputs=[False] * (len(prompt) - outputs) + [True] * outputs + [False] * (n - keep) + [True] * keep,
-            )
-            self._decode(len(prompt) + n)
-            if not prompt:  # all of it decoded on its own first (_take_deferred: it did not fit beside the tokens)
-                return TargetOutput(logits=self._logits(keep, batch_dim=True))  # [1, keep, V]
-            logits = self._logits(outputs + keep)  # [outputs + keep, V]: the prompt's (last) positions first
-            if every:
-                self.prompt_parts.append(logits[:outputs].clone())  # outlives the view
-            self._prefilled = TargetOutput(logits=logits[None, outputs - 1 : outputs].clone())
-            after = host_array(logits)[None, outputs:]  # [1, keep, V], a view that keeps its NumPy array too
-            return TargetOutput(logits=with_host_array(torch.from_numpy(after), after))
+            if self.deferred:
+                # the prompt on its own, never beside the first tokens: a several-row product rounds by the number of
+                # rows it is given (llamafile's tiles, the quantized kernels), so a prompt decoded with a draft
+                # beside it holds other cache values than one decoded with a single token, and a near tie after it
+                # parts a method's text from plain decoding's. Alone, every method decodes the same prompt cells.
+                self._flush_deferred()
+            self._extend_chain(ids, fill=True, logits_to_keep=keep)
+            self._decode(n)
+            return self._chain_output(keep)  # [1, keep, V]
         if self.row_slots is not None or self.sequences < self.max_sequences:
             # a token tree's branches take a sequence each and share the prefix's cells: one unified cache of
             # max_sequences from here on, made now with the held cells copied across (one row on the rows' streams,
@@ -665,15 +651,6 @@ class LlamaCppLM(LlamaCppRows):
         self.committed = min(self.committed, length)
 
     # ---- bookkeeping ------------------------------------------------------------------------------------------
-    def _take_deferred(self, room: int) -> tuple[list[int], list[int]]:
-        """The deferred prompt's tokens and positions that fit one decode beside `room` new tokens; its leading
-        chunks, when they do not fit, are decoded now. Nothing is deferred afterwards."""
-        if len(self.deferred) + room > BATCH:
-            self._flush_deferred(keep=BATCH - room)
-        tokens, self.deferred = self.deferred, []
-        start = self.committed - len(tokens)
-        return tokens, list(range(start, self.committed))
-
     def _flush_deferred(self, keep: int = 0) -> None:
         """Decode the deferred prompt in chunks of at most BATCH, leaving its last `keep` tokens deferred; the
         chunk that ends the prompt also gives `prefilled`."""

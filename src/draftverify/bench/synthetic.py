@@ -27,7 +27,7 @@ Both sides generate exactly --max-new-tokens per prompt (EOS ignored: a random m
 
 Each side runs its own settings (llama.cpp: --spec-draft-n-max values; ours: draft lengths), and the table sets each
 side's fastest row per acceptance rate against the other's, and the two rows at the one length both ran side by
-side in steps per second (what a step of draft and verify costs each loop).
+side (the same draws keep the same positions there: what a step of draft and verify costs each loop).
 """
 
 from __future__ import annotations
@@ -470,8 +470,10 @@ def render(result: dict, markdown_table) -> str:
         "at the same length they keep the same positions. Each side's fastest row per alpha is set against the "
         "other's."
         + (
-            f" The last column compares the two rows at the length both ran ({shared}) in steps per second (tok/s "
-            "over tokens per target call): what a step of draft and verify costs each loop."
+            f" The last column sets the two rows at the length both ran ({shared}) against each other: the same "
+            "draws keep the same positions there, so it is what a step of draft and verify costs each loop. "
+            "(llama.cpp's tokens/call count the prompt's own call, which emits the first token; ours decode the "
+            "prompt with the first verify pass.)"
             if shared
             else ""
         ),
@@ -481,7 +483,7 @@ def render(result: dict, markdown_table) -> str:
     head = ["shape", "target", "alpha", "llama.cpp best", "tok/s", "tokens/call", "ours best", "tok/s",
             "tokens/call", "ours / llama.cpp"]  # fmt: skip
     if shared:
-        head.append(f"steps/s at length {shared}, ours / llama.cpp")
+        head.append(f"at length {shared}, ours / llama.cpp")
     body = []
     for c in result["cells"]:
         median, calls = c["median_tokens_per_second"], c["tokens_per_call"]
@@ -500,7 +502,7 @@ def render(result: dict, markdown_table) -> str:
                    f"{median[ours] / median[native]:.2f}x"]  # fmt: skip
             if shared:
                 mine, theirs = ours_name(shared, alpha), native_name(shared, alpha)
-                row.append(f"{median[mine] / calls[mine] / (median[theirs] / calls[theirs]):.2f}x")
+                row.append(f"{median[mine] / median[theirs]:.2f}x")
             body.append(row)
     lines += markdown_table(head, body)
     lines.append("")
