@@ -112,7 +112,11 @@ def test_every_row_equals_its_own_greedy_text(arch, kind):
 class ComputeBoundTimings(AutoGamma):
     """gamma auto fed the timings of a fully compute-bound target (seconds proportional to the tokens a call scores,
     drafting free) instead of this machine's: no draft pays, so once a step is timed it decodes plainly (gamma 0),
-    with a one-token probe every probe_every steps."""
+    with a one-token probe every probe_every steps (min_evidence 0: plain decoding from the first timed step, the
+    switching is what these tests exercise)."""
+
+    def __init__(self) -> None:
+        super().__init__(min_evidence=0)
 
     def update(self, drafted, accepted, rejected, draft_seconds, target_seconds, rows=1):
         super().update(drafted, accepted, rejected, 0.0, 0.001 * rows * (drafted + 1), rows)
