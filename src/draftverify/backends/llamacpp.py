@@ -651,11 +651,10 @@ class LlamaCppLM(LlamaCppRows):
         self.committed = min(self.committed, length)
 
     # ---- bookkeeping ------------------------------------------------------------------------------------------
-    def _flush_deferred(self, keep: int = 0) -> None:
-        """Decode the deferred prompt in chunks of at most BATCH, leaving its last `keep` tokens deferred; the
-        chunk that ends the prompt also gives `prefilled`."""
-        while len(self.deferred) > keep:
-            chunk = self.deferred[: min(BATCH, len(self.deferred) - keep)]
+    def _flush_deferred(self) -> None:
+        """Decode the deferred prompt in chunks of at most BATCH; the chunk that ends it also gives `prefilled`."""
+        while self.deferred:
+            chunk = self.deferred[:BATCH]
             start = self.committed - len(self.deferred)
             last = len(chunk) == len(self.deferred)
             every = self.prompt_parts is not None  # every position's logits, or the prompt's last one's
