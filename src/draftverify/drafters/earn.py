@@ -149,8 +149,8 @@ class EarnedDrafter(Drafter):
         """The draft model's rate from what its steps earned in this run (tokens kept per row, its draft's width
         and seconds, running means); until MIN_MODEL_STEPS were timed an optimistic guess (a draft of 4 kept
         whole), so it is tried, and measured where it drafts step after step, not only when explored."""
-        measured = self.model_earned is not None and self.model_steps >= MIN_MODEL_STEPS
-        kept, width, seconds = self.model_earned if measured else (4.0, 4.0, 0.0)  # type: ignore[misc]
+        earned = self.model_earned if self.model_steps >= MIN_MODEL_STEPS else None
+        kept, width, seconds = earned if earned is not None else (4.0, 4.0, 0.0)
         return self._rate(rows * kept, rows, width, seconds)
 
     def offers(self, state: DecodingState, gamma: int) -> dict[str, tuple[float, list[list[int]] | None, list[str]]]:
