@@ -208,7 +208,6 @@ def test_logits_to_keep_makes_only_the_last_positions_output_rows_with_a_full_fo
     want = full.forward(torch.tensor([[17, 40, 41]])).logits.clone()  # [1, 3, V]
     got = lm.forward(torch.tensor([[17, 40, 41]]), logits_to_keep=1).logits
     assert got.shape == (1, 1, lm.vocab_size) and torch.allclose(got[0, 0], want[0, 2], atol=1e-3)
-    assert torch.allclose(lm.prefilled.logits, full.prefilled.logits, atol=1e-3)  # the prompt's own output stays
     full.commit(3)
     lm.commit(3)
     want = full.forward(torch.tensor([[42, 43, 44, 45]])).logits.clone()
@@ -295,35 +294,54 @@ def count_decodes(monkeypatch) -> list[int]:
     return counts
 
 
-def test_the_prompt_is_decoded_by_the_first_chain_forward_on_its_own(tiny, monkeypatch):
-    """start() defers the prefill; the first forward decodes the prompt in a llama_decode of its own, then its
-    tokens, and gives exactly the logits (and `prefilled`) of a prefill decoded before it: the prompt's cells are
-    the same whatever the first forward carries (decoded beside a draft they rounded otherwise on a quantized file,
-    and a near tie after them parted a method's text from plain decoding's)."""
+def test_the_prompt_is_decoded_with_the_first_forwards_first_token_and_its_drafts_after(tiny, monkeypatch):
+    """start() defers the prefill; the first forward decodes the prompt and its first token in one llama_decode
+    (the prompt's P tokens in one batch, as a plain loop and llama.cpp's tools decode them), then its other tokens:
+    the first position's logits and the prompt's cells are plain decoding's to the bit whatever the forward
+    drafts (a prompt decoded beside a draft rounded otherwise on a quantized file, and a near tie after it parted
+    a method's text from plain decoding's), and the drafts' logits are those of a decode of them alone."""
+    first = PROMPT[-1]
     counts = count_decodes(monkeypatch)
-    eager = LlamaCppLM(tiny["target"], threads=1)
-    eager.start(torch.tensor([PROMPT]))
-    prefilled = eager.prefilled.logits  # reading it decodes the deferred prompt
-    want = eager.forward(torch.tensor([[17, 40, 41]])).logits.clone()
-    assert counts == [len(PROMPT) - 1, 3]
+    plain = LlamaCppLM(tiny["target"], threads=1)
+    plain.start(torch.tensor([PROMPT]))
+    assert counts == [] and (plain.committed, plain.length) == (len(PROMPT) - 1, len(PROMPT) - 1)
+    plain_first = plain.forward(torch.tensor([[first]])).logits.clone()
+    assert counts == [len(PROMPT)]  # one decode: the prompt with its last token
+    assert plain.prefilled is None  # the prompt's last-but-one position had no output row, as in a plain loop
+    plain.commit(1)
+    drafts_alone = plain.forward(torch.tensor([[40, 41]])).logits.clone()  # the same cells, then two tokens
     counts.clear()
     lm = LlamaCppLM(tiny["target"], threads=1)
     lm.start(torch.tensor([PROMPT]))
-    assert counts == [] and (lm.committed, lm.length) == (len(PROMPT) - 1, len(PROMPT) - 1)
-    got = lm.forward(torch.tensor([[17, 40, 41]])).logits
-    assert counts == [len(PROMPT) - 1, 3]
-    assert torch.equal(got, want) and torch.equal(lm.prefilled.logits, prefilled)
-    lm.commit(2)
-    assert counts == [len(PROMPT) - 1, 3] and (lm.committed, lm.length) == (len(PROMPT) + 1, len(PROMPT) + 1)
+    got = lm.forward(torch.tensor([[first, 40, 41]])).logits
+    assert counts == [len(PROMPT), 2] and got.shape == (1, 3, lm.vocab_size)
+    assert torch.equal(got[:, :1], plain_first) and torch.equal(got[:, 1:], drafts_alone)
+    lm.commit(1)  # the drafts' cells go; the next token sees the prompt's cells and the first token's
+    plain.commit(0)
+    assert torch.equal(lm.forward(torch.tensor([[40]])).logits, plain.forward(torch.tensor([[40]])).logits)
+    assert (lm.committed, lm.length) == (len(PROMPT), len(PROMPT) + 1)
 
 
-def test_a_forwards_logits_are_llama_cpps_buffer_until_the_next_forward_and_prefilled_is_a_copy(tiny):
+def test_reading_prefilled_decodes_the_prompt_alone_and_keeps_a_copy(tiny, monkeypatch):
+    """`prefilled` read before the first forward decodes the deferred prompt on its own (P - 1 tokens) and is the
+    backend's own copy, kept while later forwards rewrite llama.cpp's buffer; the first forward's tokens then go
+    in one decode."""
+    counts = count_decodes(monkeypatch)
+    lm = LlamaCppLM(tiny["target"], threads=1)
+    lm.start(torch.tensor([PROMPT]))
+    prefilled = lm.prefilled.logits.clone()
+    assert counts == [len(PROMPT) - 1] and prefilled.shape == (1, 1, lm.vocab_size)
+    lm.forward(torch.tensor([[PROMPT[-1], 40]]))
+    assert counts == [len(PROMPT) - 1, 2]
+    assert torch.equal(lm.prefilled.logits, prefilled)
+
+
+def test_a_forwards_logits_are_llama_cpps_buffer_until_the_next_forward(tiny):
     """forward's logits are a view of llama.cpp's output buffer (nothing copied): the next forward rewrites them,
-    as backends/base.py says; `prefilled` (decoded with the first forward) is the backend's own copy."""
+    as backends/base.py says."""
     lm = LlamaCppLM(tiny["target"], threads=1)
     lm.start(torch.tensor([PROMPT]))
     lm.forward(torch.tensor([[17]]))  # decodes the prompt with it
-    prefilled = lm.prefilled.logits.clone()
     lm.commit(1)
     first = lm.forward(torch.tensor([[40, 41]])).logits
     kept = first.clone()
@@ -331,7 +349,6 @@ def test_a_forwards_logits_are_llama_cpps_buffer_until_the_next_forward_and_pref
     second = lm.forward(torch.tensor([[42, 43]])).logits
     assert second.data_ptr() == first.data_ptr() and torch.equal(first, second)  # one buffer, rewritten
     assert not torch.equal(kept, second)
-    assert torch.equal(lm.prefilled.logits, prefilled)
 
 
 @pytest.mark.parametrize(
@@ -439,27 +456,35 @@ def test_the_backend_settles_a_lossless_tree_rule_only_where_that_makes_it_exact
     assert lm.wrap_verifier(chains_only) is chains_only
 
 
-def test_a_long_deferred_prompt_is_decoded_alone_before_a_chain_or_a_tree(zoo_models, monkeypatch):
-    """510 prompt tokens: the first forward decodes them in a decode of their own and then its 5 new tokens, with a
-    plain prefill's logits to the bit; a tree decodes the whole deferred prompt first too."""
+def test_a_long_deferred_prompt_goes_in_chunks_ending_with_the_first_token_and_a_tree_decodes_it_first(
+    zoo_models, monkeypatch
+):
+    """511 prompt tokens, BATCH 512: the first forward decodes 511 of them (the prompt and its first token), and
+    its 4 drafts after them, the first position's logits those of a plain first step to the bit; with a prompt one
+    token longer the prompt's first 511 go alone and its last with the first token. A tree decodes the whole
+    deferred prompt first."""
+    from draftverify.backends.llamacpp import BATCH
+
     target, _, _ = zoo_models
-    prompt = list(range(300, 811))  # 511 tokens: 510 prefilled
-    new = torch.tensor([[810, 40, 41, 42, 43]])
+    prompt = list(range(300, 300 + BATCH))  # BATCH tokens: BATCH - 1 deferred
+    new = [prompt[-1], 40, 41, 42, 43]
     reference = LlamaCppLM(target, threads=2)
     reference.start(torch.tensor([prompt]))
-    reference.prefilled  # noqa: B018 (decodes the prompt on its own)
-    want = reference.forward(new).logits.clone()
+    want = reference.forward(torch.tensor([new[:1]])).logits.clone()
     counts = count_decodes(monkeypatch)
     lm = LlamaCppLM(target, threads=2)
     lm.start(torch.tensor([prompt]))
-    got = lm.forward(new).logits
-    assert counts == [510, 5]
-    assert torch.equal(got, want)
+    got = lm.forward(torch.tensor([new])).logits
+    assert counts == [BATCH, 4] and torch.equal(got[:, :1], want)
+    counts.clear()
+    lm.start(torch.tensor([prompt + [7]]))  # BATCH deferred: one more than fits beside the first token
+    lm.forward(torch.tensor([[7, 40]]))
+    assert counts == [BATCH - 1, 2, 1]
     counts.clear()
     lm.start(torch.tensor([prompt]))
     tree = TreeSpec.from_parents([-1, -1])
-    lm.forward(torch.tensor([[810, 40, 50]]), (lm.length + tree.verify_positions())[None], tree.verify_mask())
-    assert counts == [510, 3]
+    lm.forward(torch.tensor([[prompt[-1], 40, 50]]), (lm.length + tree.verify_positions())[None], tree.verify_mask())
+    assert counts == [BATCH - 1, 3]
 
 
 def test_the_step_that_decodes_the_prompt_is_timed_as_the_prefill(tiny, monkeypatch):

@@ -16,8 +16,9 @@ take a sequence of their own and score chains, on a context made with a KV strea
   `llama_memory_seq_rm` of the other sequences and of the branch's tail beyond the kept node, then
   `llama_memory_seq_cp` of the branch back into sequence 0.
 - The prompt's prefill is deferred to the first forward (or to whatever reads the cache first: a tree, a commit, a
-  rollback, `prefilled`) and decoded there in a `llama_decode` of its own, never beside the forward's tokens: the
-  prompt's cells then hold the same values whatever a method decodes first, as plain decoding's do.
+  rollback, `prefilled`). A chain forward decodes it with its first token alone (the prompt's P tokens in one
+  `llama_decode`, as a plain loop and llama.cpp's tools decode them) and its other tokens in a second decode: the
+  prompt's cells and the first logits then hold the same values whatever a method drafts, as plain decoding's do.
 - The caller describes a tree as CachedLM's callers do (position ids plus an ancestor mask over the tail and the
   new tokens); the mask is read back into parents here, and anything that is not a tree is refused.
 
@@ -40,7 +41,7 @@ import numpy as np
 import torch
 
 from ..errors import DraftVerifyError
-from ..sampling import with_host_array
+from ..sampling import host_array, with_host_array
 from ..types import TargetOutput
 from . import LLAMACPP_INSTALL
 from .base import kept_positions
@@ -475,11 +476,7 @@ class LlamaCppLM(LlamaCppRows):
         keep = kept_positions(logits_to_keep, n)
         if attention_mask is None and position_ids is None and self.chain:  # the drafts' and chains' common case
             if self.deferred:
-                # the prompt on its own, never beside the first tokens: a several-row product rounds by the number of
-                # rows it is given (llamafile's tiles, the quantized kernels), so a prompt decoded with a draft
-                # beside it holds other cache values than one decoded with a single token, and a near tie after it
-                # parts a method's text from plain decoding's. Alone, every method decodes the same prompt cells.
-                self._flush_deferred()
+                return self._first_forward(ids, keep)
             self._extend_chain(ids, fill=True, logits_to_keep=keep)
             self._decode(n)
             return self._chain_output(keep)  # [1, keep, V]
@@ -651,25 +648,64 @@ class LlamaCppLM(LlamaCppRows):
         self.committed = min(self.committed, length)
 
     # ---- bookkeeping ------------------------------------------------------------------------------------------
-    def _flush_deferred(self) -> None:
-        """Decode the deferred prompt in chunks of at most BATCH; the chunk that ends it also gives `prefilled`."""
+    def _first_forward(self, ids: list[int], keep: int) -> TargetOutput:
+        """The first chain forward after start: the deferred prompt and ids[0] (the prompt's last token, at the
+        first step) in one decode, ids[1:] in a second one; [1, keep, V].
+
+        The prompt's P tokens go in one batch whatever a method drafts, as a plain loop and llama.cpp's own tools
+        decode them: a several-row product rounds by the number of rows it is given (llamafile's tiles, the
+        quantized kernels), so a prompt decoded beside a draft held other cache values than plain decoding's and a
+        near tie after it parted a method's text from plain decoding's, while a prompt of P - 1 tokens with its last
+        one decoded apart rounded otherwise than llama.cpp's plain decoding of the same file. So every method's
+        prompt cells and first logits are plain decoding's, bit for bit."""
+        n = len(ids)
+        start = self._extend_chain(ids)  # the tail's bookkeeping; the batches are filled below
+        head = self._flush_deferred(first=ids[0], first_output=keep == n)  # [1, V], a view (None: not kept)
+        if n == 1:
+            return self._chain_output(1) if self.prompt_parts is None else TargetOutput(logits=head[None])
+        kept_from = n - keep  # forward's kept positions: the last `keep` of ids
+        if keep == n:
+            head = head.clone()  # outlives the view
+        self._fill(
+            ids[1:], list(range(start + 1, start + n)), [[0]] * (n - 1), [i >= kept_from for i in range(1, n)]
+        )
+        self._decode(n - 1)
+        if keep < n:
+            return self._chain_output(keep)
+        rest = host_array(self._logits(n - 1))
+        joined = np.concatenate([head.numpy(), rest])[None]  # [1, n, V]
+        return TargetOutput(logits=with_host_array(torch.from_numpy(joined), joined))
+
+    def _flush_deferred(self, first: int | None = None, first_output: bool = True) -> torch.Tensor | None:
+        """Decode the deferred prompt in chunks of at most BATCH. Without `first`, the chunk that ends it also gives
+        `prefilled` (the prompt's last position). With `first` (a forward's first token, at the position after the
+        prompt), that token is decoded in the prompt's last chunk, with an output row there if first_output (the
+        prompt's last position has none then, as in a plain loop: `prefilled` stays None unless every position's
+        logits are kept); returns its logits [1, V], a view valid until the next decode (None without one)."""
+        extra = [] if first is None else [first]
+        every = self.prompt_parts is not None  # every position's logits, or the last one's
+        head = None
         while self.deferred:
-            chunk = self.deferred[:BATCH]
+            last = len(self.deferred) + len(extra) <= BATCH
+            chunk = self.deferred if last else self.deferred[: min(BATCH, len(self.deferred) - len(extra))]
             start = self.committed - len(self.deferred)
-            last = len(chunk) == len(self.deferred)
-            every = self.prompt_parts is not None  # every position's logits, or the prompt's last one's
-            self._fill(
-                chunk,
-                list(range(start, start + len(chunk))),
-                [[0]] * len(chunk),
-                outputs=[every or (last and i == len(chunk) - 1) for i in range(len(chunk))],
-            )
-            self._decode(len(chunk))
+            tokens = chunk + extra if last else chunk
+            outputs = [every or (last and not extra and i == len(chunk) - 1) for i in range(len(chunk))]
+            if last:
+                outputs += [first_output] * len(extra)
+            self._fill(tokens, list(range(start, start + len(tokens))), [[0]] * len(tokens), outputs)
+            self._decode(len(tokens))
+            rows = sum(outputs)
             if every:
-                self.prompt_parts.append(self._logits(len(chunk)).clone())  # outlives the view
-            if last:  # [1, 1, V], outlives the view
-                self._prefilled = TargetOutput(logits=self._logits(len(chunk) if every else 1)[None, -1:].clone())
+                self.prompt_parts.append(self._logits(rows)[: len(chunk)].clone())  # outlives the view
+            if last and extra:
+                head = self._logits(rows)[-1:] if first_output else None
+                if every:
+                    self._prefilled = TargetOutput(logits=self.prompt_parts[-1][None, -1:])
+            elif last:  # [1, 1, V], outlives the view
+                self._prefilled = TargetOutput(logits=self._logits(rows)[None, -1:].clone())
             self.deferred = self.deferred[len(chunk) :]
+        return head
 
     def _parents(self, n: int, mask: torch.Tensor | None) -> list[int]:
         """Each new token's parent (a tail index; new token i is base + i; -1: the committed prefix's end)."""
