@@ -666,9 +666,7 @@ class LlamaCppLM(LlamaCppRows):
         kept_from = n - keep  # forward's kept positions: the last `keep` of ids
         if keep == n:
             head = head.clone()  # outlives the view
-        self._fill(
-            ids[1:], list(range(start + 1, start + n)), [[0]] * (n - 1), [i >= kept_from for i in range(1, n)]
-        )
+        self._fill(ids[1:], list(range(start + 1, start + n)), [[0]] * (n - 1), [i >= kept_from for i in range(1, n)])
         self._decode(n - 1)
         if keep < n:
             return self._chain_output(keep)
