@@ -672,11 +672,19 @@ def test_a_seeded_verify_cost_is_the_measured_curve_between_and_past_its_widths(
     assert cost(0.5) == pytest.approx(0.0207 / 2)
 
 
-def test_a_dip_in_the_measured_curve_is_read_as_noise():
+def test_a_dip_in_the_measured_curve_is_pooled_with_the_widths_before_it():
     cost = VerifyCost()
     cost.seed({1: 0.010, 2: 0.0148, 4: 0.0142, 8: 0.018})  # an f32 file: four tokens timed below two
-    assert cost(4) == pytest.approx(0.0148) and cost(3) == pytest.approx(0.0148)
+    assert cost(2) == pytest.approx(0.0145) and cost(3) == pytest.approx(0.0145) and cost(4) == pytest.approx(0.0145)
     assert all(cost(a) <= cost(b) for a, b in zip(range(1, 12), range(2, 13)))
+
+
+def test_one_slow_reading_lifts_only_the_widths_around_it():
+    """A width timed slow (noise at load) is pooled with the next ones until the curve rises again; the running
+    maximum would have priced every wider width at least as dear."""
+    cost = VerifyCost()
+    cost.seed({1: 1.0, 2: 5.0, 3: 2.0, 4: 3.0, 5: 4.0, 6: 6.0})
+    assert [cost(k) for k in range(1, 7)] == pytest.approx([1.0, 10 / 3, 10 / 3, 10 / 3, 4.0, 6.0])
 
 
 def test_the_runs_timed_calls_scale_the_curve_and_keep_its_shape():

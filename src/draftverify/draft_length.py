@@ -115,11 +115,26 @@ class _LinearFit:
         return self.at([x])[0]
 
 
+def _non_decreasing(values: list[float]) -> list[float]:
+    """The non-decreasing sequence nearest `values` in squares (pool adjacent violators): a width timed below a
+    narrower one is pooled with it into their mean. A curve of one median per width is noisy, and more tokens are
+    taken never to cost less; pooling, unlike carrying the running maximum forward, lets one slow reading lift
+    only the widths around it, not every wider one."""
+    blocks: list[list[float]] = []  # [mean, count] of each pooled run
+    for value in values:
+        blocks.append([value, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    return [mean for mean, count in blocks for _ in range(int(count))]
+
+
 class VerifyCost:
     """Seconds of one target call scoring n tokens (a verify pass over a pending token and n - 1 drafts).
 
     With a measured cost curve (seed: {tokens: seconds}, a backend's cost_curve) the curve's shape is kept: linear
-    between its measured widths, along its last segment past them, and never falling as the width grows. A line
+    between its measured widths, along its last segment past them, and never falling as the width grows (a dip
+    is pooled with the widths before it, _non_decreasing). A line
     through those points cannot price a quantized file on a CPU, where one token runs one kernel and two run another
     that costs about twice as much, while two to four cost nearly the same: the line made a one-token draft look
     cheap and plain decoding dear, so drafts that lose to plain decoding were taken. The run's own timed calls set
@@ -139,9 +154,7 @@ class VerifyCost:
         if not points:
             return
         self.widths = [k for k, _ in points]
-        self.seconds = []
-        for _, s in points:  # more tokens never cost less: a dip is timing noise
-            self.seconds.append(max(s, self.seconds[-1]) if self.seconds else s)
+        self.seconds = _non_decreasing([s for _, s in points])
         self.ratio_sum = self.ratio_weight = weight * len(points)
 
     def add(self, tokens: float, seconds: float) -> None:
