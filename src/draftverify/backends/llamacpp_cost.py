@@ -3,8 +3,8 @@ flash-attention setting, and kept on disk beside the file (or in the GGUF cache 
 
 The length policies that read timings (gamma auto, conf, and the token-tree sizing that reads theirs) start from
 this curve instead of from nothing, so the first steps of the first request already draft wide where a wide pass
-is cheap (an f32 file on a CPU: 8 tokens cost about twice one) and short where it is dear (a q8_0 file: nearly
-linear); the run's own timings then add to it (draft_length.StepCosts.seed)."""
+is cheap (an f32 file on a CPU: a pass of several tokens costs little more than one) and short where it is dear
+(a quantized file: steep); the run's own timings then add to it (draft_length.StepCosts.seed)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from time import perf_counter
 from typing import Any
 
 # tokens per forward measured: every width a chain of up to 16 drafts verifies, then wider ones for trees. Every
-# width, not powers of two: a quantized file's kernels take rows in tiles (llamafile's), so on a 1B q8_0 file five
-# tokens cost about what eight do and half again what four do, a step the line between 4 and 8 does not show
+# width, not powers of two: a quantized file's kernels take rows in tiles (llamafile's), so a width one past a
+# tile can cost what the next whole tile does, a step that a line between two powers of two does not show
 WIDTHS = tuple(range(1, 18)) + (24, 32)
 CONTEXT = 192  # positions decoded before the measured forwards (a prompt's worth: attention is not free)
 REPEATS = 5  # timed forwards per width; the median is kept
