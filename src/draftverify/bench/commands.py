@@ -21,6 +21,12 @@ from ..errors import DraftVerifyError
 from ..quiet import quiet_process
 from . import folders
 from .speed_command import speed
+from .versus_native import (
+    DEFAULT_GAMMAS as NATIVE_GAMMAS,
+    DEFAULT_METHODS as NATIVE_METHODS,
+    DEFAULT_PROMPT_SETS as NATIVE_PROMPT_SETS,
+    DEFAULT_TARGET_GGUFS as NATIVE_TARGET_GGUFS,
+)
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
@@ -287,19 +293,21 @@ def bench_rounds(
 def bench_native(
     ctx: typer.Context,
     prompts: str = typer.Option(
-        "humaneval,spec_bench:coding,spec_bench:summarization",
+        ",".join(NATIVE_PROMPT_SETS),
         "--prompts",
         help="Comma list of prompt sets, each its own cell (humaneval, spec_bench:<category>, or a prompt file).",
     ),
     target_gguf: str = typer.Option(
-        "f32,q8_0,q4_k_m", "--target-gguf", help="Comma list of the target's GGUF types, each its own cells."
+        ",".join(NATIVE_TARGET_GGUFS),
+        "--target-gguf",
+        help="Comma list of the target's GGUF types, each its own cells.",
     ),
     methods: str = typer.Option(
-        "model,model_aligned,suffix,lookup_model,earn",
+        ",".join(NATIVE_METHODS),
         "--methods",
         help="Comma list of our methods swept on the llama.cpp backend (each at every --gamma).",
     ),
-    gamma: str = typer.Option("conf,conf=0.9", "--gamma", help="Comma list of our rows' draft lengths."),
+    gamma: str = typer.Option(",".join(NATIVE_GAMMAS), "--gamma", help="Comma list of our rows' draft lengths."),
     native: str = typer.Option(
         "llamacpp_native[sweep]",
         "--native",

@@ -40,10 +40,14 @@ from .native_spec import FAMILY as NATIVE, SWEEP, native_specs
 if TYPE_CHECKING:
     from .config import ModelChoice
 
-DEFAULT_PROMPT_SETS = ("humaneval", "spec_bench:coding", "spec_bench:summarization")
+# two Spec-Bench categories, one of them not code (summarization's and rag's prompts fill most of the zoo's window,
+# so their prefill would take most of a row's time)
+DEFAULT_PROMPT_SETS = ("humaneval", "spec_bench:coding", "spec_bench:math_reasoning")
 DEFAULT_TARGET_GGUFS = ("f32", "q8_0", "q4_k_m")
-# ours: the draft model (and its aligned twin), the model-free suffix cache, and drafts chosen by what they earn
-DEFAULT_METHODS = ("model", "model_aligned", "suffix", "lookup_model", "earn")
+# ours: the draft model, the model-free suffix cache, prompt lookup then the draft model (llama.cpp's chains), and
+# drafts chosen by what they earn; each one with a draft model also with the aligned draft, as llama.cpp's rows run
+# with both zoo drafts
+DEFAULT_METHODS = ("model", "model_aligned", "suffix", "lookup_model", "lookup_model_aligned", "earn", "earn_aligned")
 DEFAULT_GAMMAS = ("conf", "conf=0.9")
 OURS_PLAIN = "llamacpp:ours_autoregressive"
 NATIVE_PLAIN = f"{NATIVE}[plain]"
