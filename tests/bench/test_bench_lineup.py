@@ -58,6 +58,7 @@ def test_todays_methods_give_the_rows_the_bench_always_had(model_dir, models):
         "prompt_lookup_tree[g=3]",
         "suffix[g=3]",
         "earn[g=3]",
+        "earn_aligned[g=3]",
         "cross_tokenizer[g=3]",
         "cross_tokenizer_aligned[g=3]",
     }
@@ -84,7 +85,16 @@ def test_todays_methods_give_the_rows_the_bench_always_had(model_dir, models):
     assert not bild.lossless and bild.gamma == 4 and bild.options.alpha_fb == 0.4 and bild.options.alpha_rb == 2.0
     assert by_name["model_aligned[g=3]"].options.draft_model.model is models.aligned_draft
     assert by_name["model[g=3]"].options.draft_model.model is models.draft
+    # earn runs a draft model where given, beside its lookups: it has an aligned twin too
+    assert by_name["earn_aligned[g=3]"].options.draft_model.model is models.aligned_draft
     assert by_name["early_exit[L=1,g=3]"].settings == {"layers": 1}
+
+
+def test_an_aligned_twin_asked_of_a_method_without_a_draft_model_is_skipped_saying_why(model_dir, models):
+    config = _config(model_dir, runners=("earn_aligned", "suffix_aligned"))
+    rows, notes = _plan(config, models)
+    assert {r.family for r in rows} == {"earn_aligned"}
+    assert notes == ["suffix_aligned skipped: suffix runs no draft model"]
 
 
 def test_conf_gammas_give_method_conf_rows(model_dir, models):

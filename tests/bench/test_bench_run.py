@@ -40,6 +40,7 @@ LOSSLESS_FAMILIES = (
     "prompt_lookup_tree",
     "suffix",
     "earn",
+    "earn_aligned",
     "cross_tokenizer",
     "cross_tokenizer_aligned",
 )
@@ -208,6 +209,8 @@ def test_theorem8_prediction_is_walltime_factor_of_the_recorded_alpha_c_gamma(qu
         "prompt_lookup",
         "suffix",
         "earn",
+        "earn_aligned",
+        "earn_aligned",
         "early_exit",
         "lookup_model",
         "lookup_model_aligned",

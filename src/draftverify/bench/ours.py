@@ -85,13 +85,14 @@ class MethodProbe:
     def verifier(self, options: MethodOptions):
         return build_verifier(self.method.verifier, GREEDY, options)
 
-    def needs(self, options: MethodOptions, option: str) -> bool:
-        """Building fails without `option` (e.g. no draft model) although it succeeds with it."""
+    def drafts_with_model(self, options: MethodOptions) -> bool:
+        """The drafter needs the draft model (building fails without it) or runs it where given (`earn` offers its
+        drafts beside the lookups' without one): a method with an aligned-draft twin."""
         try:
-            self.drafter(options.replace(**{option: None}))
+            without = self.drafter(options.replace(draft_model=None))
         except DraftVerifyError:
             return True
-        return False
+        return len(self.drafter(options).models()) > len(without.models())
 
     def reads(self, options: MethodOptions, option: str, values: tuple) -> bool:
         """The drafter or verifier is configured differently for two values of `option`."""
@@ -177,7 +178,7 @@ def plan_rows(
                 if probe.reads(base, option, (0.3, 0.6)):
                     grid[option] = tuple(values)
         drafts = [(name, base)]
-        if name + ALIGNED_SUFFIX in wanted and lossless and probe.needs(base, "draft_model"):
+        if name + ALIGNED_SUFFIX in wanted and lossless and probe.drafts_with_model(base):
             if aligned is None:
                 notes.append(f"{name}{ALIGNED_SUFFIX} skipped: no aligned draft model")
             else:
@@ -187,6 +188,8 @@ def plan_rows(
                         base.replace(draft_model=aligned, draft_tokenizer=models.aligned_draft_tokenizer),
                     )
                 )
+        elif lossless and config.runners is not None and name + ALIGNED_SUFFIX in config.runners:
+            notes.append(f"{name}{ALIGNED_SUFFIX} skipped: {name} runs no draft model")
         if name + GGUF_SUFFIX in wanted and method.gguf_option:
             twin = gguf_twin(name, method.gguf_option, base, models, hf, notes)
             if twin is not None:
