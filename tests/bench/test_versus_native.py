@@ -122,7 +122,7 @@ def test_one_cell_on_the_zoo_a_rerun_resumes_and_fresh_measures_again(tmp_path, 
         "--target-gguf",
         "f32",
         "--methods",
-        "suffix",
+        "suffix,suffix_aligned",
         "--gamma",
         "conf",
         "--native",
@@ -140,6 +140,7 @@ def test_one_cell_on_the_zoo_a_rerun_resumes_and_fresh_measures_again(tmp_path, 
     ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
+    assert "note: suffix_aligned skipped: suffix runs no draft model" in result.output  # not dropped silently
     saved = json.loads((tmp_path / "bench-native.json").read_text())
     (cell,) = saved["cells"]
     assert (cell["target_gguf"], cell["prompts"], cell["num_prompts"]) == ("f32", "humaneval", 1)

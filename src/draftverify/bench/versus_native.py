@@ -240,6 +240,8 @@ def run_versus(
         runners = []
         try:
             runners, notes = build_runners(config, models, hooks)
+            for note in notes:  # a method asked for that gets no row, and why
+                echo(f"note: {note}")
             rows = [r for r in runners if r.name.startswith("llamacpp:") or r.name.startswith(NATIVE)]
             for row in rows:  # ours keep the suffix cache across a round's prompts, as llama-server its n-grams
                 if isinstance(row, OursRunner):
