@@ -156,6 +156,31 @@ def test_every_method_gives_llama_cpp_greedy_text_on_a_tiny_llama(tiny, tiny_ref
             assert out.stats.rejections > 0, "every draft accepted: rollback untested"
 
 
+def test_the_suffix_caches_sure_copy_drafts_past_confs_own_bound_on_llama_cpp(tiny):
+    """llama.cpp's width is dear, so the suffix drafter declares the widest draft: a text seen before (a prompt as
+    long as the drafter's 24-token match, then 40 tokens) is copied whole at conf's first step (no timings yet),
+    past conf's own bound of 32, and exactly."""
+    prompt = PROMPT * 2
+    want, margins = plain_greedy(tiny["target"], prompt, 40)
+    backend = LlamaCppLM(tiny["target"], threads=1)
+    drafter = build_drafter("suffix", backend, MethodOptions())
+    drafter.index.finish(drafter.index.add(prompt + want))
+    verifier = build_verifier("exact", SamplingParams(), MethodOptions())
+    lengths = []
+    out = generate(
+        backend,
+        drafter,
+        verifier,
+        torch.tensor([prompt]),
+        max_new_tokens=len(want),
+        gamma="conf",
+        on_step=lambda record, rows: lengths.append(record.length),
+    )
+    got = out.new_tokens[0].tolist()
+    assert got == want, explain(got, want, margins)
+    assert lengths[0] == len(want) > 32, lengths
+
+
 def test_the_draft_equal_to_the_target_accepts_everything_on_trees_and_chains(tiny, tiny_reference):
     want, margins = tiny_reference
     for method in ("model", "model_tree"):

@@ -226,6 +226,33 @@ def test_a_gamma_beyond_the_cap_or_the_context_is_an_error_naming_the_bound(gamm
     assert isinstance(make_draft_length("auto", context=context), AutoGamma)
 
 
+@pytest.mark.parametrize("gamma", ["auto", "conf", "conf=0.9"])
+@pytest.mark.parametrize("longest, context, top", [(64, None, 64), (48, 2048, 48), (64, 40, 39), (2, None, 2)])
+def test_a_drafters_longest_draft_bounds_the_learning_policies(gamma, longest, context, top):
+    policy = make_draft_length(gamma, context=context, longest=longest)
+    assert policy.max_gamma == top
+    assert policy.next() <= top  # before any timing, too (its start length is within the bound)
+    kept = KeptPolicies(StepCosts(), context, longest=longest)
+    assert kept.get(gamma).max_gamma == top
+
+
+def test_without_a_drafters_longest_draft_the_policies_keep_their_own_bounds():
+    assert make_draft_length("auto").max_gamma == 16
+    assert make_draft_length("conf").max_gamma == 32
+    assert make_draft_length("conf", longest=None).next() == 32  # one row, timings unknown: as far as the stop goes
+
+
+@pytest.mark.parametrize("gamma", [3, "heuristic"])
+def test_a_drafters_longest_draft_leaves_the_users_lengths_alone(gamma):
+    assert make_draft_length(gamma, longest=64).next() == make_draft_length(gamma).next()
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "64"])
+def test_a_bad_longest_draft_is_an_error(bad):
+    with pytest.raises(DraftVerifyError, match="longest draft"):
+        make_draft_length("conf", longest=bad)
+
+
 def test_make_rejects_non_decimal_digit_strings():
     with pytest.raises(DraftVerifyError):
         make_draft_length("²")

@@ -208,7 +208,10 @@ class Pipeline:
         self.step_costs = StepCosts()  # gamma auto's timings, kept across calls: calibrated once per pipeline
         # auto / conf, kept across calls, starting from the target's measured cost curve where it has one (llama.cpp)
         self.policies = KeptPolicies(
-            self.step_costs, self.target.max_positions, getattr(self.target, "cost_curve", None)
+            self.step_costs,
+            self.target.max_positions,
+            getattr(self.target, "cost_curve", None),
+            self.drafter.longest_draft,
         )
         self.compiled = compiling.plan(self.target, self.drafter, gamma)  # the compiled models (none: eager)
         self.heal = self.check_heal(heal)

@@ -41,7 +41,7 @@ def compiled_models(target: LMBackend, drafter: Drafter) -> list[DraftModel]:
 
 def max_verify_width(drafter: Drafter, gamma: int | str) -> int:
     """The widest verify forward a run of `drafter` at `gamma` needs (Drafter.verify_width of its longest draft)."""
-    policy = make_draft_length(gamma)
+    policy = make_draft_length(gamma, longest=drafter.longest_draft)
     return drafter.verify_width(int(getattr(policy, "max_gamma", getattr(policy, "gamma", 1))))
 
 

@@ -269,6 +269,7 @@ class StepCosts:
 
 
 MIN_EVIDENCE = 64  # draft tokens judged before a learning policy may choose plain decoding
+START_GAMMA = 4  # auto's and conf's length until timings are known (AutoGamma)
 
 
 class AutoGamma(DraftLength):
@@ -291,7 +292,7 @@ class AutoGamma(DraftLength):
 
     def __init__(
         self,
-        gamma: int = 4,
+        gamma: int = START_GAMMA,
         max_gamma: int = 16,
         costs: StepCosts | None = None,
         probe_every: int = 8,
@@ -465,7 +466,7 @@ class ConfidenceGamma(AutoGamma):
     def __init__(
         self,
         threshold: float = DEFAULT_CONFIDENCE,
-        gamma: int = 4,
+        gamma: int = START_GAMMA,
         max_gamma: int = 32,
         costs: StepCosts | None = None,
         probe_every: int = 8,
@@ -625,9 +626,11 @@ class KeptPolicies:
         costs: StepCosts | None = None,
         context: int | None = None,
         cost_curve: Callable[[], dict[int, float]] | None = None,
+        longest: int | None = None,
     ):
         self.costs = costs
         self.context = context
+        self.longest = longest  # the drafter's Drafter.longest_draft (see make_draft_length)
         self.cost_curve = cost_curve  # the target's measured curve, read when the first timing policy is made
         self._kept: dict[tuple[str, object], DraftLength] = {}
 
@@ -636,7 +639,7 @@ class KeptPolicies:
             return gamma  # the caller's own policy, as it is
         policy = self._kept.get((str(gamma), key))
         if policy is None:
-            policy = make_draft_length(gamma, self.costs, self.context)
+            policy = make_draft_length(gamma, self.costs, self.context, self.longest)
             if policy.reads_timers:  # a policy that times steps starts from the target's measured curve
                 if self.costs is not None and not self.costs.seeded and self.cost_curve is not None:
                     self.costs.seed(self.cost_curve())
@@ -689,17 +692,27 @@ def _confidence(spec: str) -> float:
     return value
 
 
-def make_draft_length(gamma: int | str, costs: StepCosts | None = None, context: int | None = None) -> DraftLength:
+def make_draft_length(
+    gamma: int | str, costs: StepCosts | None = None, context: int | None = None, longest: int | None = None
+) -> DraftLength:
     """gamma: an integer in 1..MAX_GAMMA, "heuristic" (start at 5, as Hugging Face does), "auto" or "conf[=T]" (costs:
     timings to start from and to add to, e.g. a Pipeline's); context: the target's positions, when known (see
-    parse_gamma)."""
+    parse_gamma); longest: the drafter's Drafter.longest_draft, the bound of auto's and conf's lengths instead of
+    their own (at most MAX_GAMMA and what the context holds after a one-token prompt; a fixed gamma is the
+    user's and keeps its value)."""
     gamma = parse_gamma(gamma, context)
+    bound: dict[str, int] = {}
+    if longest is not None:
+        if isinstance(longest, bool) or not isinstance(longest, int) or longest < 1:
+            raise DraftVerifyError(f"a drafter's longest draft must be an integer >= 1, got {longest!r}")
+        top = min(longest, MAX_GAMMA, context - 1 if context is not None else MAX_GAMMA)
+        bound = {"max_gamma": top, "gamma": min(START_GAMMA, top)}
     if gamma == "auto":
-        return AutoGamma(costs=costs)
+        return AutoGamma(costs=costs, **bound)
     if gamma == "conf":
-        return ConfidenceGamma(costs=costs)
+        return ConfidenceGamma(costs=costs, **bound)
     if isinstance(gamma, str) and gamma.startswith("conf="):
-        return ConfidenceGamma(_confidence(gamma), costs=costs)
+        return ConfidenceGamma(_confidence(gamma), costs=costs, **bound)
     if gamma == "heuristic":
         return HeuristicGamma(5)
     assert isinstance(gamma, int)  # parse_gamma returns an int or one of the names above

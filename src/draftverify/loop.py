@@ -144,8 +144,9 @@ def _eos_ids(eos_token_id: int | list[int] | None) -> set[int]:
 def _draft_length(gamma: int | str | DraftLength, drafter: Drafter) -> DraftLength:
     """The draft-length policy `gamma` names (a DraftLength as it is), told before the first step when the drafter
     drafts inside the target's verify forward (its drafting then has no cost of its own); a fixed 0 for a drafter
-    that never drafts (autoregressive: every step is a plain one, and the drafter is not asked)."""
-    policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma)  # checked even then
+    that never drafts (autoregressive: every step is a plain one, and the drafter is not asked). A name is made
+    into a policy bounded by the drafter's longest draft (Drafter.longest_draft)."""
+    policy = gamma if isinstance(gamma, DraftLength) else make_draft_length(gamma, longest=drafter.longest_draft)
     if not drafter.drafts:
         return FixedGamma(0)
     if drafter.drafts_in_target_pass:

@@ -8,6 +8,7 @@ import torch
 
 from conftest import ALL_ARCHS, CAUSAL_ARCHS, reference_greedy, varied_model
 from draftverify import DraftVerifyError, SamplingParams, generate
+from draftverify.draft_length import MAX_GAMMA
 from draftverify.drafters import PromptLookupDrafter, SuffixDrafter
 from draftverify.methods import MethodOptions, build_drafter, build_verifier
 from draftverify.types import DecodingState, RowRequest
@@ -136,6 +137,35 @@ def test_match_lengths_default_by_how_dear_the_targets_width_is(target, given, e
     min_match, max_match = given
     drafter = build_drafter("suffix", model, MethodOptions(suffix_min_match=min_match, suffix_max_match=max_match))
     assert (drafter.min_match, drafter.max_match) == expected
+
+
+@pytest.mark.parametrize("target, longest", [(None, None), (_DearWidth(), MAX_GAMMA)])
+def test_on_a_dear_width_target_the_cost_model_may_run_sure_copies_to_the_widest_draft(target, longest):
+    model = varied_model("llama") if target is None else target
+    assert build_drafter("suffix", model, MethodOptions()).longest_draft == longest
+
+
+@pytest.mark.parametrize("longest, reach", [(None, 32), (MAX_GAMMA, MAX_GAMMA)])
+def test_conf_drafts_a_sure_copy_as_far_as_the_drafters_longest_draft(longest, reach):
+    """A text seen before is copied whole: conf's first step (no timings yet) drafts to its bound, which is the
+    drafter's longest draft where it declares one, and the text stays the target's own."""
+    model = varied_model("llama")
+    prompt = torch.tensor([[3, 14, 15, 92, 65, 35, 89, 79]])
+    ref = reference_greedy(model, prompt, 80)
+    drafter = SuffixDrafter(longest_draft=longest)
+    drafter.index.finish(drafter.index.add(prompt[0].tolist() + ref))
+    lengths = []
+    out = generate(
+        model,
+        drafter,
+        exact(),
+        prompt,
+        max_new_tokens=80,
+        gamma="conf",
+        on_step=lambda r, rows: lengths.append(r.length),
+    )
+    assert out.new_tokens[0].tolist() == ref
+    assert lengths[0] == reach
 
 
 def test_proposal_is_deterministic_and_one_hot():

@@ -285,7 +285,8 @@ class OursRunner(Runner):
             self.drafter.forget()
         if self.policies is None:
             context = getattr(self.target, "max_positions", None)
-            self.policies = KeptPolicies(StepCosts(), context, getattr(self.target, "cost_curve", None))
+            curve = getattr(self.target, "cost_curve", None)
+            self.policies = KeptPolicies(StepCosts(), context, curve, self.drafter.longest_draft)
         gamma = self.policies.get(self.gamma if self.gamma is not None else 1, temperature)
         started = perf_counter()
         out = generate(

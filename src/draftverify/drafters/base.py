@@ -40,6 +40,11 @@ class Drafter(ABC):
     # what of a Hugging Face target's modules the drafter reads or extends (a phrase for messages), or "" when it
     # talks to the target through the backend protocol only (backends/base.py), so any backend can run it
     needs_target_modules: str = ""
+    # the longest draft a learning length policy (auto, conf) may choose for this drafter, or None: the policy's own
+    # bound. A drafter whose drafts cost nothing per position and end themselves where they grow unsure (the
+    # suffix cache on a dear-width backend) declares the engine's widest draft, so the cost model, not a bound
+    # tuned for draft models (each position a forward), sets how long its sure copies run
+    longest_draft: int | None = None
 
     def __init__(self) -> None:
         self.forward_calls = 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from ..backends.base import LMBackend, dear_width
+from ..draft_length import MAX_GAMMA
 from ..errors import OptionValueError
 from ..suffix_index import SuffixIndex
 from ..types import DecodingState, Draft, TargetOutput, Verdict
@@ -25,7 +26,9 @@ from .prompt_lookup import ragged_draft
 
 # (min_match, max_match) not given: where a wider verify pass costs little (hf), draft after short matches; where it
 # grows dear with its width (llama.cpp), draft only after long ones, as llama.cpp's ngram-mod (24 tokens), so the
-# drafts come seldom and are nearly always kept
+# drafts come seldom and are nearly always kept. There the drafts may run as long as the cost model finds they pay,
+# up to the engine's widest draft (Drafter.longest_draft; llama.cpp's ngram-mod drafts 48 to 64 tokens): each
+# position costs nothing to draft, and the continuation ends itself where its estimate falls below min_prob
 MATCH = (1, 8)
 MATCH_DEAR_WIDTH = (24, 24)
 
@@ -46,7 +49,12 @@ class SuffixDrafter(Drafter):
     computes_in_torch = False
 
     def __init__(
-        self, max_match: int = MATCH[1], min_match: int = MATCH[0], cache_tokens: int = 16384, min_prob: float = 0.1
+        self,
+        max_match: int = MATCH[1],
+        min_match: int = MATCH[0],
+        cache_tokens: int = 16384,
+        min_prob: float = 0.1,
+        longest_draft: int | None = None,
     ):
         super().__init__()
         if not (1 <= min_match <= max_match):
@@ -62,6 +70,7 @@ class SuffixDrafter(Drafter):
         self.min_match = min_match
         self.cache_tokens = cache_tokens
         self.min_prob = min_prob
+        self.longest_draft = longest_draft  # None: the length policy's own bound
         self.index = SuffixIndex(min_match, max_match, cache_tokens)
         self._rows: list[int] = []  # each batch row's sequence id in the index
         self._seen: list[int] = []  # each row's decoder tokens already indexed
@@ -69,7 +78,8 @@ class SuffixDrafter(Drafter):
     @classmethod
     def from_options(cls, target: LMBackend, options) -> "SuffixDrafter":
         min_match, max_match = match_lengths(target, options.suffix_min_match, options.suffix_max_match)
-        return cls(max_match, min_match, options.suffix_cache_tokens, options.suffix_min_prob)
+        longest = MAX_GAMMA if dear_width(target) else None
+        return cls(max_match, min_match, options.suffix_cache_tokens, options.suffix_min_prob, longest)
 
     def start(self, state: DecodingState, prefilled: TargetOutput | None = None) -> None:
         self._finish(range(len(self._rows)))  # an earlier generation's rows (its last rows never left) are history
