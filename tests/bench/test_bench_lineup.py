@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from bench_fixtures import ROOT, model_dir  # noqa: F401  (fixture)
 from typer.testing import CliRunner
@@ -95,6 +97,13 @@ def test_an_aligned_twin_asked_of_a_method_without_a_draft_model_is_skipped_sayi
     rows, notes = _plan(config, models)
     assert {r.family for r in rows} == {"earn_aligned"}
     assert notes == ["suffix_aligned skipped: suffix runs no draft model"]
+
+
+def test_an_aligned_twin_in_a_bench_without_a_draft_model_is_skipped_naming_the_missing_draft(model_dir, models):
+    config = _config(model_dir, runners=("earn_aligned",))
+    rows, notes = _plan(config, replace(models, draft=None, aligned_draft=None))
+    assert rows == []
+    assert notes == ["earn_aligned skipped: this bench has no draft model"]
 
 
 def test_conf_gammas_give_method_conf_rows(model_dir, models):

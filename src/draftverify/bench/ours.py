@@ -189,7 +189,8 @@ def plan_rows(
                     )
                 )
         elif lossless and config.runners is not None and name + ALIGNED_SUFFIX in config.runners:
-            notes.append(f"{name}{ALIGNED_SUFFIX} skipped: {name} runs no draft model")
+            why = "this bench has no draft model" if base.draft_model is None else f"{name} runs no draft model"
+            notes.append(f"{name}{ALIGNED_SUFFIX} skipped: {why}")
         if name + GGUF_SUFFIX in wanted and method.gguf_option:
             twin = gguf_twin(name, method.gguf_option, base, models, hf, notes)
             if twin is not None:
