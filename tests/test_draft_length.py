@@ -537,6 +537,33 @@ def test_confidence_without_early_stops_is_theorem_8():
     assert policy.best() == auto.best()
 
 
+def test_confidence_decides_from_tables_kept_between_steps_as_from_fresh_ones():
+    """The tables a step without a draft reuses (no rate changed) and those made again after a judged draft give
+    the cap a policy that makes every table afresh gives, step after step."""
+    rng = random.Random(7)
+    kept, fresh = ConfidenceGamma(max_gamma=48), ConfidenceGamma(max_gamma=48)
+    for policy in (kept, fresh):
+        policy.costs.seed({1: 0.004, 2: 0.0052, 4: 0.0071, 8: 0.0102, 16: 0.0163, 32: 0.031, 64: 0.06})
+    for _ in range(300):
+        fresh._tables = None
+        cap = kept.next()
+        assert cap == fresh.next()
+        length = rng.choice([0, 0, 0, rng.randint(1, max(cap, 1))])  # most steps: no draft, nothing judged
+        accepted = rng.randint(0, length)
+        seconds = 0.004 * (1 + 0.2 * length) * rng.uniform(0.9, 1.1)
+        for policy in (kept, fresh):
+            policy.update_rows([length], [accepted])
+            policy.update(length, accepted, accepted < length, 1e-5 * length, seconds)
+
+
+def test_a_seeded_curve_priced_again_is_the_new_curves():
+    cost = VerifyCost()
+    cost.seed({1: 1.0, 8: 8.0})
+    assert cost.at([4, 4.5]) == pytest.approx([4.0, 4.5])
+    cost.seed({1: 1.0, 8: 1.0})  # a flat curve replaces it: no width keeps the old price
+    assert cost.at([4, 4.5, 20]) == pytest.approx([1.0, 1.0, 1.0])
+
+
 def test_confidence_expected_tokens_by_hand():
     policy = ConfidenceGamma(0.4)
     set_rates(policy, sure=0.9, unsure=0.5, goes_on=0.6)

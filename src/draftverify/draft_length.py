@@ -148,6 +148,9 @@ class VerifyCost:
         self.seconds: list[float] = []  # its seconds there, made non-decreasing
         self.ratio_sum = 0.0  # timed seconds / the curve's, summed, with the curve's own weight
         self.ratio_weight = 0.0
+        # the shape at each whole number of tokens asked so far (index: tokens): a policy prices every width it
+        # may draft, every step, and the shape changes only when seeded again
+        self._shapes: list[float] = []
 
     def seed(self, curve: dict[int, float], weight: float = 1.0) -> None:
         points = sorted((float(k), float(s)) for k, s in curve.items() if k >= 1 and s > 0)
@@ -155,6 +158,7 @@ class VerifyCost:
             return
         self.widths = [k for k, _ in points]
         self.seconds = _non_decreasing([s for _, s in points])
+        self._shapes = []
         self.ratio_sum = self.ratio_weight = weight * len(points)
 
     def add(self, tokens: float, seconds: float) -> None:
@@ -179,6 +183,15 @@ class VerifyCost:
         return len(self.widths) > 1 or self.line.varies
 
     def _shape(self, tokens: float) -> float:
+        whole = int(tokens)
+        if whole == tokens and whole >= 0:
+            shapes = self._shapes
+            while len(shapes) <= whole:
+                shapes.append(self._interpolate(len(shapes)))
+            return shapes[whole]
+        return self._interpolate(tokens)
+
+    def _interpolate(self, tokens: float) -> float:
         widths, seconds = self.widths, self.seconds
         if tokens <= widths[0] or len(widths) == 1:  # below the narrowest width measured: in proportion
             return seconds[0] * tokens / widths[0] if tokens < widths[0] else seconds[0]
@@ -490,6 +503,7 @@ class ConfidenceGamma(AutoGamma):
         self.explore_every = explore_every
         self.slack = slack
         self._steps = 0
+        self._tables: tuple | None = None  # _reach_and_tokens' last: (top, the rates it read, reach, tokens)
 
     @property
     def sizing_costs(self) -> StepCosts | None:
@@ -538,12 +552,24 @@ class ConfidenceGamma(AutoGamma):
             return self.fixed
         if not self.costs.known:
             return self.max_gamma if rows == 1 else self.gamma
-        tokens, seconds = self._tokens_table(self.max_gamma), self._seconds_table(self.max_gamma, rows)
+        reach, tokens = self._reach_and_tokens(self.max_gamma)
+        seconds = self._seconds_table(self.max_gamma, rows, reach)
         factors = [t / s for t, s in zip(tokens, seconds)]
         if drafting:
             factors[0] = 0.0
         near = max(factors) * (1.0 - (self.slack if rows == 1 else 0.0))
         return max(g for g, f in enumerate(factors) if f >= near)
+
+    def _reach_and_tokens(self, top: int) -> tuple[list[float], list[float]]:
+        """(_reach(top), _tokens_table(top)), made again only when a rate changed (_Rate.rates makes a new list
+        then): a step without a draft (the suffix cache found no match) judges nothing, and most steps of a
+        model-free drafter on a dear-width target are such steps."""
+        rates = (self.sure.rates(), self.unsure.rates(), self.goes_on.rates())
+        kept = self._tables
+        if kept is None or kept[0] != top or any(new is not old for new, old in zip(rates, kept[1])):
+            reach = self._reach(top)
+            kept = self._tables = (top, rates, reach, self._tokens_table(top, reach))
+        return kept[2], kept[3]
 
     def _reach(self, top: int) -> list[float]:
         """[top + 2] the chance a draft reaches position k (its first k - 1 tokens were confident); index 0 unused,
@@ -554,9 +580,10 @@ class ConfidenceGamma(AutoGamma):
             reach.append(reach[-1] * b[k])
         return reach
 
-    def _tokens_table(self, top: int) -> list[float]:
-        """[top + 1] expected tokens one row emits in a step with cap 0..top (accepted drafts + the target's)."""
-        a, lo, reach = self.sure.rates(), self.unsure.rates(), self._reach(top)
+    def _tokens_table(self, top: int, reach: list[float] | None = None) -> list[float]:
+        """[top + 1] expected tokens one row emits in a step with cap 0..top (accepted drafts + the target's);
+        reach: _reach(top), when already made."""
+        a, lo, reach = self.sure.rates(), self.unsure.rates(), reach or self._reach(top)
         table = [1.0]
         ended = 0.0  # the drafts that end before the cap: sum over s of P(end at s) * E(tokens | end at s)
         prefix, kept = 1.0, 1.0  # expected tokens from a draft's first g - 1 tokens (+ the target's); P(all kept)
@@ -568,11 +595,15 @@ class ConfidenceGamma(AutoGamma):
             prefix += kept
         return table
 
-    def _seconds_table(self, top: int, rows: int) -> list[float]:
+    def _seconds_table(self, top: int, rows: int, reach: list[float] | None = None) -> list[float]:
         """[top + 1] expected time of a step with cap 0..top over `rows` rows, in plain steps of those rows: the
-        draft's positions plus a target call over rows x (its length + 1) tokens."""
+        draft's positions plus a target call over rows x (its length + 1) tokens; reach: _reach(top), when made."""
         verify = self.costs.target_seconds_at([rows * (g + 1) for g in range(top + 1)])  # [top + 1] seconds
-        reach, c, plain = self._reach(top), self.c(rows), verify[0]  # plain: a call over the rows' one token each
+        reach, c, plain = (
+            reach or self._reach(top),
+            self.c(rows),
+            verify[0],
+        )  # plain: a call over the rows' one token each
         table = [1.0]
         done, below = 0.0, 0.0  # done: the steps whose draft ended before the cap; below: their chance
         for g in range(1, top + 1):
