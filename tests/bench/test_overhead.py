@@ -81,6 +81,8 @@ def test_on_llamacpp_it_splits_each_runners_time_at_llama_decode_beside_a_bare_l
         "2",
         "--rounds",
         "1",
+        "--gamma",
+        "conf",
         "-n",
         "12",
         "--threads",
@@ -95,6 +97,10 @@ def test_on_llamacpp_it_splits_each_runners_time_at_llama_decode_beside_a_bare_l
     server = rows.pop(SERVER_ROW, None)
     default_build = rows.pop(DEFAULT_BUILD_ROW, None)
     assert list(rows) == [BARE, "autoregressive", "prompt_lookup", "model"]
+    assert (
+        result["gamma"] == "conf"
+        and "greedy, draft length conf," in (tmp_path / "loop-overhead-llamacpp.md").read_text()
+    )
     bare, plain = rows[BARE], rows["autoregressive"]
     text = (tmp_path / "loop-overhead-llamacpp.md").read_text()
     if tools_built():  # llama.cpp's own llama-server on the same file: the same greedy tokens, its own time
@@ -137,3 +143,7 @@ def test_bench_overhead_refuses_an_unknown_backend_and_a_gguf_type_on_hf():
     assert result.exit_code == 2 and "--backend" in result.output and "onnx" in result.output
     result = CliRunner().invoke(app, ["bench", "overhead", "--target-gguf", "q8_0"])
     assert result.exit_code == 2 and "--target-gguf" in result.output
+    result = CliRunner().invoke(app, ["bench", "overhead", "--gamma", "conf"])
+    assert result.exit_code == 2 and "--gamma" in result.output and "llamacpp only" in result.output
+    result = CliRunner().invoke(app, ["bench", "overhead", "--backend", "llamacpp", "--gamma", "fast"])
+    assert result.exit_code == 2 and "--gamma" in result.output and "'fast'" in result.output

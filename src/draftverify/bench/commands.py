@@ -16,7 +16,7 @@ from rich.markup import escape
 from ..backends import DRAFT_GGUF_TYPES
 from ..checks import check_max_new_tokens, gamma_flag
 from ..cli_help import flag, one_row_methods
-from ..draft_length import DEFAULT_GAMMA
+from ..draft_length import DEFAULT_GAMMA, parse_gamma
 from ..errors import DraftVerifyError
 from ..quiet import quiet_process
 from . import folders
@@ -499,6 +499,12 @@ def bench_overhead(
     ),
     num_prompts: int = typer.Option(8, "--num-prompts", min=1, help="--backend llamacpp: prompts taken."),
     rounds: int = typer.Option(2, "--rounds", min=1, help="--backend llamacpp: passes over the prompts."),
+    gamma: Optional[str] = typer.Option(
+        None,
+        "--gamma",
+        help=f"--backend llamacpp: the drafting methods' draft length (default {DEFAULT_GAMMA}; conf or auto add the "
+        "length policy's own work to each step).",
+    ),
 ) -> None:
     """The decoding loop's own share of wall time per method: the time outside model forwards (--backend hf), or
     outside llama_decode beside a bare loop over llama.cpp (--backend llamacpp)."""
@@ -518,6 +524,12 @@ def bench_overhead(
     if backend == "llamacpp":
         from .overhead_llamacpp import run_overhead_llamacpp
 
+        if gamma is not None:
+            try:
+                gamma = parse_gamma(gamma)
+            except DraftVerifyError as err:
+                raise typer.BadParameter(str(err), param_hint="--gamma") from err
+
         result = run_reporting(
             lambda: run_overhead_llamacpp(
                 chosen,
@@ -531,11 +543,13 @@ def bench_overhead(
                 out,
                 name or "loop-overhead-llamacpp",
                 command,
+                gamma=gamma if gamma is not None else DEFAULT_GAMMA,
             )
         )
     else:
-        if target_gguf is not None:
-            raise typer.BadParameter("applies to --backend llamacpp only", param_hint="--target-gguf")
+        for given, flag in ((target_gguf, "--target-gguf"), (gamma, "--gamma")):
+            if given is not None:
+                raise typer.BadParameter("applies to --backend llamacpp only", param_hint=flag)
         from .overhead import run_overhead
 
         result = run_reporting(

@@ -21,6 +21,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from ..draft_length import DEFAULT_GAMMA
 from ..errors import DraftVerifyError
 from .folders import COST
 
@@ -75,8 +76,8 @@ def render(result: dict) -> str:
         "",
         f"{result['date']}; {result['machine']['cpu_model']} ({result['machine']['cores']} cores), "
         f"{result['threads']} thread(s); {result['gguf']}; {result['prompts']} prompts of {result['prompt_set']} x "
-        f"{result['max_new_tokens']} new tokens, greedy, {result['rounds']} round(s) after a warm-up, runners "
-        "interleaved prompt by prompt.",
+        f"{result['max_new_tokens']} new tokens, greedy, draft length {result.get('gamma', DEFAULT_GAMMA)}, "
+        f"{result['rounds']} round(s) after a warm-up, runners interleaved prompt by prompt.",
         "",
         *library_lines(result.get("llama_cpp_library"), result.get("flash_attn"), "The Python rows'"),
         *markdown_table(columns, rows),
@@ -157,6 +158,7 @@ def run_overhead_llamacpp(
     name: str = "loop-overhead-llamacpp",
     command: str = "",
     options: dict[str, Any] | None = None,
+    gamma: int | str = DEFAULT_GAMMA,
 ) -> dict:
     import torch
 
@@ -179,6 +181,7 @@ def run_overhead_llamacpp(
         method: load(
             **choice.load_args(),
             method=method,
+            gamma=gamma,
             backend="llamacpp",
             threads=threads,
             target_gguf=target_gguf,
@@ -264,6 +267,7 @@ def run_overhead_llamacpp(
         "prompts": len(prompts),
         "max_new_tokens": new_tokens,
         "rounds": rounds,
+        "gamma": gamma,
         "rows": rows,
         "server": _server_summary(rows, servers.get(SERVER_ROW), SERVER_ROW),
         "server_default_build": _server_summary(rows, servers.get(DEFAULT_BUILD_ROW), DEFAULT_BUILD_ROW),
