@@ -583,7 +583,8 @@ class ConfidenceGamma(AutoGamma):
     def _tokens_table(self, top: int, reach: list[float] | None = None) -> list[float]:
         """[top + 1] expected tokens one row emits in a step with cap 0..top (accepted drafts + the target's);
         reach: _reach(top), when already made."""
-        a, lo, reach = self.sure.rates(), self.unsure.rates(), reach or self._reach(top)
+        a, lo = self.sure.rates(), self.unsure.rates()
+        reach = self._reach(top) if reach is None else reach
         table = [1.0]
         ended = 0.0  # the drafts that end before the cap: sum over s of P(end at s) * E(tokens | end at s)
         prefix, kept = 1.0, 1.0  # expected tokens from a draft's first g - 1 tokens (+ the target's); P(all kept)
@@ -599,11 +600,8 @@ class ConfidenceGamma(AutoGamma):
         """[top + 1] expected time of a step with cap 0..top over `rows` rows, in plain steps of those rows: the
         draft's positions plus a target call over rows x (its length + 1) tokens; reach: _reach(top), when made."""
         verify = self.costs.target_seconds_at([rows * (g + 1) for g in range(top + 1)])  # [top + 1] seconds
-        reach, c, plain = (
-            reach or self._reach(top),
-            self.c(rows),
-            verify[0],
-        )  # plain: a call over the rows' one token each
+        reach = self._reach(top) if reach is None else reach
+        c, plain = self.c(rows), verify[0]  # plain: a call over the rows' one token each
         table = [1.0]
         done, below = 0.0, 0.0  # done: the steps whose draft ended before the cap; below: their chance
         for g in range(1, top + 1):
