@@ -702,7 +702,7 @@ def parse_gamma(gamma: object, context: int | None = None) -> int | str:
     if gamma > bound:
         raise DraftVerifyError(
             f"gamma (draft length) {gamma} is above {bound}, {why}: use a gamma in 1..{bound}, "
-            "or 'auto' (picks 0..16 from the measured acceptance and costs)"
+            "or 'auto' (picks its length, 0 included, from the measured acceptance and costs)"
         )
     return gamma
 
