@@ -290,6 +290,7 @@ class CountingDrafter:
     """A drafter stand-in that counts forget() calls."""
 
     needs_target_hidden = False
+    longest_draft = None  # as Drafter: the length policy keeps its own bound
 
     def __init__(self):
         self.forgets = 0
