@@ -49,6 +49,31 @@ def test_a_flat_verify_pass_takes_a_doubtful_copy_whole_and_a_steep_one_prefers_
     assert steep_rate < 1 / steep.verify(1)  # where every scored token costs a decode, even 0.9 does not pay
 
 
+@pytest.mark.parametrize("curve", [True, False])
+def test_a_priced_prefix_is_the_best_rate_over_every_common_width_of_the_rows(curve):
+    """_priced_prefix against its definition: each width's expected kept tokens summed over the rows (a row shorter
+    than the width keeps its whole draft), over the verify pass of that width; the best rate and its width, exactly."""
+    generator = torch.Generator().manual_seed(3)
+    earn = drafter()
+    if curve:
+        earn.verify.seed({1: 0.004, 2: 0.009, 4: 0.011, 8: 0.018, 16: 0.022, 32: 0.040})
+    else:
+        for tokens in (2, 5, 9, 17, 33):
+            earn.verify.add(tokens, 0.003 + 0.0009 * tokens)
+    for _ in range(40):
+        count = int(torch.randint(1, 4, (1,), generator=generator))
+        lengths = torch.randint(1, 33, (count,), generator=generator).tolist()
+        chances = [torch.rand(n, generator=generator).tolist() for n in lengths]
+        rows = [list(range(n)) for n in lengths]
+        best = (0.0, 0)
+        for width in range(1, max(lengths) + 1):
+            kept = sum(expected_kept(c[:width]) for c in chances)
+            rate = (count + kept) / max(earn.verify(count * (1 + width)), 1e-9)
+            if rate > best[0]:
+                best = (rate, width)
+        assert earn._priced_prefix(rows, chances) == best
+
+
 def test_the_text_is_the_targets_and_the_model_drafts_only_where_lookups_have_nothing(target):
     draft = perturbed_copy(target, 0.02, seed=3)
     earn = drafter(ModelDrafter(draft))
@@ -85,3 +110,21 @@ def test_the_model_is_tried_before_what_it_earned_prices_it_and_a_catch_up_is_no
         earn._earned_by_model(kept=0.5, width=2.0, drafting=0.002)
     assert earn.model_earned[2] > 0.0
     assert earn._model_offer(1) < plain  # measured: half a token kept for a 3-token pass loses to plain decoding
+
+
+def test_the_model_source_drafts_as_the_model_method_does(target):
+    """earn's draft model is the `model` method's drafter made from the same options: staged drafting and lookup's
+    agreement as confidence included, and the user's settings of them heard."""
+    from draftverify.methods import build_drafter
+    from draftverify.options import MethodOptions
+
+    draft = perturbed_copy(target, 0.02, seed=3)
+    for options in (
+        MethodOptions(draft_model=draft),
+        MethodOptions(draft_model=draft, lookup_tokens=2, lookup_confirms=False),
+    ):
+        earn, model = build_drafter("earn", None, options), build_drafter("model", None, options)
+        assert type(earn.model) is type(model) and type(earn.model.lm) is type(model.lm)
+        assert (earn.model.lookup_tokens, earn.model.lookup_confirms) == (model.lookup_tokens, model.lookup_confirms)
+        assert earn.model.lookup_tokens == options.lookup_tokens
+        assert earn.model.lookup_ngrams == model.lookup_ngrams

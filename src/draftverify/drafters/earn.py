@@ -14,7 +14,8 @@ unused. Here every offer is priced:
   the width that earns most;
 - the draft model is priced by what its own steps earned in this run (draft tokens kept per row, its draft's width,
   its drafting seconds: running means; an optimistic guess for its first steps); when chosen it drafts as `model`
-  does, its confidence stop (gamma conf) ending the draft;
+  does (the same drafter from the same options: staged drafting with prompt lookup, lookup's agreement as
+  confidence), its confidence stop (gamma conf) ending the draft;
 - seconds: the verify pass over rows x (1 + width) tokens: the target's cost curve where it has one (llama.cpp),
   its level set by this run's steps (the time between a proposal and its verdict; draft_length.VerifyCost), else a
   line fitted to those steps. Lookups cost microseconds and count as free;
@@ -33,7 +34,6 @@ from time import perf_counter
 import torch
 
 from ..backends.base import LMBackend
-from ..backends.lean_draft import draft_backend
 from ..draft_length import VerifyCost, _Rate
 from ..errors import DraftVerifyError
 from ..types import DecodingState, Draft, TargetOutput, Verdict
@@ -90,7 +90,7 @@ class EarnedDrafter(Drafter):
         model = None
         if options.draft_model is not None:
             require_shared_vocabulary(options, cls.name)
-            model = ModelDrafter(draft_backend(options.draft_model, "draft", options.compile, options.lean_draft))
+            model = ModelDrafter.from_options(target, options)  # as `model` drafts: staged, lookup confirming
         return cls(
             SuffixDrafter.from_options(target, options),
             PromptLookupDrafter.from_options(target, options),
@@ -136,11 +136,21 @@ class EarnedDrafter(Drafter):
 
     def _priced_prefix(self, rows: list[list[int]], chances: list[list[float]]) -> tuple[float, int]:
         """The best (rate, width) of a batch of host drafts cut to a common width: each row's tokens kept with
-        chances[b][k] given the ones before, the verify pass over every row's pending token and the width."""
+        chances[b][k] given the ones before, the verify pass over every row's pending token and the width. Each
+        row's expected kept tokens grow by one term per width (expected_kept of each prefix, summed as it does),
+        and the verify seconds of every width are read in one call: this runs every step, over drafts up to the
+        longest draft's width."""
+        count, longest = len(rows), max(len(r) for r in rows)
+        tokens = [count * (1 + width) for width in range(1, longest + 1)]
+        seconds = [max(s, 1e-9) for s in self.verify.at(tokens)] if self.verify.known else [1.0] * longest
+        totals, reaches = [0.0] * len(chances), [1.0] * len(chances)
         best = (0.0, 0)
-        for width in range(1, max(len(r) for r in rows) + 1):
-            kept = sum(expected_kept(c[:width]) for c in chances)
-            rate = self._rate(kept, len(rows), width)
+        for width in range(1, longest + 1):
+            for b, c in enumerate(chances):
+                if width <= len(c):
+                    reaches[b] *= c[width - 1]
+                    totals[b] += reaches[b]
+            rate = (count + sum(totals)) / seconds[width - 1]
             if rate > best[0]:
                 best = (rate, width)
         return best
