@@ -121,6 +121,18 @@ def test_the_cost_curve_of_the_llamacpp_backend(model_dir, monkeypatch, tmp_path
 
 
 @needs_llama_cpp
+def test_the_cost_curve_of_a_quantized_file(model_dir, monkeypatch, tmp_path):
+    from draftverify.bench.cost import LlamaCppForward, Mode, time_widths
+
+    monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path))
+    assert Mode.parse("llamacpp-q8_0") == Mode(compiled=False, dtype="q8_0", few_row=False, backend="llamacpp")
+    runner = LlamaCppForward(model_dir / "target", "q8_0", threads=1)
+    assert runner.lm.model.path.name.endswith("-q8_0.gguf")  # quantized, not read as a torch dtype
+    points, _ = time_widths(runner, torch.tensor([[5, 17, 99, 230, 7, 5]]), (1, 2), warmup=1, repeats=1)
+    assert [p.n for p in points] == [1, 2] and all(s > 0 for p in points for s in p.seconds)
+
+
+@needs_llama_cpp
 def test_llama_cpps_own_speculative_decoding_with_the_draft_gguf(model_dir, monkeypatch, tmp_path):
     monkeypatch.setenv("DRAFTVERIFY_GGUF_CACHE", str(tmp_path))
     config = _config(model_dir, gammas=(3,), draft=model_dir / "draft", runners=("llamacpp", "llamacpp_draft"))

@@ -28,8 +28,9 @@ from ..errors import DraftVerifyError
 
 DEFAULT_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 MODES = ("eager-float32", "eager-float32-gemm", "eager-bfloat16", "compiled-float32", "compiled-bfloat16")
-# the llama.cpp backend (the target converted to GGUF at that precision): asked for by name, never by default
-LLAMACPP_MODES = ("llamacpp-float32", "llamacpp-float16", "llamacpp-bfloat16")
+# the llama.cpp backend (the target converted to GGUF at that precision or quantization type): asked for by name,
+# never by default
+LLAMACPP_MODES = ("llamacpp-float32", "llamacpp-float16", "llamacpp-bfloat16", "llamacpp-q8_0", "llamacpp-q4_k_m")
 REFERENCE_MODE = "eager-float32"  # the exact default every other mode is compared with
 
 
@@ -119,12 +120,14 @@ class StaticForward:
 
 class LlamaCppForward:
     """StaticForward's two calls on the llama.cpp backend (backends/llamacpp.py): the same target converted to GGUF
-    at the mode's precision; a step at a position drops what earlier steps left after it (llama_memory_seq_rm)."""
+    at the mode's precision (a torch dtype's name) or quantization type (q8_0, q4_k_m); a step at a position drops
+    what earlier steps left after it (llama_memory_seq_rm)."""
 
     def __init__(self, target: str | Path, dtype: str, threads: int | None = None):
-        from ..backends.llamacpp import LlamaCppLM, open_gguf
+        from ..backends.llamacpp import GGUF_TYPES, LlamaCppLM, open_gguf
 
-        self.lm = LlamaCppLM(open_gguf(target, dtype, "target")[0], threads=threads)
+        outtype = None if dtype in GGUF_TYPES else dtype  # a quantized file: converted at f32, then quantized
+        self.lm = LlamaCppLM(open_gguf(target, "float32" if outtype else dtype, "target", outtype)[0], threads=threads)
 
     def prefill(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [1, L] at positions 0..L-1; returns the logits at the last one [1, 1, V]."""

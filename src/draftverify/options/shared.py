@@ -37,7 +37,7 @@ class SharedOptions:
         "--lookup-tokens",
         "Staged drafting: prompt-lookup tokens each draft-model "
         "forward also scores, kept where the draft chooses them too (0 = off; a compiled "
-        "draft stages nothing). Methods model, bild and specdec++.",
+        "draft stages nothing). Methods model, bild, specdec++ and earn (its draft model).",
     )
     lookup_confirms: bool = option(
         True,
