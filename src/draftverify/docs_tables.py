@@ -69,10 +69,17 @@ _PAGES: dict[str, tuple[tuple[str, ...], ...]] = {
             "By second opinion",
         ),
         ("staged-draft-ab", "benchmarks/draft-policy/staged-draft-ab.md"),
+        ("earn-staged-ab-f32-math", "benchmarks/draft-policy/earn-staged-ab-llamacpp-f32-math.md"),
+        ("earn-staged-ab-q8_0", "benchmarks/draft-policy/earn-staged-ab-llamacpp-q8_0.md"),
         ("lookup-agreement-ab", "benchmarks/draft-policy/lookup-agreement-ab.md"),
         ("conf-cap-ab", "benchmarks/draft-policy/conf-cap-ab.md"),
         ("conf-cap-ab-heldout", "benchmarks/draft-policy/conf-cap-ab-from-100.md"),
         ("cost-curve-llamacpp", "benchmarks/cost/cost-code-llamacpp.md", "## Milliseconds per forward"),
+        (
+            "cost-curve-llamacpp-quantized",
+            "benchmarks/cost/cost-code-llamacpp-quantized.md",
+            "## Milliseconds per forward",
+        ),
     ),
     "docs/usage.md": (("healing", "benchmarks/methods/healing-humaneval.md"),),
     "docs/methods.md": (
