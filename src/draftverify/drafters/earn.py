@@ -127,7 +127,13 @@ class EarnedDrafter(Drafter):
         return self.rates[key]
 
     def _verify_seconds(self, tokens: float) -> float:
-        return max(self.verify(tokens), 1e-9) if self.verify.known else 1.0
+        return self._verify_seconds_at([tokens])[0]
+
+    def _verify_seconds_at(self, tokens: list[float]) -> list[float]:
+        """Seconds of a verify pass over each entry of `tokens` (1.0 each until a cost is known)."""
+        if not self.verify.known:
+            return [1.0] * len(tokens)
+        return [max(s, 1e-9) for s in self.verify.at(tokens)]
 
     def _rate(self, kept: float, rows: int, width: float, draft_seconds: float = 0.0) -> float:
         """Expected tokens per second of a step whose rows keep `kept` draft tokens in all over a draft `width`
@@ -141,8 +147,7 @@ class EarnedDrafter(Drafter):
         and the verify seconds of every width are read in one call: this runs every step, over drafts up to the
         longest draft's width."""
         count, longest = len(rows), max(len(r) for r in rows)
-        tokens = [count * (1 + width) for width in range(1, longest + 1)]
-        seconds = [max(s, 1e-9) for s in self.verify.at(tokens)] if self.verify.known else [1.0] * longest
+        seconds = self._verify_seconds_at([count * (1 + width) for width in range(1, longest + 1)])
         totals, reaches = [0.0] * len(chances), [1.0] * len(chances)
         best = (0.0, 0)
         for width in range(1, longest + 1):
