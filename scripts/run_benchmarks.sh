@@ -78,7 +78,8 @@ if [ "$llamacpp" = 1 ]; then
     native=(bench native --prompts humaneval,spec_bench:coding,spec_bench:math_reasoning --num-prompts 6
         --max-new-tokens 96)
     lib="$(scripts/build_llama_cpp_lib.sh | sed -n 's/^export LLAMA_CPP_LIB_PATH=//p')"
-    LLAMA_CPP_LIB_PATH="$lib" draftverify "${native[@]}" --target-gguf f32,q8_0,q4_k_m --name bench-native --fresh
+    LLAMA_CPP_LIB_PATH="$lib" draftverify "${native[@]}" --target-gguf f32,q8_0,q4_k_m --rounds 5 --name bench-native \
+        --fresh
     invariant="$(scripts/build_llama_cpp_invariant_lib.sh | sed -n 's/^export LLAMA_CPP_LIB_PATH=//p')"
     LLAMA_CPP_LIB_PATH="$invariant" draftverify "${native[@]}" --target-gguf q8_0,q4_k_m --no-flash-attn \
         --name bench-native-exact --fresh
@@ -90,11 +91,23 @@ if [ "$llamacpp" = 1 ]; then
         --name loop-overhead-llamacpp-f32-built
     LLAMA_CPP_LIB_PATH="$lib" draftverify bench overhead --backend llamacpp --target-gguf q8_0 --rounds 3 \
         --name loop-overhead-llamacpp-q8_0-built
+    LLAMA_CPP_LIB_PATH="$lib" draftverify bench overhead --backend llamacpp --target-gguf q8_0 --gamma conf \
+        --methods autoregressive,suffix,earn,model --rounds 3 --name loop-overhead-llamacpp-q8_0-conf-built
     LLAMA_CPP_LIB_PATH="$lib" draftverify bench synthetic --shapes qwen2.5-0.5b,llama-3.2-1b \
         --target-gguf q8_0,q4_k_m --alpha 0.6,0.8,0.9 --gamma 2,4,auto --native-n-max 2,4 --num-prompts 3 \
         --max-new-tokens 48 --name bench-synthetic
     draftverify bench speed --cost-curve --zoo code --threads 2 --num-prompts 8 --cost-sizes 1,2,3,4,5,6,8,12,16,24,32,48,64 \
         --cost-modes eager-float32,llamacpp-float32 --name cost-code-llamacpp
+    LLAMA_CPP_LIB_PATH="$lib" draftverify bench speed --cost-curve --zoo code --threads 2 --num-prompts 8 \
+        --cost-sizes 1,2,3,4,5,6,8,9,12,16,17,24,32 --cost-modes llamacpp-float32,llamacpp-q8_0,llamacpp-q4_k_m \
+        --name cost-code-llamacpp-quantized
+    # earn's draft model staged (lookup_tokens 5, as model) against unstaged: one pass, the suffix cache remembers
+    LLAMA_CPP_LIB_PATH="$lib" draftverify bench ab --set backend=llamacpp --set method=earn \
+        --set draft=zoo/code/draft-aligned --set gamma=conf=0.9 --vary lookup_tokens=0,5 --prompts spec_bench:math_reasoning --num-prompts 12 --rounds 1 \
+        --max-new-tokens 96 --threads 2 --name earn-staged-ab-llamacpp-f32-math
+    LLAMA_CPP_LIB_PATH="$lib" draftverify bench ab --set backend=llamacpp --set method=earn --set target_gguf=q8_0 \
+        --set gamma=conf --vary lookup_tokens=0,5 --prompts humaneval --num-prompts 12 --rounds 1 --max-new-tokens 96 \
+        --threads 2 --no-check-text --name earn-staged-ab-llamacpp-q8_0
     ab=(bench ab --threads 2 --num-prompts 8)
     aligned=zoo/code/draft-aligned
     for method in model lookup_model; do
