@@ -537,15 +537,16 @@ def test_confidence_without_early_stops_is_theorem_8():
     assert policy.best() == auto.best()
 
 
-def test_confidence_decides_from_tables_kept_between_steps_as_from_fresh_ones():
+def test_confidence_decides_from_tables_kept_between_steps_as_from_fresh_ones(monkeypatch):
     """The tables a step without a draft reuses (no rate changed) and those made again after a judged draft give
-    the cap a policy that makes every table afresh gives, step after step."""
+    the cap a policy that makes every table afresh gives, step after step (priced every step here)."""
+    monkeypatch.setattr("draftverify.draft_length.REPRICE_EVERY", 0)
     rng = random.Random(7)
     kept, fresh = ConfidenceGamma(max_gamma=48), ConfidenceGamma(max_gamma=48)
     for policy in (kept, fresh):
         policy.costs.seed({1: 0.004, 2: 0.0052, 4: 0.0071, 8: 0.0102, 16: 0.0163, 32: 0.031, 64: 0.06})
     for _ in range(300):
-        fresh._tables = None
+        fresh._kept_tables = fresh._chosen = None
         cap = kept.next()
         assert cap == fresh.next()
         length = rng.choice([0, 0, 0, rng.randint(1, max(cap, 1))])  # most steps: no draft, nothing judged
@@ -554,6 +555,37 @@ def test_confidence_decides_from_tables_kept_between_steps_as_from_fresh_ones():
         for policy in (kept, fresh):
             policy.update_rows([length], [accepted])
             policy.update(length, accepted, accepted < length, 1e-5 * length, seconds)
+
+
+def test_confidence_keeps_its_cap_between_judged_drafts_and_prices_it_again_after_one(monkeypatch):
+    """Steps that judge no draft reuse the last cap for up to REPRICE_EVERY calls (only c moved); a judged draft, a
+    new curve or the end of that run price the caps again, and a pricing gives the cap a fresh policy gives."""
+    from draftverify.draft_length import REPRICE_EVERY
+
+    policy = ConfidenceGamma(max_gamma=32, explore_every=0)
+    policy.costs.seed({1: 0.004, 2: 0.0052, 4: 0.0071, 8: 0.0102, 16: 0.0163, 32: 0.031})
+    simulate_confidence(policy, b=0.9, a_sure=0.9, a_unsure=0.4, c=0.05, steps=100)
+    priced = []
+    real_c = policy.c
+    monkeypatch.setattr(policy, "c", lambda rows=1: priced.append(rows) or real_c(rows))  # read once per pricing
+
+    def fresh_cap() -> int:
+        twin = ConfidenceGamma(max_gamma=32, explore_every=0)
+        twin.costs, twin.sure, twin.unsure, twin.goes_on = policy.costs, policy.sure, policy.unsure, policy.goes_on
+        return twin.best()
+
+    policy._chosen = None
+    assert policy.best() == fresh_cap() and len(priced) == 1
+    for call in range(1, REPRICE_EVERY + 2):  # no draft judged: the cap is kept, then priced again
+        policy.update_rows([0], [0])
+        policy.best()
+        assert len(priced) == 1 + (call > REPRICE_EVERY)
+    policy.update_rows([3], [1])  # a judged draft moves the rates: priced at once
+    assert policy.best() == fresh_cap() and len(priced) == 3
+    before = policy.best()
+    policy.costs.seed({1: 0.004, 2: 0.008, 4: 0.016, 8: 0.032, 16: 0.064, 32: 0.128})  # width dear, same rates
+    assert policy.best() == fresh_cap() and len(priced) == 4
+    assert policy.best() < before
 
 
 def test_a_seeded_curve_priced_again_is_the_new_curves():

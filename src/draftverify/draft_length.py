@@ -151,6 +151,9 @@ class VerifyCost:
         # the shape at each whole number of tokens asked so far (index: tokens): a policy prices every width it
         # may draft, every step, and the shape changes only when seeded again
         self._shapes: list[float] = []
+        # bumped whenever the seconds of two widths may stand in a new ratio (a seed; a timed call when no curve
+        # sets the shape): what a policy derived from the ratios alone stays valid until it moves
+        self.shape_version = 0
 
     def seed(self, curve: dict[int, float], weight: float = 1.0) -> None:
         points = sorted((float(k), float(s)) for k, s in curve.items() if k >= 1 and s > 0)
@@ -159,13 +162,16 @@ class VerifyCost:
         self.widths = [k for k, _ in points]
         self.seconds = _non_decreasing([s for _, s in points])
         self._shapes = []
+        self.shape_version += 1
         self.ratio_sum = self.ratio_weight = weight * len(points)
 
     def add(self, tokens: float, seconds: float) -> None:
         self.line.add(tokens, seconds)
-        if self.widths:
+        if self.widths:  # the level moves, the curve's ratios do not
             self.ratio_sum += seconds / self._shape(tokens)
             self.ratio_weight += 1.0
+        else:
+            self.shape_version += 1
 
     @property
     def curved(self) -> bool:
@@ -395,6 +401,13 @@ MAX_GAMMA = 64  # the longest fixed draft: the widest verify width the engine pl
 DEFAULT_CONFIDENCE = 0.4  # `conf`'s threshold (Hugging Face's assistant_confidence_threshold; see ConfidenceGamma)
 
 
+# best() keeps its last cap for up to this many calls while no draft was judged and the cost curve's shape stayed:
+# then only c (a draft position's seconds over a plain step's) moves, a little each step as the timings' means do,
+# and pricing every cap again costs the step (right after a llama.cpp forward its caches are cold) more than such
+# a move changes a cap's expected speed. Most steps of a model-free drafter on a dear-width target draft nothing.
+REPRICE_EVERY = 16
+
+
 class _Rate:
     """Per-position success rates of draft tokens (position 1 = a draft's first token). Each position's rate is
     its own count shrunk toward the previous position's rate (worth `weight` observations; position 1 toward
@@ -503,7 +516,9 @@ class ConfidenceGamma(AutoGamma):
         self.explore_every = explore_every
         self.slack = slack
         self._steps = 0
-        self._tables: tuple | None = None  # _reach_and_tokens' last: (top, the rates it read, reach, tokens)
+        self._kept_tables: tuple | None = None  # _tables' last: ((top, rows, shape version), the rates, tables)
+        self._judged = 0  # steps whose drafts were judged (a rate moved): best() prices the caps again after one
+        self._chosen: tuple | None = None  # best()'s last: ((rows, drafting, _judged, shape version), steps left, cap)
 
     @property
     def sizing_costs(self) -> StepCosts | None:
@@ -552,73 +567,73 @@ class ConfidenceGamma(AutoGamma):
             return self.fixed
         if not self.costs.known:
             return self.max_gamma if rows == 1 else self.gamma
-        reach, tokens = self._reach_and_tokens(self.max_gamma)
-        seconds = self._seconds_table(self.max_gamma, rows, reach)
-        factors = [t / s for t, s in zip(tokens, seconds)]
+        key = (rows, drafting, self._judged, self.costs.target.shape_version)
+        kept = self._chosen
+        if kept is not None and kept[0] == key and kept[1]:
+            self._chosen = (key, kept[1] - 1, kept[2])
+            return kept[2]
+        tokens, positions, verify = self._tables(self.max_gamma, rows)
+        c = self.c(rows)
+        factors = [t / (c * p + v) for t, p, v in zip(tokens, positions, verify)]
         if drafting:
             factors[0] = 0.0
         near = max(factors) * (1.0 - (self.slack if rows == 1 else 0.0))
-        return max(g for g, f in enumerate(factors) if f >= near)
+        cap = max(g for g, f in enumerate(factors) if f >= near)
+        self._chosen = (key, REPRICE_EVERY, cap)
+        return cap
 
-    def _reach_and_tokens(self, top: int) -> tuple[list[float], list[float]]:
-        """(_reach(top), _tokens_table(top)), made again only when a rate changed (_Rate.rates makes a new list
-        then): a step without a draft (the suffix cache found no match) judges nothing, and most steps of a
-        model-free drafter on a dear-width target are such steps."""
-        rates = (self.sure.rates(), self.unsure.rates(), self.goes_on.rates())
-        kept = self._tables
-        if kept is None or kept[0] != top or any(new is not old for new, old in zip(rates, kept[1])):
-            reach = self._reach(top)
-            kept = self._tables = (top, rates, reach, self._tokens_table(top, reach))
-        return kept[2], kept[3]
+    def _tables(self, top: int, rows: int) -> tuple[list[float], list[float], list[float]]:
+        """For caps 0..top over `rows` rows, three [top + 1] tables: the tokens one row expects to emit (accepted
+        drafts + the target's), the draft positions and the verify seconds (in plain steps of those rows) a step
+        expects; its time is c x positions + verify. A draft that ends at its s-th token (chance
+        reach[s] - reach[s + 1], reach[s] the chance its first s - 1 tokens were confident) drafts s positions and
+        is verified over rows x (s + 1) tokens.
 
-    def _reach(self, top: int) -> list[float]:
-        """[top + 2] the chance a draft reaches position k (its first k - 1 tokens were confident); index 0 unused,
-        index top + 1: the chance it would go on past position top."""
-        b = self.goes_on.rates()
-        reach = [1.0, 1.0]
-        for k in range(1, top + 1):
-            reach.append(reach[-1] * b[k])
-        return reach
-
-    def _tokens_table(self, top: int, reach: list[float] | None = None) -> list[float]:
-        """[top + 1] expected tokens one row emits in a step with cap 0..top (accepted drafts + the target's);
-        reach: _reach(top), when already made."""
-        a, lo = self.sure.rates(), self.unsure.rates()
-        reach = self._reach(top) if reach is None else reach
-        table = [1.0]
+        Made in one pass, and again only when a rate changed (_Rate.rates makes a new list then), the cost curve's
+        shape moved (VerifyCost.shape_version: its level cancels in the ratios) or top or rows differ: a step that
+        judged no draft (the suffix cache found no match) reuses them, and most steps of a model-free drafter on a
+        dear-width target are such steps."""
+        a, lo, b = self.sure.rates(), self.unsure.rates(), self.goes_on.rates()
+        key = (top, rows, self.costs.target.shape_version)
+        kept = self._kept_tables
+        if kept is not None and kept[0] == key and kept[1][0] is a and kept[1][1] is lo and kept[1][2] is b:
+            return kept[2]
+        widths = [rows * (g + 1) for g in range(top + 1)]
+        verify = self.costs.target_seconds_at(widths) if self.costs.known else [1.0] * len(widths)  # unknown: flat
+        plain = verify[0]  # a call over the rows' one token each
+        tokens, positions, seconds = [1.0], [0.0], [1.0]
+        reach = 1.0  # the chance the draft reaches position g
         ended = 0.0  # the drafts that end before the cap: sum over s of P(end at s) * E(tokens | end at s)
-        prefix, kept = 1.0, 1.0  # expected tokens from a draft's first g - 1 tokens (+ the target's); P(all kept)
+        prefix, whole = 1.0, 1.0  # expected tokens from a draft's first g - 1 tokens (+ the target's); P(all kept)
+        done_positions = done_seconds = 0.0  # the same sums of the steps' draft positions and verify seconds
         for g in range(1, top + 1):
-            b = reach[g + 1] / reach[g] if reach[g] > 0 else 0.0  # at the cap, the last token is confident w.p. b
-            table.append(ended + reach[g] * (prefix + kept * (b * a[g] + (1.0 - b) * lo[g])))
-            ended += (reach[g] - reach[g + 1]) * (prefix + kept * lo[g])  # ended at its g-th token, unconfident
-            kept *= a[g]
-            prefix += kept
-        return table
-
-    def _seconds_table(self, top: int, rows: int, reach: list[float] | None = None) -> list[float]:
-        """[top + 1] expected time of a step with cap 0..top over `rows` rows, in plain steps of those rows: the
-        draft's positions plus a target call over rows x (its length + 1) tokens; reach: _reach(top), when made."""
-        verify = self.costs.target_seconds_at([rows * (g + 1) for g in range(top + 1)])  # [top + 1] seconds
-        reach = self._reach(top) if reach is None else reach
-        c, plain = self.c(rows), verify[0]  # plain: a call over the rows' one token each
-        table = [1.0]
-        done, below = 0.0, 0.0  # done: the steps whose draft ended before the cap; below: their chance
-        for g in range(1, top + 1):
-            cost = g * c + verify[g] / plain
-            table.append(done + (1.0 - below) * cost)
-            upto = 1.0 - reach[g + 1]  # P(the draft ended by its g-th token): a batch's rates are its draft's
-            done += (upto - below) * cost
-            below = upto
-        return table
+            on = b[g]  # at the cap, the last token is confident with this chance
+            past = reach * on  # the chance the draft would go on past position g
+            ratio = verify[g] / plain
+            tokens.append(ended + reach * (prefix + whole * (on * a[g] + (1.0 - on) * lo[g])))
+            positions.append(done_positions + reach * g)
+            seconds.append(done_seconds + reach * ratio)
+            stop = reach - past  # the draft ends at its g-th token, unconfident
+            ended += stop * (prefix + whole * lo[g])
+            done_positions += stop * g
+            done_seconds += stop * ratio
+            whole *= a[g]
+            prefix += whole
+            reach = past
+        tables = (tokens, positions, seconds)
+        self._kept_tables = (key, (a, lo, b), tables)
+        return tables
 
     def expected_tokens(self, cap: int) -> float:
         """Expected tokens one row emits in a step with this cap (accepted drafts + the target's token)."""
-        return self._tokens_table(cap)[cap]
+        return self._tables(cap, 1)[0][cap]
 
     def expected_seconds(self, cap: int, rows: int = 1) -> float:
         """Expected time of a step with this cap over `rows` rows, in units of a plain step of those rows."""
-        return 1.0 if cap == 0 else self._seconds_table(cap, rows)[cap]
+        if cap == 0:
+            return 1.0
+        _, positions, verify = self._tables(cap, rows)
+        return self.c(rows) * positions[cap] + verify[cap]
 
     def factor(self, cap: int, rows: int = 1) -> float:
         """Expected speed over plain decoding for this cap (1 at cap 0)."""
@@ -626,6 +641,8 @@ class ConfidenceGamma(AutoGamma):
 
     def update_rows(self, lengths: list[int], accepted: list[int]) -> None:
         top = len(self.sure.trials) - 1
+        if any(lengths):
+            self._judged += 1
         for length, kept in zip(lengths, accepted):
             ended_early = length < self.cap
             for k in range(1, min(length, top) + 1):
