@@ -557,10 +557,12 @@ def test_confidence_decides_from_tables_kept_between_steps_as_from_fresh_ones(mo
             policy.update(length, accepted, accepted < length, 1e-5 * length, seconds)
 
 
-def test_confidence_keeps_its_cap_between_judged_drafts_and_prices_it_again_after_one(monkeypatch):
-    """Steps that judge no draft reuse the last cap for up to REPRICE_EVERY calls (only c moved); a judged draft, a
-    new curve or the end of that run price the caps again, and a pricing gives the cap a fresh policy gives."""
-    from draftverify.draft_length import REPRICE_EVERY
+def test_confidence_keeps_its_cap_while_its_rates_move_little_and_prices_it_again_after(monkeypatch):
+    """The last cap is reused for up to REPRICE_EVERY calls while the observations added to the rates since its
+    pricing stay within REPRICE_SHARE of those it was priced on (only c moved, or the rates by a few observations
+    among many); more observations, a new curve or the end of that run price the caps again, and a pricing gives
+    the cap a fresh policy gives."""
+    from draftverify.draft_length import REPRICE_EVERY, REPRICE_SHARE
 
     policy = ConfidenceGamma(max_gamma=32, explore_every=0)
     policy.costs.seed({1: 0.004, 2: 0.0052, 4: 0.0071, 8: 0.0102, 16: 0.0163, 32: 0.031})
@@ -576,16 +578,34 @@ def test_confidence_keeps_its_cap_between_judged_drafts_and_prices_it_again_afte
 
     policy._chosen = None
     assert policy.best() == fresh_cap() and len(priced) == 1
-    for call in range(1, REPRICE_EVERY + 2):  # no draft judged: the cap is kept, then priced again
+    for call in range(1, REPRICE_EVERY + 2):  # nothing judged: the cap is kept, then priced again
         policy.update_rows([0], [0])
         policy.best()
         assert len(priced) == 1 + (call > REPRICE_EVERY)
-    policy.update_rows([3], [1])  # a judged draft moves the rates: priced at once
+    observed, kept_cap = policy._observed, policy.best()
+    assert observed > 100  # a hundred steps of drafts: one more is a small share of what was priced
+    policy.update_rows([2], [1])  # a judged draft of two tokens: a few observations
+    assert policy.best() == kept_cap and len(priced) == 2
+    while policy._observed - observed <= REPRICE_SHARE * observed:  # the rates move by more than the share
+        policy.update_rows([4], [4])
     assert policy.best() == fresh_cap() and len(priced) == 3
     before = policy.best()
     policy.costs.seed({1: 0.004, 2: 0.008, 4: 0.016, 8: 0.032, 16: 0.064, 32: 0.128})  # width dear, same rates
     assert policy.best() == fresh_cap() and len(priced) == 4
     assert policy.best() < before
+
+
+def test_confidence_prices_every_judged_draft_early_in_a_run():
+    """With few observations every judged draft moves the rates by more than the share: each is priced."""
+    policy = ConfidenceGamma(max_gamma=16, explore_every=0)
+    policy.costs.seed({1: 0.004, 2: 0.0052, 4: 0.0071, 8: 0.0102, 16: 0.0163})
+    priced = []
+    real_c = policy.c
+    policy.c = lambda rows=1: priced.append(rows) or real_c(rows)
+    for step in range(5):
+        policy.best()
+        assert len(priced) == step + 1
+        policy.update_rows([3], [2])
 
 
 def test_a_seeded_curve_priced_again_is_the_new_curves():

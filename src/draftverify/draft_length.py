@@ -401,11 +401,14 @@ MAX_GAMMA = 64  # the longest fixed draft: the widest verify width the engine pl
 DEFAULT_CONFIDENCE = 0.4  # `conf`'s threshold (Hugging Face's assistant_confidence_threshold; see ConfidenceGamma)
 
 
-# best() keeps its last cap for up to this many calls while no draft was judged and the cost curve's shape stayed:
-# then only c (a draft position's seconds over a plain step's) moves, a little each step as the timings' means do,
-# and pricing every cap again costs the step (right after a llama.cpp forward its caches are cold) more than such
-# a move changes a cap's expected speed. Most steps of a model-free drafter on a dear-width target draft nothing.
+# best() keeps its last cap for up to REPRICE_EVERY calls while the rates it was priced on moved little (the
+# observations added since, to goes-on and acceptance counts, are at most REPRICE_SHARE of those it was priced on)
+# and the cost curve's shape stayed: then a cap's expected speed moves by about as much as one observation among
+# many, and c (a draft position's seconds over a plain step's) a little each step as the timings' means do, while
+# pricing every cap again costs the step more than that (right after a llama.cpp forward its caches are cold). Early
+# in a run every judged draft is priced; most steps of a model-free drafter on a dear-width target judge none.
 REPRICE_EVERY = 16
+REPRICE_SHARE = 0.05
 
 
 class _Rate:
@@ -517,8 +520,9 @@ class ConfidenceGamma(AutoGamma):
         self.slack = slack
         self._steps = 0
         self._kept_tables: tuple | None = None  # _tables' last: ((top, rows, shape version), the rates, tables)
-        self._judged = 0  # steps whose drafts were judged (a rate moved): best() prices the caps again after one
-        self._chosen: tuple | None = None  # best()'s last: ((rows, drafting, _judged, shape version), steps left, cap)
+        self._observed = 0  # observations added to the rates (update_rows)
+        # best()'s last: ((rows, drafting, shape version), calls left, cap, the observations it was priced on)
+        self._chosen: tuple | None = None
 
     @property
     def sizing_costs(self) -> StepCosts | None:
@@ -567,10 +571,10 @@ class ConfidenceGamma(AutoGamma):
             return self.fixed
         if not self.costs.known:
             return self.max_gamma if rows == 1 else self.gamma
-        key = (rows, drafting, self._judged, self.costs.target.shape_version)
+        key = (rows, drafting, self.costs.target.shape_version)
         kept = self._chosen
-        if kept is not None and kept[0] == key and kept[1]:
-            self._chosen = (key, kept[1] - 1, kept[2])
+        if kept is not None and kept[0] == key and kept[1] and self._observed - kept[3] <= REPRICE_SHARE * kept[3]:
+            self._chosen = (key, kept[1] - 1, kept[2], kept[3])
             return kept[2]
         tokens, positions, verify = self._tables(self.max_gamma, rows)
         c = self.c(rows)
@@ -579,7 +583,7 @@ class ConfidenceGamma(AutoGamma):
             factors[0] = 0.0
         near = max(factors) * (1.0 - (self.slack if rows == 1 else 0.0))
         cap = max(g for g, f in enumerate(factors) if f >= near)
-        self._chosen = (key, REPRICE_EVERY, cap)
+        self._chosen = (key, REPRICE_EVERY, cap, self._observed)
         return cap
 
     def _tables(self, top: int, rows: int) -> tuple[list[float], list[float], list[float]]:
@@ -641,9 +645,8 @@ class ConfidenceGamma(AutoGamma):
 
     def update_rows(self, lengths: list[int], accepted: list[int]) -> None:
         top = len(self.sure.trials) - 1
-        if any(lengths):
-            self._judged += 1
         for length, kept in zip(lengths, accepted):
+            self._observed += min(length, top) + min(length, kept + 1, top)  # goes-on counts, then judged tokens
             ended_early = length < self.cap
             for k in range(1, min(length, top) + 1):
                 judged = k <= kept + 1

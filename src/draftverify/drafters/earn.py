@@ -79,8 +79,9 @@ class EarnedDrafter(Drafter):
         self.model_steps = 0  # timed steps the model drafted
         self.chosen: dict[str, int] = {name: 0 for name in (*SOURCES, "none")}  # steps each source drafted
         self._idle = {name: 0 for name in SOURCES}  # steps since each source was last chosen
-        # this step's source, its rows' draft lengths, when the proposal ended and the seconds it took
-        self._step: tuple[str, list[int], float, float] | None = None
+        # this step's source, its rows' draft lengths, the rate key each row's draft is judged under, when the
+        # proposal ended and the seconds it took
+        self._step: tuple[str, list[int], list[str], float, float] | None = None
         self._timed = False  # the next verify pass is a step's alone (not a prompt's decode)
         self._previous = "none"  # the last step's source
         self._suffix_chances: list[list[float]] = []  # the suffix offer's chances, cut to its priced width
