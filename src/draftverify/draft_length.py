@@ -520,7 +520,7 @@ class ConfidenceGamma(AutoGamma):
         self.slack = slack
         self._steps = 0
         self._kept_tables: tuple | None = None  # _tables' last: ((top, rows, shape version), the rates, tables)
-        self._observed = 0  # observations added to the rates (update_rows)
+        self._observed = 0  # rate observations so far, counted per row as drafted positions + judged ones (update_rows)
         # best()'s last: ((rows, drafting, shape version), calls left, cap, the observations it was priced on)
         self._chosen: tuple | None = None
 
